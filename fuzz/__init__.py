@@ -1,0 +1,1 @@
+"""Hypothesis strategies, the targets registry, campaign runner and mutants."""

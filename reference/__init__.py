@@ -1,0 +1,30 @@
+"""Pure-torch oracles for SGLang's kv_b LoRA steps and ``flashinfer_cudnn`` vision attention.
+
+* :mod:`reference.lora` - the six LoRA steps (SGLang signatures) and their float64/faithful oracles
+* :mod:`reference.vision` - the vision attention forward and its oracle
+* :mod:`reference.contracts` - the one table of every error the suite raises
+* :mod:`reference.batch_info`, :mod:`reference.vision_metadata` - metadata types and builders
+* :mod:`reference.lora_routing` - segment routing and strict validation shared with the kernels
+* :mod:`reference.strict` - the strict-validation switch
+"""
+
+from .batch_info import LoRABatchInfo, make_lora_batch_info
+from .contracts import CONTRACTS, Contract, expected_message, raise_contract
+from .lora import LORA_OPS, OracleResult
+from .strict import is_strict, strict_validation
+from .vision_metadata import VisionAttentionMetadata, prepare_flashinfer_cudnn_metadata
+
+__all__ = [
+    "CONTRACTS",
+    "Contract",
+    "LORA_OPS",
+    "LoRABatchInfo",
+    "OracleResult",
+    "VisionAttentionMetadata",
+    "expected_message",
+    "is_strict",
+    "make_lora_batch_info",
+    "prepare_flashinfer_cudnn_metadata",
+    "raise_contract",
+    "strict_validation",
+]

@@ -1,0 +1,202 @@
+"""The error-contract table: every error the suite's APIs raise, in one place.
+
+Note [Contracts]
+----------------
+Kernel engineers compare error *text*, so a message must never be written twice: code raises
+through :func:`raise_contract` and tests assert through :func:`expected_message`, both reading the
+same :data:`CONTRACTS` entry.  Each entry says
+
+* ``origin``: ``"upstream"`` (SGLang's exact text and type; never edited) or ``"strict"`` (our own
+  validation, only for inputs that upstream would silently accept: see SPEC.md "Beyond the upstream
+  contracts");
+* ``api``: which entry points raise it (``"lora"`` = every kv_b LoRA step, ``"vision"`` = the
+  ``flashinfer_cudnn`` forward);
+* ``order``: for upstream vision contracts, the position in SGLang's resolution order.
+
+Strict messages name the field, the offending index and value, and suggest the fix (Hypothesis /
+pytest-benchmark style: "pass X rather than Y").
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Mapping
+
+__all__ = [
+    "Contract",
+    "CONTRACTS",
+    "ContractError",
+    "contract",
+    "expected_message",
+    "raise_contract",
+    "upstream_contracts",
+    "strict_contracts",
+]
+
+
+class ContractError(ValueError):
+    """Raised when the contract table itself is used wrongly (unknown id, missing field)."""
+
+
+@dataclass(frozen=True)
+class Contract:
+    """One row of the contract table.
+
+    ``template`` is a :meth:`str.format` template; its fields are the keyword arguments that
+    :func:`raise_contract` needs.  Upstream rows with no fields are the literal upstream text.
+    """
+
+    id: str
+    exc_type: type
+    template: str
+    api: str
+    origin: str  # "upstream" | "strict"
+    order: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.origin not in ("upstream", "strict"):
+            raise ContractError(f"contract {self.id!r}: origin must be 'upstream' or 'strict', got {self.origin!r}")
+        if self.api not in ("lora", "vision"):
+            raise ContractError(f"contract {self.id!r}: api must be 'lora' or 'vision', got {self.api!r}")
+        if self.origin == "strict" and self.exc_type is not ValueError:
+            raise ContractError(f"contract {self.id!r}: strict validation raises ValueError, not {self.exc_type.__name__}")
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(name for _, name, _, _ in string.Formatter().parse(self.template) if name)
+
+    def message(self, **fields: object) -> str:
+        missing = set(self.fields) - set(fields)
+        extra = set(fields) - set(self.fields)
+        if missing or extra:
+            raise ContractError(
+                f"contract {self.id!r} takes fields {sorted(self.fields)}; "
+                f"missing={sorted(missing)} unexpected={sorted(extra)}"
+            )
+        return self.template.format(**fields)
+
+
+def _table(*rows: Contract) -> Mapping[str, Contract]:
+    table: dict[str, Contract] = {}
+    for row in rows:
+        if row.id in table:
+            raise ContractError(f"duplicate contract id {row.id!r}")
+        table[row.id] = row
+    return table
+
+
+_U, _S = "upstream", "strict"
+
+CONTRACTS: Mapping[str, Contract] = _table(
+    # ---- upstream: SGLang kv_b LoRA steps (every step, before any launch) ----
+    Contract("lora.missing_max_len", ValueError,
+             "LoRA batch_info must provide max_len or seg_lens.", "lora", _U),
+    # ---- upstream: SGLang VisionFlashInferAttention.forward, in resolution order ----
+    Contract("vision.missing_sequence_lengths", RuntimeError,
+             "sequence_lengths should be prepared for vision flashinfer_cudnn attention backend",
+             "vision", _U, order=2),
+    Contract("vision.missing_max_seqlen", RuntimeError,
+             "max_seqlen should be prepared for vision flashinfer_cudnn attention backend",
+             "vision", _U, order=3),
+    Contract("vision.indptrs_not_tensor", RuntimeError,
+             "flashinfer_cudnn expects packed indptrs as a torch.Tensor", "vision", _U, order=5),
+    Contract("vision.sequence_lengths_not_tensor", RuntimeError,
+             "sequence_lengths must be a torch.Tensor", "vision", _U, order=6),
+    Contract("vision.indptr_numel_mismatch", RuntimeError,
+             "packed indptr numel mismatch: got {got}, expected {expected} (= 3*(B+1))",
+             "vision", _U, order=7),
+    Contract("vision.offset_out_of_bounds", RuntimeError,
+             "offset + len out of bounds; packed indptr is wrong", "vision", _U, order=8),
+    # ---- strict: LoRA batch info (our validation; upstream would accept these silently) ----
+    Contract("lora.strict.bad_count", ValueError,
+             "batch_info.{field}={value} is invalid: {why}", "lora", _S),
+    Contract("lora.strict.metadata_tensor", ValueError,
+             "batch_info.{field} must be {expected}, got {got}; {fix}", "lora", _S),
+    Contract("lora.strict.seg_indptr_start", ValueError,
+             "batch_info.seg_indptr[0]={value} must be 0 or more; segments index rows from 0",
+             "lora", _S),
+    Contract("lora.strict.seg_indptr_decreasing", ValueError,
+             "batch_info.seg_indptr is not non-decreasing: seg_indptr[{index}]={value} < "
+             "seg_indptr[{prev_index}]={prev}; segment {prev_index} would have negative length {length}",
+             "lora", _S),
+    Contract("lora.strict.seg_indptr_range", ValueError,
+             "batch_info.seg_indptr[{index}]={value} exceeds the {rows} rows available ({what}); "
+             "pass seg_indptr that ends at most at {rows}", "lora", _S),
+    Contract("lora.strict.seg_lens_mismatch", ValueError,
+             "batch_info.seg_lens[{index}]={value} disagrees with seg_indptr "
+             "(seg_indptr[{next_index}]-seg_indptr[{index}]={expected}); pass seg_lens = diff(seg_indptr)",
+             "lora", _S),
+    Contract("lora.strict.max_len_too_small", ValueError,
+             "batch_info.max_len={value} is smaller than the longest segment (segment {index} has "
+             "{longest} rows); rows past max_len would be silently dropped; pass max_len >= {longest}",
+             "lora", _S),
+    Contract("lora.strict.slot_out_of_range", ValueError,
+             "batch_info.weight_indices[{index}]={value} is outside [0, {num_slots}) "
+             "(segment {index}); the only valid slots are 0..{last}", "lora", _S),
+    Contract("lora.strict.negative_rank", ValueError,
+             "batch_info.lora_ranks[{index}]={value} is negative; ranks are 0 (slot off) or more",
+             "lora", _S),
+    Contract("lora.strict.permutation_range", ValueError,
+             "batch_info.permutation[{index}]={value} is outside [0, {rows}); a permutation entry "
+             "names a physical row of the input", "lora", _S),
+    Contract("lora.strict.permutation_duplicate", ValueError,
+             "batch_info.permutation[{index}]={value} repeats row {value} (first at permutation[{first}]); "
+             "permutation must be a permutation of the rows", "lora", _S),
+    Contract("lora.strict.shape_mismatch", ValueError,
+             "{field} has shape {got}, expected {expected}; {why}", "lora", _S),
+    Contract("lora.strict.tensor_attr", ValueError,
+             "{field} must be {expected}, got {got}; {fix}", "lora", _S),
+    # ---- strict: vision metadata ----
+    Contract("vision.strict.metadata_tensor", ValueError,
+             "{field} must be {expected}, got {got}; {fix}", "vision", _S),
+    Contract("vision.strict.negative_length", ValueError,
+             "sequence_lengths[{index}]={value} is negative; lengths are 0 (padding) or more",
+             "vision", _S),
+    Contract("vision.strict.max_seqlen_too_small", ValueError,
+             "max_seqlen={value} is smaller than the longest sequence (sequence {index} has {longest} "
+             "tokens); tokens past max_seqlen would be silently dropped; pass max_seqlen >= {longest}",
+             "vision", _S),
+    Contract("vision.strict.misaligned_offset", ValueError,
+             "{field}[{index}]={value} is not a multiple of {tensor}'s token stride {stride}; "
+             "element offsets are token offsets times the token stride", "vision", _S),
+    Contract("vision.strict.offset_range", ValueError,
+             "{field}[{index}]={value}: sequence {index} ({length} tokens from token {start}) runs past "
+             "the {tokens} tokens of {tensor}", "vision", _S),
+    Contract("vision.strict.output_overlap", ValueError,
+             "o_indptr: output of sequence {index} (tokens {start}..{end}) overlaps sequence {other} "
+             "(tokens {other_start}..{other_end}); outputs of distinct sequences must not overlap",
+             "vision", _S),
+    Contract("vision.strict.shape_mismatch", ValueError,
+             "{field} has shape {got}, expected {expected}; {why}", "vision", _S),
+)
+
+
+def contract(contract_id: str) -> Contract:
+    try:
+        return CONTRACTS[contract_id]
+    except KeyError:
+        raise ContractError(
+            f"unknown contract id {contract_id!r}; the only valid ids are {sorted(CONTRACTS)}"
+        ) from None
+
+
+def expected_message(contract_id: str, **fields: object) -> str:
+    """The exact text that :func:`raise_contract` produces for these fields."""
+    return contract(contract_id).message(**fields)
+
+
+def raise_contract(contract_id: str, **fields: object) -> None:
+    """Raise the contract's exception type with its exact message. Never returns."""
+    row = contract(contract_id)
+    err = row.exc_type(row.message(**fields))
+    err.contract_id = contract_id  # type: ignore[attr-defined]
+    raise err
+
+
+def upstream_contracts(api: str | None = None) -> list[Contract]:
+    return [c for c in CONTRACTS.values() if c.origin == "upstream" and (api is None or c.api == api)]
+
+
+def strict_contracts(api: str | None = None) -> list[Contract]:
+    return [c for c in CONTRACTS.values() if c.origin == "strict" and (api is None or c.api == api)]

@@ -1,0 +1,363 @@
+"""Pure-torch references for the kv_b LoRA steps of absorbed MLA (SPEC.md part 1).
+
+Two layers:
+
+* **Oracles** (``*_oracle``) return an :class:`OracleResult`: the whole output in float64 (or, with
+  ``faithful=True``, computed with the published kernels' rounding points in the activation dtype:
+  fp32 accumulation, step-A result rounded to the activation dtype, scaled step-B delta rounded to
+  the activation dtype (split steps) or to ``base_output``'s dtype (fused) before it is added), plus
+  a bool mask of the region the contract defines.  Inputs are never modified.
+* **Drop-in steps** with SGLang's exact signatures (``step_a_q_fwd`` ...): same semantics and
+  in-place behaviour as the kernels, any device and dtype, results in the input's dtype.  They
+  compute through the oracle (float64 by default), so the reference is itself a target.
+
+Shapes: ``S`` tokens, ``H`` heads, ``qk`` = qk_nope, ``vd`` = v_head_dim, ``FULL_K = qk + vd``,
+``C`` = kv_lora_rank, ``R`` buffer rank, ``L`` slots.  ``B_buf (L, H*FULL_K, R)``,
+``A_buf (L, R, C)``.  Routing is shared with the kernels (:mod:`reference.lora_routing`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from .lora_routing import LoRARouting, check_data_tensor, check_shape, max_segment_len, route_lora_batch
+from .strict import resolve_strict
+
+__all__ = [
+    "OracleResult",
+    "LORA_OPS",
+    "step_a_q_fwd",
+    "step_b_q_fwd",
+    "step_a_v_fwd",
+    "step_b_v_fwd",
+    "q_side_fused_fwd",
+    "v_side_fused_fwd",
+    "step_a_q_oracle",
+    "step_b_q_oracle",
+    "step_a_v_oracle",
+    "step_b_v_oracle",
+    "q_side_fused_oracle",
+    "v_side_fused_oracle",
+]
+
+LORA_OPS = ("step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused", "v_side_fused")
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    """``value``: the full expected output (float64, or the output dtype when faithful);
+    ``defined``: bool mask of the same shape, True where the contract fixes the value."""
+
+    value: torch.Tensor
+    defined: torch.Tensor
+
+
+class _Arith:
+    """Arithmetic of one precision mode: float64 (exact reference) or faithful (kernel rounding)."""
+
+    def __init__(self, faithful: bool):
+        self.faithful = faithful
+        self.compute = torch.float32 if faithful else torch.float64
+
+    def load(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(self.compute)
+
+    def round(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Round to ``dtype`` in faithful mode; keep exact in float64 mode."""
+        return t.to(dtype).to(self.compute) if self.faithful else t
+
+
+# ---- the four per-slot contractions, on gathered rows (k routed rows of one slot) ----------------
+
+def _a_q(x: torch.Tensor, b_w: torch.Tensor, heads: int, qk: int, r: int) -> torch.Tensor:
+    """x (k,H,qk) @ K-half of b_w (H*FULL_K, R) -> (k,H,r)."""
+    w = b_w.reshape(heads, -1, b_w.shape[-1])[:, :qk, :r]  # (H, qk, r)
+    return torch.bmm(x.transpose(0, 1), w).transpose(0, 1)
+
+
+def _b_q(xa: torch.Tensor, a_w: torch.Tensor, r: int) -> torch.Tensor:
+    """xa[..., :r] (k,H,r) @ a_w[:r] (r,C) -> (k,H,C)."""
+    k, h, _ = xa.shape
+    return (xa[:, :, :r].reshape(k * h, r) @ a_w[:r]).reshape(k, h, -1)
+
+
+def _a_v(x: torch.Tensor, a_w: torch.Tensor, r: int) -> torch.Tensor:
+    """x (k,H,C) @ a_w[:r].T (C,r) -> (k,H,r)."""
+    k, h, c = x.shape
+    return (x.reshape(k * h, c) @ a_w[:r].T).reshape(k, h, r)
+
+
+def _b_v(xa: torch.Tensor, b_w: torch.Tensor, heads: int, qk: int, vd: int, r: int) -> torch.Tensor:
+    """xa[..., :r] (k,H,r) @ V-half of b_w transposed -> (k,H,vd)."""
+    w = b_w.reshape(heads, -1, b_w.shape[-1])[:, qk:qk + vd, :r]  # (H, vd, r)
+    return torch.bmm(xa[:, :, :r].transpose(0, 1), w.transpose(1, 2)).transpose(0, 1)
+
+
+# ---- validation of the data arguments (strict mode) ----------------------------------------------
+
+def _check_int(field: str, value: object) -> None:
+    from .contracts import raise_contract
+
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise_contract("lora.strict.tensor_attr", field=field, expected="a positive Python int",
+                       got=repr(value), fix=f"pass {field} as an int > 0")
+
+
+def _validate(op: str, x: torch.Tensor, *, B_buf=None, A_buf=None, base=None, full_k=None, qk=None, vd=None) -> None:
+    device = x.device
+    for name, t in (("input", x), ("B_buf", B_buf), ("A_buf", A_buf), ("base_output", base)):
+        if t is not None or name == "input":
+            check_data_tensor(name, t, device)
+    if x.dim() != 3:
+        check_shape("input", x, (None, None, None), "activations are (S, H, dim)")
+    S, H, D = x.shape
+    for name, t in (("B_buf", B_buf), ("A_buf", A_buf)):
+        if t is not None and t.dim() != 3:
+            check_shape(name, t, (None, None, None), "LoRA buffers are 3-D (L, rows, cols)")
+    if full_k is not None:
+        _check_int("full_K_per_head", full_k)
+    if qk is not None:
+        _check_int("qk_nope_head_dim", qk)
+        _check_int("v_head_dim", vd)
+        full_k = qk + vd
+    L = R = None
+    if B_buf is not None:
+        L, R = B_buf.shape[0], B_buf.shape[2]
+        check_shape("B_buf", B_buf, (None, H * full_k, None),
+                    f"B_buf rows are H*FULL_K = {H}*{full_k} for {H} heads")
+    if A_buf is not None:
+        if L is None:
+            L, R = A_buf.shape[0], A_buf.shape[1]
+        check_shape("A_buf", A_buf, (L, R, None), "A_buf is (L, R, kv_lora_rank) with B_buf's L and R")
+    C = A_buf.shape[2] if A_buf is not None else None
+    if op == "step_a_q" or op == "q_side_fused":
+        if D > full_k:
+            check_shape("q_nope", x, (S, H, full_k), f"qk_nope ({D}) cannot exceed full_K_per_head ({full_k})")
+    elif op == "step_b_q":
+        check_shape("q_lora_a", x, (S, H, R), "step B's input holds R columns (the buffer's rank)")
+    elif op in ("step_a_v", "v_side_fused"):
+        check_shape("attn_output", x, (S, H, C), "attn_output's last dim is kv_lora_rank")
+    elif op == "step_b_v":
+        check_shape("attn_lora_a", x, (S, H, R), "step B's input holds R columns (the buffer's rank)")
+    if base is not None:
+        out_dim = C if op in ("step_b_q", "q_side_fused") else vd
+        check_shape("base_output", base, (S, H, out_dim), "base_output is (S, H, output dim) of the step")
+
+
+def _routing(batch_info, x: torch.Tensor, weights: torch.Tensor, max_rank: int, strict: bool) -> LoRARouting:
+    return route_lora_batch(batch_info, num_rows=x.shape[0], num_slots=weights.shape[0], max_rank=max_rank,
+                            device=x.device, strict=strict)
+
+
+def _dev(idx: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return idx.to(like.device)
+
+
+def _fresh_output(route: LoRARouting, x, R, arith, out_dtype, fill):
+    """(S,H,R) output of a step A and its defined mask; ``fill(w, r, rows) -> (k,H,r)``."""
+    S, H = x.shape[0], x.shape[1]
+    value = torch.zeros(S, H, R, dtype=arith.compute if not arith.faithful else out_dtype, device=x.device)
+    defined = torch.zeros(S, H, R, dtype=torch.bool, device=x.device)
+    for g in route.groups():
+        if g.rank <= 0:
+            continue
+        rows = _dev(route.rows[g.index], x)
+        res = fill(g.slot, g.rank, rows)
+        value[rows, :, : g.rank] = res.to(value.dtype)
+        defined[rows, :, : g.rank] = True
+    _blank_undefined(route, defined)
+    return OracleResult(value, defined)
+
+
+def _accumulated_output(route: LoRARouting, base, arith, delta):
+    """base + delta over routed rows; ``delta(w, r, s, rows) -> (k,H,N)`` already rounded."""
+    out_dtype = arith.compute if not arith.faithful else base.dtype
+    value = base.detach().to(out_dtype).clone()
+    defined = torch.ones(base.shape, dtype=torch.bool, device=base.device)
+    for g in route.groups():
+        if g.rank <= 0:
+            continue
+        rows = _dev(route.rows[g.index], base)
+        d = delta(g.slot, g.rank, g.scaling, rows)
+        new = arith.load(base[rows]) + d
+        value[rows] = new.to(out_dtype)
+    _blank_undefined(route, defined)
+    return OracleResult(value, defined)
+
+
+def _blank_undefined(route: LoRARouting, defined: torch.Tensor) -> None:
+    if route.all_undefined:
+        defined.fill_(False)
+    elif route.undefined_rows.numel():
+        defined[_dev(route.undefined_rows, defined)] = False
+
+
+# ---- oracles -------------------------------------------------------------------------------------
+
+def step_a_q_oracle(q_nope, B_buf, batch_info, full_K_per_head, *, faithful=False, strict=None) -> OracleResult:
+    """``out[t,h,:r] = q_nope[t,h,:] @ B_buf[w, h*FULL_K : h*FULL_K+qk, :r]``.
+
+    q_nope (S,H,qk), B_buf (L,H*FULL_K,R) -> value (S,H,R); defined only on routed rows, ``[:r]``.
+    """
+    strict = resolve_strict(strict)
+    max_segment_len(batch_info)  # the upstream contract comes before strict validation
+    if strict:
+        _validate("step_a_q", q_nope, B_buf=B_buf, full_k=full_K_per_head)
+    route = _routing(batch_info, q_nope, B_buf, B_buf.shape[-1] if B_buf.dim() == 3 else 0, strict)
+    a = _Arith(faithful)
+    H, qk, R = q_nope.shape[1], q_nope.shape[2], B_buf.shape[2]
+    return _fresh_output(route, q_nope, R, a, q_nope.dtype, lambda w, r, rows: a.round(
+        _a_q(a.load(q_nope[rows]), a.load(B_buf[w]), H, qk, r), q_nope.dtype))
+
+
+def step_b_q_oracle(q_lora_a, A_buf, batch_info, base_output, *, faithful=False, strict=None) -> OracleResult:
+    """``base[t,h,:] += s * (q_lora_a[t,h,:r] @ A_buf[w,:r,:])``.
+
+    q_lora_a (S,H,R), A_buf (L,R,C), base_output (S,H,C) -> value (S,H,C).
+    """
+    strict = resolve_strict(strict)
+    max_segment_len(batch_info)  # the upstream contract comes before strict validation
+    if strict:
+        _validate("step_b_q", q_lora_a, A_buf=A_buf, base=base_output)
+    route = _routing(batch_info, q_lora_a, A_buf, A_buf.shape[1] if A_buf.dim() == 3 else 0, strict)
+    a = _Arith(faithful)
+    return _accumulated_output(route, base_output, a, lambda w, r, s, rows: a.round(
+        s * _b_q(a.load(q_lora_a[rows]), a.load(A_buf[w]), r), q_lora_a.dtype))
+
+
+def step_a_v_oracle(attn_output, A_buf, batch_info, *, faithful=False, strict=None) -> OracleResult:
+    """``out[t,h,:r] = attn_output[t,h,:] @ A_buf[w,:r,:].T``.
+
+    attn_output (S,H,C), A_buf (L,R,C) -> value (S,H,R).
+    """
+    strict = resolve_strict(strict)
+    max_segment_len(batch_info)  # the upstream contract comes before strict validation
+    if strict:
+        _validate("step_a_v", attn_output, A_buf=A_buf)
+    route = _routing(batch_info, attn_output, A_buf, A_buf.shape[1] if A_buf.dim() == 3 else 0, strict)
+    a = _Arith(faithful)
+    R = A_buf.shape[1]
+    return _fresh_output(route, attn_output, R, a, attn_output.dtype, lambda w, r, rows: a.round(
+        _a_v(a.load(attn_output[rows]), a.load(A_buf[w]), r), attn_output.dtype))
+
+
+def step_b_v_oracle(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, *,
+                    faithful=False, strict=None) -> OracleResult:
+    """``base[t,h,:] += s * (attn_lora_a[t,h,:r] @ B_buf[w, h*FULL_K+qk : (h+1)*FULL_K, :r].T)``.
+
+    attn_lora_a (S,H,R), B_buf (L,H*FULL_K,R), base_output (S,H,vd) -> value (S,H,vd).
+    """
+    strict = resolve_strict(strict)
+    max_segment_len(batch_info)  # the upstream contract comes before strict validation
+    if strict:
+        _validate("step_b_v", attn_lora_a, B_buf=B_buf, base=base_output, qk=qk_nope_head_dim, vd=v_head_dim)
+    route = _routing(batch_info, attn_lora_a, B_buf, B_buf.shape[-1] if B_buf.dim() == 3 else 0, strict)
+    a = _Arith(faithful)
+    H = attn_lora_a.shape[1]
+    return _accumulated_output(route, base_output, a, lambda w, r, s, rows: a.round(
+        s * _b_v(a.load(attn_lora_a[rows]), a.load(B_buf[w]), H, qk_nope_head_dim, v_head_dim, r),
+        attn_lora_a.dtype))
+
+
+def q_side_fused_oracle(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head, *,
+                        faithful=False, strict=None) -> OracleResult:
+    """Step A_q then step B_q; the delta is rounded to ``base_output``'s dtype when faithful.
+
+    q_nope (S,H,qk), B_buf (L,H*FULL_K,R), A_buf (L,R,C), base_output (S,H,C) -> value (S,H,C).
+    """
+    strict = resolve_strict(strict)
+    max_segment_len(batch_info)  # the upstream contract comes before strict validation
+    if strict:
+        _validate("q_side_fused", q_nope, B_buf=B_buf, A_buf=A_buf, base=base_output, full_k=full_K_per_head)
+    route = _routing(batch_info, q_nope, B_buf, B_buf.shape[-1] if B_buf.dim() == 3 else 0, strict)
+    a = _Arith(faithful)
+    H, qk = q_nope.shape[1], q_nope.shape[2]
+
+    def delta(w, r, s, rows):
+        mid = a.round(_a_q(a.load(q_nope[rows]), a.load(B_buf[w]), H, qk, r), q_nope.dtype)
+        return a.round(s * _b_q(mid, a.load(A_buf[w]), r), base_output.dtype)
+
+    return _accumulated_output(route, base_output, a, delta)
+
+
+def v_side_fused_oracle(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, *,
+                        faithful=False, strict=None) -> OracleResult:
+    """Step A_v then step B_v; the delta is rounded to ``base_output``'s dtype when faithful.
+
+    attn_output (S,H,C), A_buf (L,R,C), B_buf (L,H*FULL_K,R), base_output (S,H,vd) -> value (S,H,vd).
+    """
+    strict = resolve_strict(strict)
+    max_segment_len(batch_info)  # the upstream contract comes before strict validation
+    if strict:
+        _validate("v_side_fused", attn_output, B_buf=B_buf, A_buf=A_buf, base=base_output,
+                  qk=qk_nope_head_dim, vd=v_head_dim)
+    route = _routing(batch_info, attn_output, B_buf, B_buf.shape[-1] if B_buf.dim() == 3 else 0, strict)
+    a = _Arith(faithful)
+    H = attn_output.shape[1]
+
+    def delta(w, r, s, rows):
+        mid = a.round(_a_v(a.load(attn_output[rows]), a.load(A_buf[w]), r), attn_output.dtype)
+        return a.round(s * _b_v(mid, a.load(B_buf[w]), H, qk_nope_head_dim, v_head_dim, r), base_output.dtype)
+
+    return _accumulated_output(route, base_output, a, delta)
+
+
+# ---- drop-in steps with SGLang's signatures ------------------------------------------------------
+
+def _fresh(result: OracleResult, dtype: torch.dtype) -> torch.Tensor:
+    return torch.where(result.defined, result.value, torch.zeros((), dtype=result.value.dtype,
+                                                                  device=result.value.device)).to(dtype)
+
+
+def _write_back(result: OracleResult, base_output: torch.Tensor) -> torch.Tensor:
+    """Write only rows whose value changed or is defined-new; untouched rows stay bit-identical."""
+    new = result.value.to(base_output.dtype)
+    changed = (new != base_output) & result.defined
+    rows = torch.nonzero(changed.flatten(1).any(dim=1)).flatten()
+    if rows.numel():
+        base_output[rows] = new[rows]
+    return base_output
+
+
+def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, faithful=False, strict=None):
+    """SGLang ``step_a_q_fwd``: (S,H,qk) -> fresh (S,H,R) in q_nope's dtype (zeros outside the
+    defined region)."""
+    return _fresh(step_a_q_oracle(q_nope, B_buf, batch_info, full_K_per_head, faithful=faithful, strict=strict),
+                  q_nope.dtype)
+
+
+def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, faithful=False, strict=None):
+    """SGLang ``step_b_q_fwd``: accumulates into ``base_output`` (S,H,C) in place and returns it."""
+    return _write_back(step_b_q_oracle(q_lora_a, A_buf, batch_info, base_output, faithful=faithful,
+                                       strict=strict), base_output)
+
+
+def step_a_v_fwd(attn_output, A_buf, batch_info, *, faithful=False, strict=None):
+    """SGLang ``step_a_v_fwd``: (S,H,C) -> fresh (S,H,R) in attn_output's dtype."""
+    return _fresh(step_a_v_oracle(attn_output, A_buf, batch_info, faithful=faithful, strict=strict),
+                  attn_output.dtype)
+
+
+def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, *,
+                 faithful=False, strict=None):
+    """SGLang ``step_b_v_fwd``: accumulates into ``base_output`` (S,H,vd) in place and returns it."""
+    return _write_back(step_b_v_oracle(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim,
+                                       v_head_dim, faithful=faithful, strict=strict), base_output)
+
+
+def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head, *, faithful=False,
+                     strict=None):
+    """Fused q side (step A_q then B_q) into ``base_output`` (S,H,C), in place."""
+    return _write_back(q_side_fused_oracle(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head,
+                                           faithful=faithful, strict=strict), base_output)
+
+
+def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, *,
+                     faithful=False, strict=None):
+    """Fused v side (step A_v then B_v) into ``base_output`` (S,H,vd), in place."""
+    return _write_back(v_side_fused_oracle(attn_output, A_buf, B_buf, batch_info, base_output,
+                                           qk_nope_head_dim, v_head_dim, faithful=faithful, strict=strict),
+                       base_output)

@@ -1,0 +1,106 @@
+"""Pure-torch reference for SGLang's ``flashinfer_cudnn`` vision attention (SPEC.md part 2).
+
+Non-causal softmax attention confined to each packed sequence.  ``flashinfer_cudnn_oracle`` returns
+the float64 output (or, with ``faithful=True``, the same computation with a flash kernel's rounding
+points in the input dtype: fp32 scores and softmax, probabilities rounded to the input dtype before
+the PV product, fp32 accumulation, output rounded) and the mask of covered tokens.
+``flashinfer_cudnn_attention`` has SGLang's forward signature and returns the input's dtype.
+
+Shapes: ``q``, ``k`` (T,H,D) or (b,s,H,D); ``v`` (T,H,Dv); output (T,H,Dv) (4-D in, 4-D out).
+Memory stays bounded on long sequences by processing queries in blocks (not one token at a time).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .lora import OracleResult
+from .strict import resolve_strict
+from .vision_metadata import (
+    VisionAttentionMetadata,
+    VisionPlan,
+    prepare_flashinfer_cudnn_metadata,
+    resolve_flashinfer_cudnn,
+)
+
+__all__ = [
+    "VisionAttentionMetadata",
+    "attention_block",
+    "flashinfer_cudnn_attention",
+    "flashinfer_cudnn_oracle",
+    "prepare_flashinfer_cudnn_metadata",
+]
+
+# bytes of one score block: queries are processed in blocks that keep (H, block, n) under this
+_SCORE_BLOCK_BYTES = 256 * 2**20
+
+
+def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, *, faithful: bool,
+                    out_dtype: torch.dtype) -> torch.Tensor:
+    """softmax(q k^T * scale) v for one sequence.
+
+    q (n,H,D), k (n,H,D), v (n,H,Dv) -> (n,H,Dv) in float64, or ``out_dtype`` when faithful.
+    """
+    compute = torch.float32 if faithful else torch.float64
+    n, H, _ = q.shape
+    kt = k.to(compute).permute(1, 2, 0)  # (H, D, n)
+    vh = v.to(compute).transpose(0, 1)  # (H, n, Dv)
+    out = torch.empty(n, H, v.shape[2], dtype=out_dtype if faithful else compute, device=q.device)
+    elem = torch.finfo(compute).bits // 8
+    block = max(1, min(n, _SCORE_BLOCK_BYTES // max(1, H * n * elem)))
+    for s in range(0, n, block):
+        qb = q[s:s + block].to(compute).transpose(0, 1)  # (H, b, D)
+        scores = torch.bmm(qb, kt) * scale  # (H, b, n)
+        p = torch.softmax(scores, dim=-1)
+        if faithful:
+            p = p.to(q.dtype).to(compute)
+        ob = torch.bmm(p, vh)  # (H, b, Dv)
+        out[s:s + block] = ob.transpose(0, 1).to(out.dtype)
+    return out
+
+
+def _run(plan: VisionPlan, faithful: bool) -> OracleResult:
+    q, k, v = plan.q, plan.k, plan.v
+    T, H, Dv = q.shape[0], q.shape[1], v.shape[2]
+    dtype = q.dtype if faithful else torch.float64
+    value = torch.zeros(T, H, Dv, dtype=dtype, device=q.device)
+    defined = torch.zeros(T, H, Dv, dtype=torch.bool, device=q.device)
+    skip = set(plan.undefined)
+    if not plan.all_undefined:
+        for b in range(plan.num_sequences):
+            n = int(plan.lengths[b])
+            if n == 0 or b in skip:
+                continue
+            qs, vs, os = int(plan.qk_start[b]), int(plan.v_start[b]), int(plan.o_start[b])
+            value[os:os + n] = attention_block(q[qs:qs + n], k[qs:qs + n], v[vs:vs + n], plan.scale,
+                                               faithful=faithful, out_dtype=dtype)
+            defined[os:os + n] = True
+        for b in skip:  # an unspecified sequence may overwrite outputs that another one defined
+            n, os = int(plan.lengths[b]), int(plan.o_start[b])
+            if n > 0 and os >= 0:
+                defined[os:os + n] = False
+    if plan.reshape_batch is not None:
+        value = value.unflatten(0, (plan.reshape_batch, -1))
+        defined = defined.unflatten(0, (plan.reshape_batch, -1))
+    return OracleResult(value, defined)
+
+
+def flashinfer_cudnn_oracle(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None, *,
+                            faithful: bool = False, strict: Optional[bool] = None, **kwargs) -> OracleResult:
+    """The expected output (float64, or faithful in q's dtype) and the mask of covered tokens."""
+    plan = resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata,
+                                    strict=resolve_strict(strict), **kwargs)
+    return _run(plan, faithful)
+
+
+def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,
+                               **kwargs) -> torch.Tensor:
+    """SGLang's ``VisionFlashInferAttention.forward`` contract; output in q's dtype, zeros where
+    no sequence writes.  Accepts ``faithful=`` and ``strict=`` keywords beside SGLang's kwargs."""
+    faithful = kwargs.pop("faithful", False)
+    strict = kwargs.pop("strict", None)
+    res = flashinfer_cudnn_oracle(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale, forward_metadata,
+                                  faithful=faithful, strict=strict, **kwargs)
+    return res.value.to(q.dtype)

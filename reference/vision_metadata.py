@@ -1,0 +1,300 @@
+"""Vision-attention metadata for the ``flashinfer_cudnn`` contract: type, builder, resolution.
+
+Note [Packed indptrs]
+---------------------
+SGLang's ``flashinfer_cudnn`` backend receives ``3*(B+1)`` **element** offsets
+``[qk_indptr(B+1), v_indptr(B+1), o_indptr(B+1)]``: each counted from its tensor's data pointer, a
+token offset times that tensor's token stride.  Batches are padded to buckets (8, 16, 32, 64, then
+multiples of 8) with zero-length entries, and ``max_seqlen`` is bucketed upward (4K..128K, then
+multiples of 128K) so that cuDNN graphs can be cached.
+
+:func:`resolve_flashinfer_cudnn` applies SGLang's resolution order and its six upstream messages
+(contract table, ``origin="upstream"``), then our strict checks, and returns a
+:class:`VisionPlan` of token ranges that both the reference and our kernel consume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+from ._helpers import check_metadata_tensor, describe_tensor
+from .contracts import raise_contract
+from .strict import resolve_strict
+
+__all__ = [
+    "BATCH_BUCKETS",
+    "MAX_SEQLEN_BUCKETS",
+    "VisionAttentionMetadata",
+    "VisionPlan",
+    "bucket_batch_size",
+    "bucket_max_seqlen",
+    "prepare_flashinfer_cudnn_metadata",
+    "resolve_flashinfer_cudnn",
+]
+
+# batch sizes are padded up to one of these (then to a multiple of the first)
+BATCH_BUCKETS = (8, 16, 32, 64)
+# max_seqlen is bucketed up to one of these (then to a multiple of the last)
+MAX_SEQLEN_BUCKETS = (4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def bucket_batch_size(batch_size: int) -> int:
+    for b in BATCH_BUCKETS:
+        if b >= batch_size:
+            return b
+    return -(-batch_size // BATCH_BUCKETS[0]) * BATCH_BUCKETS[0]
+
+
+def bucket_max_seqlen(real_max: int) -> int:
+    if real_max <= 0:
+        return MAX_SEQLEN_BUCKETS[0]
+    for s in MAX_SEQLEN_BUCKETS:
+        if s >= real_max:
+            return s
+    return -(-real_max // MAX_SEQLEN_BUCKETS[-1]) * MAX_SEQLEN_BUCKETS[-1]
+
+
+@dataclass
+class VisionAttentionMetadata:
+    """Same fields as SGLang's ``VisionAttentionMetadata`` (duck-typed everywhere).
+
+    ``cu_seqlens`` int32 (B+1,) token offsets; ``seq_lens`` int32 (B,); ``max_seqlen`` int;
+    ``packed_indptrs`` int32 (3*(B_pad+1),) element offsets; ``sequence_lengths`` int32 (B_pad,) or
+    (B_pad,1,1,1); ``flashinfer_max_seqlen`` the bucketed int.
+    """
+
+    cu_seqlens: Optional[torch.Tensor] = None
+    seq_lens: Optional[torch.Tensor] = None
+    max_seqlen: Optional[int] = None
+    packed_indptrs: Optional[torch.Tensor] = None
+    sequence_lengths: Optional[torch.Tensor] = None
+    flashinfer_max_seqlen: Optional[int] = None
+
+
+def prepare_flashinfer_cudnn_metadata(
+    cu_seqlens: Sequence[int] | torch.Tensor,
+    device: torch.device | str,
+    *,
+    elem_per_token: int,
+    v_elem_per_token: Optional[int] = None,
+    o_elem_per_token: Optional[int] = None,
+    v_elem_offset: int = 0,
+    o_elem_offset: int = 0,
+    sequence_lengths_4d: bool = False,
+) -> VisionAttentionMetadata:
+    """Build the backend metadata from token offsets ``cu_seqlens`` (B+1,), as SGLang does.
+
+    ``elem_per_token``: q/k token stride in elements (``H*D`` when contiguous).  v and o default to
+    the same layout; give ``v_elem_per_token`` / ``v_elem_offset`` when v is a strided view (e.g.
+    inside an interleaved qkv buffer: stride ``3*H*D``, offset ``2*H*D`` from ... its own pointer is
+    used, so the offset is usually 0), and ``o_*`` for an output layout that differs.
+    """
+    if isinstance(elem_per_token, bool) or not isinstance(elem_per_token, int) or elem_per_token <= 0:
+        raise ValueError(f"Expected elem_per_token to be a positive int but got elem_per_token={elem_per_token!r}")
+    tok = torch.as_tensor(cu_seqlens).detach().to("cpu", torch.int64).reshape(-1)
+    if tok.numel() == 0:
+        raise ValueError("Expected cu_seqlens with at least one entry (B+1 token offsets) but got an empty one")
+    lens = tok[1:] - tok[:-1]
+    if (lens < 0).any():
+        raise ValueError(f"Expected non-decreasing cu_seqlens but got cu_seqlens={tok.tolist()}")
+    B = int(lens.numel())
+    B_pad = bucket_batch_size(B)
+    tok_pad = torch.cat([tok, tok[-1:].expand(B_pad - B)])
+    lens_pad = torch.cat([lens, torch.zeros(B_pad - B, dtype=torch.int64)])
+    v_ept = elem_per_token if v_elem_per_token is None else v_elem_per_token
+    o_ept = elem_per_token if o_elem_per_token is None else o_elem_per_token
+    packed = torch.cat([tok_pad * elem_per_token, v_elem_offset + tok_pad * v_ept, o_elem_offset + tok_pad * o_ept])
+    if packed.numel() and int(packed.max()) >= 2**31:
+        raise ValueError(f"element offsets reach {int(packed.max())}, beyond int32; split the batch")
+    real_max = int(lens.max()) if B else 0
+    seq = lens_pad.to(torch.int32)
+    if sequence_lengths_4d:
+        seq = seq.view(B_pad, 1, 1, 1)
+    return VisionAttentionMetadata(
+        cu_seqlens=tok.to(device=device, dtype=torch.int32),
+        seq_lens=lens.to(device=device, dtype=torch.int32),
+        max_seqlen=real_max,
+        packed_indptrs=packed.to(device=device, dtype=torch.int32),
+        sequence_lengths=seq.to(device=device),
+        flashinfer_max_seqlen=bucket_max_seqlen(real_max),
+    )
+
+
+@dataclass(frozen=True)
+class VisionPlan:
+    """A resolved call: 3-D tensors and per-sequence token starts (CPU int64, ``(B,)`` each).
+
+    ``q``/``k`` (T,H,D), ``v`` (Tv,H,Dv); output (T,H,Dv) is written at ``o_start``.  ``undefined``
+    lists sequences whose output upstream leaves unspecified (non-strict mode only), and
+    ``all_undefined`` marks calls whose writes can land anywhere.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    lengths: torch.Tensor
+    qk_start: torch.Tensor
+    v_start: torch.Tensor
+    o_start: torch.Tensor
+    max_seqlen: int
+    scale: float
+    reshape_batch: Optional[int]
+    out_stride: int
+    undefined: tuple[int, ...] = field(default_factory=tuple)
+    all_undefined: bool = False
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.lengths.numel())
+
+
+def _max_seqlen_int(max_seqlen) -> int:
+    if isinstance(max_seqlen, torch.Tensor):
+        return int(max_seqlen.detach().cpu().item())
+    return int(max_seqlen)
+
+
+def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_metadata=None, *,
+                             strict: Optional[bool] = None, **kwargs) -> VisionPlan:
+    """SGLang's resolution order (SPEC.md part 2), then strict validation, as a plan."""
+    strict = resolve_strict(strict)
+    # 1-3: where the metadata comes from
+    if forward_metadata is not None and getattr(forward_metadata, "packed_indptrs", None) is not None:
+        sequence_lengths = forward_metadata.sequence_lengths
+        packed = forward_metadata.packed_indptrs
+        max_seqlen = forward_metadata.flashinfer_max_seqlen
+    else:
+        if "sequence_lengths" not in kwargs:
+            raise_contract("vision.missing_sequence_lengths")
+        if "max_seqlen" not in kwargs:
+            raise_contract("vision.missing_max_seqlen")
+        sequence_lengths = kwargs["sequence_lengths"]
+        packed = cu_seqlens
+        max_seqlen = kwargs["max_seqlen"]
+    # 4: max_seqlen becomes a Python int (int or 0-d / 1-element tensor, CPU or GPU)
+    max_seqlen = _max_seqlen_int(max_seqlen)
+    reshape_batch = None
+    if q.dim() == 4:
+        reshape_batch = q.shape[0]
+        q, k, v = (x.flatten(0, 1) for x in (q, k, v))
+    # 5-6
+    if not isinstance(packed, torch.Tensor):
+        raise_contract("vision.indptrs_not_tensor")
+    if not isinstance(sequence_lengths, torch.Tensor):
+        raise_contract("vision.sequence_lengths_not_tensor")
+    lengths = sequence_lengths.detach().reshape(-1).to("cpu", torch.int64)
+    B = int(lengths.numel())
+    flat = packed.detach().reshape(-1).to("cpu", torch.int64)
+    # 7
+    expected = 3 * (B + 1)
+    if int(flat.numel()) != expected:
+        raise_contract("vision.indptr_numel_mismatch", got=int(flat.numel()), expected=expected)
+    qk_ind, v_ind, o_ind = flat[: B + 1], flat[B + 1: 2 * B + 2], flat[2 * B + 2:]
+    if strict and (not isinstance(q, torch.Tensor) or q.dim() != 3):
+        # upstream would crash on q.shape[2] below; say what is wrong instead
+        raise_contract("vision.strict.shape_mismatch", field="q", got=tuple(getattr(q, "shape", ())),
+                       expected=("T", "H", "D"), why="q is (tokens, heads, head_dim) or (b, s, heads, head_dim)")
+    # 8: upstream checks q only, with q's logical token width (heads * head_dim)
+    token_width_q = int(q.shape[1] * q.shape[2])
+    if ((qk_ind[:-1] + lengths * token_width_q) > int(q.numel())).any():
+        raise_contract("vision.offset_out_of_bounds")
+
+    head_dim = q.shape[2]
+    scale = float(softmax_scale) if softmax_scale is not None else head_dim ** -0.5
+    out_stride = int(q.shape[1] * v.shape[2])
+    if strict:
+        _strict_checks(q, k, v, sequence_lengths, packed, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride)
+    undefined, all_undefined = _anomalies(q, k, v, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride)
+    strides = {"q": q.stride(0), "v": v.stride(0), "o": out_stride}
+    return VisionPlan(
+        q=q, k=k, v=v,
+        lengths=lengths.clamp(min=0),
+        qk_start=qk_ind[:-1] // max(strides["q"], 1),
+        v_start=v_ind[:-1] // max(strides["v"], 1),
+        o_start=o_ind[:-1] // max(strides["o"], 1),
+        max_seqlen=max_seqlen, scale=scale, reshape_batch=reshape_batch, out_stride=out_stride,
+        undefined=undefined, all_undefined=all_undefined,
+    )
+
+
+def _strict_checks(q, k, v, sequence_lengths, packed, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride):
+    cid = "vision.strict.metadata_tensor"
+    ints = (torch.int32, torch.int64)
+    check_metadata_tensor(cid, "packed_indptrs", packed, dtypes=ints, device=None)
+    check_metadata_tensor(cid, "sequence_lengths", sequence_lengths, dtypes=ints, device=None,
+                          allow_shape=((), (1, 1, 1)))
+    for name, t in (("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dtype != q.dtype or t.device != q.device:
+            raise_contract("vision.strict.metadata_tensor", field=name, expected=f"a {q.dtype} tensor on {q.device} like q",
+                           got=describe_tensor(t), fix=f"pass {name} in q's dtype and device")
+    if q.dim() != 3 or k.shape != q.shape:
+        raise_contract("vision.strict.shape_mismatch", field="k", got=tuple(k.shape), expected=tuple(q.shape),
+                       why="q and k share shape (tokens, heads, head_dim)")
+    if v.dim() != 3 or v.shape[1] != q.shape[1]:
+        raise_contract("vision.strict.shape_mismatch", field="v", got=tuple(v.shape),
+                       expected=("*", q.shape[1], "*"), why="v has q's head count")
+    bad = torch.nonzero(lengths < 0).flatten()
+    if bad.numel():
+        raise_contract("vision.strict.negative_length", index=int(bad[0]), value=int(lengths[int(bad[0])]))
+    if lengths.numel() and max_seqlen < int(lengths.max()):
+        i = int(torch.argmax(lengths))
+        raise_contract("vision.strict.max_seqlen_too_small", value=max_seqlen, index=i, longest=int(lengths[i]))
+    real = lengths > 0
+    for fld, ind, tensor, t, stride in (("qk_indptr", qk_ind, "q", q, q.stride(0)),
+                                        ("qk_indptr", qk_ind, "k", k, k.stride(0)),
+                                        ("v_indptr", v_ind, "v", v, v.stride(0)),
+                                        ("o_indptr", o_ind, "the output", None, out_stride)):
+        tokens = t.shape[0] if t is not None else q.shape[0]
+        starts = ind[:-1]
+        mis = torch.nonzero(real & ((starts % stride) != 0)).flatten()
+        if mis.numel():
+            i = int(mis[0])
+            raise_contract("vision.strict.misaligned_offset", field=fld, index=i, value=int(starts[i]),
+                           tensor=tensor, stride=stride)
+        tok = starts // stride
+        over = torch.nonzero(real & ((tok < 0) | (tok + lengths > tokens))).flatten()
+        if over.numel():
+            i = int(over[0])
+            raise_contract("vision.strict.offset_range", field=fld, index=i, value=int(starts[i]),
+                           length=int(lengths[i]), start=int(tok[i]), tokens=tokens, tensor=tensor)
+    o_tok = o_ind[:-1] // out_stride
+    idx = torch.nonzero(real).flatten()
+    if idx.numel() > 1:
+        order = idx[torch.argsort(o_tok[idx])]
+        ends = o_tok[order] + lengths[order]
+        clash = torch.nonzero(o_tok[order][1:] < ends[:-1]).flatten()
+        if clash.numel():
+            a, b = int(order[int(clash[0])]), int(order[int(clash[0]) + 1])
+            raise_contract("vision.strict.output_overlap", index=b, start=int(o_tok[b]),
+                           end=int(o_tok[b] + lengths[b] - 1), other=a, other_start=int(o_tok[a]),
+                           other_end=int(o_tok[a] + lengths[a] - 1))
+
+
+def _anomalies(q, k, v, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride):
+    """Sequences whose output upstream leaves unspecified (what strict mode would reject)."""
+    undefined: set[int] = set()
+    all_undefined = False
+    real = lengths > 0
+    for b in torch.nonzero(real & (lengths > max_seqlen)).flatten().tolist():
+        undefined.add(b)
+    for ind, t, stride in ((qk_ind, q, q.stride(0)), (qk_ind, k, k.stride(0)), (v_ind, v, v.stride(0))):
+        starts = ind[:-1]
+        tok = starts // max(stride, 1)
+        bad = real & (((starts % max(stride, 1)) != 0) | (tok < 0) | (tok + lengths > t.shape[0]))
+        undefined.update(torch.nonzero(bad).flatten().tolist())
+    starts = o_ind[:-1]
+    tok = starts // out_stride
+    if (real & (((starts % out_stride) != 0) | (tok < 0) | (tok + lengths > q.shape[0]))).any():
+        all_undefined = True
+    else:
+        idx = torch.nonzero(real).flatten().tolist()
+        cover = torch.zeros(q.shape[0], dtype=torch.int64)
+        for b in idx:
+            cover[int(tok[b]): int(tok[b] + lengths[b])] += 1
+        for b in idx:
+            if (cover[int(tok[b]): int(tok[b] + lengths[b])] > 1).any():
+                undefined.add(b)
+    return tuple(sorted(undefined)), all_undefined

@@ -1,0 +1,1 @@
+"""Result schema, report rendering and baseline comparison."""
