@@ -25,6 +25,7 @@ import torch
 
 from .lora_routing import LoRARouting, check_data_tensor, check_shape, max_segment_len, route_lora_batch
 from .strict import resolve_strict
+from .tolerance import round_to_tf32
 
 __all__ = [
     "OracleResult",
@@ -56,14 +57,23 @@ class OracleResult:
 
 
 class _Arith:
-    """Arithmetic of one precision mode: float64 (exact reference) or faithful (kernel rounding)."""
+    """Arithmetic of one precision mode: float64 (exact reference) or faithful (kernel rounding).
 
-    def __init__(self, faithful: bool):
-        self.faithful = faithful
+    ``faithful="tf32"`` is faithful with every matmul input rounded to TF32, as ``tl.dot`` does
+    on fp32 operands on NVIDIA GPUs by default.
+    """
+
+    def __init__(self, faithful: bool | str):
+        if faithful not in (False, True, "tf32"):
+            raise ValueError(f"faithful={faithful!r} is invalid; the only valid values are False, True, 'tf32'")
+        self.faithful = bool(faithful)
+        self.tf32 = faithful == "tf32"
         self.compute = torch.float32 if faithful else torch.float64
 
     def load(self, t: torch.Tensor) -> torch.Tensor:
-        return t.to(self.compute)
+        """A matmul operand in the compute dtype (TF32-rounded in tf32 mode)."""
+        t = t.to(self.compute)
+        return round_to_tf32(t) if self.tf32 else t
 
     def round(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Round to ``dtype`` in faithful mode; keep exact in float64 mode."""
@@ -182,7 +192,7 @@ def _accumulated_output(route: LoRARouting, base, arith, delta):
             continue
         rows = _dev(route.rows[g.index], base)
         d = delta(g.slot, g.rank, g.scaling, rows)
-        new = arith.load(base[rows]) + d
+        new = base[rows].to(arith.compute) + d
         value[rows] = new.to(out_dtype)
     _blank_undefined(route, defined)
     return OracleResult(value, defined)
@@ -278,7 +288,7 @@ def q_side_fused_oracle(q_nope, B_buf, A_buf, batch_info, base_output, full_K_pe
 
     def delta(w, r, s, rows):
         mid = a.round(_a_q(a.load(q_nope[rows]), a.load(B_buf[w]), H, qk, r), q_nope.dtype)
-        return a.round(s * _b_q(mid, a.load(A_buf[w]), r), base_output.dtype)
+        return a.round(s * _b_q(a.load(mid), a.load(A_buf[w]), r), base_output.dtype)
 
     return _accumulated_output(route, base_output, a, delta)
 
@@ -300,7 +310,7 @@ def v_side_fused_oracle(attn_output, A_buf, B_buf, batch_info, base_output, qk_n
 
     def delta(w, r, s, rows):
         mid = a.round(_a_v(a.load(attn_output[rows]), a.load(A_buf[w]), r), attn_output.dtype)
-        return a.round(s * _b_v(mid, a.load(B_buf[w]), H, qk_nope_head_dim, v_head_dim, r), base_output.dtype)
+        return a.round(s * _b_v(a.load(mid), a.load(B_buf[w]), H, qk_nope_head_dim, v_head_dim, r), base_output.dtype)
 
     return _accumulated_output(route, base_output, a, delta)
 

@@ -18,6 +18,7 @@ import torch
 
 from .lora import OracleResult
 from .strict import resolve_strict
+from .tolerance import round_to_tf32
 from .vision_metadata import (
     VisionAttentionMetadata,
     VisionPlan,
@@ -37,25 +38,28 @@ __all__ = [
 _SCORE_BLOCK_BYTES = 256 * 2**20
 
 
-def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, *, faithful: bool,
+def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, *, faithful: bool | str,
                     out_dtype: torch.dtype) -> torch.Tensor:
     """softmax(q k^T * scale) v for one sequence.
 
     q (n,H,D), k (n,H,D), v (n,H,Dv) -> (n,H,Dv) in float64, or ``out_dtype`` when faithful.
     """
+    if faithful not in (False, True, "tf32"):
+        raise ValueError(f"faithful={faithful!r} is invalid; the only valid values are False, True, 'tf32'")
     compute = torch.float32 if faithful else torch.float64
+    mm = round_to_tf32 if faithful == "tf32" else (lambda t: t)  # tl.dot's fp32 operands on GPUs
     n, H, _ = q.shape
-    kt = k.to(compute).permute(1, 2, 0)  # (H, D, n)
-    vh = v.to(compute).transpose(0, 1)  # (H, n, Dv)
+    kt = mm(k.to(compute)).permute(1, 2, 0)  # (H, D, n)
+    vh = mm(v.to(compute)).transpose(0, 1)  # (H, n, Dv)
     out = torch.empty(n, H, v.shape[2], dtype=out_dtype if faithful else compute, device=q.device)
     elem = torch.finfo(compute).bits // 8
     block = max(1, min(n, _SCORE_BLOCK_BYTES // max(1, H * n * elem)))
     for s in range(0, n, block):
-        qb = q[s:s + block].to(compute).transpose(0, 1)  # (H, b, D)
+        qb = mm(q[s:s + block].to(compute)).transpose(0, 1)  # (H, b, D)
         scores = torch.bmm(qb, kt) * scale  # (H, b, n)
         p = torch.softmax(scores, dim=-1)
         if faithful:
-            p = p.to(q.dtype).to(compute)
+            p = mm(p.to(q.dtype).to(compute))
         ob = torch.bmm(p, vh)  # (H, b, Dv)
         out[s:s + block] = ob.transpose(0, 1).to(out.dtype)
     return out

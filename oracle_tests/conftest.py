@@ -1,0 +1,38 @@
+"""Suite-wide set-up.
+
+Without a GPU the Triton kernels run under the interpreter, which must be switched on before any
+kernel module is imported: this conftest is loaded first, so it sets ``TRITON_INTERPRET=1`` here.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="run realistic-shape tests (on by default on a GPU)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA or config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="realistic shapes need a GPU (or --run-slow): the CPU interpreter runs ~25 small cases/s")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device() -> str:
+    return DEVICE
