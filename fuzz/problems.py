@@ -1,0 +1,259 @@
+"""Plain-data problem descriptions and their materialisation into tensors.
+
+Note [Problems]
+---------------
+A *problem* is a small frozen dataclass of ints, tuples and strings: everything needed to rebuild
+one call bit-for-bit (the tensors come from ``seed``).  Keeping cases as data (not tensors) is what
+lets Hypothesis shrink them, lets a finding be saved as one JSON line, and lets a repro command
+rebuild it anywhere.  :func:`materialize_lora` / :func:`materialize_vision` turn a problem into a
+:class:`Call`: positional args and kwargs in the target signature's order, plus the index of the
+argument updated in place (LoRA step B / fused) or ``None`` for ops returning a fresh output.
+
+Data is random normal scaled so that outputs stay O(1) (never zeros: zeros hide unwritten outputs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from reference.batch_info import make_lora_batch_info
+from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+
+__all__ = [
+    "Call",
+    "DTYPES",
+    "LORA_ENTRY",
+    "LoRAProblem",
+    "VisionProblem",
+    "dtype_of",
+    "materialize",
+    "materialize_lora",
+    "materialize_vision",
+    "problem_from_dict",
+    "problem_to_dict",
+]
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+          "float64": torch.float64}
+
+# op name -> entry-point name in a target module (SGLang's names)
+LORA_ENTRY = {
+    "step_a_q": "step_a_q_fwd",
+    "step_b_q": "step_b_q_fwd",
+    "step_a_v": "step_a_v_fwd",
+    "step_b_v": "step_b_v_fwd",
+    "q_side_fused": "q_side_fused_fwd",
+    "v_side_fused": "v_side_fused_fwd",
+}
+VISION_ENTRY = {"vision": "flashinfer_cudnn_attention"}
+
+
+def dtype_of(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype={name!r} is unknown; the only valid values are {sorted(DTYPES)}") from None
+
+
+@dataclass(frozen=True)
+class LoRAProblem:
+    """One kv_b LoRA call as data.  Shapes: S tokens, H heads, qk/vd head dims, C kv_lora_rank,
+    R buffer rank, L slots; ``seg_lens``/``weight_indices`` per segment, ``lora_ranks``/``scalings``
+    per slot.  ``extra_rows``: unrouted token rows after the routed ones (must stay untouched)."""
+
+    op: str
+    seg_lens: tuple[int, ...]
+    weight_indices: tuple[int, ...]
+    lora_ranks: tuple[int, ...]
+    scalings: tuple[float, ...]
+    H: int = 2
+    qk: int = 48
+    vd: int = 40
+    C: int = 64
+    R: int = 16
+    extra_rows: int = 0
+    permute: bool = False
+    cuda_graph_pad_to: Optional[int] = None
+    with_max_len: bool = True
+    with_seg_lens: bool = True
+    dtype: str = "float32"
+    base_dtype: Optional[str] = None  # None: same as dtype
+    strided: bool = False  # activations / base_output as non-contiguous views
+    seed: int = 0
+    family: str = field(default="lora", init=False)
+
+    @property
+    def L(self) -> int:
+        return len(self.lora_ranks)
+
+    @property
+    def S(self) -> int:
+        return sum(self.seg_lens) + self.extra_rows
+
+
+@dataclass(frozen=True)
+class VisionProblem:
+    """One vision attention call as data.
+
+    ``lengths``: real sequences (zero allowed); the batch is padded to SGLang's buckets.
+    ``layout``: ``"contiguous"`` or ``"v_strided"`` (v is a view into an interleaved (T,3,H,D)
+    buffer).  ``v_shift``/``o_shift``: extra token offsets of v and o (distinct v/o offsets).
+    ``path``: ``"metadata"`` (forward_metadata) or ``"kwargs"``.  ``max_seqlen_kind``: ``"int"``,
+    ``"cpu_tensor"`` or ``"device_tensor"``.  ``four_d``: pass (1, T, H, D) inputs.
+    """
+
+    lengths: tuple[int, ...]
+    H: int = 2
+    D: int = 16
+    dtype: str = "float32"
+    layout: str = "contiguous"
+    v_shift: int = 0
+    o_shift: int = 0
+    extra_tokens: int = 0
+    path: str = "metadata"
+    max_seqlen_kind: str = "int"
+    four_d: bool = False
+    softmax_scale: Optional[float] = None
+    logit_scale: float = 1.0  # multiplies q: large-magnitude logits
+    seed: int = 0
+    op: str = field(default="vision", init=False)
+    family: str = field(default="vision", init=False)
+
+    @property
+    def T(self) -> int:
+        return sum(self.lengths) + max(self.v_shift, self.o_shift) + self.extra_tokens
+
+
+@dataclass
+class Call:
+    """Arguments in the entry point's order; ``inplace`` is the index of the updated argument."""
+
+    entry: str
+    args: tuple
+    kwargs: dict
+    inplace: Optional[int] = None
+    meta: dict = field(default_factory=dict)
+
+
+def _randn(gen: torch.Generator, shape, dtype, device, scale=1.0) -> torch.Tensor:
+    t = torch.randn(*shape, generator=gen, dtype=torch.float32) * scale
+    return t.to(dtype).to(device)
+
+
+def _maybe_strided(t: torch.Tensor, strided: bool) -> torch.Tensor:
+    """A non-contiguous view with the same values: every other element of a wider last dim."""
+    if not strided:
+        return t
+    wide = torch.empty(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
+    wide.fill_(float("nan"))
+    wide[..., ::2] = t
+    return wide[..., ::2]
+
+
+def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call:
+    """Build tensors and batch info for ``p``; weights are scaled so deltas are O(1)."""
+    gen = torch.Generator().manual_seed(p.seed)
+    dt = dtype_of(p.dtype)
+    bdt = dtype_of(p.base_dtype or p.dtype)
+    S, H, qk, vd, C, R, L = p.S, p.H, p.qk, p.vd, p.C, p.R, p.L
+    perm = torch.randperm(S, generator=gen) if p.permute else None
+    bi = make_lora_batch_info(p.seg_lens, p.weight_indices, p.lora_ranks, p.scalings,
+                              permutation=perm, cuda_graph_pad_to=p.cuda_graph_pad_to,
+                              with_max_len=p.with_max_len, with_seg_lens=p.with_seg_lens, device=device)
+    B_buf = _randn(gen, (L, H * (qk + vd), R), dt, device, scale=qk ** -0.5)
+    A_buf = _randn(gen, (L, R, C), dt, device, scale=R ** -0.5)
+    s = p.strided
+    if p.op == "step_a_q":
+        args = (_maybe_strided(_randn(gen, (S, H, qk), dt, device), s), B_buf, bi, qk + vd)
+        return Call("step_a_q_fwd", args, {}, None)
+    if p.op == "step_b_q":
+        args = (_maybe_strided(_randn(gen, (S, H, R), dt, device), s), A_buf, bi,
+                _maybe_strided(_randn(gen, (S, H, C), bdt, device), s))
+        return Call("step_b_q_fwd", args, {}, 3)
+    if p.op == "step_a_v":
+        args = (_maybe_strided(_randn(gen, (S, H, C), dt, device, scale=C ** -0.5), s), A_buf, bi)
+        return Call("step_a_v_fwd", args, {}, None)
+    if p.op == "step_b_v":
+        args = (_maybe_strided(_randn(gen, (S, H, R), dt, device), s), B_buf, bi,
+                _maybe_strided(_randn(gen, (S, H, vd), bdt, device), s), qk, vd)
+        return Call("step_b_v_fwd", args, {}, 3)
+    if p.op == "q_side_fused":
+        args = (_maybe_strided(_randn(gen, (S, H, qk), dt, device), s), B_buf, A_buf, bi,
+                _maybe_strided(_randn(gen, (S, H, C), bdt, device), s), qk + vd)
+        return Call("q_side_fused_fwd", args, {}, 4)
+    if p.op == "v_side_fused":
+        args = (_maybe_strided(_randn(gen, (S, H, C), dt, device, scale=C ** -0.5), s), A_buf, B_buf, bi,
+                _maybe_strided(_randn(gen, (S, H, vd), bdt, device), s), qk, vd)
+        return Call("v_side_fused_fwd", args, {}, 4)
+    raise ValueError(f"op={p.op!r} is unknown; the only valid values are {sorted(LORA_ENTRY)}")
+
+
+def materialize_vision(p: VisionProblem, device: str | torch.device = "cpu") -> Call:
+    """Build q, k, v and the metadata of ``p`` (SGLang's bucketing) on ``device``."""
+    gen = torch.Generator().manual_seed(p.seed)
+    dt = dtype_of(p.dtype)
+    T, H, D = p.T, p.H, p.D
+    q = _randn(gen, (T, H, D), dt, device, scale=p.logit_scale)
+    k = _randn(gen, (T, H, D), dt, device)
+    if p.layout == "v_strided":
+        qkv = _randn(gen, (T, 3, H, D), dt, device)
+        v = qkv[:, 2]
+    elif p.layout == "contiguous":
+        v = _randn(gen, (T, H, D), dt, device)
+    else:
+        raise ValueError(f"layout={p.layout!r} is unknown; the only valid values are ['contiguous', 'v_strided']")
+    cu = [0]
+    for n in p.lengths:
+        cu.append(cu[-1] + n)
+    md = prepare_flashinfer_cudnn_metadata(
+        cu, device, elem_per_token=H * D, v_elem_per_token=v.stride(0), o_elem_per_token=H * D,
+        v_elem_offset=p.v_shift * v.stride(0), o_elem_offset=p.o_shift * H * D,
+    )
+    max_seqlen: Any = md.flashinfer_max_seqlen
+    if p.max_seqlen_kind == "cpu_tensor":
+        max_seqlen = torch.tensor(max_seqlen)
+    elif p.max_seqlen_kind == "device_tensor":
+        max_seqlen = torch.tensor([max_seqlen], device=device)
+    elif p.max_seqlen_kind != "int":
+        raise ValueError(f"max_seqlen_kind={p.max_seqlen_kind!r} is unknown; valid: int, cpu_tensor, device_tensor")
+    if p.four_d:
+        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    kwargs: dict = {"softmax_scale": p.softmax_scale}
+    if p.path == "metadata":
+        md.flashinfer_max_seqlen = max_seqlen
+        kwargs["forward_metadata"] = md
+        args = (q, k, v, md.cu_seqlens, 1, T)
+    elif p.path == "kwargs":
+        kwargs["sequence_lengths"] = md.sequence_lengths
+        kwargs["max_seqlen"] = max_seqlen
+        args = (q, k, v, md.packed_indptrs, 1, T)
+    else:
+        raise ValueError(f"path={p.path!r} is unknown; the only valid values are ['kwargs', 'metadata']")
+    return Call("flashinfer_cudnn_attention", args, kwargs, None, {"metadata": md})
+
+
+def materialize(problem, device: str | torch.device = "cpu") -> Call:
+    if isinstance(problem, LoRAProblem):
+        return materialize_lora(problem, device)
+    if isinstance(problem, VisionProblem):
+        return materialize_vision(problem, device)
+    raise TypeError(f"Expected a LoRAProblem or VisionProblem but got {type(problem).__name__}")
+
+
+def problem_to_dict(problem) -> dict:
+    d = {k: v for k, v in dataclasses.asdict(problem).items()}
+    d["family"] = problem.family
+    return d
+
+
+def problem_from_dict(d: dict):
+    d = dict(d)
+    family = d.pop("family")
+    cls = {"lora": LoRAProblem, "vision": VisionProblem}[family]
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names}
+    return cls(**kwargs)
