@@ -1,0 +1,209 @@
+"""The versioned result record every producer writes (campaign, pytest run, benchmarks).
+
+Note [Result records]
+---------------------
+One JSON object per run (pytest-benchmark's storage shape)::
+
+    {
+      "schema": "kernel-oracle/result", "version": 1,
+      "kind": "campaign" | "pytest" | "bench" | "main",
+      "created": "2026-11-30T01:23:45Z",
+      "environment": {torch, triton, cuda, cudnn, device, cpu, python, git_commit, suite_version, ...},
+      "seeds": {...},
+      "groups": [ {target, op, dtype, shape_class, precision, cases, passes,
+                   findings: {mismatch, contract, validation-gap, crash},
+                   error_ratio: {max, median, values?}} ],
+      "findings": [ {id, target, op, dtype, shape_class, kind, message, figures: {max_abs, max_rel,
+                     ratio, where: {...}}, repro, problem} ],
+      "benchmarks": [ {target, op, shape, dtype, median_us, bytes, flops, tbps, tflops, peers: {...}} ],
+      "targets": [ {name, available, reason, entry_points, precision} ],
+    }
+
+Finding kinds are the four of the campaign: ``mismatch`` (wrong numbers on a valid input),
+``contract`` (missing / wrong-type / wrong-text upstream error), ``validation-gap`` (malformed
+metadata accepted), ``crash`` (the target killed its worker).  A reader refuses a newer version
+and a malformed file with a clear :class:`SchemaError`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+__all__ = [
+    "FINDING_KINDS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "SchemaError",
+    "add_benchmark",
+    "add_finding",
+    "add_group",
+    "environment_fingerprint",
+    "load",
+    "new_record",
+    "save",
+    "validate",
+]
+
+SCHEMA = "kernel-oracle/result"
+SCHEMA_VERSION = 1
+FINDING_KINDS = ("mismatch", "contract", "validation-gap", "crash")
+RECORD_KINDS = ("campaign", "pytest", "bench", "main")
+
+
+class SchemaError(ValueError):
+    """A result file that is malformed, of another schema, or of a newer version."""
+
+
+def _git_commit() -> Optional[str]:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment_fingerprint(device: Optional[str] = None) -> dict:
+    """torch, triton, CUDA, cuDNN, GPU or CPU model, git commit, suite version."""
+    import torch
+
+    from kernel_oracle import __version__
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception as exc:  # triton absent or broken: say so rather than fail the record
+        triton_version = f"unavailable ({type(exc).__name__})"
+    cuda = torch.cuda.is_available()
+    env = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "cuda": torch.version.cuda if cuda else None,
+        "cudnn": (torch.backends.cudnn.version() if cuda else None),
+        "gpu": (torch.cuda.get_device_name(0) if cuda else None),
+        "cpu": platform.processor() or platform.machine(),
+        "device": device or ("cuda" if cuda else "cpu"),
+        "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
+        "git_commit": _git_commit(),
+        "suite_version": __version__,
+    }
+    return env
+
+
+def new_record(kind: str, *, seeds: Optional[dict] = None, device: Optional[str] = None) -> dict:
+    if kind not in RECORD_KINDS:
+        raise SchemaError(f"kind={kind!r} is invalid; the only valid values are {list(RECORD_KINDS)}")
+    return {
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
+        "kind": kind,
+        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "environment": environment_fingerprint(device),
+        "seeds": dict(seeds or {}),
+        "groups": [],
+        "findings": [],
+        "benchmarks": [],
+        "targets": [],
+    }
+
+
+def add_group(record: dict, *, target: str, op: str, dtype: str, shape_class: str, cases: int, passes: int,
+              findings: Optional[dict] = None, ratios: Iterable[float] = (), precision: Optional[str] = None) -> dict:
+    """Append (or merge into) the group ``target x op x dtype x shape_class``."""
+    ratios = [float(r) for r in ratios]
+    counts = {k: 0 for k in FINDING_KINDS}
+    for k, v in (findings or {}).items():
+        if k not in counts:
+            raise SchemaError(f"finding kind {k!r} is invalid; the only valid values are {list(FINDING_KINDS)}")
+        counts[k] += int(v)
+    for g in record["groups"]:
+        if (g["target"], g["op"], g["dtype"], g["shape_class"]) == (target, op, dtype, shape_class):
+            g["cases"] += cases
+            g["passes"] += passes
+            for k in FINDING_KINDS:
+                g["findings"][k] += counts[k]
+            g["error_ratio"]["values"].extend(ratios)
+            _summarise(g)
+            return g
+    g = {"target": target, "op": op, "dtype": dtype, "shape_class": shape_class, "precision": precision,
+         "cases": cases, "passes": passes, "findings": counts, "error_ratio": {"values": ratios}}
+    _summarise(g)
+    record["groups"].append(g)
+    return g
+
+
+def _summarise(group: dict) -> None:
+    vals = sorted(v for v in group["error_ratio"]["values"] if v == v)
+    er = group["error_ratio"]
+    er["max"] = vals[-1] if vals else None
+    er["median"] = vals[len(vals) // 2] if vals else None
+
+
+def add_finding(record: dict, finding: dict) -> dict:
+    missing = {"id", "target", "op", "kind", "message", "repro"} - set(finding)
+    if missing:
+        raise SchemaError(f"finding lacks fields {sorted(missing)}")
+    if finding["kind"] not in FINDING_KINDS:
+        raise SchemaError(f"finding kind {finding['kind']!r} is invalid; the only valid values are {list(FINDING_KINDS)}")
+    record["findings"].append(finding)
+    return finding
+
+
+def add_benchmark(record: dict, bench: dict) -> dict:
+    missing = {"target", "op", "shape", "dtype", "median_us"} - set(bench)
+    if missing:
+        raise SchemaError(f"benchmark lacks fields {sorted(missing)}")
+    record["benchmarks"].append(bench)
+    return bench
+
+
+def validate(record: Any, *, source: str = "record") -> dict:
+    if not isinstance(record, dict):
+        raise SchemaError(f"{source}: expected a JSON object, got {type(record).__name__}")
+    if record.get("schema") != SCHEMA:
+        raise SchemaError(f"{source}: schema={record.get('schema')!r}, expected {SCHEMA!r}")
+    version = record.get("version")
+    if not isinstance(version, int):
+        raise SchemaError(f"{source}: version={version!r} is not an int")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(f"{source}: version {version} is newer than this suite reads ({SCHEMA_VERSION}); "
+                          f"upgrade kernel-oracle to read it")
+    for key, typ in (("groups", list), ("findings", list), ("benchmarks", list), ("environment", dict)):
+        if not isinstance(record.get(key), typ):
+            raise SchemaError(f"{source}: field {key!r} must be a {typ.__name__}, got {type(record.get(key)).__name__}")
+    for i, f in enumerate(record["findings"]):
+        if not isinstance(f, dict) or f.get("kind") not in FINDING_KINDS:
+            raise SchemaError(f"{source}: findings[{i}] has kind {f.get('kind') if isinstance(f, dict) else f!r}; "
+                              f"the only valid values are {list(FINDING_KINDS)}")
+    return record
+
+
+def save(record: dict, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """Write ``record``; an existing file is never overwritten unless asked (``latest.json``)."""
+    validate(record)
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; results are never overwritten: pass another path or overwrite=True")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
+    tmp.replace(path)
+    return path
+
+
+def load(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return validate(data, source=str(path))
