@@ -18,6 +18,9 @@ import pytest  # noqa: E402
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
+# --target and Hypothesis profiles (fuzz); the result record of a run (reports)
+pytest_plugins = ["fuzz.pytest_plugin", "reports.pytest_plugin"]
+
 
 def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", default=False,

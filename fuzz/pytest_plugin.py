@@ -1,0 +1,1 @@
+"""pytest plugin of the fuzzer: ``--target`` and Hypothesis profiles (filled in by the fuzz issue)."""
