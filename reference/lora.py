@@ -23,13 +23,16 @@ from typing import Optional
 
 import torch
 
-from .lora_routing import LoRARouting, check_data_tensor, check_shape, max_segment_len, route_lora_batch
+from .lora_routing import (LoRARouting, check_data_tensor, check_shape, max_segment_len, route_lora_batch,
+                           validate_lora_batch)
 from .strict import resolve_strict
 from .tolerance import round_to_tf32
 
 __all__ = [
     "OracleResult",
     "LORA_OPS",
+    "LORA_SIGNATURES",
+    "validate_call",
     "step_a_q_fwd",
     "step_b_q_fwd",
     "step_a_v_fwd",
@@ -157,6 +160,57 @@ def _validate(op: str, x: torch.Tensor, *, B_buf=None, A_buf=None, base=None, fu
         check_shape("base_output", base, (S, H, out_dim), "base_output is (S, H, output dim) of the step")
 
 
+# positional parameters of each step (SGLang's order); ``validate_call`` binds its ``*args`` by them
+LORA_SIGNATURES = {
+    "step_a_q": ("q_nope", "B_buf", "batch_info", "full_K_per_head"),
+    "step_b_q": ("q_lora_a", "A_buf", "batch_info", "base_output"),
+    "step_a_v": ("attn_output", "A_buf", "batch_info"),
+    "step_b_v": ("attn_lora_a", "B_buf", "batch_info", "base_output", "qk_nope_head_dim", "v_head_dim"),
+    "q_side_fused": ("q_nope", "B_buf", "A_buf", "batch_info", "base_output", "full_K_per_head"),
+    "v_side_fused": ("attn_output", "A_buf", "B_buf", "batch_info", "base_output", "qk_nope_head_dim",
+                     "v_head_dim"),
+}
+# the weight buffer that routes each step: its L is the slot count, its R the buffer rank
+_ROUTING_WEIGHTS = {"step_a_q": "B_buf", "step_b_q": "A_buf", "step_a_v": "A_buf", "step_b_v": "B_buf",
+                    "q_side_fused": "B_buf", "v_side_fused": "B_buf"}
+
+
+def _routing_dims(op: str, weights) -> tuple[int, int]:
+    """(L, R) of the routing weight buffer; (0, 0) when it is not 3-D (strict mode rejects that)."""
+    if not isinstance(weights, torch.Tensor) or weights.dim() != 3:
+        return 0, 0
+    return weights.shape[0], (weights.shape[1] if _ROUTING_WEIGHTS[op] == "A_buf" else weights.shape[2])
+
+
+def validate_call(op: str, *args, strict: Optional[bool] = None) -> int:
+    """Every check a LoRA step makes before it computes; shared by the oracles and ``kernels.lora``.
+
+    ``op``: one of :data:`LORA_OPS`; ``args``: the step's positional arguments in SGLang's order
+    (:data:`LORA_SIGNATURES`).  In order: the upstream contract (missing ``max_len``/``seg_lens``),
+    then, when strict, the data arguments' shapes and the batch info's metadata
+    (:func:`reference.lora_routing.validate_lora_batch`).  Returns the longest-segment length.
+
+    With ``strict=False`` nothing is read from the device beyond what upstream reads
+    (``seg_lens.max()`` only when ``max_len`` is None), so a kernel wrapper stays CUDA-graph capturable.
+    """
+    if op not in LORA_SIGNATURES:
+        raise ValueError(f"op={op!r} is unknown; the only valid values are {list(LORA_SIGNATURES)}")
+    names = LORA_SIGNATURES[op]
+    if len(args) != len(names):
+        raise TypeError(f"{op} takes {len(names)} positional arguments {names} but got {len(args)}")
+    a = dict(zip(names, args))
+    strict = resolve_strict(strict)
+    max_len = max_segment_len(a["batch_info"])  # the upstream contract comes before strict validation
+    if not strict:
+        return max_len
+    x = args[0]
+    _validate(op, x, B_buf=a.get("B_buf"), A_buf=a.get("A_buf"), base=a.get("base_output"),
+              full_k=a.get("full_K_per_head"), qk=a.get("qk_nope_head_dim"), vd=a.get("v_head_dim"))
+    num_slots, _ = _routing_dims(op, a[_ROUTING_WEIGHTS[op]])
+    validate_lora_batch(a["batch_info"], num_rows=x.shape[0], num_slots=num_slots, device=x.device)
+    return max_len
+
+
 def _routing(batch_info, x: torch.Tensor, weights: torch.Tensor, max_rank: int, strict: bool) -> LoRARouting:
     return route_lora_batch(batch_info, num_rows=x.shape[0], num_slots=weights.shape[0], max_rank=max_rank,
                             device=x.device, strict=strict)
@@ -212,11 +266,8 @@ def step_a_q_oracle(q_nope, B_buf, batch_info, full_K_per_head, *, faithful=Fals
 
     q_nope (S,H,qk), B_buf (L,H*FULL_K,R) -> value (S,H,R); defined only on routed rows, ``[:r]``.
     """
-    strict = resolve_strict(strict)
-    max_segment_len(batch_info)  # the upstream contract comes before strict validation
-    if strict:
-        _validate("step_a_q", q_nope, B_buf=B_buf, full_k=full_K_per_head)
-    route = _routing(batch_info, q_nope, B_buf, B_buf.shape[-1] if B_buf.dim() == 3 else 0, strict)
+    validate_call("step_a_q", q_nope, B_buf, batch_info, full_K_per_head, strict=strict)
+    route = _routing(batch_info, q_nope, B_buf, _routing_dims("step_a_q", B_buf)[1], False)
     a = _Arith(faithful)
     H, qk, R = q_nope.shape[1], q_nope.shape[2], B_buf.shape[2]
     return _fresh_output(route, q_nope, R, a, q_nope.dtype, lambda w, r, rows: a.round(
@@ -228,11 +279,8 @@ def step_b_q_oracle(q_lora_a, A_buf, batch_info, base_output, *, faithful=False,
 
     q_lora_a (S,H,R), A_buf (L,R,C), base_output (S,H,C) -> value (S,H,C).
     """
-    strict = resolve_strict(strict)
-    max_segment_len(batch_info)  # the upstream contract comes before strict validation
-    if strict:
-        _validate("step_b_q", q_lora_a, A_buf=A_buf, base=base_output)
-    route = _routing(batch_info, q_lora_a, A_buf, A_buf.shape[1] if A_buf.dim() == 3 else 0, strict)
+    validate_call("step_b_q", q_lora_a, A_buf, batch_info, base_output, strict=strict)
+    route = _routing(batch_info, q_lora_a, A_buf, _routing_dims("step_b_q", A_buf)[1], False)
     a = _Arith(faithful)
     return _accumulated_output(route, base_output, a, lambda w, r, s, rows: a.round(
         s * _b_q(a.load(q_lora_a[rows]), a.load(A_buf[w]), r), q_lora_a.dtype))
@@ -243,11 +291,8 @@ def step_a_v_oracle(attn_output, A_buf, batch_info, *, faithful=False, strict=No
 
     attn_output (S,H,C), A_buf (L,R,C) -> value (S,H,R).
     """
-    strict = resolve_strict(strict)
-    max_segment_len(batch_info)  # the upstream contract comes before strict validation
-    if strict:
-        _validate("step_a_v", attn_output, A_buf=A_buf)
-    route = _routing(batch_info, attn_output, A_buf, A_buf.shape[1] if A_buf.dim() == 3 else 0, strict)
+    validate_call("step_a_v", attn_output, A_buf, batch_info, strict=strict)
+    route = _routing(batch_info, attn_output, A_buf, _routing_dims("step_a_v", A_buf)[1], False)
     a = _Arith(faithful)
     R = A_buf.shape[1]
     return _fresh_output(route, attn_output, R, a, attn_output.dtype, lambda w, r, rows: a.round(
@@ -260,11 +305,8 @@ def step_b_v_oracle(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_di
 
     attn_lora_a (S,H,R), B_buf (L,H*FULL_K,R), base_output (S,H,vd) -> value (S,H,vd).
     """
-    strict = resolve_strict(strict)
-    max_segment_len(batch_info)  # the upstream contract comes before strict validation
-    if strict:
-        _validate("step_b_v", attn_lora_a, B_buf=B_buf, base=base_output, qk=qk_nope_head_dim, vd=v_head_dim)
-    route = _routing(batch_info, attn_lora_a, B_buf, B_buf.shape[-1] if B_buf.dim() == 3 else 0, strict)
+    validate_call("step_b_v", attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, strict=strict)
+    route = _routing(batch_info, attn_lora_a, B_buf, _routing_dims("step_b_v", B_buf)[1], False)
     a = _Arith(faithful)
     H = attn_lora_a.shape[1]
     return _accumulated_output(route, base_output, a, lambda w, r, s, rows: a.round(
@@ -278,11 +320,8 @@ def q_side_fused_oracle(q_nope, B_buf, A_buf, batch_info, base_output, full_K_pe
 
     q_nope (S,H,qk), B_buf (L,H*FULL_K,R), A_buf (L,R,C), base_output (S,H,C) -> value (S,H,C).
     """
-    strict = resolve_strict(strict)
-    max_segment_len(batch_info)  # the upstream contract comes before strict validation
-    if strict:
-        _validate("q_side_fused", q_nope, B_buf=B_buf, A_buf=A_buf, base=base_output, full_k=full_K_per_head)
-    route = _routing(batch_info, q_nope, B_buf, B_buf.shape[-1] if B_buf.dim() == 3 else 0, strict)
+    validate_call("q_side_fused", q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head, strict=strict)
+    route = _routing(batch_info, q_nope, B_buf, _routing_dims("q_side_fused", B_buf)[1], False)
     a = _Arith(faithful)
     H, qk = q_nope.shape[1], q_nope.shape[2]
 
@@ -299,12 +338,8 @@ def v_side_fused_oracle(attn_output, A_buf, B_buf, batch_info, base_output, qk_n
 
     attn_output (S,H,C), A_buf (L,R,C), B_buf (L,H*FULL_K,R), base_output (S,H,vd) -> value (S,H,vd).
     """
-    strict = resolve_strict(strict)
-    max_segment_len(batch_info)  # the upstream contract comes before strict validation
-    if strict:
-        _validate("v_side_fused", attn_output, B_buf=B_buf, A_buf=A_buf, base=base_output,
-                  qk=qk_nope_head_dim, vd=v_head_dim)
-    route = _routing(batch_info, attn_output, B_buf, B_buf.shape[-1] if B_buf.dim() == 3 else 0, strict)
+    validate_call("v_side_fused", attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, strict=strict)
+    route = _routing(batch_info, attn_output, B_buf, _routing_dims("v_side_fused", B_buf)[1], False)
     a = _Arith(faithful)
     H = attn_output.shape[1]
 

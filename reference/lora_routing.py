@@ -30,7 +30,7 @@ from ._helpers import check_metadata_tensor, describe_tensor
 from .contracts import raise_contract
 from .strict import resolve_strict
 
-__all__ = ["LoRARouting", "SlotGroup", "max_segment_len", "num_segments", "route_lora_batch"]
+__all__ = ["LoRARouting", "SlotGroup", "max_segment_len", "num_segments", "route_lora_batch", "validate_lora_batch"]
 
 
 def num_segments(batch_info) -> int:
@@ -175,6 +175,21 @@ def _check_values(batch_info, n: int, indptr: torch.Tensor, num_rows: int, num_s
             raise_contract("lora.strict.permutation_duplicate", index=i, value=int(p[i]), first=int(first_seen[p[i]]))
 
 
+def validate_lora_batch(batch_info, *, num_rows: int, num_slots: int, device: torch.device) -> int:
+    """Strict validation of ``batch_info`` alone (no routing); returns the longest-segment length.
+
+    The upstream contract (missing ``max_len``/``seg_lens``) is checked first, then the metadata's
+    types, dtypes, sizes and devices, then its values (which copies the metadata to the host: a
+    strict call synchronises; ``strict=False`` callers skip this function).
+    """
+    max_len = max_segment_len(batch_info)  # upstream contract first
+    n = num_segments(batch_info)
+    _check_metadata(batch_info, n, device, num_rows, num_slots)
+    indptr = _cpu_long(batch_info.seg_indptr)[: n + 1]
+    _check_values(batch_info, n, indptr, num_rows, num_slots, max_len)
+    return max_len
+
+
 def route_lora_batch(
     batch_info,
     *,
@@ -192,11 +207,8 @@ def route_lora_batch(
     max_len = max_segment_len(batch_info)  # upstream contract first
     n = num_segments(batch_info)
     if strict:
-        _check_metadata(batch_info, n, device, num_rows, num_slots)
-    indptr_all = _cpu_long(batch_info.seg_indptr)
-    indptr = indptr_all[: n + 1]
-    if strict:
-        _check_values(batch_info, n, indptr, num_rows, num_slots, max_len)
+        validate_lora_batch(batch_info, num_rows=num_rows, num_slots=num_slots, device=device)
+    indptr = _cpu_long(batch_info.seg_indptr)[: n + 1]
 
     empty = torch.zeros(0, dtype=torch.int64)
     if n == 0:
