@@ -1,0 +1,29 @@
+"""Varlen vision attention with SGLang's ``flashinfer_cudnn`` contract, on our own Triton kernel.
+
+Entry points have the reference's names and signatures (:mod:`reference.vision`); the metadata
+type and builder are the reference's own (one shared implementation), and the contract is applied
+by the reference's resolver.  Design notes: docs/kernels_vision.md.
+"""
+
+from .attention import (
+    FP32_PRECISIONS,
+    VisionAttentionMetadata,
+    VisionLaunch,
+    flashinfer_cudnn_attention,
+    plan_attention,
+    poisoned_output,
+    prepare_flashinfer_cudnn_metadata,
+)
+from ._kernel import KernelConfig, head_dim_split
+
+__all__ = [
+    "FP32_PRECISIONS",
+    "KernelConfig",
+    "VisionAttentionMetadata",
+    "VisionLaunch",
+    "flashinfer_cudnn_attention",
+    "head_dim_split",
+    "plan_attention",
+    "poisoned_output",
+    "prepare_flashinfer_cudnn_metadata",
+]

@@ -1,0 +1,237 @@
+"""The Triton kernel: a flash-attention forward over a per-block schedule of packed sequences.
+
+Note [Schedule]
+---------------
+One launch covers every query block of every sequence: program ``(i, h)`` reads row ``i`` of a
+block table (built on the host by :mod:`kernels.vision.attention`) holding the sequence's q/k token
+start, v token start, output token start, length, and the block's first query.  Sequences are
+sorted longest first, so the programs that take longest start first and short ones fill the tail.
+Zero-length (bucket padding) sequences have no rows, so they launch nothing and write nothing.
+
+Note [Head-dim split]
+---------------------
+``tl.dot`` wants power-of-two tiles of at least 16.  Instead of padding a head dim of 80 to 128
+(37% wasted MMA work) the head dim is cut into a power-of-two part and a power-of-two tail:
+80 = 64 + 16, 96 = 64 + 32, 72 = 64 + 16 (8 masked), 128 = 128.  QK^T is the sum of two dots and
+the output has two accumulators; masks exist only where a tile is wider than the data (constexpr).
+
+Note [Online softmax]
+---------------------
+Scores are scaled by ``scale * log2(e)`` and exponentiated with ``exp2`` against a running row
+max.  A row max of -inf (a row with no valid key so far) is replaced by 0 before subtracting, so
+``-inf - -inf`` never happens (NaN on the GPU; a numpy warning, an error under ``-W error``, in the
+interpreter).  Keys are masked only in the last, partial key block: the full blocks run mask-free.
+Probabilities are rounded to the input dtype before the PV product (fp32 accumulation), the
+rounding points of the faithful baseline ``reference.vision.flashinfer_cudnn_oracle(faithful=...)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._interp import INTERPRETING, round_bf16_rne
+
+__all__ = ["KernelConfig", "head_dim_split", "launch_attention"]
+
+
+def _prev_pow2(x: int) -> int:
+    return 1 << (x.bit_length() - 1)
+
+
+def head_dim_split(d: int) -> tuple[int, int]:
+    """(A, B): power-of-two tile widths with A + B >= d, A >= 16, B == 0 or B >= 16."""
+    if d <= 0:
+        raise ValueError(f"Expected a positive head dim but got d={d}")
+    a = max(16, _prev_pow2(d))
+    rest = d - a
+    if rest <= 0:
+        return a, 0
+    b = max(16, triton.next_power_of_2(rest))
+    if a + b >= triton.next_power_of_2(d):  # the split saves nothing: one padded tile
+        return triton.next_power_of_2(d), 0
+    return a, b
+
+
+class KernelConfig(tuple):
+    """(block_m, block_n, num_warps, num_stages)."""
+
+    def __new__(cls, block_m: int, block_n: int, num_warps: int, num_stages: int):
+        return super().__new__(cls, (block_m, block_n, num_warps, num_stages))
+
+    block_m = property(lambda self: self[0])
+    block_n = property(lambda self: self[1])
+    num_warps = property(lambda self: self[2])
+    num_stages = property(lambda self: self[3])
+
+
+# The interpreter fails with more than one autotune config and costs ~20-35 ms per program: one
+# small fixed config there.
+INTERPRETER_CONFIG = KernelConfig(16, 16, 1, 1)
+
+
+def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int) -> KernelConfig:
+    """Hopper heuristics (H200, measured with kernels.bench_vision --sweep)."""
+    if INTERPRETING:
+        return INTERPRETER_CONFIG
+    if elem_bytes == 4:
+        return KernelConfig(64, 32, 4, 2)
+    if max(d_tiles, dv_tiles) <= 64:
+        return KernelConfig(128, 128, 8, 3)
+    return KernelConfig(128, 128, 8, 3)
+
+
+@triton.jit
+def _load_tile(base, offs_t, t_lim, col0, stride_t, stride_d,
+               WIDTH: tl.constexpr, NCOLS: tl.constexpr, MASK_T: tl.constexpr, INTERP: tl.constexpr):
+    """Load tokens ``offs_t`` x columns ``col0 .. col0+WIDTH`` (of NCOLS real ones)."""
+    offs_d = col0 + tl.arange(0, WIDTH)
+    ptrs = base + offs_t[:, None] * stride_t + offs_d[None, :] * stride_d
+    if col0 + WIDTH > NCOLS:
+        if MASK_T:
+            x = tl.load(ptrs, mask=(offs_t[:, None] < t_lim) & (offs_d[None, :] < NCOLS), other=0.0)
+        else:
+            x = tl.load(ptrs, mask=offs_d[None, :] < NCOLS, other=0.0)
+    else:
+        if MASK_T:
+            x = tl.load(ptrs, mask=offs_t[:, None] < t_lim, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    if INTERP:  # bf16 arithmetic is broken in the interpreter: compute in fp32 (exact upcast)
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
+            stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
+            D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
+            DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
+            BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
+            INTERP: tl.constexpr, P_ROUND: tl.constexpr):
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k_a = _load_tile(k_base, offs_n, n, 0, stride_kt, stride_kd, DA, D, MASK_N, INTERP)
+    s = tl.dot(q_a, tl.trans(k_a), input_precision=PREC)
+    if DB > 0:
+        k_b = _load_tile(k_base, offs_n, n, DA, stride_kt, stride_kd, DB, D, MASK_N, INTERP)
+        s = tl.dot(q_b, tl.trans(k_b), s, input_precision=PREC)
+    s = s * qk_scale
+    if MASK_N:
+        s = tl.where((offs_n < n)[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # see Note [Online softmax]
+    alpha = tl.math.exp2(m_i - m_safe)
+    p = tl.math.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    # probabilities in the input dtype for the PV product (the faithful rounding point)
+    if INTERP:
+        if P_ROUND == 2:
+            p_mm = round_bf16_rne(p)
+        elif P_ROUND == 1:
+            p_mm = p.to(tl.float16).to(tl.float32)
+        else:
+            p_mm = p
+    else:
+        p_mm = p.to(v_base.dtype.element_ty)
+    v_a = _load_tile(v_base, offs_n, n, 0, stride_vt, stride_vd, DVA, DV, MASK_N, INTERP)
+    acc_a = tl.dot(p_mm, v_a, acc_a * alpha[:, None], input_precision=PREC)
+    if DVB > 0:
+        v_b = _load_tile(v_base, offs_n, n, DVA, stride_vt, stride_vd, DVB, DV, MASK_N, INTERP)
+        acc_b = tl.dot(p_mm, v_b, acc_b * alpha[:, None], input_precision=PREC)
+    return acc_a, acc_b, m_new, l_i
+
+
+@triton.jit
+def _store_tile(base, offs_m, n, col0, stride_t, stride_d, x,
+                WIDTH: tl.constexpr, NCOLS: tl.constexpr, INTERP: tl.constexpr, P_ROUND: tl.constexpr):
+    offs_d = col0 + tl.arange(0, WIDTH)
+    ptrs = base + offs_m[:, None] * stride_t + offs_d[None, :] * stride_d
+    if INTERP and P_ROUND == 2:  # the interpreter's fp32 -> bf16 cast truncates
+        x = round_bf16_rne(x)
+    x = x.to(base.dtype.element_ty)
+    if col0 + WIDTH > NCOLS:
+        tl.store(ptrs, x, mask=(offs_m[:, None] < n) & (offs_d[None, :] < NCOLS))
+    else:
+        tl.store(ptrs, x, mask=offs_m[:, None] < n)
+
+
+@triton.jit
+def _vision_attn_fwd(
+    Q, K, V, O, TABLE,
+    stride_qt, stride_qh, stride_qd,
+    stride_kt, stride_kh, stride_kd,
+    stride_vt, stride_vh, stride_vd,
+    stride_ot, stride_oh, stride_od,
+    qk_scale,
+    D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
+    DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+    INTERP: tl.constexpr, P_ROUND: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    h = tl.program_id(1)
+    row = TABLE + pid * 5
+    qk_tok = tl.load(row)
+    v_tok = tl.load(row + 1)
+    o_tok = tl.load(row + 2)
+    n = tl.load(row + 3)
+    m0 = tl.load(row + 4)
+    # 64-bit sequence bases: token start * token stride can pass 2**31 elements on big batches
+    q_base = Q + qk_tok.to(tl.int64) * stride_qt + h * stride_qh
+    k_base = K + qk_tok.to(tl.int64) * stride_kt + h * stride_kh
+    v_base = V + v_tok.to(tl.int64) * stride_vt + h * stride_vh
+    o_base = O + o_tok.to(tl.int64) * stride_ot + h * stride_oh
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    q_a = _load_tile(q_base, offs_m, n, 0, stride_qt, stride_qd, DA, D, True, INTERP)
+    if DB > 0:
+        q_b = _load_tile(q_base, offs_m, n, DA, stride_qt, stride_qd, DB, D, True, INTERP)
+    else:
+        q_b = q_a
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc_a = tl.zeros([BLOCK_M, DVA], tl.float32)
+    if DVB > 0:
+        acc_b = tl.zeros([BLOCK_M, DVB], tl.float32)
+    else:
+        acc_b = acc_a
+
+    n_full = (n // BLOCK_N) * BLOCK_N
+    for start_n in range(0, n_full, BLOCK_N):
+        acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
+                                         stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
+                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND)
+    if n_full < n:
+        acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
+                                         stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
+                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND)
+    inv_l = 1.0 / l_i
+    _store_tile(o_base, offs_m, n, 0, stride_ot, stride_od, acc_a * inv_l[:, None], DVA, DV, INTERP, P_ROUND)
+    if DVB > 0:
+        _store_tile(o_base, offs_m, n, DVA, stride_ot, stride_od, acc_b * inv_l[:, None], DVB, DV, INTERP, P_ROUND)
+
+
+_P_ROUND = {"float32": 0, "float16": 1, "bfloat16": 2}
+LOG2E = 1.4426950408889634
+
+
+def launch_attention(q, k, v, out, table, num_blocks: int, scale: float, config: KernelConfig,
+                     precision: str) -> None:
+    """Run the kernel. q, k (T,H,D); v (Tv,H,Dv); out (T,H,Dv); table int32 (num_blocks, 5)."""
+    H, D, DV = q.shape[1], q.shape[2], v.shape[2]
+    DA, DB = head_dim_split(D)
+    DVA, DVB = head_dim_split(DV)
+    grid = (num_blocks, H)
+    _vision_attn_fwd[grid](
+        q, k, v, out, table,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        float(scale) * LOG2E,
+        D=D, DA=DA, DB=DB, DV=DV, DVA=DVA, DVB=DVB,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, PREC=precision if q.dtype == torch.float32 else None,
+        INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
