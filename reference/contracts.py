@@ -143,10 +143,11 @@ CONTRACTS: Mapping[str, Contract] = _table(
     Contract("lora.strict.permutation_duplicate", ValueError,
              "batch_info.permutation[{index}]={value} repeats row {value} (first at permutation[{first}]); "
              "permutation must be a permutation of the rows", "lora", _S),
+    # (data arguments: "LoRA argument" keeps these texts apart from the vision rows below)
     Contract("lora.strict.shape_mismatch", ValueError,
-             "{field} has shape {got}, expected {expected}; {why}", "lora", _S),
+             "LoRA argument {field} has shape {got}, expected {expected}; {why}", "lora", _S),
     Contract("lora.strict.tensor_attr", ValueError,
-             "{field} must be {expected}, got {got}; {fix}", "lora", _S),
+             "LoRA argument {field} must be {expected}, got {got}; {fix}", "lora", _S),
     # ---- strict: vision metadata ----
     Contract("vision.strict.metadata_tensor", ValueError,
              "{field} must be {expected}, got {got}; {fix}", "vision", _S),
