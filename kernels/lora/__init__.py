@@ -1,0 +1,36 @@
+"""Our Triton kernels for the kv_b LoRA steps of absorbed MLA (SPEC.md part 1).
+
+Same names, signatures, in-place behaviour and error contracts as :mod:`reference.lora`; every
+entry point also takes keyword-only ``strict=None`` (see :mod:`reference.strict`).
+
+* ``step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head) -> (S,H,R)``
+* ``step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output) -> base_output``
+* ``step_a_v_fwd(attn_output, A_buf, batch_info) -> (S,H,R)``
+* ``step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim)``
+* ``q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head)``
+* ``v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim)``
+
+Precision: fp16/bf16 tiles go through ``tl.dot`` with fp32 accumulation; fp32 activations are
+computed at full fp32 (``input_precision="ieee"``, not TF32), so their same-dtype baseline is the
+oracle's ``faithful=True``.  Design notes: ``docs/kernels_lora.md``.
+"""
+
+from ._launch import (
+    PRECISION,
+    q_side_fused_fwd,
+    step_a_q_fwd,
+    step_a_v_fwd,
+    step_b_q_fwd,
+    step_b_v_fwd,
+    v_side_fused_fwd,
+)
+
+__all__ = [
+    "PRECISION",
+    "q_side_fused_fwd",
+    "step_a_q_fwd",
+    "step_a_v_fwd",
+    "step_b_q_fwd",
+    "step_b_v_fwd",
+    "v_side_fused_fwd",
+]

@@ -1,0 +1,244 @@
+"""Wrappers of the kv_b LoRA kernels: validation, path choice, block sizes, launch.
+
+Note [No host synchronisation]
+------------------------------
+Every check runs through :func:`reference.lora.validate_call` (the same code as the reference):
+the upstream contract first (missing ``max_len``/``seg_lens``), then, when strict, the shape and
+metadata checks (which read the metadata on the host).  With ``strict=False`` a call reads nothing
+from the device beyond what upstream reads (``seg_lens.max()`` only when ``max_len`` is None), so
+it can be captured in a CUDA graph: the grid and the path depend only on host integers
+(``max_len``, segment counts, tensor shapes); segment bounds, slots, ranks and scalings are read
+by the kernels themselves.
+
+Path choice (:func:`plan`): a segment-major launch has ``n_launch * ceil(max_len / BT)`` tiles of
+``BT`` rows; when that is more than twice the rows the input holds (``S``, an upper bound of the
+routed rows), most tile rows would idle -- decode batches of one-token segments fill 1/BT of each
+tile -- and the token-major path, whose grid is ``ceil(S / BT)`` tiles of consecutive logical rows,
+is used instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+
+from reference.lora import validate_call
+from reference.lora_routing import num_segments
+
+from ..interpreter import interpreting, needs_bf16_fix
+from . import _kernels as K
+
+__all__ = ["BLOCKS", "FORCE_PATH", "PRECISION", "Plan", "plan"]
+
+# fp32 activations run tl.dot at full fp32 (input_precision="ieee"), never TF32: compare them with
+# the oracle's faithful=True baseline, not faithful="tf32"
+PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "ieee-fp32"}
+
+# Block sizes per kernel and path (tokens BT, heads BH, inner blocks, num_warps).  Module-level data so
+# that kernels/bench_lora.py can try alternatives; measured on the H200 (docs/kernels_lora.md).
+BLOCKS = {
+    "step_a_q": {"seg": dict(BT=64, BLOCK_K=64, num_warps=4), "tok": dict(BT=16, BLOCK_K=64, num_warps=4)},
+    "step_b_q": {"seg": dict(BT=16, BH=4, BLOCK_C=128, num_warps=4),
+                 "tok": dict(BT=4, BH=16, BLOCK_C=128, num_warps=4)},
+    "step_a_v": {"seg": dict(BT=16, BH=4, BLOCK_K=128, num_warps=4),
+                 "tok": dict(BT=4, BH=16, BLOCK_K=128, num_warps=4)},
+    "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=16, BLOCK_V=128, num_warps=4)},
+    "q_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_C=128, num_warps=4),
+                     "tok": dict(BT=16, BLOCK_K=64, BLOCK_C=128, num_warps=4)},
+    "v_side_fused": {"seg": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4),
+                     "tok": dict(BT=16, BLOCK_K=128, BLOCK_V=128, num_warps=4)},
+}
+
+# a segment-major launch is replaced by the token-major one when its tiles hold more than this many
+# times the input's rows (i.e. when more than half of the tile rows would idle)
+TOKEN_MAJOR_WASTE = 2
+# "seg" or "tok" forces a path for every call (tests and benchmarks); None lets plan() choose
+FORCE_PATH: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Launch geometry of one call (host integers only)."""
+
+    token_major: bool
+    n_launch: int  # segments the kernel may touch (CUDA-graph mode: the padded count)
+    row_tiles: int  # grid axis 0
+    tiles_per_seg: int
+    search_steps: int
+    blocks: dict
+
+
+def plan(op: str, batch_info, num_rows: int, max_len: int, *, force: Optional[str] = None) -> Plan:
+    """Pick the path and grid of ``op`` for this batch; ``force`` = "seg" or "tok" overrides."""
+    n = num_segments(batch_info)
+    n_launch = n
+    if getattr(batch_info, "use_cuda_graph", False):
+        # the captured launch covers every padded segment; padding has zero length
+        n_launch = max(n, int(batch_info.weight_indices.shape[0]))
+    seg_blocks, tok_blocks = BLOCKS[op]["seg"], BLOCKS[op]["tok"]
+    tiles_per_seg = triton.cdiv(max(max_len, 0), seg_blocks["BT"])
+    seg_rows = n_launch * tiles_per_seg * seg_blocks["BT"]
+    force = force or FORCE_PATH
+    token_major = seg_rows > TOKEN_MAJOR_WASTE * num_rows if force is None else force == "tok"
+    if token_major:
+        bt = tok_blocks["BT"]
+        return Plan(True, n_launch, triton.cdiv(num_rows, bt), 1, max(n_launch, 1).bit_length() + 1, tok_blocks)
+    return Plan(False, n_launch, n_launch * tiles_per_seg, max(tiles_per_seg, 1), 0, seg_blocks)
+
+
+def _block_r(R: int) -> int:
+    return max(16, triton.next_power_of_2(R))
+
+
+def _flags(x: torch.Tensor, weights: tuple[torch.Tensor, ...], base: Optional[torch.Tensor]) -> dict:
+    """dtype switches (Note [Interpreter workarounds] in kernels.interpreter)."""
+    dtypes = [x.dtype] + [w.dtype for w in weights] + ([base.dtype] if base is not None else [])
+    upcast = interpreting() or any(w.dtype != x.dtype for w in weights)
+    fp32_dot = upcast or x.dtype == torch.float32
+    return dict(UPCAST=upcast, DOT_PREC="ieee" if fp32_dot else "tf32", FIX_BF16=needs_bf16_fix(*dtypes))
+
+
+def _meta(batch_info, p: Plan, num_rows: int):
+    perm = batch_info.permutation
+    return dict(seg_indptr=batch_info.seg_indptr, weight_indices=batch_info.weight_indices,
+                lora_ranks=batch_info.lora_ranks, perm=(perm if perm is not None else batch_info.seg_indptr),
+                n_launch=p.n_launch, tiles_per_seg=p.tiles_per_seg, num_rows=num_rows,
+                search_steps=p.search_steps, TOKEN_MAJOR=p.token_major, HAS_PERM=perm is not None)
+
+
+def _split(blocks: dict) -> tuple[dict, int]:
+    b = dict(blocks)
+    return b, b.pop("num_warps")
+
+
+def _nothing_to_do(p: Plan, num_rows: int) -> bool:
+    return p.n_launch == 0 or p.row_tiles == 0 or num_rows == 0
+
+
+# ---- entry points (SGLang signatures) ------------------------------------------------------------
+
+def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
+    """(S,H,qk) @ K-half of B_buf -> fresh (S,H,R) in q_nope's dtype; undefined outside routed rows
+    and rank columns (``torch.empty``)."""
+    max_len = validate_call("step_a_q", q_nope, B_buf, batch_info, full_K_per_head, strict=strict)
+    S, H, QK = q_nope.shape
+    R = B_buf.shape[2]
+    out = torch.empty((S, H, R), dtype=q_nope.dtype, device=q_nope.device)
+    p = plan("step_a_q", batch_info, S, max_len)
+    if _nothing_to_do(p, S):
+        return out
+    blocks, warps = _split(p.blocks)
+    K.step_a_q_kernel[(p.row_tiles, H)](
+        q_nope, B_buf, out, **_meta(batch_info, p, S), QK=QK, FULL_K=full_K_per_head, R=R,
+        sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sx_d=q_nope.stride(2),
+        sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
+        so_t=out.stride(0), so_h=out.stride(1), so_r=out.stride(2),
+        BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf,), None), **blocks, num_warps=warps)
+    return out
+
+
+def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
+    """``base_output[t,h,:] += s * (q_lora_a[t,h,:r] @ A_buf[w,:r,:])`` in place; returns base_output."""
+    max_len = validate_call("step_b_q", q_lora_a, A_buf, batch_info, base_output, strict=strict)
+    S, H, _ = q_lora_a.shape
+    R, C = A_buf.shape[1], A_buf.shape[2]
+    p = plan("step_b_q", batch_info, S, max_len)
+    if _nothing_to_do(p, S):
+        return base_output
+    blocks, warps = _split(p.blocks)
+    grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), triton.cdiv(C, blocks["BLOCK_C"]))
+    K.step_b_q_kernel[grid](
+        q_lora_a, A_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings, H=H, C=C, R=R,
+        sx_t=q_lora_a.stride(0), sx_h=q_lora_a.stride(1), sx_r=q_lora_a.stride(2),
+        sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
+        sy_t=base_output.stride(0), sy_h=base_output.stride(1), sy_c=base_output.stride(2),
+        BLOCK_R=_block_r(R), **_flags(q_lora_a, (A_buf,), base_output), **blocks, num_warps=warps)
+    return base_output
+
+
+def step_a_v_fwd(attn_output, A_buf, batch_info, *, strict=None):
+    """(S,H,C) @ A_buf[w,:r,:].T -> fresh (S,H,R) in attn_output's dtype."""
+    max_len = validate_call("step_a_v", attn_output, A_buf, batch_info, strict=strict)
+    S, H, C = attn_output.shape
+    R = A_buf.shape[1]
+    out = torch.empty((S, H, R), dtype=attn_output.dtype, device=attn_output.device)
+    p = plan("step_a_v", batch_info, S, max_len)
+    if _nothing_to_do(p, S):
+        return out
+    blocks, warps = _split(p.blocks)
+    K.step_a_v_kernel[(p.row_tiles, triton.cdiv(H, blocks["BH"]))](
+        attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, C=C, R=R,
+        sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sx_c=attn_output.stride(2),
+        sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
+        so_t=out.stride(0), so_h=out.stride(1), so_r=out.stride(2),
+        BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf,), None), **blocks, num_warps=warps)
+    return out
+
+
+def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, *, strict=None):
+    """``base_output[t,h,:] += s * (attn_lora_a[t,h,:r] @ V-half of B_buf[w].T)`` in place."""
+    max_len = validate_call("step_b_v", attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim,
+                            v_head_dim, strict=strict)
+    S, H, _ = attn_lora_a.shape
+    R = B_buf.shape[2]
+    p = plan("step_b_v", batch_info, S, max_len)
+    if _nothing_to_do(p, S):
+        return base_output
+    blocks, warps = _split(p.blocks)
+    grid = (p.row_tiles, H, triton.cdiv(v_head_dim, blocks["BLOCK_V"]))
+    K.step_b_v_kernel[grid](
+        attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
+        QK=qk_nope_head_dim, VD=v_head_dim, FULL_K=qk_nope_head_dim + v_head_dim, R=R,
+        sx_t=attn_lora_a.stride(0), sx_h=attn_lora_a.stride(1), sx_r=attn_lora_a.stride(2),
+        sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
+        sy_t=base_output.stride(0), sy_h=base_output.stride(1), sy_v=base_output.stride(2),
+        BLOCK_R=_block_r(R), **_flags(attn_lora_a, (B_buf,), base_output), **blocks, num_warps=warps)
+    return base_output
+
+
+def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head, *, strict=None):
+    """Step A_q then B_q in one kernel, into ``base_output`` (S,H,C) in place; the scaled delta is
+    rounded to base_output's dtype."""
+    max_len = validate_call("q_side_fused", q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head,
+                            strict=strict)
+    S, H, QK = q_nope.shape
+    R, C = B_buf.shape[2], A_buf.shape[2]
+    p = plan("q_side_fused", batch_info, S, max_len)
+    if _nothing_to_do(p, S):
+        return base_output
+    blocks, warps = _split(p.blocks)
+    K.q_side_fused_kernel[(p.row_tiles, H)](
+        q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
+        QK=QK, FULL_K=full_K_per_head, C=C, R=R,
+        sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sx_d=q_nope.stride(2),
+        sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
+        sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
+        sy_t=base_output.stride(0), sy_h=base_output.stride(1), sy_c=base_output.stride(2),
+        BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **blocks, num_warps=warps)
+    return base_output
+
+
+def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, *,
+                     strict=None):
+    """Step A_v then B_v in one kernel, into ``base_output`` (S,H,vd) in place; the scaled delta is
+    rounded to base_output's dtype."""
+    max_len = validate_call("v_side_fused", attn_output, A_buf, B_buf, batch_info, base_output,
+                            qk_nope_head_dim, v_head_dim, strict=strict)
+    S, H, C = attn_output.shape
+    R = B_buf.shape[2]
+    p = plan("v_side_fused", batch_info, S, max_len)
+    if _nothing_to_do(p, S):
+        return base_output
+    blocks, warps = _split(p.blocks)
+    K.v_side_fused_kernel[(p.row_tiles, H)](
+        attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
+        QK=qk_nope_head_dim, VD=v_head_dim, FULL_K=qk_nope_head_dim + v_head_dim, C=C, R=R,
+        sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sx_c=attn_output.stride(2),
+        sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
+        sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
+        sy_t=base_output.stride(0), sy_h=base_output.stride(1), sy_v=base_output.stride(2),
+        BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **blocks, num_warps=warps)
+    return base_output
