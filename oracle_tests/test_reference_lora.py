@@ -1,0 +1,217 @@
+"""The kv_b LoRA reference against an independent formulation (dense per-head delta matrices).
+
+Every sample input of the OpInfo database runs through the float64 oracle and through
+:func:`kernel_oracle.independent.lora_independent`; the two must agree on the value and on the
+defined region.  The drop-in steps (SGLang signatures) are then held to the tolerance rule in the
+input's own dtype, the faithful modes to theirs, and the strict switch is checked both ways.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import pytest
+import torch
+
+from fuzz.opinfo import LORA_OPINFOS, OP_DB
+from fuzz.problems import LoRAProblem, materialize_lora
+from kernel_oracle.independent import lora_independent
+from reference import lora as ref_lora
+from reference.batch_info import LoRABatchInfo
+from reference.strict import is_strict, strict_validation
+from reference.tolerance import compare
+
+from ._checks import assert_defined_close, reference_entry
+
+LORA_OPS = [info.name for info in LORA_OPINFOS]
+# faithful vs float64: at most this many units of the activation dtype's eps times the largest output
+FAITHFUL_ULPS = 4
+
+# (op, dtype, sample) for every LoRA OpInfo, every dtype it lists, every small sample
+LORA_CASES = [
+    pytest.param(info, dtype, sample, id=f"{info.name}-{str(dtype)[6:]}-{sample.name}")
+    for info in LORA_OPINFOS
+    for dtype in info.dtypes
+    for sample in info.sample_inputs("cpu", dtype)
+]
+
+
+def _call(sample, device):
+    return sample.call(device)
+
+
+@pytest.mark.parametrize("info,dtype,sample", LORA_CASES)
+def test_oracle_matches_independent(info, dtype, sample, device):
+    call = _call(sample, device)
+    before = [a.clone() if isinstance(a, torch.Tensor) else a for a in call.args]
+    result = info.oracle(*call.args)
+    assert result.value.dtype == torch.float64
+    for a, b in zip(call.args, before):  # an oracle never modifies its inputs
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a.nan_to_num(), b.nan_to_num()), "the oracle modified an input"
+    value, defined = lora_independent(info.name, call.args)
+    assert_defined_close(result.value, result.defined, value, defined, what=f"{info.name} oracle")
+
+
+@pytest.mark.parametrize("info,dtype,sample", LORA_CASES)
+def test_step_in_input_dtype(info, dtype, sample, device):
+    """The drop-in step: input dtype out, in place where SGLang's is, within the tolerance rule."""
+    call = _call(sample, device)
+    value, defined = lora_independent(info.name, call.args)
+    baseline = info.oracle(*call.args, faithful=True)
+    original = call.args[call.inplace].clone() if call.inplace is not None else None
+    out = reference_entry(info)(*call.args, **call.kwargs)
+    if call.inplace is not None:
+        base = call.args[call.inplace]
+        assert out is base, "step B / fused steps return base_output itself (updated in place)"
+        routed = torch.zeros(base.shape[0], dtype=torch.bool)
+        routed[value.ne(original.cpu().to(torch.float64)).flatten(1).any(1)] = True
+        # rows no segment changes keep their values bit for bit (NaN gaps of strided views included)
+        assert torch.equal(base[~routed.to(base.device)].nan_to_num(), original[~routed.to(base.device)].nan_to_num())
+        expected_dtype = original.dtype
+    else:
+        expected_dtype = call.args[0].dtype
+        assert torch.all(out[~defined.to(out.device)] == 0), "step A output is zero outside the defined region"
+    assert out.dtype == expected_dtype and out.device == call.args[0].device
+    cmp = compare(out, value, defined, family="lora", baseline=baseline.value, out_dtype=expected_dtype,
+                  what=info.name)
+    assert cmp.ok, cmp.message
+
+
+@pytest.mark.parametrize("op", LORA_OPS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_faithful_modes(op, dtype, device):
+    """faithful=True rounds like the kernels (not a no-op below fp64); "tf32" rounds matmul inputs."""
+    p = LoRAProblem(op=op, seg_lens=(9, 5, 12), weight_indices=(1, 0, 1), lora_ranks=(16, 9),
+                    scalings=(0.5, -1.5), dtype=str(dtype)[6:], seed=31)
+    call = materialize_lora(p, device)
+    oracle = OP_DB[op].oracle
+    exact = oracle(*call.args)
+    faithful = oracle(*call.args, faithful=True)
+    out_dtype = call.args[call.inplace].dtype if call.inplace is not None else dtype
+    assert faithful.value.dtype == out_dtype
+    assert torch.equal(faithful.defined, exact.defined)
+    d = exact.defined
+    err = (faithful.value.double() - exact.value)[d].abs().max().item()
+    assert err > 0, "faithful mode should carry the rounding of the activation dtype"
+    # normwise: a few roundings of the activation dtype, relative to the largest output
+    scale = exact.value[d].abs().max().item()
+    assert err <= FAITHFUL_ULPS * torch.finfo(dtype).eps * scale, (err, scale)
+    if dtype == torch.float32:
+        tf32 = oracle(*call.args, faithful="tf32")
+        err_tf32 = (tf32.value.double() - exact.value)[d].abs().max().item()
+        assert err_tf32 > 4 * err, f"TF32 rounding should cost more than fp32: {err_tf32} vs {err}"
+        assert err_tf32 < 1e-2 * exact.value[d].abs().max().item()
+
+
+def test_faithful_rejects_unknown_mode():
+    call = materialize_lora(LoRAProblem(op="step_a_q", seg_lens=(3,), weight_indices=(0,), lora_ranks=(4,),
+                                        scalings=(1.0,)))
+    with pytest.raises(ValueError, match="the only valid values are False, True, 'tf32'"):
+        ref_lora.step_a_q_oracle(*call.args, faithful="fp8")
+
+
+@dataclasses.dataclass
+class _OtherBatchInfo:
+    """Same fields as SGLang's LoRABatchInfo, a different class: the APIs must duck-type."""
+
+    seg_indptr: torch.Tensor
+    weight_indices: torch.Tensor
+    lora_ranks: torch.Tensor
+    scalings: torch.Tensor
+    permutation: object
+    seg_lens: object
+    max_len: object
+    num_segments: int
+    bs: int
+    use_cuda_graph: bool
+
+
+@pytest.mark.parametrize("op", LORA_OPS)
+@pytest.mark.parametrize("kind", ["namespace", "other_dataclass"])
+def test_duck_typed_batch_info(op, kind, device):
+    p = LoRAProblem(op=op, seg_lens=(4, 0, 7), weight_indices=(1, 0, 0), lora_ranks=(16, 5), scalings=(1.0, 2.0),
+                    permute=True, extra_rows=2, seed=17)
+    call = materialize_lora(p, device)
+    bi = next(a for a in call.args if isinstance(a, LoRABatchInfo))
+    names = [f.name for f in dataclasses.fields(_OtherBatchInfo)]
+    fields = {n: getattr(bi, n) for n in names}
+    other = types.SimpleNamespace(**fields) if kind == "namespace" else _OtherBatchInfo(**fields)
+    swapped = tuple(other if a is bi else a for a in call.args)
+    want = OP_DB[op].oracle(*call.args)
+    got = OP_DB[op].oracle(*swapped)
+    assert torch.equal(got.value, want.value) and torch.equal(got.defined, want.defined)
+
+
+def test_strict_is_on_by_default_and_switchable():
+    assert is_strict()
+    with strict_validation(False):
+        assert not is_strict()
+        with strict_validation(True):
+            assert is_strict()
+        assert not is_strict()
+    assert is_strict()
+
+
+def _bad_slot_call(op, device, value):
+    p = LoRAProblem(op=op, seg_lens=(5, 6, 4), weight_indices=(0, 1, 0), lora_ranks=(16, 8),
+                    scalings=(1.0, -0.5), seed=23)
+    call = materialize_lora(p, device)
+    next(a for a in call.args if isinstance(a, LoRABatchInfo)).weight_indices[1] = value
+    return call
+
+
+@pytest.mark.parametrize("op", LORA_OPS)
+@pytest.mark.parametrize("switch", ["per_call", "context"])
+def test_strict_off_marks_unknown_slot_undefined(op, switch, device):
+    """Slot out of range, strict off: no error; that segment's rows (5..10) are undefined; the rest
+    agrees with the independent formulation run without the broken segment."""
+    call = _bad_slot_call(op, device, 9)
+    if switch == "per_call":
+        result = OP_DB[op].oracle(*call.args, strict=False)
+    else:
+        with strict_validation(False):
+            result = OP_DB[op].oracle(*call.args)
+    assert not result.defined[5:11].any()
+    fixed = _bad_slot_call(op, device, 0)
+    bi = next(a for a in fixed.args if isinstance(a, LoRABatchInfo))
+    bi.lora_ranks = bi.lora_ranks.clone()
+    # the independent formulation of "segment 1 contributes nothing": route it to a rank-0 slot
+    bi.lora_ranks = torch.cat([bi.lora_ranks, torch.zeros(1, dtype=torch.int32, device=bi.lora_ranks.device)])
+    bi.scalings = torch.cat([bi.scalings, torch.ones(1, dtype=torch.float32, device=bi.scalings.device)])
+    bi.weight_indices[1] = 2
+    value, _ = lora_independent(op, fixed.args)
+    mask = result.defined
+    assert mask.any()
+    assert_defined_close(result.value, mask, value, mask, what=f"{op} strict off, slot out of range")
+
+
+@pytest.mark.parametrize("op", LORA_OPS)
+def test_strict_off_max_len_too_small(op, device):
+    """max_len=3 for segments of 5 and 6 rows: rows past position 3 are undefined, the first 3
+    rows of every segment are still computed."""
+    call = _bad_slot_call(op, device, 1)
+    bi = next(a for a in call.args if isinstance(a, LoRABatchInfo))
+    bi.max_len = 3
+    result = OP_DB[op].oracle(*call.args, strict=False)
+    value, defined = lora_independent(op, call.args)
+    dropped = torch.tensor([3, 4, 8, 9, 10, 14])
+    assert not result.defined[dropped].any()
+    keep = torch.ones(result.value.shape[0], dtype=torch.bool)
+    keep[dropped] = False
+    assert_defined_close(result.value[keep], result.defined[keep], value[keep], defined[keep],
+                         what=f"{op} strict off, max_len too small")
+
+
+@pytest.mark.parametrize("op", LORA_OPS)
+def test_strict_off_repeated_permutation_rows(op, device):
+    p = LoRAProblem(op=op, seg_lens=(5, 6), weight_indices=(0, 1), lora_ranks=(16, 8), scalings=(1.0, 2.0),
+                    permute=True, seed=29)
+    call = materialize_lora(p, device)
+    bi = next(a for a in call.args if isinstance(a, LoRABatchInfo))
+    row = int(bi.permutation[0])
+    bi.permutation[7] = row  # logical row 7 (segment 1) writes physical row `row` again
+    result = OP_DB[op].oracle(*call.args, strict=False)
+    assert not result.defined[row].any()
+    assert result.defined.flatten(1).any(1).sum() >= 8  # the other routed rows stay defined
