@@ -31,7 +31,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ._interp import INTERPRETING, round_bf16_rne
+from ..interpreter import interpreting, round_bf16_rne
+
+# triton.jit picks the interpreter at decoration time: read the switch once, like the kernels do
+INTERPRETING = interpreting()
 
 __all__ = ["KernelConfig", "head_dim_split", "launch_attention"]
 
@@ -83,7 +86,7 @@ def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int) -> KernelConfig
 
 
 @triton.jit
-def _load_tile(base, offs_t, t_lim, col0, stride_t, stride_d,
+def _load_tile(base, offs_t, t_lim, col0: tl.constexpr, stride_t, stride_d,
                WIDTH: tl.constexpr, NCOLS: tl.constexpr, MASK_T: tl.constexpr, INTERP: tl.constexpr):
     """Load tokens ``offs_t`` x columns ``col0 .. col0+WIDTH`` (of NCOLS real ones)."""
     offs_d = col0 + tl.arange(0, WIDTH)
@@ -143,7 +146,7 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
 
 
 @triton.jit
-def _store_tile(base, offs_m, n, col0, stride_t, stride_d, x,
+def _store_tile(base, offs_m, n, col0: tl.constexpr, stride_t, stride_d, x,
                 WIDTH: tl.constexpr, NCOLS: tl.constexpr, INTERP: tl.constexpr, P_ROUND: tl.constexpr):
     offs_d = col0 + tl.arange(0, WIDTH)
     ptrs = base + offs_m[:, None] * stride_t + offs_d[None, :] * stride_d

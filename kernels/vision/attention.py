@@ -36,8 +36,7 @@ from reference.vision_metadata import (
     resolve_flashinfer_cudnn,
 )
 
-from ._interp import INTERPRETING
-from ._kernel import KernelConfig, default_config, head_dim_split, launch_attention
+from ._kernel import INTERPRETING, KernelConfig, default_config, head_dim_split, launch_attention
 
 __all__ = [
     "FP32_PRECISIONS",

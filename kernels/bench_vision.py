@@ -1,0 +1,159 @@
+"""Benchmark of the Triton vision attention against torch's varlen attention and an SDPA loop.
+
+``python -m kernels.bench_vision`` on any CUDA machine; bf16 random data; median times from
+``triton.testing.do_bench``; FLOPs = 4 * sum(n_b^2) * H * D.  Columns:
+
+* ``triton (launch)``: :meth:`kernels.vision.VisionLaunch.run`, metadata resolved once (how a
+  model reuses one batch's metadata over its layers): the kernel plus output allocation;
+* ``triton (call)``: the full ``flashinfer_cudnn_attention`` entry point, including contract
+  resolution, strict validation and the block table (one host sync per call);
+* ``varlen_attn``: ``torch.nn.attention.varlen.varlen_attn`` (absent before torch 2.10: skipped);
+* ``sdpa loop``: ``scaled_dot_product_attention`` once per sequence.
+
+``--sweep`` also times each candidate :class:`~kernels.vision.KernelConfig` on every shape.
+``--json PATH`` writes the records (with date, commit, GPU, torch and triton versions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import json
+import subprocess
+import sys
+
+import torch
+
+# (name, sequence lengths, heads, head dim) as in issue 4
+SHAPES = (
+    ("8 ragged images", (1024, 2048, 576, 4096, 1300, 64, 3000, 2200), 16, 80),
+    ("4x4096", (4096,) * 4, 16, 72),
+    ("64x256", (256,) * 64, 16, 64),
+    ("2x16384", (16384,) * 2, 16, 128),
+)
+SWEEP = ((128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3),
+         (128, 32, 4, 3), (64, 128, 4, 2))
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except Exception:  # noqa: BLE001 - a copy without .git still benchmarks
+        return "unknown"
+
+
+def _varlen():
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+def _inputs(lens, H, D, dtype, device):
+    T = sum(lens)
+    q, k, v = (torch.randn(T, H, D, dtype=dtype, device=device) for _ in range(3))
+    cu = torch.tensor([0] + list(lens), dtype=torch.int64).cumsum(0)
+    return q, k, v, cu
+
+
+def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="cuda"):
+    import triton.testing
+
+    from kernels.vision import KernelConfig, flashinfer_cudnn_attention, plan_attention
+    from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+
+    q, k, v, cu = _inputs(lens, H, D, dtype, device)
+    md = prepare_flashinfer_cudnn_metadata(cu, device, elem_per_token=H * D)
+    flops = 4.0 * sum(n * n for n in lens) * H * D
+
+    def tflops(ms):
+        return flops / (ms * 1e-3) / 1e12
+
+    def timed(fn):
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+    rec = {"shape": name, "lens": list(lens), "heads": H, "head_dim": D, "dtype": str(dtype), "flops": flops}
+    launch = plan_attention(q, k, v, None, None, None, forward_metadata=md)
+    rec["config"] = list(launch.config)
+    out = launch.run()
+    rec["triton_launch_ms"] = timed(launch.run)
+    rec["triton_call_ms"] = timed(lambda: flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md))
+    varlen = _varlen()
+    if varlen is not None:
+        cu_dev = cu.to(device=device, dtype=torch.int32)
+        mx = max(lens)
+        kw = {"scale": D ** -0.5} if "scale" in inspect.signature(varlen).parameters else {}
+        ref = varlen(q, k, v, cu_dev, cu_dev, mx, mx, **kw)
+        rec["max_abs_diff_vs_varlen"] = float((out.float() - ref.float()).abs().max())
+        rec["varlen_ms"] = timed(lambda: varlen(q, k, v, cu_dev, cu_dev, mx, mx, **kw))
+    bounds = cu.tolist()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def loop():
+        for s, e in zip(bounds[:-1], bounds[1:]):
+            sdpa(q[s:e].transpose(0, 1)[None], k[s:e].transpose(0, 1)[None], v[s:e].transpose(0, 1)[None])
+
+    rec["sdpa_loop_ms"] = timed(loop)
+    for key in [k_ for k_ in rec if k_.endswith("_ms")]:
+        rec[key[:-3] + "_tflops"] = tflops(rec[key])
+    if sweep:
+        rec["sweep"] = []
+        for cfg in SWEEP:
+            try:
+                la = plan_attention(q, k, v, None, None, None, forward_metadata=md, config=KernelConfig(*cfg))
+                la.run()
+                ms = timed(la.run)
+                rec["sweep"].append({"config": list(cfg), "ms": ms, "tflops": tflops(ms)})
+            except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory: report, keep going
+                rec["sweep"].append({"config": list(cfg), "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+    return rec
+
+
+def render(records) -> str:
+    cols = (("triton_launch", "triton (launch)"), ("triton_call", "triton (call)"), ("varlen", "varlen_attn"),
+            ("sdpa_loop", "sdpa loop"))
+    lines = ["| shape | H | D | " + " | ".join(f"{c} TFLOP/s (ms)" for _, c in cols) + " | vs varlen |",
+             "|---|---|---|" + "---|" * len(cols) + "---|"]
+    for r in records:
+        cells = []
+        for key, _ in cols:
+            cells.append(f"{r[key + '_tflops']:.0f} ({r[key + '_ms']:.3f})" if key + "_ms" in r else "n/a")
+        ratio = f"{r['varlen_ms'] / r['triton_launch_ms']:.2f}x" if "varlen_ms" in r else "n/a"
+        lines.append(f"| {r['shape']} | {r['heads']} | {r['head_dim']} | " + " | ".join(cells) + f" | {ratio} |")
+    for r in records:
+        for s in r.get("sweep", ()):
+            val = f"{s['tflops']:.0f} TFLOP/s" if "tflops" in s else s["error"]
+            lines.append(f"sweep {r['shape']} {tuple(s['config'])}: {val}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sweep", action="store_true", help="also time each candidate kernel config")
+    ap.add_argument("--json", default=None, help="write the records to this path")
+    ap.add_argument("--shapes", default=None, help="comma-separated subset of shape names")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernels.bench_vision needs a CUDA device (the interpreter is far too slow to time)", file=sys.stderr)
+        return 2
+    import triton
+
+    torch.manual_seed(0)
+    wanted = None if args.shapes is None else set(args.shapes.split(","))
+    records = [bench_shape(*s, sweep=args.sweep) for s in SHAPES if wanted is None or s[0] in wanted]
+    meta = {"version": 1, "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": _commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": triton.__version__, "command": "python -m kernels.bench_vision" + " ".join([""] + list(argv or sys.argv[1:]))}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "records": records}, f, indent=1)
+    print(json.dumps(meta))
+    print(render(records))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
