@@ -17,7 +17,16 @@ One JSON object per run (pytest-benchmark's storage shape)::
                      ratio, where: {...}}, repro, problem} ],
       "benchmarks": [ {target, op, shape, dtype, median_us, bytes, flops, tbps, tflops, peers: {...}} ],
       "targets": [ {name, available, reason, entry_points, precision} ],
+      "notes": [ "selfcheck unavailable: ...", ... ],          (optional, added in place, v1)
+      "summary": {duration_s, time_budget_s, status, ...},     (optional, free-form, v1)
     }
+
+``notes`` and ``summary`` are optional additions that version-1 readers ignore, so they do not bump
+the version.  A *note* is anything a reader must not miss that is not a finding: a part that could
+not run, a target that was skipped, a budget that ran out.  A record with notes is never "clean".
+:func:`merge` folds one record (a campaign's) into another (the main job's): groups of the same
+``target x op x dtype x shape_class`` add up and keep their ratio values, findings and benchmarks
+append (finding ids stay unique), targets deduplicate by name.
 
 Finding kinds are the four of the campaign: ``mismatch`` (wrong numbers on a valid input),
 ``contract`` (missing / wrong-type / wrong-text upstream error), ``validation-gap`` (malformed
@@ -43,8 +52,11 @@ __all__ = [
     "add_benchmark",
     "add_finding",
     "add_group",
+    "add_note",
+    "add_target",
     "environment_fingerprint",
     "load",
+    "merge",
     "new_record",
     "save",
     "validate",
@@ -113,6 +125,8 @@ def new_record(kind: str, *, seeds: Optional[dict] = None, device: Optional[str]
         "findings": [],
         "benchmarks": [],
         "targets": [],
+        "notes": [],
+        "summary": {},
     }
 
 
@@ -166,6 +180,72 @@ def add_benchmark(record: dict, bench: dict) -> dict:
     return bench
 
 
+def add_note(record: dict, text: str) -> str:
+    """Record something a reader must not miss that is not a finding (a part that could not run)."""
+    record.setdefault("notes", []).append(str(text))
+    return text
+
+
+def add_target(record: dict, *, name: str, available: bool, reason: Optional[str] = None,
+               entry_points: Optional[list] = None, precision: Optional[str] = None) -> dict:
+    """Append (or update by name) one row of the targets table."""
+    row = {"name": name, "available": bool(available), "reason": reason,
+           "entry_points": list(entry_points or []), "precision": precision}
+    targets = record.setdefault("targets", [])
+    for i, t in enumerate(targets):
+        if isinstance(t, dict) and t.get("name") == name:
+            merged = {**t, **{k: v for k, v in row.items() if v not in (None, [])}}
+            merged["available"] = bool(available)
+            targets[i] = merged
+            return merged
+    targets.append(row)
+    return row
+
+
+def merge(into: dict, other: dict, *, seeds_key: Optional[str] = None) -> dict:
+    """Fold ``other`` (e.g. a campaign record) into ``into`` (e.g. the main job's record).
+
+    Groups add up (ratio values kept), findings and benchmarks append (a repeated finding id gets a
+    suffix), targets deduplicate by name, notes append; ``other``'s seeds go under ``seeds_key``.
+    """
+    validate(other, source="merged record")
+    for g in other["groups"]:
+        er = g.get("error_ratio") or {}
+        values = er.get("values")
+        if values is None:  # a producer that kept only the summary: keep what it has
+            values = [v for v in (er.get("max"), er.get("median")) if v is not None]
+        add_group(into, target=g["target"], op=g["op"], dtype=g["dtype"], shape_class=g["shape_class"],
+                  cases=int(g.get("cases", 0)), passes=int(g.get("passes", 0)), findings=g.get("findings"),
+                  ratios=values, precision=g.get("precision"))
+    seen = {f["id"] for f in into["findings"]}
+    for f in other["findings"]:
+        f = dict(f)
+        base, n = str(f["id"]), 1
+        while f["id"] in seen:
+            n += 1
+            f["id"] = f"{base}-{n}"
+        seen.add(f["id"])
+        add_finding(into, f)
+    for b in other["benchmarks"]:
+        add_benchmark(into, dict(b))
+    for t in other.get("targets") or []:
+        if isinstance(t, dict) and "name" in t:
+            add_target(into, name=t["name"], available=t.get("available", True), reason=t.get("reason"),
+                       entry_points=t.get("entry_points"), precision=t.get("precision"))
+    for note in other.get("notes") or []:
+        add_note(into, note)
+    if other.get("seeds"):
+        if seeds_key:
+            into["seeds"][seeds_key] = other["seeds"]
+        else:
+            into["seeds"].update(other["seeds"])
+    return into
+
+
+_GROUP_FIELDS = ("target", "op", "dtype", "shape_class", "cases", "passes", "findings", "error_ratio")
+_BENCH_FIELDS = ("target", "op", "shape", "dtype", "median_us")
+
+
 def validate(record: Any, *, source: str = "record") -> dict:
     if not isinstance(record, dict):
         raise SchemaError(f"{source}: expected a JSON object, got {type(record).__name__}")
@@ -180,6 +260,17 @@ def validate(record: Any, *, source: str = "record") -> dict:
     for key, typ in (("groups", list), ("findings", list), ("benchmarks", list), ("environment", dict)):
         if not isinstance(record.get(key), typ):
             raise SchemaError(f"{source}: field {key!r} must be a {typ.__name__}, got {type(record.get(key)).__name__}")
+    for key in ("targets", "notes"):
+        if key in record and not isinstance(record[key], list):
+            raise SchemaError(f"{source}: field {key!r} must be a list, got {type(record[key]).__name__}")
+    for i, g in enumerate(record["groups"]):
+        missing = [k for k in _GROUP_FIELDS if not isinstance(g, dict) or k not in g]
+        if missing:
+            raise SchemaError(f"{source}: groups[{i}] lacks fields {missing}; every group needs {list(_GROUP_FIELDS)}")
+    for i, b in enumerate(record["benchmarks"]):
+        missing = [k for k in _BENCH_FIELDS if not isinstance(b, dict) or k not in b]
+        if missing:
+            raise SchemaError(f"{source}: benchmarks[{i}] lacks fields {missing}")
     for i, f in enumerate(record["findings"]):
         if not isinstance(f, dict) or f.get("kind") not in FINDING_KINDS:
             raise SchemaError(f"{source}: findings[{i}] has kind {f.get('kind') if isinstance(f, dict) else f!r}; "
@@ -202,6 +293,9 @@ def save(record: dict, path: str | os.PathLike, *, overwrite: bool = False) -> P
 
 def load(path: str | os.PathLike) -> dict:
     path = Path(path)
+    if not path.is_file():
+        raise SchemaError(f"{path}: no such result file; pass the path of a JSON record "
+                          f"(e.g. reports/out/latest.json, written by `kernel-oracle run`)")
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:

@@ -1,0 +1,48 @@
+"""``kernel-oracle report RESULT.json [--out DIR]``: render a result file to Markdown and HTML."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .schema import SchemaError
+
+__all__ = ["add_arguments", "main", "write_reports"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("result", metavar="RESULT.json", help="a result record (campaign, pytest, bench or main run)")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="directory for <name>.md and <name>.html (default: beside RESULT.json)")
+    parser.add_argument("--name", default=None, help="base name of the written files (default: RESULT's stem)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the plots (tables only; faster)")
+
+
+def write_reports(result_path: str | Path, out_dir: str | Path | None = None, *, name: str | None = None,
+                  with_plots: bool = True) -> tuple[Path, Path]:
+    """Render ``result_path`` to ``<out_dir>/<name>.md`` and ``.html``; returns both paths."""
+    from .model import load_result
+    from .render_html import render_html
+    from .render_md import render_markdown
+
+    result_path = Path(result_path)
+    result = load_result(result_path)
+    out = Path(out_dir) if out_dir is not None else result_path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    stem = name or result_path.stem
+    md, html = out / f"{stem}.md", out / f"{stem}.html"
+    md.write_text(render_markdown(result), encoding="utf-8")
+    html.write_text(render_html(result, with_plots=with_plots), encoding="utf-8")
+    return md, html
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        md, html = write_reports(args.result, args.out, name=args.name, with_plots=not args.no_plots)
+    except SchemaError as exc:
+        print(f"kernel-oracle report: {exc}", file=sys.stderr)
+        return 2
+    print(f"Markdown: {md}")
+    print(f"HTML:     {html}")
+    return 0

@@ -1,0 +1,288 @@
+"""The loaded result record every renderer and the comparison share.
+
+Note [One loaded record type]
+-----------------------------
+Producers write plain JSON through :mod:`reports.schema`; readers (Markdown, HTML, compare) go through
+:class:`Result`, built once by :func:`load_result`.  It normalises what producers may leave out
+(optional figures, peers given as a bare number or as a dict, shapes given as a dict or a string),
+and owns the two derived keys the readers must agree on:
+
+* :attr:`Finding.signature`: what makes two findings "the same" across runs, i.e. target, op, kind,
+  dtype, shape class and the contract id, or else the message's first line with its numbers masked
+  (so that a different seed or a different worst element does not make an old finding look new);
+* :attr:`Finding.anchor`: the HTML anchor that every link to a finding (and its repro command) uses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .schema import FINDING_KINDS, SCHEMA_VERSION, validate
+from .schema import load as _load_json
+
+__all__ = ["Benchmark", "Finding", "Group", "Result", "load_result", "shape_key"]
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+def _num(x: Any) -> Optional[float]:
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v
+
+
+def shape_key(shape: Any) -> str:
+    """A canonical string for a benchmark shape given as a string, a dict or a sequence."""
+    if isinstance(shape, str):
+        return shape
+    if isinstance(shape, dict):
+        return ",".join(f"{k}={shape[k]}" for k in sorted(shape))
+    if isinstance(shape, (list, tuple)):
+        return "x".join(str(s) for s in shape)
+    return json.dumps(shape, sort_keys=True, default=str)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"
+
+
+@dataclass
+class Group:
+    target: str
+    op: str
+    dtype: str
+    shape_class: str
+    precision: Optional[str]
+    cases: int
+    passes: int
+    findings: dict
+    ratio_max: Optional[float]
+    ratio_median: Optional[float]
+    ratios: list
+
+    @property
+    def key(self) -> tuple:
+        return (self.target, self.op, self.dtype, self.shape_class)
+
+    @property
+    def failures(self) -> int:
+        return sum(self.findings.values())
+
+    @property
+    def pass_rate(self) -> Optional[float]:
+        return self.passes / self.cases if self.cases else None
+
+    @classmethod
+    def from_dict(cls, g: dict) -> "Group":
+        er = g.get("error_ratio") or {}
+        values = [v for v in (_num(x) for x in er.get("values") or []) if v is not None]
+        counts = {k: int((g.get("findings") or {}).get(k, 0)) for k in FINDING_KINDS}
+        return cls(target=str(g["target"]), op=str(g["op"]), dtype=str(g["dtype"]),
+                   shape_class=str(g["shape_class"]), precision=g.get("precision"),
+                   cases=int(g.get("cases", 0)), passes=int(g.get("passes", 0)), findings=counts,
+                   ratio_max=_num(er.get("max")), ratio_median=_num(er.get("median")), ratios=values)
+
+
+@dataclass
+class Finding:
+    id: str
+    target: str
+    op: str
+    dtype: str
+    shape_class: str
+    kind: str
+    message: str
+    repro: str
+    figures: dict
+    contract: Optional[str]
+    problem: Any
+    raw: dict = field(repr=False)
+
+    @property
+    def first_line(self) -> str:
+        for line in self.message.splitlines():
+            if line.strip():
+                return line.strip()
+        return ""
+
+    @property
+    def signature(self) -> tuple:
+        what = f"contract:{self.contract}" if self.contract else _NUMBER.sub("#", self.first_line)
+        return (self.target, self.op, self.kind, self.dtype, self.shape_class, what)
+
+    @property
+    def anchor(self) -> str:
+        return f"finding-{_slug(self.id)}"
+
+    @property
+    def ratio(self) -> Optional[float]:
+        return _num(self.figures.get("ratio"))
+
+    @classmethod
+    def from_dict(cls, f: dict) -> "Finding":
+        contract = f.get("contract") or f.get("contract_id")
+        repro = f.get("repro")
+        if isinstance(repro, (list, tuple)):
+            repro = " ".join(str(r) for r in repro)
+        return cls(id=str(f["id"]), target=str(f["target"]), op=str(f["op"]),
+                   dtype=str(f.get("dtype") or "-"), shape_class=str(f.get("shape_class") or "-"),
+                   kind=str(f["kind"]), message=str(f.get("message") or ""), repro=str(repro or ""),
+                   figures=dict(f.get("figures") or {}), contract=str(contract) if contract else None,
+                   problem=f.get("problem"), raw=f)
+
+
+@dataclass
+class Benchmark:
+    target: str
+    op: str
+    shape: str
+    dtype: str
+    median_us: float
+    bytes: Optional[float]
+    flops: Optional[float]
+    tbps: Optional[float]
+    tflops: Optional[float]
+    ceiling_tbps: Optional[float]
+    ceiling_tflops: Optional[float]
+    peers: dict  # peer name -> {"median_us": float | None, ...}
+
+    @property
+    def key(self) -> tuple:
+        return (self.target, self.op, self.shape, self.dtype)
+
+    @property
+    def roofline_fraction(self) -> Optional[float]:
+        """The larger of achieved/ceiling for bandwidth and for compute (the binding roof)."""
+        fractions = []
+        if self.tbps is not None and self.ceiling_tbps:
+            fractions.append(self.tbps / self.ceiling_tbps)
+        if self.tflops is not None and self.ceiling_tflops:
+            fractions.append(self.tflops / self.ceiling_tflops)
+        return max(fractions) if fractions else None
+
+    def speedup_over(self, peer: str) -> Optional[float]:
+        """peer time / our time (> 1: we are faster)."""
+        p = self.peers.get(peer) or {}
+        t = _num(p.get("median_us"))
+        return t / self.median_us if t and self.median_us else None
+
+    @classmethod
+    def from_dict(cls, b: dict) -> "Benchmark":
+        median = float(b["median_us"])
+        nbytes, flops = _num(b.get("bytes")), _num(b.get("flops"))
+        tbps, tflops = _num(b.get("tbps")), _num(b.get("tflops"))
+        if tbps is None and nbytes and median > 0:
+            tbps = nbytes / (median * 1e-6) / 1e12
+        if tflops is None and flops and median > 0:
+            tflops = flops / (median * 1e-6) / 1e12
+        peers = {}
+        for name, p in (b.get("peers") or {}).items():
+            if isinstance(p, dict):
+                peers[str(name)] = dict(p)
+            else:
+                peers[str(name)] = {"median_us": _num(p)}
+        return cls(target=str(b["target"]), op=str(b["op"]), shape=shape_key(b["shape"]), dtype=str(b["dtype"]),
+                   median_us=median, bytes=nbytes, flops=flops, tbps=tbps, tflops=tflops,
+                   ceiling_tbps=_num(b.get("ceiling_tbps")), ceiling_tflops=_num(b.get("ceiling_tflops")),
+                   peers=peers)
+
+
+@dataclass
+class Result:
+    kind: str
+    version: int
+    created: str
+    environment: dict
+    seeds: dict
+    groups: list
+    findings: list
+    benchmarks: list
+    targets: list
+    notes: list
+    summary: dict
+    source: Optional[str] = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, record: dict, *, source: Optional[str] = None) -> "Result":
+        validate(record, source=source or "record")
+        return cls(kind=str(record.get("kind")), version=int(record["version"]), created=str(record.get("created", "")),
+                   environment=dict(record["environment"]), seeds=dict(record.get("seeds") or {}),
+                   groups=[Group.from_dict(g) for g in record["groups"]],
+                   findings=[Finding.from_dict(f) for f in record["findings"]],
+                   benchmarks=[Benchmark.from_dict(b) for b in record["benchmarks"]],
+                   targets=[dict(t) for t in record.get("targets") or [] if isinstance(t, dict)],
+                   notes=[str(n) for n in record.get("notes") or []],
+                   summary=dict(record.get("summary") or {}), source=source, raw=record)
+
+    # ---- totals ----------------------------------------------------------------------------------
+    @property
+    def cases(self) -> int:
+        return sum(g.cases for g in self.groups)
+
+    @property
+    def passes(self) -> int:
+        return sum(g.passes for g in self.groups)
+
+    @property
+    def findings_by_kind(self) -> dict:
+        counts = {k: 0 for k in FINDING_KINDS}
+        for f in self.findings:
+            counts[f.kind] = counts.get(f.kind, 0) + 1
+        return counts
+
+    @property
+    def ratio_max(self) -> Optional[float]:
+        vals = [g.ratio_max for g in self.groups if g.ratio_max is not None and not math.isnan(g.ratio_max)]
+        return max(vals) if vals else None
+
+    @property
+    def status(self) -> str:
+        """``findings`` / ``incomplete`` (notes but no findings) / ``empty`` (nothing ran) / ``clean``."""
+        if self.findings or any(g.failures for g in self.groups):
+            return "findings"
+        if self.notes:
+            return "incomplete"
+        if not self.cases and not self.benchmarks:
+            return "empty"
+        return "clean"
+
+    def by_target_op(self) -> list:
+        """Groups rolled up per (target, op): cases, passes, findings, ratio max and median of maxima."""
+        rows: dict = {}
+        for g in self.groups:
+            r = rows.setdefault((g.target, g.op), {"target": g.target, "op": g.op, "cases": 0, "passes": 0,
+                                                   "findings": 0, "ratios": [], "dtypes": set()})
+            r["cases"] += g.cases
+            r["passes"] += g.passes
+            r["findings"] += g.failures
+            r["ratios"].extend(g.ratios or [v for v in (g.ratio_max,) if v is not None])
+            r["dtypes"].add(g.dtype)
+        out = []
+        for r in rows.values():
+            vals = sorted(v for v in r.pop("ratios") if not math.isnan(v))
+            r["ratio_max"] = vals[-1] if vals else None
+            r["ratio_median"] = vals[len(vals) // 2] if vals else None
+            r["dtypes"] = ", ".join(sorted(r["dtypes"]))
+            out.append(r)
+        return sorted(out, key=lambda r: (r["op"], r["target"]))
+
+    def finding_by_id(self, fid: str) -> Optional[Finding]:
+        return next((f for f in self.findings if f.id == fid), None)
+
+
+def load_result(path: str | Path) -> Result:
+    """Read and validate a result file (:class:`reports.schema.SchemaError` on a bad one)."""
+    return Result.from_dict(_load_json(path), source=str(path))
+
+
+SUPPORTED_VERSION = SCHEMA_VERSION

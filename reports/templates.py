@@ -1,0 +1,320 @@
+"""The Markdown and HTML templates (jinja2), kept in Python so an installed package carries them."""
+
+from __future__ import annotations
+
+CSS = """
+:root { --fg:#0f172a; --muted:#64748b; --line:#e2e8f0; --bg:#ffffff; --soft:#f8fafc;
+        --bad:#b91c1c; --badbg:#fee2e2; --warn:#92400e; --warnbg:#fef3c7; --ok:#166534; --okbg:#dcfce7;
+        --accent:#1d4ed8; }
+* { box-sizing: border-box; }
+body { margin:0; font:14px/1.45 -apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,"Liberation Sans","DejaVu Sans",sans-serif;
+       color:var(--fg); background:var(--bg); }
+main { max-width:1180px; margin:0 auto; padding:0 24px 48px; }
+header.top { background:#0f172a; color:#f8fafc; padding:18px 24px 14px; }
+header.top .inner { max-width:1180px; margin:0 auto; }
+header.top h1 { margin:0 0 4px; font-size:22px; font-weight:650; }
+header.top .sub { color:#cbd5e1; font-size:13px; }
+nav { position:sticky; top:0; background:#f1f5f9; border-bottom:1px solid var(--line); z-index:2; }
+nav .inner { max-width:1180px; margin:0 auto; padding:7px 24px; display:flex; gap:16px; flex-wrap:wrap; }
+nav a { color:var(--accent); text-decoration:none; font-size:13px; }
+nav a:hover { text-decoration:underline; }
+h2 { font-size:18px; margin:30px 0 10px; padding-bottom:4px; border-bottom:2px solid var(--line); }
+h3 { font-size:15px; margin:0 0 6px; }
+.cards { display:flex; gap:12px; flex-wrap:wrap; margin:18px 0 6px; }
+.card { border:1px solid var(--line); border-radius:8px; padding:10px 14px; min-width:130px; background:var(--soft); }
+.card .v { font-size:22px; font-weight:650; }
+.card .l { color:var(--muted); font-size:12px; }
+.badge { display:inline-block; padding:1px 8px; border-radius:999px; font-size:12px; font-weight:600;
+         border:1px solid transparent; white-space:nowrap; }
+.status-clean { background:var(--okbg); color:var(--ok); }
+.status-findings { background:var(--badbg); color:var(--bad); }
+.status-incomplete, .status-empty { background:var(--warnbg); color:var(--warn); }
+.kind-mismatch { background:#fee2e2; color:#991b1b; }
+.kind-contract { background:#ede9fe; color:#5b21b6; }
+.kind-validation-gap { background:#fef3c7; color:#92400e; }
+.kind-crash { background:#1f2937; color:#f9fafb; }
+table { border-collapse:collapse; width:100%; margin:6px 0 14px; font-size:13px; }
+th, td { border-bottom:1px solid var(--line); padding:5px 8px; text-align:left; vertical-align:top; }
+th { background:var(--soft); font-weight:600; position:sticky; top:33px; }
+td.n, th.n { text-align:right; font-variant-numeric:tabular-nums; }
+tbody tr:hover { background:#f1f5f9; }
+td.ok { color:var(--ok); } td.warn { color:var(--warn); background:var(--warnbg); }
+td.bad { color:var(--bad); background:var(--badbg); font-weight:600; } td.na { color:var(--muted); }
+.notes { border-left:4px solid #f59e0b; background:var(--warnbg); padding:8px 14px; border-radius:4px; }
+.notes li { margin:2px 0; }
+.empty { color:var(--muted); font-style:italic; }
+article.finding { border:1px solid var(--line); border-left:4px solid var(--bad); border-radius:6px;
+                  padding:10px 14px; margin:12px 0; background:#fff; }
+article.finding:target { box-shadow:0 0 0 3px #93c5fd; }
+article.finding .meta { color:var(--muted); font-size:12.5px; margin-bottom:6px; }
+article.finding .meta b { color:var(--fg); font-weight:600; }
+pre { background:var(--soft); border:1px solid var(--line); border-radius:5px; padding:8px 10px;
+      overflow-x:auto; font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace;
+      white-space:pre-wrap; word-break:break-word; margin:4px 0 8px; }
+pre.repro { background:#0f172a; color:#e2e8f0; border-color:#0f172a; }
+.label { font-size:12px; font-weight:600; color:var(--muted); text-transform:uppercase; letter-spacing:.03em; }
+a.anchor { color:var(--muted); text-decoration:none; margin-right:4px; }
+svg.plot { width:100%; height:auto; max-width:1000px; display:block; margin:4px 0 12px; }
+details summary { cursor:pointer; color:var(--accent); font-size:12.5px; }
+footer { color:var(--muted); font-size:12px; margin-top:36px; border-top:1px solid var(--line); padding-top:8px; }
+code { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace; }
+"""
+
+HTML = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>kernel-oracle report: {{ r.kind }} run, {{ r.created }}</title>
+<style>{{ css }}</style>
+</head>
+<body>
+<header class="top"><div class="inner">
+<h1>kernel-oracle: {{ r.kind }} run <span class="badge status-{{ r.status }}">{{ r.status }}</span></h1>
+<div class="sub">{{ r.created }} · device {{ env.get('device') or '?' }} ({{ env.get('gpu') or env.get('cpu') or '?' }})
+ · commit <code>{{ (env.get('git_commit') or 'unknown')[:12] }}</code> · suite {{ env.get('suite_version') or '?' }}
+ {% if r.source %}· <code>{{ r.source }}</code>{% endif %}</div>
+</div></header>
+<nav><div class="inner">
+<a href="#summary">Summary</a>
+{% if r.notes %}<a href="#notes">Notes ({{ r.notes|length }})</a>{% endif %}
+<a href="#findings">Findings ({{ r.findings|length }})</a>
+<a href="#by-op">By target and op</a>
+<a href="#ratios">Error ratios</a>
+<a href="#groups">Groups ({{ r.groups|length }})</a>
+<a href="#benchmarks">Benchmarks ({{ r.benchmarks|length }})</a>
+<a href="#targets">Targets</a>
+<a href="#environment">Environment</a>
+</div></nav>
+<main>
+<section id="summary">
+<div class="cards">
+<div class="card"><div class="v">{{ r.cases }}</div><div class="l">cases run</div></div>
+<div class="card"><div class="v">{{ r.passes }}</div><div class="l">passed{% if r.cases %} ({{ (r.passes / r.cases)|pct }}){% endif %}</div></div>
+<div class="card"><div class="v">{{ r.findings|length }}</div><div class="l">findings:
+{% for k, n in r.findings_by_kind.items() if n %}{{ n }} {{ k }}{% if not loop.last %}, {% endif %}{% else %}none{% endfor %}</div></div>
+<div class="card"><div class="v">{{ r.ratio_max|ratio }}</div><div class="l">worst error ratio (≤ 1 passes)</div></div>
+<div class="card"><div class="v">{{ r.benchmarks|length }}</div><div class="l">benchmarks</div></div>
+{% if r.summary.get('duration_s') is not none %}<div class="card"><div class="v">{{ r.summary['duration_s']|num }} s</div>
+<div class="l">wall time{% if r.summary.get('time_budget_s') %} (budget {{ r.summary['time_budget_s']|num }} s){% endif %}</div></div>{% endif %}
+</div>
+</section>
+{% if r.notes %}
+<section id="notes">
+<h2>Notes</h2>
+<div class="notes"><ul>
+{% for n in r.notes %}<li>{{ n }}</li>
+{% endfor %}</ul></div>
+</section>
+{% endif %}
+<section id="findings">
+<h2>Findings ({{ r.findings|length }})</h2>
+{% if not r.findings %}<p class="empty">No findings.</p>
+{% else %}
+<table>
+<thead><tr><th>finding</th><th>kind</th><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>what</th><th class="n">ratio</th></tr></thead>
+<tbody>
+{% for f in r.findings %}<tr><td><a href="#{{ f.anchor }}">{{ f.id }}</a></td><td><span class="badge kind-{{ f.kind }}">{{ f.kind }}</span></td>
+<td>{{ f.target }}</td><td>{{ f.op }}</td><td>{{ f.dtype }}</td><td>{{ f.shape_class }}</td><td>{{ f.first_line|truncate(110) }}</td>
+<td class="n {{ f.ratio|ratio_class if f.ratio is not none else 'na' }}">{{ f.ratio|ratio }}</td></tr>
+{% endfor %}</tbody></table>
+{% for f in r.findings %}
+<article class="finding" id="{{ f.anchor }}">
+<h3><a class="anchor" href="#{{ f.anchor }}">#</a>{{ f.id }} <span class="badge kind-{{ f.kind }}">{{ f.kind }}</span></h3>
+<div class="meta"><b>target</b> {{ f.target }} · <b>op</b> {{ f.op }} · <b>dtype</b> {{ f.dtype }} · <b>shape class</b> {{ f.shape_class }}
+{% if f.contract %} · <b>contract</b> <code>{{ f.contract }}</code>{% endif %}
+{% for k, v in f.figures.items() if k != 'where' %} · <b>{{ k }}</b> {{ v|num if v is number else v }}{% endfor %}</div>
+<div class="label">message</div>
+<pre class="message">{{ f.message }}</pre>
+{% if f.figures.get('where') %}<div class="label">where</div>
+<pre>{% for k, v in f.figures['where'].items() %}{{ k }}={{ v }}{% if not loop.last %}  {% endif %}{% endfor %}</pre>{% endif %}
+<div class="label">reproduce</div>
+{% if f.repro %}<pre class="repro"><code>{{ f.repro }}</code></pre>
+{% else %}<p class="empty">no repro command was recorded for this finding</p>{% endif %}
+{% if f.problem is not none %}<details><summary>problem (plain data)</summary><pre>{{ f.problem|tojson(indent=1) }}</pre></details>{% endif %}
+</article>
+{% endfor %}
+{% endif %}
+</section>
+<section id="by-op">
+<h2>By target and op</h2>
+{% if not by_op %}<p class="empty">No cases were run.</p>{% else %}
+<table>
+<thead><tr><th>op</th><th>target</th><th>dtypes</th><th class="n">cases</th><th class="n">passes</th><th class="n">findings</th><th class="n">ratio max</th><th class="n">ratio median</th></tr></thead>
+<tbody>
+{% for row in by_op %}<tr><td>{{ row.op }}</td><td>{{ row.target }}</td><td>{{ row.dtypes }}</td><td class="n">{{ row.cases }}</td><td class="n">{{ row.passes }}</td>
+<td class="n {{ 'bad' if row.findings else '' }}">{{ row.findings }}</td>
+<td class="n {{ row.ratio_max|ratio_class }}">{{ row.ratio_max|ratio }}</td><td class="n {{ row.ratio_median|ratio_class }}">{{ row.ratio_median|ratio }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
+</section>
+<section id="ratios">
+<h2>Error ratio distributions</h2>
+<p>Each case's error against the float64 reference divided by what the tolerance rule allows (err ≤ k·err(same-dtype baseline) + floor); 1 is the limit. Points above 1 are red.</p>
+{% if plots.ratios %}{{ plots.ratios|safe }}{% else %}<p class="empty">{{ plots_unavailable or 'No error ratios were recorded.' }}</p>{% endif %}
+</section>
+<section id="groups">
+<h2>Groups: target × op × dtype × shape class</h2>
+{% if not r.groups %}<p class="empty">No groups.</p>{% else %}
+<table>
+<thead><tr><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>precision</th><th class="n">cases</th><th class="n">passes</th>
+{% for k in FINDING_KINDS %}<th class="n">{{ k }}</th>{% endfor %}<th class="n">ratio max</th><th class="n">ratio median</th></tr></thead>
+<tbody>
+{% for g in groups %}<tr><td>{{ g.target }}</td><td>{{ g.op }}</td><td>{{ g.dtype }}</td><td>{{ g.shape_class }}</td><td>{{ g.precision or '–' }}</td>
+<td class="n">{{ g.cases }}</td><td class="n">{{ g.passes }}</td>
+{% for k in FINDING_KINDS %}<td class="n {{ 'bad' if g.findings[k] else '' }}">{{ g.findings[k] }}</td>{% endfor %}
+<td class="n {{ g.ratio_max|ratio_class }}">{{ g.ratio_max|ratio }}</td><td class="n {{ g.ratio_median|ratio_class }}">{{ g.ratio_median|ratio }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
+</section>
+<section id="benchmarks">
+<h2>Benchmarks</h2>
+{% if not r.benchmarks %}<p class="empty">No benchmarks in this record.</p>{% else %}
+<table>
+<thead><tr><th>target</th><th>op</th><th>shape</th><th>dtype</th><th class="n">median µs</th><th class="n">TB/s</th><th class="n">TFLOP/s</th><th class="n">% roofline</th>
+{% for p in peers %}<th class="n">vs {{ p }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for b in benches %}<tr><td>{{ b.target }}</td><td>{{ b.op }}</td><td>{{ b.shape }}</td><td>{{ b.dtype }}</td><td class="n">{{ b.median_us|us }}</td>
+<td class="n">{{ b.tbps|num }}</td><td class="n">{{ b.tflops|num }}</td><td class="n">{{ b.roofline_fraction|pct }}</td>
+{% for p in peers %}{% set s = b.speedup_over(p) %}<td class="n {{ '' if s is none else ('ok' if s >= 1 else 'warn') }}">{{ s|speedup }}</td>{% endfor %}</tr>
+{% endfor %}</tbody></table>
+<p>“vs peer”: the peer's median time divided by the target's (above 1× the target is faster).</p>
+<h3>Speed against peers</h3>
+{% if plots.bench %}{{ plots.bench|safe }}{% else %}<p class="empty">{{ plots_unavailable or 'Nothing to plot.' }}</p>{% endif %}
+<h3>Against the roofline</h3>
+{% if plots.roofline %}{{ plots.roofline|safe }}{% else %}<p class="empty">{{ plots_unavailable or 'No bytes, FLOPs or ceilings were recorded, so there is no roofline to draw.' }}</p>{% endif %}
+{% endif %}
+</section>
+<section id="targets">
+<h2>Targets</h2>
+{% if not r.targets %}<p class="empty">The record lists no targets.</p>{% else %}
+<table>
+<thead><tr><th>name</th><th>available</th><th>precision</th><th>entry points</th><th>reason / note</th></tr></thead>
+<tbody>
+{% for t in r.targets %}<tr><td>{{ t.get('name') }}</td><td class="{{ 'ok' if t.get('available') else 'warn' }}">{{ 'yes' if t.get('available') else 'no' }}</td>
+<td>{{ t.get('precision') or '–' }}</td><td>{{ (t.get('entry_points') or [])|join(', ') or '–' }}</td><td>{{ t.get('reason') or '' }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
+</section>
+<section id="environment">
+<h2>Environment</h2>
+<table><tbody>
+{% for k, v in env|dictsort %}<tr><th>{{ k }}</th><td><code>{{ v }}</code></td></tr>
+{% endfor %}
+<tr><th>seeds</th><td><code>{{ r.seeds|tojson }}</code></td></tr>
+{% for k, v in r.summary|dictsort %}<tr><th>summary.{{ k }}</th><td><code>{{ v }}</code></td></tr>
+{% endfor %}</tbody></table>
+</section>
+<footer>kernel-oracle result schema v{{ r.version }}, record kind “{{ r.kind }}”. Generated by <code>kernel-oracle report</code>; self-contained page (no external resources).</footer>
+</main>
+</body>
+</html>
+"""
+
+MARKDOWN = """# kernel-oracle: {{ r.kind }} run ({{ r.status }})
+
+{{ r.created }} · device {{ env.get('device') or '?' }} ({{ env.get('gpu') or env.get('cpu') or '?' }}) · commit `{{ (env.get('git_commit') or 'unknown')[:12] }}` · suite {{ env.get('suite_version') or '?' }}
+
+| cases | passed | findings | worst error ratio | benchmarks |
+|---:|---:|---:|---:|---:|
+| {{ r.cases }} | {{ r.passes }} | {{ r.findings|length }}{% for k, n in r.findings_by_kind.items() if n %}{% if loop.first %} ({% endif %}{{ n }} {{ k }}{% if not loop.last %}, {% else %}){% endif %}{% endfor %} | {{ r.ratio_max|ratio }} | {{ r.benchmarks|length }} |
+{% if r.notes %}
+
+## Notes
+
+{% for n in r.notes %}
+- {{ n }}
+{% endfor %}
+{% endif %}
+
+## Findings ({{ r.findings|length }})
+
+{% if not r.findings %}
+No findings.
+{% else %}
+| finding | kind | target | op | dtype | shape class | what |
+|---|---|---|---|---|---|---|
+{% for f in r.findings %}
+| [{{ f.id|cell }}](#{{ f.anchor }}) | {{ f.kind }} | {{ f.target|cell }} | {{ f.op|cell }} | {{ f.dtype|cell }} | {{ f.shape_class|cell }} | {{ f.first_line|truncate(100)|cell }} |
+{% endfor %}
+{% for f in r.findings %}
+
+<a id="{{ f.anchor }}"></a>
+### {{ f.id }} ({{ f.kind }})
+
+target `{{ f.target }}` · op `{{ f.op }}` · dtype `{{ f.dtype }}` · shape class `{{ f.shape_class }}`{% if f.contract %} · contract `{{ f.contract }}`{% endif %}{% if f.ratio is not none %} · ratio {{ f.ratio|ratio }}{% endif %}
+
+
+```text
+{{ f.message }}
+```
+
+Reproduce:
+
+```bash
+{{ f.repro or '# no repro command was recorded for this finding' }}
+```
+{% endfor %}
+{% endif %}
+
+## By target and op
+
+{% if not by_op %}
+No cases were run.
+{% else %}
+| op | target | dtypes | cases | passes | findings | ratio max | ratio median |
+|---|---|---|---:|---:|---:|---:|---:|
+{% for row in by_op %}
+| {{ row.op|cell }} | {{ row.target|cell }} | {{ row.dtypes|cell }} | {{ row.cases }} | {{ row.passes }} | {{ row.findings }} | {{ row.ratio_max|ratio }} | {{ row.ratio_median|ratio }} |
+{% endfor %}
+{% endif %}
+
+## Groups: target × op × dtype × shape class
+
+{% if not r.groups %}
+No groups.
+{% else %}
+| target | op | dtype | shape class | precision | cases | passes | {% for k in FINDING_KINDS %}{{ k }} | {% endfor %}ratio max | ratio median |
+|---|---|---|---|---|---:|---:|{% for k in FINDING_KINDS %}---:|{% endfor %}---:|---:|
+{% for g in groups %}
+| {{ g.target|cell }} | {{ g.op|cell }} | {{ g.dtype|cell }} | {{ g.shape_class|cell }} | {{ g.precision or '–' }} | {{ g.cases }} | {{ g.passes }} | {% for k in FINDING_KINDS %}{{ g.findings[k] }} | {% endfor %}{{ g.ratio_max|ratio }} | {{ g.ratio_median|ratio }} |
+{% endfor %}
+{% endif %}
+
+## Benchmarks
+
+{% if not r.benchmarks %}
+No benchmarks in this record.
+{% else %}
+| target | op | shape | dtype | median µs | TB/s | TFLOP/s | % roofline | {% for p in peers %}vs {{ p|cell }} | {% endfor %}
+
+|---|---|---|---|---:|---:|---:|---:|{% for p in peers %}---:|{% endfor %}
+
+{% for b in benches %}
+| {{ b.target|cell }} | {{ b.op|cell }} | {{ b.shape|cell }} | {{ b.dtype|cell }} | {{ b.median_us|us }} | {{ b.tbps|num }} | {{ b.tflops|num }} | {{ b.roofline_fraction|pct }} | {% for p in peers %}{{ b.speedup_over(p)|speedup }} | {% endfor %}
+
+{% endfor %}
+
+"vs peer": the peer's median time divided by the target's (above 1× the target is faster).
+{% endif %}
+
+## Targets
+
+{% if not r.targets %}
+The record lists no targets.
+{% else %}
+| name | available | precision | reason / note |
+|---|---|---|---|
+{% for t in r.targets %}
+| {{ t.get('name')|cell }} | {{ 'yes' if t.get('available') else 'no' }} | {{ t.get('precision') or '–' }} | {{ (t.get('reason') or '')|cell }} |
+{% endfor %}
+{% endif %}
+
+## Environment
+
+| key | value |
+|---|---|
+{% for k, v in env|dictsort %}
+| {{ k }} | `{{ v|cell }}` |
+{% endfor %}
+| seeds | `{{ r.seeds|tojson|cell }}` |
+
+_kernel-oracle result schema v{{ r.version }}, record kind "{{ r.kind }}"; the HTML page beside this file has the plots._
+"""
