@@ -84,6 +84,12 @@ class LoRAProblem:
     base_dtype: Optional[str] = None  # None: same as dtype
     strided: bool = False  # activations / base_output as non-contiguous views
     seed: int = 0
+    # added for the fuzzer (defaults keep every existing problem bit-identical):
+    # step B only: fill columns >= r (the routed slot's rank) of the input with "huge" values or "nan";
+    # a kernel that reads past the rank then produces garbage even where the scaling is 0
+    poison_beyond_rank: Optional[str] = None
+    # activations / base_output start one token row into a larger buffer (non-zero storage offset)
+    offset_views: bool = False
     family: str = field(default="lora", init=False)
 
     @property
@@ -120,6 +126,8 @@ class VisionProblem:
     softmax_scale: Optional[float] = None
     logit_scale: float = 1.0  # multiplies q: large-magnitude logits
     seed: int = 0
+    # added for the fuzzer: sequence_lengths as (B,1,1,1) instead of (B,)
+    sequence_lengths_4d: bool = False
     op: str = field(default="vision", init=False)
     family: str = field(default="vision", init=False)
 
@@ -144,14 +152,38 @@ def _randn(gen: torch.Generator, shape, dtype, device, scale=1.0) -> torch.Tenso
     return t.to(dtype).to(device)
 
 
-def _maybe_strided(t: torch.Tensor, strided: bool) -> torch.Tensor:
-    """A non-contiguous view with the same values: every other element of a wider last dim."""
-    if not strided:
+def _maybe_strided(t: torch.Tensor, strided: bool, offset: bool = False) -> torch.Tensor:
+    """A non-contiguous view with the same values: every other element of a wider last dim;
+    with ``offset``, the view starts one (NaN-filled) leading row into its buffer."""
+    if not strided and not offset:
         return t
-    wide = torch.empty(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
+    lead = 1 if offset else 0
+    width = 2 * t.shape[-1] if strided else t.shape[-1]
+    wide = torch.empty(t.shape[0] + lead, *t.shape[1:-1], width, dtype=t.dtype, device=t.device)
     wide.fill_(float("nan"))
-    wide[..., ::2] = t
-    return wide[..., ::2]
+    view = wide[lead:, ..., ::2] if strided else wide[lead:]
+    view.copy_(t)
+    return view
+
+
+_POISON_VALUES = {"huge": 3.0e4, "nan": float("nan")}
+
+
+def _poison_beyond_rank(x: torch.Tensor, bi, num_slots: int, R: int, how: Optional[str]) -> None:
+    """Fill ``x[row, :, r:]`` with a poison value for every routed row of a slot of rank r < R."""
+    if how is None:
+        return
+    if how not in _POISON_VALUES:
+        raise ValueError(f"poison_beyond_rank={how!r} is unknown; the only valid values are None, 'huge', 'nan'")
+    from reference.lora_routing import route_lora_batch
+
+    route = route_lora_batch(bi, num_rows=x.shape[0], num_slots=num_slots, max_rank=R, device=x.device,
+                             strict=False)
+    value = _POISON_VALUES[how]
+    for g in route.groups():
+        if 0 < g.rank < R:
+            rows = route.rows[g.index].to(x.device)
+            x[rows, :, g.rank:] = value
 
 
 def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call:
@@ -167,27 +199,32 @@ def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call
     B_buf = _randn(gen, (L, H * (qk + vd), R), dt, device, scale=qk ** -0.5)
     A_buf = _randn(gen, (L, R, C), dt, device, scale=R ** -0.5)
     s = p.strided
+    o = p.offset_views
     if p.op == "step_a_q":
-        args = (_maybe_strided(_randn(gen, (S, H, qk), dt, device), s), B_buf, bi, qk + vd)
+        args = (_maybe_strided(_randn(gen, (S, H, qk), dt, device), s, o), B_buf, bi, qk + vd)
         return Call("step_a_q_fwd", args, {}, None)
     if p.op == "step_b_q":
-        args = (_maybe_strided(_randn(gen, (S, H, R), dt, device), s), A_buf, bi,
-                _maybe_strided(_randn(gen, (S, H, C), bdt, device), s))
+        x = _randn(gen, (S, H, R), dt, device)
+        base = _randn(gen, (S, H, C), bdt, device)
+        _poison_beyond_rank(x, bi, L, R, p.poison_beyond_rank)
+        args = (_maybe_strided(x, s, o), A_buf, bi, _maybe_strided(base, s, o))
         return Call("step_b_q_fwd", args, {}, 3)
     if p.op == "step_a_v":
-        args = (_maybe_strided(_randn(gen, (S, H, C), dt, device, scale=C ** -0.5), s), A_buf, bi)
+        args = (_maybe_strided(_randn(gen, (S, H, C), dt, device, scale=C ** -0.5), s, o), A_buf, bi)
         return Call("step_a_v_fwd", args, {}, None)
     if p.op == "step_b_v":
-        args = (_maybe_strided(_randn(gen, (S, H, R), dt, device), s), B_buf, bi,
-                _maybe_strided(_randn(gen, (S, H, vd), bdt, device), s), qk, vd)
+        x = _randn(gen, (S, H, R), dt, device)
+        base = _randn(gen, (S, H, vd), bdt, device)
+        _poison_beyond_rank(x, bi, L, R, p.poison_beyond_rank)
+        args = (_maybe_strided(x, s, o), B_buf, bi, _maybe_strided(base, s, o), qk, vd)
         return Call("step_b_v_fwd", args, {}, 3)
     if p.op == "q_side_fused":
-        args = (_maybe_strided(_randn(gen, (S, H, qk), dt, device), s), B_buf, A_buf, bi,
-                _maybe_strided(_randn(gen, (S, H, C), bdt, device), s), qk + vd)
+        args = (_maybe_strided(_randn(gen, (S, H, qk), dt, device), s, o), B_buf, A_buf, bi,
+                _maybe_strided(_randn(gen, (S, H, C), bdt, device), s, o), qk + vd)
         return Call("q_side_fused_fwd", args, {}, 4)
     if p.op == "v_side_fused":
-        args = (_maybe_strided(_randn(gen, (S, H, C), dt, device, scale=C ** -0.5), s), A_buf, B_buf, bi,
-                _maybe_strided(_randn(gen, (S, H, vd), bdt, device), s), qk, vd)
+        args = (_maybe_strided(_randn(gen, (S, H, C), dt, device, scale=C ** -0.5), s, o), A_buf, B_buf, bi,
+                _maybe_strided(_randn(gen, (S, H, vd), bdt, device), s, o), qk, vd)
         return Call("v_side_fused_fwd", args, {}, 4)
     raise ValueError(f"op={p.op!r} is unknown; the only valid values are {sorted(LORA_ENTRY)}")
 
@@ -212,6 +249,7 @@ def materialize_vision(p: VisionProblem, device: str | torch.device = "cpu") -> 
     md = prepare_flashinfer_cudnn_metadata(
         cu, device, elem_per_token=H * D, v_elem_per_token=v.stride(0), o_elem_per_token=H * D,
         v_elem_offset=p.v_shift * v.stride(0), o_elem_offset=p.o_shift * H * D,
+        sequence_lengths_4d=p.sequence_lengths_4d,
     )
     max_seqlen: Any = md.flashinfer_max_seqlen
     if p.max_seqlen_kind == "cpu_tensor":

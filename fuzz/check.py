@@ -1,0 +1,372 @@
+"""One fuzz case, end to end: expected outcome, one target call, verdict.
+
+Note [Checking a case]
+----------------------
+A :class:`Case` is a plain-data problem plus an optional :class:`~fuzz.mutations.Mutation`.
+
+1. :func:`expected_outcome` runs the reference oracle (strict) on the materialised, mutated call:
+   it either returns (an ``Outcome`` of kind ``result`` carrying the float64 value, the defined
+   mask and the faithful same-dtype baseline in the target's fp32 precision), or raises a contract
+   error (``upstream`` / ``strict`` with exact type and text from :mod:`reference.contracts`), or
+   raises something outside the table (``error``: only the type is then expected).
+2. :func:`execute` runs the target on a fresh copy of the call (picklable :class:`Observed`, so it
+   can run in a worker process): outputs are NaN-poisoned first where the target's API allows it
+   (a ``poisoned_output`` hook); inputs that no sequence reads are NaN too (vision), so a kernel
+   that leaks across sequences produces NaN; in-place outputs cannot be poisoned, so rows no segment
+   routes must come back bit-identical instead.
+3. :func:`judge` classifies: ``mismatch`` (wrong numbers on a valid input), ``contract`` (missing,
+   wrong-type or wrong-text error, or an error on a valid input), ``validation-gap`` (malformed
+   metadata accepted), ``crash`` (the worker died).  Errors are scored with
+   :func:`reference.tolerance.compare` against the faithful baseline of the target's dtype and
+   precision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from reference.contracts import CONTRACTS
+from reference.lora_routing import route_lora_batch
+from reference.strict import strict_validation
+from reference.tolerance import compare
+
+from .mutations import Mutation
+from .opinfo import OP_DB
+from .problems import LoRAProblem, VisionProblem, materialize, problem_from_dict, problem_to_dict
+
+__all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute",
+           "expected_outcome", "judge", "shape_class"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A problem (plain data) and an optional metadata mutation."""
+
+    problem: Any
+    mutation: Optional[Mutation] = None
+
+    @property
+    def family(self) -> str:
+        return self.problem.family
+
+    @property
+    def op(self) -> str:
+        return self.problem.op
+
+    @property
+    def dtype(self) -> str:
+        return self.problem.dtype
+
+    @property
+    def category(self) -> str:
+        return "valid" if self.mutation is None else self.mutation.category
+
+    def call(self, device):
+        c = materialize(self.problem, device)
+        if self.mutation is not None:
+            self.mutation.apply(c)
+        return c
+
+    def to_dict(self) -> dict:
+        return {"problem": problem_to_dict(self.problem),
+                "mutation": None if self.mutation is None else self.mutation.to_dict()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def case_from_dict(d: dict) -> Case:
+    return Case(problem_from_dict(d["problem"]), Mutation.from_dict(d.get("mutation")))
+
+
+def shape_class(case: Case) -> str:
+    """A coarse class for grouping results: the mutation category or the problem's shape."""
+    if case.mutation is not None:
+        return case.mutation.category
+    p = case.problem
+    if isinstance(p, LoRAProblem):
+        lens = [n for n in p.seg_lens if n]
+        if not lens:
+            return "empty"
+        if max(lens) <= 1:
+            return "decode"
+        return "prefill-large" if max(lens) >= 256 else "prefill"
+    lens = [n for n in p.lengths if n]
+    if not lens:
+        return "empty"
+    return "long" if max(lens) >= 1024 else "ragged"
+
+
+# ---- expected outcome ----------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    kind: str  # "result" | "upstream" | "strict" | "error"
+    exc_type: Optional[str] = None
+    message: Optional[str] = None
+    contract_id: Optional[str] = None
+    value: Optional[torch.Tensor] = None
+    defined: Optional[torch.Tensor] = None
+    baseline: Optional[torch.Tensor] = None
+    out_dtype: Optional[torch.dtype] = None
+
+
+def _oracle(case: Case):
+    return OP_DB[case.op].oracle
+
+
+def _run_oracle(case: Case, call, **kw):
+    c = _copy_call(call)
+    return _oracle(case)(*c.args, **c.kwargs, **kw)
+
+
+def _copy_call(call):
+    return copy.deepcopy(call)
+
+
+def _prepared_call(case: Case, device):
+    """The call both the oracle and the target see: materialised, mutated, unread inputs poisoned."""
+    call = case.call(device)
+    if case.family == "vision" and case.category == "valid":
+        _poison_unread_vision(call)
+    return call
+
+
+def _poison_unread_vision(call) -> None:
+    """NaN into q/k/v tokens that no sequence reads (valid calls only): a leak shows up as NaN."""
+    from reference.vision_metadata import resolve_flashinfer_cudnn
+
+    c = _copy_call(call)
+    try:
+        plan = resolve_flashinfer_cudnn(*c.args[:4], c.kwargs.get("softmax_scale"), c.kwargs.get("forward_metadata"),
+                                        strict=True, **{k: v for k, v in c.kwargs.items()
+                                                        if k not in ("softmax_scale", "forward_metadata")})
+    except Exception:
+        return
+    q, k, v = call.args[:3]
+    q3, k3, v3 = (x.flatten(0, 1) if x.dim() == 4 else x for x in (q, k, v))
+    read_qk = torch.zeros(q3.shape[0], dtype=torch.bool)
+    read_v = torch.zeros(v3.shape[0], dtype=torch.bool)
+    for b in range(plan.num_sequences):
+        n = int(plan.lengths[b])
+        if n > 0:
+            read_qk[int(plan.qk_start[b]):int(plan.qk_start[b]) + n] = True
+            read_v[int(plan.v_start[b]):int(plan.v_start[b]) + n] = True
+    with torch.no_grad():
+        q3[~read_qk.to(q3.device)] = float("nan")
+        k3[~read_qk.to(k3.device)] = float("nan")
+        v3[~read_v.to(v3.device)] = float("nan")
+
+
+def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=None) -> Outcome:
+    """What a correct target does on ``case`` (see Note [Checking a case])."""
+    call = _prepared_call(case, device) if call is None else call
+    try:
+        with strict_validation(True):
+            ref = _run_oracle(case, call)
+    except Exception as exc:  # the reference is the oracle of contracts
+        cid = getattr(exc, "contract_id", None)
+        if cid is not None:
+            return Outcome(CONTRACTS[cid].origin, type(exc).__name__, str(exc), cid)
+        return Outcome("error", type(exc).__name__, str(exc))
+    inplace = OP_DB[case.op].inplace_arg
+    out_dtype = call.args[inplace].dtype if inplace is not None else call.args[0].dtype
+    faithful = "tf32" if (precision == "tf32" and call.args[0].dtype == torch.float32) else True
+    with strict_validation(True):
+        base = _run_oracle(case, call, faithful=faithful)
+    return Outcome("result", value=ref.value, defined=ref.defined, baseline=base.value, out_dtype=out_dtype)
+
+
+# ---- running a target ----------------------------------------------------------------------------
+
+@dataclass
+class Observed:
+    """What the target did (picklable): returned ``output`` (CPU), or raised, or crashed."""
+
+    kind: str  # "ok" | "raise" | "crash"
+    output: Optional[torch.Tensor] = None
+    returned_inplace: bool = True
+    exc_type: Optional[str] = None
+    exc_qualname: Optional[str] = None
+    message: Optional[str] = None
+
+
+def execute(target, case: Case, device="cpu", *, call=None) -> Observed:
+    """Run ``target`` on a fresh copy of the case's call; never raises for the target's errors."""
+    call = _copy_call(_prepared_call(case, device) if call is None else call)
+    fn = target.entry(case.op)
+    inplace = OP_DB[case.op].inplace_arg
+    poison = target.poison(case.family) if target.poison is not None else contextlib.nullcontext()
+    try:
+        with poison:
+            ret = fn(*call.args, **call.kwargs)
+        if device != "cpu" and torch.cuda.is_available():
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - the target's error is the observation
+        return Observed("raise", exc_type=type(exc).__name__,
+                        exc_qualname=f"{type(exc).__module__}.{type(exc).__qualname__}", message=str(exc))
+    if inplace is not None:
+        base = call.args[inplace]
+        same = isinstance(ret, torch.Tensor) and ret.data_ptr() == base.data_ptr() and ret.shape == base.shape
+        return Observed("ok", output=base.detach().cpu().clone(), returned_inplace=same)
+    if not isinstance(ret, torch.Tensor):
+        return Observed("ok", output=None, returned_inplace=True, message=f"returned {type(ret).__name__}, not a tensor")
+    return Observed("ok", output=ret.detach().cpu().clone())
+
+
+# ---- verdict -------------------------------------------------------------------------------------
+
+@dataclass
+class Verdict:
+    ok: bool
+    kind: Optional[str] = None  # a finding kind when not ok
+    message: str = ""
+    ratio: Optional[float] = None
+    figures: dict = field(default_factory=dict)
+    expected: str = ""
+
+
+def _describe_expected(e: Outcome) -> str:
+    if e.kind == "result":
+        return "a result"
+    if e.kind == "error":
+        return f"{e.exc_type} (outside the contract table)"
+    return f"{e.exc_type}({e.message!r}) [{e.kind} contract {e.contract_id}]"
+
+
+def _lora_locator(case: Case, call):
+    bi = next(a for a in call.args if hasattr(a, "seg_indptr"))
+    try:
+        route = route_lora_batch(bi, num_rows=call.args[0].shape[0], num_slots=int(bi.lora_ranks.numel()),
+                                 max_rank=10**9, device=torch.device("cpu"), strict=False)
+    except Exception:
+        route = None
+
+    def locate(index):
+        t, h = int(index[0]), int(index[1])
+        where = {"token": t, "head": h, "segment": None, "slot": None}
+        if route is not None:
+            hit = torch.nonzero(route.rows == t).flatten()
+            if hit.numel():
+                where["segment"] = int(route.segment[hit[0]])
+                where["slot"] = int(route.slot[hit[0]])
+        return where
+    return locate, route
+
+
+def _vision_locator(call):
+    from reference.vision_metadata import resolve_flashinfer_cudnn
+
+    c = _copy_call(call)
+    try:
+        plan = resolve_flashinfer_cudnn(*c.args[:4], c.kwargs.get("softmax_scale"), c.kwargs.get("forward_metadata"),
+                                        strict=False, **{k: v for k, v in c.kwargs.items()
+                                                         if k not in ("softmax_scale", "forward_metadata")})
+    except Exception:
+        plan = None
+    four_d = call.args[0].dim() == 4
+
+    def locate(index):
+        if four_d:
+            t = int(index[0]) * call.args[0].shape[1] + int(index[1])
+            h = int(index[2])
+        else:
+            t, h = int(index[0]), int(index[1])
+        where = {"token": t, "head": h, "segment": None, "slot": None}
+        if plan is not None:
+            for b in range(plan.num_sequences):
+                o, n = int(plan.o_start[b]), int(plan.lengths[b])
+                if n > 0 and o <= t < o + n:
+                    where["segment"] = b
+                    break
+        return where
+    return locate
+
+
+def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, device="cpu", repro: str = "") -> Verdict:
+    """Classify ``observed`` against ``expected`` (see Note [Checking a case])."""
+    exp = _describe_expected(expected)
+    if observed.kind == "crash":
+        return Verdict(False, "crash", f"target crashed: {observed.message}; expected {exp}", expected=exp)
+    if expected.kind != "result":
+        if observed.kind == "ok":
+            if expected.kind == "strict":
+                return Verdict(False, "validation-gap",
+                               f"malformed metadata accepted ({case.mutation.kind if case.mutation else '-'}): "
+                               f"expected {exp}", expected=exp)
+            return Verdict(False, "contract", f"no error raised; expected {exp}", expected=exp)
+        if expected.kind == "error":
+            if observed.exc_type == expected.exc_type:
+                return Verdict(True, expected=exp)
+            return Verdict(False, "contract", f"raised {observed.exc_type}({observed.message!r}); expected {exp}",
+                           expected=exp)
+        if observed.exc_type == expected.exc_type and observed.message == expected.message:
+            return Verdict(True, expected=exp)
+        return Verdict(False, "contract", f"raised {observed.exc_type}({observed.message!r}); expected {exp}",
+                       expected=exp)
+    # a result is expected
+    if observed.kind == "raise":
+        return Verdict(False, "contract", f"raised {observed.exc_type}({observed.message!r}) on a valid input",
+                       expected=exp)
+    if observed.output is None:
+        return Verdict(False, "mismatch", f"target {observed.message}", expected=exp)
+    call = _prepared_call(case, "cpu") if call is None else call
+    if not observed.returned_inplace:
+        return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
+    if case.family == "lora":
+        locate, route = _lora_locator(case, call)
+    else:
+        locate, route = _vision_locator(call), None
+    actual = observed.output
+    cmp = compare(actual, expected.value.cpu(), expected.defined.cpu(), family=case.family,
+                  baseline=None if expected.baseline is None else expected.baseline.cpu(),
+                  out_dtype=expected.out_dtype, locate=locate, repro=repro)
+    figures = {"max_abs": cmp.err, "max_rel": cmp.worst_rel, "ratio": cmp.ratio, "where": cmp.where}
+    if not cmp.ok:
+        return Verdict(False, "mismatch", cmp.message, cmp.ratio, figures, exp)
+    inplace = OP_DB[case.op].inplace_arg
+    if inplace is not None and route is not None:  # unrouted rows must be bit-identical
+        before = call.args[inplace].detach().cpu()
+        untouched = torch.ones(before.shape[0], dtype=torch.bool)
+        untouched[route.rows] = False
+        if route.undefined_rows.numel():
+            untouched[route.undefined_rows] = False
+        if route.all_undefined:
+            untouched[:] = False
+        a = actual[untouched].contiguous().view(torch.uint8) if actual.dtype.itemsize == 1 else actual[untouched]
+        b = before[untouched]
+        same = torch.equal(_bits(a), _bits(b))
+        if not same:
+            diff_rows = torch.nonzero(untouched).flatten()
+            bad = [int(r) for r in diff_rows if not torch.equal(_bits(actual[r]), _bits(before[r]))]
+            where = {"token": bad[0] if bad else None, "head": None, "segment": None, "slot": None}
+            return Verdict(False, "mismatch",
+                           f"rows routed by no segment changed (must stay bit-identical): rows {bad[:8]}"
+                           + (f"\nReproduce: {repro}" if repro else ""),
+                           float("inf"), {"max_abs": None, "max_rel": None, "ratio": None, "where": where}, exp)
+    return Verdict(True, ratio=cmp.ratio, figures=figures, expected=exp)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.contiguous()
+    int_dtype = {2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.view(int_dtype)
+
+
+def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
+    """In-process check of one case (pytest properties; campaigns isolate the target instead)."""
+    call = _prepared_call(case, device)
+    expected = expected_outcome(case, device, precision=target.precision, call=call)
+    observed = execute(target, case, device, call=call)
+    return judge(case, expected, observed, call=call, device=device, repro=repro)
+
+
+def replace_problem(case: Case, **changes) -> Case:
+    return Case(dataclasses.replace(case.problem, **changes), case.mutation)

@@ -1,0 +1,347 @@
+"""Composable Hypothesis strategies for kv_b LoRA and vision-attention fuzz cases.
+
+Note [Strategies]
+-----------------
+Strategies generate *plain data* -- :class:`~fuzz.problems.LoRAProblem`,
+:class:`~fuzz.problems.VisionProblem` and :class:`~fuzz.check.Case` (a problem plus an optional
+:class:`~fuzz.mutations.Mutation`) -- never tensors: the tensors come from the problem's seed, so
+Hypothesis shrinks ints and tuples (fewer segments, shorter lengths, smaller dims, no permutation,
+float32) and a failing example reads as code.
+
+Sizes come from a :class:`Limits` preset, because what is affordable differs by six orders of
+magnitude: ``"tiny"`` for Triton kernels under the CPU interpreter (20-35 ms per program
+instance: few segments, small dims, H <= 2), ``"small"`` for the pure-torch reference on the CPU,
+``"full"`` for a GPU (hundreds of segments, lengths into the thousands -- drawn rarely, so shrinking
+stays fast and the common case stays cheap).
+
+Every public strategy validates its arguments up front and raises
+:class:`hypothesis.errors.InvalidArgument` ("Expected X but got name=value", "min_x=... is larger
+than max_x=..."), accepts a value or a strategy where that makes sense, and has a call-like repr.
+
+Each generated case carries its expected outcome implicitly: :func:`fuzz.check.expected_outcome`
+runs the reference on it (a result, an upstream contract error or a strict-validation error).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Optional, Sequence
+
+import hypothesis.strategies as st
+from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import SearchStrategy
+
+from .check import Case
+from .mutations import CATEGORIES, Mutation, kinds
+from .problems import DTYPES, LORA_ENTRY, LoRAProblem, VisionProblem
+
+__all__ = [
+    "InvalidArgument",
+    "LIMITS",
+    "Limits",
+    "cases",
+    "lora_problems",
+    "malformed_metadata",
+    "partial_metadata",
+    "upstream_contract_cases",
+    "vision_problems",
+]
+
+ALL_DTYPES = ("float32", "float16", "bfloat16")  # float32 first: Hypothesis shrinks towards it
+LORA_OPS = tuple(LORA_ENTRY)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size bounds of generated problems; ``big_*`` values are drawn rarely (1 in ``big_odds``)."""
+
+    max_segments: int
+    max_seg_len: int
+    big_segments: int
+    big_seg_len: int
+    max_slots: int
+    ranks: tuple[int, ...]  # buffer ranks R
+    heads: int
+    qk_dims: tuple[int, ...]
+    v_dims: tuple[int, ...]
+    kv_lora_ranks: tuple[int, ...]
+    max_extra_rows: int
+    max_sequences: int
+    max_seq_len: int
+    big_seq_len: int
+    vision_heads: int
+    head_dims: tuple[int, ...]
+    big_odds: int = 16
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            vals = v if isinstance(v, tuple) else (v,)
+            if not vals or any(not isinstance(x, int) or x < 0 for x in vals):
+                raise InvalidArgument(f"Expected non-negative ints but got {f.name}={v!r}")
+        if self.max_seg_len > self.big_seg_len:
+            raise InvalidArgument(f"max_seg_len={self.max_seg_len} is larger than big_seg_len={self.big_seg_len}")
+        if self.max_segments > self.big_segments:
+            raise InvalidArgument(f"max_segments={self.max_segments} is larger than big_segments={self.big_segments}")
+        if self.max_seq_len > self.big_seq_len:
+            raise InvalidArgument(f"max_seq_len={self.max_seq_len} is larger than big_seq_len={self.big_seq_len}")
+        if self.max_slots < 1 or self.heads < 1 or self.vision_heads < 1 or self.big_odds < 1:
+            raise InvalidArgument(f"Expected max_slots, heads, vision_heads, big_odds >= 1 but got "
+                                  f"max_slots={self.max_slots}, heads={self.heads}, "
+                                  f"vision_heads={self.vision_heads}, big_odds={self.big_odds}")
+
+
+LIMITS = {
+    # Triton under the CPU interpreter: a few dozen programs per call at most
+    "tiny": Limits(max_segments=3, max_seg_len=9, big_segments=4, big_seg_len=20, max_slots=3, ranks=(16,),
+                   heads=2, qk_dims=(16, 24), v_dims=(16, 8), kv_lora_ranks=(32, 24), max_extra_rows=2,
+                   max_sequences=3, max_seq_len=12, big_seq_len=40, vision_heads=2, head_dims=(16, 8, 24)),
+    # the pure-torch reference on the CPU
+    "small": Limits(max_segments=8, max_seg_len=24, big_segments=200, big_seg_len=600, max_slots=8,
+                    ranks=(16, 8, 32), heads=4, qk_dims=(48, 16, 72), v_dims=(40, 16, 24),
+                    kv_lora_ranks=(64, 32, 80), max_extra_rows=4, max_sequences=6, max_seq_len=40,
+                    big_seq_len=700, vision_heads=3, head_dims=(16, 24, 40)),
+    # a GPU: hundreds of segments, thousands of tokens (rare), realistic dims
+    "full": Limits(max_segments=64, max_seg_len=300, big_segments=512, big_seg_len=4096, max_slots=8,
+                   ranks=(16, 32, 64, 128), heads=16, qk_dims=(128, 64, 72), v_dims=(128, 64, 40),
+                   kv_lora_ranks=(512, 256, 200), max_extra_rows=16, max_sequences=16, max_seq_len=1500,
+                   big_seq_len=16384, vision_heads=16, head_dims=(80, 64, 72, 128)),
+}
+
+
+# ---- argument validation (one exception type, Hypothesis's own) -----------------------------------
+
+def _check_choices(name: str, value, allowed: Sequence) -> tuple:
+    if isinstance(value, SearchStrategy):
+        return value
+    if isinstance(value, str) or not isinstance(value, (tuple, list)):
+        raise InvalidArgument(f"Expected a list of values from {list(allowed)} but got {name}={value!r}")
+    if not value:
+        raise InvalidArgument(f"Expected at least one value in {name} but got {name}={value!r}")
+    bad = [v for v in value if v not in allowed]
+    if bad:
+        raise InvalidArgument(f"Expected values from {list(allowed)} but got {name}={value!r} "
+                              f"(unknown: {bad})")
+    return tuple(value)
+
+
+def _limits(value) -> Limits:
+    if isinstance(value, Limits):
+        return value
+    if value in LIMITS:
+        return LIMITS[value]
+    raise InvalidArgument(f"Expected a Limits or one of {sorted(LIMITS)} but got limits={value!r}")
+
+
+def _check_bool_or_none(name: str, value) -> None:
+    if value is not None and not isinstance(value, (bool, SearchStrategy)):
+        raise InvalidArgument(f"Expected True, False, None or a strategy but got {name}={value!r}")
+
+
+def _check_range(min_name: str, lo, max_name: str, hi) -> None:
+    for n, v in ((min_name, lo), (max_name, hi)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise InvalidArgument(f"Expected a non-negative int but got {n}={v!r}")
+    if lo is not None and hi is not None and lo > hi:
+        raise InvalidArgument(f"{min_name}={lo} is larger than {max_name}={hi}")
+
+
+def _as_strategy(value) -> SearchStrategy:
+    if isinstance(value, SearchStrategy):
+        return value
+    return st.sampled_from(value)
+
+
+def _named(name: str):
+    """``st.composite`` whose repr is ``name(args...)``: the public function validates, then calls it."""
+    def deco(fn):
+        fn.__name__ = fn.__qualname__ = name
+        return st.composite(fn)
+    return deco
+
+
+# ---- LoRA problems -------------------------------------------------------------------------------
+
+_SCALINGS = (1.0, 0.0, -1.0, 0.5, 2.0, -0.25, 3.5)
+
+
+@_named("lora_problems")
+def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permute, big):
+    lim = limits
+    op = draw(_as_strategy(ops))
+    dtype = draw(_as_strategy(dtypes))
+    hi = max_segments if max_segments is not None else lim.max_segments
+    if big and max_segments is None and draw(st.integers(0, lim.big_odds - 1)) == lim.big_odds - 1:
+        hi = lim.big_segments  # rarely: hundreds of segments
+    n = draw(st.integers(min_segments, max(hi, min_segments)))
+    seg_max = lim.max_seg_len
+    lens = []
+    for _ in range(n):
+        if big and draw(st.integers(0, lim.big_odds - 1)) == lim.big_odds - 1:
+            lens.append(draw(st.integers(0, lim.big_seg_len)))  # rarely: thousands of rows
+        else:
+            lens.append(draw(st.integers(0, seg_max)))
+    L = draw(st.integers(1, lim.max_slots))
+    R = draw(st.sampled_from(lim.ranks))
+    # ranks 0..R, mixed, and occasionally above R (the buffer's R then caps them)
+    ranks = tuple(draw(st.one_of(st.just(R), st.integers(0, R + 3))) for _ in range(L))
+    scal = tuple(draw(st.one_of(st.sampled_from(_SCALINGS),
+                                st.floats(-8.0, 8.0, allow_nan=False, width=32))) for _ in range(L))
+    slots = tuple(draw(st.integers(0, L - 1)) for _ in range(n))
+    perm = draw(st.booleans()) if permute is None else (draw(permute) if isinstance(permute, SearchStrategy)
+                                                         else permute)
+    pad = draw(st.one_of(st.none(), st.integers(n, n + 3)))
+    with_max_len = draw(st.booleans().map(lambda b: not b))  # shrinks to True
+    with_seg_lens = True if not with_max_len else draw(st.booleans().map(lambda b: not b))
+    base_dtype = None
+    if dtype != "float32" and op not in ("step_a_q", "step_a_v"):
+        base_dtype = draw(st.sampled_from((None, "float32")))
+    poison = None
+    if op in ("step_b_q", "step_b_v"):
+        poison = draw(st.sampled_from((None, "huge", "nan")))
+    return LoRAProblem(
+        op=op, seg_lens=tuple(lens), weight_indices=slots, lora_ranks=ranks, scalings=scal,
+        H=draw(st.integers(1, lim.heads)), qk=draw(st.sampled_from(lim.qk_dims)),
+        vd=draw(st.sampled_from(lim.v_dims)), C=draw(st.sampled_from(lim.kv_lora_ranks)), R=R,
+        extra_rows=draw(st.integers(0, lim.max_extra_rows)), permute=perm, cuda_graph_pad_to=pad,
+        with_max_len=with_max_len, with_seg_lens=with_seg_lens, dtype=dtype, base_dtype=base_dtype,
+        strided=draw(st.booleans()), offset_views=draw(st.booleans()), poison_beyond_rank=poison,
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def lora_problems(*, ops: Sequence[str] | SearchStrategy = LORA_OPS,
+                  dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, limits: str | Limits = "small",
+                  min_segments: int = 0, max_segments: Optional[int] = None,
+                  permute: bool | None | SearchStrategy = None, big: bool = False) -> SearchStrategy:
+    """kv_b LoRA problems: segments 0..``max_segments`` (lengths 0..limits, rarely big ones when
+    ``big``), 1..L slots, ranks 0..R (mixed, some above R), scalings incl. 0 / negative / non-unit,
+    permutation or not, CUDA-graph padding, strided / offset views, half / fp32 base_output, and
+    for step B a poison beyond each slot's rank."""
+    ops = _check_choices("ops", ops, LORA_OPS)
+    dtypes = _check_choices("dtypes", dtypes, tuple(DTYPES))
+    lim = _limits(limits)
+    _check_range("min_segments", min_segments, "max_segments", max_segments)
+    _check_bool_or_none("permute", permute)
+    if not isinstance(big, bool):
+        raise InvalidArgument(f"Expected a bool but got big={big!r}")
+    return _lora_problems(ops, dtypes, lim, min_segments, max_segments, permute, big)
+
+
+# ---- vision problems -----------------------------------------------------------------------------
+
+@_named("vision_problems")
+def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, big):
+    lim = limits
+    hi = max_sequences if max_sequences is not None else lim.max_sequences
+    n = draw(st.integers(min_sequences, max(hi, min_sequences)))
+    lens = []
+    for _ in range(n):
+        if big and draw(st.integers(0, lim.big_odds - 1)) == lim.big_odds - 1:
+            lens.append(draw(st.integers(0, lim.big_seq_len)))
+        else:
+            lens.append(draw(st.integers(0, lim.max_seq_len)))
+    four_d = draw(st.booleans())
+    layout = draw(st.sampled_from(("contiguous", "v_strided")))
+    return VisionProblem(
+        lengths=tuple(lens), H=draw(st.integers(1, lim.vision_heads)), D=draw(st.sampled_from(lim.head_dims)),
+        dtype=draw(_as_strategy(dtypes)), layout=layout,
+        v_shift=draw(st.integers(0, 3)), o_shift=draw(st.integers(0, 3)), extra_tokens=draw(st.integers(0, 3)),
+        path=draw(_as_strategy(paths)),
+        max_seqlen_kind=draw(st.sampled_from(("int", "cpu_tensor", "device_tensor"))),
+        four_d=four_d,
+        softmax_scale=draw(st.one_of(st.none(), st.sampled_from((0.3, 1.0, 0.05)))),
+        logit_scale=draw(st.sampled_from((1.0, 8.0, 30.0))),
+        sequence_lengths_4d=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def vision_problems(*, dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, limits: str | Limits = "small",
+                    min_sequences: int = 0, max_sequences: Optional[int] = None,
+                    paths: Sequence[str] | SearchStrategy = ("metadata", "kwargs"), big: bool = False) -> SearchStrategy:
+    """Vision problems: ragged lengths incl. 0 (bucket padding added by the builder), 3-D/4-D,
+    contiguous or strided v, distinct v/o offsets, max_seqlen as int / CPU tensor / device tensor,
+    metadata path or kwargs path, non-default softmax scales and large logits."""
+    dtypes = _check_choices("dtypes", dtypes, tuple(DTYPES))
+    paths = _check_choices("paths", paths, ("metadata", "kwargs"))
+    lim = _limits(limits)
+    _check_range("min_sequences", min_sequences, "max_sequences", max_sequences)
+    if not isinstance(big, bool):
+        raise InvalidArgument(f"Expected a bool but got big={big!r}")
+    return _vision_problems(dtypes, lim, min_sequences, max_sequences, paths, big)
+
+
+# ---- cases (problem + mutation) ------------------------------------------------------------------
+
+def _family_of(problems: SearchStrategy, family: Optional[str]) -> str:
+    if family not in ("lora", "vision"):
+        raise InvalidArgument(f"Expected family='lora' or 'vision' but got family={family!r}")
+    return family
+
+
+@_named("mutated_cases")
+def _mutated(draw, problems, family, kind_list):
+    problem = draw(problems)
+    kind = draw(st.sampled_from(kind_list))
+    m = Mutation(family, kind, draw(st.integers(0, 7)), draw(st.integers(1, 3)))
+    return Case(problem, m)
+
+
+def _mutated_cases(problems, family: str, categories: tuple) -> SearchStrategy:
+    if not isinstance(problems, SearchStrategy):
+        raise InvalidArgument(f"Expected a strategy of problems but got problems={problems!r}")
+    family = _family_of(problems, family)
+    return _mutated(problems, family, tuple(kinds(family, categories)))
+
+
+def partial_metadata(problems: SearchStrategy, *, family: str) -> SearchStrategy:
+    """Cases whose optional metadata is dropped or passed as None (may stay valid or hit an
+    upstream contract): ``max_len``, ``seg_lens``, ``permutation``; ``sequence_lengths``,
+    ``max_seqlen``, ``packed_indptrs``."""
+    return _mutated_cases(problems, family, ("partial",))
+
+
+def upstream_contract_cases(problems: SearchStrategy, *, family: str) -> SearchStrategy:
+    """Cases that break one of SGLang's documented contracts (exact type and text expected)."""
+    return _mutated_cases(problems, family, ("upstream",))
+
+
+def malformed_metadata(problems: SearchStrategy, *, family: str) -> SearchStrategy:
+    """Cases that break one invariant upstream does not check (strict validation must reject)."""
+    return _mutated_cases(problems, family, ("malformed",))
+
+
+def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upstream", "malformed"),
+          dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, ops: Optional[Sequence[str]] = None,
+          limits: str | Limits = "small", big: bool = False) -> SearchStrategy:
+    """Every kind of case of one family: valid problems, partial metadata, upstream-contract
+    breakers and malformed metadata (drop ``"malformed"`` for upstream-contract-only campaigns)."""
+    if family not in ("lora", "vision"):
+        raise InvalidArgument(f"Expected family='lora' or 'vision' but got family={family!r}")
+    categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
+    if family == "lora":
+        problems = lora_problems(ops=ops if ops is not None else LORA_OPS, dtypes=dtypes, limits=limits, big=big)
+    else:
+        if ops is not None and tuple(ops) != ("vision",):
+            raise InvalidArgument(f"Expected ops=None or ['vision'] for family='vision' but got ops={ops!r}")
+        problems = vision_problems(dtypes=dtypes, limits=limits, big=big)
+    parts = []
+    if "valid" in categories:
+        parts.append(problems.map(Case))
+    mutated = tuple(c for c in categories if c != "valid")
+    if mutated:
+        parts.append(_mutated_cases(problems, family, mutated))
+    return st.one_of(*parts)
+
+
+def shrink_key(case: Case) -> tuple:
+    """A size measure of a case (for tests of shrinking): segments, rows, dims."""
+    p = case.problem
+    if isinstance(p, LoRAProblem):
+        return (len(p.seg_lens), sum(p.seg_lens), p.H, p.qk + p.vd + p.C)
+    return (len(p.lengths), sum(p.lengths), p.H, p.D)
+
+
+def with_dtype(case: Case, dtype: str) -> Case:
+    return Case(replace(case.problem, dtype=dtype), case.mutation)
