@@ -14,9 +14,10 @@ Our kernels therefore take two constexpr switches computed here, at wrapper leve
 * ``UPCAST``: convert every loaded tile to fp32 right after the load (then ``tl.dot`` runs on fp32,
   which the interpreter computes exactly: the same values a bf16/fp16 tensor-core dot with fp32
   accumulation produces, up to summation order);
-* ``FIX_BF16``: round fp32 -> bf16 with :func:`round_bf16_rne` (integer arithmetic on the fp32 bit
-  pattern, exact under the interpreter) before every cast to bf16, so that stores and the rounding
-  points of SPEC.md part 1 match GPU semantics.
+* ``FIX_BF16``: convert between fp32 and bf16 on the bit patterns only (:func:`cast_rounded`,
+  :func:`rounded_f32`, :func:`to_f32`: integer arithmetic, exact under the interpreter), so that
+  stores and the rounding points of SPEC.md part 1 round to nearest even as on a GPU.  The
+  interpreter's own float conversion also mangles subnormals (1e-40 -> 1.01e-39), which this avoids.
 
 Both are False on a GPU, so compiled kernels carry none of it.  Each defect is demonstrated by a
 canary in ``oracle_tests/test_interpreter_canaries.py``; when a canary starts failing, Triton fixed
@@ -31,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["interpreting", "needs_bf16_fix", "round_bf16_rne", "cast_rounded"]
+__all__ = ["cast_rounded", "interpreting", "needs_bf16_fix", "round_bf16_rne", "rounded_f32", "to_f32"]
 
 
 def interpreting() -> bool:
@@ -48,20 +49,44 @@ def needs_bf16_fix(*dtypes: torch.dtype) -> bool:
 def round_bf16_rne(x):
     """fp32 ``x`` rounded to the nearest bf16 (ties to even), returned as fp32.
 
-    Works on the bit pattern: add 0x7FFF plus the lowest kept bit, clear the low 16 bits.  NaN stays
-    NaN (a NaN whose payload sits in the low bits would otherwise become inf); overflow past the
-    largest bf16 becomes inf, as a real rounding does.
+    Pure integer work on the bit pattern (exact under the interpreter): add 0x7FFF plus the lowest
+    kept bit, clear the low 16 bits.  Subnormals round like normals (the exponent fields of fp32 and
+    bf16 agree); overflow past the largest bf16 gives inf, as a real rounding does; NaN is quieted
+    (a payload only in the low bits would otherwise turn into inf).
     """
     bits = x.to(tl.int32, bitcast=True)
     lsb = (bits >> 16) & 1
-    rounded = ((bits + 0x7FFF + lsb) & -65536).to(tl.float32, bitcast=True)
-    return tl.where(x != x, x, rounded)
+    rounded = tl.where(x != x, bits | 0x400000, (bits + 0x7FFF + lsb) & -65536)
+    return rounded.to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def cast_rounded(x, dtype: tl.constexpr, FIX_BF16: tl.constexpr):
-    """``x.to(dtype)`` with round-to-nearest-even also under the interpreter (``FIX_BF16``)."""
+    """``x.to(dtype)``, rounding to nearest even also under the interpreter (``FIX_BF16``).
+
+    The fixed path never calls the interpreter's float conversion (which truncates, and mangles
+    subnormals): it rounds on the bits and bit-casts the high half to bf16.
+    """
     if FIX_BF16:
         if dtype == tl.bfloat16:
-            x = round_bf16_rne(x.to(tl.float32))
+            hi = (round_bf16_rne(x.to(tl.float32)).to(tl.int32, bitcast=True) >> 16).to(tl.int16)
+            return hi.to(tl.bfloat16, bitcast=True)
     return x.to(dtype)
+
+
+@triton.jit
+def rounded_f32(x, dtype: tl.constexpr, FIX_BF16: tl.constexpr):
+    """fp32 ``x`` rounded to ``dtype`` (nearest even), returned as fp32: a rounding point inside a kernel."""
+    if FIX_BF16:
+        if dtype == tl.bfloat16:
+            return round_bf16_rne(x)
+    return x.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def to_f32(x, FIX_BF16: tl.constexpr):
+    """A loaded tile in fp32; bf16 widened on the bits under the interpreter (exact, subnormals too)."""
+    if FIX_BF16:
+        if x.dtype == tl.bfloat16:
+            return (x.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    return x.to(tl.float32)

@@ -35,16 +35,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..interpreter import cast_rounded
+from ..interpreter import cast_rounded, rounded_f32, to_f32
 
 _NO_SLOT = 2147483647
 
 
 @triton.jit
-def _ld(ptrs, mask, UPCAST: tl.constexpr):
+def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr):
     x = tl.load(ptrs, mask=mask, other=0.0)
     if UPCAST:
-        x = x.to(tl.float32)
+        x = to_f32(x, FIX_BF16)
     return x
 
 
@@ -118,9 +118,9 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
             acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
             for k0 in range(0, QK, BLOCK_K):
                 kk = k0 + offs_k
-                xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST)
+                xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16)
                 wt = _ld(w_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
-                         (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST)
+                         (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
                 acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
             tl.store(o_rows[:, None] + offs_r[None, :] * so_r,
                      cast_rounded(acc, out_ptr.dtype.element_ty, FIX_BF16),
@@ -157,14 +157,14 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         rank = tl.minimum(tl.load(lora_ranks + w), R)
         if rank > 0:
             s = tl.load(scalings + w)
-            xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST)
+            xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
             at = _ld(a_ptr + w.to(tl.int64) * sa_l + offs_r[:, None] * sa_r + offs_c[None, :] * sa_c,
-                     (offs_r < rank)[:, None] & (offs_c < C)[None, :], UPCAST)
+                     (offs_r < rank)[:, None] & (offs_c < C)[None, :], UPCAST, FIX_BF16)
             acc = tl.dot(xt, at, input_precision=DOT_PREC)
-            d = cast_rounded(acc * s, x_ptr.dtype.element_ty, FIX_BF16).to(tl.float32)
+            d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (offs_c < C)[None, :]
             y_ptrs = y_rows[:, None] + offs_c[None, :] * sy_c
-            y = tl.load(y_ptrs, mask=m, other=0.0).to(tl.float32)
+            y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
             tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
@@ -199,9 +199,9 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
             acc = tl.zeros((BT * BH, BLOCK_R), dtype=tl.float32)
             for k0 in range(0, C, BLOCK_K):
                 kk = k0 + offs_k
-                xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST)
+                xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16)
                 wt = _ld(w_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
-                         (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST)
+                         (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
                 acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
             tl.store(o_rows[:, None] + offs_r[None, :] * so_r,
                      cast_rounded(acc, out_ptr.dtype.element_ty, FIX_BF16),
@@ -236,15 +236,15 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         rank = tl.minimum(tl.load(lora_ranks + w), R)
         if rank > 0:
             s = tl.load(scalings + w)
-            xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST)
+            xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
             w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
             wt = _ld(w_base + offs_v[None, :] * sb_row + offs_r[:, None] * sb_r,
-                     (offs_r < rank)[:, None] & (offs_v < VD)[None, :], UPCAST)
+                     (offs_r < rank)[:, None] & (offs_v < VD)[None, :], UPCAST, FIX_BF16)
             acc = tl.dot(xt, wt, input_precision=DOT_PREC)
-            d = cast_rounded(acc * s, x_ptr.dtype.element_ty, FIX_BF16).to(tl.float32)
+            d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (offs_v < VD)[None, :]
             y_ptrs = y_rows[:, None] + offs_v[None, :] * sy_v
-            y = tl.load(y_ptrs, mask=m, other=0.0).to(tl.float32)
+            y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
             tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
@@ -282,23 +282,24 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
             for k0 in range(0, QK, BLOCK_K):
                 kk = k0 + offs_k
-                xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST)
+                xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16)
                 wt = _ld(wb_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
-                         (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST)
+                         (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
                 acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
-            mid = cast_rounded(acc, x_ptr.dtype.element_ty, FIX_BF16)  # step A's rounding point
-            if UPCAST:
-                mid = mid.to(tl.float32)
+            if UPCAST:  # step A's rounding point
+                mid = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)
+            else:
+                mid = acc.to(x_ptr.dtype.element_ty)
             wa_base = a_ptr + w.to(tl.int64) * sa_l
             for c0 in range(0, C, BLOCK_C):
                 cc = c0 + offs_c0
                 at = _ld(wa_base + offs_r[:, None] * sa_r + cc[None, :] * sa_c,
-                         (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST)
+                         (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST, FIX_BF16)
                 d = tl.dot(mid, at, input_precision=DOT_PREC) * s
-                d = cast_rounded(d, base_ptr.dtype.element_ty, FIX_BF16).to(tl.float32)
+                d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
                 m = sel[:, None] & (cc < C)[None, :]
                 y_ptrs = y_rows[:, None] + cc[None, :] * sy_c
-                y = tl.load(y_ptrs, mask=m, other=0.0).to(tl.float32)
+                y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
                 tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
@@ -334,21 +335,22 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
             for k0 in range(0, C, BLOCK_K):
                 kk = k0 + offs_k
-                xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST)
+                xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16)
                 wt = _ld(wa_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
-                         (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST)
+                         (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
                 acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
-            mid = cast_rounded(acc, x_ptr.dtype.element_ty, FIX_BF16)  # step A's rounding point
-            if UPCAST:
-                mid = mid.to(tl.float32)
+            if UPCAST:  # step A's rounding point
+                mid = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)
+            else:
+                mid = acc.to(x_ptr.dtype.element_ty)
             wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
             for v0 in range(0, VD, BLOCK_V):
                 vv = v0 + offs_v0
                 bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r,
-                         (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST)
+                         (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST, FIX_BF16)
                 d = tl.dot(mid, bt, input_precision=DOT_PREC) * s
-                d = cast_rounded(d, base_ptr.dtype.element_ty, FIX_BF16).to(tl.float32)
+                d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
                 m = sel[:, None] & (vv < VD)[None, :]
                 y_ptrs = y_rows[:, None] + vv[None, :] * sy_v
-                y = tl.load(y_ptrs, mask=m, other=0.0).to(tl.float32)
+                y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
                 tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)

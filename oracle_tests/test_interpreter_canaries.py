@@ -1,0 +1,135 @@
+"""Canaries: the Triton-interpreter defects that ``kernels.interpreter`` works around are real.
+
+Note [Canaries]
+---------------
+Each canary runs a tiny kernel under the interpreter and asserts the WRONG result that the defect
+produces (SPEC.md "Where it runs"; upstream triton-lang/triton #11584, #10945, #4972).  When a
+canary fails, Triton fixed that defect: remove the matching workaround (``UPCAST`` /
+``FIX_BF16`` switches, :mod:`kernels.interpreter`) and the canary.  On a GPU the canaries are
+skipped (the defect is the interpreter's).
+
+The workaround tests below them run everywhere: :func:`kernels.interpreter.cast_rounded` must round
+fp32 -> bf16 exactly as torch does (nearest even), ties, subnormals, NaN and overflow included, and
+:func:`kernels.interpreter.to_f32` must widen bf16 exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from kernels.interpreter import cast_rounded, interpreting, needs_bf16_fix, rounded_f32, to_f32
+
+from .conftest import DEVICE
+
+canary = pytest.mark.skipif(not interpreting(),
+                            reason="interpreter canary: compiled kernels on a GPU do not have this defect")
+
+
+@triton.jit
+def _add_kernel(a_ptr, b_ptr, o_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(o_ptr + i, tl.load(a_ptr + i) + tl.load(b_ptr + i))
+
+
+@triton.jit
+def _cast_kernel(x_ptr, o_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(o_ptr + i, tl.load(x_ptr + i).to(tl.bfloat16))
+
+
+@triton.jit
+def _dot_kernel(a_ptr, b_ptr, o_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    idx = i[:, None] * N + i[None, :]
+    tl.store(o_ptr + idx, tl.dot(tl.load(a_ptr + idx), tl.load(b_ptr + idx)))
+
+
+@triton.jit
+def _cast_rounded_kernel(x_ptr, o_ptr, f_ptr, w_ptr, N: tl.constexpr, FIX_BF16: tl.constexpr):
+    i = tl.arange(0, N)
+    x = tl.load(x_ptr + i)
+    tl.store(o_ptr + i, cast_rounded(x, tl.bfloat16, FIX_BF16))
+    tl.store(f_ptr + i, rounded_f32(x, tl.bfloat16, FIX_BF16))
+    tl.store(w_ptr + i, to_f32(cast_rounded(x, tl.bfloat16, FIX_BF16), FIX_BF16))
+
+
+@pytest.mark.interpreter
+@canary
+def test_canary_bf16_add_computes_on_bit_patterns():
+    a = torch.full((16,), 1.5, dtype=torch.bfloat16)
+    b = torch.full((16,), 2.25, dtype=torch.bfloat16)
+    out = torch.empty(16, dtype=torch.bfloat16)
+    _add_kernel[(1,)](a, b, out, N=16)
+    assert not torch.equal(out, a + b), (
+        "bf16 + bf16 is right under the interpreter now: drop the UPCAST workaround for arithmetic")
+
+
+@pytest.mark.interpreter
+@canary
+def test_canary_bf16_dot_computes_on_bit_patterns():
+    a = torch.full((16, 16), 0.5, dtype=torch.bfloat16)
+    b = torch.full((16, 16), 2.0, dtype=torch.bfloat16)
+    out = torch.empty(16, 16, dtype=torch.float32)
+    _dot_kernel[(1,)](a, b, out, N=16)
+    assert not torch.equal(out, a.float() @ b.float()), (
+        "tl.dot on bf16 is right under the interpreter now: drop the UPCAST workaround for tl.dot")
+
+
+@pytest.mark.interpreter
+@canary
+def test_canary_fp32_to_bf16_cast_truncates():
+    # 1 + 2^-8 + 2^-12 lies above the midpoint between bf16 neighbours 1 and 1 + 2^-7
+    x = torch.full((16,), 1.0 + 2 ** -8 + 2 ** -12, dtype=torch.float32)
+    out = torch.empty(16, dtype=torch.bfloat16)
+    _cast_kernel[(1,)](x, out, N=16)
+    assert torch.equal(out.float(), torch.ones(16)), "the cast no longer truncates: see the next assert"
+    assert not torch.equal(out, x.to(torch.bfloat16)), (
+        "fp32 -> bf16 rounds to nearest even under the interpreter now: drop FIX_BF16 / round_bf16_rne")
+
+
+@pytest.mark.interpreter
+@canary
+def test_canary_fp32_to_bf16_cast_mangles_subnormals():
+    x = torch.full((16,), 1e-40, dtype=torch.float32)  # an fp32 subnormal, representable in bf16 up to rounding
+    out = torch.empty(16, dtype=torch.bfloat16)
+    _cast_kernel[(1,)](x, out, N=16)
+    assert not torch.equal(out, x.to(torch.bfloat16)), (
+        "fp32 -> bf16 casts of subnormals are right under the interpreter now (see FIX_BF16)")
+
+
+def _rounding_inputs() -> torch.Tensor:
+    gen = torch.Generator().manual_seed(1234)
+    rnd = torch.randn(4096, generator=gen) * 10.0 ** torch.randint(-6, 6, (4096,), generator=gen).float()
+    one = torch.tensor(1.0)
+    ties = torch.tensor([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -(1.0 + 2 ** -8), 3.0 * 2 ** -9 + 2 ** -17])
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 3.3895e38, -3.3895e38,
+                            1e-40, -1e-40, 2 ** -126])
+    nan_low_payload = torch.tensor([0x7F800001], dtype=torch.int32).view(torch.float32)
+    above = torch.nextafter(ties, ties * 2)
+    below = torch.nextafter(ties, ties * 0)
+    return torch.cat([rnd, ties, above, below, special, nan_low_payload, one.reshape(1)]).contiguous()
+
+
+@pytest.mark.interpreter
+def test_cast_rounded_matches_torch_rne():
+    """The workaround (FIX_BF16 on the interpreter; a plain cast on a GPU) rounds like torch."""
+    x = _rounding_inputs().to(DEVICE)
+    n = triton.next_power_of_2(x.numel())
+    xp = torch.cat([x, torch.ones(n - x.numel(), device=DEVICE)])
+    outp = torch.empty(n, dtype=torch.bfloat16, device=DEVICE)
+    as_f32 = torch.empty(n, dtype=torch.float32, device=DEVICE)
+    widened = torch.empty(n, dtype=torch.float32, device=DEVICE)
+    _cast_rounded_kernel[(1,)](xp, outp, as_f32, widened, N=n, FIX_BF16=needs_bf16_fix(torch.bfloat16))
+    want = x.to(torch.bfloat16)
+    for what, got, expected in (("cast_rounded", outp[: x.numel()], want),
+                                ("rounded_f32", as_f32[: x.numel()], want.float()),
+                                ("to_f32(cast_rounded)", widened[: x.numel()], want.float())):
+        bits = torch.int16 if got.dtype == torch.bfloat16 else torch.int32
+        same = (got.view(bits) == expected.view(bits)) | (got.isnan() & expected.isnan())
+        bad = torch.nonzero(~same).flatten()
+        assert bad.numel() == 0, (
+            f"{what}: {bad.numel()} of {x.numel()} values differ from torch's rounding; first x={x[bad[0]].item()!r}: "
+            f"got {got[bad[0]].item()!r}, expected {expected[bad[0]].item()!r}")

@@ -1,0 +1,367 @@
+"""Differential tests of our Triton kv_b LoRA kernels (``kernels.lora``) against the float64 oracle.
+
+Note [How these tests run]
+--------------------------
+Without a GPU the kernels run under the Triton interpreter (the conftest sets ``TRITON_INTERPRET=1``)
+on small shapes whose grids stay at a few dozen programs; on a GPU the same tests run on CUDA, plus
+the ``slow`` ones at realistic shapes (H=64, qk_nope=v_head_dim=128, kv_lora_rank=512, R=16..64).
+
+Every case draws fresh random data (never zeros) from its own seed.  Fresh step-A outputs are the
+kernel's own ``torch.empty`` (the poison): only the defined region is compared.  In-place steps poison
+nothing; rows that no segment routes must stay bit-identical (``torch.equal``).  Values the contract
+says must not matter are NaN: step-B input columns at or beyond a slot's rank, weight rows/columns
+beyond a slot's rank, and input rows that no segment routes.  Values are compared with
+``reference.tolerance.compare`` against the float64 oracle, with the oracle's faithful mode in the
+kernel's precision as the baseline (fp32 runs at full fp32: ``faithful=True``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+import torch
+
+import kernels
+import kernels.lora as klora
+import kernels.lora._launch as launch
+from reference import lora as ref
+from reference.batch_info import make_lora_batch_info
+from reference.contracts import expected_message
+from reference.lora_routing import route_lora_batch
+from reference.tolerance import compare
+
+from .conftest import DEVICE, HAS_CUDA
+
+OPS = ("step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused", "v_side_fused")
+FRESH = {"step_a_q", "step_a_v"}  # ops returning a fresh (S,H,R) output; the others update base in place
+# the faithful baseline matching each activation dtype's precision in our kernels (PRECISION)
+BASELINE = {torch.float16: True, torch.bfloat16: True, torch.float32: True}
+assert klora.PRECISION[torch.float32] == "ieee-fp32", "fp32 baseline must follow the kernels' fp32 precision"
+
+
+def test_kernels_package_is_ours():
+    """PyPI has an unrelated ``kernels`` package: make sure we test the checkout's."""
+    assert "kernel_oracle" not in kernels.__file__ and kernels.__file__.endswith("kernels/__init__.py"), (
+        f"import kernels resolved to {kernels.__file__}, not this checkout's kernels/ package")
+
+
+@dataclass(frozen=True)
+class Dims:
+    H: int
+    qk: int
+    vd: int
+    C: int  # kv_lora_rank
+    R: int  # buffer rank
+    L: int  # slots
+
+    @property
+    def full_k(self) -> int:
+        return self.qk + self.vd
+
+
+# Small shapes for the interpreter: head dims that are no multiple of the block sizes (48, 72, 40, 24),
+# kv_lora_rank not a multiple of 64, a rank that is no power of two.
+SMALL_DIMS = {
+    "d48": Dims(H=2, qk=48, vd=40, C=64, R=16, L=3),
+    "d72": Dims(H=3, qk=72, vd=24, C=80, R=24, L=4),
+}
+
+
+@dataclass(frozen=True)
+class Batch:
+    seg_lens: tuple
+    slots: tuple
+    ranks: tuple
+    scalings: tuple
+    permuted: bool = False
+    pad_to: Optional[int] = None  # CUDA-graph mode, padded with zero-length segments
+    extra_rows: int = 0  # rows that no segment routes (identity routing only)
+    num_segments_zero: bool = False  # num_segments=0: upstream then processes bs segments
+
+
+# Edge cases (CPU and GPU).  ranks are per slot; a rank above the buffer's R is clamped to R.
+BATCHES = {
+    # three slots, one full rank, one below R, one off (rank 0)
+    "mixed-ranks": Batch((7, 3, 5), (0, 1, 2), (64, 5, 0), (0.5, 2.0, 1.0)),
+    # zero-length segments between and around real ones, plus unrouted tail rows
+    "empty-segments": Batch((0, 4, 0, 6, 0), (1, 0, 2, 1, 0), (9, 3, 16), (1.5, -0.5, 0.25), extra_rows=3),
+    # rows scattered by a permutation
+    "permuted": Batch((5, 4, 3), (2, 0, 1), (16, 7, 11), (1.0, 0.75, -1.25), permuted=True),
+    # decode: one-token segments, slots interleaved (token-major by the heuristic)
+    "decode": Batch((1,) * 21, (0, 1, 2, 1, 0, 2, 2) * 3, (13, 16, 2), (0.5, 1.0, 2.0)),
+    # decode replayed in a CUDA graph captured for 32 segments
+    "decode-graph": Batch((1,) * 9, (2, 0, 1) * 3, (16, 4, 8), (1.0, 0.5, 1.5), pad_to=32, permuted=True),
+    # prefill in a CUDA graph captured for 6 segments
+    "prefill-graph": Batch((6, 2, 5), (1, 1, 0), (3, 16, 0), (1.0, 0.5, 1.5), pad_to=6, extra_rows=2),
+    # one segment longer than a segment-major tile (64 rows), a short one after it
+    "long-segment": Batch((70, 2), (1, 0), (5, 16), (0.5, 1.0)),
+    # every slot off: nothing may change
+    "all-off": Batch((4, 3), (0, 1), (0, 0), (1.0, 1.0), extra_rows=1),
+    # num_segments=0 and bs=3: upstream processes bs segments
+    "bs-only": Batch((3, 2, 4), (0, 2, 1), (16, 1, 6), (1.0, 0.5, 2.0), num_segments_zero=True),
+}
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32("|".join(map(str, parts)).encode())
+
+
+def _randn(gen, shape, dtype, device, scale=1.0, strided=False):
+    """Fresh random data (never zeros); ``strided`` returns a non-contiguous view with the same values
+    layout-independent: tokens and heads swapped in memory and a padded last dim."""
+    if not strided:
+        return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(dtype).to(device)
+    s0, s1, s2 = shape
+    big = (torch.randn((s1, s0, s2 + 5), generator=gen, dtype=torch.float32) * scale).to(dtype).to(device)
+    view = big[:, :, 3:3 + s2].transpose(0, 1)
+    assert not view.is_contiguous()
+    return view
+
+
+def _batch_info(b: Batch, dims: Dims, gen, device):
+    S_routed = sum(b.seg_lens)
+    perm = torch.randperm(S_routed, generator=gen).tolist() if b.permuted else None
+    bi = make_lora_batch_info(b.seg_lens, b.slots, b.ranks + (16,) * (dims.L - len(b.ranks)),
+                              b.scalings + (1.0,) * (dims.L - len(b.scalings)), permutation=perm,
+                              cuda_graph_pad_to=b.pad_to, device=device)
+    if b.num_segments_zero:
+        bi.num_segments = 0
+    return bi, S_routed + b.extra_rows
+
+
+def _make_call(op: str, b: Batch, dims: Dims, dtype, base_dtype, device, *, strided=False, seed=0):
+    """Positional arguments of ``op`` (SGLang order) with NaN wherever the contract says values don't matter."""
+    gen = torch.Generator().manual_seed(seed)
+    bi, S = _batch_info(b, dims, gen, device)
+    H, R, C = dims.H, dims.R, dims.C
+    route = route_lora_batch(bi, num_rows=S, num_slots=dims.L, max_rank=R, device=torch.device(device),
+                             strict=True)
+    routed = torch.zeros(S, dtype=torch.bool)
+    routed[route.rows] = True
+    ranks = [min(R, int(r)) for r in bi.lora_ranks.tolist()]
+    # weights: 1/sqrt(fan-in) scale; NaN beyond each slot's rank
+    B_buf = _randn(gen, (dims.L, H * dims.full_k, R), dtype, device, scale=dims.qk ** -0.5)
+    A_buf = _randn(gen, (dims.L, R, C), dtype, device, scale=C ** -0.5)
+    for w, r in enumerate(ranks):
+        B_buf[w, :, max(r, 0):] = float("nan")
+        A_buf[w, max(r, 0):, :] = float("nan")
+    if strided:
+        B_buf = torch.cat([B_buf, B_buf[..., :3]], dim=-1)[..., :R]
+        A_buf = A_buf.transpose(1, 2).contiguous().transpose(1, 2)
+    in_dim = {"step_a_q": dims.qk, "q_side_fused": dims.qk, "step_a_v": C, "v_side_fused": C,
+              "step_b_q": R, "step_b_v": R}[op]
+    x = _randn(gen, (S, H, in_dim), dtype, device, strided=strided)
+    with torch.no_grad():
+        x[~routed.to(device)] = float("nan")  # unrouted rows must not be read into anything defined
+        if op in ("step_b_q", "step_b_v"):  # step-B columns at or beyond the row's slot rank
+            row_rank = torch.full((S,), R, dtype=torch.int64)
+            row_rank[route.rows] = torch.tensor([ranks[int(w)] for w in route.slot], dtype=torch.int64)
+            beyond = torch.arange(R)[None, :] >= row_rank[:, None]
+            x.masked_fill_(beyond[:, None, :].to(device), float("nan"))
+    out_dim = C if op in ("step_b_q", "q_side_fused") else dims.vd
+    base = None if op in FRESH else _randn(gen, (S, H, out_dim), base_dtype, device, strided=strided)
+    args = {
+        "step_a_q": (x, B_buf, bi, dims.full_k),
+        "step_b_q": (x, A_buf, bi, base),
+        "step_a_v": (x, A_buf, bi),
+        "step_b_v": (x, B_buf, bi, base, dims.qk, dims.vd),
+        "q_side_fused": (x, B_buf, A_buf, bi, base, dims.full_k),
+        "v_side_fused": (x, A_buf, B_buf, bi, base, dims.qk, dims.vd),
+    }[op]
+    return args, routed
+
+
+def _check(op: str, args, routed, dtype, repro: str):
+    oracle = getattr(ref, f"{op}_oracle")
+    exact = oracle(*args)
+    faithful = oracle(*args, faithful=BASELINE[dtype])
+    kernel = getattr(klora, f"{op}_fwd")
+    if op in FRESH:
+        out = kernel(*args)  # fresh output: its torch.empty is the poison
+    else:
+        base = args[ref.LORA_SIGNATURES[op].index("base_output")]
+        before = base.clone()
+        out = kernel(*args)
+        assert out is base, f"{op} must update base_output in place and return it"
+        keep = (~routed).to(base.device)
+        assert torch.equal(base[keep], before[keep]), f"{op}: rows no segment routes changed; {repro}"
+    c = compare(out, exact.value, exact.defined, family="lora", baseline=faithful.value, repro=repro)
+    assert c.ok, c.message
+
+
+def _cases():
+    for op in OPS:
+        for bname in BATCHES:
+            for dname, dtype in (("d48", torch.bfloat16), ("d72", torch.float32), ("d48", torch.float16)):
+                yield pytest.param(op, bname, dname, dtype, id=f"{op}-{bname}-{dname}-{str(dtype)[6:]}")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("path", ["auto", "seg", "tok"])
+@pytest.mark.parametrize("op,bname,dname,dtype", list(_cases()))
+def test_kernel_matches_oracle(op, bname, dname, dtype, path, monkeypatch):
+    monkeypatch.setattr(launch, "FORCE_PATH", None if path == "auto" else path)
+    seed = _seed(op, bname, dname, dtype, path)
+    args, routed = _make_call(op, BATCHES[bname], SMALL_DIMS[dname], dtype, dtype, DEVICE, seed=seed)
+    _check(op, args, routed, dtype, f"op={op} batch={bname} dims={dname} dtype={dtype} path={path} seed={seed}")
+
+
+# activation dtype x base_output dtype, strided layouts of every data tensor
+LAYOUT_CASES = [
+    (torch.bfloat16, torch.float32, False),
+    (torch.float32, torch.bfloat16, False),
+    (torch.float16, torch.float32, True),
+    (torch.bfloat16, torch.bfloat16, True),
+]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("bname", ["mixed-ranks", "decode-graph"])
+@pytest.mark.parametrize("dtype,base_dtype,strided", LAYOUT_CASES,
+                         ids=[f"{str(a)[6:]}-base_{str(b)[6:]}-{'strided' if s else 'contig'}"
+                              for a, b, s in LAYOUT_CASES])
+@pytest.mark.parametrize("op", OPS)
+def test_kernel_dtypes_and_strides(op, dtype, base_dtype, strided, bname):
+    seed = _seed(op, dtype, base_dtype, strided, bname)
+    args, routed = _make_call(op, BATCHES[bname], SMALL_DIMS["d72"], dtype, base_dtype, DEVICE,
+                              strided=strided, seed=seed)
+    _check(op, args, routed, dtype, f"op={op} batch={bname} dtype={dtype} base={base_dtype} strided={strided}")
+
+
+# ---- path choice ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seg_lens,pad_to,expect_token_major", [
+    ((1,) * 64, None, True),        # decode: 64 one-token segments
+    ((1,) * 7, 64, True),           # decode replayed in a graph captured for 64 segments
+    ((1024,) * 4, None, False),     # prefill
+    ((2048,) * 8, None, False),
+    ((300, 1, 1, 1, 1), None, True),   # skewed: segment-major would launch 25 tiles for 5 tiles of rows
+    ((300, 200, 250), None, False),  # ragged prefill: tiles mostly full
+    ((2,) * 40, None, True),        # short chunks
+])
+def test_path_heuristic(seg_lens, pad_to, expect_token_major):
+    bi = make_lora_batch_info(seg_lens, [0] * len(seg_lens), [16], [1.0], cuda_graph_pad_to=pad_to)
+    for op in OPS:
+        p = launch.plan(op, bi, sum(seg_lens), bi.max_len)
+        assert p.token_major == expect_token_major, f"{op}: {p} for seg_lens={seg_lens[:4]}... pad_to={pad_to}"
+
+
+# ---- contracts -----------------------------------------------------------------------------------
+
+def _fail_launch(monkeypatch):
+    """Make every kernel launch an error, to show that a contract error comes before any launch."""
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("a kernel was launched before the contract error")
+    for op in OPS:
+        monkeypatch.setattr(launch.K, f"{op}_kernel", NoLaunch())
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("op", OPS)
+def test_missing_max_len_raises_upstream_error(op, strict, monkeypatch):
+    args, _ = _make_call(op, BATCHES["mixed-ranks"], SMALL_DIMS["d48"], torch.float32, torch.float32, DEVICE,
+                         seed=_seed("missing", op))
+    bi = args[ref.LORA_SIGNATURES[op].index("batch_info")]
+    bi.max_len = None
+    bi.seg_lens = None
+    _fail_launch(monkeypatch)
+    with pytest.raises(ValueError) as info:
+        getattr(klora, f"{op}_fwd")(*args, strict=strict)
+    assert type(info.value) is ValueError
+    assert str(info.value) == expected_message("lora.missing_max_len")
+
+
+def _bad_slot(bi):
+    bi.weight_indices[1] = 7
+    return "lora.strict.slot_out_of_range", dict(index=1, value=7, num_slots=3, last=2)
+
+
+def _small_max_len(bi):
+    bi.max_len = 2
+    return "lora.strict.max_len_too_small", dict(value=2, index=0, longest=7)
+
+
+def _dup_perm(bi):
+    bi.permutation[3] = bi.permutation[0]
+    return "lora.strict.permutation_duplicate", dict(index=3, value=int(bi.permutation[0]), first=0)
+
+
+# strict errors come from the same code as the reference's (reference.lora.validate_call)
+@pytest.mark.parametrize("breaker", [_bad_slot, _small_max_len, _dup_perm], ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("op", OPS)
+def test_strict_errors_match_reference(op, breaker, monkeypatch):
+    batch = Batch((7, 3, 5), (0, 1, 2), (16, 5, 0), (0.5, 2.0, 1.0), permuted=True)
+    args, _ = _make_call(op, batch, SMALL_DIMS["d48"], torch.float32, torch.float32, DEVICE, seed=_seed("strict", op))
+    bi = args[ref.LORA_SIGNATURES[op].index("batch_info")]
+    cid, fields = breaker(bi)
+    with pytest.raises(ValueError) as from_ref:
+        getattr(ref, f"{op}_fwd")(*args)
+    _fail_launch(monkeypatch)
+    with pytest.raises(ValueError) as from_kernel:
+        getattr(klora, f"{op}_fwd")(*args)
+    assert type(from_kernel.value) is ValueError
+    assert str(from_kernel.value) == expected_message(cid, **fields) == str(from_ref.value)
+
+
+# ---- GPU: realistic shapes, CUDA graphs, no host synchronisation ---------------------------------
+
+REAL_DIMS = {f"R{R}": Dims(H=64, qk=128, vd=128, C=512, R=R, L=4) for R in (16, 32, 64)}
+REAL_BATCHES = {
+    # decode-bs64: one-token segments over 4 slots, mixed ranks incl. one below R and one off
+    "decode-bs64": Batch((1,) * 64, (0, 1, 2, 3) * 16, (64, 9, 0, 32), (0.5, 1.0, 2.0, 0.25)),
+    # chunked prefill with a permutation and an empty segment
+    "prefill-perm": Batch((700, 0, 333, 1024), (3, 2, 0, 1), (32, 64, 5, 17), (1.0, 0.5, 2.0, 1.5), permuted=True),
+    # decode in a graph captured for 128 segments
+    "decode-graph": Batch((1,) * 50, (3, 1) * 25, (8, 16, 0, 64), (1.0, 0.5, 1.0, 2.0), pad_to=128),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("dname", list(REAL_DIMS))
+@pytest.mark.parametrize("bname", list(REAL_BATCHES))
+@pytest.mark.parametrize("op", OPS)
+def test_kernel_realistic_shapes(op, bname, dname, dtype):
+    seed = _seed("real", op, bname, dname, dtype)
+    args, routed = _make_call(op, REAL_BATCHES[bname], REAL_DIMS[dname], dtype, dtype, DEVICE, seed=seed)
+    _check(op, args, routed, dtype, f"op={op} batch={bname} dims={dname} dtype={dtype} seed={seed}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs and sync debug mode need a CUDA device")
+@pytest.mark.parametrize("op", OPS)
+def test_strict_false_is_graph_capturable(op):
+    """strict=False with max_len given: no host sync (sync debug mode errors on one), capturable in a
+    CUDA graph, and a replay on new data equals an eager call."""
+    dims = REAL_DIMS["R32"]
+    batch = REAL_BATCHES["decode-graph"]
+    args, routed = _make_call(op, batch, dims, torch.bfloat16, torch.bfloat16, DEVICE, seed=_seed("graph", op))
+    kernel = getattr(klora, f"{op}_fwd")
+    static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    kernel(*static, strict=False)  # compile outside the capture
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        kernel(*static, strict=False)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = kernel(*static, strict=False)
+    fresh, _ = _make_call(op, batch, dims, torch.bfloat16, torch.bfloat16, DEVICE, seed=_seed("graph2", op))
+    for s, f in zip(static, fresh):
+        if isinstance(s, torch.Tensor) and s.dtype.is_floating_point:
+            s.copy_(f)
+    g.replay()
+    eager = kernel(*[f.clone() if isinstance(f, torch.Tensor) else f for f in fresh], strict=False)
+    torch.cuda.synchronize()
+    if op in FRESH:
+        exact = getattr(ref, f"{op}_oracle")(*fresh)
+        d = exact.defined
+        assert torch.equal(out[d], eager[d]), f"{op}: graph replay differs from an eager call"
+    else:
+        assert torch.equal(out, eager), f"{op}: graph replay differs from an eager call"
