@@ -320,9 +320,13 @@ REAL_BATCHES = {
 }
 
 
+# every rank with bf16 (the production dtype); the other dtypes at R=32
+REAL_DTYPES = [("R16", torch.bfloat16), ("R32", torch.bfloat16), ("R64", torch.bfloat16),
+               ("R32", torch.float16), ("R32", torch.float32)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=lambda d: str(d)[6:])
-@pytest.mark.parametrize("dname", list(REAL_DIMS))
+@pytest.mark.parametrize("dname,dtype", REAL_DTYPES, ids=[f"{n}-{str(d)[6:]}" for n, d in REAL_DTYPES])
 @pytest.mark.parametrize("bname", list(REAL_BATCHES))
 @pytest.mark.parametrize("op", OPS)
 def test_kernel_realistic_shapes(op, bname, dname, dtype):

@@ -98,7 +98,8 @@ def _flags(x: torch.Tensor, weights: tuple[torch.Tensor, ...], base: Optional[to
     dtypes = [x.dtype] + [w.dtype for w in weights] + ([base.dtype] if base is not None else [])
     upcast = interpreting() or any(w.dtype != x.dtype for w in weights)
     fp32_dot = upcast or x.dtype == torch.float32
-    return dict(UPCAST=upcast, DOT_PREC="ieee" if fp32_dot else "tf32", FIX_BF16=needs_bf16_fix(*dtypes))
+    # DOT_PREC only matters for fp32 operands; None keeps Triton's default for fp16/bf16 tiles
+    return dict(UPCAST=upcast, DOT_PREC="ieee" if fp32_dot else None, FIX_BF16=needs_bf16_fix(*dtypes))
 
 
 def _meta(batch_info, p: Plan, num_rows: int):

@@ -1,0 +1,246 @@
+"""Benchmark of our kv_b LoRA kernels on any CUDA machine: ``python -m kernels.bench_lora``.
+
+Note [What is measured]
+-----------------------
+bf16, H=64, qk_nope=v_head_dim=128, kv_lora_rank=512, R=32, 4 slots (ranks 32, 16, 8, 32), on four
+batch shapes: decode-bs64 and decode-bs256 (one-token segments), prefill-4x1024, prefill-8x2048.
+Per side (q and v), the split steps (A then B) and the fused kernel are timed with
+``triton.testing.do_bench`` (median; it flushes L2 between calls) on random data; when one input
+set fits in the 60 MB L2, several sets are rotated so that each call reads from HBM.  Decode is
+also timed as CUDA-graph replay (``strict=False``, graph captured per input set).  Bytes moved are
+the minimum traffic (activations read, the intermediate written and read back by the split steps,
+base_output read and written, the weights of the slots used, once); TB/s is bytes over the median
+time, set against a device-to-device copy measured in the same run.
+
+``--sweep`` also times alternative block sizes (``kernels.lora._launch.BLOCKS``) on prefill-8x2048.
+``--json PATH`` writes the results as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import time
+
+import torch
+
+H, QK, VD, C, R, L = 64, 128, 128, 512, 32, 4
+FULL_K = QK + VD
+RANKS = (32, 16, 8, 32)
+SCALINGS = (0.5, 1.0, 2.0, 0.25)
+SHAPES = {
+    "decode-bs64": (1,) * 64,
+    "decode-bs256": (1,) * 256,
+    "prefill-4x1024": (1024,) * 4,
+    "prefill-8x2048": (2048,) * 8,
+}
+L2_BYTES = 60 * 2 ** 20
+BARS_US = {("prefill-8x2048", "q", "fused"): 950.0, ("prefill-8x2048", "v", "fused"): 620.0,
+           ("decode-bs64", "q", "graph-fused"): 15.0, ("decode-bs64", "v", "graph-fused"): 15.0,
+           ("decode-bs64", "q", "graph-split"): 15.0, ("decode-bs64", "v", "graph-split"): 15.0}
+
+
+def _bench(fn) -> float:
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3  # us
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy, bytes read + written per second (TB/s)."""
+    n = 2 ** 30  # 1 GiB each way
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    us = _bench(lambda: dst.copy_(src))
+    return 2 * n / (us * 1e-6) / 1e12
+
+
+def _inputs(seg_lens, seed):
+    from reference.batch_info import make_lora_batch_info
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    S = sum(seg_lens)
+    slots = [i % L for i in range(len(seg_lens))]
+    bi = make_lora_batch_info(seg_lens, slots, RANKS, SCALINGS, device="cuda")
+
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+
+    return dict(
+        bi=bi,
+        q=rnd(S, H, QK), attn=rnd(S, H, C),
+        B=rnd(L, H * FULL_K, R, scale=QK ** -0.5), A=rnd(L, R, C, scale=C ** -0.5),
+        base_q=rnd(S, H, C), base_v=rnd(S, H, VD),
+    )
+
+
+def _bytes(S: int, side: str, variant: str) -> int:
+    e = 2  # bf16
+    slots = L if S >= L else S
+    if side == "q":
+        w = slots * (H * QK * R + R * C) * e
+        a_in, out_dim = S * H * QK * e, C
+    else:
+        w = slots * (R * C + H * VD * R) * e
+        a_in, out_dim = S * H * C * e, VD
+    base = 2 * S * H * out_dim * e
+    mid = 2 * S * H * R * e if variant.endswith("split") else 0
+    return a_in + w + base + mid
+
+
+def _calls(klora, d, side):
+    bi = d["bi"]
+    if side == "q":
+        def split():
+            mid = klora.step_a_q_fwd(d["q"], d["B"], bi, FULL_K, strict=False)
+            klora.step_b_q_fwd(mid, d["A"], bi, d["base_q"], strict=False)
+
+        def fused():
+            klora.q_side_fused_fwd(d["q"], d["B"], d["A"], bi, d["base_q"], FULL_K, strict=False)
+    else:
+        def split():
+            mid = klora.step_a_v_fwd(d["attn"], d["A"], bi, strict=False)
+            klora.step_b_v_fwd(mid, d["B"], bi, d["base_v"], QK, VD, strict=False)
+
+        def fused():
+            klora.v_side_fused_fwd(d["attn"], d["A"], d["B"], bi, d["base_v"], QK, VD, strict=False)
+    return {"split": split, "fused": fused}
+
+
+def _rotating(fns):
+    state = {"i": 0}
+
+    def call():
+        state["i"] = (state["i"] + 1) % len(fns)
+        fns[state["i"]]()
+    return call
+
+
+def _graphs(fns):
+    graphs = []
+    for fn in fns:
+        fn()  # compile and warm outside the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        graphs.append(g)
+    return [g.replay for g in graphs]
+
+
+def run_shapes(klora, shapes, copy_tbs):
+    rows = []
+    for name in shapes:
+        seg = SHAPES[name]
+        S = sum(seg)
+        set_bytes = _bytes(S, "q", "split") + _bytes(S, "v", "split")
+        nsets = 1 if set_bytes > L2_BYTES else min(16, math.ceil(3 * L2_BYTES / set_bytes))
+        sets = [_inputs(seg, seed=100 + i) for i in range(nsets)]
+        for side in ("q", "v"):
+            per_set = [_calls(klora, d, side) for d in sets]
+            variants = {v: [c[v] for c in per_set] for v in ("split", "fused")}
+            timings = {v: _bench(_rotating(fns)) for v, fns in variants.items()}
+            if name.startswith("decode"):
+                for v, fns in variants.items():
+                    timings[f"graph-{v}"] = _bench(_rotating(_graphs(fns)))
+            for v, us in timings.items():
+                nbytes = _bytes(S, side, v)
+                tbs = nbytes / (us * 1e-6) / 1e12
+                bar = BARS_US.get((name, side, v))
+                rows.append(dict(shape=name, side=side, variant=v, nsets=nsets, us=round(us, 2), bytes=nbytes,
+                                 tbs=round(tbs, 3), pct_copy=round(100 * tbs / copy_tbs, 1), bar_us=bar,
+                                 met=(None if bar is None else us <= bar)))
+        del sets
+        torch.cuda.empty_cache()
+    return rows
+
+
+SWEEP = {
+    "q_side_fused": [dict(BT=64, BLOCK_K=64, BLOCK_C=128, num_warps=4), dict(BT=64, BLOCK_K=128, BLOCK_C=256, num_warps=8),
+                     dict(BT=128, BLOCK_K=64, BLOCK_C=128, num_warps=8), dict(BT=32, BLOCK_K=128, BLOCK_C=128, num_warps=4)],
+    "v_side_fused": [dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4), dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4),
+                     dict(BT=128, BLOCK_K=64, BLOCK_V=128, num_warps=8), dict(BT=32, BLOCK_K=128, BLOCK_V=128, num_warps=4)],
+    "step_b_q": [dict(BT=16, BH=4, BLOCK_C=128, num_warps=4), dict(BT=32, BH=4, BLOCK_C=128, num_warps=8),
+                 dict(BT=16, BH=4, BLOCK_C=256, num_warps=8), dict(BT=8, BH=8, BLOCK_C=128, num_warps=4)],
+    "step_a_v": [dict(BT=16, BH=4, BLOCK_K=128, num_warps=4), dict(BT=32, BH=4, BLOCK_K=64, num_warps=4),
+                 dict(BT=16, BH=8, BLOCK_K=128, num_warps=8)],
+    "step_a_q": [dict(BT=64, BLOCK_K=64, num_warps=4), dict(BT=128, BLOCK_K=64, num_warps=8)],
+    "step_b_v": [dict(BT=64, BLOCK_V=128, num_warps=4), dict(BT=128, BLOCK_V=128, num_warps=8)],
+}
+
+
+def sweep(klora, launch):
+    """Time each alternative segment-major block config of each op on prefill-8x2048."""
+    d = _inputs(SHAPES["prefill-8x2048"], seed=7)
+    bi = d["bi"]
+    mid_q = klora.step_a_q_fwd(d["q"], d["B"], bi, FULL_K)
+    mid_v = klora.step_a_v_fwd(d["attn"], d["A"], bi)
+    call = {
+        "step_a_q": lambda: klora.step_a_q_fwd(d["q"], d["B"], bi, FULL_K, strict=False),
+        "step_b_q": lambda: klora.step_b_q_fwd(mid_q, d["A"], bi, d["base_q"], strict=False),
+        "step_a_v": lambda: klora.step_a_v_fwd(d["attn"], d["A"], bi, strict=False),
+        "step_b_v": lambda: klora.step_b_v_fwd(mid_v, d["B"], bi, d["base_v"], QK, VD, strict=False),
+        "q_side_fused": lambda: klora.q_side_fused_fwd(d["q"], d["B"], d["A"], bi, d["base_q"], FULL_K, strict=False),
+        "v_side_fused": lambda: klora.v_side_fused_fwd(d["attn"], d["A"], d["B"], bi, d["base_v"], QK, VD, strict=False),
+    }
+    out = []
+    for op, configs in SWEEP.items():
+        saved = launch.BLOCKS[op]["seg"]
+        for cfg in configs:
+            launch.BLOCKS[op]["seg"] = cfg
+            try:
+                us = _bench(call[op])
+                out.append(dict(op=op, cfg=cfg, us=round(us, 1)))
+            except Exception as e:  # a config that does not compile is a result, not a crash
+                out.append(dict(op=op, cfg=cfg, error=f"{type(e).__name__}: {str(e)[:120]}"))
+            print("sweep", out[-1], flush=True)
+        launch.BLOCKS[op]["seg"] = saved
+    return out
+
+
+def _commit() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except Exception:
+        return "unknown (no git)"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--sweep", action="store_true", help="also time alternative block sizes on prefill-8x2048")
+    ap.add_argument("--json", default=None, help="write results to this JSON file")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("kernels.bench_lora needs a CUDA device; the interpreter is far too slow to time")
+    import triton
+
+    import kernels.lora as klora
+    import kernels.lora._launch as launch
+
+    info = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=torch.cuda.get_device_name(),
+                torch=torch.__version__, triton=triton.__version__, commit=_commit(),
+                command="python -m kernels.bench_lora" + (" --sweep" if args.sweep else ""))
+    copy_tbs = copy_bandwidth()
+    info["copy_tbs"] = round(copy_tbs, 3)
+    sweep_rows = sweep(klora, launch) if args.sweep else []
+    rows = run_shapes(klora, args.shapes, copy_tbs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(info=info, rows=rows, sweep=sweep_rows), f, indent=1)
+    print(f"\n{info}")
+    print(f"copy bandwidth (D2D, read+write): {copy_tbs:.2f} TB/s")
+    print("| shape | side | variant | median us | MB moved | TB/s | % of copy | bar us | met |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        met = "" if r["met"] is None else ("yes" if r["met"] else "NO")
+        bar = "" if r["bar_us"] is None else f"{r['bar_us']:g}"
+        print(f"| {r['shape']} | {r['side']} | {r['variant']} | {r['us']:.1f} | {r['bytes'] / 1e6:.1f} | "
+              f"{r['tbs']:.2f} | {r['pct_copy']:.0f} | {bar} | {met} |")
+
+
+if __name__ == "__main__":
+    main()
