@@ -93,7 +93,7 @@ class Limits:
 
 LIMITS = {
     # Triton under the CPU interpreter: a few dozen programs per call at most
-    "tiny": Limits(max_segments=3, max_seg_len=9, big_segments=4, big_seg_len=20, max_slots=3, ranks=(16,),
+    "tiny": Limits(max_segments=3, max_seg_len=16, big_segments=4, big_seg_len=33, max_slots=3, ranks=(16,),
                    heads=2, qk_dims=(16, 24), v_dims=(16, 8), kv_lora_ranks=(32, 24), max_extra_rows=2,
                    max_sequences=3, max_seq_len=12, big_seq_len=40, vision_heads=2, head_dims=(16, 8, 24)),
     # the pure-torch reference on the CPU

@@ -1,0 +1,287 @@
+"""Mutation testing: realistic bugs planted in *copies* of our kernels; the suite must kill them all.
+
+Note [Mutants]
+--------------
+A :class:`Mutant` is data: a name, the family it breaks, a one-line description, and textual
+:class:`Patch` es (file under ``kernels/``, an anchor that must occur, its replacement).  Building a
+mutant copies the whole ``kernels`` package to a temporary directory under a fresh package name
+(``kernels_mutant_<name>``), applies the patches there -- the real kernels are never touched -- and
+imports the copy, so relative imports, Triton's source inspection and the interpreter all behave
+as for the original.  The copy is then an ordinary target (``mutant:<name>``, see
+:mod:`fuzz.targets`), in this process or in a campaign's worker.
+
+When the kernels change and an anchor no longer occurs, building raises :class:`MutantError`
+naming the mutant, the file and the missing anchor: update the mutant, never drop it silently.
+
+:func:`check_mutant` runs the CI-profile property search (derandomized, ``tiny`` problems) on the
+mutant and reports whether it was killed and after how many examples.  ``categories`` / ``ops``
+focus the search where the bug can show (a numeric bug on valid inputs, a message drift on
+contract cases), which keeps the whole table within the CPU budget.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["MUTANTS", "Mutant", "MutantError", "Patch", "build_mutant", "check_mutant", "mutant_target"]
+
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+
+class MutantError(RuntimeError):
+    """A mutant whose anchor no longer occurs in the kernel source (update the mutant)."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Replace ``anchor`` by ``replacement`` in ``kernels/<path>``; ``count``: how many occurrences
+    (None = all of them; there must be at least one, and at least ``count``)."""
+
+    path: str
+    anchor: str
+    replacement: str
+    count: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    family: str
+    description: str
+    patches: tuple[Patch, ...]
+    categories: tuple[str, ...] = ("valid",)
+    ops: Optional[tuple[str, ...]] = None  # LoRA ops to search (None: all of the family)
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z0-9_]+", self.name):
+            raise MutantError(f"mutant name {self.name!r} must be lower-case letters, digits and underscores")
+        if self.family not in ("lora", "vision"):
+            raise MutantError(f"mutant {self.name!r}: family={self.family!r}; the only valid values are lora, vision")
+        if not self.patches:
+            raise MutantError(f"mutant {self.name!r} has no patches")
+
+
+_K = "lora/_kernels.py"
+_L = "lora/_launch.py"
+_VK = "vision/_kernel.py"
+_VA = "vision/attention.py"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # ---- LoRA ----
+    Mutant("lora_ignore_permutation", "lora", "rows are read and written at their logical index; permutation ignored",
+           (Patch(_K, "phys = tl.load(perm + tl.minimum(tl.maximum(logical, 0), num_rows - 1), mask=valid, other=0)",
+                  "phys = logical.to(tl.int64)"),)),
+    Mutant("lora_segment_end_off_by_one", "lora", "token-major tiles treat seg_indptr[n] as inside the batch (<=)",
+           (Patch(_K, "valid = (logical >= first) & (logical < last)", "valid = (logical >= first) & (logical <= last)"),)),
+    Mutant("lora_segment_end_off_by_one_seg", "lora", "segment-major tiles run one row past the segment end",
+           (Patch(_K, "valid = logical < end", "valid = logical <= end"),), ops=("step_b_q", "step_a_v")),
+    Mutant("lora_ignore_rank_truncation", "lora", "every slot uses the buffer rank R instead of min(R, lora_ranks[w])",
+           (Patch(_K, "rank = tl.minimum(tl.load(lora_ranks + w), R)", "rank = R + 0 * tl.load(lora_ranks + w)"),)),
+    Mutant("lora_scaling_missing", "lora", "split step B adds the delta without the slot's scaling",
+           (Patch(_K, "d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)",
+                  "d = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)"),), ops=("step_b_q", "step_b_v")),
+    Mutant("lora_scaling_twice", "lora", "fused q side applies the scaling twice",
+           (Patch(_K, "d = tl.dot(mid, at, input_precision=DOT_PREC) * s",
+                  "d = tl.dot(mid, at, input_precision=DOT_PREC) * s * s"),), ops=("q_side_fused",)),
+    Mutant("lora_wrong_v_half_offset", "lora", "step B_v reads the K-half of B (row offset h*FULL_K, not +qk)",
+           (Patch(_K, "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row",
+                  "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row"),), ops=("step_b_v",)),
+    Mutant("lora_dropped_k_tail", "lora", "step A_v drops the kv_lora_rank tail block (C not a multiple of BLOCK_K)",
+           (Patch(_K, "for k0 in range(0, C, BLOCK_K):", "for k0 in range(0, (C // BLOCK_K) * BLOCK_K, BLOCK_K):",
+                  count=1),), ops=("step_a_v",)),
+    Mutant("lora_dropped_tail_tiles", "lora", "token-major grid rounds the row tiles down (tail rows never computed)",
+           (Patch(_L, "return Plan(True, n_launch, triton.cdiv(num_rows, bt),",
+                  "return Plan(True, n_launch, num_rows // bt,"),)),
+    Mutant("lora_overwrite_not_accumulate", "lora", "step B stores the delta instead of base + delta",
+           (Patch(_K, "cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16)",
+                  "cast_rounded(d, base_ptr.dtype.element_ty, FIX_BF16)"),),
+           ops=("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")),
+    Mutant("lora_wrong_slot", "lora", "each row takes the previous segment's slot",
+           (Patch(_K, "slot = tl.load(weight_indices + seg, mask=valid, other=0)",
+                  "slot = tl.load(weight_indices + tl.maximum(seg - 1, 0), mask=valid, other=0)"),
+            Patch(_K, "slot = tl.zeros_like(lane_tok) + tl.load(weight_indices + seg)",
+                  "slot = tl.zeros_like(lane_tok) + tl.load(weight_indices + tl.maximum(seg - 1, 0))"))),
+    Mutant("lora_drifted_error_message", "lora", "the missing-max_len error lost its final period",
+           (Patch(_L, "from reference.lora import validate_call\n",
+                  "from reference.lora import validate_call as _validate_call\n\n\n"
+                  "def validate_call(*args, **kwargs):\n"
+                  "    try:\n"
+                  "        return _validate_call(*args, **kwargs)\n"
+                  "    except ValueError as exc:\n"
+                  "        if str(exc) == 'LoRA batch_info must provide max_len or seg_lens.':\n"
+                  "            raise ValueError('LoRA batch_info must provide max_len or seg_lens') from None\n"
+                  "        raise\n"),),
+           categories=("upstream", "partial")),
+    # ---- vision ----
+    Mutant("vision_leak_past_sequence_end", "vision", "the last key block is not masked: keys past the sequence "
+           "end (zero-filled) join the softmax",
+           (Patch(_VK, 's = tl.where((offs_n < n)[None, :], s, float("-inf"))', "s = s"),)),
+    Mutant("vision_dropped_key_tail", "vision", "the partial last key block is skipped",
+           (Patch(_VK, "if n_full < n:", "if n_full < 0:"),)),
+    Mutant("vision_wrong_v_offset", "vision", "v is read at the q/k token offsets instead of v_indptr's",
+           (Patch(_VA, "table = torch.stack([qs[seq], vs[seq], os[seq], n[seq], m0], dim=1)",
+                  "table = torch.stack([qs[seq], qs[seq], os[seq], n[seq], m0], dim=1)"),)),
+    Mutant("vision_wrong_o_offset", "vision", "the output is written at the q/k token offsets instead of o_indptr's",
+           (Patch(_VA, "table = torch.stack([qs[seq], vs[seq], os[seq], n[seq], m0], dim=1)",
+                  "table = torch.stack([qs[seq], vs[seq], qs[seq], n[seq], m0], dim=1)"),)),
+    Mutant("vision_ignores_softmax_scale", "vision", "the kernel always uses the default scale D**-0.5",
+           (Patch(_VA, "self.num_blocks, plan.scale, self.config",
+                  "self.num_blocks, plan.q.shape[2] ** -0.5, self.config"),)),
+    Mutant("vision_exp2_without_log2e", "vision", "scores go to exp2 without the log2(e) factor (wrong softmax base)",
+           (Patch(_VK, "float(scale) * LOG2E,", "float(scale),"),)),
+    Mutant("vision_skips_strict_validation", "vision", "the wrapper resolves metadata with strict=False",
+           (Patch(_VA, "softmax_scale, forward_metadata, strict=strict, **kwargs)",
+                  "softmax_scale, forward_metadata, strict=False, **kwargs)"),),
+           categories=("malformed",)),
+)
+
+_BY_NAME = {m.name: m for m in MUTANTS}
+_BUILT: dict[str, str] = {}
+_TMP: dict[str, Path] = {}
+
+
+def _tmp_root() -> Path:
+    if "root" not in _TMP:
+        root = Path(tempfile.mkdtemp(prefix="kernel-oracle-mutants-"))
+        atexit.register(shutil.rmtree, root, True)
+        sys.path.insert(0, str(root))
+        _TMP["root"] = root
+    return _TMP["root"]
+
+
+def get_mutant(name: str) -> Mutant:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise MutantError(f"mutant {name!r} is unknown; the only valid names are {sorted(_BY_NAME)}") from None
+
+
+def apply_patches(mutant: Mutant, files: dict[str, str]) -> dict[str, str]:
+    """``files`` (relative path -> source) with the mutant's patches applied; raises on a missing anchor."""
+    out = dict(files)
+    for p in mutant.patches:
+        if p.path not in out:
+            raise MutantError(f"mutant {mutant.name!r}: kernels/{p.path} does not exist; update the mutant")
+        src = out[p.path]
+        n = src.count(p.anchor)
+        if n == 0 or (p.count is not None and n < p.count):
+            raise MutantError(f"mutant {mutant.name!r}: anchor not found in kernels/{p.path} "
+                              f"(the kernel changed; update the mutant's anchor): {p.anchor!r}")
+        out[p.path] = src.replace(p.anchor, p.replacement, -1 if p.count is None else p.count)
+    return out
+
+
+def build_mutant(name: str) -> str:
+    """Copy ``kernels`` with the mutant's patches as package ``kernels_mutant_<name>``; return its name."""
+    if name in _BUILT:
+        return _BUILT[name]
+    mutant = get_mutant(name)
+    pkg = f"kernels_mutant_{mutant.name}"
+    dest = _tmp_root() / pkg
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(KERNELS_DIR, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    files = {str(p.relative_to(dest)): p.read_text() for p in dest.rglob("*.py")}
+    patched = apply_patches(mutant, files)
+    for rel, src in patched.items():
+        src = re.sub(r"\b(from|import) kernels\b", rf"\1 {pkg}", src)  # absolute self-imports
+        (dest / rel).write_text(src)
+    importlib.invalidate_caches()
+    _BUILT[name] = pkg
+    return pkg
+
+
+def mutant_target(name: str, device="cpu"):
+    """The :class:`fuzz.targets.Target` of mutant ``name`` (``mutant:<name>``)."""
+    from .targets import _triton, _unavailable
+
+    try:
+        pkg = build_mutant(name)
+    except MutantError as exc:
+        return _unavailable(f"mutant:{name}", str(exc))
+    return _triton(device, package=pkg, name=f"mutant:{name}")
+
+
+@dataclass
+class KillResult:
+    name: str
+    family: str
+    description: str
+    killed: bool
+    examples: int
+    seconds: float
+    kind: Optional[str] = None
+    message: str = ""
+    case: Optional[str] = None
+    error: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def check_mutant(name: str, *, max_examples: int = 80, device: Optional[str] = None,
+                 limits: str = "tiny") -> KillResult:
+    """Search the mutant with the CI-profile properties until it is killed (or the budget ends)."""
+    import os
+
+    import torch
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from .check import check_case
+    from .strategies import ALL_DTYPES, cases
+    from .targets import resolve_target
+
+    mutant = get_mutant(name)
+    t0 = time.monotonic()
+    target = resolve_target(f"mutant:{name}", device)
+    if not target.available:
+        return KillResult(name, mutant.family, mutant.description, False, 0, 0.0, error=target.reason)
+    ops = mutant.ops if mutant.ops is not None else target.ops(mutant.family)
+    strategy = cases(mutant.family, categories=mutant.categories, dtypes=target.dtypes(ALL_DTYPES),
+                     ops=ops if mutant.family == "lora" else None, limits=limits)
+    state = {"n": 0, "verdict": None, "case": None}
+
+    @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.generate), print_blob=False)
+    @given(strategy)
+    def search(case):
+        if state["verdict"] is not None:  # Hypothesis replays the failing example once: not a new one
+            raise AssertionError(state["verdict"].message)
+        state["n"] += 1
+        verdict = check_case(target, case, device)
+        if not verdict.ok:
+            state["verdict"], state["case"] = verdict, case
+            raise AssertionError(verdict.message)
+
+    try:
+        search()
+    except AssertionError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - a harness failure is a result, not a kill
+        if state["verdict"] is None:
+            return KillResult(name, mutant.family, mutant.description, False, state["n"], time.monotonic() - t0,
+                              error=f"{type(exc).__name__}: {exc}")
+    v = state["verdict"]
+    return KillResult(name, mutant.family, mutant.description, v is not None, state["n"], time.monotonic() - t0,
+                      kind=None if v is None else v.kind,
+                      message="" if v is None else (v.message.splitlines() or [""])[0],
+                      case=None if state["case"] is None else state["case"].to_json())
+
+
+def mutant_names(family: Optional[str] = None) -> list[str]:
+    return [m.name for m in MUTANTS if family is None or m.family == family]
+
+

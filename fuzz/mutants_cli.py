@@ -1,0 +1,71 @@
+"""``kernel-oracle mutants``: does the suite kill every planted kernel bug?
+
+Prints the kill table (mutant, family, killed, examples until the kill, seconds, finding kind) and
+optionally writes it as JSON.  Exit codes: 0 every mutant killed, 1 a mutant survived (or could not
+be built: its anchor no longer occurs in the kernels -- update it), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+__all__ = ["add_arguments", "main", "kill_table"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("names", nargs="*", metavar="MUTANT", help="mutants to check (default: all)")
+    parser.add_argument("--family", choices=("lora", "vision"), default=None)
+    parser.add_argument("--max-examples", type=int, default=100, metavar="N",
+                        help="examples per mutant before it counts as surviving (default 100)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    parser.add_argument("--json", dest="json_out", default=None, metavar="PATH", help="write the table as JSON")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+
+
+def kill_table(results) -> str:
+    rows = [("mutant", "family", "killed", "examples", "seconds", "kind")]
+    for r in results:
+        rows.append((r.name, r.family, "yes" if r.killed else ("ERROR" if r.error else "NO"), str(r.examples),
+                     f"{r.seconds:.1f}", r.kind or (r.error or "-")[:60]))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    import os
+
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu" and not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel import
+    from .mutants import MUTANTS, MutantError, check_mutant, get_mutant
+
+    if args.list:
+        for m in MUTANTS:
+            print(f"{m.name:34} {m.family:7} {m.description}")
+        return 0
+    try:
+        names = [get_mutant(n).name for n in args.names] or [m.name for m in MUTANTS
+                                                            if args.family in (None, m.family)]
+    except MutantError as exc:
+        print(f"kernel-oracle mutants: error: {exc}", file=sys.stderr)
+        return 2
+    if args.max_examples < 1:
+        print(f"kernel-oracle mutants: error: Expected --max-examples >= 1 but got {args.max_examples}", file=sys.stderr)
+        return 2
+    results = []
+    for name in names:
+        r = check_mutant(name, max_examples=args.max_examples, device=device)
+        results.append(r)
+        print(f"{name}: {'killed after ' + str(r.examples) + ' examples (' + str(r.kind) + ')' if r.killed else 'SURVIVED' if not r.error else 'ERROR ' + r.error}",
+              file=sys.stderr, flush=True)
+    print(kill_table(results))
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump([r.to_dict() for r in results], fh, indent=1)
+    return 0 if all(r.killed for r in results) else 1

@@ -1,0 +1,71 @@
+"""Hypothesis properties of every selected target (``--target``; default reference and triton).
+
+One property per family x case category (fuzz/strategies.py, Note [Strategies]):
+
+* ``valid``     -- the output matches the float64 oracle within the tolerance rule (baseline: the
+  faithful oracle in the target's dtype and fp32 precision); unrouted in-place rows bit-identical;
+* ``partial``   -- dropped / None optional metadata: the reference's outcome (a result or the exact
+  upstream error);
+* ``upstream``  -- SGLang's contracts: exact type and text;
+* ``malformed`` -- strict validation rejects with the exact text (targets without strict
+  validation are skipped here with the reason: every case would be a validation gap by design).
+
+Problem sizes follow the target's cost: ``tiny`` limits for Triton under the CPU interpreter,
+``small`` for the reference on the CPU, ``full`` on a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+from fuzz.check import check_case
+from fuzz.pytest_plugin import examples_for
+from fuzz.strategies import ALL_DTYPES, cases
+
+FAMILIES = ("lora", "vision")
+CATEGORIES = ("valid", "partial", "upstream", "malformed")
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+
+
+def limits_for(target) -> str:
+    if HAS_CUDA:
+        return "full"
+    return "small" if target.name == "reference" else "tiny"
+
+
+def repro_line(target, case) -> str:
+    return f"kernel-oracle repro --case '{case.to_json()}' --target {target.name} --device {DEVICE}"
+
+
+@pytest.mark.parametrize("category", CATEGORIES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_property(fuzz_target, family, category, record_property):
+    target = fuzz_target
+    ops = target.ops(family)
+    if not ops:
+        pytest.skip(f"target {target.name!r} has no {family} entry point: {target.notes}")
+    if category == "malformed" and not target.strict:
+        pytest.skip(f"target {target.name!r} does not implement strict validation; malformed metadata would be a "
+                    "validation gap by design (kernel-oracle fuzz reports them; --upstream-contracts-only skips)")
+    dtypes = target.dtypes(ALL_DTYPES)
+    record_property("op", family)
+    record_property("shape_class", category)
+    strategy = cases(family, categories=(category,), dtypes=dtypes, ops=ops if family == "lora" else None,
+                     limits=limits_for(target))
+    ratios = []
+
+    @settings(max_examples=examples_for(target.name))
+    @given(strategy)
+    def prop(case):
+        verdict = check_case(target, case, DEVICE, repro=repro_line(target, case))
+        if verdict.ratio is not None:
+            ratios.append(verdict.ratio)
+        assert verdict.ok, (f"[{verdict.kind}] {target.name} {case.op} {case.dtype}: {verdict.message}\n"
+                            f"case: {case!r}\nreproduce: {repro_line(target, case)}")
+
+    prop()
+    if ratios:
+        record_property("error_ratio", max(ratios))
