@@ -241,11 +241,16 @@ def _accumulated_output(route: LoRARouting, base, arith, delta):
     out_dtype = arith.compute if not arith.faithful else base.dtype
     value = base.detach().to(out_dtype).clone()
     defined = torch.ones(base.shape, dtype=torch.bool, device=base.device)
+    # rows repeated by a malformed permutation are undefined: keep their last-write value there
+    exact_rows = not arith.faithful and not route.all_undefined and not route.undefined_rows.numel()
     for g in route.groups():
         if g.rank <= 0:
             continue
         rows = _dev(route.rows[g.index], base)
         d = delta(g.slot, g.rank, g.scaling, rows)
+        if exact_rows:  # float64: value[rows] is base[rows] already; add in place (no gather/scatter copies)
+            value.index_add_(0, rows, d)
+            continue
         new = base[rows].to(arith.compute) + d
         value[rows] = new.to(out_dtype)
     _blank_undefined(route, defined)
@@ -362,7 +367,9 @@ def _write_back(result: OracleResult, base_output: torch.Tensor) -> torch.Tensor
     new = result.value.to(base_output.dtype)
     changed = (new != base_output) & result.defined
     rows = torch.nonzero(changed.flatten(1).any(dim=1)).flatten()
-    if rows.numel():
+    if rows.numel() == base_output.shape[0]:  # every row changes: one copy, no gather/scatter
+        base_output.copy_(new)
+    elif rows.numel():
         base_output[rows] = new[rows]
     return base_output
 
