@@ -31,6 +31,9 @@ except Exception as exc:  # the page keeps its tables; it says why the plots are
     Figure = None  # type: ignore[assignment]
     UNAVAILABLE = f"plots unavailable: matplotlib could not be imported ({type(exc).__name__}: {exc}); pip install matplotlib"
 
+# boxplot's orientation keyword replaced vert= in matplotlib 3.10
+_HORIZONTAL = ({"orientation": "horizontal"} if Figure is not None and
+               tuple(int(x) for x in matplotlib.__version__.split(".")[:2]) >= (3, 10) else {"vert": False})
 _RC = {"svg.fonttype": "none", "svg.hashsalt": "kernel-oracle", "font.size": 9,
        "axes.spines.top": False, "axes.spines.right": False}
 RATIO_FLOOR = 1e-4  # ratios below this (often exact zeros) are drawn at the floor of the log axis
@@ -72,7 +75,7 @@ def ratio_distribution_svg(result: Result) -> Optional[str]:
         fig = Figure(figsize=(8.5, 0.9 + 0.38 * len(keys)))
         ax = fig.add_subplot()
         data = [[max(v, RATIO_FLOOR) if math.isfinite(v) else 1e3 for v in rows[k]] for k in keys]
-        ax.boxplot(data, vert=False, widths=0.55, showfliers=False, patch_artist=True,
+        ax.boxplot(data, **_HORIZONTAL, widths=0.55, showfliers=False, patch_artist=True,
                    boxprops={"facecolor": "#dbeafe", "edgecolor": "#1e40af"},
                    medianprops={"color": "#1e40af"}, whiskerprops={"color": "#1e40af"},
                    capprops={"color": "#1e40af"})
@@ -94,7 +97,8 @@ def ratio_distribution_svg(result: Result) -> Optional[str]:
 
 
 def bench_speed_svg(result: Result) -> Optional[str]:
-    """Median time per benchmark (log axis): the target and each peer side by side."""
+    """Each peer's median time relative to the target's (target = 1; a longer bar is a slower
+    peer), on a linear axis, with the absolute times written beside the bars."""
     if Figure is None or not result.benchmarks:
         return None
     benches = sorted(result.benchmarks, key=lambda b: (b.op, b.shape, b.dtype, b.target))
@@ -103,23 +107,29 @@ def bench_speed_svg(result: Result) -> Optional[str]:
     import matplotlib as mpl
 
     with mpl.rc_context(_RC):
-        height = 0.9 + len(benches) * (0.22 * len(series) + 0.25)
+        height = 1.1 + len(benches) * (0.2 * len(series) + 0.3)
         fig = Figure(figsize=(8.5, height))
         ax = fig.add_subplot()
         bar_h = 0.8 / len(series)
+        top = 1.0
         for s_i, name in enumerate(series):
-            xs, ys = [], []
+            xs, ys, labels = [], [], []
             for b_i, b in enumerate(benches):
                 t = b.median_us if name == "(target)" else (b.peers.get(name) or {}).get("median_us")
                 if t:
-                    xs.append(float(t))
+                    xs.append(float(t) / b.median_us)
                     ys.append(b_i - 0.4 + bar_h * (s_i + 0.5))
+                    labels.append(f"{float(t):.3g} µs")
             label = "target (ours)" if name == "(target)" else name
             ax.barh(ys, xs, height=bar_h * 0.92, color=_COLORS[s_i % len(_COLORS)], label=label)
-        ax.set_xscale("log")
+            for x, y, text in zip(xs, ys, labels):
+                ax.text(x, y, f" {x:.2f}× ({text})", va="center", fontsize=7.5)
+            top = max([top, *xs])
+        ax.axvline(1.0, color="#0f172a", lw=0.8, ls=":")
+        ax.set_xlim(0, top * 1.35)
         ax.set_yticks(range(len(benches)), [f"{b.target} · {b.op}\n{b.shape} {b.dtype}" for b in benches])
         ax.invert_yaxis()
-        ax.set_xlabel("median time, µs (log; shorter is faster)")
+        ax.set_xlabel("median time relative to the target (1 = target; above 1 the peer is slower)")
         ax.grid(axis="x", color="#e2e8f0", lw=0.6)
         ax.set_axisbelow(True)
         ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(4, len(series)), fontsize=8, frameon=False)

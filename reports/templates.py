@@ -57,6 +57,7 @@ a.anchor { color:var(--muted); text-decoration:none; margin-right:4px; }
 svg.plot { width:100%; height:auto; max-width:1000px; display:block; margin:4px 0 12px; }
 details summary { cursor:pointer; color:var(--accent); font-size:12.5px; }
 footer { color:var(--muted); font-size:12px; margin-top:36px; border-top:1px solid var(--line); padding-top:8px; }
+td.nowrap { white-space:nowrap; }
 code { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace; }
 """
 
@@ -66,7 +67,7 @@ HTML = """<!DOCTYPE html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>kernel-oracle report: {{ r.kind }} run, {{ r.created }}</title>
-<style>{{ css }}</style>
+<style>{{ css|safe }}</style>
 </head>
 <body>
 <header class="top"><div class="inner">
@@ -114,7 +115,7 @@ HTML = """<!DOCTYPE html>
 <table>
 <thead><tr><th>finding</th><th>kind</th><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>what</th><th class="n">ratio</th></tr></thead>
 <tbody>
-{% for f in r.findings %}<tr><td><a href="#{{ f.anchor }}">{{ f.id }}</a></td><td><span class="badge kind-{{ f.kind }}">{{ f.kind }}</span></td>
+{% for f in r.findings %}<tr><td class="nowrap"><a href="#{{ f.anchor }}">{{ f.id }}</a></td><td><span class="badge kind-{{ f.kind }}">{{ f.kind }}</span></td>
 <td>{{ f.target }}</td><td>{{ f.op }}</td><td>{{ f.dtype }}</td><td>{{ f.shape_class }}</td><td>{{ f.first_line|truncate(110) }}</td>
 <td class="n {{ f.ratio|ratio_class if f.ratio is not none else 'na' }}">{{ f.ratio|ratio }}</td></tr>
 {% endfor %}</tbody></table>

@@ -1,0 +1,175 @@
+"""The result schema (round trip, version check, clear errors), merging, bench ingest and the
+pytest plugin's ``--oracle-record``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from reports._sample import sample_record
+from reports.bench_ingest import record_from_bench_rows, write_bench_record
+from reports.model import load_result, shape_key
+from reports.schema import (SCHEMA_VERSION, SchemaError, add_finding, add_group, load, merge, new_record, save,
+                            validate)
+
+ENV_KEYS = ("torch", "triton", "cuda", "cudnn", "gpu", "cpu", "git_commit", "suite_version", "device")
+
+
+def test_round_trip(tmp_path):
+    rec = sample_record()
+    path = save(rec, tmp_path / "r.json")
+    assert load(path) == json.loads(json.dumps(rec))
+    result = load_result(path)
+    assert result.version == SCHEMA_VERSION and result.kind == "main"
+    assert {f.id for f in result.findings} == {f["id"] for f in rec["findings"]}
+    assert result.cases == sum(g["cases"] for g in rec["groups"])
+    for key in ENV_KEYS:
+        assert key in rec["environment"], key
+
+
+def test_group_summary_and_merge_of_same_key():
+    rec = new_record("campaign")
+    add_group(rec, target="t", op="o", dtype="float32", shape_class="s", cases=2, passes=2, ratios=[0.1, 0.3])
+    add_group(rec, target="t", op="o", dtype="float32", shape_class="s", cases=3, passes=2,
+              findings={"mismatch": 1}, ratios=[0.2, 4.0, 0.05])
+    (g,) = rec["groups"]
+    assert (g["cases"], g["passes"], g["findings"]["mismatch"]) == (5, 4, 1)
+    assert g["error_ratio"]["max"] == 4.0 and g["error_ratio"]["median"] == 0.2
+
+
+def test_newer_version_is_refused_with_the_fix(tmp_path):
+    rec = sample_record()
+    rec["version"] = SCHEMA_VERSION + 1
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps(rec))
+    with pytest.raises(SchemaError, match="newer than this suite reads.*upgrade kernel-oracle"):
+        load(path)
+
+
+@pytest.mark.parametrize("breakage, match", [
+    (lambda r: r.update(schema="something-else"), "schema="),
+    (lambda r: r.pop("groups"), "field 'groups' must be a list"),
+    (lambda r: r.update(version="1"), "is not an int"),
+    (lambda r: r["groups"][0].pop("cases"), r"groups\[0\] lacks fields \['cases'\]"),
+    (lambda r: r["findings"][0].update(kind="wrong"), r"findings\[0\] has kind 'wrong'; the only valid values"),
+    (lambda r: r["benchmarks"][0].pop("median_us"), r"benchmarks\[0\] lacks fields"),
+], ids=["schema", "no-groups", "version-str", "group-field", "finding-kind", "bench-field"])
+def test_malformed_record_is_refused(breakage, match):
+    rec = sample_record()
+    breakage(rec)
+    with pytest.raises(SchemaError, match=match):
+        validate(rec)
+
+
+def test_not_json_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(SchemaError, match="not valid JSON"):
+        load(bad)
+    with pytest.raises(SchemaError, match="no such result file"):
+        load(tmp_path / "absent.json")
+
+
+def test_save_never_overwrites(tmp_path):
+    path = save(sample_record(), tmp_path / "r.json")
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        save(sample_record(), path)
+    save(sample_record(), path, overwrite=True)
+
+
+def test_merge_keeps_ids_unique_and_adds_groups():
+    into, other = sample_record(), sample_record()
+    n_groups, n_findings = len(into["groups"]), len(into["findings"])
+    cases = sum(g["cases"] for g in into["groups"])
+    merge(into, other, seeds_key="campaign:x")
+    assert len(into["groups"]) == n_groups
+    assert sum(g["cases"] for g in into["groups"]) == 2 * cases
+    ids = [f["id"] for f in into["findings"]]
+    assert len(ids) == 2 * n_findings and len(set(ids)) == len(ids)
+    assert into["seeds"]["campaign:x"] == other["seeds"]
+    assert len({t["name"] for t in into["targets"]}) == len(into["targets"])
+
+
+def test_add_finding_checks_fields():
+    with pytest.raises(SchemaError, match="lacks fields"):
+        add_finding(new_record("main"), {"id": "x", "kind": "mismatch"})
+
+
+def test_bench_ingest_derives_throughput_and_peers(tmp_path):
+    rows = [{"target": "triton", "op": "step_a_q", "shape": {"S": 8, "H": 2}, "dtype": "bfloat16", "median_us": 10.0,
+             "bytes": 1e6, "flops": 1e9, "ceiling_tbps": 1.0, "peers": {"sglang": 20.0, "torch": {"median_us": 5.0}}}]
+    rec = record_from_bench_rows(rows)
+    assert rec["kind"] == "bench"
+    (b,) = rec["benchmarks"]
+    assert b["tbps"] == pytest.approx(0.1) and b["tflops"] == pytest.approx(100.0)
+    assert b["peers"] == {"sglang": {"median_us": 20.0}, "torch": {"median_us": 5.0}}
+    path = write_bench_record(rows, tmp_path)
+    (bench,) = load_result(path).benchmarks
+    assert bench.shape == shape_key({"H": 2, "S": 8}) and bench.roofline_fraction == pytest.approx(0.1)
+    assert bench.speedup_over("sglang") == pytest.approx(2.0) and bench.speedup_over("torch") == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("row, match", [
+    ({"target": "t", "op": "o", "shape": "s", "dtype": "float32"}, r"missing \['median_us'\]"),
+    ({"target": "t", "op": "o", "shape": "s", "dtype": "float32", "median_us": "fast"}, "Expected a number for median_us"),
+    ({"target": "t", "op": "o", "shape": "s", "dtype": "float32", "median_us": 0}, "median_us=0"),
+])
+def test_bench_ingest_names_the_bad_row(row, match):
+    with pytest.raises(SchemaError, match=match):
+        record_from_bench_rows([row])
+
+
+PYTEST_DEMO = '''
+import pytest, torch
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("op", ["step_a_q", "vision"])
+def test_diff(op, dtype, record_property):
+    record_property("target", "triton")
+    record_property("error_ratio", 0.5 if dtype == torch.float32 else 2.0)
+    assert dtype == torch.float32 or op == "vision", "Tensor-likes are not close!"
+
+def test_plain():
+    pass
+
+def test_crashes():
+    raise RuntimeError("CUDA error: an illegal memory access")
+
+def test_contract_missing_max_len():
+    assert False, "expected ValueError"
+
+@pytest.mark.skip(reason="needs a GPU")
+def test_skipped():
+    pass
+'''
+
+
+def test_pytest_plugin_writes_a_record(tmp_path):
+    (tmp_path / "test_demo.py").write_text(textwrap.dedent(PYTEST_DEMO))
+    out = tmp_path / "rec.json"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "reports.pytest_plugin", "-p", "no:cacheprovider",
+           "--oracle-record", str(out), "test_demo.py"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"kernel-oracle result record: {out}" in proc.stdout
+    rec = load(out)
+    assert rec["kind"] == "pytest"
+    assert rec["summary"]["passed"] == 4 and rec["summary"]["failed"] == 3 and rec["summary"]["skipped"] == 1
+    groups = {(g["target"], g["op"], g["dtype"]): g for g in rec["groups"]}
+    g = groups[("triton", "step_a_q", "bfloat16")]
+    assert (g["cases"], g["passes"], g["findings"]["mismatch"], g["error_ratio"]["max"]) == (1, 0, 1, 2.0)
+    assert groups[("triton", "vision", "float32")]["passes"] == 1
+    suite = groups[("suite", "suite", "-")]  # tests that say nothing
+    assert (suite["cases"], suite["passes"]) == (3, 1)
+    kinds = {f["nodeid"].split("::")[1]: f["kind"] for f in rec["findings"]}
+    assert kinds == {"test_diff[step_a_q-dtype1]": "mismatch", "test_crashes": "crash",
+                     "test_contract_missing_max_len": "contract"}
+    for f in rec["findings"]:
+        assert f["repro"].startswith("python -m pytest ") and f["nodeid"].split("::")[1].split("[")[0] in f["repro"]
+    # results are never overwritten: a second run to the same path is a usage error
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 4 and "never overwritten" in again.stderr
