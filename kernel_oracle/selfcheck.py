@@ -1,0 +1,209 @@
+"""``kernel-oracle selfcheck``: the references against independent formulations, and every contract.
+
+Note [Selfcheck]
+----------------
+Before the suite trusts the references as oracles, it checks them: every OpInfo's sample inputs
+plus ``cases`` random variations per (op, dtype) run through
+
+* the float64 oracle, against :mod:`kernel_oracle.independent` (a formulation sharing no code with
+  the reference): rows with ``dtype="float64"`` (the inputs come from each dtype's samples);
+* the drop-in entry point with SGLang's signature in the sample's dtype, against the same float64
+  formulation under the tolerance rule (baseline: the oracle's faithful mode): rows with the
+  sample's dtype;
+* every error input of the OpInfo database: the exact exception type and full text (rows with
+  ``dtype="-"``).
+
+:func:`run_selfcheck` returns plain dicts (the main job builds on them), one per check, with keys
+
+``op`` (OpInfo name), ``family`` (``"lora"``/``"vision"``), ``dtype`` (``"float16"``, ...,
+``"float64"`` or ``"-"`` for error rows), ``case`` (sample name, ``random-<i>`` or
+``error:<contract id>#<i>``), ``passed`` (bool), ``err`` (greatest absolute error over the defined
+region, float; None for error rows), ``allowed`` (the error the rule allows; None for error rows),
+``ratio`` (``err/allowed`` elementwise worst; <= 1 passes; None for error rows) and ``message``
+("" when passed, else what went wrong, reproducible from op/dtype/case/seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import sys
+from typing import Iterator
+
+import torch
+
+__all__ = ["add_arguments", "main", "random_samples", "run_selfcheck", "summarize"]
+
+_DTYPE_NAME = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
+               torch.float64: "float64"}
+
+
+def _resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r} is invalid; the only valid values are cpu, cuda, auto")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but torch sees no CUDA device; pass --device cpu or --device auto")
+    return device
+
+
+def random_samples(info, dtype: torch.dtype, cases: int, seed: int) -> Iterator:
+    """``cases`` random, well-formed problems for ``info`` (deterministic in ``seed``)."""
+    from fuzz.opinfo import Sample
+    from fuzz.problems import LoRAProblem, VisionProblem
+
+    rng = random.Random(f"selfcheck-{seed}-{info.name}-{_DTYPE_NAME[dtype]}")
+    for i in range(cases):
+        if info.family == "lora":
+            R = rng.choice((8, 16, 32))
+            L = rng.randint(1, 3)
+            n = rng.randint(1, 6)
+            lens = tuple(rng.choice((0, 1, 1, 2, 3, 5, 8, 13)) for _ in range(n))
+            p = LoRAProblem(
+                op=info.name, seg_lens=lens, weight_indices=tuple(rng.randrange(L) for _ in range(n)),
+                lora_ranks=tuple(rng.choice((0, 1, R // 2, R, R + 8)) for _ in range(L)),
+                scalings=tuple(round(rng.uniform(-2.0, 2.0), 3) for _ in range(L)),
+                H=rng.randint(1, 3), qk=rng.choice((16, 24, 48)), vd=rng.choice((16, 40)), C=rng.choice((32, 48, 64)),
+                R=R, extra_rows=rng.randint(0, 3), permute=rng.random() < 0.5,
+                cuda_graph_pad_to=(n + rng.randint(0, 4) if rng.random() < 0.3 else None),
+                with_max_len=rng.random() < 0.7, strided=rng.random() < 0.25,
+                dtype=_DTYPE_NAME[dtype], seed=rng.randrange(2**31),
+            )
+        else:
+            p = VisionProblem(
+                lengths=tuple(rng.choice((0, 1, 3, 7, 16, 24)) for _ in range(rng.randint(1, 4))),
+                H=rng.randint(1, 3), D=rng.choice((8, 16, 24, 32)), dtype=_DTYPE_NAME[dtype],
+                layout=rng.choice(("contiguous", "v_strided")), v_shift=rng.randint(0, 2), o_shift=rng.randint(0, 2),
+                extra_tokens=rng.randint(0, 3), path=rng.choice(("metadata", "kwargs")),
+                max_seqlen_kind=rng.choice(("int", "cpu_tensor", "device_tensor")), four_d=rng.random() < 0.3,
+                softmax_scale=(None if rng.random() < 0.6 else round(rng.uniform(0.05, 0.5), 3)),
+                seed=rng.randrange(2**31),
+            )
+        if p.family == "lora" and not p.with_max_len and not p.with_seg_lens:
+            p = dataclasses.replace(p, with_max_len=True)
+        yield Sample(p, f"random-{i}")
+
+
+def _row(info, dtype: str, case: str, passed: bool, err, allowed, ratio, message: str) -> dict:
+    return {"op": info.name, "family": info.family, "dtype": dtype, "case": case, "passed": bool(passed),
+            "err": err, "allowed": allowed, "ratio": ratio, "message": message}
+
+
+def _check_sample(info, entry, sample, dtype: torch.dtype, device: str) -> list[dict]:
+    from kernel_oracle.independent import independent
+    from reference.tolerance import compare
+
+    rows = []
+    call = sample.call(device)
+    value, defined = independent(info.name, call.args, call.kwargs)
+    # 1. the float64 oracle against the independent formulation (masks must agree too)
+    oracle = info.oracle(*call.args, **call.kwargs)
+    cmp = compare(oracle.value, value, defined, family=info.family, out_dtype=torch.float64,
+                  what=f"{info.name} float64 oracle")
+    same_mask = torch.equal(oracle.defined.cpu(), defined.cpu())
+    msg = cmp.message if not cmp.ok else ""
+    if not same_mask:
+        msg = (f"defined region differs from the independent formulation: "
+               f"{int((oracle.defined.cpu() & ~defined).sum())} extra, "
+               f"{int((defined & ~oracle.defined.cpu()).sum())} missing elements. " + msg)
+    rows.append(_row(info, "float64", f"{sample.name}[{_DTYPE_NAME[dtype]} inputs]", cmp.ok and same_mask,
+                     cmp.err, cmp.allowed, cmp.ratio, msg))
+    # 2. the drop-in entry point in the sample's dtype, under the tolerance rule
+    call = sample.call(device)
+    baseline = info.oracle(*call.args, faithful=True, **call.kwargs)
+    out = entry(*call.args, **call.kwargs)
+    out_dtype = call.args[call.inplace].dtype if call.inplace is not None else call.args[0].dtype
+    cmp = compare(out, value, defined, family=info.family, baseline=baseline.value, out_dtype=out_dtype,
+                  what=info.name)
+    rows.append(_row(info, _DTYPE_NAME[dtype], sample.name, cmp.ok, cmp.err, cmp.allowed, cmp.ratio,
+                     cmp.message))
+    return rows
+
+
+def _check_error(info, entry, i: int, err, device: str) -> dict:
+    from reference.contracts import contract
+
+    call, message = err.build(device)
+    want = contract(err.contract_id).exc_type
+    case = f"error:{err.contract_id}#{i}"
+    try:
+        entry(*call.args, **call.kwargs)
+    except Exception as exc:  # noqa: BLE001 - the point is to see which exception it is
+        if type(exc) is want and str(exc) == message:
+            return _row(info, "-", case, True, None, None, None, "")
+        return _row(info, "-", case, False, None, None, None,
+                    f"expected {want.__name__}({message!r}), got {type(exc).__name__}({str(exc)!r})")
+    return _row(info, "-", case, False, None, None, None, f"expected {want.__name__}({message!r}), nothing raised")
+
+
+def run_selfcheck(device: str = "auto", cases: int = 2, seed: int = 0) -> list[dict]:
+    """Run the references against the independent formulations and every error input.
+
+    ``device``: ``"cpu"``, ``"cuda"`` or ``"auto"``; ``cases``: random variations per (op, dtype)
+    on top of the OpInfo sample inputs; ``seed``: makes the variations reproducible.  Returns one
+    dict per check (keys documented in the module docstring); an exception inside a check becomes
+    a failed row, never an abort.
+    """
+    from fuzz.opinfo import OP_DB
+    from reference import lora as ref_lora
+    from reference import vision as ref_vision
+
+    if isinstance(cases, bool) or not isinstance(cases, int) or cases < 0:
+        raise ValueError(f"Expected cases to be a non-negative int but got cases={cases!r}")
+    device = _resolve_device(device)
+    rows: list[dict] = []
+    for info in OP_DB.values():
+        entry = getattr(ref_vision if info.family == "vision" else ref_lora, info.entry)
+        for dtype in info.dtypes:
+            samples = [*info.sample_inputs(device, dtype), *random_samples(info, dtype, cases, seed)]
+            for sample in samples:
+                try:
+                    rows.extend(_check_sample(info, entry, sample, dtype, device))
+                except Exception as exc:  # noqa: BLE001 - report it as a failed case
+                    rows.append(_row(info, _DTYPE_NAME[dtype], sample.name, False, None, None, None,
+                                     f"raised {type(exc).__name__}: {exc}; problem={sample.problem!r}"))
+        for i, err in enumerate(info.error_inputs(device)):
+            rows.append(_check_error(info, entry, i, err, device))
+    return rows
+
+
+def summarize(rows: list[dict]) -> str:
+    """A plain-text table: op, dtype, cases, passed, max error ratio; then the failures."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["op"], r["dtype"]), []).append(r)
+    header = f"{'op':<14} {'dtype':<9} {'cases':>6} {'passed':>7} {'max ratio':>10}"
+    lines = [header, "-" * len(header)]
+    for (op, dtype), rs in groups.items():
+        ratios = [r["ratio"] for r in rs if r["ratio"] is not None]
+        shown = f"{max(ratios):.3g}" if ratios else "-"
+        lines.append(f"{op:<14} {dtype:<9} {len(rs):>6} {sum(r['passed'] for r in rs):>7} {shown:>10}")
+    failed = [r for r in rows if not r["passed"]]
+    lines.append("")
+    lines.append(f"{len(rows) - len(failed)} / {len(rows)} checks passed")
+    for r in failed:
+        lines.append(f"FAILED {r['op']} {r['dtype']} {r['case']}: {r['message']}")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
+                        help="where the references run (auto: cuda when available)")
+    parser.add_argument("--cases", type=int, default=2, metavar="N",
+                        help="random variations per (op, dtype) on top of the sample inputs (default 2)")
+    parser.add_argument("--seed", type=int, default=0, metavar="K", help="seed of the random variations")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.cases < 0:
+        print(f"kernel-oracle selfcheck: --cases={args.cases} is invalid; pass 0 or more", file=sys.stderr)
+        return 2
+    try:
+        rows = run_selfcheck(args.device, args.cases, args.seed)
+    except ValueError as exc:
+        print(f"kernel-oracle selfcheck: {exc}", file=sys.stderr)
+        return 2
+    print(summarize(rows))
+    return 0 if all(r["passed"] for r in rows) else 1
