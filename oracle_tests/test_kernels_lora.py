@@ -137,7 +137,7 @@ def _make_call(op: str, b: Batch, dims: Dims, dtype, base_dtype, device, *, stri
     gen = torch.Generator().manual_seed(seed)
     bi, S = _batch_info(b, dims, gen, device)
     H, R, C = dims.H, dims.R, dims.C
-    route = route_lora_batch(bi, num_rows=S, num_slots=dims.L, max_rank=R, device=torch.device(device),
+    route = route_lora_batch(bi, num_rows=S, num_slots=dims.L, max_rank=R, device=bi.seg_indptr.device,
                              strict=True)
     routed = torch.zeros(S, dtype=torch.bool)
     routed[route.rows] = True

@@ -37,7 +37,7 @@ import triton.language as tl
 
 from ..interpreter import cast_rounded, rounded_f32, to_f32
 
-_NO_SLOT = 2147483647
+_NO_SLOT = tl.constexpr(2147483647)  # "no slot left" for tl.min over the tile
 
 
 @triton.jit
