@@ -39,6 +39,10 @@ FAMILY_OF = {"lora": "lora", "vision": "vision", "step_a_q": "lora", "step_b_q":
              "step_b_v": "lora", "q_side_fused": "lora", "v_side_fused": "lora"}
 
 
+# shrink attempts after a crash (each one restarts the worker)
+CRASH_SHRINKS = 8
+
+
 class CampaignError(ValueError):
     """A usage error of :func:`run_campaign` (exit code 2 in the CLI)."""
 
@@ -247,6 +251,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
             save_state()
             run_seed = seed * 1_000_003 + state["runs"]
             failing: dict = {}  # the latest (= most shrunk) new failure of this run
+            crash_shrinks = [0]
             before = state["executed"]
 
             @settings(max_examples=max(1, (budget - state["executed"]) if budget is not None else 10**6),
@@ -266,6 +271,10 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                     return
                 if out_of_budget(extra=allowance if failing else 0):
                     return
+                if failing and failing["verdict"].kind == "crash":
+                    crash_shrinks[0] += 1  # each crash costs a fresh worker: shrink crashes briefly
+                    if crash_shrinks[0] > CRASH_SHRINKS:
+                        return
                 call = _prepared_call(case, device)
                 expected = expected_outcome(case, device, precision=tgt.precision, call=call)
                 observed = observe(case)

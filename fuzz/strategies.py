@@ -329,9 +329,9 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
     parts = []
     if "valid" in categories:
         parts.append(problems.map(Case))
-    mutated = tuple(c for c in categories if c != "valid")
-    if mutated:
-        parts.append(_mutated_cases(problems, family, mutated))
+    # one branch per category, so each gets an even share (malformed has many more kinds than upstream)
+    for category in (c for c in categories if c != "valid"):
+        parts.append(_mutated_cases(problems, family, (category,)))
     return st.one_of(*parts)
 
 
