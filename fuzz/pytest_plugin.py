@@ -39,7 +39,7 @@ settings.register_profile("campaign", max_examples=2000, deadline=None, suppress
                           print_blob=True)
 
 # examples per property per profile, by kind of target: (cheap targets, interpreted Triton)
-EXAMPLES = {"ci": (25, 6), "dev": (60, 20), "campaign": (2000, 300)}
+EXAMPLES = {"ci": (25, 12), "dev": (60, 30), "campaign": (2000, 300)}
 
 
 def default_profile() -> str:
