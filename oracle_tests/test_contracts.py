@@ -303,3 +303,13 @@ def test_upstream_before_strict(name, err, clean, device):
     with pytest.raises(Exception) as info:
         _run(name, call)
     assert getattr(info.value, "contract_id", None) == want, f"{type(info.value).__name__}: {info.value}"
+
+
+def test_docs_show_the_current_table():
+    from kernel_oracle.contracts_doc import render_contracts
+
+    doc = REPO_ROOT / "docs" / "reference.md"
+    if not doc.is_file():
+        pytest.skip(f"{doc} is not in this checkout")
+    assert render_contracts() in doc.read_text(), (
+        "docs/reference.md shows a stale contract table; regenerate it with `python -m kernel_oracle.contracts_doc`")
