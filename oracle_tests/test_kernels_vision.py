@@ -393,14 +393,32 @@ def test_upstream_contracts_all_covered():
 # small unit checks
 
 
-# head dim -> (power-of-two tile, tail tile)
+# head dim -> (power-of-two tile, tail tile) with the split on; off (the default) pads to one tile
 HEAD_DIM_SPLITS = {8: (16, 0), 64: (64, 0), 72: (64, 16), 80: (64, 16), 96: (64, 32), 112: (128, 0),
                    128: (128, 0), 160: (128, 32), 256: (256, 0)}
 
 
 @pytest.mark.parametrize("d", list(HEAD_DIM_SPLITS))
 def test_head_dim_split(d):
-    assert kv.head_dim_split(d) == HEAD_DIM_SPLITS[d]
+    assert kv.head_dim_split(d, split=True) == HEAD_DIM_SPLITS[d]
+    assert kv.head_dim_split(d, split=False) == (max(16, 1 << (d - 1).bit_length()), 0)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the split head dim is wrong when compiled with triton 3.6 on the H200 "
+                    "(docs/kernels_vision.md); it is checked under the interpreter only")
+@pytest.mark.parametrize("head_dim", [72, 80, 96])
+def test_split_head_dim_interpreter(request, device, head_dim, monkeypatch):
+    monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "1")
+    args, kwargs = build(Case("split", (7, 20), head_dim=head_dim, v_dim=head_dim), torch.bfloat16, device,
+                         _gen(request))
+    check_against_oracle(args, kwargs, baseline_mode=True, repro=request.node.nodeid)
+
+
+@pytest.mark.parametrize("heads,head_dim,align", [(16, 72, 8), (16, 80, 8), (3, 36, 4), (5, 13, 1)])
+def test_stride_alignment(heads, head_dim, align):
+    from kernels.vision._kernel import stride_alignment
+    x = torch.empty(4, heads, head_dim, dtype=torch.float16)
+    assert stride_alignment(x, x, x, x) == align
 
 
 def test_shared_types_and_checkout():

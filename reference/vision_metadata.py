@@ -290,11 +290,13 @@ def _anomalies(q, k, v, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride):
     if (real & (((starts % out_stride) != 0) | (tok < 0) | (tok + lengths > q.shape[0]))).any():
         all_undefined = True
     else:
-        idx = torch.nonzero(real).flatten().tolist()
-        cover = torch.zeros(q.shape[0], dtype=torch.int64)
-        for b in idx:
-            cover[int(tok[b]): int(tok[b] + lengths[b])] += 1
-        for b in idx:
-            if (cover[int(tok[b]): int(tok[b] + lengths[b])] > 1).any():
-                undefined.add(b)
+        # per-token count of sequences writing it (a difference array, no per-sequence loop: this
+        # runs on every kernel call), then the sequences that share any output token
+        idx = torch.nonzero(real).flatten()
+        start, end = tok[idx], tok[idx] + lengths[idx]
+        diff = torch.zeros(q.shape[0] + 1, dtype=torch.int64)
+        diff.index_add_(0, start, torch.ones_like(start))
+        diff.index_add_(0, end, -torch.ones_like(end))
+        shared = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(torch.cumsum(diff, 0)[:-1] > 1, 0)])
+        undefined.update(idx[(shared[end] - shared[start]) > 0].tolist())
     return tuple(sorted(undefined)), all_undefined

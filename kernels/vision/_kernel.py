@@ -10,10 +10,23 @@ Zero-length (bucket padding) sequences have no rows, so they launch nothing and 
 
 Note [Head-dim split]
 ---------------------
-``tl.dot`` wants power-of-two tiles of at least 16.  Instead of padding a head dim of 80 to 128
-(37% wasted MMA work) the head dim is cut into a power-of-two part and a power-of-two tail:
-80 = 64 + 16, 96 = 64 + 32, 72 = 64 + 16 (8 masked), 128 = 128.  QK^T is the sum of two dots and
-the output has two accumulators; masks exist only where a tile is wider than the data (constexpr).
+``tl.dot`` wants power-of-two tiles of at least 16, so a head dim of 72, 80 or 96 is padded to 128
+with masked loads and stores (the masks exist only where a tile is wider than the data: constexpr).
+The kernel can instead cut the head dim into a power-of-two part and a power-of-two tail
+(80 = 64 + 16, 96 = 64 + 32, 72 = 64 + 16 with 8 masked): QK^T as the sum of two dots and two
+output accumulators, saving the padded MMA work.  It is exact under the interpreter, but compiled
+with triton 3.6 on the H200 the split PV product returned wrong values (max error 0.64 against
+0.002) and head dim 72 faulted with an illegal address, so it is off by default
+(``head_dim_split(d, split=True)`` or KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM=1 to experiment).
+
+Note [Alignment]
+----------------
+Triton specialises an integer argument on divisibility by 16 only.  A head stride of 72 elements
+(head dim 72) is 144 bytes, 16-byte aligned, but not a multiple of 16 elements, so Triton could not
+prove row alignment and fell back to narrow loads (measured on the H200: 124 TFLOP/s at head dim 72
+against 277 at head dim 80).  The wrapper divides token and head strides by the largest power of
+two (up to 16 bytes of elements) dividing them all and the kernel multiplies by that constexpr, so
+the alignment is visible to the compiler.
 
 Note [Online softmax]
 ---------------------
@@ -26,6 +39,8 @@ rounding points of the faithful baseline ``reference.vision.flashinfer_cudnn_ora
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -43,10 +58,18 @@ def _prev_pow2(x: int) -> int:
     return 1 << (x.bit_length() - 1)
 
 
-def head_dim_split(d: int) -> tuple[int, int]:
-    """(A, B): power-of-two tile widths with A + B >= d, A >= 16, B == 0 or B >= 16."""
+def head_dim_split(d: int, split: bool | None = None) -> tuple[int, int]:
+    """(A, B): power-of-two tile widths with A + B >= d, A >= 16, B == 0 or B >= 16.
+
+    The split is off by default (one padded power-of-two tile): see Note [Head-dim split].
+    ``split=True`` or KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM=1 turns it on for experiments.
+    """
     if d <= 0:
         raise ValueError(f"Expected a positive head dim but got d={d}")
+    if split is None:
+        split = os.environ.get("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "0") == "1"
+    if not split:
+        return max(16, triton.next_power_of_2(d)), 0
     a = max(16, _prev_pow2(d))
     rest = d - a
     if rest <= 0:
@@ -81,8 +104,8 @@ def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int) -> KernelConfig
     if elem_bytes == 4:
         return KernelConfig(64, 32, 4, 2)
     if max(d_tiles, dv_tiles) <= 64:
-        return KernelConfig(128, 128, 8, 3)
-    return KernelConfig(128, 128, 8, 3)
+        return KernelConfig(64, 64, 4, 3)  # 262 TFLOP/s on 64x256 (128x128x8x3: 177)
+    return KernelConfig(128, 128, 8, 3)  # 476 TFLOP/s on 2x16384 dim 128, 279 on the ragged dim-80 set
 
 
 @triton.jit
@@ -170,8 +193,17 @@ def _vision_attn_fwd(
     D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
     DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
-    INTERP: tl.constexpr, P_ROUND: tl.constexpr,
+    INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr,
 ):
+    # token and head strides arrive divided by ALIGN (see Note [Alignment])
+    stride_qt = stride_qt * ALIGN
+    stride_qh = stride_qh * ALIGN
+    stride_kt = stride_kt * ALIGN
+    stride_kh = stride_kh * ALIGN
+    stride_vt = stride_vt * ALIGN
+    stride_vh = stride_vh * ALIGN
+    stride_ot = stride_ot * ALIGN
+    stride_oh = stride_oh * ALIGN
     pid = tl.program_id(0)
     h = tl.program_id(1)
     row = TABLE + pid * 5
@@ -215,6 +247,14 @@ def _vision_attn_fwd(
         _store_tile(o_base, offs_m, n, DVA, stride_ot, stride_od, acc_b * inv_l[:, None], DVB, DV, INTERP, P_ROUND)
 
 
+def stride_alignment(*tensors) -> int:
+    """Largest power of two, up to 16 bytes' worth of elements, dividing every token and head stride."""
+    align = max(1, 16 // tensors[0].element_size())
+    while align > 1 and any(t.stride(i) % align for t in tensors for i in (0, 1)):
+        align //= 2
+    return align
+
+
 _P_ROUND = {"float32": 0, "float16": 1, "bfloat16": 2}
 LOG2E = 1.4426950408889634
 
@@ -226,15 +266,16 @@ def launch_attention(q, k, v, out, table, num_blocks: int, scale: float, config:
     DA, DB = head_dim_split(D)
     DVA, DVB = head_dim_split(DV)
     grid = (num_blocks, H)
+    align = stride_alignment(q, k, v, out)
     _vision_attn_fwd[grid](
         q, k, v, out, table,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
+        q.stride(0) // align, q.stride(1) // align, q.stride(2),
+        k.stride(0) // align, k.stride(1) // align, k.stride(2),
+        v.stride(0) // align, v.stride(1) // align, v.stride(2),
+        out.stride(0) // align, out.stride(1) // align, out.stride(2),
         float(scale) * LOG2E,
         D=D, DA=DA, DB=DB, DV=DV, DVA=DVA, DVB=DVB,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, PREC=precision if q.dtype == torch.float32 else None,
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        ALIGN=align, num_warps=config.num_warps, num_stages=config.num_stages,
     )
