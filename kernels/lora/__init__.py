@@ -10,9 +10,10 @@ entry point also takes keyword-only ``strict=None`` (see :mod:`reference.strict`
 * ``q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head)``
 * ``v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim)``
 
-Precision: fp16/bf16 tiles go through ``tl.dot`` with fp32 accumulation; fp32 activations are
-computed at full fp32 (``input_precision="ieee"``, not TF32), so their same-dtype baseline is the
-oracle's ``faithful=True``.  Design notes: ``docs/kernels_lora.md``.
+Precision (``PRECISION``): fp16/bf16 tiles go through ``tl.dot`` with fp32 accumulation; fp32
+activations run ``tl.dot`` in TF32 on NVIDIA GPUs, as upstream's kernels do, so their same-dtype
+baseline is the oracle's ``faithful="tf32"`` (under the interpreter fp32 dots are exact, which stays
+within that baseline).  Design notes: ``docs/kernels_lora.md``.
 """
 
 from ._launch import (

@@ -2,32 +2,31 @@
 
 Note [Tiles, paths and slots]
 -----------------------------
-Every kernel works on a tile of ``M`` (token, head) rows.  Which tokens a tile holds is decided by
-:func:`_route`, in one of two ways chosen per call by the wrapper (a constexpr, ``TOKEN_MAJOR``):
+Every kernel works on a tile of ``M`` (token, head) rows and serves ONE slot.  Which rows a tile
+holds is decided by :func:`_route`, in one of two ways chosen per call by the wrapper (a constexpr,
+``TOKEN_MAJOR``):
 
 * segment-major: program ``pid`` owns tile ``pid % tiles_per_seg`` of segment
-  ``pid // tiles_per_seg``; every row has the segment's slot.  Good for prefill (long segments);
-* token-major: program ``pid`` owns logical rows ``pid*BT .. pid*BT+BT-1`` of the whole batch, and
-  finds each row's segment by a binary search of ``seg_indptr``.  Rows of one tile may then belong
-  to different slots.  Good for decode (hundreds of one-token segments), where a segment-major tile
-  would be 1/BT full.
-
-Both feed the same body: a loop over the distinct slots present in the tile (``while`` rows are
-left: take the smallest slot, select its rows, run the contraction with that slot's weights and
-rank, mask the rest).  Segment-major tiles run it once; a decode tile runs it once per distinct
-slot, loading each slot's weights once per tile rather than once per token.
+  ``pid // tiles_per_seg``; the tile's slot is the segment's.  Good for prefill (long segments);
+* token-major: program ``pid`` owns logical rows ``pid*BT .. pid*BT+BT-1`` of the whole batch, finds
+  each row's segment by a binary search of ``seg_indptr``, and keeps the rows whose slot is its own
+  grid coordinate ``w_prog`` (grid axis 2 = slots x output blocks).  Good for decode (hundreds of
+  one-token segments): a segment-major tile would be 1/BT full, while here the ``L`` programs of a
+  tile share its rows between them, each runs one short dependency chain, and each loads its slot's
+  weights once per tile rather than once per token.  Programs whose slot has no row in the tile
+  exit after routing.
 
 Rank handling: ``r = min(R, lora_ranks[w])``; ``r <= 0`` skips the slot (nothing is stored, so
 in-place outputs stay bit-identical).  Every operand along the rank axis is masked to ``< r`` on
 both sides, so values beyond a slot's rank (in step-B inputs or in the weights) never contribute.
 
-Precision: loads keep the data dtype and ``tl.dot`` accumulates in fp32; fp32 operands use
-``input_precision="ieee"`` (full fp32, no TF32).  Rounding points as SPEC.md: step-A results are
-cast to the activation dtype; the scaled step-B delta is cast to the activation dtype (split) or to
-``base_output``'s dtype (fused), then added to ``base`` in fp32 and stored in ``base``'s dtype.
-``UPCAST`` (interpreter, or weights of another dtype than the activations) turns every tile to fp32
-right after its load; ``FIX_BF16`` makes the fp32 -> bf16 casts round to nearest even under the
-interpreter (:mod:`kernels.interpreter`).
+Precision: loads keep the data dtype and ``tl.dot`` accumulates in fp32 (``DOT_PREC``: TF32 for
+fp32 activations, as upstream; ``"ieee"`` for upcast tiles).  Rounding points as SPEC.md: step-A
+results are cast to the activation dtype; the scaled step-B delta is cast to the activation dtype
+(split) or to ``base_output``'s dtype (fused), then added to ``base`` in fp32 and stored in
+``base``'s dtype.  ``UPCAST`` (interpreter, or weights of another dtype than the activations) turns
+every tile to fp32 right after its load; ``FIX_BF16`` makes the fp32 <-> bf16 conversions exact
+(round to nearest even) under the interpreter (:mod:`kernels.interpreter`).
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ import triton.language as tl
 
 from ..interpreter import cast_rounded, rounded_f32, to_f32
 
-_NO_SLOT = tl.constexpr(2147483647)  # "no slot left" for tl.min over the tile
 
 
 @triton.jit
@@ -49,9 +47,12 @@ def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr):
 
 
 @triton.jit
-def _route(pid, lane_tok, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg, num_rows, search_steps,
-           TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr):
-    """Rows of tile ``pid``: (valid, slot, physical row) per lane; ``lane_tok`` in [0, BT)."""
+def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg, num_rows,
+           search_steps, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr):
+    """Rows of tile ``pid`` for this program's slot: (selected, slot, physical row).
+
+    ``lane_tok`` in [0, BT) is each lane's token in the tile; ``w_prog`` the slot a token-major
+    program serves (its grid coordinate), ignored segment-major (the segment's slot)."""
     if TOKEN_MAJOR:
         logical = pid * BT + lane_tok
         first = tl.load(seg_indptr)
@@ -68,7 +69,8 @@ def _route(pid, lane_tok, seg_indptr, weight_indices, perm, n_launch, tiles_per_
             lo = tl.where(right, mid + 1, lo)
             hi = tl.where(active & (end > logical), mid, hi)
         seg = tl.minimum(lo, n_launch - 1)
-        slot = tl.load(weight_indices + seg, mask=valid, other=0)
+        valid = valid & (tl.load(weight_indices + seg, mask=valid, other=-1) == w_prog)
+        slot = w_prog
     else:
         seg = pid // tiles_per_seg
         tile = pid - seg * tiles_per_seg
@@ -76,7 +78,7 @@ def _route(pid, lane_tok, seg_indptr, weight_indices, perm, n_launch, tiles_per_
         end = tl.load(seg_indptr + seg + 1)
         logical = start + tile * BT + lane_tok
         valid = logical < end
-        slot = tl.zeros_like(lane_tok) + tl.load(weight_indices + seg)
+        slot = tl.load(weight_indices + seg)
     if HAS_PERM:
         # clamped like upstream: with strict=False a bad entry must not fault
         phys = tl.load(perm + tl.minimum(tl.maximum(logical, 0), num_rows - 1), mask=valid, other=0)
@@ -90,46 +92,41 @@ def _route(pid, lane_tok, seg_indptr, weight_indices, perm, n_launch, tiles_per_
 
 @triton.jit
 def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, QK, FULL_K, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
                     sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, so_t, so_h, so_r,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """out[t,h,:r] = q[t,h,:QK] @ B[w, h*FULL_K : h*FULL_K+QK, :r]; grid (row tiles, H)."""
     pid = tl.program_id(0)
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    valid, slot, phys = _route(pid, lane, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     x_rows = x_ptr + phys * sx_t + h * sx_h
     o_rows = out_ptr + phys * so_t + h * so_h
-    remaining = valid
-    todo = tl.sum(remaining.to(tl.int32), axis=0)
-    while todo > 0:
-        w = tl.min(tl.where(remaining, slot, _NO_SLOT), axis=0)
-        sel = remaining & (slot == w)
-        remaining = remaining & (slot != w)
-        todo = tl.sum(remaining.to(tl.int32), axis=0)
-        rank = tl.minimum(tl.load(lora_ranks + w), R)
-        if rank > 0:
-            w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
-            acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
-            for k0 in range(0, QK, BLOCK_K):
-                kk = k0 + offs_k
-                xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16)
-                wt = _ld(w_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
-                         (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
-                acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
-            tl.store(o_rows[:, None] + offs_r[None, :] * so_r,
-                     cast_rounded(acc, out_ptr.dtype.element_ty, FIX_BF16),
-                     mask=sel[:, None] & (offs_r < R)[None, :])
+    rank = tl.minimum(tl.load(lora_ranks + w), R)
+    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+        w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
+        acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
+        for k0 in range(0, QK, BLOCK_K):
+            kk = k0 + offs_k
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16)
+            wt = _ld(w_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
+                     (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+            acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
+        tl.store(o_rows[:, None] + offs_r[None, :] * so_r,
+                 cast_rounded(acc, out_ptr.dtype.element_ty, FIX_BF16),
+                 mask=sel[:, None] & (offs_r < R)[None, :])
 
 
 @triton.jit
 def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, H, C, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
@@ -138,79 +135,69 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
 
     A is shared by all heads, so a tile holds BT tokens x BH heads."""
     pid = tl.program_id(0)
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
-    valid, slot, phys = _route(pid, lane // BH, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
-    valid = valid & (hh < H)
+    sel = sel & (hh < H)
     offs_r = tl.arange(0, BLOCK_R)
-    offs_c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+    offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
     x_rows = x_ptr + phys * sx_t + hh * sx_h
     y_rows = base_ptr + phys * sy_t + hh * sy_h
-    remaining = valid
-    todo = tl.sum(remaining.to(tl.int32), axis=0)
-    while todo > 0:
-        w = tl.min(tl.where(remaining, slot, _NO_SLOT), axis=0)
-        sel = remaining & (slot == w)
-        remaining = remaining & (slot != w)
-        todo = tl.sum(remaining.to(tl.int32), axis=0)
-        rank = tl.minimum(tl.load(lora_ranks + w), R)
-        if rank > 0:
-            s = tl.load(scalings + w)
-            xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
-            at = _ld(a_ptr + w.to(tl.int64) * sa_l + offs_r[:, None] * sa_r + offs_c[None, :] * sa_c,
-                     (offs_r < rank)[:, None] & (offs_c < C)[None, :], UPCAST, FIX_BF16)
-            acc = tl.dot(xt, at, input_precision=DOT_PREC)
-            d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)
-            m = sel[:, None] & (offs_c < C)[None, :]
-            y_ptrs = y_rows[:, None] + offs_c[None, :] * sy_c
-            y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
-            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+    rank = tl.minimum(tl.load(lora_ranks + w), R)
+    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+        s = tl.load(scalings + w)
+        xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+        at = _ld(a_ptr + w.to(tl.int64) * sa_l + offs_r[:, None] * sa_r + offs_c[None, :] * sa_c,
+                 (offs_r < rank)[:, None] & (offs_c < C)[None, :], UPCAST, FIX_BF16)
+        acc = tl.dot(xt, at, input_precision=DOT_PREC)
+        d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)
+        m = sel[:, None] & (offs_c < C)[None, :]
+        y_ptrs = y_rows[:, None] + offs_c[None, :] * sy_c
+        y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
+        tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
 @triton.jit
 def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, H, C, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, so_t, so_h, so_r,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """out[t,h,:r] = x[t,h,:C] @ A[w,:r,:].T; grid (row tiles, H/BH); a tile is BT tokens x BH heads."""
     pid = tl.program_id(0)
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
-    valid, slot, phys = _route(pid, lane // BH, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
-    valid = valid & (hh < H)
+    sel = sel & (hh < H)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     x_rows = x_ptr + phys * sx_t + hh * sx_h
     o_rows = out_ptr + phys * so_t + hh * so_h
-    remaining = valid
-    todo = tl.sum(remaining.to(tl.int32), axis=0)
-    while todo > 0:
-        w = tl.min(tl.where(remaining, slot, _NO_SLOT), axis=0)
-        sel = remaining & (slot == w)
-        remaining = remaining & (slot != w)
-        todo = tl.sum(remaining.to(tl.int32), axis=0)
-        rank = tl.minimum(tl.load(lora_ranks + w), R)
-        if rank > 0:
-            w_base = a_ptr + w.to(tl.int64) * sa_l
-            acc = tl.zeros((BT * BH, BLOCK_R), dtype=tl.float32)
-            for k0 in range(0, C, BLOCK_K):
-                kk = k0 + offs_k
-                xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16)
-                wt = _ld(w_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
-                         (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
-                acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
-            tl.store(o_rows[:, None] + offs_r[None, :] * so_r,
-                     cast_rounded(acc, out_ptr.dtype.element_ty, FIX_BF16),
-                     mask=sel[:, None] & (offs_r < R)[None, :])
+    rank = tl.minimum(tl.load(lora_ranks + w), R)
+    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+        w_base = a_ptr + w.to(tl.int64) * sa_l
+        acc = tl.zeros((BT * BH, BLOCK_R), dtype=tl.float32)
+        for k0 in range(0, C, BLOCK_K):
+            kk = k0 + offs_k
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16)
+            wt = _ld(w_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
+                     (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+            acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
+        tl.store(o_rows[:, None] + offs_r[None, :] * so_r,
+                 cast_rounded(acc, out_ptr.dtype.element_ty, FIX_BF16),
+                 mask=sel[:, None] & (offs_r < R)[None, :])
 
 
 @triton.jit
 def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, QK, VD, FULL_K, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
                     sx_t, sx_h, sx_r, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
                     BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
@@ -218,139 +205,124 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     """base[t,h,:] += round_x(s * (x[t,h,:r] @ B[w, h*FULL_K+QK : (h+1)*FULL_K, :r].T));
     grid (row tiles, H, VD/BLOCK_V)."""
     pid = tl.program_id(0)
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    valid, slot, phys = _route(pid, lane, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
     offs_r = tl.arange(0, BLOCK_R)
-    offs_v = tl.program_id(2) * BLOCK_V + tl.arange(0, BLOCK_V)
+    offs_v = cb * BLOCK_V + tl.arange(0, BLOCK_V)
     x_rows = x_ptr + phys * sx_t + h * sx_h
     y_rows = base_ptr + phys * sy_t + h * sy_h
-    remaining = valid
-    todo = tl.sum(remaining.to(tl.int32), axis=0)
-    while todo > 0:
-        w = tl.min(tl.where(remaining, slot, _NO_SLOT), axis=0)
-        sel = remaining & (slot == w)
-        remaining = remaining & (slot != w)
-        todo = tl.sum(remaining.to(tl.int32), axis=0)
-        rank = tl.minimum(tl.load(lora_ranks + w), R)
-        if rank > 0:
-            s = tl.load(scalings + w)
-            xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
-            w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
-            wt = _ld(w_base + offs_v[None, :] * sb_row + offs_r[:, None] * sb_r,
-                     (offs_r < rank)[:, None] & (offs_v < VD)[None, :], UPCAST, FIX_BF16)
-            acc = tl.dot(xt, wt, input_precision=DOT_PREC)
-            d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)
-            m = sel[:, None] & (offs_v < VD)[None, :]
-            y_ptrs = y_rows[:, None] + offs_v[None, :] * sy_v
-            y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
-            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+    rank = tl.minimum(tl.load(lora_ranks + w), R)
+    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+        s = tl.load(scalings + w)
+        xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+        w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
+        wt = _ld(w_base + offs_v[None, :] * sb_row + offs_r[:, None] * sb_r,
+                 (offs_r < rank)[:, None] & (offs_v < VD)[None, :], UPCAST, FIX_BF16)
+        acc = tl.dot(xt, wt, input_precision=DOT_PREC)
+        d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)
+        m = sel[:, None] & (offs_v < VD)[None, :]
+        y_ptrs = y_rows[:, None] + offs_v[None, :] * sy_v
+        y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
+        tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
 # ---- fused sides ---------------------------------------------------------------------------------
 
 @triton.jit
 def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                        n_launch, tiles_per_seg, num_rows, search_steps, QK, FULL_K, C, R,
+                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_PER_PROG,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
     pid = tl.program_id(0)
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    valid, slot, phys = _route(pid, lane, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c0 = tl.arange(0, BLOCK_C)
     x_rows = x_ptr + phys * sx_t + h * sx_h
     y_rows = base_ptr + phys * sy_t + h * sy_h
-    remaining = valid
-    todo = tl.sum(remaining.to(tl.int32), axis=0)
-    while todo > 0:
-        w = tl.min(tl.where(remaining, slot, _NO_SLOT), axis=0)
-        sel = remaining & (slot == w)
-        remaining = remaining & (slot != w)
-        todo = tl.sum(remaining.to(tl.int32), axis=0)
-        rank = tl.minimum(tl.load(lora_ranks + w), R)
-        if rank > 0:
-            s = tl.load(scalings + w)
-            wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
-            acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
-            for k0 in range(0, QK, BLOCK_K):
-                kk = k0 + offs_k
-                xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16)
-                wt = _ld(wb_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
-                         (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
-                acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
-            if UPCAST:  # step A's rounding point
-                mid = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)
-            else:
-                mid = acc.to(x_ptr.dtype.element_ty)
-            wa_base = a_ptr + w.to(tl.int64) * sa_l
-            for c0 in range(0, C, BLOCK_C):
-                cc = c0 + offs_c0
-                at = _ld(wa_base + offs_r[:, None] * sa_r + cc[None, :] * sa_c,
-                         (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST, FIX_BF16)
-                d = tl.dot(mid, at, input_precision=DOT_PREC) * s
-                d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
-                m = sel[:, None] & (cc < C)[None, :]
-                y_ptrs = y_rows[:, None] + cc[None, :] * sy_c
-                y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
-                tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+    rank = tl.minimum(tl.load(lora_ranks + w), R)
+    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+        s = tl.load(scalings + w)
+        wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
+        acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
+        for k0 in range(0, QK, BLOCK_K):
+            kk = k0 + offs_k
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16)
+            wt = _ld(wb_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
+                     (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+            acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
+        if UPCAST:  # step A's rounding point
+            mid = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)
+        else:
+            mid = acc.to(x_ptr.dtype.element_ty)
+        wa_base = a_ptr + w.to(tl.int64) * sa_l
+        for c0 in range(cb * C_PER_PROG, tl.minimum(C, cb * C_PER_PROG + C_PER_PROG), BLOCK_C):
+            cc = c0 + offs_c0
+            at = _ld(wa_base + offs_r[:, None] * sa_r + cc[None, :] * sa_c,
+                     (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST, FIX_BF16)
+            d = tl.dot(mid, at, input_precision=DOT_PREC) * s
+            d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
+            m = sel[:, None] & (cc < C)[None, :]
+            y_ptrs = y_rows[:, None] + cc[None, :] * sy_c
+            y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
+            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
 @triton.jit
 def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                        n_launch, tiles_per_seg, num_rows, search_steps, QK, VD, FULL_K, C, R,
+                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
                         sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
     pid = tl.program_id(0)
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    valid, slot, phys = _route(pid, lane, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v0 = tl.arange(0, BLOCK_V)
     x_rows = x_ptr + phys * sx_t + h * sx_h
     y_rows = base_ptr + phys * sy_t + h * sy_h
-    remaining = valid
-    todo = tl.sum(remaining.to(tl.int32), axis=0)
-    while todo > 0:
-        w = tl.min(tl.where(remaining, slot, _NO_SLOT), axis=0)
-        sel = remaining & (slot == w)
-        remaining = remaining & (slot != w)
-        todo = tl.sum(remaining.to(tl.int32), axis=0)
-        rank = tl.minimum(tl.load(lora_ranks + w), R)
-        if rank > 0:
-            s = tl.load(scalings + w)
-            wa_base = a_ptr + w.to(tl.int64) * sa_l
-            acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
-            for k0 in range(0, C, BLOCK_K):
-                kk = k0 + offs_k
-                xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16)
-                wt = _ld(wa_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
-                         (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
-                acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
-            if UPCAST:  # step A's rounding point
-                mid = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)
-            else:
-                mid = acc.to(x_ptr.dtype.element_ty)
-            wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
-            for v0 in range(0, VD, BLOCK_V):
-                vv = v0 + offs_v0
-                bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r,
-                         (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST, FIX_BF16)
-                d = tl.dot(mid, bt, input_precision=DOT_PREC) * s
-                d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
-                m = sel[:, None] & (vv < VD)[None, :]
-                y_ptrs = y_rows[:, None] + vv[None, :] * sy_v
-                y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
-                tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+    rank = tl.minimum(tl.load(lora_ranks + w), R)
+    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+        s = tl.load(scalings + w)
+        wa_base = a_ptr + w.to(tl.int64) * sa_l
+        acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
+        for k0 in range(0, C, BLOCK_K):
+            kk = k0 + offs_k
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16)
+            wt = _ld(wa_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
+                     (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+            acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
+        if UPCAST:  # step A's rounding point
+            mid = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)
+        else:
+            mid = acc.to(x_ptr.dtype.element_ty)
+        wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
+        for v0 in range(0, VD, BLOCK_V):
+            vv = v0 + offs_v0
+            bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r,
+                     (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST, FIX_BF16)
+            d = tl.dot(mid, bt, input_precision=DOT_PREC) * s
+            d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
+            m = sel[:, None] & (vv < VD)[None, :]
+            y_ptrs = y_rows[:, None] + vv[None, :] * sy_v
+            y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
+            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)

@@ -33,22 +33,24 @@ from . import _kernels as K
 
 __all__ = ["BLOCKS", "FORCE_PATH", "PRECISION", "Plan", "plan"]
 
-# fp32 activations run tl.dot at full fp32 (input_precision="ieee"), never TF32: compare them with
-# the oracle's faithful=True baseline, not faithful="tf32"
-PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "ieee-fp32"}
+# fp32 activations run tl.dot in TF32 on NVIDIA GPUs (Triton's default, as upstream): compare them with
+# the oracle's faithful="tf32" baseline.  (Under the interpreter tl.dot on fp32 is exact fp32, which
+# is within that baseline's error.)  fp16/bf16: tensor-core products, fp32 accumulation.
+PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "tf32"}
 
 # Block sizes per kernel and path (tokens BT, heads BH, inner blocks, num_warps).  Module-level data so
 # that kernels/bench_lora.py can try alternatives; measured on the H200 (docs/kernels_lora.md).
 BLOCKS = {
-    "step_a_q": {"seg": dict(BT=64, BLOCK_K=64, num_warps=4), "tok": dict(BT=16, BLOCK_K=64, num_warps=4)},
+    "step_a_q": {"seg": dict(BT=128, BLOCK_K=64, num_warps=8), "tok": dict(BT=16, BLOCK_K=64, num_warps=4)},
     "step_b_q": {"seg": dict(BT=16, BH=4, BLOCK_C=128, num_warps=4),
                  "tok": dict(BT=4, BH=16, BLOCK_C=128, num_warps=4)},
     "step_a_v": {"seg": dict(BT=16, BH=4, BLOCK_K=128, num_warps=4),
                  "tok": dict(BT=4, BH=16, BLOCK_K=128, num_warps=4)},
     "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=16, BLOCK_V=128, num_warps=4)},
-    "q_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_C=128, num_warps=4),
-                     "tok": dict(BT=16, BLOCK_K=64, BLOCK_C=128, num_warps=4)},
-    "v_side_fused": {"seg": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4),
+    # C_SPLIT: kv_lora_rank columns per program (None: all of them, step A computed once per tile)
+    "q_side_fused": {"seg": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
+                     "tok": dict(BT=16, BLOCK_K=64, BLOCK_C=128, C_SPLIT=128, num_warps=4)},
+    "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4),
                      "tok": dict(BT=16, BLOCK_K=128, BLOCK_V=128, num_warps=4)},
 }
 
@@ -97,17 +99,24 @@ def _flags(x: torch.Tensor, weights: tuple[torch.Tensor, ...], base: Optional[to
     """dtype switches (Note [Interpreter workarounds] in kernels.interpreter)."""
     dtypes = [x.dtype] + [w.dtype for w in weights] + ([base.dtype] if base is not None else [])
     upcast = interpreting() or any(w.dtype != x.dtype for w in weights)
-    fp32_dot = upcast or x.dtype == torch.float32
-    # DOT_PREC only matters for fp32 operands; None keeps Triton's default for fp16/bf16 tiles
-    return dict(UPCAST=upcast, DOT_PREC="ieee" if fp32_dot else None, FIX_BF16=needs_bf16_fix(*dtypes))
+    # fp32 activations with fp32 weights: TF32, as upstream's tl.dot; upcast tiles (interpreter, mixed
+    # weight dtypes): exact fp32.  fp16/bf16 tiles ignore the setting.
+    prec = "ieee" if upcast else ("tf32" if x.dtype == torch.float32 else None)
+    return dict(UPCAST=upcast, DOT_PREC=prec, FIX_BF16=needs_bf16_fix(*dtypes))
 
 
-def _meta(batch_info, p: Plan, num_rows: int):
+def _axis2(p: Plan, num_slots: int, n_cblocks: int) -> int:
+    """Grid axis 2: output blocks, times the slots in token-major mode (one slot per program)."""
+    return n_cblocks * (num_slots if p.token_major else 1)
+
+
+def _meta(batch_info, p: Plan, num_rows: int, n_cblocks: int = 1):
     perm = batch_info.permutation
     return dict(seg_indptr=batch_info.seg_indptr, weight_indices=batch_info.weight_indices,
                 lora_ranks=batch_info.lora_ranks, perm=(perm if perm is not None else batch_info.seg_indptr),
                 n_launch=p.n_launch, tiles_per_seg=p.tiles_per_seg, num_rows=num_rows,
-                search_steps=p.search_steps, TOKEN_MAJOR=p.token_major, HAS_PERM=perm is not None)
+                search_steps=p.search_steps, n_cblocks=n_cblocks, TOKEN_MAJOR=p.token_major,
+                HAS_PERM=perm is not None)
 
 
 def _split(blocks: dict) -> tuple[dict, int]:
@@ -132,7 +141,7 @@ def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
     if _nothing_to_do(p, S):
         return out
     blocks, warps = _split(p.blocks)
-    K.step_a_q_kernel[(p.row_tiles, H)](
+    K.step_a_q_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
         q_nope, B_buf, out, **_meta(batch_info, p, S), QK=QK, FULL_K=full_K_per_head, R=R,
         sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sx_d=q_nope.stride(2),
         sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
@@ -150,9 +159,10 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
     if _nothing_to_do(p, S):
         return base_output
     blocks, warps = _split(p.blocks)
-    grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), triton.cdiv(C, blocks["BLOCK_C"]))
+    ncb = triton.cdiv(C, blocks["BLOCK_C"])
+    grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], ncb))
     K.step_b_q_kernel[grid](
-        q_lora_a, A_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings, H=H, C=C, R=R,
+        q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings, H=H, C=C, R=R,
         sx_t=q_lora_a.stride(0), sx_h=q_lora_a.stride(1), sx_r=q_lora_a.stride(2),
         sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
         sy_t=base_output.stride(0), sy_h=base_output.stride(1), sy_c=base_output.stride(2),
@@ -170,7 +180,7 @@ def step_a_v_fwd(attn_output, A_buf, batch_info, *, strict=None):
     if _nothing_to_do(p, S):
         return out
     blocks, warps = _split(p.blocks)
-    K.step_a_v_kernel[(p.row_tiles, triton.cdiv(H, blocks["BH"]))](
+    K.step_a_v_kernel[(p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], 1))](
         attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, C=C, R=R,
         sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sx_c=attn_output.stride(2),
         sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
@@ -189,9 +199,10 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
     if _nothing_to_do(p, S):
         return base_output
     blocks, warps = _split(p.blocks)
-    grid = (p.row_tiles, H, triton.cdiv(v_head_dim, blocks["BLOCK_V"]))
+    ncb = triton.cdiv(v_head_dim, blocks["BLOCK_V"])
+    grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
     K.step_b_v_kernel[grid](
-        attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
+        attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
         QK=qk_nope_head_dim, VD=v_head_dim, FULL_K=qk_nope_head_dim + v_head_dim, R=R,
         sx_t=attn_lora_a.stride(0), sx_h=attn_lora_a.stride(1), sx_r=attn_lora_a.stride(2),
         sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
@@ -211,9 +222,11 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
     if _nothing_to_do(p, S):
         return base_output
     blocks, warps = _split(p.blocks)
-    K.q_side_fused_kernel[(p.row_tiles, H)](
-        q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
-        QK=QK, FULL_K=full_K_per_head, C=C, R=R,
+    c_per_prog = blocks.pop("C_SPLIT") or C
+    ncb = triton.cdiv(C, c_per_prog)
+    K.q_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
+        q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
+        QK=QK, FULL_K=full_K_per_head, C=C, R=R, C_PER_PROG=c_per_prog,
         sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sx_d=q_nope.stride(2),
         sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
         sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
@@ -234,7 +247,7 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
     if _nothing_to_do(p, S):
         return base_output
     blocks, warps = _split(p.blocks)
-    K.v_side_fused_kernel[(p.row_tiles, H)](
+    K.v_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
         attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
         QK=qk_nope_head_dim, VD=v_head_dim, FULL_K=qk_nope_head_dim + v_head_dim, C=C, R=R,
         sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sx_c=attn_output.stride(2),
