@@ -5,11 +5,13 @@ batch (1000 one-token segments) each take under :data:`LORA_BOUND_S` per LoRA st
 the vision reference does 8 images totalling 8192 tokens (16 heads, head dim 80) in under
 :data:`VISION_BOUND_S`, on a 2-core CPU.  Each call is warmed up once (allocator, thread pool,
 lazy imports) and then timed; a slow measurement is retried a couple of times and the best one
-kept (timeit's rule: the minimum is the measurement least disturbed by other processes).
+kept (timeit's rule: the minimum is the measurement least disturbed by other processes); when the
+machine is overloaded by other jobs, CPU time per thread stands in for wall time.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -36,17 +38,33 @@ LORA_BATCHES = [
 LORA_OPS = ["step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused", "v_side_fused"]
 
 
-def best_time(fn, bound: float) -> float:
-    """Warm up once, then time up to TRIES calls; the best (lowest) time."""
+def best_time(fn, bound: float) -> tuple[float, float]:
+    """Warm up once, then time up to TRIES calls: (best wall time, best CPU time per thread).
+
+    On a machine busier than its cores (other jobs of a shared CI runner) wall time measures the
+    neighbours; the process's CPU time divided by torch's thread count still measures our work.
+    """
     fn()
-    best = float("inf")
+    best_wall = best_cpu = float("inf")
+    threads = max(1, torch.get_num_threads())
     for _ in range(TRIES):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t0)
-        if best < bound:
+        best_wall = min(best_wall, time.perf_counter() - t0)
+        best_cpu = min(best_cpu, (time.process_time() - c0) / threads)
+        if best_wall < bound:
             break
-    return best
+    return best_wall, best_cpu
+
+
+def assert_within(what: str, bound: float, wall: float, cpu: float) -> None:
+    """Wall time is the bound; under overload (load average above the core count) CPU time is."""
+    if wall < bound:
+        return
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    assert load > cores and cpu < bound, (
+        f"{what} took {wall:.2f} s wall, {cpu:.2f} s CPU per thread (bound {bound} s, float64; "
+        f"load average {load:.1f} on {cores} cores)")
 
 
 @pytest.fixture(scope="module", params=LORA_BATCHES, ids=[b[0] for b in LORA_BATCHES])
@@ -81,8 +99,7 @@ def _lora_call(op, d):
 
 @pytest.mark.parametrize("op", LORA_OPS)
 def test_lora_step_speed(op, lora_batch):
-    seconds = best_time(_lora_call(op, lora_batch), LORA_BOUND_S)
-    assert seconds < LORA_BOUND_S, f"{op} took {seconds:.2f} s (bound {LORA_BOUND_S} s) in float64"
+    assert_within(op, LORA_BOUND_S, *best_time(_lora_call(op, lora_batch), LORA_BOUND_S))
 
 
 def test_vision_speed():
@@ -94,6 +111,5 @@ def test_vision_speed():
     for n in lengths:
         cu.append(cu[-1] + n)
     md = prepare_flashinfer_cudnn_metadata(cu, "cpu", elem_per_token=heads * dim)
-    seconds = best_time(lambda: flashinfer_cudnn_attention(q, k, v, md.cu_seqlens, 1, T, forward_metadata=md),
-                        VISION_BOUND_S)
-    assert seconds < VISION_BOUND_S, f"vision took {seconds:.2f} s (bound {VISION_BOUND_S} s) in float64"
+    call = lambda: flashinfer_cudnn_attention(q, k, v, md.cu_seqlens, 1, T, forward_metadata=md)  # noqa: E731
+    assert_within("vision", VISION_BOUND_S, *best_time(call, VISION_BOUND_S))
