@@ -215,3 +215,15 @@ def test_strict_off_repeated_permutation_rows(op, device):
     result = OP_DB[op].oracle(*call.args, strict=False)
     assert not result.defined[row].any()
     assert result.defined.flatten(1).any(1).sum() >= 8  # the other routed rows stay defined
+
+
+@pytest.mark.parametrize("op", LORA_OPS)
+def test_step_float64_inputs(op, device):
+    """float64 in, float64 out, equal to the oracle (and the independent formulation) exactly-ish."""
+    p = LoRAProblem(op=op, seg_lens=(6, 3, 8), weight_indices=(0, 1, 0), lora_ranks=(16, 7), scalings=(1.0, -2.0),
+                    dtype="float64", permute=True, extra_rows=1, seed=37)
+    call = materialize_lora(p, device)
+    value, defined = lora_independent(op, call.args)
+    out = reference_entry(OP_DB[op])(*call.args)
+    assert out.dtype == torch.float64
+    assert_defined_close(out, defined.to(out.device), value, defined, what=f"{op} float64 step")
