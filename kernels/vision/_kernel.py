@@ -28,6 +28,15 @@ against 277 at head dim 80).  The wrapper divides token and head strides by the 
 two (up to 16 bytes of elements) dividing them all and the kernel multiplies by that constexpr, so
 the alignment is visible to the compiler.
 
+Note [TF32]
+-----------
+fp32 inputs run either with exact fp32 products (``precision="ieee"``, the default) or on TF32
+tensor cores (``"tf32"``).  Measured on the H200 (triton 3.6), plain TF32 ``tl.dot`` missed the
+rule against the faithful TF32 baseline (which rounds operands to nearest-even) by up to 1.6x of
+the allowance: the MMA drops the low mantissa bits rather than rounding them.  The kernel therefore
+rounds q, k, v and the probabilities to TF32 nearest-even itself before each dot (integer ops on
+the bit pattern), after which the hardware's conversion is exact.
+
 Note [Online softmax]
 ---------------------
 Scores are scaled by ``scale * log2(e)`` and exponentiated with ``exp2`` against a running row
@@ -109,8 +118,18 @@ def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int) -> KernelConfig
 
 
 @triton.jit
+def _round_tf32_rne(x):
+    """fp32 ``x`` rounded to TF32 (10 mantissa bits, nearest-even), kept as fp32 (NaN passes)."""
+    bits = x.to(tl.int32, bitcast=True)
+    lsb = (bits >> 13) & 1
+    r = ((bits + 0xFFF + lsb) & -8192).to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, r)
+
+
+@triton.jit
 def _load_tile(base, offs_t, t_lim, col0: tl.constexpr, stride_t, stride_d,
-               WIDTH: tl.constexpr, NCOLS: tl.constexpr, MASK_T: tl.constexpr, INTERP: tl.constexpr):
+               WIDTH: tl.constexpr, NCOLS: tl.constexpr, MASK_T: tl.constexpr, INTERP: tl.constexpr,
+               ROUND_TF32: tl.constexpr = False):
     """Load tokens ``offs_t`` x columns ``col0 .. col0+WIDTH`` (of NCOLS real ones)."""
     offs_d = col0 + tl.arange(0, WIDTH)
     ptrs = base + offs_t[:, None] * stride_t + offs_d[None, :] * stride_d
@@ -126,6 +145,8 @@ def _load_tile(base, offs_t, t_lim, col0: tl.constexpr, stride_t, stride_d,
             x = tl.load(ptrs)
     if INTERP:  # bf16 arithmetic is broken in the interpreter: compute in fp32 (exact upcast)
         x = x.to(tl.float32)
+    if ROUND_TF32:  # see Note [TF32]
+        x = _round_tf32_rne(x)
     return x
 
 
@@ -135,12 +156,12 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
             D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
             DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
             BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
-            INTERP: tl.constexpr, P_ROUND: tl.constexpr):
+            INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr):
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k_a = _load_tile(k_base, offs_n, n, 0, stride_kt, stride_kd, DA, D, MASK_N, INTERP)
+    k_a = _load_tile(k_base, offs_n, n, 0, stride_kt, stride_kd, DA, D, MASK_N, INTERP, TF32)
     s = tl.dot(q_a, tl.trans(k_a), input_precision=PREC)
     if DB > 0:
-        k_b = _load_tile(k_base, offs_n, n, DA, stride_kt, stride_kd, DB, D, MASK_N, INTERP)
+        k_b = _load_tile(k_base, offs_n, n, DA, stride_kt, stride_kd, DB, D, MASK_N, INTERP, TF32)
         s = tl.dot(q_b, tl.trans(k_b), s, input_precision=PREC)
     s = s * qk_scale
     if MASK_N:
@@ -160,10 +181,12 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
             p_mm = p
     else:
         p_mm = p.to(v_base.dtype.element_ty)
-    v_a = _load_tile(v_base, offs_n, n, 0, stride_vt, stride_vd, DVA, DV, MASK_N, INTERP)
+    if TF32:
+        p_mm = _round_tf32_rne(p_mm)
+    v_a = _load_tile(v_base, offs_n, n, 0, stride_vt, stride_vd, DVA, DV, MASK_N, INTERP, TF32)
     acc_a = tl.dot(p_mm, v_a, acc_a * alpha[:, None], input_precision=PREC)
     if DVB > 0:
-        v_b = _load_tile(v_base, offs_n, n, DVA, stride_vt, stride_vd, DVB, DV, MASK_N, INTERP)
+        v_b = _load_tile(v_base, offs_n, n, DVA, stride_vt, stride_vd, DVB, DV, MASK_N, INTERP, TF32)
         acc_b = tl.dot(p_mm, v_b, acc_b * alpha[:, None], input_precision=PREC)
     return acc_a, acc_b, m_new, l_i
 
@@ -193,7 +216,7 @@ def _vision_attn_fwd(
     D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
     DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
-    INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr,
+    INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr, TF32: tl.constexpr,
 ):
     # token and head strides arrive divided by ALIGN (see Note [Alignment])
     stride_qt = stride_qt * ALIGN
@@ -219,9 +242,9 @@ def _vision_attn_fwd(
     o_base = O + o_tok.to(tl.int64) * stride_ot + h * stride_oh
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    q_a = _load_tile(q_base, offs_m, n, 0, stride_qt, stride_qd, DA, D, True, INTERP)
+    q_a = _load_tile(q_base, offs_m, n, 0, stride_qt, stride_qd, DA, D, True, INTERP, TF32)
     if DB > 0:
-        q_b = _load_tile(q_base, offs_m, n, DA, stride_qt, stride_qd, DB, D, True, INTERP)
+        q_b = _load_tile(q_base, offs_m, n, DA, stride_qt, stride_qd, DB, D, True, INTERP, TF32)
     else:
         q_b = q_a
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -236,11 +259,11 @@ def _vision_attn_fwd(
     for start_n in range(0, n_full, BLOCK_N):
         acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
                                          stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
-                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND)
+                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32)
     if n_full < n:
         acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
                                          stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
-                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND)
+                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32)
     inv_l = 1.0 / l_i
     _store_tile(o_base, offs_m, n, 0, stride_ot, stride_od, acc_a * inv_l[:, None], DVA, DV, INTERP, P_ROUND)
     if DVB > 0:
@@ -277,5 +300,6 @@ def launch_attention(q, k, v, out, table, num_blocks: int, scale: float, config:
         D=D, DA=DA, DB=DB, DV=DV, DVA=DVA, DVB=DVB,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, PREC=precision if q.dtype == torch.float32 else None,
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
-        ALIGN=align, num_warps=config.num_warps, num_stages=config.num_stages,
+        ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
+        num_warps=config.num_warps, num_stages=config.num_stages,
     )
