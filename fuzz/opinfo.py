@@ -308,11 +308,9 @@ def _vision_errors(device: str) -> Iterator[ErrorInput]:
 def _push_qk_offset(extra_tokens: int):
     def mutate(call: Call) -> None:
         ind = call.args[3].clone()
-        B = (ind.numel() // 3) - 1
         T, H, D = call.args[0].shape
         ind[1] = (T - 5 + extra_tokens) * H * D  # sequence 1 (5 tokens) now runs past the end
         call.args = call.args[:3] + (ind,) + call.args[4:]
-        del B
     return mutate
 
 
