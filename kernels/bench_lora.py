@@ -12,7 +12,9 @@ the minimum traffic (activations read, the intermediate written and read back by
 base_output read and written, the weights of the slots used, once); TB/s is bytes over the median
 time, set against a device-to-device copy measured in the same run.
 
-``--sweep`` also times alternative block sizes (``kernels.lora._launch.BLOCKS``) on prefill-8x2048.
+``--sweep`` also times alternative segment-major block sizes (``kernels.lora._launch.BLOCKS``) on
+prefill-8x2048; ``--sweep-decode`` times token-major ones on decode-bs64 by graph replay and keeps
+the best for the table.  The replay time of a one-kernel graph is printed as the floor.
 ``--json PATH`` writes the results as JSON.
 """
 
@@ -200,6 +202,66 @@ def sweep(klora, launch):
     return out
 
 
+DECODE_SWEEP = {
+    "step_a_q": [dict(BT=16, BLOCK_K=64, num_warps=4), dict(BT=16, BLOCK_K=128, num_warps=4),
+                 dict(BT=16, BLOCK_K=64, num_warps=2)],
+    "step_b_q": [dict(BT=4, BH=16, BLOCK_C=128, num_warps=4), dict(BT=2, BH=32, BLOCK_C=128, num_warps=4),
+                 dict(BT=4, BH=16, BLOCK_C=256, num_warps=4), dict(BT=16, BH=4, BLOCK_C=128, num_warps=4)],
+    "step_a_v": [dict(BT=4, BH=16, BLOCK_K=128, num_warps=4), dict(BT=4, BH=16, BLOCK_K=64, num_warps=4),
+                 dict(BT=16, BH=4, BLOCK_K=128, num_warps=4), dict(BT=2, BH=8, BLOCK_K=128, num_warps=2)],
+    "step_b_v": [dict(BT=16, BLOCK_V=128, num_warps=4), dict(BT=16, BLOCK_V=64, num_warps=2)],
+    "q_side_fused": [dict(BT=16, BLOCK_K=64, BLOCK_C=128, C_SPLIT=128, num_warps=4),
+                     dict(BT=16, BLOCK_K=128, BLOCK_C=128, C_SPLIT=256, num_warps=4),
+                     dict(BT=16, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
+                     dict(BT=16, BLOCK_K=128, BLOCK_C=256, C_SPLIT=None, num_warps=8)],
+    "v_side_fused": [dict(BT=16, BLOCK_K=128, BLOCK_V=128, num_warps=4), dict(BT=16, BLOCK_K=64, BLOCK_V=128, num_warps=4),
+                     dict(BT=16, BLOCK_K=256, BLOCK_V=128, num_warps=8), dict(BT=16, BLOCK_K=128, BLOCK_V=64, num_warps=4)],
+}
+
+
+def sweep_decode(klora, launch):
+    """Graph-replay time of each token-major block config of each op on decode-bs64; keeps the best
+    config of each op in ``launch.BLOCKS`` (the main table then uses it) and returns all timings."""
+    d = _inputs(SHAPES["decode-bs64"], seed=11)
+    bi = d["bi"]
+    mid_q = klora.step_a_q_fwd(d["q"], d["B"], bi, FULL_K)
+    mid_v = klora.step_a_v_fwd(d["attn"], d["A"], bi)
+    call = {
+        "step_a_q": lambda: klora.step_a_q_fwd(d["q"], d["B"], bi, FULL_K, strict=False),
+        "step_b_q": lambda: klora.step_b_q_fwd(mid_q, d["A"], bi, d["base_q"], strict=False),
+        "step_a_v": lambda: klora.step_a_v_fwd(d["attn"], d["A"], bi, strict=False),
+        "step_b_v": lambda: klora.step_b_v_fwd(mid_v, d["B"], bi, d["base_v"], QK, VD, strict=False),
+        "q_side_fused": lambda: klora.q_side_fused_fwd(d["q"], d["B"], d["A"], bi, d["base_q"], FULL_K, strict=False),
+        "v_side_fused": lambda: klora.v_side_fused_fwd(d["attn"], d["A"], d["B"], bi, d["base_v"], QK, VD, strict=False),
+    }
+    out = []
+    for op, configs in DECODE_SWEEP.items():
+        best = (float("inf"), launch.BLOCKS[op]["tok"])
+        for cfg in configs:
+            launch.BLOCKS[op]["tok"] = cfg
+            try:
+                us = _bench(_graphs([call[op]])[0])
+                out.append(dict(op=op, cfg=cfg, graph_us=round(us, 2)))
+                best = min(best, (us, cfg), key=lambda t: t[0])
+            except Exception as e:
+                out.append(dict(op=op, cfg=cfg, error=f"{type(e).__name__}: {str(e)[:120]}"))
+            print("decode sweep", out[-1], flush=True)
+        launch.BLOCKS[op]["tok"] = best[1]
+        out.append(dict(op=op, chosen=best[1]))
+    return out
+
+
+def graph_floor() -> float:
+    """Median time of replaying a graph of one trivial kernel: the floor under every graph timing."""
+    x = torch.zeros(1, device="cuda")
+    g = torch.cuda.CUDAGraph()
+    x.add_(1)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        x.add_(1)
+    return _bench(g.replay)
+
+
 def _commit() -> str:
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
@@ -212,6 +274,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--sweep", action="store_true", help="also time alternative block sizes on prefill-8x2048")
+    ap.add_argument("--sweep-decode", action="store_true",
+                    help="time token-major block sizes on decode-bs64 (graph replay) and use the best")
     ap.add_argument("--json", default=None, help="write results to this JSON file")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -223,16 +287,21 @@ def main(argv=None):
 
     info = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=torch.cuda.get_device_name(),
                 torch=torch.__version__, triton=triton.__version__, commit=_commit(),
-                command="python -m kernels.bench_lora" + (" --sweep" if args.sweep else ""))
+                command="python -m kernels.bench_lora" + (" --sweep" if args.sweep else "")
+                + (" --sweep-decode" if args.sweep_decode else ""))
     copy_tbs = copy_bandwidth()
     info["copy_tbs"] = round(copy_tbs, 3)
+    info["graph_floor_us"] = round(graph_floor(), 2)
     sweep_rows = sweep(klora, launch) if args.sweep else []
+    if args.sweep_decode:
+        sweep_rows += sweep_decode(klora, launch)
     rows = run_shapes(klora, args.shapes, copy_tbs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(info=info, rows=rows, sweep=sweep_rows), f, indent=1)
     print(f"\n{info}")
-    print(f"copy bandwidth (D2D, read+write): {copy_tbs:.2f} TB/s")
+    print(f"copy bandwidth (D2D, read+write): {copy_tbs:.2f} TB/s; "
+          f"graph replay of one trivial kernel: {info['graph_floor_us']:.1f} us")
     print("| shape | side | variant | median us | MB moved | TB/s | % of copy | bar us | met |")
     print("|---|---|---|---:|---:|---:|---:|---:|---|")
     for r in rows:

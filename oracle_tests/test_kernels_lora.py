@@ -232,6 +232,26 @@ def test_kernel_dtypes_and_strides(op, dtype, base_dtype, strided, bname):
     _check(op, args, routed, dtype, f"op={op} batch={bname} dtype={dtype} base={base_dtype} strided={strided}")
 
 
+@pytest.mark.interpreter
+@pytest.mark.skipif(HAS_CUDA, reason="on a GPU the fp32 realistic-shape tests check TF32 on the real tensor cores")
+@pytest.mark.parametrize("op", OPS)
+def test_fp32_tf32_operands_match_tf32_baseline(op, monkeypatch):
+    """The interpreter's fp32 dot is exact: forcing the TF32 path there checks that our operand rounding
+    (RNE to TF32, because the tensor cores truncate) is exactly the oracle's faithful="tf32" model."""
+    flags = launch._flags
+    monkeypatch.setattr(launch, "_flags", lambda *a: {**flags(*a), "DOT_PREC": "tf32"})
+    seed = _seed("tf32", op)
+    args, routed = _make_call(op, BATCHES["mixed-ranks"], SMALL_DIMS["d72"], torch.float32, torch.float32, DEVICE,
+                              seed=seed)
+    out = getattr(klora, f"{op}_fwd")(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    tf32 = getattr(ref, f"{op}_oracle")(*args, faithful="tf32")
+    d = tf32.defined
+    # same rounding points, fp32 summation order only: far below one TF32 ulp of the outputs
+    err = float((out.double() - tf32.value.double()).abs()[d].max())
+    scale = float(tf32.value.double().abs()[d].max())
+    assert err <= 1e-5 * scale, f"{op}: TF32-emulated kernel differs from faithful='tf32' by {err:.3g} (scale {scale:.3g})"
+
+
 # ---- path choice ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seg_lens,pad_to,expect_token_major", [

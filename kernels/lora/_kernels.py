@@ -39,16 +39,34 @@ from ..interpreter import cast_rounded, rounded_f32, to_f32
 
 
 @triton.jit
-def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr):
-    x = tl.load(ptrs, mask=mask, other=0.0)
-    if UPCAST:
-        x = to_f32(x, FIX_BF16)
+def _tf32_rne(x):
+    """fp32 rounded to TF32 (10 mantissa bits, nearest even), as the oracle's faithful="tf32" does.
+    The tensor cores truncate fp32 operands to TF32; feeding them pre-rounded values makes that exact."""
+    bits = x.to(tl.int32, bitcast=True)
+    rounded = (bits + 0xFFF + ((bits >> 13) & 1)) & -8192
+    return tl.where((bits & 0x7F800000) == 0x7F800000, x, rounded.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def _operand(x, DOT_PREC: tl.constexpr):
+    if DOT_PREC == "tf32":
+        x = _tf32_rne(x)
     return x
 
 
 @triton.jit
+def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr):
+    """A matmul operand tile (fp32 when UPCAST; TF32-rounded when the dot runs in TF32)."""
+    x = tl.load(ptrs, mask=mask, other=0.0)
+    if UPCAST:
+        x = to_f32(x, FIX_BF16)
+    return _operand(x, DOT_PREC)
+
+
+@triton.jit
 def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg, num_rows,
-           search_steps, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr):
+           search_steps, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
+           SEG_TILE: tl.constexpr):
     """Rows of tile ``pid`` for this program's slot: (selected, slot, physical row).
 
     ``lane_tok`` in [0, BT) is each lane's token in the tile; ``w_prog`` the slot a token-major
@@ -59,16 +77,23 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
         last = tl.load(seg_indptr + n_launch)
         valid = (logical >= first) & (logical < last)
         # segment = the first b in [0, n_launch) with seg_indptr[b+1] > logical
-        lo = tl.zeros_like(lane_tok)
-        hi = lo + n_launch
-        for _ in range(search_steps):
-            active = (lo < hi) & valid
-            mid = (lo + hi) // 2
-            end = tl.load(seg_indptr + mid + 1, mask=active, other=0)
-            right = active & (end <= logical)
-            lo = tl.where(right, mid + 1, lo)
-            hi = tl.where(active & (end > logical), mid, hi)
-        seg = tl.minimum(lo, n_launch - 1)
+        if SEG_TILE > 0:
+            # few segments (decode): count the segment ends <= row in one load, no dependent chain
+            offs_n = tl.arange(0, SEG_TILE)
+            ends = tl.load(seg_indptr + 1 + offs_n, mask=offs_n < n_launch, other=2147483647)
+            seg = tl.sum((ends[None, :] <= logical[:, None]).to(tl.int32), axis=1)
+        else:
+            lo = tl.zeros_like(lane_tok)
+            hi = lo + n_launch
+            for _ in range(search_steps):
+                active = (lo < hi) & valid
+                mid = (lo + hi) // 2
+                end = tl.load(seg_indptr + mid + 1, mask=active, other=0)
+                right = active & (end <= logical)
+                lo = tl.where(right, mid + 1, lo)
+                hi = tl.where(active & (end > logical), mid, hi)
+            seg = lo
+        seg = tl.minimum(seg, n_launch - 1)
         valid = valid & (tl.load(weight_indices + seg, mask=valid, other=-1) == w_prog)
         slot = w_prog
     else:
@@ -94,7 +119,7 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
 def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
                     sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, so_t, so_h, so_r,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """out[t,h,:r] = q[t,h,:QK] @ B[w, h*FULL_K : h*FULL_K+QK, :r]; grid (row tiles, H)."""
@@ -104,7 +129,7 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -115,9 +140,9 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, QK, BLOCK_K):
             kk = k0 + offs_k
-            xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16)
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             wt = _ld(w_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
-                     (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+                     (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
         tl.store(o_rows[:, None] + offs_r[None, :] * so_r,
                  cast_rounded(acc, out_ptr.dtype.element_ty, FIX_BF16),
@@ -128,7 +153,7 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
 def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """base[t,h,:] += round_x(s * (x[t,h,:r] @ A[w,:r,:])); grid (row tiles, H/BH, C/BLOCK_C).
@@ -140,7 +165,7 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     sel = sel & (hh < H)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -149,9 +174,9 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     rank = tl.minimum(tl.load(lora_ranks + w), R)
     if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
         s = tl.load(scalings + w)
-        xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+        xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         at = _ld(a_ptr + w.to(tl.int64) * sa_l + offs_r[:, None] * sa_r + offs_c[None, :] * sa_c,
-                 (offs_r < rank)[:, None] & (offs_c < C)[None, :], UPCAST, FIX_BF16)
+                 (offs_r < rank)[:, None] & (offs_c < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         acc = tl.dot(xt, at, input_precision=DOT_PREC)
         d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)
         m = sel[:, None] & (offs_c < C)[None, :]
@@ -164,7 +189,7 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
 def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, so_t, so_h, so_r,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """out[t,h,:r] = x[t,h,:C] @ A[w,:r,:].T; grid (row tiles, H/BH); a tile is BT tokens x BH heads."""
@@ -174,7 +199,7 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     sel = sel & (hh < H)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
@@ -186,9 +211,9 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
         acc = tl.zeros((BT * BH, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
             kk = k0 + offs_k
-            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16)
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             wt = _ld(w_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
-                     (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+                     (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
         tl.store(o_rows[:, None] + offs_r[None, :] * so_r,
                  cast_rounded(acc, out_ptr.dtype.element_ty, FIX_BF16),
@@ -199,7 +224,7 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
 def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
                     sx_t, sx_h, sx_r, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                     BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """base[t,h,:] += round_x(s * (x[t,h,:r] @ B[w, h*FULL_K+QK : (h+1)*FULL_K, :r].T));
@@ -210,7 +235,7 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v = cb * BLOCK_V + tl.arange(0, BLOCK_V)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -218,10 +243,10 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     rank = tl.minimum(tl.load(lora_ranks + w), R)
     if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
         s = tl.load(scalings + w)
-        xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+        xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         wt = _ld(w_base + offs_v[None, :] * sb_row + offs_r[:, None] * sb_r,
-                 (offs_r < rank)[:, None] & (offs_v < VD)[None, :], UPCAST, FIX_BF16)
+                 (offs_r < rank)[:, None] & (offs_v < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         acc = tl.dot(xt, wt, input_precision=DOT_PREC)
         d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)
         m = sel[:, None] & (offs_v < VD)[None, :]
@@ -236,7 +261,7 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
 def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_PER_PROG,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
-                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
+                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
@@ -246,7 +271,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c0 = tl.arange(0, BLOCK_C)
@@ -259,19 +284,19 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, QK, BLOCK_K):
             kk = k0 + offs_k
-            xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16)
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             wt = _ld(wb_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
-                     (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+                     (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
         if UPCAST:  # step A's rounding point
-            mid = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)
+            mid = _operand(rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16), DOT_PREC)
         else:
-            mid = acc.to(x_ptr.dtype.element_ty)
+            mid = _operand(acc.to(x_ptr.dtype.element_ty), DOT_PREC)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         for c0 in range(cb * C_PER_PROG, tl.minimum(C, cb * C_PER_PROG + C_PER_PROG), BLOCK_C):
             cc = c0 + offs_c0
             at = _ld(wa_base + offs_r[:, None] * sa_r + cc[None, :] * sa_c,
-                     (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST, FIX_BF16)
+                     (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             d = tl.dot(mid, at, input_precision=DOT_PREC) * s
             d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (cc < C)[None, :]
@@ -284,7 +309,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
 def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
                         sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
-                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
+                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
@@ -294,7 +319,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v0 = tl.arange(0, BLOCK_V)
@@ -307,19 +332,19 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
             kk = k0 + offs_k
-            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16)
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             wt = _ld(wa_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
-                     (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16)
+                     (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
         if UPCAST:  # step A's rounding point
-            mid = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)
+            mid = _operand(rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16), DOT_PREC)
         else:
-            mid = acc.to(x_ptr.dtype.element_ty)
+            mid = _operand(acc.to(x_ptr.dtype.element_ty), DOT_PREC)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         for v0 in range(0, VD, BLOCK_V):
             vv = v0 + offs_v0
             bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r,
-                     (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST, FIX_BF16)
+                     (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             d = tl.dot(mid, bt, input_precision=DOT_PREC) * s
             d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (vv < VD)[None, :]

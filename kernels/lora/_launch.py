@@ -57,6 +57,9 @@ BLOCKS = {
 # a segment-major launch is replaced by the token-major one when its tiles hold more than this many
 # times the input's rows (i.e. when more than half of the tile rows would idle)
 TOKEN_MAJOR_WASTE = 2
+# token-major launches over at most this many segments find a row's segment by one vectorized compare
+# against all segment ends (one load); more segments use a binary search (log2(n) dependent loads)
+SEG_TILE_MAX = 512
 # "seg" or "tok" forces a path for every call (tests and benchmarks); None lets plan() choose
 FORCE_PATH: Optional[str] = None
 
@@ -70,6 +73,7 @@ class Plan:
     row_tiles: int  # grid axis 0
     tiles_per_seg: int
     search_steps: int
+    seg_tile: int  # token-major: >0 finds segments by one vectorized compare over this many ends
     blocks: dict
 
 
@@ -87,8 +91,10 @@ def plan(op: str, batch_info, num_rows: int, max_len: int, *, force: Optional[st
     token_major = seg_rows > TOKEN_MAJOR_WASTE * num_rows if force is None else force == "tok"
     if token_major:
         bt = tok_blocks["BT"]
-        return Plan(True, n_launch, triton.cdiv(num_rows, bt), 1, max(n_launch, 1).bit_length() + 1, tok_blocks)
-    return Plan(False, n_launch, n_launch * tiles_per_seg, max(tiles_per_seg, 1), 0, seg_blocks)
+        seg_tile = triton.next_power_of_2(n_launch) if n_launch <= SEG_TILE_MAX else 0
+        return Plan(True, n_launch, triton.cdiv(num_rows, bt), 1, max(n_launch, 1).bit_length() + 1, seg_tile,
+                    tok_blocks)
+    return Plan(False, n_launch, n_launch * tiles_per_seg, max(tiles_per_seg, 1), 0, 0, seg_blocks)
 
 
 def _block_r(R: int) -> int:
@@ -116,7 +122,7 @@ def _meta(batch_info, p: Plan, num_rows: int, n_cblocks: int = 1):
                 lora_ranks=batch_info.lora_ranks, perm=(perm if perm is not None else batch_info.seg_indptr),
                 n_launch=p.n_launch, tiles_per_seg=p.tiles_per_seg, num_rows=num_rows,
                 search_steps=p.search_steps, n_cblocks=n_cblocks, TOKEN_MAJOR=p.token_major,
-                HAS_PERM=perm is not None)
+                HAS_PERM=perm is not None, SEG_TILE=p.seg_tile)
 
 
 def _split(blocks: dict) -> tuple[dict, int]:
