@@ -12,14 +12,18 @@ On a fresh machine, within ``--time-budget`` seconds on the best device there is
    formulations (:func:`kernel_oracle.selfcheck.run_selfcheck`), as target ``selfcheck``;
 3. **campaigns**: one fuzz campaign (:func:`fuzz.campaign.run_campaign`) per available target x op
    family (targets from :mod:`fuzz.targets`), the rest of the budget shared equally, each pair
-   getting what the earlier ones left;
+   getting what the earlier ones left.  Each runs in a child process killed at the end of its share
+   (the campaign's own clock gets 80 % of it, less the child's start-up), so the job keeps its
+   budget whatever a campaign or a hung kernel does;
 4. **report**: one record of kind ``"main"`` folding all of it in (:func:`reports.schema.merge`),
    written as ``<out>/latest.{json,md,html}`` (overwritten each run) and
    ``<out>/history/<UTC time>.json`` (never overwritten); each campaign keeps its own files under
    ``<out>/runs/<UTC time>/`` (the findings' repro commands point there).
 
-A part that cannot run (an import fails, a campaign raises) is never a silent pass: the reason goes
-into the record's notes, the report shows it, and the exit status is 1, as for findings.  An
+A part that cannot run (an import fails, a campaign raises, the budget runs out before a pair) is
+never a silent pass: the reason goes into the record's notes and ``summary.failed_parts``, the report
+shows it, and the exit status is 1, as for findings.  Other notes (a dtype a target does not
+support) are shown but do not fail the run.  An
 unavailable *target* (SGLang not installed, no GPU for a GPU-only peer) is not a failure: the targets
 table says why it was skipped.
 """
@@ -40,8 +44,9 @@ __all__ = ["DEFAULT_BUDGET_S", "SELFCHECK_SHARE", "add_arguments", "main", "run_
 # seconds: a few minutes on the CPU interpreter; a GPU gets through far more cases in the same time
 DEFAULT_BUDGET_S = {"cpu": 180.0, "cuda": 300.0}
 SELFCHECK_SHARE = 0.15
-# selfcheck cases per second of its share, a first estimate (pure torch, float64, small shapes)
-_SELFCHECK_RATE = {"cpu": 2.0, "cuda": 10.0}
+# selfcheck cost model (pure torch, small shapes): fixed samples, then per random case of every op x dtype
+SELFCHECK_FIXED_S = 1.5
+SELFCHECK_PER_CASE_S = 1.5
 # kept back from the campaigns for writing and rendering the report (matplotlib start-up included)
 REPORT_RESERVE_S = 6.0
 FALLBACK_TARGETS = ("reference", "triton")
@@ -86,12 +91,25 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _part_failed(record: dict, text: str) -> None:
+    """A part that could not run: a note for the reader and a non-zero exit (never a silent pass)."""
+    from reports.schema import add_note
+
+    add_note(record, text)
+    record["summary"].setdefault("failed_parts", []).append(text)
+
+
 # ---- part 1: selfcheck --------------------------------------------------------------------------
 def _selfcheck_shape_class(row: dict) -> str:
+    """Fixed samples keep their name; ``random-<i>`` -> ``random``; ``error:<id>#<i>`` -> ``errors``."""
     case = row.get("case")
-    if isinstance(case, str) and case:
-        return case if len(case) <= 48 else case[:45] + "..."
-    return str(row.get("family") or "-")
+    if not isinstance(case, str) or not case:
+        return str(row.get("family") or "-")
+    if case.startswith("random-"):
+        return "random"
+    if case.startswith("error:"):
+        return "errors"
+    return case if len(case) <= 48 else case[:45] + "..."
 
 
 def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log) -> None:
@@ -100,17 +118,19 @@ def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log)
     try:
         from kernel_oracle.selfcheck import run_selfcheck
     except Exception as exc:  # noqa: BLE001 - reported, never a silent pass
-        add_note(record, f"selfcheck unavailable: {_reason(exc)}")
+        _part_failed(record, f"selfcheck unavailable: {_reason(exc)}")
         add_target(record, name="selfcheck", available=False, reason=f"import failed: {_reason(exc)}")
         log(f"selfcheck unavailable: {_reason(exc)}")
         return
-    cases = max(4, int(time_s * _SELFCHECK_RATE.get(device, 2.0)))
-    log(f"selfcheck: {cases} cases per op, seed {seed}")
+    # random variations per (op, dtype) on top of the fixed samples: about SELFCHECK_FIXED_S for the
+    # fixed part, then SELFCHECK_PER_CASE_S per variation of every (op, dtype) (measured on 2 CPU cores)
+    cases = max(1, min(64, int((time_s - SELFCHECK_FIXED_S) / SELFCHECK_PER_CASE_S)))
+    log(f"selfcheck: {cases} random cases per (op, dtype), seed {seed}")
     started = time.monotonic()
     try:
         rows = list(run_selfcheck(device=device, cases=cases, seed=seed))
     except Exception as exc:  # noqa: BLE001
-        add_note(record, f"selfcheck failed: {_reason(exc)}")
+        _part_failed(record, f"selfcheck failed: {_reason(exc)}")
         add_target(record, name="selfcheck", available=True, reason=f"run failed: {_reason(exc)}")
         log(f"selfcheck failed:\n{traceback.format_exc()}")
         return
@@ -118,7 +138,7 @@ def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log)
                reason="the references against independent formulations (kernel_oracle.independent)")
     n_fail = 0
     for row in rows:
-        op, dtype = str(row.get("op")), str(row.get("dtype"))
+        op, dtype, case = str(row.get("op")), str(row.get("dtype")), str(row.get("case") or "")
         shape_class = _selfcheck_shape_class(row)
         ratio = row.get("ratio")
         ratios = [float(ratio)] if isinstance(ratio, (int, float)) else []
@@ -132,7 +152,8 @@ def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log)
                 "shape_class": shape_class, "kind": "mismatch",
                 "message": str(row.get("message") or "reference disagrees with its independent formulation"),
                 "figures": {k: row.get(k) for k in ("err", "allowed", "ratio") if row.get(k) is not None},
-                "repro": f"kernel-oracle selfcheck --device {device} --seed {seed}",
+                "repro": f"kernel-oracle selfcheck --device {device} --cases {cases} --seed {seed}",
+                "contract": case[len("error:"):].split("#")[0] if case.startswith("error:") else None,
                 "problem": row.get("case") if isinstance(row.get("case"), dict) else None,
             })
     record["summary"]["selfcheck"] = {"rows": len(rows), "failed": n_fail,
@@ -156,7 +177,7 @@ def _discover_targets(record: dict, device: str, specs: Optional[list], log) -> 
         try:
             t = resolve_target(spec, device)
         except Exception as exc:  # noqa: BLE001 - a bad user spec
-            add_note(record, f"target {spec!r} could not be resolved: {_reason(exc)}")
+            _part_failed(record, f"target {spec!r} could not be resolved: {_reason(exc)}")
             add_target(record, name=spec, available=False, reason=_reason(exc))
             continue
         row = t.to_record() if hasattr(t, "to_record") else {"name": spec, "available": t.available}
@@ -168,18 +189,84 @@ def _discover_targets(record: dict, device: str, specs: Optional[list], log) -> 
         if not t.available:
             log(f"target {spec}: unavailable ({t.reason})")
             if specs:  # asked for by name: say so loudly
-                add_note(record, f"target {spec!r} is unavailable: {t.reason}")
+                _part_failed(record, f"target {spec!r} is unavailable: {t.reason}")
             continue
         families = tuple(f for f in FAMILIES if t.ops(f))
         out.append((spec, t, families))
     return out
 
 
-def _campaign(target: str, op: str, *, time_s: float, seed: int, device: str, out_dir: Path) -> dict:
-    from fuzz.campaign import run_campaign
+# a campaign runs in a child process with a hard deadline: the job keeps its budget whatever a
+# campaign does (Hypothesis keeps generating after a campaign's own clock has run out, a kernel hangs)
+_CHILD = ("import json, sys\n"
+          "from fuzz.campaign import run_campaign\n"
+          "run_campaign(**json.loads(sys.argv[1]), progress=False)\n")
+CHILD_STARTUP_S = 3.0  # python + torch import in the child, taken off the campaign's own clock
 
-    return run_campaign(target=target, op=op, time_s=time_s, seed=seed, device=device, out_dir=str(out_dir),
-                        progress=False)
+
+def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path) -> tuple:
+    """Run one campaign in a child; returns (record or None, problem or None)."""
+    import json
+    import signal
+    import subprocess
+
+    from reports.schema import SchemaError, load
+
+    time_s = max(1.0, 0.8 * share_s - CHILD_STARTUP_S)
+    kwargs = {"target": target, "op": op, "time_s": round(time_s, 1), "seed": seed, "device": device,
+              "out_dir": str(out_dir)}
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(kwargs)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    problem = None
+    try:
+        _, err = proc.communicate(timeout=share_s)
+        if proc.returncode != 0:
+            tail = " | ".join(line for line in (err or "").strip().splitlines()[-3:])
+            problem = f"exited with status {proc.returncode}: {tail or 'no output'}"
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child and its target workers
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        problem = (f"overran its share: asked for {time_s:.0f}s (fuzz.campaign time_s), still running after "
+                   f"{share_s:.0f}s, killed")
+    summary = out_dir / "summary.json"
+    try:
+        record = load(summary) if summary.is_file() else None
+    except SchemaError as exc:
+        record, problem = None, (problem or "") + f"; unreadable summary.json ({exc})"
+    if record is None and problem is not None:
+        record = _salvage(target, out_dir, seed, device)
+        if record is not None:
+            problem += (f"; kept the {sum(g['cases'] for g in record['groups'])} cases and "
+                        f"{len(record['findings'])} findings it had saved (state.json, findings.jsonl)")
+    if record is None and problem is None:
+        problem = f"wrote no {summary}"
+    return record, problem
+
+
+def _salvage(target: str, out_dir: Path, seed: int, device: str) -> Optional[dict]:
+    """A campaign record rebuilt from a killed campaign's documented files (Note [Campaigns]:
+    ``state.json`` per-group counters, ``findings.jsonl``), or None when it saved nothing."""
+    import json
+
+    from reports.schema import add_finding, add_group, new_record
+
+    try:
+        state = json.loads((out_dir / "state.json").read_text())
+        lines = (out_dir / "findings.jsonl").read_text().splitlines() if (out_dir / "findings.jsonl").is_file() else []
+        record = new_record("campaign", seeds={"seed": seed}, device=device)
+        for key, g in sorted((state.get("groups") or {}).items()):
+            t, o, d, sc = key.split("|")
+            add_group(record, target=t, op=o, dtype=d, shape_class=sc, cases=g["cases"], passes=g["passes"],
+                      findings=g.get("findings"), ratios=g.get("ratios", ()))
+        for line in lines:
+            if line.strip():
+                add_finding(record, {k: v for k, v in json.loads(line).items() if k != "signature"})
+    except (OSError, ValueError, KeyError):
+        return None
+    return record if record["groups"] or record["findings"] else None
 
 
 def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path,
@@ -189,13 +276,13 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
     try:
         import fuzz.campaign  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - reported, never a silent pass
-        add_note(record, f"fuzz campaign unavailable: {_reason(exc)}")
+        _part_failed(record, f"fuzz campaign unavailable: {_reason(exc)}")
         log(f"fuzz campaign unavailable: {_reason(exc)}")
         return
     targets = _discover_targets(record, device, specs, log)
     pairs = [(name, fam) for name, _, fams in targets for fam in fams if fam in families]
     if not pairs:
-        add_note(record, "no available target x family pair to fuzz")
+        _part_failed(record, "no available target x family pair to fuzz")
         return
     campaigns = record["summary"].setdefault("campaigns", [])
     for i, (name, fam) in enumerate(pairs):
@@ -203,8 +290,8 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         share = left / (len(pairs) - i)
         if share < 1.0:
             skipped = [f"{n} x {f}" for n, f in pairs[i:]]
-            add_note(record, f"time budget exhausted: campaigns not run for {', '.join(skipped)}; "
-                             f"pass a larger --time-budget")
+            _part_failed(record, f"time budget exhausted: campaigns not run for {', '.join(skipped)}; "
+                                 f"pass a larger --time-budget")
             log(f"budget exhausted; skipped {skipped}")
             return
         safe = name.replace(":", "_").replace("/", "_")
@@ -212,18 +299,23 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         log(f"campaign {name} x {fam}: {share:.0f}s")
         started = time.monotonic()
         try:
-            rec = _campaign(name, fam, time_s=share, seed=seed, device=device, out_dir=out_dir)
-            merge(record, rec, seeds_key=f"campaign:{name}:{fam}")
-        except Exception as exc:  # noqa: BLE001
-            add_note(record, f"campaign {name} x {fam} failed: {_reason(exc)}")
-            log(f"campaign {name} x {fam} failed:\n{traceback.format_exc()}")
-            campaigns.append({"target": name, "family": fam, "error": _reason(exc)})
-            continue
+            rec, problem = _campaign(name, fam, share_s=share, seed=seed, device=device, out_dir=out_dir)
+            if rec is not None:
+                merge(record, rec, seeds_key=f"campaign:{name}:{fam}")
+        except Exception as exc:  # noqa: BLE001 - our own failure around the child: still reported
+            rec, problem = None, _reason(exc)
+            log(traceback.format_exc())
         took = time.monotonic() - started
+        rec = rec or {}
         n_cases = sum(g["cases"] for g in rec.get("groups", []))
-        campaigns.append({"target": name, "family": fam, "time_s": round(share, 1), "took_s": round(took, 1),
-                          "cases": n_cases, "findings": len(rec.get("findings", [])), "out_dir": str(out_dir)})
-        log(f"campaign {name} x {fam}: {n_cases} cases, {len(rec.get('findings', []))} findings, {took:.1f}s")
+        row = {"target": name, "family": fam, "share_s": round(share, 1), "took_s": round(took, 1),
+               "cases": n_cases, "findings": len(rec.get("findings", [])), "out_dir": str(out_dir)}
+        if problem:
+            row["problem"] = problem
+            _part_failed(record, f"campaign {name} x {fam}: {problem}")
+        campaigns.append(row)
+        log(f"campaign {name} x {fam}: {n_cases} cases, {row['findings']} findings, {took:.1f}s"
+            + (f" ({problem})" if problem else ""))
 
 
 # ---- the job ------------------------------------------------------------------------------------
@@ -266,7 +358,7 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
 
     record["summary"]["duration_s"] = round(time.monotonic() - t0, 1)
     if not record["groups"] and not record["notes"]:
-        add_note(record, "nothing ran: no cases in this record")
+        _part_failed(record, "nothing ran: no cases in this record")
     out.mkdir(parents=True, exist_ok=True)
     history = save(record, out / "history" / f"{stamp}.json")
     latest = save(record, out / "latest.json", overwrite=True)
@@ -302,4 +394,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"Markdown: {result['md']}")
     print(f"HTML:     {result['html']}")
     print(f"history:  {result['history']}")
-    return 1 if rec["findings"] or rec["notes"] else 0
+    failed = rec["summary"].get("failed_parts") or []
+    if failed:
+        print(f"incomplete: {len(failed)} part(s) could not run (exit 1)")
+    return 1 if rec["findings"] or failed else 0
