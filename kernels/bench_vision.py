@@ -5,8 +5,11 @@
 
 * ``triton (launch)``: :meth:`kernels.vision.VisionLaunch.run`, metadata resolved once (how a
   model reuses one batch's metadata over its layers): the kernel plus output allocation;
-* ``triton (call)``: the full ``flashinfer_cudnn_attention`` entry point, including contract
-  resolution, strict validation and the block table (one host sync per call);
+* ``triton (cold call)``: the full ``flashinfer_cudnn_attention`` entry point with its launch cache
+  cleared before every call: contract resolution, strict validation and the block table (one host
+  sync per call) -- what the first layer of a vision tower pays for a new batch's metadata;
+* ``triton (warm call)``: the same entry point called again with the same metadata, as every later
+  layer calls it (a launch-cache hit: no resolution, no sync).  The bars are judged on this column;
 * ``varlen_attn``: ``torch.nn.attention.varlen.varlen_attn`` (absent before torch 2.10: skipped);
 * ``sdpa loop``: ``scaled_dot_product_attention`` once per sequence.
 
@@ -61,7 +64,7 @@ def _inputs(lens, H, D, dtype, device):
 def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="cuda"):
     import triton.testing
 
-    from kernels.vision import KernelConfig, flashinfer_cudnn_attention, plan_attention
+    from kernels.vision import KernelConfig, clear_launch_cache, flashinfer_cudnn_attention, plan_attention
     from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
     q, k, v, cu = _inputs(lens, H, D, dtype, device)
@@ -79,7 +82,18 @@ def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="
     rec["config"] = list(launch.config)
     out = launch.run()
     rec["triton_launch_ms"] = timed(launch.run)
-    rec["triton_call_ms"] = timed(lambda: flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md))
+    def call():
+        return flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
+
+    def cold_call():
+        clear_launch_cache()
+        return call()
+
+    rec["triton_call_cold_ms"] = timed(cold_call)
+    clear_launch_cache()
+    torch.testing.assert_close(call(), out, rtol=0, atol=0)  # a miss, then ...
+    torch.testing.assert_close(call(), out, rtol=0, atol=0)  # ... a hit: the same output
+    rec["triton_call_warm_ms"] = timed(call)
     varlen = _varlen()
     if varlen is not None:
         cu_dev = cu.to(device=device, dtype=torch.int32)
@@ -111,18 +125,36 @@ def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="
     return rec
 
 
+# issue 4: at least varlen_attn's speed on every shape, and this much on the long-sequence shape
+BAR_TFLOPS = {"2x16384": 450.0}
+
+
+def bar(r) -> str:
+    """'met' / 'missed (...)' for the warm full call against the bars."""
+    why = []
+    if "varlen_ms" in r and r["triton_call_warm_ms"] > r["varlen_ms"]:
+        why.append("slower than varlen_attn")
+    need = BAR_TFLOPS.get(r["shape"])
+    if need is not None and r["triton_call_warm_tflops"] < need:
+        why.append(f"< {need:.0f} TFLOP/s")
+    if "varlen_ms" not in r:
+        why.append("varlen_attn unavailable")
+    return "met" if not why else "missed (" + ", ".join(why) + ")"
+
+
 def render(records) -> str:
-    cols = (("triton_launch", "triton (launch)"), ("triton_call", "triton (call)"), ("varlen", "varlen_attn"),
-            ("sdpa_loop", "sdpa loop"))
-    lines = ["| shape | H | D | " + " | ".join(f"{c} TFLOP/s (ms)" for _, c in cols) + " | vs varlen | max abs diff vs varlen |",
-             "|---|---|---|" + "---|" * len(cols) + "---|---|"]
+    cols = (("triton_call_warm", "warm call"), ("triton_call_cold", "cold call"), ("triton_launch", "planned"),
+            ("varlen", "varlen_attn"), ("sdpa_loop", "sdpa loop"))
+    lines = ["| shape | H | D | " + " | ".join(f"{c} TFLOP/s (ms)" for _, c in cols)
+             + " | warm vs varlen | bar (warm call) | max abs diff vs varlen |",
+             "|---|---|---|" + "---|" * len(cols) + "---|---|---|"]
     for r in records:
         cells = []
         for key, _ in cols:
             cells.append(f"{r[key + '_tflops']:.0f} ({r[key + '_ms']:.3f})" if key + "_ms" in r else "n/a")
-        ratio = f"{r['varlen_ms'] / r['triton_launch_ms']:.2f}x" if "varlen_ms" in r else "n/a"
+        ratio = f"{r['varlen_ms'] / r['triton_call_warm_ms']:.2f}x" if "varlen_ms" in r else "n/a"
         lines.append(f"| {r['shape']} | {r['heads']} | {r['head_dim']} | " + " | ".join(cells)
-                     + f" | {ratio} | {r.get('max_abs_diff_vs_varlen', float('nan')):.2g} |")
+                     + f" | {ratio} | {bar(r)} | {r.get('max_abs_diff_vs_varlen', float('nan')):.2g} |")
     for r in records:
         for s in r.get("sweep", ()):
             val = f"{s['tflops']:.0f} TFLOP/s" if "tflops" in s else s["error"]

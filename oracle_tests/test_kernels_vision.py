@@ -432,3 +432,146 @@ def test_unsupported_dtype_says_what_to_do(request, device):
     args, kwargs = build(Case("fp64", (4,)), torch.float64, device, _gen(request))
     with pytest.raises(TypeError, match="supports float16, bfloat16 and float32"):
         kv.flashinfer_cudnn_attention(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# the launch cache (Note [Launch cache] in kernels/vision/attention.py)
+
+
+def _call(args, kwargs, **extra):
+    with kv.poisoned_output():
+        return kv.flashinfer_cudnn_attention(*args, **kwargs, **extra)
+
+
+@pytest.mark.parametrize("path", ["metadata", "kwargs"])
+def test_cache_hit_matches_miss(request, device, path):
+    """Same metadata, second call: a hit, bit-identical output; new activations (the next layer)
+    under the same metadata hit too and still match the oracle."""
+    gen = _gen(request)
+    case = Case("cache hit", (9, 0, 21), layout="qkv_v", path=path)
+    args, kwargs = build(case, torch.bfloat16, device, gen)
+    kv.clear_launch_cache()
+    first = _call(args, kwargs)
+    assert kv.launch_cache_info()["misses"] == 1 and kv.launch_cache_info()["size"] == 1
+    second = _call(args, kwargs)
+    info = kv.launch_cache_info()
+    assert (info["hits"], info["misses"], info["size"]) == (1, 1, 1)
+    torch.testing.assert_close(second, first, rtol=0, atol=0, equal_nan=True)
+    # the next layer: new q, k, v (v again a strided view) under the same metadata objects
+    q2 = _rand(args[0].shape, torch.bfloat16, device, gen)
+    k2 = _rand(args[1].shape, torch.bfloat16, device, gen)
+    v2 = _rand((args[2].shape[0], 3) + tuple(args[2].shape[1:]), torch.bfloat16, device, gen)[:, 2]
+    layer2 = (q2, k2, v2) + tuple(args[3:])
+    check_against_oracle(layer2, kwargs, baseline_mode=True, repro=request.node.nodeid)
+    assert kv.launch_cache_info()["hits"] == 2
+    # a different softmax_scale, strictness or precision is a different launch
+    _call(args, kwargs, strict=False)
+    assert kv.launch_cache_info()["misses"] == 2
+
+
+def test_cache_holds_no_activations(request, device):
+    args, kwargs = build(Case("no activations", (5, 12)), torch.float16, device, _gen(request))
+    kv.clear_launch_cache()
+    _call(args, kwargs)
+    entry = next(iter(kv.attention._LAUNCH_CACHE.values()))
+    assert all(t.device.type == "meta" for t in (entry.launch.plan.q, entry.launch.plan.k, entry.launch.plan.v))
+
+
+@pytest.mark.parametrize("path", ["metadata", "kwargs"])
+def test_cache_in_place_edit_is_honoured(request, device, path):
+    """An in-place edit of the metadata after a call (version counter bump) misses the cache: the
+    next call computes what the new metadata says."""
+    args, kwargs = build(Case("in-place edit", (8, 20), path=path), torch.float16, device, _gen(request))
+    md = kwargs.get("forward_metadata")
+    seq = md.sequence_lengths if md is not None else kwargs["sequence_lengths"]
+    packed = md.packed_indptrs if md is not None else args[3]
+    kv.clear_launch_cache()
+    check_against_oracle(args, kwargs, baseline_mode=True, repro=request.node.nodeid)
+    seq[0] -= 1  # sequence 0 now covers 7 tokens: token 7 must stay unwritten (NaN)
+    res = check_against_oracle(args, kwargs, baseline_mode=True, repro=request.node.nodeid)
+    assert res.total == (7 + 20) * 2 * 64
+    assert kv.launch_cache_info()["misses"] == 2
+    packed[0] += 128  # sequence 0's q/k start moves one token (2 heads * 64 = 128 elements)
+    res = check_against_oracle(args, kwargs, baseline_mode=True, repro=request.node.nodeid)
+    assert kv.launch_cache_info()["misses"] == 3
+    packed[1 + len(seq)] += 128  # and its v start (a view of the same buffer: one version counter)
+    packed.view(3, -1)[2, 0] += 128  # and its output start, through a view
+    res = check_against_oracle(args, kwargs, baseline_mode=True, repro=request.node.nodeid)
+    assert res.total == (7 + 20) * 2 * 64
+    assert kv.launch_cache_info()["misses"] == 4
+
+
+def _assert_contract(err_id, fields, args, kwargs):
+    row = contract(err_id)
+    with pytest.raises(Exception) as info:
+        kv.flashinfer_cudnn_attention(*args, **kwargs)
+    assert type(info.value) is row.exc_type, f"{err_id}: raised {type(info.value).__name__}: {info.value}"
+    assert str(info.value) == expected_message(err_id, **fields)
+
+
+def test_cache_strict_validation_fires_again(request, device):
+    """Metadata made malformed after a successful (cached) call is rejected with the exact
+    contract message: by a new int max_seqlen, an in-place edited tensor max_seqlen, a negative
+    length written in place, and an in-place edit that pushes a sequence past q (upstream)."""
+    args, kwargs = build(Case("strict again", (6, 9), path="kwargs", max_seqlen="tensor_device"), torch.float16,
+                         device, _gen(request))
+    kv.clear_launch_cache()
+    _call(args, kwargs)
+    _call(args, kwargs)
+    assert kv.launch_cache_info()["hits"] == 1
+    # a new int max_seqlen below the longest sequence
+    _assert_contract("vision.strict.max_seqlen_too_small", {"value": 5, "index": 1, "longest": 9},
+                     args, {**kwargs, "max_seqlen": 5})
+    # the tensor max_seqlen edited in place
+    kwargs["max_seqlen"].fill_(4)
+    _assert_contract("vision.strict.max_seqlen_too_small", {"value": 4, "index": 1, "longest": 9}, args, kwargs)
+    kwargs["max_seqlen"].fill_(9)
+    _call(args, kwargs)  # valid again
+    # a negative length written in place
+    kwargs["sequence_lengths"][2] = -3
+    _assert_contract("vision.strict.negative_length", {"index": 2, "value": -3}, args, kwargs)
+    kwargs["sequence_lengths"][2] = 0
+    _call(args, kwargs)
+    # an upstream error after an in-place edit: sequence 1 now runs past q
+    args[3][1] += 2 * 128
+    _assert_contract("vision.offset_out_of_bounds", {}, args, kwargs)
+    # strict=False still accepts the upstream-valid malformations, and caches them apart
+    kwargs["max_seqlen"].fill_(4)
+    args[3][1] -= 2 * 128
+    _call(args, kwargs, strict=False)
+    _assert_contract("vision.strict.max_seqlen_too_small", {"value": 4, "index": 1, "longest": 9}, args, kwargs)
+
+
+def test_cache_is_bounded(request, device, monkeypatch):
+    """At most LAUNCH_CACHE_SIZE launches (64 by default), least recently used dropped first."""
+    assert kv.attention.LAUNCH_CACHE_SIZE == 64
+    monkeypatch.setattr(kv.attention, "LAUNCH_CACHE_SIZE", 3)
+    gen = _gen(request)
+    kv.clear_launch_cache()
+    calls = [build(Case("bounded", (n,), path="kwargs"), torch.float16, device, gen) for n in (3, 4, 5, 6)]
+    for args, kwargs in calls[:3]:
+        _call(args, kwargs)
+    _call(*calls[0])  # a hit: calls[0] becomes the most recently used
+    assert kv.launch_cache_info()["hits"] == 1
+    _call(*calls[3])  # evicts calls[1], the least recently used
+    info = kv.launch_cache_info()
+    assert (info["size"], info["maxsize"]) == (3, 3)
+    _call(*calls[0])
+    assert kv.launch_cache_info()["hits"] == 2
+    _call(*calls[1])
+    assert kv.launch_cache_info()["misses"] == 5 and kv.launch_cache_info()["size"] == 3
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="host synchronisation is a CUDA notion")
+def test_cache_hit_does_not_sync(request, device):
+    args, kwargs = build(Case("no sync", (100, 37), path="kwargs", max_seqlen="tensor_device"), torch.bfloat16,
+                         device, _gen(request))
+    kv.clear_launch_cache()
+    kv.flashinfer_cudnn_attention(*args, **kwargs)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        kv.flashinfer_cudnn_attention(*args, **kwargs)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert kv.launch_cache_info()["hits"] == 1

@@ -157,6 +157,21 @@ def _max_seqlen_int(max_seqlen) -> int:
     return int(max_seqlen)
 
 
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def _host_int64(sequence_lengths: torch.Tensor, packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both flattened as CPU int64; one device->host copy (one sync) when both are integer tensors
+    on the same accelerator, instead of one each.  Values are the same either way."""
+    seq = sequence_lengths.detach().reshape(-1)
+    flat = packed.detach().reshape(-1)
+    if (seq.device == flat.device and seq.device.type != "cpu" and seq.dtype in _INT_DTYPES
+            and flat.dtype in _INT_DTYPES):
+        both = torch.cat([seq.to(torch.int64), flat.to(torch.int64)]).to("cpu")
+        return both[: seq.numel()], both[seq.numel():]
+    return seq.to("cpu", torch.int64), flat.to("cpu", torch.int64)
+
+
 def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_metadata=None, *,
                              strict: Optional[bool] = None, **kwargs) -> VisionPlan:
     """SGLang's resolution order (SPEC.md part 2), then strict validation, as a plan."""
@@ -185,9 +200,8 @@ def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_me
         raise_contract("vision.indptrs_not_tensor")
     if not isinstance(sequence_lengths, torch.Tensor):
         raise_contract("vision.sequence_lengths_not_tensor")
-    lengths = sequence_lengths.detach().reshape(-1).to("cpu", torch.int64)
+    lengths, flat = _host_int64(sequence_lengths, packed)
     B = int(lengths.numel())
-    flat = packed.detach().reshape(-1).to("cpu", torch.int64)
     # 7
     expected = 3 * (B + 1)
     if int(flat.numel()) != expected:

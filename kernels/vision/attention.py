@@ -10,10 +10,28 @@ the kernel's block table (Note [Schedule] in :mod:`kernels.vision._kernel`) and 
 
 Host synchronisation: the resolver copies ``sequence_lengths`` and the packed indptrs to the CPU
 (the bounds check of the upstream contract and the strict checks need their values), and the block
-table is built there and copied back.  That is one device->host sync per call, as in SGLang's own
-``flashinfer_cudnn`` path (its bounds check does ``.item()``); callers that reuse one metadata over
-many layers can build a :class:`VisionLaunch` once with :func:`plan_attention` and call
-:meth:`VisionLaunch.run` per layer, which launches without any sync.
+table is built there and copied back.  That is one device->host sync per *distinct* metadata, as
+in SGLang's own ``flashinfer_cudnn`` path (its bounds check does ``.item()``).  Every layer of a
+vision tower passes the same metadata, so the entry point caches the resolved launch (Note [Launch
+cache]); callers can also build a :class:`VisionLaunch` once with :func:`plan_attention` and call
+:meth:`VisionLaunch.run` per layer.  Neither a cache hit nor ``run`` syncs.
+
+Note [Launch cache]
+-------------------
+:func:`flashinfer_cudnn_attention` keeps the last :data:`LAUNCH_CACHE_SIZE` resolved launches (an
+LRU) keyed on everything resolution reads: for each metadata tensor (``sequence_lengths`` and the
+packed indptrs, and ``max_seqlen`` when it is a tensor) its ``id``, ``data_ptr``, shape, strides,
+dtype, device and ``_version`` (PyTorch's in-place modification counter, shared by views); an int
+``max_seqlen`` by value; the shapes, strides, dtypes and devices of q, k, v (never their data or
+address: offsets count from each tensor's own pointer); ``softmax_scale``; the resolved ``strict``
+(ambient setting included); ``fp32_precision``; ``config``; the head-dim split switch.  The
+resolution (contract checks, strict validation, anomalies, block table) is a pure function of
+these, so a hit skips it and launches with no host sync; an in-place edit bumps ``_version`` and a
+new object has a new ``id``, so either misses and is validated afresh.  The entry holds the keyed
+metadata objects, so their ``id`` cannot be reused by another object while the entry lives, and
+holds no q, k, v (meta-device stand-ins keep their layout).  Errors are never cached.  Not seen:
+writes that bypass the version counter (through ``.data``, DLPack or a raw pointer); call
+:func:`clear_launch_cache` after such a write.
 
 Memory safety with ``strict=False``: a sequence whose token range lies outside q, k, v or the
 output (only reachable when strict validation is off) has unspecified output by contract; the
@@ -23,6 +41,10 @@ kernel skips it rather than touching foreign memory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -30,6 +52,7 @@ import numpy as np
 import torch
 
 from reference.contracts import raise_contract
+from reference.strict import resolve_strict
 from reference.vision_metadata import (
     VisionAttentionMetadata,
     VisionPlan,
@@ -42,8 +65,11 @@ from ._kernel import INTERPRETING, KernelConfig, default_config, head_dim_split,
 __all__ = [
     "FP32_PRECISIONS",
     "VisionAttentionMetadata",
+    "LAUNCH_CACHE_SIZE",
     "VisionLaunch",
+    "clear_launch_cache",
     "flashinfer_cudnn_attention",
+    "launch_cache_info",
     "plan_attention",
     "poisoned_output",
     "prepare_flashinfer_cudnn_metadata",
@@ -135,6 +161,11 @@ class VisionLaunch:
                     raise ValueError(f"{name} has shape {tuple(new.shape)}, strides {new.stride()}, {new.dtype}; "
                                      f"this launch was planned for {tuple(old.shape)}, {old.stride()}, {old.dtype}; "
                                      "plan again with plan_attention")
+        return self._launch(q3, k3, v3)
+
+    def _launch(self, q3: torch.Tensor, k3: torch.Tensor, v3: torch.Tensor) -> torch.Tensor:
+        """Allocate the output and launch on 3-D q, k, v of the planned layout (not checked here)."""
+        plan = self.plan
         T, H, DV = q3.shape[0], q3.shape[1], v3.shape[2]
         if POISON_OUTPUT:
             out = torch.full((T, H, DV), float("nan"), dtype=q3.dtype, device=q3.device)
@@ -175,4 +206,107 @@ def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=
     4-D out) in q's dtype.  Tokens covered by no sequence are unspecified.  Beside SGLang's kwargs
     (``sequence_lengths``, ``max_seqlen``) accepts ``strict=`` and ``fp32_precision=``.
     """
-    return plan_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale, forward_metadata, **kwargs).run()
+    keyed = _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs)
+    if keyed is None:  # something resolution would reject or we cannot key: the uncached path
+        return plan_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale, forward_metadata, **kwargs).run()
+    key, keep = keyed
+    with _CACHE_LOCK:
+        entry = _LAUNCH_CACHE.get(key)
+        if entry is not None:
+            _LAUNCH_CACHE.move_to_end(key)
+            _CACHE_STATS["hits"] += 1
+    if entry is not None:
+        if q.dim() == 4:  # as the resolver flattens (the key holds the original shapes)
+            q, k, v = (x.flatten(0, 1) for x in (q, k, v))
+        return entry.launch._launch(q, k, v)
+    launch = plan_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale, forward_metadata, **kwargs)
+    out = launch.run()
+    stored = _LaunchEntry(_without_activations(launch), keep)
+    with _CACHE_LOCK:
+        _CACHE_STATS["misses"] += 1
+        _LAUNCH_CACHE[key] = stored
+        _LAUNCH_CACHE.move_to_end(key)
+        while len(_LAUNCH_CACHE) > max(int(LAUNCH_CACHE_SIZE), 0):
+            _LAUNCH_CACHE.popitem(last=False)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the launch cache: see Note [Launch cache]
+
+# how many resolved launches flashinfer_cudnn_attention keeps (least recently used dropped first)
+LAUNCH_CACHE_SIZE = 64
+
+
+@dataclass(frozen=True)
+class _LaunchEntry:
+    launch: VisionLaunch  # plan with meta-device q, k, v (layouts only, no memory held)
+    keep: tuple  # the metadata objects whose id() is in the key: held so that no other object gets it
+
+
+_LAUNCH_CACHE: "OrderedDict[tuple, _LaunchEntry]" = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_STATS = {"hits": 0, "misses": 0}
+
+
+def clear_launch_cache() -> None:
+    """Drop every cached launch and reset the hit/miss counters."""
+    with _CACHE_LOCK:
+        _LAUNCH_CACHE.clear()
+        _CACHE_STATS.update(hits=0, misses=0)
+
+
+def launch_cache_info() -> dict:
+    """``{"size", "maxsize", "hits", "misses"}`` of the launch cache."""
+    with _CACHE_LOCK:
+        return {"size": len(_LAUNCH_CACHE), "maxsize": int(LAUNCH_CACHE_SIZE), **_CACHE_STATS}
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), t.stride(), t.dtype, t.device)
+
+
+def _state(t: torch.Tensor) -> tuple:
+    """Identity and state of a metadata tensor: a new object or an in-place edit changes it."""
+    return (id(t), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device, t._version)
+
+
+def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs) -> Optional[tuple]:
+    """(key, objects to keep alive), or None when the call must take the uncached path (which
+    raises the contract's error, if any: the key never decides what is valid)."""
+    try:
+        if forward_metadata is not None and getattr(forward_metadata, "packed_indptrs", None) is not None:
+            sequence_lengths = forward_metadata.sequence_lengths
+            packed = forward_metadata.packed_indptrs
+            max_seqlen = forward_metadata.flashinfer_max_seqlen
+        elif "sequence_lengths" in kwargs and "max_seqlen" in kwargs:
+            sequence_lengths, packed, max_seqlen = kwargs["sequence_lengths"], cu_seqlens, kwargs["max_seqlen"]
+        else:
+            return None
+        if not all(isinstance(t, torch.Tensor) for t in (q, k, v, sequence_lengths, packed)):
+            return None
+        if softmax_scale is not None and not isinstance(softmax_scale, (int, float)):
+            return None
+        keep: tuple = (sequence_lengths, packed)
+        if isinstance(max_seqlen, torch.Tensor):
+            mx = ("tensor",) + _state(max_seqlen)
+            keep += (max_seqlen,)
+        elif isinstance(max_seqlen, int):
+            mx = ("int", int(max_seqlen))
+        else:
+            return None
+        key = (_state(sequence_lengths), _state(packed), mx, _layout(q), _layout(k), _layout(v),
+               None if softmax_scale is None else float(softmax_scale),
+               resolve_strict(kwargs.get("strict")), kwargs.get("fp32_precision", "ieee"), kwargs.get("config"),
+               os.environ.get("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM"))
+        hash(key)
+    except Exception:  # noqa: BLE001 - e.g. a tensor without storage, an unhashable option: resolve normally
+        return None
+    return key, keep
+
+
+def _without_activations(launch: VisionLaunch) -> VisionLaunch:
+    """The launch with q, k, v replaced by meta-device tensors of the same layout (no memory held)."""
+    plan = launch.plan
+    meta = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in (plan.q, plan.k, plan.v)]
+    return dataclasses.replace(launch, plan=dataclasses.replace(plan, q=meta[0], k=meta[1], v=meta[2]))
