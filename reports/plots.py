@@ -36,7 +36,7 @@ _HORIZONTAL = ({"orientation": "horizontal"} if Figure is not None and
                tuple(int(x) for x in matplotlib.__version__.split(".")[:2]) >= (3, 10) else {"vert": False})
 _RC = {"svg.fonttype": "none", "svg.hashsalt": "kernel-oracle", "font.size": 9,
        "axes.spines.top": False, "axes.spines.right": False}
-RATIO_FLOOR = 1e-4  # ratios below this (often exact zeros) are drawn at the floor of the log axis
+RATIO_FLOOR = 1e-12  # positive ratios below this are drawn at it; exact zeros are counted, not drawn
 _COLORS = ["#2563eb", "#f59e0b", "#10b981", "#8b5cf6", "#ef4444", "#64748b", "#0ea5e9", "#d946ef"]
 
 
@@ -72,22 +72,31 @@ def ratio_distribution_svg(result: Result) -> Optional[str]:
     import matplotlib as mpl
 
     with mpl.rc_context(_RC):
-        fig = Figure(figsize=(8.5, 0.9 + 0.38 * len(keys)))
+        fig = Figure(figsize=(8.5, 0.9 + 0.45 * len(keys)))
         ax = fig.add_subplot()
-        data = [[max(v, RATIO_FLOOR) if math.isfinite(v) else 1e3 for v in rows[k]] for k in keys]
-        ax.boxplot(data, **_HORIZONTAL, widths=0.55, showfliers=False, patch_artist=True,
-                   boxprops={"facecolor": "#dbeafe", "edgecolor": "#1e40af"},
+        # exact zeros (float64 rows, bit-exact kernels) have no place on a log axis: counted in the label
+        data, labels = [], []
+        positive = [v for vals in rows.values() for v in vals if v > 0 and math.isfinite(v)]
+        floor = max(RATIO_FLOOR, min(positive, default=1.0))
+        for op, target in keys:
+            vals = [v if math.isfinite(v) else 1e3 for v in rows[(op, target)]]
+            nonzero = [max(v, floor) for v in vals if v > 0]
+            zeros = len(vals) - len(nonzero)
+            data.append(nonzero or [float("nan")])
+            labels.append(f"{op} · {target}\n" + f"{len(vals)} ratios" + (f", {zeros} exact" if zeros else ""))
+        ax.boxplot([d if d[0] == d[0] else [] for d in data], **_HORIZONTAL, widths=0.55, showfliers=False,
+                   patch_artist=True, boxprops={"facecolor": "#dbeafe", "edgecolor": "#1e40af"},
                    medianprops={"color": "#1e40af"}, whiskerprops={"color": "#1e40af"},
                    capprops={"color": "#1e40af"})
         for i, vals in enumerate(data, start=1):
-            n = len(vals)
-            ys = [i + 0.28 * ((j * 0.6180339887) % 1.0 - 0.5) for j in range(n)]
+            vals = [v for v in vals if v == v]
+            ys = [i + 0.28 * ((j * 0.6180339887) % 1.0 - 0.5) for j in range(len(vals))]
             colors = ["#dc2626" if v > 1 else "#334155" for v in vals]
             ax.scatter(vals, ys, s=7, c=colors, alpha=0.55, linewidths=0, zorder=3)
         ax.axvline(1.0, color="#dc2626", lw=1.2, ls="--", zorder=4)
         ax.text(1.0, 0.45, " tolerance", color="#dc2626", va="center", ha="left", fontsize=8)
         ax.set_xscale("log")
-        ax.set_yticks(range(1, len(keys) + 1), [f"{op} · {target}" for op, target in keys])
+        ax.set_yticks(range(1, len(keys) + 1), labels)
         ax.set_ylim(0.2, len(keys) + 0.6)
         ax.invert_yaxis()
         ax.set_xlabel("error ratio = err / allowed  (log; > 1 fails)")

@@ -156,6 +156,7 @@ HTML = """<!DOCTYPE html>
 <section id="groups">
 <h2>Groups: target × op × dtype × shape class</h2>
 {% if not r.groups %}<p class="empty">No groups.</p>{% else %}
+<details{% if groups|length <= 60 %} open{% endif %}><summary>{{ groups|length }} groups{% if groups|length > 60 %}: show them all{% endif %}</summary>
 <table>
 <thead><tr><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>precision</th><th class="n">cases</th><th class="n">passes</th>
 {% for k in FINDING_KINDS %}<th class="n">{{ k }}</th>{% endfor %}<th class="n">ratio max</th><th class="n">ratio median</th></tr></thead>
@@ -164,7 +165,7 @@ HTML = """<!DOCTYPE html>
 <td class="n">{{ g.cases }}</td><td class="n">{{ g.passes }}</td>
 {% for k in FINDING_KINDS %}<td class="n {{ 'bad' if g.findings[k] else '' }}">{{ g.findings[k] }}</td>{% endfor %}
 <td class="n {{ g.ratio_max|ratio_class }}">{{ g.ratio_max|ratio }}</td><td class="n {{ g.ratio_median|ratio_class }}">{{ g.ratio_median|ratio }}</td></tr>
-{% endfor %}</tbody></table>{% endif %}
+{% endfor %}</tbody></table></details>{% endif %}
 </section>
 <section id="benchmarks">
 <h2>Benchmarks</h2>

@@ -1,0 +1,148 @@
+"""``kernel-oracle run``: a real tiny run on the CPU, and the job's bookkeeping with stand-ins
+(merging, history never overwritten, latest overwritten, parts that cannot run are never a pass)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+import torch
+
+from kernel_oracle import main_job
+from kernel_oracle.cli import main as cli_main
+from reports.schema import add_finding, add_group, load, new_record
+
+BUDGET_S = 24  # the reference target on the vision family only: the whole test stays under a minute
+
+
+def test_real_run_on_cpu(tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", "cpu", "--time-budget", str(BUDGET_S),
+           "--targets", "reference", "--families", "vision", "--seed", "1", "--out", str(out)]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUDGET_S + 60)
+    took = time.monotonic() - started
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    assert took < BUDGET_S + 20, f"the job took {took:.0f}s on a {BUDGET_S}s budget"
+    for name in ("latest.json", "latest.md", "latest.html"):
+        assert (out / name).is_file()
+        assert f"{out / name}" in proc.stdout  # it says where the reports are
+    (history,) = (out / "history").glob("*.json")
+    rec = load(out / "latest.json")
+    assert load(history) == rec
+    assert rec["kind"] == "main" and rec["environment"]["device"] == "cpu"
+    assert rec["environment"]["triton_interpret"] is True
+    assert rec["summary"]["time_budget_s"] == BUDGET_S
+    targets = {g["target"] for g in rec["groups"]}
+    assert "reference" in targets or rec["summary"].get("failed_parts"), "the campaign ran nothing, silently"
+    html = (out / "latest.html").read_text()
+    failed = rec["summary"].get("failed_parts") or []
+    if proc.returncode == 1:
+        assert rec["findings"] or failed
+    else:
+        assert not rec["findings"] and not failed
+    for text in failed:  # a part that could not run is on the page, not hidden
+        assert text.split(":")[0] in html and text in rec["notes"]
+
+
+# ---- stand-ins --------------------------------------------------------------------------------
+def _fake_selfcheck(rows):
+    mod = types.ModuleType("kernel_oracle.selfcheck")
+    mod.run_selfcheck = lambda device, cases, seed: list(rows)
+    return mod
+
+
+SELFCHECK_ROWS = [
+    {"op": "step_a_q", "family": "lora", "dtype": "float32", "case": "single", "passed": True, "err": 1e-7,
+     "allowed": 1e-6, "ratio": 0.1, "message": ""},
+    {"op": "vision", "family": "vision", "dtype": "float16", "case": "random-3", "passed": False, "err": 0.5,
+     "allowed": 0.01, "ratio": 50.0, "message": "reference disagrees\nat token 3"},
+    {"op": "vision", "family": "vision", "dtype": "-", "case": "error:vision.missing_max_seqlen#2",
+     "passed": True, "err": None, "allowed": None, "ratio": None, "message": ""},
+]
+
+
+def _fake_campaign(target, op, *, share_s, seed, device, out_dir):
+    rec = new_record("campaign", seeds={"seed": seed}, device=device)
+    add_group(rec, target=target, op="vision" if op == "vision" else "step_b_q", dtype="bfloat16",
+              shape_class="prefill", cases=10, passes=9, findings={"contract": 1}, ratios=[0.2, 0.3])
+    add_finding(rec, {"id": "f-0001", "target": target, "op": "vision", "kind": "contract",
+                      "message": "wrong text", "repro": f"kernel-oracle repro {out_dir}/cases/f-0001.pt"})
+    return rec, None
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setitem(sys.modules, "kernel_oracle.selfcheck", _fake_selfcheck(SELFCHECK_ROWS))
+    monkeypatch.setattr(main_job, "_campaign", _fake_campaign)
+    monkeypatch.setattr(main_job, "REPORT_RESERVE_S", 0.0)
+
+
+def _run(out, *extra):
+    """``kernel-oracle run ...`` through main_job's own parser (the full CLI would import the real
+    selfcheck and campaign modules that these tests replace)."""
+    parser = argparse.ArgumentParser()
+    main_job.add_arguments(parser)
+    args = parser.parse_args(["--device", "cpu", "--time-budget", "30", "--targets", "reference", "--out", str(out),
+                              "--quiet", *extra])
+    return main_job.main(args)
+
+
+def test_job_merges_parts_and_keeps_history(tmp_path, stand_ins, capsys):
+    out = tmp_path / "out"
+    assert _run(out) == 1  # findings
+    rec = load(out / "latest.json")
+    kinds = sorted(f["kind"] for f in rec["findings"])
+    assert kinds == ["contract", "contract", "mismatch"]  # selfcheck 1 + one per family
+    (sc,) = [f for f in rec["findings"] if f["target"] == "selfcheck"]
+    assert sc["shape_class"] == "random" and sc["repro"].startswith("kernel-oracle selfcheck --device cpu")
+    groups = {(g["target"], g["op"], g["dtype"], g["shape_class"]) for g in rec["groups"]}
+    assert ("selfcheck", "vision", "-", "errors") in groups and ("reference", "vision", "bfloat16", "prefill") in groups
+    assert {"campaign:reference:lora", "campaign:reference:vision"} <= set(rec["seeds"])
+    assert not rec["summary"].get("failed_parts")
+    html = (out / "latest.html").read_text()
+    for f in rec["findings"]:
+        assert f'id="finding-{f["id"]}"' in html
+    first = (out / "latest.json").read_text()
+    time.sleep(0.02)
+    assert _run(out, "--seed", "5") == 1
+    assert len(list((out / "history").glob("*.json"))) == 2  # history is never overwritten
+    assert (out / "latest.json").read_text() != first  # latest is
+    assert load(out / "latest.json")["seeds"]["seed"] == 5
+
+
+def test_unavailable_parts_are_never_a_pass(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setitem(sys.modules, "kernel_oracle.selfcheck", None)  # import fails
+    monkeypatch.setitem(sys.modules, "fuzz.campaign", None)
+    out = tmp_path / "out"
+    assert _run(out) == 1
+    rec = load(out / "latest.json")
+    notes = "\n".join(rec["notes"])
+    assert "selfcheck unavailable: ModuleNotFoundError" in notes and "fuzz campaign unavailable: ModuleNotFoundError" in notes
+    assert len(rec["summary"]["failed_parts"]) == 2
+    assert "incomplete" in capsys.readouterr().out
+    html = (out / "latest.html").read_text()
+    assert "selfcheck unavailable" in html and "status-incomplete" in html
+
+
+def test_a_failing_campaign_is_reported(tmp_path, stand_ins, monkeypatch):
+    monkeypatch.setattr(main_job, "_campaign", lambda *a, **k: (None, "exited with status 3: boom"))
+    assert _run(tmp_path / "out", "--families", "vision") == 1
+    rec = load(tmp_path / "out" / "latest.json")
+    assert rec["summary"]["failed_parts"] == ["campaign reference x vision: exited with status 3: boom"]
+
+
+def test_usage_errors(tmp_path, capsys):
+    assert cli_main(["run", "--time-budget", "0", "--out", str(tmp_path)]) == 2
+    assert "positive number of seconds" in capsys.readouterr().err
+    assert cli_main(["run", "--families", "lora,audio", "--out", str(tmp_path)]) == 2
+    if not torch.cuda.is_available():
+        assert cli_main(["run", "--device", "cuda", "--out", str(tmp_path)]) == 2
+        assert "torch sees no CUDA device" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing written on a usage error
