@@ -203,19 +203,23 @@ def sweep(klora, launch):
 
 
 DECODE_SWEEP = {
-    "step_a_q": [dict(BT=16, BLOCK_K=64, num_warps=4), dict(BT=16, BLOCK_K=128, num_warps=4),
-                 dict(BT=16, BLOCK_K=64, num_warps=2)],
-    "step_b_q": [dict(BT=4, BH=16, BLOCK_C=128, num_warps=4), dict(BT=2, BH=32, BLOCK_C=128, num_warps=4),
-                 dict(BT=4, BH=16, BLOCK_C=256, num_warps=4), dict(BT=16, BH=4, BLOCK_C=128, num_warps=4)],
-    "step_a_v": [dict(BT=4, BH=16, BLOCK_K=128, num_warps=4), dict(BT=4, BH=16, BLOCK_K=64, num_warps=4),
-                 dict(BT=16, BH=4, BLOCK_K=128, num_warps=4), dict(BT=2, BH=8, BLOCK_K=128, num_warps=2)],
-    "step_b_v": [dict(BT=16, BLOCK_V=128, num_warps=4), dict(BT=16, BLOCK_V=64, num_warps=2)],
-    "q_side_fused": [dict(BT=16, BLOCK_K=64, BLOCK_C=128, C_SPLIT=128, num_warps=4),
-                     dict(BT=16, BLOCK_K=128, BLOCK_C=128, C_SPLIT=256, num_warps=4),
-                     dict(BT=16, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
-                     dict(BT=16, BLOCK_K=128, BLOCK_C=256, C_SPLIT=None, num_warps=8)],
-    "v_side_fused": [dict(BT=16, BLOCK_K=128, BLOCK_V=128, num_warps=4), dict(BT=16, BLOCK_K=64, BLOCK_V=128, num_warps=4),
-                     dict(BT=16, BLOCK_K=256, BLOCK_V=128, num_warps=8), dict(BT=16, BLOCK_K=128, BLOCK_V=64, num_warps=4)],
+    # first config of each op: the one chosen before (BT=16 tiles), as an in-run control
+    "step_a_q": [dict(BT=16, BLOCK_K=64, num_warps=4), dict(BT=64, BLOCK_K=64, num_warps=4),
+                 dict(BT=64, BLOCK_K=128, num_warps=4)],
+    "step_b_q": [dict(BT=4, BH=16, BLOCK_C=256, num_warps=4), dict(BT=16, BH=8, BLOCK_C=128, num_warps=4),
+                 dict(BT=64, BH=2, BLOCK_C=128, num_warps=4)],
+    "step_a_v": [dict(BT=4, BH=16, BLOCK_K=128, num_warps=4), dict(BT=16, BH=8, BLOCK_K=128, num_warps=4),
+                 dict(BT=64, BH=2, BLOCK_K=128, num_warps=4)],
+    "step_b_v": [dict(BT=16, BLOCK_V=128, num_warps=4), dict(BT=64, BLOCK_V=128, num_warps=4),
+                 dict(BT=64, BLOCK_V=128, num_warps=8)],
+    "q_side_fused": [dict(BT=16, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
+                     dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
+                     dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=256, num_warps=4),
+                     dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=8),
+                     dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4)],
+    "v_side_fused": [dict(BT=16, BLOCK_K=128, BLOCK_V=128, num_warps=4), dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4),
+                     dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=8), dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4),
+                     dict(BT=32, BLOCK_K=128, BLOCK_V=128, num_warps=4)],
 }
 
 

@@ -42,25 +42,27 @@ PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "tf32
 # that kernels/bench_lora.py can try alternatives; the winners of its --sweep (prefill-8x2048, "seg")
 # and --sweep-decode (decode-bs64 graph replay, "tok") on the H200 (docs/kernels_lora.md).
 BLOCKS = {
-    "step_a_q": {"seg": dict(BT=128, BLOCK_K=64, num_warps=8), "tok": dict(BT=16, BLOCK_K=64, num_warps=4)},
+    "step_a_q": {"seg": dict(BT=128, BLOCK_K=64, num_warps=8), "tok": dict(BT=64, BLOCK_K=64, num_warps=4)},
     "step_b_q": {"seg": dict(BT=16, BH=4, BLOCK_C=128, num_warps=4),
-                 "tok": dict(BT=4, BH=16, BLOCK_C=256, num_warps=4)},
+                 "tok": dict(BT=16, BH=8, BLOCK_C=128, num_warps=4)},
     "step_a_v": {"seg": dict(BT=16, BH=4, BLOCK_K=128, num_warps=4),
-                 "tok": dict(BT=4, BH=16, BLOCK_K=128, num_warps=4)},
-    "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=16, BLOCK_V=128, num_warps=4)},
+                 "tok": dict(BT=16, BH=8, BLOCK_K=128, num_warps=4)},
+    "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=64, BLOCK_V=128, num_warps=4)},
     # C_SPLIT: kv_lora_rank columns per program (None: all of them, step A computed once per tile)
     "q_side_fused": {"seg": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
-                     "tok": dict(BT=16, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4)},
+                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4)},
     "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4),
-                     "tok": dict(BT=16, BLOCK_K=128, BLOCK_V=128, num_warps=4)},
+                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4)},
 }
 
 # a segment-major launch is replaced by the token-major one when its tiles hold more than this many
 # times the input's rows (i.e. when more than half of the tile rows would idle)
 TOKEN_MAJOR_WASTE = 2
 # token-major launches over at most this many segments find a row's segment by one vectorized compare
-# against all segment ends (one load); more segments use a binary search (log2(n) dependent loads)
+# against all segment ends (one load); more segments use a binary search (log2(n) dependent loads).
+# The compare is a (token rows x segments) tile in registers, so its size is capped too.
 SEG_TILE_MAX = 512
+SEG_TILE_ELEMS_MAX = 16384
 # "seg" or "tok" forces a path for every call (tests and benchmarks); None lets plan() choose
 FORCE_PATH: Optional[str] = None
 
@@ -92,7 +94,9 @@ def plan(op: str, batch_info, num_rows: int, max_len: int, *, force: Optional[st
     token_major = seg_rows > TOKEN_MAJOR_WASTE * num_rows if force is None else force == "tok"
     if token_major:
         bt = tok_blocks["BT"]
-        seg_tile = triton.next_power_of_2(n_launch) if n_launch <= SEG_TILE_MAX else 0
+        seg_tile = triton.next_power_of_2(n_launch)
+        if n_launch > SEG_TILE_MAX or bt * seg_tile > SEG_TILE_ELEMS_MAX:
+            seg_tile = 0
         return Plan(True, n_launch, triton.cdiv(num_rows, bt), 1, max(n_launch, 1).bit_length() + 1, seg_tile,
                     tok_blocks)
     return Plan(False, n_launch, n_launch * tiles_per_seg, max(tiles_per_seg, 1), 0, 0, seg_blocks)
