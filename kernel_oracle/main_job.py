@@ -44,9 +44,10 @@ __all__ = ["DEFAULT_BUDGET_S", "SELFCHECK_SHARE", "add_arguments", "main", "run_
 # seconds: a few minutes on the CPU interpreter; a GPU gets through far more cases in the same time
 DEFAULT_BUDGET_S = {"cpu": 180.0, "cuda": 300.0}
 SELFCHECK_SHARE = 0.15
-# selfcheck cost model (pure torch, small shapes): fixed samples, then per random case of every op x dtype
-SELFCHECK_FIXED_S = 1.5
-SELFCHECK_PER_CASE_S = 1.5
+# selfcheck rounds: random variations per (op, dtype) in the first round, doubling while time allows
+SELFCHECK_FIRST_CASES = 4
+SELFCHECK_MAX_CASES = 256
+SELFCHECK_MAX_ROUNDS = 8
 # kept back from the campaigns for writing and rendering the report (matplotlib start-up included)
 REPORT_RESERVE_S = 6.0
 FALLBACK_TARGETS = ("reference", "triton")
@@ -113,7 +114,7 @@ def _selfcheck_shape_class(row: dict) -> str:
 
 
 def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log) -> None:
-    from reports.schema import add_finding, add_group, add_note, add_target
+    from reports.schema import add_target
 
     try:
         from kernel_oracle.selfcheck import run_selfcheck
@@ -122,43 +123,63 @@ def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log)
         add_target(record, name="selfcheck", available=False, reason=f"import failed: {_reason(exc)}")
         log(f"selfcheck unavailable: {_reason(exc)}")
         return
-    # random variations per (op, dtype) on top of the fixed samples: about SELFCHECK_FIXED_S for the
-    # fixed part, then SELFCHECK_PER_CASE_S per variation of every (op, dtype) (measured on 2 CPU cores)
-    cases = max(1, min(64, int((time_s - SELFCHECK_FIXED_S) / SELFCHECK_PER_CASE_S)))
-    log(f"selfcheck: {cases} random cases per (op, dtype), seed {seed}")
+    # Rounds until the share is used: round 0 runs the fixed samples, the error inputs and a few random
+    # variations per (op, dtype); later rounds (another seed, twice the variations while the last
+    # round's pace says they fit) keep only their random rows, so nothing is counted twice.
     started = time.monotonic()
-    try:
-        rows = list(run_selfcheck(device=device, cases=cases, seed=seed))
-    except Exception as exc:  # noqa: BLE001
-        _part_failed(record, f"selfcheck failed: {_reason(exc)}")
-        add_target(record, name="selfcheck", available=True, reason=f"run failed: {_reason(exc)}")
-        log(f"selfcheck failed:\n{traceback.format_exc()}")
-        return
+    deadline = started + time_s
+    rounds, cases, n_fail, n_rows = [], SELFCHECK_FIRST_CASES, 0, 0
     add_target(record, name="selfcheck", available=True, precision="ieee",
                reason="the references against independent formulations (kernel_oracle.independent)")
-    n_fail = 0
-    for row in rows:
-        op, dtype, case = str(row.get("op")), str(row.get("dtype")), str(row.get("case") or "")
-        shape_class = _selfcheck_shape_class(row)
-        ratio = row.get("ratio")
-        ratios = [float(ratio)] if isinstance(ratio, (int, float)) else []
-        passed = bool(row.get("passed"))
-        add_group(record, target="selfcheck", op=op, dtype=dtype, shape_class=shape_class, cases=1,
-                  passes=int(passed), findings=None if passed else {"mismatch": 1}, ratios=ratios)
-        if not passed:
-            n_fail += 1
-            add_finding(record, {
-                "id": f"selfcheck-{n_fail:04d}", "target": "selfcheck", "op": op, "dtype": dtype,
-                "shape_class": shape_class, "kind": "mismatch",
-                "message": str(row.get("message") or "reference disagrees with its independent formulation"),
-                "figures": {k: row.get(k) for k in ("err", "allowed", "ratio") if row.get(k) is not None},
-                "repro": f"kernel-oracle selfcheck --device {device} --cases {cases} --seed {seed}",
-                "contract": case[len("error:"):].split("#")[0] if case.startswith("error:") else None,
-                "problem": row.get("case") if isinstance(row.get("case"), dict) else None,
-            })
-    record["summary"]["selfcheck"] = {"rows": len(rows), "failed": n_fail,
+    while True:
+        round_seed = seed + 1000 * len(rounds)
+        log(f"selfcheck round {len(rounds)}: {cases} random cases per (op, dtype), seed {round_seed}")
+        t_round = time.monotonic()
+        try:
+            rows = list(run_selfcheck(device=device, cases=cases, seed=round_seed))
+        except Exception as exc:  # noqa: BLE001
+            _part_failed(record, f"selfcheck failed: {_reason(exc)}")
+            record["targets"][-1]["reason"] = f"run failed: {_reason(exc)}"
+            log(f"selfcheck failed:\n{traceback.format_exc()}")
+            return
+        took = time.monotonic() - t_round
+        if rounds:
+            rows = [r for r in rows if str(r.get("case") or "").startswith("random-")]
+        rounds.append({"seed": round_seed, "cases": cases, "rows": len(rows), "seconds": round(took, 2)})
+        n_rows += len(rows)
+        for row in rows:
+            n_fail += _selfcheck_row(record, row, device, cases, round_seed, n_fail)
+        left = deadline - time.monotonic()
+        if left < 2 * took or len(rounds) >= SELFCHECK_MAX_ROUNDS:
+            break
+        cases = min(cases * 2, SELFCHECK_MAX_CASES)
+    record["summary"]["selfcheck"] = {"rows": n_rows, "failed": n_fail, "rounds": rounds,
                                       "seconds": round(time.monotonic() - started, 1)}
-    log(f"selfcheck: {len(rows)} rows, {n_fail} failed, {time.monotonic() - started:.1f}s")
+    log(f"selfcheck: {n_rows} rows in {len(rounds)} round(s), {n_fail} failed, {time.monotonic() - started:.1f}s")
+
+
+def _selfcheck_row(record: dict, row: dict, device: str, cases: int, seed: int, n_fail: int) -> int:
+    """Add one selfcheck row to its group (and as a finding when it failed); returns 1 if it failed."""
+    from reports.schema import add_finding, add_group
+
+    op, dtype, case = str(row.get("op")), str(row.get("dtype")), str(row.get("case") or "")
+    shape_class = _selfcheck_shape_class(row)
+    ratio = row.get("ratio")
+    ratios = [float(ratio)] if isinstance(ratio, (int, float)) else []
+    passed = bool(row.get("passed"))
+    add_group(record, target="selfcheck", op=op, dtype=dtype, shape_class=shape_class, cases=1,
+              passes=int(passed), findings=None if passed else {"mismatch": 1}, ratios=ratios)
+    if passed:
+        return 0
+    add_finding(record, {
+        "id": f"selfcheck-{n_fail + 1:04d}", "target": "selfcheck", "op": op, "dtype": dtype,
+        "shape_class": shape_class, "kind": "mismatch",
+        "message": str(row.get("message") or "reference disagrees with its independent formulation"),
+        "figures": {k: row.get(k) for k in ("err", "allowed", "ratio") if row.get(k) is not None},
+        "repro": f"kernel-oracle selfcheck --device {device} --cases {cases} --seed {seed}  # case {case}",
+        "contract": case[len("error:"):].split("#")[0] if case.startswith("error:") else None,
+    })
+    return 1
 
 
 # ---- part 2: campaigns --------------------------------------------------------------------------
