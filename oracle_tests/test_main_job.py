@@ -51,8 +51,15 @@ def test_real_run_on_cpu(tmp_path):
 
 # ---- stand-ins --------------------------------------------------------------------------------
 def _fake_selfcheck(rows):
+    """Round 0 (seed 0) returns ``rows``; later rounds the same fixed rows and one passing random row."""
     mod = types.ModuleType("kernel_oracle.selfcheck")
-    mod.run_selfcheck = lambda device, cases, seed: list(rows)
+
+    def run_selfcheck(device, cases, seed):
+        if seed == 0:
+            return list(rows)
+        fixed = [r for r in rows if not r["case"].startswith("random-")]
+        return fixed + [{**rows[0], "case": "random-0", "ratio": 0.2}]
+    mod.run_selfcheck = run_selfcheck
     return mod
 
 
@@ -103,6 +110,12 @@ def test_job_merges_parts_and_keeps_history(tmp_path, stand_ins, capsys):
     assert sc["shape_class"] == "random" and sc["repro"].startswith("kernel-oracle selfcheck --device cpu")
     groups = {(g["target"], g["op"], g["dtype"], g["shape_class"]) for g in rec["groups"]}
     assert ("selfcheck", "vision", "-", "errors") in groups and ("reference", "vision", "bfloat16", "prefill") in groups
+    rounds = rec["summary"]["selfcheck"]["rounds"]
+    assert len(rounds) > 1 and [r["seed"] for r in rounds[:2]] == [0, 1000]
+    single = [g for g in rec["groups"] if g["target"] == "selfcheck" and g["shape_class"] == "single"]
+    assert single[0]["cases"] == 1  # later rounds keep only their random rows
+    random = [g for g in rec["groups"] if g["target"] == "selfcheck" and g["shape_class"] == "random"]
+    assert sum(g["cases"] for g in random) == len(rounds)
     assert {"campaign:reference:lora", "campaign:reference:vision"} <= set(rec["seeds"])
     assert not rec["summary"].get("failed_parts")
     html = (out / "latest.html").read_text()
