@@ -349,6 +349,8 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
                  families: tuple = FAMILIES, selfcheck: bool = True, quiet: bool = False) -> dict:
     """Run everything and write the reports; returns ``{"record", "json", "md", "html", "history"}``."""
     device = _resolve_device(device)
+    early = sorted(m for m in sys.modules if m == "kernels" or m.startswith("kernels."))
+    interpret_before = os.environ.get("TRITON_INTERPRET")
     if device == "cpu":
         # before anything imports a kernel module (Note [The main job])
         os.environ["TRITON_INTERPRET"] = "1"
@@ -370,6 +372,10 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
     record["summary"] = {"time_budget_s": budget, "device": device, "run_dir": str(run_dir),
                          "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"}
     log(f"device {device}" + (" (Triton interpreter)" if device == "cpu" else "") + f", budget {budget:g}s")
+    if device == "cpu" and early and interpret_before != "1":
+        # campaigns run in child processes that see the variable; this process's kernels would not
+        add_note(record, f"kernel modules {early} were imported before TRITON_INTERPRET=1 was set; "
+                         f"in-process kernel calls of this run would not use the interpreter")
 
     if selfcheck:
         run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)

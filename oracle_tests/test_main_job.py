@@ -49,6 +49,13 @@ def test_real_run_on_cpu(tmp_path):
         assert text.split(":")[0] in html and text in rec["notes"]
 
 
+def test_cli_imports_no_kernel_before_the_job_sets_the_interpreter():
+    code = ("import sys; from kernel_oracle.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in sys.modules if m == 'kernels' or m.startswith(('kernels.', 'triton'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
 # ---- stand-ins --------------------------------------------------------------------------------
 def _fake_selfcheck(rows):
     """Round 0 (seed 0) returns ``rows``; later rounds the same fixed rows and one passing random row."""
