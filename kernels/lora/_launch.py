@@ -42,15 +42,15 @@ PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "tf32
 # that kernels/bench_lora.py can try alternatives; the winners of its --sweep (prefill-8x2048, "seg")
 # and --sweep-decode (decode-bs64 graph replay, "tok") on the H200 (docs/kernels_lora.md).
 BLOCKS = {
-    "step_a_q": {"seg": dict(BT=128, BLOCK_K=64, num_warps=8), "tok": dict(BT=64, BLOCK_K=64, num_warps=4)},
+    "step_a_q": {"seg": dict(BT=128, BLOCK_K=64, num_warps=8), "tok": dict(BT=64, BLOCK_K=128, num_warps=4)},
     "step_b_q": {"seg": dict(BT=16, BH=4, BLOCK_C=128, num_warps=4),
-                 "tok": dict(BT=16, BH=8, BLOCK_C=128, num_warps=4)},
+                 "tok": dict(BT=4, BH=16, BLOCK_C=256, num_warps=4)},
     "step_a_v": {"seg": dict(BT=16, BH=4, BLOCK_K=128, num_warps=4),
-                 "tok": dict(BT=16, BH=8, BLOCK_K=128, num_warps=4)},
-    "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=64, BLOCK_V=128, num_warps=4)},
+                 "tok": dict(BT=4, BH=16, BLOCK_K=128, num_warps=4)},
+    "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=64, BLOCK_V=128, num_warps=8)},
     # C_SPLIT: kv_lora_rank columns per program (None: all of them, step A computed once per tile)
     "q_side_fused": {"seg": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
-                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4)},
+                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=8)},
     "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4),
                      "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4)},
 }
