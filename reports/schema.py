@@ -73,12 +73,17 @@ class SchemaError(ValueError):
 
 
 def _git_commit() -> Optional[str]:
+    """HEAD of the checkout, else ``KERNEL_ORACLE_GIT_COMMIT`` / ``GITHUB_SHA`` (a copy without .git)."""
     try:
         root = Path(__file__).resolve().parent.parent
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
+        out = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=5)
+        sha = out.stdout.strip()
+        if out.returncode == 0 and len(sha) == 40 and all(c in "0123456789abcdef" for c in sha):
+            return sha
     except (OSError, subprocess.SubprocessError):
-        return None
+        pass
+    return os.environ.get("KERNEL_ORACLE_GIT_COMMIT") or os.environ.get("GITHUB_SHA") or None
 
 
 def environment_fingerprint(device: Optional[str] = None) -> dict:
