@@ -16,7 +16,9 @@ from kernel_oracle import main_job
 from kernel_oracle.cli import main as cli_main
 from reports.schema import add_finding, add_group, load, new_record
 
-BUDGET_S = 24  # the reference target on the vision family only: the whole test stays under a minute
+BUDGET_S = 20  # the reference target on the vision family only: the whole test stays under a minute
+# the budget is a target: a selfcheck round cannot be interrupted, and a loaded 2-core CI box is slow
+SLACK_S = 30
 
 
 def test_real_run_on_cpu(tmp_path):
@@ -27,7 +29,7 @@ def test_real_run_on_cpu(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUDGET_S + 60)
     took = time.monotonic() - started
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
-    assert took < BUDGET_S + 20, f"the job took {took:.0f}s on a {BUDGET_S}s budget"
+    assert took < BUDGET_S + SLACK_S, f"the job took {took:.0f}s on a {BUDGET_S}s budget"
     for name in ("latest.json", "latest.md", "latest.html"):
         assert (out / name).is_file()
         assert f"{out / name}" in proc.stdout  # it says where the reports are
