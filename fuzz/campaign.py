@@ -41,6 +41,8 @@ FAMILY_OF = {"lora": "lora", "vision": "vision", "step_a_q": "lora", "step_b_q":
 
 # shrink attempts after a crash (each one restarts the worker)
 CRASH_SHRINKS = 8
+# examples per Hypothesis run when the campaign is time-boxed (--time)
+TIME_CHUNK_EXAMPLES = 25
 
 
 class CampaignError(ValueError):
@@ -254,7 +256,13 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
             crash_shrinks = [0]
             before = state["executed"]
 
-            @settings(max_examples=max(1, (budget - state["executed"]) if budget is not None else 10**6),
+            # a time-boxed campaign runs Hypothesis in short chunks so the budget is checked between them:
+            # once the time is spent, examples return at once but Hypothesis would keep generating them
+            chunk = max(1, budget - state["executed"]) if budget is not None else 10**6
+            if time_s is not None:
+                chunk = min(chunk, TIME_CHUNK_EXAMPLES)
+
+            @settings(max_examples=chunk,
                       deadline=None, derandomize=False, report_multiple_bugs=False,
                       database=DirectoryBasedExampleDatabase(str(out / ".hypothesis")),
                       suppress_health_check=list(HealthCheck), print_blob=False,
