@@ -281,6 +281,8 @@ def main(argv=None):
     ap.add_argument("--sweep-decode", action="store_true",
                     help="time token-major block sizes on decode-bs64 (graph replay) and use the best")
     ap.add_argument("--json", default=None, help="write results to this JSON file")
+    ap.add_argument("--oracle-record", default=None,
+                    help="also write a kernel-oracle result record (reports.schema) to this file or directory")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("kernels.bench_lora needs a CUDA device; the interpreter is far too slow to time")
@@ -303,6 +305,10 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(info=info, rows=rows, sweep=sweep_rows), f, indent=1)
+    if args.oracle_record:
+        from reports.bench_convert import save_bench_record
+
+        print("result record:", save_bench_record(dict(info=info, rows=rows), args.oracle_record, "bench_lora"))
     print(f"\n{info}")
     print(f"copy bandwidth (D2D, read+write): {copy_tbs:.2f} TB/s; "
           f"graph replay of one trivial kernel: {info['graph_floor_us']:.1f} us")

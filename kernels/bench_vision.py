@@ -166,6 +166,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", action="store_true", help="also time each candidate kernel config")
     ap.add_argument("--json", default=None, help="write the records to this path")
+    ap.add_argument("--oracle-record", default=None,
+                    help="also write a kernel-oracle result record (reports.schema) to this file or directory")
     ap.add_argument("--shapes", default=None, help="comma-separated subset of shape names")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -182,6 +184,11 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "records": records}, f, indent=1)
+    if args.oracle_record:
+        from reports.bench_convert import save_bench_record
+
+        print("result record:", save_bench_record({"meta": meta, "records": records}, args.oracle_record,
+                                                  "bench_vision"))
     print(json.dumps(meta))
     print(render(records))
     return 0
