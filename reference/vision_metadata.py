@@ -31,6 +31,7 @@ __all__ = [
     "VisionPlan",
     "bucket_batch_size",
     "bucket_max_seqlen",
+    "check_attention_operands",
     "prepare_flashinfer_cudnn_metadata",
     "resolve_flashinfer_cudnn",
 ]
@@ -234,12 +235,9 @@ def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_me
     )
 
 
-def _strict_checks(q, k, v, sequence_lengths, packed, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride):
-    cid = "vision.strict.metadata_tensor"
-    ints = (torch.int32, torch.int64)
-    check_metadata_tensor(cid, "packed_indptrs", packed, dtypes=ints, device=None)
-    check_metadata_tensor(cid, "sequence_lengths", sequence_lengths, dtypes=ints, device=None,
-                          allow_shape=((), (1, 1, 1)))
+def check_attention_operands(q, k, v) -> None:
+    """k and v in q's dtype and device; k shaped like q (T,H,D); v (T',H,Dv).  Shared by the strict
+    checks and by kernels that cannot run on mismatched operands even with strict validation off."""
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dtype != q.dtype or t.device != q.device:
             raise_contract("vision.strict.metadata_tensor", field=name, expected=f"a {q.dtype} tensor on {q.device} like q",
@@ -250,6 +248,15 @@ def _strict_checks(q, k, v, sequence_lengths, packed, lengths, max_seqlen, qk_in
     if v.dim() != 3 or v.shape[1] != q.shape[1]:
         raise_contract("vision.strict.shape_mismatch", field="v", got=tuple(v.shape),
                        expected=("*", q.shape[1], "*"), why="v has q's head count")
+
+
+def _strict_checks(q, k, v, sequence_lengths, packed, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride):
+    cid = "vision.strict.metadata_tensor"
+    ints = (torch.int32, torch.int64)
+    check_metadata_tensor(cid, "packed_indptrs", packed, dtypes=ints, device=None)
+    check_metadata_tensor(cid, "sequence_lengths", sequence_lengths, dtypes=ints, device=None,
+                          allow_shape=((), (1, 1, 1)))
+    check_attention_operands(q, k, v)
     bad = torch.nonzero(lengths < 0).flatten()
     if bad.numel():
         raise_contract("vision.strict.negative_length", index=int(bad[0]), value=int(lengths[int(bad[0])]))

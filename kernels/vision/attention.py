@@ -51,11 +51,11 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from reference.contracts import raise_contract
 from reference.strict import resolve_strict
 from reference.vision_metadata import (
     VisionAttentionMetadata,
     VisionPlan,
+    check_attention_operands,
     prepare_flashinfer_cudnn_metadata,
     resolve_flashinfer_cudnn,
 )
@@ -101,16 +101,7 @@ def _check_runnable(plan: VisionPlan, precision: str) -> None:
     if q.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"the Triton vision kernel supports float16, bfloat16 and float32, got q of dtype {q.dtype}; "
                         "cast q, k, v or use reference.vision.flashinfer_cudnn_attention")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype or t.device != q.device:
-            raise TypeError(f"{name} must be a {q.dtype} tensor on {q.device} like q, got {t.dtype} on {t.device}; "
-                            f"pass {name} in q's dtype and device")
-    if k.dim() != 3 or k.shape != q.shape:
-        raise_contract("vision.strict.shape_mismatch", field="k", got=tuple(k.shape), expected=tuple(q.shape),
-                       why="q and k share shape (tokens, heads, head_dim)")
-    if v.dim() != 3 or v.shape[1] != q.shape[1]:
-        raise_contract("vision.strict.shape_mismatch", field="v", got=tuple(v.shape),
-                       expected=("*", q.shape[1], "*"), why="v has q's head count")
+    check_attention_operands(q, k, v)  # the kernel cannot run on mismatched operands, strict or not
     if precision not in FP32_PRECISIONS:
         raise ValueError(f"fp32_precision={precision!r} is invalid; the only valid values are {FP32_PRECISIONS}")
     if q.device.type == "cpu" and not INTERPRETING:
