@@ -133,24 +133,24 @@ def _finite(v: Optional[float]) -> bool:
     return v is not None and not math.isnan(v)
 
 
+def _unmatched(findings: list, others: list) -> list:
+    """Findings of ``findings`` with no counterpart (same signature) left in ``others``."""
+    budget = Counter(f.signature for f in others)
+    left = []
+    for f in findings:
+        if budget[f.signature] > 0:
+            budget[f.signature] -= 1
+        else:
+            left.append(f)
+    return left
+
+
 def compare_results(baseline: Result, current: Result, thresholds: Thresholds = Thresholds()) -> Comparison:
     out = Comparison()
 
     # findings, as multisets of signatures
-    base_sigs = Counter(f.signature for f in baseline.findings)
-    cur_sigs = Counter(f.signature for f in current.findings)
-    budget = Counter(base_sigs)
-    for f in current.findings:
-        if budget[f.signature] > 0:
-            budget[f.signature] -= 1
-        else:
-            out.new_findings.append(f)
-    budget = Counter(cur_sigs)
-    for f in baseline.findings:
-        if budget[f.signature] > 0:
-            budget[f.signature] -= 1
-        else:
-            out.fixed_findings.append(f)
+    out.new_findings.extend(_unmatched(current.findings, baseline.findings))
+    out.fixed_findings.extend(_unmatched(baseline.findings, current.findings))
 
     # error ratios per group
     base_groups = {g.key: g for g in baseline.groups}
