@@ -66,8 +66,8 @@ def examples_for(target_name: str, *, scale: float = 1.0) -> int:
 def pytest_addoption(parser):
     group = parser.getgroup("kernel-oracle fuzz")
     group.addoption("--target", action="append", default=None, metavar="TARGET",
-                    help="target to check (repeatable): reference, triton, sglang, torch-varlen, mutant:NAME or "
-                         "package.module[:attr]; default: reference and triton")
+                    help="target to check (repeatable): reference, triton, sglang, torch-varlen, flashinfer-cudnn, "
+                         "mutant:NAME or package.module[:attr]; default: reference and triton")
 
 
 def pytest_configure(config):
@@ -129,4 +129,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             line += "; excluded " + ", ".join(f"{d} ({why})" for d, why in t.excluded_dtypes.items())
         if t.notes:
             line += "; missing " + ", ".join(f"{op} ({why})" for op, why in t.notes.items())
+        if t.status is not None:
+            line += f"; {t.status()}"
         tr.write_line(line)

@@ -17,7 +17,8 @@ declares what the comparison needs to be fair:
   outputs full of NaN (our vision kernel's ``poisoned_output`` hook).
 
 Built-in specs: ``reference``, ``triton`` (ours: :mod:`kernels.lora`, :mod:`kernels.vision`),
-``sglang`` (SGLang's installed modules), ``torch-varlen`` (vision peer), ``mutant:NAME``
+``sglang`` (SGLang's installed modules), ``torch-varlen`` (vision peer), ``flashinfer-cudnn`` (the
+real engine behind SGLang's ``flashinfer_cudnn`` backend: :mod:`fuzz.flashinfer_cudnn`), ``mutant:NAME``
 (:mod:`fuzz.mutants`), and ``package.module[:attr]`` for anything else.  A target with only some
 entry points is tested on those; an unavailable one carries the reason, and callers report it.
 """
@@ -39,7 +40,7 @@ from .problems import LORA_ENTRY
 __all__ = ["BUILTIN_TARGETS", "Target", "TargetError", "interpreting", "resolve_target", "FAMILY_OPS"]
 
 FAMILY_OPS = {"lora": tuple(LORA_ENTRY), "vision": ("vision",)}
-BUILTIN_TARGETS = ("reference", "triton", "sglang", "torch-varlen")
+BUILTIN_TARGETS = ("reference", "triton", "sglang", "torch-varlen", "flashinfer-cudnn")
 _BF16_REASON = ("third-party Triton code under the Triton interpreter: the interpreter computes bf16 "
                 "arithmetic on raw bit patterns (SPEC.md), which is not the target's fault")
 
@@ -63,6 +64,7 @@ class Target:
     excluded_dtypes: dict = field(default_factory=dict)  # dtype name -> reason
     poison: Optional[Callable] = None  # family -> context manager
     notes: dict = field(default_factory=dict)  # op -> why it is missing
+    status: Optional[Callable[[], str]] = None  # a live ``reason`` (e.g. an engine's fallback note)
 
     def __post_init__(self) -> None:
         if self.precision not in ("ieee", "tf32"):
@@ -86,7 +88,8 @@ class Target:
         return tuple(d for d in candidates if d not in self.excluded_dtypes)
 
     def to_record(self) -> dict:
-        return {"name": self.name, "available": self.available, "reason": self.reason,
+        reason = self.status() if self.status is not None else self.reason
+        return {"name": self.name, "available": self.available, "reason": reason,
                 "entry_points": sorted(self.entries), "precision": self.precision, "strict": self.strict,
                 "excluded_dtypes": dict(self.excluded_dtypes), "missing": dict(self.notes)}
 
@@ -303,6 +306,7 @@ def resolve_target(spec: str, device="cpu") -> Target:
     unavailable target -- check ``.available`` and report ``.reason``."""
     if not isinstance(spec, str) or not spec:
         raise TargetError(f"Expected a target spec such as 'reference', 'triton', 'sglang', 'torch-varlen', "
+                          "'flashinfer-cudnn', "
                           f"'mutant:NAME' or 'package.module[:attr]' but got spec={spec!r}")
     key = (spec, str(device))
     if key in _CACHE:
@@ -315,6 +319,10 @@ def resolve_target(spec: str, device="cpu") -> Target:
         t = _sglang(device)
     elif spec == "torch-varlen":
         t = _torch_varlen(device)
+    elif spec == "flashinfer-cudnn":
+        from .flashinfer_cudnn import flashinfer_cudnn_target
+
+        t = flashinfer_cudnn_target(device)
     elif spec.startswith("mutant:"):
         from .mutants import mutant_target
 

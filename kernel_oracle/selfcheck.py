@@ -115,7 +115,7 @@ def _check_sample(info, entry, sample, dtype: torch.dtype, device: str) -> list[
     baseline = info.oracle(*call.args, faithful=True, **call.kwargs)
     out = entry(*call.args, **call.kwargs)
     out_dtype = call.args[call.inplace].dtype if call.inplace is not None else call.args[0].dtype
-    cmp = compare(out, value, defined, family=info.family, baseline=baseline.value, out_dtype=out_dtype,
+    cmp = compare(out, value, defined, family=info.family, baseline=baseline.baselines, out_dtype=out_dtype,
                   what=info.name)
     rows.append(_row(info, _DTYPE_NAME[dtype], sample.name, cmp.ok, cmp.err, cmp.allowed, cmp.ratio,
                      cmp.message))

@@ -11,7 +11,12 @@
 * ``triton (warm call)``: the same entry point called again with the same metadata, as every later
   layer calls it (a launch-cache hit: no resolution, no sync).  The bars are judged on this column;
 * ``varlen_attn``: ``torch.nn.attention.varlen.varlen_attn`` (absent before torch 2.10: skipped);
-* ``sdpa loop``: ``scaled_dot_product_attention`` once per sequence.
+* ``sdpa loop``: ``scaled_dot_product_attention`` once per sequence;
+* ``flashinfer-cudnn``: the real engine behind SGLang's ``flashinfer_cudnn`` backend (target
+  ``flashinfer-cudnn``, :mod:`fuzz.flashinfer_cudnn`) called as SGLang calls it, wrapper included
+  (metadata checks with their host syncs, then FlashInfer's cuDNN prefill); ``cudnn engine``: the
+  FlashInfer call alone with the wrapper's work done once.  Skipped, with the target's reason,
+  where FlashInfer or the cuDNN frontend is missing (scripts/flashinfer_wheels.sh installs them).
 
 ``--sweep`` also times each candidate :class:`~kernels.vision.KernelConfig` on every shape.
 ``--json PATH`` writes the records (with date, commit, GPU, torch and triton versions).
@@ -110,6 +115,13 @@ def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="
             sdpa(q[s:e].transpose(0, 1)[None], k[s:e].transpose(0, 1)[None], v[s:e].transpose(0, 1)[None])
 
     rec["sdpa_loop_ms"] = timed(loop)
+    engine = _flashinfer_cudnn(device)
+    if engine is not None:
+        engine_out = engine.flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
+        rec["max_abs_diff_vs_flashinfer_cudnn"] = float((out.float() - engine_out.float()).abs().max())
+        rec["flashinfer_cudnn_ms"] = timed(
+            lambda: engine.flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md))
+        rec["cudnn_engine_ms"] = timed(engine.prepare(q, k, v, None, None, None, forward_metadata=md))
     for key in [k_ for k_ in rec if k_.endswith("_ms")]:
         rec[key[:-3] + "_tflops"] = tflops(rec[key])
     if sweep:
@@ -123,6 +135,23 @@ def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="
             except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory: report, keep going
                 rec["sweep"].append({"config": list(cfg), "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
     return rec
+
+
+def _flashinfer_cudnn(device):
+    """The engine binding of target ``flashinfer-cudnn``, or None (the reason goes to stderr once)."""
+    from fuzz.flashinfer_cudnn import _ENGINES
+    from fuzz.targets import resolve_target
+
+    target = resolve_target("flashinfer-cudnn", device)
+    if not target.available:
+        if not _SKIPPED:
+            print(f"flashinfer-cudnn column skipped: {target.reason}", file=sys.stderr)
+            _SKIPPED.append(target.reason)
+        return None
+    return _ENGINES[str(torch.device(device))]
+
+
+_SKIPPED: list = []
 
 
 # issue 4: at least varlen_attn's speed on every shape, and this much on the long-sequence shape
@@ -144,22 +173,31 @@ def bar(r) -> str:
 
 def render(records) -> str:
     cols = (("triton_call_warm", "warm call"), ("triton_call_cold", "cold call"), ("triton_launch", "planned"),
-            ("varlen", "varlen_attn"), ("sdpa_loop", "sdpa loop"))
+            ("varlen", "varlen_attn"), ("sdpa_loop", "sdpa loop"), ("flashinfer_cudnn", "flashinfer-cudnn"),
+            ("cudnn_engine", "cudnn engine"))
     lines = ["| shape | H | D | " + " | ".join(f"{c} TFLOP/s (ms)" for _, c in cols)
-             + " | warm vs varlen | bar (warm call) | max abs diff vs varlen |",
-             "|---|---|---|" + "---|" * len(cols) + "---|---|---|"]
+             + " | warm vs varlen | bar (warm call) | max abs diff vs varlen | vs flashinfer-cudnn |",
+             "|---|---|---|" + "---|" * len(cols) + "---|---|---|---|"]
     for r in records:
         cells = []
         for key, _ in cols:
             cells.append(f"{r[key + '_tflops']:.0f} ({r[key + '_ms']:.3f})" if key + "_ms" in r else "n/a")
         ratio = f"{r['varlen_ms'] / r['triton_call_warm_ms']:.2f}x" if "varlen_ms" in r else "n/a"
         lines.append(f"| {r['shape']} | {r['heads']} | {r['head_dim']} | " + " | ".join(cells)
-                     + f" | {ratio} | {bar(r)} | {r.get('max_abs_diff_vs_varlen', float('nan')):.2g} |")
+                     + f" | {ratio} | {bar(r)} | {r.get('max_abs_diff_vs_varlen', float('nan')):.2g} "
+                     f"| {r.get('max_abs_diff_vs_flashinfer_cudnn', float('nan')):.2g} |")
     for r in records:
         for s in r.get("sweep", ()):
             val = f"{s['tflops']:.0f} TFLOP/s" if "tflops" in s else s["error"]
             lines.append(f"sweep {r['shape']} {tuple(s['config'])}: {val}")
     return "\n".join(lines)
+
+
+def _engine_status() -> str:
+    from fuzz.targets import resolve_target
+
+    t = resolve_target("flashinfer-cudnn", "cuda")
+    return t.to_record()["reason"] if t.available else f"unavailable: {t.reason}"
 
 
 def main(argv=None) -> int:
@@ -180,7 +218,8 @@ def main(argv=None) -> int:
     records = [bench_shape(*s, sweep=args.sweep) for s in SHAPES if wanted is None or s[0] in wanted]
     meta = {"version": 1, "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": _commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": triton.__version__, "command": "python -m kernels.bench_vision" + " ".join([""] + list(argv or sys.argv[1:]))}
+            "triton": triton.__version__, "flashinfer_cudnn": _engine_status(),
+            "command": "python -m kernels.bench_vision" + " ".join([""] + list(argv or sys.argv[1:]))}
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "records": records}, f, indent=1)

@@ -189,7 +189,7 @@ def _check(op: str, args, routed, dtype, repro: str):
         assert out is base, f"{op} must update base_output in place and return it"
         keep = (~routed).to(base.device)
         assert torch.equal(base[keep], before[keep]), f"{op}: rows no segment routes changed; {repro}"
-    c = compare(out, exact.value, exact.defined, family="lora", baseline=faithful.value, repro=repro)
+    c = compare(out, exact.value, exact.defined, family="lora", baseline=faithful.baselines, repro=repro)
     assert c.ok, c.message
 
 

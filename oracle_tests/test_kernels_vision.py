@@ -12,10 +12,7 @@ shapes are marked ``slow`` (conftest skips them without a GPU, saying why).
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import pytest
 import torch
@@ -23,173 +20,24 @@ import torch
 import kernels
 import kernels.vision as kv
 import reference.vision_metadata as rvm
+from ._vision_cases import (
+    EDGE_CASES,
+    ERROR_INPUTS,
+    HEAD_DIMS,
+    PRECISIONS,
+    SLOW_CASES,
+    Case,
+    _gen,
+    _rand,
+    build,
+    check_against_oracle,
+)
 from reference.contracts import contract, expected_message
 from reference.tolerance import compare
 from reference.vision import flashinfer_cudnn_oracle
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
-
-# fp32 runs in exact fp32 ("ieee", faithful=True baseline) or TF32 ("tf32", faithful="tf32");
-# the interpreter computes fp32 dots exactly in both, which the TF32 allowance also accepts.
-PRECISIONS = {
-    "fp16": (torch.float16, "ieee", True),
-    "bf16": (torch.bfloat16, "ieee", True),
-    "fp32": (torch.float32, "ieee", True),
-    "fp32-tf32": (torch.float32, "tf32", "tf32"),
-}
-HEAD_DIMS = (64, 72, 80, 96, 128)  # non-powers of two are split into power-of-two tiles
-
-
-def _gen(request) -> torch.Generator:
-    """A generator seeded from the test id: fresh data per case, reproducible per case."""
-    seed = int.from_bytes(hashlib.sha256(request.node.nodeid.encode()).digest()[:4], "little")
-    return torch.Generator().manual_seed(seed)
-
-
-def _rand(shape, dtype, device, gen, scale=1.0):
-    x = torch.randn(shape, generator=gen, dtype=torch.float32) * scale
-    return x.to(dtype=dtype, device=device)
-
-
-@dataclass(frozen=True)
-class Case:
-    """One call layout. ``lens`` may hold zeros; ``pad`` pads the batch to its bucket."""
-
-    name: str
-    lens: tuple[int, ...]
-    heads: int = 2
-    head_dim: int = 64
-    v_dim: Optional[int] = None
-    layout: str = "contiguous"  # contiguous | qkv_v | o_reversed | gaps | 4d
-    path: str = "metadata"  # metadata | kwargs
-    max_seqlen: str = "int"  # int | tensor | tensor_device (kwargs path)
-    seq4d: bool = False  # sequence_lengths as (B,1,1,1)
-    pad: bool = True
-    scale: Optional[float] = None
-    magnitude: float = 1.0
-    marks: tuple = field(default_factory=tuple)
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-# Edge layouts, small enough for the interpreter (a few dozen 16x16 programs each).
-#        name                                      lens                   extra
-EDGE_CASES = (
-    Case("single token", (1,)),
-    Case("zero-length entries, bucket padding", (7, 0, 19, 0)),
-    Case("odd tails around the block size", (15, 16, 17, 33)),
-    Case("no padding (B exact)", (9, 4), pad=False),
-    Case("v inside an interleaved qkv buffer", (12, 21), layout="qkv_v"),
-    Case("outputs in reverse order", (5, 18, 11), layout="o_reversed"),
-    Case("gaps between sequences (uncovered tokens)", (6, 13), layout="gaps"),
-    Case("4-D (b, s, H, D) input", (10, 7, 15), layout="4d"),
-    Case("kwargs path, int max_seqlen", (8, 20), path="kwargs"),
-    Case("kwargs path, 0-d CPU tensor max_seqlen", (8, 20), path="kwargs", max_seqlen="tensor"),
-    Case("kwargs path, 1-element device tensor max_seqlen", (8, 20), path="kwargs", max_seqlen="tensor_device"),
-    Case("sequence_lengths (B,1,1,1)", (14, 3), seq4d=True),
-    Case("softmax_scale 0.37", (19, 9), scale=0.37),
-    Case("large-magnitude logits (x30)", (24, 10), magnitude=30.0),
-    Case("Dv != D (64 -> 48)", (13, 6), v_dim=48),
-    Case("head dim 80 (64+16 split), 3 heads", (17, 5), heads=3, head_dim=80),
-)
-
-# Realistic shapes (GPU or --run-slow): the benchmark shapes, a 20K-token sequence with large
-# logits and a non-default scale, and the strided/permuted layouts at size.
-SLOW_CASES = (
-    Case("8 ragged images, D=80", (1024, 2048, 576, 4096, 1300, 64, 3000, 2200), heads=16, head_dim=80),
-    Case("4x4096, D=72", (4096,) * 4, heads=16, head_dim=72),
-    Case("64x256, D=64", (256,) * 64, heads=16, head_dim=64),
-    Case("2x16384, D=128", (16384,) * 2, heads=16, head_dim=128),
-    Case("20K tokens, large logits, scale 0.05", (20000,), heads=4, head_dim=128, magnitude=8.0, scale=0.05),
-    Case("qkv-strided v, reversed outputs at size", (3000, 777, 1500), heads=8, head_dim=96, layout="qkv_v"),
-    Case("reversed outputs at size", (3000, 777, 1500), heads=8, head_dim=96, layout="o_reversed"),
-)
-
-
-def build(case: Case, dtype: torch.dtype, device: str, gen: torch.Generator):
-    """(args, kwargs) for the forward, plus the list of covered output token ranges."""
-    H, D = case.heads, case.head_dim
-    Dv = case.v_dim or D
-    lens = list(case.lens)
-    gap = 3 if case.layout == "gaps" else 0
-    qk_tok, t = [], gap
-    for n in lens:
-        qk_tok.append(t)
-        t += n + gap
-    T = max(t, 1)
-    if case.layout == "4d":
-        T += T % 2  # (2, T/2, H, D); the odd token left over is uncovered
-    q = _rand((T, H, D), dtype, device, gen, case.magnitude)
-    k = _rand((T, H, D), dtype, device, gen, case.magnitude)
-    def reversed_packing(first):
-        toks, t = [0] * len(lens), first
-        for b in reversed(range(len(lens))):
-            toks[b] = t
-            t += lens[b]
-        return toks
-
-    if case.layout == "qkv_v":
-        # v is a view into its own interleaved qkv buffer (token stride 3*H*Dv) that packs the
-        # sequences in reverse order after 4 leading tokens: v offsets differ from q/k offsets
-        v = _rand((sum(lens) + 4, 3, H, Dv), dtype, device, gen)[:, 2]
-        v_tok = reversed_packing(4)
-    else:
-        v = _rand((T, H, Dv), dtype, device, gen)
-        v_tok = list(qk_tok)
-    o_tok = reversed_packing(0) if case.layout == "o_reversed" else list(qk_tok)
-    B = len(lens)
-    B_pad = rvm.bucket_batch_size(B) if case.pad else B
-    end = lambda toks: (toks[-1] + lens[-1]) if toks else 0  # noqa: E731
-    rows = []
-    for toks, stride in ((qk_tok, q.stride(0)), (v_tok, v.stride(0)), (o_tok, H * Dv)):
-        starts = toks + [end(toks)] * (B_pad - B) + [end(toks)]
-        rows += [s * stride for s in starts]
-    packed = torch.tensor(rows, dtype=torch.int32, device=device)
-    seq = torch.tensor(lens + [0] * (B_pad - B), dtype=torch.int32, device=device)
-    if case.seq4d:
-        seq = seq.view(B_pad, 1, 1, 1)
-    real_max = max(lens) if lens else 0
-    if case.layout == "4d":
-        q, k, v = (x.view(2, T // 2, H, x.shape[-1]) for x in (q, k, v))
-    kwargs = {}
-    if case.scale is not None:
-        kwargs["softmax_scale"] = case.scale
-    if case.path == "metadata":
-        md = kv.VisionAttentionMetadata(packed_indptrs=packed, sequence_lengths=seq,
-                                        flashinfer_max_seqlen=rvm.bucket_max_seqlen(real_max))
-        return (q, k, v, None, None, None), {**kwargs, "forward_metadata": md}
-    mx = {"int": real_max, "tensor": torch.tensor(real_max),
-          "tensor_device": torch.tensor([real_max], device=device)}[case.max_seqlen]
-    return (q, k, v, packed, None, None), {**kwargs, "sequence_lengths": seq, "max_seqlen": mx}
-
-
-def check_against_oracle(args, kwargs, *, baseline_mode, precision="ieee", repro="", strict=None):
-    """Run the kernel (poisoned output) and the oracles; assert the rule and untouched padding."""
-    extra = {} if strict is None else {"strict": strict}
-    with kv.poisoned_output():
-        out = kv.flashinfer_cudnn_attention(*args, **kwargs, fp32_precision=precision, **extra)
-    ref = flashinfer_cudnn_oracle(*args, **kwargs, **extra)
-    faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=baseline_mode, **extra)
-    assert out.dtype == args[0].dtype and out.device == args[0].device
-    defined = ref.defined.to(out.device)
-    res = compare(out, ref.value, defined, family="vision", baseline=faithful.value, out_dtype=args[0].dtype,
-                  locate=lambda i: {"token": i[:-2], "head": i[-2], "dim": i[-1]}, repro=repro)
-    assert res.ok, res.message
-    # tokens of no sequence stay NaN; sequences with unspecified output (strict=False) may write theirs
-    plan = rvm.resolve_flashinfer_cudnn(*args[:3], args[3], kwargs.get("softmax_scale"),
-                                        kwargs.get("forward_metadata"), strict=False,
-                                        **{k: v for k, v in kwargs.items() if k in ("sequence_lengths", "max_seqlen")})
-    writable = torch.zeros(plan.q.shape[0], dtype=torch.bool)
-    for b in range(plan.num_sequences):
-        n, o = int(plan.lengths[b]), int(plan.o_start[b])
-        writable[max(o, 0): max(o + n, 0)] = n > 0
-    written = ~torch.isnan(out.reshape(plan.q.shape[0], -1).cpu()).all(-1)
-    leaked = torch.nonzero(written & ~writable).flatten()
-    assert leaked.numel() == 0, f"{leaked.numel()} tokens outside every sequence were written: {leaked[:8].tolist()}"
-    return res
-
 
 # ---------------------------------------------------------------------------------------------
 # differential tests
@@ -235,6 +83,26 @@ def test_realistic_fp32(request, device, prec):
     check_against_oracle(args, kwargs, baseline_mode=baseline, precision=precision, repro=request.node.nodeid)
 
 
+# fp32 with large logits: finding F0001 of the first main-job campaign (4 tokens, one head, D=16,
+# logits x30, 4-D input, kwargs path with a device max_seqlen) missed the rule when the kernel
+# scaled the scores before subtracting the row max (see Note [Online softmax] in the kernel).
+FP32_LARGE_LOGIT_CASES = (
+    Case("F0001: 4 tokens, D=16, logits x30, 4-D, kwargs", (4,), heads=1, head_dim=16, logit_scale=30.0,
+         layout="4d", path="kwargs", max_seqlen="tensor_device"),
+    Case("logits x30, ragged", (24, 10, 3), logit_scale=30.0),
+    Case("logits x30, scale 0.37", (19, 9), logit_scale=30.0, scale=0.37),
+    Case("logits x30, negative scale -0.37", (19, 9), logit_scale=30.0, scale=-0.37),
+)
+
+
+@pytest.mark.parametrize("prec", ["fp32", "fp32-tf32"])
+@pytest.mark.parametrize("case", FP32_LARGE_LOGIT_CASES, ids=repr)
+def test_fp32_large_logits(request, device, case, prec):
+    dtype, precision, baseline = PRECISIONS[prec]
+    args, kwargs = build(case, dtype, device, _gen(request))
+    check_against_oracle(args, kwargs, baseline_mode=baseline, precision=precision, repro=request.node.nodeid)
+
+
 def test_comparison_catches_a_wrong_token(request, device):
     """The differential check can fail: one covered token off by a little is reported."""
     args, kwargs = build(Case("small", (9, 14)), torch.float16, device, _gen(request))
@@ -242,7 +110,7 @@ def test_comparison_catches_a_wrong_token(request, device):
     ref = flashinfer_cudnn_oracle(*args, **kwargs)
     faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=True)
     out[12, 1, 3] += 0.05
-    res = compare(out, ref.value, ref.defined.to(out.device), family="vision", baseline=faithful.value)
+    res = compare(out, ref.value, ref.defined.to(out.device), family="vision", baseline=faithful.baselines)
     assert not res.ok and "(12, 1, 3)" in res.message
 
 
@@ -258,7 +126,7 @@ def test_launch_reuse_across_layers(request, device):
         out = launch.run(q2, k2, v2)
     ref = flashinfer_cudnn_oracle(q2, k2, v2, *args[3:], **kwargs)
     faithful = flashinfer_cudnn_oracle(q2, k2, v2, *args[3:], **kwargs, faithful=True)
-    res = compare(out, ref.value, ref.defined.to(out.device), family="vision", baseline=faithful.value)
+    res = compare(out, ref.value, ref.defined.to(out.device), family="vision", baseline=faithful.baselines)
     assert res.ok, res.message
     with pytest.raises(ValueError, match="plan again with plan_attention"):
         launch.run(q2.contiguous(), k2, v2.contiguous())
@@ -287,85 +155,6 @@ def test_non_strict_max_seqlen_too_small(request, device):
 
 # ---------------------------------------------------------------------------------------------
 # error contracts: data, one generic test
-
-
-@dataclass(frozen=True)
-class ErrorInput:
-    name: str
-    contract_id: str
-    fields: dict
-    mutate: object  # (args, kwargs) -> (args, kwargs)
-    case: Case = Case("contract", (6, 9), path="kwargs")
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-def _without(key):
-    def f(args, kwargs):
-        return args, {k: v for k, v in kwargs.items() if k != key}
-    return f
-
-
-def _set(**updates):
-    def f(args, kwargs):
-        return args, {**kwargs, **updates}
-    return f
-
-
-def _indptrs(fn):
-    def f(args, kwargs):
-        return (args[0], args[1], args[2], fn(args[3]), *args[4:]), kwargs
-    return f
-
-
-def _seq(fn):
-    def f(args, kwargs):
-        return args, {**kwargs, "sequence_lengths": fn(kwargs["sequence_lengths"])}
-    return f
-
-
-def _metadata_without_indptrs(args, kwargs):
-    md = kv.VisionAttentionMetadata(packed_indptrs=None, sequence_lengths=kwargs["sequence_lengths"],
-                                    flashinfer_max_seqlen=kwargs["max_seqlen"])
-    return args, {"forward_metadata": md}
-
-
-def _bump(index, delta):
-    def f(t):
-        t = t.clone()
-        t[index] += delta
-        return t
-    return f
-
-
-# (B = 8 after bucket padding: packed indptrs hold 27 entries; q/k/v (15, 2, 64); 2*64 = 128 per token)
-ERROR_INPUTS = (
-    # ---- upstream, in resolution order ----
-    ErrorInput("no sequence_lengths kwarg", "vision.missing_sequence_lengths", {}, _without("sequence_lengths")),
-    ErrorInput("metadata without packed_indptrs falls back to kwargs", "vision.missing_sequence_lengths", {},
-               _metadata_without_indptrs),
-    ErrorInput("no max_seqlen kwarg", "vision.missing_max_seqlen", {}, _without("max_seqlen")),
-    ErrorInput("max_seqlen checked before indptr type", "vision.missing_max_seqlen", {},
-               lambda a, k: _indptrs(lambda t: t.tolist())(*_without("max_seqlen")(a, k))),
-    ErrorInput("packed indptrs as a list", "vision.indptrs_not_tensor", {}, _indptrs(lambda t: t.tolist())),
-    ErrorInput("sequence_lengths as a list", "vision.sequence_lengths_not_tensor", {},
-               _seq(lambda t: t.tolist())),
-    ErrorInput("indptrs one entry short", "vision.indptr_numel_mismatch", {"got": 26, "expected": 27},
-               _indptrs(lambda t: t[:-1])),
-    ErrorInput("sequence 1 runs past q", "vision.offset_out_of_bounds", {}, _indptrs(_bump(1, 2 * 128))),
-    # ---- strict (ValueError; upstream accepts these silently) ----
-    ErrorInput("negative length", "vision.strict.negative_length", {"index": 2, "value": -3},
-               _seq(lambda t: torch.cat([t[:2], torch.tensor([-3], dtype=t.dtype, device=t.device), t[3:]]))),
-    ErrorInput("max_seqlen below the longest", "vision.strict.max_seqlen_too_small",
-               {"value": 5, "index": 1, "longest": 9}, _set(max_seqlen=5)),
-    ErrorInput("misaligned v offset", "vision.strict.misaligned_offset",
-               {"field": "v_indptr", "index": 1, "value": 6 * 128 + 1, "tensor": "v", "stride": 128},
-               _indptrs(_bump(10, 1))),
-    ErrorInput("overlapping outputs", "vision.strict.output_overlap",
-               {"index": 1, "start": 2, "end": 10, "other": 0, "other_start": 0, "other_end": 5},
-               _indptrs(_bump(19, -4 * 128))),
-)
 
 
 @pytest.mark.parametrize("err", ERROR_INPUTS, ids=repr)

@@ -74,7 +74,7 @@ def test_step_in_input_dtype(info, dtype, sample, device):
         expected_dtype = call.args[0].dtype
         assert torch.all(out[~defined.to(out.device)] == 0), "step A output is zero outside the defined region"
     assert out.dtype == expected_dtype and out.device == call.args[0].device
-    cmp = compare(out, value, defined, family="lora", baseline=baseline.value, out_dtype=expected_dtype,
+    cmp = compare(out, value, defined, family="lora", baseline=baseline.baselines, out_dtype=expected_dtype,
                   what=info.name)
     assert cmp.ok, cmp.message
 

@@ -59,7 +59,7 @@ def test_attention_in_input_dtype(dtype, sample, device):
     q = call.args[0]
     assert out.dtype == q.dtype and out.device == q.device
     assert out.shape == (*q.shape[:-1], call.args[2].shape[-1]), "4-D in, 4-D out; v's head dim"
-    cmp = compare(out, value, defined, family="vision", baseline=baseline.value, out_dtype=q.dtype)
+    cmp = compare(out, value, defined, family="vision", baseline=baseline.baselines, out_dtype=q.dtype)
     assert cmp.ok, cmp.message
 
 

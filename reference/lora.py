@@ -57,6 +57,14 @@ class OracleResult:
 
     value: torch.Tensor
     defined: torch.Tensor
+    # faithful mode only: the same computation in other summation orders (fp32 vision) (see reference.tolerance,
+    # Note [Baseline orders]); ``compare(baseline=result.baselines)`` takes the worst of them
+    alternates: tuple = ()
+
+    @property
+    def baselines(self) -> tuple:
+        """``value`` and the alternates: every same-dtype computation the tolerance rule measures."""
+        return (self.value, *self.alternates)
 
 
 class _Arith:

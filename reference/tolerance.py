@@ -17,12 +17,25 @@ is the fallback.  NaN or inf in the defined region never passes.
 fp32 targets that compute ``tl.dot`` in TF32 declare ``precision="tf32"``; their baseline then
 rounds matmul inputs to TF32 (:func:`round_to_tf32`) so that a TF32 kernel is held to a TF32
 standard and an exact-fp32 kernel to an fp32 one.  The report states which precision was used.
+
+Note [Baseline orders]
+----------------------
+``err(baseline)`` is one sample of the dtype's rounding error, and over a small defined region
+(a handful of tokens) it is a noisy one.  Measured on vision attention in fp32 with logits x30
+(4 and 12+7 tokens, one head, D=16, TRITON_INTERPRET): the *same* torch fp32 computation with its
+sums in another, random order -- mathematically identical and equally valid -- failed the rule
+against the natural-order baseline in 7 of 400 and 22 of 300 draws.  That is the rule crying wolf,
+not a bug; the first main-job finding (F0001, our vision kernel in fp32 at 1.16x the allowance) was
+one of these.  ``compare`` therefore accepts several baselines and takes the worst: the faithful
+oracle's ``OracleResult.baselines``, which for fp32 vision holds the natural order and 7 others
+(reference.vision.FP32_BASELINE_ORDERS: with 8 orders, 0 of the same 700 draws failed).  K and
+the floor are unchanged, and every mutant of fuzz/mutants.py is still killed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -88,7 +101,7 @@ def compare(
     defined: torch.Tensor,
     *,
     family: str,
-    baseline: Optional[torch.Tensor] = None,
+    baseline: Optional[torch.Tensor | Sequence[torch.Tensor]] = None,
     out_dtype: Optional[torch.dtype] = None,
     locate: Optional[Callable[[tuple[int, ...]], dict]] = None,
     repro: str = "",
@@ -97,7 +110,7 @@ def compare(
     """Compare ``actual`` with the float64 oracle ``ref64`` over ``defined``.
 
     ``actual``: the target's output (any float dtype, same shape); ``baseline``: the faithful
-    same-dtype result (optional); ``locate(index)``: maps an output index to names such as
+    same-dtype result, or several (the worst counts: Note [Baseline orders]; optional); ``locate(index)``: maps an output index to names such as
     segment, slot, head, token, appended to the message; ``repro``: a line that reproduces it.
     """
     if tuple(actual.shape) != tuple(ref64.shape):
@@ -106,8 +119,6 @@ def compare(
         return _mismatch_header(f"{what} dtype", actual.dtype, out_dtype)
     if actual.device != ref64.device:
         ref64, defined = ref64.to(actual.device), defined.to(actual.device)
-        if baseline is not None:
-            baseline = baseline.to(actual.device)
     if family not in ERROR_MULTIPLIER:
         raise ValueError(f"family={family!r} is unknown; the only valid values are {sorted(ERROR_MULTIPLIER)}")
     dtype = actual.dtype
@@ -121,9 +132,11 @@ def compare(
     diff = torch.where(nonfinite, torch.full((), float("inf"), dtype=torch.float64, device=a.device), diff)
     err = float(diff.max())
     ref_abs = torch.where(defined, r.abs(), torch.zeros((), dtype=torch.float64, device=a.device))
-    if baseline is not None and dtype != torch.float64:
-        b = baseline.detach().to(torch.float64)
-        base_err = float(torch.where(defined, (b - r).abs(), torch.zeros((), dtype=torch.float64, device=a.device)).max())
+    baselines = () if baseline is None else (baseline,) if isinstance(baseline, torch.Tensor) else tuple(baseline)
+    if baselines and dtype != torch.float64:
+        zero = torch.zeros((), dtype=torch.float64, device=a.device)
+        base_err = max(float(torch.where(defined, (b.detach().to(a.device, torch.float64) - r).abs(), zero).max())
+                       for b in baselines)
         represent = torch.where(defined, (r.to(dtype).to(torch.float64) - r).abs(),
                                 torch.zeros((), dtype=torch.float64, device=a.device))
         floor = 2.0 * float(represent.max()) + ABS_FLOOR

@@ -3,7 +3,9 @@
 Non-causal softmax attention confined to each packed sequence.  ``flashinfer_cudnn_oracle`` returns
 the float64 output (or, with ``faithful=True``, the same computation with a flash kernel's rounding
 points in the input dtype: fp32 scores and softmax, probabilities rounded to the input dtype before
-the PV product, fp32 accumulation, output rounded) and the mask of covered tokens.
+the PV product, fp32 accumulation, output rounded) and the mask of covered tokens.  Faithful
+fp32 results carry the same computation in other summation orders (``OracleResult.alternates``;
+see reference.tolerance, Note [Baseline orders]).
 ``flashinfer_cudnn_attention`` has SGLang's forward signature and returns the input's dtype.
 
 Shapes: ``q``, ``k`` (T,H,D) or (b,s,H,D); ``v`` (T,H,Dv); output (T,H,Dv) (4-D in, 4-D out).
@@ -28,7 +30,9 @@ from .vision_metadata import (
 
 __all__ = [
     "VisionAttentionMetadata",
+    "FP32_BASELINE_ORDERS",
     "attention_block",
+    "baseline_orders",
     "flashinfer_cudnn_attention",
     "flashinfer_cudnn_oracle",
     "prepare_flashinfer_cudnn_metadata",
@@ -39,13 +43,18 @@ _SCORE_BLOCK_BYTES = 256 * 2**20
 
 
 def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, *, faithful: bool | str,
-                    out_dtype: torch.dtype) -> torch.Tensor:
+                    out_dtype: torch.dtype, order: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
     """softmax(q k^T * scale) v for one sequence.
 
     q (n,H,D), k (n,H,D), v (n,H,Dv) -> (n,H,Dv) in float64, or ``out_dtype`` when faithful.
+    ``order``: (head-dim permutation (D,), key permutation (n,)): the same result with the sums of
+    q k^T, the softmax and the PV product taken in another order (see :func:`baseline_orders`).
     """
     if faithful not in (False, True, "tf32"):
         raise ValueError(f"faithful={faithful!r} is invalid; the only valid values are False, True, 'tf32'")
+    if order is not None:
+        dims, keys = order
+        q, k, v = q[..., dims], k[keys][..., dims], v[keys]
     compute = torch.float32 if faithful else torch.float64
     mm = round_to_tf32 if faithful == "tf32" else (lambda t: t)  # tl.dot's fp32 operands on GPUs
     n, H, _ = q.shape
@@ -65,11 +74,31 @@ def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     return out
 
 
+# Note [Baseline orders] (reference.tolerance): fp32 baselines are taken in this many summation
+# orders and the worst counts.  Measured (TRITON_INTERPRET, fp32, logits x30, one head, D=16): with
+# 1 order, torch fp32 itself in a random order failed the rule in 7/400 (4 tokens) and 22/300
+# (12+7 tokens) draws; 2 orders 4/400 and 7/300; 4 orders 1/400 and 2/300; 8 orders 0/400, 0/300.
+FP32_BASELINE_ORDERS = 8
+
+
+def baseline_orders(n: int, d: int, count: int, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``count - 1`` (head-dim, key) permutations besides the natural order: the reverse order, then
+    fixed pseudo-random ones (a seeded generator: the same baselines on every run)."""
+    if count <= 1:
+        return []
+    orders = [(torch.arange(d - 1, -1, -1), torch.arange(n - 1, -1, -1))]
+    gen = torch.Generator().manual_seed(n * 1009 + d)
+    orders += [(torch.randperm(d, generator=gen), torch.randperm(n, generator=gen)) for _ in range(count - 2)]
+    return [(a.to(device), b.to(device)) for a, b in orders]
+
+
 def _run(plan: VisionPlan, faithful: bool) -> OracleResult:
     q, k, v = plan.q, plan.k, plan.v
     T, H, Dv = q.shape[0], q.shape[1], v.shape[2]
     dtype = q.dtype if faithful else torch.float64
     value = torch.zeros(T, H, Dv, dtype=dtype, device=q.device)
+    n_orders = FP32_BASELINE_ORDERS if faithful and q.dtype == torch.float32 else 1
+    reordered = [torch.zeros_like(value) for _ in range(n_orders - 1)]  # Note [Baseline orders]
     defined = torch.zeros(T, H, Dv, dtype=torch.bool, device=q.device)
     skip = set(plan.undefined)
     if not plan.all_undefined:
@@ -80,6 +109,9 @@ def _run(plan: VisionPlan, faithful: bool) -> OracleResult:
             qs, vs, os = int(plan.qk_start[b]), int(plan.v_start[b]), int(plan.o_start[b])
             value[os:os + n] = attention_block(q[qs:qs + n], k[qs:qs + n], v[vs:vs + n], plan.scale,
                                                faithful=faithful, out_dtype=dtype)
+            for alt, order in zip(reordered, baseline_orders(n, q.shape[2], n_orders, q.device)):
+                alt[os:os + n] = attention_block(q[qs:qs + n], k[qs:qs + n], v[vs:vs + n], plan.scale,
+                                                 faithful=faithful, out_dtype=dtype, order=order)
             defined[os:os + n] = True
         for b in skip:  # an unspecified sequence may overwrite outputs that another one defined
             n, os = int(plan.lengths[b]), int(plan.o_start[b])
@@ -88,7 +120,8 @@ def _run(plan: VisionPlan, faithful: bool) -> OracleResult:
     if plan.reshape_batch is not None:
         value = value.unflatten(0, (plan.reshape_batch, -1))
         defined = defined.unflatten(0, (plan.reshape_batch, -1))
-    return OracleResult(value, defined)
+        reordered = [alt.unflatten(0, (plan.reshape_batch, -1)) for alt in reordered]
+    return OracleResult(value, defined, tuple(reordered))
 
 
 def flashinfer_cudnn_oracle(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None, *,

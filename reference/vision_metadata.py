@@ -34,6 +34,7 @@ __all__ = [
     "check_attention_operands",
     "prepare_flashinfer_cudnn_metadata",
     "resolve_flashinfer_cudnn",
+    "select_metadata",
 ]
 
 # batch sizes are padded up to one of these (then to a multiple of the first)
@@ -173,11 +174,9 @@ def _host_int64(sequence_lengths: torch.Tensor, packed: torch.Tensor) -> tuple[t
     return seq.to("cpu", torch.int64), flat.to("cpu", torch.int64)
 
 
-def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_metadata=None, *,
-                             strict: Optional[bool] = None, **kwargs) -> VisionPlan:
-    """SGLang's resolution order (SPEC.md part 2), then strict validation, as a plan."""
-    strict = resolve_strict(strict)
-    # 1-3: where the metadata comes from
+def select_metadata(cu_seqlens, forward_metadata, kwargs) -> tuple[object, object, int]:
+    """Steps 1-4 of SGLang's resolution: (sequence_lengths, packed indptrs, max_seqlen as an int),
+    from ``forward_metadata`` when it carries packed indptrs, else from ``cu_seqlens`` and kwargs."""
     if forward_metadata is not None and getattr(forward_metadata, "packed_indptrs", None) is not None:
         sequence_lengths = forward_metadata.sequence_lengths
         packed = forward_metadata.packed_indptrs
@@ -191,7 +190,14 @@ def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_me
         packed = cu_seqlens
         max_seqlen = kwargs["max_seqlen"]
     # 4: max_seqlen becomes a Python int (int or 0-d / 1-element tensor, CPU or GPU)
-    max_seqlen = _max_seqlen_int(max_seqlen)
+    return sequence_lengths, packed, _max_seqlen_int(max_seqlen)
+
+
+def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_metadata=None, *,
+                             strict: Optional[bool] = None, **kwargs) -> VisionPlan:
+    """SGLang's resolution order (SPEC.md part 2), then strict validation, as a plan."""
+    strict = resolve_strict(strict)
+    sequence_lengths, packed, max_seqlen = select_metadata(cu_seqlens, forward_metadata, kwargs)
     reshape_batch = None
     if q.dim() == 4:
         reshape_batch = q.shape[0]

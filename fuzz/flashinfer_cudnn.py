@@ -1,0 +1,215 @@
+"""The ``flashinfer-cudnn`` target: SGLang's ``flashinfer_cudnn`` wrapper semantics over the real
+engine, FlashInfer's ``cudnn_batch_prefill_with_kv_cache`` (cuDNN SDPA).
+
+Note [The flashinfer-cudnn target]
+----------------------------------
+SGLang's ``VisionFlashInferAttention.forward`` is a thin wrapper: resolve the metadata (SPEC.md
+part 2, the six upstream messages in order: :func:`reference.vision_metadata.resolve_flashinfer_cudnn`
+with ``strict=False``, which raises exactly what SGLang raises), flatten 4-D inputs, split the
+``3*(B+1)`` packed **element** indptrs into qk / v / o views shaped ``(B+1,1,1,1)``, and call
+the engine with ``actual_seq_lens_q = actual_seq_lens_kv = sequence_lengths`` as ``(B,1,1,1)``,
+``max_token_per_sequence = max_sequence_kv = max_seqlen``, ``causal=False``, ``return_lse=True``,
+``batch_offsets_k = batch_offsets_q`` and ``is_cuda_graph_compatible=True``.  This module does
+the same (our code, written from that description), so the suite can run our reference and our
+Triton kernel against the code users actually run.
+
+``return_lse``: SGLang asks for the log-sum-exp.  cuDNN backends before 9.26 refuse that graph
+for ragged outputs ("a non-ragged Stats output must be a packed BHSD tensor").  The target probes
+once, with SGLang's call, when it is built; if the engine refuses, the target says so in its
+``reason`` (versions and the engine's own message) and runs with ``return_lse=False``, which
+produces the same output tensor.  A refusal seen later, on a call, switches to the same fallback.
+
+Availability: FlashInfer and the cuDNN frontend must import and the device must be CUDA;
+otherwise the target is unavailable and says why.  fp32 is excluded (cuDNN SDPA takes fp16/bf16).
+The target implements no strict validation (like SGLang): run campaigns on it with
+``--upstream-contracts-only``, because malformed offsets reach the engine unchecked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator, Optional
+
+import torch
+
+__all__ = ["WORKSPACE_BYTES", "FlashInferCudnn", "engine_versions", "flashinfer_cudnn_target"]
+
+# SGLang's vision backends share a workspace buffer; FlashInfer documents 128 MB as sufficient for
+# typical prefill workloads.
+WORKSPACE_BYTES = 128 * 2**20
+
+
+def engine_versions() -> dict:
+    """Versions of what the engine runs on (missing pieces are reported as such)."""
+    out = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    try:
+        import flashinfer
+
+        out["flashinfer"] = getattr(flashinfer, "__version__", "?")
+    except Exception as exc:  # noqa: BLE001 - reported, not swallowed
+        out["flashinfer"] = f"unavailable ({type(exc).__name__}: {exc})"
+    try:
+        import cudnn
+
+        out["cudnn_frontend"] = getattr(cudnn, "__version__", "?")
+        backend = getattr(cudnn, "backend_version", None)
+        out["cudnn_backend"] = _cudnn_version_string(backend()) if callable(backend) else "?"
+    except Exception as exc:  # noqa: BLE001
+        out["cudnn_frontend"] = f"unavailable ({type(exc).__name__}: {exc})"
+    if torch.backends.cudnn.is_available():
+        out["torch_cudnn"] = _cudnn_version_string(torch.backends.cudnn.version())
+    return out
+
+
+def _cudnn_version_string(v) -> str:
+    """91900 -> '9.19.0' (cuDNN 9 encodes major*10000 + minor*100 + patch)."""
+    try:
+        v = int(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v >= 10000 else str(v)
+
+
+class FlashInferCudnn:
+    """One engine binding per device: the wrapper, the return_lse state and the output poison switch."""
+
+    def __init__(self, device: torch.device, prefill) -> None:
+        self.device = device
+        self._prefill = prefill
+        self._workspace: Optional[torch.Tensor] = None
+        self.return_lse = True  # SGLang's call; False after a refusal (see the module note)
+        self.lse_refusal: Optional[str] = None
+        self._poison = False
+
+    # -- the SGLang signature -----------------------------------------------------------------
+    def flashinfer_cudnn_attention(self, q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None,
+                                   forward_metadata=None, **kwargs) -> torch.Tensor:
+        """SGLang's ``VisionFlashInferAttention.forward`` on FlashInfer's cuDNN prefill."""
+        return self.prepare(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale, forward_metadata, **kwargs)()
+
+    def prepare(self, q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,
+                **kwargs) -> Callable[[], torch.Tensor]:
+        """SGLang's wrapper steps (contract, flattening, indptr views), returning the engine call
+        as a closure: ``prepare(...)()`` is the forward; the closure alone times the engine."""
+        from reference.vision_metadata import resolve_flashinfer_cudnn, select_metadata
+
+        kwargs.pop("strict", None)  # SGLang has no strict validation
+        # the upstream contract, in SGLang's order (raises its exact types and messages)
+        resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata, strict=False, **kwargs)
+        sequence_lengths, packed, max_seqlen = select_metadata(cu_seqlens, forward_metadata, kwargs)
+        reshape_batch = q.shape[0] if q.dim() == 4 else None
+        if reshape_batch is not None:
+            q, k, v = (x.flatten(0, 1) for x in (q, k, v))
+        lens = sequence_lengths.reshape(-1).to(device=q.device, dtype=torch.int32)
+        B = int(lens.numel())
+        flat = packed.reshape(-1).to(device=q.device, dtype=torch.int32)
+        qk_ind, v_ind, o_ind = (flat[i * (B + 1):(i + 1) * (B + 1)].view(B + 1, 1, 1, 1) for i in range(3))
+        scale = float(softmax_scale if softmax_scale is not None else q.shape[2] ** -0.5)
+        call = dict(max_token_per_sequence=max_seqlen, max_sequence_kv=max_seqlen,
+                    actual_seq_lens_q=lens.view(B, 1, 1, 1), actual_seq_lens_kv=lens.view(B, 1, 1, 1),
+                    causal=False, batch_offsets_q=qk_ind, batch_offsets_k=qk_ind, batch_offsets_v=v_ind,
+                    batch_offsets_o=o_ind, is_cuda_graph_compatible=True)
+        poison = self._poison
+
+        def run() -> torch.Tensor:
+            out = None
+            if poison:  # the same call with an output buffer full of NaN: unwritten tokens stay NaN
+                out = torch.full((q.shape[0], q.shape[1], v.shape[2]), float("nan"), dtype=q.dtype,
+                                 device=q.device)
+            output = self._run(q, k, v, scale, {**call, "out": out})
+            return output if reshape_batch is None else output.unflatten(0, (reshape_batch, -1))
+
+        return run
+
+    def _run(self, q, k, v, scale: float, call: dict) -> torch.Tensor:
+        if self.return_lse:
+            try:
+                return self._prefill(q, k, v, scale, self.workspace(), return_lse=True, **call)[0]
+            except Exception as exc:  # noqa: BLE001 - retried without the LSE, refusal recorded
+                first = exc
+            output = self._prefill(q, k, v, scale, self.workspace(), return_lse=False, **call)[0]
+            self.note_refusal(first)  # the LSE was the only difference: record it, fall back for good
+            return output
+        return self._prefill(q, k, v, scale, self.workspace(), return_lse=False, **call)[0]
+
+    def note_refusal(self, exc: BaseException) -> None:
+        self.return_lse = False
+        self.lse_refusal = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+    def workspace(self) -> torch.Tensor:
+        if self._workspace is None:
+            self._workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
+        return self._workspace
+
+    @contextlib.contextmanager
+    def poisoned_output(self, family: str = "vision") -> Iterator[None]:
+        old, self._poison = self._poison, family == "vision"
+        try:
+            yield
+        finally:
+            self._poison = old
+
+    # -- the probe ------------------------------------------------------------------------------
+    def probe(self) -> None:
+        """SGLang's exact call on a tiny bf16 batch (2 ragged sequences plus a padded entry), so the
+        return_lse verdict is known before any test runs."""
+        from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+
+        gen = torch.Generator().manual_seed(0)
+        H, D = 2, 64
+        q, k, v = (torch.randn(40, H, D, generator=gen).to(self.device, torch.bfloat16) for _ in range(3))
+        md = prepare_flashinfer_cudnn_metadata([0, 17, 40], self.device, elem_per_token=H * D)
+        self.flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
+        torch.cuda.synchronize(self.device)
+
+    def describe(self) -> str:
+        v = engine_versions()
+        where = (f"FlashInfer {v.get('flashinfer')}, cuDNN frontend {v.get('cudnn_frontend')}, "
+                 f"cuDNN backend {v.get('cudnn_backend', '?')}, torch {v['torch']} (CUDA {v['cuda']})")
+        if self.lse_refusal is None:
+            return f"{where}: SGLang's call (return_lse=True) runs as is"
+        return (f"{where}: the engine refuses SGLang's call with return_lse=True ({self.lse_refusal}); "
+                "this target runs return_lse=False instead (the same output tensor, no LSE)")
+
+
+_ENGINES: dict = {}
+
+
+def flashinfer_cudnn_target(device):
+    """The Target (see fuzz.targets), or an unavailable one that says why."""
+    from .problems import LORA_ENTRY
+    from .targets import Target, _unavailable
+
+    name = "flashinfer-cudnn"
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return _unavailable(name, f"FlashInfer's cuDNN prefill runs on CUDA GPUs only; device={device!s} "
+                                  "(run with --device cuda on a GPU machine)")
+    if not torch.cuda.is_available():
+        return _unavailable(name, "no CUDA device is visible (torch.cuda.is_available() is False)")
+    try:
+        from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
+    except Exception as exc:  # noqa: BLE001 - the reason is the report
+        return _unavailable(name, f"import flashinfer.cudnn failed: {type(exc).__name__}: {exc} "
+                                  "(install the wheels: bash scripts/flashinfer_wheels.sh install)")
+    try:
+        import cudnn  # noqa: F401 - the frontend the engine builds its graphs with
+    except Exception as exc:  # noqa: BLE001
+        return _unavailable(name, f"import cudnn (nvidia-cudnn-frontend) failed: {type(exc).__name__}: {exc}")
+    key = str(dev)
+    if key not in _ENGINES:
+        engine = FlashInferCudnn(dev, cudnn_batch_prefill_with_kv_cache)
+        try:
+            engine.probe()
+        except Exception as exc:  # noqa: BLE001 - even return_lse=False failed: nothing runs
+            return _unavailable(name, f"{engine.describe()}; the probe call failed: {type(exc).__name__}: "
+                                      f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+        _ENGINES[key] = engine
+    engine = _ENGINES[key]
+    t = Target(name, {"vision": engine.flashinfer_cudnn_attention}, precision="ieee", strict=False,
+               excluded_dtypes={"float32": "cuDNN SDPA takes float16 and bfloat16 only"},
+               poison=engine.poisoned_output,
+               notes={op: "flashinfer-cudnn is a vision peer only" for op in LORA_ENTRY},
+               status=engine.describe)
+    t.reason = engine.describe()
+    return t
