@@ -19,6 +19,17 @@ once, with SGLang's call, when it is built; if the engine refuses, the target sa
 ``reason`` (versions and the engine's own message) and runs with ``return_lse=False``, which
 produces the same output tensor.  A refusal seen later, on a call, switches to the same fallback.
 
+Graph-cache hazard: FlashInfer caches one cuDNN graph per key
+(``flashinfer.cudnn.prefill._sdpa_prefill_key_fn``: batch size, max sequence lengths, heads,
+head dims, dtype, scale, ...) but the graph also bakes in every tensor's strides and v's head dim,
+which the key omits (for 3-D v it even takes ``d_vo`` from k).  A later call with the same key and
+another layout replays the stale graph: measured on the H200 (fuzz/triage_flashinfer_cudnn.py),
+wrong output everywhere for a strided v after a contiguous one or a 48-wide v after a 64-wide one,
+and an illegal memory access the other way round.  The target remembers the layout each key was
+built for (mirroring the engine's 256-entry cache) and raises :class:`GraphCacheHazard`, naming
+the key and the layout change, instead of returning that garbage; ``guard=False`` replays as the
+engine does (for the tests that pin the bug down).
+
 Availability: FlashInfer and the cuDNN frontend must import and the device must be CUDA;
 otherwise the target is unavailable and says why.  fp32 is excluded (cuDNN SDPA takes fp16/bf16).
 The target implements no strict validation (like SGLang): run campaigns on it with
@@ -32,11 +43,18 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-__all__ = ["WORKSPACE_BYTES", "FlashInferCudnn", "engine_versions", "flashinfer_cudnn_target"]
+__all__ = ["GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn", "GraphCacheHazard", "engine_versions",
+           "flashinfer_cudnn_target"]
 
 # SGLang's vision backends share a workspace buffer; FlashInfer documents 128 MB as sufficient for
 # typical prefill workloads.
 WORKSPACE_BYTES = 128 * 2**20
+# cudnn.graph_cache's default maxsize (nvidia-cudnn-frontend 1.28): the oldest key is evicted first
+GRAPH_CACHE_SIZE = 256
+
+
+class GraphCacheHazard(RuntimeError):
+    """The engine would replay a cuDNN graph built for another layout under the same cache key."""
 
 
 def engine_versions() -> dict:
@@ -73,9 +91,11 @@ def _cudnn_version_string(v) -> str:
 class FlashInferCudnn:
     """One engine binding per device: the wrapper, the return_lse state and the output poison switch."""
 
-    def __init__(self, device: torch.device, prefill) -> None:
+    def __init__(self, device: torch.device, prefill, *, guard: bool = True) -> None:
         self.device = device
         self._prefill = prefill
+        self.guard = guard
+        self._layouts: dict = {}  # the engine's graph key -> the layout its graph was built for
         self._workspace: Optional[torch.Tensor] = None
         self.return_lse = True  # SGLang's call; False after a refusal (see the module note)
         self.lse_refusal: Optional[str] = None
@@ -110,16 +130,44 @@ class FlashInferCudnn:
                     causal=False, batch_offsets_q=qk_ind, batch_offsets_k=qk_ind, batch_offsets_v=v_ind,
                     batch_offsets_o=o_ind, is_cuda_graph_compatible=True)
         poison = self._poison
+        key = (B, q.dtype, max_seqlen, q.shape[1], q.shape[2], k.shape[1], k.shape[2], float(scale))
+        layout = {"q strides": tuple(q.stride()), "k strides": tuple(k.stride()), "v strides": tuple(v.stride()),
+                  "v head dim": v.shape[2]}
 
         def run() -> torch.Tensor:
+            self._check_graph_key(key, layout)
             out = None
             if poison:  # the same call with an output buffer full of NaN: unwritten tokens stay NaN
                 out = torch.full((q.shape[0], q.shape[1], v.shape[2]), float("nan"), dtype=q.dtype,
                                  device=q.device)
             output = self._run(q, k, v, scale, {**call, "out": out})
+            self._remember(key, layout)
             return output if reshape_batch is None else output.unflatten(0, (reshape_batch, -1))
 
         return run
+
+    def _check_graph_key(self, key: tuple, layout: dict) -> None:
+        """Raise GraphCacheHazard when ``key`` was built for another layout (see the module note)."""
+        seen = self._layouts.get(key)
+        if seen is None:
+            return
+        changed = [f"{name} {seen[name]} then {layout[name]}" for name in layout if seen[name] != layout[name]]
+        if changed and self.guard:
+            B, dtype, max_seqlen, H, D, _, _, scale = key
+            raise GraphCacheHazard(
+                f"flashinfer-cudnn: FlashInfer {engine_versions().get('flashinfer')} would replay the cuDNN graph "
+                f"built for an earlier call with the same cache key (batch {B}, max_seqlen {max_seqlen}, {H} heads, "
+                f"head dim {D}, {str(dtype).replace('torch.', '')}, scale {scale:g}) but another layout ("
+                + "; ".join(changed) + "): its key omits strides and takes v's head dim from k "
+                "(flashinfer.cudnn.prefill._sdpa_prefill_key_fn), so the output would be wrong or the "
+                "kernel would read out of bounds. A known engine bug: see docs/flashinfer_cudnn.md.")
+
+    def _remember(self, key: tuple, layout: dict) -> None:
+        """After a call that built (or replayed) the graph of ``key``: the layout it was built for."""
+        if key not in self._layouts:
+            if len(self._layouts) >= GRAPH_CACHE_SIZE:
+                self._layouts.pop(next(iter(self._layouts)))
+            self._layouts[key] = layout
 
     def _run(self, q, k, v, scale: float, call: dict) -> torch.Tensor:
         if self.return_lse:

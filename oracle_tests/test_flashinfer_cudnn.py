@@ -3,17 +3,30 @@ semantics (target ``flashinfer-cudnn``, :mod:`fuzz.flashinfer_cudnn`).
 
 The same cases as our kernel's tests (oracle_tests/_vision_cases.py), run on the engine with a
 NaN-poisoned output buffer against the float64 oracle under the tolerance rule, plus a three-way
-run (oracle, our Triton kernel, the engine) on the benchmark shapes and the upstream error
-contracts.  Without a GPU, FlashInfer or the cuDNN frontend the target is unavailable: the one
-CPU test checks that it says so, and the GPU tests skip with the target's own reason.
+run (oracle, our Triton kernel, the engine) on the benchmark shapes, the upstream error contracts,
+and the engine bugs found so far as strict xfails (they turn into failures the day they are fixed).
+Without a GPU, FlashInfer or the cuDNN frontend the target is unavailable: a CPU test checks that
+it says so, and the GPU tests skip with the target's own reason.  On the CPU the wrapper itself
+(arguments, return_lse fallback, graph-cache guard, poison) runs against a model of the engine's
+documented call semantics (:func:`_model_engine`).
+
+Note [One graph key per layout]: FlashInfer replays a cached cuDNN graph for any call with the same
+key, whatever the strides or v's head dim (see fuzz/flashinfer_cudnn.py), and the target refuses
+such a call.  Cases whose layout differs from the contiguous one therefore get a head count no other
+case uses (:data:`OWN_KEY_HEADS`), so each builds its own graph.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from fuzz.targets import resolve_target
+from fuzz.flashinfer_cudnn import FlashInferCudnn, GraphCacheHazard
+from fuzz.targets import Target, resolve_target
+from reference.vision import attention_block
+from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 from reference.contracts import contract, expected_message
 from reference.tolerance import compare
 from reference.vision import flashinfer_cudnn_oracle
@@ -32,6 +45,15 @@ from ._vision_cases import (
 )
 
 HALF = ("bf16", "fp16")  # cuDNN SDPA takes no fp32
+
+# Note [One graph key per layout]: case name -> a head count of its own
+OWN_KEY_HEADS = {"v inside an interleaved qkv buffer": 5, "Dv != D (64 -> 48)": 6,
+                 "qkv-strided v, reversed outputs at size": 12}
+
+
+def own_key(case: Case) -> Case:
+    heads = OWN_KEY_HEADS.get(case.name)
+    return case if heads is None else dataclasses.replace(case, heads=heads)
 
 
 @pytest.fixture
@@ -76,7 +98,7 @@ def test_head_dims(request, device, engine, prec, head_dim):
 @pytest.mark.parametrize("prec", HALF)
 @pytest.mark.parametrize("case", EDGE_CASES, ids=repr)
 def test_edge_layouts(request, device, engine, case, prec):
-    args, kwargs = build(case, PRECISIONS[prec][0], device, _gen(request))
+    args, kwargs = build(own_key(case), PRECISIONS[prec][0], device, _gen(request))
     check_against_oracle(args, kwargs, baseline_mode=True, repro=request.node.nodeid, target=engine)
 
 
@@ -84,7 +106,7 @@ def test_edge_layouts(request, device, engine, case, prec):
 @pytest.mark.parametrize("prec", HALF)
 @pytest.mark.parametrize("case", SLOW_CASES, ids=repr)
 def test_realistic_shapes(request, device, engine, case, prec):
-    args, kwargs = build(case, PRECISIONS[prec][0], device, _gen(request))
+    args, kwargs = build(own_key(case), PRECISIONS[prec][0], device, _gen(request))
     check_against_oracle(args, kwargs, baseline_mode=True, repro=request.node.nodeid, target=engine)
 
 
@@ -125,3 +147,156 @@ def test_unwritten_tokens_stay_poisoned(request, device, engine):
     args, kwargs = build(Case("gaps", (6, 13, 40), layout="gaps"), torch.bfloat16, device, _gen(request))
     res = check_against_oracle(args, kwargs, baseline_mode=True, target=engine)
     assert res.total == (6 + 13 + 40) * 2 * 64
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine's bugs, pinned down (GPU): strict xfails, so a fixed engine fails these loudly
+
+
+def _unguarded(device) -> FlashInferCudnn:
+    from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
+
+    return FlashInferCudnn(torch.device(device), cudnn_batch_prefill_with_kv_cache, guard=False)
+
+
+def _check_engine_output(eng, args, kwargs):
+    with eng.poisoned_output():
+        out = eng.flashinfer_cudnn_attention(*args, **kwargs)
+    ref = flashinfer_cudnn_oracle(*args, **kwargs)
+    faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=True)
+    res = compare(out, ref.value, ref.defined.to(out.device), family="vision", baseline=faithful.baselines)
+    assert res.ok, res.message
+
+
+def test_guard_refuses_a_stale_graph(request, device, engine):
+    """Same key, contiguous v then a strided v: the target raises GraphCacheHazard, naming the change."""
+    gen = _gen(request)
+    first = build(Case("contiguous", (12, 21), heads=7), torch.bfloat16, device, gen)
+    check_against_oracle(*first, baseline_mode=True, target=engine)
+    args, kwargs = build(Case("strided v", (12, 21), heads=7, layout="qkv_v"), torch.bfloat16, device, gen)
+    with pytest.raises(GraphCacheHazard, match=r"v strides \(448, 64, 1\) then \(1344, 64, 1\)"):
+        engine.entry("vision")(*args, **kwargs)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="FlashInfer 0.6.18 bug: _sdpa_prefill_key_fn omits strides, so a graph built for a "
+                          "contiguous v is replayed for a strided one (wrong output)")
+def test_engine_replays_a_graph_built_for_another_v_stride(request, device, engine):
+    eng = _unguarded(device)
+    gen = _gen(request)
+    first_args, first_kwargs = build(Case("contiguous", (12, 21), heads=9), torch.bfloat16, device, gen)
+    eng.flashinfer_cudnn_attention(*first_args, **first_kwargs)
+    args, kwargs = build(Case("strided v", (12, 21), heads=9, layout="qkv_v"), torch.bfloat16, device, gen)
+    _check_engine_output(eng, args, kwargs)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="FlashInfer 0.6.18 bug: _sdpa_prefill_key_fn takes v's head dim from k, so a graph built "
+                          "for Dv=48 is replayed for Dv=64 (wrong output)")
+def test_engine_replays_a_graph_built_for_another_v_head_dim(request, device, engine):
+    eng = _unguarded(device)
+    gen = _gen(request)
+    first_args, first_kwargs = build(Case("Dv=48", (12, 21), heads=10, v_dim=48), torch.bfloat16, device, gen)
+    eng.flashinfer_cudnn_attention(*first_args, **first_kwargs)
+    args, kwargs = build(Case("Dv=64", (12, 21), heads=10), torch.bfloat16, device, gen)
+    _check_engine_output(eng, args, kwargs)
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError,
+                   reason="cuDNN 9.19 via FlashInfer 0.6.18: a batch with no tokens fails with "
+                          "CUDNN_STATUS_BAD_PARAM_NULL_POINTER (empty tensors have null data pointers); the contract "
+                          "returns an empty output")
+def test_engine_on_an_empty_batch(request, device, engine):
+    q = torch.empty(0, 1, 80, dtype=torch.float16, device=device)
+    md = prepare_flashinfer_cudnn_metadata([0], device, elem_per_token=80)
+    out = engine.entry("vision")(q, q, q, None, None, None, forward_metadata=md)
+    assert out.shape == (0, 1, 80)
+
+
+# ---------------------------------------------------------------------------------------------
+# the wrapper on the CPU, against a model of the engine's documented call
+
+
+class _Refused(RuntimeError):
+    pass
+
+
+def _model_engine(calls: list, refuse_lse: bool):
+    """``cudnn_batch_prefill_with_kv_cache`` as FlashInfer documents it, in float64 torch: per
+    batch entry b, ``actual_seq_lens_q[b]`` tokens starting ``batch_offsets_*[b]`` elements into
+    each tensor (element offsets: token offset x the tensor's token stride), non-causal."""
+
+    def prefill(q, k, v, scale, workspace, *, max_token_per_sequence, max_sequence_kv, actual_seq_lens_q,
+                actual_seq_lens_kv, causal, return_lse, batch_offsets_q, batch_offsets_k, batch_offsets_v,
+                batch_offsets_o, is_cuda_graph_compatible, out=None):
+        calls.append({"return_lse": return_lse, "causal": causal, "graph": is_cuda_graph_compatible,
+                      "max": (max_token_per_sequence, max_sequence_kv), "lens_shape": tuple(actual_seq_lens_q.shape),
+                      "offsets_shape": tuple(batch_offsets_q.shape), "k_is_q": batch_offsets_k is batch_offsets_q})
+        if return_lse and refuse_lse:
+            raise _Refused("For cuDNN version below 9.26.0, a non-ragged Stats output must be a packed BHSD tensor.")
+        T, H, Dv = q.shape[0], q.shape[1], v.shape[2]
+        if out is None:
+            out = torch.zeros(T, H, Dv, dtype=q.dtype, device=q.device)
+        for b in range(actual_seq_lens_q.shape[0]):
+            n = int(actual_seq_lens_q.flatten()[b])
+            if n == 0:
+                continue
+            qs = int(batch_offsets_q.flatten()[b]) // q.stride(0)
+            vs = int(batch_offsets_v.flatten()[b]) // v.stride(0)
+            os_ = int(batch_offsets_o.flatten()[b]) // (H * Dv)
+            out[os_:os_ + n] = attention_block(q[qs:qs + n], k[qs:qs + n], v[vs:vs + n], scale, faithful=False,
+                                               out_dtype=torch.float64).to(out.dtype)
+        return out, (torch.zeros(1) if return_lse else None)
+
+    return prefill
+
+
+def _model_target(refuse_lse: bool = True):
+    calls: list = []
+    eng = FlashInferCudnn(torch.device("cpu"), _model_engine(calls, refuse_lse))
+    eng.workspace = lambda: None  # the model needs no workspace (skip the 128 MiB allocation)
+    target = Target("flashinfer-cudnn (engine model)", {"vision": eng.flashinfer_cudnn_attention},
+                    strict=False, poison=eng.poisoned_output)
+    return eng, target, calls
+
+
+@pytest.mark.parametrize("case", EDGE_CASES, ids=repr)
+def test_wrapper_against_the_engine_model(request, case):
+    """SGLang's call as the wrapper builds it: element offsets, (B,1,1,1) lengths, non-causal,
+    k sharing q's offsets, the graph-safe flag; the output lands where the contract says."""
+    eng, target, calls = _model_target()
+    args, kwargs = build(own_key(case), torch.float16, "cpu", _gen(request))
+    check_against_oracle(args, kwargs, baseline_mode=True, target=target)
+    last = calls[-1]
+    assert not last["causal"] and last["graph"] and last["k_is_q"]
+    assert last["lens_shape"][1:] == (1, 1, 1) and last["offsets_shape"] == (last["lens_shape"][0] + 1, 1, 1, 1)
+
+
+def test_wrapper_falls_back_from_return_lse_and_says_so():
+    eng, target, calls = _model_target(refuse_lse=True)
+    args, kwargs = build(Case("small", (5, 9)), torch.float16, "cpu", torch.Generator().manual_seed(1))
+    target.entry("vision")(*args, **kwargs)
+    target.entry("vision")(*args, **kwargs)
+    assert [c["return_lse"] for c in calls] == [True, False, False]  # SGLang's call once, then the fallback
+    status = eng.describe()
+    assert "refuses SGLang's call with return_lse=True (_Refused: For cuDNN version below 9.26.0" in status
+    assert "runs return_lse=False instead" in status
+
+
+def test_wrapper_keeps_return_lse_when_the_engine_accepts_it():
+    eng, target, calls = _model_target(refuse_lse=False)
+    args, kwargs = build(Case("small", (5, 9)), torch.float16, "cpu", torch.Generator().manual_seed(1))
+    target.entry("vision")(*args, **kwargs)
+    assert [c["return_lse"] for c in calls] == [True] and "runs as is" in eng.describe()
+
+
+def test_wrapper_guard_names_the_layout_change():
+    eng, target, _ = _model_target()
+    gen = torch.Generator().manual_seed(2)
+    first_args, first_kwargs = build(Case("a", (5, 9)), torch.float16, "cpu", gen)
+    target.entry("vision")(*first_args, **first_kwargs)
+    args, kwargs = build(Case("b", (5, 9), v_dim=48), torch.float16, "cpu", gen)
+    with pytest.raises(GraphCacheHazard, match="v head dim 64 then 48"):
+        target.entry("vision")(*args, **kwargs)
+    eng.guard = False  # the engine's own behaviour: no error (the model has no stale graph to replay)
+    target.entry("vision")(*args, **kwargs)
