@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .campaign import FAMILY_OF
 
     parser.add_argument("--target", required=True,
-                        help="reference, triton, sglang, torch-varlen, flashinfer-cudnn, mutant:NAME or package.module[:attr]")
+                        help="reference, triton, sglang, torch-varlen, flashinfer-cudnn, mutant:NAME or "
+                             "package.module[:attr]")
     parser.add_argument("--op", required=True, choices=sorted(FAMILY_OF), help="lora, vision or one LoRA op")
     amount = parser.add_mutually_exclusive_group()
     amount.add_argument("--budget", type=int, default=None, metavar="N",

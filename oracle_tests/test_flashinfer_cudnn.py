@@ -120,7 +120,8 @@ def test_three_way_on_benchmark_shapes(request, device, engine, case, record_pro
     args, kwargs = build(case, torch.bfloat16, device, _gen(request))
     ref = flashinfer_cudnn_oracle(*args, **kwargs)
     faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=True)
-    outs = {"triton": kv.flashinfer_cudnn_attention(*args, **kwargs), "flashinfer-cudnn": engine.entry("vision")(*args, **kwargs)}
+    outs = {"triton": kv.flashinfer_cudnn_attention(*args, **kwargs),
+            "flashinfer-cudnn": engine.entry("vision")(*args, **kwargs)}
     for name, out in outs.items():
         res = compare(out, ref.value, ref.defined.to(out.device), family="vision", baseline=faithful.baselines,
                       out_dtype=torch.bfloat16, what=name)

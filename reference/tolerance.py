@@ -110,8 +110,9 @@ def compare(
     """Compare ``actual`` with the float64 oracle ``ref64`` over ``defined``.
 
     ``actual``: the target's output (any float dtype, same shape); ``baseline``: the faithful
-    same-dtype result, or several (the worst counts: Note [Baseline orders]; optional); ``locate(index)``: maps an output index to names such as
-    segment, slot, head, token, appended to the message; ``repro``: a line that reproduces it.
+    same-dtype result, or several (the worst counts: Note [Baseline orders]; optional);
+    ``locate(index)``: maps an output index to names such as segment, slot, head, token, appended to
+    the message; ``repro``: a line that reproduces it.
     """
     if tuple(actual.shape) != tuple(ref64.shape):
         return _mismatch_header(f"{what} shape", tuple(actual.shape), tuple(ref64.shape))
