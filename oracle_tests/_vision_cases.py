@@ -156,6 +156,15 @@ def build(case: Case, dtype: torch.dtype, device: str, gen: torch.Generator):
     return (q, k, v, packed, None, None), {**kwargs, "sequence_lengths": seq, "max_seqlen": mx}
 
 
+def head_dim_call(head_dim: int, dtype: torch.dtype, device: str, gen: torch.Generator):
+    """(args, kwargs) through the builder path (prepare_flashinfer_cudnn_metadata): 3 ragged
+    sequences (5, 17, 33 tokens), 2 heads, the given head dim."""
+    lens, H = [5, 17, 33], 2
+    q, k, v = (_rand((sum(lens), H, head_dim), dtype, device, gen) for _ in range(3))
+    md = kv.prepare_flashinfer_cudnn_metadata([0, 5, 22, 55], device, elem_per_token=H * head_dim)
+    return (q, k, v, None, None, None), {"forward_metadata": md}
+
+
 def check_against_oracle(args, kwargs, *, baseline_mode, precision="ieee", repro="", strict=None, target=None):
     """Run the implementation (poisoned output) and the oracles; assert the rule and untouched padding.
 

@@ -25,11 +25,10 @@ import torch
 
 from fuzz.flashinfer_cudnn import FlashInferCudnn, GraphCacheHazard
 from fuzz.targets import Target, resolve_target
-from reference.vision import attention_block
-from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 from reference.contracts import contract, expected_message
 from reference.tolerance import compare
-from reference.vision import flashinfer_cudnn_oracle
+from reference.vision import attention_block, flashinfer_cudnn_oracle
+from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
 from ._vision_cases import (
     EDGE_CASES,
@@ -39,9 +38,9 @@ from ._vision_cases import (
     SLOW_CASES,
     Case,
     _gen,
-    _rand,
     build,
     check_against_oracle,
+    head_dim_call,
 )
 
 HALF = ("bf16", "fp16")  # cuDNN SDPA takes no fp32
@@ -84,15 +83,8 @@ def test_engine_status_is_stated(engine):
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("prec", HALF)
 def test_head_dims(request, device, engine, prec, head_dim):
-    import kernels.vision as kv
-
-    dtype = PRECISIONS[prec][0]
-    gen = _gen(request)
-    lens, H = [5, 17, 33], 2
-    q, k, v = (_rand((sum(lens), H, head_dim), dtype, device, gen) for _ in range(3))
-    md = kv.prepare_flashinfer_cudnn_metadata([0, 5, 22, 55], device, elem_per_token=H * head_dim)
-    check_against_oracle((q, k, v, None, None, None), {"forward_metadata": md}, baseline_mode=True,
-                         repro=request.node.nodeid, target=engine)
+    args, kwargs = head_dim_call(head_dim, PRECISIONS[prec][0], device, _gen(request))
+    check_against_oracle(args, kwargs, baseline_mode=True, repro=request.node.nodeid, target=engine)
 
 
 @pytest.mark.parametrize("prec", HALF)
@@ -154,19 +146,16 @@ def test_unwritten_tokens_stay_poisoned(request, device, engine):
 # the engine's bugs, pinned down (GPU): strict xfails, so a fixed engine fails these loudly
 
 
-def _unguarded(device) -> FlashInferCudnn:
+def _as_target(eng: FlashInferCudnn, name: str) -> Target:
+    """An engine binding as a Target (entry point and poison hook) for check_against_oracle."""
+    return Target(name, {"vision": eng.flashinfer_cudnn_attention}, strict=False, poison=eng.poisoned_output)
+
+
+def _unguarded(device) -> Target:
     from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
 
-    return FlashInferCudnn(torch.device(device), cudnn_batch_prefill_with_kv_cache, guard=False)
-
-
-def _check_engine_output(eng, args, kwargs):
-    with eng.poisoned_output():
-        out = eng.flashinfer_cudnn_attention(*args, **kwargs)
-    ref = flashinfer_cudnn_oracle(*args, **kwargs)
-    faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=True)
-    res = compare(out, ref.value, ref.defined.to(out.device), family="vision", baseline=faithful.baselines)
-    assert res.ok, res.message
+    eng = FlashInferCudnn(torch.device(device), cudnn_batch_prefill_with_kv_cache, guard=False)
+    return _as_target(eng, "flashinfer-cudnn (unguarded)")
 
 
 def test_guard_refuses_a_stale_graph(request, device, engine):
@@ -186,9 +175,9 @@ def test_engine_replays_a_graph_built_for_another_v_stride(request, device, engi
     eng = _unguarded(device)
     gen = _gen(request)
     first_args, first_kwargs = build(Case("contiguous", (12, 21), heads=9), torch.bfloat16, device, gen)
-    eng.flashinfer_cudnn_attention(*first_args, **first_kwargs)
+    eng.entry("vision")(*first_args, **first_kwargs)
     args, kwargs = build(Case("strided v", (12, 21), heads=9, layout="qkv_v"), torch.bfloat16, device, gen)
-    _check_engine_output(eng, args, kwargs)
+    check_against_oracle(args, kwargs, baseline_mode=True, target=eng)
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
@@ -198,9 +187,9 @@ def test_engine_replays_a_graph_built_for_another_v_head_dim(request, device, en
     eng = _unguarded(device)
     gen = _gen(request)
     first_args, first_kwargs = build(Case("Dv=48", (12, 21), heads=10, v_dim=48), torch.bfloat16, device, gen)
-    eng.flashinfer_cudnn_attention(*first_args, **first_kwargs)
+    eng.entry("vision")(*first_args, **first_kwargs)
     args, kwargs = build(Case("Dv=64", (12, 21), heads=10), torch.bfloat16, device, gen)
-    _check_engine_output(eng, args, kwargs)
+    check_against_oracle(args, kwargs, baseline_mode=True, target=eng)
 
 
 @pytest.mark.xfail(strict=True, raises=RuntimeError,
@@ -256,9 +245,7 @@ def _model_target(refuse_lse: bool = True):
     calls: list = []
     eng = FlashInferCudnn(torch.device("cpu"), _model_engine(calls, refuse_lse))
     eng.workspace = lambda: None  # the model needs no workspace (skip the 128 MiB allocation)
-    target = Target("flashinfer-cudnn (engine model)", {"vision": eng.flashinfer_cudnn_attention},
-                    strict=False, poison=eng.poisoned_output)
-    return eng, target, calls
+    return eng, _as_target(eng, "flashinfer-cudnn (engine model)"), calls
 
 
 @pytest.mark.parametrize("case", EDGE_CASES, ids=repr)

@@ -31,6 +31,7 @@ from ._vision_cases import (
     _rand,
     build,
     check_against_oracle,
+    head_dim_call,
 )
 from reference.contracts import contract, expected_message
 from reference.tolerance import compare
@@ -48,13 +49,8 @@ HAS_CUDA = torch.cuda.is_available()
 def test_head_dims_and_dtypes(request, device, prec, head_dim):
     """Builder path (prepare_flashinfer_cudnn_metadata) over every head dim and dtype."""
     dtype, precision, baseline = PRECISIONS[prec]
-    gen = _gen(request)
-    lens, H = [5, 17, 33], 2
-    T = sum(lens)
-    q, k, v = (_rand((T, H, head_dim), dtype, device, gen) for _ in range(3))
-    md = kv.prepare_flashinfer_cudnn_metadata([0, 5, 22, 55], device, elem_per_token=H * head_dim)
-    check_against_oracle((q, k, v, None, None, None), {"forward_metadata": md}, baseline_mode=baseline,
-                         precision=precision, repro=request.node.nodeid)
+    args, kwargs = head_dim_call(head_dim, dtype, device, _gen(request))
+    check_against_oracle(args, kwargs, baseline_mode=baseline, precision=precision, repro=request.node.nodeid)
 
 
 @pytest.mark.parametrize("prec", ["bf16", "fp16"])
