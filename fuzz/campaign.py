@@ -115,11 +115,11 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
     from hypothesis.database import DirectoryBasedExampleDatabase
 
-    from reports.schema import add_finding, add_group, add_note, add_target, new_record, save
+    from kernel_oracle.harness.schema import add_finding, add_group, add_note, add_target, new_record, save
 
-    from .check import Observed, _prepared_call, expected_outcome, judge, shape_class
-    from .strategies import ALL_DTYPES, cases
-    from .targets import TargetError, resolve_target
+    from kernel_oracle.harness.check import Observed, _prepared_call, expected_outcome, judge, shape_class
+    from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases
+    from kernel_oracle.fuzz.targets import TargetError, resolve_target
 
     if device == "cuda" and not torch.cuda.is_available():
         raise CampaignError("device='cuda' but torch sees no GPU; pass --device cpu")
@@ -184,14 +184,14 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
 
     worker = None
     if isolate:
-        from .worker import Worker
+        from kernel_oracle.fuzz.worker import Worker
 
         worker = Worker(target, device)
 
     def observe(case) -> Observed:
         if worker is not None:
             return worker.run(case.to_dict())
-        from .check import execute
+        from kernel_oracle.harness.check import execute
 
         return execute(tgt, case, device)
 

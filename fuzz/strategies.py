@@ -31,9 +31,9 @@ import hypothesis.strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
-from .check import Case
-from .mutations import CATEGORIES, Mutation, kinds
-from .problems import DTYPES, LORA_ENTRY, LoRAProblem, VisionProblem
+from kernel_oracle.harness.check import Case
+from kernel_oracle.harness.mutations import CATEGORIES, Mutation, kinds
+from kernel_oracle.harness.problems import DTYPES, LORA_ENTRY, LoRAProblem, VisionProblem
 
 __all__ = [
     "InvalidArgument",

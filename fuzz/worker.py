@@ -14,15 +14,15 @@ import os
 import traceback
 from typing import Optional
 
-from .check import Observed, case_from_dict
+from kernel_oracle.harness.check import Observed, case_from_dict
 
 __all__ = ["Worker"]
 
 
 def _serve(conn, spec: str, device: str, env: dict) -> None:
     os.environ.update(env)
-    from .check import execute
-    from .targets import resolve_target
+    from kernel_oracle.harness.check import execute
+    from kernel_oracle.fuzz.targets import resolve_target
 
     target = resolve_target(spec, device)
     while True:

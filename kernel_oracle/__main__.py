@@ -1,3 +1,3 @@
-from .cli import main
+from kernel_oracle.cli import main
 
 raise SystemExit(main())

@@ -12,18 +12,18 @@ import importlib
 import sys
 from typing import Optional, Sequence
 
-from . import __version__
+from kernel_oracle._version import __version__
 
 # name -> (module, one-line help); modules are imported when the parser is built, so they must
 # import lightly (no Triton at module level)
 SUBCOMMANDS = {
     "run": ("kernel_oracle.main_job", "the main job: differential suite + fuzz campaign + report"),
     "selfcheck": ("kernel_oracle.selfcheck", "differential run of the references against independent formulations"),
-    "fuzz": ("fuzz.campaign_cli", "run a fuzzing campaign against a target"),
-    "mutants": ("fuzz.mutants_cli", "check that the suite kills planted kernel bugs"),
-    "repro": ("fuzz.repro", "re-run one saved finding"),
-    "report": ("reports.cli_report", "render a result file to Markdown and HTML"),
-    "compare": ("reports.cli_compare", "compare two result files; non-zero exit on a regression"),
+    "fuzz": ("kernel_oracle.fuzz_cli", "run a fuzzing campaign against a target"),
+    "mutants": ("kernel_oracle.mutants_cli", "check that the suite kills planted kernel bugs"),
+    "repro": ("kernel_oracle.repro_cli", "re-run one saved finding"),
+    "report": ("kernel_oracle.report_cli", "render a result file to Markdown and HTML"),
+    "compare": ("kernel_oracle.compare_cli", "compare two result files; non-zero exit on a regression"),
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from reference.contracts import strict_contracts, upstream_contracts
+from kernel_oracle.reference.contracts import strict_contracts, upstream_contracts
 
 __all__ = ["render_contracts"]
 

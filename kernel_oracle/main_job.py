@@ -94,7 +94,7 @@ def _reason(exc: BaseException) -> str:
 
 def _part_failed(record: dict, text: str) -> None:
     """A part that could not run: a note for the reader and a non-zero exit (never a silent pass)."""
-    from reports.schema import add_note
+    from kernel_oracle.harness.schema import add_note
 
     add_note(record, text)
     record["summary"].setdefault("failed_parts", []).append(text)
@@ -114,7 +114,7 @@ def _selfcheck_shape_class(row: dict) -> str:
 
 
 def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log) -> None:
-    from reports.schema import add_target
+    from kernel_oracle.harness.schema import add_target
 
     try:
         from kernel_oracle.selfcheck import run_selfcheck
@@ -161,7 +161,7 @@ def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log)
 
 def _selfcheck_row(record: dict, row: dict, device: str, cases: int, seed: int, n_fail: int) -> int:
     """Add one selfcheck row to its group (and as a finding when it failed); returns 1 if it failed."""
-    from reports.schema import add_finding, add_group
+    from kernel_oracle.harness.schema import add_finding, add_group
 
     op, dtype, case = str(row.get("op")), str(row.get("dtype")), str(row.get("case") or "")
     shape_class = _selfcheck_shape_class(row)
@@ -186,10 +186,10 @@ def _selfcheck_row(record: dict, row: dict, device: str, cases: int, seed: int, 
 # ---- part 2: campaigns --------------------------------------------------------------------------
 def _discover_targets(record: dict, device: str, specs: Optional[list], log) -> list:
     """[(name, Target | None, families)] of the available targets; unavailable ones go to the table."""
-    from reports.schema import add_note, add_target
+    from kernel_oracle.harness.schema import add_note, add_target
 
     try:
-        from fuzz.targets import BUILTIN_TARGETS, resolve_target
+        from kernel_oracle.fuzz.targets import BUILTIN_TARGETS, resolve_target
     except Exception as exc:  # noqa: BLE001
         add_note(record, f"fuzz.targets unavailable ({_reason(exc)}): fuzzing {list(specs or FALLBACK_TARGETS)} "
                          f"without availability checks")
@@ -233,7 +233,7 @@ def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, o
     import signal
     import subprocess
 
-    from reports.schema import SchemaError, load
+    from kernel_oracle.harness.schema import SchemaError, load
 
     time_s = max(1.0, 0.8 * share_s - CHILD_STARTUP_S)
     kwargs = {"target": target, "op": op, "time_s": round(time_s, 1), "seed": seed, "device": device,
@@ -274,7 +274,7 @@ def _salvage(target: str, out_dir: Path, seed: int, device: str) -> Optional[dic
     ``state.json`` per-group counters, ``findings.jsonl``), or None when it saved nothing."""
     import json
 
-    from reports.schema import add_finding, add_group, new_record
+    from kernel_oracle.harness.schema import add_finding, add_group, new_record
 
     try:
         state = json.loads((out_dir / "state.json").read_text())
@@ -294,10 +294,10 @@ def _salvage(target: str, out_dir: Path, seed: int, device: str) -> Optional[dic
 
 def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path,
                       specs: Optional[list], families: tuple, log) -> None:
-    from reports.schema import add_note, merge
+    from kernel_oracle.harness.schema import add_note, merge
 
     try:
-        import fuzz.campaign  # noqa: F401
+        import kernel_oracle.fuzz.campaign as campaign
     except Exception as exc:  # noqa: BLE001 - reported, never a silent pass
         _part_failed(record, f"fuzz campaign unavailable: {_reason(exc)}")
         log(f"fuzz campaign unavailable: {_reason(exc)}")
@@ -369,7 +369,7 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
     def log(text: str) -> None:
         _log(quiet, t0, budget, text)
 
-    from reports.schema import add_note, new_record, save
+    from kernel_oracle.harness.schema import add_note, new_record, save
 
     stamp = _utc_stamp()
     out = Path(out)
@@ -395,7 +395,7 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
     out.mkdir(parents=True, exist_ok=True)
     history = save(record, out / "history" / f"{stamp}.json")
     latest = save(record, out / "latest.json", overwrite=True)
-    from reports.cli_report import write_reports
+    from kernel_oracle.report_cli import write_reports
 
     md, html = write_reports(latest, out, name="latest")
     log(f"done in {time.monotonic() - t0:.1f}s")

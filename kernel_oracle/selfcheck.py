@@ -51,8 +51,8 @@ def _resolve_device(device: str) -> str:
 
 def random_samples(info, dtype: torch.dtype, cases: int, seed: int) -> Iterator:
     """``cases`` random, well-formed problems for ``info`` (deterministic in ``seed``)."""
-    from fuzz.opinfo import Sample
-    from fuzz.problems import LoRAProblem, VisionProblem
+    from kernel_oracle.harness.opinfo import Sample
+    from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 
     rng = random.Random(f"selfcheck-{seed}-{info.name}-{_DTYPE_NAME[dtype]}")
     for i in range(cases):
@@ -92,8 +92,8 @@ def _row(info, dtype: str, case: str, passed: bool, err, allowed, ratio, message
 
 
 def _check_sample(info, entry, sample, dtype: torch.dtype, device: str) -> list[dict]:
-    from kernel_oracle.independent import independent
-    from reference.tolerance import compare
+    from kernel_oracle.reference.independent import independent
+    from kernel_oracle.reference.tolerance import compare
 
     rows = []
     call = sample.call(device)
@@ -123,7 +123,7 @@ def _check_sample(info, entry, sample, dtype: torch.dtype, device: str) -> list[
 
 
 def _check_error(info, entry, i: int, err, device: str) -> dict:
-    from reference.contracts import contract
+    from kernel_oracle.reference.contracts import contract
 
     call, message = err.build(device)
     want = contract(err.contract_id).exc_type
@@ -146,9 +146,9 @@ def run_selfcheck(device: str = "auto", cases: int = 2, seed: int = 0) -> list[d
     dict per check (keys documented in the module docstring); an exception inside a check becomes
     a failed row, never an abort.
     """
-    from fuzz.opinfo import OP_DB
-    from reference import lora as ref_lora
-    from reference import vision as ref_vision
+    from kernel_oracle.harness.opinfo import OP_DB
+    from kernel_oracle.reference import lora as ref_lora
+    from kernel_oracle.reference import vision as ref_vision
 
     if isinstance(cases, bool) or not isinstance(cases, int) or cases < 0:
         raise ValueError(f"Expected cases to be a non-negative int but got cases={cases!r}")

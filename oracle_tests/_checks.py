@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from reference import lora as ref_lora
-from reference import vision as ref_vision
+from kernel_oracle.reference import lora as ref_lora
+from kernel_oracle.reference import vision as ref_vision
 
 # float64 against float64: two exact formulations differ only by summation order
 F64_RTOL = 1e-10

@@ -14,10 +14,10 @@ from typing import Optional
 
 import torch
 
-import kernels.vision as kv
-import reference.vision_metadata as rvm
-from reference.tolerance import compare
-from reference.vision import flashinfer_cudnn_oracle
+import kernel_oracle.kernels.vision as kv
+import kernel_oracle.reference.vision_metadata as rvm
+from kernel_oracle.reference.tolerance import compare
+from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
 
 # fp32 runs in exact fp32 ("ieee", faithful=True baseline) or TF32 ("tf32", faithful="tf32");
 # the interpreter computes fp32 dots exactly in both, which the TF32 allowance also accepts.

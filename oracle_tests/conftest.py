@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 # --target and Hypothesis profiles (fuzz); the result record of a run (reports)
-pytest_plugins = ["fuzz.pytest_plugin", "reports.pytest_plugin"]
+pytest_plugins = ["kernel_oracle.pytest_plugin", "kernel_oracle.pytest_record"]
 
 
 def pytest_addoption(parser):

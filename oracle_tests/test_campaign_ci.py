@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from fuzz.campaign import CampaignError, run_campaign
+from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
 from kernel_oracle.cli import main as cli_main
-from reports.schema import load
+from kernel_oracle.harness.schema import load
 
 BUDGET = {"reference": 12, "triton": 10}
 

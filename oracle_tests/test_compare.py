@@ -8,10 +8,10 @@ import json
 import pytest
 
 from kernel_oracle.cli import main as cli_main
-from reports._sample import sample_record
-from reports.compare import Thresholds, compare_results
-from reports.model import Finding, Result
-from reports.schema import SCHEMA_VERSION, add_finding, save
+from oracle_tests._sample_record import sample_record
+from kernel_oracle.reports.compare import Thresholds, compare_results
+from kernel_oracle.reports.model import Finding, Result
+from kernel_oracle.harness.schema import SCHEMA_VERSION, add_finding, save
 
 
 def _pair(tmp_path, change=None):

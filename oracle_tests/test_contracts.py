@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from fuzz.opinfo import OP_DB, ErrorInput, Sample
-from fuzz.problems import Call, LoRAProblem, VisionProblem
-from reference._helpers import describe_tensor
-from reference.contracts import CONTRACTS, contract, strict_contracts, upstream_contracts
+from kernel_oracle.harness.opinfo import OP_DB, ErrorInput, Sample
+from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem
+from kernel_oracle.reference._helpers import describe_tensor
+from kernel_oracle.reference.contracts import CONTRACTS, contract, strict_contracts, upstream_contracts
 
-from ._checks import reference_entry
+from oracle_tests._checks import reference_entry
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SPEC = REPO_ROOT.parent / "shared" / "SPEC.md"

@@ -23,14 +23,14 @@ import dataclasses
 import pytest
 import torch
 
-from fuzz.flashinfer_cudnn import FlashInferCudnn, GraphCacheHazard
-from fuzz.targets import Target, resolve_target
-from reference.contracts import contract, expected_message
-from reference.tolerance import compare
-from reference.vision import attention_block, flashinfer_cudnn_oracle
-from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+from kernel_oracle.fuzz.targets.flashinfer_cudnn import FlashInferCudnn, GraphCacheHazard
+from kernel_oracle.fuzz.targets import Target, resolve_target
+from kernel_oracle.reference.contracts import contract, expected_message
+from kernel_oracle.reference.tolerance import compare
+from kernel_oracle.reference.vision import attention_block, flashinfer_cudnn_oracle
+from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
-from ._vision_cases import (
+from oracle_tests._vision_cases import (
     EDGE_CASES,
     ERROR_INPUTS,
     HEAD_DIMS,
@@ -107,7 +107,7 @@ def test_realistic_shapes(request, device, engine, case, prec):
 def test_three_way_on_benchmark_shapes(request, device, engine, case, record_property):
     """The oracle, our Triton kernel and the engine on the same bf16 inputs: both implementations
     within the rule, and their distance from each other recorded."""
-    import kernels.vision as kv
+    import kernel_oracle.kernels.vision as kv
 
     args, kwargs = build(case, torch.bfloat16, device, _gen(request))
     ref = flashinfer_cudnn_oracle(*args, **kwargs)

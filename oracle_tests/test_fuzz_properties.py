@@ -20,9 +20,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from fuzz.check import check_case
-from fuzz.pytest_plugin import examples_for
-from fuzz.strategies import ALL_DTYPES, cases
+from kernel_oracle.harness.check import check_case
+from kernel_oracle.pytest_plugin import examples_for
+from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases
 
 FAMILIES = ("lora", "vision")
 CATEGORIES = ("valid", "partial", "upstream", "malformed")

@@ -12,11 +12,11 @@ import tempfile
 import pytest
 
 from kernel_oracle.cli import main as cli_main
-from reports._sample import sample_record
-from reports.model import Result
-from reports.render_html import render_html
-from reports.render_md import render_markdown
-from reports.schema import new_record, save
+from oracle_tests._sample_record import sample_record
+from kernel_oracle.reports.model import Result
+from kernel_oracle.reports.render_html import render_html
+from kernel_oracle.reports.render_md import render_markdown
+from kernel_oracle.harness.schema import new_record, save
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 

@@ -20,9 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.interpreter import cast_rounded, interpreting, needs_bf16_fix, rounded_f32, to_f32
+from kernel_oracle.kernels.interpreter import cast_rounded, interpreting, needs_bf16_fix, rounded_f32, to_f32
 
-from .conftest import DEVICE
+from oracle_tests.conftest import DEVICE
 
 canary = pytest.mark.skipif(not interpreting(),
                             reason="interpreter canary: compiled kernels on a GPU do not have this defect")

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.interpreter import interpreting, round_bf16_rne
+from kernel_oracle.kernels.interpreter import interpreting, round_bf16_rne
 
 pytestmark = pytest.mark.skipif(not interpreting(), reason="interpreter canaries: kernels are compiled, not interpreted, "
                                 "here (TRITON_INTERPRET is not 1)")

@@ -24,16 +24,16 @@ from typing import Optional
 import pytest
 import torch
 
-import kernels
-import kernels.lora as klora
-import kernels.lora._launch as launch
-from reference import lora as ref
-from reference.batch_info import make_lora_batch_info
-from reference.contracts import expected_message
-from reference.lora_routing import route_lora_batch
-from reference.tolerance import compare
+import kernel_oracle.kernels as kernels
+import kernel_oracle.kernels.lora as klora
+import kernel_oracle.kernels.lora._launch as launch
+from kernel_oracle.reference import lora as ref
+from kernel_oracle.reference.batch_info import make_lora_batch_info
+from kernel_oracle.reference.contracts import expected_message
+from kernel_oracle.reference.lora_routing import route_lora_batch
+from kernel_oracle.reference.tolerance import compare
 
-from .conftest import DEVICE, HAS_CUDA
+from oracle_tests.conftest import DEVICE, HAS_CUDA
 
 OPS = ("step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused", "v_side_fused")
 FRESH = {"step_a_q", "step_a_v"}  # ops returning a fresh (S,H,R) output; the others update base in place

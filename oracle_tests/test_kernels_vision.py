@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels
-import kernels.vision as kv
-import reference.vision_metadata as rvm
-from ._vision_cases import (
+import kernel_oracle.kernels as kernels
+import kernel_oracle.kernels.vision as kv
+import kernel_oracle.reference.vision_metadata as rvm
+from oracle_tests._vision_cases import (
     EDGE_CASES,
     ERROR_INPUTS,
     HEAD_DIMS,
@@ -33,9 +33,9 @@ from ._vision_cases import (
     check_against_oracle,
     head_dim_call,
 )
-from reference.contracts import contract, expected_message
-from reference.tolerance import compare
-from reference.vision import flashinfer_cudnn_oracle
+from kernel_oracle.reference.contracts import contract, expected_message
+from kernel_oracle.reference.tolerance import compare
+from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
@@ -201,7 +201,7 @@ def test_split_head_dim_interpreter(request, device, head_dim, monkeypatch):
 
 @pytest.mark.parametrize("heads,head_dim,align", [(16, 72, 8), (16, 80, 8), (3, 36, 4), (5, 13, 1)])
 def test_stride_alignment(heads, head_dim, align):
-    from kernels.vision._kernel import stride_alignment
+    from kernel_oracle.kernels.vision._kernel import stride_alignment
     x = torch.empty(4, heads, head_dim, dtype=torch.float16)
     assert stride_alignment(x, x, x, x) == align
 

@@ -14,7 +14,7 @@ import torch
 
 from kernel_oracle import main_job
 from kernel_oracle.cli import main as cli_main
-from reports.schema import add_finding, add_group, load, new_record
+from kernel_oracle.harness.schema import add_finding, add_group, load, new_record
 
 BUDGET_S = 20  # the reference target on the vision family only: the whole test stays under a minute
 # the budget is a target: a selfcheck round cannot be interrupted, and a loaded 2-core CI box is slow
@@ -141,7 +141,7 @@ def test_job_merges_parts_and_keeps_history(tmp_path, stand_ins, capsys):
 def test_unavailable_parts_are_never_a_pass(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setitem(sys.modules, "kernel_oracle.selfcheck", None)  # import fails
-    monkeypatch.setitem(sys.modules, "fuzz.campaign", None)
+    monkeypatch.setitem(sys.modules, "kernel_oracle.fuzz.campaign", None)
     out = tmp_path / "out"
     assert _run(out) == 1
     rec = load(out / "latest.json")

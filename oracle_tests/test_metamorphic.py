@@ -15,13 +15,13 @@ import dataclasses
 import pytest
 import torch
 
-from fuzz.opinfo import LORA_OPINFOS, OP_DB
-from fuzz.problems import LoRAProblem, VisionProblem, materialize_lora, materialize_vision
-from reference.batch_info import LoRABatchInfo
-from reference.vision import flashinfer_cudnn_oracle
-from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+from kernel_oracle.harness.opinfo import LORA_OPINFOS, OP_DB
+from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, materialize_lora, materialize_vision
+from kernel_oracle.reference.batch_info import LoRABatchInfo
+from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
+from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
-from ._checks import assert_defined_close
+from oracle_tests._checks import assert_defined_close
 
 LORA_OPS = [info.name for info in LORA_OPINFOS]
 

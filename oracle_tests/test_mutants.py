@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz.mutants import MUTANTS, check_mutant
+from kernel_oracle.fuzz.mutant_check import check_mutant
+from kernel_oracle.fuzz.targets.mutants import MUTANTS
 
 # examples per mutant before it counts as surviving (CI profile: derandomized, tiny problems)
 MAX_EXAMPLES = 100

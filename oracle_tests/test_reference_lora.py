@@ -14,15 +14,15 @@ import types
 import pytest
 import torch
 
-from fuzz.opinfo import LORA_OPINFOS, OP_DB
-from fuzz.problems import LoRAProblem, materialize_lora
-from kernel_oracle.independent import lora_independent
-from reference import lora as ref_lora
-from reference.batch_info import LoRABatchInfo
-from reference.strict import is_strict, strict_validation
-from reference.tolerance import compare
+from kernel_oracle.harness.opinfo import LORA_OPINFOS, OP_DB
+from kernel_oracle.harness.problems import LoRAProblem, materialize_lora
+from kernel_oracle.reference.independent import lora_independent
+from kernel_oracle.reference import lora as ref_lora
+from kernel_oracle.reference.batch_info import LoRABatchInfo
+from kernel_oracle.reference.strict import is_strict, strict_validation
+from kernel_oracle.reference.tolerance import compare
 
-from ._checks import assert_defined_close, reference_entry
+from oracle_tests._checks import assert_defined_close, reference_entry
 
 LORA_OPS = [info.name for info in LORA_OPINFOS]
 # faithful vs float64: at most this many units of the activation dtype's eps times the largest output

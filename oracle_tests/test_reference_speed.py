@@ -17,10 +17,10 @@ import time
 import pytest
 import torch
 
-from reference import lora as ref_lora
-from reference.batch_info import make_lora_batch_info
-from reference.vision import flashinfer_cudnn_attention
-from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+from kernel_oracle.reference import lora as ref_lora
+from kernel_oracle.reference.batch_info import make_lora_batch_info
+from kernel_oracle.reference.vision import flashinfer_cudnn_attention
+from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
 LORA_BOUND_S = 2.0
 VISION_BOUND_S = 5.0

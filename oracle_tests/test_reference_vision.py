@@ -14,19 +14,19 @@ import types
 import pytest
 import torch
 
-from fuzz.opinfo import VISION_OPINFO
-from fuzz.problems import VisionProblem, materialize_vision
-from kernel_oracle.independent import vision_independent
-from reference.tolerance import compare
-from reference.vision import flashinfer_cudnn_attention, flashinfer_cudnn_oracle
-from reference.vision_metadata import (
+from kernel_oracle.harness.opinfo import VISION_OPINFO
+from kernel_oracle.harness.problems import VisionProblem, materialize_vision
+from kernel_oracle.reference.independent import vision_independent
+from kernel_oracle.reference.tolerance import compare
+from kernel_oracle.reference.vision import flashinfer_cudnn_attention, flashinfer_cudnn_oracle
+from kernel_oracle.reference.vision_metadata import (
     VisionAttentionMetadata,
     bucket_batch_size,
     bucket_max_seqlen,
     prepare_flashinfer_cudnn_metadata,
 )
 
-from ._checks import assert_defined_close
+from oracle_tests._checks import assert_defined_close
 
 VISION_CASES = [
     pytest.param(dtype, sample, id=f"{str(dtype)[6:]}-{sample.name}")

@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
-from reports._sample import sample_record
-from reports.bench_ingest import record_from_bench_rows, write_bench_record
-from reports.model import load_result, shape_key
-from reports.schema import (SCHEMA_VERSION, SchemaError, add_finding, add_group, load, merge, new_record, save,
+from oracle_tests._sample_record import sample_record
+from kernel_oracle.reports.bench_ingest import record_from_bench_rows, write_bench_record
+from kernel_oracle.reports.model import load_result, shape_key
+from kernel_oracle.harness.schema import (SCHEMA_VERSION, SchemaError, add_finding, add_group, load, merge, new_record, save,
                             validate)
 
 ENV_KEYS = ("torch", "triton", "cuda", "cudnn", "gpu", "cpu", "git_commit", "suite_version", "device")
@@ -151,7 +151,7 @@ def test_skipped():
 def test_pytest_plugin_writes_a_record(tmp_path):
     (tmp_path / "test_demo.py").write_text(textwrap.dedent(PYTEST_DEMO))
     out = tmp_path / "rec.json"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "reports.pytest_plugin", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "kernel_oracle.pytest_record", "-p", "no:cacheprovider",
            "--oracle-record", str(out), "test_demo.py"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr

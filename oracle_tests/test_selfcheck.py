@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_oracle import independent as ind
+from kernel_oracle.reference import independent as ind
 from kernel_oracle import selfcheck
 from kernel_oracle.cli import main as cli_main
 
@@ -43,7 +43,7 @@ def test_cli_exit_code(capsys):
 
 
 def test_random_samples_are_reproducible():
-    from fuzz.opinfo import OP_DB
+    from kernel_oracle.harness.opinfo import OP_DB
 
     a = [s.problem for s in selfcheck.random_samples(OP_DB["vision"], torch.float16, 3, seed=5)]
     b = [s.problem for s in selfcheck.random_samples(OP_DB["vision"], torch.float16, 3, seed=5)]

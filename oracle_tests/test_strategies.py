@@ -8,13 +8,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, find, given, settings
 
-from fuzz.check import Case, case_from_dict, expected_outcome
-from fuzz.mutants import Mutant, MutantError, Patch, apply_patches
-from fuzz.mutations import LORA_KINDS, VISION_KINDS, Mutation, MutationError
-from fuzz.problems import LoRAProblem, VisionProblem, materialize
-from fuzz.strategies import (InvalidArgument, cases, lora_problems, malformed_metadata, partial_metadata,
+from kernel_oracle.harness.check import Case, case_from_dict, expected_outcome
+from kernel_oracle.fuzz.targets.mutants import Mutant, MutantError, Patch, apply_patches
+from kernel_oracle.harness.mutations import LORA_KINDS, VISION_KINDS, Mutation, MutationError
+from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, materialize
+from kernel_oracle.fuzz.strategies import (InvalidArgument, cases, lora_problems, malformed_metadata, partial_metadata,
                              upstream_contract_cases, vision_problems)
-from fuzz.targets import TargetError, resolve_target
+from kernel_oracle.fuzz.targets import TargetError, resolve_target
 
 FAST = settings(max_examples=15, derandomize=True, database=None, deadline=None,
                 suppress_health_check=list(HealthCheck))
@@ -130,7 +130,7 @@ def test_targets_report_what_they_have():
     ref = resolve_target("reference")
     assert ref.available and ref.precision == "ieee" and ref.strict
     assert set(ref.ops("lora")) == {"step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused", "v_side_fused"}
-    partial = resolve_target("reference.lora")  # a module with only the LoRA entry points
+    partial = resolve_target("kernel_oracle.reference.lora")  # a module with only the LoRA entry points
     assert partial.available and partial.ops("vision") == () and "vision" in partial.notes
     assert not partial.strict  # third-party code is not assumed to validate strictly
     with pytest.raises(TargetError, match="the only built-in targets are"):
@@ -148,9 +148,9 @@ def test_torch_varlen_unavailable_on_cpu_with_reason():
 def test_third_party_triton_excludes_bf16_under_the_interpreter(monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     (tmp_path / "thirdparty_lora_mod.py").write_text(
-        "import triton  # a Triton kernel module\nfrom reference.lora import step_a_q_fwd\n")
+        "import triton  # a Triton kernel module\nfrom kernel_oracle.reference.lora import step_a_q_fwd\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from fuzz.targets import _module_target
+    from kernel_oracle.fuzz.targets.module_spec import _module_target
 
     t = _module_target("thirdparty_lora_mod", "cpu")
     assert t.available and t.has("step_a_q")

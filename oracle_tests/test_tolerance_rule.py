@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fuzz.problems import VisionProblem, materialize
-from reference.tolerance import compare
-from reference.vision import FP32_BASELINE_ORDERS, attention_block, flashinfer_cudnn_oracle
+from kernel_oracle.harness.problems import VisionProblem, materialize
+from kernel_oracle.reference.tolerance import compare
+from kernel_oracle.reference.vision import FP32_BASELINE_ORDERS, attention_block, flashinfer_cudnn_oracle
 
 # small fp32 problems with large logits: where the single-baseline rule was measured to misfire
 DRAWS = ((4,), 150), ((12, 7), 100)

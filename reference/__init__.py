@@ -8,11 +8,11 @@
 * :mod:`reference.strict` - the strict-validation switch
 """
 
-from .batch_info import LoRABatchInfo, make_lora_batch_info
-from .contracts import CONTRACTS, Contract, expected_message, raise_contract
-from .lora import LORA_OPS, OracleResult
-from .strict import is_strict, strict_validation
-from .vision_metadata import VisionAttentionMetadata, prepare_flashinfer_cudnn_metadata
+from kernel_oracle.reference.batch_info import LoRABatchInfo, make_lora_batch_info
+from kernel_oracle.reference.contracts import CONTRACTS, Contract, expected_message, raise_contract
+from kernel_oracle.reference.lora import LORA_OPS, OracleResult
+from kernel_oracle.reference.strict import is_strict, strict_validation
+from kernel_oracle.reference.vision_metadata import VisionAttentionMetadata, prepare_flashinfer_cudnn_metadata
 
 __all__ = [
     "CONTRACTS",

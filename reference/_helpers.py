@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .contracts import raise_contract
+from kernel_oracle.reference.contracts import raise_contract
 
 
 def describe_tensor(t: object) -> str:

@@ -23,10 +23,10 @@ from typing import Optional
 
 import torch
 
-from .lora_routing import (LoRARouting, check_data_tensor, check_shape, max_segment_len, route_lora_batch,
+from kernel_oracle.reference.lora_routing import (LoRARouting, check_data_tensor, check_shape, max_segment_len, route_lora_batch,
                            validate_lora_batch)
-from .strict import resolve_strict
-from .tolerance import round_to_tf32
+from kernel_oracle.reference.strict import resolve_strict
+from kernel_oracle.reference.tolerance import round_to_tf32
 
 __all__ = [
     "OracleResult",
@@ -120,7 +120,7 @@ def _b_v(xa: torch.Tensor, b_w: torch.Tensor, heads: int, qk: int, vd: int, r: i
 # ---- validation of the data arguments (strict mode) ----------------------------------------------
 
 def _check_int(field: str, value: object) -> None:
-    from .contracts import raise_contract
+    from kernel_oracle.reference.contracts import raise_contract
 
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise_contract("lora.strict.tensor_attr", field=field, expected="a positive Python int",

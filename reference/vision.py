@@ -18,10 +18,10 @@ from typing import Optional
 
 import torch
 
-from .lora import OracleResult
-from .strict import resolve_strict
-from .tolerance import round_to_tf32
-from .vision_metadata import (
+from kernel_oracle.reference.lora import OracleResult
+from kernel_oracle.reference.strict import resolve_strict
+from kernel_oracle.reference.tolerance import round_to_tf32
+from kernel_oracle.reference.vision_metadata import (
     VisionAttentionMetadata,
     VisionPlan,
     prepare_flashinfer_cudnn_metadata,

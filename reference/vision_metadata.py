@@ -20,9 +20,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from ._helpers import check_metadata_tensor, describe_tensor
-from .contracts import raise_contract
-from .strict import resolve_strict
+from kernel_oracle.reference._helpers import check_metadata_tensor, describe_tensor
+from kernel_oracle.reference.contracts import raise_contract
+from kernel_oracle.reference.strict import resolve_strict
 
 __all__ = [
     "BATCH_BUCKETS",

@@ -7,7 +7,7 @@ from typing import Optional
 
 import jinja2
 
-from reports.schema import FINDING_KINDS
+from kernel_oracle.harness.schema import FINDING_KINDS
 
 __all__ = ["environment", "fmt_num", "fmt_pct", "fmt_ratio", "fmt_us", "ratio_class"]
 

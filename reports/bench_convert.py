@@ -7,7 +7,7 @@ warm/cold/planned times of our kernel and the peers' times).  Both become rows o
 :mod:`reports.bench_ingest` so that benchmarks land in the same versioned record as everything
 else (``kernel-oracle report`` / ``compare``).  The bench scripts call :func:`rows_from_bench_json`
 through their ``--oracle-record PATH`` option; saved JSON can be converted later with
-``python -m reports.bench_convert BENCH.json [...] --out RECORD.json``.
+``python -m kernel_oracle.reports.bench_convert BENCH.json [...] --out RECORD.json``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .bench_ingest import record_from_bench_rows
-from .schema import SchemaError, save
+from kernel_oracle.reports.bench_ingest import record_from_bench_rows
+from kernel_oracle.harness.schema import SchemaError, save
 
 __all__ = ["record_from_bench_data", "record_from_bench_files", "rows_from_bench_json", "save_bench_record", "main"]
 
@@ -103,7 +103,7 @@ def save_bench_record(data: dict, path: str | Path, name: str = "bench") -> Path
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reports.bench_convert", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m kernel_oracle.reports.bench_convert", description=__doc__.splitlines()[0])
     ap.add_argument("bench_json", nargs="+", help="outputs of kernels.bench_lora / kernels.bench_vision --json")
     ap.add_argument("--out", required=True, help="result record to write (never overwritten)")
     args = ap.parse_args(argv)

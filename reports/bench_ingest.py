@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .schema import SchemaError, add_benchmark, add_target, new_record, save
+from kernel_oracle.harness.schema import SchemaError, add_benchmark, add_target, new_record, save
 
 __all__ = ["record_from_bench_rows", "write_bench_record"]
 

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .model import Result
+from kernel_oracle.reports.model import Result
 
 __all__ = ["DEFAULT_MAX_RATIO_GROWTH", "DEFAULT_MAX_SLOWDOWN", "DEFAULT_RATIO_FLOOR", "Comparison",
            "Thresholds", "compare_results"]

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .schema import FINDING_KINDS, SCHEMA_VERSION, validate
-from .schema import load as _load_json
+from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, validate
+from kernel_oracle.harness.schema import load as _load_json
 
 __all__ = ["Benchmark", "Finding", "Group", "Result", "load_result", "shape_key"]
 

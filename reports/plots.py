@@ -16,7 +16,7 @@ import math
 import re
 from typing import Optional
 
-from .model import Result
+from kernel_oracle.reports.model import Result
 
 __all__ = ["UNAVAILABLE", "bench_speed_svg", "ratio_distribution_svg", "roofline_svg"]
 

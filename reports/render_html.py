@@ -7,11 +7,11 @@ message and its repro command in a ``<pre><code>`` block, linked from the findin
 
 from __future__ import annotations
 
-from . import plots
-from ._format import environment
-from .model import Result
-from .render_md import _context
-from .templates import CSS, HTML
+from kernel_oracle.reports import plots
+from kernel_oracle.reports._format import environment
+from kernel_oracle.reports.model import Result
+from kernel_oracle.reports.render_md import _context
+from kernel_oracle.reports.templates import CSS, HTML
 
 __all__ = ["render_html"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ._format import environment
-from .model import Result
-from .templates import MARKDOWN
+from kernel_oracle.reports._format import environment
+from kernel_oracle.reports.model import Result
+from kernel_oracle.reports.templates import MARKDOWN
 
 __all__ = ["render_markdown"]
 

@@ -25,8 +25,8 @@ from typing import Optional
 import torch
 import triton
 
-from reference.lora import validate_call
-from reference.lora_routing import num_segments
+from kernel_oracle.reference.lora import validate_call
+from kernel_oracle.reference.lora_routing import num_segments
 
 from ..interpreter import interpreting, needs_bf16_fix
 from . import _kernels as K

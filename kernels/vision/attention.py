@@ -51,8 +51,8 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from reference.strict import resolve_strict
-from reference.vision_metadata import (
+from kernel_oracle.reference.strict import resolve_strict
+from kernel_oracle.reference.vision_metadata import (
     VisionAttentionMetadata,
     VisionPlan,
     check_attention_operands,
@@ -106,7 +106,7 @@ def _check_runnable(plan: VisionPlan, precision: str) -> None:
         raise ValueError(f"fp32_precision={precision!r} is invalid; the only valid values are {FP32_PRECISIONS}")
     if q.device.type == "cpu" and not INTERPRETING:
         raise RuntimeError("CPU tensors need the Triton interpreter: set TRITON_INTERPRET=1 before importing "
-                           "kernels.vision, or pass CUDA tensors")
+                           "kernel_oracle.kernels.vision, or pass CUDA tensors")
 
 
 def _block_table(plan: VisionPlan, block_m: int) -> torch.Tensor:

@@ -43,6 +43,10 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
+from kernel_oracle.harness.opinfo import FAMILY_OPS
+
+from .registry import Target, register_target, unavailable
+
 __all__ = ["GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn", "GraphCacheHazard", "engine_versions",
            "flashinfer_cudnn_target"]
 
@@ -111,7 +115,7 @@ class FlashInferCudnn:
                 **kwargs) -> Callable[[], torch.Tensor]:
         """SGLang's wrapper steps (contract, flattening, indptr views), returning the engine call
         as a closure: ``prepare(...)()`` is the forward; the closure alone times the engine."""
-        from reference.vision_metadata import resolve_flashinfer_cudnn, select_metadata
+        from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn, select_metadata
 
         kwargs.pop("strict", None)  # SGLang has no strict validation
         # the upstream contract, in SGLang's order (raises its exact types and messages)
@@ -201,7 +205,7 @@ class FlashInferCudnn:
     def probe(self) -> None:
         """SGLang's exact call on a tiny bf16 batch (2 ragged sequences plus a padded entry), so the
         return_lse verdict is known before any test runs."""
-        from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+        from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
         gen = torch.Generator().manual_seed(0)
         H, D = 2, 64
@@ -220,44 +224,44 @@ class FlashInferCudnn:
                 "this target runs return_lse=False instead (the same output tensor, no LSE)")
 
 
-_ENGINES: dict = {}
+ENGINES: dict = {}
 
 
 def flashinfer_cudnn_target(device):
     """The Target (see fuzz.targets), or an unavailable one that says why."""
-    from .problems import LORA_ENTRY
-    from .targets import Target, _unavailable
-
     name = "flashinfer-cudnn"
     dev = torch.device(device)
     if dev.type != "cuda":
-        return _unavailable(name, f"FlashInfer's cuDNN prefill runs on CUDA GPUs only; device={device!s} "
+        return unavailable(name, f"FlashInfer's cuDNN prefill runs on CUDA GPUs only; device={device!s} "
                                   "(run with --device cuda on a GPU machine)")
     if not torch.cuda.is_available():
-        return _unavailable(name, "no CUDA device is visible (torch.cuda.is_available() is False)")
+        return unavailable(name, "no CUDA device is visible (torch.cuda.is_available() is False)")
     try:
         from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
     except Exception as exc:  # noqa: BLE001 - the reason is the report
-        return _unavailable(name, f"import flashinfer.cudnn failed: {type(exc).__name__}: {exc} "
+        return unavailable(name, f"import flashinfer.cudnn failed: {type(exc).__name__}: {exc} "
                                   "(install the wheels: bash scripts/flashinfer_wheels.sh install)")
     try:
         import cudnn  # noqa: F401 - the frontend the engine builds its graphs with
     except Exception as exc:  # noqa: BLE001
-        return _unavailable(name, f"import cudnn (nvidia-cudnn-frontend) failed: {type(exc).__name__}: {exc}")
+        return unavailable(name, f"import cudnn (nvidia-cudnn-frontend) failed: {type(exc).__name__}: {exc}")
     key = str(dev)
-    if key not in _ENGINES:
+    if key not in ENGINES:
         engine = FlashInferCudnn(dev, cudnn_batch_prefill_with_kv_cache)
         try:
             engine.probe()
         except Exception as exc:  # noqa: BLE001 - even return_lse=False failed: nothing runs
-            return _unavailable(name, f"{engine.describe()}; the probe call failed: {type(exc).__name__}: "
+            return unavailable(name, f"{engine.describe()}; the probe call failed: {type(exc).__name__}: "
                                       f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
-        _ENGINES[key] = engine
-    engine = _ENGINES[key]
+        ENGINES[key] = engine
+    engine = ENGINES[key]
     t = Target(name, {"vision": engine.flashinfer_cudnn_attention}, precision="ieee", strict=False,
                excluded_dtypes={"float32": "cuDNN SDPA takes float16 and bfloat16 only"},
                poison=engine.poisoned_output,
-               notes={op: "flashinfer-cudnn is a vision peer only" for op in LORA_ENTRY},
+               notes={op: "flashinfer-cudnn is a vision peer only" for op in FAMILY_OPS["lora"]},
                status=engine.describe)
     t.reason = engine.describe()
     return t
+
+
+register_target("flashinfer-cudnn", lambda spec, device: flashinfer_cudnn_target(device))

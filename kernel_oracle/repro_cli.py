@@ -33,9 +33,9 @@ def reproduce(*, target: str, path: str | None = None, case_json: str | None = N
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from .check import case_from_dict, execute, expected_outcome, judge
-    from .problems import Call
-    from .targets import resolve_target
+    from kernel_oracle.harness.check import case_from_dict, execute, expected_outcome, judge
+    from kernel_oracle.harness.problems import Call
+    from kernel_oracle.fuzz.targets import resolve_target
 
     call = None
     if path is not None and path.endswith(".pt"):
@@ -53,7 +53,7 @@ def reproduce(*, target: str, path: str | None = None, case_json: str | None = N
     if not tgt.available:
         raise ValueError(f"target {target!r} is unavailable: {tgt.reason}")
     if call is None:
-        from .check import _prepared_call
+        from kernel_oracle.harness.check import _prepared_call
 
         call = _prepared_call(case, device)
     expected = expected_outcome(case, device, precision=tgt.precision, call=call)

@@ -25,14 +25,15 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-from reference import lora as ref_lora
-from reference import vision as ref_vision
-from reference._helpers import describe_tensor
-from reference.contracts import CONTRACTS, contract
+from kernel_oracle.reference import lora as ref_lora
+from kernel_oracle.reference import vision as ref_vision
+from kernel_oracle.reference._helpers import describe_tensor
+from kernel_oracle.reference.contracts import CONTRACTS, contract
 
-from .problems import LORA_ENTRY, Call, LoRAProblem, VisionProblem, materialize
+from kernel_oracle.harness.problems import LORA_ENTRY, Call, LoRAProblem, VisionProblem, materialize
 
-__all__ = ["ErrorInput", "OpInfo", "Sample", "OP_DB", "LORA_OPINFOS", "VISION_OPINFO", "op_info"]
+__all__ = ["ErrorInput", "FAMILY_OPS", "OpInfo", "Sample", "OP_DB", "LORA_OPINFOS", "VISION_OPINFO", "entry_names",
+           "op_info"]
 
 
 @dataclass
@@ -356,6 +357,15 @@ VISION_OPINFO = OpInfo(
 )
 
 OP_DB = {info.name: info for info in (*LORA_OPINFOS, VISION_OPINFO)}
+
+
+# family -> its ops in a stable order; op -> the entry-point name a target module exports
+FAMILY_OPS = {family: tuple(i.name for i in OP_DB.values() if i.family == family) for family in ("lora", "vision")}
+
+
+def entry_names() -> dict[str, str]:
+    """op -> the entry-point name a target module must export (SGLang's names)."""
+    return {info.name: info.entry for info in OP_DB.values()}
 
 
 def op_info(name: str) -> OpInfo:

@@ -20,8 +20,8 @@ from typing import Any, Optional
 
 import torch
 
-from reference.batch_info import make_lora_batch_info
-from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+from kernel_oracle.reference.batch_info import make_lora_batch_info
+from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
 __all__ = [
     "Call",
@@ -175,7 +175,7 @@ def _poison_beyond_rank(x: torch.Tensor, bi, num_slots: int, R: int, how: Option
         return
     if how not in _POISON_VALUES:
         raise ValueError(f"poison_beyond_rank={how!r} is unknown; the only valid values are None, 'huge', 'nan'")
-    from reference.lora_routing import route_lora_batch
+    from kernel_oracle.reference.lora_routing import route_lora_batch
 
     route = route_lora_batch(bi, num_rows=x.shape[0], num_slots=num_slots, max_rank=R, device=x.device,
                              strict=False)

@@ -1,6 +1,6 @@
 """Benchmark of the Triton vision attention against torch's varlen attention and an SDPA loop.
 
-``python -m kernels.bench_vision`` on any CUDA machine; bf16 random data; median times from
+``python -m kernel_oracle.benchmarks.bench_vision`` on any CUDA machine; bf16 random data; median times from
 ``triton.testing.do_bench``; FLOPs = 4 * sum(n_b^2) * H * D.  Columns:
 
 * ``triton (launch)``: :meth:`kernels.vision.VisionLaunch.run`, metadata resolved once (how a
@@ -69,8 +69,8 @@ def _inputs(lens, H, D, dtype, device):
 def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="cuda"):
     import triton.testing
 
-    from kernels.vision import KernelConfig, clear_launch_cache, flashinfer_cudnn_attention, plan_attention
-    from reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+    from kernel_oracle.kernels.vision import KernelConfig, clear_launch_cache, flashinfer_cudnn_attention, plan_attention
+    from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
     q, k, v, cu = _inputs(lens, H, D, dtype, device)
     md = prepare_flashinfer_cudnn_metadata(cu, device, elem_per_token=H * D)
@@ -139,8 +139,8 @@ def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="
 
 def _flashinfer_cudnn(device):
     """The engine binding of target ``flashinfer-cudnn``, or None (the reason goes to stderr once)."""
-    from fuzz.flashinfer_cudnn import _ENGINES
-    from fuzz.targets import resolve_target
+    from kernel_oracle.fuzz.targets.flashinfer_cudnn import _ENGINES
+    from kernel_oracle.fuzz.targets import resolve_target
 
     target = resolve_target("flashinfer-cudnn", device)
     if not target.available:
@@ -194,7 +194,7 @@ def render(records) -> str:
 
 
 def _engine_status() -> str:
-    from fuzz.targets import resolve_target
+    from kernel_oracle.fuzz.targets import resolve_target
 
     t = resolve_target("flashinfer-cudnn", "cuda")
     return t.to_record()["reason"] if t.available else f"unavailable: {t.reason}"
@@ -209,7 +209,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=None, help="comma-separated subset of shape names")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("kernels.bench_vision needs a CUDA device (the interpreter is far too slow to time)", file=sys.stderr)
+        print("kernel_oracle.benchmarks.bench_vision needs a CUDA device (the interpreter is far too slow to time)", file=sys.stderr)
         return 2
     import triton
 
@@ -219,12 +219,12 @@ def main(argv=None) -> int:
     meta = {"version": 1, "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": _commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "flashinfer_cudnn": _engine_status(),
-            "command": "python -m kernels.bench_vision" + " ".join([""] + list(argv or sys.argv[1:]))}
+            "command": "python -m kernel_oracle.benchmarks.bench_vision" + " ".join([""] + list(argv or sys.argv[1:]))}
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "records": records}, f, indent=1)
     if args.oracle_record:
-        from reports.bench_convert import save_bench_record
+        from kernel_oracle.reports.bench_convert import save_bench_record
 
         print("result record:", save_bench_record({"meta": meta, "records": records}, args.oracle_record,
                                                   "bench_vision"))

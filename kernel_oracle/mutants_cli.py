@@ -43,7 +43,8 @@ def main(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel import
-    from .mutants import MUTANTS, MutantError, check_mutant, get_mutant
+    from kernel_oracle.fuzz.mutant_check import check_mutant
+    from kernel_oracle.fuzz.targets.mutants import MUTANTS, MutantError, get_mutant
 
     if args.list:
         for m in MUTANTS:

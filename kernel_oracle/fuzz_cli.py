@@ -19,7 +19,7 @@ def _device_default() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .campaign import FAMILY_OF
+    from kernel_oracle.fuzz.campaign import FAMILY_OF
 
     parser.add_argument("--target", required=True,
                         help="reference, triton, sglang, torch-varlen, flashinfer-cudnn, mutant:NAME or "
@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel import
-    from .campaign import CampaignError, run_campaign
+    from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
 
     try:
         record = run_campaign(target=args.target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,

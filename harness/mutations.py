@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from .problems import Call
+from kernel_oracle.harness.problems import Call
 
 __all__ = ["CATEGORIES", "LORA_KINDS", "Mutation", "MutationError", "VISION_KINDS", "kinds"]
 

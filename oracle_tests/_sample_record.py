@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .schema import add_benchmark, add_finding, add_group, add_note, add_target, new_record
+from kernel_oracle.harness.schema import add_benchmark, add_finding, add_group, add_note, add_target, new_record
 
 __all__ = ["sample_record"]
 

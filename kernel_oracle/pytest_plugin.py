@@ -92,7 +92,7 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture
 def fuzz_target(request, fuzz_target_name):
     """The resolved :class:`fuzz.targets.Target`; skipped with the reason when unavailable."""
-    from fuzz.targets import TargetError, resolve_target
+    from kernel_oracle.fuzz.targets import TargetError, resolve_target
 
     device = "cuda" if _cuda() else "cpu"
     try:

@@ -32,14 +32,14 @@ from typing import Any, Optional
 
 import torch
 
-from reference.contracts import CONTRACTS
-from reference.lora_routing import route_lora_batch
-from reference.strict import strict_validation
-from reference.tolerance import compare
+from kernel_oracle.reference.contracts import CONTRACTS
+from kernel_oracle.reference.lora_routing import route_lora_batch
+from kernel_oracle.reference.strict import strict_validation
+from kernel_oracle.reference.tolerance import compare
 
-from .mutations import Mutation
-from .opinfo import OP_DB
-from .problems import LoRAProblem, VisionProblem, materialize, problem_from_dict, problem_to_dict
+from kernel_oracle.harness.mutations import Mutation
+from kernel_oracle.harness.opinfo import OP_DB
+from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, materialize, problem_from_dict, problem_to_dict
 
 __all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute",
            "expected_outcome", "judge", "shape_class"]
@@ -141,7 +141,7 @@ def _prepared_call(case: Case, device):
 
 def _poison_unread_vision(call) -> None:
     """NaN into q/k/v tokens that no sequence reads (valid calls only): a leak shows up as NaN."""
-    from reference.vision_metadata import resolve_flashinfer_cudnn
+    from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
 
     c = _copy_call(call)
     try:
@@ -262,7 +262,7 @@ def _lora_locator(case: Case, call):
 
 
 def _vision_locator(call):
-    from reference.vision_metadata import resolve_flashinfer_cudnn
+    from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
 
     c = _copy_call(call)
     try:

@@ -9,8 +9,8 @@ import argparse
 import json
 import sys
 
-from .compare import DEFAULT_MAX_RATIO_GROWTH, DEFAULT_MAX_SLOWDOWN, DEFAULT_RATIO_FLOOR, Thresholds, compare_results
-from .schema import SchemaError
+from kernel_oracle.reports.compare import DEFAULT_MAX_RATIO_GROWTH, DEFAULT_MAX_SLOWDOWN, DEFAULT_RATIO_FLOOR, Thresholds, compare_results
+from kernel_oracle.harness.schema import SchemaError
 
 __all__ = ["add_arguments", "main", "parse_fraction"]
 
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .model import load_result
+    from kernel_oracle.reports.model import load_result
 
     try:
         baseline = load_result(args.baseline)

@@ -1,4 +1,4 @@
-"""Benchmark of our kv_b LoRA kernels on any CUDA machine: ``python -m kernels.bench_lora``.
+"""Benchmark of our kv_b LoRA kernels on any CUDA machine: ``python -m kernel_oracle.benchmarks.bench_lora``.
 
 Note [What is measured]
 -----------------------
@@ -60,7 +60,7 @@ def copy_bandwidth() -> float:
 
 
 def _inputs(seg_lens, seed):
-    from reference.batch_info import make_lora_batch_info
+    from kernel_oracle.reference.batch_info import make_lora_batch_info
 
     g = torch.Generator(device="cuda").manual_seed(seed)
     S = sum(seg_lens)
@@ -285,15 +285,15 @@ def main(argv=None):
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("kernels.bench_lora needs a CUDA device; the interpreter is far too slow to time")
+        raise SystemExit("kernel_oracle.benchmarks.bench_lora needs a CUDA device; the interpreter is far too slow to time")
     import triton
 
-    import kernels.lora as klora
-    import kernels.lora._launch as launch
+    import kernel_oracle.kernels.lora as klora
+    import kernel_oracle.kernels.lora._launch as launch
 
     info = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=torch.cuda.get_device_name(),
                 torch=torch.__version__, triton=triton.__version__, commit=_commit(),
-                command="python -m kernels.bench_lora" + (" --sweep" if args.sweep else "")
+                command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "")
                 + (" --sweep-decode" if args.sweep_decode else ""))
     copy_tbs = copy_bandwidth()
     info["copy_tbs"] = round(copy_tbs, 3)
@@ -306,7 +306,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(dict(info=info, rows=rows, sweep=sweep_rows), f, indent=1)
     if args.oracle_record:
-        from reports.bench_convert import save_bench_record
+        from kernel_oracle.reports.bench_convert import save_bench_record
 
         print("result record:", save_bench_record(dict(info=info, rows=rows), args.oracle_record, "bench_lora"))
     print(f"\n{info}")

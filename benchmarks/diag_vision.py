@@ -1,7 +1,7 @@
 """GPU diagnosis of kernel variants, each in its own process (an illegal access poisons the context).
 
-python -m kernels.vision._diag            -> runs all variants, prints one line each
-python -m kernels.vision._diag NAME       -> runs one variant
+python -m kernel_oracle.benchmarks.diag_vision            -> runs all variants, prints one line each
+python -m kernel_oracle.benchmarks.diag_vision NAME       -> runs one variant
 """
 import os
 import subprocess
@@ -24,8 +24,8 @@ VARIANTS = {
 
 
 def one(name):
-    from kernels.vision import KernelConfig, plan_attention, prepare_flashinfer_cudnn_metadata
-    from reference.vision import flashinfer_cudnn_oracle
+    from kernel_oracle.kernels.vision import KernelConfig, plan_attention, prepare_flashinfer_cudnn_metadata
+    from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
     D, Dv, _, cfg = VARIANTS[name]
     torch.manual_seed(0)
     lens, H = [300, 129, 77], 2
@@ -49,7 +49,7 @@ def main():
         return
     for name, (_, _, split, _) in VARIANTS.items():
         env = dict(os.environ, KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM=split, CUDA_LAUNCH_BLOCKING="1")
-        r = subprocess.run([sys.executable, "-m", "kernels.vision._diag", name], env=env, capture_output=True,
+        r = subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.diag_vision", name], env=env, capture_output=True,
                            text=True, timeout=120)
         last = (r.stdout.strip().splitlines() or [""])[-1]
         err = [ln for ln in r.stderr.splitlines() if "Error" in ln or "error" in ln][-1:] if r.returncode else []

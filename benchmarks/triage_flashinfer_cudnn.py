@@ -1,7 +1,7 @@
 """Triage of flashinfer-cudnn findings: one layout property changed at a time, each variant in its
 own process (an illegal memory access ends the CUDA context of the process that hit it).
 
-``python -m fuzz.triage_flashinfer_cudnn [--json PATH] [--only NAME,...]`` on a GPU machine with the
+``python -m kernel_oracle.benchmarks.triage_flashinfer_cudnn [--json PATH] [--only NAME,...]`` on a GPU machine with the
 wheels installed (scripts/flashinfer_wheels.sh).  Each variant prints err / allowed against the
 float64 oracle under the tolerance rule, or the exception.  The variants isolate the properties the
 differential tests found the engine to get wrong (docs/flashinfer_cudnn.md has the verdicts).
@@ -79,7 +79,7 @@ SEQUENCES = {
 def _build(var: Variant, device="cuda"):
     import torch
 
-    from reference.vision_metadata import VisionAttentionMetadata, bucket_batch_size, bucket_max_seqlen
+    from kernel_oracle.reference.vision_metadata import VisionAttentionMetadata, bucket_batch_size, bucket_max_seqlen
 
     gen = torch.Generator().manual_seed(0)
     lens, H, D = list(var.lens), var.H, var.D
@@ -124,9 +124,9 @@ def run_one(name: str) -> dict:
         return _run_problem(name)
     import torch
 
-    from fuzz.targets import resolve_target
-    from reference.tolerance import compare
-    from reference.vision import flashinfer_cudnn_oracle
+    from kernel_oracle.fuzz.targets import resolve_target
+    from kernel_oracle.reference.tolerance import compare
+    from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
 
     var = next(v for v in VARIANTS if v.name == name)
     target = resolve_target("flashinfer-cudnn", "cuda")
@@ -148,9 +148,9 @@ def run_one(name: str) -> dict:
 
 
 def _run_problem(name: str) -> dict:
-    from fuzz.check import Case, check_case
-    from fuzz.problems import VisionProblem
-    from fuzz.targets import resolve_target
+    from kernel_oracle.harness.check import Case, check_case
+    from kernel_oracle.harness.problems import VisionProblem
+    from kernel_oracle.fuzz.targets import resolve_target
 
     target = resolve_target("flashinfer-cudnn", "cuda")
     verdict = check_case(target, Case(VisionProblem(**PROBLEMS[name])), "cuda")
@@ -174,7 +174,7 @@ def main(argv=None) -> int:
     results = []
     for name in names:
         try:
-            p = subprocess.run([sys.executable, "-m", "fuzz.triage_flashinfer_cudnn", "--one", name],
+            p = subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.triage_flashinfer_cudnn", "--one", name],
                                capture_output=True, text=True, timeout=120)
             lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
             r = json.loads(lines[-1]) if lines else {"variant": name, "error": f"exit {p.returncode}: "

@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 import pytest
 
-from .schema import FINDING_KINDS, add_finding, add_group, new_record, save
+from kernel_oracle.harness.schema import FINDING_KINDS, add_finding, add_group, new_record, save
 
 __all__ = ["RecordWriter", "group_fields"]
 

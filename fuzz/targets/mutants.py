@@ -13,7 +13,7 @@ as for the original.  The copy is then an ordinary target (``mutant:<name>``, se
 When the kernels change and an anchor no longer occurs, building raises :class:`MutantError`
 naming the mutant, the file and the missing anchor: update the mutant, never drop it silently.
 
-:func:`check_mutant` runs the CI-profile property search (derandomized, ``tiny`` problems) on the
+:func:`kernel_oracle.fuzz.mutant_check.check_mutant` runs the CI-profile property search (derandomized, ``tiny`` problems) on the
 mutant and reports whether it was killed and after how many examples.  ``categories`` / ``ops``
 focus the search where the bug can show (a numeric bug on valid inputs, a message drift on
 contract cases), which keeps the whole table within the CPU budget.
@@ -27,14 +27,16 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["MUTANTS", "Mutant", "MutantError", "Patch", "build_mutant", "check_mutant", "mutant_target"]
+from .registry import Target, register_prefix, unavailable
+from .triton import KERNELS_PACKAGE, kernels_target
 
-KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+__all__ = ["MUTANTS", "Mutant", "MutantError", "Patch", "build_mutant", "get_mutant", "mutant_names", "mutant_target"]
+
+KERNELS_DIR = Path(importlib.import_module(KERNELS_PACKAGE).__file__).resolve().parent
 
 
 class MutantError(RuntimeError):
@@ -120,8 +122,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("lora_wrong_slot", "lora", "each row takes the previous segment's slot",
            (Patch(_K, "weight_indices + seg", "weight_indices + tl.maximum(seg - 1, 0)"),)),
     Mutant("lora_drifted_error_message", "lora", "the missing-max_len error lost its final period",
-           (Patch(_L, "from reference.lora import validate_call\n",
-                  "from reference.lora import validate_call as _validate_call\n\n\n"
+           (Patch(_L, "from kernel_oracle.reference.lora import validate_call\n",
+                  "from kernel_oracle.reference.lora import validate_call as _validate_call\n\n\n"
                   "def validate_call(*args, **kwargs):\n"
                   "    try:\n"
                   "        return _validate_call(*args, **kwargs)\n"
@@ -205,95 +207,25 @@ def build_mutant(name: str) -> str:
     files = {str(p.relative_to(dest)): p.read_text() for p in dest.rglob("*.py")}
     patched = apply_patches(mutant, files)
     for rel, src in patched.items():
-        src = re.sub(r"\b(from|import) kernels\b", rf"\1 {pkg}", src)  # absolute self-imports
+        src = re.sub(r"\b(from|import) kernel_oracle\.kernels\b", rf"\1 {pkg}", src)  # absolute self-imports
         (dest / rel).write_text(src)
     importlib.invalidate_caches()
     _BUILT[name] = pkg
     return pkg
 
 
-def mutant_target(name: str, device="cpu"):
-    """The :class:`fuzz.targets.Target` of mutant ``name`` (``mutant:<name>``)."""
-    from .targets import _triton, _unavailable
-
+def mutant_target(spec: str, device="cpu") -> Target:
+    """The :class:`Target` of ``mutant:<name>``."""
+    name = spec.split(":", 1)[1]
     try:
         pkg = build_mutant(name)
     except MutantError as exc:
-        return _unavailable(f"mutant:{name}", str(exc))
-    return _triton(device, package=pkg, name=f"mutant:{name}")
-
-
-@dataclass
-class KillResult:
-    name: str
-    family: str
-    description: str
-    killed: bool
-    examples: int
-    seconds: float
-    kind: Optional[str] = None
-    message: str = ""
-    case: Optional[str] = None
-    error: Optional[str] = None
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-def check_mutant(name: str, *, max_examples: int = 80, device: Optional[str] = None,
-                 limits: str = "tiny") -> KillResult:
-    """Search the mutant with the CI-profile properties until it is killed (or the budget ends)."""
-    import os
-
-    import torch
-    from hypothesis import HealthCheck, Phase, given, settings
-
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    from .check import check_case
-    from .strategies import ALL_DTYPES, cases
-    from .targets import resolve_target
-
-    mutant = get_mutant(name)
-    t0 = time.monotonic()
-    target = resolve_target(f"mutant:{name}", device)
-    if not target.available:
-        return KillResult(name, mutant.family, mutant.description, False, 0, 0.0, error=target.reason)
-    ops = mutant.ops if mutant.ops is not None else target.ops(mutant.family)
-    strategy = cases(mutant.family, categories=mutant.categories, dtypes=target.dtypes(ALL_DTYPES),
-                     ops=ops if mutant.family == "lora" else None, limits=limits)
-    state = {"n": 0, "verdict": None, "case": None}
-
-    @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.generate), print_blob=False)
-    @given(strategy)
-    def search(case):
-        if state["verdict"] is not None:  # Hypothesis replays the failing example once: not a new one
-            raise AssertionError(state["verdict"].message)
-        state["n"] += 1
-        verdict = check_case(target, case, device)
-        if not verdict.ok:
-            state["verdict"], state["case"] = verdict, case
-            raise AssertionError(verdict.message)
-
-    try:
-        search()
-    except AssertionError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - a harness failure is a result, not a kill
-        if state["verdict"] is None:
-            return KillResult(name, mutant.family, mutant.description, False, state["n"], time.monotonic() - t0,
-                              error=f"{type(exc).__name__}: {exc}")
-    v = state["verdict"]
-    return KillResult(name, mutant.family, mutant.description, v is not None, state["n"], time.monotonic() - t0,
-                      kind=None if v is None else v.kind,
-                      message="" if v is None else (v.message.splitlines() or [""])[0],
-                      case=None if state["case"] is None else state["case"].to_json())
+        return unavailable(spec, str(exc))
+    return kernels_target(device, package=pkg, name=spec)
 
 
 def mutant_names(family: Optional[str] = None) -> list[str]:
     return [m.name for m in MUTANTS if family is None or m.family == family]
 
 
+register_prefix("mutant:", mutant_target)

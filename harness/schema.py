@@ -90,7 +90,7 @@ def environment_fingerprint(device: Optional[str] = None) -> dict:
     """torch, triton, CUDA, cuDNN, GPU or CPU model, git commit, suite version."""
     import torch
 
-    from kernel_oracle import __version__
+    from kernel_oracle._version import __version__
 
     try:
         import triton

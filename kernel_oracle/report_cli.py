@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .schema import SchemaError
+from kernel_oracle.harness.schema import SchemaError
 
 __all__ = ["add_arguments", "main", "write_reports"]
 
@@ -22,9 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def write_reports(result_path: str | Path, out_dir: str | Path | None = None, *, name: str | None = None,
                   with_plots: bool = True) -> tuple[Path, Path]:
     """Render ``result_path`` to ``<out_dir>/<name>.md`` and ``.html``; returns both paths."""
-    from .model import load_result
-    from .render_html import render_html
-    from .render_md import render_markdown
+    from kernel_oracle.reports.model import load_result
+    from kernel_oracle.reports.render_html import render_html
+    from kernel_oracle.reports.render_md import render_markdown
 
     result_path = Path(result_path)
     result = load_result(result_path)

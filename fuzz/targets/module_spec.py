@@ -1,0 +1,51 @@
+"""Targets given as ``package.module`` or ``package.module:attr``: anything exporting SGLang's entry points.
+
+``attr`` may be an object with the entry points, a class (instantiated without arguments), or a bare
+function (then the vision forward).  A module declares ``KERNEL_ORACLE_STRICT = True`` when it
+implements our strict validation and ``KERNEL_ORACLE_PRECISION`` (``"ieee"``/``"tf32"``) when it
+knows its fp32 matmul precision.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from kernel_oracle.harness.opinfo import entry_names
+
+from .registry import Target, entries_from, import_module, register_module_fallback, third_party, unavailable
+
+def _module_target(spec: str, device) -> Target:
+    module_name, _, attr = spec.partition(":")
+    mod, why = import_module(module_name)
+    if mod is None:
+        return unavailable(spec, why)
+    obj = mod
+    if attr:
+        obj = getattr(mod, attr, None)
+        if obj is None:
+            return unavailable(spec, f"{module_name} has no attribute {attr!r}; pass package.module:attr "
+                                      f"with an attr it defines")
+        if inspect.isclass(obj):
+            try:
+                obj = obj()
+            except Exception as exc:  # noqa: BLE001
+                return unavailable(spec, f"{spec}() failed: {type(exc).__name__}: {exc}")
+    notes: dict = {}
+    entries = entries_from(obj, None, notes)
+    if not entries and callable(obj) and attr:
+        entries = {"vision": obj}  # a bare function: the vision forward
+        notes.pop("vision", None)
+    if not entries:
+        return unavailable(spec, f"{spec} exports none of {sorted(entry_names().values())} ")
+    try:
+        source = inspect.getsource(mod)
+    except (OSError, TypeError):
+        source = ""
+    triton_code = "triton" in source
+    strict = bool(getattr(obj, "KERNEL_ORACLE_STRICT", getattr(mod, "KERNEL_ORACLE_STRICT", False)))
+    precision = getattr(obj, "KERNEL_ORACLE_PRECISION", getattr(mod, "KERNEL_ORACLE_PRECISION", None))
+    return third_party(spec, entries, notes, triton_code=triton_code, strict=strict, precision=precision,
+                        device=device)
+
+
+register_module_fallback(lambda spec, device: _module_target(spec, device))

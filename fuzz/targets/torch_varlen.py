@@ -1,0 +1,53 @@
+"""Target ``torch-varlen``: our contract resolution, then torch's ``varlen_attn`` (a vision peer, CUDA)."""
+
+from __future__ import annotations
+
+import torch
+
+from kernel_oracle.harness.opinfo import FAMILY_OPS
+
+from .registry import Target, register_target, unavailable
+
+def _torch_varlen(device) -> Target:
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except Exception as exc:  # noqa: BLE001
+        return unavailable("torch-varlen", f"torch {torch.__version__} has no torch.nn.attention.varlen "
+                                            f"({type(exc).__name__})")
+    if not str(device).startswith("cuda"):
+        return unavailable("torch-varlen", "varlen_attn has no CPU kernel (aten::_flash_attention_forward is "
+                                            "CUDA-only); run with --device cuda")
+    from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
+
+    def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,
+                                   **kwargs):
+        """Our contract resolution (reference.vision_metadata), then torch's varlen_attn."""
+        kwargs.pop("strict", None)
+        plan = resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata, strict=True, **kwargs)
+        T, H, DV = plan.q.shape[0], plan.q.shape[1], plan.v.shape[2]
+        out = torch.zeros(T, H, DV, dtype=plan.q.dtype, device=plan.q.device)
+        real = [b for b in range(plan.num_sequences) if int(plan.lengths[b]) > 0]
+        if real:
+            def gather(t, starts):
+                return torch.cat([t[int(starts[b]):int(starts[b]) + int(plan.lengths[b])] for b in real])
+            qq, kk, vv = gather(plan.q, plan.qk_start), gather(plan.k, plan.qk_start), gather(plan.v, plan.v_start)
+            lens = torch.tensor([int(plan.lengths[b]) for b in real], dtype=torch.int32)
+            cu = torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(lens, 0, dtype=torch.int32)]).to(qq.device)
+            mx = int(lens.max())
+            res = varlen_attn(qq, kk, vv, cu, cu, mx, mx, scale=plan.scale)
+            pos = 0
+            for b in real:
+                n = int(plan.lengths[b])
+                out[int(plan.o_start[b]):int(plan.o_start[b]) + n] = res[pos:pos + n]
+                pos += n
+        if plan.reshape_batch is not None:
+            out = out.unflatten(0, (plan.reshape_batch, -1))
+        return out
+
+    return Target("torch-varlen", {"vision": flashinfer_cudnn_attention}, precision="ieee", strict=True,
+                  excluded_dtypes={"float32": "varlen_attn (flash attention) supports float16 and bfloat16 only"},
+                  notes={op: "torch-varlen is a vision peer only" for op in FAMILY_OPS["lora"]})
+
+
+
+register_target("torch-varlen", lambda spec, device: _torch_varlen(device))

@@ -1,0 +1,84 @@
+"""The one place that decides where Triton kernels run: compiled on a GPU, or in the interpreter.
+
+Note [Device switch]
+--------------------
+Triton picks interpreter or compiler when a kernel module is *imported* (``@triton.jit`` reads
+``TRITON_INTERPRET`` at decoration time), so the switch must be thrown before the first kernel
+import and can never be undone in that process.  Two ways to throw it, and no other:
+
+* :func:`worker_env` -- the environment of a child process (campaign workers, the main job's
+  campaigns): the caller's own environment is never touched, so a campaign on ``device="cpu"`` inside
+  a GPU test session cannot turn that session's later kernel imports into interpreted ones;
+* :func:`configure_process` -- for a process whose whole job is to run kernels on one device (a CLI
+  command, a test session): sets the variable if the device needs the interpreter and refuses, with
+  the reason, when kernel modules were already imported the other way.
+
+Kernels themselves only *read* the switch (:func:`kernel_oracle.kernels.interpreter.interpreting`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping, Optional
+
+__all__ = ["configure_process", "cuda_available", "default_device", "interpreting", "needs_interpreter",
+           "worker_env"]
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def interpreting(env: Optional[Mapping[str, str]] = None) -> bool:
+    """True when Triton kernels imported under ``env`` (default: this process) run in the interpreter."""
+    env = os.environ if env is None else env
+    return env.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def default_device() -> str:
+    return "cuda" if cuda_available() else "cpu"
+
+
+def needs_interpreter(device) -> bool:
+    """Triton kernels take CPU tensors only in the interpreter; a CUDA device compiles them."""
+    return not str(device).startswith("cuda")
+
+
+def worker_env(device, base: Optional[Mapping[str, str]] = None) -> dict:
+    """The environment for a child process that runs kernels on ``device`` (``base`` untouched)."""
+    env = dict(os.environ if base is None else base)
+    if needs_interpreter(device):
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def _imported_kernel_modules() -> list[str]:
+    return sorted(m for m in sys.modules
+                  if m.startswith("kernel_oracle.kernels.") and m.rsplit(".", 1)[-1].startswith("_")
+                  or m.startswith("kernels_mutant_"))
+
+
+def configure_process(device) -> None:
+    """Make this process run kernels on ``device``; raise ``RuntimeError`` when it is too late.
+
+    Call it before anything imports a kernel module (CLI entry points, the test session)."""
+    want = needs_interpreter(device)
+    if want == interpreting():
+        return
+    early = _imported_kernel_modules()
+    if early:
+        have = "interpreted" if interpreting() else "compiled"
+        raise RuntimeError(f"device={device!s} needs Triton kernels {'interpreted' if want else 'compiled'}, "
+                           f"but {early} were already imported {have} in this process; run the {device!s} "
+                           "work in a fresh process (a campaign worker does this for you)")
+    if want:
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
