@@ -90,6 +90,9 @@ class LoRAProblem:
     poison_beyond_rank: Optional[str] = None
     # activations / base_output start one token row into a larger buffer (non-zero storage offset)
     offset_views: bool = False
+    # CUDA-graph replay with stale capture-time host ints (bs, num_segments, max_len): see
+    # reference.batch_info.make_lora_batch_info (None: the real counts, as before)
+    stale_host_ints: Optional[tuple[int, int, int]] = None
     family: str = field(default="lora", init=False)
 
     @property
@@ -195,7 +198,8 @@ def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call
     perm = torch.randperm(S, generator=gen) if p.permute else None
     bi = make_lora_batch_info(p.seg_lens, p.weight_indices, p.lora_ranks, p.scalings,
                               permutation=perm, cuda_graph_pad_to=p.cuda_graph_pad_to,
-                              with_max_len=p.with_max_len, with_seg_lens=p.with_seg_lens, device=device)
+                              with_max_len=p.with_max_len, with_seg_lens=p.with_seg_lens,
+                              stale_host_ints=p.stale_host_ints, device=device)
     B_buf = _randn(gen, (L, H * (qk + vd), R), dt, device, scale=qk ** -0.5)
     A_buf = _randn(gen, (L, R, C), dt, device, scale=R ** -0.5)
     s = p.strided

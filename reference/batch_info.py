@@ -24,6 +24,26 @@ import torch
 __all__ = ["LoRABatchInfo", "make_lora_batch_info"]
 
 
+def _stale(values: Sequence[int], pad_to: Optional[int], padded: int, longest: int) -> tuple[int, int, int]:
+    """Check ``stale_host_ints`` (see :func:`make_lora_batch_info`) and return them as ints."""
+    if pad_to is None:
+        raise ValueError(f"stale_host_ints={tuple(values)!r} needs CUDA-graph mode (host ints are stale only "
+                         f"at graph replay); pass cuda_graph_pad_to as well")
+    vals = tuple(values)
+    if len(vals) != 3 or any(not isinstance(v, int) or isinstance(v, bool) for v in vals):
+        raise ValueError(f"Expected stale_host_ints=(bs, num_segments, max_len) as three ints but got "
+                         f"stale_host_ints={vals!r}")
+    bs, num, max_len = vals
+    for name, v in (("bs", bs), ("num_segments", num)):
+        if not 0 <= v <= padded:
+            raise ValueError(f"stale_host_ints {name}={v} is outside 0..{padded} (the padded segment count); "
+                             f"pass a capture-time value no larger than the graph's segments")
+    if max_len < longest:
+        raise ValueError(f"stale_host_ints max_len={max_len} is smaller than the longest segment ({longest}); "
+                         f"the capture-time max_len is an upper bound: pass max_len >= {longest}")
+    return bs, num, max_len
+
+
 @dataclass
 class LoRABatchInfo:
     """Mirror of SGLang's ``LoRABatchInfo`` (same field names, order and defaults)."""
@@ -55,6 +75,7 @@ def make_lora_batch_info(
     cuda_graph_pad_to: Optional[int] = None,
     with_max_len: bool = True,
     with_seg_lens: bool = True,
+    stale_host_ints: Optional[Sequence[int]] = None,
     device: torch.device | str = "cpu",
 ) -> LoRABatchInfo:
     """Build a well-formed batch info from per-segment lengths.
@@ -65,6 +86,13 @@ def make_lora_batch_info(
     ``cuda_graph_pad_to``: CUDA-graph mode; ``weight_indices`` / ``seg_indptr`` / ``seg_lens`` are
     padded with zero-length segments (slot 0) up to this many segments, as SGLang does when it
     replays a captured graph for a smaller batch.  ``bs`` and ``num_segments`` stay the real count.
+
+    ``stale_host_ints``: ``(bs, num_segments, max_len)``, CUDA-graph mode only: the host ints as a
+    graph captured for another batch left them (SPEC.md, Routing): ``bs`` and ``num_segments`` at
+    most the padded count (typically smaller than the replayed batch: they must not limit it),
+    ``max_len`` an upper bound at least the longest segment (ignored when ``with_max_len=False``).
+    Only device tensors describe the replayed batch.  SGLang 0.5.12 launched ``bs`` programs and
+    guarded with ``num_segments`` here, skipping segments (fixed by PR #28371).
     """
     seg_lens = [int(x) for x in seg_lens]
     weight_indices = [int(x) for x in weight_indices]
@@ -89,19 +117,23 @@ def make_lora_batch_info(
     indptr = [0]
     for length in lens:
         indptr.append(indptr[-1] + length)
+    bs = num = n
+    max_len = max(seg_lens, default=0)
+    if stale_host_ints is not None:
+        bs, num, max_len = _stale(stale_host_ints, cuda_graph_pad_to, padded, max_len)
     if permutation is not None:
         perm = torch.as_tensor(permutation, dtype=torch.int64, device=device).clone()
     else:
         perm = None
     return LoRABatchInfo(
         use_cuda_graph=cuda_graph_pad_to is not None,
-        bs=n,
-        num_segments=n,
+        bs=bs,
+        num_segments=num,
         seg_indptr=torch.tensor(indptr, dtype=torch.int32, device=device),
         weight_indices=torch.tensor(slots, dtype=torch.int32, device=device),
         lora_ranks=torch.tensor([int(r) for r in lora_ranks], dtype=torch.int32, device=device),
         scalings=torch.tensor([float(s) for s in scalings], dtype=torch.float32, device=device),
-        max_len=(max(seg_lens, default=0) if with_max_len else None),
+        max_len=(max_len if with_max_len else None),
         seg_lens=(torch.tensor(lens, dtype=torch.int32, device=device) if with_seg_lens else None),
         permutation=perm,
         expected_tokens=indptr[-1],

@@ -34,8 +34,14 @@ __all__ = ["LoRARouting", "SlotGroup", "max_segment_len", "num_segments", "route
 
 
 def num_segments(batch_info) -> int:
-    """``num_segments or bs``, as upstream's launch counts segments."""
-    return int(batch_info.num_segments or batch_info.bs)
+    """The segments a launch processes: ``num_segments or bs``; under ``use_cuda_graph`` every one of
+    the ``weight_indices.shape[0]`` segments, because the host ints are capture-time values that may be
+    stale (smaller than the replayed batch) and must not limit it (SPEC.md, Routing)."""
+    n = int(batch_info.num_segments or batch_info.bs)
+    wi = getattr(batch_info, "weight_indices", None)
+    if getattr(batch_info, "use_cuda_graph", False) and isinstance(wi, torch.Tensor) and wi.dim() == 1:
+        n = max(n, int(wi.shape[0]))
+    return n
 
 
 def max_segment_len(batch_info) -> int:
