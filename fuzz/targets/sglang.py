@@ -1,37 +1,43 @@
-"""Target ``sglang``: SGLang's installed kv_b LoRA Triton ops and ``VisionFlashInferAttention``."""
+"""Targets ``sglang``, ``sglang-trt``, ``sglang==X.Y.Z`` and ``sglang-trt==X.Y.Z``: SGLang's own kv_b
+LoRA Triton kernels (default and TRT-LLM-style variant) and its ``VisionFlashInferAttention``.
+
+Note [SGLang targets]
+---------------------
+* ``sglang`` / ``sglang-trt``: the installed release.  Its files are found through the
+  distribution's metadata (never by importing it: :mod:`.sglang_wheel`), the kv_b kernel file by
+  SPEC.md's module table, then by a search for the entry points.  The file is imported the normal
+  way when SGLang's heavy imports work here; when they fail (torch and triton alone), it is loaded
+  standalone by the same loader as a wheel, and the record says which.  ``sglang`` adds the vision
+  backend when it imports and builds (it needs CUDA and FlashInfer; the note says why not).
+* ``sglang==X.Y.Z`` / ``sglang-trt==X.Y.Z``: a published release without installing it; the wheel
+  comes from ``--sglang-wheel PATH|DIR`` (``$KERNEL_ORACLE_SGLANG_WHEEL``), the cache, or
+  ``pip download --no-deps``.  kv_b kernels only: the vision backend needs SGLang's runtime.
+
+The kv_b kernel files define the four split steps only (no fused q/v-side entry points): the target
+reports the fused ops as missing, with the reason.  The record's ``reason`` names the release, the
+module and how it was loaded.  A release without such kernels is an unavailable target whose
+reason is one line.
+"""
 
 from __future__ import annotations
 
-import pkgutil
+import re
 
 from kernel_oracle.harness.opinfo import FAMILY_OPS
 
-from .registry import Target, entries_from, import_module, register_target, third_party, unavailable
+from .registry import (Target, entries_from, import_module, register_prefix, register_target, third_party,
+                       unavailable)
+from .sglang_wheel import (LoaderError, ReleaseFiles, find_wheel, installed_release, load_kernel_module,
+                           locate_kernels, module_name, wheel_release)
 
-# SGLang's kv_b LoRA Triton ops: the module name has moved between versions; the first candidate
-# that imports and exports step_a_q_fwd wins, else every submodule of the package is searched
-_SGLANG_LORA_CANDIDATES = ("sglang.srt.lora.triton_ops.kv_b_lora", "sglang.srt.lora.triton_ops.mla_kv_b_lora",
-                           "sglang.srt.lora.triton_ops.kv_b_proj_lora", "sglang.srt.lora.triton_ops")
+__all__ = ["release_target"]
+
 _SGLANG_VISION = "sglang.srt.layers.attention.vision"
+_VARIANT = {"sglang": "default", "sglang-trt": "trt"}
+_VERSION = re.compile(r"\d+(\.\d+)*([.-]?(a|b|rc|post|dev)\d*)*")
 
 
-def _find_sglang_lora():
-    errors = []
-    for name in _SGLANG_LORA_CANDIDATES:
-        mod, why = import_module(name)
-        if mod is not None and hasattr(mod, "step_a_q_fwd"):
-            return mod, None
-        errors.append(why or f"{name} has no step_a_q_fwd")
-    pkg, why = import_module("sglang.srt.lora.triton_ops")
-    if pkg is not None and hasattr(pkg, "__path__"):
-        for info in pkgutil.iter_modules(pkg.__path__):
-            mod, _ = import_module(f"sglang.srt.lora.triton_ops.{info.name}")
-            if mod is not None and hasattr(mod, "step_a_q_fwd"):
-                return mod, None
-    return None, "; ".join(errors[-2:])
-
-
-def _sglang_vision_fn(device):
+def _sglang_vision_fn():
     mod, why = import_module(_SGLANG_VISION)
     if mod is None:
         return None, why
@@ -45,30 +51,81 @@ def _sglang_vision_fn(device):
 
     def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,
                                    **kwargs):
+        if forward_metadata is not None:  # the forward_metadata keyword exists from 0.5.17
+            kwargs["forward_metadata"] = forward_metadata
         return module.forward(q, k, v, cu_seqlens=cu_seqlens, bsz=bsz, seq_len=seq_len,
-                              softmax_scale=softmax_scale, forward_metadata=forward_metadata, **kwargs)
+                              softmax_scale=softmax_scale, **kwargs)
 
     return flashinfer_cudnn_attention, None
 
 
-def _sglang(device) -> Target:
+def _kernel_module(release: ReleaseFiles, variant: str, *, try_import: bool):
+    """``(module, how)`` of ``release``'s kv_b kernel file of ``variant``; raises LoaderError."""
+    found = locate_kernels(release)
+    if variant not in found:
+        have = f"only the {sorted(found)} variant" if found else "no kv_b LoRA kernels"
+        raise LoaderError(f"sglang {release.version} has {have} (no {variant} kv_b_lora_absorbed.py; the kernels "
+                          f"exist from 0.5.12, the TRT-LLM-style variant from 0.5.15)")
+    path = found[variant]
+    name = module_name(path)
+    why_import = ""
+    if try_import:
+        mod, why_import = import_module(name)
+        if mod is not None and hasattr(mod, "step_a_q_fwd"):
+            return mod, f"sglang {release.version}: {name} (imported)"
+    mod = load_kernel_module(release, path, variant)
+    how = f"sglang {release.version}: {name}, loaded standalone from the {release.origin}"
+    if why_import:
+        how += f" (importing it failed: {why_import.splitlines()[0][:160]})"
+    return mod, how
+
+
+def release_target(name: str, release: ReleaseFiles, variant: str, device, *, try_import: bool = False,
+                   vision: bool = False) -> Target:
+    """The :class:`Target` of ``release``'s kv_b kernels of ``variant`` (and the installed vision backend)."""
     notes: dict = {}
     entries: dict = {}
-    lora, why = _find_sglang_lora()
-    if lora is not None:
-        entries.update(entries_from(lora, FAMILY_OPS["lora"], notes))
+    try:
+        mod, how = _kernel_module(release, variant, try_import=try_import)
+    except LoaderError as exc:
+        return unavailable(name, str(exc))
+    entries.update(entries_from(mod, FAMILY_OPS["lora"], notes))
+    for op, why in list(notes.items()):
+        notes[op] = f"{why} (SGLang defines the four split steps only)"
+    if vision:
+        fn, why_v = _sglang_vision_fn()
+        if fn is not None:
+            entries["vision"] = fn
+        else:
+            notes["vision"] = why_v
     else:
-        notes.update({op: why for op in FAMILY_OPS["lora"]})
-    fn, why_v = _sglang_vision_fn(device)
-    if fn is not None:
-        entries["vision"] = fn
-    else:
-        notes["vision"] = why_v
-    if not entries:
-        return unavailable("sglang", "; ".join(sorted(set(notes.values()))), notes=notes)
-    return third_party("sglang", entries, notes, triton_code=True, strict=False, precision=None, device=device)
+        notes["vision"] = ("the vision backend needs SGLang's runtime and FlashInfer: install SGLang on a GPU "
+                           "machine and use --target sglang")
+    t = third_party(name, entries, notes, triton_code=True, strict=False, precision=None, device=device)
+    t.reason = how
+    return t
 
 
+def _installed(spec: str, device) -> Target:
+    try:
+        release = installed_release()
+    except LoaderError as exc:
+        return unavailable(spec, str(exc))
+    return release_target(spec, release, _VARIANT[spec], device, try_import=True, vision=(spec == "sglang"))
 
 
-register_target("sglang", lambda spec, device: _sglang(device))
+def _published(spec: str, device, wheel: str | None = None) -> Target:
+    base, _, version = spec.partition("==")
+    if not _VERSION.fullmatch(version):
+        return unavailable(spec, f"{spec!r}: version {version!r} is not a release number; pass e.g. {base}==0.5.23")
+    try:
+        release = wheel_release(find_wheel(version, wheel))
+    except LoaderError as exc:
+        return unavailable(spec, str(exc))
+    return release_target(spec, release, _VARIANT[base], device)
+
+
+register_target("sglang", _installed)
+register_target("sglang-trt", _installed)
+register_prefix("sglang==", _published)
+register_prefix("sglang-trt==", _published)
