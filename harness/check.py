@@ -37,6 +37,7 @@ from kernel_oracle.reference.lora_routing import route_lora_batch
 from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
+from kernel_oracle.harness.buckets import target_frame
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, materialize, problem_from_dict, problem_to_dict
@@ -196,6 +197,7 @@ class Observed:
     exc_type: Optional[str] = None
     exc_qualname: Optional[str] = None
     message: Optional[str] = None
+    frame: Optional[str] = None  # "module:function" of the raise in the target's own code (harness.buckets)
 
 
 def execute(target, case: Case, device="cpu", *, call=None) -> Observed:
@@ -211,7 +213,8 @@ def execute(target, case: Case, device="cpu", *, call=None) -> Observed:
             torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - the target's error is the observation
         return Observed("raise", exc_type=type(exc).__name__,
-                        exc_qualname=f"{type(exc).__module__}.{type(exc).__qualname__}", message=str(exc))
+                        exc_qualname=f"{type(exc).__module__}.{type(exc).__qualname__}", message=str(exc),
+                        frame=target_frame(exc.__traceback__))
     if inplace is not None:
         base = call.args[inplace]
         same = isinstance(ret, torch.Tensor) and ret.data_ptr() == base.data_ptr() and ret.shape == base.shape

@@ -11,7 +11,7 @@ One JSON object per run (pytest-benchmark's storage shape)::
       "environment": {torch, triton, cuda, cudnn, device, cpu, python, git_commit, suite_version, ...},
       "seeds": {...},
       "groups": [ {target, op, dtype, shape_class, precision, cases, passes,
-                   findings: {mismatch, contract, validation-gap, crash},
+                   findings: {mismatch, contract, validation-gap, crash, hang},
                    error_ratio: {max, median, values?}} ],
       "findings": [ {id, target, op, dtype, shape_class, kind, message, figures: {max_abs, max_rel,
                      ratio, where: {...}}, repro, problem} ],
@@ -28,9 +28,10 @@ not run, a target that was skipped, a budget that ran out.  A record with notes 
 ``target x op x dtype x shape_class`` add up and keep their ratio values, findings and benchmarks
 append (finding ids stay unique), targets deduplicate by name.
 
-Finding kinds are the four of the campaign: ``mismatch`` (wrong numbers on a valid input),
+Finding kinds are the five of the campaign: ``mismatch`` (wrong numbers on a valid input),
 ``contract`` (missing / wrong-type / wrong-text upstream error), ``validation-gap`` (malformed
-metadata accepted), ``crash`` (the target killed its worker).  A reader refuses a newer version
+metadata accepted), ``crash`` (the target killed its worker), ``hang`` (no answer within the case
+timeout; the worker is replaced).  A reader refuses a newer version
 and a malformed file with a clear :class:`SchemaError`.
 """
 
@@ -64,7 +65,7 @@ __all__ = [
 
 SCHEMA = "kernel-oracle/result"
 SCHEMA_VERSION = 1
-FINDING_KINDS = ("mismatch", "contract", "validation-gap", "crash")
+FINDING_KINDS = ("mismatch", "contract", "validation-gap", "crash", "hang")
 RECORD_KINDS = ("campaign", "pytest", "bench", "main")
 
 

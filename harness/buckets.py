@@ -1,0 +1,353 @@
+"""Findings grouped by root cause: the one bucket definition of campaigns, the main job, reports and compare.
+
+Note [Buckets]
+--------------
+Many failing cases share one defect; a maintainer wants one finding per defect, with a count, its
+smallest example and a few more (the way ClusterFuzz groups crashes by their crash state and
+Hypothesis by the interesting origin).  A :class:`Bucket` is that identity, and it names neither
+the op nor the case's sizes, so one root cause across the six LoRA ops is one bucket:
+
+* **crash / contract** (the target raised, or died): the exception type, the first line of its
+  message with every number masked (:func:`mask_numbers`: ``seg_lens[3]`` and ``seg_lens[7]`` are
+  one cause), and the top frame in the target's own code (:func:`target_frame`: the innermost
+  frame of the traceback that is neither the harness, torch, Triton nor the standard library;
+  ``module:function``, no line number, so a bucket survives an unrelated edit of the file).  A
+  missing error is ``no error: expected <contract id>``; a dead worker is its exit status;
+* **validation-gap**: the mutation kind that was accepted (``accepted seg_indptr_decreasing``);
+* **hang**: no answer within the case timeout;
+* **mismatch**: the *region class* where the failing elements lie and the *config signature*.
+  The region is the first of :data:`REGIONS` that holds **all** failing elements (not just the
+  worst one, so a defect that hits every row is one bucket whichever element happens to be worst):
+  ``stale graph metadata`` (rows outside every real segment, CUDA-graph padding present),
+  ``padding`` (rows no segment routes: past the segments, or of a rank-0 slot), ``beyond rank`` (columns past the slot's
+  rank, or poison planted there read), ``segment boundary`` (first or last row of a segment of
+  two or more), ``tail tile`` (the partial last 16/32/64/128-row tile of a longer segment, or the
+  partial last column tile), ``head`` (heads >= 1 only), ``slot`` (only some of the slots in use),
+  else ``everywhere``; a wrong shape, dtype or return value is ``output``.  The config signature
+  is the dtype plus the flags of :data:`CONFIG_FLAGS` the case has (``cuda_graph``, ``permuted``,
+  ``rank0``, ``empty_segment``).
+
+The search loop asks :meth:`Bucket.covers`: a known mismatch bucket covers a new case of the same
+dtype and region whose flags include the bucket's own (a shrunk finding holds the flags the defect
+needs; unshrunk cases carry others at random), and ``everywhere`` covers the confined regions of a
+value mismatch.  :func:`bucket_of_record` reads the bucket a finding record carries, or derives
+one from its fields (records written before buckets, selfcheck rows), so reports and ``compare``
+agree with the campaign that wrote the record.
+
+This module imports only the standard library at import time (reports read it); tensors are
+touched only inside :func:`mismatch_region` / :func:`config_signature`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sysconfig
+from dataclasses import dataclass, field
+from typing import Optional
+
+__all__ = ["Bucket", "CONFIG_FLAGS", "REGIONS", "bucket_of", "bucket_of_record", "config_signature",
+           "describe_exit", "mask_numbers", "mismatch_region", "target_frame"]
+
+REGIONS = ("stale graph metadata", "padding", "beyond rank", "segment boundary", "tail tile", "head", "slot",
+           "everywhere", "output")
+CONFIG_FLAGS = ("cuda_graph", "permuted", "rank0", "empty_segment")
+# tile heights of the kernels we know (our kernels, SGLang's, FlashInfer's): a failure confined to the
+# partial last tile of any of them is a tail-tile defect
+TILES = (16, 32, 64, 128)
+# regions a known ``everywhere`` bucket does not cover: a different defect (writes outside the
+# defined region, a wrong shape) that only shows once the values are right
+_NOT_COVERED_BY_EVERYWHERE = ("stale graph metadata", "padding", "output")
+_MAX_MESSAGE = 200
+
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|(?<![A-Za-z_])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+def mask_numbers(text: str) -> str:
+    """``text`` with every number (and hex address) replaced by ``#``; numbers inside names
+    (``float16``, ``step_a_q``, ``int32``) are kept."""
+    return _NUMBER.sub("#", text)
+
+
+def _first_line(text: Optional[str]) -> str:
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()[:_MAX_MESSAGE]
+    return ""
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One root cause.  ``cause``: see Note [Buckets] per kind; ``frame``: the top frame in the
+    target's code (crash / contract); ``config``: ``(dtype, *flags)`` (mismatch only)."""
+
+    kind: str
+    family: str
+    cause: str
+    frame: str = ""
+    config: tuple = field(default=())
+
+    @property
+    def label(self) -> str:
+        parts = [self.kind, self.family, self.cause]
+        if self.frame:
+            parts.append(f"at {self.frame}")
+        if self.config:
+            parts.append("[" + ", ".join(self.config) + "]")
+        return " | ".join(parts)
+
+    def covers(self, other: "Bucket") -> bool:
+        """Whether a case in ``other`` is an instance of this (already found) root cause."""
+        if self == other:
+            return True
+        if (self.kind, self.family, self.frame) != (other.kind, other.family, other.frame) or self.kind != "mismatch":
+            return False
+        if not self.config or not other.config or self.config[0] != other.config[0]:
+            return False  # dtypes differ
+        if not set(self.config[1:]) <= set(other.config[1:]):
+            return False
+        return self.cause == other.cause or (self.cause == "everywhere"
+                                             and other.cause not in _NOT_COVERED_BY_EVERYWHERE)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "family": self.family, "cause": self.cause, "frame": self.frame,
+                "config": list(self.config)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Bucket":
+        return cls(kind=str(d["kind"]), family=str(d.get("family") or ""), cause=str(d.get("cause") or ""),
+                   frame=str(d.get("frame") or ""), config=tuple(str(c) for c in d.get("config") or ()))
+
+
+# ---- crash and contract: the target's own frame -------------------------------------------------------------
+
+_STDLIB = tuple(os.path.realpath(p) + os.sep for p in {sysconfig.get_paths()["stdlib"],
+                                                        sysconfig.get_paths()["platstdlib"]})
+# modules whose frames are never "the target's code": the harness that calls it and the libraries under it
+_NOT_TARGET = ("kernel_oracle.harness", "kernel_oracle.fuzz.worker", "kernel_oracle.fuzz.campaign", "torch",
+               "triton", "numpy", "importlib", "contextlib", "functools", "multiprocessing", "typing")
+
+
+def _is_target_frame(frame) -> bool:
+    module = str(frame.f_globals.get("__name__") or "")
+    if any(module == m or module.startswith(m + ".") for m in _NOT_TARGET):
+        return False
+    path = os.path.realpath(frame.f_code.co_filename)
+    if "site-packages" not in path and path.startswith(_STDLIB):
+        return False
+    return not path.startswith("<")
+
+
+def target_frame(tb) -> Optional[str]:
+    """``module:function`` of the innermost traceback frame in the target's own code, or None."""
+    found = None
+    while tb is not None:
+        if _is_target_frame(tb.tb_frame):
+            f = tb.tb_frame
+            found = f"{f.f_globals.get('__name__') or os.path.basename(f.f_code.co_filename)}:{f.f_code.co_name}"
+        tb = tb.tb_next
+    return found
+
+
+def describe_exit(code: Optional[int]) -> str:
+    """A worker's exit code in words: ``killed by SIGSEGV`` or ``exit status 7``."""
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+# ---- mismatch: region class and config signature ------------------------------------------------------------
+
+def config_signature(problem) -> tuple:
+    """``(dtype, *flags)`` of a LoRA or vision problem (dataclass or its dict)."""
+    get = (lambda k, d=None: problem.get(k, d)) if isinstance(problem, dict) else (
+        lambda k, d=None: getattr(problem, k, d))
+    flags = []
+    if get("cuda_graph_pad_to") is not None:
+        flags.append("cuda_graph")
+    if get("permute"):
+        flags.append("permuted")
+    seg_lens = list(get("seg_lens") or get("lengths") or ())
+    ranks = list(get("lora_ranks") or ())
+    slots = list(get("weight_indices") or ())
+    if ranks and any(0 <= s < len(ranks) and ranks[s] == 0 for s, n in zip(slots, seg_lens) if n):
+        flags.append("rank0")
+    if any(n == 0 for n in seg_lens):
+        flags.append("empty_segment")
+    return (str(get("dtype") or "-"), *flags)
+
+
+def _failing_mask(output, value, defined, figures: dict):
+    """Elements the comparison failed: non-finite ones if any, else ``|a - r| > max_abs / ratio``."""
+    import torch
+
+    a = output.detach().to("cpu", torch.float64)
+    r = value.detach().to("cpu", torch.float64)
+    d = defined.detach().to("cpu").bool()
+    nonfinite = d & ~torch.isfinite(a)
+    if bool(nonfinite.any()):
+        return nonfinite
+    max_abs, ratio = figures.get("max_abs"), figures.get("ratio")
+    diff = torch.where(d, (a - r).abs(), torch.zeros((), dtype=torch.float64))
+    if isinstance(max_abs, (int, float)) and isinstance(ratio, (int, float)) and ratio > 0 and ratio == ratio:
+        allowed = max_abs / ratio
+        return d & (diff > allowed * (1 + 1e-9))
+    return d & (diff > 0)
+
+
+def _row_region(rows, seg, pos, seg_len, cuda_graph: bool) -> Optional[str]:
+    """The row-wise region holding all failing ``rows`` (python lists per row), or None."""
+    if all(seg[t] < 0 for t in rows):
+        return "stale graph metadata" if cuda_graph else "padding"
+    if any(seg[t] < 0 for t in rows):
+        return None
+    if all(seg_len[seg[t]] >= 2 and pos[t] in (0, seg_len[seg[t]] - 1) for t in rows):
+        return "segment boundary"
+    for tile in TILES:
+        if all(seg_len[seg[t]] > tile and seg_len[seg[t]] % tile and pos[t] >= seg_len[seg[t]] // tile * tile
+               for t in rows):
+            return "tail tile"
+    return None
+
+
+def _column_tail(cols, width: int) -> bool:
+    return any(width > tile and width % tile and all(c >= width // tile * tile for c in cols) for tile in TILES)
+
+
+def mismatch_region(case, call, output, value, defined, figures: dict) -> str:
+    """The region class (:data:`REGIONS`) holding every failing element of a value mismatch.
+
+    ``output`` / ``value`` / ``defined``: the target's output, the float64 oracle and its defined
+    mask, LoRA ``(S, H, X)`` or vision ``(T, H, D)`` / ``(1, T, H, D)``; ``call``: the call both saw."""
+    import torch
+
+    if output is None or value is None or tuple(output.shape) != tuple(value.shape):
+        return "output"
+    over = _failing_mask(output, value, defined, figures)
+    if over.dim() == 4:
+        over = over.flatten(0, 1)
+    hit = torch.nonzero(over)
+    if not hit.numel():
+        return "everywhere"
+    rows = sorted({int(t) for t in hit[:, 0]})
+    heads = {int(h) for h in hit[:, 1]}
+    cols = {int(c) for c in hit[:, -1]}
+    S, H, width = over.shape[0], over.shape[1], over.shape[-1]
+    seg, pos, slot = [-1] * S, [0] * S, [-1] * S
+    seg_len: list = []
+    problem = case.problem
+    cuda_graph = getattr(problem, "cuda_graph_pad_to", None) is not None
+    if case.family == "lora":
+        from kernel_oracle.reference.lora_routing import route_lora_batch
+
+        bi = next(a for a in call.args if hasattr(a, "seg_indptr"))
+        try:
+            route = route_lora_batch(bi, num_rows=S, num_slots=int(bi.lora_ranks.numel()), max_rank=10**9,
+                                     device=torch.device("cpu"), strict=False)
+        except Exception:  # noqa: BLE001 - malformed metadata: no structure to name
+            return "everywhere"
+        ranks = [int(r) for r in bi.lora_ranks.detach().cpu()]
+        indptr = [int(x) for x in bi.seg_indptr.detach().cpu()[: route.num_segments + 1]]
+        seg_len = [indptr[i + 1] - indptr[i] for i in range(len(indptr) - 1)]
+        for row, s, p, w in zip(route.rows.tolist(), route.segment.tolist(), route.position.tolist(),
+                                route.slot.tolist()):
+            seg[row], pos[row], slot[row] = s, p, w
+        region = _row_region(rows, seg, pos, seg_len, cuda_graph)
+        if region in ("stale graph metadata", "padding"):
+            return region
+        routed = all(seg[t] >= 0 for t in rows)
+        R = getattr(problem, "R", None)
+        if routed and case.op.startswith("step_a") and all(
+                c >= ranks[slot[int(t)]] for t, _, c in hit.tolist()):
+            return "beyond rank"
+        if routed and getattr(problem, "poison_beyond_rank", None) and R is not None and all(
+                0 < ranks[slot[t]] < R for t in rows):
+            return "beyond rank"
+    else:
+        from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
+
+        c = call
+        try:
+            plan = resolve_flashinfer_cudnn(*c.args[:4], c.kwargs.get("softmax_scale"), c.kwargs.get("forward_metadata"),
+                                            strict=False, **{k: v for k, v in c.kwargs.items()
+                                                             if k not in ("softmax_scale", "forward_metadata")})
+        except Exception:  # noqa: BLE001
+            return "everywhere"
+        for b in range(plan.num_sequences):
+            o, n = int(plan.o_start[b]), int(plan.lengths[b])
+            seg_len.append(n)
+            for i in range(n):
+                if 0 <= o + i < S:
+                    seg[o + i], pos[o + i] = b, i
+        region = _row_region(rows, seg, pos, seg_len, False)
+    if region is not None:
+        return region
+    if _column_tail(cols, width):
+        return "tail tile"
+    if H > 1 and 0 not in heads:
+        return "head"
+    used = {slot[t] for t in range(S) if seg[t] >= 0 and slot[t] >= 0}
+    if len(used) > 1 and {slot[t] for t in rows} < used:
+        return "slot"
+    return "everywhere"
+
+
+# ---- the bucket of a case or of a stored finding --------------------------------------------------------------
+
+def bucket_of(case, verdict, *, observed=None, expected=None, call=None) -> Bucket:
+    """The bucket of a failing case (the campaign's view: it holds the observation and the call)."""
+    kind, family = verdict.kind, case.family
+    if kind == "mismatch":
+        region = "output"
+        if observed is not None and expected is not None and call is not None and observed.output is not None:
+            if "routed by no segment" in (verdict.message or ""):
+                region = "stale graph metadata" if getattr(case.problem, "cuda_graph_pad_to", None) else "padding"
+            elif verdict.figures:
+                region = mismatch_region(case, call, observed.output, expected.value, expected.defined,
+                                         verdict.figures)
+        return Bucket(kind, family, region, "", config_signature(case.problem))
+    if kind == "validation-gap":
+        return Bucket(kind, family, f"accepted {case.mutation.kind if case.mutation else 'valid input'}")
+    if kind == "hang":
+        return Bucket(kind, family, "no answer within the case timeout")
+    if kind == "crash":
+        return Bucket(kind, family, mask_numbers(_first_line(observed.message if observed is not None
+                                                             else verdict.message)))
+    # contract
+    if observed is not None and observed.kind == "raise":
+        cause = f"{observed.exc_type}: {mask_numbers(_first_line(observed.message))}"
+        return Bucket(kind, family, cause, getattr(observed, "frame", None) or "")
+    want = getattr(expected, "contract_id", None) or getattr(expected, "exc_type", None) or "an error"
+    return Bucket(kind, family, f"no error: expected {want}")
+
+
+def _family_of_record(f: dict) -> str:
+    fam = f.get("family")
+    if not fam and isinstance(f.get("problem"), dict):
+        fam = (f["problem"].get("problem") or {}).get("family")
+    return str(fam or f.get("op") or "-")
+
+
+def bucket_of_record(f: dict) -> Bucket:
+    """The bucket a finding record carries, or the one its fields imply (older records, selfcheck)."""
+    if isinstance(f.get("bucket"), dict):
+        try:
+            return Bucket.from_dict(f["bucket"])
+        except (KeyError, TypeError):
+            pass
+    kind, family = str(f.get("kind")), _family_of_record(f)
+    contract = f.get("contract") or f.get("contract_id")
+    if contract:
+        return Bucket(kind, family, f"contract {contract}")
+    cause = mask_numbers(_first_line(str(f.get("message") or "")))
+    config: tuple = ()
+    if kind == "mismatch":
+        problem = (f.get("problem") or {}).get("problem") if isinstance(f.get("problem"), dict) else None
+        config = config_signature(problem) if isinstance(problem, dict) else (str(f.get("dtype") or "-"),)
+    return Bucket(kind, family, cause, "", config)
