@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["cast_rounded", "interpreting", "needs_bf16_fix", "round_bf16_rne", "rounded_f32", "to_f32"]
+__all__ = ["cast_rounded", "interpreting", "needs_bf16_fix", "round_bf16_rne", "round_tf32", "rounded_f32", "to_f32"]
 
 
 def interpreting() -> bool:
@@ -58,6 +58,28 @@ def round_bf16_rne(x):
     lsb = (bits >> 16) & 1
     rounded = tl.where(x != x, bits | 0x400000, (bits + 0x7FFF + lsb) & -65536)
     return rounded.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def round_tf32(x, TRUNC: tl.constexpr):
+    """fp32 ``x`` rounded to TF32 (10 mantissa bits), kept as fp32: to nearest even, or toward zero
+    with ``TRUNC`` (what the tensor cores do to raw fp32 operands).
+
+    The Triton twin of :func:`kernel_oracle.reference.tolerance.round_to_tf32`, with the same special
+    values (tested bit for bit in ``oracle_tests/test_interpreter_canaries.py``): +-inf stay, NaN
+    becomes the quiet NaN 0x7FC00000 with its sign (so the hardware's truncation cannot turn it into
+    inf), a round to nearest past the largest TF32 value gives inf.  Integer work on the magnitude,
+    so no int32 add can overflow (exact under the interpreter, no float conversion involved).
+    """
+    bits = x.to(tl.int32, bitcast=True)
+    mag = bits & 0x7FFFFFFF
+    sign = bits ^ mag
+    nan = mag > 0x7F800000
+    mag = tl.where(nan, 0, mag)
+    if not TRUNC:
+        mag = mag + (0xFFF + ((mag >> 13) & 1))
+    mag = tl.where(nan, 0x7FC00000, mag & -8192)
+    return (mag | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit

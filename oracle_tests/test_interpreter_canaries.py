@@ -20,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernel_oracle.kernels.interpreter import cast_rounded, interpreting, needs_bf16_fix, rounded_f32, to_f32
+from kernel_oracle.kernels.interpreter import (cast_rounded, interpreting, needs_bf16_fix, round_tf32, rounded_f32,
+                                                to_f32)
 
 from oracle_tests.conftest import DEVICE
 
@@ -133,3 +134,51 @@ def test_cast_rounded_matches_torch_rne():
         assert bad.numel() == 0, (
             f"{what}: {bad.numel()} of {x.numel()} values differ from torch's rounding; first x={x[bad[0]].item()!r}: "
             f"got {got[bad[0]].item()!r}, expected {expected[bad[0]].item()!r}")
+
+
+# ---- TF32 rounding: one function, in torch (the oracle) and in Triton (the kernels) -------------
+
+@triton.jit
+def _round_tf32_kernel(x_ptr, rne_ptr, trunc_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    x = tl.load(x_ptr + i)
+    tl.store(rne_ptr + i, round_tf32(x, False))
+    tl.store(trunc_ptr + i, round_tf32(x, True))
+
+
+def _tf32_inputs() -> torch.Tensor:
+    """Random values over many magnitudes, ties and near-ties of the 13 dropped bits, and special values."""
+    gen = torch.Generator().manual_seed(4321)
+    rnd = torch.randn(4096, generator=gen) * 10.0 ** torch.randint(-30, 30, (4096,), generator=gen).float()
+    bits = torch.randint(-2 ** 31, 2 ** 31 - 1, (2048,), generator=gen, dtype=torch.int64).to(torch.int32)
+    ties = torch.tensor([1.0 + 2 ** -11, 1.0 + 3 * 2 ** -11, -(1.0 + 2 ** -11), 2 ** -126 + 2 ** -138])
+    as_bits = torch.tensor([
+        0x7F7FFFFF, -0x00800001,  # +-largest fp32: rounds past the largest TF32 value -> +-inf
+        0x7F7FE000, 0x7F7FEFFF, 0x7F7FF000,  # largest TF32; just below and at the overflow midpoint
+        0x7F800001, 0x7FFFFFFF, -0x00000001, -0x007FFFFF,  # NaNs, payload low / high, both signs
+        0x00000001, 0x00001000, 0x00001FFF, 0x007FFFFF, -0x7FFFFFFF,  # subnormals, incl. carry to normal
+    ], dtype=torch.int64).to(torch.int32).view(torch.float32)
+    special = torch.tensor([float("inf"), -float("inf"), 0.0, -0.0, float("nan"), -float("nan")])
+    return torch.cat([rnd, bits.view(torch.float32), ties, torch.nextafter(ties, ties * 2),
+                      torch.nextafter(ties, ties * 0), as_bits, special]).contiguous()
+
+
+@pytest.mark.interpreter
+def test_round_tf32_matches_the_oracle_bit_for_bit():
+    """kernels.interpreter.round_tf32 (Triton) == reference.tolerance.round_to_tf32 (torch), both modes,
+    every bit (NaN patterns included): the kernels and the oracle round with one function."""
+    from kernel_oracle.reference.tolerance import round_to_tf32
+
+    x = _tf32_inputs()
+    n = triton.next_power_of_2(x.numel())
+    xp = torch.cat([x, torch.ones(n - x.numel())]).to(DEVICE)
+    rne = torch.empty(n, dtype=torch.float32, device=DEVICE)
+    trunc = torch.empty(n, dtype=torch.float32, device=DEVICE)
+    _round_tf32_kernel[(1,)](xp, rne, trunc, N=n)
+    for mode, got in (("rne", rne), ("trunc", trunc)):
+        want = round_to_tf32(x, mode).view(torch.int32)
+        got = got[: x.numel()].cpu().view(torch.int32)
+        bad = torch.nonzero(got != want).flatten()
+        assert bad.numel() == 0, (
+            f"round_tf32 {mode}: {bad.numel()} of {x.numel()} values differ from round_to_tf32; first x bits="
+            f"{int(x.view(torch.int32)[bad[0]]):#010x}: got {int(got[bad[0]]):#010x}, want {int(want[bad[0]]):#010x}")

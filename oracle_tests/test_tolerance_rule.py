@@ -9,11 +9,13 @@ baseline orders, and the numbers measured before the change.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from kernel_oracle.harness.problems import VisionProblem, materialize
-from kernel_oracle.reference.tolerance import compare
+from kernel_oracle.reference.tolerance import compare, round_to_tf32
 from kernel_oracle.reference.vision import FP32_BASELINE_ORDERS, attention_block, flashinfer_cudnn_oracle
 
 # small fp32 problems with large logits: where the single-baseline rule was measured to misfire
@@ -81,3 +83,164 @@ def test_extra_orders_do_not_hide_a_wrong_value():
     wrong.view(-1)[int(torch.nonzero(ref.defined.flatten())[5])] += 1e-3
     assert compare(faithful.value, ref.value, ref.defined, family="vision", baseline=faithful.baselines).ok
     assert not compare(wrong, ref.value, ref.defined, family="vision", baseline=faithful.baselines).ok
+
+
+# ---- non-finite values (Note [Non-finite values]) ------------------------------------------------
+
+def _vec(*values, dtype=torch.float32) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+ALL = torch.ones(4, dtype=torch.bool)
+REF = _vec(1.0, -2.0, 0.5, 3.0, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("baseline_value", [float("inf"), float("nan")])
+def test_non_finite_baseline_does_not_let_a_non_finite_output_pass(bad, baseline_value):
+    """The hole: an overflowed baseline made the allowance inf/NaN, and ``diff > allowance`` was False."""
+    baseline = _vec(1.0, -2.0, 0.5, baseline_value)
+    actual = _vec(1.0, -2.0, 0.5, bad)
+    c = compare(actual, REF, ALL, family="lora", baseline=baseline)
+    assert not c.ok and c.mismatched == 1 and c.worst_index == (3,)
+    assert "Baseline: a baseline is not finite where the reference is (e.g. it overflowed): fell back to the " \
+           "assert_close table" in c.message
+    assert c.rule == "|a - r| <= 1e-05 + 1.3e-06 * |r| (assert_close table for torch.float32)"
+    assert c.baseline_err is None and c.allowed == pytest.approx(1e-5 + 1.3e-6 * 3.0)
+
+
+def test_non_finite_baseline_never_widens_the_allowance():
+    """A finite but wrong output is judged by the dtype table, not by an inf allowance."""
+    baseline = _vec(1.0, -2.0, 0.5, float("inf"))
+    c = compare(_vec(1.0, -2.0, 0.5, 3.001), REF, ALL, family="lora", baseline=baseline)
+    assert not c.ok and c.mismatched == 1
+    assert compare(_vec(1.0, -2.0, 0.5, 3.0), REF, ALL, family="lora", baseline=baseline).ok
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_output_fails_where_the_reference_is_finite(bad):
+    for baseline in (None, _vec(1.0, -2.0, 0.5, 3.0)):
+        c = compare(_vec(1.0, bad, 0.5, 3.0), REF, ALL, family="vision", baseline=baseline)
+        assert not c.ok and c.mismatched == 1 and c.worst_index == (1,)
+        assert "Non-finite values where the reference is finite, or the reverse: 1" in c.message
+
+
+def test_non_finite_output_passes_only_where_the_reference_has_the_same_value():
+    ref = _vec(1.0, float("inf"), float("nan"), -float("inf"), dtype=torch.float64)
+    base = _vec(1.0, float("inf"), float("nan"), -float("inf"))
+    assert compare(_vec(1.0, float("inf"), float("nan"), -float("inf")), ref, ALL, family="lora", baseline=base).ok
+    for wrong in (_vec(1.0, -float("inf"), float("nan"), -float("inf")),  # sign
+                  _vec(1.0, float("inf"), 0.0, -float("inf")),  # finite where the reference is NaN
+                  _vec(1.0, float("inf"), float("nan"), float("nan"))):  # NaN where it is -inf
+        c = compare(wrong, ref, ALL, family="lora", baseline=base)
+        assert not c.ok and c.mismatched == 1, wrong
+
+
+def test_reference_beyond_the_dtype_range_expects_inf():
+    """fp16: a float64 reference of 70000 rounds to inf in the output dtype; inf is then the right
+    output and a finite one is not (the baseline overflowed too: the table is used)."""
+    ref = _vec(1.0, 70000.0, dtype=torch.float64)
+    base = _vec(1.0, float("inf"), dtype=torch.float16)
+    two = torch.ones(2, dtype=torch.bool)
+    assert compare(_vec(1.0, float("inf"), dtype=torch.float16), ref, two, family="lora", baseline=base).ok
+    assert not compare(_vec(1.0, 65504.0, dtype=torch.float16), ref, two, family="lora", baseline=base).ok
+
+
+def test_message_reports_the_greatest_differences_at_their_own_indices():
+    """Greatest absolute and relative differences are the maxima, each at its own index; the worst
+    element (largest multiple of its allowance) is reported on its own line."""
+    ref = _vec(100.0, 0.01, 1.0, dtype=torch.float64)
+    actual = _vec(100.5, 0.02, 1.0)  # abs max at 0 (0.5), rel max at 1 (1.0)
+    c = compare(actual, ref, torch.ones(3, dtype=torch.bool), family="lora")  # the table: rel matters
+    assert not c.ok
+    assert "Greatest absolute difference: 0.5 at index (0,) (up to 0.00014 allowed)" in c.message
+    assert "Greatest relative difference: 1 at index (1,)" in c.message
+    assert c.worst_rel == pytest.approx(1.0, rel=1e-6)
+    assert f"Worst element: {c.ratio:.3g}x its allowance at index {c.worst_index}" in c.message
+
+
+# ---- TF32 rounding (Note [TF32 rounding]) -------------------------------------------------------
+
+def _tf32_by_arithmetic(x: float, mode: str) -> float:
+    """TF32 rounding written independently: float64 arithmetic on frexp's mantissa (11 significant
+    bits), subnormals on the fixed quantum 2**-136, round half to even or truncate, IEEE overflow."""
+    if not math.isfinite(x) or x == 0.0:
+        return x
+    if abs(x) < 2.0 ** -126:
+        q = x / 2.0 ** -136
+        return math.copysign((round(q) if mode == "rne" else math.trunc(q)) * 2.0 ** -136, x)
+    m, e = math.frexp(x)
+    q = m * 2.0 ** 11
+    y = (round(q) if mode == "rne" else math.trunc(q)) * 2.0 ** (e - 11)
+    return math.copysign(math.inf, x) if abs(y) > (2 - 2 ** -10) * 2.0 ** 127 else y
+
+
+@pytest.mark.parametrize("mode", ["rne", "trunc"])
+def test_round_to_tf32_matches_an_independent_definition(mode):
+    gen = torch.Generator().manual_seed(99)
+    x = torch.randn(3000, generator=gen) * 10.0 ** torch.randint(-40, 38, (3000,), generator=gen).float()
+    x = torch.cat([x, torch.tensor([1 + 2 ** -11, 1 + 3 * 2 ** -11, -(1 + 2 ** -11), 3.4028235e38, -3.4028235e38,
+                                    3.4011e38, 1e-40, -1e-44, 0.0, -0.0, float("inf"), -float("inf")])])
+    got = round_to_tf32(x, mode).tolist()
+    for xi, gi in zip(x.tolist(), got):
+        want = _tf32_by_arithmetic(xi, mode)
+        assert gi == want and math.copysign(1, gi) == math.copysign(1, want), (mode, xi, gi, want)
+    nan = round_to_tf32(torch.tensor([0x7F800001, -0x7FFFFF], dtype=torch.int32).view(torch.float32), mode)
+    assert nan.view(torch.int32).tolist() == [0x7FC00000, -0x400000], "NaN must stay NaN (quiet, sign kept)"
+
+
+def test_round_to_tf32_rejects_a_bad_mode_or_dtype():
+    with pytest.raises(ValueError, match=r"mode='nearest' is invalid; the only valid values are \('rne', 'trunc'\)"):
+        round_to_tf32(torch.ones(2), "nearest")
+    with pytest.raises(TypeError, match="Expected a float32 tensor but got dtype=torch.float16"):
+        round_to_tf32(torch.ones(2, dtype=torch.float16))
+
+
+def _tf32_matmul(x, w, mode):
+    return round_to_tf32(x, mode) @ round_to_tf32(w, mode)
+
+
+@pytest.mark.parametrize("mkn", [(64, 512, 16), (128, 128, 64), (64, 16, 512)])
+def test_tf32_rule_accepts_truncation_and_rejects_a_coarser_rounding(mkn):
+    """The hardware truncates TF32 operands: a truncating matmul in another summation order passes
+    against the worst of the two baselines (and failed against round-to-nearest alone: the SGLang
+    false alarms), while 8-bit operands and one dropped K term are still caught."""
+    M, K, N = mkn
+    old_alarms = new_alarms = caught8 = caught_drop = 0
+    draws = 10
+    for seed in range(draws):
+        g = torch.Generator().manual_seed(seed)
+        x, w = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g) * 0.05
+        ref = x.double() @ w.double()
+        d = torch.ones_like(ref, dtype=torch.bool)
+        baselines = [_tf32_matmul(x, w, "rne"), _tf32_matmul(x, w, "trunc")]
+        hardware = _tf32_matmul(x.flip(1), w.flip(0), "trunc")
+        old_alarms += not compare(hardware, ref, d, family="lora", baseline=baselines[0]).ok
+        new_alarms += not compare(hardware, ref, d, family="lora", baseline=baselines).ok
+        assert compare(_tf32_matmul(x.flip(1), w.flip(0), "rne"), ref, d, family="lora", baseline=baselines).ok
+        coarse = [(t.view(torch.int32) & -(1 << 15)).view(torch.float32) for t in (x, w)]  # 8 mantissa bits
+        caught8 += not compare(coarse[0] @ coarse[1], ref, d, family="lora", baseline=baselines).ok
+        caught_drop += not compare(_tf32_matmul(x[:, :-1], w[:-1], "trunc"), ref, d, family="lora",
+                                   baseline=baselines).ok
+    assert new_alarms == 0, f"{new_alarms}/{draws} false alarms on truncated TF32"
+    assert old_alarms >= draws // 2, "round-to-nearest alone no longer misfires on truncation: revisit the Note"
+    assert caught8 == draws and caught_drop == draws
+
+
+def test_faithful_tf32_oracle_carries_both_modes():
+    """faithful="tf32": value rounds to nearest, an alternate truncates; the single modes carry one."""
+    from kernel_oracle.harness.problems import LoRAProblem, materialize_lora
+    from kernel_oracle.reference.lora import step_a_v_oracle
+
+    call = materialize_lora(LoRAProblem(op="step_a_v", seg_lens=(5, 3), weight_indices=(0, 1), lora_ranks=(16, 8),
+                                        scalings=(1.0, 0.5), dtype="float32", seed=3))
+    both = step_a_v_oracle(*call.args, faithful="tf32")
+    rne = step_a_v_oracle(*call.args, faithful="tf32-rne")
+    trunc = step_a_v_oracle(*call.args, faithful="tf32-trunc")
+    assert len(both.baselines) == 2 and len(rne.baselines) == 1 and len(trunc.baselines) == 1
+    assert torch.equal(both.value, rne.value) and torch.equal(both.baselines[1], trunc.value)
+    assert not torch.equal(rne.value, trunc.value)
+    p = VisionProblem(lengths=(5,), H=1, D=16, dtype="float32", seed=2, path="kwargs")
+    vcall = materialize(p, "cpu")
+    vboth = flashinfer_cudnn_oracle(*vcall.args, **vcall.kwargs, faithful="tf32")
+    assert len(vboth.baselines) == 2 * FP32_BASELINE_ORDERS

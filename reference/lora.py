@@ -18,6 +18,7 @@ Shapes: ``S`` tokens, ``H`` heads, ``qk`` = qk_nope, ``vd`` = v_head_dim, ``FULL
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -25,13 +26,13 @@ import torch
 
 from kernel_oracle.reference.lora_routing import (LoRARouting, check_data_tensor, check_shape, max_segment_len, route_lora_batch,
                            validate_lora_batch)
+from kernel_oracle.reference.signatures import SIGNATURES, ops_of
 from kernel_oracle.reference.strict import resolve_strict
-from kernel_oracle.reference.tolerance import round_to_tf32
+from kernel_oracle.reference.tolerance import check_faithful, round_to_tf32, tf32_mode
 
 __all__ = [
     "OracleResult",
     "LORA_OPS",
-    "LORA_SIGNATURES",
     "validate_call",
     "step_a_q_fwd",
     "step_b_q_fwd",
@@ -47,7 +48,8 @@ __all__ = [
     "v_side_fused_oracle",
 ]
 
-LORA_OPS = ("step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused", "v_side_fused")
+# the six steps, in table order (their signatures: reference.signatures)
+LORA_OPS = ops_of("lora")
 
 
 @dataclass(frozen=True)
@@ -70,21 +72,23 @@ class OracleResult:
 class _Arith:
     """Arithmetic of one precision mode: float64 (exact reference) or faithful (kernel rounding).
 
-    ``faithful="tf32"`` is faithful with every matmul input rounded to TF32, as ``tl.dot`` does
-    on fp32 operands on NVIDIA GPUs by default.
+    ``faithful="tf32-rne"`` / ``"tf32-trunc"`` is faithful with every matmul input rounded to TF32
+    to nearest / truncated (reference.tolerance, Note [TF32 rounding]); ``"tf32"`` runs both
+    (:func:`_tf32_both`).
     """
 
     def __init__(self, faithful: bool | str):
-        if faithful not in (False, True, "tf32"):
-            raise ValueError(f"faithful={faithful!r} is invalid; the only valid values are False, True, 'tf32'")
+        check_faithful(faithful)
+        if faithful == "tf32":
+            raise ValueError("faithful='tf32' runs two modes: call the oracle, not _Arith, with it")
         self.faithful = bool(faithful)
-        self.tf32 = faithful == "tf32"
+        self.tf32 = tf32_mode(faithful)
         self.compute = torch.float32 if faithful else torch.float64
 
     def load(self, t: torch.Tensor) -> torch.Tensor:
-        """A matmul operand in the compute dtype (TF32-rounded in tf32 mode)."""
+        """A matmul operand in the compute dtype (TF32-rounded in the tf32 modes)."""
         t = t.to(self.compute)
-        return round_to_tf32(t) if self.tf32 else t
+        return round_to_tf32(t, self.tf32) if self.tf32 else t
 
     def round(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Round to ``dtype`` in faithful mode; keep exact in float64 mode."""
@@ -168,54 +172,41 @@ def _validate(op: str, x: torch.Tensor, *, B_buf=None, A_buf=None, base=None, fu
         check_shape("base_output", base, (S, H, out_dim), "base_output is (S, H, output dim) of the step")
 
 
-# positional parameters of each step (SGLang's order); ``validate_call`` binds its ``*args`` by them
-LORA_SIGNATURES = {
-    "step_a_q": ("q_nope", "B_buf", "batch_info", "full_K_per_head"),
-    "step_b_q": ("q_lora_a", "A_buf", "batch_info", "base_output"),
-    "step_a_v": ("attn_output", "A_buf", "batch_info"),
-    "step_b_v": ("attn_lora_a", "B_buf", "batch_info", "base_output", "qk_nope_head_dim", "v_head_dim"),
-    "q_side_fused": ("q_nope", "B_buf", "A_buf", "batch_info", "base_output", "full_K_per_head"),
-    "v_side_fused": ("attn_output", "A_buf", "B_buf", "batch_info", "base_output", "qk_nope_head_dim",
-                     "v_head_dim"),
-}
-# the weight buffer that routes each step: its L is the slot count, its R the buffer rank
-_ROUTING_WEIGHTS = {"step_a_q": "B_buf", "step_b_q": "A_buf", "step_a_v": "A_buf", "step_b_v": "B_buf",
-                    "q_side_fused": "B_buf", "v_side_fused": "B_buf"}
-
-
-def _routing_dims(op: str, weights) -> tuple[int, int]:
-    """(L, R) of the routing weight buffer; (0, 0) when it is not 3-D (strict mode rejects that)."""
+def _routing_dims(name: str, weights) -> tuple[int, int]:
+    """(L, R) of the routing weight buffer ``name`` (``A_buf (L, R, C)`` or ``B_buf (L, rows, R)``);
+    (0, 0) when it is not 3-D (strict mode rejects that)."""
     if not isinstance(weights, torch.Tensor) or weights.dim() != 3:
         return 0, 0
-    return weights.shape[0], (weights.shape[1] if _ROUTING_WEIGHTS[op] == "A_buf" else weights.shape[2])
+    return weights.shape[0], (weights.shape[1] if name == "A_buf" else weights.shape[2])
 
 
 def validate_call(op: str, *args, strict: Optional[bool] = None) -> int:
     """Every check a LoRA step makes before it computes; shared by the oracles and ``kernels.lora``.
 
     ``op``: one of :data:`LORA_OPS`; ``args``: the step's positional arguments in SGLang's order
-    (:data:`LORA_SIGNATURES`).  In order: the upstream contract (missing ``max_len``/``seg_lens``),
-    then, when strict, the data arguments' shapes and the batch info's metadata
+    (its row of :data:`reference.signatures.SIGNATURES`).  In order: the upstream contract (missing
+    ``max_len``/``seg_lens``), then, when strict, the data arguments' shapes and the batch info's metadata
     (:func:`reference.lora_routing.validate_lora_batch`).  Returns the longest-segment length.
 
     With ``strict=False`` nothing is read from the device beyond what upstream reads
     (``seg_lens.max()`` only when ``max_len`` is None), so a kernel wrapper stays CUDA-graph capturable.
     """
-    if op not in LORA_SIGNATURES:
-        raise ValueError(f"op={op!r} is unknown; the only valid values are {list(LORA_SIGNATURES)}")
-    names = LORA_SIGNATURES[op]
+    if op not in LORA_OPS:
+        raise ValueError(f"op={op!r} is unknown; the only valid values are {list(LORA_OPS)}")
+    sig = SIGNATURES[op]
+    names = sig.params
     if len(args) != len(names):
         raise TypeError(f"{op} takes {len(names)} positional arguments {names} but got {len(args)}")
     a = dict(zip(names, args))
     strict = resolve_strict(strict)
-    max_len = max_segment_len(a["batch_info"])  # the upstream contract comes before strict validation
+    max_len = max_segment_len(a[sig.batch_info])  # the upstream contract comes before strict validation
     if not strict:
         return max_len
     x = args[0]
     _validate(op, x, B_buf=a.get("B_buf"), A_buf=a.get("A_buf"), base=a.get("base_output"),
               full_k=a.get("full_K_per_head"), qk=a.get("qk_nope_head_dim"), vd=a.get("v_head_dim"))
-    num_slots, _ = _routing_dims(op, a[_ROUTING_WEIGHTS[op]])
-    validate_lora_batch(a["batch_info"], num_rows=x.shape[0], num_slots=num_slots, device=x.device)
+    num_slots, _ = _routing_dims(sig.routing_weight, a[sig.routing_weight])
+    validate_lora_batch(a[sig.batch_info], num_rows=x.shape[0], num_slots=num_slots, device=x.device)
     return max_len
 
 
@@ -274,6 +265,22 @@ def _blank_undefined(route: LoRARouting, defined: torch.Tensor) -> None:
 
 # ---- oracles -------------------------------------------------------------------------------------
 
+def _tf32_both(oracle):
+    """``faithful="tf32"``: the oracle with operands rounded to nearest (``value``) and truncated
+    (an alternate), so that the rule takes the worst of the two (reference.tolerance, Note [TF32 rounding])."""
+
+    @functools.wraps(oracle)
+    def run(*args, faithful=False, **kwargs) -> OracleResult:
+        if not (isinstance(faithful, str) and faithful == "tf32"):
+            return oracle(*args, faithful=faithful, **kwargs)
+        rne = oracle(*args, faithful="tf32-rne", **kwargs)
+        trunc = oracle(*args, faithful="tf32-trunc", **kwargs)
+        return OracleResult(rne.value, rne.defined, rne.alternates + trunc.baselines)
+
+    return run
+
+
+@_tf32_both
 def step_a_q_oracle(q_nope, B_buf, batch_info, full_K_per_head, *, faithful=False, strict=None) -> OracleResult:
     """``out[t,h,:r] = q_nope[t,h,:] @ B_buf[w, h*FULL_K : h*FULL_K+qk, :r]``.
 
@@ -287,6 +294,7 @@ def step_a_q_oracle(q_nope, B_buf, batch_info, full_K_per_head, *, faithful=Fals
         _a_q(a.load(q_nope[rows]), a.load(B_buf[w]), H, qk, r), q_nope.dtype))
 
 
+@_tf32_both
 def step_b_q_oracle(q_lora_a, A_buf, batch_info, base_output, *, faithful=False, strict=None) -> OracleResult:
     """``base[t,h,:] += s * (q_lora_a[t,h,:r] @ A_buf[w,:r,:])``.
 
@@ -299,6 +307,7 @@ def step_b_q_oracle(q_lora_a, A_buf, batch_info, base_output, *, faithful=False,
         s * _b_q(a.load(q_lora_a[rows]), a.load(A_buf[w]), r), q_lora_a.dtype))
 
 
+@_tf32_both
 def step_a_v_oracle(attn_output, A_buf, batch_info, *, faithful=False, strict=None) -> OracleResult:
     """``out[t,h,:r] = attn_output[t,h,:] @ A_buf[w,:r,:].T``.
 
@@ -312,6 +321,7 @@ def step_a_v_oracle(attn_output, A_buf, batch_info, *, faithful=False, strict=No
         _a_v(a.load(attn_output[rows]), a.load(A_buf[w]), r), attn_output.dtype))
 
 
+@_tf32_both
 def step_b_v_oracle(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, *,
                     faithful=False, strict=None) -> OracleResult:
     """``base[t,h,:] += s * (attn_lora_a[t,h,:r] @ B_buf[w, h*FULL_K+qk : (h+1)*FULL_K, :r].T)``.
@@ -327,6 +337,7 @@ def step_b_v_oracle(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_di
         attn_lora_a.dtype))
 
 
+@_tf32_both
 def q_side_fused_oracle(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head, *,
                         faithful=False, strict=None) -> OracleResult:
     """Step A_q then step B_q; the delta is rounded to ``base_output``'s dtype when faithful.
@@ -345,6 +356,7 @@ def q_side_fused_oracle(q_nope, B_buf, A_buf, batch_info, base_output, full_K_pe
     return _accumulated_output(route, base_output, a, delta)
 
 
+@_tf32_both
 def v_side_fused_oracle(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, *,
                         faithful=False, strict=None) -> OracleResult:
     """Step A_v then step B_v; the delta is rounded to ``base_output``'s dtype when faithful.

@@ -20,7 +20,7 @@ import torch
 
 from kernel_oracle.reference.lora import OracleResult
 from kernel_oracle.reference.strict import resolve_strict
-from kernel_oracle.reference.tolerance import round_to_tf32
+from kernel_oracle.reference.tolerance import check_faithful, round_to_tf32, tf32_mode
 from kernel_oracle.reference.vision_metadata import (
     VisionAttentionMetadata,
     VisionPlan,
@@ -50,13 +50,15 @@ def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     ``order``: (head-dim permutation (D,), key permutation (n,)): the same result with the sums of
     q k^T, the softmax and the PV product taken in another order (see :func:`baseline_orders`).
     """
-    if faithful not in (False, True, "tf32"):
-        raise ValueError(f"faithful={faithful!r} is invalid; the only valid values are False, True, 'tf32'")
+    check_faithful(faithful)
+    if isinstance(faithful, str) and faithful == "tf32":
+        raise ValueError("faithful='tf32' means both TF32 modes: pass 'tf32-rne' or 'tf32-trunc' to attention_block")
     if order is not None:
         dims, keys = order
         q, k, v = q[..., dims], k[keys][..., dims], v[keys]
     compute = torch.float32 if faithful else torch.float64
-    mm = round_to_tf32 if faithful == "tf32" else (lambda t: t)  # tl.dot's fp32 operands on GPUs
+    mode = tf32_mode(faithful)  # tl.dot's fp32 operands on GPUs (reference.tolerance, Note [TF32 rounding])
+    mm = (lambda t: round_to_tf32(t, mode)) if mode else (lambda t: t)
     n, H, _ = q.shape
     kt = mm(k.to(compute)).permute(1, 2, 0)  # (H, D, n)
     vh = mm(v.to(compute)).transpose(0, 1)  # (H, n, Dv)
@@ -92,7 +94,11 @@ def baseline_orders(n: int, d: int, count: int, device) -> list[tuple[torch.Tens
     return [(a.to(device), b.to(device)) for a, b in orders]
 
 
-def _run(plan: VisionPlan, faithful: bool) -> OracleResult:
+def _run(plan: VisionPlan, faithful: bool | str) -> OracleResult:
+    if isinstance(faithful, str) and faithful == "tf32":  # both TF32 modes; the rule takes the worst
+        rne, trunc = _run(plan, "tf32-rne"), _run(plan, "tf32-trunc")
+        return OracleResult(rne.value, rne.defined, rne.alternates + trunc.baselines)
+    check_faithful(faithful)
     q, k, v = plan.q, plan.k, plan.v
     T, H, Dv = q.shape[0], q.shape[1], v.shape[2]
     dtype = q.dtype if faithful else torch.float64

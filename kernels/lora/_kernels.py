@@ -34,23 +34,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..interpreter import cast_rounded, rounded_f32, to_f32
-
-
-
-@triton.jit
-def _tf32_rne(x):
-    """fp32 rounded to TF32 (10 mantissa bits, nearest even), as the oracle's faithful="tf32" does.
-    The tensor cores truncate fp32 operands to TF32; feeding them pre-rounded values makes that exact."""
-    bits = x.to(tl.int32, bitcast=True)
-    rounded = (bits + 0xFFF + ((bits >> 13) & 1)) & -8192
-    return tl.where((bits & 0x7F800000) == 0x7F800000, x, rounded.to(tl.float32, bitcast=True))
+from ..interpreter import cast_rounded, round_tf32, rounded_f32, to_f32
 
 
 @triton.jit
 def _operand(x, DOT_PREC: tl.constexpr):
+    """A dot operand.  In TF32 it is rounded to nearest first: the tensor cores truncate fp32 operands
+    to TF32, and pre-rounded values pass through that truncation unchanged (docs/kernels_lora.md)."""
     if DOT_PREC == "tf32":
-        x = _tf32_rne(x)
+        x = round_tf32(x, False)
     return x
 
 

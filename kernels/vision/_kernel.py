@@ -56,7 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..interpreter import interpreting, round_bf16_rne
+from ..interpreter import interpreting, round_bf16_rne, round_tf32
 
 # triton.jit picks the interpreter at decoration time: read the switch once, like the kernels do
 INTERPRETING = interpreting()
@@ -119,15 +119,6 @@ def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int) -> KernelConfig
 
 
 @triton.jit
-def _round_tf32_rne(x):
-    """fp32 ``x`` rounded to TF32 (10 mantissa bits, nearest-even), kept as fp32 (NaN passes)."""
-    bits = x.to(tl.int32, bitcast=True)
-    lsb = (bits >> 13) & 1
-    r = ((bits + 0xFFF + lsb) & -8192).to(tl.float32, bitcast=True)
-    return tl.where(x != x, x, r)
-
-
-@triton.jit
 def _load_tile(base, offs_t, t_lim, col0: tl.constexpr, stride_t, stride_d,
                WIDTH: tl.constexpr, NCOLS: tl.constexpr, MASK_T: tl.constexpr, INTERP: tl.constexpr,
                ROUND_TF32: tl.constexpr = False):
@@ -147,7 +138,7 @@ def _load_tile(base, offs_t, t_lim, col0: tl.constexpr, stride_t, stride_d,
     if INTERP:  # bf16 arithmetic is broken in the interpreter: compute in fp32 (exact upcast)
         x = x.to(tl.float32)
     if ROUND_TF32:  # see Note [TF32]
-        x = _round_tf32_rne(x)
+        x = round_tf32(x, False)
     return x
 
 
@@ -183,7 +174,7 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
     else:
         p_mm = p.to(v_base.dtype.element_ty)
     if TF32:
-        p_mm = _round_tf32_rne(p_mm)
+        p_mm = round_tf32(p_mm, False)
     v_a = _load_tile(v_base, offs_n, n, 0, stride_vt, stride_vd, DVA, DV, MASK_N, INTERP, TF32)
     acc_a = tl.dot(p_mm, v_a, acc_a * alpha[:, None], input_precision=PREC)
     if DVB > 0:
