@@ -4,12 +4,52 @@ The installed packages all live under this one name: :mod:`kernel_oracle.referen
 oracles, contracts, tolerance), :mod:`kernel_oracle.kernels` (our Triton kernels),
 :mod:`kernel_oracle.harness` (op descriptions, problems, checking a case), :mod:`kernel_oracle.fuzz`
 (targets, strategies, campaigns), :mod:`kernel_oracle.reports` (rendering, comparison) and the
-command line in this package.  Importing ``kernel_oracle`` itself is light: nothing heavier than the
-standard library runs until a name below is used.
+command line in this package.
+
+The public API for other projects' tests (Note [Public API] in :mod:`kernel_oracle.api`):
+
+* :func:`assert_matches` -- ``assert_matches("step_a_q", my_fn, q_nope, B_buf, batch_info, full_K)``
+  checks ``my_fn`` against the float64 oracle, the same-dtype baseline, the tolerance rule and the
+  exact error contracts, and raises an ``AssertionError`` in ``assert_close``'s layout;
+* :func:`replay` -- re-runs a failure from the inputs it saved;
+* :func:`materialize` -- a problem or case (plain data) -> tensors on a device;
+* :mod:`kernel_oracle.strategies` -- the Hypothesis strategies (``lora_problems``,
+  ``vision_problems``, ``cases``, ...);
+* the pytest plugin (``--oracle-target``, ``--oracle-device``, ``--oracle-record``, fixtures
+  ``oracle_target`` and ``oracle_device``) registers itself through the ``pytest11`` entry point.
+
+Importing ``kernel_oracle`` itself is light: the names above load their modules (torch, Hypothesis,
+the harness) on first use (PEP 562), so ``import kernel_oracle.reference`` never pulls in the harness.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ below loads them
+    from . import strategies
+    from .api import OPS, Verdict, assert_matches, materialize, replay
+
+__all__ = ["OPS", "Verdict", "__version__", "assert_matches", "materialize", "replay", "strategies"]
+
+_LAZY = {"OPS": "kernel_oracle.api", "Verdict": "kernel_oracle.api", "assert_matches": "kernel_oracle.api",
+         "materialize": "kernel_oracle.api", "replay": "kernel_oracle.api"}
+_SUBMODULES = ("strategies",)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}; its public names are {__all__}")
+    globals()[name] = value  # load once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,48 +1,77 @@
-"""pytest plugin of the fuzzer: ``--target`` selection and Hypothesis settings profiles.
+"""The pytest plugin of kernel-oracle, registered through the ``pytest11`` entry point ``kernel_oracle``.
+
+Note [pytest plugin]
+--------------------
+Installing kernel-oracle makes every pytest run in that environment load this module (turn it off
+with ``-p no:kernel_oracle``), so it must stay cheap and never change a project that does not ask
+for it: importing it loads no torch and no harness, every option is namespaced ``--oracle-*``, and
+Hypothesis settings are touched only when a profile is asked for.
+
+Options (group "kernel-oracle"), each with an ini twin for a project's pytest configuration:
+
+* ``--oracle-target TARGET`` (repeatable; ini ``oracle_targets``; default ``reference`` and
+  ``triton``): parametrizes every test that takes the ``oracle_target`` fixture (``fuzz_target`` is
+  the same fixture under our suite's older name).  TARGET is a built-in name (``reference``,
+  ``triton``, ``sglang``, ``torch-varlen``, ``flashinfer-cudnn``, ``mutant:NAME``) or
+  ``package.module[:attr]``.  A target that is unavailable is skipped *with its reason* (never
+  silently passed); the terminal summary lists each selected target with its entry points, fp32
+  precision, excluded dtypes and missing entry points.
+* ``--oracle-device cpu|cuda`` (ini ``oracle_device``): the ``oracle_device`` fixture and the device
+  targets resolve on; given explicitly, it also throws the one interpreter switch
+  (:func:`kernel_oracle.harness.device.configure_process`: ``cpu`` runs Triton kernels under
+  ``TRITON_INTERPRET=1``).  Default: ``cuda`` when available, else ``cpu``, switching nothing.
+* ``--oracle-profile ci|dev|campaign|auto`` (ini ``oracle_profile``; default: none): loads our
+  Hypothesis profile ``kernel-oracle-<name>`` unless ``--hypothesis-profile`` chose one.
+* ``--oracle-record PATH``: :mod:`kernel_oracle.pytest_record`, loaded from here.
 
 Note [Profiles]
 ---------------
-* ``ci``: fast and derandomized (the same examples every run, no database), few examples; the
-  default under ``CI=true`` and whenever there is no GPU (the CPU interpreter runs ~25 small
+* ``ci``: fast and derandomized (the same examples every run, no database), few examples; what
+  ``auto`` picks under ``CI=true`` and whenever there is no GPU (the CPU interpreter runs ~25 small
   cases/s).
 * ``dev``: randomized, more examples, the example database in ``.hypothesis/`` so a failure found
-  once is replayed first next time; the default on a GPU machine.
+  once is replayed first next time; what ``auto`` picks on a GPU machine.
 * ``campaign``: many examples, for long runs (``kernel-oracle fuzz`` drives Hypothesis itself).
 
-Pick one with Hypothesis's own ``--hypothesis-profile NAME``.  :data:`EXAMPLES` scales the number
-of examples per target kind (an interpreted Triton target costs ~100x the reference per case).
-
-``--target`` (repeatable; default ``reference`` and ``triton``) parametrizes every test that takes
-the ``fuzz_target`` fixture.  A target that is unavailable, or lacks the entry point a test needs,
-is skipped *with its reason* (never silently passed); the terminal summary lists each selected
-target with its entry points, fp32 precision, excluded dtypes and missing entry points.
+They are registered as ``kernel-oracle-ci`` etc., so a project's own ``ci`` profile is never
+replaced.  :data:`EXAMPLES` scales the number of examples per target kind (an interpreted Triton
+target costs ~100x the reference per case): :func:`examples_for`.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-__all__ = ["DEFAULT_TARGETS", "EXAMPLES", "default_profile", "examples_for"]
+__all__ = ["DEFAULT_TARGETS", "EXAMPLES", "PROFILE_PREFIX", "default_profile", "examples_for", "selected_targets"]
+
+# --oracle-record lives in its own module (also usable alone: -p kernel_oracle.pytest_record)
+pytest_plugins = ["kernel_oracle.pytest_record"]
 
 DEFAULT_TARGETS = ("reference", "triton")
+PROFILE_PREFIX = "kernel-oracle-"
+PROFILES = ("ci", "dev", "campaign")
+DEVICES = ("cpu", "cuda")
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
            HealthCheck.differing_executors]
 
-settings.register_profile("ci", max_examples=12, derandomize=True, database=None, deadline=None,
+settings.register_profile(PROFILE_PREFIX + "ci", max_examples=12, derandomize=True, database=None, deadline=None,
                           suppress_health_check=_HEALTH, print_blob=True,
                           phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
-settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=_HEALTH, print_blob=True)
-settings.register_profile("campaign", max_examples=2000, deadline=None, suppress_health_check=_HEALTH,
+settings.register_profile(PROFILE_PREFIX + "dev", max_examples=60, deadline=None, suppress_health_check=_HEALTH,
                           print_blob=True)
+settings.register_profile(PROFILE_PREFIX + "campaign", max_examples=2000, deadline=None,
+                          suppress_health_check=_HEALTH, print_blob=True)
 
 # examples per property per profile, by kind of target: (cheap targets, interpreted Triton)
 EXAMPLES = {"ci": (25, 12), "dev": (60, 30), "campaign": (2000, 300)}
 
 
 def default_profile() -> str:
+    """What ``auto`` means here: ``ci`` under ``CI=true`` or without a GPU, else ``dev``."""
     import torch
 
     if os.environ.get("CI", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available():
@@ -50,11 +79,11 @@ def default_profile() -> str:
     return "dev"
 
 
-_ACTIVE = {"profile": None}
+_ACTIVE: dict = {"profile": None}
 
 
 def examples_for(target_name: str, *, scale: float = 1.0) -> int:
-    """Examples for one property on ``target_name`` under the active profile."""
+    """Examples for one property on ``target_name`` under the active (or the ``auto``) profile."""
     import torch
 
     profile = _ACTIVE["profile"] or default_profile()
@@ -64,62 +93,107 @@ def examples_for(target_name: str, *, scale: float = 1.0) -> int:
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("kernel-oracle fuzz")
-    group.addoption("--target", action="append", default=None, metavar="TARGET",
-                    help="target to check (repeatable): reference, triton, sglang, torch-varlen, flashinfer-cudnn, "
-                         "mutant:NAME or package.module[:attr]; default: reference and triton")
+    group = parser.getgroup("kernel-oracle", "kernel-oracle: targets, device, Hypothesis profiles, result records")
+    group.addoption("--oracle-target", action="append", default=None, metavar="TARGET",
+                    help="target the oracle_target fixture runs (repeatable): reference, triton, sglang, "
+                         "torch-varlen, flashinfer-cudnn, mutant:NAME or package.module[:attr]; "
+                         "default: ini oracle_targets, else reference and triton")
+    group.addoption("--oracle-device", choices=DEVICES, default=None,
+                    help="device of the oracle_device fixture and of the targets (cpu runs Triton kernels "
+                         "under TRITON_INTERPRET=1); default: ini oracle_device, else cuda when available")
+    group.addoption("--oracle-profile", choices=(*PROFILES, "auto"), default=None,
+                    help="load kernel-oracle's Hypothesis profile (auto: ci without a GPU or under CI=true, "
+                         "else dev) unless --hypothesis-profile is given; default: ini oracle_profile, else none")
+    parser.addini("oracle_targets", type="args", default=[],
+                  help="kernel-oracle: default targets of the oracle_target fixture (space separated)")
+    parser.addini("oracle_device", default="", help="kernel-oracle: default device (cpu or cuda)")
+    parser.addini("oracle_profile", default="", help="kernel-oracle: Hypothesis profile (ci, dev, campaign, auto)")
+
+
+def _device_option(config) -> Optional[str]:
+    device = config.getoption("--oracle-device") or config.getini("oracle_device") or None
+    if device is not None and device not in DEVICES:
+        raise pytest.UsageError(f"oracle_device={device!r} is unknown; the only valid values are {list(DEVICES)}")
+    return device
 
 
 def pytest_configure(config):
-    chosen = config.getoption("hypothesis_profile", default=None)
-    if not chosen:
-        chosen = default_profile()
-        settings.load_profile(chosen)
-    _ACTIVE["profile"] = chosen
-    config._fuzz_targets = {}
+    profile = config.getoption("--oracle-profile") or config.getini("oracle_profile") or None
+    if profile is not None and profile not in (*PROFILES, "auto"):
+        raise pytest.UsageError(f"oracle_profile={profile!r} is unknown; the only valid values are "
+                                f"{[*PROFILES, 'auto']}")
+    if profile is not None and not config.getoption("hypothesis_profile", default=None):
+        profile = default_profile() if profile == "auto" else profile
+        settings.load_profile(PROFILE_PREFIX + profile)
+        _ACTIVE["profile"] = profile
+    device = _device_option(config)
+    if device is not None:
+        from kernel_oracle.harness.device import configure_process
+
+        try:
+            configure_process(device)
+        except RuntimeError as exc:
+            raise pytest.UsageError(f"--oracle-device {device}: {exc}") from None
+    config._oracle_targets = {}
+
+
+def oracle_device_of(config) -> str:
+    """The device of this session: ``--oracle-device``, ini ``oracle_device``, else cuda when available."""
+    device = _device_option(config)
+    if device is not None:
+        return device
+    from kernel_oracle.harness.device import default_device
+
+    return default_device()
 
 
 def selected_targets(config) -> list[str]:
-    return list(config.getoption("--target") or DEFAULT_TARGETS)
+    return list(config.getoption("--oracle-target") or config.getini("oracle_targets") or DEFAULT_TARGETS)
 
 
 def pytest_generate_tests(metafunc):
-    if "fuzz_target_name" in metafunc.fixturenames:
+    if "oracle_target_name" in metafunc.fixturenames:
         names = selected_targets(metafunc.config)
-        metafunc.parametrize("fuzz_target_name", names, ids=[f"target={n}" for n in names])
+        metafunc.parametrize("oracle_target_name", names, ids=[f"target={n}" for n in names])
+
+
+@pytest.fixture(scope="session")
+def oracle_device(pytestconfig) -> str:
+    """``"cuda"`` or ``"cpu"`` (Note [pytest plugin])."""
+    return oracle_device_of(pytestconfig)
 
 
 @pytest.fixture
-def fuzz_target(request, fuzz_target_name):
-    """The resolved :class:`fuzz.targets.Target`; skipped with the reason when unavailable."""
+def oracle_target(request, oracle_target_name, oracle_device):
+    """The resolved :class:`kernel_oracle.fuzz.targets.Target` of one ``--oracle-target``; skipped
+    with the reason when unavailable; its name and precision go into the test's user properties."""
     from kernel_oracle.fuzz.targets import TargetError, resolve_target
 
-    device = "cuda" if _cuda() else "cpu"
     try:
-        target = resolve_target(fuzz_target_name, device)
+        target = resolve_target(oracle_target_name, oracle_device)
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from None
-    request.config._fuzz_targets[fuzz_target_name] = target
+    request.config._oracle_targets[oracle_target_name] = target
     if not target.available:
-        pytest.skip(f"target {fuzz_target_name!r} is unavailable: {target.reason}")
-    request.node.user_properties.append(("target", fuzz_target_name))
+        pytest.skip(f"target {oracle_target_name!r} is unavailable: {target.reason}")
+    request.node.user_properties.append(("target", oracle_target_name))
     request.node.user_properties.append(("precision", target.precision))
     return target
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+@pytest.fixture
+def fuzz_target(oracle_target):
+    """The same as ``oracle_target`` (the name our own suite's fuzz properties use)."""
+    return oracle_target
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    targets = getattr(config, "_fuzz_targets", {})
+    targets = getattr(config, "_oracle_targets", {})
     if not targets:
         return
     tr = terminalreporter
     tr.section("kernel-oracle targets")
-    tr.write_line(f"hypothesis profile: {_ACTIVE['profile']}")
+    tr.write_line(f"hypothesis profile: {_ACTIVE['profile'] or 'not set by kernel-oracle'}")
     for name, t in targets.items():
         if not t.available:
             tr.write_line(f"{name}: UNAVAILABLE ({t.reason})")

@@ -1,5 +1,8 @@
 """pytest plugin: ``--oracle-record PATH`` writes a result record (kind ``"pytest"``) of the run.
 
+Loaded by :mod:`kernel_oracle.pytest_plugin` (the ``pytest11`` entry point ``kernel_oracle``), or
+alone with ``-p kernel_oracle.pytest_record``.
+
 Note [pytest records]
 ---------------------
 Each test outcome lands in one group ``target x op x dtype x shape_class``.  The plugin reads them,
@@ -10,7 +13,7 @@ first match wins, from
 2. the test's parametrization: a parameter named ``op``/``op_info``/``opinfo``/``info`` (an OpInfo
    gives its ``name``), ``dtype`` or ``prec`` (``torch.bfloat16`` and ``bf16`` -> ``bfloat16``),
    ``target``, ``shape_class`` or a ``sample``/``case``/``bname`` (a Sample gives its ``name``);
-3. the fuzz plugin's ``--target`` option for the target;
+3. the plugin's ``--oracle-target`` option for the target;
 
 and a test that says nothing goes in the group ``op="suite"``.  A passed test is a passing case;
 a failed one (or one whose set-up or tear-down errored) is a case and a finding whose repro is the
@@ -46,7 +49,7 @@ _PROPERTY_KEYS = ("target", "op", "dtype", "shape_class", "precision")
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("kernel-oracle", "kernel-oracle result records")
+    group = parser.getgroup("kernel-oracle")
     group.addoption("--oracle-record", metavar="PATH", default=None,
                     help="write a kernel-oracle result record (JSON, kind 'pytest') of this run to PATH "
                          "(never overwritten; an existing directory gets pytest-<UTC time>.json); "
@@ -129,9 +132,9 @@ class RecordWriter:
         self.params: dict = {}  # nodeid -> parametrization
         self.outcomes: dict = {}  # nodeid -> dict(outcome, properties, message, longrepr)
         self.started = time.time()
-        self.default_target = config.getoption("--target", default=None)
-        if isinstance(self.default_target, (list, tuple)):
-            self.default_target = ",".join(map(str, self.default_target)) or None
+        targets = config.getoption("--oracle-target", default=None)
+        self.targets = [str(t) for t in targets] if isinstance(targets, (list, tuple)) else []
+        self.default_target = ",".join(self.targets) or None
 
     # ---- collection and outcomes -------------------------------------------------------------
     @pytest.hookimpl(trylast=True)
@@ -189,8 +192,8 @@ class RecordWriter:
 
     def _repro(self, nodeid: str) -> str:
         cmd = ["python", "-m", "pytest", nodeid]
-        if self.default_target:
-            cmd += ["--target", str(self.default_target)]
+        for target in self.targets:
+            cmd += ["--oracle-target", target]
         return " ".join(shlex.quote(c) for c in cmd)
 
     def pytest_sessionfinish(self, session, exitstatus):

@@ -18,8 +18,9 @@ import pytest  # noqa: E402
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
-# --target and Hypothesis profiles (fuzz); the result record of a run (reports)
-pytest_plugins = ["kernel_oracle.pytest_plugin", "kernel_oracle.pytest_record"]
+# The kernel-oracle plugin (--oracle-target, --oracle-record, Hypothesis profiles, the oracle_target
+# fixture) is not named here: installing the project registers it through the pytest11 entry point,
+# and naming it again would register it twice.  pyproject's ini sets oracle_profile = "auto".
 
 
 def pytest_addoption(parser):

@@ -1,4 +1,4 @@
-"""Hypothesis properties of every selected target (``--target``; default reference and triton).
+"""Hypothesis properties of every selected target (``--oracle-target``; default reference and triton).
 
 One property per family x case category (fuzz/strategies.py, Note [Strategies]):
 

@@ -1,0 +1,231 @@
+"""The public API: check your own kernel against the oracle, inside your own tests.
+
+Note [Public API]
+-----------------
+:func:`assert_matches` is the one call a kernel engineer needs::
+
+    import kernel_oracle
+    kernel_oracle.assert_matches("step_a_q", my_step_a_q, q_nope, B_buf, batch_info, full_K)
+
+It is the harness's own check (:mod:`kernel_oracle.harness.check`, Note [Checking a case]) on inputs
+the caller built, not a second implementation of it:
+
+1. the float64 oracle runs on a copy of the inputs (strict validation by default).  When it raises a
+   contract error, the user's function must raise the same exception type with the same full text
+   (SPEC.md: the upstream messages are contracts); when it returns, it also yields the same-dtype
+   baseline (the oracle's faithful mode, in TF32 for ``precision="tf32"``);
+2. the user's function runs on another copy (their tensors are never modified);
+3. the verdict: :func:`kernel_oracle.reference.tolerance.compare` over the defined region only
+   (``err <= K * baseline_err + floor``), rows that no segment routes bit-identical for the in-place
+   steps, shape and dtype before values.
+
+A failure raises :class:`AssertionError` in ``torch.testing.assert_close``'s layout plus the
+locator (token, head, segment, slot) and a ``Reproduce:`` line: the inputs are saved once with
+``torch.save`` (under ``$KERNEL_ORACLE_REPRO_DIR``, default ``<tmp>/kernel-oracle-repro``; SGLang's
+metadata objects as our same-field mirrors) and :func:`replay` re-runs the check from that file,
+loading it weights-only.
+
+``strict=False`` is for third-party kernels that do not implement our strict validation (SGLang's
+own): the oracle then runs with upstream semantics (the per-call ``strict=False`` of every oracle),
+so malformed metadata that upstream accepts is compared instead of demanded to raise.
+
+For property tests, :func:`materialize` turns a problem or a case drawn from
+:mod:`kernel_oracle.strategies` into tensors on a device (a :class:`~kernel_oracle.harness.problems.Call`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import io
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import torch
+
+from kernel_oracle.fuzz.targets.registry import Target
+from kernel_oracle.reference.batch_info import LoRABatchInfo
+from kernel_oracle.reference.vision_metadata import VisionAttentionMetadata
+
+from kernel_oracle.harness.check import Case, Verdict, execute, expected_outcome, judge
+from kernel_oracle.harness.opinfo import OP_DB, op_info
+from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem
+from kernel_oracle.harness.problems import materialize as _materialize_problem
+
+__all__ = ["OPS", "PRECISIONS", "REPRO_DIR_ENV", "Verdict", "assert_matches", "materialize", "replay"]
+
+OPS = tuple(OP_DB)  # step_a_q, step_b_q, step_a_v, step_b_v, q_side_fused, v_side_fused, vision
+PRECISIONS = ("ieee", "tf32")
+REPRO_DIR_ENV = "KERNEL_ORACLE_REPRO_DIR"
+
+Problem = Union[LoRAProblem, VisionProblem]
+
+
+@dataclass(frozen=True)
+class _GivenInputs:
+    """What :class:`~kernel_oracle.harness.check.Case` needs of a problem when the caller built the
+    tensors: the op and its family (no seed, so no regeneration: the inputs are saved instead)."""
+
+    op: str
+    family: str
+    dtype: str
+
+
+def assert_matches(op: str, fn: Callable[..., Any], /, *args: Any, precision: str = "ieee", strict: bool = True,
+                   repro: Optional[str] = None, **kwargs: Any) -> Verdict:
+    """Assert that ``fn(*args, **kwargs)`` computes what the oracle of ``op`` computes.
+
+    ``op``: one of :data:`OPS`; ``args``/``kwargs``: the call in SGLang's signature, e.g. for
+    ``"step_a_q"`` ``(q_nope (S,H,qk), B_buf (L,H*FULL_K,R), batch_info, FULL_K)`` -> ``(S,H,R)``;
+    for ``"step_b_q"`` ``(q_lora_a (S,H,R), A_buf (L,R,C), batch_info, base_output (S,H,C))``
+    updated in place and returned; for ``"vision"`` ``(q, k, v, cu_seqlens, bsz, seq_len,
+    softmax_scale=None, forward_metadata=None, **kwargs)`` with q/k/v ``(T,H,D)`` or ``(b,s,H,D)``.
+    ``precision``: ``"tf32"`` when ``fn`` runs fp32 matmuls in TF32 (Triton's ``tl.dot`` default on
+    NVIDIA GPUs), else ``"ieee"``.  ``strict``: whether ``fn`` implements our strict validation
+    (Note [Public API]).  ``repro``: the line printed under a failure (default: save the inputs and
+    print a :func:`replay` command).  ``precision``, ``strict`` and ``repro`` are therefore not
+    passed on to ``fn``.
+
+    Returns the :class:`~kernel_oracle.harness.check.Verdict` (``ratio``: error / allowance) on
+    success; raises :class:`AssertionError` (Note [Public API]) when ``fn`` is wrong, and
+    ``ValueError``/``TypeError`` naming the argument when the arguments of this call are.
+    """
+    info = op_info(op)  # ValueError naming the valid ops
+    if not callable(fn):
+        raise TypeError(f"Expected a callable with the signature of {info.entry} but got fn={fn!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is unknown; the only valid values are {list(PRECISIONS)} "
+                         "(pass 'tf32' when fn runs fp32 matmuls in TF32)")
+    if not isinstance(strict, bool):
+        raise TypeError(f"Expected strict to be True or False but got strict={strict!r}")
+    if repro is not None and not isinstance(repro, str):
+        raise TypeError(f"Expected repro to be a str or None but got repro={repro!r}")
+    call = Call(info.entry, tuple(args), dict(kwargs), info.inplace_arg)
+    verdict = _check(op, fn, call, precision=precision, strict=strict)
+    if verdict.ok:
+        return verdict
+    if repro is None:
+        repro = _save_repro(op, fn, call, precision=precision, strict=strict)
+    lines = [verdict.message,
+             f"Finding: {verdict.kind} ({_name_of(fn)} as {op!r}, precision={precision!r}, "
+             f"strict validation {'on' if strict else 'off'}); expected {verdict.expected}"]
+    if repro:
+        lines.append(f"Reproduce: {repro}")
+    raise AssertionError("\n".join(lines))
+
+
+def _check(op: str, fn: Callable[..., Any], call: Call, *, precision: str, strict: bool) -> Verdict:
+    """The harness's expected_outcome / execute / judge on a call the caller built."""
+    info = OP_DB[op]
+    tensors = [a for a in call.args if isinstance(a, torch.Tensor)]
+    device = tensors[0].device if tensors else torch.device("cpu")
+    dtype = str(tensors[0].dtype).removeprefix("torch.") if tensors else "-"
+    case = Case(_GivenInputs(op, info.family, dtype))
+    # lenient: the oracles' own per-call switch; expected_outcome's strict default then yields to it
+    oracle_call = call if strict else Call(call.entry, call.args, {**call.kwargs, "strict": False}, call.inplace)
+    expected = expected_outcome(case, device, precision=precision, call=oracle_call)
+    target = Target(_name_of(fn), {op: fn}, precision=precision, strict=strict)
+    observed = execute(target, case, str(device), call=call)
+    return judge(case, expected, observed, call=call, device=str(device))
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', None) or '?'}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+
+def _importable_spec(fn: Callable[..., Any]) -> Optional[str]:
+    """``module:qualname`` when importing it gives back ``fn`` (not for lambdas, locals, partials)."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or module == "__main__" or not qualname or "<" in qualname:
+        return None
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}:{qualname}" if obj is fn else None
+
+
+def _resolve_spec(spec: str) -> Callable[..., Any]:
+    module, _, qualname = spec.partition(":")
+    if not module or not qualname:
+        raise ValueError(f"Expected fn as 'package.module:function' but got fn={spec!r}")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _portable(value: Any) -> Any:
+    """SGLang's ``LoRABatchInfo`` / ``VisionAttentionMetadata`` -> our mirrors (same field names), so
+    that :func:`replay` can load the file weights-only (it builds no other class: no code runs)."""
+    for cls in (LoRABatchInfo, VisionAttentionMetadata):
+        names = [f.name for f in dataclasses.fields(cls)]
+        if not isinstance(value, cls) and type(value).__name__ == cls.__name__ and all(hasattr(value, n) for n in names):
+            return cls(**{n: getattr(value, n) for n in names})
+    return value
+
+
+def _save_repro(op: str, fn: Callable[..., Any], call: Call, *, precision: str, strict: bool) -> str:
+    """Save the inputs once (content-addressed, never overwritten) and return the replay line."""
+    payload = {"op": op, "args": tuple(_portable(a) for a in call.args),
+               "kwargs": {k: _portable(v) for k, v in call.kwargs.items()}, "precision": precision, "strict": strict}
+    buf = io.BytesIO()
+    try:
+        torch.save(payload, buf)
+    except Exception as exc:  # noqa: BLE001 - a repro that cannot be saved is reported, not fatal
+        return f"(the inputs could not be saved: {type(exc).__name__}: {exc}; rerun this test)"
+    data = buf.getvalue()
+    folder = Path(os.environ.get(REPRO_DIR_ENV) or Path(tempfile.gettempdir()) / "kernel-oracle-repro")
+    path = folder / f"{op}-{hashlib.sha256(data).hexdigest()[:16]}.pt"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.write_bytes(data)
+    except OSError as exc:
+        return f"(the inputs could not be saved to {folder}: {exc}; set {REPRO_DIR_ENV} to a writable folder)"
+    spec = _importable_spec(fn)
+    fn_arg = repr(spec) if spec else "<your function>"
+    return f"python -c \"import kernel_oracle; kernel_oracle.replay({str(path)!r}, {fn_arg})\""
+
+
+def replay(path: Union[str, os.PathLike], fn: Union[Callable[..., Any], str]) -> Verdict:
+    """Re-run a failed :func:`assert_matches` on the inputs it saved at ``path``.
+
+    ``fn``: the function to check, a callable or ``"package.module:function"``.  The file is loaded
+    weights-only (tensors, plain data and our two metadata types; nothing in it runs).  Tensors load
+    on their saved device, or on the CPU without CUDA.  Raises the same :class:`AssertionError`
+    while the bug is there; returns the verdict once it is fixed.
+    """
+    if isinstance(fn, str):
+        fn = _resolve_spec(fn)
+    try:
+        with torch.serialization.safe_globals([LoRABatchInfo, VisionAttentionMetadata]):
+            saved = torch.load(path, map_location=None if torch.cuda.is_available() else "cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path} was refused: it holds objects other than tensors, plain data, LoRABatchInfo and "
+                         f"VisionAttentionMetadata (nothing in it was run): {first}") from None
+    if not isinstance(saved, dict) or not {"op", "args", "kwargs", "precision", "strict"} <= set(saved):
+        raise ValueError(f"{path} is not a file saved by kernel_oracle.assert_matches")
+    return assert_matches(saved["op"], fn, *saved["args"], precision=saved["precision"], strict=saved["strict"],
+                          repro=f"kernel_oracle.replay({str(path)!r}, ...)", **saved["kwargs"])
+
+
+def materialize(problem: Union[Problem, Case], device: Union[str, torch.device] = "cpu") -> Call:
+    """The tensors of a problem (or of a case: the problem with its metadata mutation applied) on
+    ``device``, as a :class:`~kernel_oracle.harness.problems.Call`: ``call.args``/``call.kwargs`` in
+    the entry point's order, ready for ``assert_matches(problem.op, fn, *call.args, **call.kwargs)``.
+    The same problem gives the same bytes on every run (the tensors come from its ``seed``)."""
+    if isinstance(problem, Case):
+        return problem.call(device)
+    if not isinstance(problem, (LoRAProblem, VisionProblem)):
+        raise TypeError("Expected a LoRAProblem, VisionProblem or Case (from kernel_oracle.strategies) but got "
+                        f"problem={problem!r}")
+    return _materialize_problem(problem, device)
