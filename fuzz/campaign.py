@@ -157,13 +157,13 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     def finish(record_notes=()) -> dict:
         record = new_record("campaign", seeds={"seed": seed, "runs": state["runs"]}, device=device)
         add_target(record, name=target, available=tgt.available, reason=tgt.reason or None,
-                   entry_points=sorted(tgt.entries), precision=tgt.precision)
+                   entry_points=sorted(tgt.entries), precision=tgt.precision_summary())
         record["targets"][-1].update({"strict": tgt.strict, "excluded_dtypes": dict(tgt.excluded_dtypes),
                                       "missing": dict(tgt.notes)})
         for key, g in sorted(state["groups"].items()):
             t, o, d, sc = key.split("|")
             add_group(record, target=t, op=o, dtype=d, shape_class=sc, cases=g["cases"], passes=g["passes"],
-                      findings=g["findings"], ratios=g["ratios"], precision=tgt.precision)
+                      findings=g["findings"], ratios=g["ratios"], precision=tgt.precision_for(o))
         for f in findings:
             add_finding(record, {k: v for k, v in f.items() if k != "signature"})
         record["campaign"] = {"target": target, "op": op, "ops": list(ops), "dtypes": list(dtypes),
@@ -284,7 +284,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                     if crash_shrinks[0] > CRASH_SHRINKS:
                         return
                 call = _prepared_call(case, device)
-                expected = expected_outcome(case, device, precision=tgt.precision, call=call)
+                expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call)
                 observed = observe(case)
                 verdict = judge(case, expected, observed, call=call, device=device)
                 state["executed"] += 1

@@ -179,7 +179,7 @@ def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=
         return Outcome("error", type(exc).__name__, str(exc))
     inplace = OP_DB[case.op].inplace_arg
     out_dtype = call.args[inplace].dtype if inplace is not None else call.args[0].dtype
-    faithful = "tf32" if (precision == "tf32" and call.args[0].dtype == torch.float32) else True
+    faithful = precision if (precision.startswith("tf32") and call.args[0].dtype == torch.float32) else True
     with strict_validation(True):
         base = _run_oracle(case, call, faithful=faithful)
     return Outcome("result", value=ref.value, defined=ref.defined, baseline=base.baselines, out_dtype=out_dtype)
@@ -366,7 +366,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     """In-process check of one case (pytest properties; campaigns isolate the target instead)."""
     call = _prepared_call(case, device)
-    expected = expected_outcome(case, device, precision=target.precision, call=call)
+    expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
     observed = execute(target, case, device, call=call)
     return judge(case, expected, observed, call=call, device=device, repro=repro)
 

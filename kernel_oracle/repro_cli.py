@@ -56,7 +56,7 @@ def reproduce(*, target: str, path: str | None = None, case_json: str | None = N
         from kernel_oracle.harness.check import _prepared_call
 
         call = _prepared_call(case, device)
-    expected = expected_outcome(case, device, precision=tgt.precision, call=call)
+    expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call)
     observed = execute(tgt, case, device, call=call)
     return judge(case, expected, observed, call=call, device=device), case
 

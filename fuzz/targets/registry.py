@@ -6,8 +6,11 @@ A :class:`Target` maps op names (``step_a_q`` ... ``v_side_fused``, ``vision``) 
 the signatures of :mod:`reference.lora` / :func:`reference.vision.flashinfer_cudnn_attention`, and
 declares what the comparison needs to be fair:
 
-* ``precision``: ``"ieee"`` or ``"tf32"`` -- how it runs fp32 matmuls, so that the tolerance
-  baseline is the faithful oracle in that precision (``faithful="tf32"`` for TF32 targets);
+* ``precision``: how it runs fp32 matmuls, one value for every entry point or a dict per op
+  (``precision_for(op)``): ``"ieee"`` (exact fp32 products), ``"tf32"`` (TF32, operands rounded to
+  nearest or truncated: the baseline takes the worst of both), or one mode, ``"tf32-rne"`` /
+  ``"tf32-trunc"``; the tolerance baseline is the faithful oracle in that precision
+  (reference.tolerance, Note [TF32 rounding]), and records name it per op;
 * ``strict``: whether it implements our strict validation (third-party code does not: malformed
   metadata cases are then validation gaps by construction; ``--upstream-contracts-only`` skips them);
 * ``excluded_dtypes``: dtype -> reason; a third-party Triton target run under the interpreter is not
@@ -34,7 +37,7 @@ from typing import Callable, Optional
 from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.opinfo import FAMILY_OPS, entry_names
 
-__all__ = ["Target", "TargetError", "builtin_targets", "entries_from", "import_module", "register_prefix",
+__all__ = ["PRECISIONS", "Target", "TargetError", "builtin_targets", "entries_from", "import_module", "register_prefix",
            "register_target", "resolve_target", "third_party", "unavailable"]
 
 _BF16_REASON = ("third-party Triton code under the Triton interpreter: the interpreter computes bf16 "
@@ -45,13 +48,17 @@ class TargetError(ValueError):
     """An unknown or malformed target spec."""
 
 
+# fp32 matmul precisions a target may declare (the faithful oracle modes of reference.tolerance)
+PRECISIONS = ("ieee", "tf32", "tf32-rne", "tf32-trunc")
+
+
 @dataclass
 class Target:
     name: str
     entries: dict = field(default_factory=dict)  # op -> callable
     available: bool = True
     reason: str = ""
-    precision: str = "ieee"
+    precision: str | dict = "ieee"  # one for every op, or op -> precision (ops not named: "ieee")
     strict: bool = True
     excluded_dtypes: dict = field(default_factory=dict)  # dtype name -> reason
     poison: Optional[Callable] = None  # family -> context manager
@@ -59,9 +66,39 @@ class Target:
     status: Optional[Callable[[], str]] = None  # a live ``reason`` (e.g. an engine's fallback note)
 
     def __post_init__(self) -> None:
-        if self.precision not in ("ieee", "tf32"):
-            raise TargetError(f"target {self.name!r}: precision={self.precision!r}; the only valid values are "
-                              "'ieee', 'tf32'")
+        if isinstance(self.precision, dict):
+            known = {op for ops in FAMILY_OPS.values() for op in ops}
+            for op, prec in self.precision.items():
+                if op not in known:
+                    raise TargetError(f"target {self.name!r}: precision names op={op!r}; the only valid ops are "
+                                      f"{sorted(known)}")
+                self._check_precision(prec, f"precision[{op!r}]")
+        else:
+            self._check_precision(self.precision, "precision")
+
+    def _check_precision(self, prec: object, field: str) -> None:
+        if not isinstance(prec, str) or prec not in PRECISIONS:
+            raise TargetError(f"target {self.name!r}: {field}={prec!r}; the only valid values are "
+                              + ", ".join(repr(p) for p in PRECISIONS))
+
+    def precision_for(self, op: str) -> str:
+        """How this target runs fp32 matmuls in ``op`` (the ``precision=`` of ``expected_outcome``)."""
+        if isinstance(self.precision, dict):
+            return self.precision.get(op, "ieee")
+        return self.precision
+
+    def precisions(self) -> dict:
+        """op -> precision for every entry point."""
+        return {op: self.precision_for(op) for op in sorted(self.entries)}
+
+    def precision_summary(self) -> str:
+        """One line for reports: ``"ieee"`` when every entry point agrees, else ``"tf32: step_a_q, ...; ieee: vision"``."""
+        by: dict = {}
+        for op, prec in self.precisions().items():
+            by.setdefault(prec, []).append(op)
+        if len(by) <= 1:
+            return next(iter(by), self.precision if isinstance(self.precision, str) else "ieee")
+        return "; ".join(f"{prec}: {', '.join(ops)}" for prec, ops in by.items())
 
     def has(self, op: str) -> bool:
         return op in self.entries
@@ -82,7 +119,8 @@ class Target:
     def to_record(self) -> dict:
         reason = self.status() if self.status is not None else self.reason
         return {"name": self.name, "available": self.available, "reason": reason,
-                "entry_points": sorted(self.entries), "precision": self.precision, "strict": self.strict,
+                "entry_points": sorted(self.entries), "precision": self.precision_summary(),
+                "precision_by_op": self.precisions(), "strict": self.strict,
                 "excluded_dtypes": dict(self.excluded_dtypes), "missing": dict(self.notes)}
 
 

@@ -2,21 +2,62 @@
 
 The same builder serves the mutants (:mod:`.mutants`): a patched copy of the kernels package is an
 ordinary kernels package under another name.
+
+Note [Precision of our kernels]
+-------------------------------
+Declared per entry point (``Target.precision_for``), from what the kernels do on each device:
+
+* LoRA (``kernels/lora/_launch.py`` ``_flags``): on a CUDA GPU, fp32 activations with fp32 weights
+  run ``tl.dot(..., input_precision="tf32")`` on operands the kernel first rounds to TF32 to
+  nearest (``kernels.interpreter.round_tf32``), so the tensor cores' truncation leaves them as they
+  are: TF32 with round-to-nearest operands and fp32 accumulation.  Declared ``"tf32"`` (the
+  baseline takes the worse of round-to-nearest and truncation; ``"tf32-rne"`` would be the exact
+  model).  fp32 activations with weights of another dtype upcast every tile and run exact fp32
+  products ("ieee"), which the TF32 baseline also admits.  Under the interpreter every tile is
+  upcast and ``tl.dot`` is exact fp32: ``"ieee"``.
+* vision: exact fp32 products (``fp32_precision="ieee"``, the kernel's default) unless opted in
+  with ``KERNEL_ORACLE_VISION_FP32_PRECISION=tf32`` (then the entry point passes
+  ``fp32_precision="tf32"`` and the target declares ``"tf32"``; the interpreter stays exact).
+
+fp16/bf16 cases ignore the precision (the oracle's baseline is the activation dtype).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
+from typing import Optional
 
+from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.opinfo import FAMILY_OPS
 
 from .registry import Target, entries_from, import_module, register_target, unavailable
 
 KERNELS_PACKAGE = "kernel_oracle.kernels"
+VISION_PRECISION_ENV = "KERNEL_ORACLE_VISION_FP32_PRECISION"
 
 
-def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton") -> Target:
-    """The target of the kernels package ``package`` (ours, or a mutant's copy)."""
+def kernels_precision(device, vision: str = "ieee") -> dict:
+    """op -> fp32 precision of our kernels on ``device`` (Note [Precision of our kernels])."""
+    compiled_gpu = str(device).startswith("cuda") and not interpreting()
+    prec = {op: ("tf32" if compiled_gpu else "ieee") for op in FAMILY_OPS["lora"]}
+    prec.update({op: (vision if compiled_gpu else "ieee") for op in FAMILY_OPS["vision"]})
+    return prec
+
+
+def _vision_precision() -> str:
+    value = os.environ.get(VISION_PRECISION_ENV, "ieee").strip().lower() or "ieee"
+    if value not in ("ieee", "tf32"):
+        raise ValueError(f"{VISION_PRECISION_ENV}={value!r} is invalid; the only valid values are 'ieee', 'tf32'")
+    return value
+
+
+def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton",
+                   precision: Optional[str | dict] = None) -> Target:
+    """The target of the kernels package ``package`` (ours, or a mutant's copy); ``precision``
+    overrides the declared one (a mutant that emulates the tensor cores' TF32 on the interpreter)."""
+    vision_prec = _vision_precision()
     notes: dict = {}
     entries: dict = {}
     poison = None
@@ -28,6 +69,10 @@ def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton")
     vision, why_v = import_module(f"{package}.vision")
     if vision is not None:
         entries.update(entries_from(vision, FAMILY_OPS["vision"], notes))
+        if vision_prec != "ieee":
+            for op in FAMILY_OPS["vision"]:
+                if op in entries:
+                    entries[op] = functools.partial(entries[op], fp32_precision=vision_prec)
         hook = getattr(vision, "poisoned_output", None)
         if hook is not None:
             poison = (lambda family: hook() if family == "vision" else contextlib.nullcontext())
@@ -35,7 +80,9 @@ def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton")
         notes["vision"] = why_v
     if not entries:
         return unavailable(name, "; ".join(sorted(set(notes.values()))), notes=notes)
-    return Target(name, entries, precision="ieee", strict=True, poison=poison, notes=notes)
+    if precision is None:
+        precision = kernels_precision(device, vision_prec)
+    return Target(name, entries, precision=precision, strict=True, poison=poison, notes=notes)
 
 
 register_target("triton", lambda spec, device: kernels_target(device))
