@@ -301,7 +301,7 @@ def step_b_q_oracle(q_lora_a, A_buf, batch_info, base_output, *, faithful=False,
     q_lora_a (S,H,R), A_buf (L,R,C), base_output (S,H,C) -> value (S,H,C).
     """
     validate_call("step_b_q", q_lora_a, A_buf, batch_info, base_output, strict=strict)
-    route = _routing(batch_info, q_lora_a, A_buf, _routing_dims("step_b_q", A_buf)[1], False)
+    route = _routing(batch_info, q_lora_a, A_buf, _routing_dims("A_buf", A_buf)[1], False)
     a = _Arith(faithful)
     return _accumulated_output(route, base_output, a, lambda w, r, s, rows: a.round(
         s * _b_q(a.load(q_lora_a[rows]), a.load(A_buf[w]), r), q_lora_a.dtype))
@@ -314,7 +314,7 @@ def step_a_v_oracle(attn_output, A_buf, batch_info, *, faithful=False, strict=No
     attn_output (S,H,C), A_buf (L,R,C) -> value (S,H,R).
     """
     validate_call("step_a_v", attn_output, A_buf, batch_info, strict=strict)
-    route = _routing(batch_info, attn_output, A_buf, _routing_dims("step_a_v", A_buf)[1], False)
+    route = _routing(batch_info, attn_output, A_buf, _routing_dims("A_buf", A_buf)[1], False)
     a = _Arith(faithful)
     R = A_buf.shape[1]
     return _fresh_output(route, attn_output, R, a, attn_output.dtype, lambda w, r, rows: a.round(
