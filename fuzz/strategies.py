@@ -24,7 +24,7 @@ runs the reference on it (a result, an upstream contract error or a strict-valid
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Optional, Sequence
 
 import hypothesis.strategies as st
@@ -33,7 +33,8 @@ from hypothesis.strategies import SearchStrategy
 
 from kernel_oracle.harness.check import Case
 from kernel_oracle.harness.mutations import CATEGORIES, Mutation, kinds
-from kernel_oracle.harness.problems import DTYPES, LORA_ENTRY, LoRAProblem, VisionProblem
+from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.problems import DTYPES, LoRAProblem, VisionProblem
 
 __all__ = [
     "InvalidArgument",
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 ALL_DTYPES = ("float32", "float16", "bfloat16")  # float32 first: Hypothesis shrinks towards it
-LORA_OPS = tuple(LORA_ENTRY)
+LORA_OPS = FAMILY_OPS["lora"]
 
 
 @dataclass(frozen=True)
@@ -334,14 +335,3 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
         parts.append(_mutated_cases(problems, family, (category,)))
     return st.one_of(*parts)
 
-
-def shrink_key(case: Case) -> tuple:
-    """A size measure of a case (for tests of shrinking): segments, rows, dims."""
-    p = case.problem
-    if isinstance(p, LoRAProblem):
-        return (len(p.seg_lens), sum(p.seg_lens), p.H, p.qk + p.vd + p.C)
-    return (len(p.lengths), sum(p.lengths), p.H, p.D)
-
-
-def with_dtype(case: Case, dtype: str) -> Case:
-    return Case(replace(case.problem, dtype=dtype), case.mutation)

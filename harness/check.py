@@ -2,7 +2,7 @@
 
 Note [Checking a case]
 ----------------------
-A :class:`Case` is a plain-data problem plus an optional :class:`~fuzz.mutations.Mutation`.
+A :class:`Case` is a plain-data problem plus an optional :class:`~harness.mutations.Mutation`.
 
 1. :func:`expected_outcome` runs the reference oracle (strict) on the materialised, mutated call:
    it either returns (an ``Outcome`` of kind ``result`` carrying the float64 value, the defined
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -40,7 +39,8 @@ from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.harness.buckets import target_frame
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, materialize, problem_from_dict, problem_to_dict
+from kernel_oracle.harness.problems import (LoRAProblem, VisionProblem, batch_info_of, materialize, problem_from_dict,
+                                            problem_to_dict)
 
 __all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute",
            "expected_outcome", "judge", "shape_class"]
@@ -177,7 +177,7 @@ def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=
         if cid is not None:
             return Outcome(CONTRACTS[cid].origin, type(exc).__name__, str(exc), cid)
         return Outcome("error", type(exc).__name__, str(exc))
-    inplace = OP_DB[case.op].inplace_arg
+    inplace = call.inplace  # from the op's signature
     out_dtype = call.args[inplace].dtype if inplace is not None else call.args[0].dtype
     faithful = precision if (precision.startswith("tf32") and call.args[0].dtype == torch.float32) else True
     with strict_validation(True):
@@ -204,7 +204,7 @@ def execute(target, case: Case, device="cpu", *, call=None) -> Observed:
     """Run ``target`` on a fresh copy of the case's call; never raises for the target's errors."""
     call = _copy_call(_prepared_call(case, device) if call is None else call)
     fn = target.entry(case.op)
-    inplace = OP_DB[case.op].inplace_arg
+    inplace = call.inplace
     poison = target.poison(case.family) if target.poison is not None else contextlib.nullcontext()
     try:
         with poison:
@@ -245,7 +245,7 @@ def _describe_expected(e: Outcome) -> str:
 
 
 def _lora_locator(case: Case, call):
-    bi = next(a for a in call.args if hasattr(a, "seg_indptr"))
+    bi = batch_info_of(call)
     try:
         route = route_lora_batch(bi, num_rows=call.args[0].shape[0], num_slots=int(bi.lora_ranks.numel()),
                                  max_rank=10**9, device=torch.device("cpu"), strict=False)
@@ -334,7 +334,7 @@ def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, devic
     figures = {"max_abs": cmp.err, "max_rel": cmp.worst_rel, "ratio": cmp.ratio, "where": cmp.where}
     if not cmp.ok:
         return Verdict(False, "mismatch", cmp.message, cmp.ratio, figures, exp)
-    inplace = OP_DB[case.op].inplace_arg
+    inplace = call.inplace
     if inplace is not None and route is not None:  # unrouted rows must be bit-identical
         before = call.args[inplace].detach().cpu()
         untouched = torch.ones(before.shape[0], dtype=torch.bool)
@@ -370,6 +370,3 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     observed = execute(target, case, device, call=call)
     return judge(case, expected, observed, call=call, device=device, repro=repro)
 
-
-def replace_problem(case: Case, **changes) -> Case:
-    return Case(dataclasses.replace(case.problem, **changes), case.mutation)

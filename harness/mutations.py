@@ -3,9 +3,12 @@
 Note [Mutations]
 ----------------
 A :class:`Mutation` is a small frozen record ``(kind, index, amount)`` applied to a materialised
-:class:`~fuzz.problems.Call` (like :class:`fuzz.opinfo.ErrorInput`'s ``mutate``), so a case stays
-plain data that Hypothesis can shrink and a finding can store as JSON.  Each *kind* belongs to one
-category:
+:class:`~harness.problems.Call`, so a case stays plain data that Hypothesis can shrink and a
+finding can store as JSON.  It is the one way the suite breaks a call: the fuzzer's cases, the
+error inputs of :class:`harness.opinfo.ErrorInput` (which carry their mutations) and the tests that
+compose two breakers all apply mutations.  A mutation finds the argument it changes through the
+call's signature (:func:`harness.problems.batch_info_of`, :meth:`~harness.problems.Call.arg`),
+never by position.  Each *kind* belongs to one category:
 
 * ``partial``   -- drops optional metadata (``max_len``, ``seg_lens``, ``permutation``,
   ``sequence_lengths``, ``max_seqlen``, ``packed_indptrs``) or passes it as ``None``; the call may
@@ -14,11 +17,17 @@ category:
 * ``malformed`` -- breaks one invariant that upstream does *not* check (our strict validation must
   reject it; a target that accepts it has a validation gap).
 
-The expected outcome is never hand-written here: :func:`fuzz.check.expected_outcome` runs the
-reference (the oracle of contracts too) on the mutated call.  ``index`` picks a segment / sequence
+The expected outcome is never hand-written here: :func:`harness.check.expected_outcome` runs the
+reference (the oracle of contracts too) on the mutated call (an error input adds the exact text
+it expects).  ``index`` picks a segment / sequence
 / row (taken modulo the available count, so any int is valid and shrinks towards 0) and
 ``amount`` a magnitude (>= 1).  A kind that cannot apply to a call (no segments to break) leaves
 it unchanged; the reference then simply expects a result.
+
+:data:`LORA_KINDS` / :data:`VISION_KINDS` are the kinds the fuzzer draws (:func:`kinds`);
+:data:`ERROR_INPUT_KINDS` holds kinds only error inputs use (data tensors of the wrong shape or
+dtype, metadata on the wrong device, ...): keeping them out of the drawn tables keeps every
+campaign's draws as they were.
 """
 
 from __future__ import annotations
@@ -28,9 +37,9 @@ from typing import Callable
 
 import torch
 
-from kernel_oracle.harness.problems import Call
+from kernel_oracle.harness.problems import Call, batch_info_of
 
-__all__ = ["CATEGORIES", "LORA_KINDS", "Mutation", "MutationError", "VISION_KINDS", "kinds"]
+__all__ = ["CATEGORIES", "ERROR_INPUT_KINDS", "LORA_KINDS", "Mutation", "MutationError", "VISION_KINDS", "kinds"]
 
 CATEGORIES = ("partial", "upstream", "malformed")
 
@@ -50,7 +59,7 @@ class Mutation:
     amount: int = 1
 
     def __post_init__(self) -> None:
-        table = _TABLES.get(self.family)
+        table = _ALL.get(self.family)
         if table is None:
             raise MutationError(f"family={self.family!r} is unknown; the only valid values are lora, vision")
         if self.kind not in table:
@@ -61,11 +70,11 @@ class Mutation:
 
     @property
     def category(self) -> str:
-        return _TABLES[self.family][self.kind][0]
+        return _ALL[self.family][self.kind][0]
 
     def apply(self, call: Call) -> Call:
         """Apply in place (metadata tensors are replaced by modified clones, never edited in place)."""
-        _TABLES[self.family][self.kind][1](call, self.index, self.amount)
+        _ALL[self.family][self.kind][1](call, self.index, self.amount)
         return call
 
     def to_dict(self) -> dict:
@@ -78,8 +87,7 @@ class Mutation:
 
 # ---- LoRA ----------------------------------------------------------------------------------------
 
-def _bi(call: Call):
-    return next(a for a in call.args if hasattr(a, "seg_indptr"))
+_bi = batch_info_of
 
 
 def _n(bi) -> int:
@@ -93,6 +101,7 @@ def _set_item(bi, name: str, index: int, value) -> None:
 
 
 def _rows(call: Call) -> int:
+    """Token rows of the step's input (its first parameter)."""
     return int(call.args[0].shape[0])
 
 
@@ -249,7 +258,7 @@ LORA_KINDS: dict[str, tuple[str, Callable]] = {
 # ---- vision --------------------------------------------------------------------------------------
 
 def _md(call: Call):
-    return call.kwargs.get("forward_metadata")
+    return call.kwargs.get(call.signature.metadata)
 
 
 def _metadata_path(call: Call) -> bool:
@@ -258,14 +267,14 @@ def _metadata_path(call: Call) -> bool:
 
 
 def _get_indptrs(call: Call):
-    return _md(call).packed_indptrs if _metadata_path(call) else call.args[3]
+    return _md(call).packed_indptrs if _metadata_path(call) else call.arg(call.signature.indptrs)
 
 
 def _set_indptrs(call: Call, value) -> None:
     if _metadata_path(call):
         _md(call).packed_indptrs = value
     else:
-        call.args = call.args[:3] + (value,) + call.args[4:]
+        call.set_arg(call.signature.indptrs, value)
 
 
 def _get_lengths(call: Call):
@@ -326,7 +335,7 @@ def _v_drop_packed_indptrs(call, index, amount):
         return
     call.kwargs["sequence_lengths"] = md.sequence_lengths
     call.kwargs["max_seqlen"] = md.flashinfer_max_seqlen
-    call.args = call.args[:3] + (md.packed_indptrs,) + call.args[4:]
+    call.set_arg(call.signature.indptrs, md.packed_indptrs)
     md.packed_indptrs = None
 
 
@@ -355,7 +364,7 @@ def _v_qk_out_of_bounds(call, index, amount):
     real = _real(call)
     if real:
         b = real[index % len(real)]
-        q = call.args[0]
+        q = call.arg("q")
         T = q.shape[0] * (q.shape[1] if q.dim() == 4 else 1)
         n = int(_get_lengths(call).reshape(-1)[b])
         ind = _get_indptrs(call)
@@ -392,9 +401,9 @@ def _v_offset_past_end(part: int):
         real = _real(call)
         if real:
             b = real[index % len(real)]
-            q = call.args[0]
+            q = call.arg("q")
             T = q.shape[0] * (q.shape[1] if q.dim() == 4 else 1)
-            t = call.args[2] if part == 1 else q
+            t = call.arg("v") if part == 1 else q
             stride = t.stride(-3)
             _edit_indptr(call, part, b, (T + amount) * stride)
     return m
@@ -443,8 +452,76 @@ VISION_KINDS: dict[str, tuple[str, Callable]] = {
 _TABLES = {"lora": LORA_KINDS, "vision": VISION_KINDS}
 
 
+# ---- kinds only error inputs use (not drawn by the fuzzer) ---------------------------------------
+
+def _l_bad_num_segments(call, index, amount):
+    bi = _bi(call)
+    bi.num_segments = float(bi.num_segments)  # not an int
+
+
+def _l_metadata_device(call, index, amount):
+    """A metadata tensor on the ``meta`` device (stands in for another GPU than the data's)."""
+    bi = _bi(call)
+    name = _LORA_DTYPE_FIELDS[index % len(_LORA_DTYPE_FIELDS)][0]
+    t = getattr(bi, name)
+    if t is not None:
+        setattr(bi, name, t.to("meta"))
+
+
+def _l_metadata_rank(call, index, amount):
+    bi = _bi(call)
+    name = _LORA_DTYPE_FIELDS[index % len(_LORA_DTYPE_FIELDS)][0]
+    t = getattr(bi, name)
+    if t is not None:
+        setattr(bi, name, t.reshape(1, -1))
+
+
+def _v_indptrs_none(call, index, amount):
+    _set_indptrs(call, None)
+
+
+def _data_resized(dim: int):
+    """A data tensor (``index`` picks one of the signature's data parameters) with ``amount`` more
+    entries along ``dim`` (-2: heads, -1: the last dim)."""
+    def m(call, index, amount):
+        data = call.signature.data
+        name = data[index % len(data)]
+        t = call.arg(name)
+        shape = list(t.shape)
+        shape[dim] += amount
+        call.set_arg(name, torch.ones(shape, dtype=t.dtype, device=t.device))
+    return m
+
+
+def _data_int(call, index, amount):
+    data = call.signature.data
+    name = data[index % len(data)]
+    call.set_arg(name, call.arg(name).to(torch.int32))
+
+
+_DATA_KINDS: dict[str, tuple[str, Callable]] = {
+    "data_heads": ("malformed", _data_resized(-2)),
+    "data_last_dim": ("malformed", _data_resized(-1)),
+    "data_int": ("malformed", _data_int),
+}
+ERROR_INPUT_KINDS: dict[str, dict[str, tuple[str, Callable]]] = {
+    "lora": {
+        "bad_num_segments": ("malformed", _l_bad_num_segments),
+        "metadata_device": ("malformed", _l_metadata_device),
+        "metadata_rank": ("malformed", _l_metadata_rank),
+        **_DATA_KINDS,
+    },
+    "vision": {
+        "indptrs_none": ("upstream", _v_indptrs_none),
+        **_DATA_KINDS,
+    },
+}
+_ALL = {family: {**table, **ERROR_INPUT_KINDS[family]} for family, table in _TABLES.items()}
+
+
 def kinds(family: str, categories=CATEGORIES) -> list[str]:
-    """Mutation kinds of ``family`` in the given categories, in table order."""
+    """The fuzzer's mutation kinds of ``family`` in the given categories, in table order (the
+    :data:`ERROR_INPUT_KINDS` are not drawn)."""
     if family not in _TABLES:
         raise MutationError(f"family={family!r} is unknown; the only valid values are lora, vision")
     bad = [c for c in categories if c not in CATEGORIES]

@@ -2,17 +2,28 @@
 
 Note [OpInfos]
 --------------
-Every operator the suite checks is an :class:`OpInfo`: its name, family, the entry-point name a
-target module must export, the reference oracle, the dtypes, the index of the argument it updates
-in place, and two generators with one signature, ``(device, dtype) -> Iterator[Sample]``:
+Every operator the suite checks is an :class:`OpInfo`: its :class:`~reference.signatures.Signature`
+(name, family, SGLang's entry-point name, argument names in order, the in-place argument, where
+the batch info or the metadata sits), the reference oracle and drop-in entry point (looked up by
+the signature's names), the dtypes, and two generators with one signature,
+``(device, dtype) -> Iterator[Sample]``:
 
 * ``sample_inputs``: small, fast, hand-picked edge cases (commented literal tables below) that
   every run uses, CPU interpreter included;
 * ``exhaustive_inputs``: realistic shapes, for the GPU or when time allows.
 
-``error_inputs(device)`` yields :class:`ErrorInput` rows: an input, the contract id and fields of
-the exact error it must raise, and whether the error belongs to upstream or to strict validation.
-One generic test runs them all against every target.
+``error_inputs(device)`` yields :class:`ErrorInput` rows: a valid sample, the
+:class:`~harness.mutations.Mutation` (or mutations, applied in order) that break it, and the
+contract id and fields of the exact error it must raise.  Error inputs are the one way the suite
+states an error contract: ``oracle_tests/test_contracts.py``'s ``test_error_inputs`` runs every
+row against every selected target that implements strict validation (the reference and our Triton
+kernels by default), and the upstream rows against the other targets too; ``kernel-oracle
+selfcheck`` runs them against the reference.
+
+Everything else derives from this database: the targets' entry points (:func:`entry_names`,
+:data:`FAMILY_OPS`), the campaigns' op names (:data:`FAMILY_OF`), the strategies' LoRA ops and the
+selfcheck.  Adding an op is one row of :data:`reference.signatures.SIGNATURES`, its oracle and
+kernel, and its entry here.
 
 An OpInfo checks itself on construction and says why when it is inconsistent.
 """
@@ -29,11 +40,13 @@ from kernel_oracle.reference import lora as ref_lora
 from kernel_oracle.reference import vision as ref_vision
 from kernel_oracle.reference._helpers import describe_tensor
 from kernel_oracle.reference.contracts import CONTRACTS, contract
+from kernel_oracle.reference.signatures import FAMILIES, Signature, signature
 
-from kernel_oracle.harness.problems import LORA_ENTRY, Call, LoRAProblem, VisionProblem, materialize
+from kernel_oracle.harness.mutations import Mutation
+from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem, batch_info_of, materialize
 
-__all__ = ["ErrorInput", "FAMILY_OPS", "OpInfo", "Sample", "OP_DB", "LORA_OPINFOS", "VISION_OPINFO", "entry_names",
-           "op_info"]
+__all__ = ["ErrorInput", "FAMILY_OF", "FAMILY_OPS", "OpInfo", "Sample", "OP_DB", "LORA_OPINFOS", "VISION_OPINFO",
+           "entry_names", "op_info"]
 
 
 @dataclass
@@ -47,20 +60,48 @@ class Sample:
         return materialize(self.problem, device)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ErrorInput:
-    """An input that must raise ``contract_id`` with ``fields``; ``mutate(call)`` breaks one thing
-    of a valid call (in place) after materialisation."""
+    """A valid ``sample`` broken by ``mutation`` (one :class:`Mutation`, or several applied in
+    order) that must raise ``contract_id`` with ``fields`` (a dict, or a function of the broken
+    call for values that depend on its tensors).
+
+    ``runs_without_strict``: with strict validation off the call runs (metadata upstream accepts);
+    False for inputs that upstream code answers with an error of its own (wrong data shapes or
+    dtypes, metadata on another device)."""
 
     sample: Sample
+    mutation: Mutation | tuple[Mutation, ...]
     contract_id: str
-    fields: dict | Callable[[Call], dict]
-    mutate: Callable[[Call], None] = lambda call: None
+    fields: dict | Callable[[Call], dict] = field(default_factory=dict)
+    runs_without_strict: bool = True
 
-    def build(self, device) -> tuple[Call, str]:
+    def __post_init__(self) -> None:
+        if self.contract_id not in CONTRACTS:
+            raise ValueError(f"ErrorInput: contract_id={self.contract_id!r} is not in the contract table")
+        family = self.sample.problem.family
+        wrong = [m for m in self.mutations if m.family != family]
+        if wrong or not self.mutations:
+            raise ValueError(f"ErrorInput {self.contract_id}: expected one or more {family} mutations but got "
+                             f"mutation={self.mutation!r}")
+
+    @property
+    def mutations(self) -> tuple[Mutation, ...]:
+        return self.mutation if isinstance(self.mutation, tuple) else (self.mutation,)
+
+    def call(self, device, dtype: Optional[str] = None) -> Call:
+        """The broken call (``dtype``: another dtype name for the sample's data)."""
+        sample = self.sample
+        if dtype is not None:
+            sample = Sample(dataclasses.replace(sample.problem, dtype=dtype), sample.name)
+        call = sample.call(device)
+        for m in self.mutations:
+            m.apply(call)
+        return call
+
+    def build(self, device, dtype: Optional[str] = None) -> tuple[Call, str]:
         """The broken call and the exact message it must raise."""
-        call = self.sample.call(device)
-        self.mutate(call)
+        call = self.call(device, dtype)
         fields = self.fields(call) if callable(self.fields) else self.fields
         return call, contract(self.contract_id).message(**fields)
 
@@ -68,23 +109,31 @@ class ErrorInput:
     def origin(self) -> str:
         return contract(self.contract_id).origin
 
+    @property
+    def name(self) -> str:
+        """A short id: the contract and the mutation kinds."""
+        return f"{self.contract_id}<-{'+'.join(m.kind for m in self.mutations)}"
+
+
+_REFERENCE_MODULES = {"lora": ref_lora, "vision": ref_vision}
+
 
 @dataclass(frozen=True)
 class OpInfo:
-    name: str
-    family: str
-    entry: str
-    oracle: Callable
+    """One op: its signature, its oracle and reference entry point, dtypes, inputs and error inputs."""
+
+    signature: Signature
     dtypes: tuple[torch.dtype, ...]
-    inplace_arg: Optional[int]
     sample_inputs: Callable[[str, torch.dtype], Iterator[Sample]]
     exhaustive_inputs: Callable[[str, torch.dtype], Iterator[Sample]]
     error_inputs: Callable[[str], Iterator[ErrorInput]]
     contracts: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if self.family not in ("lora", "vision"):
-            raise ValueError(f"OpInfo {self.name!r}: family={self.family!r}; the only valid values are lora, vision")
+        for what in ("oracle", "reference"):
+            if not callable(getattr(self, what)):
+                raise ValueError(f"OpInfo {self.name!r}: the reference module has no callable {what} "
+                                 f"{getattr(self.signature, 'oracle' if what == 'oracle' else 'entry')!r}")
         unknown = [c for c in self.contracts if c not in CONTRACTS]
         if unknown:
             raise ValueError(f"OpInfo {self.name!r} names contracts {unknown} that the contract table lacks")
@@ -93,6 +142,33 @@ class OpInfo:
             raise ValueError(f"OpInfo {self.name!r} ({self.family}) names contracts of another family: {wrong}")
         if not self.dtypes:
             raise ValueError(f"OpInfo {self.name!r} lists no dtypes")
+
+    @property
+    def name(self) -> str:
+        return self.signature.op
+
+    @property
+    def family(self) -> str:
+        return self.signature.family
+
+    @property
+    def entry(self) -> str:
+        """The entry-point name a target module exports (SGLang's name)."""
+        return self.signature.entry
+
+    @property
+    def inplace_arg(self) -> Optional[int]:
+        """Index of the argument updated in place and returned; None for a fresh output."""
+        return self.signature.inplace_index
+
+    @property
+    def oracle(self) -> Callable:
+        return getattr(_REFERENCE_MODULES[self.family], self.signature.oracle, None)
+
+    @property
+    def reference(self) -> Callable:
+        """The reference's drop-in entry point (SGLang's signature)."""
+        return getattr(_REFERENCE_MODULES[self.family], self.signature.entry, None)
 
 
 # ---- LoRA edge cases -----------------------------------------------------------------------------
@@ -148,82 +224,88 @@ def _lora_samples(op: str, table) -> Callable[[str, torch.dtype], Iterator[Sampl
 
 
 def _lora_errors(op: str) -> Callable[[str], Iterator[ErrorInput]]:
-    """One broken invariant per row; fields give the exact expected text."""
+    """One broken invariant per row; fields give the exact expected text.
+
+    The sample: segments (3, 4) on slots (0, 1) of ranks (16, 8): S=7 rows, L=2 slots, H=2 heads,
+    qk=48, vd=40, kv_lora_rank C=64, R=16."""
+    sig = signature(op)
 
     def base(**kw) -> Sample:
         fields = dict(op=op, seg_lens=(3, 4), weight_indices=(0, 1), lora_ranks=(16, 8), scalings=(1.0, 0.5), seed=5)
         fields.update(kw)
         return Sample(LoRAProblem(**fields), "err")
 
-    def setattr_bi(name, value):
-        def mutate(call: Call) -> None:
-            bi = next(a for a in call.args if hasattr(a, "seg_indptr"))
-            setattr(bi, name, value(bi) if callable(value) else value)
-        return mutate
-
-    def set_tensor(name, index, value):
-        def mutate(call: Call) -> None:
-            bi = next(a for a in call.args if hasattr(a, "seg_indptr"))
-            getattr(bi, name)[index] = value
-        return mutate
+    def m(kind: str, index: int = 0, amount: int = 1) -> Mutation:
+        return Mutation("lora", kind, index, amount)
 
     def gen(device: str) -> Iterator[ErrorInput]:
         # upstream: neither max_len nor seg_lens
-        yield ErrorInput(base(with_max_len=False, with_seg_lens=False), "lora.missing_max_len", {})
-        # upstream beats strict: missing max_len AND a bad slot -> the upstream error
-        yield ErrorInput(base(with_max_len=False, with_seg_lens=False), "lora.missing_max_len", {},
-                         set_tensor("weight_indices", 1, 7))
-        # strict: slot outside [0, L)
-        yield ErrorInput(base(), "lora.strict.slot_out_of_range",
-                         dict(index=1, value=2, num_slots=2, last=1), set_tensor("weight_indices", 1, 2))
-        # strict: max_len smaller than the longest segment
-        yield ErrorInput(base(), "lora.strict.max_len_too_small", dict(value=3, index=1, longest=4),
-                         setattr_bi("max_len", 3))
-        # strict: seg_indptr decreasing
-        yield ErrorInput(base(), "lora.strict.seg_indptr_decreasing",
-                         dict(index=2, value=4, prev_index=1, prev=5, length=-1), _decreasing())
-        # strict: seg_lens inconsistent with seg_indptr
-        yield ErrorInput(base(), "lora.strict.seg_lens_mismatch",
-                         dict(index=0, value=2, next_index=1, expected=3), set_tensor("seg_lens", 0, 2))
-        # strict: segment end beyond the rows
-        yield ErrorInput(base(), "lora.strict.seg_indptr_range",
-                         dict(index=2, value=9, rows=7, what="token rows of the input"), set_tensor("seg_indptr", 2, 9))
-        # strict: permutation with a repeated row
-        yield ErrorInput(base(permute=True), "lora.strict.permutation_duplicate",
-                         lambda c: dict(index=1, value=int(_bi(c).permutation[0]), first=0), _dup_perm())
-        # strict: permutation entry out of range
-        yield ErrorInput(base(permute=True), "lora.strict.permutation_range",
-                         dict(index=0, value=7, rows=7), set_tensor("permutation", 0, 7))
-        # strict: negative rank
-        yield ErrorInput(base(), "lora.strict.negative_rank", dict(index=1, value=-1),
-                         set_tensor("lora_ranks", 1, -1))
+        yield ErrorInput(base(), m("drop_max_len_and_seg_lens"), "lora.missing_max_len")
+        # upstream beats strict: missing max_len AND a bad slot (weight_indices[1] = 2) -> the upstream error
+        yield ErrorInput(base(), m("drop_lengths_and_bad_slot", 1), "lora.missing_max_len")
+        # strict: slot outside [0, L): weight_indices[1] = 2
+        yield ErrorInput(base(), m("slot_out_of_range", 1), "lora.strict.slot_out_of_range",
+                         dict(index=1, value=2, num_slots=2, last=1))
+        # strict: max_len 3, smaller than the longest segment (4)
+        yield ErrorInput(base(), m("max_len_too_small"), "lora.strict.max_len_too_small",
+                         dict(value=3, index=1, longest=4))
+        # strict: seg_indptr decreasing: (0, 3, 7) -> (0, 3, 2)
+        yield ErrorInput(base(), m("seg_indptr_decreasing", 1), "lora.strict.seg_indptr_decreasing",
+                         dict(index=2, value=2, prev_index=1, prev=3, length=-1))
+        # strict: seg_lens (4, 4) inconsistent with seg_indptr (0, 3, 7)
+        yield ErrorInput(base(), m("seg_lens_mismatch"), "lora.strict.seg_lens_mismatch",
+                         dict(index=0, value=4, next_index=1, expected=3))
+        # strict: segment end 9 beyond the 7 rows
+        yield ErrorInput(base(), m("seg_indptr_past_rows", 0, 2), "lora.strict.seg_indptr_range",
+                         dict(index=2, value=9, rows=7, what="token rows of the input"))
+        # strict: seg_indptr starting below 0
+        yield ErrorInput(base(), m("seg_indptr_negative_start"), "lora.strict.seg_indptr_start", dict(value=-1))
+        # strict: permutation with a repeated row: permutation[1] = permutation[0]
+        yield ErrorInput(base(permute=True), m("permutation_duplicate"), "lora.strict.permutation_duplicate",
+                         lambda c: dict(index=1, value=int(batch_info_of(c).permutation[0]), first=0))
+        # strict: permutation[0] = 7, out of range
+        yield ErrorInput(base(permute=True), m("permutation_out_of_range"), "lora.strict.permutation_range",
+                         dict(index=0, value=7, rows=7))
+        # strict: lora_ranks[1] = -1
+        yield ErrorInput(base(), m("negative_rank", 1), "lora.strict.negative_rank", dict(index=1, value=-1))
+        # strict: batch_info.num_segments not an int
+        yield ErrorInput(base(), m("bad_num_segments"), "lora.strict.bad_count",
+                         dict(field="num_segments", value="2.0", why="pass a non-negative Python int"))
         # strict: weight_indices of the wrong dtype
-        yield ErrorInput(base(), "lora.strict.metadata_tensor",
-                         lambda c: dict(field="weight_indices", expected="int32", got=describe_tensor(_bi(c).weight_indices),
-                                        fix="pass weight_indices.to(torch.int32)"),
-                         setattr_bi("weight_indices", lambda bi: bi.weight_indices.to(torch.int64)))
+        yield ErrorInput(base(), m("metadata_dtype"), "lora.strict.metadata_tensor",
+                         lambda c: dict(field="weight_indices", expected="int32",
+                                        got=describe_tensor(batch_info_of(c).weight_indices),
+                                        fix="pass weight_indices.to(torch.int32)"))
+        # strict: seg_indptr on another device than the data ("meta" stands in for a second GPU)
+        yield ErrorInput(base(), m("metadata_device", 1), "lora.strict.metadata_tensor",
+                         lambda c: dict(field="seg_indptr", expected=f"on {c.args[0].device} (the data's device)",
+                                        got=describe_tensor(batch_info_of(c).seg_indptr),
+                                        fix=f"pass seg_indptr.to('{c.args[0].device}')"),
+                         runs_without_strict=False)
+        # strict: seg_indptr of the wrong rank, (1, 3)
+        yield ErrorInput(base(), m("metadata_rank", 1), "lora.strict.metadata_tensor",
+                         lambda c: dict(field="seg_indptr", expected="1-D",
+                                        got=describe_tensor(batch_info_of(c).seg_indptr),
+                                        fix="pass seg_indptr.view(-1)"),
+                         runs_without_strict=False)
+        # data rows (upstream crashes on these in its own way)
+        if sig.inplace is not None:  # base_output with 3 heads, the activations with 2
+            yield ErrorInput(base(), m("data_heads", sig.data.index(sig.inplace)), "lora.strict.shape_mismatch",
+                             lambda c: dict(field=sig.inplace, got=tuple(c.arg(sig.inplace).shape),
+                                            expected=(7, 2, c.arg(sig.inplace).shape[2]),
+                                            why="base_output is (S, H, output dim) of the step"),
+                             runs_without_strict=False)
+        if sig.params[0] == "attn_output":  # attn_output 65 wide, kv_lora_rank 64
+            yield ErrorInput(base(), m("data_last_dim", 0), "lora.strict.shape_mismatch",
+                             dict(field="attn_output", got=(7, 2, 65), expected=(7, 2, 64),
+                                  why="attn_output's last dim is kv_lora_rank"),
+                             runs_without_strict=False)
+        if "A_buf" in sig.params:  # an integer LoRA buffer
+            yield ErrorInput(base(), m("data_int", sig.data.index("A_buf")), "lora.strict.tensor_attr",
+                             lambda c: dict(field="A_buf", expected="a floating-point torch.Tensor",
+                                            got=describe_tensor(c.arg("A_buf")), fix="pass fp16, bf16, fp32 or fp64 data"),
+                             runs_without_strict=False)
     return gen
-
-
-def _bi(call: Call):
-    return next(a for a in call.args if hasattr(a, "seg_indptr"))
-
-
-def _decreasing():
-    def mutate(call: Call) -> None:
-        bi = next(a for a in call.args if hasattr(a, "seg_indptr"))
-        bi.seg_indptr[1] = 5  # (0, 5, 7): fine; then make segment 1 negative
-        bi.seg_indptr[2] = 4
-        bi.seg_lens = None
-        bi.max_len = 7
-    return mutate
-
-
-def _dup_perm():
-    def mutate(call: Call) -> None:
-        bi = next(a for a in call.args if hasattr(a, "seg_indptr"))
-        bi.permutation[1] = bi.permutation[0]
-    return mutate
 
 
 # ---- vision edge cases ---------------------------------------------------------------------------
@@ -262,94 +344,69 @@ def _vision_samples(table) -> Callable[[str, torch.dtype], Iterator[Sample]]:
 
 
 def _vision_errors(device: str) -> Iterator[ErrorInput]:
+    """The sample: sequences (3, 5) on the kwargs path, padded to a batch of 8 (27 packed indptrs);
+    q/k/v (8, 2, 16): 32 elements per token."""
     def base(**kw) -> Sample:
         fields = dict(lengths=(3, 5), seed=9, path="kwargs")
         fields.update(kw)
         return Sample(VisionProblem(**fields), "err")
 
-    def drop_kw(name):
-        def mutate(call: Call) -> None:
-            call.kwargs.pop(name)
-        return mutate
+    def m(kind: str, index: int = 0, amount: int = 1) -> Mutation:
+        return Mutation("vision", kind, index, amount)
 
-    def set_kw(name, value):
-        def mutate(call: Call) -> None:
-            call.kwargs[name] = value(call) if callable(value) else value
-        return mutate
-
-    def set_indptrs(value):
-        def mutate(call: Call) -> None:
-            call.args = call.args[:3] + (value(call),) + call.args[4:]
-        return mutate
-
-    # upstream, in SGLang's order (a later row breaks two things: the earlier check must win)
-    yield ErrorInput(base(), "vision.missing_sequence_lengths", {}, drop_kw("sequence_lengths"))
-    yield ErrorInput(base(), "vision.missing_sequence_lengths", {},
-                     lambda c: (c.kwargs.pop("sequence_lengths"), c.kwargs.pop("max_seqlen")))
-    yield ErrorInput(base(), "vision.missing_max_seqlen", {}, drop_kw("max_seqlen"))
-    yield ErrorInput(base(), "vision.indptrs_not_tensor", {}, set_indptrs(lambda c: c.args[3].tolist()))
-    yield ErrorInput(base(), "vision.indptrs_not_tensor", {},
-                     lambda c: (set_indptrs(lambda c: None)(c), set_kw("sequence_lengths", [3, 5])(c)))
-    yield ErrorInput(base(), "vision.sequence_lengths_not_tensor", {},
-                     set_kw("sequence_lengths", lambda c: c.kwargs["sequence_lengths"].tolist()))
-    yield ErrorInput(base(), "vision.indptr_numel_mismatch", dict(got=26, expected=27),
-                     set_indptrs(lambda c: c.args[3][:-1]))
-    yield ErrorInput(base(), "vision.offset_out_of_bounds", {}, _push_qk_offset(1))
-    # strict: max_seqlen smaller than the longest sequence
-    yield ErrorInput(base(), "vision.strict.max_seqlen_too_small", dict(value=4, index=1, longest=5),
-                     set_kw("max_seqlen", 4))
-    # strict: negative length (upstream accepts it silently)
-    yield ErrorInput(base(), "vision.strict.negative_length", dict(index=2, value=-1),
-                     lambda c: c.kwargs["sequence_lengths"].__setitem__(2, -1))
-    # strict: an offset that is not a multiple of the token stride
-    yield ErrorInput(base(), "vision.strict.misaligned_offset",
-                     dict(field="v_indptr", index=1, value=3 * 32 + 1, tensor="v", stride=32), _bump_v_offset())
-
-
-def _push_qk_offset(extra_tokens: int):
-    def mutate(call: Call) -> None:
-        ind = call.args[3].clone()
-        T, H, D = call.args[0].shape
-        ind[1] = (T - 5 + extra_tokens) * H * D  # sequence 1 (5 tokens) now runs past the end
-        call.args = call.args[:3] + (ind,) + call.args[4:]
-    return mutate
+    # upstream, in SGLang's order (a row that breaks two things: the earlier check must win)
+    yield ErrorInput(base(), m("drop_sequence_lengths"), "vision.missing_sequence_lengths")
+    yield ErrorInput(base(), m("drop_sequence_lengths_and_max_seqlen"), "vision.missing_sequence_lengths")
+    # forward_metadata without packed_indptrs falls back to the kwargs, which lack sequence_lengths
+    yield ErrorInput(base(path="metadata"), m("drop_sequence_lengths"), "vision.missing_sequence_lengths")
+    yield ErrorInput(base(), m("drop_max_seqlen"), "vision.missing_max_seqlen")
+    yield ErrorInput(base(), (m("indptrs_as_list"), m("drop_max_seqlen")), "vision.missing_max_seqlen")
+    yield ErrorInput(base(), m("indptrs_as_list"), "vision.indptrs_not_tensor")
+    yield ErrorInput(base(), (m("indptrs_none"), m("sequence_lengths_as_list")), "vision.indptrs_not_tensor")
+    yield ErrorInput(base(), m("sequence_lengths_as_list"), "vision.sequence_lengths_not_tensor")
+    yield ErrorInput(base(), m("indptr_numel_mismatch"), "vision.indptr_numel_mismatch", dict(got=26, expected=27))
+    # sequence 1 (5 tokens) starts at token 4: one past q's 8 tokens
+    yield ErrorInput(base(), m("qk_offset_out_of_bounds", 1), "vision.offset_out_of_bounds")
+    # strict: max_seqlen 4, smaller than the longest sequence (5)
+    yield ErrorInput(base(), m("max_seqlen_too_small"), "vision.strict.max_seqlen_too_small",
+                     dict(value=4, index=1, longest=5))
+    # strict: negative length in the first padding entry (upstream accepts it silently)
+    yield ErrorInput(base(), m("negative_length"), "vision.strict.negative_length", dict(index=2, value=-1))
+    # strict: v offset of sequence 1 one element past token 3: not a multiple of the token stride
+    yield ErrorInput(base(), m("misaligned_offset", 1), "vision.strict.misaligned_offset",
+                     dict(field="v_indptr", index=1, value=3 * 32 + 1, tensor="v", stride=32))
+    # strict: float packed indptrs (upstream converts them silently)
+    yield ErrorInput(base(), m("metadata_dtype"), "vision.strict.metadata_tensor",
+                     lambda c: dict(field="packed_indptrs", expected="int32 or int64",
+                                    got=describe_tensor(c.arg("cu_seqlens")), fix="pass packed_indptrs.to(torch.int32)"))
+    # strict: k with another head dim than q
+    yield ErrorInput(base(), m("data_last_dim", 1), "vision.strict.shape_mismatch",
+                     dict(field="k", got=(8, 2, 17), expected=(8, 2, 16),
+                          why="q and k share shape (tokens, heads, head_dim)"),
+                     runs_without_strict=False)
+    # strict: the output of sequence 1 (5 tokens) moved from token 3 to token 3 + 9 = 12, past the 8 output tokens
+    yield ErrorInput(base(), m("o_offset_past_end", 1), "vision.strict.offset_range",
+                     dict(field="o_indptr", index=1, value=12 * 32, length=5, start=12, tokens=8, tensor="the output"))
+    # strict: the output of sequence 1 (tokens 0..4) moved onto sequence 0's (tokens 0..2)
+    yield ErrorInput(base(), m("output_overlap"), "vision.strict.output_overlap",
+                     dict(index=1, start=0, end=4, other=0, other_start=0, other_end=2))
 
 
-def _bump_v_offset():
-    def mutate(call: Call) -> None:
-        ind = call.args[3].clone()
-        B = (ind.numel() // 3) - 1
-        ind[B + 1 + 1] += 1
-        call.args = call.args[:3] + (ind,) + call.args[4:]
-    return mutate
-
-
-_LORA_ORACLES = {
-    "step_a_q": ref_lora.step_a_q_oracle,
-    "step_b_q": ref_lora.step_b_q_oracle,
-    "step_a_v": ref_lora.step_a_v_oracle,
-    "step_b_v": ref_lora.step_b_v_oracle,
-    "q_side_fused": ref_lora.q_side_fused_oracle,
-    "v_side_fused": ref_lora.v_side_fused_oracle,
-}
-_INPLACE = {"step_a_q": None, "step_b_q": 3, "step_a_v": None, "step_b_v": 3, "q_side_fused": 4, "v_side_fused": 4}
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 LORA_OPINFOS = tuple(
     OpInfo(
-        name=op, family="lora", entry=LORA_ENTRY[op], oracle=_LORA_ORACLES[op], dtypes=_FLOATS,
-        inplace_arg=_INPLACE[op],
+        signature=signature(op), dtypes=_FLOATS,
         sample_inputs=_lora_samples(op, LORA_EDGE_CASES),
         exhaustive_inputs=_lora_samples(op, LORA_EXHAUSTIVE_CASES),
         error_inputs=_lora_errors(op),
         contracts=("lora.missing_max_len",),
     )
-    for op in _LORA_ORACLES
+    for op in ref_lora.LORA_OPS
 )
 
 VISION_OPINFO = OpInfo(
-    name="vision", family="vision", entry="flashinfer_cudnn_attention", oracle=ref_vision.flashinfer_cudnn_oracle,
-    dtypes=_FLOATS, inplace_arg=None,
+    signature=signature("vision"), dtypes=_FLOATS,
     sample_inputs=_vision_samples(VISION_EDGE_CASES),
     exhaustive_inputs=_vision_samples(VISION_EXHAUSTIVE_CASES),
     error_inputs=_vision_errors,
@@ -358,9 +415,10 @@ VISION_OPINFO = OpInfo(
 
 OP_DB = {info.name: info for info in (*LORA_OPINFOS, VISION_OPINFO)}
 
-
-# family -> its ops in a stable order; op -> the entry-point name a target module exports
-FAMILY_OPS = {family: tuple(i.name for i in OP_DB.values() if i.family == family) for family in ("lora", "vision")}
+# family -> its ops in a stable order
+FAMILY_OPS = {family: tuple(i.name for i in OP_DB.values() if i.family == family) for family in FAMILIES}
+# op or family name -> family (what a campaign's ``op`` may be)
+FAMILY_OF = {**{family: family for family in FAMILIES}, **{i.name: i.family for i in OP_DB.values()}}
 
 
 def entry_names() -> dict[str, str]:
@@ -373,7 +431,3 @@ def op_info(name: str) -> OpInfo:
         return OP_DB[name]
     except KeyError:
         raise ValueError(f"op={name!r} is unknown; the only valid values are {sorted(OP_DB)}") from None
-
-
-def replace_problem(sample: Sample, **changes) -> Sample:
-    return Sample(dataclasses.replace(sample.problem, **changes), sample.name)

@@ -5,9 +5,11 @@ Note [Problems]
 A *problem* is a small frozen dataclass of ints, tuples and strings: everything needed to rebuild
 one call bit-for-bit (the tensors come from ``seed``).  Keeping cases as data (not tensors) is what
 lets Hypothesis shrink them, lets a finding be saved as one JSON line, and lets a repro command
-rebuild it anywhere.  :func:`materialize_lora` / :func:`materialize_vision` turn a problem into a
-:class:`Call`: positional args and kwargs in the target signature's order, plus the index of the
-argument updated in place (LoRA step B / fused) or ``None`` for ops returning a fresh output.
+rebuild it anywhere.  :func:`materialize_lora` / :func:`materialize_vision` build the call's values
+by parameter name; the op's :class:`~reference.signatures.Signature` orders them into a
+:class:`Call` (positional args, kwargs, and the index of the argument updated in place, or ``None``
+for ops returning a fresh output).  :func:`batch_info_of` and :meth:`Call.arg` find an argument by
+its part or name, so nothing downstream counts positions.
 
 Data is random normal scaled so that outputs stay O(1) (never zeros: zeros hide unwritten outputs).
 """
@@ -16,19 +18,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
 from kernel_oracle.reference.batch_info import make_lora_batch_info
+from kernel_oracle.reference.signatures import Signature, signature, signature_of_entry
 from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
 __all__ = [
     "Call",
     "DTYPES",
-    "LORA_ENTRY",
     "LoRAProblem",
     "VisionProblem",
+    "batch_info_of",
     "dtype_of",
     "materialize",
     "materialize_lora",
@@ -39,17 +42,6 @@ __all__ = [
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float64": torch.float64}
-
-# op name -> entry-point name in a target module (SGLang's names)
-LORA_ENTRY = {
-    "step_a_q": "step_a_q_fwd",
-    "step_b_q": "step_b_q_fwd",
-    "step_a_v": "step_a_v_fwd",
-    "step_b_v": "step_b_v_fwd",
-    "q_side_fused": "q_side_fused_fwd",
-    "v_side_fused": "v_side_fused_fwd",
-}
-VISION_ENTRY = {"vision": "flashinfer_cudnn_attention"}
 
 
 def dtype_of(name: str) -> torch.dtype:
@@ -141,13 +133,55 @@ class VisionProblem:
 
 @dataclass
 class Call:
-    """Arguments in the entry point's order; ``inplace`` is the index of the updated argument."""
+    """Arguments in the entry point's order; ``inplace`` is the index of the updated argument.
+
+    Build one with :meth:`bind` (from values by parameter name); the entry name identifies the
+    op's :class:`~reference.signatures.Signature` (:attr:`signature`)."""
 
     entry: str
     args: tuple
     kwargs: dict
     inplace: Optional[int] = None
-    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def bind(cls, sig: Signature, values: Mapping[str, object], kwargs: Optional[dict] = None) -> "Call":
+        """The call of ``sig`` with positional ``values`` (name -> value) and keyword ``kwargs``."""
+        unknown = [k for k in (kwargs or {}) if k not in sig.keywords]
+        if unknown:
+            raise ValueError(f"{sig.op} takes no keyword {unknown}; its keywords are {list(sig.keywords)}")
+        return cls(sig.entry, sig.bind(values), dict(kwargs or {}), sig.inplace_index)
+
+    @property
+    def signature(self) -> Signature:
+        return signature_of_entry(self.entry)
+
+    def arg(self, name: str):
+        """The positional argument ``name``, or the keyword ``name`` (None when not passed)."""
+        sig = self.signature
+        if name in sig.params:
+            return self.args[sig.index(name)]
+        if name in sig.keywords:
+            return self.kwargs.get(name)
+        raise ValueError(f"{sig.op} has no parameter {name!r}; it has {list(sig.params + sig.keywords)}")
+
+    def set_arg(self, name: str, value) -> None:
+        """Replace the positional argument ``name`` (the tuple is rebuilt), or set the keyword ``name``."""
+        sig = self.signature
+        if name in sig.params:
+            i = sig.index(name)
+            self.args = self.args[:i] + (value,) + self.args[i + 1:]
+        elif name in sig.keywords:
+            self.kwargs[name] = value
+        else:
+            raise ValueError(f"{sig.op} has no parameter {name!r}; it has {list(sig.params + sig.keywords)}")
+
+
+def batch_info_of(call: Call):
+    """The LoRA batch info of ``call`` (its signature's ``batch_info`` argument)."""
+    sig = call.signature
+    if sig.batch_info is None:
+        raise ValueError(f"{sig.op} ({sig.family}) takes no LoRA batch info")
+    return call.args[sig.index(sig.batch_info)]
 
 
 def _randn(gen: torch.Generator, shape, dtype, device, scale=1.0) -> torch.Tensor:
@@ -189,8 +223,24 @@ def _poison_beyond_rank(x: torch.Tensor, bi, num_slots: int, R: int, how: Option
             x[rows, :, g.rank:] = value
 
 
+# the input of each LoRA step, by parameter name: (its last dim, whether it is scaled by that dim**-0.5,
+# base_output's last dim: kv_lora_rank on the q side, v_head_dim on the v side)
+_LORA_INPUTS = {
+    "q_nope": ("qk", False, "C"),
+    "q_lora_a": ("R", False, "C"),
+    "attn_output": ("C", True, "vd"),
+    "attn_lora_a": ("R", False, "vd"),
+}
+
+
 def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call:
-    """Build tensors and batch info for ``p``; weights are scaled so deltas are O(1)."""
+    """Build tensors and batch info for ``p``; weights are scaled so deltas are O(1).
+
+    Draw order (fixed, so a seed always gives the same tensors): permutation, B_buf, A_buf, the
+    input, base_output."""
+    sig = signature(p.op)
+    if sig.family != "lora":
+        raise ValueError(f"op={p.op!r} is not a LoRA step; LoRAProblem takes one of the LoRA ops")
     gen = torch.Generator().manual_seed(p.seed)
     dt = dtype_of(p.dtype)
     bdt = dtype_of(p.base_dtype or p.dtype)
@@ -200,37 +250,25 @@ def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call
                               permutation=perm, cuda_graph_pad_to=p.cuda_graph_pad_to,
                               with_max_len=p.with_max_len, with_seg_lens=p.with_seg_lens,
                               stale_host_ints=p.stale_host_ints, device=device)
-    B_buf = _randn(gen, (L, H * (qk + vd), R), dt, device, scale=qk ** -0.5)
-    A_buf = _randn(gen, (L, R, C), dt, device, scale=R ** -0.5)
-    s = p.strided
-    o = p.offset_views
-    if p.op == "step_a_q":
-        args = (_maybe_strided(_randn(gen, (S, H, qk), dt, device), s, o), B_buf, bi, qk + vd)
-        return Call("step_a_q_fwd", args, {}, None)
-    if p.op == "step_b_q":
-        x = _randn(gen, (S, H, R), dt, device)
-        base = _randn(gen, (S, H, C), bdt, device)
+    dims = {"qk": qk, "vd": vd, "C": C, "R": R}
+    values: dict[str, Any] = {
+        "B_buf": _randn(gen, (L, H * (qk + vd), R), dt, device, scale=qk ** -0.5),
+        "A_buf": _randn(gen, (L, R, C), dt, device, scale=R ** -0.5),
+        sig.batch_info: bi,
+        "full_K_per_head": qk + vd,
+        "qk_nope_head_dim": qk,
+        "v_head_dim": vd,
+    }
+    name = sig.params[0]
+    dim, fan_in_scaled, out_dim = _LORA_INPUTS[name]
+    x = _randn(gen, (S, H, dims[dim]), dt, device, scale=dims[dim] ** -0.5 if fan_in_scaled else 1.0)
+    if sig.inplace is not None:
+        base = _randn(gen, (S, H, dims[out_dim]), bdt, device)
+        values[sig.inplace] = _maybe_strided(base, p.strided, p.offset_views)
+    if dim == "R":  # step B reads R columns: poison the ones at or beyond the routed slot's rank
         _poison_beyond_rank(x, bi, L, R, p.poison_beyond_rank)
-        args = (_maybe_strided(x, s, o), A_buf, bi, _maybe_strided(base, s, o))
-        return Call("step_b_q_fwd", args, {}, 3)
-    if p.op == "step_a_v":
-        args = (_maybe_strided(_randn(gen, (S, H, C), dt, device, scale=C ** -0.5), s, o), A_buf, bi)
-        return Call("step_a_v_fwd", args, {}, None)
-    if p.op == "step_b_v":
-        x = _randn(gen, (S, H, R), dt, device)
-        base = _randn(gen, (S, H, vd), bdt, device)
-        _poison_beyond_rank(x, bi, L, R, p.poison_beyond_rank)
-        args = (_maybe_strided(x, s, o), B_buf, bi, _maybe_strided(base, s, o), qk, vd)
-        return Call("step_b_v_fwd", args, {}, 3)
-    if p.op == "q_side_fused":
-        args = (_maybe_strided(_randn(gen, (S, H, qk), dt, device), s, o), B_buf, A_buf, bi,
-                _maybe_strided(_randn(gen, (S, H, C), bdt, device), s, o), qk + vd)
-        return Call("q_side_fused_fwd", args, {}, 4)
-    if p.op == "v_side_fused":
-        args = (_maybe_strided(_randn(gen, (S, H, C), dt, device, scale=C ** -0.5), s, o), A_buf, B_buf, bi,
-                _maybe_strided(_randn(gen, (S, H, vd), bdt, device), s, o), qk, vd)
-        return Call("v_side_fused_fwd", args, {}, 4)
-    raise ValueError(f"op={p.op!r} is unknown; the only valid values are {sorted(LORA_ENTRY)}")
+    values[name] = _maybe_strided(x, p.strided, p.offset_views)
+    return Call.bind(sig, {k: v for k, v in values.items() if k in sig.params})
 
 
 def materialize_vision(p: VisionProblem, device: str | torch.device = "cpu") -> Call:
@@ -264,18 +302,20 @@ def materialize_vision(p: VisionProblem, device: str | torch.device = "cpu") -> 
         raise ValueError(f"max_seqlen_kind={p.max_seqlen_kind!r} is unknown; valid: int, cpu_tensor, device_tensor")
     if p.four_d:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    sig = signature(p.op)
+    values = {"q": q, "k": k, "v": v, "bsz": 1, "seq_len": T}
     kwargs: dict = {"softmax_scale": p.softmax_scale}
     if p.path == "metadata":
         md.flashinfer_max_seqlen = max_seqlen
-        kwargs["forward_metadata"] = md
-        args = (q, k, v, md.cu_seqlens, 1, T)
+        kwargs[sig.metadata] = md
+        values[sig.indptrs] = md.cu_seqlens
     elif p.path == "kwargs":
         kwargs["sequence_lengths"] = md.sequence_lengths
         kwargs["max_seqlen"] = max_seqlen
-        args = (q, k, v, md.packed_indptrs, 1, T)
+        values[sig.indptrs] = md.packed_indptrs  # the kwargs path passes the packed indptrs as cu_seqlens
     else:
         raise ValueError(f"path={p.path!r} is unknown; the only valid values are ['kwargs', 'metadata']")
-    return Call("flashinfer_cudnn_attention", args, kwargs, None, {"metadata": md})
+    return Call.bind(sig, values, kwargs)
 
 
 def materialize(problem, device: str | torch.device = "cpu") -> Call:

@@ -10,8 +10,8 @@ plus ``cases`` random variations per (op, dtype) run through
 * the drop-in entry point with SGLang's signature in the sample's dtype, against the same float64
   formulation under the tolerance rule (baseline: the oracle's faithful mode): rows with the
   sample's dtype;
-* every error input of the OpInfo database: the exact exception type and full text (rows with
-  ``dtype="-"``).
+* every error input of the OpInfo database (a sample broken by its mutations): the exact
+  exception type and full text (rows with ``dtype="-"``).
 
 :func:`run_selfcheck` returns plain dicts (the main job builds on them), one per check, with keys
 
@@ -147,15 +147,13 @@ def run_selfcheck(device: str = "auto", cases: int = 2, seed: int = 0) -> list[d
     a failed row, never an abort.
     """
     from kernel_oracle.harness.opinfo import OP_DB
-    from kernel_oracle.reference import lora as ref_lora
-    from kernel_oracle.reference import vision as ref_vision
 
     if isinstance(cases, bool) or not isinstance(cases, int) or cases < 0:
         raise ValueError(f"Expected cases to be a non-negative int but got cases={cases!r}")
     device = _resolve_device(device)
     rows: list[dict] = []
     for info in OP_DB.values():
-        entry = getattr(ref_vision if info.family == "vision" else ref_lora, info.entry)
+        entry = info.reference
         for dtype in info.dtypes:
             samples = [*info.sample_inputs(device, dtype), *random_samples(info, dtype, cases, seed)]
             for sample in samples:

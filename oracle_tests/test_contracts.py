@@ -2,12 +2,14 @@
 
 Note [Contract tests]
 ---------------------
-Every error row of ``fuzz.opinfo.OP_DB`` plus the rows of :data:`EXTRA_ERROR_INPUTS` below (the
-strict contracts that the database does not exercise yet) runs through ONE test,
-:func:`test_error_contract`: the reference must raise the contract's exact type and full text.
-:func:`test_strict_off` runs the same rows with strict validation off: upstream errors still fire;
-strict ones must not.  The remaining tests check the table (no text twice, SPEC.md's upstream
-messages verbatim, resolution order) and the ordering rules between checks.
+Every error row of ``harness.opinfo.OP_DB`` (a valid sample, the mutations that break it, the exact
+error) runs through ONE test, :func:`test_error_inputs`, against every target selected with
+``--target`` (default: the reference and our Triton kernels): a target that implements strict
+validation must raise the contract's exact type and full text for every row, a target that does
+not (third-party code) for the upstream rows.  :func:`test_strict_off` runs the rows on the
+reference with strict validation off: upstream errors still fire; strict ones must not.  The
+remaining tests check the table (no text twice, SPEC.md's upstream messages verbatim, resolution
+order) and the ordering rules between checks, composing the same mutations.
 """
 
 from __future__ import annotations
@@ -16,150 +18,49 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
-from kernel_oracle.harness.opinfo import OP_DB, ErrorInput, Sample
-from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem
-from kernel_oracle.reference._helpers import describe_tensor
+from kernel_oracle.harness.mutations import Mutation
+from kernel_oracle.harness.opinfo import OP_DB, Sample
+from kernel_oracle.harness.problems import VisionProblem
 from kernel_oracle.reference.contracts import CONTRACTS, contract, strict_contracts, upstream_contracts
-
-from oracle_tests._checks import reference_entry
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SPEC = REPO_ROOT.parent / "shared" / "SPEC.md"
 
 
-# ---- extra error rows: strict contracts the OpInfo database does not exercise (yet) ----------------
-
-def _bi(call: Call):
-    return next(a for a in call.args if hasattr(a, "seg_indptr"))
-
-
-def _lora(op: str, **kw) -> Sample:
-    fields = dict(op=op, seg_lens=(3, 4), weight_indices=(0, 1), lora_ranks=(16, 8), scalings=(1.0, 0.5), seed=5)
-    fields.update(kw)
-    return Sample(LoRAProblem(**fields), "extra")
-
-
-def _vision(**kw) -> Sample:
-    fields = dict(lengths=(3, 5), seed=9, path="kwargs")  # T=8, H=2, D=16, batch padded to 8
-    fields.update(kw)
-    return Sample(VisionProblem(**fields), "extra")
-
-
-def _set_bi(name, value):
-    def mutate(call: Call) -> None:
-        setattr(_bi(call), name, value(_bi(call)) if callable(value) else value)
-    return mutate
-
-
-def _set_arg(index, value):
-    def mutate(call: Call) -> None:
-        args = list(call.args)
-        args[index] = value(call)
-        call.args = tuple(args)
-    return mutate
-
-
-def _set_packed(index, value):
-    def mutate(call: Call) -> None:
-        ind = call.args[3].clone()
-        ind[index] = value(call)
-        call.args = call.args[:3] + (ind,) + call.args[4:]
-    return mutate
-
-
-def _token(call: Call) -> int:
-    return call.args[0].shape[1] * call.args[0].shape[2]
-
-
-# (op, error input, runs with strict off): metadata rows must run cleanly with strict off; data
-# rows (wrong shapes or dtypes) make upstream crash in its own way, so only "no strict error" holds
-EXTRA_ERROR_INPUTS = [
-    # batch_info.num_segments not an int
-    ("step_a_q", ErrorInput(_lora("step_a_q"), "lora.strict.bad_count",
-                            dict(field="num_segments", value="2.0", why="pass a non-negative Python int"),
-                            _set_bi("num_segments", 2.0)), True),
-    # seg_indptr starting below 0
-    ("step_b_v", ErrorInput(_lora("step_b_v"), "lora.strict.seg_indptr_start", dict(value=-1),
-                            lambda c: (_bi(c).seg_indptr.__setitem__(0, -1), setattr(_bi(c), "seg_lens", None))),
-     True),
-    # metadata tensor on another device than the data ("meta" stands in for a second GPU)
-    ("step_a_v", ErrorInput(_lora("step_a_v"), "lora.strict.metadata_tensor",
-                            lambda c: dict(field="seg_indptr", expected=f"on {c.args[0].device} (the data's device)",
-                                           got=describe_tensor(_bi(c).seg_indptr),
-                                           fix=f"pass seg_indptr.to('{c.args[0].device}')"),
-                            _set_bi("seg_indptr", lambda bi: bi.seg_indptr.to("meta"))), False),
-    # metadata tensor of the wrong rank
-    ("q_side_fused", ErrorInput(_lora("q_side_fused"), "lora.strict.metadata_tensor",
-                                lambda c: dict(field="seg_indptr", expected="1-D", got=describe_tensor(_bi(c).seg_indptr),
-                                               fix="pass seg_indptr.view(-1)"),
-                                _set_bi("seg_indptr", lambda bi: bi.seg_indptr.view(1, -1))), False),
-    # base_output with a different head count than the activations
-    ("step_b_q", ErrorInput(_lora("step_b_q"), "lora.strict.shape_mismatch",
-                            lambda c: dict(field="base_output", got=(7, 3, 64), expected=(7, 2, 64),
-                                           why="base_output is (S, H, output dim) of the step"),
-                            _set_arg(3, lambda c: torch.randn(7, 3, 64, device=c.args[0].device))), False),
-    # attn_output whose last dim is not kv_lora_rank
-    ("v_side_fused", ErrorInput(_lora("v_side_fused"), "lora.strict.shape_mismatch",
-                                dict(field="attn_output", got=(7, 2, 65), expected=(7, 2, 64),
-                                     why="attn_output's last dim is kv_lora_rank"),
-                                _set_arg(0, lambda c: torch.randn(7, 2, 65, device=c.args[0].device))), False),
-    # an integer LoRA buffer
-    ("step_a_v", ErrorInput(_lora("step_a_v"), "lora.strict.tensor_attr",
-                            lambda c: dict(field="A_buf", expected="a floating-point torch.Tensor",
-                                           got=describe_tensor(c.args[1]), fix="pass fp16, bf16, fp32 or fp64 data"),
-                            _set_arg(1, lambda c: c.args[1].to(torch.int32))), False),
-    # float packed indptrs (upstream converts them silently)
-    ("vision", ErrorInput(_vision(), "vision.strict.metadata_tensor",
-                          lambda c: dict(field="packed_indptrs", expected="int32 or int64", got=describe_tensor(c.args[3]),
-                                         fix="pass packed_indptrs.to(torch.int32)"),
-                          _set_arg(3, lambda c: c.args[3].to(torch.float32))), True),
-    # k with another head dim than q
-    ("vision", ErrorInput(_vision(), "vision.strict.shape_mismatch",
-                          dict(field="k", got=(8, 2, 17), expected=(8, 2, 16),
-                               why="q and k share shape (tokens, heads, head_dim)"),
-                          _set_arg(1, lambda c: torch.randn(8, 2, 17, device=c.args[0].device))), False),
-    # the output of sequence 1 (5 tokens) runs past the 8 output tokens
-    ("vision", ErrorInput(_vision(), "vision.strict.offset_range",
-                          lambda c: dict(field="o_indptr", index=1, value=4 * _token(c), length=5, start=4, tokens=8,
-                                         tensor="the output"),
-                          _set_packed(2 * 9 + 1, lambda c: 4 * _token(c))), True),
-    # outputs of sequences 0 (tokens 0..2) and 1 (tokens 1..5) overlap
-    ("vision", ErrorInput(_vision(), "vision.strict.output_overlap",
-                          dict(index=1, start=1, end=5, other=0, other_start=0, other_end=2),
-                          _set_packed(2 * 9 + 1, lambda c: 1 * _token(c))), True),
-]
-
-# every row, as data: (op, error input, runs cleanly with strict off)
+# every row, as data: (op, error input)
 ERROR_ROWS = [
-    pytest.param(name, err, True, id=f"{name}-{i}-{err.contract_id}")
+    pytest.param(name, err, id=f"{name}-{i}-{err.name}")
     for name, info in OP_DB.items()
     for i, err in enumerate(info.error_inputs("cpu"))
-] + [
-    pytest.param(name, err, clean, id=f"extra-{name}-{i}-{err.contract_id}")
-    for i, (name, err, clean) in enumerate(EXTRA_ERROR_INPUTS)
 ]
 
 
-def _run(name: str, call: Call, **extra):
-    return reference_entry(OP_DB[name])(*call.args, **call.kwargs, **extra)
+def _run(name: str, call, **extra):
+    return OP_DB[name].reference(*call.args, **call.kwargs, **extra)
 
 
-@pytest.mark.parametrize("name,err,clean", ERROR_ROWS)
-def test_error_contract(name, err, clean, device):
-    """The one generic contract test: exact type, exact full text, contract id."""
+@pytest.mark.parametrize("name,err", ERROR_ROWS)
+def test_error_inputs(name, err, fuzz_target, device):
+    """The one generic contract test: exact type and exact full text, on every selected target
+    (strict rows on targets with strict validation only); the contract id on the reference."""
+    if not fuzz_target.has(name):
+        pytest.skip(f"target {fuzz_target.name!r} has no entry point for {name}: "
+                    f"{fuzz_target.notes.get(name, 'not exported')}")
+    if err.origin == "strict" and not fuzz_target.strict:
+        pytest.skip(f"target {fuzz_target.name!r} does not implement strict validation; only upstream rows apply")
     call, message = err.build(device)
     row = contract(err.contract_id)
     with pytest.raises(Exception) as info:
-        _run(name, call)
+        fuzz_target.entry(name)(*call.args, **call.kwargs)
     assert type(info.value) is row.exc_type, f"expected {row.exc_type.__name__}, got {info.type.__name__}: {info.value}"
     assert str(info.value) == message
-    assert getattr(info.value, "contract_id", None) == err.contract_id
+    if fuzz_target.name == "reference":
+        assert getattr(info.value, "contract_id", None) == err.contract_id
 
 
-@pytest.mark.parametrize("name,err,clean", ERROR_ROWS)
-def test_strict_off(name, err, clean, device):
+@pytest.mark.parametrize("name,err", ERROR_ROWS)
+def test_strict_off(name, err, device):
     """strict=False: upstream contracts still fire; strict ones never do (metadata rows run)."""
     call, message = err.build(device)
     if err.origin == "upstream":
@@ -171,7 +72,7 @@ def test_strict_off(name, err, clean, device):
     except Exception as exc:  # noqa: BLE001 - what matters is which error it is
         cid = getattr(exc, "contract_id", None)
         assert cid is None or contract(cid).origin == "upstream", f"strict error with strict off: {exc}"
-        assert not clean, f"metadata that upstream accepts must run with strict off, got {exc!r}"
+        assert not err.runs_without_strict, f"metadata that upstream accepts must run with strict off, got {exc!r}"
 
 
 def test_every_contract_is_exercised():
@@ -227,38 +128,20 @@ def test_spec_upstream_messages_verbatim():
 
 # ---- ordering between checks -------------------------------------------------------------------------
 
-def _pop(name):
-    return lambda c: c.kwargs.pop(name, None)
+def _vision(**kw) -> Sample:
+    fields = dict(lengths=(3, 5), seed=9, path="kwargs")  # T=8, H=2, D=16, batch padded to 8
+    fields.update(kw)
+    return Sample(VisionProblem(**fields), "order")
 
 
-def _listify_indptrs(c: Call) -> None:
-    if isinstance(c.args[3], torch.Tensor):
-        c.args = c.args[:3] + (c.args[3].tolist(),) + c.args[4:]
-
-
-def _listify_lengths(c: Call) -> None:
-    if isinstance(c.kwargs.get("sequence_lengths"), torch.Tensor):
-        c.kwargs["sequence_lengths"] = c.kwargs["sequence_lengths"].tolist()
-
-
-def _truncate_indptrs(c: Call) -> None:
-    c.args = c.args[:3] + (c.args[3][:-1],) + c.args[4:]
-
-
-def _past_the_end(c: Call) -> None:
-    ind = c.args[3].clone()
-    ind[1] = (c.args[0].shape[0] - 4) * _token(c)  # sequence 1 (5 tokens) runs one token past q
-    c.args = c.args[:3] + (ind,) + c.args[4:]
-
-
-# upstream vision breakers, applied last-check-first so that they compose
+# upstream vision breakers by resolution order, applied last-check-first so that they compose
 VISION_BREAKERS = {
-    8: ("vision.offset_out_of_bounds", _past_the_end),
-    7: ("vision.indptr_numel_mismatch", _truncate_indptrs),
-    6: ("vision.sequence_lengths_not_tensor", _listify_lengths),
-    5: ("vision.indptrs_not_tensor", _listify_indptrs),
-    3: ("vision.missing_max_seqlen", _pop("max_seqlen")),
-    2: ("vision.missing_sequence_lengths", _pop("sequence_lengths")),
+    8: ("vision.offset_out_of_bounds", Mutation("vision", "qk_offset_out_of_bounds", 1, 1)),
+    7: ("vision.indptr_numel_mismatch", Mutation("vision", "indptr_numel_mismatch")),
+    6: ("vision.sequence_lengths_not_tensor", Mutation("vision", "sequence_lengths_as_list")),
+    5: ("vision.indptrs_not_tensor", Mutation("vision", "indptrs_as_list")),
+    3: ("vision.missing_max_seqlen", Mutation("vision", "drop_max_seqlen")),
+    2: ("vision.missing_sequence_lengths", Mutation("vision", "drop_sequence_lengths")),
 }
 PAIRS = [(a, b) for a in VISION_BREAKERS for b in VISION_BREAKERS if a < b]
 
@@ -268,7 +151,7 @@ def test_vision_upstream_order(first, second, device):
     """An input breaking two upstream checks gets the earlier one's error."""
     call = _vision().call(device)
     for order in (second, first):
-        VISION_BREAKERS[order][1](call)
+        VISION_BREAKERS[order][1].apply(call)
     row = contract(VISION_BREAKERS[first][0])
     assert row.order == first
     with pytest.raises(row.exc_type) as info:
@@ -286,20 +169,20 @@ def test_metadata_without_packed_indptrs_falls_back_to_kwargs(device):
 
 
 STRICT_ROWS = [p for p in ERROR_ROWS if p.values[1].origin == "strict"]
+# breaks an upstream check on top of a strict one: (mutation, the upstream contract it raises)
+UPSTREAM_ON_TOP = {
+    "lora": (Mutation("lora", "drop_max_len_and_seg_lens"), "lora.missing_max_len"),
+    "vision": (VISION_BREAKERS[8][1], VISION_BREAKERS[8][0]),
+}
 
 
-@pytest.mark.parametrize("name,err,clean", STRICT_ROWS)
-def test_upstream_before_strict(name, err, clean, device):
+@pytest.mark.parametrize("name,err", STRICT_ROWS)
+def test_upstream_before_strict(name, err, device):
     """Break an upstream check on top of a strict one: upstream's error wins (vision: even the last
     upstream check, 8, comes before every strict one)."""
     call, _ = err.build(device)
-    if OP_DB[name].family == "lora":
-        _set_bi("max_len", None)(call)
-        _set_bi("seg_lens", None)(call)
-        want = "lora.missing_max_len"
-    else:
-        _past_the_end(call)
-        want = "vision.offset_out_of_bounds"
+    mutation, want = UPSTREAM_ON_TOP[OP_DB[name].family]
+    mutation.apply(call)
     with pytest.raises(Exception) as info:
         _run(name, call)
     assert getattr(info.value, "contract_id", None) == want, f"{type(info.value).__name__}: {info.value}"

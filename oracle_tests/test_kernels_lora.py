@@ -27,6 +27,9 @@ import torch
 import kernel_oracle.kernels as kernels
 import kernel_oracle.kernels.lora as klora
 import kernel_oracle.kernels.lora._launch as launch
+from kernel_oracle.harness.mutations import Mutation
+from kernel_oracle.harness.opinfo import FAMILY_OPS, OP_DB
+from kernel_oracle.harness.problems import Call, batch_info_of
 from kernel_oracle.reference import lora as ref
 from kernel_oracle.reference.batch_info import make_lora_batch_info
 from kernel_oracle.reference.contracts import expected_message
@@ -35,8 +38,9 @@ from kernel_oracle.reference.tolerance import compare
 
 from oracle_tests.conftest import DEVICE, HAS_CUDA
 
-OPS = ("step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused", "v_side_fused")
-FRESH = {"step_a_q", "step_a_v"}  # ops returning a fresh (S,H,R) output; the others update base in place
+OPS = FAMILY_OPS["lora"]
+# ops returning a fresh (S,H,R) output; the others update base_output in place
+FRESH = {op for op in OPS if OP_DB[op].inplace_arg is None}
 # the faithful baseline matching each activation dtype's precision in our kernels (klora.PRECISION):
 # fp32 runs tl.dot in TF32 on the GPU, so its baseline rounds matmul inputs to TF32
 BASELINE = {torch.float16: True, torch.bfloat16: True, torch.float32: "tf32"}
@@ -152,27 +156,28 @@ def _make_call(op: str, b: Batch, dims: Dims, dtype, base_dtype, device, *, stri
     if strided:
         B_buf = torch.cat([B_buf, B_buf[..., :3]], dim=-1)[..., :R]
         A_buf = A_buf.transpose(1, 2).contiguous().transpose(1, 2)
-    in_dim = {"step_a_q": dims.qk, "q_side_fused": dims.qk, "step_a_v": C, "v_side_fused": C,
-              "step_b_q": R, "step_b_v": R}[op]
+    sig = OP_DB[op].signature
+    name = sig.params[0]  # the step's input; its last dim and base_output's (q side: C, v side: vd)
+    in_dim, out_dim = {"q_nope": (dims.qk, C), "attn_output": (C, dims.vd), "q_lora_a": (R, C),
+                       "attn_lora_a": (R, dims.vd)}[name]
     x = _randn(gen, (S, H, in_dim), dtype, device, strided=strided)
     with torch.no_grad():
         x[~routed.to(device)] = float("nan")  # unrouted rows must not be read into anything defined
-        if op in ("step_b_q", "step_b_v"):  # step-B columns at or beyond the row's slot rank
+        if in_dim == R:  # step-B columns at or beyond the row's slot rank
             row_rank = torch.full((S,), R, dtype=torch.int64)
             row_rank[route.rows] = torch.tensor([ranks[int(w)] for w in route.slot], dtype=torch.int64)
             beyond = torch.arange(R)[None, :] >= row_rank[:, None]
             x.masked_fill_(beyond[:, None, :].to(device), float("nan"))
-    out_dim = C if op in ("step_b_q", "q_side_fused") else dims.vd
-    base = None if op in FRESH else _randn(gen, (S, H, out_dim), base_dtype, device, strided=strided)
-    args = {
-        "step_a_q": (x, B_buf, bi, dims.full_k),
-        "step_b_q": (x, A_buf, bi, base),
-        "step_a_v": (x, A_buf, bi),
-        "step_b_v": (x, B_buf, bi, base, dims.qk, dims.vd),
-        "q_side_fused": (x, B_buf, A_buf, bi, base, dims.full_k),
-        "v_side_fused": (x, A_buf, B_buf, bi, base, dims.qk, dims.vd),
-    }[op]
+    values = {name: x, "B_buf": B_buf, "A_buf": A_buf, sig.batch_info: bi, "full_K_per_head": dims.full_k,
+              "qk_nope_head_dim": dims.qk, "v_head_dim": dims.vd}
+    if sig.inplace is not None:
+        values[sig.inplace] = _randn(gen, (S, H, out_dim), base_dtype, device, strided=strided)
+    args = sig.bind({k: v for k, v in values.items() if k in sig.params})
     return args, routed
+
+
+def _as_call(op: str, args) -> Call:
+    return Call.bind(OP_DB[op].signature, dict(zip(OP_DB[op].signature.params, args)))
 
 
 def _check(op: str, args, routed, dtype, repro: str):
@@ -183,7 +188,7 @@ def _check(op: str, args, routed, dtype, repro: str):
     if op in FRESH:
         out = kernel(*args)  # fresh output: its torch.empty is the poison
     else:
-        base = args[ref.LORA_SIGNATURES[op].index("base_output")]
+        base = args[OP_DB[op].inplace_arg]
         before = base.clone()
         out = kernel(*args)
         assert out is base, f"{op} must update base_output in place and return it"
@@ -286,46 +291,43 @@ def _fail_launch(monkeypatch):
 def test_missing_max_len_raises_upstream_error(op, strict, monkeypatch):
     args, _ = _make_call(op, BATCHES["mixed-ranks"], SMALL_DIMS["d48"], torch.float32, torch.float32, DEVICE,
                          seed=_seed("missing", op))
-    bi = args[ref.LORA_SIGNATURES[op].index("batch_info")]
-    bi.max_len = None
-    bi.seg_lens = None
+    call = Mutation("lora", "drop_max_len_and_seg_lens").apply(_as_call(op, args))
     _fail_launch(monkeypatch)
     with pytest.raises(ValueError) as info:
-        getattr(klora, f"{op}_fwd")(*args, strict=strict)
+        getattr(klora, f"{op}_fwd")(*call.args, strict=strict)
     assert type(info.value) is ValueError
     assert str(info.value) == expected_message("lora.missing_max_len")
 
 
-def _bad_slot(bi):
-    bi.weight_indices[1] = 7
-    return "lora.strict.slot_out_of_range", dict(index=1, value=7, num_slots=3, last=2)
+# (mutation, contract, its fields from the broken batch info): on segments (7, 3, 5) over 3 slots, permuted
+STRICT_BREAKERS = {
+    # weight_indices[1] = 3 + 5 - 1 = 7
+    "bad_slot": (Mutation("lora", "slot_out_of_range", 1, 5), "lora.strict.slot_out_of_range",
+                 lambda bi: dict(index=1, value=7, num_slots=3, last=2)),
+    # max_len = 7 - 5 = 2
+    "small_max_len": (Mutation("lora", "max_len_too_small", 0, 5), "lora.strict.max_len_too_small",
+                      lambda bi: dict(value=2, index=0, longest=7)),
+    # permutation[3] = permutation[0]
+    "dup_perm": (Mutation("lora", "permutation_duplicate", 0, 3), "lora.strict.permutation_duplicate",
+                 lambda bi: dict(index=3, value=int(bi.permutation[0]), first=0)),
+}
 
 
-def _small_max_len(bi):
-    bi.max_len = 2
-    return "lora.strict.max_len_too_small", dict(value=2, index=0, longest=7)
-
-
-def _dup_perm(bi):
-    bi.permutation[3] = bi.permutation[0]
-    return "lora.strict.permutation_duplicate", dict(index=3, value=int(bi.permutation[0]), first=0)
-
-
-# strict errors come from the same code as the reference's (reference.lora.validate_call)
-@pytest.mark.parametrize("breaker", [_bad_slot, _small_max_len, _dup_perm], ids=lambda f: f.__name__[1:])
+# strict errors come from the same code as the reference's (reference.lora.validate_call), before any launch
+@pytest.mark.parametrize("breaker", list(STRICT_BREAKERS))
 @pytest.mark.parametrize("op", OPS)
 def test_strict_errors_match_reference(op, breaker, monkeypatch):
     batch = Batch((7, 3, 5), (0, 1, 2), (16, 5, 0), (0.5, 2.0, 1.0), permuted=True)
     args, _ = _make_call(op, batch, SMALL_DIMS["d48"], torch.float32, torch.float32, DEVICE, seed=_seed("strict", op))
-    bi = args[ref.LORA_SIGNATURES[op].index("batch_info")]
-    cid, fields = breaker(bi)
+    mutation, cid, fields = STRICT_BREAKERS[breaker]
+    call = mutation.apply(_as_call(op, args))
     with pytest.raises(ValueError) as from_ref:
-        getattr(ref, f"{op}_fwd")(*args)
+        getattr(ref, f"{op}_fwd")(*call.args)
     _fail_launch(monkeypatch)
     with pytest.raises(ValueError) as from_kernel:
-        getattr(klora, f"{op}_fwd")(*args)
+        getattr(klora, f"{op}_fwd")(*call.args)
     assert type(from_kernel.value) is ValueError
-    assert str(from_kernel.value) == expected_message(cid, **fields) == str(from_ref.value)
+    assert str(from_kernel.value) == expected_message(cid, **fields(batch_info_of(call))) == str(from_ref.value)
 
 
 # ---- GPU: realistic shapes, CUDA graphs, no host synchronisation ---------------------------------
