@@ -1,4 +1,5 @@
-"""``kernel-oracle compare BASELINE CURRENT``: exit 1 on a regression, 0 otherwise, 2 on usage errors.
+"""``kernel-oracle compare BASELINE CURRENT``: exit 1 on a regression, 0 otherwise, 2 on usage or I/O
+errors (one line on stderr, nothing on stdout; NaN and infinite thresholds are usage errors).
 
 See Note [Regressions] in :mod:`reports.compare` for what counts.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from kernel_oracle.reports.compare import DEFAULT_MAX_RATIO_GROWTH, DEFAULT_MAX_SLOWDOWN, DEFAULT_RATIO_FLOOR, Thresholds, compare_results
@@ -15,25 +17,38 @@ from kernel_oracle.harness.schema import SchemaError
 __all__ = ["add_arguments", "main", "parse_fraction"]
 
 
-def parse_fraction(text: str) -> float:
-    """``0.1``, ``10%`` -> 0.1 (argparse type of --max-slowdown)."""
-    t = text.strip()
+def _finite(text: str, what: str) -> float:
+    """``float(text)``, refusing NaN and infinities (they compare false with every threshold)."""
     try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction like 0.1 or a percentage like 10%, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}; NaN and infinities are not thresholds")
+    return value
+
+
+def parse_fraction(text: str) -> float:
+    """``0.1``, ``10%`` -> 0.1 (argparse type of --max-slowdown); finite and non-negative."""
+    t = text.strip()
+    what = "a fraction like 0.1 or a percentage like 10%"
+    value = _finite(t[:-1], what) / 100 if t.endswith("%") else _finite(t, what)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative slowdown, got {text!r}")
     return value
 
 
 def _factor(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a factor like 2.0, got {text!r}") from None
+    value = _finite(text, "a factor like 2.0")
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a factor >= 1 (2.0 allows the ratio to double), got {text!r}")
+    return value
+
+
+def _ratio(text: str) -> float:
+    value = _finite(text, "an error ratio like 0.5")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative error ratio, got {text!r}")
     return value
 
 
@@ -42,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("current", metavar="CURRENT", help="result record of the run under test")
     parser.add_argument("--max-ratio-growth", type=_factor, default=DEFAULT_MAX_RATIO_GROWTH, metavar="FACTOR",
                         help=f"a group's max error ratio may grow this many times (default {DEFAULT_MAX_RATIO_GROWTH:g})")
-    parser.add_argument("--ratio-floor", type=float, default=DEFAULT_RATIO_FLOOR, metavar="RATIO",
+    parser.add_argument("--ratio-floor", type=_ratio, default=DEFAULT_RATIO_FLOOR, metavar="RATIO",
                         help=f"ignore ratio growth that stays below this ratio (default {DEFAULT_RATIO_FLOOR:g})")
     parser.add_argument("--max-slowdown", type=parse_fraction, default=DEFAULT_MAX_SLOWDOWN, metavar="FRACTION",
                         help=f"allowed growth of a benchmark's median time, 0.1 or 10%% "
@@ -57,15 +72,27 @@ def main(args: argparse.Namespace) -> int:
         baseline = load_result(args.baseline)
         current = load_result(args.current)
         thresholds = Thresholds(args.max_ratio_growth, args.ratio_floor, args.max_slowdown)
-    except (SchemaError, ValueError) as exc:
-        print(f"kernel-oracle compare: {exc}", file=sys.stderr)
+    except (SchemaError, ValueError, OSError) as exc:
+        print(f"kernel-oracle compare: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     result = compare_results(baseline, current, thresholds)
+    as_json = json.dumps(result.to_dict(), indent=1, default=str)
+    if args.json and args.json != "-":
+        # written before anything is printed: an unwritable path is a usage error (exit 2), never an
+        # "OK" on stdout followed by a failure
+        try:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                fh.write(as_json)
+        except OSError as exc:
+            print(f"kernel-oracle compare: error: cannot write --json {args.json}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
     if args.json == "-":
-        print(json.dumps(result.to_dict(), indent=1, default=str))
+        print(as_json)
     else:
         sys.stdout.write(result.format_text(thresholds))
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(result.to_dict(), fh, indent=1, default=str)
     return 1 if result.regressed else 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

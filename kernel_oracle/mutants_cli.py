@@ -1,15 +1,19 @@
 """``kernel-oracle mutants``: does the suite kill every planted kernel bug?
 
 Prints the kill table (mutant, family, killed, examples until the kill, seconds, finding kind) and
-optionally writes it as JSON.  Exit codes: 0 every mutant killed, 1 a mutant survived (or could not
-be built: its anchor no longer occurs in the kernels -- update it), 2 usage error.
+optionally writes it as JSON.  Exit codes (SPEC.md): 0 every mutant killed, 1 a mutant survived (or
+could not be built: its anchor no longer occurs in the kernels -- update it), 2 usage or I/O error
+(an unknown mutant, ``--max-examples`` below 1, ``--device cuda`` without a GPU, a ``--json`` path
+that cannot be written; one line, no traceback), 3 interrupted (Ctrl-C: the table so far is printed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 __all__ = ["add_arguments", "main", "kill_table"]
 
@@ -35,11 +39,28 @@ def kill_table(results) -> str:
     return "\n".join(lines)
 
 
-def main(args: argparse.Namespace) -> int:
-    import os
+def _json_path_error(path: str) -> str | None:
+    """Why ``path`` cannot take the JSON table (checked before the slow run), or None."""
+    p = Path(path)
+    if p.is_dir():
+        return f"--json {path} is a directory; pass a file path"
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        return f"--json {path}: directory {parent} does not exist"
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        return f"--json {path}: not writable"
+    return None
 
+
+def main(args: argparse.Namespace) -> int:
     import torch
 
+    def usage(msg: str) -> int:
+        print(f"kernel-oracle mutants: error: {msg}", file=sys.stderr)
+        return 2
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        return usage("--device cuda but torch sees no GPU; pass --device cpu")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel import
@@ -54,19 +75,34 @@ def main(args: argparse.Namespace) -> int:
         names = [get_mutant(n).name for n in args.names] or [m.name for m in MUTANTS
                                                             if args.family in (None, m.family)]
     except MutantError as exc:
-        print(f"kernel-oracle mutants: error: {exc}", file=sys.stderr)
-        return 2
+        return usage(str(exc))
     if args.max_examples < 1:
-        print(f"kernel-oracle mutants: error: Expected --max-examples >= 1 but got {args.max_examples}", file=sys.stderr)
-        return 2
-    results = []
-    for name in names:
-        r = check_mutant(name, max_examples=args.max_examples, device=device)
-        results.append(r)
-        print(f"{name}: {'killed after ' + str(r.examples) + ' examples (' + str(r.kind) + ')' if r.killed else 'SURVIVED' if not r.error else 'ERROR ' + r.error}",
-              file=sys.stderr, flush=True)
-    print(kill_table(results))
+        return usage(f"Expected --max-examples >= 1 but got {args.max_examples}")
+    if not names:
+        return usage("no mutant selected; `kernel-oracle mutants --list` shows them")
     if args.json_out:
-        with open(args.json_out, "w") as fh:
-            json.dump([r.to_dict() for r in results], fh, indent=1)
+        why = _json_path_error(args.json_out)
+        if why:
+            return usage(why)
+    results = []
+    interrupted = False
+    try:
+        for name in names:
+            r = check_mutant(name, max_examples=args.max_examples, device=device)
+            results.append(r)
+            print(f"{name}: {'killed after ' + str(r.examples) + ' examples (' + str(r.kind) + ')' if r.killed else 'SURVIVED' if not r.error else 'ERROR ' + r.error}",
+                  file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+    if results:
+        print(kill_table(results))
+    if args.json_out:
+        try:
+            with open(args.json_out, "w", encoding="utf-8") as fh:
+                json.dump([r.to_dict() for r in results], fh, indent=1)
+        except OSError as exc:
+            return usage(f"cannot write --json {args.json_out}: {exc.strerror or exc}")
+    if interrupted:
+        print(f"kernel-oracle mutants: interrupted after {len(results)} of {len(names)} mutants", file=sys.stderr)
+        return 3
     return 0 if all(r.killed for r in results) else 1

@@ -3,8 +3,22 @@
 ``kernel-oracle repro DIR/cases/<id>.pt --target T`` loads the call's saved tensors (not a
 regeneration: the exact bytes the campaign used), computes the expected outcome with the reference,
 runs the target in this process and prints the verdict.  ``--case JSON`` rebuilds the call from the
-problem's seed instead (the form pytest failures print).  Exit codes: 1 the finding reproduces,
-0 the target now passes, 2 usage error.
+problem's seed instead (the form pytest failures print).  ``--emit-script DIR`` also writes a
+standalone reproduction (:mod:`kernel_oracle.repro_script`) that needs only torch and the target.
+
+Note [Case files hold no code]
+------------------------------
+A case file travels (CI artifacts, issue attachments), so reading one must never run code: it is
+loaded with ``torch.load(weights_only=True)``, whose unpickler builds only tensors, containers,
+numbers and strings, plus the two metadata types allow-listed here (:data:`SAFE_TYPES`: plain
+dataclasses of tensors and ints).  Anything else -- a pickle that would call a function, a
+truncated or random file -- is refused with one line and exit code 2, before any of it is used.
+The file written by campaigns (``fuzz/campaign.py``: ``torch.save`` of ``{"case", "entry", "args",
+"kwargs", "inplace", "target", "device"}``) loads unchanged; its shape is checked after loading
+(:func:`load_case_file`).
+
+Exit codes (SPEC.md): 1 the finding reproduces, 0 the target now passes, 2 usage or I/O error
+(one line, no traceback).
 """
 
 from __future__ import annotations
@@ -13,8 +27,17 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
-__all__ = ["add_arguments", "main", "reproduce"]
+__all__ = ["ReproError", "SAFE_TYPES", "add_arguments", "load_case_file", "main", "reproduce"]
+
+# what a weights-only load may build beyond tensors and plain data (Note [Case files hold no code])
+SAFE_TYPES = ("kernel_oracle.reference.batch_info.LoRABatchInfo",
+              "kernel_oracle.reference.vision_metadata.VisionAttentionMetadata")
+
+
+class ReproError(ValueError):
+    """A case file or argument that ``repro`` refuses (exit code 2, one line)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,56 +45,196 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case", default=None, help="the case as JSON ({'problem': ..., 'mutation': ...})")
     parser.add_argument("--target", required=True, help="the target to run it on")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                        help="default: the saved device when available, else cpu")
+                        help="default: cuda when available, else cpu")
+    parser.add_argument("--emit-script", metavar="DIR", default=None,
+                        help="also write a standalone Python script and a weights-only tensor file to DIR "
+                             "that reproduce the finding with torch and the target alone")
 
 
-def reproduce(*, target: str, path: str | None = None, case_json: str | None = None, device: str | None = None):
-    """(verdict, case) of one saved or given case on ``target``."""
+def _safe_types() -> list:
+    from kernel_oracle.reference.batch_info import LoRABatchInfo
+    from kernel_oracle.reference.vision_metadata import VisionAttentionMetadata
+
+    return [LoRABatchInfo, VisionAttentionMetadata]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split("\n")[:1]).strip() or type(exc).__name__
+    return text[:200]
+
+
+def load_case_file(path: str | os.PathLike, device: str = "cpu") -> dict:
+    """The saved call of a ``.pt`` case file, loaded without running code (Note [Case files hold no code]).
+
+    Returns ``{"case": dict, "entry": str, "args": tuple, "kwargs": dict, "inplace": int | None}``
+    (plus whatever plain extras the file carries); raises :class:`ReproError` (one line) for a file
+    that is missing, unreadable, not a torch file, holds anything but allow-listed types, or has
+    another shape.
+    """
+    import pickle
+
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise ReproError(f"no such case file: {path}")
+    try:
+        with torch.serialization.safe_globals(_safe_types()):
+            saved = torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ReproError(f"{path} was refused: it holds objects other than tensors, plain data and "
+                         f"{', '.join(n.rsplit('.', 1)[1] for n in SAFE_TYPES)} (a case file never does; "
+                         f"nothing in it was run): {_first_line(exc)}") from None
+    except (RuntimeError, EOFError, OSError, ValueError, TypeError, AttributeError, KeyError, IndexError,
+            UnicodeDecodeError, MemoryError, OverflowError) as exc:
+        raise ReproError(f"{path} is not a readable kernel-oracle case file (truncated or not written by "
+                         f"torch.save): {type(exc).__name__}: {_first_line(exc)}") from None
+    return _check_saved(saved, path)
+
+
+def _check_saved(saved: object, path: Path) -> dict:
+    import torch
+
+    def bad(why: str) -> ReproError:
+        return ReproError(f"{path} is not a kernel-oracle case file: {why}")
+
+    if not isinstance(saved, dict):
+        raise bad(f"expected a dict but it holds a {type(saved).__name__}")
+    missing = [k for k in ("case", "entry", "args", "kwargs") if k not in saved]
+    if missing:
+        raise bad(f"it lacks the keys {missing}")
+    if not isinstance(saved["case"], dict):
+        raise bad(f"'case' is a {type(saved['case']).__name__}, not a dict")
+    if not isinstance(saved["entry"], str):
+        raise bad(f"'entry' is {saved['entry']!r}, not an entry point name")
+    if not isinstance(saved["args"], (tuple, list)):
+        raise bad(f"'args' is a {type(saved['args']).__name__}, not a tuple")
+    if not isinstance(saved["kwargs"], dict) or not all(isinstance(k, str) for k in saved["kwargs"]):
+        raise bad("'kwargs' is not a dict with string keys")
+    inplace = saved.get("inplace")
+    if inplace is not None and (isinstance(inplace, bool) or not isinstance(inplace, int)
+                                or not 0 <= inplace < len(saved["args"])):
+        raise bad(f"'inplace' is {inplace!r}, not None or an index into args")
+    if not any(isinstance(a, torch.Tensor) for a in saved["args"]):
+        raise bad("'args' holds no tensor")
+    return dict(saved, args=tuple(saved["args"]), kwargs=dict(saved["kwargs"]), inplace=inplace)
+
+
+def _case_from(data: object, source: str):
+    from kernel_oracle.harness.check import case_from_dict
+
+    if not isinstance(data, dict) or "problem" not in data:
+        raise ReproError(f"{source} is not a case: expected {{'problem': ..., 'mutation': ...}}, got "
+                         f"{type(data).__name__}")
+    try:
+        return case_from_dict(data)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ReproError(f"{source} is not a valid case: {type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def load_case(*, path: str | None = None, case_json: str | None = None, device: str = "cpu"):
+    """(case, call or None): from a ``.pt`` file (its saved call), a ``.json`` file or a JSON string."""
+    from kernel_oracle.harness.opinfo import OP_DB
+    from kernel_oracle.harness.problems import Call
+
+    if path is not None and str(path).endswith(".pt"):
+        saved = load_case_file(path, device)
+        case = _case_from(saved["case"], f"{path} ('case')")
+        want = OP_DB[case.op].entry if case.op in OP_DB else None
+        if want is not None and saved["entry"] != want:
+            raise ReproError(f"{path} is inconsistent: its case is op {case.op!r} (entry {want}) but its call "
+                             f"is entry {saved['entry']!r}")
+        return case, Call(saved["entry"], saved["args"], saved["kwargs"], saved["inplace"])
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except OSError as exc:
+            raise ReproError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ReproError(f"{path} is not JSON: {_first_line(exc)}") from None
+        return _case_from(data, str(path)), None
+    if case_json is not None:
+        try:
+            data = json.loads(case_json)
+        except ValueError as exc:
+            raise ReproError(f"--case is not JSON: {_first_line(exc)}") from None
+        return _case_from(data, "--case"), None
+    raise ReproError("pass a saved case path (DIR/cases/<id>.pt) or --case JSON")
+
+
+def _device(device: str | None) -> str:
     import torch
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ReproError("--device cuda but torch sees no GPU; pass --device cpu")
     if device == "cpu" and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    from kernel_oracle.harness.check import case_from_dict, execute, expected_outcome, judge
-    from kernel_oracle.harness.problems import Call
-    from kernel_oracle.fuzz.targets import resolve_target
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel import
+    return device
 
-    call = None
-    if path is not None and path.endswith(".pt"):
-        saved = torch.load(path, map_location=device, weights_only=False)
-        case = case_from_dict(saved["case"])
-        call = Call(saved["entry"], tuple(saved["args"]), dict(saved["kwargs"]), saved.get("inplace"))
-    elif path is not None:
-        with open(path) as fh:
-            case = case_from_dict(json.load(fh))
-    elif case_json is not None:
-        case = case_from_dict(json.loads(case_json))
-    else:
-        raise ValueError("pass a saved case path or --case JSON")
-    tgt = resolve_target(target, device)
+
+def _resolve(target: str, device: str):
+    from kernel_oracle.fuzz.targets import TargetError, resolve_target
+
+    try:
+        tgt = resolve_target(target, device)
+    except TargetError as exc:
+        raise ReproError(str(exc)) from None
     if not tgt.available:
-        raise ValueError(f"target {target!r} is unavailable: {tgt.reason}")
-    if call is None:
-        from kernel_oracle.harness.check import _prepared_call
+        raise ReproError(f"target {target!r} is unavailable: {tgt.reason}")
+    return tgt
 
+
+def reproduce(*, target: str, path: str | None = None, case_json: str | None = None, device: str | None = None):
+    """(verdict, case) of one saved or given case on ``target``; :class:`ReproError` for bad input."""
+    verdict, case, _, _, _ = _reproduce(target=target, path=path, case_json=case_json, device=device)
+    return verdict, case
+
+
+def _reproduce(*, target, path, case_json, device):
+    from kernel_oracle.harness.check import _prepared_call, execute, expected_outcome, judge
+
+    device = _device(device)
+    case, call = load_case(path=path, case_json=case_json, device=device)  # refused files stop here
+    tgt = _resolve(target, device)
+    if not tgt.has(case.op):
+        raise ReproError(f"target {target!r} has no entry point for op {case.op!r}; it has {sorted(tgt.entries)}")
+    if call is None:
         call = _prepared_call(case, device)
     expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call)
     observed = execute(tgt, case, device, call=call)
-    return judge(case, expected, observed, call=call, device=device), case
+    return judge(case, expected, observed, call=call, device=device), case, call, expected, tgt
 
 
 def main(args: argparse.Namespace) -> int:
     if args.path is None and args.case is None:
         print("kernel-oracle repro: error: pass DIR/cases/<id>.pt or --case JSON", file=sys.stderr)
         return 2
+    if args.path is not None and args.case is not None:
+        print("kernel-oracle repro: error: pass a case file or --case JSON, not both", file=sys.stderr)
+        return 2
     try:
-        verdict, case = reproduce(target=args.target, path=args.path, case_json=args.case, device=args.device)
-    except (ValueError, OSError, KeyError) as exc:
+        verdict, case, call, expected, tgt = _reproduce(target=args.target, path=args.path, case_json=args.case,
+                                                        device=args.device)
+        written = None
+        if args.emit_script is not None:
+            from kernel_oracle.repro_script import ScriptError, emit_script
+
+            name = Path(args.path).stem if args.path else "case"
+            try:
+                written = emit_script(args.emit_script, name=name, case=case, call=call, expected=expected,
+                                      target=tgt, target_spec=args.target, verdict=verdict)
+            except ScriptError as exc:
+                raise ReproError(str(exc)) from None
+    except ReproError as exc:
         print(f"kernel-oracle repro: error: {exc}", file=sys.stderr)
         return 2
     print(f"case: {case!r}")
     print(f"expected: {verdict.expected}")
+    if written is not None:
+        print(f"standalone script: {written[0]} (tensors: {written[1]}); run: python {written[0]}")
     if verdict.ok:
         print(f"PASS on {args.target}" + (f" (error ratio {verdict.ratio:.3g})" if verdict.ratio is not None else ""))
         return 0

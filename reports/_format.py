@@ -1,15 +1,34 @@
-"""Number formatting and the jinja2 environment shared by the Markdown and HTML renderers."""
+"""Number formatting and the jinja2 environment shared by the Markdown and HTML renderers.
+
+Note [Escaping Markdown]
+------------------------
+Records carry text from targets and users (finding messages, target names, notes), and a report
+must show it, never interpret it.  The HTML page relies on jinja2's autoescaping.  Markdown
+renderers pass raw HTML through, and a text's own backticks can close the code span or fence
+around it, so the Markdown environment escapes by default too: every ``{{ value }}`` that is not
+already marked safe goes through :func:`md_text` (``& < >`` as HTML entities; GitHub and
+CommonMark render them as the characters).  The filters that build Markdown syntax return it
+marked safe, each doing its own escaping:
+
+* ``cell``: text for a table cell (entities, ``|`` escaped, newlines as spaces);
+* ``code``: an inline code span whose backtick run is longer than any run in the text (code spans
+  show entities literally, so the text is not entity-escaped there; ``|`` is escaped in cells);
+* ``fence``: a fenced block whose fence is longer than any backtick run in the text.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional
 
 import jinja2
+from markupsafe import Markup
 
 from kernel_oracle.harness.schema import FINDING_KINDS
 
-__all__ = ["environment", "fmt_num", "fmt_pct", "fmt_ratio", "fmt_us", "ratio_class"]
+__all__ = ["environment", "fmt_num", "fmt_pct", "fmt_ratio", "fmt_us", "md_cell", "md_code", "md_fence", "md_text",
+           "ratio_class"]
 
 
 def fmt_ratio(v: Optional[float]) -> str:
@@ -57,15 +76,55 @@ def fmt_speedup(v: Optional[float]) -> str:
     return "–" if v is None else f"{v:.2f}×"
 
 
+_BACKTICKS = re.compile(r"`+")
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(m) for m in _BACKTICKS.findall(text)), default=0)
+
+
+def md_text(v: object) -> str:
+    """Text for Markdown prose: raw HTML shown, not interpreted (Note [Escaping Markdown])."""
+    if isinstance(v, Markup):
+        return v
+    return Markup(str(v).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
+
 def md_cell(v: object) -> str:
-    """A value made safe for one Markdown table cell."""
-    return str(v).replace("|", "\\|").replace("\n", " ")
+    """A value made safe for one Markdown table cell: entities, ``|`` escaped, one line."""
+    text = " ".join(str(v).splitlines())
+    return Markup(md_text(text).replace("|", "\\|"))
+
+
+def md_code(v: object, *, in_table: bool = False) -> str:
+    """An inline code span holding ``v`` verbatim: delimited by more backticks than any run in it."""
+    text = " ".join(str(v).splitlines())
+    if in_table:
+        text = text.replace("|", "\\|")
+    fence = "`" * (_longest_backtick_run(text) + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
+    return Markup(f"{fence}{pad}{text}{pad}{fence}")
+
+
+def md_fence(v: object, info: str = "text") -> str:
+    """A fenced code block holding ``v`` verbatim: the fence is longer than any backtick run in it."""
+    text = str(v)
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return Markup(f"{fence}{info}\n{text}\n{fence}")
+
+
+def _finalize_markdown(value: object) -> object:
+    """Every ``{{ }}`` of the Markdown template: numbers as they are, text escaped unless marked safe."""
+    if value is None or isinstance(value, (int, float, Markup)):
+        return value
+    return md_text(value)
 
 
 def environment(*, markdown: bool) -> jinja2.Environment:
     env = jinja2.Environment(autoescape=not markdown, trim_blocks=True, lstrip_blocks=True,
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             finalize=_finalize_markdown if markdown else None)
     env.filters.update(ratio=fmt_ratio, ratio_class=ratio_class, num=fmt_num, us=fmt_us, pct=fmt_pct,
-                       speedup=fmt_speedup, cell=md_cell)
+                       speedup=fmt_speedup, cell=md_cell, code=md_code, fence=md_fence, md=md_text)
     env.globals["FINDING_KINDS"] = FINDING_KINDS
     return env

@@ -212,7 +212,7 @@ HTML = """<!DOCTYPE html>
 
 MARKDOWN = """# kernel-oracle: {{ r.kind }} run ({{ r.status }})
 
-{{ r.created }} · device {{ env.get('device') or '?' }} ({{ env.get('gpu') or env.get('cpu') or '?' }}) · commit `{{ (env.get('git_commit') or 'unknown')[:12] }}` · suite {{ env.get('suite_version') or '?' }}
+{{ r.created }} · device {{ env.get('device') or '?' }} ({{ env.get('gpu') or env.get('cpu') or '?' }}) · commit {{ (env.get('git_commit') or 'unknown')[:12]|code }} · suite {{ env.get('suite_version') or '?' }}
 
 | cases | passed | findings | worst error ratio | benchmarks |
 |---:|---:|---:|---:|---:|
@@ -222,7 +222,7 @@ MARKDOWN = """# kernel-oracle: {{ r.kind }} run ({{ r.status }})
 ## Notes
 
 {% for n in r.notes %}
-- {{ n }}
+- {{ n|cell }}
 {% endfor %}
 {% endif %}
 
@@ -234,25 +234,21 @@ No findings.
 | finding | kind | target | op | dtype | shape class | what |
 |---|---|---|---|---|---|---|
 {% for f in r.findings %}
-| [{{ f.id|cell }}](#{{ f.anchor }}) | {{ f.kind }} | {{ f.target|cell }} | {{ f.op|cell }} | {{ f.dtype|cell }} | {{ f.shape_class|cell }} | {{ f.first_line|truncate(100)|cell }} |
+| [{{ f.id|cell }}](#{{ f.anchor }}) | {{ f.kind|cell }} | {{ f.target|cell }} | {{ f.op|cell }} | {{ f.dtype|cell }} | {{ f.shape_class|cell }} | {{ f.first_line|truncate(100)|cell }} |
 {% endfor %}
 {% for f in r.findings %}
 
 <a id="{{ f.anchor }}"></a>
-### {{ f.id }} ({{ f.kind }})
+### {{ f.id|cell }} ({{ f.kind|cell }})
 
-target `{{ f.target }}` · op `{{ f.op }}` · dtype `{{ f.dtype }}` · shape class `{{ f.shape_class }}`{% if f.contract %} · contract `{{ f.contract }}`{% endif %}{% if f.ratio is not none %} · ratio {{ f.ratio|ratio }}{% endif %}
+target {{ f.target|code }} · op {{ f.op|code }} · dtype {{ f.dtype|code }} · shape class {{ f.shape_class|code }}{% if f.contract %} · contract {{ f.contract|code }}{% endif %}{% if f.ratio is not none %} · ratio {{ f.ratio|ratio }}{% endif %}
 
 
-```text
-{{ f.message }}
-```
+{{ f.message|fence('text') }}
 
 Reproduce:
 
-```bash
-{{ f.repro or '# no repro command was recorded for this finding' }}
-```
+{{ (f.repro or '# no repro command was recorded for this finding')|fence('bash') }}
 {% endfor %}
 {% endif %}
 
@@ -314,9 +310,9 @@ The record lists no targets.
 | key | value |
 |---|---|
 {% for k, v in env|dictsort %}
-| {{ k }} | `{{ v|cell }}` |
+| {{ k|cell }} | {{ v|code(in_table=True) }} |
 {% endfor %}
-| seeds | `{{ r.seeds|tojson|cell }}` |
+| seeds | {{ r.seeds|tojson|code(in_table=True) }} |
 
 _kernel-oracle result schema v{{ r.version }}, record kind "{{ r.kind }}"; the HTML page beside this file has the plots._
 """
