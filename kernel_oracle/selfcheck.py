@@ -195,13 +195,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Exit codes (SPEC.md): 0 every check passed, 1 a check failed, 2 usage error (one line),
+    3 interrupted or nothing checked."""
     if args.cases < 0:
-        print(f"kernel-oracle selfcheck: --cases={args.cases} is invalid; pass 0 or more", file=sys.stderr)
+        print(f"kernel-oracle selfcheck: error: --cases={args.cases} is invalid; pass 0 or more", file=sys.stderr)
         return 2
     try:
         rows = run_selfcheck(args.device, args.cases, args.seed)
     except ValueError as exc:
-        print(f"kernel-oracle selfcheck: {exc}", file=sys.stderr)
+        print(f"kernel-oracle selfcheck: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("kernel-oracle selfcheck: interrupted; no verdict", file=sys.stderr)
+        return 3
+    if not rows:
+        print("kernel-oracle selfcheck: nothing was checked", file=sys.stderr)
+        return 3
     print(summarize(rows))
     return 0 if all(r["passed"] for r in rows) else 1
