@@ -1,0 +1,148 @@
+"""The real-bug corpus: upstream defects the suite must catch, one TOML file per entry in ``corpus/``.
+
+Note [Bug corpus]
+-----------------
+A fuzzer that never met a real bug proves little.  Each entry of ``corpus/`` is one upstream defect:
+its issue or pull request, the releases that have it (``buggy``) and those that fixed it
+(``fixed``; empty while ``status = "known"``), the device it needs, the finding kind it must
+produce (``expect``, optionally ``message_contains``), and one or more minimal cases as plain
+problem dicts (:func:`kernel_oracle.harness.problems.problem_from_dict` keys, plus an optional
+``mutation``).  :func:`run_entry` runs the cases in order on one target (the order matters for
+engines with caches) and the first failing verdict is the entry's outcome.
+
+``oracle_tests/test_bug_corpus.py`` requires every entry to fail as expected on each buggy release
+and pass on each fixed one; ``kernel-oracle matrix`` runs them beside its campaigns.  Entries are
+validated when loaded: an unknown field or a problem key the harness does not know is an error
+naming the file and the field (a typo must not silently drop a case's defining parameter).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from kernel_oracle.harness.check import Case, check_case
+from kernel_oracle.harness.mutations import Mutation
+from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, problem_from_dict
+
+__all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "load_corpus", "load_entry", "run_entry"]
+
+CORPUS_DIR = Path(__file__).resolve().parent.parent / "corpus"
+_FIELDS = {"id", "title", "upstream", "target", "device", "status", "buggy", "fixed", "expect", "message_contains",
+           "cases"}
+_REQUIRED = _FIELDS - {"message_contains"}
+_KINDS = ("mismatch", "contract", "validation-gap", "crash")
+
+
+class CorpusError(ValueError):
+    """A malformed corpus entry (the message names the file and the field)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One upstream defect; ``cases`` run in order on one target."""
+
+    id: str
+    title: str
+    upstream: str
+    target: str  # target family: "sglang", "sglang-trt", "flashinfer-cudnn"
+    device: str
+    status: str  # "fixed" | "known"
+    buggy: tuple[str, ...]
+    fixed: tuple[str, ...]
+    expect: str
+    cases: tuple[Case, ...]
+    message_contains: str = ""
+    path: Optional[Path] = None
+
+    def spec(self, release: str) -> str:
+        """The target spec of this entry's target at ``release`` (e.g. ``sglang==0.5.12``)."""
+        return f"{self.target}=={release}"
+
+
+@dataclass(frozen=True)
+class EntryOutcome:
+    """What one entry did on one target: ``failed`` as expected or not, with the verdict's kind and text."""
+
+    failed: bool
+    kind: Optional[str]
+    message: str
+    case_index: Optional[int]
+
+    def matches(self, entry: Entry) -> bool:
+        """Whether this is the entry's defect: its finding kind and (if given) message fragment."""
+        return self.failed and self.kind == entry.expect and entry.message_contains in self.message
+
+
+def _problem(path: Path, i: int, d: dict):
+    if not isinstance(d, dict) or d.get("family") not in ("lora", "vision"):
+        raise CorpusError(f"{path}: cases[{i}].problem needs family = 'lora' or 'vision' (got {d!r})")
+    cls = LoRAProblem if d["family"] == "lora" else VisionProblem
+    known = {f.name for f in dataclasses.fields(cls) if f.init} | {"family"}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise CorpusError(f"{path}: cases[{i}].problem has unknown keys {unknown}; the only valid keys are "
+                          f"{sorted(known)}")
+    try:
+        return problem_from_dict(d)
+    except (TypeError, ValueError) as exc:
+        raise CorpusError(f"{path}: cases[{i}].problem is invalid: {exc}") from None
+
+
+def load_entry(path: str | Path) -> Entry:
+    """Read and validate one corpus file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CorpusError(f"{path}: {type(exc).__name__}: {exc}") from None
+    unknown, missing = sorted(set(data) - _FIELDS), sorted(_REQUIRED - set(data))
+    if unknown or missing:
+        raise CorpusError(f"{path}: unknown fields {unknown}, missing fields {missing}; the fields are "
+                          f"{sorted(_FIELDS)}")
+    if data["status"] not in ("fixed", "known"):
+        raise CorpusError(f"{path}: status={data['status']!r}; the only valid values are 'fixed', 'known'")
+    if (data["status"] == "fixed") != bool(data["fixed"]):
+        raise CorpusError(f"{path}: status={data['status']!r} with fixed={data['fixed']!r}; a fixed entry names "
+                          f"its fixed releases, a known one has none")
+    if not data["buggy"]:
+        raise CorpusError(f"{path}: buggy=[] ; name at least one release that has the defect")
+    if data["expect"] not in _KINDS:
+        raise CorpusError(f"{path}: expect={data['expect']!r}; the only valid values are {list(_KINDS)}")
+    if data["device"] not in ("cpu", "cuda"):
+        raise CorpusError(f"{path}: device={data['device']!r}; the only valid values are 'cpu', 'cuda'")
+    if not data["cases"]:
+        raise CorpusError(f"{path}: cases=[] ; give at least one minimal case")
+    cases = []
+    for i, c in enumerate(data["cases"]):
+        mutation = c.get("mutation")
+        cases.append(Case(_problem(path, i, c.get("problem")),
+                          Mutation.from_dict(mutation) if mutation is not None else None))
+    if data["id"] != path.stem:
+        raise CorpusError(f"{path}: id={data['id']!r} differs from the file name; name the file {data['id']}.toml")
+    return Entry(id=data["id"], title=data["title"], upstream=data["upstream"], target=data["target"],
+                 device=data["device"], status=data["status"], buggy=tuple(data["buggy"]),
+                 fixed=tuple(data["fixed"]), expect=data["expect"], cases=tuple(cases),
+                 message_contains=data.get("message_contains", ""), path=path)
+
+
+def load_corpus(directory: str | Path | None = None) -> list[Entry]:
+    """Every entry of ``directory`` (default: the repository's ``corpus/``), sorted by id."""
+    directory = Path(directory) if directory is not None else CORPUS_DIR
+    if not directory.is_dir():
+        raise CorpusError(f"corpus directory {directory} does not exist; pass --corpus DIR (the repository's "
+                          f"corpus/ folder)")
+    return [load_entry(p) for p in sorted(directory.glob("*.toml"))]
+
+
+def run_entry(entry: Entry, target, device: Optional[str] = None) -> EntryOutcome:
+    """Run ``entry``'s cases in order on ``target`` (a resolved, available Target)."""
+    device = device or entry.device
+    for i, case in enumerate(entry.cases):
+        verdict = check_case(target, case, device)
+        if not verdict.ok:
+            return EntryOutcome(True, verdict.kind, verdict.message or "", i)
+    return EntryOutcome(False, None, "", None)

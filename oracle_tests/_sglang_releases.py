@@ -1,0 +1,42 @@
+"""Published SGLang releases as test targets: the wheel comes from the cache (``scripts/sglang_wheels.sh``
+fills it before CI's tests), ``$KERNEL_ORACLE_SGLANG_WHEEL``, or ``pip download``.
+
+A test skips only when no wheel is cached and the registry cannot be reached; with
+``KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS=1`` (set by ``.ci/run``) a missing wheel fails instead, so CI
+cannot go green without running the real kernels.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kernel_oracle.fuzz.targets import resolve_target
+from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, find_wheel, wheel_release
+
+REQUIRE_ENV = "KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS"
+# the releases the suite reads (SPEC.md, "Where SGLang keeps these kernels")
+RELEASES = ("0.5.12", "0.5.15", "0.5.23")
+
+
+def wheel_or_skip(version: str):
+    """The wheel of ``sglang==version``, or skip (fail under ``KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS=1``)."""
+    try:
+        return find_wheel(version)
+    except LoaderError as exc:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 but the sglang {version} wheel is unavailable: {exc}")
+        pytest.skip(f"no sglang {version} wheel cached and none could be downloaded: {exc}")
+
+
+def release_files(version: str):
+    return wheel_release(wheel_or_skip(version))
+
+
+def release_target(spec: str, device: str = "cpu"):
+    """The resolved, available target ``spec`` (``sglang==X.Y.Z`` or ``sglang-trt==X.Y.Z``)."""
+    wheel_or_skip(spec.partition("==")[2])
+    t = resolve_target(spec, device)
+    assert t.available, f"{spec} is unavailable although its wheel is there: {t.reason}"
+    return t

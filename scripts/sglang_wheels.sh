@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Fill the wheel cache with the SGLang releases the suite reads (SPEC.md, "Where SGLang keeps these
+# kernels"), so oracle_tests/test_sglang_release.py and test_bug_corpus.py run the real kernels.
+# Wheels go to ${KERNEL_ORACLE_CACHE:-~/.cache/kernel-oracle}/wheels; a wheel already there (or in
+# the repository's .whl/sglang/, which is git-ignored) is not fetched again.  Only the wheel is
+# fetched (--no-deps): the suite reads its kernel files and never installs it.
+# With KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS=1 (CI) a release that cannot be fetched fails the script.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+releases=("$@")
+[ ${#releases[@]} -eq 0 ] && releases=(0.5.12 0.5.15 0.5.23)
+dest="${KERNEL_ORACLE_CACHE:-$HOME/.cache/kernel-oracle}/wheels"
+mkdir -p "$dest"
+py="${PYTHON:-$(command -v python3 || command -v python)}"
+status=0
+for v in "${releases[@]}"; do
+  if compgen -G "$dest/sglang-$v-*.whl" >/dev/null; then
+    echo "sglang $v: cached in $dest"
+    continue
+  fi
+  if compgen -G ".whl/sglang/sglang-$v-*.whl" >/dev/null; then
+    cp .whl/sglang/sglang-"$v"-*.whl "$dest"/ && echo "sglang $v: copied from .whl/sglang" && continue
+  fi
+  if "$py" -m pip download --no-deps --only-binary=:all: --python-version 3.11 --disable-pip-version-check -q \
+       -d "$dest" "sglang==$v"; then
+    echo "sglang $v: downloaded to $dest"
+  else
+    echo "sglang $v: could not be downloaded (no registry?); the tests that need it will skip" >&2
+    [ "${KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS:-0}" = "1" ] && status=1
+  fi
+done
+exit $status
