@@ -139,7 +139,7 @@ def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="
 
 def _flashinfer_cudnn(device):
     """The engine binding of target ``flashinfer-cudnn``, or None (the reason goes to stderr once)."""
-    from kernel_oracle.fuzz.targets.flashinfer_cudnn import _ENGINES
+    from kernel_oracle.fuzz.targets.flashinfer_cudnn import ENGINES
     from kernel_oracle.fuzz.targets import resolve_target
 
     target = resolve_target("flashinfer-cudnn", device)
@@ -148,7 +148,7 @@ def _flashinfer_cudnn(device):
             print(f"flashinfer-cudnn column skipped: {target.reason}", file=sys.stderr)
             _SKIPPED.append(target.reason)
         return None
-    return _ENGINES[str(torch.device(device))]
+    return ENGINES[str(torch.device(device))]
 
 
 _SKIPPED: list = []

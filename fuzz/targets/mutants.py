@@ -34,7 +34,7 @@ from typing import Optional
 from .registry import Target, register_prefix, unavailable
 from .triton import KERNELS_PACKAGE, kernels_target
 
-__all__ = ["MUTANTS", "Mutant", "MutantError", "Patch", "build_mutant", "get_mutant", "mutant_names", "mutant_target"]
+__all__ = ["MUTANTS", "Mutant", "MutantError", "Patch", "build_mutant", "get_mutant", "mutant_target"]
 
 KERNELS_DIR = Path(importlib.import_module(KERNELS_PACKAGE).__file__).resolve().parent
 
@@ -139,11 +139,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("vision_dropped_key_tail", "vision", "the partial last key block is skipped",
            (Patch(_VK, "if n_full < n:", "if n_full < 0:"),)),
     Mutant("vision_wrong_v_offset", "vision", "v is read at the q/k token offsets instead of v_indptr's",
-           (Patch(_VA, ("vs.numpy()[seq], os.numpy()[seq]", "[qs[seq], vs[seq], os[seq],"),
-                  ("qs.numpy()[seq], os.numpy()[seq]", "[qs[seq], qs[seq], os[seq],")),)),
+           (Patch(_VA, "vs.numpy()[seq], os.numpy()[seq]", "qs.numpy()[seq], os.numpy()[seq]"),)),
     Mutant("vision_wrong_o_offset", "vision", "the output is written at the q/k token offsets instead of o_indptr's",
-           (Patch(_VA, ("vs.numpy()[seq], os.numpy()[seq]", "[qs[seq], vs[seq], os[seq],"),
-                  ("vs.numpy()[seq], qs.numpy()[seq]", "[qs[seq], vs[seq], qs[seq],")),)),
+           (Patch(_VA, "vs.numpy()[seq], os.numpy()[seq]", "vs.numpy()[seq], qs.numpy()[seq]"),)),
     Mutant("vision_ignores_softmax_scale", "vision", "the kernel always uses the default scale D**-0.5",
            (Patch(_VA, "self.num_blocks, plan.scale, self.config",
                   "self.num_blocks, plan.q.shape[2] ** -0.5, self.config"),)),
@@ -222,10 +220,6 @@ def mutant_target(spec: str, device="cpu") -> Target:
     except MutantError as exc:
         return unavailable(spec, str(exc))
     return kernels_target(device, package=pkg, name=spec)
-
-
-def mutant_names(family: Optional[str] = None) -> list[str]:
-    return [m.name for m in MUTANTS if family is None or m.family == family]
 
 
 register_prefix("mutant:", mutant_target)
