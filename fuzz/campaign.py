@@ -1,65 +1,116 @@
-"""Fuzzing campaigns: Hypothesis-driven search, shrinking, isolated targets, resumable output.
+"""Fuzzing campaigns: the Hypothesis-driven search loop over one target and one op family.
 
 Note [Campaigns]
 ----------------
 A campaign is a sequence of Hypothesis *runs* over :func:`fuzz.strategies.cases` for one target and
 one family.  Each run searches until its first new failure, lets Hypothesis shrink it, and the
-minimal example becomes a *finding*; cases matching an already recorded finding (same kind, op,
-dtype and mutation kind) count as known, so the next run searches for something new.  The budget
-(``budget`` cases, or ``time_s`` seconds) covers everything executed, shrinking included, plus a
-bounded shrink allowance so a finding is never left half-shrunk.
+minimal example becomes a *finding*.  A failing case whose root-cause bucket
+(:mod:`harness.buckets`: exception, masked message and target frame; or region class and config)
+is covered by an already recorded finding counts as one more hit of that finding (its ``count``
+and a few ``examples``), so the next run searches for something new: one defect is one finding,
+whichever op, size or seed shows it.  The budget (``budget`` cases, or ``time_s`` seconds) covers
+everything executed, shrinking included, plus a bounded shrink allowance so a finding is never
+left half-shrunk.
 
-The target runs in an isolated worker process (:mod:`fuzz.worker`): a crash is recorded as a
-finding of kind ``crash`` and a fresh worker goes on.  The expected outcome and the comparison run
-in the campaign's own process, against the reference.
+The target runs in an isolated worker process (:mod:`fuzz.worker`) whose environment selects the
+device's Triton mode (:func:`harness.device.worker_env`); the campaign never changes its caller's
+environment.  A case that kills the worker is a ``crash`` finding, one that does not answer within
+the per-case timeout (``case_timeout_s``; derived from the budget when not given) a ``hang``
+finding; either way a fresh worker goes on.  The expected outcome and the comparison run in the
+campaign's own process, against the reference.  SIGTERM and SIGINT stop a campaign cleanly: the
+worker is ended, the state and the summary saved, and :class:`CampaignInterrupted` raised (the CLI
+prints one line and exits 3); rerunning with the same ``out_dir`` resumes.
 
-Output directory (``out_dir``), all of it resumable -- rerunning with the same directory continues:
-
-* ``findings.jsonl``: one finding per line, appended and flushed as it is found;
-* ``cases/<id>.pt`` + ``cases/<id>.json``: the call's tensors and the case as JSON, for
-  ``kernel-oracle repro cases/<id>.pt --target T``;
-* ``state.json``: cases executed, runs started, per-group counters (rewritten atomically);
-* ``.hypothesis/``: Hypothesis's example database (a killed shrink resumes from its best example);
-* ``summary.json``: the ``reports.schema`` record of kind ``"campaign"`` (rewritten at the end of
-  each run and of the campaign).
+Everything on disk belongs to :class:`fuzz.state.CampaignState` (Note [Campaign state]): the lock on
+``out_dir``, ``findings.jsonl``, ``cases/``, ``state.json``, ``summary.json``, and recovery from torn
+files; Hypothesis's example database is ``out_dir/.hypothesis/`` (a killed shrink resumes from its
+best example).
 """
 
 from __future__ import annotations
 
-import json
-import os
+import contextlib
+import math
 import shlex
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["CampaignError", "run_campaign", "FAMILY_OF"]
+from kernel_oracle.fuzz.state import CampaignState, GroupKey, StateError
 
-from kernel_oracle.harness.opinfo import FAMILY_OF  # noqa: E402 - op or family -> family, from the op table
+__all__ = ["CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign"]
 
+FAMILY_OF = {"lora": "lora", "vision": "vision", "step_a_q": "lora", "step_b_q": "lora", "step_a_v": "lora",
+             "step_b_v": "lora", "q_side_fused": "lora", "v_side_fused": "lora"}
 
-# shrink attempts after a crash (each one restarts the worker)
+# shrink attempts after a crash (each one restarts the worker) and after a hang (each one waits out
+# the case timeout, then restarts the worker)
 CRASH_SHRINKS = 8
+HANG_SHRINKS = 0
 # examples per Hypothesis run when the campaign is time-boxed (--time)
 TIME_CHUNK_EXAMPLES = 25
+# per-case timeout of a time-boxed campaign: half its time, within these bounds (seconds); an
+# interpreted tiny case takes well under a second, a first GPU compile a few seconds
+MIN_CASE_TIMEOUT_S = 5.0
+MAX_CASE_TIMEOUT_S = 120.0
 
 
 class CampaignError(ValueError):
-    """A usage error of :func:`run_campaign` (exit code 2 in the CLI)."""
+    """A usage or I/O error of :func:`run_campaign` (exit code 2 in the CLI)."""
 
 
-def _prepare_device(device: str) -> None:
-    """Switch the Triton interpreter on before any kernel import when there is no GPU to run on."""
-    import torch
+class CampaignInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT stopped the campaign; its state and summary are saved (``record``)."""
 
-    if device == "cpu" or not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    def __init__(self, signame: str, record: Optional[dict] = None, executed: int = 0):
+        super().__init__(signame)
+        self.signame, self.record, self.executed = signame, record, executed
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+def case_timeout_for(time_s: Optional[float]) -> float:
+    """The per-case timeout a campaign derives from its budget (seconds)."""
+    if time_s is None:
+        return MAX_CASE_TIMEOUT_S
+    return min(MAX_CASE_TIMEOUT_S, max(MIN_CASE_TIMEOUT_S, time_s / 2))
+
+
+def _finite_positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise CampaignError(f"Expected a positive finite number of seconds but got {name}={value!r}")
+
+
+def _check_arguments(op, budget, time_s, device, case_timeout_s) -> None:
+    if op not in FAMILY_OF:
+        raise CampaignError(f"op={op!r} is unknown; the only valid values are {sorted(FAMILY_OF)}")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+        raise CampaignError(f"Expected a non-negative int but got budget={budget!r}")
+    if time_s is not None:
+        _finite_positive("time_s", time_s)
+    if case_timeout_s is not None:
+        _finite_positive("case_timeout_s", case_timeout_s)
+    if device not in ("cpu", "cuda"):
+        raise CampaignError(f"device={device!r} is invalid; the only valid values are 'cpu', 'cuda'")
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM raises :class:`CampaignInterrupted` (SIGINT already raises KeyboardInterrupt); a second
+    signal during the clean-up is ignored.  Only the main thread can install handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise CampaignInterrupted(signal.Signals(signum).name)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 class _Progress:
@@ -84,245 +135,314 @@ class _Progress:
             self.bar.close()
 
 
-def _signature(case, verdict) -> str:
-    return "|".join((verdict.kind, case.op, case.dtype, case.mutation.kind if case.mutation else "valid"))
-
-
 def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: float | None = None, seed: int = 0,
                  device: str = "cpu", out_dir, upstream_contracts_only: bool = False, progress: bool = True,
-                 limits: Optional[str] = None, isolate: bool = True, shrink_allowance: Optional[int] = None) -> dict:
-    """Run (or resume) a campaign; returns the ``reports.schema`` record it writes to ``out_dir/summary.json``.
+                 limits: Optional[str] = None, isolate: bool = True, shrink_allowance: Optional[int] = None,
+                 case_timeout_s: Optional[float] = None, worker=None) -> dict:
+    """Run (or resume) a campaign; returns the ``harness.schema`` record it writes to ``out_dir/summary.json``.
 
     ``op``: ``lora``, ``vision`` or one LoRA op name.  ``budget``: cases to execute (shrinking
     included); ``time_s``: wall-clock seconds; with neither, ``budget=100``.  ``limits``: the size
     preset of :data:`fuzz.strategies.LIMITS` (default: ``tiny`` for an interpreted target, ``small``
-    for a CPU reference, ``full`` on a GPU).  ``isolate``: run the target in a worker process.
+    for a CPU reference, ``full`` on a GPU).  ``isolate``: run the target in a worker process (with
+    ``False`` this process must already be in the device's Triton mode).  ``case_timeout_s``: a case
+    running longer is a hang (default :func:`case_timeout_for`).  ``worker``: a started
+    :class:`fuzz.worker.Worker` for ``device`` to use (and leave running) instead of a fresh one.
+    Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted` on SIGTERM / SIGINT.
     """
-    if op not in FAMILY_OF:
-        raise CampaignError(f"op={op!r} is unknown; the only valid values are {sorted(FAMILY_OF)}")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-        raise CampaignError(f"Expected a non-negative int but got budget={budget!r}")
-    if time_s is not None and (not isinstance(time_s, (int, float)) or time_s <= 0):
-        raise CampaignError(f"Expected a positive number of seconds but got time_s={time_s!r}")
-    if device not in ("cpu", "cuda"):
-        raise CampaignError(f"device={device!r} is invalid; the only valid values are 'cpu', 'cuda'")
+    _check_arguments(op, budget, time_s, device, case_timeout_s)
     if budget is None and time_s is None:
         budget = 100
-    _prepare_device(device)
+    from kernel_oracle.harness.device import cuda_available, interpreting, needs_interpreter
 
-    import torch
-    from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
-    from hypothesis.database import DirectoryBasedExampleDatabase
-
-    from kernel_oracle.harness.schema import add_finding, add_group, add_note, add_target, new_record, save
-
-    from kernel_oracle.harness.check import Observed, _prepared_call, expected_outcome, judge, shape_class
-    from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases
-    from kernel_oracle.fuzz.targets import TargetError, resolve_target
-
-    if device == "cuda" and not torch.cuda.is_available():
+    if device == "cuda" and not cuda_available():
         raise CampaignError("device='cuda' but torch sees no GPU; pass --device cpu")
-    family = FAMILY_OF[op]
-    out = Path(out_dir)
-    (out / "cases").mkdir(parents=True, exist_ok=True)
+    if not isolate and needs_interpreter(device) != interpreting():
+        mode = "interpreted (TRITON_INTERPRET=1)" if needs_interpreter(device) else "compiled (TRITON_INTERPRET unset)"
+        raise CampaignError(f"isolate=False runs the target in this process, whose Triton kernels are not "
+                            f"{mode} as device={device!r} needs; pass isolate=True (a worker gets the right "
+                            f"environment) or start this process with kernel_oracle.harness.device."
+                            f"configure_process({device!r})")
+    if worker is not None and (not isolate or worker.device != device):
+        raise CampaignError(f"worker= is a {worker.device!r} worker; it needs isolate=True and device={worker.device!r}")
     try:
-        tgt = resolve_target(target, device)
-    except TargetError as exc:
+        state = CampaignState.open(out_dir, target=target, op=op, seed=seed)
+    except StateError as exc:
         raise CampaignError(str(exc)) from None
-
-    state_path = out / "state.json"
-    state = {"target": target, "op": op, "seed": seed, "executed": 0, "runs": 0, "elapsed_s": 0.0, "groups": {},
-             "finding_count": 0}
-    if state_path.exists():
-        old = json.loads(state_path.read_text())
-        if (old.get("target"), old.get("op")) != (target, op):
-            raise CampaignError(f"{out} holds a campaign of target={old.get('target')!r} op={old.get('op')!r}; "
-                                f"pass another --out to fuzz target={target!r} op={op!r}")
-        state.update(old)
-    findings_path = out / "findings.jsonl"
-    findings: list[dict] = []
-    if findings_path.exists():
-        findings = [json.loads(line) for line in findings_path.read_text().splitlines() if line.strip()]
-    known = {f["signature"] for f in findings if "signature" in f}
-    state["finding_count"] = max(state.get("finding_count", 0), len(findings))
-
-    ops = tgt.ops(family) if family == "lora" and op == "lora" else ((op,) if family == "lora" else ("vision",))
-    ops = tuple(o for o in ops if tgt.has(o))
-    dtypes = tgt.dtypes(ALL_DTYPES)
-    if limits is None:
-        limits = "full" if device == "cuda" else ("small" if target == "reference" else "tiny")
-    categories = ("valid", "partial", "upstream") + (() if upstream_contracts_only else ("malformed",))
-
-    def finish(record_notes=()) -> dict:
-        record = new_record("campaign", seeds={"seed": seed, "runs": state["runs"]}, device=device)
-        add_target(record, name=target, available=tgt.available, reason=tgt.reason or None,
-                   entry_points=sorted(tgt.entries), precision=tgt.precision_summary())
-        record["targets"][-1].update({"strict": tgt.strict, "excluded_dtypes": dict(tgt.excluded_dtypes),
-                                      "missing": dict(tgt.notes)})
-        for key, g in sorted(state["groups"].items()):
-            t, o, d, sc = key.split("|")
-            add_group(record, target=t, op=o, dtype=d, shape_class=sc, cases=g["cases"], passes=g["passes"],
-                      findings=g["findings"], ratios=g["ratios"], precision=tgt.precision_for(o))
-        for f in findings:
-            add_finding(record, {k: v for k, v in f.items() if k != "signature"})
-        record["campaign"] = {"target": target, "op": op, "ops": list(ops), "dtypes": list(dtypes),
-                              "budget": budget, "time_s": time_s, "executed": state["executed"],
-                              "elapsed_s": round(state["elapsed_s"], 3), "limits": limits,
-                              "upstream_contracts_only": upstream_contracts_only, "categories": list(categories),
-                              "interpreter": os.environ.get("TRITON_INTERPRET") == "1", "isolated": isolate}
-        for d, why in tgt.excluded_dtypes.items():
-            add_note(record, f"{target}: {d} not fuzzed: {why}")
-        for note in record_notes:
-            add_note(record, note)
-        save(record, out / "summary.json", overwrite=True)
-        return record
-
-    if not tgt.available or not ops:
-        why = tgt.reason if not tgt.available else f"no {family} entry point ({tgt.notes})"
-        return finish([f"target {target!r} unavailable for {op}: {why}"])
-
-    worker = None
-    if isolate:
-        from kernel_oracle.fuzz.worker import Worker
-
-        worker = Worker(target, device)
-
-    def observe(case) -> Observed:
-        if worker is not None:
-            return worker.run(case.to_dict())
-        from kernel_oracle.harness.check import execute
-
-        return execute(tgt, case, device)
-
-    def save_state() -> None:
-        _atomic_write(state_path, json.dumps(state, indent=1, sort_keys=True))
-
-    strategy = cases(family, categories=categories, dtypes=dtypes, ops=ops if family == "lora" else None,
-                     limits=limits)
-    allowance = shrink_allowance if shrink_allowance is not None else max(40, (budget or 200) // 2)
-    bar = _Progress(budget, progress, f"fuzz {target} {op}")
-    started = time.monotonic()
-    base_elapsed = state["elapsed_s"]
-
-    def elapsed() -> float:
-        return base_elapsed + time.monotonic() - started
-
-    def out_of_budget(extra: int = 0) -> bool:
-        if budget is not None and state["executed"] >= budget + extra:
-            return True
-        return time_s is not None and elapsed() >= time_s + (extra and 60.0)
-
-    def group(case) -> dict:
-        key = "|".join((target, case.op, case.dtype, shape_class(case)))
-        return state["groups"].setdefault(key, {"cases": 0, "passes": 0, "ratios": [],
-                                                "findings": {"mismatch": 0, "contract": 0, "validation-gap": 0,
-                                                             "crash": 0}})
-
-    def record_finding(case, verdict, call) -> dict:
-        state["finding_count"] += 1
-        fid = f"F{state['finding_count']:04d}-{verdict.kind}-{case.op}-{case.dtype}"
-        pt = out / "cases" / f"{fid}.pt"
-        torch.save({"case": case.to_dict(), "entry": call.entry, "args": call.args, "kwargs": call.kwargs,
-                    "inplace": call.inplace, "target": target, "device": device}, pt)
-        (out / "cases" / f"{fid}.json").write_text(case.to_json() + "\n")
-        repro = f"kernel-oracle repro {shlex.quote(str(pt))} --target {shlex.quote(target)}"
-        figures = dict(verdict.figures or {})
-        figures.setdefault("where", {})
-        finding = {"id": fid, "target": target, "op": case.op, "dtype": case.dtype,
-                   "shape_class": shape_class(case), "kind": verdict.kind,
-                   "message": verdict.message.replace("\nReproduce: ", "\nReproduce (in-memory): ")
-                   if verdict.message else verdict.kind,
-                   "figures": {k: figures.get(k) for k in ("max_abs", "max_rel", "ratio", "where")},
-                   "repro": repro, "problem": case.to_dict(), "expected": verdict.expected,
-                   "signature": _signature(case, verdict)}
-        with open(findings_path, "a") as fh:
-            fh.write(json.dumps(finding, sort_keys=True, default=str) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        findings.append(finding)
-        known.add(finding["signature"])
-        group(case)["findings"][verdict.kind] += 1
-        return finding
-
-    memo: dict = {}
     try:
-        stalled = 0
-        while not out_of_budget():
-            state["runs"] += 1
-            save_state()
-            run_seed = seed * 1_000_003 + state["runs"]
-            failing: dict = {}  # the latest (= most shrunk) new failure of this run
-            crash_shrinks = [0]
-            before = state["executed"]
+        with _sigterm_interrupts():
+            search = _Search(state, target=target, op=op, budget=budget, time_s=time_s, seed=seed, device=device,
+                             upstream_contracts_only=upstream_contracts_only, progress=progress, limits=limits,
+                             isolate=isolate, shrink_allowance=shrink_allowance,
+                             case_timeout_s=case_timeout_s if case_timeout_s is not None else case_timeout_for(time_s),
+                             worker=worker)
+            return search.run()
+    finally:
+        state.close()
 
-            # a time-boxed campaign runs Hypothesis in short chunks so the budget is checked between them:
-            # once the time is spent, examples return at once but Hypothesis would keep generating them
-            chunk = max(1, budget - state["executed"]) if budget is not None else 10**6
-            if time_s is not None:
-                chunk = min(chunk, TIME_CHUNK_EXAMPLES)
 
-            @settings(max_examples=chunk,
-                      deadline=None, derandomize=False, report_multiple_bugs=False,
-                      database=DirectoryBasedExampleDatabase(str(out / ".hypothesis")),
-                      suppress_health_check=list(HealthCheck), print_blob=False,
-                      phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
-            @hseed(run_seed)
-            @given(strategy)
-            def body(case):
-                key = case.to_json()
-                if key in memo:
-                    ok, sig, verdict = memo[key]
-                    if not ok and sig not in known:
-                        failing["case"], failing["verdict"] = case, verdict
-                        raise AssertionError(sig)
-                    return
-                if out_of_budget(extra=allowance if failing else 0):
-                    return
-                if failing and failing["verdict"].kind == "crash":
-                    crash_shrinks[0] += 1  # each crash costs a fresh worker: shrink crashes briefly
-                    if crash_shrinks[0] > CRASH_SHRINKS:
-                        return
-                call = _prepared_call(case, device)
-                expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call)
-                observed = observe(case)
-                verdict = judge(case, expected, observed, call=call, device=device)
-                state["executed"] += 1
-                g = group(case)
-                g["cases"] += 1
-                if verdict.ok:
-                    g["passes"] += 1
-                if verdict.ratio is not None and verdict.ratio == verdict.ratio and verdict.ratio != float("inf"):
-                    g["ratios"].append(round(float(verdict.ratio), 6))
-                bar.update(1, findings=len(findings))
-                if state["executed"] % 10 == 0:
-                    state["elapsed_s"] = elapsed()
-                    save_state()
-                sig = None if verdict.ok else _signature(case, verdict)
-                memo[key] = (verdict.ok, sig, verdict)
-                if verdict.ok or sig in known:
-                    return
-                failing["case"], failing["verdict"] = case, verdict
-                raise AssertionError(sig)
+class _Search:
+    """The search loop of one campaign (Note [Campaigns]); ``state`` persists everything."""
+
+    def __init__(self, state: CampaignState, *, target, op, budget, time_s, seed, device, upstream_contracts_only,
+                 progress, limits, isolate, shrink_allowance, case_timeout_s, worker):
+        self.state, self.target, self.op = state, target, op
+        self.budget, self.time_s, self.seed, self.device = budget, time_s, seed, device
+        self.upstream_contracts_only, self.progress, self.isolate = upstream_contracts_only, progress, isolate
+        self.family = FAMILY_OF[op]
+        self.limits = limits
+        self.case_timeout_s = case_timeout_s
+        self.allowance = shrink_allowance if shrink_allowance is not None else max(40, (budget or 200) // 2)
+        self.worker, self.own_worker = worker, worker is None
+        self.local_target = None
+        self.info: dict = {}
+        self.started = time.monotonic()
+        self.base_elapsed = state.elapsed_s
+        self.memo: dict = {}
+        self.buckets: list = []  # (Bucket, finding id) of the recorded findings
+        self.bar = None
+
+    # ---- budget --------------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return self.base_elapsed + time.monotonic() - self.started
+
+    def out_of_budget(self, extra: int = 0) -> bool:
+        if self.budget is not None and self.state.executed >= self.budget + extra:
+            return True
+        return self.time_s is not None and self.elapsed() >= self.time_s + (extra and 60.0)
+
+    # ---- the target --------------------------------------------------------------------------------
+    def _describe(self) -> dict:
+        """The target as the process that runs it sees it (``to_record()`` + ``interpreting``)."""
+        if not self.isolate:
+            from kernel_oracle.fuzz.targets import TargetError, resolve_target
+            from kernel_oracle.harness.device import interpreting
 
             try:
-                body()
-            except Exception:  # noqa: BLE001 - the failure itself; its minimal example is in `failing`
-                pass
-            if failing:
-                record_finding(failing["case"], failing["verdict"], _prepared_call(failing["case"], device))
-            state["elapsed_s"] = elapsed()
-            save_state()
-            finish()
-            if state["executed"] == before and not failing:
+                self.local_target = resolve_target(self.target, self.device)
+            except TargetError as exc:
+                raise CampaignError(str(exc)) from None
+            return {**self.local_target.to_record(), "interpreting": interpreting()}
+        from kernel_oracle.fuzz.worker import Worker, WorkerError
+
+        if self.worker is None:
+            self.worker = Worker(self.device, case_timeout_s=self.case_timeout_s)
+        else:
+            self.worker.case_timeout_s = self.case_timeout_s
+        try:
+            return self.worker.describe(self.target)
+        except WorkerError as exc:
+            raise CampaignError(str(exc)) from None
+
+    def observe(self, case):
+        if self.local_target is not None:
+            from kernel_oracle.harness.check import execute
+
+            return execute(self.local_target, case, self.device)
+        return self.worker.run(self.target, case.to_dict())
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def run(self) -> dict:
+        from kernel_oracle.harness.buckets import bucket_of_record
+        from kernel_oracle.harness.opinfo import FAMILY_OPS
+        from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases
+
+        try:
+            self.info = self._describe()
+            entries = set(self.info.get("entry_points") or ())
+            excluded = self.info.get("excluded_dtypes") or {}
+            wanted = FAMILY_OPS[self.family] if self.op in ("lora", "vision") else (self.op,)
+            self.ops = tuple(o for o in wanted if o in entries)
+            self.dtypes = tuple(d for d in ALL_DTYPES if d not in excluded)
+            if self.limits is None:
+                self.limits = "full" if self.device == "cuda" else ("small" if self.target == "reference" else "tiny")
+            self.categories = ("valid", "partial", "upstream") + (() if self.upstream_contracts_only else ("malformed",))
+            self.buckets = [(bucket_of_record(f), f["id"]) for f in self.state.findings]
+            if not self.info.get("available", True) or not self.ops:
+                why = (self.info.get("reason") if not self.info.get("available", True)
+                       else f"no {self.family} entry point ({self.info.get('missing') or {}})")
+                return self.finish([f"target {self.target!r} unavailable for {self.op}: {why}"])
+            self.strategy = cases(self.family, categories=self.categories, dtypes=self.dtypes,
+                                  ops=self.ops if self.family == "lora" else None, limits=self.limits)
+            self.bar = _Progress(self.budget, self.progress, f"fuzz {self.target} {self.op}")
+            self._loop()
+        except KeyboardInterrupt as exc:
+            signame = exc.signame if isinstance(exc, CampaignInterrupted) else "SIGINT"
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # one clean-up, even on a second Ctrl-C
+            try:
+                self._stop_worker(kill=True)
+                self.state.elapsed_s = self.elapsed()
+                self.state.save()
+                note = (f"interrupted by {signame} after {self.state.executed} cases; rerun with the same out "
+                        f"directory to resume")
+                record = self.finish([note], status="interrupted")
+            finally:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise CampaignInterrupted(signame, record, self.state.executed) from None
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+            self._stop_worker(kill=False)
+        self.state.elapsed_s = self.elapsed()
+        self.state.save()
+        return self.finish()
+
+    def _stop_worker(self, *, kill: bool) -> None:
+        if self.worker is None:
+            return
+        if kill:
+            self.worker.kill()
+        elif self.own_worker:
+            self.worker.close()
+
+    def _loop(self) -> None:
+        stalled = 0
+        while not self.out_of_budget():
+            before = self.state.executed
+            found = self._one_run()
+            self.state.elapsed_s = self.elapsed()
+            self.state.save()
+            self.finish(status="running")
+            if self.state.executed == before and not found:
                 stalled += 1
                 if stalled >= 3:  # Hypothesis has nothing new to try (tiny search space)
                     break
             else:
                 stalled = 0
-    finally:
-        bar.close()
-        if worker is not None:
-            worker.close()
-    state["elapsed_s"] = elapsed()
-    save_state()
-    return finish()
+
+    def _one_run(self) -> bool:
+        """One Hypothesis run: search until a new failure, shrink it, record it; True if it found one."""
+        from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
+        from hypothesis.database import DirectoryBasedExampleDatabase
+
+        from kernel_oracle.harness.check import _prepared_call
+
+        self.state.runs += 1
+        self.state.save()
+        run_seed = self.seed * 1_000_003 + self.state.runs
+        failing: dict = {}  # the latest (= most shrunk) new failure of this run
+        fault_shrinks = [0]
+        # a time-boxed campaign runs Hypothesis in short chunks so the budget is checked between them:
+        # once the time is spent, examples return at once but Hypothesis would keep generating them
+        chunk = max(1, self.budget - self.state.executed) if self.budget is not None else 10**6
+        if self.time_s is not None:
+            chunk = min(chunk, TIME_CHUNK_EXAMPLES)
+
+        @settings(max_examples=chunk, deadline=None, derandomize=False, report_multiple_bugs=False,
+                  database=DirectoryBasedExampleDatabase(str(self.state.out / ".hypothesis")),
+                  suppress_health_check=list(HealthCheck), print_blob=False,
+                  phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
+        @hseed(run_seed)
+        @given(self.strategy)
+        def body(case):
+            self._check(case, failing, fault_shrinks)
+
+        try:
+            body()
+        except Exception:  # noqa: BLE001 - the failure itself; its minimal example is in `failing`
+            pass
+        if not failing:
+            return False
+        case = failing["case"]
+        self._record(case, failing["verdict"], failing["bucket"], _prepared_call(case, self.device))
+        return True
+
+    def _check(self, case, failing: dict, fault_shrinks: list) -> None:
+        """Hypothesis's test body: run one case; raise for a failure of a root cause not yet found."""
+        from kernel_oracle.harness.check import _prepared_call, expected_outcome, judge, shape_class
+
+        key = case.to_json()
+        if key in self.memo:
+            ok, bucket, verdict = self.memo[key]
+            if not ok and self._known(bucket) is None:
+                failing.update(case=case, verdict=verdict, bucket=bucket)
+                raise AssertionError(bucket.label)
+            return
+        if self.out_of_budget(extra=self.allowance if failing else 0):
+            return
+        if failing and failing["verdict"].kind in ("crash", "hang"):
+            fault_shrinks[0] += 1  # each costs a fresh worker (and a hang its timeout): shrink briefly
+            if fault_shrinks[0] > (CRASH_SHRINKS if failing["verdict"].kind == "crash" else HANG_SHRINKS):
+                return
+        call = _prepared_call(case, self.device)
+        expected = expected_outcome(case, self.device, precision=self.info.get("precision") or "ieee", call=call)
+        observed = self.observe(case)
+        if observed.kind == "hang":
+            from kernel_oracle.harness.check import Verdict
+
+            verdict = Verdict(False, "hang", f"target hung: {observed.message}")
+        else:
+            verdict = judge(case, expected, observed, call=call, device=self.device)
+        group = GroupKey(self.target, case.op, case.dtype, shape_class(case))
+        self.state.count_case(group, passed=verdict.ok, ratio=verdict.ratio)
+        if self.bar is not None:
+            self.bar.update(1, findings=len(self.state.findings))
+        if self.state.executed % 10 == 0:
+            self.state.elapsed_s = self.elapsed()
+            self.state.save()
+        bucket = None
+        if not verdict.ok:
+            from kernel_oracle.harness.buckets import bucket_of
+
+            bucket = bucket_of(case, verdict, observed=observed, expected=expected, call=call)
+        self.memo[key] = (verdict.ok, bucket, verdict)
+        if verdict.ok:
+            return
+        fid = self._known(bucket)
+        if fid is not None:
+            self.state.add_hit(fid, {"op": case.op, "dtype": case.dtype, "shape_class": group.shape_class,
+                                     "problem": case.to_dict()})
+            return
+        failing.update(case=case, verdict=verdict, bucket=bucket)
+        raise AssertionError(bucket.label)
+
+    def _known(self, bucket) -> Optional[str]:
+        return next((fid for b, fid in self.buckets if b.covers(bucket)), None)
+
+    def _record(self, case, verdict, bucket, call) -> dict:
+        from kernel_oracle.harness.check import shape_class
+
+        state = self.state
+        fid = state.next_finding_id(verdict.kind, case.op, case.dtype)
+        pt = state.save_case(fid, {"case": case.to_dict(), "entry": call.entry, "args": call.args,
+                                   "kwargs": call.kwargs, "inplace": call.inplace, "target": self.target,
+                                   "device": self.device}, case.to_json())
+        figures = dict(verdict.figures or {})
+        figures.setdefault("where", {})
+        message = verdict.message or verdict.kind
+        finding = {"id": fid, "target": self.target, "op": case.op, "dtype": case.dtype,
+                   "shape_class": shape_class(case), "kind": verdict.kind,
+                   "message": message.replace("\nReproduce: ", "\nReproduce (in-memory): "),
+                   "figures": {k: figures.get(k) for k in ("max_abs", "max_rel", "ratio", "where")},
+                   "repro": f"kernel-oracle repro {shlex.quote(str(pt))} --target {shlex.quote(self.target)}",
+                   "problem": case.to_dict(), "expected": verdict.expected, "bucket": bucket.to_dict()}
+        state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))
+        self.buckets.append((bucket, fid))
+        return finding
+
+    # ---- the record ------------------------------------------------------------------------------
+    def finish(self, notes=(), status: Optional[str] = None) -> dict:
+        from kernel_oracle.harness.schema import add_note, add_target, save
+
+        info = self.info
+        record = self.state.to_record(device=self.device, precision=info.get("precision"), notes=())
+        add_target(record, name=self.target, available=info.get("available", False), reason=info.get("reason") or None,
+                   entry_points=sorted(info.get("entry_points") or ()), precision=info.get("precision"))
+        record["targets"][-1].update({"strict": info.get("strict"), "excluded_dtypes": dict(info.get("excluded_dtypes") or {}),
+                                      "missing": dict(info.get("missing") or {})})
+        record["campaign"] = {"target": self.target, "op": self.op, "ops": list(getattr(self, "ops", ())),
+                              "dtypes": list(getattr(self, "dtypes", ())), "budget": self.budget,
+                              "time_s": self.time_s, "executed": self.state.executed,
+                              "elapsed_s": round(self.state.elapsed_s, 3), "limits": self.limits,
+                              "upstream_contracts_only": self.upstream_contracts_only,
+                              "categories": list(getattr(self, "categories", ())),
+                              "interpreter": bool(info.get("interpreting")), "isolated": self.isolate,
+                              "case_timeout_s": self.case_timeout_s if self.isolate else None,
+                              "worker_restarts": self.worker.restarts if self.worker is not None else 0}
+        record["summary"]["status"] = status or "finished"
+        for d, why in (info.get("excluded_dtypes") or {}).items():
+            add_note(record, f"{self.target}: {d} not fuzzed: {why}")
+        for note in notes:
+            add_note(record, note)
+        save(record, Path(self.state.out) / "summary.json", overwrite=True)
+        return record

@@ -1,96 +1,231 @@
-"""An isolated worker process that runs one target, so a crash costs one case, not the campaign.
+"""An isolated, long-lived worker process that runs targets, so a crash or a hang costs one case.
 
-A target that segfaults, aborts, or poisons its CUDA context would take the campaign down with it;
-here it takes a worker down instead.  The parent sends plain data (target spec, device, case as a
-dict), the worker rebuilds the call from the problem's seed (bit-identical to the parent's) and
-answers with a picklable :class:`fuzz.check.Observed`.  When the pipe breaks or the case runs past
-its timeout the parent records a ``crash`` observation and starts a fresh worker.
+Note [Workers]
+--------------
+A target that segfaults, aborts, hangs or poisons its CUDA context would take the campaign down
+with it; here it takes a worker down instead, and a fresh one goes on.  One worker serves one
+device for as long as it lives (imports, the CUDA context, Triton's compiled kernels and the
+resolved targets are kept between cases and between campaigns that share it).
+
+* **Environment**: the worker's environment is :func:`harness.device.worker_env` of its device,
+  applied before anything imports a kernel module, so a ``device="cpu"`` worker interprets Triton
+  kernels even when its parent (a GPU test session, the main job) compiles them; the parent's own
+  environment is never touched.
+* **Protocol** (pickled over a pipe): the worker says ``("ready", pid)`` once its imports are done
+  (start-up is waited for separately, up to ``startup_timeout_s``, and never counted against a
+  case); ``("describe", spec)`` answers the target's ``to_record()`` as the worker sees it (plus
+  whether it interprets); ``("run", spec, case_dict)`` answers an :class:`harness.check.Observed`,
+  the worker rebuilding the call from the problem's seed (bit-identical to the parent's).
+* **Faults**: no answer within ``case_timeout_s`` is a ``hang`` observation, a broken pipe a
+  ``crash`` one (with the exit status in words); either way the worker is killed and the next case
+  starts a fresh one.  The worker ignores SIGINT (a Ctrl-C reaches the whole process group: the
+  campaign decides and ends its worker) and asks Linux to kill it when its parent dies
+  (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the campaign leaves no orphan running a hung kernel.
+
+This module imports only the standard library and :mod:`harness.device` at import time: the worker
+process imports it before its environment is set.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import traceback
 from typing import Optional
 
-from kernel_oracle.harness.check import Observed, case_from_dict
+from kernel_oracle.harness.device import interpreting, worker_env
 
-__all__ = ["Worker"]
+__all__ = ["DEFAULT_CASE_TIMEOUT_S", "STARTUP_TIMEOUT_S", "Worker", "WorkerError"]
+
+# seconds a case may take before it counts as a hang (campaigns derive a shorter one from their budget)
+DEFAULT_CASE_TIMEOUT_S = 120.0
+# seconds for a fresh worker's imports (torch, triton, the target; a CUDA context) before it is given up
+STARTUP_TIMEOUT_S = 300.0
 
 
-def _serve(conn, spec: str, device: str, env: dict) -> None:
-    os.environ.update(env)
-    from kernel_oracle.harness.check import execute
-    from kernel_oracle.fuzz.targets import resolve_target
+class WorkerError(RuntimeError):
+    """The worker could not start, or could not resolve a target spec (the reason is in the text)."""
 
-    target = resolve_target(spec, device)
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends an idle worker
+        pass
+
+
+def _serve(conn, env: dict) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    os.environ.clear()
+    os.environ.update(env)  # before the first kernel import (Note [Device switch])
+    from kernel_oracle.fuzz.targets import TargetError, resolve_target
+    from kernel_oracle.harness.check import Observed, case_from_dict, execute
+
+    targets: dict = {}
+    conn.send(("ready", os.getpid()))
     while True:
         try:
             msg = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):
             return
         if msg is None:
             return
+        op, spec, device = msg[0], msg[1], msg[2]
         try:
-            obs = execute(target, case_from_dict(msg), device)
+            if (spec, device) not in targets:
+                targets[(spec, device)] = resolve_target(spec, device)
+            target = targets[(spec, device)]
+        except (TargetError, ValueError) as exc:
+            conn.send(("error", str(exc)))
+            continue
+        if op == "describe":
+            conn.send(("info", {**target.to_record(), "interpreting": interpreting()}))
+            continue
+        try:
+            obs = execute(target, case_from_dict(msg[3]), device)
         except Exception as exc:  # noqa: BLE001 - a harness error is reported, not fatal
             obs = Observed("raise", exc_type=type(exc).__name__, message=f"harness error: {exc}\n"
                            + traceback.format_exc(limit=3))
-        conn.send(obs)
+        conn.send(("obs", obs))
 
 
 class Worker:
-    """``run(case_dict) -> Observed`` in a child process; restarts after a crash."""
+    """A worker process for ``device``: :meth:`describe` a target, :meth:`run` a case on it.
 
-    def __init__(self, spec: str, device: str, *, timeout_s: float = 600.0):
-        self.spec, self.device, self.timeout_s = spec, device, timeout_s
+    ``case_timeout_s``: seconds one case may take before it is a hang; ``startup_timeout_s``: for the
+    worker's imports (not counted against any case)."""
+
+    def __init__(self, device: str, *, case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S):
+        self.device = device
+        self.case_timeout_s = float(case_timeout_s)
+        self.startup_timeout_s = float(startup_timeout_s)
         self._ctx = mp.get_context("spawn")
-        self._proc: Optional[mp.Process] = None
+        self._proc: Optional[mp.process.BaseProcess] = None
         self._conn = None
         self.restarts = 0
+        self.startup_s: list[float] = []  # seconds each start took (imports), for the record
 
-    def _start(self) -> None:
+    @property
+    def pid(self) -> Optional[int]:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def start(self) -> None:
+        """Start the process if it is not running and wait until its imports are done."""
+        if self.alive:
+            return
+        import time
+
+        t0 = time.monotonic()
         parent, child = self._ctx.Pipe()
-        env = {k: v for k, v in os.environ.items() if k in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")}
-        self._proc = self._ctx.Process(target=_serve, args=(child, self.spec, self.device, env), daemon=True)
+        self._proc = self._ctx.Process(target=_serve, args=(child, worker_env(self.device)), daemon=True,
+                                       name=f"kernel-oracle-worker-{self.device}")
         self._proc.start()
         child.close()
         self._conn = parent
-
-    def run(self, case_dict: dict) -> Observed:
-        if self._proc is None or not self._proc.is_alive():
-            self._start()
         try:
-            self._conn.send(case_dict)
-            if not self._conn.poll(self.timeout_s):
-                self._kill()
-                return Observed("crash", message=f"no answer within {self.timeout_s:g}s (hang); worker killed")
-            return self._conn.recv()
-        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
-            code = self._proc.exitcode if self._proc is not None else None
-            self._proc.join(timeout=5) if self._proc is not None else None
-            code = self._proc.exitcode if self._proc is not None else code
-            self._kill()
-            return Observed("crash", message=f"worker process died (exit code {code})")
+            if not parent.poll(self.startup_timeout_s):
+                raise WorkerError(f"the {self.device} worker did not start within {self.startup_timeout_s:g}s")
+            tag, _ = parent.recv()
+        except (EOFError, OSError) as exc:
+            code = self._reap()
+            raise WorkerError(f"the {self.device} worker died while starting ({_exit_words(code)}): {exc}") from None
+        except BaseException:
+            self.kill()
+            raise
+        if tag != "ready":
+            self.kill()
+            raise WorkerError(f"the {self.device} worker answered {tag!r} instead of 'ready'")
+        self.startup_s.append(time.monotonic() - t0)
 
-    def _kill(self) -> None:
-        self.restarts += 1
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
+    def describe(self, spec: str) -> dict:
+        """The target's ``to_record()`` as the worker resolves it, plus ``interpreting``."""
+        self.start()
+        self._conn.send(("describe", spec, self.device))
+        if not self._conn.poll(self.startup_timeout_s):
+            self.kill()
+            raise WorkerError(f"resolving target {spec!r} took over {self.startup_timeout_s:g}s")
+        try:
+            tag, payload = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._reap()
+            raise WorkerError(f"the worker died resolving target {spec!r} ({_exit_words(code)})") from None
+        if tag == "error":
+            raise WorkerError(payload)
+        return payload
+
+    def run(self, spec: str, case_dict: dict):
+        """``Observed`` of one case; a hang or a crash is an observation and ends this process."""
+        from kernel_oracle.harness.check import Observed
+
+        self.start()
+        try:
+            self._conn.send(("run", spec, self.device, case_dict))
+            if not self._conn.poll(self.case_timeout_s):
+                self.kill()
+                return Observed("hang", message=f"no answer within {self.case_timeout_s:g}s; worker killed "
+                                                f"and replaced")
+            tag, payload = self._conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            code = self._reap()
+            return Observed("crash", message=f"worker process died ({_exit_words(code)})")
+        if tag == "error":
+            return Observed("raise", exc_type="TargetError", message=payload)
+        return payload
+
+    def _reap(self) -> Optional[int]:
+        code = None
         if self._proc is not None:
             self._proc.join(timeout=5)
+            code = self._proc.exitcode
+        self.kill()
+        return code
+
+    def kill(self) -> None:
+        """End the process now (a hang, a crash, an interrupt); the next call starts a fresh one."""
+        if self._proc is not None:
+            self.restarts += 1
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
         self._proc = None
         self._conn = None
 
     def close(self) -> None:
+        """Ask the process to exit; kill it if it does not within 5 s."""
         if self._proc is not None and self._proc.is_alive():
             try:
                 self._conn.send(None)
                 self._proc.join(timeout=5)
             except (OSError, BrokenPipeError):
                 pass
-            if self._proc.is_alive():
-                self._proc.kill()
-                self._proc.join(timeout=5)
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
         self._proc = None
+        self._conn = None
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _exit_words(code: Optional[int]) -> str:
+    from kernel_oracle.harness.buckets import describe_exit
+
+    return describe_exit(code)

@@ -1,21 +1,47 @@
 """``kernel-oracle fuzz``: run (or resume) a fuzzing campaign against one target.
 
-Exit codes: 0 no findings, 1 findings, 2 usage error (or a target that cannot run here, with the
-reason).  The library API is :func:`fuzz.campaign.run_campaign`; this module only parses and prints.
+Exit codes (SPEC.md): 0 cases ran and found nothing, 1 findings, 2 usage or I/O error (one line: a
+bad option, ``--out`` a file or unwritable or held by another campaign, a target that cannot run
+this op here), 3 interrupted (SIGTERM / SIGINT: state saved, rerun to resume) or nothing tested.
+The library API is :func:`fuzz.campaign.run_campaign`; this module only parses and prints.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["add_arguments", "finite_float", "main"]
 
 
-def _device_default() -> str:
-    import torch
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number (``nan`` and ``inf`` are refused with the reason)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number but got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number but got {text!r}")
+    return value
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+
+def _positive_float(text: str) -> float:
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds but got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer but got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 case but got {text!r}; a campaign of no cases "
+                                         f"tests nothing")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,9 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "package.module[:attr]")
     parser.add_argument("--op", required=True, choices=sorted(FAMILY_OF), help="lora, vision or one LoRA op")
     amount = parser.add_mutually_exclusive_group()
-    amount.add_argument("--budget", type=int, default=None, metavar="N",
+    amount.add_argument("--budget", type=_positive_int, default=None, metavar="N",
                         help="cases to execute, shrinking included (default 100)")
-    amount.add_argument("--time", dest="time_s", type=float, default=None, metavar="S", help="seconds to run")
+    amount.add_argument("--time", dest="time_s", type=_positive_float, default=None, metavar="S",
+                        help="seconds to run")
+    parser.add_argument("--case-timeout", dest="case_timeout_s", type=_positive_float, default=None, metavar="S",
+                        help="seconds one case may run before it is a hang (default: half of --time, "
+                             "between 5 and 120; 120 with --budget)")
     parser.add_argument("--seed", type=int, default=0, metavar="K")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cuda when a GPU is visible, else cpu (Triton interpreter)")
@@ -40,35 +70,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="problem sizes (default: tiny for interpreted Triton, small for the CPU reference, "
                              "full on a GPU)")
     parser.add_argument("--no-isolate", dest="isolate", action="store_false",
-                        help="run the target in this process (faster start; a crash ends the campaign)")
+                        help="run the target in this process (faster start; a crash or hang ends the campaign)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
+def _error(text: str, code: int = 2) -> int:
+    print(f"kernel-oracle fuzz: {text}", file=sys.stderr)
+    return code
+
+
 def main(args: argparse.Namespace) -> int:
-    device = args.device or _device_default()
-    if device == "cpu":
-        import os
+    from kernel_oracle.harness.device import configure_process, default_device
 
-        import torch
-
-        if not torch.cuda.is_available():
-            os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel import
-    from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
+    device = args.device or default_device()
+    if not args.isolate:
+        try:
+            configure_process(device)  # the target runs here: before any kernel import
+        except RuntimeError as exc:
+            return _error(f"error: {exc}")
+    from kernel_oracle.fuzz.campaign import CampaignError, CampaignInterrupted, run_campaign
 
     try:
         record = run_campaign(target=args.target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
                               device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
-                              progress=args.progress, limits=args.limits, isolate=args.isolate)
+                              progress=args.progress, limits=args.limits, isolate=args.isolate,
+                              case_timeout_s=args.case_timeout_s)
     except CampaignError as exc:
-        print(f"kernel-oracle fuzz: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(f"error: {exc}")
+    except CampaignInterrupted as exc:
+        n = len((exc.record or {}).get("findings") or [])
+        return _error(f"interrupted by {exc.signame} after {exc.executed} cases ({n} findings); state saved in "
+                      f"{args.out}; rerun the same command to resume", 3)
     t = record["targets"][0] if record["targets"] else {}
-    if not t.get("available", True) or record["campaign"]["executed"] == 0 and record.get("notes"):
-        for note in record.get("notes", []):
-            print(f"kernel-oracle fuzz: {note}", file=sys.stderr)
-        if not t.get("available", True):
-            return 2
     camp = record["campaign"]
+    if not t.get("available", True) or not camp["ops"]:
+        for note in record.get("notes", []):
+            _error(note)
+        return 2
     print(f"{args.target} {args.op}: {camp['executed']} cases in {camp['elapsed_s']:.1f}s "
           f"(precision {t.get('precision')}; dtypes {', '.join(camp['dtypes'])})")
     for note in record.get("notes", []):
@@ -79,7 +117,13 @@ def main(args: argparse.Namespace) -> int:
               + (f", findings {bad}" if bad else "")
               + (f", max error ratio {g['error_ratio']['max']:.3g}" if g["error_ratio"]["max"] is not None else ""))
     for f in record["findings"]:
-        print(f"FINDING {f['id']} [{f['kind']}] {f['op']} {f['dtype']} {f['shape_class']}: "
-              f"{f['message'].splitlines()[0] if f['message'] else ''}\n  repro: {f['repro']}")
+        count = f.get("count", 1)
+        print(f"FINDING {f['id']} [{f['kind']}] {f['op']} {f['dtype']} {f['shape_class']}"
+              + (f" ({count} failing cases)" if count > 1 else "")
+              + f": {f['message'].splitlines()[0] if f['message'] else ''}\n  repro: {f['repro']}")
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl")
-    return 1 if record["findings"] else 0
+    if record["findings"]:
+        return 1
+    if camp["executed"] == 0:
+        return _error("tested nothing: no case ran (exit 3)", 3)
+    return 0

@@ -1,0 +1,379 @@
+"""The on-disk state of one campaign: an output directory that can be resumed, salvaged and recovered.
+
+Note [Campaign state]
+---------------------
+:class:`CampaignState` owns a campaign's ``out_dir``; the search loop (:mod:`fuzz.campaign`) only
+asks it to count a case, name and save a finding, and write the summary; the main job reads a
+killed campaign's directory back through the same object (:meth:`CampaignState.read`).  Files:
+
+* ``findings.jsonl``: one finding per line, appended, flushed and fsync'ed as it is found;
+* ``cases/<id>.pt`` + ``cases/<id>.json``: the call's tensors and the case (written *before* the
+  finding's line, so a line always has its files);
+* ``state.json``: counters, per-group counts (keys are :class:`GroupKey`), each finding's bucket
+  count and extra examples, notes; rewritten atomically (write a temporary file, then rename);
+* ``.lock``: held with ``fcntl.flock`` while a campaign runs, so a second campaign on the same
+  directory is refused (:class:`OutDirBusy`) instead of writing duplicate ids and overwriting
+  ``.pt`` files; the kernel drops the lock when the process dies, even by ``kill -9``;
+* ``summary.json``: the result record (:mod:`harness.schema`, kind ``campaign``).
+
+Recovery (a campaign killed mid-write, a disk that filled up): a torn or unreadable line of
+``findings.jsonl`` is moved, with a note saying why, to ``findings.jsonl.torn`` and the complete
+lines kept; an unreadable ``state.json`` is moved to ``state.json.corrupt`` and the state rebuilt
+from the findings and the case files (the finding counter from the highest id on disk, so no id or
+``.pt`` is ever reused; each finding's group counts its one case; the earlier case counts are lost
+and a note says so).  No complete finding is ever dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+from kernel_oracle.harness.schema import FINDING_KINDS
+
+__all__ = ["CampaignState", "GroupCounts", "GroupKey", "MAX_EXAMPLES", "OutDirBusy", "StateError"]
+
+STATE_VERSION = 2
+# examples kept per finding besides its own (shrunk) one
+MAX_EXAMPLES = 3
+_ID_NUMBER = re.compile(r"^F(\d+)-")
+
+
+class StateError(ValueError):
+    """An output directory that cannot be used (not a directory, not writable, another campaign's)."""
+
+
+class OutDirBusy(StateError):
+    """Another process holds the directory's lock."""
+
+
+@dataclass(frozen=True, order=True)
+class GroupKey:
+    """The counters' key: one group of the result record."""
+
+    target: str
+    op: str
+    dtype: str
+    shape_class: str
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "op": self.op, "dtype": self.dtype, "shape_class": self.shape_class}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GroupKey":
+        return cls(str(d["target"]), str(d["op"]), str(d["dtype"]), str(d["shape_class"]))
+
+
+@dataclass
+class GroupCounts:
+    cases: int = 0
+    passes: int = 0
+    ratios: list = field(default_factory=list)
+    findings: dict = field(default_factory=lambda: {k: 0 for k in FINDING_KINDS})
+
+    def to_dict(self) -> dict:
+        return {"cases": self.cases, "passes": self.passes, "ratios": list(self.ratios),
+                "findings": dict(self.findings)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GroupCounts":
+        counts = {k: 0 for k in FINDING_KINDS}
+        counts.update({str(k): int(v) for k, v in (d.get("findings") or {}).items()})
+        return cls(int(d.get("cases", 0)), int(d.get("passes", 0)), [float(r) for r in d.get("ratios") or ()],
+                   counts)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+class CampaignState:
+    """The state of the campaign in ``out`` (see Note [Campaign state]).  Open it with :meth:`open`
+    (locks, recovers on disk) or :meth:`read` (read-only, for a finished or killed campaign)."""
+
+    def __init__(self, out: Path, *, target: Optional[str], op: Optional[str], seed: int = 0):
+        self.out = out
+        self.target, self.op, self.seed = target, op, seed
+        self.executed = 0
+        self.runs = 0
+        self.elapsed_s = 0.0
+        self.finding_count = 0
+        self.groups: dict[GroupKey, GroupCounts] = {}
+        self.findings: list[dict] = []
+        self.hits: dict[str, dict] = {}  # finding id -> {"count": n, "examples": [case dicts]}
+        self.notes: list[str] = []
+        self._lock_fh = None
+        self._writable = False
+
+    # ---- paths -----------------------------------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.out / "state.json"
+
+    @property
+    def findings_path(self) -> Path:
+        return self.out / "findings.jsonl"
+
+    @property
+    def cases_dir(self) -> Path:
+        return self.out / "cases"
+
+    # ---- opening ---------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, out_dir, *, target: str, op: str, seed: int = 0) -> "CampaignState":
+        """Lock ``out_dir`` (created if absent) and load or recover what it holds; ``StateError``
+        when it cannot be used, :class:`OutDirBusy` when another campaign holds it."""
+        out = Path(out_dir)
+        try:
+            if out.exists() and not out.is_dir():
+                raise StateError(f"--out {out}: is a file, not a directory; pass a directory")
+            (out / "cases").mkdir(parents=True, exist_ok=True)
+            lock_fh = open(out / ".lock", "a+")
+        except StateError:
+            raise
+        except OSError as exc:
+            raise StateError(f"--out {out}: cannot write there ({exc.strerror or exc}); pass a writable "
+                             f"directory") from None
+        state = cls(out, target=target, op=op, seed=seed)
+        state._acquire(lock_fh)
+        try:
+            state._load(recover_on_disk=True)
+            if (state.target, state.op) != (target, op):
+                raise StateError(f"{out} holds a campaign of target={state.target!r} op={state.op!r}; "
+                                 f"pass another --out to fuzz target={target!r} op={op!r}")
+        except BaseException:
+            state.close()
+            raise
+        state._writable = True
+        return state
+
+    @classmethod
+    def read(cls, out_dir) -> "CampaignState":
+        """The state of ``out_dir`` as it is on disk (no lock, nothing written; torn lines skipped)."""
+        state = cls(Path(out_dir), target=None, op=None)
+        state._load(recover_on_disk=False)
+        return state
+
+    def _acquire(self, fh) -> None:
+        import fcntl
+
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise OutDirBusy(f"--out {self.out}: another campaign (pid {holder}) is using it; wait for it to "
+                             f"finish or pass another --out") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._lock_fh = fh
+
+    def close(self) -> None:
+        """Release the lock (the files stay)."""
+        if self._lock_fh is not None:
+            import fcntl
+
+            try:
+                fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_UN)
+            finally:
+                self._lock_fh.close()
+                self._lock_fh = None
+        self._writable = False
+
+    # ---- loading and recovery --------------------------------------------------------------------
+    def _load(self, *, recover_on_disk: bool) -> None:
+        self.findings = self._load_findings(recover_on_disk)
+        raw = None
+        if self.state_path.exists():
+            try:
+                raw = json.loads(self.state_path.read_text())
+                self._apply(raw)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                raw = None
+                self._reset_counters()
+                if recover_on_disk:
+                    self.state_path.replace(self.out / "state.json.corrupt")
+                    self.notes.append(f"state.json was unreadable ({why}); moved to state.json.corrupt and the "
+                                      f"state rebuilt from {len(self.findings)} finding(s) and the case files: "
+                                      f"case counts before this point are lost")
+                else:
+                    self.notes.append(f"state.json unreadable ({why}); counts rebuilt from the findings")
+        if raw is None:
+            self._rebuild_from_findings()
+        self.finding_count = max(self.finding_count, self._highest_id_on_disk())
+        if recover_on_disk and raw is None and (self.findings or self.notes):
+            self.save()
+
+    def _reset_counters(self) -> None:
+        self.executed, self.runs, self.elapsed_s, self.finding_count = 0, 0, 0.0, 0
+        self.groups, self.hits = {}, {}
+
+    def _apply(self, raw: dict) -> None:
+        """Take the counters of a parsed ``state.json`` (all or nothing: a bad field raises first)."""
+        if not isinstance(raw, dict):
+            raise TypeError(f"expected a JSON object, got {type(raw).__name__}")
+        groups = raw.get("groups") or []
+        if isinstance(groups, dict):  # version 1 wrote "target|op|dtype|shape_class" keys: read them once, here
+            groups = [{"key": dict(zip(("target", "op", "dtype", "shape_class"), k.split("|"))), **g}
+                      for k, g in groups.items()]
+        parsed = {GroupKey.from_dict(g["key"]): GroupCounts.from_dict(g) for g in groups}
+        hits = {str(k): {"count": int(v.get("count", 1)), "examples": list(v.get("examples") or [])}
+                for k, v in (raw.get("hits") or {}).items()}
+        counters = (int(raw.get("executed", 0)), int(raw.get("runs", 0)), float(raw.get("elapsed_s", 0.0)),
+                    int(raw.get("finding_count", 0)))
+        notes = [str(n) for n in raw.get("notes") or []]
+        self.target = raw.get("target", self.target)
+        self.op = raw.get("op", self.op)
+        self.executed, self.runs, self.elapsed_s, self.finding_count = counters
+        self.groups, self.hits = parsed, hits
+        self.notes = notes + self.notes
+
+    def _rebuild_from_findings(self) -> None:
+        for f in self.findings:
+            key = GroupKey(str(f.get("target") or self.target), str(f.get("op")), str(f.get("dtype") or "-"),
+                           str(f.get("shape_class") or "-"))
+            g = self.groups.setdefault(key, GroupCounts())
+            g.cases += 1
+            if f.get("kind") in g.findings:
+                g.findings[f["kind"]] += 1
+            self.executed += 1
+            if self.target is None:
+                self.target = f.get("target")
+
+    def _load_findings(self, recover_on_disk: bool) -> list[dict]:
+        path = self.findings_path
+        if not path.exists():
+            return []
+        data = path.read_bytes()
+        good, bad = [], []
+        lines = data.split(b"\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line.decode("utf-8"))
+                if not isinstance(item, dict) or "id" not in item or "kind" not in item:
+                    raise ValueError("not a finding object")
+            except ValueError as exc:
+                bad.append((line, f"unreadable line {i + 1} ({type(exc).__name__}: {exc})"))
+                continue
+            good.append(item)  # a complete object without its newline is kept (and terminated below)
+        if bad:
+            what = "; ".join(why for _, why in bad)
+            if recover_on_disk:
+                with open(self.out / "findings.jsonl.torn", "ab") as fh:
+                    for line, why in bad:
+                        fh.write(f"# set aside by kernel-oracle: {why}\n".encode())
+                        fh.write(line + b"\n")
+                self.notes.append(f"findings.jsonl: {len(bad)} torn or unreadable line(s) set aside in "
+                                  f"findings.jsonl.torn ({what}); {len(good)} complete finding(s) kept")
+            else:
+                self.notes.append(f"findings.jsonl: skipped {len(bad)} torn or unreadable line(s) ({what})")
+        if recover_on_disk and (bad or (data and not data.endswith(b"\n"))):
+            _atomic_write(path, "".join(json.dumps(f, sort_keys=True, default=str) + "\n" for f in good))
+        return good
+
+    def _highest_id_on_disk(self) -> int:
+        names = [f.get("id", "") for f in self.findings]
+        if self.cases_dir.is_dir():
+            names.extend(p.name for p in self.cases_dir.iterdir())
+        numbers = [int(m.group(1)) for m in (_ID_NUMBER.match(str(n)) for n in names) if m]
+        return max(numbers, default=0)
+
+    # ---- updating --------------------------------------------------------------------------------
+    def group(self, key: GroupKey) -> GroupCounts:
+        return self.groups.setdefault(key, GroupCounts())
+
+    def count_case(self, key: GroupKey, *, passed: bool, ratio: Optional[float]) -> None:
+        """One executed case of group ``key``."""
+        self.executed += 1
+        g = self.group(key)
+        g.cases += 1
+        if passed:
+            g.passes += 1
+        if ratio is not None and ratio == ratio and ratio != float("inf"):
+            g.ratios.append(round(float(ratio), 6))
+
+    def next_finding_id(self, kind: str, op: str, dtype: str) -> str:
+        self.finding_count += 1
+        return f"F{self.finding_count:04d}-{kind}-{op}-{dtype}"
+
+    def save_case(self, fid: str, payload: dict, case_json: str) -> Path:
+        """Write ``cases/<fid>.pt`` (the call's tensors) and ``cases/<fid>.json`` (the case)."""
+        import torch
+
+        self._check_writable()
+        pt = self.cases_dir / f"{fid}.pt"
+        torch.save(payload, pt)
+        (self.cases_dir / f"{fid}.json").write_text(case_json + "\n")
+        return pt
+
+    def append_finding(self, finding: dict, group: GroupKey) -> dict:
+        """Append ``finding`` to ``findings.jsonl`` (flushed and fsync'ed) and count it."""
+        self._check_writable()
+        with open(self.findings_path, "a") as fh:
+            fh.write(json.dumps(finding, sort_keys=True, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.findings.append(finding)
+        self.group(group).findings[finding["kind"]] += 1
+        self.hits.setdefault(finding["id"], {"count": 1, "examples": []})
+        return finding
+
+    def add_hit(self, fid: str, example: dict) -> None:
+        """One more case of the finding ``fid``'s bucket; the first few are kept as examples."""
+        h = self.hits.setdefault(fid, {"count": 1, "examples": []})
+        h["count"] += 1
+        if len(h["examples"]) < MAX_EXAMPLES:
+            h["examples"].append(example)
+
+    def save(self) -> None:
+        """Rewrite ``state.json`` atomically."""
+        self._check_writable(allow_recovery=True)
+        raw = {"version": STATE_VERSION, "target": self.target, "op": self.op, "seed": self.seed,
+               "executed": self.executed, "runs": self.runs, "elapsed_s": round(self.elapsed_s, 3),
+               "finding_count": self.finding_count,
+               "groups": [{"key": k.to_dict(), **g.to_dict()} for k, g in sorted(self.groups.items())],
+               "hits": self.hits, "notes": self.notes}
+        _atomic_write(self.state_path, json.dumps(raw, indent=1, sort_keys=True))
+
+    def _check_writable(self, allow_recovery: bool = False) -> None:
+        if not self._writable and not (allow_recovery and self._lock_fh is not None):
+            raise StateError(f"{self.out}: this state was opened read-only (CampaignState.read)")
+
+    # ---- the record --------------------------------------------------------------------------------
+    def findings_with_hits(self) -> list[dict]:
+        """The findings as the record shows them: each with its bucket's ``count`` and ``examples``."""
+        out = []
+        for f in self.findings:
+            h = self.hits.get(f["id"]) or {"count": 1, "examples": []}
+            out.append({**{k: v for k, v in f.items() if k != "signature"}, "count": int(h["count"]),
+                        "examples": list(h["examples"])})
+        return out
+
+    def to_record(self, *, device: str, precision: Optional[str] = None, notes: Iterable[str] = ()) -> dict:
+        """A ``campaign`` result record of the groups, findings and notes (the caller adds the rest)."""
+        from kernel_oracle.harness.schema import add_finding, add_group, add_note, new_record
+
+        record = new_record("campaign", seeds={"seed": self.seed, "runs": self.runs}, device=device)
+        for key, g in sorted(self.groups.items()):
+            add_group(record, target=key.target, op=key.op, dtype=key.dtype, shape_class=key.shape_class,
+                      cases=g.cases, passes=g.passes, findings=g.findings, ratios=g.ratios, precision=precision)
+        for f in self.findings_with_hits():
+            add_finding(record, f)
+        for note in [*self.notes, *notes]:
+            add_note(record, note)
+        return record
