@@ -1,0 +1,79 @@
+"""The real-bug corpus (``corpus/*.toml``, Note [Bug corpus] in ``kernel_oracle.bug_corpus``): every
+upstream defect fails, as the entry says, on each buggy release and passes on each fixed one; a
+known (unfixed) defect must still fail on the releases listed, so the day it is fixed this test
+says so and the entry moves to ``status = "fixed"``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel_oracle.bug_corpus import CorpusError, load_corpus, load_entry, run_entry
+
+from oracle_tests._sglang_releases import release_target
+
+ENTRIES = load_corpus()
+RELEASE_RUNS = [pytest.param(e, r, want, id=f"{e.id}-{r}-{want}")
+                for e in ENTRIES if e.target.startswith("sglang")
+                for want, releases in (("fails", e.buggy), ("passes", e.fixed)) for r in releases]
+
+
+def test_corpus_holds_the_issue_13_entries():
+    ids = {e.id for e in ENTRIES}
+    assert {"sglang-pr-28371", "sglang-empty-batch-max-len-none", "flashinfer-graph-cache-key-strides"} <= ids
+    pr = next(e for e in ENTRIES if e.id == "sglang-pr-28371")
+    assert (pr.buggy, pr.fixed, pr.status) == (("0.5.12",), ("0.5.15", "0.5.23"), "fixed")
+    empty = next(e for e in ENTRIES if e.id == "sglang-empty-batch-max-len-none")
+    assert empty.status == "known" and "0.5.23" in empty.buggy and not empty.fixed
+
+
+@pytest.mark.parametrize("entry, release, want", RELEASE_RUNS)
+def test_entry_on_release(entry, release, want):
+    if entry.device == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"{entry.id} needs a GPU")
+    target = release_target(entry.spec(release), entry.device)
+    outcome = run_entry(entry, target, entry.device)
+    if want == "fails":
+        assert outcome.matches(entry), (f"{entry.id} on {entry.spec(release)}: expected a {entry.expect} finding"
+                                        f"{' with ' + repr(entry.message_contains) if entry.message_contains else ''}"
+                                        f", got {outcome}")
+    else:
+        assert not outcome.failed, f"{entry.id} on fixed {entry.spec(release)}: {outcome.kind}: {outcome.message}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="FlashInfer's cuDNN prefill runs on CUDA only (the entry's device is 'cuda')")
+def test_flashinfer_graph_cache_entry_is_still_failing():
+    """Known (no fixed release): the cases run in order on one engine without the target's guard."""
+    entry = next(e for e in ENTRIES if e.id == "flashinfer-graph-cache-key-strides")
+    try:
+        from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
+    except Exception as exc:  # noqa: BLE001 - the reason is the skip message
+        pytest.skip(f"FlashInfer's cuDNN prefill does not import here: {type(exc).__name__}: {exc}")
+    from kernel_oracle.fuzz.targets import Target
+    from kernel_oracle.fuzz.targets.flashinfer_cudnn import FlashInferCudnn, engine_versions
+
+    versions = engine_versions()
+    if versions.get("flashinfer") not in entry.buggy:
+        pytest.skip(f"FlashInfer {versions.get('flashinfer')} is not a release this entry lists ({entry.buggy})")
+    eng = FlashInferCudnn(torch.device("cuda"), cudnn_batch_prefill_with_kv_cache, guard=False)
+    target = Target("flashinfer-cudnn (unguarded)", {"vision": eng.flashinfer_cudnn_attention}, strict=False,
+                    poison=eng.poisoned_output)
+    outcome = run_entry(entry, target, "cuda")
+    assert outcome.matches(entry) and outcome.case_index == 1, outcome
+
+
+def test_corpus_entries_are_validated(tmp_path):
+    bad = tmp_path / "x.toml"
+    bad.write_text('id = "x"\ntitle = "t"\nupstream = "u"\ntarget = "sglang"\ndevice = "cpu"\nstatus = "fixed"\n'
+                   'buggy = ["0.5.12"]\nfixed = ["0.5.15"]\nexpect = "mismatch"\n'
+                   '[[cases]]\n[cases.problem]\nfamily = "lora"\nop = "step_a_q"\nseg_lens = [1]\n'
+                   'weight_indices = [0]\nlora_ranks = [16]\nscalings = [1.0]\nstale_host_int = [0, 0, 1]\n')
+    with pytest.raises(CorpusError) as info:
+        load_entry(bad)
+    assert str(info.value).startswith(f"{bad}: cases[0].problem has unknown keys ['stale_host_int']; the only "
+                                      f"valid keys are ")
+    bad.write_text(bad.read_text().replace('status = "fixed"', 'status = "known"'))
+    with pytest.raises(CorpusError, match=r"status='known' with fixed=\['0.5.15'\]; a fixed entry names"):
+        load_entry(bad)
