@@ -28,8 +28,8 @@ PACKAGE_DIRS = _SETUPTOOLS["package-dir"]  # import name -> folder of this check
 OLD_TOP_LEVEL = ("reference", "kernels", "fuzz", "reports", "harness", "benchmarks")
 
 # Imports every module of the installed layout with the checkout root first on sys.path (as under
-# pytest), then prints the modules loaded from the package folders of this checkout ($KO_FOLDERS)
-# under a name outside kernel_oracle.*.
+# pytest) -- each package of the wheel ($KO_PACKAGES) and its modules -- then prints the modules
+# loaded from the package folders of this checkout ($KO_FOLDERS) under a name outside kernel_oracle.*.
 _IMPORT_EVERYTHING = r"""
 import importlib, json, os, pkgutil, sys
 root = sys.argv[1]
@@ -38,11 +38,11 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # kernel modules on a machine wi
 for extra in sys.argv[2:]:
     importlib.import_module(extra)
 import kernel_oracle
-names = ["kernel_oracle"]
-for info in pkgutil.walk_packages(kernel_oracle.__path__, "kernel_oracle."):
-    names.append(info.name)
-    if info.ispkg:
-        importlib.import_module(info.name)  # so walk_packages sees its children
+names = []
+for package in json.loads(os.environ["KO_PACKAGES"]):  # every package of the wheel, then its modules
+    names.append(package)
+    path = importlib.import_module(package).__path__
+    names += [info.name for info in pkgutil.iter_modules(path, package + ".") if not info.ispkg]
 for name in names:
     if not name.endswith("__main__"):  # running the CLI is not importing it
         importlib.import_module(name)
@@ -72,7 +72,8 @@ def test_public_api_is_typed():
 
 
 def _import_everything(*extra: str) -> dict:
-    env = {**os.environ, "KO_FOLDERS": json.dumps(sorted(set(PACKAGE_DIRS.values())))}
+    env = {**os.environ, "KO_FOLDERS": json.dumps(sorted(set(PACKAGE_DIRS.values()))),
+           "KO_PACKAGES": json.dumps(_SETUPTOOLS["packages"])}
     proc = subprocess.run([sys.executable, "-c", _IMPORT_EVERYTHING, str(REPO_ROOT), *extra],
                           capture_output=True, text=True, timeout=600, cwd=REPO_ROOT.parent, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
