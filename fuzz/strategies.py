@@ -39,11 +39,16 @@ from kernel_oracle.harness.problems import DTYPES, LoRAProblem, VisionProblem
 __all__ = [
     "InvalidArgument",
     "LIMITS",
+    "TILE_SIZES",
     "Limits",
     "cases",
+    "edge_biased",
+    "edge_biased_dims",
     "lora_problems",
     "malformed_metadata",
     "partial_metadata",
+    "stale_host_ints",
+    "tile_edges",
     "upstream_contract_cases",
     "vision_problems",
 ]
@@ -161,6 +166,46 @@ def _named(name: str):
     return deco
 
 
+# ---- tile edges (issue 12.2) ---------------------------------------------------------------------
+# Kernels break where a size crosses a tile: n*T - 1, n*T, n*T + 1 for the tile sizes Triton kernels
+# use (BLOCK 16/32/64/128).  Sizes (tokens per segment, LoRA dims and ranks, vision sequence lengths)
+# are drawn half the time from these edges, in every preset; the uniform branch comes first so
+# Hypothesis still shrinks towards small values.
+TILE_SIZES = (16, 32, 64, 128)
+
+
+def tile_edges(lo: int, hi: int) -> tuple[int, ...]:
+    """The sizes ``n*T-1, n*T, n*T+1`` (``T`` in :data:`TILE_SIZES`, ``n >= 1``) within ``lo..hi``, sorted."""
+    out = set()
+    for t in TILE_SIZES:
+        for m in range(t, hi + 2, t):
+            out.update(v for v in (m - 1, m, m + 1) if lo <= v <= hi)
+    return tuple(sorted(out))
+
+
+def edge_biased(lo: int, hi: int, *, reach: Optional[int] = None) -> SearchStrategy:
+    """Integers ``lo..hi``, half of them tile edges within ``lo..reach`` (``reach`` defaults to ``hi``;
+    one past ``hi`` lets a tiny preset still cross its first tile, e.g. 17 rows for 16-row tiles)."""
+    uniform = st.integers(lo, hi)
+    edges = tile_edges(lo, hi if reach is None else reach)
+    return st.one_of(uniform, st.sampled_from(edges)) if edges else uniform
+
+
+def edge_biased_dims(dims: Sequence[int]) -> SearchStrategy:
+    """One of ``dims``, or half the time a tile edge between ``min(dims)-1`` and ``max(dims)+1``."""
+    edges = tile_edges(max(min(dims) - 1, 1), max(dims) + 1)
+    return st.one_of(st.sampled_from(tuple(dims)), st.sampled_from(edges)) if edges else st.sampled_from(tuple(dims))
+
+
+def stale_host_ints(n: int, longest: int) -> SearchStrategy:
+    """CUDA-graph host ints ``(bs, num_segments, max_len)`` as a graph captured for another batch left
+    them (SPEC.md, Routing; issue 12.3): ``bs``/``num_segments`` smaller than the ``n`` replayed
+    segments (0 included), ``max_len`` an upper bound above the longest replayed segment."""
+    below = st.integers(0, max(n - 1, 0))
+    slack = st.one_of(st.integers(0, 3), st.sampled_from((15, 16, 17)))
+    return st.tuples(below, below, slack.map(lambda d: longest + d))
+
+
 # ---- LoRA problems -------------------------------------------------------------------------------
 
 _SCALINGS = (1.0, 0.0, -1.0, 0.5, 2.0, -0.25, 3.5)
@@ -179,11 +224,11 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
     lens = []
     for _ in range(n):
         if big and draw(st.integers(0, lim.big_odds - 1)) == lim.big_odds - 1:
-            lens.append(draw(st.integers(0, lim.big_seg_len)))  # rarely: thousands of rows
+            lens.append(draw(edge_biased(0, lim.big_seg_len)))  # rarely: thousands of rows
         else:
-            lens.append(draw(st.integers(0, seg_max)))
+            lens.append(draw(edge_biased(0, seg_max, reach=min(seg_max + 1, lim.big_seg_len))))
     L = draw(st.integers(1, lim.max_slots))
-    R = draw(st.sampled_from(lim.ranks))
+    R = draw(edge_biased_dims(lim.ranks))
     # ranks 0..R, mixed, and occasionally above R (the buffer's R then caps them)
     ranks = tuple(draw(st.one_of(st.just(R), st.integers(0, R + 3))) for _ in range(L))
     scal = tuple(draw(st.one_of(st.sampled_from(_SCALINGS),
@@ -192,6 +237,8 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
     perm = draw(st.booleans()) if permute is None else (draw(permute) if isinstance(permute, SearchStrategy)
                                                          else permute)
     pad = draw(st.one_of(st.none(), st.integers(n, n + 3)))
+    # under CUDA graph, half the time the host ints are stale capture-time values
+    stale = None if pad is None else draw(st.one_of(st.none(), stale_host_ints(n, max(lens, default=0))))
     with_max_len = draw(st.booleans().map(lambda b: not b))  # shrinks to True
     with_seg_lens = True if not with_max_len else draw(st.booleans().map(lambda b: not b))
     base_dtype = None
@@ -202,12 +249,12 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
         poison = draw(st.sampled_from((None, "huge", "nan")))
     return LoRAProblem(
         op=op, seg_lens=tuple(lens), weight_indices=slots, lora_ranks=ranks, scalings=scal,
-        H=draw(st.integers(1, lim.heads)), qk=draw(st.sampled_from(lim.qk_dims)),
-        vd=draw(st.sampled_from(lim.v_dims)), C=draw(st.sampled_from(lim.kv_lora_ranks)), R=R,
+        H=draw(st.integers(1, lim.heads)), qk=draw(edge_biased_dims(lim.qk_dims)),
+        vd=draw(edge_biased_dims(lim.v_dims)), C=draw(edge_biased_dims(lim.kv_lora_ranks)), R=R,
         extra_rows=draw(st.integers(0, lim.max_extra_rows)), permute=perm, cuda_graph_pad_to=pad,
         with_max_len=with_max_len, with_seg_lens=with_seg_lens, dtype=dtype, base_dtype=base_dtype,
         strided=draw(st.booleans()), offset_views=draw(st.booleans()), poison_beyond_rank=poison,
-        seed=draw(st.integers(0, 2**16)),
+        seed=draw(st.integers(0, 2**16)), stale_host_ints=stale,
     )
 
 
@@ -239,9 +286,10 @@ def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, 
     lens = []
     for _ in range(n):
         if big and draw(st.integers(0, lim.big_odds - 1)) == lim.big_odds - 1:
-            lens.append(draw(st.integers(0, lim.big_seq_len)))
-        else:
-            lens.append(draw(st.integers(0, lim.max_seq_len)))
+            lens.append(draw(edge_biased(0, lim.big_seq_len)))
+        else:  # tile edges up to 17 even in the tiny preset (its lengths stop at 12)
+            lens.append(draw(edge_biased(0, lim.max_seq_len,
+                                         reach=min(max(lim.max_seq_len + 1, 17), lim.big_seq_len))))
     four_d = draw(st.booleans())
     layout = draw(st.sampled_from(("contiguous", "v_strided")))
     return VisionProblem(

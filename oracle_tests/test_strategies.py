@@ -164,3 +164,88 @@ def test_mutant_with_missing_anchor_names_itself_and_the_anchor():
     with pytest.raises(MutantError) as info:
         apply_patches(m, {"lora/_kernels.py": "def f():\n    pass\n"})
     assert "stale_mutant" in str(info.value) and "no such line" in str(info.value)
+
+
+# ---- tile edges and stale CUDA-graph host ints (issue 12 points 2 and 3) ---------------------------------
+
+def test_tile_edges_are_n_times_tile_plus_minus_one():
+    from kernel_oracle.fuzz.strategies import tile_edges
+
+    assert tile_edges(0, 17) == (15, 16, 17)
+    assert tile_edges(100, 130) == (111, 112, 113, 127, 128, 129)
+    assert tile_edges(0, 14) == ()
+
+
+EDGE_SETTINGS = settings(database=None, max_examples=400, derandomize=True, deadline=None,
+                         suppress_health_check=list(HealthCheck))
+
+
+@pytest.mark.parametrize("what, found", [
+    ("a 17-row segment (one past a 16-row tile)", lambda p: 17 in p.seg_lens),
+    ("a 15-row segment", lambda p: 15 in p.seg_lens),
+    ("qk_nope at a tile edge off the preset's dims", lambda p: p.qk in (15, 17)),
+    ("kv_lora_rank one past 32", lambda p: p.C == 33),
+    ("a buffer rank of 17", lambda p: p.R == 17),
+])
+def test_tiny_lora_preset_reaches_tile_edges(what, found):
+    """The interpreter's tiny preset (segments up to 16 rows, dims from a short list) still draws
+    sizes on both sides of a tile edge."""
+    p = find(lora_problems(limits="tiny"), found, settings=EDGE_SETTINGS)
+    assert found(p), what
+
+
+def test_tiny_vision_preset_reaches_tile_edges():
+    v = find(vision_problems(limits="tiny"), lambda v: 17 in v.lengths, settings=EDGE_SETTINGS)
+    assert 17 in v.lengths
+
+
+@FAST
+@given(lora_problems(limits="tiny"))
+def test_stale_host_ints_only_under_cuda_graph_and_within_bounds(p):
+    if p.stale_host_ints is None:
+        return
+    bs, num, max_len = p.stale_host_ints
+    assert p.cuda_graph_pad_to is not None
+    assert 0 <= bs <= max(len(p.seg_lens) - 1, 0) and 0 <= num <= max(len(p.seg_lens) - 1, 0)
+    assert max_len >= max(p.seg_lens, default=0)
+    bi = materialize(p).args[2]
+    assert (bi.bs, bi.num_segments) == (bs, num)
+    assert bi.max_len == (max_len if p.with_max_len else None)
+
+
+def test_stale_host_ints_are_drawn_smaller_than_the_replayed_batch():
+    p = find(lora_problems(limits="tiny"),
+             lambda p: p.stale_host_ints is not None and len([n for n in p.seg_lens if n]) >= 2
+             and p.stale_host_ints[0] == 0 and p.stale_host_ints[2] > max(p.seg_lens),
+             settings=EDGE_SETTINGS)
+    assert p.cuda_graph_pad_to >= len(p.seg_lens)
+
+
+def test_stale_host_ints_are_validated():
+    from kernel_oracle.reference.batch_info import make_lora_batch_info
+
+    with pytest.raises(ValueError, match=r"^stale_host_ints=\(1, 1, 4\) needs CUDA-graph mode"):
+        make_lora_batch_info([2, 3], [0, 0], [16], [1.0], stale_host_ints=(1, 1, 4))
+    with pytest.raises(ValueError, match=r"^stale_host_ints max_len=2 is smaller than the longest segment \(3\)"):
+        make_lora_batch_info([2, 3], [0, 0], [16], [1.0], cuda_graph_pad_to=3, stale_host_ints=(1, 1, 2))
+    with pytest.raises(ValueError, match=r"^stale_host_ints bs=4 is outside 0\.\.3"):
+        make_lora_batch_info([2, 3], [0, 0], [16], [1.0], cuda_graph_pad_to=3, stale_host_ints=(4, 1, 3))
+
+
+def test_generated_cases_expose_sglang_0_5_12_graph_replay_bug():
+    """Without shrinking or a hint, the valid LoRA cases of the tiny preset hit PR #28371 in 0.5.12
+    and the same cases pass on 0.5.23 (the fuzzer finds the bug on its own)."""
+    from hypothesis import Phase
+
+    from kernel_oracle.fuzz.strategies import cases
+    from kernel_oracle.harness.check import check_case
+    from oracle_tests._sglang_releases import release_target
+
+    old, new = release_target("sglang==0.5.12"), release_target("sglang==0.5.23")
+    strategy = cases("lora", categories=("valid",), dtypes=("float32",), ops=("step_a_q", "step_b_v"),
+                     limits="tiny")
+    hit = find(strategy, lambda c: not check_case(old, c, "cpu").ok,
+               settings=settings(database=None, max_examples=150, derandomize=True, deadline=None,
+                                 phases=(Phase.generate,), suppress_health_check=list(HealthCheck)))
+    assert hit.problem.stale_host_ints is not None, hit
+    assert check_case(new, hit, "cpu").ok
