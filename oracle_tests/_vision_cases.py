@@ -1,9 +1,10 @@
 """Vision attention cases shared by every implementation's differential tests.
 
-Layouts (:class:`Case`, :func:`build`), the precision table, the poisoned-output check against
-the float64 oracle (:func:`check_against_oracle`) and the contract error inputs
-(:data:`ERROR_INPUTS`).  ``oracle_tests/test_kernels_vision.py`` runs them on our Triton kernel and
-``oracle_tests/test_flashinfer_cudnn.py`` on the real FlashInfer cuDNN engine.
+Layouts (:class:`Case`, :func:`build`), the precision table and the poisoned-output check against
+the float64 oracle (:func:`check_against_oracle`).  ``oracle_tests/test_kernels_vision.py`` runs
+them on our Triton kernel and ``oracle_tests/test_flashinfer_cudnn.py`` on the real FlashInfer cuDNN
+engine.  The error contracts are the vision OpInfo's error inputs (``harness.opinfo``), run on every
+target by ``oracle_tests/test_contracts.py``.
 """
 
 from __future__ import annotations
@@ -196,82 +197,3 @@ def check_against_oracle(args, kwargs, *, baseline_mode, precision="ieee", repro
     leaked = torch.nonzero(written & ~writable).flatten()
     assert leaked.numel() == 0, f"{leaked.numel()} tokens outside every sequence were written: {leaked[:8].tolist()}"
     return res
-
-
-@dataclass(frozen=True)
-class ErrorInput:
-    name: str
-    contract_id: str
-    fields: dict
-    mutate: object  # (args, kwargs) -> (args, kwargs)
-    case: Case = Case("contract", (6, 9), path="kwargs")
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-def _without(key):
-    def f(args, kwargs):
-        return args, {k: v for k, v in kwargs.items() if k != key}
-    return f
-
-
-def _set(**updates):
-    def f(args, kwargs):
-        return args, {**kwargs, **updates}
-    return f
-
-
-def _indptrs(fn):
-    def f(args, kwargs):
-        return (args[0], args[1], args[2], fn(args[3]), *args[4:]), kwargs
-    return f
-
-
-def _seq(fn):
-    def f(args, kwargs):
-        return args, {**kwargs, "sequence_lengths": fn(kwargs["sequence_lengths"])}
-    return f
-
-
-def _metadata_without_indptrs(args, kwargs):
-    md = kv.VisionAttentionMetadata(packed_indptrs=None, sequence_lengths=kwargs["sequence_lengths"],
-                                    flashinfer_max_seqlen=kwargs["max_seqlen"])
-    return args, {"forward_metadata": md}
-
-
-def _bump(index, delta):
-    def f(t):
-        t = t.clone()
-        t[index] += delta
-        return t
-    return f
-
-
-# (B = 8 after bucket padding: packed indptrs hold 27 entries; q/k/v (15, 2, 64); 2*64 = 128 per token)
-ERROR_INPUTS = (
-    # ---- upstream, in resolution order ----
-    ErrorInput("no sequence_lengths kwarg", "vision.missing_sequence_lengths", {}, _without("sequence_lengths")),
-    ErrorInput("metadata without packed_indptrs falls back to kwargs", "vision.missing_sequence_lengths", {},
-               _metadata_without_indptrs),
-    ErrorInput("no max_seqlen kwarg", "vision.missing_max_seqlen", {}, _without("max_seqlen")),
-    ErrorInput("max_seqlen checked before indptr type", "vision.missing_max_seqlen", {},
-               lambda a, k: _indptrs(lambda t: t.tolist())(*_without("max_seqlen")(a, k))),
-    ErrorInput("packed indptrs as a list", "vision.indptrs_not_tensor", {}, _indptrs(lambda t: t.tolist())),
-    ErrorInput("sequence_lengths as a list", "vision.sequence_lengths_not_tensor", {},
-               _seq(lambda t: t.tolist())),
-    ErrorInput("indptrs one entry short", "vision.indptr_numel_mismatch", {"got": 26, "expected": 27},
-               _indptrs(lambda t: t[:-1])),
-    ErrorInput("sequence 1 runs past q", "vision.offset_out_of_bounds", {}, _indptrs(_bump(1, 2 * 128))),
-    # ---- strict (ValueError; upstream accepts these silently) ----
-    ErrorInput("negative length", "vision.strict.negative_length", {"index": 2, "value": -3},
-               _seq(lambda t: torch.cat([t[:2], torch.tensor([-3], dtype=t.dtype, device=t.device), t[3:]]))),
-    ErrorInput("max_seqlen below the longest", "vision.strict.max_seqlen_too_small",
-               {"value": 5, "index": 1, "longest": 9}, _set(max_seqlen=5)),
-    ErrorInput("misaligned v offset", "vision.strict.misaligned_offset",
-               {"field": "v_indptr", "index": 1, "value": 6 * 128 + 1, "tensor": "v", "stride": 128},
-               _indptrs(_bump(10, 1))),
-    ErrorInput("overlapping outputs", "vision.strict.output_overlap",
-               {"index": 1, "start": 2, "end": 10, "other": 0, "other_start": 0, "other_end": 5},
-               _indptrs(_bump(19, -4 * 128))),
-)

@@ -24,15 +24,15 @@ import pytest
 import torch
 
 from kernel_oracle.fuzz.targets.flashinfer_cudnn import FlashInferCudnn, GraphCacheHazard
+from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.fuzz.targets import Target, resolve_target
-from kernel_oracle.reference.contracts import contract, expected_message
+from kernel_oracle.reference.contracts import contract
 from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.reference.vision import attention_block, flashinfer_cudnn_oracle
 from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
 from oracle_tests._vision_cases import (
     EDGE_CASES,
-    ERROR_INPUTS,
     HEAD_DIMS,
     PRECISIONS,
     SLOW_CASES,
@@ -124,15 +124,17 @@ def test_three_way_on_benchmark_shapes(request, device, engine, case, record_pro
     record_property("triton_vs_engine_max_abs", gap)
 
 
-@pytest.mark.parametrize("err", [e for e in ERROR_INPUTS if contract(e.contract_id).origin == "upstream"], ids=repr)
-def test_upstream_error_contracts(request, device, engine, err):
-    """SGLang's wrapper raises the upstream errors before the engine runs: exact type and text."""
-    args, kwargs = err.mutate(*build(err.case, torch.float16, device, _gen(request)))
+@pytest.mark.parametrize("err", [e for e in OP_DB["vision"].error_inputs("cpu") if e.origin == "upstream"],
+                         ids=lambda e: e.name)
+def test_upstream_error_contracts(device, engine, err):
+    """SGLang's wrapper raises the upstream errors before the engine runs: exact type and text
+    (the vision OpInfo's upstream error inputs, in fp16)."""
+    call, message = err.build(device, dtype="float16")
     row = contract(err.contract_id)
     with pytest.raises(Exception) as info:
-        engine.entry("vision")(*args, **kwargs)
+        engine.entry("vision")(*call.args, **call.kwargs)
     assert type(info.value) is row.exc_type, f"{err.contract_id}: raised {type(info.value).__name__}: {info.value}"
-    assert str(info.value) == expected_message(err.contract_id, **err.fields)
+    assert str(info.value) == message
 
 
 def test_unwritten_tokens_stay_poisoned(request, device, engine):

@@ -3,8 +3,9 @@
 Every case draws fresh random data (never zeros), runs the kernel with the output poisoned (NaN),
 and compares the covered tokens with the float64 oracle under SPEC.md's tolerance rule, the
 baseline being the faithful same-dtype oracle; tokens no sequence covers must still be NaN
-(nothing written outside the sequences, bucket padding included).  Contract errors are data
-(:data:`ERROR_INPUTS`) run by one generic test that checks the exact type and text.
+(nothing written outside the sequences, bucket padding included).  Contract errors are the vision
+OpInfo's error inputs, run on this kernel (target ``triton``) by the generic ``test_error_inputs``
+of ``oracle_tests/test_contracts.py``.
 
 The same tests run under the Triton interpreter on the CPU (small shapes) and on a GPU; realistic
 shapes are marked ``slow`` (conftest skips them without a GPU, saying why).
@@ -22,7 +23,6 @@ import kernel_oracle.kernels.vision as kv
 import kernel_oracle.reference.vision_metadata as rvm
 from oracle_tests._vision_cases import (
     EDGE_CASES,
-    ERROR_INPUTS,
     HEAD_DIMS,
     PRECISIONS,
     SLOW_CASES,
@@ -147,31 +147,6 @@ def test_non_strict_max_seqlen_too_small(request, device):
     kwargs["max_seqlen"] = 10
     res = check_against_oracle(args, kwargs, baseline_mode=True, strict=False)
     assert res.total == 8 * 2 * 64  # sequence 1 (12 > 10 tokens) is unspecified upstream
-
-
-# ---------------------------------------------------------------------------------------------
-# error contracts: data, one generic test
-
-
-@pytest.mark.parametrize("err", ERROR_INPUTS, ids=repr)
-def test_error_contracts(request, device, err):
-    args, kwargs = err.mutate(*build(err.case, torch.float16, device, _gen(request)))
-    row = contract(err.contract_id)
-    with pytest.raises(Exception) as info:
-        kv.flashinfer_cudnn_attention(*args, **kwargs)
-    assert type(info.value) is row.exc_type, f"{err.contract_id}: raised {type(info.value).__name__}: {info.value}"
-    assert str(info.value) == expected_message(err.contract_id, **err.fields)
-    # the reference raises the same error: one resolver for both
-    with pytest.raises(row.exc_type) as ref_info:
-        flashinfer_cudnn_oracle(*args, **kwargs)
-    assert str(ref_info.value) == str(info.value)
-
-
-def test_upstream_contracts_all_covered():
-    covered = {e.contract_id for e in ERROR_INPUTS}
-    missing = [c.id for c in rvm.__dict__["raise_contract"].__globals__["CONTRACTS"].values()
-               if c.api == "vision" and c.origin == "upstream" and c.id not in covered]
-    assert not missing, f"upstream vision contracts without an ErrorInput: {missing}"
 
 
 # ---------------------------------------------------------------------------------------------
