@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-isolate", dest="isolate", action="store_false",
                         help="run the target in this process (faster start; a crash or hang ends the campaign)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    parser.add_argument("--sglang-wheel", default=None, metavar="PATH|DIR",
+                        help="for --target sglang==X.Y.Z: the release's wheel, or a directory of wheels (machines "
+                             "without a package registry; default: the cache, then pip download)")
 
 
 def _error(text: str, code: int = 2) -> int:
@@ -83,6 +86,10 @@ def main(args: argparse.Namespace) -> int:
     from kernel_oracle.harness.device import configure_process, default_device
 
     device = args.device or default_device()
+    if args.sglang_wheel:  # read by the sglang==X.Y.Z targets, in this process and in the worker
+        import os
+
+        os.environ["KERNEL_ORACLE_SGLANG_WHEEL"] = args.sglang_wheel
     if not args.isolate:
         try:
             configure_process(device)  # the target runs here: before any kernel import
