@@ -5,9 +5,10 @@ Note [The main job]
 On a fresh machine, within ``--time-budget`` seconds on the best device there is:
 
 1. **device**: ``--device auto`` picks CUDA when torch sees a GPU, else the CPU, where the Triton
-   kernels run under the interpreter: ``TRITON_INTERPRET=1`` is set here *before* anything imports a
-   kernel module (this module imports nothing heavy at import time: the CLI imports every subcommand
-   to build its parser);
+   kernels run under the interpreter: :func:`harness.device.configure_process` throws the switch
+   here *before* anything imports a kernel module (this module imports nothing heavy at import time:
+   the CLI imports every subcommand to build its parser), and each campaign's child process gets
+   :func:`harness.device.worker_env` of the device whatever this process has;
 2. **selfcheck** (about :data:`SELFCHECK_SHARE` of the budget): the references against independent
    formulations (:func:`kernel_oracle.selfcheck.run_selfcheck`), as target ``selfcheck``;
 3. **campaigns**: one fuzz campaign (:func:`fuzz.campaign.run_campaign`) per available target x op
@@ -22,16 +23,21 @@ On a fresh machine, within ``--time-budget`` seconds on the best device there is
 
 A part that cannot run (an import fails, a campaign raises, the budget runs out before a pair) is
 never a silent pass: the reason goes into the record's notes and ``summary.failed_parts``, the report
-shows it, and the exit status is 1, as for findings.  Other notes (a dtype a target does not
-support) are shown but do not fail the run.  An
-unavailable *target* (SGLang not installed, no GPU for a GPU-only peer) is not a failure: the targets
-table says why it was skipped.
+shows it, and the exit status is 3 (incomplete) unless there are findings (1).  A job that ran no
+case is 3 too.  A killed campaign keeps what it saved: :func:`_salvage` reads its directory back
+through :class:`fuzz.state.CampaignState`.  Other notes (a dtype a target does not support) are
+shown but do not fail the run.  An unavailable *target* (SGLang not installed, no GPU for a
+GPU-only peer) is not a failure: the targets table says why it was skipped.  Exit codes follow
+SPEC.md: 0 clean, 1 findings, 2 usage or I/O error (one line, checked before any work: ``--out`` a
+file or unwritable, a bad option, ``nan``/``inf`` seconds), 3 incomplete or interrupted (SIGTERM /
+SIGINT end the running campaign, which saves its state, and print one line).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import math
 import os
 import sys
 import time
@@ -221,7 +227,7 @@ def _discover_targets(record: dict, device: str, specs: Optional[list], log) -> 
 # a campaign runs in a child process with a hard deadline: the job keeps its budget whatever a
 # campaign does (Hypothesis keeps generating after a campaign's own clock has run out, a kernel hangs)
 _CHILD = ("import json, sys\n"
-          "from fuzz.campaign import run_campaign\n"
+          "from kernel_oracle.fuzz.campaign import run_campaign\n"
           "run_campaign(**json.loads(sys.argv[1]), progress=False)\n")
 CHILD_STARTUP_S = 3.0  # python + torch import in the child, taken off the campaign's own clock
 
@@ -238,8 +244,11 @@ def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, o
     time_s = max(1.0, 0.8 * share_s - CHILD_STARTUP_S)
     kwargs = {"target": target, "op": op, "time_s": round(time_s, 1), "seed": seed, "device": device,
               "out_dir": str(out_dir), "upstream_contracts_only": upstream_contracts_only}
+    from kernel_oracle.harness.device import worker_env
+
+    # the child's own environment selects the device's Triton mode (Note [Device switch]); ours is untouched
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(kwargs)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=worker_env(device))
     problem = None
     try:
         _, err = proc.communicate(timeout=share_s)
@@ -247,13 +256,18 @@ def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, o
             tail = " | ".join(line for line in (err or "").strip().splitlines()[-3:])
             problem = f"exited with status {proc.returncode}: {tail or 'no output'}"
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the child and its target workers
-        except ProcessLookupError:
-            pass
+        _kill_group(proc, signal.SIGKILL)  # the child and its target workers
         proc.communicate()
         problem = (f"overran its share: asked for {time_s:.0f}s (fuzz.campaign time_s), still running after "
                    f"{share_s:.0f}s, killed")
+    except BaseException:  # interrupted: the campaign saves its state on SIGTERM, then goes
+        _kill_group(proc, signal.SIGTERM)
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc, signal.SIGKILL)
+            proc.communicate()
+        raise
     summary = out_dir / "summary.json"
     try:
         record = load(summary) if summary.is_file() else None
@@ -269,24 +283,22 @@ def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, o
     return record, problem
 
 
-def _salvage(target: str, out_dir: Path, seed: int, device: str) -> Optional[dict]:
-    """A campaign record rebuilt from a killed campaign's documented files (Note [Campaigns]:
-    ``state.json`` per-group counters, ``findings.jsonl``), or None when it saved nothing."""
-    import json
+def _kill_group(proc, sig) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
 
-    from kernel_oracle.harness.schema import add_finding, add_group, new_record
+
+def _salvage(target: str, out_dir: Path, seed: int, device: str) -> Optional[dict]:
+    """A campaign record rebuilt from a killed campaign's files through the campaign's own state
+    object (:meth:`fuzz.state.CampaignState.read`), or None when it saved nothing."""
+    from kernel_oracle.fuzz.state import CampaignState
 
     try:
-        state = json.loads((out_dir / "state.json").read_text())
-        lines = (out_dir / "findings.jsonl").read_text().splitlines() if (out_dir / "findings.jsonl").is_file() else []
-        record = new_record("campaign", seeds={"seed": seed}, device=device)
-        for key, g in sorted((state.get("groups") or {}).items()):
-            t, o, d, sc = key.split("|")
-            add_group(record, target=t, op=o, dtype=d, shape_class=sc, cases=g["cases"], passes=g["passes"],
-                      findings=g.get("findings"), ratios=g.get("ratios", ()))
-        for line in lines:
-            if line.strip():
-                add_finding(record, {k: v for k, v in json.loads(line).items() if k != "signature"})
+        state = CampaignState.read(out_dir)
+        state.seed = seed
+        record = state.to_record(device=device)
     except (OSError, ValueError, KeyError):
         return None
     return record if record["groups"] or record["findings"] else None
@@ -354,15 +366,17 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
                  out: str | os.PathLike = "reports/out", targets: Optional[list] = None,
                  families: tuple = FAMILIES, selfcheck: bool = True, quiet: bool = False) -> dict:
     """Run everything and write the reports; returns ``{"record", "json", "md", "html", "history"}``."""
+    from kernel_oracle.harness.device import configure_process, needs_interpreter
+
     device = _resolve_device(device)
-    early = sorted(m for m in sys.modules if m == "kernels" or m.startswith("kernels."))
-    interpret_before = os.environ.get("TRITON_INTERPRET")
-    if device == "cpu":
-        # before anything imports a kernel module (Note [The main job])
-        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        configure_process(device)  # before anything imports a kernel module (Note [The main job])
+        too_late = None
+    except RuntimeError as exc:  # campaigns still run right: their children get their own environment
+        too_late = str(exc)
     budget = float(time_budget if time_budget is not None else DEFAULT_BUDGET_S[device])
-    if budget <= 0:
-        raise ValueError(f"--time-budget {budget:g}: pass a positive number of seconds")
+    if not math.isfinite(budget) or budget <= 0:
+        raise ValueError(f"--time-budget {budget:g}: pass a positive, finite number of seconds")
     t0 = time.monotonic()
     deadline = t0 + max(budget - REPORT_RESERVE_S, budget * 0.5)
 
@@ -376,12 +390,10 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
     run_dir = out / "runs" / stamp
     record = new_record("main", seeds={"seed": seed}, device=device)
     record["summary"] = {"time_budget_s": budget, "device": device, "run_dir": str(run_dir),
-                         "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"}
+                         "triton_interpret": needs_interpreter(device)}
     log(f"device {device}" + (" (Triton interpreter)" if device == "cpu" else "") + f", budget {budget:g}s")
-    if device == "cpu" and early and interpret_before != "1":
-        # campaigns run in child processes that see the variable; this process's kernels would not
-        add_note(record, f"kernel modules {early} were imported before TRITON_INTERPRET=1 was set; "
-                         f"in-process kernel calls of this run would not use the interpreter")
+    if too_late:
+        add_note(record, f"in-process kernel calls of this run (the selfcheck) use the wrong Triton mode: {too_late}")
 
     if selfcheck:
         run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)
@@ -402,7 +414,31 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
     return {"record": record, "json": latest, "md": md, "html": html, "history": history}
 
 
+def _check_out(path: str) -> None:
+    """``--out`` must be a directory this process can write (checked before any work)."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a directory; pass a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot write there ({exc.strerror or exc}); pass a writable directory") from None
+
+
+class _Interrupted(KeyboardInterrupt):
+    def __init__(self, signame: str):
+        super().__init__(signame)
+        self.signame = signame
+
+
 def main(args: argparse.Namespace) -> int:
+    """Exit codes (SPEC.md): 0 clean, 1 findings, 2 usage or I/O error (one line), 3 incomplete (a
+    part could not run, nothing was tested) or interrupted (SIGTERM / SIGINT)."""
+    import signal
+
     try:
         families = tuple(f.strip() for f in args.families.split(",") if f.strip())
         bad = [f for f in families if f not in FAMILIES]
@@ -410,13 +446,31 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"--families {args.families!r}: the only valid values are {list(FAMILIES)}")
         targets = [t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else None
         device = _resolve_device(args.device)
-        if args.time_budget is not None and not args.time_budget > 0:
-            raise ValueError(f"--time-budget {args.time_budget:g}: pass a positive number of seconds")
+        if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
+            raise ValueError(f"--time-budget {args.time_budget:g}: pass a positive, finite number of seconds")
+        _check_out(args.out)
     except ValueError as exc:  # usage errors only: everything above runs before any work
         print(f"kernel-oracle run: {exc}", file=sys.stderr)
         return 2
-    result = run_main_job(device=device, time_budget=args.time_budget, seed=args.seed, out=args.out,
-                          targets=targets, families=families, selfcheck=not args.no_selfcheck, quiet=args.quiet)
+
+    def on_sigterm(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Interrupted("SIGTERM")
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        result = run_main_job(device=device, time_budget=args.time_budget, seed=args.seed, out=args.out,
+                              targets=targets, families=families, selfcheck=not args.no_selfcheck, quiet=args.quiet)
+    except KeyboardInterrupt as exc:
+        signame = exc.signame if isinstance(exc, _Interrupted) else "SIGINT"
+        print(f"kernel-oracle run: interrupted by {signame}; no report written (campaign files kept under "
+              f"{Path(args.out) / 'runs'})", file=sys.stderr)
+        return 3
+    except OSError as exc:
+        print(f"kernel-oracle run: error: cannot write the report: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, old)
     rec = result["record"]
     cases = sum(g["cases"] for g in rec["groups"])
     passes = sum(g["passes"] for g in rec["groups"])
@@ -428,6 +482,12 @@ def main(args: argparse.Namespace) -> int:
     print(f"HTML:     {result['html']}")
     print(f"history:  {result['history']}")
     failed = rec["summary"].get("failed_parts") or []
+    if rec["findings"]:
+        return 1
     if failed:
-        print(f"incomplete: {len(failed)} part(s) could not run (exit 1)")
-    return 1 if rec["findings"] or failed else 0
+        print(f"incomplete: {len(failed)} part(s) could not run (exit 3)")
+        return 3
+    if cases == 0:
+        print("incomplete: no case ran (exit 3)")
+        return 3
+    return 0
