@@ -42,8 +42,7 @@ from kernel_oracle.fuzz.state import CampaignState, GroupKey, StateError
 
 __all__ = ["CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign"]
 
-FAMILY_OF = {"lora": "lora", "vision": "vision", "step_a_q": "lora", "step_b_q": "lora", "step_a_v": "lora",
-             "step_b_v": "lora", "q_side_fused": "lora", "v_side_fused": "lora"}
+from kernel_oracle.harness.opinfo import FAMILY_OF  # noqa: E402 - op or family -> family, from the op table
 
 # shrink attempts after a crash (each one restarts the worker) and after a hang (each one waits out
 # the case timeout, then restarts the worker)

@@ -61,7 +61,7 @@ TILES = (16, 32, 64, 128)
 _NOT_COVERED_BY_EVERYWHERE = ("stale graph metadata", "padding", "output")
 _MAX_MESSAGE = 200
 
-_NUMBER = re.compile(r"0x[0-9a-fA-F]+|(?<![A-Za-z_])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
 def mask_numbers(text: str) -> str:
@@ -246,7 +246,9 @@ def mismatch_region(case, call, output, value, defined, figures: dict) -> str:
     if case.family == "lora":
         from kernel_oracle.reference.lora_routing import route_lora_batch
 
-        bi = next(a for a in call.args if hasattr(a, "seg_indptr"))
+        from kernel_oracle.harness.problems import batch_info_of
+
+        bi = batch_info_of(call)
         try:
             route = route_lora_batch(bi, num_rows=S, num_slots=int(bi.lora_ranks.numel()), max_rank=10**9,
                                      device=torch.device("cpu"), strict=False)

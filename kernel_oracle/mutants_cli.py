@@ -62,8 +62,12 @@ def main(args: argparse.Namespace) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         return usage("--device cuda but torch sees no GPU; pass --device cpu")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cpu" and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel import
+    from kernel_oracle.harness.device import configure_process
+
+    try:
+        configure_process(device)  # before any kernel import
+    except RuntimeError as exc:
+        return usage(str(exc))
     from kernel_oracle.fuzz.mutant_check import check_mutant
     from kernel_oracle.fuzz.targets.mutants import MUTANTS, MutantError, get_mutant
 

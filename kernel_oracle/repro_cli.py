@@ -170,8 +170,12 @@ def _device(device: str | None) -> str:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise ReproError("--device cuda but torch sees no GPU; pass --device cpu")
-    if device == "cpu" and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel import
+    from kernel_oracle.harness.device import configure_process
+
+    try:
+        configure_process(device)  # the target runs in this process: before any kernel import
+    except RuntimeError as exc:
+        raise ReproError(str(exc)) from None
     return device
 
 
