@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "repro": ("kernel_oracle.repro_cli", "re-run one saved finding"),
     "report": ("kernel_oracle.report_cli", "render a result file to Markdown and HTML"),
     "compare": ("kernel_oracle.compare_cli", "compare two result files; non-zero exit on a regression"),
+    "matrix": ("kernel_oracle.matrix_cli", "several releases side by side: each finding bucket per release"),
 }
 
 

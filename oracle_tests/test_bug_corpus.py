@@ -77,3 +77,70 @@ def test_corpus_entries_are_validated(tmp_path):
     bad.write_text(bad.read_text().replace('status = "fixed"', 'status = "known"'))
     with pytest.raises(CorpusError, match=r"status='known' with fixed=\['0.5.15'\]; a fixed entry names"):
         load_entry(bad)
+
+
+# ---- the release matrix (kernel-oracle matrix) -------------------------------------------------------------
+
+def _finding(fid: str, spec: str, kind: str, cause: str, frame: str = "", config=(), count: int = 1) -> dict:
+    return {"id": fid, "target": spec, "op": "step_a_q", "dtype": "float32", "shape_class": "prefill", "kind": kind,
+            "message": cause, "count": count,
+            "bucket": {"kind": kind, "family": "lora", "cause": cause, "frame": frame, "config": list(config)}}
+
+
+def test_matrix_derives_introduced_and_fixed_in_across_moved_modules():
+    from kernel_oracle.matrix_cli import build_matrix
+
+    crash = "RuntimeError: max(): Expected reduction dim"
+    runs = [  # given out of order: the matrix sorts by release number
+        {"spec": "sglang==0.5.23", "available": True, "reason": "", "cases": 40,
+         "findings": [_finding("F1", "sglang==0.5.23", "contract", crash,
+                               "_kernel_oracle_sglang.v0_5_23_x.default.sglang_kernels_ops_lora_dense.kv_b_lora_absorbed"
+                               ":_max_segment_len", count=3)]},
+        {"spec": "sglang==0.5.12", "available": True, "reason": "", "cases": 50,
+         "findings": [_finding("F1", "sglang==0.5.12", "mismatch", "everywhere", config=("float32", "cuda_graph"),
+                               count=2),
+                      _finding("F2", "sglang==0.5.12", "contract", crash,
+                               "_kernel_oracle_sglang.v0_5_12_y.default.sglang_srt_lora_triton_ops.kv_b_lora_absorbed"
+                               ":_max_segment_len")]},
+        {"spec": "sglang==0.5.15", "available": False, "reason": "no wheel", "cases": 0, "findings": []},
+    ]
+    m = build_matrix(runs, [])
+    assert [r["spec"] for r in m["releases"]] == ["sglang==0.5.12", "sglang==0.5.15", "sglang==0.5.23"]
+    rows = {r["kind"]: r for r in m["rows"]}
+    assert len(m["rows"]) == 2  # the crash is one bucket although the module moved between releases
+    assert rows["mismatch"]["counts"] == {"sglang==0.5.12": 2, "sglang==0.5.23": 0}
+    assert (rows["mismatch"]["introduced_in"], rows["mismatch"]["fixed_in"]) == ("sglang==0.5.12", "sglang==0.5.23")
+    assert rows["contract"]["counts"] == {"sglang==0.5.12": 1, "sglang==0.5.23": 3}
+    assert (rows["contract"]["introduced_in"], rows["contract"]["fixed_in"]) == ("sglang==0.5.12", None)
+    assert rows["contract"]["bucket"] == ("contract | lora | RuntimeError: max(): Expected reduction dim | "
+                                          "at kv_b_lora_absorbed:_max_segment_len")
+
+
+def test_reports_show_the_release_matrix():
+    from kernel_oracle.harness.schema import new_record
+    from kernel_oracle.matrix_cli import build_matrix
+    from kernel_oracle.reports.model import Result
+    from kernel_oracle.reports.render_html import render_html
+    from kernel_oracle.reports.render_md import render_markdown
+
+    runs = [{"spec": "sglang==0.5.12", "available": True, "reason": "", "cases": 9,
+             "findings": [_finding("F1", "sglang==0.5.12", "mismatch", "everywhere", config=("float32", "cuda_graph"))]},
+            {"spec": "sglang==0.5.23", "available": True, "reason": "", "cases": 9, "findings": []}]
+    corpus = [{"id": "sglang-pr-28371", "title": "stale host ints", "upstream": "https://github.com/sgl-project/sglang/pull/28371",
+               "status": "fixed", "expect": "mismatch",
+               "results": {"sglang==0.5.12": {"outcome": "fails: mismatch", "expected": "fails", "as_expected": True},
+                           "sglang==0.5.23": {"outcome": "passes", "expected": "passes", "as_expected": True}}}]
+    record = new_record("main", device="cpu")
+    record["release_matrix"] = build_matrix(runs, corpus)
+    result = Result.from_dict(record)
+    md = render_markdown(result)
+    assert "## Release matrix" in md
+    assert ("| mismatch \\| lora \\| everywhere \\| [float32, cuda_graph] | 1 | 0 | sglang==0.5.12 | sglang==0.5.23 |"
+            in md)
+    assert "| sglang-pr-28371 (https://github.com/sgl-project/sglang/pull/28371) | fixed | fails: mismatch (fails) | " \
+           "passes (passes) |" in md
+    html = render_html(result, with_plots=False)
+    assert '<section id="release-matrix">' in html and '<a href="#release-matrix">Release matrix</a>' in html
+    assert '<td class="n bad">1</td><td class="n ok">0</td><td>sglang==0.5.12</td><td>sglang==0.5.23</td>' in html
+    plain = Result.from_dict(new_record("main", device="cpu"))
+    assert "Release matrix" not in render_markdown(plain) and "release-matrix" not in render_html(plain, with_plots=False)

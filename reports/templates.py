@@ -79,6 +79,7 @@ HTML = """<!DOCTYPE html>
 <nav><div class="inner">
 <a href="#summary">Summary</a>
 {% if r.notes %}<a href="#notes">Notes ({{ r.notes|length }})</a>{% endif %}
+{% if r.raw.get('release_matrix') %}<a href="#release-matrix">Release matrix</a>{% endif %}
 <a href="#findings">Findings ({{ r.findings|length }})</a>
 <a href="#by-op">By target and op</a>
 <a href="#ratios">Error ratios</a>
@@ -106,6 +107,33 @@ HTML = """<!DOCTYPE html>
 <div class="notes"><ul>
 {% for n in r.notes %}<li>{{ n }}</li>
 {% endfor %}</ul></div>
+</section>
+{% endif %}
+{# ---- release matrix (kernel-oracle matrix): each finding bucket per release ---- #}
+{% set m = r.raw.get('release_matrix') %}
+{% if m %}
+<section id="release-matrix">
+<h2>Release matrix</h2>
+<p>Each finding bucket (one root cause) per release, oldest first: failing cases found in each release's campaign
+(– : the release did not run), <b>introduced in</b> the first release that has it, <b>fixed in</b> the release after
+the last one that has it.</p>
+<table>
+<thead><tr><th>bucket</th>{% for rel in m.releases %}<th class="n">{{ rel.spec }}</th>{% endfor %}<th>introduced in</th><th>fixed in</th></tr></thead>
+<tbody>
+{% for row in m.rows %}<tr><td>{{ row.bucket }}</td>{% for rel in m.releases %}{% set n = row.counts.get(rel.spec) %}<td class="n {{ 'na' if n is none else ('bad' if n else 'ok') }}">{{ '–' if n is none else n }}</td>{% endfor %}<td>{{ row.introduced_in or '–' }}</td><td>{{ row.fixed_in or '–' }}</td></tr>
+{% else %}<tr><td colspan="{{ m.releases|length + 3 }}" class="empty">No findings in any release.</td></tr>
+{% endfor %}
+<tr><td><i>cases run</i></td>{% for rel in m.releases %}<td class="n {{ '' if rel.available else 'warn' }}">{{ rel.cases if rel.available else 'unavailable' }}</td>{% endfor %}<td></td><td></td></tr>
+</tbody></table>
+{% if m.corpus %}
+<h3>Real-bug corpus</h3>
+<table>
+<thead><tr><th>entry</th><th>status</th>{% for rel in m.releases %}<th>{{ rel.spec }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for c in m.corpus %}<tr><td><a href="{{ c.upstream if c.upstream.startswith('http') else '#' }}">{{ c.id }}</a><br><span class="l">{{ c.title }}</span></td><td>{{ c.status }}</td>
+{% for rel in m.releases %}{% set x = c.results.get(rel.spec) %}<td class="{{ 'na' if x is none or x.as_expected is none else ('ok' if x.as_expected else 'bad') }}">{{ '–' if x is none else x.outcome }}{% if x is not none and x.expected %} (expected: {{ x.expected }}){% endif %}</td>{% endfor %}</tr>
+{% endfor %}</tbody></table>
+{% endif %}
 </section>
 {% endif %}
 <section id="findings">
@@ -224,6 +252,34 @@ MARKDOWN = """# kernel-oracle: {{ r.kind }} run ({{ r.status }})
 {% for n in r.notes %}
 - {{ n|cell }}
 {% endfor %}
+{% endif %}
+
+{% set m = r.raw.get('release_matrix') %}
+{% if m %}
+
+## Release matrix
+
+Each finding bucket (one root cause) per release, oldest first: failing cases found in each release's campaign (– : the release did not run), *introduced in* the first release that has it, *fixed in* the release after the last one that has it.
+
+| bucket | {% for rel in m.releases %}{{ rel.spec|cell }} | {% endfor %}introduced in | fixed in |
+|---|{% for rel in m.releases %}---:|{% endfor %}---|---|
+{% for row in m.rows %}
+| {{ row.bucket|cell }} | {% for rel in m.releases %}{% set n = row.counts.get(rel.spec) %}{{ '–' if n is none else n }} | {% endfor %}{{ (row.introduced_in or '–')|cell }} | {{ (row.fixed_in or '–')|cell }} |
+{% endfor %}
+| *cases run* | {% for rel in m.releases %}{{ rel.cases if rel.available else 'unavailable' }} | {% endfor %} | |
+{% if m.corpus %}
+
+Real-bug corpus (expected outcome in parentheses):
+
+| entry | status | {% for rel in m.releases %}{{ rel.spec|cell }} | {% endfor %}
+
+|---|---|{% for rel in m.releases %}---|{% endfor %}
+
+{% for c in m.corpus %}
+| {{ c.id|cell }} ({{ c.upstream|cell }}) | {{ c.status }} | {% for rel in m.releases %}{% set x = c.results.get(rel.spec) %}{{ '–' if x is none else x.outcome|cell }}{% if x is not none and x.expected %} ({{ x.expected }}){% endif %} | {% endfor %}
+
+{% endfor %}
+{% endif %}
 {% endif %}
 
 ## Findings ({{ r.findings|length }})

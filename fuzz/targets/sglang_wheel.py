@@ -16,7 +16,7 @@ import fails.  So a release is tested without installing it:
    release's ``sglang/**.py`` files for ``def step_a_q_fwd(``; the path says the variant
    (``trtllm_lora_temp`` -> ``trt``);
 3. **load**: :func:`load_kernel_module` executes the file under a private module name
-   (``_kernel_oracle_sglang.<release>.<variant>...``) with its own ``__import__``: an ``sglang.*``
+   (``_kernel_oracle_sglang.<release>.<variant>.<folder>.<file>``) with its own ``__import__``: an ``sglang.*``
    import of a ``kernel_utils`` file of the same release loads that file the same way; the other
    ``sglang`` names the kernel files import get the small stand-ins of :data:`STAND_INS`; anything
    else is refused with a one-line reason.  ``sys.modules`` never holds an ``sglang`` entry.
@@ -337,7 +337,8 @@ def load_kernel_module(release: ReleaseFiles, path: str, variant: str) -> types.
     def load(file: str) -> types.ModuleType:
         if file in loaded:
             return loaded[file]
-        name = f"{prefix}.{_slug(module_name(file))}"
+        folder, _, stem = module_name(file).rpartition(".")
+        name = f"{prefix}.{_slug(folder)}.{stem}"  # ends in the file's own name: buckets compare it across releases
         spec = importlib.util.spec_from_file_location(name, release.disk(file))
         mod = importlib.util.module_from_spec(spec)
         mod.__dict__["__builtins__"] = own_builtins
