@@ -499,10 +499,27 @@ def _data_int(call, index, amount):
     call.set_arg(name, call.arg(name).to(torch.int32))
 
 
+def _data_stride0(call, index, amount):
+    """A data tensor whose rows all alias its first row (``expand``: stride 0 along dim 0)."""
+    data = call.signature.data
+    name = data[index % len(data)]
+    t = call.arg(name)
+    call.set_arg(name, t[:1].expand_as(t))
+
+
+def _data_transposed(call, index, amount):
+    """The same values in a buffer laid out with dims 0 and 1 swapped (a transposed view)."""
+    data = call.signature.data
+    name = data[index % len(data)]
+    call.set_arg(name, call.arg(name).transpose(0, 1).contiguous().transpose(0, 1))
+
+
 _DATA_KINDS: dict[str, tuple[str, Callable]] = {
     "data_heads": ("malformed", _data_resized(-2)),
     "data_last_dim": ("malformed", _data_resized(-1)),
     "data_int": ("malformed", _data_int),
+    "data_stride0": ("malformed", _data_stride0),
+    "data_transposed": ("malformed", _data_transposed),
 }
 ERROR_INPUT_KINDS: dict[str, dict[str, tuple[str, Callable]]] = {
     "lora": {

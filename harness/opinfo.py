@@ -38,7 +38,7 @@ import torch
 
 from kernel_oracle.reference import lora as ref_lora
 from kernel_oracle.reference import vision as ref_vision
-from kernel_oracle.reference._helpers import describe_tensor
+from kernel_oracle.reference._helpers import describe_layout, describe_tensor
 from kernel_oracle.reference.contracts import CONTRACTS, contract
 from kernel_oracle.reference.signatures import FAMILIES, Signature, signature
 
@@ -295,6 +295,15 @@ def _lora_errors(op: str) -> Callable[[str], Iterator[ErrorInput]]:
                                             expected=(7, 2, c.arg(sig.inplace).shape[2]),
                                             why="base_output is (S, H, output dim) of the step"),
                              runs_without_strict=False)
+            # base_output whose rows alias one row (stride 0): in-place updates would collide
+            yield ErrorInput(base(), m("data_stride0", sig.data.index(sig.inplace)), "lora.strict.tensor_attr",
+                             lambda c: dict(field=sig.inplace,
+                                            expected="a tensor whose elements do not share memory (it is updated "
+                                                     "in place)", got=describe_layout(c.arg(sig.inplace)),
+                                            fix=f"dimension 0 (size 7) has stride 0, so its 7 entries share memory; "
+                                                f"pass a tensor that owns its memory, e.g. {sig.inplace}.clone(), "
+                                                "and use the returned one"),
+                             runs_without_strict=False)
         if sig.params[0] == "attn_output":  # attn_output 65 wide, kv_lora_rank 64
             yield ErrorInput(base(), m("data_last_dim", 0), "lora.strict.shape_mismatch",
                              dict(field="attn_output", got=(7, 2, 65), expected=(7, 2, 64),
@@ -387,6 +396,22 @@ def _vision_errors(device: str) -> Iterator[ErrorInput]:
     # strict: the output of sequence 1 (5 tokens) moved from token 3 to token 3 + 9 = 12, past the 8 output tokens
     yield ErrorInput(base(), m("o_offset_past_end", 1), "vision.strict.offset_range",
                      dict(field="o_indptr", index=1, value=12 * 32, length=5, start=12, tokens=8, tensor="the output"))
+    # strict: integer q (and k, v): attention over integers is not defined
+    yield ErrorInput(base(), (m("data_int", 0), m("data_int", 1), m("data_int", 2)), "vision.strict.metadata_tensor",
+                     lambda c: dict(field="q",
+                                    expected="a floating-point tensor (float16, bfloat16, float32 or float64)",
+                                    got=describe_tensor(c.arg("q")),
+                                    fix="pass q, k and v as floating-point tensors, e.g. q.to(torch.float16)"))
+    # strict: q's 8 tokens all alias token 0 (stride 0)
+    yield ErrorInput(base(), m("data_stride0", 0), "vision.strict.operand_layout",
+                     lambda c: dict(field="q", got=describe_layout(c.arg("q")),
+                                    why="dimension 0 (size 8) has stride 0, so its 8 entries share memory"))
+    # strict: k transposed (a head-major buffer): token stride 16, but a token spans 1 + 128 + 15 elements
+    yield ErrorInput(base(), m("data_transposed", 1), "vision.strict.operand_layout",
+                     lambda c: dict(field="k", got=describe_layout(c.arg("k")),
+                                    why="one token spans 144 elements but the token stride is 16, so tokens are not "
+                                        "the outermost dimension (a transposed view?) and element offsets of tokens "
+                                        "are meaningless"))
     # strict: the output of sequence 1 (tokens 0..4) moved onto sequence 0's (tokens 0..2)
     yield ErrorInput(base(), m("output_overlap"), "vision.strict.output_overlap",
                      dict(index=1, start=0, end=4, other=0, other_start=0, other_end=2))

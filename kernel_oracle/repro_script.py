@@ -109,7 +109,8 @@ def _untouched_rows(case, call) -> torch.Tensor | None:
     return untouched
 
 
-def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec: str, verdict=None) -> tuple[Path, Path]:
+def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec: str,
+                verdict=None) -> tuple[Path, Path]:
     """Write ``<name>.py`` and ``<name>.tensors.pt`` to ``out_dir``; returns both paths."""
     from kernel_oracle import __version__
     from kernel_oracle.harness.opinfo import OP_DB

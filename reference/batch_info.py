@@ -65,6 +65,17 @@ class LoRABatchInfo:
     moe_lora_info: object = None
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def _check_int32(field: str, values: Sequence[int]) -> None:
+    """The metadata tensors are int32 (as SGLang's): name the entry that does not fit."""
+    for i, x in enumerate(values):
+        if not -_INT32_MAX - 1 <= x <= _INT32_MAX:
+            raise ValueError(f"{field}[{i}]={x} does not fit the int32 metadata tensor (at most {_INT32_MAX}); "
+                             f"pass {field} within int32")
+
+
 def make_lora_batch_info(
     seg_lens: Sequence[int],
     weight_indices: Sequence[int],
@@ -103,6 +114,12 @@ def make_lora_batch_info(
         )
     if any(x < 0 for x in seg_lens):
         raise ValueError(f"Expected non-negative segment lengths but got seg_lens={seg_lens}")
+    _check_int32("seg_lens", seg_lens)
+    _check_int32("weight_indices", weight_indices)
+    _check_int32("lora_ranks", [int(r) for r in lora_ranks])
+    if sum(seg_lens) > _INT32_MAX:
+        raise ValueError(f"seg_lens add up to {sum(seg_lens)} rows, beyond what the int32 seg_indptr holds "
+                         f"({_INT32_MAX}); split the batch")
     n = len(seg_lens)
     padded = n
     if cuda_graph_pad_to is not None:

@@ -170,6 +170,8 @@ CONTRACTS: Mapping[str, Contract] = _table(
              "vision", _S),
     Contract("vision.strict.shape_mismatch", ValueError,
              "{field} has shape {got}, expected {expected}; {why}", "vision", _S),
+    Contract("vision.strict.operand_layout", ValueError,
+             "{field} is a {got}: {why}; pass {field}.contiguous()", "vision", _S),
 )
 
 

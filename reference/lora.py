@@ -24,8 +24,8 @@ from typing import Optional
 
 import torch
 
-from kernel_oracle.reference.lora_routing import (LoRARouting, check_data_tensor, check_shape, max_segment_len, route_lora_batch,
-                           validate_lora_batch)
+from kernel_oracle.reference.lora_routing import (LoRARouting, check_data_tensor, check_in_place_layout, check_shape,
+                                                  max_segment_len, route_lora_batch, validate_lora_batch)
 from kernel_oracle.reference.signatures import SIGNATURES, ops_of
 from kernel_oracle.reference.strict import resolve_strict
 from kernel_oracle.reference.tolerance import check_faithful, round_to_tf32, tf32_mode
@@ -170,6 +170,7 @@ def _validate(op: str, x: torch.Tensor, *, B_buf=None, A_buf=None, base=None, fu
     if base is not None:
         out_dim = C if op in ("step_b_q", "q_side_fused") else vd
         check_shape("base_output", base, (S, H, out_dim), "base_output is (S, H, output dim) of the step")
+        check_in_place_layout("base_output", base)
 
 
 def _routing_dims(name: str, weights) -> tuple[int, int]:

@@ -26,7 +26,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from kernel_oracle.reference._helpers import check_metadata_tensor, describe_tensor
+from kernel_oracle.reference._helpers import check_metadata_tensor, describe_layout, describe_tensor, overlap_problem
 from kernel_oracle.reference.contracts import raise_contract
 from kernel_oracle.reference.strict import resolve_strict
 
@@ -48,9 +48,17 @@ def max_segment_len(batch_info) -> int:
     """Upstream's longest-segment length; raises the upstream contract if it cannot be known."""
     max_len = getattr(batch_info, "max_len", None)
     if max_len is not None:
-        return int(max_len)
+        try:
+            return int(max_len)
+        except (TypeError, ValueError, OverflowError) as exc:  # upstream's int() fails the same way
+            raise type(exc)(f"Expected batch_info.max_len to be an int or None but got max_len={max_len!r}; "
+                            "pass the longest segment length") from None
     seg_lens = getattr(batch_info, "seg_lens", None)
     if seg_lens is not None:
+        if not isinstance(seg_lens, torch.Tensor):  # upstream's seg_lens.max() fails the same way
+            raise AttributeError(f"Expected batch_info.seg_lens to be an int32 tensor but got seg_lens={seg_lens!r} "
+                                 f"({type(seg_lens).__name__}), which has no max(); pass "
+                                 "torch.tensor(seg_lens, dtype=torch.int32) or give max_len")
         return int(seg_lens.max().item()) if seg_lens.numel() else 0
     raise_contract("lora.missing_max_len")
 
@@ -303,3 +311,15 @@ def check_data_tensor(field: str, tensor: object, device: torch.device) -> None:
     if tensor.device != device:
         raise_contract("lora.strict.tensor_attr", field=field, expected=f"on {device} (the activations' device)",
                        got=describe_tensor(tensor), fix=f"pass {field}.to('{device}')")
+
+
+def check_in_place_layout(field: str, tensor: torch.Tensor) -> None:
+    """Strict check that an output updated in place has no elements sharing memory: with stride 0
+    (an ``expand``) or overlapping strides, two rows' updates land on one element and the result
+    depends on the kernel's write order.  (Inputs may overlap: a kernel only reads them.)"""
+    why = overlap_problem(tensor)
+    if why is not None:
+        raise_contract("lora.strict.tensor_attr", field=field,
+                       expected="a tensor whose elements do not share memory (it is updated in place)",
+                       got=describe_layout(tensor),
+                       fix=f"{why}; pass a tensor that owns its memory, e.g. {field}.clone(), and use the returned one")

@@ -20,7 +20,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from kernel_oracle.reference._helpers import check_metadata_tensor, describe_tensor
+from kernel_oracle.reference._helpers import (check_metadata_tensor, describe_layout, describe_tensor, overlap_problem,
+                                              scale_as_float)
 from kernel_oracle.reference.contracts import raise_contract
 from kernel_oracle.reference.strict import resolve_strict
 
@@ -154,9 +155,22 @@ class VisionPlan:
 
 
 def _max_seqlen_int(max_seqlen) -> int:
+    """Step 4: ``max_seqlen`` as a Python int.  Upstream calls ``int()`` (after ``.item()`` on a
+    tensor); what that rejects is rejected here with the same exception type, naming the field."""
+    value = max_seqlen
     if isinstance(max_seqlen, torch.Tensor):
-        return int(max_seqlen.detach().cpu().item())
-    return int(max_seqlen)
+        if max_seqlen.numel() != 1:
+            raise RuntimeError(f"Expected max_seqlen to be an int or a 0-d/1-element tensor but got max_seqlen="
+                               f"{describe_tensor(max_seqlen)}; pass the bucketed longest length "
+                               "(prepare_flashinfer_cudnn_metadata's flashinfer_max_seqlen)")
+        value = max_seqlen.detach().cpu().reshape(()).item()
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        shown = describe_tensor(max_seqlen) if isinstance(max_seqlen, torch.Tensor) else repr(max_seqlen)
+        raise type(exc)(f"Expected max_seqlen to be an int or a 0-d/1-element tensor but got max_seqlen={shown}; "
+                        "pass the bucketed longest length (prepare_flashinfer_cudnn_metadata's "
+                        "flashinfer_max_seqlen)") from None
 
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -224,7 +238,8 @@ def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_me
         raise_contract("vision.offset_out_of_bounds")
 
     head_dim = q.shape[2]
-    scale = float(softmax_scale) if softmax_scale is not None else head_dim ** -0.5
+    default_scale = head_dim ** -0.5
+    scale = default_scale if softmax_scale is None else scale_as_float("softmax_scale", softmax_scale, default_scale)
     out_stride = int(q.shape[1] * v.shape[2])
     if strict:
         _strict_checks(q, k, v, sequence_lengths, packed, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride)
@@ -256,13 +271,34 @@ def check_attention_operands(q, k, v) -> None:
                        expected=("*", q.shape[1], "*"), why="v has q's head count")
 
 
+def check_token_layout(name: str, t: torch.Tensor) -> None:
+    """Strict: ``t`` (T,H,D) has tokens as its outermost dimension and no elements that share
+    memory.  Packed indptrs count element offsets in whole tokens (token offset x token stride),
+    so a layout whose tokens overlap (stride 0) or interleave with its heads (a transposed view)
+    has no meaningful element offsets; upstream would read whatever lies there."""
+    why = overlap_problem(t)
+    if why is None and t.shape[0] > 1:
+        extent = 1 + sum(s * (n - 1) for n, s in zip(t.shape[1:], t.stride()[1:]))
+        if t.stride(0) < extent:
+            why = (f"one token spans {extent} elements but the token stride is {t.stride(0)}, so tokens are not "
+                   "the outermost dimension (a transposed view?) and element offsets of tokens are meaningless")
+    if why is not None:
+        raise_contract("vision.strict.operand_layout", field=name, got=describe_layout(t), why=why)
+
+
 def _strict_checks(q, k, v, sequence_lengths, packed, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride):
     cid = "vision.strict.metadata_tensor"
     ints = (torch.int32, torch.int64)
     check_metadata_tensor(cid, "packed_indptrs", packed, dtypes=ints, device=None)
     check_metadata_tensor(cid, "sequence_lengths", sequence_lengths, dtypes=ints, device=None,
                           allow_shape=((), (1, 1, 1)))
+    if not q.is_floating_point():  # before k and v, which are compared with q
+        raise_contract(cid, field="q", expected="a floating-point tensor (float16, bfloat16, float32 or float64)",
+                       got=describe_tensor(q),
+                       fix="pass q, k and v as floating-point tensors, e.g. q.to(torch.float16)")
     check_attention_operands(q, k, v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_token_layout(name, t)
     bad = torch.nonzero(lengths < 0).flatten()
     if bad.numel():
         raise_contract("vision.strict.negative_length", index=int(bad[0]), value=int(lengths[int(bad[0])]))
