@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 __all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "ReleaseFiles", "STAND_INS", "cache_dir", "find_wheel",
-           "installed_release", "load_kernel_module", "locate_kernels", "wheel_release"]
+           "installed_release", "load_kernel_module", "locate_kernels", "wheel_release", "write_slim_wheel"]
 
 # SPEC.md's table, newest layout first: variant -> the kernel file's path in each layout
 KNOWN_KERNEL_FILES = {
@@ -357,3 +357,32 @@ def load_kernel_module(release: ReleaseFiles, path: str, variant: str) -> types.
     mod = load(path)
     release._kv[key] = mod
     return mod
+
+
+def write_slim_wheel(wheel: str | os.PathLike, dest_dir: str | os.PathLike) -> Path:
+    """A copy of ``wheel`` holding only what the suite reads (the kv_b kernel files, their helper files,
+    ``lora/utils.py``, the vision module and the dist-info metadata): ``sglang-X.Y.Z-kernels.whl``,
+    a few hundred kB instead of 40 MB, for carrying to a GPU machine without a registry.  It is
+    read like the full wheel (the loader never installs either)."""
+    rel = wheel_release(wheel)
+    found = locate_kernels(rel)
+    if not found:
+        raise LoaderError(f"{wheel}: sglang {rel.version} has no kv_b LoRA kernels to keep")
+    keep = set(found.values())
+    keep |= {n for n in rel.names if n.endswith("/" + HELPER_FILE) and any(n.rsplit("/", 1)[0] in p for p in keep)}
+    keep |= {n for n in rel.names if n in ("sglang/srt/lora/utils.py", "sglang/srt/layers/attention/vision.py")
+             or re.fullmatch(r"sglang-[^/]+\.dist-info/METADATA", n)}
+    dest = Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / f"sglang-{rel.version}-kernels.whl"
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n in sorted(keep):
+            zf.writestr(n, src.read(n))
+    return out
+
+
+if __name__ == "__main__":  # python -m kernel_oracle.fuzz.targets.sglang_wheel --slim DEST WHEEL...
+    if len(sys.argv) < 4 or sys.argv[1] != "--slim":
+        raise SystemExit("usage: python -m kernel_oracle.fuzz.targets.sglang_wheel --slim DEST_DIR WHEEL [WHEEL...]")
+    for w in sys.argv[3:]:
+        print(write_slim_wheel(w, sys.argv[2]))
