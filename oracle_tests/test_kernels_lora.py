@@ -392,3 +392,113 @@ def test_strict_false_is_graph_capturable(op):
         assert torch.equal(out[d], eager[d]), f"{op}: graph replay differs from an eager call"
     else:
         assert torch.equal(out, eager), f"{op}: graph replay differs from an eager call"
+
+
+# ---- shared memory: block sizes and stages within the device's limit (kernels/lora/_smem.py) ------
+
+# per-block opt-in shared memory of the GPUs the kernels meet (bytes; cudaDevAttrMaxSharedMemoryPerBlockOptin)
+SMEM_LIMITS = {"sm90 (H100, H200)": 232448, "sm80 (A100)": 166912, "sm89 (L40, RTX 4090)": 101376}
+# the ranks SPEC and SGLang allow.  kv_lora_rank (512, 1024, 1536) is only a loop length: no tile depends on
+# it, so it is not a parameter of the estimate (the GPU test below runs C=1536).
+SMEM_RANKS = (16, 32, 64, 128)
+# (activation dtype, weight dtype): fp32 tiles are TF32-rounded in registers, mixed dtypes upcast
+SMEM_DTYPES = ((torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32),
+               (torch.float32, torch.bfloat16))
+
+
+def test_smem_estimate_covers_the_measured_h200_crash():
+    """step_a_v, fp32, R=128, BLOCKS' segment-major winners, Triton's default 3 stages: the H200 asked for
+    262144 bytes (OutOfResources, limit 232448); the estimate must not be below that."""
+    from kernel_oracle.kernels.lora._smem import DEFAULT_STAGES, estimate_bytes
+
+    blocks = {k: v for k, v in launch.BLOCKS["step_a_v"]["seg"].items() if k != "num_warps"}
+    est = estimate_bytes("step_a_v", blocks, block_r=128, num_stages=DEFAULT_STAGES, elem_bytes=4, transformed=True)
+    assert est >= 262144 > SMEM_LIMITS["sm90 (H100, H200)"]
+
+
+@pytest.mark.parametrize("limit_name", list(SMEM_LIMITS))
+@pytest.mark.parametrize("op", OPS)
+def test_smem_fitted_configs_stay_within_the_limit(op, limit_name):
+    from kernel_oracle.kernels.lora._smem import DEFAULT_STAGES, estimate_bytes, fit_config
+
+    limit = SMEM_LIMITS[limit_name]
+    for path in ("seg", "tok"):
+        default = {k: v for k, v in launch.BLOCKS[op][path].items() if k != "num_warps"}
+        for R in SMEM_RANKS:
+            for x_dtype, w_dtype in SMEM_DTYPES:
+                elem = max(x_dtype.itemsize, w_dtype.itemsize)
+                transformed = x_dtype == torch.float32 or w_dtype != x_dtype
+                kw = dict(block_r=launch._block_r(R), elem_bytes=elem, transformed=transformed)
+                cfg, stages = fit_config(op, default, limit=limit, **kw)
+                est = estimate_bytes(op, cfg, num_stages=stages, **kw)
+                where = f"{op} {path} R={R} {x_dtype}/{w_dtype} limit={limit}: {cfg} x{stages} needs {est}"
+                assert est <= limit, where
+                assert cfg["BT"] == default["BT"], f"{where}: BT fixes the plan's grid and must not change"
+                if estimate_bytes(op, default, num_stages=DEFAULT_STAGES, **kw) <= limit:
+                    assert (cfg, stages) == (default, DEFAULT_STAGES), f"{where}: the winners fit, keep them"
+
+
+def test_smem_h200_keeps_the_winners_in_half_precision():
+    """bf16/fp16 (production) keep BLOCKS and 3 stages at every rank on the H200; only fp32 steps down."""
+    from kernel_oracle.kernels.lora._smem import DEFAULT_STAGES, fit_config
+
+    for op in OPS:
+        for path in ("seg", "tok"):
+            default = {k: v for k, v in launch.BLOCKS[op][path].items() if k != "num_warps"}
+            got = fit_config(op, default, block_r=128, elem_bytes=2, transformed=False, limit=232448)
+            assert got == (default, DEFAULT_STAGES), (op, path, got)
+
+
+def test_launch_steps_down_when_the_device_still_runs_out(monkeypatch):
+    """An estimate that is too low costs one failed compile, never a crash: _launch catches
+    OutOfResources, takes the next configuration down, and remembers the one that launched."""
+    from kernel_oracle.kernels.lora._smem import estimate_bytes
+
+    monkeypatch.setattr(launch, "smem_limit", lambda device: 232448)
+    monkeypatch.setattr(launch, "_FITTED", {})
+    tried = []
+
+    def fake_launch(blocks, warps, stages):
+        need = estimate_bytes("step_a_v", blocks, block_r=128, num_stages=stages, elem_bytes=4, transformed=True)
+        tried.append((blocks["BLOCK_K"], stages))
+        if need > 150_000:  # a device that needs more than the estimate says
+            raise launch.OutOfResources(need, 150_000, "shared memory")
+
+    x = torch.zeros(2, 2, 2, dtype=torch.float32)
+    p = launch.Plan(False, 1, 1, 1, 0, 0, launch.BLOCKS["step_a_v"]["seg"])
+    launch._launch("step_a_v", p, x, (x,), 128, fake_launch)
+    assert tried[0] == (128, 2), "the estimate's choice first (fp32 R=128 on the H200: 2 stages)"
+    assert len(tried) > 1 and tried[-1] != tried[0]
+    ((key, (cfg, _, stages)),) = launch._FITTED.items()
+    assert (cfg["BLOCK_K"], stages) == tried[-1]
+    tried.clear()
+    launch._launch("step_a_v", p, x, (x,), 128, fake_launch)
+    assert len(tried) == 1, "a remembered configuration launches directly"
+
+
+# the largest shapes SPEC and SGLang allow: rank 128, kv_lora_rank 1536, 128 heads
+LARGEST_DIMS = Dims(H=128, qk=128, vd=128, C=1536, R=128, L=4)
+LARGEST_BATCH = Batch((300, 0, 129, 64), (3, 2, 0, 1), (128, 64, 5, 128), (1.0, 0.5, 2.0, 1.5), permuted=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_CUDA, reason="shared-memory limits are a property of a CUDA device")
+@pytest.mark.parametrize("path", ["seg", "tok"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("op", OPS)
+def test_largest_shapes_launch_within_shared_memory(op, dtype, path, monkeypatch):
+    """Never OutOfResources on a valid input (the H200 crash of step_a_v at R=128), right values, and the
+    estimate's choice launched without stepping down (else the estimate is too low: fix _smem)."""
+    from kernel_oracle.kernels.lora._smem import fit_config, smem_limit
+
+    monkeypatch.setattr(launch, "FORCE_PATH", path)
+    seed = _seed("largest", op, dtype, path)
+    args, routed = _make_call(op, LARGEST_BATCH, LARGEST_DIMS, dtype, dtype, DEVICE, seed=seed)
+    _check(op, args, routed, dtype, f"op={op} largest dims dtype={dtype} path={path} seed={seed}")
+    key = next(k for k in launch._FITTED if k[0] == op and k[1] == (path == "tok") and k[2] == dtype)
+    cfg, _, stages = launch._FITTED[key]
+    default = {k: v for k, v in launch.BLOCKS[op][path].items() if k != "num_warps"}
+    expected = fit_config(op, default, block_r=128, elem_bytes=dtype.itemsize, transformed=dtype == torch.float32,
+                          limit=smem_limit(DEVICE))
+    assert (cfg, stages) == expected, f"{op}: the estimate chose {expected}, the device needed {(cfg, stages)}"

@@ -27,6 +27,21 @@ results are cast to the activation dtype; the scaled step-B delta is cast to the
 ``base``'s dtype.  ``UPCAST`` (interpreter, or weights of another dtype than the activations) turns
 every tile to fp32 right after its load; ``FIX_BF16`` makes the fp32 <-> bf16 conversions exact
 (round to nearest even) under the interpreter (:mod:`kernels.interpreter`).
+
+Note [Specialization]
+---------------------
+Triton compiles one kernel per combination of its integer arguments' classes (1, a multiple of 16,
+other).  Counts that change with every batch (segments launched, tiles per segment, rows, search
+steps, output blocks) and sizes that only bound runtime values (``H``, ``R``, ``FULL_K``,
+``C_PER_PROG``) are therefore ``do_not_specialize``: a campaign does not compile a kernel per case.
+Row and slot strides are not specialized either, but arrive divided by ``ALIGN``, the largest power
+of two up to 16 dividing them all (a constexpr: 5 values at most), and are multiplied back here, so
+the compiler still sees the alignment it needs for wide loads (as the vision kernel does, Note
+[Alignment] there).  Innermost strides (1 for contiguous tensors: what makes loads contiguous) and
+the sizes that bound a contiguous axis in a mask (``QK``, ``C``, ``VD``: a mask's constancy decides
+the vector width) stay specialized; they change with the model, not with the batch.  Constexprs are
+bucketed: ``BLOCK_R`` is a power of two, ``SEG_TILE`` a power of two or 0, the rest are flags or
+block sizes from ``BLOCKS``.
 """
 
 from __future__ import annotations
@@ -107,14 +122,28 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
 
 # ---- split steps ---------------------------------------------------------------------------------
 
-@triton.jit
+# Note [Specialization]: runtime ints Triton must not specialize on (they change from batch to batch)
+_COUNTS = ("n_launch", "tiles_per_seg", "num_rows", "search_steps", "n_cblocks")
+
+_DNS_STEP_A_Q = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'so_t', 'so_h')
+
+
+@triton.jit(do_not_specialize=_DNS_STEP_A_Q)
 def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
                     sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, so_t, so_h, so_r,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
-                    DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
+                    DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
+                    ALIGN: tl.constexpr):
     """out[t,h,:r] = q[t,h,:QK] @ B[w, h*FULL_K : h*FULL_K+QK, :r]; grid (row tiles, H)."""
+    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    sx_t = sx_t * ALIGN
+    sx_h = sx_h * ALIGN
+    sb_l = sb_l * ALIGN
+    sb_row = sb_row * ALIGN
+    so_t = so_t * ALIGN
+    so_h = so_h * ALIGN
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks
@@ -141,16 +170,27 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
                  mask=sel[:, None] & (offs_r < R)[None, :])
 
 
-@triton.jit
+_DNS_STEP_B_Q = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sy_t', 'sy_h')
+
+
+@triton.jit(do_not_specialize=_DNS_STEP_B_Q)
 def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
-                    DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
+                    DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
+                    ALIGN: tl.constexpr):
     """base[t,h,:] += round_x(s * (x[t,h,:r] @ A[w,:r,:])); grid (row tiles, H/BH, C/BLOCK_C).
 
     A is shared by all heads, so a tile holds BT tokens x BH heads."""
+    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    sx_t = sx_t * ALIGN
+    sx_h = sx_h * ALIGN
+    sa_l = sa_l * ALIGN
+    sa_r = sa_r * ALIGN
+    sy_t = sy_t * ALIGN
+    sy_h = sy_h * ALIGN
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks
@@ -177,14 +217,25 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
-@triton.jit
+_DNS_STEP_A_V = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so_h')
+
+
+@triton.jit(do_not_specialize=_DNS_STEP_A_V)
 def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, so_t, so_h, so_r,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
-                    DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
+                    DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
+                    ALIGN: tl.constexpr):
     """out[t,h,:r] = x[t,h,:C] @ A[w,:r,:].T; grid (row tiles, H/BH); a tile is BT tokens x BH heads."""
+    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    sx_t = sx_t * ALIGN
+    sx_h = sx_h * ALIGN
+    sa_l = sa_l * ALIGN
+    sa_r = sa_r * ALIGN
+    so_t = so_t * ALIGN
+    so_h = so_h * ALIGN
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks
@@ -212,15 +263,26 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
                  mask=sel[:, None] & (offs_r < R)[None, :])
 
 
-@triton.jit
+_DNS_STEP_B_V = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sy_t', 'sy_h')
+
+
+@triton.jit(do_not_specialize=_DNS_STEP_B_V)
 def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
                     sx_t, sx_h, sx_r, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                     BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
-                    DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
+                    DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
+                    ALIGN: tl.constexpr):
     """base[t,h,:] += round_x(s * (x[t,h,:r] @ B[w, h*FULL_K+QK : (h+1)*FULL_K, :r].T));
     grid (row tiles, H, VD/BLOCK_V)."""
+    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    sx_t = sx_t * ALIGN
+    sx_h = sx_h * ALIGN
+    sb_l = sb_l * ALIGN
+    sb_row = sb_row * ALIGN
+    sy_t = sy_t * ALIGN
+    sy_h = sy_h * ALIGN
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks
@@ -249,14 +311,28 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
 
 # ---- fused sides ---------------------------------------------------------------------------------
 
-@triton.jit
+_DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_PER_PROG', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sa_l', 'sa_r',
+                               'sy_t', 'sy_h')
+
+
+@triton.jit(do_not_specialize=_DNS_Q_SIDE_FUSED)
 def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_PER_PROG,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
-                        UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
+                        UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
+                        ALIGN: tl.constexpr):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
+    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    sx_t = sx_t * ALIGN
+    sx_h = sx_h * ALIGN
+    sb_l = sb_l * ALIGN
+    sb_row = sb_row * ALIGN
+    sa_l = sa_l * ALIGN
+    sa_r = sa_r * ALIGN
+    sy_t = sy_t * ALIGN
+    sy_h = sy_h * ALIGN
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks
@@ -297,14 +373,27 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
-@triton.jit
+_DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sb_l', 'sb_row', 'sy_t', 'sy_h')
+
+
+@triton.jit(do_not_specialize=_DNS_V_SIDE_FUSED)
 def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
                         sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
-                        UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
+                        UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
+                        ALIGN: tl.constexpr):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
+    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    sx_t = sx_t * ALIGN
+    sx_h = sx_h * ALIGN
+    sa_l = sa_l * ALIGN
+    sa_r = sa_r * ALIGN
+    sb_l = sb_l * ALIGN
+    sb_row = sb_row * ALIGN
+    sy_t = sy_t * ALIGN
+    sy_h = sy_h * ALIGN
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks

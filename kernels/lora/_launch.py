@@ -30,6 +30,12 @@ from kernel_oracle.reference.lora_routing import num_segments
 
 from ..interpreter import interpreting, needs_bf16_fix
 from . import _kernels as K
+from ._smem import fit_config, ladder, smem_limit
+
+try:  # where Triton reports a launch that needs more shared memory than the device has
+    from triton.runtime.errors import OutOfResources
+except ImportError:  # pragma: no cover - older layouts
+    from triton.runtime.autotuner import OutOfResources  # type: ignore[no-redef]
 
 __all__ = ["BLOCKS", "FORCE_PATH", "PRECISION", "Plan", "plan"]
 
@@ -139,6 +145,53 @@ def _nothing_to_do(p: Plan, num_rows: int) -> bool:
     return p.n_launch == 0 or p.row_tiles == 0 or num_rows == 0
 
 
+# (op, path, dtypes, BLOCK_R, device) -> (blocks, num_warps, num_stages) that compiled and launched
+_FITTED: dict = {}
+
+
+def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...], block_r: int, launch) -> None:
+    """Run ``launch(blocks, num_warps, num_stages)`` with a configuration that fits the device's shared
+    memory (Note [Shared memory] in :mod:`kernels.lora._smem`): the benchmark winners when they fit,
+    else the first smaller one the estimate admits; a launch that still runs out of shared memory
+    steps further down the ladder (no valid input ever raises ``OutOfResources``)."""
+    blocks, warps = _split(p.blocks)
+    limit = smem_limit(x.device)
+    if limit is None:  # the interpreter: no shared memory, Triton's stage setting is ignored
+        launch(blocks, warps, None)
+        return
+    key = (op, p.token_major, x.dtype, tuple(w.dtype for w in weights), block_r, str(x.device))
+    if key in _FITTED:
+        cfg, warps, stages = _FITTED[key]
+        launch(dict(cfg), warps, stages)
+        return
+    transformed = x.dtype == torch.float32 or any(w.dtype != x.dtype for w in weights)
+    elem = max(t.element_size() for t in (x, *weights))
+    start, stages = fit_config(op, blocks, block_r=block_r, elem_bytes=elem, transformed=transformed, limit=limit)
+    error: Optional[Exception] = None
+    for cfg, st in ladder(start, stages):
+        try:
+            launch(dict(cfg), warps, st)
+        except OutOfResources as exc:
+            error = exc
+            continue
+        _FITTED[key] = (cfg, warps, st)
+        return
+    raise error  # type: ignore[misc]
+
+
+def _aligned(**strides: int) -> dict:
+    """Row and slot strides divided by ``ALIGN``, the largest power of two up to 16 dividing them all,
+    and ``ALIGN`` itself (Note [Specialization] in :mod:`kernels.lora._kernels`)."""
+    align = 16
+    while align > 1 and any(v % align for v in strides.values()):
+        align //= 2
+    return {**{k: v // align for k, v in strides.items()}, "ALIGN": align}
+
+
+def _stages(num_stages: Optional[int]) -> dict:
+    return {} if num_stages is None else {"num_stages": num_stages}
+
+
 # ---- entry points (SGLang signatures) ------------------------------------------------------------
 
 def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
@@ -151,13 +204,16 @@ def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
     p = plan("step_a_q", batch_info, S, max_len)
     if _nothing_to_do(p, S):
         return out
-    blocks, warps = _split(p.blocks)
-    K.step_a_q_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
-        q_nope, B_buf, out, **_meta(batch_info, p, S), QK=QK, FULL_K=full_K_per_head, R=R,
-        sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sx_d=q_nope.stride(2),
-        sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
-        so_t=out.stride(0), so_h=out.stride(1), so_r=out.stride(2),
-        BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf,), None), **blocks, num_warps=warps)
+
+    def launch(blocks, warps, stages):
+        K.step_a_q_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
+            q_nope, B_buf, out, **_meta(batch_info, p, S), QK=QK, FULL_K=full_K_per_head, R=R,
+            sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), so_r=out.stride(2),
+            **_aligned(sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
+                       so_t=out.stride(0), so_h=out.stride(1)),
+            BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf,), None), **blocks, num_warps=warps, **_stages(stages))
+
+    _launch("step_a_q", p, q_nope, (B_buf,), _block_r(R), launch)
     return out
 
 
@@ -169,15 +225,19 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
     p = plan("step_b_q", batch_info, S, max_len)
     if _nothing_to_do(p, S):
         return base_output
-    blocks, warps = _split(p.blocks)
-    ncb = triton.cdiv(C, blocks["BLOCK_C"])
-    grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], ncb))
-    K.step_b_q_kernel[grid](
-        q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings, H=H, C=C, R=R,
-        sx_t=q_lora_a.stride(0), sx_h=q_lora_a.stride(1), sx_r=q_lora_a.stride(2),
-        sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
-        sy_t=base_output.stride(0), sy_h=base_output.stride(1), sy_c=base_output.stride(2),
-        BLOCK_R=_block_r(R), **_flags(q_lora_a, (A_buf,), base_output), **blocks, num_warps=warps)
+
+    def launch(blocks, warps, stages):
+        ncb = triton.cdiv(C, blocks["BLOCK_C"])
+        grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], ncb))
+        K.step_b_q_kernel[grid](
+            q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings, H=H, C=C,
+            R=R, sx_r=q_lora_a.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2),
+            **_aligned(sx_t=q_lora_a.stride(0), sx_h=q_lora_a.stride(1), sa_l=A_buf.stride(0),
+                       sa_r=A_buf.stride(1), sy_t=base_output.stride(0), sy_h=base_output.stride(1)),
+            BLOCK_R=_block_r(R), **_flags(q_lora_a, (A_buf,), base_output), **blocks, num_warps=warps,
+            **_stages(stages))
+
+    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch)
     return base_output
 
 
@@ -190,13 +250,17 @@ def step_a_v_fwd(attn_output, A_buf, batch_info, *, strict=None):
     p = plan("step_a_v", batch_info, S, max_len)
     if _nothing_to_do(p, S):
         return out
-    blocks, warps = _split(p.blocks)
-    K.step_a_v_kernel[(p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], 1))](
-        attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, C=C, R=R,
-        sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sx_c=attn_output.stride(2),
-        sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
-        so_t=out.stride(0), so_h=out.stride(1), so_r=out.stride(2),
-        BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf,), None), **blocks, num_warps=warps)
+
+    def launch(blocks, warps, stages):
+        K.step_a_v_kernel[(p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], 1))](
+            attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, C=C, R=R,
+            sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), so_r=out.stride(2),
+            **_aligned(sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
+                       sa_r=A_buf.stride(1), so_t=out.stride(0), so_h=out.stride(1)),
+            BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf,), None), **blocks, num_warps=warps,
+            **_stages(stages))
+
+    _launch("step_a_v", p, attn_output, (A_buf,), _block_r(R), launch)
     return out
 
 
@@ -209,16 +273,20 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
     p = plan("step_b_v", batch_info, S, max_len)
     if _nothing_to_do(p, S):
         return base_output
-    blocks, warps = _split(p.blocks)
-    ncb = triton.cdiv(v_head_dim, blocks["BLOCK_V"])
-    grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
-    K.step_b_v_kernel[grid](
-        attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-        QK=qk_nope_head_dim, VD=v_head_dim, FULL_K=qk_nope_head_dim + v_head_dim, R=R,
-        sx_t=attn_lora_a.stride(0), sx_h=attn_lora_a.stride(1), sx_r=attn_lora_a.stride(2),
-        sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
-        sy_t=base_output.stride(0), sy_h=base_output.stride(1), sy_v=base_output.stride(2),
-        BLOCK_R=_block_r(R), **_flags(attn_lora_a, (B_buf,), base_output), **blocks, num_warps=warps)
+
+    def launch(blocks, warps, stages):
+        ncb = triton.cdiv(v_head_dim, blocks["BLOCK_V"])
+        grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
+        K.step_b_v_kernel[grid](
+            attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
+            QK=qk_nope_head_dim, VD=v_head_dim, FULL_K=qk_nope_head_dim + v_head_dim, R=R,
+            sx_r=attn_lora_a.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2),
+            **_aligned(sx_t=attn_lora_a.stride(0), sx_h=attn_lora_a.stride(1), sb_l=B_buf.stride(0),
+                       sb_row=B_buf.stride(1), sy_t=base_output.stride(0), sy_h=base_output.stride(1)),
+            BLOCK_R=_block_r(R), **_flags(attn_lora_a, (B_buf,), base_output), **blocks, num_warps=warps,
+            **_stages(stages))
+
+    _launch("step_b_v", p, attn_lora_a, (B_buf,), _block_r(R), launch)
     return base_output
 
 
@@ -232,17 +300,21 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
     p = plan("q_side_fused", batch_info, S, max_len)
     if _nothing_to_do(p, S):
         return base_output
-    blocks, warps = _split(p.blocks)
-    c_per_prog = blocks.pop("C_SPLIT") or C
-    ncb = triton.cdiv(C, c_per_prog)
-    K.q_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
-        q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-        QK=QK, FULL_K=full_K_per_head, C=C, R=R, C_PER_PROG=c_per_prog,
-        sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sx_d=q_nope.stride(2),
-        sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
-        sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
-        sy_t=base_output.stride(0), sy_h=base_output.stride(1), sy_c=base_output.stride(2),
-        BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **blocks, num_warps=warps)
+
+    def launch(blocks, warps, stages):
+        c_per_prog = blocks.pop("C_SPLIT") or C
+        ncb = triton.cdiv(C, c_per_prog)
+        K.q_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
+            q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
+            QK=QK, FULL_K=full_K_per_head, C=C, R=R, C_PER_PROG=c_per_prog,
+            sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2),
+            **_aligned(sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
+                       sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sy_t=base_output.stride(0),
+                       sy_h=base_output.stride(1)),
+            BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **blocks, num_warps=warps,
+            **_stages(stages))
+
+    _launch("q_side_fused", p, q_nope, (B_buf, A_buf), _block_r(R), launch)
     return base_output
 
 
@@ -257,13 +329,17 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
     p = plan("v_side_fused", batch_info, S, max_len)
     if _nothing_to_do(p, S):
         return base_output
-    blocks, warps = _split(p.blocks)
-    K.v_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
-        attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
-        QK=qk_nope_head_dim, VD=v_head_dim, FULL_K=qk_nope_head_dim + v_head_dim, C=C, R=R,
-        sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sx_c=attn_output.stride(2),
-        sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sa_c=A_buf.stride(2),
-        sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sb_r=B_buf.stride(2),
-        sy_t=base_output.stride(0), sy_h=base_output.stride(1), sy_v=base_output.stride(2),
-        BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **blocks, num_warps=warps)
+
+    def launch(blocks, warps, stages):
+        K.v_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
+            attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
+            QK=qk_nope_head_dim, VD=v_head_dim, FULL_K=qk_nope_head_dim + v_head_dim, C=C, R=R,
+            sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2),
+            **_aligned(sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
+                       sa_r=A_buf.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
+                       sy_t=base_output.stride(0), sy_h=base_output.stride(1)),
+            BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **blocks, num_warps=warps,
+            **_stages(stages))
+
+    _launch("v_side_fused", p, attn_output, (A_buf, B_buf), _block_r(R), launch)
     return base_output
