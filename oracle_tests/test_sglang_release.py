@@ -233,3 +233,25 @@ def test_stale_host_ints_reach_the_kernels_as_drawn():
     bi = call.args[2]
     assert (bi.use_cuda_graph, bi.bs, bi.num_segments, bi.max_len) == (True, 1, 1, 17)
     assert bi.weight_indices.shape[0] == 4
+
+
+def test_kernels_in_an_unknown_layout_are_found_by_their_entry_points(tmp_path, monkeypatch):
+    """A release that moved the files again: SPEC's table misses, the search finds both variants."""
+    rel = release_files("0.5.23")
+    moved = {"sglang/kernels/ops/lora/dense/kv_b_lora_absorbed.py": "sglang/lora_v2/kv_b.py",
+             "sglang/kernels/ops/lora/dense/trtllm_lora_temp/kv_b_lora_absorbed.py": "sglang/lora_v2/trtllm/kv_b.py"}
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name in rel.names:
+            if name.endswith((".py", "METADATA")) and ("lora" in name or name.endswith("METADATA")):
+                data = rel.read(name)
+                if name.endswith("METADATA"):
+                    name, data = "sglang-9.9.9.dist-info/METADATA", "Name: sglang\nVersion: 9.9.9\n"
+                zf.writestr(moved.get(name, name), data)
+    monkeypatch.setenv("KERNEL_ORACLE_SGLANG_WHEEL", str(wheel))
+    t = resolve_target("sglang==9.9.9", "cpu")
+    assert t.available and t.reason.startswith("sglang 9.9.9: sglang.lora_v2.kv_b, loaded standalone from the wheel")
+    trt = resolve_target("sglang-trt==9.9.9", "cpu")
+    assert trt.available and trt.reason.startswith("sglang 9.9.9: sglang.lora_v2.trtllm.kv_b, loaded standalone")
+    p = _problem("step_a_v", "float32", EDGE_CASES["graph replay, stale host ints"])
+    assert check_case(t, Case(p), "cpu").ok and check_case(trt, Case(p), "cpu").ok
