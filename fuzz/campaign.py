@@ -10,7 +10,8 @@ is covered by an already recorded finding counts as one more hit of that finding
 and a few ``examples``), so the next run searches for something new: one defect is one finding,
 whichever op, size or seed shows it.  The budget (``budget`` cases, or ``time_s`` seconds) covers
 everything executed, shrinking included, plus a bounded shrink allowance so a finding is never
-left half-shrunk.
+left half-shrunk; the clock starts once the worker is ready (its imports and CUDA context are not
+the target's time: ``startup_s`` in the record), worker restarts after a crash or hang count.
 
 The target runs in an isolated worker process (:mod:`fuzz.worker`) whose environment selects the
 device's Triton mode (:func:`harness.device.worker_env`); the campaign never changes its caller's
@@ -196,6 +197,7 @@ class _Search:
         self.local_target = None
         self.info: dict = {}
         self.started = time.monotonic()
+        self.startup_s = 0.0
         self.base_elapsed = state.elapsed_s
         self.memo: dict = {}
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
@@ -248,6 +250,9 @@ class _Search:
 
         try:
             self.info = self._describe()
+            # the worker's start-up (imports, a CUDA context) is not the target's time: the clock starts now
+            self.startup_s = time.monotonic() - self.started
+            self.started = time.monotonic()
             entries = set(self.info.get("entry_points") or ())
             excluded = self.info.get("excluded_dtypes") or {}
             wanted = FAMILY_OPS[self.family] if self.op in ("lora", "vision") else (self.op,)
@@ -437,7 +442,8 @@ class _Search:
                               "categories": list(getattr(self, "categories", ())),
                               "interpreter": bool(info.get("interpreting")), "isolated": self.isolate,
                               "case_timeout_s": self.case_timeout_s if self.isolate else None,
-                              "worker_restarts": self.worker.restarts if self.worker is not None else 0}
+                              "worker_restarts": self.worker.restarts if self.worker is not None else 0,
+                              "startup_s": round(self.startup_s, 3)}
         record["summary"]["status"] = status or "finished"
         for d, why in (info.get("excluded_dtypes") or {}).items():
             add_note(record, f"{self.target}: {d} not fuzzed: {why}")

@@ -14,7 +14,7 @@ On a fresh machine, within ``--time-budget`` seconds on the best device there is
 3. **campaigns**: one fuzz campaign (:func:`fuzz.campaign.run_campaign`) per available target x op
    family (targets from :mod:`fuzz.targets`), the rest of the budget shared equally, each pair
    getting what the earlier ones left.  Each runs in a child process killed at the end of its share
-   (the campaign's own clock gets 80 % of it, less the child's start-up), so the job keeps its
+   (the campaign's own clock gets 80 % of it, less the child's and its worker's start-up), so the job keeps its
    budget whatever a campaign or a hung kernel does;
 4. **report**: one record of kind ``"main"`` folding all of it in (:func:`reports.schema.merge`),
    written as ``<out>/latest.{json,md,html}`` (overwritten each run) and
@@ -230,6 +230,8 @@ _CHILD = ("import json, sys\n"
           "from kernel_oracle.fuzz.campaign import run_campaign\n"
           "run_campaign(**json.loads(sys.argv[1]), progress=False)\n")
 CHILD_STARTUP_S = 3.0  # python + torch import in the child, taken off the campaign's own clock
+# the campaign's target worker: imports (and a CUDA context) before the campaign's clock starts
+WORKER_STARTUP_S = 5.0
 
 
 def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
@@ -241,7 +243,7 @@ def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, o
 
     from kernel_oracle.harness.schema import SchemaError, load
 
-    time_s = max(1.0, 0.8 * share_s - CHILD_STARTUP_S)
+    time_s = max(1.0, 0.8 * share_s - CHILD_STARTUP_S - WORKER_STARTUP_S)
     kwargs = {"target": target, "op": op, "time_s": round(time_s, 1), "seed": seed, "device": device,
               "out_dir": str(out_dir), "upstream_contracts_only": upstream_contracts_only}
     from kernel_oracle.harness.device import worker_env

@@ -4,10 +4,10 @@ Note [Regressions]
 ------------------
 Three things gate CI (each a *regression*, exit 1 in ``kernel-oracle compare``):
 
-* a **new finding**: a finding of CURRENT whose :attr:`~reports.model.Finding.signature` (target, op,
-  kind, dtype, shape class, contract id or masked first message line) BASELINE lacks.  Signatures
-  are matched as multisets, so three findings of one signature against one in the baseline are two
-  new ones;
+* a **new finding**: a finding of CURRENT whose :attr:`~reports.model.Finding.signature` (the target
+  and the root-cause bucket of :mod:`harness.buckets`, the definition campaigns use to merge
+  findings) BASELINE lacks.  Signatures are matched as multisets, so three findings of one
+  signature against one in the baseline are two new ones;
 * **error-ratio growth**: a group (target x op x dtype x shape class) present in both whose max error
   ratio grew by more than ``max_ratio_growth`` times and now sits at or above ``ratio_floor``
   (ratios far below the tolerance move with every seed and do not matter), or that crossed 1;
@@ -74,7 +74,8 @@ class Comparison:
     def to_dict(self) -> dict:
         def f(x):
             return {"id": x.id, "target": x.target, "op": x.op, "kind": x.kind, "dtype": x.dtype,
-                    "shape_class": x.shape_class, "message": x.first_line, "repro": x.repro}
+                    "shape_class": x.shape_class, "message": x.first_line, "repro": x.repro,
+                    "bucket": x.bucket.label, "count": x.count}
         return {"regressed": self.regressed,
                 "new_findings": [f(x) for x in self.new_findings],
                 "fixed_findings": [f(x) for x in self.fixed_findings],

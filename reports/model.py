@@ -7,9 +7,12 @@ Producers write plain JSON through :mod:`reports.schema`; readers (Markdown, HTM
 (optional figures, peers given as a bare number or as a dict, shapes given as a dict or a string),
 and owns the two derived keys the readers must agree on:
 
-* :attr:`Finding.signature`: what makes two findings "the same" across runs, i.e. target, op, kind,
-  dtype, shape class and the contract id, or else the message's first line with its numbers masked
-  (so that a different seed or a different worst element does not make an old finding look new);
+* :attr:`Finding.signature`: what makes two findings "the same" across runs: the target and the
+  finding's root-cause bucket (:mod:`harness.buckets`, the one definition campaigns, the main job and
+  ``compare`` share: exception type, masked message and target frame, or region class and config;
+  records without a bucket get the one their fields imply), so a different seed, op or worst
+  element does not make an old finding look new; :attr:`Finding.count` is how many failing cases
+  the campaign saw in that bucket;
 * :attr:`Finding.anchor`: the HTML anchor that every link to a finding (and its repro command) uses.
 """
 
@@ -22,13 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from kernel_oracle.harness.buckets import Bucket, bucket_of_record
 from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, validate
 from kernel_oracle.harness.schema import load as _load_json
 
 __all__ = ["Benchmark", "Finding", "Group", "Result", "load_result", "shape_key"]
-
-_NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
-
 
 def _num(x: Any) -> Optional[float]:
     if x is None or isinstance(x, bool):
@@ -115,9 +116,24 @@ class Finding:
         return ""
 
     @property
+    def bucket(self) -> Bucket:
+        return bucket_of_record(self.raw)
+
+    @property
     def signature(self) -> tuple:
-        what = f"contract:{self.contract}" if self.contract else _NUMBER.sub("#", self.first_line)
-        return (self.target, self.op, self.kind, self.dtype, self.shape_class, what)
+        return (self.target, self.bucket)
+
+    @property
+    def count(self) -> int:
+        """Failing cases seen in this finding's bucket (1 for records without counts)."""
+        n = self.raw.get("count")
+        return int(n) if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+
+    @property
+    def examples(self) -> list:
+        """A few more failing cases of the bucket besides this finding's own (smallest) one."""
+        ex = self.raw.get("examples")
+        return list(ex) if isinstance(ex, list) else []
 
     @property
     def anchor(self) -> str:

@@ -1,0 +1,312 @@
+"""Campaigns under faults: a hanging or crashing target, a campaign killed mid-write, torn and corrupt
+files, two campaigns on one ``--out``, SIGTERM / SIGINT, and every exit code of ``fuzz`` and ``run``.
+
+The targets are tiny user modules written into ``tmp_path`` (a package, so ``package.module`` names
+them); the worker process finds them through ``PYTHONPATH``.  Subprocess tests run the real CLI
+(``python -m kernel_oracle``), because exit codes, signals and orphans only exist there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel_oracle.cli import main as cli_main
+from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
+from kernel_oracle.fuzz.state import CampaignState
+
+LORA_ARGS = "q_nope, B_buf, batch_info, full_K_per_head"
+
+
+def _package(root: Path, name: str, body: str) -> str:
+    """Write ``root/<name>_pkg/<name>.py`` and return its spec ``<name>_pkg.<name>``."""
+    pkg = root / f"{name}_pkg"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / f"{name}.py").write_text(body)
+    return f"{name}_pkg.{name}"
+
+
+def _sleepy(root: Path) -> str:
+    """step_a_q writes its pid to ``root/marker`` and sleeps (a hang)."""
+    return _package(root, "sleepy", f"import os, time\n\ndef step_a_q_fwd({LORA_ARGS}):\n"
+                                    f"    with open({str(root / 'marker')!r}, 'w') as fh:\n"
+                                    f"        fh.write(str(os.getpid()))\n"
+                                    f"    time.sleep(120)\n")
+
+
+def _raising(root: Path) -> str:
+    """Every call raises the same error, with a number that differs per call (one root cause)."""
+    return _package(root, "raising", f"import random\n\ndef step_a_q_fwd({LORA_ARGS}):\n"
+                                     f"    raise RuntimeError(f'bad row {{random.randrange(1000)}}')\n")
+
+
+def _env(root: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _fuzz_cmd(*args) -> list:
+    return [sys.executable, "-m", "kernel_oracle", "fuzz", "--device", "cpu", "--no-progress", *map(str, args)]
+
+
+def _state_of(pid: int) -> str | None:
+    """The process state letter (``Z`` for a zombie), or None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    return _state_of(pid) not in (None, "Z", "X")
+
+
+def _wait_for(path: Path, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+    time.sleep(0.1)
+
+
+def _findings(out: Path) -> list:
+    return [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines() if line.strip()]
+
+
+# ---- hang and crash -----------------------------------------------------------------------------
+
+def test_a_hang_is_a_finding_and_the_worker_is_replaced(tmp_path, monkeypatch):
+    spec = _sleepy(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned worker inherits sys.path
+    started = time.monotonic()
+    rec = run_campaign(target=spec, op="lora", time_s=3.0, case_timeout_s=1.0, seed=0, device="cpu",
+                       out_dir=tmp_path / "out", progress=False)
+    took = time.monotonic() - started
+    assert [f["kind"] for f in rec["findings"]] == ["hang"]
+    assert rec["findings"][0]["message"].startswith("target hung: no answer within 1s")
+    assert rec["groups"][0]["findings"]["hang"] == 1
+    assert rec["campaign"]["worker_restarts"] >= 1 and rec["campaign"]["case_timeout_s"] == 1.0
+    # the budget holds: start-up, then at most the budget plus one case timeout and a restart
+    assert took < rec["campaign"]["startup_s"] + 3.0 + 1.0 + 15.0, took
+    worker_pid = int((tmp_path / "marker").read_text())
+    assert not _alive(worker_pid)
+
+
+def test_the_per_case_timeout_follows_the_budget():
+    from kernel_oracle.fuzz.campaign import MAX_CASE_TIMEOUT_S, MIN_CASE_TIMEOUT_S, case_timeout_for
+
+    assert case_timeout_for(4.0) == MIN_CASE_TIMEOUT_S
+    assert case_timeout_for(60.0) == 30.0
+    assert case_timeout_for(3600.0) == case_timeout_for(None) == MAX_CASE_TIMEOUT_S
+
+
+def test_one_crash_across_ops_is_one_finding_with_a_count(tmp_path, monkeypatch):
+    body = "import os\n\n" + "".join(f"def {op}_fwd(*args):\n    os._exit(7)\n\n"
+                                     for op in ("step_a_q", "step_a_v"))
+    spec = _package(tmp_path, "crashy", body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rec = run_campaign(target=spec, op="lora", budget=8, seed=0, device="cpu", out_dir=tmp_path / "out",
+                       progress=False, shrink_allowance=1)
+    (f,) = rec["findings"]
+    assert f["kind"] == "crash" and f["bucket"]["cause"] == "worker process died (exit status #)"
+    assert f["count"] >= 2 and len(f["examples"]) == min(3, f["count"] - 1)  # the finding's own + a few more
+    assert {e["op"] for e in f["examples"]} <= {"step_a_q", "step_a_v"}
+
+
+def test_one_raise_with_varying_numbers_is_one_contract_finding(tmp_path, monkeypatch):
+    spec = _raising(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rec = run_campaign(target=spec, op="lora", budget=12, seed=1, device="cpu", out_dir=tmp_path / "out",
+                       progress=False, shrink_allowance=2)
+    (f,) = rec["findings"]
+    assert f["kind"] == "contract"
+    assert f["bucket"]["cause"] == "RuntimeError: bad row #"
+    assert f["bucket"]["frame"] == "raising_pkg.raising:step_a_q_fwd"  # the target's own frame
+    assert f["count"] > 1
+
+
+# ---- kill -9, torn and corrupt files ------------------------------------------------------------
+
+def test_kill_9_mid_campaign_then_resume(tmp_path):
+    spec = _raising(tmp_path)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_fuzz_cmd("--target", spec, "--op", "lora", "--budget", "100000", "--out", out),
+                            env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(out / "findings.jsonl")
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    before = _findings(out)
+    assert before and (out / "cases" / f"{before[0]['id']}.pt").is_file()
+    again = subprocess.run(_fuzz_cmd("--target", spec, "--op", "lora", "--budget", "6", "--out", out),
+                           env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1, again.stderr  # the kept finding
+    after = _findings(out)
+    assert after[: len(before)] == before  # no complete finding lost
+    assert len({f["id"] for f in after}) == len(after)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["summary"]["status"] == "finished"
+
+
+def test_a_torn_last_line_is_set_aside_and_no_finding_is_lost(tmp_path, monkeypatch):
+    spec = _raising(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    kw = dict(target=spec, op="lora", seed=2, device="cpu", out_dir=out, progress=False, shrink_allowance=1)
+    run_campaign(budget=3, **kw)
+    (first,) = _findings(out)
+    partial = '{"id": "F0002-contract-step_a_q-float32", "kind": "contr'
+    with open(out / "findings.jsonl", "a") as fh:
+        fh.write(partial)  # a write cut off by kill -9 or a full disk
+    rec = run_campaign(budget=6, **kw)
+    assert _findings(out) == [first] and [f["id"] for f in rec["findings"]] == [first["id"]]
+    torn = (out / "findings.jsonl.torn").read_text()
+    assert torn.startswith("# set aside by kernel-oracle: unreadable line 2") and partial in torn
+    assert any("findings.jsonl.torn" in n and "1 complete finding(s) kept" in n for n in rec["notes"])
+    assert (out / "findings.jsonl").read_text().endswith("\n")
+
+
+def test_a_corrupt_state_file_is_rebuilt_from_findings_and_case_files(tmp_path, monkeypatch):
+    spec = _raising(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    kw = dict(target=spec, op="lora", seed=3, device="cpu", out_dir=out, progress=False, shrink_allowance=1)
+    run_campaign(budget=3, **kw)
+    (first,) = _findings(out)
+    # an orphan case file of a finding whose line was never written: its id must not be reused
+    (out / "cases" / "F0007-contract-step_a_q-float16.pt").write_bytes(b"")
+    (out / "state.json").write_text('{"executed": 3, "gro')
+    state = CampaignState.open(out, target=spec, op="lora", seed=3)
+    try:
+        assert [f["id"] for f in state.findings] == [first["id"]]
+        assert state.executed == 1 and sum(g.cases for g in state.groups.values()) == 1
+        assert state.next_finding_id("contract", "step_a_q", "float32") == "F0008-contract-step_a_q-float32"
+        assert any(n.startswith("state.json was unreadable (JSONDecodeError") for n in state.notes)
+    finally:
+        state.close()
+    assert (out / "state.json.corrupt").read_text() == '{"executed": 3, "gro'
+    rec = run_campaign(budget=5, **kw)  # and the campaign goes on from there
+    assert rec["campaign"]["executed"] >= 2 and [f["id"] for f in rec["findings"]] == [first["id"]]
+
+
+# ---- concurrency --------------------------------------------------------------------------------
+
+def test_a_second_campaign_on_the_same_out_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    holder = CampaignState.open(out, target="reference", op="lora")  # a running campaign holds the lock
+    try:
+        with pytest.raises(CampaignError, match=rf"another campaign \(pid {os.getpid()}\) is using it"):
+            run_campaign(target="reference", op="lora", budget=1, device="cpu", out_dir=out, progress=False)
+        assert cli_main(["fuzz", "--target", "reference", "--op", "lora", "--budget", "1", "--device", "cpu",
+                         "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"kernel-oracle fuzz: error: --out {out}: another campaign (pid {os.getpid()}) is using "
+                       f"it; wait for it to finish or pass another --out\n")
+    finally:
+        holder.close()
+    assert not (out / "findings.jsonl").exists() and not (out / "summary.json").exists()
+
+
+# ---- signals ------------------------------------------------------------------------------------
+
+def _worker_of(campaign_pid: int, marker: Path) -> int:
+    _wait_for(marker)
+    pid = int(marker.read_text())
+    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert ppid == campaign_pid  # the hanging process is the campaign's worker
+    return pid
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_cleanly_with_exit_3_and_no_orphan(tmp_path, sig):
+    spec = _sleepy(tmp_path)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_fuzz_cmd("--target", spec, "--op", "lora", "--time", "120", "--case-timeout", "100",
+                                      "--out", out), env=_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        worker = _worker_of(proc.pid, tmp_path / "marker")
+        # SIGINT as a terminal sends it: to the whole process group; SIGTERM as a scheduler does: to the pid
+        os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 3, err
+    name = signal.Signals(sig).name
+    assert err == (f"kernel-oracle fuzz: interrupted by {name} after 0 cases (0 findings); state saved in {out}; "
+                   f"rerun the same command to resume\n")
+    assert not _alive(worker)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["summary"]["status"] == "interrupted"
+    assert any(n.startswith(f"interrupted by {name}") for n in summary["notes"])
+
+
+def test_sigterm_to_the_main_job_ends_its_campaign_and_worker(tmp_path):
+    spec = _sleepy(tmp_path)
+    cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", "cpu", "--time-budget", "120", "--targets",
+           spec, "--families", "lora", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen(cmd, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _wait_for(tmp_path / "marker")
+        worker = int((tmp_path / "marker").read_text())
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 3, err
+    assert err.startswith("kernel-oracle run: interrupted by SIGTERM;") and err.count("\n") == 1
+    assert not _alive(worker)
+    (campaign_dir,) = (tmp_path / "out" / "runs").glob("*/campaign-*")
+    assert json.loads((campaign_dir / "summary.json").read_text())["summary"]["status"] == "interrupted"
+
+
+# ---- exit codes ---------------------------------------------------------------------------------
+
+def test_fuzz_exit_codes(tmp_path, capsys):
+    def fuzz(*args):
+        return cli_main(["fuzz", "--device", "cpu", "--no-progress", "--no-isolate", *map(str, args)])
+
+    assert fuzz("--target", "reference", "--op", "step_a_q", "--budget", "2", "--out", tmp_path / "clean") == 0
+    assert fuzz("--target", "mutant:lora_drifted_error_message", "--op", "step_a_q", "--budget", "25",
+                "--out", tmp_path / "findings") == 1
+    capsys.readouterr()
+    # 2, in one line: --out a file or unwritable, a target with nothing to test, option values
+    (tmp_path / "file").write_text("")
+    assert fuzz("--target", "reference", "--op", "lora", "--budget", "1", "--out", tmp_path / "file") == 2
+    assert capsys.readouterr().err == (f"kernel-oracle fuzz: error: --out {tmp_path / 'file'}: is a file, not a "
+                                       f"directory; pass a directory\n")
+    assert fuzz("--target", "reference", "--op", "lora", "--budget", "1", "--out", "/proc/kernel-oracle-x") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kernel-oracle fuzz: error: --out /proc/kernel-oracle-x: cannot write there") and \
+        err.count("\n") == 1
+    assert fuzz("--target", "os:system", "--op", "lora", "--budget", "2", "--out", tmp_path / "os") == 2
+    assert "unavailable for lora: no lora entry point" in capsys.readouterr().err
+    for option, value, why in (("--budget", "0", "expected at least 1 case"), ("--time", "nan", "finite"),
+                               ("--time", "inf", "finite"), ("--time", "-1", "positive"),
+                               ("--case-timeout", "nan", "finite")):
+        with pytest.raises(SystemExit) as exc:
+            fuzz("--target", "reference", "--op", "lora", option, value, "--out", tmp_path / "never")
+        assert exc.value.code == 2
+        assert why in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_campaign_that_tests_nothing_is_never_clean(tmp_path, capsys):
+    # the clock starts once the target is ready; a budget spent before the first case tests nothing
+    assert cli_main(["fuzz", "--device", "cpu", "--no-progress", "--no-isolate", "--target", "reference", "--op",
+                     "lora", "--time", "0.000001", "--out", str(tmp_path)]) == 3
+    assert capsys.readouterr().err == "kernel-oracle fuzz: tested nothing: no case ran (exit 3)\n"
+    assert json.loads((tmp_path / "summary.json").read_text())["campaign"]["executed"] == 0
