@@ -13,6 +13,7 @@ import sys
 
 from kernel_oracle.reports.compare import DEFAULT_MAX_RATIO_GROWTH, DEFAULT_MAX_SLOWDOWN, DEFAULT_RATIO_FLOOR, Thresholds, compare_results
 from kernel_oracle.harness.schema import SchemaError
+from kernel_oracle.cli_errors import one_line_errors
 
 __all__ = ["add_arguments", "main", "parse_fraction"]
 
@@ -53,6 +54,7 @@ def _ratio(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     parser.add_argument("baseline", metavar="BASELINE", help="result record of the reference run (e.g. main's)")
     parser.add_argument("current", metavar="CURRENT", help="result record of the run under test")
     parser.add_argument("--max-ratio-growth", type=_factor, default=DEFAULT_MAX_RATIO_GROWTH, metavar="FACTOR",

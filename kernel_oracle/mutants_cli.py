@@ -15,10 +15,13 @@ import os
 import sys
 from pathlib import Path
 
+from kernel_oracle.cli_errors import one_line_errors
+
 __all__ = ["add_arguments", "main", "kill_table"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     parser.add_argument("names", nargs="*", metavar="MUTANT", help="mutants to check (default: all)")
     parser.add_argument("--family", choices=("lora", "vision"), default=None)
     parser.add_argument("--max-examples", type=int, default=100, metavar="N",

@@ -13,11 +13,13 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.harness.schema import SchemaError
+from kernel_oracle.cli_errors import one_line_errors
 
 __all__ = ["add_arguments", "main", "write_reports"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     parser.add_argument("result", metavar="RESULT.json", help="a result record (campaign, pytest, bench or main run)")
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="directory for <name>.md and <name>.html (default: beside RESULT.json)")

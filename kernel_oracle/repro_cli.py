@@ -29,6 +29,8 @@ import os
 import sys
 from pathlib import Path
 
+from kernel_oracle.cli_errors import one_line_errors
+
 __all__ = ["ReproError", "SAFE_TYPES", "add_arguments", "load_case_file", "main", "reproduce"]
 
 # what a weights-only load may build beyond tensors and plain data (Note [Case files hold no code])
@@ -41,6 +43,7 @@ class ReproError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     parser.add_argument("path", nargs="?", help="a saved case, DIR/cases/<id>.pt (or its .json)")
     parser.add_argument("--case", default=None, help="the case as JSON ({'problem': ..., 'mutation': ...})")
     parser.add_argument("--target", required=True, help="the target to run it on")

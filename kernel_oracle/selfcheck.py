@@ -33,6 +33,8 @@ from typing import Iterator
 
 import torch
 
+from kernel_oracle.cli_errors import one_line_errors
+
 __all__ = ["add_arguments", "main", "random_samples", "run_selfcheck", "summarize"]
 
 _DTYPE_NAME = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
@@ -187,6 +189,7 @@ def summarize(rows: list[dict]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
                         help="where the references run (auto: cuda when available)")
     parser.add_argument("--cases", type=int, default=2, metavar="N",
