@@ -244,3 +244,33 @@ def test_faithful_tf32_oracle_carries_both_modes():
     vcall = materialize(p, "cpu")
     vboth = flashinfer_cudnn_oracle(*vcall.args, **vcall.kwargs, faithful="tf32")
     assert len(vboth.baselines) == 2 * FP32_BASELINE_ORDERS
+
+
+# ---- planted TF32 mutants (fuzz/targets/mutants.py, Note [TF32 mutants]) -------------------------
+
+@pytest.mark.interpreter
+def test_tf32_truncation_control_passes_the_rule():
+    """Our LoRA kernels with fp32 operands truncated to TF32 (what the tensor cores do with raw fp32)
+    survive the CI-profile search under precision "tf32": no false alarm."""
+    from kernel_oracle.fuzz.mutant_check import check_mutant
+
+    result = check_mutant("lora_tf32_truncation", max_examples=100)
+    assert result.error is None, result.error
+    assert not result.killed, f"truncated TF32 was flagged after {result.examples} examples:\n{result.message}"
+
+
+@pytest.mark.interpreter
+def test_tf32_truncation_control_fails_a_round_to_nearest_rule(monkeypatch):
+    """The same copy held to round-to-nearest TF32 alone ("tf32-rne") is flagged: the false alarm of the
+    SGLang kernels on the H200, reproduced on the CPU (the control can fail)."""
+    import dataclasses
+
+    from kernel_oracle.fuzz.mutant_check import check_mutant
+    from kernel_oracle.fuzz.targets import mutants
+
+    control = mutants.get_mutant("lora_tf32_truncation")
+    strict = dataclasses.replace(control, name="lora_tf32_truncation_rne_rule", precision="tf32-rne")
+    monkeypatch.setitem(mutants._BY_NAME, strict.name, strict)
+    result = check_mutant(strict.name, max_examples=100)
+    assert result.error is None, result.error
+    assert result.killed, "truncated TF32 passed a round-to-nearest-only baseline: revisit Note [TF32 rounding]"

@@ -31,10 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.harness.opinfo import FAMILY_OPS
+
 from .registry import Target, register_prefix, unavailable
 from .triton import KERNELS_PACKAGE, kernels_target
 
-__all__ = ["MUTANTS", "Mutant", "MutantError", "Patch", "build_mutant", "get_mutant", "mutant_target"]
+__all__ = ["CONTROLS", "MUTANTS", "Mutant", "MutantError", "Patch", "build_mutant", "get_mutant", "mutant_target"]
 
 KERNELS_DIR = Path(importlib.import_module(KERNELS_PACKAGE).__file__).resolve().parent
 
@@ -71,6 +73,10 @@ class Mutant:
     patches: tuple[Patch, ...]
     categories: tuple[str, ...] = ("valid",)
     ops: Optional[tuple[str, ...]] = None  # LoRA ops to search (None: all of the family)
+    # the fp32 precision the copy declares for its family's ops (None: as our kernels), and the dtypes
+    # searched (None: all): a TF32 mutant emulates the tensor cores on the interpreter, fp32 only
+    precision: Optional[str] = None
+    dtypes: Optional[tuple[str, ...]] = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9_]+", self.name):
@@ -82,6 +88,14 @@ class Mutant:
 
 
 _K = "lora/_kernels.py"
+# Note [TF32 mutants]: the operand rounding of our LoRA kernels, replaced.  On the interpreter tl.dot is
+# exact, so rounding the fp32 operands in the kernel emulates what TF32 tensor cores do with them; the
+# copy declares precision "tf32" and is searched in fp32 only.  The rule must pass plain truncation
+# (CONTROLS: what the H200 does to raw fp32 operands) and still catch a TF32 error that is too large.
+_OPERAND = """    if DOT_PREC == "tf32":
+        x = round_tf32(x, False)
+    return x"""
+_FP32_ONLY = ("float32",)
 _L = "lora/_launch.py"
 _VK = "vision/_kernel.py"
 _VA = "vision/attention.py"
@@ -121,6 +135,17 @@ MUTANTS: tuple[Mutant, ...] = (
            ops=("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")),
     Mutant("lora_wrong_slot", "lora", "each row takes the previous segment's slot",
            (Patch(_K, "weight_indices + seg", "weight_indices + tl.maximum(seg - 1, 0)"),)),
+    Mutant("lora_tf32_operands_8bit", "lora", "fp32 operands truncated to 8 mantissa bits, not TF32's 10 "
+           "(a TF32 error too large; Note [TF32 mutants])",
+           (Patch(_K, _OPERAND, "    if x.dtype == tl.float32:\n"
+                  "        x = (x.to(tl.int32, bitcast=True) & -32768).to(tl.float32, bitcast=True)\n    return x"),),
+           precision="tf32", dtypes=_FP32_ONLY),
+    Mutant("lora_tf32_dropped_k_element", "lora", "step A_q's weight tile masks out the last qk_nope element "
+           "(one dropped term of the K sum, under the TF32 rule; Note [TF32 mutants])",
+           (Patch(_K, "(kk < QK)[:, None] & (offs_r < rank)[None, :]",
+                  "(kk < QK - 1)[:, None] & (offs_r < rank)[None, :]", count=1),
+            Patch(_K, _OPERAND, "    if x.dtype == tl.float32:\n        x = round_tf32(x, True)\n    return x")),
+           ops=("step_a_q",), precision="tf32", dtypes=_FP32_ONLY),
     Mutant("lora_drifted_error_message", "lora", "the missing-max_len error lost its final period",
            (Patch(_L, "from kernel_oracle.reference.lora import validate_call\n",
                   "from kernel_oracle.reference.lora import validate_call as _validate_call\n\n\n"
@@ -153,7 +178,16 @@ MUTANTS: tuple[Mutant, ...] = (
            categories=("malformed",)),
 )
 
-_BY_NAME = {m.name: m for m in MUTANTS}
+# Controls: changes the suite must NOT flag (equivalent behaviour under the rule); searched like mutants,
+# they must survive (oracle_tests/test_tolerance_rule.py)
+CONTROLS: tuple[Mutant, ...] = (
+    Mutant("lora_tf32_truncation", "lora", "fp32 operands truncated to TF32, as the tensor cores do with raw "
+           "fp32 (must pass; Note [TF32 mutants])",
+           (Patch(_K, _OPERAND, "    if x.dtype == tl.float32:\n        x = round_tf32(x, True)\n    return x"),),
+           precision="tf32", dtypes=_FP32_ONLY),
+)
+
+_BY_NAME = {m.name: m for m in MUTANTS + CONTROLS}
 _BUILT: dict[str, str] = {}
 _TMP: dict[str, Path] = {}
 
@@ -219,7 +253,15 @@ def mutant_target(spec: str, device="cpu") -> Target:
         pkg = build_mutant(name)
     except MutantError as exc:
         return unavailable(spec, str(exc))
-    return kernels_target(device, package=pkg, name=spec)
+    mutant = get_mutant(name)
+    precision = None
+    if mutant.precision is not None:
+        precision = {op: mutant.precision for op in FAMILY_OPS[mutant.family]}
+    t = kernels_target(device, package=pkg, name=spec, precision=precision)
+    if mutant.dtypes is not None:
+        t.excluded_dtypes.update({d: f"mutant {name} is searched in {', '.join(mutant.dtypes)} only"
+                                  for d in ("float16", "bfloat16", "float32") if d not in mutant.dtypes})
+    return t
 
 
 register_prefix("mutant:", mutant_target)
