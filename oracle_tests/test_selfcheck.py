@@ -48,3 +48,23 @@ def test_random_samples_are_reproducible():
     a = [s.problem for s in selfcheck.random_samples(OP_DB["vision"], torch.float16, 3, seed=5)]
     b = [s.problem for s in selfcheck.random_samples(OP_DB["vision"], torch.float16, 3, seed=5)]
     assert a == b and len(a) == 3
+
+
+def test_error_rows_are_the_opinfo_error_inputs_and_can_fail(monkeypatch):
+    """One error row per OpInfo error input (a sample broken by its mutations), in order; a row whose
+    expected text is wrong fails and says what was raised."""
+    import dataclasses
+
+    from kernel_oracle.harness import opinfo
+
+    info = opinfo.OP_DB["step_a_v"]
+    errs = list(info.error_inputs("cpu"))
+    slot = next(e for e in errs if e.contract_id == "lora.strict.slot_out_of_range")
+    wrong = dataclasses.replace(slot, fields={**slot.fields, "value": 99})
+    only = dataclasses.replace(info, dtypes=(torch.float32,), sample_inputs=lambda device, dtype: iter(()),
+                               error_inputs=lambda device: iter([*errs, wrong]))
+    monkeypatch.setattr(opinfo, "OP_DB", {"step_a_v": only})
+    rows = [r for r in selfcheck.run_selfcheck("cpu", cases=0) if r["dtype"] == "-"]
+    assert [r["case"] for r in rows] == [f"error:{e.contract_id}#{i}" for i, e in enumerate([*errs, wrong])]
+    assert all(r["passed"] for r in rows[:-1]), selfcheck.summarize(rows)
+    assert not rows[-1]["passed"] and "weight_indices[1]=99" in rows[-1]["message"] and "got ValueError" in rows[-1]["message"]
