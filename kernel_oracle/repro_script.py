@@ -89,12 +89,13 @@ def _rule(expected, family: str) -> dict:
 def _untouched_rows(case, call) -> torch.Tensor | None:
     """Rows of the in-place output that no segment routes (LoRA); None when not applicable."""
     from kernel_oracle.harness.opinfo import OP_DB
+    from kernel_oracle.harness.problems import batch_info_of
     from kernel_oracle.reference.lora_routing import route_lora_batch
 
     inplace = OP_DB[case.op].inplace_arg
     if inplace is None or case.family != "lora":
         return None
-    bi = next(a for a in call.args if hasattr(a, "seg_indptr"))
+    bi = batch_info_of(call)
     try:
         route = route_lora_batch(bi, num_rows=call.args[0].shape[0], num_slots=int(bi.lora_ranks.numel()),
                                  max_rank=10**9, device=torch.device("cpu"), strict=False)
