@@ -1,0 +1,182 @@
+"""Known upstream defects as data: load ``known_issues.toml`` and match findings against it.
+
+Note [Known issues]
+-------------------
+Some findings are real defects of code we test but do not own (FlashInfer's empty-batch limitation,
+its graph-cache key, SGLang's empty batch with ``max_len=None``).  A user running the suite on an
+unmodified upstream must be able to tell them from new ones, and a run whose findings are all known
+is clean.  :data:`DEFAULT_PATH` (checked in beside this module) lists them, one ``[[issue]]`` table
+each; every entry is checked when the file is loaded, and an error names the file, the entry and
+the field.  :func:`match_known` decides whether a finding record is one of them:
+
+* the target name matches the entry's ``target`` pattern (``fnmatch``: ``sglang*`` covers
+  ``sglang``, ``sglang-trt`` and ``sglang==0.5.23``), the op is the entry's (or it says ``*``) and
+  the kind is the entry's;
+* every regular expression the entry gives is found: ``message`` in the finding's message,
+  ``bucket`` in its bucket label (:func:`kernel_oracle.harness.buckets.bucket_of_record`);
+* the release is one of the entry's ``releases`` (or it says ``*``).  The release is the argument,
+  else the finding's ``release`` field, else the version in a target name ``name==X.Y.Z``; when
+  none is known the release does not restrict the match (the installed release may be any).
+
+Wiring (the main job, campaigns, compare): a finding with a match is reported as known, with the
+entry's id and upstream link; the run exits 0 when every finding is known; ``compare`` reports a
+baseline finding that matched an entry and is gone from the new run as fixed upstream.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib  # type: ignore[no-redef]
+
+# standard library only at import time (reports and compare read this; no torch)
+from kernel_oracle.harness.buckets import bucket_of_record
+from kernel_oracle.harness.schema import FINDING_KINDS
+
+__all__ = ["DEFAULT_PATH", "KnownIssue", "KnownIssuesError", "load_known_issues", "match_known"]
+
+DEFAULT_PATH = Path(__file__).with_name("known_issues.toml")
+_FIELDS = ("id", "title", "target", "op", "kind", "upstream", "releases", "doc")
+_OPTIONAL = ("message", "bucket")
+_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+_OP = re.compile(r"\*|[a-z][a-z0-9_]*")  # an op name (oracle_tests/test_known_issues.py checks it exists)
+_VERSION_IN_NAME = re.compile(r"==\s*([0-9][0-9A-Za-z.+-]*)$")
+
+
+class KnownIssuesError(ValueError):
+    """A known-issues file that cannot be used (the message names the file, entry and field)."""
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    """One known upstream defect (the fields of an ``[[issue]]`` entry; see the TOML file's header)."""
+
+    id: str
+    title: str
+    target: str
+    op: str
+    kind: str
+    upstream: str
+    releases: tuple[str, ...]
+    doc: str
+    message: Optional[str] = None
+    bucket: Optional[str] = None
+
+    def applies_to(self, release: Optional[str]) -> bool:
+        return release is None or "*" in self.releases or release in self.releases
+
+    def matches(self, finding: dict, target_name: str, release: Optional[str] = None) -> bool:
+        """Whether ``finding`` (a finding record) of ``target_name`` at ``release`` is this issue."""
+        if not fnmatch.fnmatchcase(target_name, self.target):
+            return False
+        if self.op != "*" and str(finding.get("op")) != self.op:
+            return False
+        if str(finding.get("kind")) != self.kind or not self.applies_to(release):
+            return False
+        if self.message is not None and not re.search(self.message, str(finding.get("message") or "")):
+            return False
+        if self.bucket is not None and not re.search(self.bucket, bucket_of_record(finding).label):
+            return False
+        return True
+
+
+def _entry(raw: object, where: str) -> KnownIssue:
+    if not isinstance(raw, dict):
+        raise KnownIssuesError(f"{where}: expected a table but got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(_FIELDS) - set(_OPTIONAL))
+    if unknown:
+        raise KnownIssuesError(f"{where}: unknown fields {unknown}; the only valid fields are "
+                               f"{list(_FIELDS + _OPTIONAL)}")
+    missing = [f for f in _FIELDS if f not in raw]
+    if missing:
+        raise KnownIssuesError(f"{where}: missing fields {missing}")
+    for f in _FIELDS + _OPTIONAL:
+        if f in raw and f != "releases" and not isinstance(raw[f], str):
+            raise KnownIssuesError(f"{where}: Expected {f} to be a string but got {f}={raw[f]!r}")
+    if not _ID.fullmatch(raw["id"]):
+        raise KnownIssuesError(f"{where}: id={raw['id']!r} must be lower-case words joined by '-'")
+    if not _OP.fullmatch(raw["op"]):
+        raise KnownIssuesError(f"{where}: op={raw['op']!r} must be an op name such as 'step_a_q' or 'vision', or '*'")
+    if raw["kind"] not in FINDING_KINDS:
+        raise KnownIssuesError(f"{where}: kind={raw['kind']!r}; the only valid values are {list(FINDING_KINDS)}")
+    if not raw["upstream"].startswith("https://"):
+        raise KnownIssuesError(f"{where}: upstream={raw['upstream']!r} must be an https link")
+    releases = raw["releases"]
+    if not isinstance(releases, list) or not releases or not all(isinstance(r, str) and r for r in releases):
+        raise KnownIssuesError(f"{where}: Expected releases to be a non-empty list of version strings (or ['*']) "
+                               f"but got releases={releases!r}")
+    if "message" not in raw and "bucket" not in raw:
+        raise KnownIssuesError(f"{where}: give a matching rule: message (a regex of the finding's message) "
+                               "or bucket (a regex of its bucket label)")
+    for f in _OPTIONAL:
+        if f in raw:
+            try:
+                re.compile(raw[f])
+            except re.error as exc:
+                raise KnownIssuesError(f"{where}: {f}={raw[f]!r} is not a regular expression ({exc})") from None
+    return KnownIssue(raw["id"], raw["title"], raw["target"], raw["op"], raw["kind"], raw["upstream"],
+                      tuple(releases), raw["doc"], raw.get("message"), raw.get("bucket"))
+
+
+def load_known_issues(path: Optional[Path | str] = None) -> tuple[KnownIssue, ...]:
+    """Every entry of ``path`` (default :data:`DEFAULT_PATH`), checked; raises :class:`KnownIssuesError`."""
+    if path is None:
+        return _default()
+    return _load(Path(path))
+
+
+@functools.lru_cache(maxsize=1)
+def _default() -> tuple[KnownIssue, ...]:
+    return _load(DEFAULT_PATH)
+
+
+def _load(path: Path) -> tuple[KnownIssue, ...]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise KnownIssuesError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise KnownIssuesError(f"{path}: not valid TOML ({exc})") from None
+    extra = sorted(set(data) - {"issue"})
+    if extra:
+        raise KnownIssuesError(f"{path}: unknown top-level keys {extra}; entries are [[issue]] tables")
+    issues = tuple(_entry(raw, f"{path} [[issue]] #{i + 1}" + (f" ({raw.get('id')!r})" if isinstance(raw, dict)
+                                                                else ""))
+                   for i, raw in enumerate(data.get("issue", [])))
+    seen: set = set()
+    for issue in issues:
+        if issue.id in seen:
+            raise KnownIssuesError(f"{path}: id {issue.id!r} appears twice")
+        seen.add(issue.id)
+    return issues
+
+
+def release_of(finding: dict, target_name: str, release: Optional[str] = None) -> Optional[str]:
+    """The release a finding was made on: ``release``, the finding's ``release``, or ``name==X.Y.Z``."""
+    if release:
+        return str(release)
+    if finding.get("release"):
+        return str(finding["release"])
+    m = _VERSION_IN_NAME.search(target_name)
+    return m.group(1) if m else None
+
+
+def match_known(finding: dict, target_name: Optional[str] = None, release: Optional[str] = None, *,
+                issues: Optional[Sequence[KnownIssue]] = None) -> Optional[KnownIssue]:
+    """The known issue ``finding`` (a finding record: ``target``, ``op``, ``kind``, ``message``, optional
+    ``bucket`` / ``release``) is an instance of, or None (Note [Known issues]).  ``target_name``
+    defaults to the finding's ``target``; ``issues`` to the checked-in file."""
+    name = str(target_name if target_name is not None else finding.get("target") or "")
+    rel = release_of(finding, name, release)
+    for issue in (load_known_issues() if issues is None else issues):
+        if issue.matches(finding, name, rel):
+            return issue
+    return None

@@ -1,0 +1,146 @@
+"""Known upstream defects as data (harness/known_issues.toml, kernel_oracle.harness.known_issues).
+
+Findings are built the way the harness writes them (harness.check.judge's messages for a target that
+raises on a valid input), so a change of that wording that would silently stop the matching fails here.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+import torch
+
+from kernel_oracle.harness.known_issues import (DEFAULT_PATH, KnownIssuesError, load_known_issues, match_known,
+                                                release_of)
+from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.schema import FINDING_KINDS
+
+# exactly what torch raises for SGLang's seg_lens.max() on an empty batch (checked below)
+EMPTY_MAX = ("max(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim "
+             "with the 'dim' argument.")
+GRAPH_HAZARD = ("flashinfer-cudnn: FlashInfer 0.6.18 would replay the cuDNN graph built for an earlier call with "
+                "the same cache key (batch 8, max_seqlen 4096, 16 heads, head dim 64, bfloat16, scale 0.125) but "
+                "another layout (v strides (64, 64, 1) then (192, 64, 1)): its key omits strides")
+
+
+def _raised_on_valid(target: str, op: str, exc_type: str, message: str) -> dict:
+    """A finding record as the harness writes it when a target raises on a valid input."""
+    return {"id": "F0001", "target": target, "op": op, "kind": "contract",
+            "message": f"raised {exc_type}({message!r}) on a valid input", "repro": "kernel-oracle repro F0001"}
+
+
+def test_checked_in_file_loads_and_names_real_ops_kinds_and_docs():
+    issues = load_known_issues()
+    assert {i.id for i in issues} >= {"flashinfer-cudnn-empty-batch", "flashinfer-cudnn-graph-cache-key",
+                                      "sglang-empty-batch-max-len-none"}
+    ops = {op for family in FAMILY_OPS.values() for op in family}
+    for issue in issues:
+        assert issue.op == "*" or issue.op in ops, issue
+        assert issue.kind in FINDING_KINDS
+        assert issue.upstream.startswith("https://github.com/")
+
+
+def test_torch_message_of_an_empty_max_is_what_the_sglang_entry_matches():
+    with pytest.raises(RuntimeError) as exc:
+        torch.empty(0, dtype=torch.int32).max()
+    assert str(exc.value) == EMPTY_MAX
+
+
+@pytest.mark.parametrize("target,op,exc_type,message,release,expected", [
+    ("flashinfer-cudnn", "vision", "RuntimeError", "cudnnGraphExecute failed: CUDNN_STATUS_BAD_PARAM_NULL_POINTER",
+     None, "flashinfer-cudnn-empty-batch"),
+    ("flashinfer-cudnn", "vision", "GraphCacheHazard", GRAPH_HAZARD, "0.6.18", "flashinfer-cudnn-graph-cache-key"),
+    ("sglang==0.5.23", "step_a_v", "RuntimeError", EMPTY_MAX, None, "sglang-empty-batch-max-len-none"),
+    ("sglang-trt==0.5.23", "q_side_fused", "RuntimeError", EMPTY_MAX, None, "sglang-empty-batch-max-len-none"),
+    ("sglang", "step_b_q", "RuntimeError", EMPTY_MAX, "0.5.23", "sglang-empty-batch-max-len-none"),
+    # the same message from another release, target or op family is not known
+    ("sglang==0.5.12", "step_a_v", "RuntimeError", EMPTY_MAX, None, None),
+    ("sglang", "step_a_v", "RuntimeError", EMPTY_MAX, "0.5.19", None),
+    ("triton", "step_a_v", "RuntimeError", EMPTY_MAX, None, None),
+    ("flashinfer-cudnn", "vision", "GraphCacheHazard", GRAPH_HAZARD, "0.6.19", None),
+    ("flashinfer-cudnn", "vision", "RuntimeError", "illegal memory access", None, None),
+])
+def test_match_known(target, op, exc_type, message, release, expected):
+    got = match_known(_raised_on_valid(target, op, exc_type, message), target, release)
+    assert (got.id if got else None) == expected
+
+
+def test_a_mismatch_is_never_an_empty_batch_crash():
+    finding = {**_raised_on_valid("sglang==0.5.23", "step_a_v", "RuntimeError", EMPTY_MAX), "kind": "mismatch"}
+    assert match_known(finding, "sglang==0.5.23") is None
+
+
+def test_target_name_defaults_to_the_finding_and_release_comes_from_it():
+    f = _raised_on_valid("sglang", "step_a_q", "RuntimeError", EMPTY_MAX)
+    assert match_known({**f, "release": "0.5.23"}).id == "sglang-empty-batch-max-len-none"
+    assert match_known({**f, "release": "0.5.15"}) is None
+    assert release_of(f, "sglang-trt==0.5.23") == "0.5.23"
+    assert release_of(f, "sglang") is None
+
+
+def test_bucket_rule(tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text(textwrap.dedent("""
+        [[issue]]
+        id = "tail-tile"
+        title = "t"
+        target = "x*"
+        op = "*"
+        kind = "mismatch"
+        bucket = "tail tile"
+        upstream = "https://example.org/1"
+        releases = ["*"]
+        doc = "d"
+    """))
+    issues = load_known_issues(path)
+    hit = {"target": "x1", "op": "step_a_q", "kind": "mismatch", "message": "m",
+           "bucket": {"kind": "mismatch", "family": "lora", "cause": "tail tile", "frame": "", "config": ["float32"]}}
+    assert match_known(hit, issues=issues).id == "tail-tile"
+    assert match_known({**hit, "bucket": {**hit["bucket"], "cause": "everywhere"}}, issues=issues) is None
+
+
+GOOD = dict(id="a-b", title="t", target="x", op="vision", kind="contract", message="m",
+            upstream="https://example.org", releases=["1.0"], doc="d")
+
+
+def _toml(**fields) -> str:
+    def val(v):
+        return "[" + ", ".join(f'"{x}"' for x in v) + "]" if isinstance(v, list) else f'"{v}"' if isinstance(v, str) else v
+    return "[[issue]]\n" + "".join(f"{k} = {val(v)}\n" for k, v in fields.items())
+
+
+@pytest.mark.parametrize("change,error", [
+    (dict(kind="boom"), "kind='boom'; the only valid values are ['mismatch', 'contract', 'validation-gap', 'crash', "
+                        "'hang']"),
+    (dict(op="Step A"), "op='Step A' must be an op name such as 'step_a_q' or 'vision', or '*'"),
+    (dict(id="A B"), "id='A B' must be lower-case words joined by '-'"),
+    (dict(upstream="http://x"), "upstream='http://x' must be an https link"),
+    (dict(releases=[]), "Expected releases to be a non-empty list of version strings (or ['*']) but got releases=[]"),
+    (dict(message="("), "message='(' is not a regular expression"),
+    (dict(message=None), "give a matching rule: message (a regex of the finding's message) or bucket"),
+    (dict(colour="red"), "unknown fields ['colour']"),
+    (dict(doc=None), "missing fields ['doc']"),
+])
+def test_bad_entries_name_the_entry_and_field(tmp_path, change, error):
+    fields = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
+    path = tmp_path / "k.toml"
+    path.write_text(_toml(**fields))
+    with pytest.raises(KnownIssuesError, match=re.escape(error)) as exc:
+        load_known_issues(path)
+    assert str(exc.value).startswith(f"{path} [[issue]] #1")
+
+
+def test_duplicate_ids_and_bad_toml_are_refused(tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text(_toml(**GOOD) + "\n" + _toml(**GOOD))
+    with pytest.raises(KnownIssuesError, match=re.escape(f"{path}: id 'a-b' appears twice")):
+        load_known_issues(path)
+    path.write_text("[[issue]\n")
+    with pytest.raises(KnownIssuesError, match=re.escape(f"{path}: not valid TOML")):
+        load_known_issues(path)
+
+
+def test_default_path_is_the_checked_in_file():
+    assert DEFAULT_PATH.name == "known_issues.toml" and DEFAULT_PATH.is_file()
