@@ -35,7 +35,7 @@ LORA_BATCHES = [
     ("prefill_8x512", (512,) * 8),
     ("decode_1000x1", (1,) * 1000),
 ]
-LORA_OPS = ["step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused", "v_side_fused"]
+LORA_OPS = ref_lora.LORA_OPS  # reference.signatures
 
 
 def best_time(fn, bound: float) -> tuple[float, float]:
