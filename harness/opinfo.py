@@ -215,7 +215,7 @@ def _lora_samples(op: str, table) -> Callable[[str, torch.dtype], Iterator[Sampl
             p = LoRAProblem(op=op, seg_lens=lens, weight_indices=slots, lora_ranks=ranks, scalings=scal,
                             dtype=_DTYPE_NAME[dtype], seed=1000 + i, **extra)
             yield Sample(p, name)
-        if dtype in (torch.float16, torch.bfloat16) and op in ("step_b_q", "step_b_v", "q_side_fused", "v_side_fused"):
+        if dtype in (torch.float16, torch.bfloat16) and signature(op).inplace is not None:
             # base_output in fp32 while activations are half precision
             p = LoRAProblem(op=op, seg_lens=(6, 5), weight_indices=(0, 1), lora_ranks=(16, 4), scalings=(1.0, -3.0),
                             dtype=_DTYPE_NAME[dtype], base_dtype="float32", seed=77)
