@@ -13,6 +13,7 @@ import sys
 from typing import Optional, Sequence
 
 from kernel_oracle._version import __version__
+from kernel_oracle.cli_errors import one_line_errors
 
 # name -> (module, one-line help); modules are imported when the parser is built, so they must
 # import lightly (no Triton at module level)
@@ -30,6 +31,7 @@ SUBCOMMANDS = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernel-oracle", description=__doc__.splitlines()[0])
+    one_line_errors(parser)  # e.g. unrecognized arguments: one line, exit 2
     parser.add_argument("--version", action="version", version=f"kernel-oracle {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
