@@ -274,3 +274,20 @@ def test_tf32_truncation_control_fails_a_round_to_nearest_rule(monkeypatch):
     result = check_mutant(strict.name, max_examples=100)
     assert result.error is None, result.error
     assert result.killed, "truncated TF32 passed a round-to-nearest-only baseline: revisit Note [TF32 rounding]"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="what TF32 tensor cores do is a property of a CUDA device")
+@pytest.mark.parametrize("shape", [(4096, 512, 64), (2048, 128, 1536)], ids=lambda s: "x".join(map(str, s)))
+def test_gpu_tf32_dot_passes_and_mutants_fail(shape):
+    """On the GPU: a plain fp32 ``tl.dot`` (default precision: TF32, raw operands, as SGLang's kv_b kernels)
+    passes the rule on every draw; it fails a round-to-nearest-only baseline (the false alarms of issue 18);
+    8-bit operands and a dropped K term fail on every draw (benchmarks/gpu_verdicts.py, part (a))."""
+    from kernel_oracle.benchmarks.gpu_verdicts import tf32_verdicts
+
+    draws = 8
+    res = tf32_verdicts(shape, draws)
+    assert res[0]["rule_fail"] == 0, f"TF32 tl.dot flagged on {res[0]['rule_fail']}/{draws} draws: {res[0]}"
+    assert res[0]["rne_only_fail"] > 0, "tl.dot matched round-to-nearest TF32: the tensor cores no longer truncate? " \
+                                        "revisit Note [TF32 rounding]"
+    assert res[1]["rule_fail"] == draws and res[2]["rule_fail"] == draws, res
