@@ -11,9 +11,10 @@ entry point also takes keyword-only ``strict=None`` (see :mod:`reference.strict`
 * ``v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim)``
 
 Precision (``PRECISION``): fp16/bf16 tiles go through ``tl.dot`` with fp32 accumulation; fp32
-activations run ``tl.dot`` in TF32 on NVIDIA GPUs, as upstream's kernels do, so their same-dtype
-baseline is the oracle's ``faithful="tf32"`` (under the interpreter fp32 dots are exact, which stays
-within that baseline).  Design notes: ``docs/kernels_lora.md``.
+activations run ``tl.dot`` in TF32 on NVIDIA GPUs on operands the kernel rounds to TF32 to nearest
+first, so their same-dtype baseline is the oracle's ``faithful="tf32"`` (under the interpreter fp32
+dots are exact, which stays within that baseline).  Block sizes and stages fit the device's shared
+memory (``_smem``).  Design notes: ``docs/kernels_lora.md``.
 """
 
 from ._launch import (

@@ -39,9 +39,11 @@ except ImportError:  # pragma: no cover - older layouts
 
 __all__ = ["BLOCKS", "FORCE_PATH", "PRECISION", "Plan", "plan"]
 
-# fp32 activations run tl.dot in TF32 on NVIDIA GPUs (Triton's default, as upstream): compare them with
-# the oracle's faithful="tf32" baseline.  (Under the interpreter tl.dot on fp32 is exact fp32, which
-# is within that baseline's error.)  fp16/bf16: tensor-core products, fp32 accumulation.
+# fp32 activations (fp32 weights) on a GPU: operands rounded to TF32 to nearest in registers, then tl.dot in
+# TF32 (the tensor cores' truncation leaves them unchanged), fp32 accumulation: the oracle's "tf32-rne"
+# model, declared "tf32" by the triton target (fuzz/targets/triton.py).  Under the interpreter, or with
+# weights of another dtype, tiles are upcast and tl.dot is exact fp32.  fp16/bf16: tensor-core products,
+# fp32 accumulation.
 PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "tf32"}
 
 # Block sizes per kernel and path (tokens BT, heads BH, inner blocks, num_warps).  Module-level data so
