@@ -502,3 +502,41 @@ def test_largest_shapes_launch_within_shared_memory(op, dtype, path, monkeypatch
     expected = fit_config(op, default, block_r=128, elem_bytes=dtype.itemsize, transformed=dtype == torch.float32,
                           limit=smem_limit(DEVICE))
     assert (cfg, stages) == expected, f"{op}: the estimate chose {expected}, the device needed {(cfg, stages)}"
+
+
+# ---- the precision the triton target declares per entry point (fuzz/targets/triton.py) ------------
+
+def test_triton_target_declares_precision_per_op(monkeypatch):
+    from kernel_oracle.fuzz.targets.registry import Target, TargetError
+    from kernel_oracle.fuzz.targets.triton import kernels_precision
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    on_gpu = kernels_precision("cuda")
+    assert {op: on_gpu[op] for op in OPS} == {op: "tf32" for op in OPS} and on_gpu["vision"] == "ieee"
+    assert kernels_precision("cuda", vision="tf32")["vision"] == "tf32"
+    assert set(kernels_precision("cpu").values()) == {"ieee"}
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert set(kernels_precision("cuda").values()) == {"ieee"}, "the interpreter's tl.dot is exact fp32"
+    t = Target("t", {"step_a_q": print, "vision": print}, precision={"step_a_q": "tf32"})
+    assert (t.precision_for("step_a_q"), t.precision_for("vision")) == ("tf32", "ieee")
+    rec = t.to_record()
+    assert rec["precision_by_op"] == {"step_a_q": "tf32", "vision": "ieee"}
+    assert rec["precision"] == "tf32: step_a_q; ieee: vision"
+    with pytest.raises(TargetError, match=r"target 't': precision\['step_a_q'\]='fp8'; the only valid values are "
+                                          r"'ieee', 'tf32', 'tf32-rne', 'tf32-trunc'"):
+        Target("t", {}, precision={"step_a_q": "fp8"})
+    with pytest.raises(TargetError, match=r"target 't': precision names op='gemm'; the only valid ops are"):
+        Target("t", {}, precision={"gemm": "tf32"})
+
+
+def test_tf32_precision_gives_both_baselines():
+    """expected_outcome(precision="tf32") on an fp32 LoRA case: round-to-nearest and truncated baselines;
+    a single declared mode gives one."""
+    from kernel_oracle.harness.check import Case, expected_outcome
+    from kernel_oracle.harness.problems import LoRAProblem
+
+    case = Case(LoRAProblem(op="step_a_v", seg_lens=(4, 3), weight_indices=(0, 1), lora_ranks=(16, 7),
+                            scalings=(1.0, 0.5), dtype="float32", seed=5))
+    assert len(expected_outcome(case, "cpu", precision="tf32").baseline) == 2
+    assert len(expected_outcome(case, "cpu", precision="tf32-trunc").baseline) == 1
+    assert len(expected_outcome(case, "cpu", precision="ieee").baseline) == 1
