@@ -193,8 +193,8 @@ def _standalone(script: Path, target_root: Path, *extra: str) -> subprocess.Comp
     """Run ``script`` with torch and the target package importable, and kernel-oracle not: ``-S``
     keeps site-packages' .pth files (the editable install) out, PYTHONPATH holds torch's site dir
     and the target's folder only."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join([TORCH_SITE, str(target_root)]),
-           "HOME": str(script.parent)}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(script.parent),
+           "PYTHONPATH": os.pathsep.join([TORCH_SITE, str(target_root)])}
     probe = subprocess.run([sys.executable, "-S", "-c", "import kernel_oracle"], env=env, cwd=script.parent,
                            capture_output=True, text=True, timeout=120)
     assert probe.returncode != 0 and "No module named 'kernel_oracle'" in probe.stderr, (
