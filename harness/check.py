@@ -19,6 +19,17 @@ A :class:`Case` is a plain-data problem plus an optional :class:`~harness.mutati
    metadata accepted), ``crash`` (the worker died).  Errors are scored with
    :func:`reference.tolerance.compare` against the faithful baseline of the target's dtype and
    precision.
+
+Note [Verdicts beside the target]
+---------------------------------
+:func:`check_case_verdict` does all three steps in the process that runs the target, on its device:
+the problem is materialised there (Note [Where data is generated]), the oracle runs there (float64
+on a GPU is fine), the output stays there and :func:`judge` compares there; what comes back is the
+:class:`Verdict` (plus, for a failure, its root-cause :class:`~harness.buckets.Bucket`): a few
+hundred bytes instead of the output tensor, and no host copy or host float64 comparison.  A
+campaign worker calls it per case; tensors are rebuilt and saved only for findings (from the seed,
+on the same kind of device).  :func:`execute` with ``to_host=True`` (the default) still returns the
+output on the CPU for callers that pickle or keep observations.
 """
 
 from __future__ import annotations
@@ -36,13 +47,13 @@ from kernel_oracle.reference.lora_routing import route_lora_batch
 from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
-from kernel_oracle.harness.buckets import target_frame
+from kernel_oracle.harness.buckets import bucket_of, target_frame
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.harness.problems import (LoRAProblem, VisionProblem, batch_info_of, materialize, problem_from_dict,
                                             problem_to_dict)
 
-__all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute",
+__all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "check_case_verdict", "execute",
            "expected_outcome", "judge", "shape_class"]
 
 
@@ -189,7 +200,8 @@ def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=
 
 @dataclass
 class Observed:
-    """What the target did (picklable): returned ``output`` (CPU), or raised, or crashed."""
+    """What the target did (picklable): returned ``output`` (on the CPU; on the target's device with
+    ``execute(..., to_host=False)``), or raised, or crashed."""
 
     kind: str  # "ok" | "raise" | "crash"
     output: Optional[torch.Tensor] = None
@@ -200,8 +212,10 @@ class Observed:
     frame: Optional[str] = None  # "module:function" of the raise in the target's own code (harness.buckets)
 
 
-def execute(target, case: Case, device="cpu", *, call=None) -> Observed:
-    """Run ``target`` on a fresh copy of the case's call; never raises for the target's errors."""
+def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True) -> Observed:
+    """Run ``target`` on a fresh copy of the case's call; never raises for the target's errors.
+
+    ``to_host=False`` leaves the output on the device (Note [Verdicts beside the target])."""
     call = _copy_call(_prepared_call(case, device) if call is None else call)
     fn = target.entry(case.op)
     inplace = call.inplace
@@ -218,10 +232,16 @@ def execute(target, case: Case, device="cpu", *, call=None) -> Observed:
     if inplace is not None:
         base = call.args[inplace]
         same = isinstance(ret, torch.Tensor) and ret.data_ptr() == base.data_ptr() and ret.shape == base.shape
-        return Observed("ok", output=base.detach().cpu().clone(), returned_inplace=same)
+        return Observed("ok", output=_keep(base, to_host), returned_inplace=same)
     if not isinstance(ret, torch.Tensor):
         return Observed("ok", output=None, returned_inplace=True, message=f"returned {type(ret).__name__}, not a tensor")
-    return Observed("ok", output=ret.detach().cpu().clone())
+    return Observed("ok", output=_keep(ret, to_host))
+
+
+def _keep(t: torch.Tensor, to_host: bool) -> torch.Tensor:
+    """The observed output: a CPU copy, or (``to_host=False``) the tensor where it is (the call it
+    belongs to is a private copy, so nothing else writes to it)."""
+    return t.detach().cpu().clone() if to_host else t.detach()
 
 
 # ---- verdict -------------------------------------------------------------------------------------
@@ -234,6 +254,7 @@ class Verdict:
     ratio: Optional[float] = None
     figures: dict = field(default_factory=dict)
     expected: str = ""
+    bucket: Optional[Any] = None  # harness.buckets.Bucket of a failure, from check_case_verdict
 
 
 def _describe_expected(e: Outcome) -> str:
@@ -320,31 +341,32 @@ def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, devic
                        expected=exp)
     if observed.output is None:
         return Verdict(False, "mismatch", f"target {observed.message}", expected=exp)
-    call = _prepared_call(case, "cpu") if call is None else call
+    call = _prepared_call(case, device) if call is None else call
     if not observed.returned_inplace:
         return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
     if case.family == "lora":
         locate, route = _lora_locator(case, call)
     else:
         locate, route = _vision_locator(call), None
-    actual = observed.output
-    cmp = compare(actual, expected.value.cpu(), expected.defined.cpu(), family=case.family,
-                  baseline=None if expected.baseline is None else [b.cpu() for b in expected.baseline],
+    actual = observed.output  # compared where it is (compare moves the reference there)
+    cmp = compare(actual, expected.value, expected.defined, family=case.family,
+                  baseline=None if expected.baseline is None else list(expected.baseline),
                   out_dtype=expected.out_dtype, locate=locate, repro=repro)
     figures = {"max_abs": cmp.err, "max_rel": cmp.worst_rel, "ratio": cmp.ratio, "where": cmp.where}
     if not cmp.ok:
         return Verdict(False, "mismatch", cmp.message, cmp.ratio, figures, exp)
     inplace = call.inplace
     if inplace is not None and route is not None:  # unrouted rows must be bit-identical
-        before = call.args[inplace].detach().cpu()
+        before = call.args[inplace].detach().to(actual.device)
         untouched = torch.ones(before.shape[0], dtype=torch.bool)
-        untouched[route.rows] = False
+        untouched[route.rows.cpu()] = False
         if route.undefined_rows.numel():
-            untouched[route.undefined_rows] = False
+            untouched[route.undefined_rows.cpu()] = False
         if route.all_undefined:
             untouched[:] = False
-        a = actual[untouched].contiguous().view(torch.uint8) if actual.dtype.itemsize == 1 else actual[untouched]
-        b = before[untouched]
+        rows = untouched.to(actual.device)
+        a = actual[rows].contiguous().view(torch.uint8) if actual.dtype.itemsize == 1 else actual[rows]
+        b = before[rows]
         same = torch.equal(_bits(a), _bits(b))
         if not same:
             diff_rows = torch.nonzero(untouched).flatten()
@@ -369,4 +391,18 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
     observed = execute(target, case, device, call=call)
     return judge(case, expected, observed, call=call, device=device, repro=repro)
+
+
+def check_case_verdict(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
+    """The verdict of one case computed beside ``target`` on ``device`` (Note [Verdicts beside the
+    target]): data generated there, oracle and comparison there, the output never copied to the host.
+    A failure carries its root-cause bucket (``verdict.bucket``), so the caller needs no tensor;
+    harness errors propagate (the worker reports them)."""
+    call = _prepared_call(case, device)
+    expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
+    observed = execute(target, case, device, call=call, to_host=False)
+    verdict = judge(case, expected, observed, call=call, device=device, repro=repro)
+    if not verdict.ok:
+        verdict.bucket = bucket_of(case, verdict, observed=observed, expected=expected, call=call)
+    return verdict
 

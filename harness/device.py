@@ -23,7 +23,7 @@ import sys
 from typing import Mapping, Optional
 
 __all__ = ["configure_process", "cuda_available", "default_device", "interpreting", "needs_interpreter",
-           "worker_env"]
+           "triton_cache_dir", "worker_env"]
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -49,14 +49,34 @@ def needs_interpreter(device) -> bool:
     return not str(device).startswith("cuda")
 
 
-def worker_env(device, base: Optional[Mapping[str, str]] = None) -> dict:
-    """The environment for a child process that runs kernels on ``device`` (``base`` untouched)."""
+def worker_env(device, base: Optional[Mapping[str, str]] = None, *, triton_cache=None) -> dict:
+    """The environment for a child process that runs kernels on ``device`` (``base`` untouched).
+
+    ``triton_cache``: a directory for Triton's compiled kernels (``TRITON_CACHE_DIR``), kept between
+    runs so a fresh worker loads binaries instead of compiling (``--triton-cache DIR``); created if
+    missing, made absolute (the child may run elsewhere).  ``None`` leaves ``base``'s setting."""
     env = dict(os.environ if base is None else base)
     if needs_interpreter(device):
         env["TRITON_INTERPRET"] = "1"
     else:
         env.pop("TRITON_INTERPRET", None)
+    if triton_cache is not None:
+        env["TRITON_CACHE_DIR"] = triton_cache_dir(triton_cache)
     return env
+
+
+def triton_cache_dir(path) -> str:
+    """``path`` as an absolute, existing directory for ``TRITON_CACHE_DIR``; ``ValueError`` naming the
+    option when it cannot be one."""
+    p = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    if os.path.exists(p) and not os.path.isdir(p):
+        raise ValueError(f"--triton-cache {path}: is a file, not a directory; pass a directory")
+    try:
+        os.makedirs(p, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--triton-cache {path}: cannot create it ({exc.strerror or exc}); pass a writable "
+                         "directory") from None
+    return p
 
 
 def _imported_kernel_modules() -> list[str]:

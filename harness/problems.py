@@ -12,6 +12,15 @@ for ops returning a fresh output).  :func:`batch_info_of` and :meth:`Call.arg` f
 its part or name, so nothing downstream counts positions.
 
 Data is random normal scaled so that outputs stay O(1) (never zeros: zeros hide unwritten outputs).
+
+Note [Where data is generated]
+------------------------------
+The tensors are drawn by a ``torch.Generator`` *on the device they are built for* (issue 12.1: a
+GPU case never generates on the host and copies).  On the CPU this is exactly the scheme findings
+were saved with before (same draws, same order: bit-identical); on a GPU it is the device's own
+Philox generator, so the same seed gives other values there.  :func:`generation_scheme` names the
+scheme of a device (records and saved cases carry it); a finding is replayed from its saved tensors
+(``kernel-oracle repro``), or rebuilt from its seed on the kind of device it was found on.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ __all__ = [
     "VisionProblem",
     "batch_info_of",
     "dtype_of",
+    "generation_scheme",
     "materialize",
     "materialize_lora",
     "materialize_vision",
@@ -184,9 +194,32 @@ def batch_info_of(call: Call):
     return call.args[sig.index(sig.batch_info)]
 
 
+# Note [Where data is generated]: the scheme of each device type (a new scheme gets a new name)
+GENERATION_SCHEMES = {"cpu": "torch.Generator(cpu)/v1", "cuda": "torch.Generator(cuda)/v1"}
+
+
+def generation_scheme(device: str | torch.device = "cpu") -> str:
+    """The name of the scheme that draws a problem's tensors on ``device`` (Note [Where data is generated])."""
+    kind = torch.device(device).type
+    try:
+        return GENERATION_SCHEMES[kind]
+    except KeyError:
+        raise ValueError(f"device={str(device)!r} is unsupported; the only valid device types are "
+                         f"{sorted(GENERATION_SCHEMES)}") from None
+
+
+def _generator(seed: int, device: str | torch.device) -> torch.Generator:
+    """A generator on ``device`` seeded with ``seed`` (the CPU one for the CPU: bit-identical to before)."""
+    generation_scheme(device)  # refuses a device type without a scheme
+    dev = torch.device(device)
+    gen = torch.Generator() if dev.type == "cpu" else torch.Generator(device=dev)
+    return gen.manual_seed(seed)
+
+
 def _randn(gen: torch.Generator, shape, dtype, device, scale=1.0) -> torch.Tensor:
-    t = torch.randn(*shape, generator=gen, dtype=torch.float32) * scale
-    return t.to(dtype).to(device)
+    """Normal values drawn in fp32 on the generator's device, scaled, then cast to ``dtype``."""
+    t = torch.randn(*shape, generator=gen, dtype=torch.float32, device=gen.device) * scale
+    return t.to(dtype)
 
 
 def _maybe_strided(t: torch.Tensor, strided: bool, offset: bool = False) -> torch.Tensor:
@@ -236,16 +269,16 @@ _LORA_INPUTS = {
 def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call:
     """Build tensors and batch info for ``p``; weights are scaled so deltas are O(1).
 
-    Draw order (fixed, so a seed always gives the same tensors): permutation, B_buf, A_buf, the
-    input, base_output."""
+    Draw order (fixed, so a seed always gives the same tensors on one kind of device: Note [Where
+    data is generated]): permutation, B_buf, A_buf, the input, base_output."""
     sig = signature(p.op)
     if sig.family != "lora":
         raise ValueError(f"op={p.op!r} is not a LoRA step; LoRAProblem takes one of the LoRA ops")
-    gen = torch.Generator().manual_seed(p.seed)
+    gen = _generator(p.seed, device)
     dt = dtype_of(p.dtype)
     bdt = dtype_of(p.base_dtype or p.dtype)
     S, H, qk, vd, C, R, L = p.S, p.H, p.qk, p.vd, p.C, p.R, p.L
-    perm = torch.randperm(S, generator=gen) if p.permute else None
+    perm = torch.randperm(S, generator=gen, device=gen.device) if p.permute else None
     bi = make_lora_batch_info(p.seg_lens, p.weight_indices, p.lora_ranks, p.scalings,
                               permutation=perm, cuda_graph_pad_to=p.cuda_graph_pad_to,
                               with_max_len=p.with_max_len, with_seg_lens=p.with_seg_lens,
@@ -273,7 +306,7 @@ def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call
 
 def materialize_vision(p: VisionProblem, device: str | torch.device = "cpu") -> Call:
     """Build q, k, v and the metadata of ``p`` (SGLang's bucketing) on ``device``."""
-    gen = torch.Generator().manual_seed(p.seed)
+    gen = _generator(p.seed, device)
     dt = dtype_of(p.dtype)
     T, H, D = p.T, p.H, p.D
     q = _randn(gen, (T, H, D), dt, device, scale=p.logit_scale)

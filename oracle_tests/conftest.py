@@ -40,3 +40,27 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def device() -> str:
     return DEVICE
+
+
+# ---- TRITON_INTERPRET never leaks between tests (issue 12.7) -------------------------------------
+# Triton reads the switch when a kernel module is imported (harness.device, Note [Device switch]): a
+# test that flips it in this process (configure_process("cpu") through a CLI's --device cpu, an
+# os.environ write) would make every later import interpreted -- on a GPU machine, silently.  Each
+# test must leave it as it found it; a leak is restored (so later tests run right) and reported as
+# an error of the test that leaked it.
+_INTERPRET = "TRITON_INTERPRET"
+
+
+@pytest.fixture(autouse=True)
+def _triton_interpret_unchanged():
+    before = os.environ.get(_INTERPRET)
+    yield
+    after = os.environ.get(_INTERPRET)
+    if after != before:
+        if before is None:
+            os.environ.pop(_INTERPRET, None)
+        else:
+            os.environ[_INTERPRET] = before
+        pytest.fail(f"this test changed {_INTERPRET} from {before!r} to {after!r} and did not restore it; "
+                    "run device-specific work in a worker (harness.device.worker_env) or use monkeypatch.setenv",
+                    pytrace=False)
