@@ -173,3 +173,29 @@ def test_pytest_plugin_writes_a_record(tmp_path):
     # results are never overwritten: a second run to the same path is a usage error
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert again.returncode == 4 and "never overwritten" in again.stderr
+
+
+# ---- Markdown escaping (Note [Escaping Markdown] in reports/_format.py) ---------------------------------
+
+@pytest.mark.parametrize("text", ["plain", "one ` tick", "a ``` fence", "````` five", "`lead", "trail`", "", "|pipe|"])
+def test_markdown_code_and_fences_hold_any_backtick_run(text):
+    import re
+
+    from kernel_oracle.reports._format import md_code, md_fence
+
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    block = str(md_fence(text, "text"))
+    fence = "`" * max(3, longest + 1)
+    assert block == f"{fence}text\n{text}\n{fence}"
+    span = str(md_code(text))
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
+    assert span == f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def test_markdown_text_and_cells_escape_html_pipes_and_newlines():
+    from kernel_oracle.reports._format import md_cell, md_code, md_text
+
+    assert str(md_text("a <b> & c")) == "a &lt;b&gt; &amp; c"
+    assert str(md_cell("x | <y>\nz")) == "x \\| &lt;y&gt; z"
+    assert str(md_code("a|b", in_table=True)) == "`a\\|b`"
