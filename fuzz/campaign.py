@@ -347,18 +347,18 @@ class _Search:
             pass
         if not failing:
             return False
-        case = failing["case"]
-        self._record(case, failing["verdict"], failing["bucket"], _prepared_call(case, self.device))
+        case, verdict, bucket, replaced = self._drop_flags(failing["case"], failing["verdict"], failing["bucket"])
+        fid = self._record(case, verdict, bucket, _prepared_call(case, self.device))["id"]
+        for other in replaced:
+            self._hit(fid, other)
         return True
 
     def _check(self, case, failing: dict, fault_shrinks: list) -> None:
         """Hypothesis's test body: run one case; raise for a failure of a root cause not yet found."""
-        from kernel_oracle.harness.check import _prepared_call, expected_outcome, judge, shape_class
-
         key = case.to_json()
         if key in self.memo:
-            ok, bucket, verdict = self.memo[key]
-            if not ok and self._known(bucket) is None:
+            verdict, bucket = self.memo[key]
+            if not verdict.ok and self._known(bucket) is None:
                 failing.update(case=case, verdict=verdict, bucket=bucket)
                 raise AssertionError(bucket.label)
             return
@@ -368,12 +368,25 @@ class _Search:
             fault_shrinks[0] += 1  # each costs a fresh worker (and a hang its timeout): shrink briefly
             if fault_shrinks[0] > (CRASH_SHRINKS if failing["verdict"].kind == "crash" else HANG_SHRINKS):
                 return
+        verdict, bucket = self._execute(case)
+        if verdict.ok:
+            return
+        fid = self._known(bucket)
+        if fid is not None:
+            self._hit(fid, case)
+            return
+        failing.update(case=case, verdict=verdict, bucket=bucket)
+        raise AssertionError(bucket.label)
+
+    def _execute(self, case) -> tuple:
+        """Run and count one case: ``(verdict, bucket or None)``, remembered for Hypothesis's replays."""
+        from kernel_oracle.harness.buckets import bucket_of
+        from kernel_oracle.harness.check import Verdict, _prepared_call, expected_outcome, judge, shape_class
+
         call = _prepared_call(case, self.device)
         expected = expected_outcome(case, self.device, precision=self.info.get("precision") or "ieee", call=call)
         observed = self.observe(case)
         if observed.kind == "hang":
-            from kernel_oracle.harness.check import Verdict
-
             verdict = Verdict(False, "hang", f"target hung: {observed.message}")
         else:
             verdict = judge(case, expected, observed, call=call, device=self.device)
@@ -384,21 +397,35 @@ class _Search:
         if self.state.executed % 10 == 0:
             self.state.elapsed_s = self.elapsed()
             self.state.save()
-        bucket = None
-        if not verdict.ok:
-            from kernel_oracle.harness.buckets import bucket_of
+        bucket = None if verdict.ok else bucket_of(case, verdict, observed=observed, expected=expected, call=call)
+        self.memo[case.to_json()] = (verdict, bucket)
+        return verdict, bucket
 
-            bucket = bucket_of(case, verdict, observed=observed, expected=expected, call=call)
-        self.memo[key] = (verdict.ok, bucket, verdict)
-        if verdict.ok:
-            return
-        fid = self._known(bucket)
-        if fid is not None:
-            self.state.add_hit(fid, {"op": case.op, "dtype": case.dtype, "shape_class": group.shape_class,
-                                     "problem": case.to_dict()})
-            return
-        failing.update(case=case, verdict=verdict, bucket=bucket)
-        raise AssertionError(bucket.label)
+    def _drop_flags(self, case, verdict, bucket) -> tuple:
+        """The finding's case without the config flags its mismatch does not need (Note [Buckets])."""
+        from kernel_oracle.harness.buckets import without_flag
+        from kernel_oracle.harness.check import Case
+
+        replaced: list = []  # the examples the variants displaced (more cases of the same bucket)
+        if bucket.kind != "mismatch":
+            return case, verdict, bucket, replaced
+        for flag in bucket.config[1:]:
+            problem = without_flag(case.problem, flag)
+            if problem is None or self.out_of_budget(extra=self.allowance):
+                continue
+            variant = Case(problem, case.mutation)
+            v_verdict, v_bucket = self.memo.get(variant.to_json()) or self._execute(variant)
+            if (not v_verdict.ok and (v_bucket.kind, v_bucket.cause) == (bucket.kind, bucket.cause)
+                    and flag not in v_bucket.config):
+                replaced.append(case)
+                case, verdict, bucket = variant, v_verdict, v_bucket
+        return case, verdict, bucket, replaced
+
+    def _hit(self, fid: str, case) -> None:
+        from kernel_oracle.harness.check import shape_class
+
+        self.state.add_hit(fid, {"op": case.op, "dtype": case.dtype, "shape_class": shape_class(case),
+                                 "problem": case.to_dict()})
 
     def _known(self, bucket) -> Optional[str]:
         return next((fid for b, fid in self.buckets if b.covers(bucket)), None)

@@ -138,7 +138,8 @@ class Worker:
             tag, _ = parent.recv()
         except (EOFError, OSError) as exc:
             code = self._reap()
-            raise WorkerError(f"the {self.device} worker died while starting ({_exit_words(code)}): {exc}") from None
+            raise WorkerError(f"the {self.device} worker died while starting ({_exit_words(code)})"
+                              + (f": {exc}" if str(exc) else "; its traceback is on stderr")) from None
         except BaseException:
             self.kill()
             raise

@@ -28,9 +28,10 @@ the op nor the case's sizes, so one root cause across the six LoRA ops is one bu
   ``rank0``, ``empty_segment``).
 
 The search loop asks :meth:`Bucket.covers`: a known mismatch bucket covers a new case of the same
-dtype and region whose flags include the bucket's own (a shrunk finding holds the flags the defect
-needs; unshrunk cases carry others at random), and ``everywhere`` covers the confined regions of a
-value mismatch.  :func:`bucket_of_record` reads the bucket a finding record carries, or derives
+dtype and region whose flags include the bucket's own, and ``everywhere`` covers the confined
+regions of a value mismatch.  A finding holds only the flags its defect needs: after shrinking, the
+campaign re-runs the example without each flag (:func:`without_flag`) and keeps the variant when it
+still fails the same way (unshrunk cases carry flags at random; Hypothesis does not always drop them).  :func:`bucket_of_record` reads the bucket a finding record carries, or derives
 one from its fields (records written before buckets, selfcheck rows), so reports and ``compare``
 agree with the campaign that wrote the record.
 
@@ -48,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 __all__ = ["Bucket", "CONFIG_FLAGS", "REGIONS", "bucket_of", "bucket_of_record", "config_signature",
-           "describe_exit", "mask_numbers", "mismatch_region", "target_frame"]
+           "describe_exit", "mask_numbers", "mismatch_region", "target_frame", "without_flag"]
 
 REGIONS = ("stale graph metadata", "padding", "beyond rank", "segment boundary", "tail tile", "head", "slot",
            "everywhere", "output")
@@ -181,6 +182,38 @@ def config_signature(problem) -> tuple:
     if any(n == 0 for n in seg_lens):
         flags.append("empty_segment")
     return (str(get("dtype") or "-"), *flags)
+
+
+def without_flag(problem, flag: str):
+    """``problem`` without the config ``flag`` (:data:`CONFIG_FLAGS`), or None when it has no such
+    variant.  The campaign re-runs a finding's case without each of its flags and keeps only the flags
+    the failure needs, so a bucket names the config of the defect, not the accidents of one example."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(problem):
+        return None
+    names = {f.name for f in dataclasses.fields(problem)}
+    changes: dict = {}
+    if flag == "cuda_graph" and "cuda_graph_pad_to" in names:
+        changes["cuda_graph_pad_to"] = None
+        if "stale_host_ints" in names:
+            changes["stale_host_ints"] = None
+    elif flag == "permuted" and "permute" in names:
+        changes["permute"] = False
+    elif flag in ("empty_segment", "rank0") and "seg_lens" in names:
+        ranks = problem.lora_ranks
+        keep = [i for i, (n, w) in enumerate(zip(problem.seg_lens, problem.weight_indices))
+                if n and not (flag == "rank0" and 0 <= w < len(ranks) and ranks[w] == 0)]
+        changes["seg_lens"] = tuple(problem.seg_lens[i] for i in keep)
+        changes["weight_indices"] = tuple(problem.weight_indices[i] for i in keep)
+    elif flag == "empty_segment" and "lengths" in names:
+        changes["lengths"] = tuple(n for n in problem.lengths if n)
+    if not changes:
+        return None
+    try:
+        return dataclasses.replace(problem, **changes)
+    except (TypeError, ValueError):
+        return None
 
 
 def _failing_mask(output, value, defined, figures: dict):

@@ -5,6 +5,7 @@ repro command that reproduces it from the saved tensors."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 
@@ -12,9 +13,15 @@ import pytest
 
 from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
 from kernel_oracle.cli import main as cli_main
+from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.schema import load
 
+from oracle_tests.conftest import DEVICE
+
 BUDGET = {"reference": 12, "triton": 10}
+# a device="cpu" campaign runs its target in this process only when this process interprets Triton
+# kernels (the CPU machine); on a GPU machine it must use a worker, whose environment interprets them
+CPU_IN_PROCESS = interpreting()
 
 
 def _findings(out):
@@ -74,7 +81,7 @@ def test_accepting_malformed_metadata_is_a_validation_gap(tmp_path):
 
 def test_drifted_message_is_a_contract_finding_and_campaigns_resume(tmp_path):
     kw = dict(target="mutant:lora_drifted_error_message", op="step_a_q", seed=3, device="cpu", out_dir=tmp_path,
-              progress=False, isolate=False, shrink_allowance=10)
+              progress=False, isolate=not CPU_IN_PROCESS, shrink_allowance=10)
     first = run_campaign(budget=25, **kw)
     assert "contract" in {f["kind"] for f in first["findings"]}
     n = len(_findings(tmp_path))
@@ -103,7 +110,135 @@ def test_usage_errors(tmp_path):
         run_campaign(target="reference", op="conv", budget=1, out_dir=tmp_path)
     with pytest.raises(CampaignError, match="the only built-in targets are"):
         run_campaign(target="refrence", op="lora", budget=1, out_dir=tmp_path)
+    # --no-isolate runs the target in this process: on this machine's device (a "cpu" one would flip
+    # this GPU session's Triton switch, or be refused once kernels are imported compiled)
     assert cli_main(["fuzz", "--target", "reference", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "x"),
-                     "--device", "cpu", "--no-progress", "--no-isolate"]) == 0
+                     "--device", DEVICE, "--no-progress", "--no-isolate"]) == 0
     assert cli_main(["fuzz", "--target", "sglang", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "y"),
                      "--no-progress"]) == (0 if "sglang" in sys.modules else 2)
+
+
+# ---- the device switch never leaks into the caller -------------------------------------------------
+
+def test_a_campaign_leaves_its_callers_environment_alone(tmp_path, monkeypatch):
+    # the caller compiles (no TRITON_INTERPRET, as a GPU session would); a cpu campaign's worker must
+    # interpret anyway, and the caller's environment must come back exactly as it was
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    before = dict(os.environ)
+    rec = run_campaign(target="triton", op="vision", budget=2, seed=0, device="cpu", out_dir=tmp_path,
+                       progress=False)
+    assert dict(os.environ) == before
+    assert rec["campaign"]["interpreter"] is True and rec["campaign"]["executed"] >= 1
+
+
+def test_in_process_campaigns_need_the_device_mode_already(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(CampaignError, match=r"isolate=False runs the target in this process, whose Triton kernels "
+                                            r"are not interpreted \(TRITON_INTERPRET=1\) as device='cpu' needs"):
+        run_campaign(target="reference", op="lora", budget=1, device="cpu", out_dir=tmp_path, isolate=False)
+    assert "TRITON_INTERPRET" not in os.environ
+
+
+# ---- buckets: one root cause, one finding -----------------------------------------------------------
+
+def test_one_mismatch_defect_across_ops_is_one_finding_per_dtype(tmp_path):
+    # scaling ignored in every B step: the same defect in four ops and three dtypes
+    rec = run_campaign(target="mutant:lora_scaling_missing", op="lora", budget=40, seed=1, device="cpu",
+                       out_dir=tmp_path, progress=False, shrink_allowance=20)
+    mismatches = [f for f in rec["findings"] if f["kind"] == "mismatch"]
+    assert mismatches and len({f["dtype"] for f in mismatches}) == len(mismatches), \
+        [f["bucket"] for f in mismatches]
+    for f in mismatches:  # the flags the defect does not need were dropped from the example
+        assert f["bucket"]["config"] == [f["dtype"]], f["bucket"]
+        assert f["bucket"]["cause"] == "everywhere"
+    failing = sum(g["cases"] - g["passes"] for g in rec["groups"])
+    assert failing > len(rec["findings"])  # more failing cases than findings: they were merged
+    assert sum(f["count"] for f in rec["findings"]) <= failing
+
+
+def _lora_case(**kw):
+    from kernel_oracle.harness.check import Case
+    from kernel_oracle.harness.problems import LoRAProblem
+
+    base = dict(op="step_b_q", seg_lens=(20, 3), weight_indices=(0, 1), lora_ranks=(4, 4), scalings=(1.0, 0.5),
+                H=2, qk=16, vd=16, C=32, R=16, seed=5)
+    base.update(kw)
+    return Case(LoRAProblem(**base))
+
+
+@pytest.mark.parametrize("rows, heads, region", [
+    (range(16, 20), (0, 1), "tail tile"),          # the partial last 16-row tile of segment 0 (20 rows)
+    ((0, 19), (0, 1), "segment boundary"),         # its first and last rows
+    (range(0, 23), (1,), "head"),                  # every row, head 1 only
+    (range(20, 23), (0, 1), "slot"),               # segment 1 = slot 1 only, both heads
+    (range(0, 23), (0, 1), "everywhere"),
+])
+def test_mismatch_region_holds_every_failing_element(rows, heads, region):
+    from kernel_oracle.harness.buckets import mismatch_region
+    from kernel_oracle.harness.check import _prepared_call, expected_outcome
+
+    case = _lora_case()
+    call = _prepared_call(case, "cpu")
+    exp = expected_outcome(case, "cpu", call=call)
+    out = exp.value.clone()
+    for r in rows:
+        for h in heads:
+            out[r, h, :] += 1.0
+    figures = {"max_abs": 1.0, "ratio": 10.0}
+    assert mismatch_region(case, call, out, exp.value, exp.defined, figures) == region
+
+
+def test_bucket_of_a_stale_graph_write_and_the_config_signature():
+    from kernel_oracle.harness.buckets import bucket_of, config_signature, without_flag
+    from kernel_oracle.harness.check import Observed, Verdict, _prepared_call, expected_outcome
+
+    case = _lora_case(seg_lens=(4, 0), cuda_graph_pad_to=4, permute=True, lora_ranks=(4, 0), weight_indices=(0, 1),
+                      extra_rows=2)
+    assert config_signature(case.problem) == ("float32", "cuda_graph", "permuted", "empty_segment")
+    assert config_signature(_lora_case(seg_lens=(4, 2), lora_ranks=(4, 0)).problem) == ("float32", "rank0")
+    assert without_flag(case.problem, "permuted").permute is False
+    assert without_flag(case.problem, "empty_segment").seg_lens == (4,)
+    assert without_flag(case.problem, "cuda_graph").cuda_graph_pad_to is None
+    call = _prepared_call(case, "cpu")
+    exp = expected_outcome(case, "cpu", call=call)
+    verdict = Verdict(False, "mismatch", "rows routed by no segment changed (must stay bit-identical): rows [4]")
+    b = bucket_of(case, verdict, observed=Observed("ok", output=exp.value), expected=exp, call=call)
+    assert (b.kind, b.family, b.cause, b.config) == ("mismatch", "lora", "stale graph metadata",
+                                                    ("float32", "cuda_graph", "permuted", "empty_segment"))
+
+
+def test_bucket_identity_and_cover():
+    from kernel_oracle.harness.buckets import Bucket, bucket_of_record, mask_numbers
+
+    assert mask_numbers("seg_lens[3] = 17 at 0x7ffe: float16 -1.5e-3 step_a_q (12.5%)") == \
+        "seg_lens[#] = # at #: float16 # step_a_q (#%)"
+    known = Bucket("mismatch", "lora", "everywhere", "", ("float16", "permuted"))
+    assert known.covers(Bucket("mismatch", "lora", "tail tile", "", ("float16", "permuted", "rank0")))
+    assert not known.covers(Bucket("mismatch", "lora", "everywhere", "", ("float16",)))  # the flag it needs
+    assert not known.covers(Bucket("mismatch", "lora", "everywhere", "", ("bfloat16", "permuted")))
+    assert not known.covers(Bucket("mismatch", "lora", "padding", "", ("float16", "permuted")))
+    assert not known.covers(Bucket("mismatch", "vision", "everywhere", "", ("float16", "permuted")))
+    crash = Bucket("contract", "lora", "RuntimeError: bad row #", "pkg.mod:fn")
+    assert crash.covers(Bucket.from_dict(crash.to_dict())) and not crash.covers(
+        Bucket("contract", "lora", "RuntimeError: bad row #", "pkg.mod:other"))
+    # a stored finding carries its bucket; an older record gets the one its fields imply
+    assert bucket_of_record({"kind": "contract", "op": "step_a_q", "bucket": crash.to_dict()}) == crash
+    assert bucket_of_record({"kind": "contract", "op": "vision", "contract": "vision.missing_max_seqlen",
+                             "message": "x 1"}) == Bucket("contract", "vision", "contract vision.missing_max_seqlen")
+
+
+def test_target_frame_is_the_innermost_frame_of_the_targets_code(tmp_path, monkeypatch):
+    from kernel_oracle.harness.buckets import target_frame
+
+    pkg = tmp_path / "frames_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "outer.py").write_text("import torch\n\ndef entry(x):\n    return helper(x)\n\n"
+                                  "def helper(x):\n    return torch.cat([x, 'no'])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import torch
+    from frames_pkg.outer import entry
+
+    with pytest.raises(TypeError) as exc:
+        entry(torch.zeros(1))
+    assert target_frame(exc.value.__traceback__) == "frames_pkg.outer:helper"  # not torch's frame, not ours
