@@ -18,7 +18,7 @@ The file written by campaigns (``fuzz/campaign.py``: ``torch.save`` of ``{"case"
 (:func:`load_case_file`).
 
 Exit codes (SPEC.md): 1 the finding reproduces, 0 the target now passes, 2 usage or I/O error
-(one line, no traceback).
+(one line, no traceback), 3 interrupted.
 """
 
 from __future__ import annotations
@@ -238,6 +238,9 @@ def main(args: argparse.Namespace) -> int:
     except ReproError as exc:
         print(f"kernel-oracle repro: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("kernel-oracle repro: interrupted; no verdict", file=sys.stderr)
+        return 3
     print(f"case: {case!r}")
     print(f"expected: {verdict.expected}")
     if written is not None:
