@@ -386,10 +386,11 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
-    """In-process check of one case (pytest properties; campaigns isolate the target instead)."""
+    """In-process check of one case (pytest properties; campaigns isolate the target instead), judged
+    on ``device`` like :func:`check_case_verdict` (no bucket)."""
     call = _prepared_call(case, device)
     expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
-    observed = execute(target, case, device, call=call)
+    observed = execute(target, case, device, call=call, to_host=False)
     return judge(case, expected, observed, call=call, device=device, repro=repro)
 
 

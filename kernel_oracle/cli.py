@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "repro": ("kernel_oracle.repro_cli", "re-run one saved finding"),
     "report": ("kernel_oracle.report_cli", "render a result file to Markdown and HTML"),
     "compare": ("kernel_oracle.compare_cli", "compare two result files; non-zero exit on a regression"),
+    "bench": ("kernel_oracle.bench_cli", "measure the oracle itself: campaign cases/s, the main job's fuzz cases"),
     "matrix": ("kernel_oracle.matrix_cli", "several releases side by side: each finding bucket per release"),
 }
 

@@ -11,6 +11,7 @@ import torch
 from kernel_oracle.bug_corpus import CorpusError, load_corpus, load_entry, run_entry
 
 from oracle_tests._sglang_releases import release_target
+from oracle_tests.conftest import DEVICE
 
 ENTRIES = load_corpus()
 RELEASE_RUNS = [pytest.param(e, r, want, id=f"{e.id}-{r}-{want}")
@@ -31,8 +32,11 @@ def test_corpus_holds_the_issue_13_entries():
 def test_entry_on_release(entry, release, want):
     if entry.device == "cuda" and not torch.cuda.is_available():
         pytest.skip(f"{entry.id} needs a GPU")
-    target = release_target(entry.spec(release), entry.device)
-    outcome = run_entry(entry, target, entry.device)
+    # a "cpu" entry needs no GPU; it runs where this session runs Triton kernels (compiled on a GPU machine,
+    # where CPU tensors cannot reach them)
+    device = "cuda" if entry.device == "cuda" else DEVICE
+    target = release_target(entry.spec(release), device)
+    outcome = run_entry(entry, target, device)
     if want == "fails":
         assert outcome.matches(entry), (f"{entry.id} on {entry.spec(release)}: expected a {entry.expect} finding"
                                         f"{' with ' + repr(entry.message_contains) if entry.message_contains else ''}"

@@ -10,8 +10,10 @@ One property per family x case category (fuzz/strategies.py, Note [Strategies]):
 * ``malformed`` -- strict validation rejects with the exact text (targets without strict
   validation are skipped here with the reason: every case would be a validation gap by design).
 
-Problem sizes follow the target's cost: ``tiny`` limits for Triton under the CPU interpreter,
-``small`` for the reference on the CPU, ``full`` on a GPU.
+Problem sizes follow the target's cost, as in a campaign (``fuzz.strategies.default_limits``):
+``tiny`` limits for Triton under the CPU interpreter, ``small`` for the reference on the CPU, ``gpu``
+on a GPU (small, tile-edge-heavy problems with one in seven realistic ones: ``full`` for every case
+made this file alone take minutes there).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from hypothesis import given, settings
 
 from kernel_oracle.harness.check import check_case
 from kernel_oracle.pytest_plugin import examples_for
-from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases
+from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases, default_limits
 
 FAMILIES = ("lora", "vision")
 CATEGORIES = ("valid", "partial", "upstream", "malformed")
@@ -31,9 +33,7 @@ DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 
 def limits_for(target) -> str:
-    if HAS_CUDA:
-        return "full"
-    return "small" if target.name == "reference" else "tiny"
+    return default_limits(DEVICE, target.name)
 
 
 def repro_line(target, case) -> str:

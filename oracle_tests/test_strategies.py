@@ -241,11 +241,13 @@ def test_generated_cases_expose_sglang_0_5_12_graph_replay_bug():
     from kernel_oracle.harness.check import check_case
     from oracle_tests._sglang_releases import release_target
 
-    old, new = release_target("sglang==0.5.12"), release_target("sglang==0.5.23")
+    from oracle_tests.conftest import DEVICE  # the kernels run where this session runs Triton
+
+    old, new = release_target("sglang==0.5.12", DEVICE), release_target("sglang==0.5.23", DEVICE)
     strategy = cases("lora", categories=("valid",), dtypes=("float32",), ops=("step_a_q", "step_b_v"),
                      limits="tiny")
-    hit = find(strategy, lambda c: not check_case(old, c, "cpu").ok,
+    hit = find(strategy, lambda c: not check_case(old, c, DEVICE).ok,
                settings=settings(database=None, max_examples=150, derandomize=True, deadline=None,
                                  phases=(Phase.generate,), suppress_health_check=list(HealthCheck)))
     assert hit.problem.stale_host_ints is not None, hit
-    assert check_case(new, hit, "cpu").ok
+    assert check_case(new, hit, DEVICE).ok

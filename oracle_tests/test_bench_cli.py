@@ -1,0 +1,64 @@
+"""``kernel-oracle bench`` (issue 12.4): the oracle's own throughput, as a versioned ``bench`` record."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_oracle.bench_cli import main_job_counts
+from kernel_oracle.cli import main as cli_main
+from kernel_oracle.harness.schema import load
+
+from oracle_tests.conftest import DEVICE
+
+
+def test_bench_measures_campaign_throughput_into_a_record(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code = cli_main(["bench", "--device", DEVICE, "--targets", "reference,no_such_pkg.kernels", "--families", "lora",
+                     "--seconds", "3", "--warmup-cases", "2", "--main-budget", "0", "--out", str(out), "--quiet"])
+    assert code == 0, capsys.readouterr()
+    rec = load(out)
+    assert rec["kind"] == "bench" and rec["environment"]["device"] == DEVICE
+    bench = rec["summary"]["oracle_bench"]
+    assert bench["worker_startup_s"] > 0 and bench["limits"] == "tiny" and bench["main_job"] is None
+    ref, missing = bench["campaigns"]
+    assert (ref["target"], ref["family"], ref["available"]) == ("reference", "lora", True)
+    assert ref["cases"] > 0 and ref["cases_per_s"] == pytest.approx(ref["cases"] / ref["seconds"], rel=0.01)
+    assert ref["seconds"] >= 3 and ref["findings"] == 0
+    (row,) = rec["benchmarks"]  # only the available target has a figure; compare gates it as µs per case
+    assert (row["target"], row["op"], row["shape"]) == ("reference", "lora", "campaign/tiny")
+    assert row["median_us"] == pytest.approx(1e6 / ref["cases_per_s"], rel=0.01)
+    assert not missing["available"] and missing["cases"] == 0
+    assert any("no_such_pkg.kernels x lora: target unavailable" in n for n in rec["notes"])
+    assert sum(g["cases"] for g in rec["groups"] if g["target"] == "reference") == ref["cases"]
+    printed = capsys.readouterr().out
+    assert f"reference x lora: {ref['cases_per_s']} cases/s" in printed and f"record: {out}" in printed
+
+
+def test_main_job_counts_fuzz_cases_and_failed_campaigns():
+    rec = {"groups": [{"cases": 700}, {"cases": 300}],
+           "summary": {"campaigns": [{"target": "triton", "family": "lora", "cases": 250},
+                                     {"target": "sglang", "family": "lora", "cases": 50, "problem": "killed"}],
+                       "failed_parts": ["campaign sglang x lora: killed"]}}
+    assert main_job_counts(rec) == {"fuzz_cases": 300, "cases": 1000, "campaigns": 2,
+                                    "failed_campaigns": ["sglang x lora: killed"],
+                                    "failed_parts": ["campaign sglang x lora: killed"]}
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["--families", "lora,audio"], "--families 'lora,audio': ['audio'] unknown; the only valid values are ['lora', 'vision']"),
+    (["--seconds", "0"], "--seconds 0: pass a positive, finite number of seconds"),
+    (["--main-budget", "nan"], "--main-budget nan: pass a non-negative, finite number of seconds"),
+    (["--limits", "huge"], "--limits 'huge' is unknown; the only valid values are"),
+    (["--targets", ","], "--targets ',' names nothing; pass a comma-separated list"),
+    (["--warmup-cases", "-1"], "--warmup-cases -1: pass a non-negative number of cases"),
+])
+def test_usage_errors_exit_2_in_one_line(argv, text, tmp_path, capsys):
+    assert cli_main(["bench", "--device", "cpu", "--out", str(tmp_path / "b.json"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kernel-oracle bench: error: {text}") and err.count("\n") == 1, err
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_out_must_be_a_file(tmp_path, capsys):
+    assert cli_main(["bench", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"kernel-oracle bench: error: --out {tmp_path}: is a directory; pass a file name\n"
