@@ -223,8 +223,8 @@ def build(desc, tensors):
 
 def check_output(out, tensors):
     """None when ``out`` passes, else what is wrong (the suite's rule, inlined)."""
-    r = tensors["expected"].to(torch.float64)
-    d = tensors["defined"]
+    r = tensors["expected"].cpu().to(torch.float64)
+    d = tensors["defined"].cpu()
     want_dtype = getattr(torch, EXPECT["out_dtype"])
     if not isinstance(out, torch.Tensor):
         return f"returned {{type(out).__name__}}, not a tensor"
