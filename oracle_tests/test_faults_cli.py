@@ -421,3 +421,24 @@ def test_markdown_report_renders_as_intended(tmp_path):
 
     assert f'<code class="language-text">{html_lib.escape(HOSTILE, quote=False)}\n</code>' in html
     assert "<h1>not a heading" not in html
+
+
+# ---- on the GPU: the standalone script of our Triton kernels -------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="runs the emitted script with --device cuda on our Triton kernels")
+@pytest.mark.parametrize("case", [
+    LORA_CASE,
+    Case(LoRAProblem(op="step_b_q", seg_lens=(5, 0, 9), weight_indices=(1, 0, 1), lora_ranks=(16, 4),
+                     scalings=(1.0, -0.5), permute=True, extra_rows=3, dtype="bfloat16", seed=11)),
+    Case(VisionProblem(lengths=(7, 16, 3), seed=4, path="metadata", layout="v_strided", dtype="float16")),
+], ids=["step_a_v-fp32", "step_b_q-bf16-inplace", "vision-fp16-metadata"])
+def test_standalone_script_on_the_gpu(tmp_path, capsys, case):
+    path = _save_case(tmp_path / "gpu.pt", case, device="cuda")
+    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "triton", "--device", "cuda",
+                           "--emit-script", str(tmp_path / "s"))
+    assert rc == 0, stdout + err
+    proc = subprocess.run([sys.executable, str(tmp_path / "s" / "gpu.py"), "--device", "cuda"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS" in proc.stdout
