@@ -166,9 +166,11 @@ def _portable(value: Any) -> Any:
     """SGLang's ``LoRABatchInfo`` / ``VisionAttentionMetadata`` -> our mirrors (same field names), so
     that :func:`replay` can load the file weights-only (it builds no other class: no code runs)."""
     for cls in (LoRABatchInfo, VisionAttentionMetadata):
-        names = [f.name for f in dataclasses.fields(cls)]
-        if not isinstance(value, cls) and type(value).__name__ == cls.__name__ and all(hasattr(value, n) for n in names):
-            return cls(**{n: getattr(value, n) for n in names})
+        fields = dataclasses.fields(cls)
+        required = [f.name for f in fields if f.default is dataclasses.MISSING]
+        if not isinstance(value, cls) and type(value).__name__ == cls.__name__ \
+                and all(hasattr(value, n) for n in required):
+            return cls(**{f.name: getattr(value, f.name) for f in fields if hasattr(value, f.name)})
     return value
 
 
@@ -209,7 +211,8 @@ def replay(path: Union[str, os.PathLike], fn: Union[Callable[..., Any], str]) ->
         with torch.serialization.safe_globals([LoRABatchInfo, VisionAttentionMetadata]):
             saved = torch.load(path, map_location=None if torch.cuda.is_available() else "cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        lines = [ln.strip() for ln in str(exc).splitlines() if "Unsupported global" in ln] or [type(exc).__name__]
+        first = lines[0]
         raise ValueError(f"{path} was refused: it holds objects other than tensors, plain data, LoRABatchInfo and "
                          f"VisionAttentionMetadata (nothing in it was run): {first}") from None
     if not isinstance(saved, dict) or not {"op", "args", "kwargs", "precision", "strict"} <= set(saved):
