@@ -177,7 +177,7 @@ def oracle_target(request, oracle_target_name, oracle_device):
     if not target.available:
         pytest.skip(f"target {oracle_target_name!r} is unavailable: {target.reason}")
     request.node.user_properties.append(("target", oracle_target_name))
-    request.node.user_properties.append(("precision", target.precision))
+    request.node.user_properties.append(("precision", target.precision_summary()))
     return target
 
 
@@ -198,7 +198,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         if not t.available:
             tr.write_line(f"{name}: UNAVAILABLE ({t.reason})")
             continue
-        line = f"{name}: entry points {sorted(t.entries)}; fp32 precision {t.precision}; strict validation {t.strict}"
+        line = f"{name}: entry points {sorted(t.entries)}; fp32 precision {t.precision_summary()}; strict validation {t.strict}"
         if t.excluded_dtypes:
             line += "; excluded " + ", ".join(f"{d} ({why})" for d, why in t.excluded_dtypes.items())
         if t.notes:
