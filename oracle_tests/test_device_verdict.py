@@ -227,3 +227,26 @@ def test_a_leaked_triton_interpret_fails_the_test_that_leaked_it(tmp_path):
     out = proc.stdout
     assert "3 passed, 1 error" in out, out[-3000:]  # test_leaks passes its call, errors at teardown
     assert "ERROR at teardown of test_leaks" in out and "this test changed TRITON_INTERPRET" in out, out[-3000:]
+
+
+# ---- each machine runs the kernels its way (issue 12.7) ---------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="the compiled path needs a CUDA device; this machine interprets")
+def test_a_gpu_session_compiles_the_kernels():
+    """On a GPU machine nothing in the session turned the interpreter on before the kernels were imported."""
+    from kernel_oracle.fuzz.targets.triton import kernels_precision
+    from kernel_oracle.harness.device import interpreting
+    from kernel_oracle.kernels.vision import _kernel
+
+    assert not interpreting() and _kernel.INTERPRETING is False
+    assert kernels_precision("cuda")["step_a_q"] == "tf32"  # TF32 tensor cores: only when compiled
+
+
+@pytest.mark.interpreter
+@pytest.mark.skipif(HAS_CUDA, reason="a GPU machine compiles the kernels (test_a_gpu_session_compiles_the_kernels)")
+def test_a_cpu_session_interprets_the_kernels():
+    from kernel_oracle.harness.device import interpreting
+    from kernel_oracle.kernels.vision import _kernel
+
+    assert interpreting() and _kernel.INTERPRETING is True
