@@ -208,7 +208,8 @@ def main(argv=None) -> int:
     bad = False
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}\n")
     print("## (a) TF32: a plain tl.dot step kernel (fp32, default precision) against the rule")
-    print(f"{'M x K x N':>18} | {'kernel':<40} | rule fails | RNE-only fails | mismatched (RNE-only, median) | max ratio")
+    print(f"{'M x K x N':>18} | {'kernel':<40} | rule fails | RNE-only fails | "
+          "mismatched (RNE-only, median) | max ratio")
     tf32 = {}
     for shape in TF32_SHAPES:
         res = tf32_verdicts(shape, args.draws)

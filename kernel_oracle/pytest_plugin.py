@@ -198,7 +198,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         if not t.available:
             tr.write_line(f"{name}: UNAVAILABLE ({t.reason})")
             continue
-        line = f"{name}: entry points {sorted(t.entries)}; fp32 precision {t.precision_summary()}; strict validation {t.strict}"
+        line = (f"{name}: entry points {sorted(t.entries)}; fp32 precision {t.precision_summary()}; "
+                f"strict validation {t.strict}")
         if t.excluded_dtypes:
             line += "; excluded " + ", ".join(f"{d} ({why})" for d, why in t.excluded_dtypes.items())
         if t.notes:

@@ -107,7 +107,9 @@ GOOD = dict(id="a-b", title="t", target="x", op="vision", kind="contract", messa
 
 def _toml(**fields) -> str:
     def val(v):
-        return "[" + ", ".join(f'"{x}"' for x in v) + "]" if isinstance(v, list) else f'"{v}"' if isinstance(v, str) else v
+        if isinstance(v, list):
+            return "[" + ", ".join(f'"{x}"' for x in v) + "]"
+        return f'"{v}"' if isinstance(v, str) else v
     return "[[issue]]\n" + "".join(f"{k} = {val(v)}\n" for k, v in fields.items())
 
 

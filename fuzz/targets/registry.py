@@ -92,7 +92,8 @@ class Target:
         return {op: self.precision_for(op) for op in sorted(self.entries)}
 
     def precision_summary(self) -> str:
-        """One line for reports: ``"ieee"`` when every entry point agrees, else ``"tf32: step_a_q, ...; ieee: vision"``."""
+        """One line for reports: ``"ieee"`` when every entry point agrees, else
+        ``"tf32: step_a_q, ...; ieee: vision"``."""
         by: dict = {}
         for op, prec in self.precisions().items():
             by.setdefault(prec, []).append(op)
