@@ -124,7 +124,8 @@ def largest_sizes(device="cuda") -> list[dict]:
     """(b): every op, dtype and path at the largest sizes through the harness."""
     import kernel_oracle.kernels.lora._launch as launch
     from kernel_oracle.fuzz.targets import resolve_target
-    from kernel_oracle.harness.check import check_case
+    from kernel_oracle.harness.check import Case, check_case
+    from kernel_oracle.harness.problems import LoRAProblem
     from kernel_oracle.kernels.lora._smem import fit_config, smem_limit
 
     target = resolve_target("triton", device)
@@ -135,7 +136,9 @@ def largest_sizes(device="cuda") -> list[dict]:
             for path in ("seg", "tok"):
                 launch.FORCE_PATH = path
                 launch._FITTED.clear()
-                case = _lora_case(op, dtype, rng.randrange(10**6), dims=LARGEST, rng=rng, path_rows="seg")
+                case = Case(LoRAProblem(op=op, seg_lens=(300, 0, 129, 64), weight_indices=(3, 2, 0, 1),
+                                        lora_ranks=(128, 64, 5, 128), scalings=(1.0, 0.5, 2.0, 1.5), dtype=dtype,
+                                        seed=rng.randrange(10**6), permute=True, **LARGEST))
                 t0 = time.monotonic()
                 try:
                     verdict = check_case(target, case, device)
