@@ -51,6 +51,8 @@ CRASH_SHRINKS = 8
 HANG_SHRINKS = 0
 # examples per Hypothesis run when the campaign is time-boxed (--time)
 TIME_CHUNK_EXAMPLES = 25
+# seconds a time-boxed campaign may run past its time to finish shrinking a finding
+SHRINK_SLACK_S = 60.0
 # per-case timeout of a time-boxed campaign: half its time, within these bounds (seconds); an
 # interpreted tiny case takes well under a second, a first GPU compile a few seconds
 MIN_CASE_TIMEOUT_S = 5.0
@@ -138,7 +140,8 @@ class _Progress:
 def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: float | None = None, seed: int = 0,
                  device: str = "cpu", out_dir, upstream_contracts_only: bool = False, progress: bool = True,
                  limits: Optional[str] = None, isolate: bool = True, shrink_allowance: Optional[int] = None,
-                 case_timeout_s: Optional[float] = None, worker=None) -> dict:
+                 case_timeout_s: Optional[float] = None, worker=None,
+                 shrink_slack_s: float = SHRINK_SLACK_S) -> dict:
     """Run (or resume) a campaign; returns the ``harness.schema`` record it writes to ``out_dir/summary.json``.
 
     ``op``: ``lora``, ``vision`` or one LoRA op name.  ``budget``: cases to execute (shrinking
@@ -147,10 +150,15 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     for a CPU reference, ``full`` on a GPU).  ``isolate``: run the target in a worker process (with
     ``False`` this process must already be in the device's Triton mode).  ``case_timeout_s``: a case
     running longer is a hang (default :func:`case_timeout_for`).  ``worker``: a started
-    :class:`fuzz.worker.Worker` for ``device`` to use (and leave running) instead of a fresh one.
+    :class:`fuzz.worker.Worker` for ``device`` to use (and leave running) instead of a fresh one
+    (the main job shares one per device between its campaigns).  ``shrink_slack_s``: how far past
+    ``time_s`` a finding's shrinking may go.
     Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted` on SIGTERM / SIGINT.
     """
     _check_arguments(op, budget, time_s, device, case_timeout_s)
+    if isinstance(shrink_slack_s, bool) or not isinstance(shrink_slack_s, (int, float)) or not (
+            math.isfinite(shrink_slack_s) and shrink_slack_s >= 0):
+        raise CampaignError(f"Expected a non-negative finite number of seconds but got shrink_slack_s={shrink_slack_s!r}")
     if budget is None and time_s is None:
         budget = 100
     from kernel_oracle.harness.device import cuda_available, interpreting, needs_interpreter
@@ -175,7 +183,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                              upstream_contracts_only=upstream_contracts_only, progress=progress, limits=limits,
                              isolate=isolate, shrink_allowance=shrink_allowance,
                              case_timeout_s=case_timeout_s if case_timeout_s is not None else case_timeout_for(time_s),
-                             worker=worker)
+                             worker=worker, shrink_slack_s=shrink_slack_s)
             return search.run()
     finally:
         state.close()
@@ -185,13 +193,14 @@ class _Search:
     """The search loop of one campaign (Note [Campaigns]); ``state`` persists everything."""
 
     def __init__(self, state: CampaignState, *, target, op, budget, time_s, seed, device, upstream_contracts_only,
-                 progress, limits, isolate, shrink_allowance, case_timeout_s, worker):
+                 progress, limits, isolate, shrink_allowance, case_timeout_s, worker, shrink_slack_s):
         self.state, self.target, self.op = state, target, op
         self.budget, self.time_s, self.seed, self.device = budget, time_s, seed, device
         self.upstream_contracts_only, self.progress, self.isolate = upstream_contracts_only, progress, isolate
         self.family = FAMILY_OF[op]
         self.limits = limits
         self.case_timeout_s = case_timeout_s
+        self.shrink_slack_s = shrink_slack_s
         self.allowance = shrink_allowance if shrink_allowance is not None else max(40, (budget or 200) // 2)
         self.worker, self.own_worker = worker, worker is None
         self.local_target = None
@@ -210,7 +219,7 @@ class _Search:
     def out_of_budget(self, extra: int = 0) -> bool:
         if self.budget is not None and self.state.executed >= self.budget + extra:
             return True
-        return self.time_s is not None and self.elapsed() >= self.time_s + (extra and 60.0)
+        return self.time_s is not None and self.elapsed() >= self.time_s + (extra and self.shrink_slack_s)
 
     # ---- the target --------------------------------------------------------------------------------
     def _describe(self) -> dict:
@@ -384,7 +393,8 @@ class _Search:
         from kernel_oracle.harness.check import Verdict, _prepared_call, expected_outcome, judge, shape_class
 
         call = _prepared_call(case, self.device)
-        expected = expected_outcome(case, self.device, precision=self.info.get("precision") or "ieee", call=call)
+        expected = expected_outcome(case, self.device, precision=(self.info.get("precision_by_op") or {}).get(
+            case.op) or self.info.get("precision") or "ieee", call=call)
         observed = self.observe(case)
         if observed.kind == "hang":
             verdict = Verdict(False, "hang", f"target hung: {observed.message}")

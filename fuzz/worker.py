@@ -110,6 +110,8 @@ class Worker:
         self._conn = None
         self.restarts = 0
         self.startup_s: list[float] = []  # seconds each start took (imports), for the record
+        self._ready = False
+        self._launched_at = 0.0
 
     @property
     def pid(self) -> Optional[int]:
@@ -119,19 +121,31 @@ class Worker:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.is_alive()
 
-    def start(self) -> None:
-        """Start the process if it is not running and wait until its imports are done."""
+    def launch(self) -> "Worker":
+        """Start the process without waiting for its imports (they run while the caller works on)."""
         if self.alive:
-            return
+            return self
         import time
 
-        t0 = time.monotonic()
+        self._launched_at = time.monotonic()
+        self._ready = False
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=_serve, args=(child, worker_env(self.device)), daemon=True,
                                        name=f"kernel-oracle-worker-{self.device}")
         self._proc.start()
         child.close()
         self._conn = parent
+        return self
+
+    def start(self) -> None:
+        """Start the process if it is not running and wait until its imports are done."""
+        if self.alive and self._ready:
+            return
+        import time
+
+        if not self.alive:
+            self.launch()
+        parent = self._conn
         try:
             if not parent.poll(self.startup_timeout_s):
                 raise WorkerError(f"the {self.device} worker did not start within {self.startup_timeout_s:g}s")
@@ -146,7 +160,8 @@ class Worker:
         if tag != "ready":
             self.kill()
             raise WorkerError(f"the {self.device} worker answered {tag!r} instead of 'ready'")
-        self.startup_s.append(time.monotonic() - t0)
+        self._ready = True
+        self.startup_s.append(time.monotonic() - self._launched_at)
 
     def describe(self, spec: str) -> dict:
         """The target's ``to_record()`` as the worker resolves it, plus ``interpreting``."""
@@ -202,6 +217,7 @@ class Worker:
             self._conn.close()
         self._proc = None
         self._conn = None
+        self._ready = False
 
     def close(self) -> None:
         """Ask the process to exit; kill it if it does not within 5 s."""
@@ -218,6 +234,7 @@ class Worker:
             self._conn.close()
         self._proc = None
         self._conn = None
+        self._ready = False
 
     def __enter__(self) -> "Worker":
         return self

@@ -7,15 +7,20 @@ On a fresh machine, within ``--time-budget`` seconds on the best device there is
 1. **device**: ``--device auto`` picks CUDA when torch sees a GPU, else the CPU, where the Triton
    kernels run under the interpreter: :func:`harness.device.configure_process` throws the switch
    here *before* anything imports a kernel module (this module imports nothing heavy at import time:
-   the CLI imports every subcommand to build its parser), and each campaign's child process gets
+   the CLI imports every subcommand to build its parser), and the target worker gets
    :func:`harness.device.worker_env` of the device whatever this process has;
 2. **selfcheck** (about :data:`SELFCHECK_SHARE` of the budget): the references against independent
    formulations (:func:`kernel_oracle.selfcheck.run_selfcheck`), as target ``selfcheck``;
 3. **campaigns**: one fuzz campaign (:func:`fuzz.campaign.run_campaign`) per available target x op
    family (targets from :mod:`fuzz.targets`), the rest of the budget shared equally, each pair
-   getting what the earlier ones left.  Each runs in a child process killed at the end of its share
-   (the campaign's own clock gets 80 % of it, less the child's and its worker's start-up), so the job keeps its
-   budget whatever a campaign or a hung kernel does;
+   getting what the earlier ones left.  They run in this process and share ONE target worker per
+   device (:class:`fuzz.worker.Worker`, launched before the selfcheck so its imports and CUDA context
+   are paid once, in parallel, and never inside a campaign's clock; it keeps compiled kernels between
+   campaigns and is replaced only after a crash or a hang).  The job keeps its budget through the
+   campaign's own bounds: its clock gets :data:`CAMPAIGN_SHARE` of the slot, finishing a shrink at
+   most :data:`SHRINK_SLACK_SHARE` more, and a hung kernel one per-case timeout (at most
+   :data:`CASE_TIMEOUT_SHARE` of the slot) before its worker is killed; a campaign that still runs
+   long gets a note, and the later ones share what is left;
 4. **report**: one record of kind ``"main"`` folding all of it in (:func:`reports.schema.merge`),
    written as ``<out>/latest.{json,md,html}`` (overwritten each run) and
    ``<out>/history/<UTC time>.json`` (never overwritten); each campaign keeps its own files under
@@ -56,6 +61,8 @@ SELFCHECK_MAX_CASES = 256
 SELFCHECK_MAX_ROUNDS = 8
 # kept back from the campaigns for writing and rendering the report (matplotlib start-up included)
 REPORT_RESERVE_S = 6.0
+# a campaign this many seconds past its share gets a note (the next ones had less time)
+OVERRUN_NOTE_S = 5.0
 FALLBACK_TARGETS = ("reference", "triton")
 FAMILIES = ("lora", "vision")
 
@@ -195,13 +202,13 @@ def _discover_targets(record: dict, device: str, specs: Optional[list], log) -> 
     from kernel_oracle.harness.schema import add_note, add_target
 
     try:
-        from kernel_oracle.fuzz.targets import BUILTIN_TARGETS, resolve_target
+        from kernel_oracle.fuzz.targets import builtin_targets, resolve_target
     except Exception as exc:  # noqa: BLE001
         add_note(record, f"fuzz.targets unavailable ({_reason(exc)}): fuzzing {list(specs or FALLBACK_TARGETS)} "
                          f"without availability checks")
         return [(name, None, FAMILIES) for name in (specs or FALLBACK_TARGETS)]
     out = []
-    for spec in specs or BUILTIN_TARGETS:
+    for spec in specs or builtin_targets():
         try:
             t = resolve_target(spec, device)
         except Exception as exc:  # noqa: BLE001 - a bad user spec
@@ -224,72 +231,37 @@ def _discover_targets(record: dict, device: str, specs: Optional[list], log) -> 
     return out
 
 
-# a campaign runs in a child process with a hard deadline: the job keeps its budget whatever a
-# campaign does (Hypothesis keeps generating after a campaign's own clock has run out, a kernel hangs)
-_CHILD = ("import json, sys\n"
-          "from kernel_oracle.fuzz.campaign import run_campaign\n"
-          "run_campaign(**json.loads(sys.argv[1]), progress=False)\n")
-CHILD_STARTUP_S = 3.0  # python + torch import in the child, taken off the campaign's own clock
-# the campaign's target worker: imports (and a CUDA context) before the campaign's clock starts
-WORKER_STARTUP_S = 5.0
+# a campaign's own clock gets this share of its slot; the rest covers finishing a shrink
+# (SHRINK_SLACK_SHARE), writing its summary and merging it into the job's record
+CAMPAIGN_SHARE = 0.8
+SHRINK_SLACK_SHARE = 0.1
+# the per-case timeout is at most this share of the slot (a hang costs one timeout, then a new worker)
+CASE_TIMEOUT_SHARE = 0.25
 
 
 def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
-              upstream_contracts_only: bool = False) -> tuple:
-    """Run one campaign in a child; returns (record or None, problem or None)."""
-    import json
-    import signal
-    import subprocess
+              upstream_contracts_only: bool = False, worker=None) -> tuple:
+    """Run one campaign in this process on the job's shared ``worker``; returns (record or None,
+    problem or None).  A campaign that raises keeps what it saved (:func:`_salvage`)."""
+    from kernel_oracle.fuzz.campaign import CampaignError, case_timeout_for, run_campaign
 
-    from kernel_oracle.harness.schema import SchemaError, load
-
-    time_s = max(1.0, 0.8 * share_s - CHILD_STARTUP_S - WORKER_STARTUP_S)
-    kwargs = {"target": target, "op": op, "time_s": round(time_s, 1), "seed": seed, "device": device,
-              "out_dir": str(out_dir), "upstream_contracts_only": upstream_contracts_only}
-    from kernel_oracle.harness.device import worker_env
-
-    # the child's own environment selects the device's Triton mode (Note [Device switch]); ours is untouched
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(kwargs)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=worker_env(device))
-    problem = None
+    time_s = max(1.0, CAMPAIGN_SHARE * share_s)
+    case_timeout_s = max(1.0, min(case_timeout_for(time_s), CASE_TIMEOUT_SHARE * share_s))
     try:
-        _, err = proc.communicate(timeout=share_s)
-        if proc.returncode != 0:
-            tail = " | ".join(line for line in (err or "").strip().splitlines()[-3:])
-            problem = f"exited with status {proc.returncode}: {tail or 'no output'}"
-    except subprocess.TimeoutExpired:
-        _kill_group(proc, signal.SIGKILL)  # the child and its target workers
-        proc.communicate()
-        problem = (f"overran its share: asked for {time_s:.0f}s (fuzz.campaign time_s), still running after "
-                   f"{share_s:.0f}s, killed")
-    except BaseException:  # interrupted: the campaign saves its state on SIGTERM, then goes
-        _kill_group(proc, signal.SIGTERM)
-        try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc, signal.SIGKILL)
-            proc.communicate()
-        raise
-    summary = out_dir / "summary.json"
-    try:
-        record = load(summary) if summary.is_file() else None
-    except SchemaError as exc:
-        record, problem = None, (problem or "") + f"; unreadable summary.json ({exc})"
-    if record is None and problem is not None:
+        record = run_campaign(target=target, op=op, time_s=round(time_s, 1), seed=seed, device=device,
+                              out_dir=out_dir, upstream_contracts_only=upstream_contracts_only, progress=False,
+                              worker=worker, case_timeout_s=case_timeout_s,
+                              shrink_slack_s=SHRINK_SLACK_SHARE * share_s)
+        return record, None
+    except CampaignError as exc:
+        return None, f"could not run: {exc}"
+    except Exception as exc:  # noqa: BLE001 - our own failure: reported, never a silent pass
+        problem = f"raised {_reason(exc)}"
         record = _salvage(target, out_dir, seed, device)
         if record is not None:
             problem += (f"; kept the {sum(g['cases'] for g in record['groups'])} cases and "
-                        f"{len(record['findings'])} findings it had saved (state.json, findings.jsonl)")
-    if record is None and problem is None:
-        problem = f"wrote no {summary}"
-    return record, problem
-
-
-def _kill_group(proc, sig) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
+                        f"{len(record['findings'])} findings it had saved")
+        return record, problem
 
 
 def _salvage(target: str, out_dir: Path, seed: int, device: str) -> Optional[dict]:
@@ -307,7 +279,7 @@ def _salvage(target: str, out_dir: Path, seed: int, device: str) -> Optional[dic
 
 
 def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path,
-                      specs: Optional[list], families: tuple, log) -> None:
+                      specs: Optional[list], families: tuple, log, worker=None) -> None:
     from kernel_oracle.harness.schema import add_note, merge
 
     try:
@@ -340,10 +312,10 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         started = time.monotonic()
         try:
             rec, problem = _campaign(name, fam, share_s=share, seed=seed, device=device, out_dir=out_dir,
-                                     upstream_contracts_only=name in lenient)
+                                     upstream_contracts_only=name in lenient, worker=worker)
             if rec is not None:
                 merge(record, rec, seeds_key=f"campaign:{name}:{fam}")
-        except Exception as exc:  # noqa: BLE001 - our own failure around the child: still reported
+        except Exception as exc:  # noqa: BLE001 - our own failure around the campaign: still reported
             rec, problem = None, _reason(exc)
             log(traceback.format_exc())
         took = time.monotonic() - started
@@ -354,12 +326,31 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         if problem:
             row["problem"] = problem
             _part_failed(record, f"campaign {name} x {fam}: {problem}")
+        elif took > share + OVERRUN_NOTE_S:
+            add_note(record, f"campaign {name} x {fam} took {took:.0f}s of a {share:.0f}s share (a slow case or "
+                             f"shrink); the later campaigns got less time")
+        if worker is not None:
+            row["worker_restarts"] = worker.restarts
         campaigns.append(row)
         log(f"campaign {name} x {fam}: {n_cases} cases, {row['findings']} findings, {took:.1f}s"
             + (f" ({problem})" if problem else ""))
 
 
 # ---- the job ------------------------------------------------------------------------------------
+def _launch_worker(device: str, record: dict):
+    """The job's one target worker for ``device`` (started now, ready by the first campaign), or None
+    when it cannot start (each campaign then starts its own)."""
+    try:
+        from kernel_oracle.fuzz.worker import Worker
+
+        return Worker(device).launch()
+    except Exception as exc:  # noqa: BLE001 - reported; campaigns still run with their own workers
+        from kernel_oracle.harness.schema import add_note
+
+        add_note(record, f"no shared worker ({_reason(exc)}): each campaign starts its own")
+        return None
+
+
 def _utc_stamp() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
 
@@ -374,7 +365,7 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
     try:
         configure_process(device)  # before anything imports a kernel module (Note [The main job])
         too_late = None
-    except RuntimeError as exc:  # campaigns still run right: their children get their own environment
+    except RuntimeError as exc:  # campaigns still run right: their worker gets its own environment
         too_late = str(exc)
     budget = float(time_budget if time_budget is not None else DEFAULT_BUDGET_S[device])
     if not math.isfinite(budget) or budget <= 0:
@@ -397,11 +388,18 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
     if too_late:
         add_note(record, f"in-process kernel calls of this run (the selfcheck) use the wrong Triton mode: {too_late}")
 
+    worker = _launch_worker(device, record)  # its imports (and CUDA context) run during the selfcheck
     if selfcheck:
         run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)
     else:
         record["summary"]["selfcheck"] = "skipped (--no-selfcheck)"
-    run_campaign_part(record, device, seed, deadline, run_dir, targets, families, log)
+    try:
+        run_campaign_part(record, device, seed, deadline, run_dir, targets, families, log, worker=worker)
+    finally:
+        if worker is not None:
+            record["summary"]["worker"] = {"startup_s": [round(x, 2) for x in worker.startup_s],
+                                           "restarts": worker.restarts}
+            worker.close()
 
     record["summary"]["duration_s"] = round(time.monotonic() - t0, 1)
     if not record["groups"] and not record["notes"]:
@@ -464,7 +462,7 @@ def main(args: argparse.Namespace) -> int:
         result = run_main_job(device=device, time_budget=args.time_budget, seed=args.seed, out=args.out,
                               targets=targets, families=families, selfcheck=not args.no_selfcheck, quiet=args.quiet)
     except KeyboardInterrupt as exc:
-        signame = exc.signame if isinstance(exc, _Interrupted) else "SIGINT"
+        signame = getattr(exc, "signame", "SIGINT")
         print(f"kernel-oracle run: interrupted by {signame}; no report written (campaign files kept under "
               f"{Path(args.out) / 'runs'})", file=sys.stderr)
         return 3
