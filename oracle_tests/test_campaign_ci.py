@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
 import sys
 
 import pytest
@@ -43,10 +44,21 @@ def test_short_campaign_finds_nothing(target, op, tmp_path):
     assert _findings(tmp_path) == []
 
 
-def _reproduce(finding) -> int:
+def _reproduce(finding, target=None) -> int:
+    """Run the finding's repro command (optionally on another ``target``) where the CPU campaign found
+    it: in this process when it interprets Triton kernels, else in a fresh CPU process (on a GPU
+    machine an accepted malformed input could fault this session's CUDA context)."""
     argv = shlex.split(finding["repro"])
     assert argv[0] == "kernel-oracle"
-    return cli_main(argv[1:])
+    if target is not None:
+        argv[argv.index("--target") + 1] = target
+    if CPU_IN_PROCESS:
+        return cli_main(argv[1:])
+    proc = subprocess.run([sys.executable, "-m", "kernel_oracle", *argv[1:], "--device", "cpu"], capture_output=True,
+                          text=True, timeout=600)
+    print(proc.stdout, end="")
+    print(proc.stderr, end="", file=sys.stderr)
+    return proc.returncode
 
 
 def test_broken_kernel_gives_a_mismatch_that_reproduces(tmp_path, capsys):
@@ -60,9 +72,7 @@ def test_broken_kernel_gives_a_mismatch_that_reproduces(tmp_path, capsys):
     assert _reproduce(f) == 1
     assert "REPRODUCED [mismatch]" in capsys.readouterr().out
     # the real kernel passes the same saved case
-    argv = shlex.split(f["repro"])[1:]
-    argv[argv.index("--target") + 1] = "triton"
-    assert cli_main(argv) == 0
+    assert _reproduce(f, target="triton") == 0
 
 
 def test_accepting_malformed_metadata_is_a_validation_gap(tmp_path):
