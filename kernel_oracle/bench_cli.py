@@ -56,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--main-budget", type=float, default=120.0, metavar="SECONDS",
                         help="--time-budget of the measured main job (default 120; 0: do not run it)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="reports/bench/oracle-bench.json", metavar="FILE",
-                        help="where the record goes (default reports/bench/oracle-bench.json)")
+    parser.add_argument("--out", default="reports/out/oracle-bench.json", metavar="FILE",
+                        help="where the record goes (default reports/out/oracle-bench.json)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
