@@ -48,7 +48,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from kernel_oracle.fuzz.targets.registry import Target
+from kernel_oracle.fuzz.targets.registry import PRECISIONS, Target
 from kernel_oracle.reference.batch_info import LoRABatchInfo
 from kernel_oracle.reference.vision_metadata import VisionAttentionMetadata
 
@@ -60,7 +60,6 @@ from kernel_oracle.harness.problems import materialize as _materialize_problem
 __all__ = ["OPS", "PRECISIONS", "REPRO_DIR_ENV", "Verdict", "assert_matches", "materialize", "replay"]
 
 OPS = tuple(OP_DB)  # step_a_q, step_b_q, step_a_v, step_b_v, q_side_fused, v_side_fused, vision
-PRECISIONS = ("ieee", "tf32")
 REPRO_DIR_ENV = "KERNEL_ORACLE_REPRO_DIR"
 
 Problem = Union[LoRAProblem, VisionProblem]
@@ -85,8 +84,9 @@ def assert_matches(op: str, fn: Callable[..., Any], /, *args: Any, precision: st
     for ``"step_b_q"`` ``(q_lora_a (S,H,R), A_buf (L,R,C), batch_info, base_output (S,H,C))``
     updated in place and returned; for ``"vision"`` ``(q, k, v, cu_seqlens, bsz, seq_len,
     softmax_scale=None, forward_metadata=None, **kwargs)`` with q/k/v ``(T,H,D)`` or ``(b,s,H,D)``.
-    ``precision``: ``"tf32"`` when ``fn`` runs fp32 matmuls in TF32 (Triton's ``tl.dot`` default on
-    NVIDIA GPUs), else ``"ieee"``.  ``strict``: whether ``fn`` implements our strict validation
+    ``precision``: how ``fn`` runs fp32 matmuls: ``"ieee"`` (exact fp32 products), ``"tf32"`` (TF32,
+    Triton's ``tl.dot`` default on NVIDIA GPUs; either operand rounding passes) or one TF32 rounding,
+    ``"tf32-rne"`` / ``"tf32-trunc"`` (:data:`PRECISIONS`).  ``strict``: whether ``fn`` implements our strict validation
     (Note [Public API]).  ``repro``: the line printed under a failure (default: save the inputs and
     print a :func:`replay` command).  ``precision``, ``strict`` and ``repro`` are therefore not
     passed on to ``fn``.

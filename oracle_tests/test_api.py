@@ -205,7 +205,7 @@ def test_replay_refuses_files_that_would_run_code(tmp_path):
     ("step_x", REFERENCE["step_a_q"], {}, ValueError, "op='step_x' is unknown; the only valid values are"),
     ("step_a_q", 3, {}, TypeError, "Expected a callable with the signature of step_a_q_fwd but got fn=3"),
     ("step_a_q", REFERENCE["step_a_q"], {"precision": "fp32"}, ValueError,
-     "precision='fp32' is unknown; the only valid values are ['ieee', 'tf32']"),
+     "precision='fp32' is unknown; the only valid values are ['ieee', 'tf32', 'tf32-rne', 'tf32-trunc']"),
     ("step_a_q", REFERENCE["step_a_q"], {"strict": "yes"}, TypeError,
      "Expected strict to be True or False but got strict='yes'"),
 ])
