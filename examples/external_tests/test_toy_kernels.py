@@ -70,26 +70,27 @@ def test_the_planted_bug_is_caught_and_located():
         kernel_oracle.assert_matches("step_a_q", buggy.step_a_q_fwd, *step_a_q_inputs(), strict=False)
 
 
-def _property(fns: dict, *, strict: bool, precisions: Optional[dict] = None, max_examples: Optional[int] = None):
-    """Valid problems, partial metadata and upstream-contract breakers of the ops in ``fns``;
-    ``precisions``: op -> how the kernel runs fp32 matmuls (default ``"ieee"``)."""
+def _property(fns: dict, *, strict: bool, precisions: Optional[dict] = None, device: str = "cpu",
+              max_examples: Optional[int] = None):
+    """Valid problems, partial metadata and upstream-contract breakers of the ops in ``fns``, as
+    tensors on ``device``; ``precisions``: op -> how the kernel runs fp32 matmuls (default ``"ieee"``)."""
     @settings(max_examples=max_examples) if max_examples else (lambda f: f)
     @given(cases("lora", categories=("valid", "partial", "upstream"), ops=sorted(fns), limits="tiny"))
     def check(case):
-        call = kernel_oracle.materialize(case)
+        call = kernel_oracle.materialize(case, device)
         precision = (precisions or {}).get(case.op, "ieee")
         kernel_oracle.assert_matches(case.op, fns[case.op], *call.args, strict=strict, precision=precision,
                                      **call.kwargs)
     check()
 
 
-def test_properties_of_every_target(oracle_target):
+def test_properties_of_every_target(oracle_target, oracle_device):
     """Runs on each ``--oracle-target`` (pytest.ini: toy_kernels.lora)."""
     ops = oracle_target.ops("lora")
     if not ops:
         pytest.skip(f"{oracle_target.name} has no kv_b LoRA entry point")
     _property({op: oracle_target.entry(op) for op in ops}, strict=oracle_target.strict,
-              precisions={op: oracle_target.precision_for(op) for op in ops})
+              precisions={op: oracle_target.precision_for(op) for op in ops}, device=oracle_device)
 
 
 @pytest.mark.xfail(raises=AssertionError, strict=True, reason="toy_kernels.buggy ignores the permutation")
