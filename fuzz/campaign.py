@@ -18,7 +18,8 @@ device's Triton mode (:func:`harness.device.worker_env`); the campaign never cha
 environment.  A case that kills the worker is a ``crash`` finding, one that does not answer within
 the per-case timeout (``case_timeout_s``; derived from the budget when not given) a ``hang``
 finding; either way a fresh worker goes on.  The expected outcome and the comparison run in the
-campaign's own process, against the reference.  SIGTERM and SIGINT stop a campaign cleanly: the
+worker too, beside the target (:func:`harness.check.check_case_verdict`): only the verdict and its
+bucket come back, and a finding's tensors are rebuilt from the seed and saved here.  SIGTERM and SIGINT stop a campaign cleanly: the
 worker is ended, the state and the summary saved, and :class:`CampaignInterrupted` raised (the CLI
 prints one line and exits 3); rerunning with the same ``out_dir`` resumes.
 
@@ -61,6 +62,10 @@ MAX_CASE_TIMEOUT_S = 120.0
 
 class CampaignError(ValueError):
     """A usage or I/O error of :func:`run_campaign` (exit code 2 in the CLI)."""
+
+
+class _HarnessError(Exception):
+    """An error of kernel-oracle itself while checking a case (never a finding of the target)."""
 
 
 class CampaignInterrupted(KeyboardInterrupt):
@@ -141,7 +146,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                  device: str = "cpu", out_dir, upstream_contracts_only: bool = False, progress: bool = True,
                  limits: Optional[str] = None, isolate: bool = True, shrink_allowance: Optional[int] = None,
                  case_timeout_s: Optional[float] = None, worker=None,
-                 shrink_slack_s: float = SHRINK_SLACK_S) -> dict:
+                 shrink_slack_s: float = SHRINK_SLACK_S, warm_up_s: Optional[float] = None) -> dict:
     """Run (or resume) a campaign; returns the ``harness.schema`` record it writes to ``out_dir/summary.json``.
 
     ``op``: ``lora``, ``vision`` or one LoRA op name.  ``budget``: cases to execute (shrinking
@@ -152,7 +157,9 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     running longer is a hang (default :func:`case_timeout_for`).  ``worker``: a started
     :class:`fuzz.worker.Worker` for ``device`` to use (and leave running) instead of a fresh one
     (the main job shares one per device between its campaigns).  ``shrink_slack_s``: how far past
-    ``time_s`` a finding's shrinking may go.
+    ``time_s`` a finding's shrinking may go.  ``warm_up_s``: before the clock starts, let the worker
+    compile the target's kernels for a few realistic shapes for up to this long (:mod:`harness.warmup`;
+    once per target and worker, skipped under the interpreter).
     Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted` on SIGTERM / SIGINT.
     """
     _check_arguments(op, budget, time_s, device, case_timeout_s)
@@ -183,7 +190,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                              upstream_contracts_only=upstream_contracts_only, progress=progress, limits=limits,
                              isolate=isolate, shrink_allowance=shrink_allowance,
                              case_timeout_s=case_timeout_s if case_timeout_s is not None else case_timeout_for(time_s),
-                             worker=worker, shrink_slack_s=shrink_slack_s)
+                             worker=worker, shrink_slack_s=shrink_slack_s, warm_up_s=warm_up_s)
             return search.run()
     finally:
         state.close()
@@ -193,7 +200,8 @@ class _Search:
     """The search loop of one campaign (Note [Campaigns]); ``state`` persists everything."""
 
     def __init__(self, state: CampaignState, *, target, op, budget, time_s, seed, device, upstream_contracts_only,
-                 progress, limits, isolate, shrink_allowance, case_timeout_s, worker, shrink_slack_s):
+                 progress, limits, isolate, shrink_allowance, case_timeout_s, worker, shrink_slack_s,
+                 warm_up_s=None):
         self.state, self.target, self.op = state, target, op
         self.budget, self.time_s, self.seed, self.device = budget, time_s, seed, device
         self.upstream_contracts_only, self.progress, self.isolate = upstream_contracts_only, progress, isolate
@@ -201,6 +209,7 @@ class _Search:
         self.limits = limits
         self.case_timeout_s = case_timeout_s
         self.shrink_slack_s = shrink_slack_s
+        self.warm_up_s = warm_up_s
         self.allowance = shrink_allowance if shrink_allowance is not None else max(40, (budget or 200) // 2)
         self.worker, self.own_worker = worker, worker is None
         self.local_target = None
@@ -209,6 +218,7 @@ class _Search:
         self.startup_s = 0.0
         self.base_elapsed = state.elapsed_s
         self.memo: dict = {}
+        self.harness_error: Optional[str] = None
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
         self.bar = None
 
@@ -232,7 +242,8 @@ class _Search:
                 self.local_target = resolve_target(self.target, self.device)
             except TargetError as exc:
                 raise CampaignError(str(exc)) from None
-            return {**self.local_target.to_record(), "interpreting": interpreting()}
+            return {**self.local_target.to_record(), "precisions": self.local_target.precisions(),
+                    "interpreting": interpreting()}
         from kernel_oracle.fuzz.worker import Worker, WorkerError
 
         if self.worker is None:
@@ -240,7 +251,7 @@ class _Search:
         else:
             self.worker.case_timeout_s = self.case_timeout_s
         try:
-            return self.worker.describe(self.target)
+            return self.worker.describe(self.target, warm_up_s=self.warm_up_s)
         except WorkerError as exc:
             raise CampaignError(str(exc)) from None
 
@@ -298,6 +309,8 @@ class _Search:
             self._stop_worker(kill=False)
         self.state.elapsed_s = self.elapsed()
         self.state.save()
+        if self.harness_error is not None:
+            return self.finish([self.harness_error], status="incomplete")
         return self.finish()
 
     def _stop_worker(self, *, kill: bool) -> None:
@@ -310,7 +323,7 @@ class _Search:
 
     def _loop(self) -> None:
         stalled = 0
-        while not self.out_of_budget():
+        while not self.out_of_budget() and self.harness_error is None:
             before = self.state.executed
             found = self._one_run()
             self.state.elapsed_s = self.elapsed()
@@ -352,6 +365,10 @@ class _Search:
 
         try:
             body()
+        except _HarnessError as exc:
+            if not failing:  # a bug of ours, not the target's: say so and stop rather than report it
+                self.harness_error = (f"harness error (a bug of kernel-oracle, not of the target), campaign "
+                                      f"stopped: {str(exc).splitlines()[0]}")
         except Exception:  # noqa: BLE001 - the failure itself; its minimal example is in `failing`
             pass
         if not failing:
@@ -388,18 +405,31 @@ class _Search:
         raise AssertionError(bucket.label)
 
     def _execute(self, case) -> tuple:
-        """Run and count one case: ``(verdict, bucket or None)``, remembered for Hypothesis's replays."""
-        from kernel_oracle.harness.buckets import bucket_of
-        from kernel_oracle.harness.check import Verdict, _prepared_call, expected_outcome, judge, shape_class
+        """Run and count one case: ``(verdict, bucket or None)``, remembered for Hypothesis's replays.
+        The verdict is computed beside the target (in the worker, on its device); a harness error
+        raises :class:`_HarnessError`."""
+        from kernel_oracle.harness.check import Verdict, check_case_verdict, shape_class
 
-        call = _prepared_call(case, self.device)
-        expected = expected_outcome(case, self.device, precision=(self.info.get("precision_by_op") or {}).get(
-            case.op) or self.info.get("precision") or "ieee", call=call)
-        observed = self.observe(case)
-        if observed.kind == "hang":
-            verdict = Verdict(False, "hang", f"target hung: {observed.message}")
+        if self.local_target is not None:
+            try:
+                verdict = check_case_verdict(self.local_target, case, self.device)
+            except Exception as exc:  # noqa: BLE001 - ours, not the target's (its errors are observations)
+                raise _HarnessError(f"{type(exc).__name__}: {exc}") from exc
         else:
-            verdict = judge(case, expected, observed, call=call, device=self.device)
+            from kernel_oracle.fuzz.worker import WorkerError
+
+            try:
+                answer = self.worker.check(self.target, case.to_dict())
+            except WorkerError as exc:
+                raise _HarnessError(str(exc)) from None
+            if isinstance(answer, Verdict):
+                verdict = answer
+            else:  # the worker hung or died: an Observed of kind "hang" / "crash"
+                from kernel_oracle.harness.buckets import bucket_of
+
+                what = "hung" if answer.kind == "hang" else "crashed"
+                verdict = Verdict(False, answer.kind, f"target {what}: {answer.message}")
+                verdict.bucket = bucket_of(case, verdict, observed=answer)
         group = GroupKey(self.target, case.op, case.dtype, shape_class(case))
         self.state.count_case(group, passed=verdict.ok, ratio=verdict.ratio)
         if self.bar is not None:
@@ -407,7 +437,7 @@ class _Search:
         if self.state.executed % 10 == 0:
             self.state.elapsed_s = self.elapsed()
             self.state.save()
-        bucket = None if verdict.ok else bucket_of(case, verdict, observed=observed, expected=expected, call=call)
+        bucket = None if verdict.ok else verdict.bucket
         self.memo[case.to_json()] = (verdict, bucket)
         return verdict, bucket
 
@@ -466,7 +496,8 @@ class _Search:
         from kernel_oracle.harness.schema import add_note, add_target, save
 
         info = self.info
-        record = self.state.to_record(device=self.device, precision=info.get("precision"), notes=())
+        record = self.state.to_record(device=self.device, precision=info.get("precisions") or info.get("precision"),
+                                      notes=())
         add_target(record, name=self.target, available=info.get("available", False), reason=info.get("reason") or None,
                    entry_points=sorted(info.get("entry_points") or ()), precision=info.get("precision"))
         record["targets"][-1].update({"strict": info.get("strict"), "excluded_dtypes": dict(info.get("excluded_dtypes") or {}),
@@ -480,7 +511,7 @@ class _Search:
                               "interpreter": bool(info.get("interpreting")), "isolated": self.isolate,
                               "case_timeout_s": self.case_timeout_s if self.isolate else None,
                               "worker_restarts": self.worker.restarts if self.worker is not None else 0,
-                              "startup_s": round(self.startup_s, 3)}
+                              "startup_s": round(self.startup_s, 3), "warm_up": info.get("warm_up")}
         record["summary"]["status"] = status or "finished"
         for d, why in (info.get("excluded_dtypes") or {}).items():
             add_note(record, f"{self.target}: {d} not fuzzed: {why}")

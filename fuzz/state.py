@@ -364,14 +364,16 @@ class CampaignState:
                         "examples": list(h["examples"])})
         return out
 
-    def to_record(self, *, device: str, precision: Optional[str] = None, notes: Iterable[str] = ()) -> dict:
-        """A ``campaign`` result record of the groups, findings and notes (the caller adds the rest)."""
+    def to_record(self, *, device: str, precision=None, notes: Iterable[str] = ()) -> dict:
+        """A ``campaign`` result record of the groups, findings and notes (the caller adds the rest);
+        ``precision``: the target's fp32 precision, one for all ops or a dict op -> precision."""
         from kernel_oracle.harness.schema import add_finding, add_group, add_note, new_record
 
         record = new_record("campaign", seeds={"seed": self.seed, "runs": self.runs}, device=device)
         for key, g in sorted(self.groups.items()):
             add_group(record, target=key.target, op=key.op, dtype=key.dtype, shape_class=key.shape_class,
-                      cases=g.cases, passes=g.passes, findings=g.findings, ratios=g.ratios, precision=precision)
+                      cases=g.cases, passes=g.passes, findings=g.findings, ratios=g.ratios,
+                      precision=precision.get(key.op) if isinstance(precision, dict) else precision)
         for f in self.findings_with_hits():
             add_finding(record, f)
         for note in [*self.notes, *notes]:

@@ -13,9 +13,12 @@ resolved targets are kept between cases and between campaigns that share it).
   environment is never touched.
 * **Protocol** (pickled over a pipe): the worker says ``("ready", pid)`` once its imports are done
   (start-up is waited for separately, up to ``startup_timeout_s``, and never counted against a
-  case); ``("describe", spec)`` answers the target's ``to_record()`` as the worker sees it (plus
-  whether it interprets); ``("run", spec, case_dict)`` answers an :class:`harness.check.Observed`,
-  the worker rebuilding the call from the problem's seed (bit-identical to the parent's).
+  case); ``describe`` answers the target's ``to_record()`` as the worker sees it (plus whether it
+  interprets, and the result of a one-time warm-up of realistic shapes when it compiles kernels);
+  ``check`` answers the case's :class:`harness.check.Verdict` with its root-cause bucket, computed
+  in the worker beside the target (Note [Verdicts beside the target]: data generated there, oracle
+  and comparison there, no output tensor pickled back); ``run`` answers the raw ``Observed``.  The
+  worker rebuilds each call from the problem's seed (bit-identical to the parent's).
 * **Faults**: no answer within ``case_timeout_s`` is a ``hang`` observation, a broken pipe a
   ``crash`` one (with the exit status in words); either way the worker is killed and the next case
   starts a fresh one.  The worker ignores SIGINT (a Ctrl-C reaches the whole process group: the
@@ -64,9 +67,10 @@ def _serve(conn, env: dict) -> None:
     os.environ.clear()
     os.environ.update(env)  # before the first kernel import (Note [Device switch])
     from kernel_oracle.fuzz.targets import TargetError, resolve_target
-    from kernel_oracle.harness.check import Observed, case_from_dict, execute
+    from kernel_oracle.harness.check import case_from_dict, check_case_verdict, execute
 
     targets: dict = {}
+    warmed: dict = {}
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -83,15 +87,21 @@ def _serve(conn, env: dict) -> None:
         except (TargetError, ValueError) as exc:
             conn.send(("error", str(exc)))
             continue
-        if op == "describe":
-            conn.send(("info", {**target.to_record(), "interpreting": interpreting()}))
-            continue
         try:
-            obs = execute(target, case_from_dict(msg[3]), device)
-        except Exception as exc:  # noqa: BLE001 - a harness error is reported, not fatal
-            obs = Observed("raise", exc_type=type(exc).__name__, message=f"harness error: {exc}\n"
-                           + traceback.format_exc(limit=3))
-        conn.send(("obs", obs))
+            if op == "describe":
+                warm_up_s = msg[3] if len(msg) > 3 else None
+                if warm_up_s and (spec, device) not in warmed and not interpreting():
+                    from kernel_oracle.harness.warmup import warm_up
+
+                    warmed[(spec, device)] = warm_up(target, device, time_s=warm_up_s)
+                conn.send(("info", {**target.to_record(), "precisions": target.precisions(),
+                                    "interpreting": interpreting(), "warm_up": warmed.get((spec, device))}))
+            elif op == "check":
+                conn.send(("verdict", check_case_verdict(target, case_from_dict(msg[3]), device)))
+            else:
+                conn.send(("obs", execute(target, case_from_dict(msg[3]), device)))
+        except Exception as exc:  # noqa: BLE001 - a harness error: reported to the parent, not fatal here
+            conn.send(("harness-error", f"{type(exc).__name__}: {exc}\n" + traceback.format_exc(limit=6)))
 
 
 class Worker:
@@ -163,10 +173,12 @@ class Worker:
         self._ready = True
         self.startup_s.append(time.monotonic() - self._launched_at)
 
-    def describe(self, spec: str) -> dict:
-        """The target's ``to_record()`` as the worker resolves it, plus ``interpreting``."""
+    def describe(self, spec: str, *, warm_up_s: Optional[float] = None) -> dict:
+        """The target's ``to_record()`` as the worker resolves it, plus ``precisions`` (op -> fp32
+        precision), ``interpreting`` and ``warm_up`` (the result of :func:`harness.warmup.warm_up`,
+        run once per target for up to ``warm_up_s`` seconds when the worker compiles kernels)."""
         self.start()
-        self._conn.send(("describe", spec, self.device))
+        self._conn.send(("describe", spec, self.device, warm_up_s))
         if not self._conn.poll(self.startup_timeout_s):
             self.kill()
             raise WorkerError(f"resolving target {spec!r} took over {self.startup_timeout_s:g}s")
@@ -175,17 +187,27 @@ class Worker:
         except (EOFError, OSError):
             code = self._reap()
             raise WorkerError(f"the worker died resolving target {spec!r} ({_exit_words(code)})") from None
-        if tag == "error":
+        if tag in ("error", "harness-error"):
             raise WorkerError(payload)
         return payload
 
+    def check(self, spec: str, case_dict: dict):
+        """The :class:`harness.check.Verdict` of one case, computed in the worker beside the target
+        (:func:`harness.check.check_case_verdict`: only the verdict and its bucket travel back), or an
+        ``Observed`` of kind ``hang`` / ``crash`` (the worker is then gone); a harness error raises
+        :class:`WorkerError`."""
+        return self._ask("check", spec, case_dict)
+
     def run(self, spec: str, case_dict: dict):
-        """``Observed`` of one case; a hang or a crash is an observation and ends this process."""
+        """``Observed`` of one case (the output copied back); a hang or a crash is an observation."""
+        return self._ask("run", spec, case_dict)
+
+    def _ask(self, op: str, spec: str, case_dict: dict):
         from kernel_oracle.harness.check import Observed
 
         self.start()
         try:
-            self._conn.send(("run", spec, self.device, case_dict))
+            self._conn.send((op, spec, self.device, case_dict))
             if not self._conn.poll(self.case_timeout_s):
                 self.kill()
                 return Observed("hang", message=f"no answer within {self.case_timeout_s:g}s; worker killed "
@@ -196,6 +218,8 @@ class Worker:
             return Observed("crash", message=f"worker process died ({_exit_words(code)})")
         if tag == "error":
             return Observed("raise", exc_type="TargetError", message=payload)
+        if tag == "harness-error":
+            raise WorkerError(f"harness error in the worker (a bug of kernel-oracle, not of the target): {payload}")
         return payload
 
     def _reap(self) -> Optional[int]:

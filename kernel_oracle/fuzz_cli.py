@@ -131,6 +131,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl")
     if record["findings"]:
         return 1
+    if record["summary"].get("status") == "incomplete":
+        return _error(f"incomplete: {record['notes'][-1]} (exit 3)", 3)
     if camp["executed"] == 0:
         return _error("tested nothing: no case ran (exit 3)", 3)
     return 0

@@ -237,6 +237,9 @@ CAMPAIGN_SHARE = 0.8
 SHRINK_SLACK_SHARE = 0.1
 # the per-case timeout is at most this share of the slot (a hang costs one timeout, then a new worker)
 CASE_TIMEOUT_SHARE = 0.25
+# on a GPU the worker first compiles a target's kernels for a few realistic shapes (harness.warmup),
+# once per target, for at most this share of the slot, taken off the campaign's clock
+WARM_UP_SHARE = 0.15
 
 
 def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
@@ -245,13 +248,14 @@ def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, o
     problem or None).  A campaign that raises keeps what it saved (:func:`_salvage`)."""
     from kernel_oracle.fuzz.campaign import CampaignError, case_timeout_for, run_campaign
 
-    time_s = max(1.0, CAMPAIGN_SHARE * share_s)
+    warm_up_s = WARM_UP_SHARE * share_s if device == "cuda" else None
+    time_s = max(1.0, (CAMPAIGN_SHARE - (WARM_UP_SHARE if warm_up_s else 0.0)) * share_s)
     case_timeout_s = max(1.0, min(case_timeout_for(time_s), CASE_TIMEOUT_SHARE * share_s))
     try:
         record = run_campaign(target=target, op=op, time_s=round(time_s, 1), seed=seed, device=device,
                               out_dir=out_dir, upstream_contracts_only=upstream_contracts_only, progress=False,
                               worker=worker, case_timeout_s=case_timeout_s,
-                              shrink_slack_s=SHRINK_SLACK_SHARE * share_s)
+                              shrink_slack_s=SHRINK_SLACK_SHARE * share_s, warm_up_s=warm_up_s)
         return record, None
     except CampaignError as exc:
         return None, f"could not run: {exc}"

@@ -252,3 +252,19 @@ def test_target_frame_is_the_innermost_frame_of_the_targets_code(tmp_path, monke
     with pytest.raises(TypeError) as exc:
         entry(torch.zeros(1))
     assert target_frame(exc.value.__traceback__) == "frames_pkg.outer:helper"  # not torch's frame, not ours
+
+
+def test_a_harness_error_stops_the_campaign_and_is_never_a_finding(tmp_path, monkeypatch, capsys):
+    import kernel_oracle.harness.check as check
+
+    def broken(target, case, device="cpu", *, repro=""):
+        raise ValueError(f"materialize failed for {case.op}")
+    monkeypatch.setattr(check, "check_case_verdict", broken)
+    rec = run_campaign(target="reference", op="lora", budget=5, device="cpu", out_dir=tmp_path / "a",
+                       progress=False, isolate=False)
+    assert rec["findings"] == [] and rec["summary"]["status"] == "incomplete"
+    assert rec["notes"][-1].startswith("harness error (a bug of kernel-oracle, not of the target), campaign stopped: "
+                                       "ValueError: materialize failed for ")
+    assert cli_main(["fuzz", "--target", "reference", "--op", "lora", "--budget", "5", "--device", "cpu",
+                     "--no-isolate", "--no-progress", "--out", str(tmp_path / "b")]) == 3
+    assert capsys.readouterr().err.startswith("kernel-oracle fuzz: incomplete: harness error")
