@@ -19,11 +19,12 @@ the op nor the case's sizes, so one root cause across the six LoRA ops is one bu
   The region is the first of :data:`REGIONS` that holds **all** failing elements (not just the
   worst one, so a defect that hits every row is one bucket whichever element happens to be worst):
   ``stale graph metadata`` (rows outside every real segment, CUDA-graph padding present),
-  ``padding`` (rows no segment routes: past the segments, or of a rank-0 slot), ``beyond rank`` (columns past the slot's
-  rank, or poison planted there read), ``segment boundary`` (first or last row of a segment of
-  two or more), ``tail tile`` (the partial last 16/32/64/128-row tile of a longer segment, or the
-  partial last column tile), ``head`` (heads >= 1 only), ``slot`` (only some of the slots in use),
-  else ``everywhere``; a wrong shape, dtype or return value is ``output``.  The config signature
+  ``padding`` (rows no segment routes: past the segments, or of a rank-0 slot), ``beyond rank``
+  (only rows of slots whose rank is below the buffers' R, with poison planted past the rank),
+  ``segment boundary`` (first or last row of a segment of two or more), ``tail tile`` (the partial
+  last 16/32/64/128-row tile of a longer segment, or the partial last column tile), ``head``
+  (heads >= 1 only), ``slot`` (only some of the slots in use), else ``everywhere``; a wrong shape,
+  dtype or return value is ``output``.  The config signature
   is the dtype plus the flags of :data:`CONFIG_FLAGS` the case has (``cuda_graph``, ``permuted``,
   ``rank0``, ``empty_segment``).
 
@@ -268,9 +269,9 @@ def mismatch_region(case, call, output, value, defined, figures: dict) -> str:
     hit = torch.nonzero(over)
     if not hit.numel():
         return "everywhere"
-    rows = sorted({int(t) for t in hit[:, 0]})
-    heads = {int(h) for h in hit[:, 1]}
-    cols = {int(c) for c in hit[:, -1]}
+    rows = torch.unique(hit[:, 0]).tolist()
+    heads = set(torch.unique(hit[:, 1]).tolist())
+    cols = set(torch.unique(hit[:, -1]).tolist())
     S, H, width = over.shape[0], over.shape[1], over.shape[-1]
     seg, pos, slot = [-1] * S, [0] * S, [-1] * S
     seg_len: list = []
@@ -298,9 +299,6 @@ def mismatch_region(case, call, output, value, defined, figures: dict) -> str:
             return region
         routed = all(seg[t] >= 0 for t in rows)
         R = getattr(problem, "R", None)
-        if routed and case.op.startswith("step_a") and all(
-                c >= ranks[slot[int(t)]] for t, _, c in hit.tolist()):
-            return "beyond rank"
         if routed and getattr(problem, "poison_beyond_rank", None) and R is not None and all(
                 0 < ranks[slot[t]] < R for t in rows):
             return "beyond rank"

@@ -198,6 +198,26 @@ def test_mismatch_region_holds_every_failing_element(rows, heads, region):
     assert mismatch_region(case, call, out, exp.value, exp.defined, figures) == region
 
 
+def test_reading_past_the_rank_is_its_own_region():
+    from kernel_oracle.harness.buckets import mismatch_region
+    from kernel_oracle.harness.check import _prepared_call, expected_outcome
+
+    # slot 0 has rank 4 < R=16 and NaN planted in its columns 4..15: a kernel that reads them
+    # turns every row of segment 0 (and only those) into NaN
+    case = _lora_case(lora_ranks=(4, 16), poison_beyond_rank="nan")
+    call = _prepared_call(case, "cpu")
+    exp = expected_outcome(case, "cpu", call=call)
+    out = exp.value.clone()
+    out[0:20] = float("nan")
+    assert mismatch_region(case, call, out, exp.value, exp.defined, {"max_abs": float("inf"),
+                                                                      "ratio": float("inf")}) == "beyond rank"
+    out = exp.value.clone()
+    out[0:20] += 1.0  # the same rows without the poison planted: nothing says "rank"
+    plain = _lora_case(lora_ranks=(4, 16))
+    assert mismatch_region(plain, _prepared_call(plain, "cpu"), out, exp.value, exp.defined,
+                           {"max_abs": 1.0, "ratio": 10.0}) == "slot"
+
+
 def test_bucket_of_a_stale_graph_write_and_the_config_signature():
     from kernel_oracle.harness.buckets import bucket_of, config_signature, without_flag
     from kernel_oracle.harness.check import Observed, Verdict, _prepared_call, expected_outcome
