@@ -15,13 +15,14 @@ the target's time: ``startup_s`` in the record), worker restarts after a crash o
 
 The target runs in an isolated worker process (:mod:`fuzz.worker`) whose environment selects the
 device's Triton mode (:func:`harness.device.worker_env`); the campaign never changes its caller's
-environment.  A case that kills the worker is a ``crash`` finding, one that does not answer within
+environment. A case that kills the worker is a ``crash`` finding, one that does not answer within
 the per-case timeout (``case_timeout_s``; derived from the budget when not given) a ``hang``
-finding; either way a fresh worker goes on.  The expected outcome and the comparison run in the
+finding; either way a fresh worker goes on. The expected outcome and the comparison run in the
 worker too, beside the target (:func:`harness.check.check_case_verdict`): only the verdict and its
-bucket come back, and a finding's tensors are rebuilt from the seed and saved here.  SIGTERM and SIGINT stop a campaign cleanly: the
-worker is ended, the state and the summary saved, and :class:`CampaignInterrupted` raised (the CLI
-prints one line and exits 3); rerunning with the same ``out_dir`` resumes.
+bucket come back, and a finding's tensors are rebuilt from the seed and saved here. SIGTERM and
+SIGINT stop a campaign cleanly: the worker is ended, the state and the summary saved, and
+:class:`CampaignInterrupted` raised (the CLI prints one line and exits 3); rerunning with the same
+``out_dir`` resumes.
 
 Everything on disk belongs to :class:`fuzz.state.CampaignState` (Note [Campaign state]): the lock on
 ``out_dir``, ``findings.jsonl``, ``cases/``, ``state.json``, ``summary.json``, and recovery from torn
@@ -151,9 +152,10 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
 
     ``op``: ``lora``, ``vision`` or one LoRA op name.  ``budget``: cases to execute (shrinking
     included); ``time_s``: wall-clock seconds; with neither, ``budget=100``.  ``limits``: the size
-    preset of :data:`fuzz.strategies.LIMITS` (default: ``tiny`` for an interpreted target, ``small``
-    for a CPU reference, ``full`` on a GPU).  ``isolate``: run the target in a worker process (with
-    ``False`` this process must already be in the device's Triton mode).  ``case_timeout_s``: a case
+    preset of :data:`fuzz.strategies.LIMITS` (default :func:`fuzz.strategies.default_limits`: ``tiny``
+    for an interpreted target, ``small`` for a CPU reference, ``gpu`` on a GPU).  ``isolate``: run
+    the target in a worker process (with ``False`` this process must already be in the device's
+    Triton mode).  ``case_timeout_s``: a case
     running longer is a hang (default :func:`case_timeout_for`).  ``worker``: a started
     :class:`fuzz.worker.Worker` for ``device`` to use (and leave running) instead of a fresh one
     (the main job shares one per device between its campaigns).  ``shrink_slack_s``: how far past
@@ -165,7 +167,8 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     _check_arguments(op, budget, time_s, device, case_timeout_s)
     if isinstance(shrink_slack_s, bool) or not isinstance(shrink_slack_s, (int, float)) or not (
             math.isfinite(shrink_slack_s) and shrink_slack_s >= 0):
-        raise CampaignError(f"Expected a non-negative finite number of seconds but got shrink_slack_s={shrink_slack_s!r}")
+        raise CampaignError(f"Expected a non-negative finite number of seconds but got "
+                            f"shrink_slack_s={shrink_slack_s!r}")
     if budget is None and time_s is None:
         budget = 100
     from kernel_oracle.harness.device import cuda_available, interpreting, needs_interpreter
@@ -179,7 +182,8 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                             f"environment) or start this process with kernel_oracle.harness.device."
                             f"configure_process({device!r})")
     if worker is not None and (not isolate or worker.device != device):
-        raise CampaignError(f"worker= is a {worker.device!r} worker; it needs isolate=True and device={worker.device!r}")
+        raise CampaignError(f"worker= is a {worker.device!r} worker; it needs isolate=True and "
+                            f"device={worker.device!r}")
     try:
         state = CampaignState.open(out_dir, target=target, op=op, seed=seed)
     except StateError as exc:
@@ -266,7 +270,7 @@ class _Search:
     def run(self) -> dict:
         from kernel_oracle.harness.buckets import bucket_of_record
         from kernel_oracle.harness.opinfo import FAMILY_OPS
-        from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases
+        from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases, default_limits
 
         try:
             self.info = self._describe()
@@ -279,8 +283,9 @@ class _Search:
             self.ops = tuple(o for o in wanted if o in entries)
             self.dtypes = tuple(d for d in ALL_DTYPES if d not in excluded)
             if self.limits is None:
-                self.limits = "full" if self.device == "cuda" else ("small" if self.target == "reference" else "tiny")
-            self.categories = ("valid", "partial", "upstream") + (() if self.upstream_contracts_only else ("malformed",))
+                self.limits = default_limits(self.device, self.target)
+            self.categories = ("valid", "partial", "upstream") + (
+                () if self.upstream_contracts_only else ("malformed",))
             self.buckets = [(bucket_of_record(f), f["id"]) for f in self.state.findings]
             if not self.info.get("available", True) or not self.ops:
                 why = (self.info.get("reason") if not self.info.get("available", True)
@@ -500,7 +505,8 @@ class _Search:
                                       notes=())
         add_target(record, name=self.target, available=info.get("available", False), reason=info.get("reason") or None,
                    entry_points=sorted(info.get("entry_points") or ()), precision=info.get("precision"))
-        record["targets"][-1].update({"strict": info.get("strict"), "excluded_dtypes": dict(info.get("excluded_dtypes") or {}),
+        record["targets"][-1].update({"strict": info.get("strict"),
+                                      "excluded_dtypes": dict(info.get("excluded_dtypes") or {}),
                                       "missing": dict(info.get("missing") or {})})
         record["campaign"] = {"target": self.target, "op": self.op, "ops": list(getattr(self, "ops", ())),
                               "dtypes": list(getattr(self, "dtypes", ())), "budget": self.budget,

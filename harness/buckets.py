@@ -30,11 +30,12 @@ the op nor the case's sizes, so one root cause across the six LoRA ops is one bu
 
 The search loop asks :meth:`Bucket.covers`: a known mismatch bucket covers a new case of the same
 dtype and region whose flags include the bucket's own, and ``everywhere`` covers the confined
-regions of a value mismatch.  A finding holds only the flags its defect needs: after shrinking, the
+regions of a value mismatch. A finding holds only the flags its defect needs: after shrinking, the
 campaign re-runs the example without each flag (:func:`without_flag`) and keeps the variant when it
-still fails the same way (unshrunk cases carry flags at random; Hypothesis does not always drop them).  :func:`bucket_of_record` reads the bucket a finding record carries, or derives
-one from its fields (records written before buckets, selfcheck rows), so reports and ``compare``
-agree with the campaign that wrote the record.
+still fails the same way (unshrunk cases carry flags at random; Hypothesis does not always drop
+them). :func:`bucket_of_record` reads the bucket a finding record carries, or derives one from its
+fields (records written before buckets, selfcheck rows), so reports and ``compare`` agree with the
+campaign that wrote the record.
 
 This module imports only the standard library at import time (reports read it); tensors are
 touched only inside :func:`mismatch_region` / :func:`config_signature`.
@@ -305,11 +306,10 @@ def mismatch_region(case, call, output, value, defined, figures: dict) -> str:
     else:
         from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
 
-        c = call
+        kw = {k: v for k, v in call.kwargs.items() if k not in ("softmax_scale", "forward_metadata")}
         try:
-            plan = resolve_flashinfer_cudnn(*c.args[:4], c.kwargs.get("softmax_scale"), c.kwargs.get("forward_metadata"),
-                                            strict=False, **{k: v for k, v in c.kwargs.items()
-                                                             if k not in ("softmax_scale", "forward_metadata")})
+            plan = resolve_flashinfer_cudnn(*call.args[:4], call.kwargs.get("softmax_scale"),
+                                            call.kwargs.get("forward_metadata"), strict=False, **kw)
         except Exception:  # noqa: BLE001
             return "everywhere"
         for b in range(plan.num_sequences):

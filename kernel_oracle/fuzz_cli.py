@@ -66,9 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output directory; rerunning with the same DIR resumes the campaign")
     parser.add_argument("--upstream-contracts-only", action="store_true",
                         help="generate no malformed metadata (for targets without strict validation, e.g. sglang)")
-    parser.add_argument("--limits", choices=("tiny", "small", "full"), default=None,
+    parser.add_argument("--limits", choices=("tiny", "small", "gpu", "full"), default=None,
                         help="problem sizes (default: tiny for interpreted Triton, small for the CPU reference, "
-                             "full on a GPU)")
+                             "gpu on a GPU: small and tile-edge heavy with a share of full-size cases)")
     parser.add_argument("--no-isolate", dest="isolate", action="store_false",
                         help="run the target in this process (faster start; a crash or hang ends the campaign)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")

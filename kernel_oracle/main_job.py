@@ -429,7 +429,8 @@ def _check_out(path: str) -> None:
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise ValueError(f"--out {out}: cannot write there ({exc.strerror or exc}); pass a writable directory") from None
+        raise ValueError(f"--out {out}: cannot write there ({exc.strerror or exc}); pass a writable "
+                         f"directory") from None
 
 
 class _Interrupted(KeyboardInterrupt):

@@ -180,10 +180,12 @@ def test_usage_errors(tmp_path, capsys):
     assert "positive, finite number of seconds" in capsys.readouterr().err
     (tmp_path / "file").write_text("x")
     assert cli_main(["run", "--device", "cpu", "--out", str(tmp_path / "file")]) == 2
-    assert capsys.readouterr().err == f"kernel-oracle run: --out {tmp_path / 'file'}: is a file, not a directory; pass a directory\n"
+    assert capsys.readouterr().err == (f"kernel-oracle run: --out {tmp_path / 'file'}: is a file, not a directory; "
+                                       f"pass a directory\n")
     assert cli_main(["run", "--device", "cpu", "--out", "/proc/kernel-oracle-test"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("kernel-oracle run: --out /proc/kernel-oracle-test: cannot write there") and err.count("\n") == 1
+    assert err.startswith("kernel-oracle run: --out /proc/kernel-oracle-test: cannot write there")
+    assert err.count("\n") == 1
 
 
 def test_salvage_reads_a_killed_campaign_through_its_state(tmp_path):
