@@ -393,11 +393,11 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
         add_note(record, f"in-process kernel calls of this run (the selfcheck) use the wrong Triton mode: {too_late}")
 
     worker = _launch_worker(device, record)  # its imports (and CUDA context) run during the selfcheck
-    if selfcheck:
-        run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)
-    else:
-        record["summary"]["selfcheck"] = "skipped (--no-selfcheck)"
     try:
+        if selfcheck:
+            run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)
+        else:
+            record["summary"]["selfcheck"] = "skipped (--no-selfcheck)"
         run_campaign_part(record, device, seed, deadline, run_dir, targets, families, log, worker=worker)
     finally:
         if worker is not None:
