@@ -519,6 +519,8 @@ class _Search:
                               "worker_restarts": self.worker.restarts if self.worker is not None else 0,
                               "startup_s": round(self.startup_s, 3), "warm_up": info.get("warm_up")}
         record["summary"]["status"] = status or "finished"
+        if info:  # the target ran in the worker's Triton mode, not necessarily this process's
+            record["environment"]["triton_interpret"] = bool(info.get("interpreting"))
         for d, why in (info.get("excluded_dtypes") or {}).items():
             add_note(record, f"{self.target}: {d} not fuzzed: {why}")
         for note in notes:

@@ -139,6 +139,7 @@ def test_a_campaign_leaves_its_callers_environment_alone(tmp_path, monkeypatch):
                        progress=False)
     assert dict(os.environ) == before
     assert rec["campaign"]["interpreter"] is True and rec["campaign"]["executed"] >= 1
+    assert rec["environment"]["triton_interpret"] is True  # the record says where the target ran
 
 
 def test_in_process_campaigns_need_the_device_mode_already(tmp_path, monkeypatch):
