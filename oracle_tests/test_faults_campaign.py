@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernel_oracle.cli import main as cli_main
 from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
@@ -322,3 +323,37 @@ def test_a_campaign_that_tests_nothing_is_never_clean(tmp_path, capsys):
                      "lora", "--time", "0.000001", "--out", str(tmp_path)]) == 3
     assert capsys.readouterr().err == "kernel-oracle fuzz: tested nothing: no case ran (exit 3)\n"
     assert json.loads((tmp_path / "summary.json").read_text())["campaign"]["executed"] == 0
+
+
+# ---- on a GPU: one warm worker, verdicts beside the target ------------------------------------------
+
+GPU_REASON = "needs a CUDA device: the compiled path, a warm-up and one worker shared by campaigns"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=GPU_REASON)
+def test_campaigns_share_one_warm_worker_on_the_gpu(tmp_path):
+    from kernel_oracle.fuzz.worker import Worker
+
+    with Worker("cuda") as worker:
+        worker.start()
+        recs = [run_campaign(target="triton", op=fam, time_s=10.0, seed=0, device="cuda", out_dir=tmp_path / fam,
+                             progress=False, worker=worker, warm_up_s=60.0) for fam in ("lora", "vision")]
+        assert worker.restarts == 0 and len(worker.startup_s) == 1  # started once for both campaigns
+    for rec in recs:
+        camp = rec["campaign"]
+        assert rec["findings"] == [], [f["message"].splitlines()[0] for f in rec["findings"]]
+        assert camp["interpreter"] is False and camp["limits"] == "gpu"
+        assert camp["executed"] >= 50, camp  # issue 12's bar is >= 50 cases/s at small shapes
+    assert recs[0]["campaign"]["warm_up"]["cases"] > 0  # the first campaign warmed the target up
+    assert recs[1]["campaign"]["warm_up"] == recs[0]["campaign"]["warm_up"]  # once per target and worker
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=GPU_REASON)
+def test_a_cpu_campaign_on_a_gpu_machine_interprets_in_its_worker_only(tmp_path):
+    before = dict(os.environ)
+    rec = run_campaign(target="triton", op="vision", budget=4, seed=0, device="cpu", out_dir=tmp_path,
+                       progress=False)
+    assert dict(os.environ) == before and rec["campaign"]["interpreter"] is True
+    assert rec["findings"] == [], [f["message"].splitlines()[0] for f in rec["findings"]]
