@@ -212,6 +212,23 @@ def test_a_corrupt_state_file_is_rebuilt_from_findings_and_case_files(tmp_path, 
     assert rec["campaign"]["executed"] >= 2 and [f["id"] for f in rec["findings"]] == [first["id"]]
 
 
+def test_a_version_1_state_file_is_read_into_structured_keys(tmp_path):
+    from kernel_oracle.fuzz.state import GroupKey
+
+    (tmp_path / "state.json").write_text(json.dumps({
+        "target": "reference", "op": "lora", "seed": 0, "executed": 7, "runs": 2, "elapsed_s": 1.5,
+        "finding_count": 0, "groups": {"reference|step_a_q|float32|prefill": {
+            "cases": 7, "passes": 6, "ratios": [0.5], "findings": {"mismatch": 1}}}}))
+    state = CampaignState.open(tmp_path, target="reference", op="lora")
+    try:
+        (key,) = state.groups
+        assert key == GroupKey("reference", "step_a_q", "float32", "prefill")
+        g = state.groups[key]
+        assert (g.cases, g.passes, g.ratios, g.findings["mismatch"], state.executed) == (7, 6, [0.5], 1, 7)
+    finally:
+        state.close()
+
+
 # ---- concurrency --------------------------------------------------------------------------------
 
 def test_a_second_campaign_on_the_same_out_is_refused(tmp_path, capsys):
