@@ -22,7 +22,8 @@ worker too, beside the target (:func:`harness.check.check_case_verdict`): only t
 bucket come back, and a finding's tensors are rebuilt from the seed and saved here. SIGTERM and
 SIGINT stop a campaign cleanly: the worker is ended, the state and the summary saved, and
 :class:`CampaignInterrupted` raised (the CLI prints one line and exits 3); rerunning with the same
-``out_dir`` resumes.
+``out_dir`` resumes.  A finding that is a known upstream defect (:mod:`harness.known_issues`) is
+marked ``known`` in the record, with its upstream link; the summary counts new and known findings.
 
 Everything on disk belongs to :class:`fuzz.state.CampaignState` (Note [Campaign state]): the lock on
 ``out_dir``, ``findings.jsonl``, ``cases/``, ``state.json``, ``summary.json``, and recovery from torn
@@ -184,6 +185,12 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     if worker is not None and (not isolate or worker.device != device):
         raise CampaignError(f"worker= is a {worker.device!r} worker; it needs isolate=True and "
                             f"device={worker.device!r}")
+    from kernel_oracle.harness.known_issues import KnownIssuesError, load_known_issues
+
+    try:
+        known_issues = load_known_issues()  # checked before any work: a bad file is a usage error
+    except KnownIssuesError as exc:
+        raise CampaignError(str(exc)) from None
     try:
         state = CampaignState.open(out_dir, target=target, op=op, seed=seed)
     except StateError as exc:
@@ -195,6 +202,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                              isolate=isolate, shrink_allowance=shrink_allowance,
                              case_timeout_s=case_timeout_s if case_timeout_s is not None else case_timeout_for(time_s),
                              worker=worker, shrink_slack_s=shrink_slack_s, warm_up_s=warm_up_s)
+            search.known_issues = known_issues
             return search.run()
     finally:
         state.close()
@@ -224,6 +232,7 @@ class _Search:
         self.memo: dict = {}
         self.harness_error: Optional[str] = None
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
+        self.known_issues: Optional[tuple] = None  # harness.known_issues entries (None: the default file)
         self.bar = None
 
     # ---- budget --------------------------------------------------------------------------------
@@ -498,6 +507,7 @@ class _Search:
 
     # ---- the record ------------------------------------------------------------------------------
     def finish(self, notes=(), status: Optional[str] = None) -> dict:
+        from kernel_oracle.harness.known_issues import mark_known
         from kernel_oracle.harness.schema import add_note, add_target, save
 
         info = self.info
@@ -507,7 +517,8 @@ class _Search:
                    entry_points=sorted(info.get("entry_points") or ()), precision=info.get("precision"))
         record["targets"][-1].update({"strict": info.get("strict"),
                                       "excluded_dtypes": dict(info.get("excluded_dtypes") or {}),
-                                      "missing": dict(info.get("missing") or {})})
+                                      "missing": dict(info.get("missing") or {}),
+                                      "release": info.get("release")})
         record["campaign"] = {"target": self.target, "op": self.op, "ops": list(getattr(self, "ops", ())),
                               "dtypes": list(getattr(self, "dtypes", ())), "budget": self.budget,
                               "time_s": self.time_s, "executed": self.state.executed,
@@ -519,6 +530,9 @@ class _Search:
                               "worker_restarts": self.worker.restarts if self.worker is not None else 0,
                               "startup_s": round(self.startup_s, 3), "warm_up": info.get("warm_up")}
         record["summary"]["status"] = status or "finished"
+        # upstream defects listed in harness/known_issues.toml are reported as known (Note [Known issues])
+        new = mark_known(record, self.known_issues)
+        record["summary"].update(new_findings=new, known_findings=len(record["findings"]) - new)
         if info:  # the target ran in the worker's Triton mode, not necessarily this process's
             record["environment"]["triton_interpret"] = bool(info.get("interpreting"))
         for d, why in (info.get("excluded_dtypes") or {}).items():

@@ -18,15 +18,19 @@ the field.  :func:`match_known` decides whether a finding record is one of them:
   else the finding's ``release`` field, else the version in a target name ``name==X.Y.Z``; when
   none is known the release does not restrict the match (the installed release may be any).
 
-Wiring (the main job, campaigns, compare): a finding with a match is reported as known, with the
-entry's id and upstream link; the run exits 0 when every finding is known; ``compare`` reports a
-baseline finding that matched an entry and is gone from the new run as fixed upstream.
+Wiring (the main job, campaigns, compare): :func:`mark_known` stores ``known`` (the entry's id) and
+``upstream`` (its link) in each matching finding of a result record, the release taken from the
+record's targets table (a target's ``release``: SGLang's release, FlashInfer's version); the run
+exits 0 when every finding is known; ``compare`` reports a baseline finding that matched an entry
+and is gone from the new run as fixed upstream.  ``$KERNEL_ORACLE_KNOWN_ISSUES`` names another file
+to use instead of the checked-in one (a project's own list, or a test's).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,9 +45,12 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
 from kernel_oracle.harness.buckets import bucket_of_record
 from kernel_oracle.harness.schema import FINDING_KINDS
 
-__all__ = ["DEFAULT_PATH", "KnownIssue", "KnownIssuesError", "load_known_issues", "match_known"]
+__all__ = ["DEFAULT_PATH", "ENV_VAR", "KnownIssue", "KnownIssuesError", "load_known_issues", "mark_known",
+           "match_known", "target_release"]
 
 DEFAULT_PATH = Path(__file__).with_name("known_issues.toml")
+# names a known-issues file used instead of DEFAULT_PATH (read by the campaign's and the job's process)
+ENV_VAR = "KERNEL_ORACLE_KNOWN_ISSUES"
 _FIELDS = ("id", "title", "target", "op", "kind", "upstream", "releases", "doc")
 _OPTIONAL = ("message", "bucket")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -127,7 +134,10 @@ def _entry(raw: object, where: str) -> KnownIssue:
 
 
 def load_known_issues(path: Optional[Path | str] = None) -> tuple[KnownIssue, ...]:
-    """Every entry of ``path`` (default :data:`DEFAULT_PATH`), checked; raises :class:`KnownIssuesError`."""
+    """Every entry of ``path`` (default ``$KERNEL_ORACLE_KNOWN_ISSUES``, else :data:`DEFAULT_PATH`),
+    checked; raises :class:`KnownIssuesError`."""
+    if path is None and os.environ.get(ENV_VAR):
+        path = os.environ[ENV_VAR]
     if path is None:
         return _default()
     return _load(Path(path))
@@ -180,3 +190,29 @@ def match_known(finding: dict, target_name: Optional[str] = None, release: Optio
         if issue.matches(finding, name, rel):
             return issue
     return None
+
+
+def target_release(record: dict, target_name: str) -> Optional[str]:
+    """The ``release`` of ``target_name``'s row in ``record``'s targets table, if it names one."""
+    for t in record.get("targets") or ():
+        if isinstance(t, dict) and t.get("name") == target_name and t.get("release"):
+            return str(t["release"])
+    return None
+
+
+def mark_known(record: dict, issues: Optional[Sequence[KnownIssue]] = None) -> int:
+    """Mark each finding of the result ``record`` that is a known issue: ``known`` = the entry's id,
+    ``upstream`` = its link (a finding that no longer matches loses both); returns how many findings
+    are new (not known).  The release of each finding is its target's (:func:`target_release`)."""
+    issues = load_known_issues() if issues is None else issues
+    new = 0
+    for f in record.get("findings") or ():
+        name = str(f.get("target") or "")
+        issue = match_known(f, name, target_release(record, name), issues=issues)
+        if issue is None:
+            f.pop("known", None)
+            f.pop("upstream", None)
+            new += 1
+        else:
+            f["known"], f["upstream"] = issue.id, issue.upstream
+    return new

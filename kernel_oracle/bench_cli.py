@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.cli_errors import one_line_errors
+
 __all__ = ["add_arguments", "main", "main_job_counts", "run_bench"]
 
 DEFAULT_TARGETS = ("triton", "reference")
@@ -41,6 +43,7 @@ FAMILIES = ("lora", "vision")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: the GPU if torch sees one, else the CPU (Triton interpreter)")
     parser.add_argument("--targets", default=",".join(DEFAULT_TARGETS), metavar="LIST",

@@ -1,8 +1,9 @@
 """``kernel-oracle``: parse and dispatch (pytest-benchmark's cli.py shape).
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``main(args) -> int``;
-this file only builds the parser and dispatches.  Exit codes: 0 success / no findings, 1 findings or
-regressions, 2 usage errors (argparse's own code).
+this file only builds the parser and dispatches.  Exit codes (SPEC.md, every subcommand): 0 clean (no
+new findings; known upstream issues do not count), 1 new findings or regressions, 2 usage or I/O
+error (one line), 3 interrupted or incomplete (a part could not run, nothing was tested).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """``kernel-oracle fuzz``: run (or resume) a fuzzing campaign against one target.
 
-Exit codes (SPEC.md): 0 cases ran and found nothing, 1 findings, 2 usage or I/O error (one line: a
+Exit codes (SPEC.md): 0 cases ran and found nothing new (every finding, if any, is a known upstream
+issue of ``harness/known_issues.toml``), 1 new findings, 2 usage or I/O error (one line: a
 bad option, ``--out`` a file or unwritable or held by another campaign, a target that cannot run
 this op here), 3 interrupted (SIGTERM / SIGINT: state saved, rerun to resume) or nothing tested.
 The library API is :func:`fuzz.campaign.run_campaign`; this module only parses and prints.
@@ -12,7 +13,9 @@ import argparse
 import math
 import sys
 
-__all__ = ["add_arguments", "finite_float", "main"]
+from kernel_oracle.cli_errors import one_line_errors
+
+__all__ = ["add_arguments", "finding_line", "finite_float", "main"]
 
 
 def finite_float(text: str) -> float:
@@ -47,6 +50,7 @@ def _positive_int(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kernel_oracle.fuzz.campaign import FAMILY_OF
 
+    one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
     parser.add_argument("--target", required=True,
                         help="reference, triton, sglang, torch-varlen, flashinfer-cudnn, mutant:NAME or "
                              "package.module[:attr]")
@@ -75,6 +79,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sglang-wheel", default=None, metavar="PATH|DIR",
                         help="for --target sglang==X.Y.Z: the release's wheel, or a directory of wheels (machines "
                              "without a package registry; default: the cache, then pip download)")
+
+
+def finding_line(f: dict) -> str:
+    """The console lines of one finding record: ``FINDING`` (new) or ``KNOWN`` (a known upstream issue,
+    with its id and link), its bucket's count, first message line and repro command."""
+    count = f.get("count", 1)
+    head = "KNOWN" if f.get("known") else "FINDING"
+    text = (f"{head} {f['id']} [{f['kind']}] {f['op']} {f.get('dtype', '-')} {f.get('shape_class', '-')}"
+            + (f" ({count} failing cases)" if isinstance(count, int) and count > 1 else "")
+            + f": {f['message'].splitlines()[0] if f['message'] else ''}")
+    if f.get("known"):
+        text += f"\n  known upstream issue {f['known']}: {f.get('upstream')}"
+    return text + f"\n  repro: {f['repro']}"
 
 
 def _error(text: str, code: int = 2) -> int:
@@ -124,13 +141,13 @@ def main(args: argparse.Namespace) -> int:
               + (f", findings {bad}" if bad else "")
               + (f", max error ratio {g['error_ratio']['max']:.3g}" if g["error_ratio"]["max"] is not None else ""))
     for f in record["findings"]:
-        count = f.get("count", 1)
-        print(f"FINDING {f['id']} [{f['kind']}] {f['op']} {f['dtype']} {f['shape_class']}"
-              + (f" ({count} failing cases)" if count > 1 else "")
-              + f": {f['message'].splitlines()[0] if f['message'] else ''}\n  repro: {f['repro']}")
+        print(finding_line(f))
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl")
-    if record["findings"]:
+    new = [f for f in record["findings"] if not f.get("known")]
+    if new:
         return 1
+    if record["findings"]:
+        print(f"all {len(record['findings'])} findings are known upstream issues (harness/known_issues.toml)")
     if record["summary"].get("status") == "incomplete":
         return _error(f"incomplete: {record['notes'][-1]} (exit 3)", 3)
     if camp["executed"] == 0:

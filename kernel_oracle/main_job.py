@@ -28,13 +28,15 @@ On a fresh machine, within ``--time-budget`` seconds on the best device there is
 
 A part that cannot run (an import fails, a campaign raises, the budget runs out before a pair) is
 never a silent pass: the reason goes into the record's notes and ``summary.failed_parts``, the report
-shows it, and the exit status is 3 (incomplete) unless there are findings (1).  A job that ran no
+shows it, and the exit status is 3 (incomplete) unless there are new findings (1).  A job that ran no
 case is 3 too.  A killed campaign keeps what it saved: :func:`_salvage` reads its directory back
 through :class:`fuzz.state.CampaignState`.  Other notes (a dtype a target does not support) are
 shown but do not fail the run.  An unavailable *target* (SGLang not installed, no GPU for a
 GPU-only peer) is not a failure: the targets table says why it was skipped.  Exit codes follow
-SPEC.md: 0 clean, 1 findings, 2 usage or I/O error (one line, checked before any work: ``--out`` a
-file or unwritable, a bad option, ``nan``/``inf`` seconds), 3 incomplete or interrupted (SIGTERM /
+SPEC.md: 0 clean, 1 new findings (a finding that is a known upstream defect of
+``harness/known_issues.toml`` is reported as known, with its link, and does not count), 2 usage or
+I/O error (one line, checked before any work: ``--out`` a file or unwritable, a bad option,
+``nan``/``inf`` seconds, a bad ``$KERNEL_ORACLE_KNOWN_ISSUES`` file), 3 incomplete or interrupted (SIGTERM /
 SIGINT end the running campaign, which saves its state, and print one line).
 """
 
@@ -49,6 +51,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Optional
+
+from kernel_oracle.cli_errors import one_line_errors
 
 __all__ = ["DEFAULT_BUDGET_S", "SELFCHECK_SHARE", "add_arguments", "main", "run_main_job"]
 
@@ -68,6 +72,7 @@ FAMILIES = ("lora", "vision")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: the GPU if torch sees one, else the CPU with the Triton interpreter")
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
@@ -218,7 +223,8 @@ def _discover_targets(record: dict, device: str, specs: Optional[list], log) -> 
         row = t.to_record() if hasattr(t, "to_record") else {"name": spec, "available": t.available}
         add_target(record, name=row["name"], available=row.get("available", True), reason=row.get("reason") or None,
                    entry_points=row.get("entry_points"), precision=row.get("precision"))
-        for k in ("strict", "excluded_dtypes", "missing"):  # extra columns the report shows as a reason
+        # extra columns the report shows as a reason; the release selects the known issues that apply
+        for k in ("strict", "excluded_dtypes", "missing", "release"):
             if row.get(k):
                 record["targets"][-1][k] = row[k]
         if not t.available:
@@ -406,6 +412,7 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
             worker.close()
 
     record["summary"]["duration_s"] = round(time.monotonic() - t0, 1)
+    _mark_known(record)
     if not record["groups"] and not record["notes"]:
         _part_failed(record, "nothing ran: no cases in this record")
     out.mkdir(parents=True, exist_ok=True)
@@ -433,6 +440,18 @@ def _check_out(path: str) -> None:
                          f"directory") from None
 
 
+def _mark_known(record: dict) -> None:
+    """Mark the findings that are known upstream defects (harness/known_issues.toml) and count them."""
+    from kernel_oracle.harness.known_issues import KnownIssuesError, mark_known
+
+    try:
+        new = mark_known(record)
+    except KnownIssuesError as exc:  # checked before any work by main(); a library caller gets a note
+        _part_failed(record, f"known issues not applied: {exc}")
+        new = len(record["findings"])
+    record["summary"].update(new_findings=new, known_findings=len(record["findings"]) - new)
+
+
 class _Interrupted(KeyboardInterrupt):
     def __init__(self, signame: str):
         super().__init__(signame)
@@ -454,6 +473,9 @@ def main(args: argparse.Namespace) -> int:
         if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
             raise ValueError(f"--time-budget {args.time_budget:g}: pass a positive, finite number of seconds")
         _check_out(args.out)
+        from kernel_oracle.harness.known_issues import load_known_issues
+
+        load_known_issues()  # a bad $KERNEL_ORACLE_KNOWN_ISSUES file: KnownIssuesError, a ValueError
     except ValueError as exc:  # usage errors only: everything above runs before any work
         print(f"kernel-oracle run: {exc}", file=sys.stderr)
         return 2
@@ -479,15 +501,21 @@ def main(args: argparse.Namespace) -> int:
     rec = result["record"]
     cases = sum(g["cases"] for g in rec["groups"])
     passes = sum(g["passes"] for g in rec["groups"])
-    print(f"{cases} cases, {passes} passed, {len(rec['findings'])} findings, {len(rec['notes'])} notes")
+    new = [f for f in rec["findings"] if not f.get("known")]
+    known = len(rec["findings"]) - len(new)
+    print(f"{cases} cases, {passes} passed, {len(rec['findings'])} findings"
+          + (f" ({known} known upstream issues)" if known else "") + f", {len(rec['notes'])} notes")
     for note in rec["notes"]:
         print(f"  note: {note}")
+    for f in rec["findings"]:
+        if f.get("known"):
+            print(f"  known: {f['id']} is upstream issue {f['known']}: {f.get('upstream')}")
     print(f"JSON:     {result['json']}")
     print(f"Markdown: {result['md']}")
     print(f"HTML:     {result['html']}")
     print(f"history:  {result['history']}")
     failed = rec["summary"].get("failed_parts") or []
-    if rec["findings"]:
+    if new:
         return 1
     if failed:
         print(f"incomplete: {len(failed)} part(s) could not run (exit 3)")

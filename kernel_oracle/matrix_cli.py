@@ -31,10 +31,13 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.cli_errors import one_line_errors
+
 __all__ = ["add_arguments", "build_matrix", "main", "release_key"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
     parser.add_argument("--target", dest="targets", action="append", required=True, metavar="SPEC",
                         help="a target per release, repeatable: sglang==X.Y.Z, sglang-trt==X.Y.Z (or any spec)")
     parser.add_argument("--op", default="lora", help="lora, vision or one LoRA op (default lora)")

@@ -442,3 +442,21 @@ def test_standalone_script_on_the_gpu(tmp_path, capsys, case):
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS" in proc.stdout
+
+
+@pytest.mark.parametrize("argv, contains", [
+    (["fuzz", "--op", "lora", "--out", "/tmp/never-written"], "the following arguments are required: --target"),
+    (["fuzz", "--target", "reference", "--op", "lora", "--out", "/tmp/never-written", "--budget", "0"], "--budget"),
+    (["fuzz", "--target", "reference", "--op", "lora", "--out", "/tmp/never-written", "--time", "nan"], "--time"),
+    (["run", "--device", "tpu"], "--device"),
+    (["run", "--time-budget", "soon"], "--time-budget"),
+    (["matrix", "--op", "lora"], "the following arguments are required: --target"),
+    (["bench", "--device", "tpu"], "--device"),
+    (["bench", "--warmup-cases", "many"], "--warmup-cases"),
+], ids=["fuzz-no-target", "fuzz-zero-budget", "fuzz-nan-time", "run-bad-device", "run-bad-budget",
+        "matrix-no-target", "bench-bad-device", "bench-bad-warmup"])
+def test_argparse_errors_of_fuzz_run_matrix_and_bench_are_one_line(capsys, argv, contains):
+    rc, out, err = _cli(capsys, *argv)
+    _usage_error(rc, out, err, contains=contains)
+    assert err.startswith(f"kernel-oracle {argv[0]}: error: ")
+    assert err.rstrip().endswith("--help)")

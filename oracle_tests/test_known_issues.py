@@ -6,6 +6,7 @@ raises on a valid input), so a change of that wording that would silently stop t
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 
@@ -146,3 +147,135 @@ def test_duplicate_ids_and_bad_toml_are_refused(tmp_path):
 
 def test_default_path_is_the_checked_in_file():
     assert DEFAULT_PATH.name == "known_issues.toml" and DEFAULT_PATH.is_file()
+
+
+# ---- wiring: campaigns, the fuzz CLI, compare (Note [Known issues]) -----------------------------------------------
+# a user target whose step_a_q raises on every call: each case is a contract finding carrying this text
+_RAISER = ("def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head):\n"
+           "    raise RuntimeError({text!r})\n")
+
+
+def _known_file(tmp_path, message: str):
+    path = tmp_path / "known.toml"
+    path.write_text(_toml(id="frob-rejects-batches", title="the frobnicator rejects every batch",
+                          target="knownish_*", op="step_a_q", kind="contract", message=message,
+                          upstream="https://example.org/frob/issues/7", releases=["*"], doc="this test"))
+    return path
+
+
+def _fuzz_raiser(tmp_path, monkeypatch, name: str, text: str, known_message: str):
+    """``kernel-oracle fuzz`` against a module whose step_a_q raises ``text``, with a known-issues file
+    (through $KERNEL_ORACLE_KNOWN_ISSUES) whose one entry matches messages by ``known_message``."""
+    from kernel_oracle.cli import main as cli_main
+    from oracle_tests.conftest import DEVICE
+
+    pkg = f"knownish_{name}_{tmp_path.name}"  # one package per test: imported modules are cached
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / pkg / "target.py").write_text(_RAISER.format(text=text))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(_known_file(tmp_path, known_message)))
+    out = tmp_path / f"out-{name}"
+    code = cli_main(["fuzz", "--target", f"{pkg}.target", "--op", "step_a_q", "--budget", "3", "--seed", "1", "--out", str(out),
+                     "--device", DEVICE, "--no-progress", "--no-isolate"])
+    return code, json.loads((out / "summary.json").read_text()), out
+
+
+def test_a_campaign_whose_findings_are_all_known_exits_0_and_marks_them(tmp_path, monkeypatch, capsys):
+    code, rec, _ = _fuzz_raiser(tmp_path, monkeypatch, "knownish_frob", "frobnicator rejects batch 3",
+                                "frobnicator rejects batch [0-9]+")
+    assert rec["findings"], "the raising target must give findings"
+    assert code == 0
+    for f in rec["findings"]:
+        assert f["kind"] == "contract"
+        assert (f["known"], f["upstream"]) == ("frob-rejects-batches", "https://example.org/frob/issues/7")
+    assert rec["summary"]["known_findings"] == len(rec["findings"]) and rec["summary"]["new_findings"] == 0
+    out = capsys.readouterr().out
+    assert "KNOWN F0001-contract-step_a_q" in out and "FINDING " not in out
+    assert "known upstream issue frob-rejects-batches: https://example.org/frob/issues/7" in out
+
+
+def test_a_new_finding_still_exits_1(tmp_path, monkeypatch, capsys):
+    code, rec, _ = _fuzz_raiser(tmp_path, monkeypatch, "knownish_other", "an unrelated failure",
+                                r"frobnicator rejects")
+    assert code == 1 and rec["findings"]
+    assert not any("known" in f or "upstream" in f for f in rec["findings"])
+    assert rec["summary"]["new_findings"] == len(rec["findings"])
+    assert "FINDING F0001-contract-step_a_q" in capsys.readouterr().out
+
+
+def test_a_bad_known_issues_file_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    from kernel_oracle.cli import main as cli_main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[issue]\n")
+    monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(bad))
+    assert cli_main(["fuzz", "--target", "reference", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "o"),
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}: not valid TOML" in err
+    assert not (tmp_path / "o").exists()  # refused before any work
+
+
+def test_reports_show_known_findings_with_their_link(tmp_path, monkeypatch):
+    from kernel_oracle.reports.model import load_result
+    from kernel_oracle.reports.render_html import render_html
+    from kernel_oracle.reports.render_md import render_markdown
+
+    _, rec, out = _fuzz_raiser(tmp_path, monkeypatch, "knownish_frob", "frobnicator rejects batch 3",
+                               r"frobnicator rejects")
+    result = load_result(out / "summary.json")
+    assert result.status == "known" and result.new_findings == []
+    md = render_markdown(result)
+    fid = rec["findings"][0]["id"]
+    assert f"### {fid} (contract, known)" in md
+    assert "**Known upstream issue** [frob-rejects-batches](<https://example.org/frob/issues/7>)" in md
+    html = render_html(result, with_plots=False)
+    assert '<a href="https://example.org/frob/issues/7">frob-rejects-batches</a>' in html
+    assert "status-known" in html
+
+
+def test_a_known_link_that_is_not_https_is_not_rendered_as_a_link():
+    from kernel_oracle.reports.model import Finding
+
+    f = Finding.from_dict({"id": "F1", "target": "t", "op": "vision", "kind": "contract", "message": "m",
+                           "repro": "r", "known": "x", "upstream": "javascript:alert(1)"})
+    assert f.known == "x" and f.upstream is None
+
+
+def test_compare_reports_a_known_finding_that_disappeared_as_fixed_upstream(tmp_path, monkeypatch, capsys):
+    from kernel_oracle.cli import main as cli_main
+
+    _, rec, out = _fuzz_raiser(tmp_path, monkeypatch, "knownish_frob", "frobnicator rejects batch 3",
+                               r"frobnicator rejects")
+    baseline = out / "summary.json"
+    current = tmp_path / "current.json"
+    current.write_text(json.dumps({**rec, "findings": []}))
+    capsys.readouterr()
+    assert cli_main(["compare", str(baseline), str(current)]) == 0  # a fix is never a regression
+    text = capsys.readouterr().out
+    n = len(rec["findings"])
+    assert text.startswith(f"OK: 0 new finding(s), 0 error-ratio growth(s), 0 slowdown(s); 0 fixed, "
+                           f"{n} fixed upstream\n")
+    assert ("fixed upstream: frob-rejects-batches (https://example.org/frob/issues/7)" in text)
+    assert cli_main(["compare", str(baseline), str(current), "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [f["known"] for f in data["fixed_upstream"]] == ["frob-rejects-batches"] * n
+    assert data["fixed_findings"] == []
+    # the other way round, the known finding is listed as known, not as a regression
+    assert cli_main(["compare", str(current), str(baseline)]) == 0
+    text = capsys.readouterr().out
+    assert "Known upstream issues found (not regressions):" in text and "0 new finding(s)" in text
+
+
+def test_compare_matches_records_written_before_runs_stored_known(tmp_path, monkeypatch):
+    from kernel_oracle.reports.compare import compare_results
+    from kernel_oracle.reports.model import Result
+
+    _, rec, _ = _fuzz_raiser(tmp_path, monkeypatch, "knownish_frob", "frobnicator rejects batch 3",
+                             r"frobnicator rejects")
+    old = {**rec, "findings": [{k: v for k, v in f.items() if k not in ("known", "upstream")}
+                               for f in rec["findings"]]}
+    cmp = compare_results(Result.from_dict(old), Result.from_dict({**rec, "findings": []}))
+    assert [k for _, k, _ in cmp.fixed_upstream] == ["frob-rejects-batches"] * len(rec["findings"])
+    assert not cmp.fixed_findings

@@ -145,6 +145,31 @@ def test_job_merges_parts_and_keeps_history(tmp_path, stand_ins, capsys):
     assert load(out / "latest.json")["seeds"]["seed"] == 5
 
 
+def test_a_job_whose_findings_are_all_known_exits_0(tmp_path, stand_ins, monkeypatch, capsys):
+    """Every finding a known upstream issue (a known-issues file through $KERNEL_ORACLE_KNOWN_ISSUES):
+    exit 0, each finding marked known with its link in the record and the reports; with the checked-in
+    file the same job exits 1."""
+    passing = [r for r in SELFCHECK_ROWS if r["passed"]]
+    monkeypatch.setitem(sys.modules, "kernel_oracle.selfcheck", _fake_selfcheck(passing))
+    out = tmp_path / "out"
+    assert _run(out, "--families", "vision") == 1  # the campaign's contract finding is new
+    known = tmp_path / "known.toml"
+    known.write_text('[[issue]]\nid = "wrong-text"\ntitle = "t"\ntarget = "reference"\nop = "vision"\n'
+                     'kind = "contract"\nmessage = "^wrong text$"\nupstream = "https://example.org/9"\n'
+                     'releases = ["*"]\ndoc = "d"\n')
+    monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(known))
+    capsys.readouterr()
+    assert _run(out, "--families", "vision") == 0
+    rec = load(out / "latest.json")
+    assert [(f["known"], f["upstream"]) for f in rec["findings"]] == [("wrong-text", "https://example.org/9")]
+    assert (rec["summary"]["new_findings"], rec["summary"]["known_findings"]) == (0, 1)
+    text = capsys.readouterr().out
+    assert "1 findings (1 known upstream issues)" in text
+    assert "known: f-0001 is upstream issue wrong-text: https://example.org/9" in text
+    assert '<a href="https://example.org/9">wrong-text</a>' in (out / "latest.html").read_text()
+    assert "[wrong-text](<https://example.org/9>)" in (out / "latest.md").read_text()
+
+
 def test_unavailable_parts_are_never_a_pass(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setitem(sys.modules, "kernel_oracle.selfcheck", None)  # import fails

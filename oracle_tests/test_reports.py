@@ -199,3 +199,46 @@ def test_markdown_text_and_cells_escape_html_pipes_and_newlines():
     assert str(md_text("a <b> & c")) == "a &lt;b&gt; &amp; c"
     assert str(md_cell("x | <y>\nz")) == "x \\| &lt;y&gt; z"
     assert str(md_code("a|b", in_table=True)) == "`a\\|b`"
+
+
+# ---- buckets (issue 14.2): one row per root cause with its count and examples --------------------------------------
+
+def _bucketed_record():
+    rec = sample_record()
+    f = rec["findings"][0]
+    f.update(count=7, examples=[{"op": "step_b_v", "dtype": "bfloat16", "shape_class": "prefill", "problem": {}},
+                                {"op": "step_b_v", "dtype": "float16", "shape_class": "<b>edge|case</b>"},
+                                {"op": "step_a_q", "dtype": "float16", "shape_class": "decode"},
+                                {"op": "never", "dtype": "shown", "shape_class": "fourth"}])
+    return rec
+
+
+def test_markdown_has_one_row_per_bucket_with_count_repro_and_three_examples():
+    from kernel_oracle.reports.model import Result
+    from kernel_oracle.reports.render_md import render_markdown
+
+    rec = _bucketed_record()
+    result = Result.from_dict(rec)
+    f, g = result.findings
+    md = render_markdown(result)
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "(#finding-" in line and "`" in line]
+    assert len(rows) == 2  # one per bucket
+    label = f.bucket.label.replace("|", "\\|")
+    assert rows[0] == (f"| {label} | [{f.id}](#{f.anchor}) | 7 | `{f.repro}` | `step_b_v bfloat16 prefill`<br>"
+                       "`step_b_v float16 <b>edge\\|case</b>`<br>`step_a_q float16 decode` |")
+    assert rows[1].startswith(f"| {g.bucket.label.replace('|', chr(92) + '|')} | [{g.id}](#{g.anchor}) | 1 | ")
+    assert rows[1].endswith(" | – |") and "never shown" not in md
+    assert "- `step_b_v float16 <b>edge|case</b>`" in md  # in a code span: shown verbatim, not as HTML
+
+
+def test_html_has_one_row_per_bucket_escaped():
+    from kernel_oracle.reports.model import Result
+    from kernel_oracle.reports.render_html import render_html
+
+    result = Result.from_dict(_bucketed_record())
+    html = render_html(result, with_plots=False)
+    assert '<h3 id="buckets">Buckets</h3>' in html
+    f = result.findings[0]
+    assert f'<td class="nowrap"><a href="#{f.anchor}">{f.id}</a></td><td class="n">7</td>' in html
+    assert "<code>step_b_v float16 &lt;b&gt;edge|case&lt;/b&gt;</code>" in html and "<b>edge" not in html
+    assert "never shown" not in html

@@ -13,7 +13,8 @@ marked safe, each doing its own escaping:
 * ``cell``: text for a table cell (entities, ``|`` escaped, newlines as spaces);
 * ``code``: an inline code span whose backtick run is longer than any run in the text (code spans
   show entities literally, so the text is not entity-escaped there; ``|`` is escaped in cells);
-* ``fence``: a fenced block whose fence is longer than any backtick run in the text.
+* ``fence``: a fenced block whose fence is longer than any backtick run in the text;
+* ``link``: ``[text](<url>)`` with the text escaped as a cell (the url is a checked https link).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from markupsafe import Markup
 
 from kernel_oracle.harness.schema import FINDING_KINDS
 
-__all__ = ["environment", "fmt_num", "fmt_pct", "fmt_ratio", "fmt_us", "md_cell", "md_code", "md_fence", "md_text",
+__all__ = ["environment", "fmt_num", "fmt_pct", "fmt_ratio", "fmt_us", "md_cell", "md_code", "md_fence", "md_link", "md_text",
            "ratio_class"]
 
 
@@ -113,6 +114,15 @@ def md_fence(v: object, info: str = "text") -> str:
     return Markup(f"{fence}{info}\n{text}\n{fence}")
 
 
+def md_link(text: object, url: Optional[str]) -> str:
+    """``[text](url)`` with the text escaped as a table cell; just the text when there is no ``url``.
+    The url must already be a plain https link (:attr:`reports.model.Finding.upstream` checks it)."""
+    label = md_cell(text)
+    if not url:
+        return label
+    return Markup(f"[{label}](<{url}>)")
+
+
 def _finalize_markdown(value: object) -> object:
     """Every ``{{ }}`` of the Markdown template: numbers as they are, text escaped unless marked safe."""
     if value is None or isinstance(value, (int, float, Markup)):
@@ -125,6 +135,7 @@ def environment(*, markdown: bool) -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              finalize=_finalize_markdown if markdown else None)
     env.filters.update(ratio=fmt_ratio, ratio_class=ratio_class, num=fmt_num, us=fmt_us, pct=fmt_pct,
-                       speedup=fmt_speedup, cell=md_cell, code=md_code, fence=md_fence, md=md_text)
+                       speedup=fmt_speedup, cell=md_cell, code=md_code, fence=md_fence, md=md_text,
+                       link=md_link)
     env.globals["FINDING_KINDS"] = FINDING_KINDS
     return env

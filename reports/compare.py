@@ -16,6 +16,12 @@ Three things gate CI (each a *regression*, exit 1 in ``kernel-oracle compare``):
 
 Fixed findings, groups and benchmarks that appear or disappear, and environment differences that
 make timings incomparable (another GPU, torch or triton) are reported but never fail the gate.
+
+Known upstream defects (``harness/known_issues.toml``; a finding's ``known`` field, or a match of
+the entries for records written before runs stored it) are not ours to fix: a known finding of
+BASELINE that CURRENT no longer has is reported as **fixed upstream** (the upgrade fixed it), and a
+known finding only CURRENT has is listed as known (a campaign's search found it this time) without
+failing the gate.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from kernel_oracle.reports.model import Result
+from kernel_oracle.harness.known_issues import KnownIssuesError, load_known_issues, match_known, target_release
+from kernel_oracle.reports.model import Finding, Result
 
 __all__ = ["DEFAULT_MAX_RATIO_GROWTH", "DEFAULT_MAX_SLOWDOWN", "DEFAULT_RATIO_FLOOR", "Comparison",
            "Thresholds", "compare_results"]
@@ -58,6 +65,8 @@ class Thresholds:
 class Comparison:
     new_findings: list = field(default_factory=list)      # [Finding]
     fixed_findings: list = field(default_factory=list)    # [Finding] (from the baseline)
+    fixed_upstream: list = field(default_factory=list)    # [(Finding, known id, link)] (baseline, known issues)
+    new_known: list = field(default_factory=list)         # [(Finding, known id, link)] (current, not gating)
     ratio_growth: list = field(default_factory=list)      # [dict(key, baseline, current, factor)]
     slowdowns: list = field(default_factory=list)         # [dict(key, baseline_us, current_us, change)]
     speedups: list = field(default_factory=list)
@@ -76,9 +85,14 @@ class Comparison:
             return {"id": x.id, "target": x.target, "op": x.op, "kind": x.kind, "dtype": x.dtype,
                     "shape_class": x.shape_class, "message": x.first_line, "repro": x.repro,
                     "bucket": x.bucket.label, "count": x.count}
+        def k(row):
+            x, kid, link = row
+            return {**f(x), "known": kid, "upstream": link}
         return {"regressed": self.regressed,
                 "new_findings": [f(x) for x in self.new_findings],
                 "fixed_findings": [f(x) for x in self.fixed_findings],
+                "fixed_upstream": [k(r) for r in self.fixed_upstream],
+                "new_known_findings": [k(r) for r in self.new_known],
                 "ratio_growth": self.ratio_growth, "slowdowns": self.slowdowns, "speedups": self.speedups,
                 "groups_added": self.groups_added, "groups_removed": self.groups_removed,
                 "benchmarks_removed": self.benchmarks_removed,
@@ -89,17 +103,29 @@ class Comparison:
         lines = []
         verdict = "REGRESSION" if self.regressed else "OK"
         lines.append(f"{verdict}: {len(self.new_findings)} new finding(s), {len(self.ratio_growth)} error-ratio "
-                     f"growth(s), {len(self.slowdowns)} slowdown(s); {len(self.fixed_findings)} fixed")
+                     f"growth(s), {len(self.slowdowns)} slowdown(s); {len(self.fixed_findings)} fixed"
+                     + (f", {len(self.fixed_upstream)} fixed upstream" if self.fixed_upstream else "")
+                     + (f", {len(self.new_known)} known upstream" if self.new_known else ""))
         if self.new_findings:
             lines.append("\nNew findings:")
             for x in self.new_findings:
                 lines.append(f"  + [{x.kind}] {x.target} {x.op} {x.dtype} {x.shape_class}: {x.first_line}")
                 if x.repro:
                     lines.append(f"      repro: {x.repro}")
+        if self.new_known:
+            lines.append("\nKnown upstream issues found (not regressions):")
+            for x, kid, link in self.new_known:
+                lines.append(f"  ~ [{x.kind}] {x.target} {x.op} {x.dtype} {x.shape_class}: known upstream issue "
+                             f"{kid}: {link}")
         if self.fixed_findings:
             lines.append("\nFixed findings:")
             for x in self.fixed_findings:
                 lines.append(f"  - [{x.kind}] {x.target} {x.op} {x.dtype} {x.shape_class}: {x.first_line}")
+        if self.fixed_upstream:
+            lines.append("\nFixed upstream (known upstream issues of BASELINE that CURRENT no longer has):")
+            for x, kid, link in self.fixed_upstream:
+                lines.append(f"  - [{x.kind}] {x.target} {x.op} {x.dtype} {x.shape_class}: fixed upstream: "
+                             f"{kid} ({link})")
         if self.ratio_growth:
             lines.append(f"\nError-ratio growth (max ratio grew > {thresholds.max_ratio_growth:g}x and is "
                          f">= {thresholds.ratio_floor:g}, or crossed 1):")
@@ -146,12 +172,43 @@ def _unmatched(findings: list, others: list) -> list:
     return left
 
 
+class _Known:
+    """``(id, link)`` of the known upstream issue a finding is: its recorded ``known`` field, else a
+    match of the known-issues entries (records written before runs stored it)."""
+
+    def __init__(self, notes: list):
+        self.notes, self.issues = notes, None
+
+    def __call__(self, f: Finding, result: Result) -> Optional[tuple]:
+        if f.known:
+            return f.known, f.upstream
+        if self.issues is None:
+            try:
+                self.issues = load_known_issues()
+            except KnownIssuesError as exc:
+                self.notes.append(f"known issues not applied: {exc}")
+                self.issues = ()
+        issue = match_known(f.raw, f.target, target_release(result.raw, f.target), issues=self.issues)
+        return (issue.id, issue.upstream) if issue is not None else None
+
+
 def compare_results(baseline: Result, current: Result, thresholds: Thresholds = Thresholds()) -> Comparison:
     out = Comparison()
+    known = _Known(out.notes)
 
-    # findings, as multisets of signatures
-    out.new_findings.extend(_unmatched(current.findings, baseline.findings))
-    out.fixed_findings.extend(_unmatched(baseline.findings, current.findings))
+    # findings, as multisets of signatures; known upstream issues neither gate nor vanish silently
+    for f in _unmatched(current.findings, baseline.findings):
+        k = known(f, current)
+        if k is None:
+            out.new_findings.append(f)
+        else:
+            out.new_known.append((f, *k))
+    for f in _unmatched(baseline.findings, current.findings):
+        k = known(f, baseline)
+        if k is None:
+            out.fixed_findings.append(f)
+        else:
+            out.fixed_upstream.append((f, *k))
 
     # error ratios per group
     base_groups = {g.key: g for g in baseline.groups}

@@ -13,7 +13,10 @@ and owns the two derived keys the readers must agree on:
   records without a bucket get the one their fields imply), so a different seed, op or worst
   element does not make an old finding look new; :attr:`Finding.count` is how many failing cases
   the campaign saw in that bucket;
-* :attr:`Finding.anchor`: the HTML anchor that every link to a finding (and its repro command) uses.
+* :attr:`Finding.anchor`: the HTML anchor that every link to a finding (and its repro command) uses;
+* :attr:`Finding.known` / :attr:`Finding.upstream`: the known upstream defect a finding is
+  (``harness/known_issues.toml``, stored by the run that found it) and its link; only https links
+  without spaces or brackets are kept, so a report never renders a ``javascript:`` or broken link.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ def shape_key(shape: Any) -> str:
     if isinstance(shape, (list, tuple)):
         return "x".join(str(s) for s in shape)
     return json.dumps(shape, sort_keys=True, default=str)
+
+
+_SAFE_LINK = re.compile(r"https://[^\s<>()\[\]\"'`|]+")
 
 
 def _slug(text: str) -> str:
@@ -134,6 +140,29 @@ class Finding:
         """A few more failing cases of the bucket besides this finding's own (smallest) one."""
         ex = self.raw.get("examples")
         return list(ex) if isinstance(ex, list) else []
+
+    @property
+    def example_lines(self) -> list:
+        """Up to three more failing cases of the bucket, one line each (``op dtype shape class``)."""
+        out = []
+        for ex in self.examples[:3]:
+            if isinstance(ex, dict):
+                out.append(" ".join(str(ex.get(k) or "-") for k in ("op", "dtype", "shape_class")))
+            else:
+                out.append(str(ex))
+        return out
+
+    @property
+    def known(self) -> Optional[str]:
+        """The id of the known upstream issue this finding is (None: a new finding)."""
+        k = self.raw.get("known")
+        return str(k) if k else None
+
+    @property
+    def upstream(self) -> Optional[str]:
+        """The known issue's upstream link (an https URL), or None."""
+        link = self.raw.get("upstream")
+        return link if isinstance(link, str) and _SAFE_LINK.fullmatch(link) else None
 
     @property
     def anchor(self) -> str:
@@ -250,6 +279,15 @@ class Result:
         return sum(g.passes for g in self.groups)
 
     @property
+    def new_findings(self) -> list:
+        """The findings that are not known upstream issues."""
+        return [f for f in self.findings if not f.known]
+
+    @property
+    def known_findings(self) -> list:
+        return [f for f in self.findings if f.known]
+
+    @property
     def findings_by_kind(self) -> dict:
         counts = {k: 0 for k in FINDING_KINDS}
         for f in self.findings:
@@ -263,9 +301,12 @@ class Result:
 
     @property
     def status(self) -> str:
-        """``findings`` / ``incomplete`` (notes but no findings) / ``empty`` (nothing ran) / ``clean``."""
-        if self.findings or any(g.failures for g in self.groups):
+        """``findings`` (new ones) / ``known`` (every finding a known upstream issue) / ``incomplete``
+        (notes but no findings) / ``empty`` (nothing ran) / ``clean``."""
+        if self.new_findings or (not self.findings and any(g.failures for g in self.groups)):
             return "findings"
+        if self.findings:
+            return "known"
         if self.notes:
             return "incomplete"
         if not self.cases and not self.benchmarks:

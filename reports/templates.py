@@ -28,7 +28,9 @@ h3 { font-size:15px; margin:0 0 6px; }
          border:1px solid transparent; white-space:nowrap; }
 .status-clean { background:var(--okbg); color:var(--ok); }
 .status-findings { background:var(--badbg); color:var(--bad); }
-.status-incomplete, .status-empty { background:var(--warnbg); color:var(--warn); }
+.status-incomplete, .status-empty, .status-known { background:var(--warnbg); color:var(--warn); }
+.known { background:var(--warnbg); color:var(--warn); }
+article.finding.is-known { border-left-color:#f59e0b; }
 .kind-mismatch { background:#fee2e2; color:#991b1b; }
 .kind-contract { background:#ede9fe; color:#5b21b6; }
 .kind-validation-gap { background:#fef3c7; color:#92400e; }
@@ -94,7 +96,7 @@ HTML = """<!DOCTYPE html>
 <div class="card"><div class="v">{{ r.cases }}</div><div class="l">cases run</div></div>
 <div class="card"><div class="v">{{ r.passes }}</div><div class="l">passed{% if r.cases %} ({{ (r.passes / r.cases)|pct }}){% endif %}</div></div>
 <div class="card"><div class="v">{{ r.findings|length }}</div><div class="l">findings:
-{% for k, n in r.findings_by_kind.items() if n %}{{ n }} {{ k }}{% if not loop.last %}, {% endif %}{% else %}none{% endfor %}</div></div>
+{% for k, n in r.findings_by_kind.items() if n %}{{ n }} {{ k }}{% if not loop.last %}, {% endif %}{% else %}none{% endfor %}{% if r.known_findings %}; {{ r.known_findings|length }} known upstream{% endif %}</div></div>
 <div class="card"><div class="v">{{ r.ratio_max|ratio }}</div><div class="l">worst error ratio (≤ 1 passes)</div></div>
 <div class="card"><div class="v">{{ r.benchmarks|length }}</div><div class="l">benchmarks</div></div>
 {% if r.summary.get('duration_s') is not none %}<div class="card"><div class="v">{{ r.summary['duration_s']|num }} s</div>
@@ -141,18 +143,32 @@ the last one that has it.</p>
 {% if not r.findings %}<p class="empty">No findings.</p>
 {% else %}
 <table>
-<thead><tr><th>finding</th><th>kind</th><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>what</th><th class="n">ratio</th></tr></thead>
+{% if r.known_findings %}<p>{{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (<code>harness/known_issues.toml</code>): they are listed with their upstream link and do not fail the run.</p>{% endif %}
+<table>
+<thead><tr><th>finding</th><th>kind</th><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>what</th><th class="n">cases</th><th class="n">ratio</th></tr></thead>
 <tbody>
-{% for f in r.findings %}<tr><td class="nowrap"><a href="#{{ f.anchor }}">{{ f.id }}</a></td><td><span class="badge kind-{{ f.kind }}">{{ f.kind }}</span></td>
+{% for f in r.findings %}<tr><td class="nowrap"><a href="#{{ f.anchor }}">{{ f.id }}</a>{% if f.known %} <span class="badge known">known</span>{% endif %}</td><td><span class="badge kind-{{ f.kind }}">{{ f.kind }}</span></td>
 <td>{{ f.target }}</td><td>{{ f.op }}</td><td>{{ f.dtype }}</td><td>{{ f.shape_class }}</td><td>{{ f.first_line|truncate(110) }}</td>
-<td class="n {{ f.ratio|ratio_class if f.ratio is not none else 'na' }}">{{ f.ratio|ratio }}</td></tr>
+<td class="n">{{ f.count }}</td><td class="n {{ f.ratio|ratio_class if f.ratio is not none else 'na' }}">{{ f.ratio|ratio }}</td></tr>
+{% endfor %}</tbody></table>
+<h3 id="buckets">Buckets</h3>
+<p>One row per root cause (bucket): how many failing cases it had, the repro of its smallest example, and up to three more examples.</p>
+<table>
+<thead><tr><th>bucket</th><th>finding</th><th class="n">cases</th><th>smallest example</th><th>more examples</th></tr></thead>
+<tbody>
+{% for f in r.findings %}<tr><td>{{ f.bucket.label }}{% if f.known %}<br><span class="badge known">known</span> {% if f.upstream %}<a href="{{ f.upstream }}">{{ f.known }}</a>{% else %}{{ f.known }}{% endif %}{% endif %}</td>
+<td class="nowrap"><a href="#{{ f.anchor }}">{{ f.id }}</a></td><td class="n">{{ f.count }}</td>
+<td>{% if f.repro %}<code>{{ f.repro }}</code>{% else %}<span class="empty">no repro recorded</span>{% endif %}</td>
+<td>{% for ex in f.example_lines %}<code>{{ ex }}</code>{% if not loop.last %}<br>{% endif %}{% else %}–{% endfor %}</td></tr>
 {% endfor %}</tbody></table>
 {% for f in r.findings %}
-<article class="finding" id="{{ f.anchor }}">
-<h3><a class="anchor" href="#{{ f.anchor }}">#</a>{{ f.id }} <span class="badge kind-{{ f.kind }}">{{ f.kind }}</span></h3>
+<article class="finding{{ ' is-known' if f.known else '' }}" id="{{ f.anchor }}">
+<h3><a class="anchor" href="#{{ f.anchor }}">#</a>{{ f.id }} <span class="badge kind-{{ f.kind }}">{{ f.kind }}</span>{% if f.known %} <span class="badge known">known</span>{% endif %}</h3>
+{% if f.known %}<p class="known-issue">Known upstream issue <b>{{ f.known }}</b>{% if f.upstream %}: <a href="{{ f.upstream }}">{{ f.upstream }}</a>{% endif %}</p>{% endif %}
 <div class="meta"><b>target</b> {{ f.target }} · <b>op</b> {{ f.op }} · <b>dtype</b> {{ f.dtype }} · <b>shape class</b> {{ f.shape_class }}
 {% if f.contract %} · <b>contract</b> <code>{{ f.contract }}</code>{% endif %}
-{% for k, v in f.figures.items() if k != 'where' %} · <b>{{ k }}</b> {{ v|num if v is number else v }}{% endfor %}</div>
+{% for k, v in f.figures.items() if k != 'where' %} · <b>{{ k }}</b> {{ v|num if v is number else v }}{% endfor %}
+ · <b>bucket</b> {{ f.bucket.label }} · <b>failing cases</b> {{ f.count }}</div>
 <div class="label">message</div>
 <pre class="message">{{ f.message }}</pre>
 {% if f.figures.get('where') %}<div class="label">where</div>
@@ -160,6 +176,8 @@ the last one that has it.</p>
 <div class="label">reproduce</div>
 {% if f.repro %}<pre class="repro"><code>{{ f.repro }}</code></pre>
 {% else %}<p class="empty">no repro command was recorded for this finding</p>{% endif %}
+{% if f.example_lines %}<div class="label">more examples of this bucket</div>
+<ul class="examples">{% for ex in f.example_lines %}<li><code>{{ ex }}</code></li>{% endfor %}</ul>{% endif %}
 {% if f.problem is not none %}<details><summary>problem (plain data)</summary><pre>{{ f.problem|tojson(indent=1) }}</pre></details>{% endif %}
 </article>
 {% endfor %}
@@ -244,7 +262,7 @@ MARKDOWN = """# kernel-oracle: {{ r.kind }} run ({{ r.status }})
 
 | cases | passed | findings | worst error ratio | benchmarks |
 |---:|---:|---:|---:|---:|
-| {{ r.cases }} | {{ r.passes }} | {{ r.findings|length }}{% for k, n in r.findings_by_kind.items() if n %}{% if loop.first %} ({% endif %}{{ n }} {{ k }}{% if not loop.last %}, {% else %}){% endif %}{% endfor %} | {{ r.ratio_max|ratio }} | {{ r.benchmarks|length }} |
+| {{ r.cases }} | {{ r.passes }} | {{ r.findings|length }}{% for k, n in r.findings_by_kind.items() if n %}{% if loop.first %} ({% endif %}{{ n }} {{ k }}{% if not loop.last %}, {% else %}){% endif %}{% endfor %}{% if r.known_findings %}; {{ r.known_findings|length }} known upstream{% endif %} | {{ r.ratio_max|ratio }} | {{ r.benchmarks|length }} |
 {% if r.notes %}
 
 ## Notes
@@ -287,17 +305,36 @@ Real-bug corpus (expected outcome in parentheses):
 {% if not r.findings %}
 No findings.
 {% else %}
-| finding | kind | target | op | dtype | shape class | what |
-|---|---|---|---|---|---|---|
+{% if r.known_findings %}
+{{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (`harness/known_issues.toml`): they are listed with their upstream link and do not fail the run.
+
+{% endif %}
+| finding | kind | target | op | dtype | shape class | what | cases |
+|---|---|---|---|---|---|---|---:|
 {% for f in r.findings %}
-| [{{ f.id|cell }}](#{{ f.anchor }}) | {{ f.kind|cell }} | {{ f.target|cell }} | {{ f.op|cell }} | {{ f.dtype|cell }} | {{ f.shape_class|cell }} | {{ f.first_line|truncate(100)|cell }} |
+| [{{ f.id|cell }}](#{{ f.anchor }}){% if f.known %} (known){% endif %} | {{ f.kind|cell }} | {{ f.target|cell }} | {{ f.op|cell }} | {{ f.dtype|cell }} | {{ f.shape_class|cell }} | {{ f.first_line|truncate(100)|cell }} | {{ f.count }} |
+{% endfor %}
+
+### Buckets
+
+One row per root cause (bucket): how many failing cases it had, the repro of its smallest example, and up to three more examples.
+
+| bucket | finding | cases | smallest example | more examples |
+|---|---|---:|---|---|
+{% for f in r.findings %}
+| {{ f.bucket.label|cell }}{% if f.known %} (known: {{ f.known|link(f.upstream) }}){% endif %} | [{{ f.id|cell }}](#{{ f.anchor }}) | {{ f.count }} | {{ (f.repro or 'no repro recorded')|code(in_table=True) }} | {% for ex in f.example_lines %}{{ ex|code(in_table=True) }}{% if not loop.last %}<br>{% endif %}{% else %}–{% endfor %} |
 {% endfor %}
 {% for f in r.findings %}
 
 <a id="{{ f.anchor }}"></a>
-### {{ f.id|cell }} ({{ f.kind|cell }})
+### {{ f.id|cell }} ({{ f.kind|cell }}{% if f.known %}, known{% endif %})
 
-target {{ f.target|code }} · op {{ f.op|code }} · dtype {{ f.dtype|code }} · shape class {{ f.shape_class|code }}{% if f.contract %} · contract {{ f.contract|code }}{% endif %}{% if f.ratio is not none %} · ratio {{ f.ratio|ratio }}{% endif %}
+{% if f.known %}
+**Known upstream issue** {{ f.known|link(f.upstream) }}{% if f.upstream %}: {{ f.upstream|md }}{% endif %}
+
+
+{% endif %}
+target {{ f.target|code }} · op {{ f.op|code }} · dtype {{ f.dtype|code }} · shape class {{ f.shape_class|code }}{% if f.contract %} · contract {{ f.contract|code }}{% endif %}{% if f.ratio is not none %} · ratio {{ f.ratio|ratio }}{% endif %} · bucket {{ f.bucket.label|code }} · failing cases {{ f.count }}
 
 
 {{ f.message|fence('text') }}
@@ -305,6 +342,14 @@ target {{ f.target|code }} · op {{ f.op|code }} · dtype {{ f.dtype|code }} · 
 Reproduce:
 
 {{ (f.repro or '# no repro command was recorded for this finding')|fence('bash') }}
+{% if f.example_lines %}
+
+More examples of this bucket:
+
+{% for ex in f.example_lines %}
+- {{ ex|code }}
+{% endfor %}
+{% endif %}
 {% endfor %}
 {% endif %}
 

@@ -83,6 +83,12 @@ def engine_versions() -> dict:
     return out
 
 
+def _flashinfer_release():
+    """FlashInfer's version (the release its known issues are listed under), or None when unknown."""
+    v = str(engine_versions().get("flashinfer") or "")
+    return v if v[:1].isdigit() else None
+
+
 def _cudnn_version_string(v) -> str:
     """91900 -> '9.19.0' (cuDNN 9 encodes major*10000 + minor*100 + patch)."""
     try:
@@ -261,6 +267,7 @@ def flashinfer_cudnn_target(device):
                notes={op: "flashinfer-cudnn is a vision peer only" for op in FAMILY_OPS["lora"]},
                status=engine.describe)
     t.reason = engine.describe()
+    t.release = _flashinfer_release()
     return t
 
 

@@ -64,6 +64,7 @@ class Target:
     poison: Optional[Callable] = None  # family -> context manager
     notes: dict = field(default_factory=dict)  # op -> why it is missing
     status: Optional[Callable[[], str]] = None  # a live ``reason`` (e.g. an engine's fallback note)
+    release: Optional[str] = None  # the upstream package's version (known issues apply per release)
 
     def __post_init__(self) -> None:
         if isinstance(self.precision, dict):
@@ -122,7 +123,8 @@ class Target:
         return {"name": self.name, "available": self.available, "reason": reason,
                 "entry_points": sorted(self.entries), "precision": self.precision_summary(),
                 "precision_by_op": self.precisions(), "strict": self.strict,
-                "excluded_dtypes": dict(self.excluded_dtypes), "missing": dict(self.notes)}
+                "excluded_dtypes": dict(self.excluded_dtypes), "missing": dict(self.notes),
+                "release": self.release}
 
 
 def unavailable(name: str, reason: str, **kw) -> Target:

@@ -103,6 +103,7 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
                            "machine and use --target sglang")
     t = third_party(name, entries, notes, triton_code=True, strict=False, precision=None, device=device)
     t.reason = how
+    t.release = str(release.version)  # the known issues of this release apply (harness.known_issues)
     return t
 
 
