@@ -235,8 +235,17 @@ def test_html_has_one_row_per_bucket_escaped():
     from kernel_oracle.reports.model import Result
     from kernel_oracle.reports.render_html import render_html
 
-    result = Result.from_dict(_bucketed_record())
+    from oracle_tests.test_html_page import _Page
+
+    rec = _bucketed_record()
+    rec["findings"][1].update(known="some-issue", upstream="https://example.org/i/1")
+    result = Result.from_dict(rec)
     html = render_html(result, with_plots=False)
+    page = _Page()
+    page.feed(html)
+    page.close()
+    assert not page.open, f"unclosed tags: {page.open}"
+    assert '<a href="https://example.org/i/1">some-issue</a>' in html
     assert '<h3 id="buckets">Buckets</h3>' in html
     f = result.findings[0]
     assert f'<td class="nowrap"><a href="#{f.anchor}">{f.id}</a></td><td class="n">7</td>' in html

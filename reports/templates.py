@@ -142,7 +142,6 @@ the last one that has it.</p>
 <h2>Findings ({{ r.findings|length }})</h2>
 {% if not r.findings %}<p class="empty">No findings.</p>
 {% else %}
-<table>
 {% if r.known_findings %}<p>{{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (<code>harness/known_issues.toml</code>): they are listed with their upstream link and do not fail the run.</p>{% endif %}
 <table>
 <thead><tr><th>finding</th><th>kind</th><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>what</th><th class="n">cases</th><th class="n">ratio</th></tr></thead>
