@@ -472,10 +472,10 @@ def main(args: argparse.Namespace) -> int:
         device = _resolve_device(args.device)
         if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
             raise ValueError(f"--time-budget {args.time_budget:g}: pass a positive, finite number of seconds")
-        _check_out(args.out)
         from kernel_oracle.harness.known_issues import load_known_issues
 
         load_known_issues()  # a bad $KERNEL_ORACLE_KNOWN_ISSUES file: KnownIssuesError, a ValueError
+        _check_out(args.out)
     except ValueError as exc:  # usage errors only: everything above runs before any work
         print(f"kernel-oracle run: {exc}", file=sys.stderr)
         return 2

@@ -176,8 +176,8 @@ def _fuzz_raiser(tmp_path, monkeypatch, name: str, text: str, known_message: str
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(_known_file(tmp_path, known_message)))
     out = tmp_path / f"out-{name}"
-    code = cli_main(["fuzz", "--target", f"{pkg}.target", "--op", "step_a_q", "--budget", "3", "--seed", "1", "--out", str(out),
-                     "--device", DEVICE, "--no-progress", "--no-isolate"])
+    code = cli_main(["fuzz", "--target", f"{pkg}.target", "--op", "step_a_q", "--budget", "3", "--seed", "1",
+                     "--out", str(out), "--device", DEVICE, "--no-progress", "--no-isolate"])
     return code, json.loads((out / "summary.json").read_text()), out
 
 

@@ -168,6 +168,9 @@ def test_a_job_whose_findings_are_all_known_exits_0(tmp_path, stand_ins, monkeyp
     assert "known: f-0001 is upstream issue wrong-text: https://example.org/9" in text
     assert '<a href="https://example.org/9">wrong-text</a>' in (out / "latest.html").read_text()
     assert "[wrong-text](<https://example.org/9>)" in (out / "latest.md").read_text()
+    known.write_text("[[issue]\n")  # a bad file is a usage error, before any work
+    assert _run(tmp_path / "other", "--families", "vision") == 2
+    assert f"{known}: not valid TOML" in capsys.readouterr().err and not (tmp_path / "other").exists()
 
 
 def test_unavailable_parts_are_never_a_pass(tmp_path, monkeypatch, capsys):

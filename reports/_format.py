@@ -28,8 +28,8 @@ from markupsafe import Markup
 
 from kernel_oracle.harness.schema import FINDING_KINDS
 
-__all__ = ["environment", "fmt_num", "fmt_pct", "fmt_ratio", "fmt_us", "md_cell", "md_code", "md_fence", "md_link", "md_text",
-           "ratio_class"]
+__all__ = ["environment", "fmt_num", "fmt_pct", "fmt_ratio", "fmt_us", "md_cell", "md_code", "md_fence", "md_link",
+           "md_text", "ratio_class"]
 
 
 def fmt_ratio(v: Optional[float]) -> str:
