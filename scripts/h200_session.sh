@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU verification session on the H200 (device tool), in phases; see docs/BENCHMARKS.md.
+#
+#   bash scripts/h200_session.sh setup          # offline installs: FlashInfer wheels, this checkout (editable)
+#   bash scripts/h200_session.sh soak-start S   # detached S-second campaigns: triton lora/vision, sglang(-trt)==0.5.23
+#   bash scripts/h200_session.sh suite          # the whole pytest suite, timed
+#   bash scripts/h200_session.sh soak-wait      # wait for the soak campaigns, print their findings by bucket
+#   bash scripts/h200_session.sh bars           # main job 120 s, campaign cases/s, SGLang and verdict scripts
+#
+# Carry: .whl/flashinfer and .whl/sglang-slim.  Results go to $OUT (the device tool's folder) or ./gpu-out.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
+export KERNEL_ORACLE_SGLANG_WHEEL=${KERNEL_ORACLE_SGLANG_WHEEL:-$PWD/.whl/sglang-slim}
+SOAK=/tmp/soak
+ko() { python3 -m kernel_oracle.cli "$@"; }
+
+case "${1:-}" in
+  setup)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      .whl/flashinfer/*.whl || exit 2
+    python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || exit 2
+    python3 -c "import torch, triton, kernel_oracle; print('setup:', torch.__version__, triton.__version__, \
+kernel_oracle.__version__, torch.cuda.get_device_name())"
+    ;;
+  soak-start)
+    secs=${2:-600}; mkdir -p $SOAK
+    start() {  # name, args...
+      local name=$1; shift
+      setsid nohup python3 -m kernel_oracle.cli fuzz "$@" --device cuda --time "$secs" --seed 7 --no-progress \
+        --out "$SOAK/$name" >"$SOAK/$name.log" 2>&1 < /dev/null & echo "soak $name started"
+    }
+    start triton-lora --target triton --op lora
+    start triton-vision --target triton --op vision
+    start sglang-0.5.23 --target sglang==0.5.23 --op lora --upstream-contracts-only
+    start sglang-trt-0.5.23 --target sglang-trt==0.5.23 --op lora --upstream-contracts-only
+    ;;
+  suite)
+    start=$(date +%s)
+    timeout "${2:-560}" python3 -m pytest oracle_tests -q -p no:cacheprovider --durations=30 -rfEs \
+      >"$OUT/suite.log" 2>&1; rc=$?
+    echo "suite: rc=$rc in $(( $(date +%s) - start )) s"; grep -E "passed|failed|error" "$OUT/suite.log" | tail -3
+    grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -30
+    ;;
+  soak-wait)
+    for i in $(seq 1 "${2:-120}"); do
+      running=$(pgrep -f "kernel_oracle.cli fuzz" | wc -l); [ "$running" -eq 0 ] && break; sleep 5
+    done
+    tar czf "$OUT/soak.tgz" -C /tmp soak 2>/dev/null
+    python3 - <<'PY'
+import json, pathlib
+for d in sorted(p for p in pathlib.Path("/tmp/soak").iterdir() if p.is_dir()):
+    s = json.loads((d / "summary.json").read_text()) if (d / "summary.json").exists() else {}
+    c = s.get("campaign", {})
+    f = s.get("findings", [])
+    print(f"soak {d.name}: cases={c.get('executed')} elapsed={c.get('elapsed_s')} status={c.get('status')} "
+          f"findings={len(f)} known={sum(1 for x in f if x.get('known'))}")
+    for x in f:
+        print(f"   {x.get('kind')} {x.get('op')} {x.get('dtype')} known={x.get('known')} :: {str(x.get('message'))[:160]}")
+PY
+    tail -2 $SOAK/*.log
+    ;;
+  bars)
+    ko run --device cuda --time-budget 120 --out /tmp/main-job >"$OUT/main_job.log" 2>&1; echo "main job exit $?"
+    python3 - <<'PY'
+import json
+s = json.load(open("/tmp/main-job/latest.json"))
+camps = s.get("summary", {}).get("campaigns", [])
+print("main job fuzz cases:", sum(c.get("cases", 0) for c in camps), "campaigns:",
+      [(c.get("target"), c.get("family"), c.get("cases"), c.get("took_s"), c.get("share_s"), c.get("problem")) for c in camps])
+PY
+    ko bench --device cuda --targets triton,reference --seconds 15 --main-budget 0 --out "$OUT/oracle_bench.json" \
+      >"$OUT/bench.log" 2>&1; echo "bench exit $?"; tail -15 "$OUT/bench.log"
+    timeout 200 python3 -m kernel_oracle.benchmarks.sglang_gpu --wheels .whl/sglang-slim --json "$OUT/sglang_gpu.json" \
+      >"$OUT/sglang_gpu.log" 2>&1; echo "sglang_gpu exit $?"; tail -25 "$OUT/sglang_gpu.log"
+    timeout 150 python3 -m kernel_oracle.benchmarks.gpu_verdicts --json "$OUT/gpu_verdicts.json" \
+      >"$OUT/gpu_verdicts.log" 2>&1; echo "gpu_verdicts exit $?"; tail -20 "$OUT/gpu_verdicts.log"
+    ;;
+  *) sed -n 2,10p "$0"; exit 2 ;;
+esac
