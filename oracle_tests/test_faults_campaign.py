@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from oracle_tests.conftest import DEVICE
 import torch
 
 from kernel_oracle.cli import main as cli_main
@@ -159,7 +161,7 @@ def test_kill_9_mid_campaign_then_resume(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     executed = CampaignState.read(out).executed
     # the kernel dropped the dead campaign's lock: the same directory resumes
-    rec = run_campaign(target=spec, op="lora", budget=executed + 3, device="cpu", out_dir=out, progress=False,
+    rec = run_campaign(target=spec, op="lora", budget=executed + 3, device=DEVICE, out_dir=out, progress=False,
                        isolate=False)
     assert rec["campaign"]["executed"] >= executed + 3 and rec["findings"]
     after = _findings(out)
@@ -173,7 +175,7 @@ def test_a_torn_last_line_is_set_aside_and_no_finding_is_lost(tmp_path, monkeypa
     spec = _raising(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "out"
-    kw = dict(target=spec, op="lora", seed=2, device="cpu", out_dir=out, progress=False, shrink_allowance=1,
+    kw = dict(target=spec, op="lora", seed=2, device=DEVICE, out_dir=out, progress=False, shrink_allowance=1,
               isolate=False)
     run_campaign(budget=3, **kw)
     (first,) = _findings(out)
@@ -192,7 +194,7 @@ def test_a_corrupt_state_file_is_rebuilt_from_findings_and_case_files(tmp_path, 
     spec = _raising(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "out"
-    kw = dict(target=spec, op="lora", seed=3, device="cpu", out_dir=out, progress=False, shrink_allowance=1,
+    kw = dict(target=spec, op="lora", seed=3, device=DEVICE, out_dir=out, progress=False, shrink_allowance=1,
               isolate=False)
     run_campaign(budget=3, **kw)
     (first,) = _findings(out)
@@ -307,7 +309,7 @@ def test_sigterm_to_the_main_job_ends_its_campaign_and_worker(tmp_path):
 
 def test_fuzz_exit_codes(tmp_path, capsys):
     def fuzz(*args):
-        return cli_main(["fuzz", "--device", "cpu", "--no-progress", "--no-isolate", *map(str, args)])
+        return cli_main(["fuzz", "--device", DEVICE, "--no-progress", "--no-isolate", *map(str, args)])
 
     assert fuzz("--target", "reference", "--op", "step_a_q", "--budget", "2", "--out", tmp_path / "clean") == 0
     assert fuzz("--target", "mutant:lora_drifted_error_message", "--op", "step_a_q", "--budget", "25",
@@ -336,7 +338,7 @@ def test_fuzz_exit_codes(tmp_path, capsys):
 
 def test_a_campaign_that_tests_nothing_is_never_clean(tmp_path, capsys):
     # the clock starts once the target is ready; a budget spent before the first case tests nothing
-    assert cli_main(["fuzz", "--device", "cpu", "--no-progress", "--no-isolate", "--target", "reference", "--op",
+    assert cli_main(["fuzz", "--device", DEVICE, "--no-progress", "--no-isolate", "--target", "reference", "--op",
                      "lora", "--time", "0.000001", "--out", str(tmp_path)]) == 3
     assert capsys.readouterr().err == "kernel-oracle fuzz: tested nothing: no case ran (exit 3)\n"
     assert json.loads((tmp_path / "summary.json").read_text())["campaign"]["executed"] == 0

@@ -21,6 +21,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from oracle_tests.conftest import DEVICE
 import torch
 
 from kernel_oracle.cli import main as cli_main
@@ -94,7 +96,7 @@ def test_malicious_case_file_runs_nothing(tmp_path, capsys, form):
         torch.save({"case": LORA_CASE.to_dict(), "entry": call.entry, "args": call.args,
                     "kwargs": {"x": evil}, "inplace": None}, path)
     assert not marker.exists()
-    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", "cpu")
+    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", DEVICE)
     _usage_error(rc, out, err, contains="was refused")
     assert not marker.exists(), "unpickling the case file ran os.system"
 
@@ -114,13 +116,13 @@ def test_damaged_case_file_is_refused(tmp_path, capsys, damage):
         path.write_text(json.dumps(LORA_CASE.to_dict()))
     else:  # a valid torch file that is not a case
         torch.save({"weights": torch.zeros(3)}, path)
-    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", "cpu")
+    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", DEVICE)
     _usage_error(rc, out, err, contains=str(path))
 
 
 def test_case_file_as_campaigns_write_it_reproduces(tmp_path, capsys):
     path = _save_case(tmp_path / "F0003.pt", LORA_CASE)
-    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", "cpu")
+    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", DEVICE)
     assert rc == 0, err
     assert "PASS on reference" in out
 
@@ -207,14 +209,14 @@ def test_campaign_finding_reproduces_and_runs_standalone(tmp_path, capsys, user_
     from kernel_oracle.fuzz.campaign import run_campaign
 
     out = tmp_path / "campaign"
-    run_campaign(target="ko_fault_targets.buggy", op="step_a_v", budget=12, seed=0, device="cpu", out_dir=out,
+    run_campaign(target="ko_fault_targets.buggy", op="step_a_v", budget=12, seed=0, device=DEVICE, out_dir=out,
                  progress=False, isolate=False, limits="tiny")
     findings = [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines() if line.strip()]
     mismatch = next(f for f in findings if f["kind"] == "mismatch")
     pt = next((out / "cases").glob(f"{mismatch['id']}*.pt"))
 
     # the file the campaign wrote reads back (weights-only) and reproduces
-    rc, stdout, err = _cli(capsys, "repro", str(pt), "--target", "ko_fault_targets.buggy", "--device", "cpu",
+    rc, stdout, err = _cli(capsys, "repro", str(pt), "--target", "ko_fault_targets.buggy", "--device", DEVICE,
                            "--emit-script", str(tmp_path / "script"))
     assert rc == 1, err
     assert "REPRODUCED [mismatch]" in stdout
@@ -231,7 +233,7 @@ def test_standalone_script_of_a_clean_case(tmp_path, capsys, user_targets):
     """A clean case: the script passes on the correct kernel and, with the float64 expectation and the
     tolerance inlined, still catches the buggy one (``--target``)."""
     path = _save_case(tmp_path / "clean.pt", LORA_CASE)
-    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "ko_fault_targets.good", "--device", "cpu",
+    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "ko_fault_targets.good", "--device", DEVICE,
                            "--emit-script", str(tmp_path / "s"))
     assert rc == 0, err
     proc = _standalone(tmp_path / "s" / "clean.py", user_targets)
@@ -247,7 +249,7 @@ def test_standalone_script_of_an_error_contract(tmp_path, capsys, user_targets):
     reproduces the finding in the script too."""
     case = Case(LORA_CASE.problem, Mutation("lora", "drop_max_len_and_seg_lens"))
     path = _save_case(tmp_path / "contract.pt", case)
-    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "ko_fault_targets.good", "--device", "cpu",
+    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "ko_fault_targets.good", "--device", DEVICE,
                            "--emit-script", str(tmp_path / "s"))
     assert rc == 1 and "REPRODUCED [contract]" in stdout, stdout + err
     proc = _standalone(tmp_path / "s" / "contract.py", user_targets)
@@ -260,7 +262,7 @@ def test_standalone_script_rebuilds_vision_metadata_and_views(tmp_path, capsys):
     metadata object and keeps the view's strides (offsets count from each tensor's pointer)."""
     case = Case(VisionProblem(lengths=(3, 5), seed=4, path="metadata", layout="v_strided", v_shift=1))
     path = _save_case(tmp_path / "vision.pt", case)
-    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", "cpu",
+    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", DEVICE,
                            "--emit-script", str(tmp_path / "s"))
     assert rc == 0, stdout + err
     script = tmp_path / "s" / "vision.py"
@@ -275,7 +277,7 @@ def test_standalone_script_rebuilds_vision_metadata_and_views(tmp_path, capsys):
 
 def test_emit_script_into_an_unwritable_place(tmp_path, capsys):
     path = _save_case(tmp_path / "F5.pt", LORA_CASE)
-    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", "cpu",
+    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", DEVICE,
                         "--emit-script", "/proc/x")
     _usage_error(rc, out, err, contains="/proc/x")
 
