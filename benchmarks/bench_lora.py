@@ -173,13 +173,12 @@ SWEEP = {
 }
 
 
-def sweep(klora, launch):
-    """Time each alternative segment-major block config of each op on prefill-8x2048."""
-    d = _inputs(SHAPES["prefill-8x2048"], seed=7)
+def _op_calls(klora, d) -> dict:
+    """op -> a no-argument call of it on the inputs ``d`` (step B on step A's real output)."""
     bi = d["bi"]
     mid_q = klora.step_a_q_fwd(d["q"], d["B"], bi, FULL_K)
     mid_v = klora.step_a_v_fwd(d["attn"], d["A"], bi)
-    call = {
+    return {
         "step_a_q": lambda: klora.step_a_q_fwd(d["q"], d["B"], bi, FULL_K, strict=False),
         "step_b_q": lambda: klora.step_b_q_fwd(mid_q, d["A"], bi, d["base_q"], strict=False),
         "step_a_v": lambda: klora.step_a_v_fwd(d["attn"], d["A"], bi, strict=False),
@@ -187,6 +186,12 @@ def sweep(klora, launch):
         "q_side_fused": lambda: klora.q_side_fused_fwd(d["q"], d["B"], d["A"], bi, d["base_q"], FULL_K, strict=False),
         "v_side_fused": lambda: klora.v_side_fused_fwd(d["attn"], d["A"], d["B"], bi, d["base_v"], QK, VD, strict=False),
     }
+
+
+def sweep(klora, launch):
+    """Time each alternative segment-major block config of each op on prefill-8x2048."""
+    d = _inputs(SHAPES["prefill-8x2048"], seed=7)
+    call = _op_calls(klora, d)
     out = []
     for op, configs in SWEEP.items():
         saved = launch.BLOCKS[op]["seg"]
@@ -227,17 +232,7 @@ def sweep_decode(klora, launch):
     """Graph-replay time of each token-major block config of each op on decode-bs64; keeps the best
     config of each op in ``launch.BLOCKS`` (the main table then uses it) and returns all timings."""
     d = _inputs(SHAPES["decode-bs64"], seed=11)
-    bi = d["bi"]
-    mid_q = klora.step_a_q_fwd(d["q"], d["B"], bi, FULL_K)
-    mid_v = klora.step_a_v_fwd(d["attn"], d["A"], bi)
-    call = {
-        "step_a_q": lambda: klora.step_a_q_fwd(d["q"], d["B"], bi, FULL_K, strict=False),
-        "step_b_q": lambda: klora.step_b_q_fwd(mid_q, d["A"], bi, d["base_q"], strict=False),
-        "step_a_v": lambda: klora.step_a_v_fwd(d["attn"], d["A"], bi, strict=False),
-        "step_b_v": lambda: klora.step_b_v_fwd(mid_v, d["B"], bi, d["base_v"], QK, VD, strict=False),
-        "q_side_fused": lambda: klora.q_side_fused_fwd(d["q"], d["B"], d["A"], bi, d["base_q"], FULL_K, strict=False),
-        "v_side_fused": lambda: klora.v_side_fused_fwd(d["attn"], d["A"], d["B"], bi, d["base_v"], QK, VD, strict=False),
-    }
+    call = _op_calls(klora, d)
     out = []
     for op, configs in DECODE_SWEEP.items():
         best = (float("inf"), launch.BLOCKS[op]["tok"])

@@ -8,10 +8,11 @@ pointer to ``--help``, and exits 2 as argparse does.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import NoReturn
 
-__all__ = ["one_line_errors"]
+__all__ = ["finite_float", "one_line_errors"]
 
 
 def one_line_errors(parser: argparse.ArgumentParser) -> None:
@@ -23,3 +24,15 @@ def one_line_errors(parser: argparse.ArgumentParser) -> None:
         sys.exit(2)
 
     parser.error = error  # type: ignore[method-assign]
+
+
+def finite_float(text: str, what: str = "a number") -> float:
+    """An argparse type: ``float(text)``, refusing NaN and infinities with the reason (they compare
+    false with every bound, so a NaN budget never ends and a NaN threshold never fires)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what} but got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {what} but got {text!r}: NaN and infinities are refused")
+    return value

@@ -8,46 +8,34 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 from kernel_oracle.reports.compare import DEFAULT_MAX_RATIO_GROWTH, DEFAULT_MAX_SLOWDOWN, DEFAULT_RATIO_FLOOR, Thresholds, compare_results
 from kernel_oracle.harness.schema import SchemaError
-from kernel_oracle.cli_errors import one_line_errors
+from kernel_oracle.cli_errors import finite_float, one_line_errors
 
 __all__ = ["add_arguments", "main", "parse_fraction"]
-
-
-def _finite(text: str, what: str) -> float:
-    """``float(text)``, refusing NaN and infinities (they compare false with every threshold)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}; NaN and infinities are not thresholds")
-    return value
 
 
 def parse_fraction(text: str) -> float:
     """``0.1``, ``10%`` -> 0.1 (argparse type of --max-slowdown); finite and non-negative."""
     t = text.strip()
     what = "a fraction like 0.1 or a percentage like 10%"
-    value = _finite(t[:-1], what) / 100 if t.endswith("%") else _finite(t, what)
+    value = finite_float(t[:-1], what) / 100 if t.endswith("%") else finite_float(t, what)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative slowdown, got {text!r}")
     return value
 
 
 def _factor(text: str) -> float:
-    value = _finite(text, "a factor like 2.0")
+    value = finite_float(text, "a factor like 2.0")
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a factor >= 1 (2.0 allows the ratio to double), got {text!r}")
     return value
 
 
 def _ratio(text: str) -> float:
-    value = _finite(text, "an error ratio like 0.5")
+    value = finite_float(text, "an error ratio like 0.5")
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative error ratio, got {text!r}")
     return value

@@ -10,23 +10,11 @@ The library API is :func:`fuzz.campaign.run_campaign`; this module only parses a
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
-from kernel_oracle.cli_errors import one_line_errors
+from kernel_oracle.cli_errors import finite_float, one_line_errors
 
-__all__ = ["add_arguments", "finding_line", "finite_float", "main"]
-
-
-def finite_float(text: str) -> float:
-    """An argparse type: a finite number (``nan`` and ``inf`` are refused with the reason)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number but got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number but got {text!r}")
-    return value
+__all__ = ["add_arguments", "finding_line", "main"]
 
 
 def _positive_float(text: str) -> float:
