@@ -28,12 +28,17 @@ marked ``known`` in the record, with its upstream link; the summary counts new a
 Everything on disk belongs to :class:`fuzz.state.CampaignState` (Note [Campaign state]): the lock on
 ``out_dir``, ``findings.jsonl``, ``cases/``, ``state.json``, ``summary.json``, and recovery from torn
 files; Hypothesis's example database is ``out_dir/.hypothesis/`` (a killed shrink resumes from its
-best example).
+best example), or the ``database`` passed in (:mod:`fuzz.cluster` passes one Redis database to every
+worker).  With a passed database, each finding's case is also saved there under
+:func:`shared_findings_key` and every campaign of the same target and family replays those cases
+first, so a failure found by one worker is replayed (and recorded) by all others, whatever their seed;
+Hypothesis itself deletes an example once it stops failing, so its own entries cannot carry that.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import shlex
 import signal
@@ -44,7 +49,8 @@ from typing import Optional
 
 from kernel_oracle.fuzz.state import CampaignState, GroupKey, StateError
 
-__all__ = ["CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign"]
+__all__ = ["CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
+           "shared_findings_key"]
 
 from kernel_oracle.harness.opinfo import FAMILY_OF  # noqa: E402 - op or family -> family, from the op table
 
@@ -76,6 +82,12 @@ class CampaignInterrupted(KeyboardInterrupt):
     def __init__(self, signame: str, record: Optional[dict] = None, executed: int = 0):
         super().__init__(signame)
         self.signame, self.record, self.executed = signame, record, executed
+
+
+def shared_findings_key(target: str, family: str) -> bytes:
+    """The example-database key under which campaigns of ``target`` x ``family`` share their findings'
+    cases (``Case.to_json()`` bytes, one entry per finding)."""
+    return f"kernel-oracle-findings:{target}:{family}".encode()
 
 
 def case_timeout_for(time_s: Optional[float]) -> float:
@@ -148,7 +160,8 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                  device: str = "cpu", out_dir, upstream_contracts_only: bool = False, progress: bool = True,
                  limits: Optional[str] = None, isolate: bool = True, shrink_allowance: Optional[int] = None,
                  case_timeout_s: Optional[float] = None, worker=None,
-                 shrink_slack_s: float = SHRINK_SLACK_S, warm_up_s: Optional[float] = None) -> dict:
+                 shrink_slack_s: float = SHRINK_SLACK_S, warm_up_s: Optional[float] = None,
+                 database=None, dtypes: Optional[tuple] = None) -> dict:
     """Run (or resume) a campaign; returns the ``harness.schema`` record it writes to ``out_dir/summary.json``.
 
     ``op``: ``lora``, ``vision`` or one LoRA op name.  ``budget``: cases to execute (shrinking
@@ -162,7 +175,10 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     (the main job shares one per device between its campaigns).  ``shrink_slack_s``: how far past
     ``time_s`` a finding's shrinking may go.  ``warm_up_s``: before the clock starts, let the worker
     compile the target's kernels for a few realistic shapes for up to this long (:mod:`harness.warmup`;
-    once per target and worker, skipped under the interpreter).
+    once per target and worker, skipped under the interpreter).  ``database``: a Hypothesis
+    ``ExampleDatabase`` shared with other campaigns (default: ``out_dir/.hypothesis/``, nothing
+    shared); findings' cases are shared through it too (Note [Campaigns]).  ``dtypes``: fuzz only
+    these dtypes (a shard of :mod:`fuzz.cluster`; default every dtype the target supports).
     Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted` on SIGTERM / SIGINT.
     """
     _check_arguments(op, budget, time_s, device, case_timeout_s)
@@ -203,6 +219,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                              case_timeout_s=case_timeout_s if case_timeout_s is not None else case_timeout_for(time_s),
                              worker=worker, shrink_slack_s=shrink_slack_s, warm_up_s=warm_up_s)
             search.known_issues = known_issues
+            search.database, search.wanted_dtypes = database, (tuple(dtypes) if dtypes else None)
             return search.run()
     finally:
         state.close()
@@ -233,6 +250,8 @@ class _Search:
         self.harness_error: Optional[str] = None
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
         self.known_issues: Optional[tuple] = None  # harness.known_issues entries (None: the default file)
+        self.database = None  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
+        self.wanted_dtypes: Optional[tuple] = None
         self.bar = None
 
     # ---- budget --------------------------------------------------------------------------------
@@ -290,19 +309,22 @@ class _Search:
             excluded = self.info.get("excluded_dtypes") or {}
             wanted = FAMILY_OPS[self.family] if self.op in ("lora", "vision") else (self.op,)
             self.ops = tuple(o for o in wanted if o in entries)
-            self.dtypes = tuple(d for d in ALL_DTYPES if d not in excluded)
+            self.dtypes = tuple(d for d in ALL_DTYPES if d not in excluded
+                                and (self.wanted_dtypes is None or d in self.wanted_dtypes))
             if self.limits is None:
                 self.limits = default_limits(self.device, self.target)
             self.categories = ("valid", "partial", "upstream") + (
                 () if self.upstream_contracts_only else ("malformed",))
             self.buckets = [(bucket_of_record(f), f["id"]) for f in self.state.findings]
-            if not self.info.get("available", True) or not self.ops:
+            if not self.info.get("available", True) or not self.ops or not self.dtypes:
                 why = (self.info.get("reason") if not self.info.get("available", True)
-                       else f"no {self.family} entry point ({self.info.get('missing') or {}})")
+                       else f"no {self.family} entry point ({self.info.get('missing') or {}})" if not self.ops
+                       else f"none of dtypes {list(self.wanted_dtypes or ())} is supported ({dict(excluded)})")
                 return self.finish([f"target {self.target!r} unavailable for {self.op}: {why}"])
             self.strategy = cases(self.family, categories=self.categories, dtypes=self.dtypes,
                                   ops=self.ops if self.family == "lora" else None, limits=self.limits)
             self.bar = _Progress(self.budget, self.progress, f"fuzz {self.target} {self.op}")
+            self._replay_shared()
             self._loop()
         except KeyboardInterrupt as exc:
             signame = exc.signame if isinstance(exc, CampaignInterrupted) else "SIGINT"
@@ -334,6 +356,34 @@ class _Search:
             self.worker.kill()
         elif self.own_worker:
             self.worker.close()
+
+    def _replay_shared(self) -> None:
+        """Run the cases other campaigns found (shared database only): each is recorded as a finding
+        here unless a finding of this campaign already covers its bucket (then it is one more hit)."""
+        if self.database is None:
+            return
+        from kernel_oracle.harness.check import _prepared_call, case_from_dict
+
+        for raw in sorted(self.database.fetch(shared_findings_key(self.target, self.family))):
+            if self.out_of_budget():
+                return
+            try:
+                case = case_from_dict(json.loads(raw))
+            except (ValueError, KeyError, TypeError):  # not ours or from another version: not a case
+                continue
+            if case.op not in self.ops or case.dtype not in self.dtypes:
+                continue
+            if self.upstream_contracts_only and case.category == "malformed":
+                continue
+            verdict, bucket = self.memo.get(case.to_json()) or self._execute(case)
+            if verdict.ok:
+                continue
+            fid = self._known(bucket)
+            if fid is not None:
+                self._hit(fid, case)
+            else:
+                self._record(case, verdict, bucket, _prepared_call(case, self.device))
+        self.state.save()
 
     def _loop(self) -> None:
         stalled = 0
@@ -369,7 +419,8 @@ class _Search:
             chunk = min(chunk, TIME_CHUNK_EXAMPLES)
 
         @settings(max_examples=chunk, deadline=None, derandomize=False, report_multiple_bugs=False,
-                  database=DirectoryBasedExampleDatabase(str(self.state.out / ".hypothesis")),
+                  database=(self.database if self.database is not None
+                            else DirectoryBasedExampleDatabase(str(self.state.out / ".hypothesis"))),
                   suppress_health_check=list(HealthCheck), print_blob=False,
                   phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
         @hseed(run_seed)
@@ -503,6 +554,8 @@ class _Search:
                    "problem": case.to_dict(), "expected": verdict.expected, "bucket": bucket.to_dict()}
         state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))
         self.buckets.append((bucket, fid))
+        if self.database is not None:  # every other campaign of this target x family replays it first
+            self.database.save(shared_findings_key(self.target, self.family), case.to_json().encode())
         return finding
 
     # ---- the record ------------------------------------------------------------------------------

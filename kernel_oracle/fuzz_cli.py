@@ -5,6 +5,9 @@ issue of ``harness/known_issues.toml``), 1 new findings, 2 usage or I/O error (o
 bad option, ``--out`` a file or unwritable or held by another campaign, a target that cannot run
 this op here), 3 interrupted (SIGTERM / SIGINT: state saved, rerun to resume) or nothing tested.
 The library API is :func:`fuzz.campaign.run_campaign`; this module only parses and prints.
+``--gpus N|all`` / ``--scheduler tcp://HOST:8786`` run the campaign as shards on a Dask cluster
+(:mod:`fuzz.cluster`, the optional ``cluster`` extra); ``--db redis://HOST:6379/N`` shares one
+Hypothesis example database (and the findings' cases) between all campaigns.
 """
 
 from __future__ import annotations
@@ -64,6 +67,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-isolate", dest="isolate", action="store_false",
                         help="run the target in this process (faster start; a crash or hang ends the campaign)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    parser.add_argument("--gpus", default=None, metavar="N|all",
+                        help="one pinned worker per GPU of this machine (Dask); the work is sharded by target x "
+                             "op x dtype x seed and merged into one report in --out")
+    parser.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                        help="run the shards on an existing Dask cluster (dask scheduler / dask worker)")
+    parser.add_argument("--db", default=None, metavar="redis://HOST:6379/N",
+                        help="one Hypothesis example database in Redis shared by every worker: a failure "
+                             "found by one is replayed by all")
+    parser.add_argument("--seeds", type=_positive_int, default=1, metavar="K",
+                        help="with --gpus/--scheduler: K shards per target x op x dtype, seeds SEED..SEED+K-1")
+    parser.add_argument("--dtypes", default=None, metavar="LIST",
+                        help="with --gpus/--scheduler: one shard per dtype of LIST (default: one shard for all)")
     parser.add_argument("--sglang-wheel", default=None, metavar="PATH|DIR",
                         help="for --target sglang==X.Y.Z: the release's wheel, or a directory of wheels (machines "
                              "without a package registry; default: the cache, then pip download)")
@@ -87,9 +102,68 @@ def _error(text: str, code: int = 2) -> int:
     return code
 
 
+def _cluster_main(args: argparse.Namespace) -> int:
+    """``--gpus`` / ``--scheduler``: the shards of ``--target`` (comma-separated) x op x dtype x seed."""
+    from kernel_oracle.fuzz.cluster import ClusterError, plan_shards, resolve_gpus, run_cluster
+    from kernel_oracle.fuzz.strategies import ALL_DTYPES
+    from kernel_oracle.harness.opinfo import FAMILY_OF, FAMILY_OPS
+
+    try:
+        if args.gpus is not None and args.scheduler is not None:
+            raise ClusterError("pass --gpus or --scheduler, not both")
+        gpus = resolve_gpus(args.gpus) if args.gpus is not None else None
+        dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()] if args.dtypes else None
+        bad = [d for d in dtypes or () if d not in ALL_DTYPES]
+        if bad:
+            raise ClusterError(f"--dtypes {args.dtypes!r}: the only valid values are {list(ALL_DTYPES)}")
+    except ClusterError as exc:
+        return _error(f"error: {exc}")
+    device = args.device or ("cuda" if gpus else "cpu")
+    targets = [t.strip() for t in args.target.split(",") if t.strip()]
+    family_ops = FAMILY_OPS.get(args.op)
+    ops = list(family_ops) if family_ops and all(o in FAMILY_OF for o in family_ops) else [args.op]
+    shards = plan_shards(targets, ops, dtypes, range(args.seed, args.seed + args.seeds))
+    from kernel_oracle.fuzz.campaign import CampaignError
+
+    try:
+        record = run_cluster(shards, out_dir=args.out, device=device, gpus=gpus, scheduler=args.scheduler,
+                             db_url=args.db, log=None if not args.progress else print, budget=args.budget,
+                             time_s=args.time_s, upstream_contracts_only=args.upstream_contracts_only,
+                             limits=args.limits, isolate=args.isolate, case_timeout_s=args.case_timeout_s)
+    except (ClusterError, CampaignError) as exc:
+        return _error(f"error: {exc}")
+    except OSError as exc:  # an unreachable scheduler or Redis
+        return _error(f"error: cannot reach the cluster: {exc}")
+    cases = sum(g["cases"] for g in record["groups"])
+    print(f"{len(shards)} shards, {cases} cases, {len(record['findings'])} findings (bucketed)")
+    for note in record.get("notes", []):
+        print(f"  note: {note}")
+    for f in record["findings"]:
+        print(finding_line(f))
+    print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl; shards: {args.out}/shards/")
+    if any(not f.get("known") for f in record["findings"]):
+        return 1
+    return 0 if cases else _error("tested nothing: no case ran (exit 3)", 3)
+
+
+def _shared_database(args: argparse.Namespace):
+    if not args.db:
+        return None
+    from kernel_oracle.fuzz.campaign import FAMILY_OF
+    from kernel_oracle.fuzz.cluster import open_database
+
+    return open_database(args.db, args.target, FAMILY_OF[args.op])
+
+
 def main(args: argparse.Namespace) -> int:
     from kernel_oracle.harness.device import configure_process, default_device
 
+    if args.gpus is not None or args.scheduler is not None:
+        return _cluster_main(args)
+    try:
+        database = _shared_database(args)
+    except ValueError as exc:  # ClusterError: no redis package, a bad URL
+        return _error(f"error: {exc}")
     device = args.device or default_device()
     if args.sglang_wheel:  # read by the sglang==X.Y.Z targets, in this process and in the worker
         import os
@@ -106,7 +180,7 @@ def main(args: argparse.Namespace) -> int:
         record = run_campaign(target=args.target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
                               device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
                               progress=args.progress, limits=args.limits, isolate=args.isolate,
-                              case_timeout_s=args.case_timeout_s)
+                              case_timeout_s=args.case_timeout_s, database=database)
     except CampaignError as exc:
         return _error(f"error: {exc}")
     except CampaignInterrupted as exc:
