@@ -23,6 +23,19 @@ Options (group "kernel-oracle"), each with an ini twin for a project's pytest co
 * ``--oracle-profile ci|dev|campaign|auto`` (ini ``oracle_profile``; default: none): loads our
   Hypothesis profile ``kernel-oracle-<name>`` unless ``--hypothesis-profile`` chose one.
 * ``--oracle-record PATH``: :mod:`kernel_oracle.pytest_record`, loaded from here.
+* ``--oracle-db redis://HOST:6379/N`` (ini ``oracle_db``): every property's Hypothesis example
+  database is that Redis (``hypothesis.extra.redis.RedisExampleDatabase``; the ``cluster`` extra),
+  shared by all pytest-xdist workers and machines: a failure found by one is replayed first by all.
+
+Note [xdist on many GPUs]
+-------------------------
+``pytest -n auto`` (pytest-xdist) on a machine with several GPUs: when this plugin is imported in an
+xdist worker (``PYTEST_XDIST_WORKER=gwK``), before any conftest or test can start CUDA, it sets
+``CUDA_VISIBLE_DEVICES`` to GPU ``K mod <GPUs>`` (of the parent's ``CUDA_VISIBLE_DEVICES`` list when
+set, else of the GPUs the NVIDIA driver lists in /proc), so each worker has one GPU of its own.  It
+touches nothing with one GPU or none, and ``KERNEL_ORACLE_NO_GPU_PIN=1`` turns it off.  Triton's
+kernel cache (``TRITON_CACHE_DIR``, default ``~/.triton/cache``) is left shared: its writes are
+atomic, so one worker's compiled kernel is every worker's.
 
 Note [Profiles]
 ---------------
@@ -46,7 +59,8 @@ from typing import Optional
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-__all__ = ["DEFAULT_TARGETS", "EXAMPLES", "PROFILE_PREFIX", "default_profile", "examples_for", "selected_targets"]
+__all__ = ["DEFAULT_TARGETS", "EXAMPLES", "PROFILE_PREFIX", "default_profile", "examples_for", "pin_xdist_worker",
+           "selected_targets"]
 
 # --oracle-record lives in its own module (also usable alone: -p kernel_oracle.pytest_record)
 pytest_plugins = ["kernel_oracle.pytest_record"]
@@ -65,6 +79,33 @@ settings.register_profile(PROFILE_PREFIX + "dev", max_examples=60, deadline=None
                           print_blob=True)
 settings.register_profile(PROFILE_PREFIX + "campaign", max_examples=2000, deadline=None,
                           suppress_health_check=_HEALTH, print_blob=True)
+
+def _gpu_ids(environ) -> list:
+    """The GPUs this machine offers, without starting CUDA: the ``CUDA_VISIBLE_DEVICES`` list, else the
+    NVIDIA driver's /proc entries (no driver: none)."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    try:
+        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+    except OSError:
+        return []
+
+
+def pin_xdist_worker(environ=os.environ) -> Optional[str]:
+    """Pin this pytest-xdist worker to one GPU (Note [xdist on many GPUs]); returns the GPU, or None."""
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not worker[2:].isdigit() or environ.get("KERNEL_ORACLE_NO_GPU_PIN") == "1":
+        return None
+    gpus = _gpu_ids(environ)
+    if len(gpus) < 2:
+        return None
+    gpu = gpus[int(worker[2:]) % len(gpus)]
+    environ["CUDA_VISIBLE_DEVICES"] = gpu
+    return gpu
+
+
+pin_xdist_worker()  # at import: the plugin loads before any conftest, so before CUDA can start
 
 # examples per property per profile, by kind of target: (cheap targets, interpreted Triton)
 EXAMPLES = {"ci": (25, 12), "dev": (60, 30), "campaign": (2000, 300)}
@@ -104,6 +145,10 @@ def pytest_addoption(parser):
     group.addoption("--oracle-profile", choices=(*PROFILES, "auto"), default=None,
                     help="load kernel-oracle's Hypothesis profile (auto: ci without a GPU or under CI=true, "
                          "else dev) unless --hypothesis-profile is given; default: ini oracle_profile, else none")
+    group.addoption("--oracle-db", default=None, metavar="redis://HOST:6379/N",
+                    help="one Hypothesis example database in Redis for every property, shared by all xdist "
+                         "workers and machines (needs the cluster extra); default: ini oracle_db, else Hypothesis's")
+    parser.addini("oracle_db", default="", help="kernel-oracle: shared example database (redis://HOST:6379/N)")
     parser.addini("oracle_targets", type="args", default=[],
                   help="kernel-oracle: default targets of the oracle_target fixture (space separated)")
     parser.addini("oracle_device", default="", help="kernel-oracle: default device (cpu or cuda)")
@@ -126,6 +171,9 @@ def pytest_configure(config):
         profile = default_profile() if profile == "auto" else profile
         settings.load_profile(PROFILE_PREFIX + profile)
         _ACTIVE["profile"] = profile
+    db = config.getoption("--oracle-db") or config.getini("oracle_db") or None
+    if db is not None:
+        _use_shared_database(db)
     device = _device_option(config)
     if device is not None:
         from kernel_oracle.harness.device import configure_process
@@ -135,6 +183,25 @@ def pytest_configure(config):
         except RuntimeError as exc:
             raise pytest.UsageError(f"--oracle-device {device}: {exc}") from None
     config._oracle_targets = {}
+
+
+def _use_shared_database(url: str) -> None:
+    """Make ``url``'s Redis the example database of every property (on top of the loaded profile)."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise pytest.UsageError(f"--oracle-db {url!r}: expected redis://HOST:6379/N")
+    try:
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+    except ImportError:
+        raise pytest.UsageError("--oracle-db needs the redis package: pip install 'kernel-oracle[cluster]'") from None
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise pytest.UsageError(f"--oracle-db {url}: cannot reach Redis ({exc})") from None
+    db = RedisExampleDatabase(client, key_prefix=b"kernel-oracle-pytest:")
+    settings.register_profile(PROFILE_PREFIX + "shared-db", parent=settings.default, database=db)
+    settings.load_profile(PROFILE_PREFIX + "shared-db")
 
 
 def oracle_device_of(config) -> str:

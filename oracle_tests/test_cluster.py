@@ -209,3 +209,47 @@ def test_a_plain_fuzz_run_imports_no_dask(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "o")], capture_output=True, text=True,
                           timeout=120)
     assert proc.stdout.strip().splitlines()[-1] == "0 []", proc.stdout + proc.stderr
+
+
+FAILING_PROPERTY = '''from hypothesis import given, settings, strategies as st
+
+
+@settings(max_examples=200)
+@given(st.integers(0, 10**6))
+def test_small(x):
+    assert x < 1000
+'''
+
+
+def test_oracle_db_makes_pytest_properties_share_failures_through_redis(redis_url, tmp_path):
+    import redis
+
+    (tmp_path / "test_prop.py").write_text(FAILING_PROPERTY)
+    client = redis.Redis.from_url(redis_url)
+    before = set(client.keys("kernel-oracle-pytest:*"))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--oracle-db", redis_url,
+           str(tmp_path / "test_prop.py")]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert first.returncode == 1 and "x=1000" in first.stdout, first.stdout[-2000:]
+    assert set(client.keys("kernel-oracle-pytest:*")) - before  # the shrunk failure is in Redis
+    # another checkout (no local .hypothesis directory) replays it from Redis as its first example
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "test_prop.py").write_text(FAILING_PROPERTY.replace("max_examples=200", "max_examples=1"))
+    again = subprocess.run([*cmd[:-1], str(other / "test_prop.py")], capture_output=True, text=True, timeout=120,
+                           cwd=other)
+    assert again.returncode == 1 and "x=1000" in again.stdout, again.stdout[-2000:]
+
+
+def test_xdist_workers_are_pinned_one_gpu_each():
+    from kernel_oracle.pytest_plugin import pin_xdist_worker
+
+    env = {"PYTEST_XDIST_WORKER": "gw3", "CUDA_VISIBLE_DEVICES": "4,5"}
+    assert pin_xdist_worker(env) == "5" and env["CUDA_VISIBLE_DEVICES"] == "5"
+    env = {"PYTEST_XDIST_WORKER": "gw2", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    assert pin_xdist_worker(env) == "2" and env["CUDA_VISIBLE_DEVICES"] == "2"
+    one = {"PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "7"}
+    assert pin_xdist_worker(one) is None and one["CUDA_VISIBLE_DEVICES"] == "7"  # one GPU: untouched
+    off = {"PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "0,1", "KERNEL_ORACLE_NO_GPU_PIN": "1"}
+    assert pin_xdist_worker(off) is None and off["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert pin_xdist_worker({"CUDA_VISIBLE_DEVICES": "0,1"}) is None  # not an xdist worker
