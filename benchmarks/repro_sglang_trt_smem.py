@@ -12,24 +12,38 @@ import types
 
 import torch
 
-from kernel_oracle.fuzz.targets.sglang_wheel import wheel_release, locate_kernels, load_kernel_module
-rel = wheel_release(sys.argv[1])
-mod = load_kernel_module(rel, locate_kernels(rel)["trt"], "trt")
-dev = "cuda"
-def batch(lens, L):
-    ind = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device=dev)
-    bi = types.SimpleNamespace(use_cuda_graph=False, bs=len(lens), num_segments=len(lens), seg_indptr=ind,
-        weight_indices=torch.arange(len(lens), dtype=torch.int32, device=dev) % L,
-        lora_ranks=torch.full((L,), 16, dtype=torch.int32, device=dev), scalings=torch.ones(L, device=dev),
+from kernel_oracle.fuzz.targets.sglang_wheel import load_kernel_module, locate_kernels, wheel_release
+
+# (dtype, buffer rank R, kv_lora_rank C, heads H): the two that fail on the H200, then two that run
+CALLS = [(torch.float32, 65, 64, 3), (torch.float32, 128, 512, 16), (torch.float32, 64, 512, 16),
+         (torch.bfloat16, 128, 512, 16)]
+
+
+def _batch(lens: list[int], slots: int, dev: str) -> types.SimpleNamespace:
+    """A plain batch info with SGLang's field names: eager mode, every slot rank 16, unit scaling."""
+    indptr = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=dev)
+    return types.SimpleNamespace(
+        use_cuda_graph=False, bs=len(lens), num_segments=len(lens), seg_indptr=indptr,
+        weight_indices=torch.arange(len(lens), dtype=torch.int32, device=dev) % slots,
+        lora_ranks=torch.full((slots,), 16, dtype=torch.int32, device=dev), scalings=torch.ones(slots, device=dev),
         max_len=max(lens), seg_lens=torch.tensor(lens, dtype=torch.int32, device=dev), permutation=None)
-    return bi
-for dtype, R, C, H in [(torch.float32, 65, 64, 3), (torch.float32, 128, 512, 16), (torch.float32, 64, 512, 16),
-                       (torch.bfloat16, 128, 512, 16)]:
-    lens = [31, 48]; L = 2
-    x = torch.randn(sum(lens), H, C, device=dev, dtype=dtype)
-    A = torch.randn(L, R, C, device=dev, dtype=dtype)
-    try:
-        out = mod.step_a_v_fwd(x, A, batch(lens, L)); torch.cuda.synchronize()
-        print(f"{dtype} R={R} C={C}: ok, out {tuple(out.shape)}")
-    except Exception as e:
-        print(f"{dtype} R={R} C={C}: {type(e).__name__}: {str(e)[:160]}")
+
+
+def main(argv=None) -> int:
+    release = wheel_release((argv or sys.argv[1:])[0])
+    module = load_kernel_module(release, locate_kernels(release)["trt"], "trt")
+    dev, lens, slots = "cuda", [31, 48], 2
+    for dtype, R, C, H in CALLS:
+        x = torch.randn(sum(lens), H, C, device=dev, dtype=dtype)  # attn_output (S, H, C)
+        A = torch.randn(slots, R, C, device=dev, dtype=dtype)  # A_buf (L, R, C)
+        try:
+            out = module.step_a_v_fwd(x, A, _batch(lens, slots, dev))
+            torch.cuda.synchronize()
+            print(f"{dtype} R={R} C={C}: ok, out {tuple(out.shape)}")
+        except Exception as exc:  # noqa: BLE001 - the kernel's error is the result
+            print(f"{dtype} R={R} C={C}: {type(exc).__name__}: {str(exc)[:160]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
