@@ -161,6 +161,12 @@ def run_shard(shard: Shard, *, out_dir: str, db_url: Optional[str] = None, **cam
 
     from kernel_oracle.fuzz.campaign import FAMILY_OF, run_campaign
 
+    import multiprocessing
+
+    if campaign_kwargs.get("isolate", True) and multiprocessing.current_process().daemon:
+        raise ClusterError("this Dask worker is a daemonic process and cannot start the campaign's target worker "
+                           "process; start the workers with DASK_DISTRIBUTED__WORKER__DAEMON=False "
+                           "(docs/scaling.md) or pass --no-isolate")
     shard_dir = Path(out_dir) / "shards" / shard.name
     database = open_database(db_url, shard.target, FAMILY_OF[shard.op]) if db_url else None
     record = run_campaign(target=shard.target, op=shard.op, seed=shard.seed, out_dir=shard_dir, progress=False,

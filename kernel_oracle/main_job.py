@@ -88,6 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated op families to fuzz (default: lora,vision)")
     parser.add_argument("--no-selfcheck", action="store_true", help="skip the references' selfcheck")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--gpus", default=None, metavar="N|all",
+                        help="run the campaigns as shards on one pinned Dask worker per GPU (fuzz.cluster)")
+    parser.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                        help="run the campaigns as shards on an existing Dask cluster")
+    parser.add_argument("--db", default=None, metavar="redis://HOST:6379/N",
+                        help="with --gpus/--scheduler: one Hypothesis example database in Redis for all shards")
 
 
 def _log(args_quiet: bool, t0: float, budget: float, text: str) -> None:
@@ -288,6 +294,43 @@ def _salvage(target: str, out_dir: Path, seed: int, device: str) -> Optional[dic
     return record if record["groups"] or record["findings"] else None
 
 
+def run_cluster_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path, specs: Optional[list],
+                     families: tuple, log, cluster: dict) -> None:
+    """The campaigns as shards (target x family) on a Dask cluster (:mod:`fuzz.cluster`); each
+    shard gets the time left, less the shrink slack (they run side by side)."""
+    from kernel_oracle.harness.schema import merge
+
+    from kernel_oracle.fuzz.cluster import ClusterError, plan_shards, run_cluster
+
+    targets = _discover_targets(record, device, specs, log)
+    lenient = {name for name, t, _ in targets if t is not None and not getattr(t, "strict", True)}
+    shards = [s for name, _, fams in targets for s in plan_shards([name], [f for f in fams if f in families],
+                                                                    None, [seed])]
+    if not shards:
+        _part_failed(record, "no available target x family pair to fuzz")
+        return
+    groups = [g for g in ([s for s in shards if s.target in lenient], [s for s in shards if s.target not in lenient])
+              if g]
+    workers = cluster.get("gpus")  # None: a cluster of unknown size, taken as one wave per group
+    waves = sum(-(-len(g) // (workers or len(g))) for g in groups)
+    left = deadline - time.monotonic()
+    time_s = max(1.0, CAMPAIGN_SHARE * left / waves)
+    for group in groups:
+        try:
+            rec = run_cluster(group, out_dir=run_dir / f"cluster-{'lenient' if group[0].target in lenient else 'strict'}",
+                              device=device, gpus=cluster.get("gpus"), scheduler=cluster.get("scheduler"),
+                              db_url=cluster.get("db"), log=log, time_s=round(time_s, 1),
+                              upstream_contracts_only=group[0].target in lenient,
+                              shrink_slack_s=SHRINK_SLACK_SHARE * left / waves)
+        except (ClusterError, OSError) as exc:
+            _part_failed(record, f"cluster campaigns: {exc}")
+            return
+        rec.pop("campaign", None)
+        merge(record, rec, seeds_key="cluster")
+        record["summary"].setdefault("campaigns", []).extend(
+            {"target": s.target, "family": s.op, "seed": s.seed, "out_dir": str(run_dir)} for s in group)
+
+
 def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path,
                       specs: Optional[list], families: tuple, log, worker=None) -> None:
     from kernel_oracle.harness.schema import add_note, merge
@@ -367,8 +410,10 @@ def _utc_stamp() -> str:
 
 def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, seed: int = 0,
                  out: str | os.PathLike = "reports/out", targets: Optional[list] = None,
-                 families: tuple = FAMILIES, selfcheck: bool = True, quiet: bool = False) -> dict:
-    """Run everything and write the reports; returns ``{"record", "json", "md", "html", "history"}``."""
+                 families: tuple = FAMILIES, selfcheck: bool = True, quiet: bool = False,
+                 cluster: Optional[dict] = None) -> dict:
+    """Run everything and write the reports; returns ``{"record", "json", "md", "html", "history"}``.
+    ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``) runs the campaigns on Dask."""
     from kernel_oracle.harness.device import configure_process, needs_interpreter
 
     device = _resolve_device(device)
@@ -398,13 +443,16 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
     if too_late:
         add_note(record, f"in-process kernel calls of this run (the selfcheck) use the wrong Triton mode: {too_late}")
 
-    worker = _launch_worker(device, record)  # its imports (and CUDA context) run during the selfcheck
+    worker = None if cluster else _launch_worker(device, record)  # starts during the selfcheck
     try:
         if selfcheck:
             run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)
         else:
             record["summary"]["selfcheck"] = "skipped (--no-selfcheck)"
-        run_campaign_part(record, device, seed, deadline, run_dir, targets, families, log, worker=worker)
+        if cluster:
+            run_cluster_part(record, device, seed, deadline, run_dir, targets, families, log, cluster)
+        else:
+            run_campaign_part(record, device, seed, deadline, run_dir, targets, families, log, worker=worker)
     finally:
         if worker is not None:
             record["summary"]["worker"] = {"startup_s": [round(x, 2) for x in worker.startup_s],
@@ -476,6 +524,16 @@ def main(args: argparse.Namespace) -> int:
 
         load_known_issues()  # a bad $KERNEL_ORACLE_KNOWN_ISSUES file: KnownIssuesError, a ValueError
         _check_out(args.out)
+        cluster = None
+        if args.gpus is not None or args.scheduler is not None:
+            from kernel_oracle.fuzz.cluster import ClusterError, resolve_gpus  # ClusterError is a ValueError
+
+            if args.gpus is not None and args.scheduler is not None:
+                raise ClusterError("pass --gpus or --scheduler, not both")
+            cluster = {"gpus": resolve_gpus(args.gpus) if args.gpus is not None else None,
+                       "scheduler": args.scheduler, "db": args.db}
+        elif args.db is not None:
+            raise ValueError("--db needs --gpus or --scheduler (the main job's campaigns share it)")
     except ValueError as exc:  # usage errors only: everything above runs before any work
         print(f"kernel-oracle run: {exc}", file=sys.stderr)
         return 2
@@ -487,7 +545,8 @@ def main(args: argparse.Namespace) -> int:
     old = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         result = run_main_job(device=device, time_budget=args.time_budget, seed=args.seed, out=args.out,
-                              targets=targets, families=families, selfcheck=not args.no_selfcheck, quiet=args.quiet)
+                              targets=targets, families=families, selfcheck=not args.no_selfcheck, quiet=args.quiet,
+                              cluster=cluster)
     except KeyboardInterrupt as exc:
         signame = getattr(exc, "signame", "SIGINT")
         print(f"kernel-oracle run: interrupted by {signame}; no report written (campaign files kept under "

@@ -106,7 +106,8 @@ def client(planted_dir):
     env = {"TRITON_INTERPRET": "1", "PLANTED_SLEEP_S": "0.03", "OMP_NUM_THREADS": "1"}
     # spawned worker processes (a restarted one too) start with this process's sys.path
     sys.path.insert(0, str(planted_dir))
-    with dask.config.set({"distributed.scheduler.allowed-failures": 3}):
+    # non-daemonic workers: a campaign with isolate=True (the main job's) starts its target worker process
+    with dask.config.set({"distributed.scheduler.allowed-failures": 3, "distributed.worker.daemon": False}):
         cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
                                            memory_limit="1.5GiB", dashboard_address=None, env=env)
         c = distributed.Client(cluster)
@@ -253,3 +254,26 @@ def test_xdist_workers_are_pinned_one_gpu_each():
     off = {"PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "0,1", "KERNEL_ORACLE_NO_GPU_PIN": "1"}
     assert pin_xdist_worker(off) is None and off["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert pin_xdist_worker({"CUDA_VISIBLE_DEVICES": "0,1"}) is None  # not an xdist worker
+
+
+def test_fuzz_and_run_take_a_scheduler_and_a_shared_db(client, redis_url, tmp_path, capsys):
+    from kernel_oracle.cli import main as cli_main
+    from kernel_oracle.harness.schema import load
+
+    addr = client.scheduler.address
+    rc = cli_main(["fuzz", "--target", TARGET, "--op", "step_a_q", "--budget", "20", "--seeds", "2",
+                   "--dtypes", "float32", "--device", "cpu", "--no-isolate", "--limits", "tiny", "--no-progress",
+                   "--scheduler", addr, "--db", redis_url, "--out", str(tmp_path / "fuzz")])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    summary = load(tmp_path / "fuzz" / "summary.json")
+    assert [s["seed"] for s in summary["campaign"]["shards"]] == [0, 1]
+    assert any(f["kind"] == "mismatch" for f in summary["findings"]) and "FINDING" in out
+    rc = cli_main(["run", "--scheduler", addr, "--targets", "reference", "--families", "vision", "--device", "cpu",
+                   "--time-budget", "12", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    latest = load(tmp_path / "run" / "latest.json")
+    assert sum(g["cases"] for g in latest["groups"] if g["target"] == "reference") > 0
+    assert latest["summary"]["campaigns"] == [{"target": "reference", "family": "vision", "seed": 0,
+                                               "out_dir": latest["summary"]["run_dir"]}]
