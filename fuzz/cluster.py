@@ -35,6 +35,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
@@ -175,10 +177,11 @@ def run_shard(shard: Shard, *, out_dir: str, db_url: Optional[str] = None, **cam
             "pid": os.getpid(), "dir": str(shard_dir.resolve())}
 
 
-def merge_records(results: list, out_dir: Path, device: str) -> dict:
+def merge_records(results: list, out_dir: Path, device: str, wall_s: Optional[float] = None) -> dict:
     """One bucketed campaign record of the shards' results (in plan order), saved as
     ``out_dir/summary.json`` and ``out_dir/findings.jsonl``; each finding keeps its shard's ``repro``
-    (its case file is in ``out_dir/shards/<shard>/cases``) and says which shard found it."""
+    (its case file is in ``out_dir/shards/<shard>/cases``) and says which shard found it.  ``wall_s``:
+    the cluster's wall-clock time, giving ``campaign.cases_per_s`` (all workers together)."""
     from kernel_oracle.harness.buckets import bucket_of_record
     from kernel_oracle.harness.schema import add_finding, add_group, add_note, add_target, new_record, save
 
@@ -212,6 +215,9 @@ def merge_records(results: list, out_dir: Path, device: str) -> dict:
     merged["campaign"] = {"shards": [{**r["shard"], "host": r["host"], "pid": r["pid"],
                                       "executed": r["record"]["campaign"]["executed"],
                                       "elapsed_s": r["record"]["campaign"]["elapsed_s"]} for r in results]}
+    if wall_s:
+        cases = sum(g["cases"] for g in merged["groups"])
+        merged["campaign"].update(wall_s=round(wall_s, 3), cases_per_s=round(cases / wall_s, 3))
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "findings.jsonl", "w") as fh:
         for _, f in kept:
@@ -261,8 +267,9 @@ def run_cluster(shards: list, *, out_dir, device: str, gpus: Optional[int] = Non
                 own_client = client = distributed.Client(scheduler)
         gpu_workers = any((w.get("resources") or {}).get("GPU") for w in client.scheduler_info()["workers"].values())
         resources = {"GPU": 1} if gpu_workers and device == "cuda" else None
+        started, token = time.monotonic(), uuid.uuid4().hex[:8]  # keys unique on a shared scheduler
         futures = [client.submit(run_shard, s, out_dir=str(out), db_url=db_url, device=device, retries=RETRIES,
-                                 resources=resources, key=f"shard-{s.name}", pure=False, **campaign_kwargs)
+                                 resources=resources, key=f"shard-{s.name}-{token}", pure=False, **campaign_kwargs)
                    for s in shards]
         results = []
         for s, fut in zip(shards, futures):
@@ -273,9 +280,10 @@ def run_cluster(shards: list, *, out_dir, device: str, gpus: Optional[int] = Non
                 log(f"{s.name}: {c['executed']} cases, {len(res['record']['findings'])} findings "
                     f"({res['host']} pid {res['pid']})")
             results.append(res)
+        wall_s = time.monotonic() - started
     finally:
         if own_client is not None:
             own_client.close()
         if cluster is not None:
             cluster.close()
-    return merge_records(results, out, device)
+    return merge_records(results, out, device, wall_s)

@@ -135,7 +135,9 @@ def _cluster_main(args: argparse.Namespace) -> int:
     except OSError as exc:  # an unreachable scheduler or Redis
         return _error(f"error: cannot reach the cluster: {exc}")
     cases = sum(g["cases"] for g in record["groups"])
-    print(f"{len(shards)} shards, {cases} cases, {len(record['findings'])} findings (bucketed)")
+    camp = record.get("campaign") or {}
+    print(f"{len(shards)} shards, {cases} cases, {len(record['findings'])} findings (bucketed)"
+          + (f"; {camp['wall_s']:.1f}s wall, {camp['cases_per_s']:.1f} cases/s" if camp.get("wall_s") else ""))
     for note in record.get("notes", []):
         print(f"  note: {note}")
     for f in record["findings"]:
