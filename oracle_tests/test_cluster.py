@@ -277,3 +277,17 @@ def test_fuzz_and_run_take_a_scheduler_and_a_shared_db(client, redis_url, tmp_pa
     assert sum(g["cases"] for g in latest["groups"] if g["target"] == "reference") > 0
     assert latest["summary"]["campaigns"] == [{"target": "reference", "family": "vision", "seed": 0,
                                                "out_dir": latest["summary"]["run_dir"]}]
+
+
+def test_the_gpu_cluster_pins_one_gpu_per_worker_before_it_starts():
+    """The --gpus cluster, built here without GPUs: each worker process sees only its own GPU id and
+    offers GPU=1 (dask-cuda when importable, else distributed's nannies with the same environment)."""
+    distributed = _need("distributed")
+    from kernel_oracle.fuzz.cluster import start_local_cluster
+
+    with start_local_cluster(2, gpus=True, memory_limit="1GiB") as cluster, distributed.Client(cluster) as c:
+        c.wait_for_workers(2, timeout=120)
+        seen = c.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
+        resources = [w["resources"] for w in c.scheduler_info()["workers"].values()]
+    assert sorted(seen.values()) == ["0", "1"]
+    assert resources == [{"GPU": 1}, {"GPU": 1}]
