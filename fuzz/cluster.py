@@ -143,7 +143,7 @@ def start_local_cluster(n_workers: int, *, gpus: bool, memory_limit: str = "auto
         workers = {f"gpu{i}": {"cls": Nanny, "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)},
                                                          "resources": {"GPU": 1}, "memory_limit": memory_limit}}
                    for i in range(n_workers)}
-        return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})
+        return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}})
     from distributed import LocalCluster
 
     return LocalCluster(n_workers=n_workers, processes=True, threads_per_worker=1, memory_limit=memory_limit,
