@@ -120,6 +120,10 @@ def open_database(url: str, target: str, family: str):
     from hypothesis.extra.redis import RedisExampleDatabase
 
     client = redis.Redis.from_url(url)
+    try:  # a bad URL or a Redis that is down: one clear error before any work
+        client.ping()
+    except redis.RedisError as exc:
+        raise ClusterError(f"--db {url}: cannot reach Redis ({exc})") from None
     return RedisExampleDatabase(client, key_prefix=f"kernel-oracle:{target}:{family}:".encode())
 
 
@@ -248,12 +252,7 @@ def run_cluster(shards: list, *, out_dir, device: str, gpus: Optional[int] = Non
     if sum(x is not None for x in (gpus, scheduler, client)) != 1:
         raise ClusterError("pass exactly one of gpus=, scheduler=, client=")
     if db_url is not None:
-        try:  # a bad URL or a Redis that is down: one clear error before any work
-            open_database(db_url, "check", "check").redis.ping()
-        except ClusterError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - redis's ConnectionError and friends
-            raise ClusterError(f"--db {db_url}: cannot reach Redis ({exc})") from None
+        open_database(db_url, "check", "check")  # a bad URL or a Redis that is down: ClusterError now
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     distributed = _need("distributed")

@@ -291,3 +291,15 @@ def test_the_gpu_cluster_pins_one_gpu_per_worker_before_it_starts():
         resources = [w["resources"] for w in c.scheduler_info()["workers"].values()]
     assert sorted(seen.values()) == ["0", "1"]
     assert resources == [{"GPU": 1}, {"GPU": 1}]
+
+
+def test_an_unreachable_redis_is_one_line_and_exit_2(tmp_path, capsys):
+    _need("redis")
+    from kernel_oracle.cli import main as cli_main
+
+    port = _free_port()  # nothing listens there
+    rc = cli_main(["fuzz", "--target", "reference", "--op", "vision", "--budget", "1", "--device", "cpu",
+                   "--no-progress", "--db", f"redis://127.0.0.1:{port}/0", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith(f"kernel-oracle fuzz: error: --db redis://127.0.0.1:{port}/0: cannot reach Redis (")
