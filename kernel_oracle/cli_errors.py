@@ -34,5 +34,6 @@ def finite_float(text: str, what: str = "a number") -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what} but got {text!r}") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected {what} but got {text!r}: NaN and infinities are refused")
+        raise argparse.ArgumentTypeError(f"expected {what} but got {text!r}: only finite values (NaN and infinities "
+                                         "are refused)")
     return value
