@@ -23,7 +23,7 @@ import sys
 from typing import Mapping, Optional
 
 __all__ = ["configure_process", "cuda_available", "default_device", "interpreting", "needs_interpreter",
-           "triton_cache_dir", "worker_env"]
+           "triton_cache_dir", "use_triton_cache", "worker_env"]
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -102,3 +102,13 @@ def configure_process(device) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
     else:
         os.environ.pop("TRITON_INTERPRET", None)
+
+
+def use_triton_cache(path) -> str:
+    """Point this process's Triton at ``path`` (``--triton-cache DIR``) before anything compiles; its
+    workers inherit it through :func:`worker_env` (which copies this environment).  For a process whose
+    job is the command that asked (a CLI entry point), like :func:`configure_process`.  Returns the
+    absolute directory; ``ValueError`` naming the option when ``path`` cannot be one."""
+    directory = triton_cache_dir(path)
+    os.environ["TRITON_CACHE_DIR"] = directory
+    return directory

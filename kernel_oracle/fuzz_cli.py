@@ -79,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --gpus/--scheduler: K shards per target x op x dtype, seeds SEED..SEED+K-1")
     parser.add_argument("--dtypes", default=None, metavar="LIST",
                         help="with --gpus/--scheduler: one shard per dtype of LIST (default: one shard for all)")
+    parser.add_argument("--triton-cache", default=None, metavar="DIR",
+                        help="a directory for Triton's compiled kernels, kept between runs (TRITON_CACHE_DIR of this "
+                             "process and its workers): a later run loads binaries instead of compiling")
     parser.add_argument("--sglang-wheel", default=None, metavar="PATH|DIR",
                         help="for --target sglang==X.Y.Z: the release's wheel, or a directory of wheels (machines "
                              "without a package registry; default: the cache, then pip download)")
@@ -158,8 +161,13 @@ def _shared_database(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    from kernel_oracle.harness.device import configure_process, default_device
+    from kernel_oracle.harness.device import configure_process, default_device, use_triton_cache
 
+    if args.triton_cache is not None:
+        try:
+            use_triton_cache(args.triton_cache)
+        except ValueError as exc:
+            return _error(f"error: {exc}")
     if args.gpus is not None or args.scheduler is not None:
         return _cluster_main(args)
     try:

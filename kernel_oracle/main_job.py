@@ -88,6 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated op families to fuzz (default: lora,vision)")
     parser.add_argument("--no-selfcheck", action="store_true", help="skip the references' selfcheck")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--triton-cache", default=None, metavar="DIR",
+                        help="a directory for Triton's compiled kernels, kept between runs (TRITON_CACHE_DIR of this "
+                             "process and its workers): a later run loads binaries instead of compiling")
     parser.add_argument("--gpus", default=None, metavar="N|all",
                         help="run the campaigns as shards on one pinned Dask worker per GPU (fuzz.cluster)")
     parser.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
@@ -524,6 +527,10 @@ def main(args: argparse.Namespace) -> int:
 
         load_known_issues()  # a bad $KERNEL_ORACLE_KNOWN_ISSUES file: KnownIssuesError, a ValueError
         _check_out(args.out)
+        if args.triton_cache is not None:
+            from kernel_oracle.harness.device import use_triton_cache
+
+            use_triton_cache(args.triton_cache)  # before the worker starts: it inherits the cache
         cluster = None
         if args.gpus is not None or args.scheduler is not None:
             from kernel_oracle.fuzz.cluster import ClusterError, resolve_gpus  # ClusterError is a ValueError

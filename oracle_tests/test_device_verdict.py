@@ -250,3 +250,33 @@ def test_a_cpu_session_interprets_the_kernels():
     from kernel_oracle.kernels.vision import _kernel
 
     assert interpreting() and _kernel.INTERPRETING is True
+
+
+def test_triton_cache_option_reaches_the_worker(tmp_path):
+    """``kernel-oracle fuzz --triton-cache DIR``: the target, run in the isolated worker, sees
+    ``TRITON_CACHE_DIR=DIR`` (absolute, created); a file in its place is a one-line usage error."""
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "cache_probe_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    seen = tmp_path / "seen.txt"
+    (pkg / "probe.py").write_text(
+        "import os\nfrom kernel_oracle.reference.lora import step_a_q_fwd as _ref\n\n"
+        "def step_a_q_fwd(*args, **kwargs):\n"
+        f"    open({str(seen)!r}, 'w').write(os.environ.get('TRITON_CACHE_DIR', '<unset>'))\n"
+        "    return _ref(*args, **kwargs)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env.pop("TRITON_CACHE_DIR", None)
+    cmd = [sys.executable, "-m", "kernel_oracle", "fuzz", "--target", "cache_probe_pkg.probe", "--op", "step_a_q",
+           "--budget", "2", "--device", "cpu", "--no-progress", "--upstream-contracts-only"]
+    proc = subprocess.run(cmd + ["--out", str(tmp_path / "out"), "--triton-cache", "tc"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert seen.read_text() == str(tmp_path / "tc") and (tmp_path / "tc").is_dir()
+    (tmp_path / "afile").write_text("x")
+    bad = subprocess.run(cmd + ["--out", str(tmp_path / "out2"), "--triton-cache", "afile"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--triton-cache afile: is a file, not a directory" in bad.stderr

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -206,6 +207,10 @@ def test_usage_errors(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # nothing written on a usage error
     assert cli_main(["run", "--time-budget", "nan", "--out", str(tmp_path)]) == 2
     assert "positive, finite number of seconds" in capsys.readouterr().err
+    (tmp_path.parent / "a_file").write_text("x")
+    assert cli_main(["run", "--triton-cache", str(tmp_path.parent / "a_file"), "--out", str(tmp_path)]) == 2
+    assert "--triton-cache" in (err := capsys.readouterr().err) and "is a file, not a directory" in err
+    assert "TRITON_CACHE_DIR" not in os.environ or os.environ["TRITON_CACHE_DIR"] != str(tmp_path.parent / "a_file")
     (tmp_path / "file").write_text("x")
     assert cli_main(["run", "--device", "cpu", "--out", str(tmp_path / "file")]) == 2
     assert capsys.readouterr().err == (f"kernel-oracle run: --out {tmp_path / 'file'}: is a file, not a directory; "
