@@ -169,8 +169,9 @@ def _compiled(fn) -> int:
     return sum(len(v) for v in getattr(fn, "cache", {}).values())
 
 
-def specializations(n_cases: int, device="cuda") -> list[dict]:
-    """(c): compiled kernels before/after ``n_cases`` random LoRA cases, fixed sizes then random sizes."""
+def specializations(n_cases: int, device="cuda", rounds: int = 3) -> list[dict]:
+    """(c): compiled kernels before/after ``n_cases`` random LoRA cases, fixed sizes, then ``rounds``
+    rounds of random sizes (the new compilations per round show whether the variants saturate)."""
     import kernel_oracle.kernels.lora._kernels as K
     from kernel_oracle.fuzz.targets import resolve_target
     from kernel_oracle.harness.check import check_case
@@ -180,10 +181,11 @@ def specializations(n_cases: int, device="cuda") -> list[dict]:
     target = resolve_target("triton", device)
     rng = random.Random(7)
     rows = []
-    for label, sizes in (("fixed sizes, random batches", lambda: dict(H=16, qk=128, vd=128, C=512, R=64)),
-                         ("random sizes and batches", lambda: dict(
-                             H=rng.choice((1, 3, 16, 17)), qk=rng.choice((16, 47, 128)), vd=rng.choice((16, 65, 128)),
-                             C=rng.choice((64, 255, 512)), R=rng.choice((16, 32, 64, 128))))):
+    rows_spec = [("fixed sizes, random batches", lambda: dict(H=16, qk=128, vd=128, C=512, R=64))]
+    rows_spec += [(f"random sizes and batches, round {i + 1}", lambda: dict(
+        H=rng.choice((1, 3, 16, 17)), qk=rng.choice((16, 47, 128)), vd=rng.choice((16, 65, 128)),
+        C=rng.choice((64, 255, 512)), R=rng.choice((16, 32, 64, 128)))) for i in range(rounds)]
+    for label, sizes in rows_spec:
         before = sum(_compiled(f) for f in fns)
         failures = 0
         t0 = time.monotonic()
@@ -204,6 +206,7 @@ def main(argv=None) -> int:
     ap.add_argument("--draws", type=int, default=20, help="random draws per shape in part (a)")
     ap.add_argument("--cases", type=int, default=50, help="random LoRA cases per row of part (c)")
     ap.add_argument("--json", help="write the numbers to this file")
+    ap.add_argument("--parts", default="abc", help="which parts to run (default: abc)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_verdicts needs a CUDA device (it measures what the GPU does)", file=sys.stderr)
@@ -213,8 +216,8 @@ def main(argv=None) -> int:
     print("## (a) TF32: a plain tl.dot step kernel (fp32, default precision) against the rule")
     print(f"{'M x K x N':>18} | {'kernel':<40} | rule fails | RNE-only fails | "
           "mismatched (RNE-only, median) | max ratio")
-    tf32 = {}
-    for shape in TF32_SHAPES:
+    tf32, big, spec = {}, [], []
+    for shape in (TF32_SHAPES if "a" in args.parts else ()):
         res = tf32_verdicts(shape, args.draws)
         tf32["x".join(map(str, shape))] = res
         for mode, r in res.items():
@@ -223,7 +226,7 @@ def main(argv=None) -> int:
                   f"{r['rne_only_fail']:>6}/{args.draws:<7} | {med:>29} | {r['max_ratio']:.3g}")
             bad |= (r["rule_fail"] != 0) if mode == 0 else (r["rule_fail"] != args.draws)
     print("\n## (b) our LoRA kernels at R=128, kv_lora_rank=1536, H=128 (no OutOfResources, right values)")
-    big = largest_sizes()
+    big = largest_sizes() if "b" in args.parts else []
     print(f"{'op':<13} {'dtype':<9} {'path':<4} {'precision':<9} {'verdict':<16} launched (estimate's choice)")
     for r in big:
         same = "" if r["launched"] == r["estimated"] else f"  [estimate chose {r['estimated']}]"
@@ -231,7 +234,7 @@ def main(argv=None) -> int:
               f"{r['launched']}{same} {r['message']}")
         bad |= not r["ok"]
     print(f"\n## (c) compiled LoRA kernel specializations over {args.cases} random cases")
-    spec = specializations(args.cases)
+    spec = specializations(args.cases) if "c" in args.parts else []
     for r in spec:
         print(f"{r['cases']:<30} compiled {r['compiled_before']:>4} -> {r['compiled_after']:>4} "
               f"({r['new_per_case']} per case; {r['failing_cases']} failing cases; {r['seconds']} s)")

@@ -540,3 +540,75 @@ def test_tf32_precision_gives_both_baselines():
     assert len(expected_outcome(case, "cpu", precision="tf32").baseline) == 2
     assert len(expected_outcome(case, "cpu", precision="tf32-trunc").baseline) == 1
     assert len(expected_outcome(case, "cpu", precision="ieee").baseline) == 1
+
+
+# ---- specialization (Note [Specialization] in kernels.lora._kernels) ------------------------------
+
+# kernel parameters that are tensors (Triton specializes them on 16-byte alignment only)
+_POINTERS = {"seg_indptr", "weight_indices", "lora_ranks", "perm", "scalings"}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_no_runtime_int_is_specialized(op):
+    """Every integer parameter of a LoRA kernel is ``do_not_specialize`` or a constexpr: a new batch,
+    size or stride never compiles a new kernel (a compilation costs about a second on the H200)."""
+    from kernel_oracle.kernels.lora import _kernels as K
+
+    import inspect
+
+    fn = getattr(K, f"{op}_kernel")
+    # the interpreter's wrapper keeps neither params nor do_not_specialize: read the decorator's tuple
+    dns = set(getattr(fn, "do_not_specialize", None) or getattr(K, f"_DNS_{op.upper()}"))
+    params = inspect.signature(getattr(fn, "fn", fn)).parameters.values()
+    specialized = [p.name for p in params
+                   if "constexpr" not in str(p.annotation) and p.name not in dns and not p.name.endswith("_ptr")
+                   and p.name not in _POINTERS]
+    assert specialized == [], f"{op}_kernel specializes runtime ints {specialized} (add them to do_not_specialize)"
+
+
+@pytest.mark.parametrize("dims,inner,strides,align", [
+    (dict(QK=128), dict(sx_d=1), dict(sx_t=2048, sx_h=128), 8),
+    (dict(QK=127), dict(sx_d=1), dict(sx_t=2032, sx_h=127), 1),  # an odd size: generic variant
+    (dict(QK=128), dict(sx_d=2), dict(sx_t=4096, sx_h=256), 1),  # a strided view: generic variant
+    (dict(QK=128), dict(sx_d=1), dict(sx_t=2052, sx_h=128), 1),  # one unaligned stride
+    (dict(C=0), dict(sa_c=1), dict(sa_l=0), 8),  # empty sizes are aligned
+])
+def test_layout_has_two_variants(dims, inner, strides, align):
+    """``ALIGN`` is 8 or 1 and the values divide back exactly; innermost strides pass unchanged."""
+    out = launch._layout(dims, inner, **strides)
+    assert out["ALIGN"] == align
+    for k, v in {**dims, **strides}.items():
+        assert out[k] * align == v, (k, out[k], v)
+    assert all(out[k] == v for k, v in inner.items())
+
+
+def _compiled(fn) -> int:
+    caches = getattr(fn, "device_caches", None)
+    if caches is not None:
+        return sum(len(v[0]) if isinstance(v, tuple) else len(v) for v in caches.values())
+    return sum(len(v) for v in getattr(fn, "cache", {}).values())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="compiled kernels exist only on a CUDA device (the interpreter compiles none)")
+def test_new_sizes_and_batches_compile_nothing_new():
+    """After one aligned and one generic call, calls with other sizes, strides and batches of the same
+    dtypes, rank bucket and path compile no new kernel."""
+    from kernel_oracle.kernels.lora import _kernels as K
+
+    fn = K.step_a_v_kernel
+    sizes = [(16, 64, 512, 2), (4, 128, 256, 3), (8, 192, 1024, 5),  # aligned
+             (3, 65, 511, 1), (5, 33, 129, 7), (16, 255, 1023, 2)]   # generic (odd sizes)
+    for i, (H, qk, C, n) in enumerate(sizes):
+        if i in (1, 4):
+            before = _compiled(fn)
+        batch = Batch(tuple(17 * (j + 1) for j in range(n)), tuple(j % 2 for j in range(n)), (32, 20), (1.0, 0.5))
+        dims = Dims(H=H, qk=qk, vd=qk, C=C, R=32, L=2)
+        launch.FORCE_PATH = "seg"
+        try:
+            args, routed = _make_call("step_a_v", batch, dims, torch.bfloat16, torch.bfloat16, DEVICE, seed=i)
+            _check("step_a_v", args, routed, torch.bfloat16, f"sizes={(H, qk, C, n)}")
+        finally:
+            launch.FORCE_PATH = None
+        if i in (2, 5):
+            assert _compiled(fn) == before, f"sizes {sizes[i - 1:i + 1]} compiled {_compiled(fn) - before} new kernels"

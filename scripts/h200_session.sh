@@ -6,6 +6,7 @@
 #   bash scripts/h200_session.sh suite          # the whole pytest suite, timed
 #   bash scripts/h200_session.sh soak-wait      # wait for the soak campaigns, print their findings by bucket
 #   bash scripts/h200_session.sh bars           # main job 120 s, campaign cases/s, SGLang and verdict scripts
+#   bash scripts/h200_session.sh diag           # vision fp32 triage, compile counts, LoRA speed, bench cold/warm
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim.  Results go to $OUT (the device tool's folder) or ./gpu-out.
 set -uo pipefail
@@ -78,5 +79,17 @@ PY
     timeout 150 python3 -m kernel_oracle.benchmarks.gpu_verdicts --json "$OUT/gpu_verdicts.json" \
       >"$OUT/gpu_verdicts.log" 2>&1; echo "gpu_verdicts exit $?"; tail -20 "$OUT/gpu_verdicts.log"
     ;;
-  *) sed -n 2,10p "$0"; exit 2 ;;
+  diag)
+    timeout 150 python3 -m kernel_oracle.benchmarks.triage_vision_fp32 --draws "${2:-300}" >"$OUT/triage.log" 2>&1
+    echo "triage exit $?"; grep -E "failing|FAIL" "$OUT/triage.log" | head -20
+    timeout 120 python3 -m kernel_oracle.benchmarks.gpu_verdicts --parts c --cases 60 --json "$OUT/gpu_verdicts_c.json" \
+      >"$OUT/gpu_verdicts_c.log" 2>&1; echo "gpu_verdicts c exit $?"; tail -5 "$OUT/gpu_verdicts_c.log"
+    timeout 90 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 decode-bs64 \
+      >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"; tail -14 "$OUT/bench_lora.log"
+    for pass in cold warm; do
+      ko bench --device cuda --targets triton,reference --seconds 15 --main-budget 0 --out "$OUT/oracle_bench_$pass.json" \
+        >"$OUT/bench_$pass.log" 2>&1; echo "bench ($pass Triton cache) exit $?"; tail -8 "$OUT/bench_$pass.log"
+    done
+    ;;
+  *) sed -n 2,11p "$0"; exit 2 ;;
 esac

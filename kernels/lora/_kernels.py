@@ -31,17 +31,20 @@ every tile to fp32 right after its load; ``FIX_BF16`` makes the fp32 <-> bf16 co
 Note [Specialization]
 ---------------------
 Triton compiles one kernel per combination of its integer arguments' classes (1, a multiple of 16,
-other).  Counts that change with every batch (segments launched, tiles per segment, rows, search
-steps, output blocks) and sizes that only bound runtime values (``H``, ``R``, ``FULL_K``,
-``C_PER_PROG``) are therefore ``do_not_specialize``: a campaign does not compile a kernel per case.
-Row and slot strides are not specialized either, but arrive divided by ``ALIGN``, the largest power
-of two up to 16 dividing them all (a constexpr: 5 values at most), and are multiplied back here, so
-the compiler still sees the alignment it needs for wide loads (as the vision kernel does, Note
-[Alignment] there).  Innermost strides (1 for contiguous tensors: what makes loads contiguous) and
-the sizes that bound a contiguous axis in a mask (``QK``, ``C``, ``VD``: a mask's constancy decides
-the vector width) stay specialized; they change with the model, not with the batch.  Constexprs are
-bucketed: ``BLOCK_R`` is a power of two, ``SEG_TILE`` a power of two or 0, the rest are flags or
-block sizes from ``BLOCKS``.
+other) and constexprs, and a compilation costs about a second on the H200: a campaign must not
+compile per case.  So no runtime integer is specialized (``do_not_specialize``): not the counts that
+change with every batch (segments launched, tiles per segment, rows, search steps, output blocks),
+not the sizes (``H``, ``R``, ``QK``, ``C``, ``VD``, ``FULL_K``, ``C_PER_PROG``), not the strides.
+What the compiler needs for wide loads -- unit innermost strides, and sizes and row/slot strides that
+are multiples of 16 bytes (the mask of a size decides the vector width) -- arrives as ONE constexpr,
+``ALIGN`` (:data:`kernels.lora._launch.ALIGN` elements, or 1): when a call has it all, sizes and
+strides are passed divided by ``ALIGN`` and multiplied back here, and the innermost strides are the
+constant 1, so the compiler sees what it needs (as the vision kernel does, Note [Alignment] there);
+any other call runs the generic kernel.  Constexprs are bucketed: ``BLOCK_R`` a power of two,
+``SEG_TILE`` one of :data:`kernels.lora._launch.SEG_TILE_BUCKETS` or 0, the rest flags or block sizes
+from ``BLOCKS``.  What selects a compiled kernel is then the dtypes, ``BLOCK_R``, the path, ``ALIGN``,
+the permutation flag and the pointers' 16-byte alignment: a few hundred variants in all, which a
+persistent Triton cache keeps between runs (``--triton-cache``, :mod:`harness.warmup`).
 """
 
 from __future__ import annotations
@@ -125,7 +128,8 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
 # Note [Specialization]: runtime ints Triton must not specialize on (they change from batch to batch)
 _COUNTS = ("n_launch", "tiles_per_seg", "num_rows", "search_steps", "n_cblocks")
 
-_DNS_STEP_A_Q = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'so_t', 'so_h')
+_DNS_STEP_A_Q = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'so_t', 'so_h',
+                           'QK', 'sx_d', 'sb_r', 'so_r')
 
 
 @triton.jit(do_not_specialize=_DNS_STEP_A_Q)
@@ -137,13 +141,18 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
     """out[t,h,:r] = q[t,h,:QK] @ B[w, h*FULL_K : h*FULL_K+QK, :r]; grid (row tiles, H)."""
-    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
     sx_h = sx_h * ALIGN
     sb_l = sb_l * ALIGN
     sb_row = sb_row * ALIGN
     so_t = so_t * ALIGN
     so_h = so_h * ALIGN
+    QK = QK * ALIGN
+    if ALIGN > 1:  # (see Note [Specialization])
+        sx_d = 1
+        sb_r = 1
+        so_r = 1
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks
@@ -170,7 +179,8 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
                  mask=sel[:, None] & (offs_r < R)[None, :])
 
 
-_DNS_STEP_B_Q = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sy_t', 'sy_h')
+_DNS_STEP_B_Q = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sy_t', 'sy_h',
+                           'C', 'sx_r', 'sa_c', 'sy_c')
 
 
 @triton.jit(do_not_specialize=_DNS_STEP_B_Q)
@@ -184,13 +194,18 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     """base[t,h,:] += round_x(s * (x[t,h,:r] @ A[w,:r,:])); grid (row tiles, H/BH, C/BLOCK_C).
 
     A is shared by all heads, so a tile holds BT tokens x BH heads."""
-    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
     sx_h = sx_h * ALIGN
     sa_l = sa_l * ALIGN
     sa_r = sa_r * ALIGN
     sy_t = sy_t * ALIGN
     sy_h = sy_h * ALIGN
+    C = C * ALIGN
+    if ALIGN > 1:  # (see Note [Specialization])
+        sx_r = 1
+        sa_c = 1
+        sy_c = 1
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks
@@ -217,7 +232,8 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
-_DNS_STEP_A_V = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so_h')
+_DNS_STEP_A_V = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so_h',
+                           'C', 'sx_c', 'sa_c', 'so_r')
 
 
 @triton.jit(do_not_specialize=_DNS_STEP_A_V)
@@ -229,13 +245,18 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
     """out[t,h,:r] = x[t,h,:C] @ A[w,:r,:].T; grid (row tiles, H/BH); a tile is BT tokens x BH heads."""
-    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
     sx_h = sx_h * ALIGN
     sa_l = sa_l * ALIGN
     sa_r = sa_r * ALIGN
     so_t = so_t * ALIGN
     so_h = so_h * ALIGN
+    C = C * ALIGN
+    if ALIGN > 1:  # (see Note [Specialization])
+        sx_c = 1
+        sa_c = 1
+        so_r = 1
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks
@@ -263,7 +284,8 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
                  mask=sel[:, None] & (offs_r < R)[None, :])
 
 
-_DNS_STEP_B_V = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sy_t', 'sy_h')
+_DNS_STEP_B_V = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sy_t', 'sy_h',
+                           'QK', 'VD', 'sx_r', 'sb_r', 'sy_v')
 
 
 @triton.jit(do_not_specialize=_DNS_STEP_B_V)
@@ -276,13 +298,19 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
                     ALIGN: tl.constexpr):
     """base[t,h,:] += round_x(s * (x[t,h,:r] @ B[w, h*FULL_K+QK : (h+1)*FULL_K, :r].T));
     grid (row tiles, H, VD/BLOCK_V)."""
-    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
     sx_h = sx_h * ALIGN
     sb_l = sb_l * ALIGN
     sb_row = sb_row * ALIGN
     sy_t = sy_t * ALIGN
     sy_h = sy_h * ALIGN
+    QK = QK * ALIGN
+    VD = VD * ALIGN
+    if ALIGN > 1:  # (see Note [Specialization])
+        sx_r = 1
+        sb_r = 1
+        sy_v = 1
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks
@@ -312,7 +340,8 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
 # ---- fused sides ---------------------------------------------------------------------------------
 
 _DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_PER_PROG', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sa_l', 'sa_r',
-                               'sy_t', 'sy_h')
+                               'sy_t', 'sy_h',
+                               'QK', 'C', 'sx_d', 'sb_r', 'sa_c', 'sy_c')
 
 
 @triton.jit(do_not_specialize=_DNS_Q_SIDE_FUSED)
@@ -324,7 +353,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
-    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
     sx_h = sx_h * ALIGN
     sb_l = sb_l * ALIGN
@@ -333,6 +362,13 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     sa_r = sa_r * ALIGN
     sy_t = sy_t * ALIGN
     sy_h = sy_h * ALIGN
+    QK = QK * ALIGN
+    C = C * ALIGN
+    if ALIGN > 1:  # (see Note [Specialization])
+        sx_d = 1
+        sb_r = 1
+        sa_c = 1
+        sy_c = 1
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks
@@ -373,7 +409,8 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
-_DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sb_l', 'sb_row', 'sy_t', 'sy_h')
+_DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sb_l', 'sb_row', 'sy_t', 'sy_h',
+                               'QK', 'VD', 'C', 'sx_c', 'sa_c', 'sb_r', 'sy_v')
 
 
 @triton.jit(do_not_specialize=_DNS_V_SIDE_FUSED)
@@ -385,7 +422,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
-    # row and slot strides arrive divided by ALIGN (see Note [Specialization])
+    # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
     sx_h = sx_h * ALIGN
     sa_l = sa_l * ALIGN
@@ -394,6 +431,14 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     sb_row = sb_row * ALIGN
     sy_t = sy_t * ALIGN
     sy_h = sy_h * ALIGN
+    QK = QK * ALIGN
+    VD = VD * ALIGN
+    C = C * ALIGN
+    if ALIGN > 1:  # (see Note [Specialization])
+        sx_c = 1
+        sa_c = 1
+        sb_r = 1
+        sy_v = 1
     pid = tl.program_id(0)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
     w_prog = tl.program_id(2) // n_cblocks

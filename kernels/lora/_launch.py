@@ -66,10 +66,11 @@ BLOCKS = {
 # a segment-major launch is replaced by the token-major one when its tiles hold more than this many
 # times the input's rows (i.e. when more than half of the tile rows would idle)
 TOKEN_MAJOR_WASTE = 2
-# token-major launches over at most this many segments find a row's segment by one vectorized compare
-# against all segment ends (one load); more segments use a binary search (log2(n) dependent loads).
-# The compare is a (token rows x segments) tile in registers, so its size is capped too.
-SEG_TILE_MAX = 512
+# token-major launches over at most 256 segments find a row's segment by one vectorized compare against
+# all segment ends (one load); more segments use a binary search (log2(n) dependent loads).  The
+# compare's width is the smallest bucket holding every launched segment (Note [Specialization] in
+# kernels.lora._kernels), and the (token rows x segments) tile in registers is capped too.
+SEG_TILE_BUCKETS = (64, 256)
 SEG_TILE_ELEMS_MAX = 16384
 # "seg" or "tok" forces a path for every call (tests and benchmarks); None lets plan() choose
 FORCE_PATH: Optional[str] = None
@@ -102,9 +103,7 @@ def plan(op: str, batch_info, num_rows: int, max_len: int, *, force: Optional[st
     token_major = seg_rows > TOKEN_MAJOR_WASTE * num_rows if force is None else force == "tok"
     if token_major:
         bt = tok_blocks["BT"]
-        seg_tile = triton.next_power_of_2(n_launch)
-        if n_launch > SEG_TILE_MAX or bt * seg_tile > SEG_TILE_ELEMS_MAX:
-            seg_tile = 0
+        seg_tile = next((b for b in SEG_TILE_BUCKETS if n_launch <= b and bt * b <= SEG_TILE_ELEMS_MAX), 0)
         return Plan(True, n_launch, triton.cdiv(num_rows, bt), 1, max(n_launch, 1).bit_length() + 1, seg_tile,
                     tok_blocks)
     return Plan(False, n_launch, n_launch * tiles_per_seg, max(tiles_per_seg, 1), 0, 0, seg_blocks)
@@ -181,13 +180,18 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
     raise error  # type: ignore[misc]
 
 
-def _aligned(**strides: int) -> dict:
-    """Row and slot strides divided by ``ALIGN``, the largest power of two up to 16 dividing them all,
-    and ``ALIGN`` itself (Note [Specialization] in :mod:`kernels.lora._kernels`)."""
-    align = 16
-    while align > 1 and any(v % align for v in strides.values()):
-        align //= 2
-    return {**{k: v // align for k, v in strides.items()}, "ALIGN": align}
+# the alignment (in elements) that strides and sizes must share for an aligned launch: 16 bytes of fp16/bf16
+ALIGN = 8
+
+
+def _layout(dims: dict, inner: dict, **strides: int) -> dict:
+    """Sizes, row and slot strides divided by ``ALIGN``, innermost strides as they are, and ``ALIGN``
+    itself: :data:`ALIGN` when every innermost stride is 1 and every size and stride is a multiple of
+    it, else 1 (Note [Specialization] in :mod:`kernels.lora._kernels`)."""
+    align = ALIGN
+    if any(v != 1 for v in inner.values()) or any(v % ALIGN for v in (*dims.values(), *strides.values())):
+        align = 1
+    return {**{k: v // align for k, v in {**dims, **strides}.items()}, **inner, "ALIGN": align}
 
 
 def _stages(num_stages: Optional[int]) -> dict:
@@ -209,9 +213,8 @@ def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
 
     def launch(blocks, warps, stages):
         K.step_a_q_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
-            q_nope, B_buf, out, **_meta(batch_info, p, S), QK=QK, FULL_K=full_K_per_head, R=R,
-            sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), so_r=out.stride(2),
-            **_aligned(sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
+            q_nope, B_buf, out, **_meta(batch_info, p, S), FULL_K=full_K_per_head, R=R,
+            **_layout(dict(QK=QK), dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), so_r=out.stride(2)), sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
                        so_t=out.stride(0), so_h=out.stride(1)),
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf,), None), **blocks, num_warps=warps, **_stages(stages))
 
@@ -232,9 +235,9 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
         ncb = triton.cdiv(C, blocks["BLOCK_C"])
         grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], ncb))
         K.step_b_q_kernel[grid](
-            q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings, H=H, C=C,
-            R=R, sx_r=q_lora_a.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2),
-            **_aligned(sx_t=q_lora_a.stride(0), sx_h=q_lora_a.stride(1), sa_l=A_buf.stride(0),
+            q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings, H=H, R=R,
+            **_layout(dict(C=C), dict(sx_r=q_lora_a.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2)),
+                      sx_t=q_lora_a.stride(0), sx_h=q_lora_a.stride(1), sa_l=A_buf.stride(0),
                        sa_r=A_buf.stride(1), sy_t=base_output.stride(0), sy_h=base_output.stride(1)),
             BLOCK_R=_block_r(R), **_flags(q_lora_a, (A_buf,), base_output), **blocks, num_warps=warps,
             **_stages(stages))
@@ -255,9 +258,9 @@ def step_a_v_fwd(attn_output, A_buf, batch_info, *, strict=None):
 
     def launch(blocks, warps, stages):
         K.step_a_v_kernel[(p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], 1))](
-            attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, C=C, R=R,
-            sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), so_r=out.stride(2),
-            **_aligned(sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
+            attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, R=R,
+            **_layout(dict(C=C), dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), so_r=out.stride(2)),
+                      sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
                        sa_r=A_buf.stride(1), so_t=out.stride(0), so_h=out.stride(1)),
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf,), None), **blocks, num_warps=warps,
             **_stages(stages))
@@ -281,9 +284,9 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
         grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
         K.step_b_v_kernel[grid](
             attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-            QK=qk_nope_head_dim, VD=v_head_dim, FULL_K=qk_nope_head_dim + v_head_dim, R=R,
-            sx_r=attn_lora_a.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2),
-            **_aligned(sx_t=attn_lora_a.stride(0), sx_h=attn_lora_a.stride(1), sb_l=B_buf.stride(0),
+            FULL_K=qk_nope_head_dim + v_head_dim, R=R,
+            **_layout(dict(QK=qk_nope_head_dim, VD=v_head_dim),
+                      dict(sx_r=attn_lora_a.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2)), sx_t=attn_lora_a.stride(0), sx_h=attn_lora_a.stride(1), sb_l=B_buf.stride(0),
                        sb_row=B_buf.stride(1), sy_t=base_output.stride(0), sy_h=base_output.stride(1)),
             BLOCK_R=_block_r(R), **_flags(attn_lora_a, (B_buf,), base_output), **blocks, num_warps=warps,
             **_stages(stages))
@@ -308,9 +311,9 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
         ncb = triton.cdiv(C, c_per_prog)
         K.q_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
             q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-            QK=QK, FULL_K=full_K_per_head, C=C, R=R, C_PER_PROG=c_per_prog,
-            sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2),
-            **_aligned(sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
+            FULL_K=full_K_per_head, R=R, C_PER_PROG=c_per_prog,
+            **_layout(dict(QK=QK, C=C), dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), sa_c=A_buf.stride(2),
+                                             sy_c=base_output.stride(2)), sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
                        sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sy_t=base_output.stride(0),
                        sy_h=base_output.stride(1)),
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **blocks, num_warps=warps,
@@ -335,9 +338,10 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
     def launch(blocks, warps, stages):
         K.v_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
             attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
-            QK=qk_nope_head_dim, VD=v_head_dim, FULL_K=qk_nope_head_dim + v_head_dim, C=C, R=R,
-            sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2),
-            **_aligned(sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
+            FULL_K=qk_nope_head_dim + v_head_dim, R=R,
+            **_layout(dict(QK=qk_nope_head_dim, VD=v_head_dim, C=C),
+                      dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), sb_r=B_buf.stride(2),
+                           sy_v=base_output.stride(2)), sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
                        sa_r=A_buf.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
                        sy_t=base_output.stride(0), sy_h=base_output.stride(1)),
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **blocks, num_warps=warps,
