@@ -87,7 +87,8 @@ PY
     timeout 90 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 decode-bs64 \
       >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"; tail -14 "$OUT/bench_lora.log"
     for pass in cold warm; do
-      ko bench --device cuda --targets triton,reference --seconds 15 --main-budget 0 --out "$OUT/oracle_bench_$pass.json" \
+      TRITON_CACHE_DIR=/tmp/triton-bench ko bench --device cuda --targets triton,reference --seconds 12 --main-budget 0 \
+        --out "$OUT/oracle_bench_$pass.json" \
         >"$OUT/bench_$pass.log" 2>&1; echo "bench ($pass Triton cache) exit $?"; tail -8 "$OUT/bench_$pass.log"
     done
     ;;
