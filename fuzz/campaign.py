@@ -391,7 +391,7 @@ class _Search:
             before = self.state.executed
             found = self._one_run()
             self.state.elapsed_s = self.elapsed()
-            self.state.save()
+            self.state.save(force=False)
             self.finish(status="running")
             if self.state.executed == before and not found:
                 stalled += 1
@@ -408,7 +408,7 @@ class _Search:
         from kernel_oracle.harness.check import _prepared_call
 
         self.state.runs += 1
-        self.state.save()
+        self.state.save(force=False)
         run_seed = self.seed * 1_000_003 + self.state.runs
         failing: dict = {}  # the latest (= most shrunk) new failure of this run
         fault_shrinks = [0]

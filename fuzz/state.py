@@ -27,6 +27,7 @@ and a note says so).  No complete finding is ever dropped.
 from __future__ import annotations
 
 import json
+import time
 import os
 import re
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from kernel_oracle.harness.schema import FINDING_KINDS
 __all__ = ["CampaignState", "GroupCounts", "GroupKey", "MAX_EXAMPLES", "OutDirBusy", "StateError"]
 
 STATE_VERSION = 2
+# the least time between two unforced writes of state.json (CampaignState.save)
+SAVE_INTERVAL_S = 0.5
 # examples kept per finding besides its own (shrunk) one
 MAX_EXAMPLES = 3
 _ID_NUMBER = re.compile(r"^F(\d+)-")
@@ -105,6 +108,7 @@ class CampaignState:
         self.target, self.op, self.seed = target, op, seed
         self.executed = 0
         self.runs = 0
+        self._saved_at = float("-inf")
         self.elapsed_s = 0.0
         self.finding_count = 0
         self.groups: dict[GroupKey, GroupCounts] = {}
@@ -340,8 +344,14 @@ class CampaignState:
         if len(h["examples"]) < MAX_EXAMPLES:
             h["examples"].append(example)
 
-    def save(self) -> None:
-        """Rewrite ``state.json`` atomically."""
+    def save(self, *, force: bool = True) -> None:
+        """Rewrite ``state.json`` atomically; with ``force=False`` only when the last write is at least
+        :data:`SAVE_INTERVAL_S` old (the search loop's per-run saves: findings are written when found,
+        so a kill loses at most that much of the counters)."""
+        now = time.monotonic()
+        if not force and now - self._saved_at < SAVE_INTERVAL_S:
+            return
+        self._saved_at = now
         self._check_writable(allow_recovery=True)
         raw = {"version": STATE_VERSION, "target": self.target, "op": self.op, "seed": self.seed,
                "executed": self.executed, "runs": self.runs, "elapsed_s": round(self.elapsed_s, 3),

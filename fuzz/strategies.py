@@ -26,6 +26,7 @@ runs the reference on it (a result, an upstream contract error or a strict-valid
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from typing import Optional, Sequence
 
@@ -139,10 +140,27 @@ def default_limits(device, target: str = "") -> str:
     return "small" if target == "reference" else "tiny"
 
 
+# Note [Strategy objects]: a composite draws from strategies built once and kept (Hypothesis validates
+# each new strategy object on its first draw, and a fresh ``st.integers`` per draw made validation
+# and construction a third of a small GPU case's time); these caches hold every one built here.
+@functools.lru_cache(maxsize=None)
+def _ints(lo: int, hi: int) -> SearchStrategy:
+    return st.integers(lo, hi)
+
+
+@functools.lru_cache(maxsize=None)
+def _pick(values: tuple) -> SearchStrategy:
+    return st.sampled_from(values)
+
+
+_BOOLS = st.booleans()
+_TRUE_FIRST = st.booleans().map(lambda b: not b)  # shrinks to True
+
+
 @st.composite
 def _one_in(draw, common: SearchStrategy, rare: SearchStrategy, odds: int):
     """``rare`` once in ``odds`` draws, else ``common`` (shrinks towards ``common``)."""
-    return draw(rare if draw(st.integers(0, odds - 1)) == odds - 1 else common)
+    return draw(rare if draw(_ints(0, odds - 1)) == odds - 1 else common)
 
 
 def _with_realistic_share(limits, common: SearchStrategy, build) -> SearchStrategy:
@@ -193,7 +211,7 @@ def _check_range(min_name: str, lo, max_name: str, hi) -> None:
 def _as_strategy(value) -> SearchStrategy:
     if isinstance(value, SearchStrategy):
         return value
-    return st.sampled_from(value)
+    return _pick(tuple(value))
 
 
 def _named(name: str):
@@ -221,6 +239,7 @@ def tile_edges(lo: int, hi: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+@functools.lru_cache(maxsize=None)  # Note [Strategy objects]
 def edge_biased(lo: int, hi: int, *, reach: Optional[int] = None) -> SearchStrategy:
     """Integers ``lo..hi``, half of them tile edges within ``lo..reach`` (``reach`` defaults to ``hi``;
     one past ``hi`` lets a tiny preset still cross its first tile, e.g. 17 rows for 16-row tiles)."""
@@ -231,10 +250,16 @@ def edge_biased(lo: int, hi: int, *, reach: Optional[int] = None) -> SearchStrat
 
 def edge_biased_dims(dims: Sequence[int]) -> SearchStrategy:
     """One of ``dims``, or half the time a tile edge between ``min(dims)-1`` and ``max(dims)+1``."""
+    return _edge_biased_dims(tuple(dims))
+
+
+@functools.lru_cache(maxsize=None)  # Note [Strategy objects]
+def _edge_biased_dims(dims: tuple) -> SearchStrategy:
     edges = tile_edges(max(min(dims) - 1, 1), max(dims) + 1)
     return st.one_of(st.sampled_from(tuple(dims)), st.sampled_from(edges)) if edges else st.sampled_from(tuple(dims))
 
 
+@functools.lru_cache(maxsize=None)  # Note [Strategy objects]
 def stale_host_ints(n: int, longest: int) -> SearchStrategy:
     """CUDA-graph host ints ``(bs, num_segments, max_len)`` as a graph captured for another batch left
     them (SPEC.md, Routing; issue 12.3): ``bs``/``num_segments`` smaller than the ``n`` replayed
@@ -247,6 +272,27 @@ def stale_host_ints(n: int, longest: int) -> SearchStrategy:
 # ---- LoRA problems -------------------------------------------------------------------------------
 
 _SCALINGS = (1.0, 0.0, -1.0, 0.5, 2.0, -0.25, 3.5)
+_SCALING = st.one_of(st.sampled_from(_SCALINGS), st.floats(-8.0, 8.0, allow_nan=False, width=32))
+_BASE_DTYPE = st.sampled_from((None, "float32"))
+_POISON = st.sampled_from((None, "huge", "nan"))
+_SEED = st.integers(0, 2**16)
+
+
+@functools.lru_cache(maxsize=None)
+def _rank(R: int) -> SearchStrategy:
+    """A slot's rank: the buffer's R, or 0..R+3 (above R the buffer caps it)."""
+    return st.one_of(st.just(R), st.integers(0, R + 3))
+
+
+@functools.lru_cache(maxsize=None)
+def _pad(n: int) -> SearchStrategy:
+    """CUDA-graph padding of ``n`` segments: none, or n..n+3 slots."""
+    return st.one_of(st.none(), st.integers(n, n + 3))
+
+
+@functools.lru_cache(maxsize=None)
+def _stale(n: int, longest: int) -> SearchStrategy:
+    return st.one_of(st.none(), stale_host_ints(n, longest))
 
 
 @_named("lora_problems")
@@ -255,44 +301,43 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
     op = draw(_as_strategy(ops))
     dtype = draw(_as_strategy(dtypes))
     hi = max_segments if max_segments is not None else lim.max_segments
-    if big and max_segments is None and draw(st.integers(0, lim.big_odds - 1)) == lim.big_odds - 1:
+    if big and max_segments is None and draw(_ints(0, lim.big_odds - 1)) == lim.big_odds - 1:
         hi = lim.big_segments  # rarely: hundreds of segments
-    n = draw(st.integers(min_segments, max(hi, min_segments)))
+    n = draw(_ints(min_segments, max(hi, min_segments)))
     seg_max = lim.max_seg_len
     lens = []
     for _ in range(n):
-        if big and draw(st.integers(0, lim.big_odds - 1)) == lim.big_odds - 1:
+        if big and draw(_ints(0, lim.big_odds - 1)) == lim.big_odds - 1:
             lens.append(draw(edge_biased(0, lim.big_seg_len)))  # rarely: thousands of rows
         else:
             lens.append(draw(edge_biased(0, seg_max, reach=min(seg_max + 1, lim.big_seg_len))))
-    L = draw(st.integers(1, lim.max_slots))
+    L = draw(_ints(1, lim.max_slots))
     R = draw(edge_biased_dims(lim.ranks))
     # ranks 0..R, mixed, and occasionally above R (the buffer's R then caps them)
-    ranks = tuple(draw(st.one_of(st.just(R), st.integers(0, R + 3))) for _ in range(L))
-    scal = tuple(draw(st.one_of(st.sampled_from(_SCALINGS),
-                                st.floats(-8.0, 8.0, allow_nan=False, width=32))) for _ in range(L))
-    slots = tuple(draw(st.integers(0, L - 1)) for _ in range(n))
-    perm = draw(st.booleans()) if permute is None else (draw(permute) if isinstance(permute, SearchStrategy)
+    ranks = tuple(draw(_rank(R)) for _ in range(L))
+    scal = tuple(draw(_SCALING) for _ in range(L))
+    slots = tuple(draw(_ints(0, L - 1)) for _ in range(n))
+    perm = draw(_BOOLS) if permute is None else (draw(permute) if isinstance(permute, SearchStrategy)
                                                          else permute)
-    pad = draw(st.one_of(st.none(), st.integers(n, n + 3)))
+    pad = draw(_pad(n))
     # under CUDA graph, half the time the host ints are stale capture-time values
-    stale = None if pad is None else draw(st.one_of(st.none(), stale_host_ints(n, max(lens, default=0))))
-    with_max_len = draw(st.booleans().map(lambda b: not b))  # shrinks to True
-    with_seg_lens = True if not with_max_len else draw(st.booleans().map(lambda b: not b))
+    stale = None if pad is None else draw(_stale(n, max(lens, default=0)))
+    with_max_len = draw(_TRUE_FIRST)
+    with_seg_lens = True if not with_max_len else draw(_TRUE_FIRST)
     base_dtype = None
     if dtype != "float32" and op not in ("step_a_q", "step_a_v"):
-        base_dtype = draw(st.sampled_from((None, "float32")))
+        base_dtype = draw(_BASE_DTYPE)
     poison = None
     if op in ("step_b_q", "step_b_v"):
-        poison = draw(st.sampled_from((None, "huge", "nan")))
+        poison = draw(_POISON)
     return LoRAProblem(
         op=op, seg_lens=tuple(lens), weight_indices=slots, lora_ranks=ranks, scalings=scal,
-        H=draw(st.integers(1, lim.heads)), qk=draw(edge_biased_dims(lim.qk_dims)),
+        H=draw(_ints(1, lim.heads)), qk=draw(edge_biased_dims(lim.qk_dims)),
         vd=draw(edge_biased_dims(lim.v_dims)), C=draw(edge_biased_dims(lim.kv_lora_ranks)), R=R,
-        extra_rows=draw(st.integers(0, lim.max_extra_rows)), permute=perm, cuda_graph_pad_to=pad,
+        extra_rows=draw(_ints(0, lim.max_extra_rows)), permute=perm, cuda_graph_pad_to=pad,
         with_max_len=with_max_len, with_seg_lens=with_seg_lens, dtype=dtype, base_dtype=base_dtype,
-        strided=draw(st.booleans()), offset_views=draw(st.booleans()), poison_beyond_rank=poison,
-        seed=draw(st.integers(0, 2**16)), stale_host_ints=stale,
+        strided=draw(_BOOLS), offset_views=draw(_BOOLS), poison_beyond_rank=poison,
+        seed=draw(_SEED), stale_host_ints=stale,
     )
 
 
@@ -318,31 +363,34 @@ def lora_problems(*, ops: Sequence[str] | SearchStrategy = LORA_OPS,
 
 # ---- vision problems -----------------------------------------------------------------------------
 
+_SOFTMAX_SCALE = st.one_of(st.none(), st.sampled_from((0.3, 1.0, 0.05)))
+
+
 @_named("vision_problems")
 def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, big):
     lim = limits
     hi = max_sequences if max_sequences is not None else lim.max_sequences
-    n = draw(st.integers(min_sequences, max(hi, min_sequences)))
+    n = draw(_ints(min_sequences, max(hi, min_sequences)))
     lens = []
     for _ in range(n):
-        if big and draw(st.integers(0, lim.big_odds - 1)) == lim.big_odds - 1:
+        if big and draw(_ints(0, lim.big_odds - 1)) == lim.big_odds - 1:
             lens.append(draw(edge_biased(0, lim.big_seq_len)))
         else:  # tile edges up to 17 even in the tiny preset (its lengths stop at 12)
             lens.append(draw(edge_biased(0, lim.max_seq_len,
                                          reach=min(max(lim.max_seq_len + 1, 17), lim.big_seq_len))))
-    four_d = draw(st.booleans())
-    layout = draw(st.sampled_from(("contiguous", "v_strided")))
+    four_d = draw(_BOOLS)
+    layout = draw(_pick(("contiguous", "v_strided")))
     return VisionProblem(
-        lengths=tuple(lens), H=draw(st.integers(1, lim.vision_heads)), D=draw(st.sampled_from(lim.head_dims)),
+        lengths=tuple(lens), H=draw(_ints(1, lim.vision_heads)), D=draw(_pick(tuple(lim.head_dims))),
         dtype=draw(_as_strategy(dtypes)), layout=layout,
-        v_shift=draw(st.integers(0, 3)), o_shift=draw(st.integers(0, 3)), extra_tokens=draw(st.integers(0, 3)),
+        v_shift=draw(_ints(0, 3)), o_shift=draw(_ints(0, 3)), extra_tokens=draw(_ints(0, 3)),
         path=draw(_as_strategy(paths)),
-        max_seqlen_kind=draw(st.sampled_from(("int", "cpu_tensor", "device_tensor"))),
+        max_seqlen_kind=draw(_pick(("int", "cpu_tensor", "device_tensor"))),
         four_d=four_d,
-        softmax_scale=draw(st.one_of(st.none(), st.sampled_from((0.3, 1.0, 0.05)))),
-        logit_scale=draw(st.sampled_from((1.0, 8.0, 30.0))),
-        sequence_lengths_4d=draw(st.booleans()),
-        seed=draw(st.integers(0, 2**16)),
+        softmax_scale=draw(_SOFTMAX_SCALE),
+        logit_scale=draw(_pick((1.0, 8.0, 30.0))),
+        sequence_lengths_4d=draw(_BOOLS),
+        seed=draw(_SEED),
     )
 
 
@@ -374,8 +422,8 @@ def _family_of(problems: SearchStrategy, family: Optional[str]) -> str:
 @_named("mutated_cases")
 def _mutated(draw, problems, family, kind_list):
     problem = draw(problems)
-    kind = draw(st.sampled_from(kind_list))
-    m = Mutation(family, kind, draw(st.integers(0, 7)), draw(st.integers(1, 3)))
+    kind = draw(_pick(tuple(kind_list)))
+    m = Mutation(family, kind, draw(_ints(0, 7)), draw(_ints(1, 3)))
     return Case(problem, m)
 
 
