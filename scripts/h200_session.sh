@@ -7,8 +7,11 @@
 #   bash scripts/h200_session.sh soak-wait      # wait for the soak campaigns, print their findings by bucket
 #   bash scripts/h200_session.sh bars           # main job 120 s, campaign cases/s, SGLang and verdict scripts
 #   bash scripts/h200_session.sh diag           # vision fp32 triage, compile counts, LoRA speed, bench cold/warm
+#   bash scripts/h200_session.sh suite-par [S] [N] # the suite on N xdist workers, stopped after S s (durations)
+#   bash scripts/h200_session.sh profile [S]    # cProfile of an in-process triton LoRA campaign
+#   bash scripts/h200_session.sh scale [S]      # issue 15.4: fuzz cases/s with --gpus 1 then 2 (4 shards of S s)
 #
-# Carry: .whl/flashinfer and .whl/sglang-slim.  Results go to $OUT (the device tool's folder) or ./gpu-out.
+# Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -79,18 +82,36 @@ PY
     timeout 150 python3 -m kernel_oracle.benchmarks.gpu_verdicts --json "$OUT/gpu_verdicts.json" \
       >"$OUT/gpu_verdicts.log" 2>&1; echo "gpu_verdicts exit $?"; tail -20 "$OUT/gpu_verdicts.log"
     ;;
-  diag)
-    timeout 150 python3 -m kernel_oracle.benchmarks.triage_vision_fp32 --draws "${2:-300}" >"$OUT/triage.log" 2>&1
-    echo "triage exit $?"; grep -E "failing|FAIL" "$OUT/triage.log" | head -20
-    timeout 120 python3 -m kernel_oracle.benchmarks.gpu_verdicts --parts c --cases 60 --json "$OUT/gpu_verdicts_c.json" \
-      >"$OUT/gpu_verdicts_c.log" 2>&1; echo "gpu_verdicts c exit $?"; tail -5 "$OUT/gpu_verdicts_c.log"
-    timeout 90 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 decode-bs64 \
-      >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"; tail -14 "$OUT/bench_lora.log"
+  diag)  # about 250 s: the bench (cold then warm Triton cache), vision fp32 triage, compile counts, LoRA speed
     for pass in cold warm; do
-      TRITON_CACHE_DIR=/tmp/triton-bench ko bench --device cuda --targets triton,reference --seconds 12 --main-budget 0 \
-        --out "$OUT/oracle_bench_$pass.json" \
-        >"$OUT/bench_$pass.log" 2>&1; echo "bench ($pass Triton cache) exit $?"; tail -8 "$OUT/bench_$pass.log"
+      TRITON_CACHE_DIR=/tmp/triton-bench timeout 80 python3 -m kernel_oracle.cli bench --device cuda \
+        --targets triton,reference --seconds 8 --main-budget 0 --out "$OUT/oracle_bench_$pass.json" \
+        >"$OUT/bench_$pass.log" 2>&1; echo "bench ($pass Triton cache) exit $?"; tail -5 "$OUT/bench_$pass.log"
+    done
+    timeout 70 python3 -m kernel_oracle.benchmarks.triage_vision_fp32 --draws "${2:-120}" >"$OUT/triage.log" 2>&1
+    echo "triage exit $?"; grep -E "failing|FAIL" "$OUT/triage.log" | head -20
+    timeout 60 python3 -m kernel_oracle.benchmarks.gpu_verdicts --parts c --cases 40 --json "$OUT/gpu_verdicts_c.json" \
+      >"$OUT/gpu_verdicts_c.log" 2>&1; echo "gpu_verdicts c exit $?"; tail -5 "$OUT/gpu_verdicts_c.log"
+    timeout 45 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 decode-bs64 \
+      >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"; tail -14 "$OUT/bench_lora.log"
+    ;;
+  profile)
+    timeout 100 python3 -m kernel_oracle.benchmarks.profile_campaign --target triton --op lora --device cuda \
+      --seconds "${2:-15}" >"$OUT/profile_triton_lora.log" 2>&1; echo "profile exit $?"; head -1 "$OUT/profile_triton_lora.log"
+    ;;
+  suite-par)  # the suite on pytest-xdist workers (pinned one GPU each), interrupted after S s with its durations
+    start=$(date +%s)
+    timeout -s INT "${2:-300}" python3 -m pytest oracle_tests -q -p no:cacheprovider -n "${3:-12}" --durations=80 -rfEs \
+      >"$OUT/suite_par.log" 2>&1; rc=$?
+    echo "suite-par: rc=$rc in $(( $(date +%s) - start )) s"; grep -E "passed|failed|error" "$OUT/suite_par.log" | tail -3
+    grep -E "^(FAILED|ERROR)" "$OUT/suite_par.log" | head -30
+    ;;
+  scale)
+    python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed >/dev/null 2>&1 || exit 2
+    for n in 1 2; do
+      ko fuzz --target triton --op vision --device cuda --limits tiny --time "${2:-20}" --seeds 4 --gpus $n \
+        --no-progress --out /tmp/gpus$n 2>&1 | tail -2
     done
     ;;
-  *) sed -n 2,11p "$0"; exit 2 ;;
+  *) sed -n 2,12p "$0"; exit 2 ;;
 esac
