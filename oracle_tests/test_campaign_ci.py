@@ -67,7 +67,7 @@ def _reproduce(finding, target=None) -> int:
 
 
 def test_broken_kernel_gives_a_mismatch_that_reproduces(tmp_path, capsys):
-    rec = run_campaign(target="mutant:lora_scaling_missing", op="step_b_q", budget=10, seed=1, device="cpu",
+    rec = run_campaign(target="mutant:lora_scaling_missing", op="step_b_q", budget=10, seed=1, device=DEVICE,
                        out_dir=tmp_path, progress=False, shrink_allowance=30)
     kinds = {f["kind"] for f in rec["findings"]}
     assert "mismatch" in kinds, rec["findings"]
@@ -82,20 +82,20 @@ def test_broken_kernel_gives_a_mismatch_that_reproduces(tmp_path, capsys):
 
 def test_accepting_malformed_metadata_is_a_validation_gap(tmp_path):
     rec = run_campaign(target="mutant:vision_skips_strict_validation", op="vision", budget=15, seed=2,
-                       device="cpu", out_dir=tmp_path, progress=False, shrink_allowance=10)
+                       device=DEVICE, out_dir=tmp_path, progress=False, shrink_allowance=10)
     assert "validation-gap" in {f["kind"] for f in rec["findings"]}
     gap = next(f for f in rec["findings"] if f["kind"] == "validation-gap")
     assert _reproduce(gap) == 1
     # --upstream-contracts-only generates no malformed metadata: nothing to find
     rec2 = run_campaign(target="mutant:vision_skips_strict_validation", op="vision", budget=10, seed=2,
-                        device="cpu", out_dir=tmp_path / "upstream_only", progress=False,
+                        device=DEVICE, out_dir=tmp_path / "upstream_only", progress=False,
                         upstream_contracts_only=True)
     assert rec2["findings"] == []
     assert all(g["shape_class"] != "malformed" for g in rec2["groups"])
 
 
 def test_drifted_message_is_a_contract_finding_and_campaigns_resume(tmp_path):
-    kw = dict(target="mutant:lora_drifted_error_message", op="step_a_q", seed=3, device="cpu", out_dir=tmp_path,
+    kw = dict(target="mutant:lora_drifted_error_message", op="step_a_q", seed=3, device=DEVICE, out_dir=tmp_path,
               progress=False, isolate=not CPU_IN_PROCESS, shrink_allowance=10)
     first = run_campaign(budget=25, **kw)
     assert "contract" in {f["kind"] for f in first["findings"]}

@@ -376,3 +376,57 @@ def test_a_cpu_campaign_on_a_gpu_machine_interprets_in_its_worker_only(tmp_path)
                        progress=False)
     assert dict(os.environ) == before and rec["campaign"]["interpreter"] is True
     assert rec["findings"] == [], [f["message"].splitlines()[0] for f in rec["findings"]]
+
+
+# ---- a slow first call is not a hang when the worker compiles (Note [Hangs and compilation]) -------
+
+def _slow_once(root: Path, first_s: float) -> str:
+    """step_a_q sleeps ``first_s`` the first time any process calls it (a compilation), then answers
+    at once (a file marks the first call)."""
+    return _package(root, "slow_once", f"import os, time\n\ndef step_a_q_fwd({LORA_ARGS}):\n"
+                                       f"    marker = {str(root / 'compiled')!r}\n"
+                                       f"    if not os.path.exists(marker):\n"
+                                       f"        open(marker, 'w').close()\n"
+                                       f"        time.sleep({first_s})\n"
+                                       f"    raise RuntimeError('answered')\n")
+
+
+def _one_case():
+    from kernel_oracle.harness.check import Case
+    from kernel_oracle.harness.problems import LoRAProblem
+
+    return Case(LoRAProblem(op="step_a_q", seg_lens=(3,), weight_indices=(0,), lora_ranks=(4,), scalings=(1.0,),
+                            H=1, qk=16, vd=16, C=16, R=4, dtype="float32", seed=0)).to_dict()
+
+
+@pytest.mark.parametrize("confirm", [True, False])
+def test_a_slow_first_call_is_confirmed_before_it_is_a_hang(tmp_path, monkeypatch, confirm):
+    """With confirmation (a compiling worker), a case silent past its timeout is asked again on a fresh
+    worker and its answer counts; without it (the interpreter), the first silence is the hang."""
+    import kernel_oracle.fuzz.worker as W
+
+    monkeypatch.setattr(W, "HANG_CONFIRM_MIN_S", 20.0)
+    spec = _slow_once(tmp_path, first_s=30.0)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with W.Worker("cpu", case_timeout_s=1.0, confirm_hangs=confirm) as worker:
+        worker.describe(spec)
+        answer = worker.check(spec, _one_case())
+        if confirm:
+            assert not answer.ok and "answered" in answer.message, answer
+            assert worker.slow_answers == 1 and worker.restarts == 1
+        else:
+            assert answer.kind == "hang" and answer.message == "no answer within 1s; worker killed and replaced"
+            assert worker.slow_answers == 0
+
+
+def test_a_real_hang_stays_a_hang_after_confirmation(tmp_path, monkeypatch):
+    import kernel_oracle.fuzz.worker as W
+
+    monkeypatch.setattr(W, "HANG_CONFIRM_MIN_S", 2.0)
+    spec = _sleepy(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with W.Worker("cpu", case_timeout_s=0.5, confirm_hangs=True) as worker:
+        worker.describe(spec)
+        answer = worker.check(spec, _one_case())
+    assert answer.kind == "hang"
+    assert answer.message == "no answer within 0.5s, nor within 2s on a fresh worker; worker killed and replaced"

@@ -476,6 +476,27 @@ def test_launch_steps_down_when_the_device_still_runs_out(monkeypatch):
     assert len(tried) == 1, "a remembered configuration launches directly"
 
 
+def test_a_remembered_configuration_that_no_longer_fits_is_fitted_again(monkeypatch):
+    """A configuration remembered from one specialization (the generic kernel, say) that runs out on
+    another falls back to the ladder: never OutOfResources on a valid input."""
+    monkeypatch.setattr(launch, "smem_limit", lambda device: 232448)
+    monkeypatch.setattr(launch, "_FITTED", {})
+    x = torch.zeros(2, 2, 2, dtype=torch.float32)
+    p = launch.Plan(False, 1, 1, 1, 0, 0, launch.BLOCKS["step_a_v"]["seg"])
+    launch._launch("step_a_v", p, x, (x,), 128, lambda blocks, warps, stages: None, align=8)
+    ((key, first),) = launch._FITTED.items()
+    assert key[-1] == 8, "ALIGN is part of the key"
+    tried = []
+
+    def tighter(blocks, warps, stages):
+        tried.append((dict(blocks), stages))
+        if (blocks, stages) == (first[0], first[2]):
+            raise launch.OutOfResources(300_000, 232_448, "shared memory")
+
+    launch._launch("step_a_v", p, x, (x,), 128, tighter, align=8)
+    assert len(tried) >= 2 and launch._FITTED[key] != first
+
+
 # the largest shapes SPEC and SGLang allow: rank 128, kv_lora_rank 1536, 128 heads
 LARGEST_DIMS = Dims(H=128, qk=128, vd=128, C=1536, R=128, L=4)
 LARGEST_BATCH = Batch((300, 0, 129, 64), (3, 2, 0, 1), (128, 64, 5, 128), (1.0, 0.5, 2.0, 1.5), permuted=True)
@@ -493,10 +514,12 @@ def test_largest_shapes_launch_within_shared_memory(op, dtype, path, monkeypatch
     from kernel_oracle.kernels.lora._smem import fit_config, smem_limit
 
     monkeypatch.setattr(launch, "FORCE_PATH", path)
+    monkeypatch.setattr(launch, "_FITTED", {})  # what this shape needs, not what another test remembered
     seed = _seed("largest", op, dtype, path)
     args, routed = _make_call(op, LARGEST_BATCH, LARGEST_DIMS, dtype, dtype, DEVICE, seed=seed)
     _check(op, args, routed, dtype, f"op={op} largest dims dtype={dtype} path={path} seed={seed}")
-    key = next(k for k in launch._FITTED if k[0] == op and k[1] == (path == "tok") and k[2] == dtype)
+    key = next(k for k in launch._FITTED
+               if k[0] == op and k[1] == (path == "tok") and k[2] == dtype and k[4] == 128 and k[-1] == launch.ALIGN)
     cfg, _, stages = launch._FITTED[key]
     default = {k: v for k, v in launch.BLOCKS[op][path].items() if k != "num_warps"}
     expected = fit_config(op, default, block_r=128, elem_bytes=dtype.itemsize, transformed=dtype == torch.float32,

@@ -25,18 +25,21 @@ from kernel_oracle.reference._helpers import describe_layout, describe_tensor
 from kernel_oracle.reference.batch_info import make_lora_batch_info
 from kernel_oracle.reference.contracts import expected_message
 
+from oracle_tests.conftest import DEVICE
+
 TARGETS = ("reference", "triton")
 
 
-def _entry(target: str, op: str):
-    t = resolve_target(target, "cpu")
+def _entry(target: str, op: str, device: str = "cpu"):
+    t = resolve_target(target, device)
     assert t.available, t.reason
     return t.entry(op)
 
 
-def _vision_call(path: str = "kwargs"):
-    """Sequences (3, 4): q, k, v (7, 2, 16), 32 elements per token."""
-    return materialize(VisionProblem(lengths=(3, 4), seed=1, path=path), "cpu")
+def _vision_call(path: str = "kwargs", device: str = "cpu"):
+    """Sequences (3, 4): q, k, v (7, 2, 16), 32 elements per token.  Validation tests use CPU tensors
+    on every machine (nothing runs); tests that run a kernel pass the machine's DEVICE."""
+    return materialize(VisionProblem(lengths=(3, 4), seed=1, path=path), device)
 
 
 def _raises(fn, *args, **kwargs) -> BaseException:
@@ -138,9 +141,9 @@ def test_bad_softmax_scale_names_the_field(target, scale, exc_type, text):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_one_element_scale_tensor_is_a_scale(target):
-    c = _vision_call()
-    want = _entry("reference", "vision")(*c.args, **{**c.kwargs, "softmax_scale": 0.5})
-    got = _entry(target, "vision")(*c.args, **{**c.kwargs, "softmax_scale": torch.tensor([0.5])})
+    c = _vision_call(device=DEVICE)
+    want = _entry("reference", "vision", DEVICE)(*c.args, **{**c.kwargs, "softmax_scale": 0.5})
+    got = _entry(target, "vision", DEVICE)(*c.args, **{**c.kwargs, "softmax_scale": torch.tensor([0.5])})
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -181,10 +184,10 @@ def test_max_seqlen_none_stays_a_type_only_expectation():
 
 # ---- LoRA -------------------------------------------------------------------------------------------------
 
-def _lora_call(op: str = "step_b_q"):
+def _lora_call(op: str = "step_b_q", device: str = "cpu"):
     """Segments (3, 4) on slots (0, 1): S=7, H=2, C=64, R=16."""
     return materialize(LoRAProblem(op=op, seg_lens=(3, 4), weight_indices=(0, 1), lora_ranks=(16, 8),
-                                   scalings=(1.0, 0.5), seed=5), "cpu")
+                                   scalings=(1.0, 0.5), seed=5), device)
 
 
 @pytest.mark.parametrize("lens, text", [
@@ -252,10 +255,10 @@ def test_overlapping_base_output_is_rejected(target, layout):
 def test_broadcast_lora_input_is_fine(target):
     """Inputs are only read: an expanded (stride-0) activation is a valid torch idiom and gives the
     same result as its contiguous copy."""
-    c = _lora_call("step_a_v")
+    c = _lora_call("step_a_v", DEVICE)
     x = c.args[0][:1].expand_as(c.args[0])
-    got = _entry(target, "step_a_v")(x, *c.args[1:])
-    want = _entry("reference", "step_a_v")(x.contiguous(), *c.args[1:])
+    got = _entry(target, "step_a_v", DEVICE)(x, *c.args[1:])
+    want = _entry("reference", "step_a_v", DEVICE)(x.contiguous(), *c.args[1:])
     route_rows = batch_info_of(c).seg_indptr[-1].item()
     torch.testing.assert_close(got[:route_rows], want[:route_rows], rtol=1e-4, atol=1e-4)
 

@@ -291,3 +291,36 @@ def test_gpu_tf32_dot_passes_and_mutants_fail(shape):
     assert res[0]["rne_only_fail"] > 0, "tl.dot matched round-to-nearest TF32: the tensor cores no longer truncate? " \
                                         "revisit Note [TF32 rounding]"
     assert res[1]["rule_fail"] == draws and res[2]["rule_fail"] == draws, res
+
+
+# ---- the flash-attention form among the fp32 baselines (Note [Baseline orders]) -------------------
+
+@pytest.mark.parametrize("block", [32, 64, None])
+def test_flash_attention_form_is_the_same_attention(block):
+    """The FA-form baseline (base-2 logits, online softmax over key blocks, deferred division) is the
+    same mathematics: within fp32 rounding of the float64 result, and not bit-identical to the plain
+    softmax (it is a different rounding, which is why it is there)."""
+    gen = torch.Generator().manual_seed(5)
+    n, H, D = 97, 2, 80
+    q, k, v = (torch.randn(n, H, D, generator=gen) * s for s in (3.0, 3.0, 1.0))
+    exact = attention_block(q.double(), k.double(), v.double(), D ** -0.5, faithful=False, out_dtype=torch.float64)
+    plain = attention_block(q, k, v, D ** -0.5, faithful=True, out_dtype=torch.float32)
+    fa = attention_block(q, k, v, D ** -0.5, faithful=True, out_dtype=torch.float32, exp2=True, key_block=block)
+    assert (fa.double() - exact).abs().max() < 1e-5
+    assert (plain.double() - exact).abs().max() < 1e-5
+    assert not torch.equal(fa, plain)
+
+
+def test_fp32_vision_baselines_include_the_flash_attention_form(monkeypatch):
+    """Half the alternates are FA-form; switching them off changes the baselines (and nothing else)."""
+    import kernel_oracle.reference.vision as V
+
+    p = VisionProblem(lengths=(70, 33), H=1, D=64, dtype="float32", logit_scale=8.0, seed=3, path="kwargs")
+    call = materialize(p, "cpu")
+    with_fa = flashinfer_cudnn_oracle(*call.args, **call.kwargs, faithful=True)
+    monkeypatch.setattr(V, "FA_FORM_ALTERNATES", False)
+    without = flashinfer_cudnn_oracle(*call.args, **call.kwargs, faithful=True)
+    assert len(with_fa.baselines) == len(without.baselines) == FP32_BASELINE_ORDERS
+    assert torch.equal(with_fa.baselines[0], without.baselines[0])  # the natural order is the plain form
+    changed = [i for i, (a, b) in enumerate(zip(with_fa.baselines, without.baselines)) if not torch.equal(a, b)]
+    assert changed == [1, 3, 5, 7], changed

@@ -43,8 +43,8 @@ _SCORE_BLOCK_BYTES = 256 * 2**20
 
 
 def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, *, faithful: bool | str,
-                    out_dtype: torch.dtype, order: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-                    exp2: bool = False) -> torch.Tensor:
+                    out_dtype: torch.dtype, order: Optional[tuple[torch.Tensor, Optional[torch.Tensor]]] = None,
+                    exp2: bool = False, key_block: Optional[int] = None) -> torch.Tensor:
     """softmax(q k^T * scale) v for one sequence.
 
     q (n,H,D), k (n,H,D), v (n,H,Dv) -> (n,H,Dv) in float64, or ``out_dtype`` when faithful.
@@ -52,14 +52,18 @@ def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     q k^T, the softmax and the PV product taken in another order (see :func:`baseline_orders`).
     ``exp2`` (faithful only): the flash-attention form of the same softmax -- ``scale * log2(e)``
     folded into one factor, ``exp2`` of the shifted scores, the division by the row sum deferred to
-    the output (Note [Baseline orders]).
+    the output -- over keys in blocks of ``key_block`` (None: one block) with the online softmax's
+    running maximum and rescaling of the partial sums (Note [Baseline orders]).  A key permutation
+    of None keeps the keys in order.
     """
     check_faithful(faithful)
     if isinstance(faithful, str) and faithful == "tf32":
         raise ValueError("faithful='tf32' means both TF32 modes: pass 'tf32-rne' or 'tf32-trunc' to attention_block")
     if order is not None:
         dims, keys = order
-        q, k, v = q[..., dims], k[keys][..., dims], v[keys]
+        q, k = q[..., dims], k[..., dims]
+        if keys is not None:
+            k, v = k[keys], v[keys]
     compute = torch.float32 if faithful else torch.float64
     mode = tf32_mode(faithful)  # tl.dot's fp32 operands on GPUs (reference.tolerance, Note [TF32 rounding])
     mm = (lambda t: round_to_tf32(t, mode)) if mode else (lambda t: t)
@@ -72,10 +76,7 @@ def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     for s in range(0, n, block):
         qb = mm(q[s:s + block].to(compute)).transpose(0, 1)  # (H, b, D)
         if exp2 and faithful:
-            scores = torch.bmm(qb, kt) * (scale * LOG2E)  # (H, b, n), base-2 logits
-            e = torch.exp2(scores - scores.amax(dim=-1, keepdim=True))
-            inv_l = 1.0 / e.sum(dim=-1, keepdim=True)
-            ob = torch.bmm(mm(e.to(q.dtype).to(compute)), vh) * inv_l
+            ob = _online_softmax_pv(qb, kt, vh, scale * LOG2E, key_block or n, q.dtype, mm)
         else:
             scores = torch.bmm(qb, kt) * scale  # (H, b, n)
             p = torch.softmax(scores, dim=-1)
@@ -86,14 +87,36 @@ def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     return out
 
 
+def _online_softmax_pv(qb, kt, vh, scale2: float, block: int, in_dtype, mm) -> torch.Tensor:
+    """softmax(qb kt * scale) vh as a flash-attention kernel takes it, in qb's dtype: base-2 logits,
+    keys in blocks of ``block`` with a running row maximum ``m``, row sum ``l`` and output ``acc``
+    rescaled by ``exp2(m_old - m_new)`` at each block, the probabilities rounded to the input dtype
+    for the PV product, the division by ``l`` last.  qb (H,b,D), kt (H,D,n), vh (H,n,Dv) -> (H,b,Dv)."""
+    H, b, n = qb.shape[0], qb.shape[1], kt.shape[2]
+    m = torch.full((H, b, 1), float("-inf"), dtype=qb.dtype, device=qb.device)
+    l = torch.zeros((H, b, 1), dtype=qb.dtype, device=qb.device)
+    acc = torch.zeros((H, b, vh.shape[2]), dtype=qb.dtype, device=qb.device)
+    for j in range(0, n, max(block, 1)):
+        s = torch.bmm(qb, kt[:, :, j:j + block]) * scale2
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        alpha = torch.exp2(m - m_new)
+        p = torch.exp2(s - m_new)
+        l = l * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + torch.bmm(mm(p.to(in_dtype).to(qb.dtype)), vh[:, j:j + block])
+        m = m_new
+    return acc * (1.0 / l)
+
+
 # Note [Baseline orders] (reference.tolerance): fp32 baselines are taken in this many summation
 # orders and the worst counts; the alternates at even positions use the flash-attention form
-# (``attention_block(exp2=True)``).  Measured (TRITON_INTERPRET, fp32, logits x30, one head, D=16): with
+# (``attention_block(exp2=True)``) with keys in order, in blocks of FA_KEY_BLOCKS.  Measured (TRITON_INTERPRET, fp32, logits x30, one head, D=16): with
 # 1 order, torch fp32 itself in a random order failed the rule in 7/400 (4 tokens) and 22/300
 # (12+7 tokens) draws; 2 orders 4/400 and 7/300; 4 orders 1/400 and 2/300; 8 orders 0/400, 0/300.
 FP32_BASELINE_ORDERS = 8
 # the flash-attention form among the alternates (off only to measure what it changes)
 FA_FORM_ALTERNATES = True
+# key blocks of the flash-attention alternates (None: one block): what FA kernels use (ours: 32 in fp32)
+FA_KEY_BLOCKS = (32, 64, 128, None)
 LOG2E = 1.4426950408889634
 
 
@@ -131,9 +154,11 @@ def _run(plan: VisionPlan, faithful: bool | str) -> OracleResult:
                                                faithful=faithful, out_dtype=dtype)
             orders = baseline_orders(n, q.shape[2], n_orders, q.device)
             for i, (alt, order) in enumerate(zip(reordered, orders)):
-                alt[os:os + n] = attention_block(q[qs:qs + n], k[qs:qs + n], v[vs:vs + n], plan.scale,
-                                                 faithful=faithful, out_dtype=dtype, order=order,
-                                                 exp2=FA_FORM_ALTERNATES and i % 2 == 0)
+                fa = FA_FORM_ALTERNATES and i % 2 == 0
+                alt[os:os + n] = attention_block(
+                    q[qs:qs + n], k[qs:qs + n], v[vs:vs + n], plan.scale, faithful=faithful, out_dtype=dtype,
+                    order=(order[0], None) if fa else order, exp2=fa,
+                    key_block=FA_KEY_BLOCKS[(i // 2) % len(FA_KEY_BLOCKS)] if fa else None)
             defined[os:os + n] = True
         for b in skip:  # an unspecified sequence may overwrite outputs that another one defined
             n, os = int(plan.lengths[b]), int(plan.o_start[b])

@@ -146,11 +146,14 @@ def _nothing_to_do(p: Plan, num_rows: int) -> bool:
     return p.n_launch == 0 or p.row_tiles == 0 or num_rows == 0
 
 
-# (op, path, dtypes, BLOCK_R, device) -> (blocks, num_warps, num_stages) that compiled and launched
+# (op, path, dtypes, BLOCK_R, device, ALIGN) -> (blocks, num_warps, num_stages) that compiled and launched.
+# ALIGN is part of the key: an aligned launch pipelines its loads through shared memory (cp.async) where
+# the generic one cannot, so a configuration that fits the generic kernel may not fit the aligned one.
 _FITTED: dict = {}
 
 
-def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...], block_r: int, launch) -> None:
+def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...], block_r: int, launch, *,
+            align: int = 1) -> None:
     """Run ``launch(blocks, num_warps, num_stages)`` with a configuration that fits the device's shared
     memory (Note [Shared memory] in :mod:`kernels.lora._smem`): the benchmark winners when they fit,
     else the first smaller one the estimate admits; a launch that still runs out of shared memory
@@ -160,11 +163,14 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
     if limit is None:  # the interpreter: no shared memory, Triton's stage setting is ignored
         launch(blocks, warps, None)
         return
-    key = (op, p.token_major, x.dtype, tuple(w.dtype for w in weights), block_r, str(x.device))
+    key = (op, p.token_major, x.dtype, tuple(w.dtype for w in weights), block_r, str(x.device), align)
     if key in _FITTED:
         cfg, warps, stages = _FITTED[key]
-        launch(dict(cfg), warps, stages)
-        return
+        try:
+            launch(dict(cfg), warps, stages)
+            return
+        except OutOfResources:  # a specialization that needs more than the one that fitted: fit again
+            del _FITTED[key]
     transformed = x.dtype == torch.float32 or any(w.dtype != x.dtype for w in weights)
     elem = max(t.element_size() for t in (x, *weights))
     start, stages = fit_config(op, blocks, block_r=block_r, elem_bytes=elem, transformed=transformed, limit=limit)
@@ -211,14 +217,17 @@ def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
     if _nothing_to_do(p, S):
         return out
 
+    lay = _layout(dict(QK=QK), dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), so_r=out.stride(2)),
+                  sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
+                  so_t=out.stride(0), so_h=out.stride(1))
+
     def launch(blocks, warps, stages):
         K.step_a_q_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
             q_nope, B_buf, out, **_meta(batch_info, p, S), FULL_K=full_K_per_head, R=R,
-            **_layout(dict(QK=QK), dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), so_r=out.stride(2)), sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
-                       so_t=out.stride(0), so_h=out.stride(1)),
+            **lay,
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf,), None), **blocks, num_warps=warps, **_stages(stages))
 
-    _launch("step_a_q", p, q_nope, (B_buf,), _block_r(R), launch)
+    _launch("step_a_q", p, q_nope, (B_buf,), _block_r(R), launch, align=lay["ALIGN"])
     return out
 
 
@@ -231,18 +240,20 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
     if _nothing_to_do(p, S):
         return base_output
 
+    lay = _layout(dict(C=C), dict(sx_r=q_lora_a.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2)),
+                  sx_t=q_lora_a.stride(0), sx_h=q_lora_a.stride(1), sa_l=A_buf.stride(0), sa_r=A_buf.stride(1),
+                  sy_t=base_output.stride(0), sy_h=base_output.stride(1))
+
     def launch(blocks, warps, stages):
         ncb = triton.cdiv(C, blocks["BLOCK_C"])
         grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], ncb))
         K.step_b_q_kernel[grid](
             q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings, H=H, R=R,
-            **_layout(dict(C=C), dict(sx_r=q_lora_a.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2)),
-                      sx_t=q_lora_a.stride(0), sx_h=q_lora_a.stride(1), sa_l=A_buf.stride(0),
-                       sa_r=A_buf.stride(1), sy_t=base_output.stride(0), sy_h=base_output.stride(1)),
+            **lay,
             BLOCK_R=_block_r(R), **_flags(q_lora_a, (A_buf,), base_output), **blocks, num_warps=warps,
             **_stages(stages))
 
-    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch)
+    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])
     return base_output
 
 
@@ -256,16 +267,18 @@ def step_a_v_fwd(attn_output, A_buf, batch_info, *, strict=None):
     if _nothing_to_do(p, S):
         return out
 
+    lay = _layout(dict(C=C), dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), so_r=out.stride(2)),
+                  sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
+                  sa_r=A_buf.stride(1), so_t=out.stride(0), so_h=out.stride(1))
+
     def launch(blocks, warps, stages):
         K.step_a_v_kernel[(p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], 1))](
             attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, R=R,
-            **_layout(dict(C=C), dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), so_r=out.stride(2)),
-                      sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
-                       sa_r=A_buf.stride(1), so_t=out.stride(0), so_h=out.stride(1)),
+            **lay,
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf,), None), **blocks, num_warps=warps,
             **_stages(stages))
 
-    _launch("step_a_v", p, attn_output, (A_buf,), _block_r(R), launch)
+    _launch("step_a_v", p, attn_output, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])
     return out
 
 
@@ -279,19 +292,22 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
     if _nothing_to_do(p, S):
         return base_output
 
+    lay = _layout(dict(QK=qk_nope_head_dim, VD=v_head_dim),
+                  dict(sx_r=attn_lora_a.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2)),
+                  sx_t=attn_lora_a.stride(0), sx_h=attn_lora_a.stride(1), sb_l=B_buf.stride(0),
+                  sb_row=B_buf.stride(1), sy_t=base_output.stride(0), sy_h=base_output.stride(1))
+
     def launch(blocks, warps, stages):
         ncb = triton.cdiv(v_head_dim, blocks["BLOCK_V"])
         grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
         K.step_b_v_kernel[grid](
             attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
-            **_layout(dict(QK=qk_nope_head_dim, VD=v_head_dim),
-                      dict(sx_r=attn_lora_a.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2)), sx_t=attn_lora_a.stride(0), sx_h=attn_lora_a.stride(1), sb_l=B_buf.stride(0),
-                       sb_row=B_buf.stride(1), sy_t=base_output.stride(0), sy_h=base_output.stride(1)),
+            **lay,
             BLOCK_R=_block_r(R), **_flags(attn_lora_a, (B_buf,), base_output), **blocks, num_warps=warps,
             **_stages(stages))
 
-    _launch("step_b_v", p, attn_lora_a, (B_buf,), _block_r(R), launch)
+    _launch("step_b_v", p, attn_lora_a, (B_buf,), _block_r(R), launch, align=lay["ALIGN"])
     return base_output
 
 
@@ -306,20 +322,23 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
     if _nothing_to_do(p, S):
         return base_output
 
+    lay = _layout(dict(QK=QK, C=C),
+                  dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2)),
+                  sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
+                  sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sy_t=base_output.stride(0),
+                  sy_h=base_output.stride(1))
+
     def launch(blocks, warps, stages):
         c_per_prog = blocks.pop("C_SPLIT") or C
         ncb = triton.cdiv(C, c_per_prog)
         K.q_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
             q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
             FULL_K=full_K_per_head, R=R, C_PER_PROG=c_per_prog,
-            **_layout(dict(QK=QK, C=C), dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), sa_c=A_buf.stride(2),
-                                             sy_c=base_output.stride(2)), sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
-                       sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sy_t=base_output.stride(0),
-                       sy_h=base_output.stride(1)),
+            **lay,
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **blocks, num_warps=warps,
             **_stages(stages))
 
-    _launch("q_side_fused", p, q_nope, (B_buf, A_buf), _block_r(R), launch)
+    _launch("q_side_fused", p, q_nope, (B_buf, A_buf), _block_r(R), launch, align=lay["ALIGN"])
     return base_output
 
 
@@ -335,17 +354,19 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
     if _nothing_to_do(p, S):
         return base_output
 
+    lay = _layout(dict(QK=qk_nope_head_dim, VD=v_head_dim, C=C),
+                  dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2)),
+                  sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
+                  sa_r=A_buf.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sy_t=base_output.stride(0),
+                  sy_h=base_output.stride(1))
+
     def launch(blocks, warps, stages):
         K.v_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
             attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
-            **_layout(dict(QK=qk_nope_head_dim, VD=v_head_dim, C=C),
-                      dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), sb_r=B_buf.stride(2),
-                           sy_v=base_output.stride(2)), sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
-                       sa_r=A_buf.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
-                       sy_t=base_output.stride(0), sy_h=base_output.stride(1)),
+            **lay,
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **blocks, num_warps=warps,
             **_stages(stages))
 
-    _launch("v_side_fused", p, attn_output, (A_buf, B_buf), _block_r(R), launch)
+    _launch("v_side_fused", p, attn_output, (A_buf, B_buf), _block_r(R), launch, align=lay["ALIGN"])
     return base_output
