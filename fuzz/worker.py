@@ -24,11 +24,11 @@ resolved targets are kept between cases and between campaigns that share it).
   starts a fresh one.
 * **Hangs and compilation**: on a GPU the first call of a new kernel specialization compiles it,
   which takes seconds (more on a busy host): measured on the H200, a 120-second main job beside a
-  soak reported our vision kernel as hung after 4.8 s.  So a worker that compiles does not call a
-  case hung on its first timeout: it asks again on a fresh worker with time for a compilation
-  (``HANG_CONFIRM_MIN_S``, or ``HANG_CONFIRM_FACTOR`` times the case timeout); an answer then is the
-  case's verdict (counted in ``slow_answers``), a second silence is the hang.  The interpreter does
-  not compile, so a CPU worker's first timeout is the hang.
+  soak reported our vision kernel as hung after 4.8 s.  So a worker that compiles is not killed at
+  the case timeout: it gets time for a compilation (``HANG_CONFIRM_MIN_S``, or
+  ``HANG_CONFIRM_FACTOR`` times the case timeout, in all); an answer within it is the case's verdict
+  (counted in ``slow_answers``; the compiled kernel is kept), silence past it is the hang.  The
+  interpreter does not compile, so a CPU worker's case timeout is the hang.
 * The worker ignores SIGINT (a Ctrl-C reaches the whole process group: the campaign decides and ends
   its worker) and asks Linux to kill it when its parent dies (``PR_SET_PDEATHSIG``), so a ``kill -9``
   of the campaign leaves no orphan running a hung kernel.
@@ -53,11 +53,10 @@ __all__ = ["DEFAULT_CASE_TIMEOUT_S", "STARTUP_TIMEOUT_S", "Worker", "WorkerError
 DEFAULT_CASE_TIMEOUT_S = 120.0
 # seconds for a fresh worker's imports (torch, triton, the target; a CUDA context) before it is given up
 STARTUP_TIMEOUT_S = 300.0
-# Note [Hangs and compilation]: a compiling worker's hang is confirmed by a second try on a fresh
-# worker with this much time (at least HANG_CONFIRM_MIN_S, HANG_CONFIRM_FACTOR x the case timeout)
+# Note [Hangs and compilation]: a compiling worker's case is a hang only after this much time (at least
+# HANG_CONFIRM_MIN_S, HANG_CONFIRM_FACTOR x the case timeout)
 HANG_CONFIRM_MIN_S = 30.0
 HANG_CONFIRM_FACTOR = 4.0
-_NO_ANSWER = object()
 
 
 class WorkerError(RuntimeError):
@@ -121,9 +120,9 @@ class Worker:
     """A worker process for ``device``: :meth:`describe` a target, :meth:`run` a case on it.
 
     ``case_timeout_s``: seconds one case may take before it is a hang; ``startup_timeout_s``: for the
-    worker's imports (not counted against any case); ``confirm_hangs``: ask a silent case once more
-    on a fresh worker before calling it hung (default: when the device compiles kernels; Note [Hangs
-    and compilation])."""
+    worker's imports (not counted against any case); ``confirm_hangs``: give a case past its timeout
+    time for a compilation before calling it hung (default: when the device compiles kernels; Note
+    [Hangs and compilation])."""
 
     def __init__(self, device: str, *, case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
                  startup_timeout_s: float = STARTUP_TIMEOUT_S, confirm_hangs: Optional[bool] = None):
@@ -134,7 +133,7 @@ class Worker:
         self._proc: Optional[mp.process.BaseProcess] = None
         self._conn = None
         self.restarts = 0
-        self.slow_answers = 0  # cases that answered only on the second, longer try (Note [Hangs and compilation])
+        self.slow_answers = 0  # cases that answered past the case timeout (Note [Hangs and compilation])
         # a worker that compiles kernels (not the CPU interpreter) may spend seconds on a case's first call
         # (``confirm_hangs``: None = confirm exactly then)
         self.compiles = not str(device).startswith("cpu") if confirm_hangs is None else bool(confirm_hangs)
@@ -224,29 +223,18 @@ class Worker:
     def _ask(self, op: str, spec: str, case_dict: dict):
         from kernel_oracle.harness.check import Observed
 
-        answer = self._ask_once(op, spec, case_dict, self.case_timeout_s)
-        if answer is not _NO_ANSWER:
-            return answer
-        if not self.compiles:
-            return Observed("hang", message=f"no answer within {self.case_timeout_s:g}s; worker killed and replaced")
-        # Note [Hangs and compilation]: once more on a fresh worker, with time for a compilation
-        confirm_s = max(HANG_CONFIRM_MIN_S, HANG_CONFIRM_FACTOR * self.case_timeout_s)
-        answer = self._ask_once(op, spec, case_dict, confirm_s)
-        if answer is not _NO_ANSWER:
-            self.slow_answers += 1
-            return answer
-        return Observed("hang", message=f"no answer within {self.case_timeout_s:g}s, nor within {confirm_s:g}s on a "
-                                        f"fresh worker; worker killed and replaced")
-
-    def _ask_once(self, op: str, spec: str, case_dict: dict, timeout_s: float):
-        from kernel_oracle.harness.check import Observed
-
+        # Note [Hangs and compilation]: a compiling worker gets time for a compilation before a hang
+        grace_s = max(HANG_CONFIRM_MIN_S, HANG_CONFIRM_FACTOR * self.case_timeout_s) if self.compiles else 0.0
         self.start()
         try:
             self._conn.send((op, spec, self.device, case_dict))
-            if not self._conn.poll(timeout_s):
-                self.kill()
-                return _NO_ANSWER
+            if not self._conn.poll(self.case_timeout_s):
+                if not (grace_s > self.case_timeout_s and self._conn.poll(grace_s - self.case_timeout_s)):
+                    self.kill()
+                    extra = f", nor within {grace_s:g}s with time for a compilation" if grace_s else ""
+                    return Observed("hang", message=f"no answer within {self.case_timeout_s:g}s{extra}; worker "
+                                                    f"killed and replaced")
+                self.slow_answers += 1
             tag, payload = self._conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             code = self._reap()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -288,8 +290,13 @@ def test_profile_untouched_unless_asked():
 '''
 
 
-def _pytest_in(tmp_path, *args: str) -> subprocess.CompletedProcess:
+def _write_user_test(tmp_path):
     (tmp_path / "test_user.py").write_text(_USER_TEST)
+    return tmp_path
+
+
+def _pytest_in(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    _write_user_test(tmp_path)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *args],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
@@ -308,3 +315,42 @@ def test_plugin_loads_in_another_project_with_namespaced_options(tmp_path):
 def test_plugin_can_be_turned_off(tmp_path):
     proc = _pytest_in(tmp_path, "-p", "no:kernel_oracle", "--oracle-target", "reference")
     assert proc.returncode == 4 and "unrecognized arguments: --oracle-target" in proc.stderr, proc.stderr[-2000:]
+
+
+# ---- Note [Parallel on a GPU machine] --------------------------------------------------------------
+
+def test_gpu_workers_decision():
+    from kernel_oracle.pytest_plugin import gpu_workers
+
+    gpu = {"CUDA_VISIBLE_DEVICES": "0"}
+    assert gpu_workers("auto", [], gpu, cpu_count=16) == 8
+    assert gpu_workers("auto", [], gpu, cpu_count=2) == 2
+    assert gpu_workers("auto", [], gpu, cpu_count=64) == 16
+    assert gpu_workers("3", ["oracle_tests"], gpu) == 3
+    assert gpu_workers("", [], gpu) == 0  # not asked for
+    assert gpu_workers("auto", [], {"CUDA_VISIBLE_DEVICES": ""}) == 0  # no GPU visible
+    assert gpu_workers("auto", ["-n", "0"], gpu) == 0  # the command decides
+    assert gpu_workers("auto", ["-n4"], gpu) == 0
+    assert gpu_workers("auto", ["--pdb"], gpu) == 0
+    assert gpu_workers("auto", ["-p", "no:xdist"], gpu) == 0
+    assert gpu_workers("auto", [], {**gpu, "PYTEST_XDIST_WORKER": "gw1"}) == 0  # never nested
+    assert gpu_workers("auto", [], {**gpu, "KERNEL_ORACLE_GPU_WORKERS": "0"}) == 0
+    assert gpu_workers("", [], {**gpu, "KERNEL_ORACLE_GPU_WORKERS": "5"}) == 5
+    with pytest.raises(pytest.UsageError, match=r"oracle_gpu_workers='many' is not a number of workers"):
+        gpu_workers("many", [], gpu)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist is in the cluster extra")
+def test_a_project_that_asks_runs_on_xdist_workers_when_a_gpu_is_visible(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\noracle_gpu_workers = 2\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    visible = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_user.py", "-k",
+                              "profile"], cwd=_write_user_test(tmp_path), capture_output=True, text=True, timeout=300,
+                             env={**env, "CUDA_VISIBLE_DEVICES": "0", "KERNEL_ORACLE_NO_GPU_PIN": "1"})
+    assert visible.returncode == 0, visible.stdout[-3000:] + visible.stderr[-2000:]
+    assert "created: 2/2 workers" in visible.stdout, visible.stdout[-3000:]
+    assert "kernel-oracle: 2 pytest-xdist workers on this GPU machine" in visible.stdout
+    serial = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py", "-k",
+                             "profile", "-n", "0"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**env, "CUDA_VISIBLE_DEVICES": "0"})
+    assert serial.returncode == 0 and "workers" not in serial.stdout, serial.stdout[-3000:]
