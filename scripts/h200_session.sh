@@ -9,6 +9,7 @@
 #   bash scripts/h200_session.sh diag           # vision fp32 triage, compile counts, LoRA speed, bench cold/warm
 #   bash scripts/h200_session.sh suite-par [S] [N] # the suite on N xdist workers, stopped after S s (durations)
 #   bash scripts/h200_session.sh profile [S]    # cProfile of an in-process triton LoRA campaign
+#   bash scripts/h200_session.sh final [S]      # LoRA speed; the plain suite (stopped after S s) beside the triage
 #   bash scripts/h200_session.sh scale [S]      # issue 15.4: fuzz cases/s with --gpus 1 then 2 (4 shards of S s)
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -105,6 +106,19 @@ PY
       >"$OUT/suite_par.log" 2>&1; rc=$?
     echo "suite-par: rc=$rc in $(( $(date +%s) - start )) s"; grep -E "passed|failed|error" "$OUT/suite_par.log" | tail -3
     grep -E "^(FAILED|ERROR)" "$OUT/suite_par.log" | head -30
+    ;;
+  final)  # LoRA speed alone, then the plain suite (auto xdist workers) beside the vision fp32 triage
+    timeout 45 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 decode-bs64 \
+      >"$OUT/bench_lora_final.log" 2>&1; echo "bench_lora exit $?"; tail -14 "$OUT/bench_lora_final.log"
+    (CUDA_VISIBLE_DEVICES=1 timeout 120 python3 -m kernel_oracle.benchmarks.triage_vision_fp32 --draws 100 \
+      >"$OUT/triage_final.log" 2>&1; echo "triage exit $?" >>"$OUT/triage_final.log") &
+    start=$(date +%s)
+    timeout -s INT "${2:-230}" python3 -m pytest oracle_tests -p no:cacheprovider --durations=30 -rfEs \
+      >"$OUT/suite_final.log" 2>&1; rc=$?
+    echo "suite (python -m pytest oracle_tests): rc=$rc in $(( $(date +%s) - start )) s"
+    grep -E "xdist workers|created:" "$OUT/suite_final.log" | head -2
+    grep -E "passed|failed" "$OUT/suite_final.log" | tail -2; grep -E "^(FAILED|ERROR)" "$OUT/suite_final.log" | head -20
+    wait; grep -E "failing|FAIL|exit" "$OUT/triage_final.log" | head -20
     ;;
   scale)
     python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed >/dev/null 2>&1 || exit 2

@@ -34,7 +34,7 @@ Triton compiles one kernel per combination of its integer arguments' classes (1,
 other) and constexprs, and a compilation costs about a second on the H200: a campaign must not
 compile per case.  So no runtime integer is specialized (``do_not_specialize``): not the counts that
 change with every batch (segments launched, tiles per segment, rows, search steps, output blocks),
-not the sizes (``H``, ``R``, ``QK``, ``C``, ``VD``, ``FULL_K``, ``C_PER_PROG``), not the strides.
+not the sizes (``H``, ``R``, ``QK``, ``C``, ``VD``, ``FULL_K``, ``C_BLOCKS``), not the strides.
 What the compiler needs for wide loads -- unit innermost strides, and sizes and row/slot strides that
 are multiples of 16 bytes (the mask of a size decides the vector width) -- arrives as ONE constexpr,
 ``ALIGN`` (:data:`kernels.lora._launch.ALIGN` elements, or 1): when a call has it all, sizes and
@@ -339,14 +339,14 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
 
 # ---- fused sides ---------------------------------------------------------------------------------
 
-_DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_PER_PROG', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sa_l', 'sa_r',
+_DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_BLOCKS', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sa_l', 'sa_r',
                                'sy_t', 'sy_h',
                                'QK', 'C', 'sx_d', 'sb_r', 'sa_c', 'sy_c')
 
 
 @triton.jit(do_not_specialize=_DNS_Q_SIDE_FUSED)
 def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_PER_PROG,
+                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_BLOCKS,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -397,7 +397,9 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         else:
             mid = _operand(acc.to(x_ptr.dtype.element_ty), DOT_PREC)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
-        for c0 in range(cb * C_PER_PROG, tl.minimum(C, cb * C_PER_PROG + C_PER_PROG), BLOCK_C):
+        # a program's columns start at a multiple of BLOCK_C (a constexpr): the base tile's loads and stores
+        # stay 16-byte aligned (a runtime column count here cost 2x on prefill, docs/BENCHMARKS.md)
+        for c0 in range(cb * C_BLOCKS * BLOCK_C, tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C), BLOCK_C):
             cc = c0 + offs_c0
             at = _ld(wa_base + offs_r[:, None] * sa_r + cc[None, :] * sa_c,
                      (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)

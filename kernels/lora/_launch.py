@@ -329,11 +329,11 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
                   sy_h=base_output.stride(1))
 
     def launch(blocks, warps, stages):
-        c_per_prog = blocks.pop("C_SPLIT") or C
-        ncb = triton.cdiv(C, c_per_prog)
+        c_blocks = triton.cdiv(blocks.pop("C_SPLIT") or C, blocks["BLOCK_C"])  # BLOCK_C-column blocks per program
+        ncb = triton.cdiv(C, c_blocks * blocks["BLOCK_C"])
         K.q_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
             q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-            FULL_K=full_K_per_head, R=R, C_PER_PROG=c_per_prog,
+            FULL_K=full_K_per_head, R=R, C_BLOCKS=c_blocks,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **blocks, num_warps=warps,
             **_stages(stages))
