@@ -108,9 +108,11 @@ PY
     grep -E "^(FAILED|ERROR)" "$OUT/suite_par.log" | head -30
     ;;
   final)  # LoRA speed alone, then the plain suite (auto xdist workers) beside the vision fp32 triage
-    timeout 45 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 decode-bs64 \
+    timeout 40 python3 -m kernel_oracle.benchmarks.bench_lora --shapes ${SHAPES:-prefill-8x2048 decode-bs64} \
       >"$OUT/bench_lora_final.log" 2>&1; echo "bench_lora exit $?"; tail -14 "$OUT/bench_lora_final.log"
     (CUDA_VISIBLE_DEVICES=1 timeout 120 python3 -m kernel_oracle.benchmarks.triage_vision_fp32 --draws 100 \
+      docs/benchmarks/data/soak_h200_2026-11-30/triton-vision.summary.json \
+      docs/benchmarks/data/h200_2026-11-30_pm/soak/triton-vision.summary.json \
       >"$OUT/triage_final.log" 2>&1; echo "triage exit $?" >>"$OUT/triage_final.log") &
     start=$(date +%s)
     timeout -s INT "${2:-230}" python3 -m pytest oracle_tests -p no:cacheprovider --durations=30 -rfEs \
