@@ -67,8 +67,9 @@ def _reproduce(finding, target=None) -> int:
 
 
 def test_broken_kernel_gives_a_mismatch_that_reproduces(tmp_path, capsys):
+    # the tiny preset on every device: the same 10 draws find it on the CPU and on a GPU
     rec = run_campaign(target="mutant:lora_scaling_missing", op="step_b_q", budget=10, seed=1, device=DEVICE,
-                       out_dir=tmp_path, progress=False, shrink_allowance=30)
+                       out_dir=tmp_path, progress=False, shrink_allowance=30, limits="tiny")
     kinds = {f["kind"] for f in rec["findings"]}
     assert "mismatch" in kinds, rec["findings"]
     f = next(f for f in _findings(tmp_path) if f["kind"] == "mismatch")

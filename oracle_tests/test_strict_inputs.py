@@ -257,10 +257,11 @@ def test_broadcast_lora_input_is_fine(target):
     same result as its contiguous copy."""
     c = _lora_call("step_a_v", DEVICE)
     x = c.args[0][:1].expand_as(c.args[0])
+    # the same target on both (on a GPU our fp32 LoRA kernels run TF32: the reference is not the yardstick)
     got = _entry(target, "step_a_v", DEVICE)(x, *c.args[1:])
-    want = _entry("reference", "step_a_v", DEVICE)(x.contiguous(), *c.args[1:])
+    want = _entry(target, "step_a_v", DEVICE)(x.contiguous(), *c.args[1:])
     route_rows = batch_info_of(c).seg_indptr[-1].item()
-    torch.testing.assert_close(got[:route_rows], want[:route_rows], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got[:route_rows], want[:route_rows])
 
 
 @pytest.mark.parametrize("target", TARGETS)
