@@ -161,7 +161,7 @@ def largest_sizes(device="cuda") -> list[dict]:
     return rows
 
 
-def _compiled(fn) -> int:
+def compiled_kernels(fn) -> int:
     """Kernels compiled so far for a JITFunction (Triton's in-memory cache; layouts differ by version)."""
     caches = getattr(fn, "device_caches", None)
     if caches is not None:
@@ -186,7 +186,7 @@ def specializations(n_cases: int, device="cuda", rounds: int = 3) -> list[dict]:
         H=rng.choice((1, 3, 16, 17)), qk=rng.choice((16, 47, 128)), vd=rng.choice((16, 65, 128)),
         C=rng.choice((64, 255, 512)), R=rng.choice((16, 32, 64, 128)))) for i in range(rounds)]
     for label, sizes in rows_spec:
-        before = sum(_compiled(f) for f in fns)
+        before = sum(compiled_kernels(f) for f in fns)
         failures = 0
         t0 = time.monotonic()
         for i in range(n_cases):
@@ -194,7 +194,7 @@ def specializations(n_cases: int, device="cuda", rounds: int = 3) -> list[dict]:
             case = _lora_case(op, rng.choice(("bfloat16", "float16", "float32")), i, dims=sizes(), rng=rng,
                               path_rows=rng.choice(("seg", "tok")))
             failures += not check_case(target, case, device).ok
-        after = sum(_compiled(f) for f in fns)
+        after = sum(compiled_kernels(f) for f in fns)
         rows.append({"cases": label, "n": n_cases, "compiled_before": before, "compiled_after": after,
                      "new_per_case": round((after - before) / n_cases, 2), "failing_cases": failures,
                      "seconds": round(time.monotonic() - t0, 1)})

@@ -605,18 +605,12 @@ def test_layout_has_two_variants(dims, inner, strides, align):
     assert all(out[k] == v for k, v in inner.items())
 
 
-def _compiled(fn) -> int:
-    caches = getattr(fn, "device_caches", None)
-    if caches is not None:
-        return sum(len(v[0]) if isinstance(v, tuple) else len(v) for v in caches.values())
-    return sum(len(v) for v in getattr(fn, "cache", {}).values())
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="compiled kernels exist only on a CUDA device (the interpreter compiles none)")
 def test_new_sizes_and_batches_compile_nothing_new():
     """After one aligned and one generic call, calls with other sizes, strides and batches of the same
     dtypes, rank bucket and path compile no new kernel."""
+    from kernel_oracle.benchmarks.gpu_verdicts import compiled_kernels as _compiled
     from kernel_oracle.kernels.lora import _kernels as K
 
     fn = K.step_a_v_kernel
