@@ -501,7 +501,7 @@ class _Search:
             self.bar.update(1, findings=len(self.state.findings))
         if self.state.executed % 10 == 0:
             self.state.elapsed_s = self.elapsed()
-            self.state.save()
+            self.state.save(force=False)
         bucket = None if verdict.ok else verdict.bucket
         self.memo[case.to_json()] = (verdict, bucket)
         return verdict, bucket
