@@ -142,7 +142,9 @@ def default_limits(device, target: str = "") -> str:
 
 # Note [Strategy objects]: a composite draws from strategies built once and kept (Hypothesis validates
 # each new strategy object on its first draw, and a fresh ``st.integers`` per draw made validation
-# and construction a third of a small GPU case's time); these caches hold every one built here.
+# and construction a third of a small case's time).  Caches keyed by preset values are unbounded
+# (a few dozen entries); those keyed by a drawn batch (segment count x longest length) are bounded,
+# so a long campaign's memory does not grow with what it meets.
 @functools.lru_cache(maxsize=None)
 def _ints(lo: int, hi: int) -> SearchStrategy:
     return st.integers(lo, hi)
@@ -259,7 +261,7 @@ def _edge_biased_dims(dims: tuple) -> SearchStrategy:
     return st.one_of(st.sampled_from(tuple(dims)), st.sampled_from(edges)) if edges else st.sampled_from(tuple(dims))
 
 
-@functools.lru_cache(maxsize=None)  # Note [Strategy objects]
+@functools.lru_cache(maxsize=4096)  # Note [Strategy objects]; keyed by data: bounded
 def stale_host_ints(n: int, longest: int) -> SearchStrategy:
     """CUDA-graph host ints ``(bs, num_segments, max_len)`` as a graph captured for another batch left
     them (SPEC.md, Routing; issue 12.3): ``bs``/``num_segments`` smaller than the ``n`` replayed
@@ -290,7 +292,7 @@ def _pad(n: int) -> SearchStrategy:
     return st.one_of(st.none(), st.integers(n, n + 3))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=4096)  # keyed by data (segments, longest length): bounded
 def _stale(n: int, longest: int) -> SearchStrategy:
     return st.one_of(st.none(), stale_host_ints(n, longest))
 

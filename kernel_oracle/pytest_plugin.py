@@ -184,13 +184,9 @@ def gpu_workers(ini_value: str, args, environ=os.environ, cpu_count: Optional[in
         return 0
     if value == "auto":
         return max(2, min(16, (cpu_count or os.cpu_count() or 2) // 2))
-    try:
-        n = int(value)
-    except ValueError:
+    if not value.isdigit():  # "0" returned above; negative numbers and words land here
         raise pytest.UsageError(f"oracle_gpu_workers={value!r} is not a number of workers; use auto, 0 or N >= 1")
-    if n < 0:
-        raise pytest.UsageError(f"oracle_gpu_workers={value!r} is not a number of workers; use auto, 0 or N >= 1")
-    return n
+    return int(value)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -338,6 +338,8 @@ def test_gpu_workers_decision():
     assert gpu_workers("", [], {**gpu, "KERNEL_ORACLE_GPU_WORKERS": "5"}) == 5
     with pytest.raises(pytest.UsageError, match=r"oracle_gpu_workers='many' is not a number of workers"):
         gpu_workers("many", [], gpu)
+    with pytest.raises(pytest.UsageError, match=r"oracle_gpu_workers='-2' is not a number of workers"):
+        gpu_workers("-2", [], gpu)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist is in the cluster extra")
