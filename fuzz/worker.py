@@ -25,8 +25,8 @@ resolved targets are kept between cases and between campaigns that share it).
 * **Hangs and compilation**: on a GPU the first call of a new kernel specialization compiles it,
   which takes seconds (more on a busy host): measured on the H200, a 120-second main job beside a
   soak reported our vision kernel as hung after 4.8 s.  So a worker that compiles is not killed at
-  the case timeout: it gets time for a compilation (``HANG_CONFIRM_MIN_S``, or
-  ``HANG_CONFIRM_FACTOR`` times the case timeout, in all); an answer within it is the case's verdict
+  the case timeout: it gets time for a compilation (``COMPILE_GRACE_MIN_S``, or
+  ``COMPILE_GRACE_FACTOR`` times the case timeout, in all); an answer within it is the case's verdict
   (counted in ``slow_answers``; the compiled kernel is kept), silence past it is the hang.  The
   interpreter does not compile, so a CPU worker's case timeout is the hang.
 * The worker ignores SIGINT (a Ctrl-C reaches the whole process group: the campaign decides and ends
@@ -54,9 +54,9 @@ DEFAULT_CASE_TIMEOUT_S = 120.0
 # seconds for a fresh worker's imports (torch, triton, the target; a CUDA context) before it is given up
 STARTUP_TIMEOUT_S = 300.0
 # Note [Hangs and compilation]: a compiling worker's case is a hang only after this much time (at least
-# HANG_CONFIRM_MIN_S, HANG_CONFIRM_FACTOR x the case timeout)
-HANG_CONFIRM_MIN_S = 30.0
-HANG_CONFIRM_FACTOR = 4.0
+# COMPILE_GRACE_MIN_S, COMPILE_GRACE_FACTOR x the case timeout)
+COMPILE_GRACE_MIN_S = 30.0
+COMPILE_GRACE_FACTOR = 4.0
 
 
 class WorkerError(RuntimeError):
@@ -120,12 +120,12 @@ class Worker:
     """A worker process for ``device``: :meth:`describe` a target, :meth:`run` a case on it.
 
     ``case_timeout_s``: seconds one case may take before it is a hang; ``startup_timeout_s``: for the
-    worker's imports (not counted against any case); ``confirm_hangs``: give a case past its timeout
+    worker's imports (not counted against any case); ``compile_grace``: give a case past its timeout
     time for a compilation before calling it hung (default: when the device compiles kernels; Note
     [Hangs and compilation])."""
 
     def __init__(self, device: str, *, case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
-                 startup_timeout_s: float = STARTUP_TIMEOUT_S, confirm_hangs: Optional[bool] = None):
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S, compile_grace: Optional[bool] = None):
         self.device = device
         self.case_timeout_s = float(case_timeout_s)
         self.startup_timeout_s = float(startup_timeout_s)
@@ -135,8 +135,8 @@ class Worker:
         self.restarts = 0
         self.slow_answers = 0  # cases that answered past the case timeout (Note [Hangs and compilation])
         # a worker that compiles kernels (not the CPU interpreter) may spend seconds on a case's first call
-        # (``confirm_hangs``: None = confirm exactly then)
-        self.compiles = not str(device).startswith("cpu") if confirm_hangs is None else bool(confirm_hangs)
+        # (``compile_grace``: None = exactly then)
+        self.compile_grace = not str(device).startswith("cpu") if compile_grace is None else bool(compile_grace)
         self.startup_s: list[float] = []  # seconds each start took (imports), for the record
         self._ready = False
         self._launched_at = 0.0
@@ -224,7 +224,7 @@ class Worker:
         from kernel_oracle.harness.check import Observed
 
         # Note [Hangs and compilation]: a compiling worker gets time for a compilation before a hang
-        grace_s = max(HANG_CONFIRM_MIN_S, HANG_CONFIRM_FACTOR * self.case_timeout_s) if self.compiles else 0.0
+        grace_s = max(COMPILE_GRACE_MIN_S, COMPILE_GRACE_FACTOR * self.case_timeout_s) if self.compile_grace else 0.0
         self.start()
         try:
             self._conn.send((op, spec, self.device, case_dict))

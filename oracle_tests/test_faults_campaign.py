@@ -399,20 +399,20 @@ def _one_case():
                             H=1, qk=16, vd=16, C=16, R=4, dtype="float32", seed=0)).to_dict()
 
 
-@pytest.mark.parametrize("confirm", [True, False])
-def test_a_slow_first_call_is_confirmed_before_it_is_a_hang(tmp_path, monkeypatch, confirm):
-    """With confirmation (a compiling worker), a case silent past its timeout gets time for a
+@pytest.mark.parametrize("grace", [True, False])
+def test_a_slow_first_call_gets_time_to_compile_before_it_is_a_hang(tmp_path, monkeypatch, grace):
+    """With the compile grace (a compiling worker), a case silent past its timeout gets time for a
     compilation and its answer counts, on the same worker; without it (the interpreter), the first
     silence is the hang."""
     import kernel_oracle.fuzz.worker as W
 
-    monkeypatch.setattr(W, "HANG_CONFIRM_MIN_S", 20.0)
+    monkeypatch.setattr(W, "COMPILE_GRACE_MIN_S", 20.0)
     spec = _slow_once(tmp_path, first_s=3.0)
     monkeypatch.syspath_prepend(str(tmp_path))
-    with W.Worker("cpu", case_timeout_s=1.0, confirm_hangs=confirm) as worker:
+    with W.Worker("cpu", case_timeout_s=1.0, compile_grace=grace) as worker:
         worker.describe(spec)
         answer = worker.check(spec, _one_case())
-        if confirm:
+        if grace:
             assert not answer.ok and "answered" in answer.message, answer
             assert worker.slow_answers == 1 and worker.restarts == 0
         else:
@@ -420,13 +420,13 @@ def test_a_slow_first_call_is_confirmed_before_it_is_a_hang(tmp_path, monkeypatc
             assert worker.slow_answers == 0 and worker.restarts == 1
 
 
-def test_a_real_hang_stays_a_hang_after_confirmation(tmp_path, monkeypatch):
+def test_a_real_hang_stays_a_hang_after_the_grace(tmp_path, monkeypatch):
     import kernel_oracle.fuzz.worker as W
 
-    monkeypatch.setattr(W, "HANG_CONFIRM_MIN_S", 2.0)
+    monkeypatch.setattr(W, "COMPILE_GRACE_MIN_S", 2.0)
     spec = _sleepy(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    with W.Worker("cpu", case_timeout_s=0.5, confirm_hangs=True) as worker:
+    with W.Worker("cpu", case_timeout_s=0.5, compile_grace=True) as worker:
         worker.describe(spec)
         answer = worker.check(spec, _one_case())
     assert answer.kind == "hang"
