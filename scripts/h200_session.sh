@@ -11,6 +11,7 @@
 #   bash scripts/h200_session.sh profile [S]    # cProfile of an in-process triton LoRA campaign
 #   bash scripts/h200_session.sh final [S]      # LoRA speed; the plain suite (stopped after S s) beside the triage
 #   bash scripts/h200_session.sh scale [S]      # issue 15.4: fuzz cases/s with --gpus 1 then 2 (4 shards of S s)
+#   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
 set -uo pipefail
@@ -21,6 +22,17 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
 export KERNEL_ORACLE_SGLANG_WHEEL=${KERNEL_ORACLE_SGLANG_WHEEL:-$PWD/.whl/sglang-slim}
 SOAK=/tmp/soak
 ko() { python3 -m kernel_oracle.cli "$@"; }
+main_job() {  # the README's main job on the GPU, 120 s, and its fuzz cases per campaign
+  ko run --device cuda --time-budget 120 --out /tmp/main-job >"$OUT/main_job.log" 2>&1; echo "main job exit $?"
+  python3 - <<'PY'
+import json
+s = json.load(open("/tmp/main-job/latest.json"))
+camps = s.get("summary", {}).get("campaigns", [])
+print("main job fuzz cases:", sum(c.get("cases", 0) for c in camps), "campaigns:",
+      [(c.get("target"), c.get("family"), c.get("cases"), c.get("took_s"), c.get("share_s"), c.get("problem")) for c in camps])
+PY
+  tail -4 "$OUT/main_job.log"
+}
 
 case "${1:-}" in
   setup)
@@ -68,14 +80,7 @@ PY
     tail -2 $SOAK/*.log
     ;;
   bars)
-    ko run --device cuda --time-budget 120 --out /tmp/main-job >"$OUT/main_job.log" 2>&1; echo "main job exit $?"
-    python3 - <<'PY'
-import json
-s = json.load(open("/tmp/main-job/latest.json"))
-camps = s.get("summary", {}).get("campaigns", [])
-print("main job fuzz cases:", sum(c.get("cases", 0) for c in camps), "campaigns:",
-      [(c.get("target"), c.get("family"), c.get("cases"), c.get("took_s"), c.get("share_s"), c.get("problem")) for c in camps])
-PY
+    main_job
     ko bench --device cuda --targets triton,reference --seconds 15 --main-budget 0 --out "$OUT/oracle_bench.json" \
       >"$OUT/bench.log" 2>&1; echo "bench exit $?"; tail -15 "$OUT/bench.log"
     timeout 200 python3 -m kernel_oracle.benchmarks.sglang_gpu --wheels .whl/sglang-slim --json "$OUT/sglang_gpu.json" \
@@ -121,6 +126,19 @@ PY
     grep -E "xdist workers|created:" "$OUT/suite_final.log" | head -2
     grep -E "passed|failed" "$OUT/suite_final.log" | tail -2; grep -E "^(FAILED|ERROR)" "$OUT/suite_final.log" | head -20
     wait; grep -E "failing|FAIL|exit" "$OUT/triage_final.log" | head -20
+    ;;
+  probe)  # the main job alone (cold cache), vision fp32 arithmetic levels, GPU vision tests, profiles
+    main_job
+    timeout 170 python3 -m kernel_oracle.benchmarks.triage_vision_fp32 --time --draws "${2:-40}" \
+      docs/benchmarks/data/soak_h200_2026-11-30/triton-vision.summary.json \
+      docs/benchmarks/data/h200_2026-11-30_pm/soak/triton-vision.summary.json >"$OUT/triage_levels.log" 2>&1
+    echo "triage exit $?"; grep -E "^fp32|failing|raised" "$OUT/triage_levels.log" | head -20
+    timeout 100 python3 -m pytest oracle_tests/test_kernels_vision.py -q -p no:cacheprovider -x \
+      >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -2 "$OUT/vision_tests.log"
+    for t in triton reference; do
+      timeout 80 python3 -m kernel_oracle.benchmarks.profile_campaign --target $t --op lora --device cuda \
+        --seconds 12 >"$OUT/profile_${t}_lora.log" 2>&1; echo "profile $t exit $?"; head -3 "$OUT/profile_${t}_lora.log"
+    done
     ;;
   scale)
     python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed >/dev/null 2>&1 || exit 2

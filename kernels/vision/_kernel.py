@@ -53,6 +53,7 @@ rounding points of the faithful baseline ``reference.vision.flashinfer_cudnn_ora
 from __future__ import annotations
 
 import os
+import struct
 
 import torch
 import triton
@@ -150,21 +151,36 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
             D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
             DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
             BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
-            INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr):
+            INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
+            qk_scale_lo, EXACT: tl.constexpr):
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_a = _load_tile(k_base, offs_n, n, 0, stride_kt, stride_kd, DA, D, MASK_N, INTERP, TF32)
-    s = tl.dot(q_a, tl.trans(k_a), input_precision=PREC)
+    if EXACT >= 2:  # float64 logits (Note [Exact fp32])
+        s = tl.dot(q_a.to(tl.float64), tl.trans(k_a).to(tl.float64))
+    else:
+        s = tl.dot(q_a, tl.trans(k_a), input_precision=PREC)
     if DB > 0:
         k_b = _load_tile(k_base, offs_n, n, DA, stride_kt, stride_kd, DB, D, MASK_N, INTERP, TF32)
-        s = tl.dot(q_b, tl.trans(k_b), s, input_precision=PREC)
-    s = s * qk_scale
+        if EXACT >= 2:
+            s = tl.dot(q_b.to(tl.float64), tl.trans(k_b).to(tl.float64), s)
+        else:
+            s = tl.dot(q_b, tl.trans(k_b), s, input_precision=PREC)
+    if EXACT >= 1:  # the softmax in float64, the scale exact to 2**-48 (Note [Exact fp32])
+        s = s.to(tl.float64)
+        s = s * qk_scale + s * qk_scale_lo
+    else:
+        s = s * qk_scale
     if MASK_N:
         s = tl.where((offs_n < n)[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # see Note [Online softmax]
     alpha = tl.math.exp2(m_i - m_safe)
     p = tl.math.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
+    if EXACT >= 1:
+        p = p.to(tl.float32)  # the PV operand: one rounding of the exact probability, summed exactly
+        l_i = l_i * alpha + tl.sum(p.to(tl.float64), 1)
+    else:
+        l_i = l_i * alpha + tl.sum(p, 1)
     # probabilities in the input dtype for the PV product (the faithful rounding point)
     if INTERP:
         if P_ROUND == 2:
@@ -178,11 +194,27 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
     if TF32:
         p_mm = round_tf32(p_mm, False)
     v_a = _load_tile(v_base, offs_n, n, 0, stride_vt, stride_vd, DVA, DV, MASK_N, INTERP, TF32)
-    acc_a = tl.dot(p_mm, v_a, acc_a * alpha[:, None], input_precision=PREC)
+    acc_a = tl.dot(p_mm, v_a, _rescaled(acc_a, alpha, EXACT), input_precision=PREC)
     if DVB > 0:
         v_b = _load_tile(v_base, offs_n, n, DVA, stride_vt, stride_vd, DVB, DV, MASK_N, INTERP, TF32)
-        acc_b = tl.dot(p_mm, v_b, acc_b * alpha[:, None], input_precision=PREC)
+        acc_b = tl.dot(p_mm, v_b, _rescaled(acc_b, alpha, EXACT), input_precision=PREC)
     return acc_a, acc_b, m_new, l_i
+
+
+@triton.jit
+def _rescaled(acc, alpha, EXACT: tl.constexpr):
+    """``acc * alpha`` per row, with one rounding when alpha is float64 (Note [Exact fp32])."""
+    if EXACT >= 1:
+        return (acc.to(tl.float64) * alpha[:, None]).to(tl.float32)
+    return acc * alpha[:, None]
+
+
+@triton.jit
+def _normalized(acc, l_i, EXACT: tl.constexpr):
+    """``acc / l`` per row: one correctly rounded division in float64 when exact, else a reciprocal."""
+    if EXACT >= 1:
+        return (acc.to(tl.float64) / l_i[:, None]).to(tl.float32)
+    return acc * (1.0 / l_i)[:, None]
 
 
 @triton.jit
@@ -210,11 +242,12 @@ def _vision_attn_fwd(
     stride_kt, stride_kh, stride_kd,
     stride_vt, stride_vh, stride_vd,
     stride_ot, stride_oh, stride_od,
-    qk_scale,
+    qk_scale, qk_scale_lo,
     D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
     DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
     INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr, TF32: tl.constexpr,
+    EXACT: tl.constexpr,
 ):
     # token and head strides arrive divided by ALIGN (see Note [Alignment])
     stride_qt = stride_qt * ALIGN
@@ -245,8 +278,12 @@ def _vision_attn_fwd(
         q_b = _load_tile(q_base, offs_m, n, DA, stride_qt, stride_qd, DB, D, True, INTERP, TF32)
     else:
         q_b = q_a
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
+    if EXACT >= 1:
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float64)
+        l_i = tl.zeros([BLOCK_M], tl.float64)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
     acc_a = tl.zeros([BLOCK_M, DVA], tl.float32)
     if DVB > 0:
         acc_b = tl.zeros([BLOCK_M, DVB], tl.float32)
@@ -257,15 +294,18 @@ def _vision_attn_fwd(
     for start_n in range(0, n_full, BLOCK_N):
         acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
                                          stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
-                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32)
+                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32,
+                                         qk_scale_lo, EXACT)
     if n_full < n:
         acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
                                          stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
-                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32)
-    inv_l = 1.0 / l_i
-    _store_tile(o_base, offs_m, n, 0, stride_ot, stride_od, acc_a * inv_l[:, None], DVA, DV, INTERP, P_ROUND)
+                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
+                                         qk_scale_lo, EXACT)
+    _store_tile(o_base, offs_m, n, 0, stride_ot, stride_od, _normalized(acc_a, l_i, EXACT), DVA, DV, INTERP,
+                P_ROUND)
     if DVB > 0:
-        _store_tile(o_base, offs_m, n, DVA, stride_ot, stride_od, acc_b * inv_l[:, None], DVB, DV, INTERP, P_ROUND)
+        _store_tile(o_base, offs_m, n, DVA, stride_ot, stride_od, _normalized(acc_b, l_i, EXACT), DVB, DV, INTERP,
+                    P_ROUND)
 
 
 def stride_alignment(*tensors) -> int:
@@ -277,6 +317,22 @@ def stride_alignment(*tensors) -> int:
 
 
 _P_ROUND = {"float32": 0, "float16": 1, "bfloat16": 2}
+# fp32 "ieee" inputs: 0 = the fp32 flash-attention arithmetic, 1 = the softmax in float64, 2 = the
+# logits too (Note [Exact fp32]); KERNEL_ORACLE_VISION_FP32_EXACT overrides the default, for triage
+FP32_EXACT_DEFAULT = 1
+
+
+def exact_level(dtype: torch.dtype, precision: str) -> int:
+    """The EXACT constexpr of a launch: nonzero only for fp32 inputs with exact ("ieee") products."""
+    if dtype != torch.float32 or precision != "ieee":
+        return 0
+    return int(os.environ.get("KERNEL_ORACLE_VISION_FP32_EXACT", FP32_EXACT_DEFAULT))
+
+
+def _split_scale(c: float) -> tuple[float, float]:
+    """``c`` as an fp32 pair (hi, lo) with hi + lo = c to about 2**-48 (kernel float args are fp32)."""
+    hi = struct.unpack("f", struct.pack("f", c))[0]
+    return hi, struct.unpack("f", struct.pack("f", c - hi))[0]
 LOG2E = 1.4426950408889634
 
 
@@ -294,10 +350,11 @@ def launch_attention(q, k, v, out, table, num_blocks: int, scale: float, config:
         k.stride(0) // align, k.stride(1) // align, k.stride(2),
         v.stride(0) // align, v.stride(1) // align, v.stride(2),
         out.stride(0) // align, out.stride(1) // align, out.stride(2),
-        float(scale) * LOG2E,
+        *_split_scale(float(scale) * LOG2E),
         D=D, DA=DA, DB=DB, DV=DV, DVA=DVA, DVB=DVB,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, PREC=precision if q.dtype == torch.float32 else None,
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
+        EXACT=exact_level(q.dtype, precision),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
