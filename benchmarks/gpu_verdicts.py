@@ -176,8 +176,8 @@ def specializations(n_cases: int, device="cuda", rounds: int = 3) -> list[dict]:
     from kernel_oracle.fuzz.targets import resolve_target
     from kernel_oracle.harness.check import check_case
 
-    fns = [getattr(K, f"{op}_kernel") for op in ("step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused",
-                                                 "v_side_fused")]
+    fns = [f for op in ("step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused", "v_side_fused")
+           for f in (getattr(K, f"{op}_kernel"), getattr(K, f"{op}_kernel").generic)]  # both families
     target = resolve_target("triton", device)
     rng = random.Random(7)
     rows = []

@@ -605,6 +605,42 @@ def test_layout_has_two_variants(dims, inner, strides, align):
     assert all(out[k] == v for k, v in inner.items())
 
 
+def _no_alignment_specialization(fn) -> set:
+    """The parameters a kernel never specializes on 16-byte alignment (a JITFunction or the interpreter's)."""
+    names = getattr(fn, "do_not_specialize_on_alignment", None)
+    return set(names if names is not None else fn.kwargs.get("do_not_specialize_on_alignment") or ())
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_pointers_split_into_two_families(op):
+    """The aligned family specializes its data pointers (all aligned when it runs), the generic twin none,
+    and neither a metadata pointer: pointer alignment never multiplies the compiled variants."""
+    from kernel_oracle.kernels.lora import _kernels as K
+
+    import inspect
+
+    fn = getattr(K, f"{op}_kernel")
+    names = set(inspect.signature(getattr(fn, "fn", fn)).parameters)
+    data = {n for n in names if n.endswith("_ptr")}
+    metadata = names & _POINTERS
+    assert data and metadata
+    assert data | metadata <= _no_alignment_specialization(fn.generic)
+    assert metadata <= _no_alignment_specialization(fn)
+    assert not data & _no_alignment_specialization(fn)
+
+
+def test_a_misaligned_pointer_runs_the_generic_family():
+    """An aligned layout at a pointer 2 bytes off 16 is launched generic, and only then."""
+    from kernel_oracle.kernels.lora import _kernels as K
+
+    x = torch.zeros(256 + 8, dtype=torch.bfloat16)
+    dims, inner, strides = dict(QK=128), dict(sx_d=1), dict(sx_t=128)
+    lay = launch._layout(dims, inner, (x[:256],), **strides)
+    assert lay["ALIGN"] == 8 and launch._family(K.step_a_q_kernel, lay) is K.step_a_q_kernel
+    lay = launch._layout(dims, inner, (x[:256], x[1:257]), **strides)
+    assert lay["ALIGN"] == 1 and launch._family(K.step_a_q_kernel, lay) is K.step_a_q_kernel.generic
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="compiled kernels exist only on a CUDA device (the interpreter compiles none)")
 def test_new_sizes_and_batches_compile_nothing_new():
@@ -613,12 +649,14 @@ def test_new_sizes_and_batches_compile_nothing_new():
     from kernel_oracle.benchmarks.gpu_verdicts import compiled_kernels as _compiled
     from kernel_oracle.kernels.lora import _kernels as K
 
-    fn = K.step_a_v_kernel
+    def compiled():
+        return _compiled(K.step_a_v_kernel) + _compiled(K.step_a_v_kernel.generic)
+
     sizes = [(16, 64, 512, 2), (4, 128, 256, 3), (8, 192, 1024, 5),  # aligned
              (3, 65, 511, 1), (5, 33, 129, 7), (16, 255, 1023, 2)]   # generic (odd sizes)
     for i, (H, qk, C, n) in enumerate(sizes):
         if i in (1, 4):
-            before = _compiled(fn)
+            before = compiled()
         batch = Batch(tuple(17 * (j + 1) for j in range(n)), tuple(j % 2 for j in range(n)), (32, 20), (1.0, 0.5))
         dims = Dims(H=H, qk=qk, vd=qk, C=C, R=32, L=2)
         launch.FORCE_PATH = "seg"
@@ -628,4 +666,4 @@ def test_new_sizes_and_batches_compile_nothing_new():
         finally:
             launch.FORCE_PATH = None
         if i in (2, 5):
-            assert _compiled(fn) == before, f"sizes {sizes[i - 1:i + 1]} compiled {_compiled(fn) - before} new kernels"
+            assert compiled() == before, f"sizes {sizes[i - 1:i + 1]} compiled {compiled() - before} new kernels"

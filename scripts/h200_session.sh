@@ -11,6 +11,7 @@
 #   bash scripts/h200_session.sh profile [S]    # cProfile of an in-process triton LoRA campaign
 #   bash scripts/h200_session.sh final [S]      # LoRA speed; the plain suite (stopped after S s) beside the triage
 #   bash scripts/h200_session.sh scale [S]      # issue 15.4: fuzz cases/s with --gpus 1 then 2 (4 shards of S s)
+#   bash scripts/h200_session.sh verify [S]     # vision fp32 levels, an S-second soak of our kernels (detached), the suite
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -139,6 +140,30 @@ PY
       timeout 80 python3 -m kernel_oracle.benchmarks.profile_campaign --target $t --op lora --device cuda \
         --seconds 12 >"$OUT/profile_${t}_lora.log" 2>&1; echo "profile $t exit $?"; head -3 "$OUT/profile_${t}_lora.log"
     done
+    ;;
+  verify)  # vision fp32 levels first (the soak runs the best), then a soak of our kernels beside the suite
+    timeout 120 python3 -m kernel_oracle.benchmarks.triage_vision_fp32 --draws 40 \
+      docs/benchmarks/data/soak_h200_2026-11-30/triton-vision.summary.json \
+      docs/benchmarks/data/h200_2026-11-30_pm/soak/triton-vision.summary.json >"$OUT/triage_levels.log" 2>&1
+    echo "triage exit $?"; grep -E "failing|raised" "$OUT/triage_levels.log" | head -8
+    level=$(python3 - "$OUT/triage_levels.log" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+saved = {int(a): int(b) for a, b in re.findall(r"exact=(\d) (\d+)", t.split("saved problems failing:")[-1].splitlines()[0])}
+fresh = {int(a): int(b) for a, b in re.findall(r"fresh draws failing with exact=(\d): (\d+)", t)}
+ok = [lv for lv in sorted(saved) if saved[lv] == 0 and fresh.get(lv, 1) == 0]
+print(ok[0] if ok else 1)
+PY
+)
+    export KERNEL_ORACLE_VISION_FP32_EXACT=$level; echo "soak with KERNEL_ORACLE_VISION_FP32_EXACT=$level"
+    mkdir -p $SOAK; secs=${2:-600}
+    for op in lora vision; do
+      setsid nohup python3 -m kernel_oracle.cli fuzz --target triton --op $op --device cuda --time "$secs" --seed 11 \
+        --no-progress --out "$SOAK/triton-$op" >"$SOAK/triton-$op.log" 2>&1 < /dev/null &
+    done
+    env -u KERNEL_ORACLE_VISION_FP32_EXACT timeout 300 python3 -m pytest oracle_tests -p no:cacheprovider --durations=30 -rfEs \
+      >"$OUT/suite.log" 2>&1; echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1
+    grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
     ;;
   scale)
     python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed >/dev/null 2>&1 || exit 2

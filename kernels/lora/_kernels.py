@@ -43,8 +43,11 @@ constant 1, so the compiler sees what it needs (as the vision kernel does, Note 
 any other call runs the generic kernel.  Constexprs are bucketed: ``BLOCK_R`` a power of two,
 ``SEG_TILE`` one of :data:`kernels.lora._launch.SEG_TILE_BUCKETS` or 0, the rest flags or block sizes
 from ``BLOCKS``.  What selects a compiled kernel is then the dtypes, ``BLOCK_R``, the path, ``ALIGN``,
-the permutation flag and the data pointers' 16-byte alignment (the metadata pointers, read one element
-at a time, are ``do_not_specialize_on_alignment``): a few hundred variants in all, which a
+and the permutation flag.  Pointers do not multiply it: each kernel exists in two families
+(:func:`_two_families`), an aligned one launched only when ``ALIGN > 1`` and every data pointer is
+16-byte aligned, and a generic one that specializes no pointer on alignment (a misaligned view, 23% of
+the tiny preset's launches, used to double the variants); metadata pointers, read one element at a
+time, never specialize on it.  A few hundred variants in all, which a
 persistent Triton cache keeps between runs (``--triton-cache``, :mod:`harness.warmup`).
 """
 
@@ -130,12 +133,24 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
 _COUNTS = ("n_launch", "tiles_per_seg", "num_rows", "search_steps", "n_cblocks")
 # metadata pointers, read one element at a time: their 16-byte alignment (views at an offset) is of no use
 _METADATA = ("seg_indptr", "weight_indices", "lora_ranks", "scalings", "perm")
+_DATA = ("x_ptr", "a_ptr", "b_ptr", "out_ptr", "base_ptr")
+
+
+def _two_families(dns: tuple):
+    """``triton.jit`` twice (Note [Specialization]): the returned kernel is the aligned family, launched
+    only with ``ALIGN > 1`` and every data pointer 16-byte aligned (so its pointers specialize one way);
+    its ``.generic`` twin, launched with ``ALIGN == 1``, specializes no pointer on alignment at all."""
+    def deco(fn):
+        aligned = triton.jit(fn, do_not_specialize=dns, do_not_specialize_on_alignment=_METADATA)
+        aligned.generic = triton.jit(fn, do_not_specialize=dns, do_not_specialize_on_alignment=_METADATA + _DATA)
+        return aligned
+    return deco
 
 _DNS_STEP_A_Q = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'so_t', 'so_h',
                            'QK', 'sx_d', 'sb_r', 'so_r')
 
 
-@triton.jit(do_not_specialize=_DNS_STEP_A_Q, do_not_specialize_on_alignment=_METADATA)
+@_two_families(_DNS_STEP_A_Q)
 def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
                     sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, so_t, so_h, so_r,
@@ -186,7 +201,7 @@ _DNS_STEP_B_Q = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sy_t', 'sy
                            'C', 'sx_r', 'sa_c', 'sy_c')
 
 
-@triton.jit(do_not_specialize=_DNS_STEP_B_Q, do_not_specialize_on_alignment=_METADATA)
+@_two_families(_DNS_STEP_B_Q)
 def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
@@ -239,7 +254,7 @@ _DNS_STEP_A_V = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so
                            'C', 'sx_c', 'sa_c', 'so_r')
 
 
-@triton.jit(do_not_specialize=_DNS_STEP_A_V, do_not_specialize_on_alignment=_METADATA)
+@_two_families(_DNS_STEP_A_V)
 def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, so_t, so_h, so_r,
@@ -291,7 +306,7 @@ _DNS_STEP_B_V = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sy_
                            'QK', 'VD', 'sx_r', 'sb_r', 'sy_v')
 
 
-@triton.jit(do_not_specialize=_DNS_STEP_B_V, do_not_specialize_on_alignment=_METADATA)
+@_two_families(_DNS_STEP_B_V)
 def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
                     sx_t, sx_h, sx_r, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
@@ -347,7 +362,7 @@ _DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_BLOCKS', 'sx_t', 'sx_h', 'sb_l'
                                'QK', 'C', 'sx_d', 'sb_r', 'sa_c', 'sy_c')
 
 
-@triton.jit(do_not_specialize=_DNS_Q_SIDE_FUSED, do_not_specialize_on_alignment=_METADATA)
+@_two_families(_DNS_Q_SIDE_FUSED)
 def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_BLOCKS,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
@@ -418,7 +433,7 @@ _DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 's
                                'QK', 'VD', 'C', 'sx_c', 'sa_c', 'sb_r', 'sy_v')
 
 
-@triton.jit(do_not_specialize=_DNS_V_SIDE_FUSED, do_not_specialize_on_alignment=_METADATA)
+@_two_families(_DNS_V_SIDE_FUSED)
 def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
                         sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,

@@ -190,14 +190,21 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
 ALIGN = 8
 
 
-def _layout(dims: dict, inner: dict, **strides: int) -> dict:
+def _layout(dims: dict, inner: dict, tensors: tuple = (), **strides: int) -> dict:
     """Sizes, row and slot strides divided by ``ALIGN``, innermost strides as they are, and ``ALIGN``
-    itself: :data:`ALIGN` when every innermost stride is 1 and every size and stride is a multiple of
-    it, else 1 (Note [Specialization] in :mod:`kernels.lora._kernels`)."""
+    itself: :data:`ALIGN` when every innermost stride is 1, every size and stride is a multiple of it
+    and every data pointer (``tensors``) is 16-byte aligned, else 1 (Note [Specialization] in
+    :mod:`kernels.lora._kernels`)."""
     align = ALIGN
-    if any(v != 1 for v in inner.values()) or any(v % ALIGN for v in (*dims.values(), *strides.values())):
+    if any(v != 1 for v in inner.values()) or any(v % ALIGN for v in (*dims.values(), *strides.values())) \
+            or any(t.data_ptr() % 16 for t in tensors):
         align = 1
     return {**{k: v // align for k, v in {**dims, **strides}.items()}, **inner, "ALIGN": align}
+
+
+def _family(kernel, lay: dict):
+    """The compiled family of ``kernel`` for this layout: aligned, or its generic twin."""
+    return kernel if lay["ALIGN"] > 1 else kernel.generic
 
 
 def _stages(num_stages: Optional[int]) -> dict:
@@ -218,11 +225,12 @@ def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
         return out
 
     lay = _layout(dict(QK=QK), dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), so_r=out.stride(2)),
+                  (q_nope, B_buf, out),
                   sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
                   so_t=out.stride(0), so_h=out.stride(1))
 
     def launch(blocks, warps, stages):
-        K.step_a_q_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
+        _family(K.step_a_q_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
             q_nope, B_buf, out, **_meta(batch_info, p, S), FULL_K=full_K_per_head, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf,), None), **blocks, num_warps=warps, **_stages(stages))
@@ -241,13 +249,14 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
         return base_output
 
     lay = _layout(dict(C=C), dict(sx_r=q_lora_a.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2)),
+                  (q_lora_a, A_buf, base_output),
                   sx_t=q_lora_a.stride(0), sx_h=q_lora_a.stride(1), sa_l=A_buf.stride(0), sa_r=A_buf.stride(1),
                   sy_t=base_output.stride(0), sy_h=base_output.stride(1))
 
     def launch(blocks, warps, stages):
         ncb = triton.cdiv(C, blocks["BLOCK_C"])
         grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], ncb))
-        K.step_b_q_kernel[grid](
+        _family(K.step_b_q_kernel, lay)[grid](
             q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings, H=H, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_lora_a, (A_buf,), base_output), **blocks, num_warps=warps,
@@ -268,11 +277,12 @@ def step_a_v_fwd(attn_output, A_buf, batch_info, *, strict=None):
         return out
 
     lay = _layout(dict(C=C), dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), so_r=out.stride(2)),
+                  (attn_output, A_buf, out),
                   sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
                   sa_r=A_buf.stride(1), so_t=out.stride(0), so_h=out.stride(1))
 
     def launch(blocks, warps, stages):
-        K.step_a_v_kernel[(p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], 1))](
+        _family(K.step_a_v_kernel, lay)[(p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], 1))](
             attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf,), None), **blocks, num_warps=warps,
@@ -294,13 +304,14 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
 
     lay = _layout(dict(QK=qk_nope_head_dim, VD=v_head_dim),
                   dict(sx_r=attn_lora_a.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2)),
+                  (attn_lora_a, B_buf, base_output),
                   sx_t=attn_lora_a.stride(0), sx_h=attn_lora_a.stride(1), sb_l=B_buf.stride(0),
                   sb_row=B_buf.stride(1), sy_t=base_output.stride(0), sy_h=base_output.stride(1))
 
     def launch(blocks, warps, stages):
         ncb = triton.cdiv(v_head_dim, blocks["BLOCK_V"])
         grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
-        K.step_b_v_kernel[grid](
+        _family(K.step_b_v_kernel, lay)[grid](
             attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
@@ -324,6 +335,7 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
 
     lay = _layout(dict(QK=QK, C=C),
                   dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2)),
+                  (q_nope, B_buf, A_buf, base_output),
                   sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
                   sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sy_t=base_output.stride(0),
                   sy_h=base_output.stride(1))
@@ -331,7 +343,7 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
     def launch(blocks, warps, stages):
         c_blocks = triton.cdiv(blocks.pop("C_SPLIT") or C, blocks["BLOCK_C"])  # BLOCK_C-column blocks per program
         ncb = triton.cdiv(C, c_blocks * blocks["BLOCK_C"])
-        K.q_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
+        _family(K.q_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
             q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
             FULL_K=full_K_per_head, R=R, C_BLOCKS=c_blocks,
             **lay,
@@ -356,12 +368,13 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
 
     lay = _layout(dict(QK=qk_nope_head_dim, VD=v_head_dim, C=C),
                   dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2)),
+                  (attn_output, A_buf, B_buf, base_output),
                   sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
                   sa_r=A_buf.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sy_t=base_output.stride(0),
                   sy_h=base_output.stride(1))
 
     def launch(blocks, warps, stages):
-        K.v_side_fused_kernel[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
+        _family(K.v_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
             attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,

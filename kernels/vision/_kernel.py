@@ -205,16 +205,20 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
 def _rescaled(acc, alpha, EXACT: tl.constexpr):
     """``acc * alpha`` per row, with one rounding when alpha is float64 (Note [Exact fp32])."""
     if EXACT >= 1:
-        return (acc.to(tl.float64) * alpha[:, None]).to(tl.float32)
-    return acc * alpha[:, None]
+        out = (acc.to(tl.float64) * alpha[:, None]).to(tl.float32)
+    else:
+        out = acc * alpha[:, None]
+    return out
 
 
 @triton.jit
 def _normalized(acc, l_i, EXACT: tl.constexpr):
     """``acc / l`` per row: one correctly rounded division in float64 when exact, else a reciprocal."""
     if EXACT >= 1:
-        return (acc.to(tl.float64) / l_i[:, None]).to(tl.float32)
-    return acc * (1.0 / l_i)[:, None]
+        out = (acc.to(tl.float64) / l_i[:, None]).to(tl.float32)
+    else:
+        out = acc * (1.0 / l_i)[:, None]
+    return out
 
 
 @triton.jit
