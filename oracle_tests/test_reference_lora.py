@@ -227,3 +227,23 @@ def test_step_float64_inputs(op, device):
     out = reference_entry(OP_DB[op])(*call.args)
     assert out.dtype == torch.float64
     assert_defined_close(out, defined.to(out.device), value, defined, what=f"{op} float64 step")
+
+
+@pytest.mark.parametrize("op", ["step_b_v", "step_b_q", "v_side_fused"])
+def test_float64_oracle_overflows_where_a_rounding_point_does(op, device):
+    """Note [Range at rounding points]: an fp16 delta beyond 65504 is inf in the float64 oracle too (slot
+    0, scaling 1e12), finite values stay exact (slot 1), and our kernel, which rounds there, passes."""
+    from kernel_oracle.fuzz.targets import resolve_target
+    from kernel_oracle.harness.check import Case, check_case
+
+    p = LoRAProblem(op=op, seg_lens=(3, 2), weight_indices=(0, 1), lora_ranks=(4, 4), scalings=(1e12, 0.5),
+                    H=2, qk=16, vd=16, C=32, R=4, dtype="float16",
+                    base_dtype="float32" if op != "v_side_fused" else "float16", seed=3)
+    call = materialize_lora(p, device)
+    result = OP_DB[op].oracle(*call.args)
+    assert torch.isinf(result.value[:3]).all() and torch.isfinite(result.value[3:5]).all()
+    exact = dataclasses.replace(p, scalings=(1.0, 0.5))
+    small = OP_DB[op].oracle(*materialize_lora(exact, device).args)
+    assert torch.equal(small.value[3:5], result.value[3:5])  # the other slot is untouched by the overflow
+    verdict = check_case(resolve_target("triton", device), Case(p), device)
+    assert verdict.ok, verdict.message

@@ -11,6 +11,16 @@ Two layers:
   in-place behaviour as the kernels, any device and dtype, results in the input's dtype.  They
   compute through the oracle (float64 by default), so the reference is itself a target.
 
+Note [Range at rounding points]
+-------------------------------
+The float64 oracle keeps every value exact at SPEC's rounding points but not beyond the rounded
+dtype's range: where rounding to that dtype overflows (an fp16 step-B delta of 1e5, say), the oracle
+holds the same inf, as every kernel with those rounding points must.  Without it a faithful kernel's
+inf was judged against a finite float64 value: the 10-minute H200 soak of 2026-11-30 reported our
+step_b_v in fp16 as a 92% mismatch on a fuzzed batch whose dropped permutation moved "huge"
+beyond-rank poison into a higher-ranked slot (reproduced under the interpreter; the reference
+target then agreed with our kernel).  Precision stays float64: only the range is the dtype's.
+
 Shapes: ``S`` tokens, ``H`` heads, ``qk`` = qk_nope, ``vd`` = v_head_dim, ``FULL_K = qk + vd``,
 ``C`` = kv_lora_rank, ``R`` buffer rank, ``L`` slots.  ``B_buf (L, H*FULL_K, R)``,
 ``A_buf (L, R, C)``.  Routing is shared with the kernels (:mod:`reference.lora_routing`).
@@ -91,8 +101,12 @@ class _Arith:
         return round_to_tf32(t, self.tf32) if self.tf32 else t
 
     def round(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """Round to ``dtype`` in faithful mode; keep exact in float64 mode."""
-        return t.to(dtype).to(self.compute) if self.faithful else t
+        """Round to ``dtype`` in faithful mode; in float64 mode keep the value exact but not beyond
+        ``dtype``'s range (Note [Range at rounding points])."""
+        if self.faithful:
+            return t.to(dtype).to(self.compute)
+        rounded = t.to(dtype)
+        return torch.where(torch.isinf(rounded) & ~torch.isinf(t), rounded.to(t.dtype), t)
 
 
 # ---- the four per-slot contractions, on gathered rows (k routed rows of one slot) ----------------

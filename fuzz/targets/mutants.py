@@ -171,7 +171,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (Patch(_VA, "self.num_blocks, plan.scale, self.config",
                   "self.num_blocks, plan.q.shape[2] ** -0.5, self.config"),)),
     Mutant("vision_exp2_without_log2e", "vision", "scores go to exp2 without the log2(e) factor (wrong softmax base)",
-           (Patch(_VK, "float(scale) * LOG2E,", "float(scale),"),)),
+           (Patch(_VK, "_split_scale(float(scale) * LOG2E)", "_split_scale(float(scale))"),)),
     Mutant("vision_skips_strict_validation", "vision", "the wrapper resolves metadata with strict=False",
            (Patch(_VA, "softmax_scale, forward_metadata, strict=strict, **kwargs)",
                   "softmax_scale, forward_metadata, strict=False, **kwargs)"),),

@@ -1,0 +1,60 @@
+"""Compile the vision kernel for the H200 (sm_90) on any machine, GPU or not: front end, LLVM and ptxas.
+
+python -m kernel_oracle.benchmarks.compile_hopper      (not under TRITON_INTERPRET: it compiles)
+
+The interpreter never compiles, so a kernel edit can pass the whole CPU suite and still not build on
+the GPU: an fp64 branch whose two ``return`` statements had different types did exactly that
+(``Inconsistent return types``, found on the H200 on 2026-11-30).  This compiles each arithmetic
+variant (fp32 at every ``EXACT`` level, TF32, bf16, fp16) for ``GPUTarget("cuda", 90, 32)`` with
+Triton's bundled ptxas and prints one line per variant; exit 1 when any fails.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# (dtype, precision, EXACT, head dim): the variants a kernel change must keep compiling
+VARIANTS = (("fp32", "ieee", 0, 80), ("fp32", "ieee", 1, 80), ("fp32", "ieee", 2, 80), ("fp32", "tf32", 0, 128),
+            ("bf16", None, 0, 80), ("fp16", None, 0, 64))
+_P_ROUND = {"fp32": 0, "fp16": 1, "bf16": 2}
+
+
+def compile_variant(dtype: str, precision, exact: int, d: int):
+    """The compiled kernel of one variant (raises Triton's CompilationError when it does not build)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kernel_oracle.kernels.vision import _kernel as VK
+
+    fn = VK._vision_attn_fwd
+    tile = max(16, triton.next_power_of_2(d))
+    const = dict(D=d, DA=tile, DB=0, DV=d, DVA=tile, DVB=0, BLOCK_M=64, BLOCK_N=32 if dtype == "fp32" else 64,
+                 PREC=precision, INTERP=False, P_ROUND=_P_ROUND[dtype], ALIGN=8 if dtype != "fp32" else 4,
+                 TF32=precision == "tf32", EXACT=exact)
+    sig = {name: "i32" for name in fn.arg_names}
+    sig.update({n: f"*{dtype}" for n in ("Q", "K", "V", "O")}, TABLE="*i32", qk_scale="fp32", qk_scale_lo="fp32")
+    sig.update({k: "constexpr" for k in const})
+    return triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=4, num_stages=2))
+
+
+def main(argv=None) -> int:
+    from kernel_oracle.kernels.interpreter import interpreting
+
+    if interpreting():
+        print("TRITON_INTERPRET=1: nothing is compiled; run without it")
+        return 2
+    failed = 0
+    for variant in VARIANTS:
+        try:
+            k = compile_variant(*variant)
+            print(f"ok   {variant}: shared memory {k.metadata.shared} B")
+        except Exception as exc:  # noqa: BLE001 - report each variant, then fail
+            failed += 1
+            print(f"FAIL {variant}: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
