@@ -165,6 +165,18 @@ PY
       >"$OUT/suite.log" 2>&1; echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1
     grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
     ;;
+  final5)  # the main job alone (cold cache), the campaign bench, the changed tests on the GPU, fp32 vision timing
+    main_job; cp /tmp/main-job/latest.json "$OUT/main_job.json" 2>/dev/null
+    timeout 150 python3 -m kernel_oracle.cli bench --device cuda --targets triton,reference --seconds 20 \
+      --main-budget 0 --out "$OUT/oracle_bench.json" >"$OUT/bench.log" 2>&1; echo "bench exit $?"; tail -8 "$OUT/bench.log"
+    timeout 160 python3 -m pytest -p no:cacheprovider -rfEs oracle_tests/test_kernels_lora.py \
+      oracle_tests/test_reference_lora.py oracle_tests/test_precompile.py oracle_tests/test_campaign_ci.py \
+      oracle_tests/test_faults_campaign.py oracle_tests/test_kernels_vision.py oracle_tests/test_mutants.py \
+      >"$OUT/tests.log" 2>&1; echo "tests rc=$?"; grep -E "passed|failed" "$OUT/tests.log" | tail -1
+    grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -10
+    timeout 60 python3 -m kernel_oracle.benchmarks.triage_vision_fp32 --time --exact 0 2 --draws 0 \
+      >"$OUT/vision_fp32_time.log" 2>&1; echo "fp32 timing exit $?"; grep -E "^fp32|failing" "$OUT/vision_fp32_time.log"
+    ;;
   scale)
     python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed >/dev/null 2>&1 || exit 2
     for n in 1 2; do

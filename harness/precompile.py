@@ -1,0 +1,154 @@
+"""Compile a Triton target's kernel variants in parallel child processes, beside a campaign.
+
+Note [Parallel precompilation]
+------------------------------
+On a GPU a campaign of our Triton LoRA kernels is bound by compilations: the fuzzer meets about one
+new kernel variant per four cases at small shapes (dtypes x rank bucket x path x permutation x
+alignment family; Note [Specialization] in ``kernels/lora``), each costs about half a second of
+LLVM and ptxas on one core (cProfile on the H200, 2026-11-30: 16 compilations took 9 of 12.7 s,
+6.2 cases/s), and the campaign process compiles one at a time.  A GPU host has cores to spare (16 on
+the H200 machine), so :func:`start` runs ``processes`` children that draw cases from the campaign's
+own strategy (:func:`fuzz.strategies.cases`, same family, dtypes, categories and size preset, each
+child its own seed) and only *execute* the target: nothing is judged, nothing is reported.  Every
+kernel they compile lands in Triton's on-disk cache (``TRITON_CACHE_DIR``, shared through the
+environment), where the campaign's worker finds it: its first call of that variant loads a binary
+instead of compiling.  The children stop at their deadline or when the campaign ends
+(:meth:`Precompile.stop`).  The campaign's results cannot depend on them: they only warm a cache
+whose entries Triton keys by source, signature and options.
+
+``run_campaign`` turns this on for the ``triton`` target on CUDA devices when the campaign has a clock
+(``precompile=None``; ``True``/``False`` force it): every command that runs campaigns (``run``,
+``fuzz``, ``bench``) gets it.  On the CPU the interpreter compiles nothing, so it is off there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+__all__ = ["Precompile", "default_processes", "start"]
+
+# children beyond this gain little: the variants a campaign meets are a few hundred
+MAX_PROCESSES = 12
+# cores left to the campaign's own process and worker
+SPARE_CORES = 3
+
+
+def default_processes() -> int:
+    """Children to start: the host's cores less :data:`SPARE_CORES`, at most :data:`MAX_PROCESSES`
+    (0 on a machine with too few cores to spare)."""
+    return max(0, min(MAX_PROCESSES, (os.cpu_count() or 1) - SPARE_CORES))
+
+
+@dataclass
+class Precompile:
+    """Running children (``procs``) compiling for ``target`` x ``family`` until ``deadline``."""
+
+    target: str
+    family: str
+    procs: list = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    def stop(self) -> dict:
+        """Stop every child (those still running are terminated); returns ``{"processes": n,
+        "cases": executed by all, "seconds": since the start}`` for the campaign's record."""
+        cases = 0
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                out, _ = p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
+            cases += sum(int(ln.split()[1]) for ln in (out or "").splitlines() if ln.startswith("executed "))
+        return {"processes": len(self.procs), "cases": cases, "seconds": round(time.monotonic() - self.started, 2)}
+
+
+def start(target: str, family: str, device: str, *, seconds: float, limits: str, dtypes: Sequence[str],
+          categories: Sequence[str], ops: Optional[Sequence[str]] = None, processes: Optional[int] = None,
+          seed: int = 0) -> Precompile:
+    """Start ``processes`` (default :func:`default_processes`) children for ``seconds`` (Note [Parallel
+    precompilation]); their output is read by :meth:`Precompile.stop`."""
+    from kernel_oracle.harness.device import worker_env
+
+    n = default_processes() if processes is None else int(processes)
+    env = worker_env(device)
+    handle = Precompile(target, family)
+    for i in range(n):
+        cmd = [sys.executable, "-m", "kernel_oracle.harness.precompile", "--target", target, "--family", family,
+               "--device", device, "--seconds", f"{seconds:.1f}", "--limits", limits, "--seed", str(seed * 1000 + i),
+               "--dtypes", ",".join(dtypes), "--categories", ",".join(categories)]
+        if ops:
+            cmd += ["--ops", ",".join(ops)]
+        handle.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                             stdin=subprocess.DEVNULL, text=True))
+    return handle
+
+
+class _Done(Exception):
+    pass
+
+
+def _child(args) -> int:
+    """One child: execute the target on cases drawn from the campaign's strategy until the deadline."""
+    deadline = time.monotonic() + args.seconds
+    from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+
+    from kernel_oracle.fuzz.strategies import cases
+    from kernel_oracle.fuzz.targets import resolve_target
+    from kernel_oracle.harness.check import execute
+    from kernel_oracle.harness.device import configure_process
+
+    configure_process(args.device)
+    target = resolve_target(args.target, args.device)
+    ops = tuple(args.ops.split(",")) if args.ops else None
+    strategy = cases(args.family, categories=tuple(args.categories.split(",")), dtypes=tuple(args.dtypes.split(",")),
+                     ops=ops, limits=args.limits)
+    executed = [0]
+    stopping = [False]
+    # Precompile.stop terminates: finish the case at hand, then report the count (a flag, not an
+    # exception thrown into Hypothesis's engine)
+    signal.signal(signal.SIGTERM, lambda *_: stopping.__setitem__(0, True))
+
+    @seed(args.seed)
+    @settings(max_examples=10**9, database=None, deadline=None, phases=[Phase.generate], derandomize=False,
+              suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+    @given(strategy)
+    def run(case):
+        if stopping[0] or time.monotonic() >= deadline:
+            raise _Done
+        try:
+            execute(target, case, args.device, to_host=False)
+        except Exception as exc:  # noqa: BLE001 - nothing is judged here: the campaign meets the case and judges it
+            if "CUDA error" in str(exc):  # this child's context is gone: it can compile no more
+                raise _Done from None
+        executed[0] += 1
+
+    try:
+        run()
+    except _Done:
+        pass
+    print(f"executed {executed[0]}", flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="one precompilation child (Note [Parallel precompilation])")
+    for name in ("target", "family", "device", "limits", "dtypes", "categories"):
+        ap.add_argument(f"--{name}", required=True)
+    ap.add_argument("--ops", default="")
+    ap.add_argument("--seconds", type=float, required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    return _child(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
