@@ -180,8 +180,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     shared); findings' cases are shared through it too (Note [Campaigns]).  ``dtypes``: fuzz only
     these dtypes (a shard of :mod:`fuzz.cluster`; default every dtype the target supports).
     ``precompile``: compile the target's kernel variants in parallel child processes during the
-    campaign (:mod:`harness.precompile`; default: for the ``triton`` target on a CUDA device, for
-    campaigns with a clock).
+    campaign (:mod:`harness.precompile`; off by default: on the H200 it slowed campaigns down).
     Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted` on SIGTERM / SIGINT.
     """
     _check_arguments(op, budget, time_s, device, case_timeout_s)
@@ -221,8 +220,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                              isolate=isolate, shrink_allowance=shrink_allowance,
                              case_timeout_s=case_timeout_s if case_timeout_s is not None else case_timeout_for(time_s),
                              worker=worker, shrink_slack_s=shrink_slack_s, warm_up_s=warm_up_s)
-            search.precompile = (precompile if precompile is not None
-                                 else target == "triton" and str(device).startswith("cuda"))
+            search.precompile = bool(precompile)  # off unless asked: measured slower (Note [Parallel precompilation])
             search.known_issues = known_issues
             search.database, search.wanted_dtypes = database, (tuple(dtypes) if dtypes else None)
             return search.run()

@@ -16,9 +16,16 @@ instead of compiling.  The children stop at their deadline or when the campaign 
 (:meth:`Precompile.stop`).  The campaign's results cannot depend on them: they only warm a cache
 whose entries Triton keys by source, signature and options.
 
-``run_campaign`` turns this on for the ``triton`` target on CUDA devices when the campaign has a clock
-(``precompile=None``; ``True``/``False`` force it): every command that runs campaigns (``run``,
-``fuzz``, ``bench``) gets it.  On the CPU the interpreter compiles nothing, so it is off there.
+Measured on the H200 (2026-11-30, 13 children, on for every ``triton`` campaign on CUDA): it made
+things *worse*.  ``kernel-oracle run --device cuda --time-budget 120`` ran 3,780 fuzz cases with it
+(triton lora 53, triton vision 25) against 5,209 without it minutes later on the same machine (100
+and 736; that run had a warmer Triton cache, so part of the gap is the cache), and ``kernel-oracle
+bench`` measured triton lora at 9.2 cases/s (8.4 cold, 15.0 warm without it, last session).  The
+children execute cases on the GPU and start a CUDA context each, so they contend with the campaign
+for the GPU and the host; they also need seconds of imports before they compile anything.  So
+``run_campaign(precompile=...)`` is off by default and only ``True`` turns it on.  What would help
+instead: children that only *compile* (``JITFunction.warmup`` from the wrapper's launch arguments,
+no GPU execution), started once per job rather than per campaign.
 """
 
 from __future__ import annotations

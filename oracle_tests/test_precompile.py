@@ -22,8 +22,8 @@ def test_children_execute_the_campaigns_cases_and_stop(monkeypatch):
 
 
 def test_a_campaign_records_its_precompilation(tmp_path, monkeypatch):
-    """``precompile=True``: the campaign starts children for its clock and records them; the default
-    on the CPU is off (the interpreter compiles nothing)."""
+    """``precompile=True``: the campaign starts children for its clock and records them; by default it
+    starts none (measured slower on the H200: Note [Parallel precompilation])."""
     monkeypatch.setattr(precompile, "default_processes", lambda: 1)
     rec = run_campaign(target="triton", op="step_a_v", time_s=10.0, seed=0, device="cpu", out_dir=tmp_path / "on",
                        progress=False, limits="tiny", precompile=True)
