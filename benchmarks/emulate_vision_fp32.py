@@ -1,5 +1,9 @@
 """Is our vision kernel's rare fp32 miss its arithmetic?  Re-run saved problems beside an emulation.
 
+Answered another way (2026-11-30, H200): the misses came from the kernel's fp32 logits; float64 logits
+remove them (Note [Exact fp32] in kernels/vision/_kernel.py, ``triage_vision_fp32``'s ``--exact``).
+This emulation of the old fp32 arithmetic (``KERNEL_ORACLE_VISION_FP32_EXACT=0``) stays for triage.
+
 python -m kernel_oracle.benchmarks.emulate_vision_fp32 SUMMARY.json ...
 
 For each saved fp32 vision problem (materialized on the GPU, where its data was drawn), it prints the

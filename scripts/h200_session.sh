@@ -12,6 +12,7 @@
 #   bash scripts/h200_session.sh final [S]      # LoRA speed; the plain suite (stopped after S s) beside the triage
 #   bash scripts/h200_session.sh scale [S]      # issue 15.4: fuzz cases/s with --gpus 1 then 2 (4 shards of S s)
 #   bash scripts/h200_session.sh verify [S]     # vision fp32 levels, an S-second soak of our kernels (detached), the suite
+#   bash scripts/h200_session.sh recheck [S]    # F0003 repro, an S-second triton lora re-soak (then soak-wait), the suite
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -176,6 +177,15 @@ PY
     grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -10
     timeout 60 python3 -m kernel_oracle.benchmarks.triage_vision_fp32 --time --exact 0 2 --draws 0 \
       >"$OUT/vision_fp32_time.log" 2>&1; echo "fp32 timing exit $?"; grep -E "^fp32|failing" "$OUT/vision_fp32_time.log"
+    ;;
+  recheck)  # next session's first call: F0003 outside the suite, the LoRA re-soak (detached), the whole suite
+    timeout 60 python3 -m kernel_oracle.benchmarks.repro_flashinfer_ragged_v >"$OUT/repro_f0003.log" 2>&1
+    echo "repro F0003 exit $?"; cat "$OUT/repro_f0003.log"
+    mkdir -p $SOAK
+    setsid nohup python3 -m kernel_oracle.cli fuzz --target triton --op lora --device cuda --time "${2:-600}" --seed 11 \
+      --no-progress --out "$SOAK/triton-lora" >"$SOAK/triton-lora.log" 2>&1 < /dev/null &
+    timeout 300 python3 -m pytest oracle_tests -p no:cacheprovider --durations=30 -rfEs >"$OUT/suite.log" 2>&1
+    echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1; grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
     ;;
   scale)
     python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed >/dev/null 2>&1 || exit 2
