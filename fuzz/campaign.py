@@ -180,7 +180,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     shared); findings' cases are shared through it too (Note [Campaigns]).  ``dtypes``: fuzz only
     these dtypes (a shard of :mod:`fuzz.cluster`; default every dtype the target supports).
     ``precompile``: compile the target's kernel variants in parallel child processes during the
-    campaign (:mod:`harness.precompile`; off by default: on the H200 it slowed campaigns down).
+    campaign (:mod:`fuzz.precompile`; off by default: on the H200 it slowed campaigns down).
     Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted` on SIGTERM / SIGINT.
     """
     _check_arguments(op, budget, time_s, device, case_timeout_s)
@@ -256,7 +256,7 @@ class _Search:
         self.database = None  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
         self.wanted_dtypes: Optional[tuple] = None
         self.bar = None
-        self.precompile = False  # compile kernel variants in parallel children (harness.precompile)
+        self.precompile = False  # compile kernel variants in parallel children (fuzz.precompile)
         self.precompiling = None  # their handle while they run
         self.precompiled: Optional[dict] = None  # what they did, for the record
 
@@ -295,10 +295,10 @@ class _Search:
 
     def _start_precompile(self) -> None:
         """Children compiling this campaign's kernel variants until its clock runs out (Note [Parallel
-        precompilation] in :mod:`harness.precompile`); on by default only where kernels compile (a GPU)."""
+        precompilation] in :mod:`fuzz.precompile`); on by default only where kernels compile (a GPU)."""
         if not self.precompile or self.time_s is None:
             return
-        from kernel_oracle.harness import precompile
+        from kernel_oracle.fuzz import precompile
 
         self.precompiling = precompile.start(
             self.target, self.family, self.device, seconds=max(1.0, self.time_s - self.elapsed()), limits=self.limits,

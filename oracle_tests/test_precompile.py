@@ -1,11 +1,11 @@
-"""Parallel precompilation children (Note [Parallel precompilation] in harness.precompile)."""
+"""Parallel precompilation children (Note [Parallel precompilation] in fuzz.precompile)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kernel_oracle.fuzz.campaign import run_campaign
-from kernel_oracle.harness import precompile
+from kernel_oracle.fuzz import precompile
 
 
 def test_children_execute_the_campaigns_cases_and_stop(monkeypatch):

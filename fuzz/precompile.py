@@ -90,7 +90,7 @@ def start(target: str, family: str, device: str, *, seconds: float, limits: str,
     env = worker_env(device)
     handle = Precompile(target, family)
     for i in range(n):
-        cmd = [sys.executable, "-m", "kernel_oracle.harness.precompile", "--target", target, "--family", family,
+        cmd = [sys.executable, "-m", "kernel_oracle.fuzz.precompile", "--target", target, "--family", family,
                "--device", device, "--seconds", f"{seconds:.1f}", "--limits", limits, "--seed", str(seed * 1000 + i),
                "--dtypes", ",".join(dtypes), "--categories", ",".join(categories)]
         if ops:
