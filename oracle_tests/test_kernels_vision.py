@@ -335,3 +335,36 @@ def test_cache_hit_does_not_sync(request, device):
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert kv.launch_cache_info()["hits"] == 1
+
+
+def test_exact_level_reads_its_switch(monkeypatch):
+    """fp32 exact products default to float64 logits (Note [Exact fp32]); the triage switch is checked."""
+    from kernel_oracle.kernels.vision._kernel import FP32_EXACT_DEFAULT, exact_level
+
+    monkeypatch.delenv("KERNEL_ORACLE_VISION_FP32_EXACT", raising=False)
+    assert FP32_EXACT_DEFAULT == 2 and exact_level(torch.float32, "ieee") == 2
+    assert exact_level(torch.float32, "tf32") == 0 and exact_level(torch.bfloat16, "ieee") == 0
+    monkeypatch.setenv("KERNEL_ORACLE_VISION_FP32_EXACT", "0")
+    assert exact_level(torch.float32, "ieee") == 0
+    monkeypatch.setenv("KERNEL_ORACLE_VISION_FP32_EXACT", "3")
+    with pytest.raises(ValueError) as exc:
+        exact_level(torch.float32, "ieee")
+    assert str(exc.value) == ("KERNEL_ORACLE_VISION_FP32_EXACT='3' is invalid; the only valid values are "
+                              "'0', '1', '2' (Note [Exact fp32])")
+
+
+@pytest.mark.parametrize("level,expected", [(2, 0.6224593312018546), (0, 0.5)])
+def test_exact_level_2_keeps_logits_that_fp32_rounds_away(monkeypatch, level, expected):
+    """Logits 0.25 * (1e8 + 1) and 0.25 * (1e8 - 1): fp32 rounds both products to 1e8 (even weights,
+    0.5), float64 keeps them (weight sigmoid(0.5) = 0.62246) -- what Note [Exact fp32] relies on."""
+    device = "cuda" if HAS_CUDA else "cpu"
+    monkeypatch.setenv("KERNEL_ORACLE_VISION_FP32_EXACT", str(level))
+    q = torch.zeros(2, 1, 16, device=device)
+    q[:, 0, 0], q[:, 0, 1] = 1e4, 1.0
+    k = q.clone()
+    k[1, 0, 1] = -1.0
+    v = torch.zeros(2, 1, 16, device=device)
+    v[0, 0, 0] = 1.0  # output column 0 = the weight of key 0
+    md = kv.prepare_flashinfer_cudnn_metadata([0, 2], device, elem_per_token=16)
+    out = kv.flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
+    assert out[:, 0, 0].double().cpu().tolist() == pytest.approx([expected] * 2, abs=1e-6)

@@ -348,7 +348,11 @@ def exact_level(dtype: torch.dtype, precision: str) -> int:
     """The EXACT constexpr of a launch: nonzero only for fp32 inputs with exact ("ieee") products."""
     if dtype != torch.float32 or precision != "ieee":
         return 0
-    return int(os.environ.get("KERNEL_ORACLE_VISION_FP32_EXACT", FP32_EXACT_DEFAULT))
+    value = os.environ.get("KERNEL_ORACLE_VISION_FP32_EXACT", str(FP32_EXACT_DEFAULT))
+    if value not in ("0", "1", "2"):
+        raise ValueError(f"KERNEL_ORACLE_VISION_FP32_EXACT={value!r} is invalid; the only valid values are "
+                         "'0', '1', '2' (Note [Exact fp32])")
+    return int(value)
 
 
 def _split_scale(c: float) -> tuple[float, float]:
