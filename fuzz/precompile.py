@@ -16,7 +16,7 @@ instead of compiling.  The children stop at their deadline or when the campaign 
 (:meth:`Precompile.stop`).  The campaign's results cannot depend on them: they only warm a cache
 whose entries Triton keys by source, signature and options.
 
-Measured on the H200 (2026-11-30, 13 children, on for every ``triton`` campaign on CUDA): it made
+Measured on the H200 (2026-11-30, 12 children, on for every ``triton`` campaign on CUDA): it made
 things *worse*.  ``kernel-oracle run --device cuda --time-budget 120`` ran 3,780 fuzz cases with it
 (triton lora 53, triton vision 25) against 5,209 without it minutes later on the same machine (100
 and 736; that run had a warmer Triton cache, so part of the gap is the cache), and ``kernel-oracle
