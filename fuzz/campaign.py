@@ -179,8 +179,9 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     ``ExampleDatabase`` shared with other campaigns (default: ``out_dir/.hypothesis/``, nothing
     shared); findings' cases are shared through it too (Note [Campaigns]).  ``dtypes``: fuzz only
     these dtypes (a shard of :mod:`fuzz.cluster`; default every dtype the target supports).
-    ``precompile``: compile the target's kernel variants in parallel child processes during the
-    campaign (:mod:`fuzz.precompile`; off by default: on the H200 it slowed campaigns down).
+    ``precompile``: compile the target's kernel variants in parallel compile-only child processes
+    during the campaign (:mod:`fuzz.precompile`; off by default: children that executed the cases slowed
+    H200 campaigns down, and the compile-only ones are not measured yet).
     Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted` on SIGTERM / SIGINT.
     """
     _check_arguments(op, budget, time_s, device, case_timeout_s)
@@ -295,7 +296,7 @@ class _Search:
 
     def _start_precompile(self) -> None:
         """Children compiling this campaign's kernel variants until its clock runs out (Note [Parallel
-        precompilation] in :mod:`fuzz.precompile`); on by default only where kernels compile (a GPU)."""
+        precompilation] in :mod:`fuzz.precompile`); only when asked (``precompile=True``)."""
         if not self.precompile or self.time_s is None:
             return
         from kernel_oracle.fuzz import precompile

@@ -23,9 +23,13 @@ and 736; that run had a warmer Triton cache, so part of the gap is the cache), a
 bench`` measured triton lora at 9.2 cases/s (8.4 cold, 15.0 warm without it, last session).  The
 children execute cases on the GPU and start a CUDA context each, so they contend with the campaign
 for the GPU and the host; they also need seconds of imports before they compile anything.  So
-``run_campaign(precompile=...)`` is off by default and only ``True`` turns it on.  What would help
-instead: children that only *compile* (``JITFunction.warmup`` from the wrapper's launch arguments,
-no GPU execution), started once per job rather than per campaign.
+``run_campaign(precompile=...)`` is off by default.  ``precompile=True`` now starts *compile-only*
+children (``compile_only=True``, the default of :func:`start`): the wrappers run as usual (validation,
+output allocation, launch geometry) but every kernel launch becomes ``JITFunction.warmup`` with the
+same arguments, which compiles the variant into the disk cache under the key a real launch computes
+and runs nothing on the GPU.  Not yet measured on the GPU: until it is, it stays off by default
+(``bash scripts/h200_session.sh`` has no phase for it yet; ``kernel-oracle bench`` with
+``precompile=True`` in ``run_campaign`` is the measurement to take).
 """
 
 from __future__ import annotations
@@ -81,9 +85,10 @@ class Precompile:
 
 def start(target: str, family: str, device: str, *, seconds: float, limits: str, dtypes: Sequence[str],
           categories: Sequence[str], ops: Optional[Sequence[str]] = None, processes: Optional[int] = None,
-          seed: int = 0) -> Precompile:
+          seed: int = 0, compile_only: bool = True) -> Precompile:
     """Start ``processes`` (default :func:`default_processes`) children for ``seconds`` (Note [Parallel
-    precompilation]); their output is read by :meth:`Precompile.stop`."""
+    precompilation]); their output is read by :meth:`Precompile.stop`.  ``compile_only``: launches
+    compile and run nothing (else the children execute every case, the mode measured slower)."""
     from kernel_oracle.harness.device import worker_env
 
     n = default_processes() if processes is None else int(processes)
@@ -95,6 +100,8 @@ def start(target: str, family: str, device: str, *, seconds: float, limits: str,
                "--dtypes", ",".join(dtypes), "--categories", ",".join(categories)]
         if ops:
             cmd += ["--ops", ",".join(ops)]
+        if compile_only:
+            cmd.append("--compile-only")
         handle.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                              stdin=subprocess.DEVNULL, text=True))
     return handle
@@ -102,6 +109,34 @@ def start(target: str, family: str, device: str, *, seconds: float, limits: str,
 
 class _Done(Exception):
     pass
+
+
+class _CompileOnly:
+    """A Triton kernel whose launches ``kernel[grid](*args, **kwargs)`` compile and run nothing."""
+
+    def __init__(self, kernel) -> None:
+        self._kernel = kernel
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self._kernel.warmup(*args, grid=grid, **kwargs)
+
+    def __getattr__(self, name):
+        attr = getattr(self._kernel, name)
+        return _CompileOnly(attr) if name == "generic" else attr  # the LoRA kernels' twin family
+
+
+def compile_only() -> list[str]:
+    """Make every launch of our Triton kernels in this process a compilation only; returns their names."""
+    from kernel_oracle.kernels.lora import _kernels as lora_kernels
+    from kernel_oracle.kernels.vision import _kernel as vision_kernel
+
+    patched = []
+    for module, names in ((lora_kernels, [n for n in dir(lora_kernels) if n.endswith("_kernel")]),
+                          (vision_kernel, ["_vision_attn_fwd"])):
+        for name in names:
+            setattr(module, name, _CompileOnly(getattr(module, name)))
+            patched.append(name)
+    return patched
 
 
 def _child(args) -> int:
@@ -115,6 +150,8 @@ def _child(args) -> int:
     from kernel_oracle.harness.device import configure_process
 
     configure_process(args.device)
+    if args.compile_only:
+        compile_only()
     target = resolve_target(args.target, args.device)
     ops = tuple(args.ops.split(",")) if args.ops else None
     strategy = cases(args.family, categories=tuple(args.categories.split(",")), dtypes=tuple(args.dtypes.split(",")),
@@ -154,6 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default="")
     ap.add_argument("--seconds", type=float, required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compile-only", action="store_true", help="launches compile and run nothing")
     return _child(ap.parse_args(argv))
 
 

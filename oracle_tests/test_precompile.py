@@ -9,8 +9,8 @@ from kernel_oracle.fuzz import precompile
 
 
 def test_children_execute_the_campaigns_cases_and_stop(monkeypatch):
-    """Two children draw lora cases from the campaign strategy and execute them until told to stop;
-    none outlives :meth:`Precompile.stop`, which counts what they ran."""
+    """Two children draw lora cases from the campaign strategy and run them (compile-only launches) until
+    told to stop; none outlives :meth:`Precompile.stop`, which counts what they ran."""
     handle = precompile.start("triton", "lora", "cpu", seconds=60.0, limits="tiny", dtypes=("float16",),
                               categories=("valid",), ops=("step_a_v",), processes=2, seed=3)
     import time
@@ -37,3 +37,34 @@ def test_a_campaign_records_its_precompilation(tmp_path, monkeypatch):
 def test_default_processes_leave_cores_to_the_campaign(monkeypatch, cores, expected):
     monkeypatch.setattr(precompile.os, "cpu_count", lambda: cores)
     assert precompile.default_processes() == expected
+
+
+def test_compile_only_launches_warm_up_and_run_nothing(monkeypatch):
+    """In a compile-only child every launch of our kernels becomes ``warmup(*args, grid=...)``: the same
+    arguments (so the same cache key) and no kernel run; the LoRA kernels' generic twin is wrapped too."""
+    from kernel_oracle.kernels.lora import _kernels as lora_kernels
+    from kernel_oracle.kernels.vision import _kernel as vision_kernel
+
+    calls = []
+
+    class Kernel:
+        generic = None
+
+        def warmup(self, *args, grid, **kwargs):
+            calls.append((args, grid, kwargs))
+
+        def __getitem__(self, grid):
+            raise AssertionError("a compile-only launch ran the kernel")
+
+    fake = Kernel()
+    fake.generic = Kernel()
+    names = [n for n in dir(lora_kernels) if n.endswith("_kernel")]
+    for name in names:
+        monkeypatch.setattr(lora_kernels, name, fake)
+    monkeypatch.setattr(vision_kernel, "_vision_attn_fwd", fake)
+    patched = precompile.compile_only()
+    assert sorted(patched) == sorted(names + ["_vision_attn_fwd"]) and len(names) == 6
+    lora_kernels.step_a_q_kernel[(3, 2, 1)](1, 2, BT=16)
+    lora_kernels.step_a_q_kernel.generic[(4,)](5, num_warps=4)
+    vision_kernel._vision_attn_fwd[(7, 1)](8)
+    assert calls == [((1, 2), (3, 2, 1), {"BT": 16}), ((5,), (4,), {"num_warps": 4}), ((8,), (7, 1), {})]
