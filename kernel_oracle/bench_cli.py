@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--main-budget", type=float, default=120.0, metavar="SECONDS",
                         help="--time-budget of the measured main job (default 120; 0: do not run it)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precompile", action="store_true",
+                        help="compile kernel variants in parallel compile-only children during each timed "
+                             "campaign (fuzz.precompile; off by default, not yet measured on a GPU)")
     parser.add_argument("--out", default="reports/out/oracle-bench.json", metavar="FILE",
                         help="where the record goes (default reports/out/oracle-bench.json)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -118,7 +121,7 @@ def _run_main_job(device: str, budget: float, seed: int, log) -> dict:
 
 
 def run_bench(*, device: str, targets: list, families: list, seconds: float, limits: str, warmup_cases: int,
-              main_budget: float, seed: int, quiet: bool = False) -> dict:
+              main_budget: float, seed: int, quiet: bool = False, precompile: bool = False) -> dict:
     """Measure (Note [Benchmarking the oracle]) and return the ``bench`` record (not saved)."""
     from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
     from kernel_oracle.fuzz.worker import Worker, WorkerError
@@ -158,7 +161,7 @@ def run_bench(*, device: str, targets: list, families: list, seconds: float, lim
                             warm_s = time.monotonic() - t0
                         rec = run_campaign(target=target, op=fam, time_s=seconds, seed=seed, device=device,
                                            out_dir=Path(tmp) / f"timed-{len(rows)}", progress=False, limits=limits,
-                                           worker=worker)
+                                           worker=worker, precompile=precompile)
                     except CampaignError as exc:
                         failed.append(f"{target} x {fam}: {exc}")
                         log(f"{target} x {fam}: {exc}")
@@ -169,7 +172,8 @@ def run_bench(*, device: str, targets: list, families: list, seconds: float, lim
                     row.update({"available": available, "cases": executed, "seconds": round(elapsed, 2),
                                 "cases_per_s": round(executed / elapsed, 2) if elapsed > 0 else None,
                                 "warmup_s": round(warm_s, 2), "findings": len(rec.get("findings", [])),
-                                "ops": camp.get("ops"), "dtypes": camp.get("dtypes")})
+                                "ops": camp.get("ops"), "dtypes": camp.get("dtypes"),
+                                "precompile": camp.get("precompile")})
                     rows.append(row)
                     merge(record, rec, seeds_key=f"bench:{target}:{fam}")
                     if not available:
@@ -221,7 +225,8 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _usage(str(exc))
     record = run_bench(device=device, targets=targets, families=families, seconds=seconds, limits=args.limits,
-                       warmup_cases=args.warmup_cases, main_budget=main_budget, seed=args.seed, quiet=args.quiet)
+                       warmup_cases=args.warmup_cases, main_budget=main_budget, seed=args.seed, quiet=args.quiet,
+                       precompile=args.precompile)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         save(record, out, overwrite=True)

@@ -13,6 +13,7 @@
 #   bash scripts/h200_session.sh scale [S]      # issue 15.4: fuzz cases/s with --gpus 1 then 2 (4 shards of S s)
 #   bash scripts/h200_session.sh verify [S]     # vision fp32 levels, an S-second soak of our kernels (detached), the suite
 #   bash scripts/h200_session.sh recheck [S]    # F0003 repro, an S-second triton lora re-soak (then soak-wait), the suite
+#   bash scripts/h200_session.sh precompile-ab [S] # triton lora bench without / with compile-only precompilation
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -186,6 +187,13 @@ PY
       --no-progress --out "$SOAK/triton-lora" >"$SOAK/triton-lora.log" 2>&1 < /dev/null &
     timeout 300 python3 -m pytest oracle_tests -p no:cacheprovider --durations=30 -rfEs >"$OUT/suite.log" 2>&1
     echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1; grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
+    ;;
+  precompile-ab)  # triton lora campaign throughput without, then with compile-only precompilation (cold caches)
+    for flag in "" --precompile; do
+      TRITON_CACHE_DIR=/tmp/triton-ab${flag:+-pre} timeout 120 python3 -m kernel_oracle.cli bench --device cuda \
+        --targets triton --families lora --seconds "${2:-30}" --main-budget 0 $flag \
+        --out "$OUT/bench_ab${flag:+_precompile}.json" 2>&1 | tail -1
+    done
     ;;
   scale)
     python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed >/dev/null 2>&1 || exit 2
