@@ -14,13 +14,14 @@ from __future__ import annotations
 import sys
 
 # (dtype, precision, EXACT, head dim): the variants a kernel change must keep compiling
-VARIANTS = (("fp32", "ieee", 0, 80), ("fp32", "ieee", 1, 80), ("fp32", "ieee", 2, 80), ("fp32", "tf32", 0, 128),
-            ("bf16", None, 0, 80), ("fp16", None, 0, 64))
-_P_ROUND = {"fp32": 0, "fp16": 1, "bf16": 2}
+VARIANTS = (("float32", "ieee", 0, 80), ("float32", "ieee", 1, 80), ("float32", "ieee", 2, 80),
+            ("float32", "tf32", 0, 128), ("bfloat16", None, 0, 80), ("float16", None, 0, 64))
+_TRITON_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def compile_variant(dtype: str, precision, exact: int, d: int):
-    """The compiled kernel of one variant (raises Triton's CompilationError when it does not build)."""
+    """The compiled kernel of one variant, with the constexprs and config ``launch_attention`` would
+    pick for contiguous q, k, v of head dim ``d`` (raises Triton's CompilationError when it does not build)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -28,15 +29,17 @@ def compile_variant(dtype: str, precision, exact: int, d: int):
     from kernel_oracle.kernels.vision import _kernel as VK
 
     fn = VK._vision_attn_fwd
-    tile = max(16, triton.next_power_of_2(d))
-    const = dict(D=d, DA=tile, DB=0, DV=d, DVA=tile, DVB=0, BLOCK_M=64, BLOCK_N=32 if dtype == "fp32" else 64,
-                 PREC=precision, INTERP=False, P_ROUND=_P_ROUND[dtype], ALIGN=8 if dtype != "fp32" else 4,
+    (da, db), elem = VK.head_dim_split(d), 4 if dtype == "float32" else 2
+    cfg = VK.default_config(da + db, da + db, elem)
+    const = dict(D=d, DA=da, DB=db, DV=d, DVA=da, DVB=db, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                 PREC=precision, INTERP=False, P_ROUND=VK._P_ROUND[dtype], ALIGN=16 // elem,
                  TF32=precision == "tf32", EXACT=exact)
     sig = {name: "i32" for name in fn.arg_names}
-    sig.update({n: f"*{dtype}" for n in ("Q", "K", "V", "O")}, TABLE="*i32", qk_scale="fp32", qk_scale_lo="fp32")
+    ptr = f"*{_TRITON_TYPES[dtype]}"
+    sig.update({n: ptr for n in ("Q", "K", "V", "O")}, TABLE="*i32", qk_scale="fp32", qk_scale_lo="fp32")
     sig.update({k: "constexpr" for k in const})
     return triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=4, num_stages=2))
+                          options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
 
 
 def main(argv=None) -> int:

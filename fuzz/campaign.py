@@ -161,7 +161,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                  limits: Optional[str] = None, isolate: bool = True, shrink_allowance: Optional[int] = None,
                  case_timeout_s: Optional[float] = None, worker=None,
                  shrink_slack_s: float = SHRINK_SLACK_S, warm_up_s: Optional[float] = None,
-                 database=None, dtypes: Optional[tuple] = None, precompile: Optional[bool] = None) -> dict:
+                 database=None, dtypes: Optional[tuple] = None, precompile: bool = False) -> dict:
     """Run (or resume) a campaign; returns the ``harness.schema`` record it writes to ``out_dir/summary.json``.
 
     ``op``: ``lora``, ``vision`` or one LoRA op name.  ``budget``: cases to execute (shrinking
@@ -221,7 +221,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                              isolate=isolate, shrink_allowance=shrink_allowance,
                              case_timeout_s=case_timeout_s if case_timeout_s is not None else case_timeout_for(time_s),
                              worker=worker, shrink_slack_s=shrink_slack_s, warm_up_s=warm_up_s)
-            search.precompile = bool(precompile)  # off unless asked: measured slower (Note [Parallel precompilation])
+            search.precompile = precompile  # off unless asked (Note [Parallel precompilation])
             search.known_issues = known_issues
             search.database, search.wanted_dtypes = database, (tuple(dtypes) if dtypes else None)
             return search.run()
