@@ -83,6 +83,40 @@ class Precompile:
         return {"processes": len(self.procs), "cases": cases, "seconds": round(time.monotonic() - self.started, 2)}
 
 
+    def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for every child to finish on its own; True when all have."""
+        deadline = time.monotonic() + seconds
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return False
+        return True
+
+
+def _spawn(handle: Precompile, args: list, env: dict) -> None:
+    handle.procs.append(subprocess.Popen([sys.executable, "-m", "kernel_oracle.fuzz.precompile", *args], env=env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                         text=True))
+
+
+def start_variants(target: str, device: str, *, seconds: float, dtypes: Sequence[str], ops: Sequence[str],
+                   processes: Optional[int] = None) -> Precompile:
+    """Start children that compile (only) the LoRA variant cases of :func:`harness.warmup.variant_cases`,
+    child ``i`` of ``n`` the cases ``i, i+n, ...``, each exiting when its share is done or after
+    ``seconds`` (Note [Variant warm-up] in :mod:`harness.warmup`)."""
+    from kernel_oracle.harness.device import worker_env
+
+    n = default_processes() if processes is None else int(processes)
+    env = worker_env(device)
+    handle = Precompile(target, "lora")
+    for i in range(n):
+        _spawn(handle, ["--target", target, "--family", "lora", "--device", device, "--seconds", f"{seconds:.1f}",
+                        "--limits", "gpu", "--dtypes", ",".join(dtypes), "--categories", "valid",
+                        "--ops", ",".join(ops), "--compile-only", "--variants", f"{i}/{n}"], env)
+    return handle
+
+
 def start(target: str, family: str, device: str, *, seconds: float, limits: str, dtypes: Sequence[str],
           categories: Sequence[str], ops: Optional[Sequence[str]] = None, processes: Optional[int] = None,
           seed: int = 0, compile_only: bool = True) -> Precompile:
@@ -95,15 +129,14 @@ def start(target: str, family: str, device: str, *, seconds: float, limits: str,
     env = worker_env(device)
     handle = Precompile(target, family)
     for i in range(n):
-        cmd = [sys.executable, "-m", "kernel_oracle.fuzz.precompile", "--target", target, "--family", family,
+        cmd = ["--target", target, "--family", family,
                "--device", device, "--seconds", f"{seconds:.1f}", "--limits", limits, "--seed", str(seed * 1000 + i),
                "--dtypes", ",".join(dtypes), "--categories", ",".join(categories)]
         if ops:
             cmd += ["--ops", ",".join(ops)]
         if compile_only:
             cmd.append("--compile-only")
-        handle.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                             stdin=subprocess.DEVNULL, text=True))
+        _spawn(handle, cmd, env)
     return handle
 
 
@@ -154,6 +187,8 @@ def _child(args) -> int:
         compile_only()
     target = resolve_target(args.target, args.device)
     ops = tuple(args.ops.split(",")) if args.ops else None
+    if args.variants:
+        return _child_variants(args, target, ops, deadline)
     strategy = cases(args.family, categories=tuple(args.categories.split(",")), dtypes=tuple(args.dtypes.split(",")),
                      ops=ops, limits=args.limits)
     executed = [0]
@@ -184,6 +219,26 @@ def _child(args) -> int:
     return 0
 
 
+def _child_variants(args, target, ops, deadline: float) -> int:
+    """One child of :func:`start_variants`: its share ``i/n`` of the variant cases, then exit."""
+    from kernel_oracle.harness.check import execute
+    from kernel_oracle.harness.warmup import variant_cases
+
+    i, n = (int(v) for v in args.variants.split("/"))
+    executed = 0
+    for case in variant_cases(ops, tuple(args.dtypes.split(",")))[i::n]:
+        if time.monotonic() >= deadline:
+            break
+        try:
+            execute(target, case, args.device, to_host=False)
+        except Exception as exc:  # noqa: BLE001 - nothing is judged here (see _child)
+            if "CUDA error" in str(exc):
+                break
+        executed += 1
+    print(f"executed {executed}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="one precompilation child (Note [Parallel precompilation])")
     for name in ("target", "family", "device", "limits", "dtypes", "categories"):
@@ -192,6 +247,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile-only", action="store_true", help="launches compile and run nothing")
+    ap.add_argument("--variants", default="", metavar="I/N",
+                    help="compile share I of N of the LoRA variant cases (harness.warmup.variant_cases), then exit")
     return _child(ap.parse_args(argv))
 
 

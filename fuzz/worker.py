@@ -105,7 +105,7 @@ def _serve(conn, env: dict) -> None:
                 if warm_up_s and (spec, device) not in warmed and not interpreting():
                     from kernel_oracle.harness.warmup import warm_up
 
-                    warmed[(spec, device)] = warm_up(target, device, time_s=warm_up_s)
+                    warmed[(spec, device)] = warm_up(target, device, time_s=warm_up_s, spec=spec)
                 conn.send(("info", {**target.to_record(), "precisions": target.precisions(),
                                     "interpreting": interpreting(), "warm_up": warmed.get((spec, device))}))
             elif op == "check":
@@ -197,7 +197,7 @@ class Worker:
         run once per target for up to ``warm_up_s`` seconds when the worker compiles kernels)."""
         self.start()
         self._conn.send(("describe", spec, self.device, warm_up_s))
-        if not self._conn.poll(self.startup_timeout_s):
+        if not self._conn.poll(self.startup_timeout_s + (warm_up_s or 0.0)):
             self.kill()
             raise WorkerError(f"resolving target {spec!r} took over {self.startup_timeout_s:g}s")
         try:

@@ -14,6 +14,23 @@ R=16/64; Qwen2-VL-style vision: H=16, head dims 80/64/128), most common first.  
 
 Only the target runs (:func:`harness.check.execute`): nothing is judged, and a target that raises
 on a warm-up case is not a finding here (the campaign will meet the case and judge it).
+
+Note [Variant warm-up]
+----------------------
+A few realistic shapes are not enough for our LoRA kernels: what selects a compiled kernel there is
+the path (segment-major, or token-major with a 64- or 256-wide segment compare or a binary search),
+the rank block (32, 64, 128), the layout family (aligned or generic), the dtype, the base dtype and
+the op -- 624 variants, of which a GPU campaign meets a new one every few cases (a launch recorder
+on the CPU, 2026-11-30: 139 distinct variants in 2,000 cases of the "gpu" preset, still growing).
+At about half a second of LLVM and ptxas each, a campaign that compiles them as it meets them runs
+at 6-15 cases/s.  :func:`variant_cases` holds one case per variant (the same recorder: they launch
+624 distinct variants, and the 874 launches of those 2,000 fuzzed cases hit only these), and for
+the ``triton`` target on CUDA :func:`warm_up` has them compiled first by child processes in
+parallel (compile only, nothing runs on the GPU: Note [Parallel precompilation] in
+:mod:`fuzz.precompile`) into Triton's disk cache; the worker then runs each once and only loads the
+binary.  Two kernel changes made the set this small: the permutation flag is a runtime argument
+(``has_perm``), and ranks up to 32 share one block.  With a persistent cache (Triton's default
+``~/.triton/cache``, or ``--triton-cache``) a later run loads everything.
 """
 
 from __future__ import annotations
@@ -59,20 +76,76 @@ def warm_up_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) ->
     return out
 
 
-def warm_up(target, device, *, time_s: Optional[float] = 120.0, dtypes: Optional[Sequence[str]] = None) -> dict:
+# Note [Variant warm-up]: what selects a compiled kernel of ours (Note [Specialization] in kernels/lora),
+# most common in a GPU campaign first (a launch recorder over 2,000 cases of the "gpu" preset on the CPU,
+# 2026-11-30: token-major with few segments, then segment-major; rank blocks 64 and 32; generic layouts
+# 2 to 1 over aligned ones).  One case each: paths x rank blocks x layouts x dtypes x base dtypes x ops.
+_VARIANT_PATHS = (
+    ((1,) * 8, "token-major, one compare over 64 segment ends"),
+    ((256,), "segment-major"),
+    ((1,) * 100, "token-major, one compare over 256 segment ends"),
+    ((1,) * 300, "token-major, binary search"),
+)
+_VARIANT_RANKS = (32, 64, 128)  # BLOCK_R buckets (kernels.lora._launch.MIN_BLOCK_R and up)
+_VARIANT_LAYOUTS = (dict(H=2, qk=63, vd=47, C=129),  # sizes off 8 elements: the generic family
+                    dict(H=2, qk=64, vd=48, C=128))  # everything 16-byte aligned: the aligned family
+# children need seconds of imports before they compile anything: a shorter warm-up starts none
+MIN_PARALLEL_S = 20.0
+_BASE_OPS = ("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")  # ops with a base_output
+
+
+def variant_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) -> list[Case]:
+    """One LoRA case per compiled variant of our LoRA kernels that a campaign meets (Note [Variant
+    warm-up]): path x rank block x layout family x dtype x base dtype (the same, or fp32) x op, most
+    common first, so a time limit cuts the rarest.  624 cases for every op and dtype."""
+    lora_ops = [op for op in ops if op != "vision"]
+    out: list[Case] = []
+    for seg_lens, _ in _VARIANT_PATHS:
+        slots = tuple(i % 2 for i in range(len(seg_lens)))
+        for R in _VARIANT_RANKS:
+            for dims in _VARIANT_LAYOUTS:
+                for dtype in dtypes:
+                    for op in lora_ops:
+                        bases = (None, "float32") if op in _BASE_OPS and dtype != "float32" else (None,)
+                        for base in bases:
+                            out.append(Case(LoRAProblem(op=op, seg_lens=seg_lens, weight_indices=slots,
+                                                        lora_ranks=(R, R // 2), scalings=(1.0, 0.5), R=R,
+                                                        dtype=dtype, base_dtype=base, seed=1, **dims)))
+    return out
+
+
+def warm_up(target, device, *, time_s: Optional[float] = 120.0, dtypes: Optional[Sequence[str]] = None,
+            spec: str = "", processes: Optional[int] = None) -> dict:
     """Run ``target`` (a resolved :class:`~fuzz.targets.Target`) once on each warm-up case on ``device``.
 
     Stops after ``time_s`` seconds (``None``: no limit).  ``dtypes`` default: :data:`WARM_UP_DTYPES`
-    less the target's excluded ones.  Returns ``{"cases": run, "of": planned, "seconds": s,
-    "complete": bool, "errors": ["op dtype: harness error", ...]}`` (target errors are not errors here).
+    less the target's excluded ones.  For our own kernels on CUDA (``spec == "triton"``) the plan also
+    holds every LoRA variant case (:func:`variant_cases`), compiled first by ``processes`` children in
+    parallel (:func:`fuzz.precompile.start_variants`; default: the host's spare cores) into Triton's disk
+    cache, so this process only loads them (Note [Variant warm-up]).  Returns ``{"cases": run, "of":
+    planned, "seconds": s, "complete": bool, "errors": ["op dtype: harness error", ...], "parallel":
+    {"processes", "cases", "seconds"} or None}`` (target errors are not errors here).
     """
     if time_s is not None and not time_s > 0:
         raise ValueError(f"Expected a positive number of seconds or None but got time_s={time_s!r}")
     if not getattr(target, "available", True):
-        return {"cases": 0, "of": 0, "seconds": 0.0, "complete": True, "errors": []}
+        return {"cases": 0, "of": 0, "seconds": 0.0, "complete": True, "errors": [], "parallel": None}
     wanted = tuple(d for d in (dtypes or WARM_UP_DTYPES) if d not in (target.excluded_dtypes or {}))
-    plan = warm_up_cases(tuple(sorted(target.entries)), wanted)
+    ops = tuple(sorted(target.entries))
+    plan = warm_up_cases(ops, wanted)
     t0 = time.monotonic()
+    parallel = None
+    lora_ops = tuple(op for op in ops if op != "vision")
+    if spec == "triton" and str(device).startswith("cuda") and lora_ops:
+        from kernel_oracle.fuzz import precompile
+
+        plan += variant_cases(lora_ops, wanted)
+        n = precompile.default_processes() if processes is None else int(processes)
+        if n > 0 and (time_s is None or time_s >= MIN_PARALLEL_S):
+            children = precompile.start_variants(spec, str(device), seconds=time_s or 600.0, dtypes=wanted,
+                                                 ops=lora_ops, processes=n)
+            children.wait(time_s if time_s is not None else 600.0)
+            parallel = children.stop()
     done, errors = 0, []
     for case in plan:
         if time_s is not None and time.monotonic() - t0 >= time_s:
@@ -83,4 +156,4 @@ def warm_up(target, device, *, time_s: Optional[float] = 120.0, dtypes: Optional
             errors.append(f"{case.op} {case.dtype}: {type(exc).__name__}: {exc}")
         done += 1
     return {"cases": done, "of": len(plan), "seconds": round(time.monotonic() - t0, 3), "complete": done == len(plan),
-            "errors": errors}
+            "errors": errors, "parallel": parallel}

@@ -56,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="size preset of the timed campaigns (fuzz.strategies.LIMITS; default tiny: small shapes)")
     parser.add_argument("--warmup-cases", type=int, default=10, metavar="N",
                         help="cases of the untimed warm-up campaign per target x family (default 10; 0: none)")
+    parser.add_argument("--warm-up-s", type=float, default=None, metavar="S",
+                        help="seconds the worker may spend on its untimed warm-up per target before the first "
+                             "campaign (harness.warmup: our LoRA kernels' variants compiled in parallel on CUDA); "
+                             "default 300 on CUDA, none on the CPU; 0: none")
     parser.add_argument("--main-budget", type=float, default=120.0, metavar="SECONDS",
                         help="--time-budget of the measured main job (default 120; 0: do not run it)")
     parser.add_argument("--seed", type=int, default=0)
@@ -121,7 +125,8 @@ def _run_main_job(device: str, budget: float, seed: int, log) -> dict:
 
 
 def run_bench(*, device: str, targets: list, families: list, seconds: float, limits: str, warmup_cases: int,
-              main_budget: float, seed: int, quiet: bool = False, precompile: bool = False) -> dict:
+              main_budget: float, seed: int, quiet: bool = False, precompile: bool = False,
+              warm_up_s: Optional[float] = None) -> dict:
     """Measure (Note [Benchmarking the oracle]) and return the ``bench`` record (not saved)."""
     from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
     from kernel_oracle.fuzz.worker import Worker, WorkerError
@@ -155,10 +160,12 @@ def run_bench(*, device: str, targets: list, families: list, seconds: float, lim
                         warm_s = 0.0
                         if warmup_cases:
                             t0 = time.monotonic()
-                            run_campaign(target=target, op=fam, budget=warmup_cases, seed=seed + 1, device=device,
-                                         out_dir=Path(tmp) / f"warm-{len(rows)}", progress=False, limits=limits,
-                                         worker=worker)
+                            warm_rec = run_campaign(target=target, op=fam, budget=warmup_cases, seed=seed + 1,
+                                                    device=device, out_dir=Path(tmp) / f"warm-{len(rows)}",
+                                                    progress=False, limits=limits, worker=worker,
+                                                    warm_up_s=warm_up_s or None)
                             warm_s = time.monotonic() - t0
+                            row["worker_warm_up"] = warm_rec.get("campaign", {}).get("warm_up")
                         rec = run_campaign(target=target, op=fam, time_s=seconds, seed=seed, device=device,
                                            out_dir=Path(tmp) / f"timed-{len(rows)}", progress=False, limits=limits,
                                            worker=worker, precompile=precompile)
@@ -182,8 +189,11 @@ def run_bench(*, device: str, targets: list, families: list, seconds: float, lim
                         add_benchmark(record, {"target": target, "op": fam, "shape": f"campaign/{limits}",
                                                "dtype": "mixed", "median_us": round(1e6 / row["cases_per_s"], 1),
                                                "cases_per_s": row["cases_per_s"], "cases": executed})
+                    ww = row.get("worker_warm_up") or {}
                     log(f"{target} x {fam}: {executed} cases in {elapsed:.1f}s = {row['cases_per_s']} cases/s "
-                        f"(warm-up {warm_s:.1f}s)")
+                        f"(warm-up {warm_s:.1f}s" + (f"; worker warm-up {ww.get('cases')}/{ww.get('of')} cases in "
+                                                     f"{ww.get('seconds')}s, parallel {ww.get('parallel')}" if ww else "")
+                        + ")")
     finally:
         worker.close()
     main_job = None
@@ -217,6 +227,9 @@ def main(args: argparse.Namespace) -> int:
         main_budget = _seconds(args.main_budget, "--main-budget", zero_ok=True)
         if args.limits not in LIMITS:
             raise ValueError(f"--limits {args.limits!r} is unknown; the only valid values are {sorted(LIMITS)}")
+        warm_up_s = args.warm_up_s if args.warm_up_s is not None else (300.0 if device == "cuda" else 0.0)
+        if not (warm_up_s >= 0 and math.isfinite(warm_up_s)):
+            raise ValueError(f"--warm-up-s {args.warm_up_s}: pass a non-negative number of seconds")
         if args.warmup_cases < 0:
             raise ValueError(f"--warmup-cases {args.warmup_cases}: pass a non-negative number of cases")
         out = Path(args.out)
@@ -226,7 +239,7 @@ def main(args: argparse.Namespace) -> int:
         return _usage(str(exc))
     record = run_bench(device=device, targets=targets, families=families, seconds=seconds, limits=args.limits,
                        warmup_cases=args.warmup_cases, main_budget=main_budget, seed=args.seed, quiet=args.quiet,
-                       precompile=args.precompile)
+                       precompile=args.precompile, warm_up_s=warm_up_s)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         save(record, out, overwrite=True)

@@ -82,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triton-cache", default=None, metavar="DIR",
                         help="a directory for Triton's compiled kernels, kept between runs (TRITON_CACHE_DIR of this "
                              "process and its workers): a later run loads binaries instead of compiling")
+    parser.add_argument("--warm-up", dest="warm_up_s", type=_positive_float, default=None, metavar="S",
+                        help="before the clock starts, let the worker warm the target up for up to S seconds "
+                             "(harness.warmup: on CUDA our LoRA kernels' variants compile in parallel); default none")
     parser.add_argument("--sglang-wheel", default=None, metavar="PATH|DIR",
                         help="for --target sglang==X.Y.Z: the release's wheel, or a directory of wheels (machines "
                              "without a package registry; default: the cache, then pip download)")
@@ -190,7 +193,7 @@ def main(args: argparse.Namespace) -> int:
         record = run_campaign(target=args.target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
                               device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
                               progress=args.progress, limits=args.limits, isolate=args.isolate,
-                              case_timeout_s=args.case_timeout_s, database=database)
+                              case_timeout_s=args.case_timeout_s, database=database, warm_up_s=args.warm_up_s)
     except CampaignError as exc:
         return _error(f"error: {exc}")
     except CampaignInterrupted as exc:

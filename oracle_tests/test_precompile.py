@@ -68,3 +68,15 @@ def test_compile_only_launches_warm_up_and_run_nothing(monkeypatch):
     lora_kernels.step_a_q_kernel.generic[(4,)](5, num_warps=4)
     vision_kernel._vision_attn_fwd[(7, 1)](8)
     assert calls == [((1, 2), (3, 2, 1), {"BT": 16}), ((5,), (4,), {"num_warps": 4}), ((8,), (7, 1), {})]
+
+
+def test_variant_children_compile_their_share_and_exit():
+    """:func:`precompile.start_variants`: child ``i`` of ``n`` runs the variant cases ``i, i+n, ...``
+    (compile-only), then exits by itself; together they run every case once."""
+    from kernel_oracle.harness.warmup import variant_cases
+
+    handle = precompile.start_variants("triton", "cpu", seconds=120.0, dtypes=("float16",), ops=("step_a_v",),
+                                       processes=2)
+    assert handle.wait(110.0), "the children did not finish their share"
+    done = handle.stop()
+    assert done["processes"] == 2 and done["cases"] == len(variant_cases(("step_a_v",), ("float16",))) == 24, done

@@ -14,6 +14,8 @@
 #   bash scripts/h200_session.sh verify [S]     # vision fp32 levels, an S-second soak of our kernels (detached), the suite
 #   bash scripts/h200_session.sh recheck [S]    # F0003 repro, an S-second triton lora re-soak (then soak-wait), the suite
 #   bash scripts/h200_session.sh precompile-ab [S] # triton lora bench without / with compile-only precompilation
+#   bash scripts/h200_session.sh s6a [S]        # F0003 repro, oracle bench cold/warm cache, an S-second triton lora soak (detached)
+#   bash scripts/h200_session.sh s6b [T]        # soak-wait, then the suite alone (stopped after T s)
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -186,6 +188,26 @@ PY
     setsid nohup python3 -m kernel_oracle.cli fuzz --target triton --op lora --device cuda --time "${2:-600}" --seed 11 \
       --no-progress --out "$SOAK/triton-lora" >"$SOAK/triton-lora.log" 2>&1 < /dev/null &
     timeout 300 python3 -m pytest oracle_tests -p no:cacheprovider --durations=30 -rfEs >"$OUT/suite.log" 2>&1
+    echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1; grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
+    ;;
+  s6a)  # F0003 outside the suite; the oracle bench on a cold, then a warm Triton cache (variant warm-up); the soak
+    timeout 60 python3 -m kernel_oracle.benchmarks.repro_flashinfer_ragged_v >"$OUT/repro_f0003.log" 2>&1
+    echo "repro F0003 exit $?"; tail -12 "$OUT/repro_f0003.log"
+    for pass in cold warm; do
+      TRITON_CACHE_DIR=/tmp/triton-s6 timeout 220 python3 -m kernel_oracle.cli bench --device cuda \
+        --targets triton,reference --seconds 20 --main-budget 0 --out "$OUT/oracle_bench_$pass.json" \
+        >"$OUT/bench_$pass.log" 2>&1; echo "bench $pass exit $?"; tail -6 "$OUT/bench_$pass.log" | cut -c1-400
+    done
+    mkdir -p $SOAK
+    TRITON_CACHE_DIR=/tmp/triton-s6 setsid nohup python3 -m kernel_oracle.cli fuzz --target triton --op lora \
+      --device cuda --time "${2:-600}" --seed 11 --warm-up 120 --no-progress --out "$SOAK/triton-lora" \
+      >"$SOAK/triton-lora.log" 2>&1 < /dev/null &
+    echo "soak started"
+    ;;
+  s6b)  # the soak's end, then the whole suite alone
+    bash "$0" soak-wait 150
+    TRITON_CACHE_DIR=/tmp/triton-s6 timeout "${2:-330}" python3 -m pytest oracle_tests -p no:cacheprovider --durations=25 -rfEs \
+      >"$OUT/suite.log" 2>&1
     echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1; grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
     ;;
   precompile-ab)  # triton lora campaign throughput without, then with compile-only precompilation (cold caches)
