@@ -16,6 +16,8 @@
 #   bash scripts/h200_session.sh precompile-ab [S] # triton lora bench without / with compile-only precompilation
 #   bash scripts/h200_session.sh s6a [S]        # F0003 repro, oracle bench cold/warm cache, an S-second triton lora soak (detached)
 #   bash scripts/h200_session.sh s6b [T]        # soak-wait, then the suite alone (stopped after T s)
+#   bash scripts/h200_session.sh soak-detached [S] # an S-second triton lora soak from an installed copy (then soak-wait)
+#   bash scripts/h200_session.sh suite [T]      # the whole suite, stopped after T s
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -203,6 +205,21 @@ PY
       --device cuda --time "${2:-600}" --seed 11 --warm-up 120 --no-progress --out "$SOAK/triton-lora" \
       >"$SOAK/triton-lora.log" 2>&1 < /dev/null &
     echo "soak started"
+    ;;
+  soak-detached)  # an S-second triton lora soak run from an installed copy, so the next call's fresh tree cannot break it
+    rm -rf /tmp/ko-src /tmp/ko-soak-site && mkdir -p /tmp/ko-src && tar --exclude=./.whl -cf - . | tar -xf - -C /tmp/ko-src
+    python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/ko-soak-site /tmp/ko-src \
+      >/dev/null 2>&1 || { echo "soak copy: install failed"; exit 2; }
+    mkdir -p $SOAK
+    (cd /tmp && PYTHONPATH=/tmp/ko-soak-site:/tmp/site TRITON_CACHE_DIR=/tmp/triton-s6 setsid nohup python3 -m \
+      kernel_oracle.cli fuzz --target triton --op lora --device cuda --time "${2:-600}" --seed 11 --warm-up 120 \
+      --no-progress --out "$SOAK/triton-lora" >"$SOAK/triton-lora.log" 2>&1 < /dev/null &)
+    echo "soak started from /tmp/ko-soak-site"
+    ;;
+  suite)  # the whole suite (stopped after T s)
+    TRITON_CACHE_DIR=/tmp/triton-s6 timeout "${2:-330}" python3 -m pytest oracle_tests -p no:cacheprovider --durations=25 -rfEs \
+      >"$OUT/suite.log" 2>&1
+    echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1; grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
     ;;
   s6b)  # the soak's end, then the whole suite alone
     bash "$0" soak-wait 150
