@@ -26,7 +26,8 @@ which the key omits (for 3-D v it even takes ``d_vo`` from k).  A later call wit
 another layout replays the stale graph: measured on the H200 (fuzz/triage_flashinfer_cudnn.py),
 wrong output everywhere for a strided v after a contiguous one or a 48-wide v after a 64-wide one,
 and an illegal memory access the other way round.  The target remembers the layout each key was
-built for (mirroring the engine's 256-entry cache) and raises :class:`GraphCacheHazard`, naming
+built for (reading the engine's own cache, :func:`engine_graph_cache`, else mirroring its 256-entry
+first-in-first-out cache) and raises :class:`GraphCacheHazard`, naming
 the key and the layout change, instead of returning that garbage; ``guard=False`` replays as the
 engine does (for the tests that pin the bug down).
 
@@ -47,7 +48,8 @@ from kernel_oracle.harness.opinfo import FAMILY_OPS
 
 from .registry import Target, register_target, unavailable
 
-__all__ = ["GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn", "GraphCacheHazard", "engine_versions",
+__all__ = ["GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn", "GraphCacheHazard", "engine_graph_cache",
+           "engine_versions",
            "flashinfer_cudnn_target"]
 
 # SGLang's vision backends share a workspace buffer; FlashInfer documents 128 MB as sufficient for
@@ -98,6 +100,37 @@ def _cudnn_version_string(v) -> str:
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v >= 10000 else str(v)
 
 
+def engine_graph_cache() -> Optional[dict]:
+    """FlashInfer's cuDNN prefill graph cache: the dict that ``cudnn.graph_cache`` (nvidia-cudnn-frontend)
+    keeps in the closure of ``flashinfer.cudnn.prefill._build_prefill_graph``'s wrapper, found by
+    walking wrappers (``__wrapped__`` and closure functions); None when this engine has no such cell.
+
+    Why: the guard must know exactly which graphs the engine holds.  Mirroring it from our side
+    missed one: a call that raises after the engine has built and cached its graph (malformed
+    offsets) was never remembered, so a later call with the same key and another layout replayed
+    the stale graph unguarded -- the H200 main jobs' F0003 (2026-11-30), which a fresh process
+    computes right (``benchmarks/repro_flashinfer_ragged_v.py``: error 0.0009 on the found layout;
+    in the same process a contiguous v after it gives inf)."""
+    try:
+        from flashinfer.cudnn import prefill
+    except Exception:  # noqa: BLE001 - no engine, no cache
+        return None
+    todo, seen = [getattr(prefill, "_build_prefill_graph", None)], set()
+    while todo:
+        fn = todo.pop()
+        if not callable(fn) or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+        named = dict(zip(code.co_freevars, cells)) if code is not None else {}
+        cache, key_fn = named.get("cache"), named.get("key_fn")
+        if cache is not None and key_fn is not None and isinstance(cache.cell_contents, dict):
+            return cache.cell_contents
+        todo.append(getattr(fn, "__wrapped__", None))
+        todo.extend(c.cell_contents for c in cells if callable(getattr(c, "cell_contents", None)))
+    return None
+
+
 class FlashInferCudnn:
     """One engine binding per device: the wrapper, the return_lse state and the output poison switch."""
 
@@ -106,6 +139,9 @@ class FlashInferCudnn:
         self._prefill = prefill
         self.guard = guard
         self._layouts: dict = {}  # the engine's graph key -> the layout its graph was built for
+        # the engine's own graph cache when it can be found (engine_graph_cache), and our key -> its key
+        self._engine_cache: Optional[dict] = engine_graph_cache()
+        self._engine_keys: dict = {}
         self._workspace: Optional[torch.Tensor] = None
         self.return_lse = True  # SGLang's call; False after a refusal (see the module note)
         self.lse_refusal: Optional[str] = None
@@ -150,8 +186,11 @@ class FlashInferCudnn:
             if poison:  # the same call with an output buffer full of NaN: unwritten tokens stay NaN
                 out = torch.full((q.shape[0], q.shape[1], v.shape[2]), float("nan"), dtype=q.dtype,
                                  device=q.device)
-            output = self._run(q, k, v, scale, {**call, "out": out})
-            self._remember(key, layout)
+            before = set(self._engine_cache) if self._engine_cache is not None else None
+            try:
+                output = self._run(q, k, v, scale, {**call, "out": out})
+            finally:  # a call that raises after the engine built (and cached) its graph counts too
+                self._remember(key, layout, before)
             return output if reshape_batch is None else output.unflatten(0, (reshape_batch, -1))
 
         return run
@@ -159,6 +198,9 @@ class FlashInferCudnn:
     def _check_graph_key(self, key: tuple, layout: dict) -> None:
         """Raise GraphCacheHazard when ``key`` was built for another layout (see the module note)."""
         seen = self._layouts.get(key)
+        if seen is not None and self._engine_cache is not None and self._engine_keys.get(key) not in self._engine_cache:
+            del self._layouts[key]  # the engine evicted that graph: the next call builds a fresh one
+            seen = None
         if seen is None:
             return
         changed = [f"{name} {seen[name]} then {layout[name]}" for name in layout if seen[name] != layout[name]]
@@ -172,8 +214,16 @@ class FlashInferCudnn:
                 "(flashinfer.cudnn.prefill._sdpa_prefill_key_fn), so the output would be wrong or the "
                 "kernel would read out of bounds. A known engine bug: see docs/flashinfer_cudnn.md.")
 
-    def _remember(self, key: tuple, layout: dict) -> None:
-        """After a call that built (or replayed) the graph of ``key``: the layout it was built for."""
+    def _remember(self, key: tuple, layout: dict, before: Optional[set] = None) -> None:
+        """After a call that may have built the graph of ``key`` (returned or raised): the layout it was
+        built for.  With the engine's cache in view (``before``: its keys before the call), exactly
+        when the call added an entry, and that entry is what later calls check; without it, on every
+        call of a key not yet seen, mirroring the engine's first-in-first-out eviction."""
+        if self._engine_cache is not None and before is not None:
+            added = [k for k in self._engine_cache if k not in before]
+            if added:
+                self._layouts[key], self._engine_keys[key] = layout, added[-1]
+            return
         if key not in self._layouts:
             if len(self._layouts) >= GRAPH_CACHE_SIZE:
                 self._layouts.pop(next(iter(self._layouts)))

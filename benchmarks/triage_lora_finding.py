@@ -1,0 +1,74 @@
+"""Explain a LoRA mismatch finding element by element, on the device where it was found.
+
+``python -m kernel_oracle.benchmarks.triage_lora_finding FINDINGS.jsonl [--target triton] [--device cuda]``
+
+A finding's case is data (problem, seed, mutation), and the tensors are generated on the device, so a
+CUDA finding must be triaged on a CUDA machine: the CPU draws other numbers.  For the first finding
+in the file this runs the target and the oracle on the same call and prints, for the worst elements
+(non-finite disagreements first): the target's value, the float64 reference, the faithful
+baseline(s), the reference without its rounding points' range (Note [Range at rounding points] in
+reference/lora.py) and the base value.  It judges nothing: it shows which side of a dtype's range or
+rounding boundary each number lies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("findings")
+    ap.add_argument("--target", default="triton")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--top", type=int, default=10)
+    args = ap.parse_args(argv)
+
+    from kernel_oracle.fuzz.targets import resolve_target
+    from kernel_oracle.harness.check import _prepared_call, case_from_dict, execute, expected_outcome
+    from kernel_oracle.reference import lora as ref_lora
+
+    finding = json.loads(open(args.findings).readline())
+    case = case_from_dict(finding["problem"])
+    call = _prepared_call(case, args.device)
+    inplace = call.inplace
+    base = call.args[inplace].detach().clone() if inplace is not None else None
+    expected = expected_outcome(case, args.device, call=call)
+    observed = execute(resolve_target(args.target, args.device), case, args.device, to_host=False)
+    if observed.kind != "ok":
+        print(f"the target {observed.kind}: {observed.exc_type}: {observed.message}")
+        return 1
+    keep = ref_lora._Arith.round
+    ref_lora._Arith.round = lambda self, t, dtype: t.to(dtype).to(self.compute) if self.faithful else t
+    try:
+        unranged = expected_outcome(case, args.device, call=_prepared_call(case, args.device)).value
+    finally:
+        ref_lora._Arith.round = keep
+    got, want, defined = observed.output.to(want_dev := expected.value.device).double(), expected.value, expected.defined
+    disagree = (torch.isfinite(got) != torch.isfinite(want)) & defined
+    err = torch.where(defined & torch.isfinite(got) & torch.isfinite(want), (got - want).abs(), torch.zeros_like(want))
+    print(f"case: {finding.get('id')} {case.op} {case.dtype}, output {tuple(want.shape)}, "
+          f"non-finite disagreements {int(disagree.sum())}, worst finite error {float(err.max()):.6g}")
+    order = list(disagree.nonzero()) + list(torch.topk(err.flatten(), min(args.top, err.numel())).indices)
+    seen = 0
+    for idx in order:
+        if not isinstance(idx, torch.Tensor) or idx.dim() == 0:
+            idx = torch.tensor(list(torch.unravel_index(torch.as_tensor(idx), want.shape)))
+        at = tuple(int(i) for i in idx)
+        row = {"index": at, "target": float(got[at]), "float64": float(want[at]),
+               "faithful": [float(b[at]) for b in expected.baseline], "unranged": float(unranged[at])}
+        if base is not None:
+            row["base"] = float(base.to(want_dev)[at])
+        print(json.dumps(row))
+        seen += 1
+        if seen >= args.top:
+            break
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
