@@ -221,6 +221,14 @@ PY
       >"$OUT/suite.log" 2>&1
     echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1; grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
     ;;
+  s6c)  # triage a saved LoRA finding on the GPU; warm the cache; the main job; LoRA kernel speed
+    timeout 120 python3 -m kernel_oracle.benchmarks.triage_lora_finding gpu-in/findings.jsonl --top 8 2>&1 | tail -10 | cut -c1-400
+    timeout 150 python3 -m kernel_oracle.cli fuzz --target triton --op lora --device cuda --time 2 --warm-up 140 \
+      --no-progress --out /tmp/warm >/dev/null 2>&1; echo "cache warmed: exit $?"
+    main_job
+    timeout 120 python3 -m kernel_oracle.benchmarks.bench_lora --shapes decode-bs64 decode-bs256 prefill-8x2048 \
+      --json "$OUT/bench_lora.json" >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"; tail -30 "$OUT/bench_lora.log" | cut -c1-200
+    ;;
   s6b)  # the soak's end, then the whole suite alone
     bash "$0" soak-wait 150
     TRITON_CACHE_DIR=/tmp/triton-s6 timeout "${2:-330}" python3 -m pytest oracle_tests -p no:cacheprovider --durations=25 -rfEs \
