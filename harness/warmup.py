@@ -19,18 +19,25 @@ Note [Variant warm-up]
 ----------------------
 A few realistic shapes are not enough for our LoRA kernels: what selects a compiled kernel there is
 the path (segment-major, or token-major with a 64- or 256-wide segment compare or a binary search),
-the rank block (32, 64, 128), the layout family (aligned or generic), the dtype, the base dtype and
-the op -- 624 variants, of which a GPU campaign meets a new one every few cases (a launch recorder
-on the CPU, 2026-11-30: 139 distinct variants in 2,000 cases of the "gpu" preset, still growing).
-At about half a second of LLVM and ptxas each, a campaign that compiles them as it meets them runs
-at 6-15 cases/s.  :func:`variant_cases` holds one case per variant (the same recorder: they launch
-624 distinct variants, and the 874 launches of those 2,000 fuzzed cases hit only these), and for
-the ``triton`` target on CUDA :func:`warm_up` has them compiled first by child processes in
-parallel (compile only, nothing runs on the GPU: Note [Parallel precompilation] in
-:mod:`fuzz.precompile`) into Triton's disk cache; the worker then runs each once and only loads the
-binary.  Two kernel changes made the set this small: the permutation flag is a runtime argument
-(``has_perm``), and ranks up to 32 share one block.  With a persistent cache (Triton's default
-``~/.triton/cache``, or ``--triton-cache``) a later run loads everything.
+the rank block (32, 64, 128), the layout family (aligned or generic), the permutation flag, the
+dtype, the base dtype and the op -- 1,248 variants, of which a GPU campaign meets a new one every few
+cases (a launch recorder on the CPU, 2026-11-30: about 140-160 distinct variants in 2,000 cases of
+the "gpu" preset, still growing).  At about half a second of LLVM and ptxas each, a campaign that
+compiles them as it meets them ran at 6-15 cases/s on the H200.  :func:`variant_cases` holds one
+case per variant (the recorder test ``oracle_tests/test_variant_warmup.py``: they launch distinct
+variants, and every launch of fuzzed ``gpu``-preset cases is one of them), and for the ``triton``
+target on CUDA :func:`warm_up` has them compiled first by child processes in parallel (compile only,
+nothing runs on the GPU: Note [Parallel precompilation] in :mod:`fuzz.precompile`) into Triton's
+disk cache; the worker then runs each once and only loads the binary.
+
+Measured on the H200 (2026-11-30, 12 children; the set was 624 variants then, with the permutation
+flag a runtime argument): a cold cache took 67 s of parallel compilation and 18 s of loads, a warm
+one 8.5 + 3.4 s; ``kernel-oracle bench`` then ran triton lora at 96 (cold) and 83 (warm) cases/s
+against 6-15 before.  The runtime permutation flag made the token-major v side 1.6x slower at 256
+segments (decode-bs256 v, graph replay: 54.6 against 33.7 us, same run), so the flag is a constexpr
+again and the set holds both values; ranks up to 32 still share one block (``MIN_BLOCK_R``).  With a
+persistent cache (Triton's default ``~/.triton/cache``, or ``--triton-cache``) a later run loads
+everything.
 """
 
 from __future__ import annotations
@@ -96,21 +103,23 @@ _BASE_OPS = ("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")  # ops with
 
 def variant_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) -> list[Case]:
     """One LoRA case per compiled variant of our LoRA kernels that a campaign meets (Note [Variant
-    warm-up]): path x rank block x layout family x dtype x base dtype (the same, or fp32) x op, most
-    common first, so a time limit cuts the rarest.  624 cases for every op and dtype."""
+    warm-up]): path x rank block x layout family x permutation x dtype x base dtype (the same, or fp32)
+    x op, most common first, so a time limit cuts the rarest.  1,248 cases for every op and dtype."""
     lora_ops = [op for op in ops if op != "vision"]
     out: list[Case] = []
     for seg_lens, _ in _VARIANT_PATHS:
         slots = tuple(i % 2 for i in range(len(seg_lens)))
         for R in _VARIANT_RANKS:
             for dims in _VARIANT_LAYOUTS:
-                for dtype in dtypes:
-                    for op in lora_ops:
-                        bases = (None, "float32") if op in _BASE_OPS and dtype != "float32" else (None,)
-                        for base in bases:
-                            out.append(Case(LoRAProblem(op=op, seg_lens=seg_lens, weight_indices=slots,
-                                                        lora_ranks=(R, R // 2), scalings=(1.0, 0.5), R=R,
-                                                        dtype=dtype, base_dtype=base, seed=1, **dims)))
+                for permute in (False, True):
+                    for dtype in dtypes:
+                        for op in lora_ops:
+                            bases = (None, "float32") if op in _BASE_OPS and dtype != "float32" else (None,)
+                            for base in bases:
+                                out.append(Case(LoRAProblem(op=op, seg_lens=seg_lens, weight_indices=slots,
+                                                            lora_ranks=(R, R // 2), scalings=(1.0, 0.5), R=R,
+                                                            permute=permute, dtype=dtype, base_dtype=base, seed=1,
+                                                            **dims)))
     return out
 
 

@@ -79,4 +79,4 @@ def test_variant_children_compile_their_share_and_exit():
                                        processes=2)
     assert handle.wait(110.0), "the children did not finish their share"
     done = handle.stop()
-    assert done["processes"] == 2 and done["cases"] == len(variant_cases(("step_a_v",), ("float16",))) == 24, done
+    assert done["processes"] == 2 and done["cases"] == len(variant_cases(("step_a_v",), ("float16",))) == 48, done

@@ -22,6 +22,27 @@ TF32 standard and an exact-fp32 kernel to an fp32 one.  The report states which 
 
 Note [Non-finite values]
 ------------------------
+Where the float64 reference itself is not finite (inf, NaN; the LoRA oracle also holds an inf where a
+rounding point overflows its dtype, reference/lora.py), the output must be that same value (NaN for
+NaN, inf of the same sign), and such places take no part in the baseline error, the floor or the
+allowance.  Everywhere else in the defined region the output is judged by the allowance, and a
+non-finite output is a mismatch whatever the allowance (the allowance is always finite: an inf
+allowance compared with an inf error was how a NaN output used to pass) -- with one exception: an
+inf of the reference's sign where the reference is within the allowance of the dtype's overflow
+threshold (:func:`overflow_threshold`, fp16: 65520).  A correct kernel's value there lies on either
+side of the threshold, so it stores inf or the largest finite value (65504), and either is right:
+the 10-minute H200 soak of 2026-11-30 (issue 18) reported our step_b_q in fp16 for 7 of 1.9e7
+elements, a fuzzed batch whose dropped permutation moved "huge" beyond-rank poison into a
+higher-ranked slot, with every finite error within 20 of an allowance of 71.5
+(``python -m kernel_oracle.benchmarks.triage_lora_finding`` on the H200) -- the boundary, not the
+kernel.  Where the reference lies beyond the threshold by more than the allowance, only inf is
+right, and a saturated 65504 is a mismatch.
+
+Note [TF32 rounding]), so that a TF32 kernel is held to a
+TF32 standard and an exact-fp32 kernel to an fp32 one.  The report states which precision was used.
+
+Note [Non-finite values]
+------------------------
 Let ``r_out`` be the float64 reference rounded to the output dtype.  Where ``r_out`` is not finite
 (the reference is inf or NaN, or beyond the dtype's range: correct rounding gives inf), the output
 must be that same value (NaN for NaN, inf of the same sign), and such places take no part in the
@@ -225,37 +246,43 @@ def compare(
     inf = torch.full((), float("inf"), dtype=f64, device=actual.device)
     a = actual.detach().to(f64)
     r = ref64.detach().to(f64)
-    # Note [Non-finite values]: where the reference rounded to the output dtype is not finite, the
-    # output must be that very value (same-signed inf, or NaN); everywhere else it must be finite
+    # Note [Non-finite values]: where the reference itself is not finite, the output must be that very
+    # value (same-signed inf, or NaN); where it is finite the output is judged by the allowance, an
+    # overflow of the output dtype counting as a same-signed inf within the allowance of the reference
     r_out = r.to(dtype).to(f64)
-    special = defined & ~torch.isfinite(r_out)
+    special = defined & ~torch.isfinite(r)
     regular = defined & ~special
-    same_special = (a == r_out) | (torch.isnan(a) & torch.isnan(r_out))
-    nonfinite = regular & ~torch.isfinite(a)
-    diff = torch.where(regular, (a - r).abs(), zero)
-    diff = torch.where(nonfinite | (special & ~same_special), inf, diff)
-    err = float(diff.max())
+    in_range = regular & torch.isfinite(r_out)  # where baselines and the representation floor are measured
+    same_special = (a == r) | (torch.isnan(a) & torch.isnan(r))
     ref_abs = torch.where(regular, r.abs(), zero)
     baselines = () if baseline is None else (baseline,) if isinstance(baseline, torch.Tensor) else tuple(baseline)
     base_err = None
     fallback_why = ""
     if baselines and dtype != f64:
-        base_err = max(_finite_max((b.detach().to(a.device, f64) - r).abs(), regular) for b in baselines)
+        base_err = max(_finite_max((b.detach().to(a.device, f64) - r).abs(), in_range) for b in baselines)
         if not math.isfinite(base_err):
             fallback_why = ("a baseline is not finite where the reference is (e.g. it overflowed): "
                             "fell back to the assert_close table")
             base_err = None
     if base_err is not None:
         represent = (r_out - r).abs()
-        floor = 2.0 * _finite_max(represent, regular) + ABS_FLOOR
+        floor = 2.0 * _finite_max(represent, in_range) + ABS_FLOOR
         allowed = ERROR_MULTIPLIER[family] * base_err + floor
-        per_elem_allowed = torch.full_like(diff, allowed)
+        per_elem_allowed = torch.full_like(r, allowed)
         rule = f"err <= {ERROR_MULTIPLIER[family]:g} * baseline_err + floor"
     else:
         rtol, atol = ASSERT_CLOSE_TOLERANCES.get(dtype, ASSERT_CLOSE_TOLERANCES[torch.float32])
         per_elem_allowed = atol + rtol * ref_abs
         allowed = _finite_max(per_elem_allowed, regular)
         rule = f"|a - r| <= {atol:g} + {rtol:g} * |r| (assert_close table for {dtype})"
+    # an inf output of the reference's sign is a correct rounding of any value within the allowance of the
+    # reference that reaches the dtype's overflow threshold (Note [Non-finite values])
+    overflowed = regular & torch.isinf(a) & (torch.sign(a) == torch.sign(r)) & \
+        (ref_abs + per_elem_allowed >= overflow_threshold(dtype))
+    nonfinite = regular & ~torch.isfinite(a) & ~overflowed
+    diff = torch.where(regular & ~overflowed & torch.isfinite(a), (a - r).abs(), zero)
+    diff = torch.where(nonfinite | (special & ~same_special), inf, diff)
+    err = float(diff.max())
     over = defined & ~(diff <= per_elem_allowed)  # NaN in diff or allowance: a mismatch, never a pass
     mismatched = int(over.sum())
     ratios = torch.where(defined, diff / per_elem_allowed.clamp_min(1e-300), zero)
@@ -292,6 +319,16 @@ def compare(
         lines = [f"Baseline: {fallback_why}"]
     return Comparison(ok, err, allowed, base_err, ratio, mismatched, total, worst, greatest_rel, rule,
                       "\n".join(lines), where)
+
+
+def overflow_threshold(dtype: torch.dtype) -> float:
+    """The smallest magnitude that rounds to inf in ``dtype`` (round to nearest): its largest finite
+    value plus half a unit in the last place (fp16: 65520); inf for float64."""
+    if dtype == torch.float64 or not dtype.is_floating_point:
+        return math.inf
+    top = torch.tensor(torch.finfo(dtype).max, dtype=dtype)
+    below = torch.nextafter(top, torch.zeros((), dtype=dtype))
+    return float(top) + (float(top) - float(below)) / 2
 
 
 def _argmax_index(x: torch.Tensor) -> tuple[int, ...]:

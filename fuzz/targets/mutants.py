@@ -103,7 +103,7 @@ _VA = "vision/attention.py"
 MUTANTS: tuple[Mutant, ...] = (
     # ---- LoRA ----
     Mutant("lora_ignore_permutation", "lora", "rows are read and written at their logical index; permutation ignored",
-           (Patch(_K, "phys = tl.where(use_perm, phys.to(tl.int64), logical.to(tl.int64))",
+           (Patch(_K, "phys = tl.load(perm + tl.minimum(tl.maximum(logical, 0), num_rows - 1), mask=valid, other=0)",
                   "phys = logical.to(tl.int64)"),)),
     Mutant("lora_segment_end_off_by_one", "lora", "token-major tiles treat seg_indptr[n] as inside the batch (<=)",
            (Patch(_K, "valid = (logical >= first) & (logical < last)", "valid = (logical >= first) & (logical <= last)"),)),

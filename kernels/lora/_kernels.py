@@ -78,8 +78,9 @@ def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.c
 
 
 @triton.jit
-def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, has_perm, n_launch, tiles_per_seg, num_rows,
-           search_steps, TOKEN_MAJOR: tl.constexpr, BT: tl.constexpr, SEG_TILE: tl.constexpr):
+def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg, num_rows,
+           search_steps, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
+           SEG_TILE: tl.constexpr):
     """Rows of tile ``pid`` for this program's slot: (selected, slot, physical row).
 
     ``lane_tok`` in [0, BT) is each lane's token in the tile; ``w_prog`` the slot a token-major
@@ -117,13 +118,11 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, has_perm, n_
         logical = start + tile * BT + lane_tok
         valid = logical < end
         slot = tl.load(weight_indices + seg)
-    # ``has_perm`` is a runtime flag (Note [Specialization]), applied without a branch: a branch made the
-    # token-major v side 1.6x slower at 256 segments on the H200 (its 64x256 segment compare was live
-    # across it); without a permutation the load is fully masked and reads nothing
-    use_perm = (tl.zeros_like(lane_tok) + has_perm) != 0  # a block (a plain bool breaks the interpreter's mask)
-    # clamped like upstream: with strict=False a bad entry must not fault
-    phys = tl.load(perm + tl.minimum(tl.maximum(logical, 0), num_rows - 1), mask=valid & use_perm, other=0)
-    phys = tl.where(use_perm, phys.to(tl.int64), logical.to(tl.int64))
+    if HAS_PERM:
+        # clamped like upstream: with strict=False a bad entry must not fault
+        phys = tl.load(perm + tl.minimum(tl.maximum(logical, 0), num_rows - 1), mask=valid, other=0)
+    else:
+        phys = logical.to(tl.int64)
     phys = tl.minimum(tl.maximum(phys, 0), num_rows - 1)
     return valid, slot, phys
 
@@ -131,7 +130,7 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, has_perm, n_
 # ---- split steps ---------------------------------------------------------------------------------
 
 # Note [Specialization]: runtime ints Triton must not specialize on (they change from batch to batch)
-_COUNTS = ("has_perm", "n_launch", "tiles_per_seg", "num_rows", "search_steps", "n_cblocks")
+_COUNTS = ("n_launch", "tiles_per_seg", "num_rows", "search_steps", "n_cblocks")
 # metadata pointers, read one element at a time: their 16-byte alignment (views at an offset) is of no use
 _METADATA = ("seg_indptr", "weight_indices", "lora_ranks", "scalings", "perm")
 _DATA = ("x_ptr", "a_ptr", "b_ptr", "out_ptr", "base_ptr")
@@ -153,9 +152,9 @@ _DNS_STEP_A_Q = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'so_
 
 @_two_families(_DNS_STEP_A_Q)
 def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
-                    has_perm, n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
                     sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, so_t, so_h, so_r,
-                    TOKEN_MAJOR: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -177,8 +176,8 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, has_perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, BT, SEG_TILE)
+    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -204,9 +203,9 @@ _DNS_STEP_B_Q = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sy_t', 'sy
 
 @_two_families(_DNS_STEP_B_Q)
 def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                    has_perm, n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
-                    TOKEN_MAJOR: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -230,8 +229,8 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
-    sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, has_perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, BT, SEG_TILE)
+    sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     sel = sel & (hh < H)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -257,9 +256,9 @@ _DNS_STEP_A_V = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so
 
 @_two_families(_DNS_STEP_A_V)
 def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
-                    has_perm, n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, so_t, so_h, so_r,
-                    TOKEN_MAJOR: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -281,8 +280,8 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
-    sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, has_perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, BT, SEG_TILE)
+    sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     sel = sel & (hh < H)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
@@ -309,9 +308,9 @@ _DNS_STEP_B_V = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sy_
 
 @_two_families(_DNS_STEP_B_V)
 def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                    has_perm, n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
                     sx_t, sx_h, sx_r, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
-                    TOKEN_MAJOR: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                     BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -335,8 +334,8 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, has_perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, BT, SEG_TILE)
+    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v = cb * BLOCK_V + tl.arange(0, BLOCK_V)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -365,9 +364,9 @@ _DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_BLOCKS', 'sx_t', 'sx_h', 'sb_l'
 
 @_two_families(_DNS_Q_SIDE_FUSED)
 def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                        has_perm, n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_BLOCKS,
+                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_BLOCKS,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
-                        TOKEN_MAJOR: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
+                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr):
@@ -393,8 +392,8 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, has_perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, BT, SEG_TILE)
+    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c0 = tl.arange(0, BLOCK_C)
@@ -436,9 +435,9 @@ _DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 's
 
 @_two_families(_DNS_V_SIDE_FUSED)
 def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                        has_perm, n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
+                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
                         sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
-                        TOKEN_MAJOR: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
+                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr):
@@ -465,8 +464,8 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, has_perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, BT, SEG_TILE)
+    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v0 = tl.arange(0, BLOCK_V)

@@ -133,27 +133,13 @@ def _axis2(p: Plan, num_slots: int, n_cblocks: int) -> int:
     return n_cblocks * (num_slots if p.token_major else 1)
 
 
-# device -> a one-element int64 tensor passed as ``perm`` when a batch has no permutation: the kernels
-# never read it then (``has_perm`` is 0), but the pointer keeps the int64 type of a real permutation,
-# so a batch with and one without a permutation run the same compiled kernel (Note [Specialization])
-_NO_PERM: dict = {}
-
-
-def _no_perm(device: torch.device) -> torch.Tensor:
-    key = str(device)
-    if key not in _NO_PERM:
-        _NO_PERM[key] = torch.empty(1, dtype=torch.int64, device=device)
-    return _NO_PERM[key]
-
-
 def _meta(batch_info, p: Plan, num_rows: int, n_cblocks: int = 1):
     perm = batch_info.permutation
     return dict(seg_indptr=batch_info.seg_indptr, weight_indices=batch_info.weight_indices,
-                lora_ranks=batch_info.lora_ranks,
-                perm=(perm if perm is not None else _no_perm(batch_info.seg_indptr.device)),
-                has_perm=int(perm is not None), n_launch=p.n_launch, tiles_per_seg=p.tiles_per_seg,
-                num_rows=num_rows, search_steps=p.search_steps, n_cblocks=n_cblocks, TOKEN_MAJOR=p.token_major,
-                SEG_TILE=p.seg_tile)
+                lora_ranks=batch_info.lora_ranks, perm=(perm if perm is not None else batch_info.seg_indptr),
+                n_launch=p.n_launch, tiles_per_seg=p.tiles_per_seg, num_rows=num_rows,
+                search_steps=p.search_steps, n_cblocks=n_cblocks, TOKEN_MAJOR=p.token_major,
+                HAS_PERM=perm is not None, SEG_TILE=p.seg_tile)
 
 
 def _split(blocks: dict) -> tuple[dict, int]:
