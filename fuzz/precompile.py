@@ -30,6 +30,12 @@ same arguments, which compiles the variant into the disk cache under the key a r
 and runs nothing on the GPU.  Not yet measured on the GPU: until it is, it stays off by default
 (``bash scripts/h200_session.sh`` has no phase for it yet; ``kernel-oracle bench`` with
 ``precompile=True`` in ``run_campaign`` is the measurement to take).
+
+What did work is the other use of the same children, :func:`start_variants`: before the campaign's
+clock starts, not beside it, each child compiles (only) its share of a fixed list with one case per
+compiled LoRA variant (Note [Variant warm-up] in :mod:`harness.warmup`) and exits.  On the H200
+(2026-11-30): 624 variants in 67 s with 12 children on a cold cache, after which ``kernel-oracle
+bench`` ran triton lora at 96 cases/s.
 """
 
 from __future__ import annotations
