@@ -123,6 +123,39 @@ def start_variants(target: str, device: str, *, seconds: float, dtypes: Sequence
     return handle
 
 
+# children need seconds of imports before they compile anything: a shorter warm-up starts none
+MIN_PARALLEL_S = 20.0
+# the share of a warm-up's time the children may take; the rest loads (or compiles) in the worker
+# (the H200 suite of 2026-11-30, 16 test workers beside a soak: children that took all of a 60 s
+# warm-up left the worker no case at all)
+CHILDREN_SHARE = 0.75
+
+
+def warm_up_target(target, spec: str, device, *, time_s: Optional[float], processes: Optional[int] = None) -> dict:
+    """A worker's warm-up of ``target`` (resolved from ``spec``) for up to ``time_s`` seconds: for our
+    kernels (``spec == "triton"``) on CUDA, children compile every LoRA variant in parallel first
+    (:func:`start_variants`, at most :data:`CHILDREN_SHARE` of the time), then
+    :func:`harness.warmup.warm_up` runs the fixed cases and the variants in this process, loading what
+    the children compiled (Note [Variant warm-up]).  Returns warm_up's record plus ``"parallel"``
+    (the children's ``{"processes", "cases", "seconds"}``, or None) and the total ``"seconds"``."""
+    from kernel_oracle.harness.warmup import warm_up, warm_up_dtypes
+
+    t0 = time.monotonic()
+    lora_ops = tuple(op for op in sorted(getattr(target, "entries", ())) if op != "vision")
+    variants = (spec == "triton" and str(device).startswith("cuda") and bool(lora_ops)
+                and getattr(target, "available", True))
+    parallel = None
+    n = default_processes() if processes is None else int(processes)
+    if variants and n > 0 and (time_s is None or time_s >= MIN_PARALLEL_S):
+        children = start_variants(spec, str(device), seconds=time_s or 600.0, dtypes=warm_up_dtypes(target),
+                                  ops=lora_ops, processes=n)
+        children.wait(CHILDREN_SHARE * time_s if time_s is not None else 600.0)
+        parallel = children.stop()
+    left = None if time_s is None else max(1.0, time_s - (time.monotonic() - t0))
+    result = warm_up(target, device, time_s=left, variants=variants)
+    return {**result, "seconds": round(time.monotonic() - t0, 3), "parallel": parallel}
+
+
 def start(target: str, family: str, device: str, *, seconds: float, limits: str, dtypes: Sequence[str],
           categories: Sequence[str], ops: Optional[Sequence[str]] = None, processes: Optional[int] = None,
           seed: int = 0, compile_only: bool = True) -> Precompile:

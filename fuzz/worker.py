@@ -103,9 +103,9 @@ def _serve(conn, env: dict) -> None:
             if op == "describe":
                 warm_up_s = msg[3] if len(msg) > 3 else None
                 if warm_up_s and (spec, device) not in warmed and not interpreting():
-                    from kernel_oracle.harness.warmup import warm_up
+                    from kernel_oracle.fuzz.precompile import warm_up_target
 
-                    warmed[(spec, device)] = warm_up(target, device, time_s=warm_up_s, spec=spec)
+                    warmed[(spec, device)] = warm_up_target(target, spec, device, time_s=warm_up_s)
                 conn.send(("info", {**target.to_record(), "precisions": target.precisions(),
                                     "interpreting": interpreting(), "warm_up": warmed.get((spec, device))}))
             elif op == "check":

@@ -26,9 +26,9 @@ the "gpu" preset, still growing).  At about half a second of LLVM and ptxas each
 compiles them as it meets them ran at 6-15 cases/s on the H200.  :func:`variant_cases` holds one
 case per variant (the recorder test ``oracle_tests/test_variant_warmup.py``: they launch distinct
 variants, and every launch of fuzzed ``gpu``-preset cases is one of them), and for the ``triton``
-target on CUDA :func:`warm_up` has them compiled first by child processes in parallel (compile only,
-nothing runs on the GPU: Note [Parallel precompilation] in :mod:`fuzz.precompile`) into Triton's
-disk cache; the worker then runs each once and only loads the binary.
+target on CUDA the worker has them compiled first by child processes in parallel (compile only,
+nothing runs on the GPU: :func:`fuzz.precompile.warm_up_target`) into Triton's disk cache, then
+:func:`warm_up` runs each once and only loads the binary.
 
 Measured on the H200 (2026-11-30, 12 children; the set was 624 variants then, with the permutation
 flag a runtime argument): a cold cache took 67 s of parallel compilation and 18 s of loads, a warm
@@ -96,12 +96,6 @@ _VARIANT_PATHS = (
 _VARIANT_RANKS = (32, 64, 128)  # BLOCK_R buckets (kernels.lora._launch.MIN_BLOCK_R and up)
 _VARIANT_LAYOUTS = (dict(H=2, qk=63, vd=47, C=129),  # sizes off 8 elements: the generic family
                     dict(H=2, qk=64, vd=48, C=128))  # everything 16-byte aligned: the aligned family
-# children need seconds of imports before they compile anything: a shorter warm-up starts none
-MIN_PARALLEL_S = 20.0
-# the share of a warm-up's time the children may take; the rest loads (or compiles) in this process
-# (the H200 suite of 2026-11-30, 16 test workers beside a soak: children that took all of a 60 s
-# warm-up left it no case at all)
-CHILDREN_SHARE = 0.75
 _BASE_OPS = ("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")  # ops with a base_output
 
 
@@ -127,39 +121,31 @@ def variant_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) ->
     return out
 
 
+def warm_up_dtypes(target, dtypes: Optional[Sequence[str]] = None) -> tuple[str, ...]:
+    """``dtypes`` (default :data:`WARM_UP_DTYPES`) less the target's excluded ones."""
+    return tuple(d for d in (dtypes or WARM_UP_DTYPES) if d not in (target.excluded_dtypes or {}))
+
+
 def warm_up(target, device, *, time_s: Optional[float] = 120.0, dtypes: Optional[Sequence[str]] = None,
-            spec: str = "", processes: Optional[int] = None) -> dict:
+            variants: bool = False) -> dict:
     """Run ``target`` (a resolved :class:`~fuzz.targets.Target`) once on each warm-up case on ``device``.
 
-    Stops after ``time_s`` seconds (``None``: no limit).  ``dtypes`` default: :data:`WARM_UP_DTYPES`
-    less the target's excluded ones.  For our own kernels on CUDA (``spec == "triton"``) the plan also
-    holds every LoRA variant case (:func:`variant_cases`), compiled first by ``processes`` children in
-    parallel (:func:`fuzz.precompile.start_variants`; default: the host's spare cores) into Triton's disk
-    cache, so this process only loads them (Note [Variant warm-up]).  Returns ``{"cases": run, "of":
-    planned, "seconds": s, "complete": bool, "errors": ["op dtype: harness error", ...], "parallel":
-    {"processes", "cases", "seconds"} or None}`` (target errors are not errors here).
+    Stops after ``time_s`` seconds (``None``: no limit).  ``dtypes``: see :func:`warm_up_dtypes`.
+    ``variants``: the plan also holds every LoRA variant case (:func:`variant_cases`, Note [Variant
+    warm-up]); a worker has them compiled in parallel first (:func:`fuzz.precompile.warm_up_target`),
+    so that this loop only loads them.  Returns ``{"cases": run, "of": planned, "seconds": s,
+    "complete": bool, "errors": ["op dtype: harness error", ...]}`` (target errors are not errors here).
     """
     if time_s is not None and not time_s > 0:
         raise ValueError(f"Expected a positive number of seconds or None but got time_s={time_s!r}")
     if not getattr(target, "available", True):
-        return {"cases": 0, "of": 0, "seconds": 0.0, "complete": True, "errors": [], "parallel": None}
-    wanted = tuple(d for d in (dtypes or WARM_UP_DTYPES) if d not in (target.excluded_dtypes or {}))
+        return {"cases": 0, "of": 0, "seconds": 0.0, "complete": True, "errors": []}
+    wanted = warm_up_dtypes(target, dtypes)
     ops = tuple(sorted(target.entries))
     plan = warm_up_cases(ops, wanted)
+    if variants:
+        plan += variant_cases(ops, wanted)
     t0 = time.monotonic()
-    parallel = None
-    lora_ops = tuple(op for op in ops if op != "vision")
-    if spec == "triton" and str(device).startswith("cuda") and lora_ops:
-        from kernel_oracle.fuzz import precompile
-
-        plan += variant_cases(lora_ops, wanted)
-        n = precompile.default_processes() if processes is None else int(processes)
-        if n > 0 and (time_s is None or time_s >= MIN_PARALLEL_S):
-            children = precompile.start_variants(spec, str(device), seconds=time_s or 600.0, dtypes=wanted,
-                                                 ops=lora_ops, processes=n)
-            # leave this process a share of the time: the fixed realistic cases come first in the plan
-            children.wait(CHILDREN_SHARE * time_s if time_s is not None else 600.0)
-            parallel = children.stop()
     done, errors = 0, []
     for case in plan:
         if time_s is not None and time.monotonic() - t0 >= time_s:
@@ -170,4 +156,4 @@ def warm_up(target, device, *, time_s: Optional[float] = 120.0, dtypes: Optional
             errors.append(f"{case.op} {case.dtype}: {type(exc).__name__}: {exc}")
         done += 1
     return {"cases": done, "of": len(plan), "seconds": round(time.monotonic() - t0, 3), "complete": done == len(plan),
-            "errors": errors, "parallel": parallel}
+            "errors": errors}

@@ -163,6 +163,41 @@ def test_warm_up_stops_at_its_time_and_a_raising_target_is_no_error():
         warm_up(_recording_target([]), "cpu", time_s=0)
 
 
+def test_only_our_kernels_on_cuda_get_the_variant_warm_up(monkeypatch):
+    """``warm_up_target``: the LoRA variants (compiled by children first) for spec "triton" on CUDA only;
+    the children get at most CHILDREN_SHARE of the time and the worker the rest."""
+    from kernel_oracle.fuzz import precompile
+    from kernel_oracle.harness.warmup import variant_cases
+
+    started, waited = [], []
+
+    class Children:
+        def wait(self, seconds):
+            waited.append(seconds)
+            return True
+
+        def stop(self):
+            return {"processes": 3, "cases": 7, "seconds": 0.1}
+
+    monkeypatch.setattr(precompile, "start_variants", lambda spec, device, **kw: started.append((spec, device, kw))
+                        or Children())
+    ops = sorted(op for ops in FAMILY_OPS.values() for op in ops)
+    fixed = len(warm_up_cases(ops, ("bfloat16", "float32")))
+    info = precompile.warm_up_target(_recording_target([]), "reference", "cuda", time_s=None, processes=3)
+    assert started == [] and info["parallel"] is None and info["of"] == fixed
+    info = precompile.warm_up_target(_recording_target([]), "triton", "cpu", time_s=None, processes=3)
+    assert started == [] and info["of"] == fixed  # the interpreter compiles nothing
+    info = precompile.warm_up_target(_recording_target([]), "triton", "cuda", time_s=40.0, processes=3)
+    lora = tuple(op for op in ops if op != "vision")
+    assert info["of"] == fixed + len(variant_cases(lora, ("bfloat16", "float32"))) and info["parallel"]["cases"] == 7
+    assert [(s, d, kw["ops"], kw["dtypes"], kw["processes"]) for s, d, kw in started] == \
+        [("triton", "cuda", lora, ("float32", "bfloat16"), 3)]
+    assert waited == [precompile.CHILDREN_SHARE * 40.0]
+    precompile.warm_up_target(_recording_target([]), "triton", "cuda", time_s=precompile.MIN_PARALLEL_S / 2,
+                              processes=3)
+    assert len(started) == 1  # too short a warm-up for children
+
+
 # ---- Triton cache option --------------------------------------------------------------------------------------------
 
 def test_worker_env_sets_a_persistent_triton_cache(tmp_path, monkeypatch):
