@@ -228,6 +228,17 @@ def test_step_float64_inputs(op, device):
     assert out.dtype == torch.float64
     assert_defined_close(out, defined.to(out.device), value, defined, what=f"{op} float64 step")
 
+def test_float64_oracle_keeps_exact_values_just_beyond_the_threshold():
+    """Within OVERFLOW_MARGIN of fp16's overflow threshold (65520) the oracle keeps the exact value (a
+    kernel may store inf or 65504 there: the rule accepts both); farther out it holds inf."""
+    from kernel_oracle.reference import lora
+
+    t = torch.tensor([65530.0, -65600.0, 66100.0, -1e6, 100.5], dtype=torch.float64)
+    inf = float("inf")
+    assert lora._Arith(False).round(t, torch.float16).tolist() == [65530.0, -65600.0, inf, -inf, 100.5]
+    assert lora._Arith(True).round(t.float(), torch.float16).tolist() == [inf, -inf, inf, -inf, 100.5]
+
+
 
 @pytest.mark.parametrize("op", ["step_b_v", "step_b_q", "v_side_fused"])
 def test_float64_oracle_overflows_where_a_rounding_point_does(op, device):
