@@ -1,4 +1,4 @@
-"""Compile the vision kernel for the H200 (sm_90) on any machine, GPU or not: front end, LLVM and ptxas.
+"""Compile the vision kernel and the LoRA kernels for the H200 (sm_90) on any machine, GPU or not.
 
 python -m kernel_oracle.benchmarks.compile_hopper      (not under TRITON_INTERPRET: it compiles)
 
@@ -6,7 +6,9 @@ The interpreter never compiles, so a kernel edit can pass the whole CPU suite an
 the GPU: an fp64 branch whose two ``return`` statements had different types did exactly that
 (``Inconsistent return types``, found on the H200 on 2026-11-30).  This compiles each arithmetic
 variant (fp32 at every ``EXACT`` level, TF32, bf16, fp16) for ``GPUTarget("cuda", 90, 32)`` with
-Triton's bundled ptxas and prints one line per variant; exit 1 when any fails.
+Triton's bundled ptxas and prints one line per variant; exit 1 when any fails.  The six LoRA kernels
+follow (:data:`LORA_VARIANTS`: every dtype, both paths, both families, with and without a
+permutation), since they too run only under the interpreter on a CPU machine.
 """
 
 from __future__ import annotations
@@ -42,6 +44,49 @@ def compile_variant(dtype: str, precision, exact: int, d: int):
                           options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
 
 
+# (op, dtype, path, ALIGN, permutation dtype or None): LoRA variants a kernel change must keep compiling
+LORA_VARIANTS = (("step_a_q", "bfloat16", "tok", 8, None), ("step_b_q", "float32", "seg", 1, "i64"),
+                 ("step_a_v", "float16", "seg", 8, "i64"), ("step_b_v", "bfloat16", "tok", 1, None),
+                 ("q_side_fused", "float16", "tok", 8, "i64"), ("v_side_fused", "float32", "seg", 1, None))
+
+
+def compile_lora(op: str, dtype: str, path: str, align: int, perm):
+    """The compiled LoRA kernel of one variant (``kernels.lora._launch`` blocks of ``path``, rank block
+    32, the aligned family when ``align > 1``); ``perm``: the permutation's pointer type, None for none."""
+    import inspect
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kernel_oracle.kernels.lora import _kernels as LK
+    from kernel_oracle.kernels.lora import _launch as LL
+
+    fn = getattr(LK, f"{op}_kernel")
+    fn = fn if align > 1 else fn.generic
+    blocks = dict(LL.BLOCKS[op][path])
+    warps = blocks.pop("num_warps")
+    blocks.pop("C_SPLIT", None)
+    params = inspect.signature(fn.fn).parameters
+    const = dict(TOKEN_MAJOR=path == "tok", HAS_PERM=perm is not None, SEG_TILE=64 if path == "tok" else 0,
+                 BLOCK_R=LL.MIN_BLOCK_R, UPCAST=False, DOT_PREC="tf32" if dtype == "float32" else None,
+                 FIX_BF16=False, ALIGN=align, **blocks)
+    const = {k: v for k, v in const.items() if k in params}
+    sig = {}
+    for name, prm in params.items():
+        if "constexpr" in str(prm.annotation):
+            sig[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            sig[name] = f"*{_TRITON_TYPES[dtype]}"
+        elif name == "perm":
+            sig[name] = f"*{perm or 'i32'}"  # without a permutation the launcher passes seg_indptr
+        else:
+            sig[name] = {"seg_indptr": "*i32", "weight_indices": "*i32", "lora_ranks": "*i32",
+                         "scalings": "*fp32"}.get(name, "i32")
+    return triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=warps, num_stages=2))
+
+
 def main(argv=None) -> int:
     from kernel_oracle.kernels.interpreter import interpreting
 
@@ -49,13 +94,14 @@ def main(argv=None) -> int:
         print("TRITON_INTERPRET=1: nothing is compiled; run without it")
         return 2
     failed = 0
-    for variant in VARIANTS:
-        try:
-            k = compile_variant(*variant)
-            print(f"ok   {variant}: shared memory {k.metadata.shared} B")
-        except Exception as exc:  # noqa: BLE001 - report each variant, then fail
-            failed += 1
-            print(f"FAIL {variant}: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}")
+    for build, variants in ((compile_variant, VARIANTS), (compile_lora, LORA_VARIANTS)):
+        for variant in variants:
+            try:
+                k = build(*variant)
+                print(f"ok   {variant}: shared memory {k.metadata.shared} B")
+            except Exception as exc:  # noqa: BLE001 - report each variant, then fail
+                failed += 1
+                print(f"FAIL {variant}: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}")
     return 1 if failed else 0
 
 
