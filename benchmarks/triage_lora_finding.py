@@ -48,25 +48,21 @@ def main(argv=None) -> int:
         unranged = expected_outcome(case, args.device, call=_prepared_call(case, args.device)).value
     finally:
         ref_lora._Arith.round = keep
-    got, want, defined = observed.output.to(want_dev := expected.value.device).double(), expected.value, expected.defined
+    want, defined = expected.value, expected.defined
+    got = observed.output.to(want.device).double()
     disagree = (torch.isfinite(got) != torch.isfinite(want)) & defined
     err = torch.where(defined & torch.isfinite(got) & torch.isfinite(want), (got - want).abs(), torch.zeros_like(want))
     print(f"case: {finding.get('id')} {case.op} {case.dtype}, output {tuple(want.shape)}, "
-          f"non-finite disagreements {int(disagree.sum())}, worst finite error {float(err.max()):.6g}")
-    order = list(disagree.nonzero()) + list(torch.topk(err.flatten(), min(args.top, err.numel())).indices)
-    seen = 0
-    for idx in order:
-        if not isinstance(idx, torch.Tensor) or idx.dim() == 0:
-            idx = torch.tensor(list(torch.unravel_index(torch.as_tensor(idx), want.shape)))
-        at = tuple(int(i) for i in idx)
+          f"finite in one and not the other (target, float64) {int(disagree.sum())}, worst finite error {float(err.max()):.6g}")
+    worst = torch.topk(err.flatten(), min(args.top, err.numel())).indices
+    places = [tuple(int(i) for i in idx) for idx in disagree.nonzero()[:args.top]]  # non-finite disagreements first
+    places += [tuple(int(i) for i in torch.unravel_index(j, want.shape)) for j in worst]
+    for at in places[:args.top]:
         row = {"index": at, "target": float(got[at]), "float64": float(want[at]),
                "faithful": [float(b[at]) for b in expected.baseline], "unranged": float(unranged[at])}
         if base is not None:
-            row["base"] = float(base.to(want_dev)[at])
+            row["base"] = float(base[at])
         print(json.dumps(row))
-        seen += 1
-        if seen >= args.top:
-            break
     return 0
 
 

@@ -161,7 +161,7 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                  limits: Optional[str] = None, isolate: bool = True, shrink_allowance: Optional[int] = None,
                  case_timeout_s: Optional[float] = None, worker=None,
                  shrink_slack_s: float = SHRINK_SLACK_S, warm_up_s: Optional[float] = None,
-                 database=None, dtypes: Optional[tuple] = None, precompile: bool = False) -> dict:
+                 database=None, dtypes: Optional[tuple] = None) -> dict:
     """Run (or resume) a campaign; returns the ``harness.schema`` record it writes to ``out_dir/summary.json``.
 
     ``op``: ``lora``, ``vision`` or one LoRA op name.  ``budget``: cases to execute (shrinking
@@ -179,9 +179,6 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     ``ExampleDatabase`` shared with other campaigns (default: ``out_dir/.hypothesis/``, nothing
     shared); findings' cases are shared through it too (Note [Campaigns]).  ``dtypes``: fuzz only
     these dtypes (a shard of :mod:`fuzz.cluster`; default every dtype the target supports).
-    ``precompile``: compile the target's kernel variants in parallel compile-only child processes
-    during the campaign (:mod:`fuzz.precompile`; off by default: children that executed the cases slowed
-    H200 campaigns down, and the compile-only ones are not measured yet).
     Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted` on SIGTERM / SIGINT.
     """
     _check_arguments(op, budget, time_s, device, case_timeout_s)
@@ -221,7 +218,6 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
                              isolate=isolate, shrink_allowance=shrink_allowance,
                              case_timeout_s=case_timeout_s if case_timeout_s is not None else case_timeout_for(time_s),
                              worker=worker, shrink_slack_s=shrink_slack_s, warm_up_s=warm_up_s)
-            search.precompile = precompile  # off unless asked (Note [Parallel precompilation])
             search.known_issues = known_issues
             search.database, search.wanted_dtypes = database, (tuple(dtypes) if dtypes else None)
             return search.run()
@@ -257,9 +253,6 @@ class _Search:
         self.database = None  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
         self.wanted_dtypes: Optional[tuple] = None
         self.bar = None
-        self.precompile = False  # compile kernel variants in parallel children (fuzz.precompile)
-        self.precompiling = None  # their handle while they run
-        self.precompiled: Optional[dict] = None  # what they did, for the record
 
     # ---- budget --------------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -293,22 +286,6 @@ class _Search:
             return self.worker.describe(self.target, warm_up_s=self.warm_up_s)
         except WorkerError as exc:
             raise CampaignError(str(exc)) from None
-
-    def _start_precompile(self) -> None:
-        """Children compiling this campaign's kernel variants until its clock runs out (Note [Parallel
-        precompilation] in :mod:`fuzz.precompile`); only when asked (``precompile=True``)."""
-        if not self.precompile or self.time_s is None:
-            return
-        from kernel_oracle.fuzz import precompile
-
-        self.precompiling = precompile.start(
-            self.target, self.family, self.device, seconds=max(1.0, self.time_s - self.elapsed()), limits=self.limits,
-            dtypes=self.dtypes, categories=self.categories, ops=self.ops if self.family == "lora" else None,
-            seed=self.seed)
-
-    def _stop_precompile(self) -> None:
-        if self.precompiling is not None:
-            self.precompiled, self.precompiling = self.precompiling.stop(), None
 
     def observe(self, case):
         if self.local_target is not None:
@@ -347,7 +324,6 @@ class _Search:
             self.strategy = cases(self.family, categories=self.categories, dtypes=self.dtypes,
                                   ops=self.ops if self.family == "lora" else None, limits=self.limits)
             self.bar = _Progress(self.budget, self.progress, f"fuzz {self.target} {self.op}")
-            self._start_precompile()
             self._replay_shared()
             self._loop()
         except KeyboardInterrupt as exc:
@@ -366,7 +342,6 @@ class _Search:
         finally:
             if self.bar is not None:
                 self.bar.close()
-            self._stop_precompile()  # never outlives the campaign, whatever ended it
             self._stop_worker(kill=False)
         self.state.elapsed_s = self.elapsed()
         self.state.save()
@@ -588,8 +563,6 @@ class _Search:
         from kernel_oracle.harness.known_issues import mark_known
         from kernel_oracle.harness.schema import add_note, add_target, save
 
-        self._stop_precompile()
-
         info = self.info
         record = self.state.to_record(device=self.device, precision=info.get("precisions") or info.get("precision"),
                                       notes=())
@@ -608,8 +581,7 @@ class _Search:
                               "interpreter": bool(info.get("interpreting")), "isolated": self.isolate,
                               "case_timeout_s": self.case_timeout_s if self.isolate else None,
                               "worker_restarts": self.worker.restarts if self.worker is not None else 0,
-                              "startup_s": round(self.startup_s, 3), "warm_up": info.get("warm_up"),
-                              "precompile": self.precompiled}
+                              "startup_s": round(self.startup_s, 3), "warm_up": info.get("warm_up")}
         record["summary"]["status"] = status or "finished"
         # upstream defects listed in harness/known_issues.toml are reported as known (Note [Known issues])
         new = mark_known(record, self.known_issues)

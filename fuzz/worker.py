@@ -197,9 +197,10 @@ class Worker:
         run once per target for up to ``warm_up_s`` seconds when the worker compiles kernels)."""
         self.start()
         self._conn.send(("describe", spec, self.device, warm_up_s))
-        if not self._conn.poll(self.startup_timeout_s + (warm_up_s or 0.0)):
+        limit = self.startup_timeout_s + (warm_up_s or 0.0)  # the warm-up has its own time on top
+        if not self._conn.poll(limit):
             self.kill()
-            raise WorkerError(f"resolving target {spec!r} took over {self.startup_timeout_s:g}s")
+            raise WorkerError(f"resolving target {spec!r} took over {limit:g}s")
         try:
             tag, payload = self._conn.recv()
         except (EOFError, OSError):

@@ -42,6 +42,11 @@ DEFAULT_TARGETS = ("triton", "reference")
 FAMILIES = ("lora", "vision")
 
 
+# seconds the worker's warm-up may take per target on CUDA (Note [Variant warm-up] in harness.warmup: a cold
+# cache took 85 s on the H200 for 624 LoRA variants; the set is 1,248 now)
+DEFAULT_WARM_UP_S = 300.0
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -63,9 +68,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--main-budget", type=float, default=120.0, metavar="SECONDS",
                         help="--time-budget of the measured main job (default 120; 0: do not run it)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--precompile", action="store_true",
-                        help="compile kernel variants in parallel compile-only children during each timed "
-                             "campaign (fuzz.precompile; off by default, not yet measured on a GPU)")
     parser.add_argument("--out", default="reports/out/oracle-bench.json", metavar="FILE",
                         help="where the record goes (default reports/out/oracle-bench.json)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -125,8 +127,7 @@ def _run_main_job(device: str, budget: float, seed: int, log) -> dict:
 
 
 def run_bench(*, device: str, targets: list, families: list, seconds: float, limits: str, warmup_cases: int,
-              main_budget: float, seed: int, quiet: bool = False, precompile: bool = False,
-              warm_up_s: Optional[float] = None) -> dict:
+              main_budget: float, seed: int, quiet: bool = False, warm_up_s: Optional[float] = None) -> dict:
     """Measure (Note [Benchmarking the oracle]) and return the ``bench`` record (not saved)."""
     from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
     from kernel_oracle.fuzz.worker import Worker, WorkerError
@@ -168,7 +169,7 @@ def run_bench(*, device: str, targets: list, families: list, seconds: float, lim
                             row["worker_warm_up"] = warm_rec.get("campaign", {}).get("warm_up")
                         rec = run_campaign(target=target, op=fam, time_s=seconds, seed=seed, device=device,
                                            out_dir=Path(tmp) / f"timed-{len(rows)}", progress=False, limits=limits,
-                                           worker=worker, precompile=precompile)
+                                           worker=worker)
                     except CampaignError as exc:
                         failed.append(f"{target} x {fam}: {exc}")
                         log(f"{target} x {fam}: {exc}")
@@ -179,8 +180,7 @@ def run_bench(*, device: str, targets: list, families: list, seconds: float, lim
                     row.update({"available": available, "cases": executed, "seconds": round(elapsed, 2),
                                 "cases_per_s": round(executed / elapsed, 2) if elapsed > 0 else None,
                                 "warmup_s": round(warm_s, 2), "findings": len(rec.get("findings", [])),
-                                "ops": camp.get("ops"), "dtypes": camp.get("dtypes"),
-                                "precompile": camp.get("precompile")})
+                                "ops": camp.get("ops"), "dtypes": camp.get("dtypes")})
                     rows.append(row)
                     merge(record, rec, seeds_key=f"bench:{target}:{fam}")
                     if not available:
@@ -227,9 +227,8 @@ def main(args: argparse.Namespace) -> int:
         main_budget = _seconds(args.main_budget, "--main-budget", zero_ok=True)
         if args.limits not in LIMITS:
             raise ValueError(f"--limits {args.limits!r} is unknown; the only valid values are {sorted(LIMITS)}")
-        warm_up_s = args.warm_up_s if args.warm_up_s is not None else (300.0 if device == "cuda" else 0.0)
-        if not (warm_up_s >= 0 and math.isfinite(warm_up_s)):
-            raise ValueError(f"--warm-up-s {args.warm_up_s}: pass a non-negative number of seconds")
+        warm_up_s = (_seconds(args.warm_up_s, "--warm-up-s", zero_ok=True) if args.warm_up_s is not None
+                     else DEFAULT_WARM_UP_S if device == "cuda" else 0.0)
         if args.warmup_cases < 0:
             raise ValueError(f"--warmup-cases {args.warmup_cases}: pass a non-negative number of cases")
         out = Path(args.out)
@@ -239,7 +238,7 @@ def main(args: argparse.Namespace) -> int:
         return _usage(str(exc))
     record = run_bench(device=device, targets=targets, families=families, seconds=seconds, limits=args.limits,
                        warmup_cases=args.warmup_cases, main_budget=main_budget, seed=args.seed, quiet=args.quiet,
-                       precompile=args.precompile, warm_up_s=warm_up_s)
+                       warm_up_s=warm_up_s)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         save(record, out, overwrite=True)

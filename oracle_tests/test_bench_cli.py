@@ -51,6 +51,7 @@ def test_main_job_counts_fuzz_cases_and_failed_campaigns():
     (["--limits", "huge"], "--limits 'huge' is unknown; the only valid values are"),
     (["--targets", ","], "--targets ',' names nothing; pass a comma-separated list"),
     (["--warmup-cases", "-1"], "--warmup-cases -1: pass a non-negative number of cases"),
+    (["--warm-up-s", "-1"], "--warm-up-s -1: pass a non-negative, finite number of seconds"),
 ])
 def test_usage_errors_exit_2_in_one_line(argv, text, tmp_path, capsys):
     assert cli_main(["bench", "--device", "cpu", "--out", str(tmp_path / "b.json"), *argv]) == 2
@@ -62,20 +63,3 @@ def test_usage_errors_exit_2_in_one_line(argv, text, tmp_path, capsys):
 def test_out_must_be_a_file(tmp_path, capsys):
     assert cli_main(["bench", "--device", "cpu", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"kernel-oracle bench: error: --out {tmp_path}: is a directory; pass a file name\n"
-
-
-def test_precompile_flag_reaches_the_timed_campaigns(tmp_path, capsys, monkeypatch):
-    """``--precompile``: each timed campaign starts compile-only children and the row says what they did;
-    without it no row has any."""
-    from kernel_oracle.fuzz import precompile
-
-    monkeypatch.setattr(precompile, "default_processes", lambda: 1)
-    rows = {}
-    for flag in ([], ["--precompile"]):
-        out = tmp_path / f"bench{len(flag)}.json"
-        code = cli_main(["bench", "--device", DEVICE, "--targets", "reference", "--families", "lora", "--seconds", "2",
-                         "--warmup-cases", "0", "--main-budget", "0", "--out", str(out), "--quiet", *flag])
-        assert code == 0, capsys.readouterr()
-        (rows[bool(flag)],) = load(out)["summary"]["oracle_bench"]["campaigns"]
-    assert rows[False]["precompile"] is None
-    assert rows[True]["precompile"]["processes"] == 1

@@ -13,7 +13,6 @@
 #   bash scripts/h200_session.sh scale [S]      # issue 15.4: fuzz cases/s with --gpus 1 then 2 (4 shards of S s)
 #   bash scripts/h200_session.sh verify [S]     # vision fp32 levels, an S-second soak of our kernels (detached), the suite
 #   bash scripts/h200_session.sh recheck [S]    # F0003 repro, an S-second triton lora re-soak (then soak-wait), the suite
-#   bash scripts/h200_session.sh precompile-ab [S] # triton lora bench without / with compile-only precompilation
 #   bash scripts/h200_session.sh s6a [S]        # F0003 repro, oracle bench cold/warm cache, an S-second triton lora soak (detached)
 #   bash scripts/h200_session.sh s6b [T]        # soak-wait, then the suite alone (stopped after T s)
 #   bash scripts/h200_session.sh soak-detached [S] # an S-second triton lora soak from an installed copy (then soak-wait)
@@ -234,13 +233,6 @@ PY
     TRITON_CACHE_DIR=/tmp/triton-s6 timeout "${2:-330}" python3 -m pytest oracle_tests -p no:cacheprovider --durations=25 -rfEs \
       >"$OUT/suite.log" 2>&1
     echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1; grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
-    ;;
-  precompile-ab)  # triton lora campaign throughput without, then with compile-only precompilation (cold caches)
-    for flag in "" --precompile; do
-      TRITON_CACHE_DIR=/tmp/triton-ab${flag:+-pre} timeout 120 python3 -m kernel_oracle.cli bench --device cuda \
-        --targets triton --families lora --seconds "${2:-30}" --main-budget 0 $flag \
-        --out "$OUT/bench_ab${flag:+_precompile}.json" 2>&1 | tail -1
-    done
     ;;
   scale)
     python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed >/dev/null 2>&1 || exit 2

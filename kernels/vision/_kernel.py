@@ -70,6 +70,7 @@ rounding points of the faithful baseline ``reference.vision.flashinfer_cudnn_ora
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 
@@ -355,6 +356,7 @@ def exact_level(dtype: torch.dtype, precision: str) -> int:
     return int(value)
 
 
+@functools.lru_cache(maxsize=64)  # per launch on the warm path: a model has one or two scales
 def _split_scale(c: float) -> tuple[float, float]:
     """``c`` as an fp32 pair (hi, lo) with hi + lo = c to about 2**-48 (kernel float args are fp32)."""
     hi = struct.unpack("f", struct.pack("f", c))[0]
