@@ -17,6 +17,8 @@
 #   bash scripts/h200_session.sh s6b [T]        # soak-wait, then the suite alone (stopped after T s)
 #   bash scripts/h200_session.sh soak-detached [S] # an S-second triton lora soak from an installed copy (then soak-wait)
 #   bash scripts/h200_session.sh suite [T]      # the whole suite, stopped after T s
+#   bash scripts/h200_session.sh s7a [S] [T]    # two GPUs: S-second triton lora soak on GPU 0, the suite on GPU 1
+#   bash scripts/h200_session.sh s7b            # two GPUs: bench cold/warm on GPU 1; soak-wait, main job on GPU 0
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -215,10 +217,23 @@ PY
       --no-progress --out "$SOAK/triton-lora" >"$SOAK/triton-lora.log" 2>&1 < /dev/null &)
     echo "soak started from /tmp/ko-soak-site"
     ;;
-  suite)  # the whole suite (stopped after T s)
-    TRITON_CACHE_DIR=/tmp/triton-s6 timeout "${2:-330}" python3 -m pytest oracle_tests -p no:cacheprovider --durations=25 -rfEs \
-      >"$OUT/suite.log" 2>&1
-    echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1; grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
+  s7a)  # two GPUs: the S-second triton lora soak on GPU 0 (detached), the whole suite alone on GPU 1
+    CUDA_VISIBLE_DEVICES=0 bash "$0" soak-detached "${2:-600}"
+    CUDA_VISIBLE_DEVICES=1 bash "$0" suite "${3:-540}"
+    ;;
+  s7b)  # two GPUs: the oracle bench cold then warm on GPU 1; on GPU 0 the soak's end, a warmed cache, the main job
+    (export CUDA_VISIBLE_DEVICES=1
+     for pass in cold warm; do
+       TRITON_CACHE_DIR=/tmp/triton-s7 timeout 300 python3 -m kernel_oracle.cli bench --device cuda \
+         --targets triton,reference --seconds 20 --main-budget 0 --out "$OUT/oracle_bench_$pass.json" \
+         >"$OUT/bench_$pass.log" 2>&1; echo "bench $pass exit $?" >>"$OUT/bench_$pass.log"
+     done) &
+    export CUDA_VISIBLE_DEVICES=0
+    bash "$0" soak-wait 60
+    timeout 150 python3 -m kernel_oracle.cli fuzz --target triton --op lora --device cuda --time 2 --warm-up 140 \
+      --no-progress --out /tmp/warm >/dev/null 2>&1; echo "cache warmed: exit $?"
+    main_job; cp /tmp/main-job/latest.json "$OUT/main_job.json" 2>/dev/null
+    wait; for pass in cold warm; do tail -7 "$OUT/bench_$pass.log" | cut -c1-400; done
     ;;
   s6c)  # triage a saved LoRA finding on the GPU; warm the cache; the main job; LoRA kernel speed
     timeout 120 python3 -m kernel_oracle.benchmarks.triage_lora_finding gpu-in/findings.jsonl --top 8 2>&1 | tail -10 | cut -c1-400
