@@ -89,7 +89,7 @@ def test_the_engine_cache_is_found_through_its_wrappers(fake_flashinfer):
 def test_a_build_whose_call_failed_still_guards_the_key(fake_flashinfer):
     """A call that fails after the engine cached its graph: the next call with the same key and another
     v layout raises GraphCacheHazard instead of replaying that graph."""
-    target = fc.FlashInferCudnn(torch.device("cpu"), fake_flashinfer)
+    target = fc.FlashInferCudnn(torch.device("cpu"), fake_flashinfer, graph_cache=fc.engine_graph_cache())
     target.return_lse = False
     fake_flashinfer.fail_after_build = True
     with pytest.raises(RuntimeError, match="cudnn execute failed"):
@@ -101,7 +101,7 @@ def test_a_build_whose_call_failed_still_guards_the_key(fake_flashinfer):
 
 def test_an_evicted_graph_is_no_hazard(fake_flashinfer):
     """When the engine no longer holds the key's graph, the next call builds a fresh one: no raise."""
-    target = fc.FlashInferCudnn(torch.device("cpu"), fake_flashinfer)
+    target = fc.FlashInferCudnn(torch.device("cpu"), fake_flashinfer, graph_cache=fc.engine_graph_cache())
     target.return_lse = False
     _call(target, strided_v=True)
     fc.engine_graph_cache().clear()
@@ -111,14 +111,26 @@ def test_an_evicted_graph_is_no_hazard(fake_flashinfer):
         _call(target, strided_v=True)
 
 
-def test_without_the_engine_cache_a_failed_call_is_remembered_too(monkeypatch):
+def test_without_the_engine_cache_a_failed_call_is_remembered_too():
     """The fallback mirror (no cache in view) remembers every first call of a key, failed or not."""
-    monkeypatch.setattr(fc, "engine_graph_cache", lambda: None)
     engine = _Engine(fail_after_build=True)
     target = fc.FlashInferCudnn(torch.device("cpu"), engine)
     target.return_lse = False
     with pytest.raises(RuntimeError):
         _call(target, strided_v=True)
     engine.fail_after_build = False
+    with pytest.raises(fc.GraphCacheHazard):
+        _call(target, strided_v=False)
+
+
+def test_another_engine_is_not_guarded_by_flashinfers_cache(fake_flashinfer):
+    """A stand-in engine on a machine where FlashInfer is installed keeps its own graphs: its target
+    mirrors them and is not misled by FlashInfer's (empty) cache -- the H200 suite's failure of
+    test_wrapper_guard_names_the_layout_change when the target looked FlashInfer's cache up itself."""
+    other = _Engine()
+    target = fc.FlashInferCudnn(torch.device("cpu"), other)
+    target.return_lse = False
+    _call(target, strided_v=True)
+    assert fc.engine_graph_cache() == {}  # FlashInfer's cache never saw that build
     with pytest.raises(fc.GraphCacheHazard):
         _call(target, strided_v=False)

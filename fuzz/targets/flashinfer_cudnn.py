@@ -134,13 +134,18 @@ def engine_graph_cache() -> Optional[dict]:
 class FlashInferCudnn:
     """One engine binding per device: the wrapper, the return_lse state and the output poison switch."""
 
-    def __init__(self, device: torch.device, prefill, *, guard: bool = True) -> None:
+    def __init__(self, device: torch.device, prefill, *, guard: bool = True,
+                 graph_cache: Optional[dict] = None) -> None:
+        """``prefill``: the engine call (FlashInfer's ``cudnn_batch_prefill_with_kv_cache`` or a stand-in);
+        ``graph_cache``: the dict in which that very engine keeps its graphs (:func:`engine_graph_cache`
+        for FlashInfer's), None to mirror it.  Passed, not looked up: a stand-in engine on a machine
+        where FlashInfer is installed must not be guarded by FlashInfer's cache (the H200 suite)."""
         self.device = device
         self._prefill = prefill
         self.guard = guard
         self._layouts: dict = {}  # the engine's graph key -> the layout its graph was built for
-        # the engine's own graph cache when it can be found (engine_graph_cache), and our key -> its key
-        self._engine_cache: Optional[dict] = engine_graph_cache()
+        # the engine's own graph cache when known, and our key -> its key
+        self._engine_cache: Optional[dict] = graph_cache
         self._engine_keys: dict = {}
         self._workspace: Optional[torch.Tensor] = None
         self.return_lse = True  # SGLang's call; False after a refusal (see the module note)
@@ -303,7 +308,7 @@ def flashinfer_cudnn_target(device):
         return unavailable(name, f"import cudnn (nvidia-cudnn-frontend) failed: {type(exc).__name__}: {exc}")
     key = str(dev)
     if key not in ENGINES:
-        engine = FlashInferCudnn(dev, cudnn_batch_prefill_with_kv_cache)
+        engine = FlashInferCudnn(dev, cudnn_batch_prefill_with_kv_cache, graph_cache=engine_graph_cache())
         try:
             engine.probe()
         except Exception as exc:  # noqa: BLE001 - even return_lse=False failed: nothing runs
