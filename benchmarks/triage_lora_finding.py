@@ -7,8 +7,8 @@ CUDA finding must be triaged on a CUDA machine: the CPU draws other numbers.  Fo
 in the file this runs the target and the oracle on the same call and prints, for the worst elements
 (non-finite disagreements first): the target's value, the float64 reference, the faithful
 baseline(s), the reference without its rounding points' range (Note [Range at rounding points] in
-reference/lora.py) and the base value.  It judges nothing: it shows which side of a dtype's range or
-rounding boundary each number lies.
+reference/lora.py) and the base value.  It shows which side of a dtype's range or
+rounding boundary each number lies, and the verdict of today's rule with its message's last line.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def main(argv=None) -> int:
     from kernel_oracle.fuzz.targets import resolve_target
     from kernel_oracle.harness.check import _prepared_call, case_from_dict, execute, expected_outcome
     from kernel_oracle.reference import lora as ref_lora
+    from kernel_oracle.reference.tolerance import compare
 
     finding = json.loads(open(args.findings).readline())
     case = case_from_dict(finding["problem"])
@@ -54,6 +55,15 @@ def main(argv=None) -> int:
     err = torch.where(defined & torch.isfinite(got) & torch.isfinite(want), (got - want).abs(), torch.zeros_like(want))
     print(f"case: {finding.get('id')} {case.op} {case.dtype}, output {tuple(want.shape)}, "
           f"finite in one and not the other (target, float64) {int(disagree.sum())}, worst finite error {float(err.max()):.6g}")
+    in_range = defined & torch.isfinite(want.to(observed.output.dtype).double())
+    for i, b in enumerate(expected.baseline):
+        off = in_range & ~torch.isfinite(b.to(want.device).double())
+        far = want[off].abs()
+        print(f"baseline {i}: not finite where the reference is in range: {int(off.sum())}"
+              + (f", |reference| there {float(far.min()):.6g}..{float(far.max()):.6g}" if far.numel() else ""))
+    verdict = compare(observed.output.to(want.device), want, defined, family="lora", baseline=expected.baseline)
+    print(f"verdict of today's rule: ok={verdict.ok} mismatched={verdict.mismatched} "
+          f"baseline_err={verdict.baseline_err} allowed={verdict.allowed:.6g}; {verdict.message.splitlines()[-1:]}")
     worst = torch.topk(err.flatten(), min(args.top, err.numel())).indices
     places = [tuple(int(i) for i in idx) for idx in disagree.nonzero()[:args.top]]  # non-finite disagreements first
     places += [tuple(int(i) for i in torch.unravel_index(j, want.shape)) for j in worst]

@@ -12,8 +12,9 @@ computation done in the target's dtype with the kernels' rounding points (the or
 family and ``floor`` is twice the representation error of the float64 result in the output dtype
 (FlashAttention's ``fwd_atol``) plus :data:`ABS_FLOOR`.  When no baseline exists (float64 outputs,
 or a caller that has none) the per-dtype ``rtol``/``atol`` table of ``torch.testing.assert_close``
-is the fallback; so is it when a baseline is not finite where the reference is (an fp16 overflow,
-say): a non-finite baseline never widens the allowance, and the message says the table was used.
+is the fallback; so is it when a baseline is not finite where the reference is, away from the dtype's
+overflow threshold (Note [Non-finite baselines]): a non-finite baseline never widens the allowance,
+and the message says the table was used.
 
 fp32 targets that compute ``tl.dot`` in TF32 declare ``precision="tf32"`` (per entry point:
 ``Target.precision_for(op)``); their baseline then rounds matmul inputs to TF32, in both ways the
@@ -38,17 +39,19 @@ higher-ranked slot, with every finite error within 20 of an allowance of 71.5
 kernel.  Where the reference lies beyond the threshold by more than the allowance, only inf is
 right, and a saturated 65504 is a mismatch.
 
-Note [TF32 rounding]), so that a TF32 kernel is held to a
-TF32 standard and an exact-fp32 kernel to an fp32 one.  The report states which precision was used.
-
-Note [Non-finite values]
-------------------------
-Let ``r_out`` be the float64 reference rounded to the output dtype.  Where ``r_out`` is not finite
-(the reference is inf or NaN, or beyond the dtype's range: correct rounding gives inf), the output
-must be that same value (NaN for NaN, inf of the same sign), and such places take no part in the
-baseline error, the floor or the allowance.  Everywhere else in the defined region a non-finite
-output is a mismatch whatever the allowance: the allowance is always finite (an inf allowance
-compared with an inf error was how a NaN output used to pass).
+Note [Non-finite baselines]
+---------------------------
+The baseline error is measured where the reference lies in the output dtype's range and the baseline
+is finite.  A baseline's inf there is one of two things.  (1) Its rounding across the overflow
+threshold: the reference is within the allowance of the threshold (fp16: 65520) and the baseline, an
+fp16 computation with its own error, lands beyond it -- the very boundary at which a target may store
+inf (Note [Non-finite values]).  Such elements tell nothing about the dtype's rounding error and are
+left out; the message counts them.  The 10-minute H200 soak of 2026-11-30 (session 7) reported our
+step_b_q in fp16 on 2.7% of 1.9e7 elements because such elements sent the whole tensor to the
+``assert_close`` table (rtol 1e-3, where the baseline's error elsewhere allowed 33.6).  (2) Anything
+else (an inf or NaN away from the threshold) means the faithful computation is not a sample of the
+dtype's error: the table is used for the whole output.  Either way the allowance stays finite: a
+non-finite baseline never widens it.
 
 Note [TF32 rounding]
 --------------------
@@ -257,17 +260,30 @@ def compare(
     ref_abs = torch.where(regular, r.abs(), zero)
     baselines = () if baseline is None else (baseline,) if isinstance(baseline, torch.Tensor) else tuple(baseline)
     base_err = None
-    fallback_why = ""
+    baseline_note = ""
     if baselines and dtype != f64:
-        base_err = max(_finite_max((b.detach().to(a.device, f64) - r).abs(), in_range) for b in baselines)
-        if not math.isfinite(base_err):
-            fallback_why = ("a baseline is not finite where the reference is (e.g. it overflowed): "
-                            "fell back to the assert_close table")
+        # Note [Non-finite baselines]: the error is measured where the baseline is finite; its infs are
+        # allowed only as roundings across the overflow threshold, else the table is used.  One host sync.
+        b64 = [b.detach().to(a.device, f64) for b in baselines]
+        err_t = torch.stack([torch.where(in_range & torch.isfinite(b), (b - r).abs(), zero).amax() for b in b64])
+        floor_t = 2.0 * torch.where(in_range, (r_out - r).abs(), zero).amax() + ABS_FLOOR
+        allowed_t = ERROR_MULTIPLIER[family] * err_t.amax() + floor_t
+        reach = in_range & (r.abs() + allowed_t >= overflow_threshold(dtype))
+        crossed_t = stray_t = torch.zeros((), dtype=torch.int64, device=a.device)
+        for b in b64:
+            off = in_range & ~torch.isfinite(b)
+            across = off & torch.isinf(b) & (torch.sign(b) == torch.sign(r)) & reach
+            crossed_t, stray_t = crossed_t + across.sum(), stray_t + (off & ~across).sum()
+        base_err, allowed, crossed, stray = torch.stack(
+            [err_t.amax(), allowed_t, crossed_t.to(f64), stray_t.to(f64)]).tolist()
+        if stray:
+            baseline_note = (f"a baseline is not finite where the reference is (e.g. it overflowed) at {int(stray)} "
+                             "element(s) away from the overflow threshold: fell back to the assert_close table")
             base_err = None
+        elif crossed:
+            baseline_note = (f"a baseline rounded to inf across the dtype's overflow threshold at {int(crossed)} "
+                             "element(s) (not counted in baseline_err)")
     if base_err is not None:
-        represent = (r_out - r).abs()
-        floor = 2.0 * _finite_max(represent, in_range) + ABS_FLOOR
-        allowed = ERROR_MULTIPLIER[family] * base_err + floor
         per_elem_allowed = torch.full_like(r, allowed)
         rule = f"err <= {ERROR_MULTIPLIER[family]:g} * baseline_err + floor"
     else:
@@ -306,8 +322,8 @@ def compare(
             f"Worst element: {ratio:.3g}x its allowance at index {worst}",
             f"Rule: {rule}" + (f"; baseline_err={base_err:.6g}" if base_err is not None else ""),
         ]
-        if fallback_why:
-            lines.append(f"Baseline: {fallback_why}")
+        if baseline_note:
+            lines.append(f"Baseline: {baseline_note}")
         n_bad = int(nonfinite.sum()) + int((special & ~same_special).sum())
         if n_bad:
             lines.append(f"Non-finite values where the reference is finite, or the reverse: {n_bad}")
@@ -315,8 +331,8 @@ def compare(
             lines.append("Where: " + ", ".join(f"{k}={v}" for k, v in where.items()))
         if repro:
             lines.append(f"Reproduce: {repro}")
-    elif fallback_why:
-        lines = [f"Baseline: {fallback_why}"]
+    elif baseline_note:
+        lines = [f"Baseline: {baseline_note}"]
     return Comparison(ok, err, allowed, base_err, ratio, mismatched, total, worst, greatest_rel, rule,
                       "\n".join(lines), where)
 

@@ -19,6 +19,8 @@
 #   bash scripts/h200_session.sh suite [T]      # the whole suite, stopped after T s
 #   bash scripts/h200_session.sh s7a [S] [T]    # two GPUs: S-second triton lora soak on GPU 0, the suite on GPU 1
 #   bash scripts/h200_session.sh s7b            # two GPUs: bench cold/warm on GPU 1; soak-wait, main job on GPU 0
+#   bash scripts/h200_session.sh s7c [S] [T] [F]# two GPUs, split cores: triage a finding (F) + soak | suite, bench
+#   bash scripts/h200_session.sh s7d            # two GPUs: soak-wait | the main job (after s7c)
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -220,6 +222,28 @@ PY
   s7a)  # two GPUs: the S-second triton lora soak on GPU 0 (detached), the whole suite alone on GPU 1
     CUDA_VISIBLE_DEVICES=0 bash "$0" soak-detached "${2:-600}"
     CUDA_VISIBLE_DEVICES=1 bash "$0" suite "${3:-540}"
+    ;;
+  s7c)  # two GPUs, cores split: a finding triaged and a soak (GPU 0, cores 0-11); the suite, then the bench (GPU 1)
+    pin() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }
+    CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m \
+      kernel_oracle.benchmarks.triage_lora_finding "${4:-docs/benchmarks/data/h200_2026-11-30_s7/soak1_triton_lora_findings.jsonl}" --top 4 2>&1 | tail -8 | cut -c1-300
+    CUDA_VISIBLE_DEVICES=0 pin 0-11 bash "$0" soak-detached "${2:-600}"
+    export CUDA_VISIBLE_DEVICES=1
+    pin 12-31 bash "$0" suite "${3:-400}"
+    TRITON_CACHE_DIR=/tmp/triton-s7 pin 12-31 timeout 200 python3 -m kernel_oracle.cli bench --device cuda \
+      --targets triton,reference --seconds 15 --main-budget 0 --out "$OUT/oracle_bench_cold.json" \
+      >"$OUT/bench_cold.log" 2>&1; echo "bench (cold cache) exit $?"; tail -5 "$OUT/bench_cold.log" | cut -c1-300
+    ;;
+  s7d)  # two GPUs: the soak's end (GPU 0); the main job on the bench's warm cache (GPU 1, cores 12-31)
+    (export CUDA_VISIBLE_DEVICES=1 TRITON_CACHE_DIR=/tmp/triton-s7
+     taskset -c 12-31 bash "$0" main-job-only >"$OUT/main_job_summary.log" 2>&1) &
+    bash "$0" soak-wait 100
+    cp /tmp/soak/triton-lora/summary.json "$OUT/soak_summary.json" 2>/dev/null
+    cp /tmp/soak/triton-lora/findings.jsonl "$OUT/soak_findings.jsonl" 2>/dev/null
+    wait; cat "$OUT/main_job_summary.log"
+    ;;
+  main-job-only)
+    main_job; cp /tmp/main-job/latest.json "$OUT/main_job.json" 2>/dev/null
     ;;
   s7b)  # two GPUs: the oracle bench cold then warm on GPU 1; on GPU 0 the soak's end, a warmed cache, the main job
     (export CUDA_VISIBLE_DEVICES=1
