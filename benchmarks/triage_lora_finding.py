@@ -61,7 +61,8 @@ def main(argv=None) -> int:
         far = want[off].abs()
         print(f"baseline {i}: not finite where the reference is in range: {int(off.sum())}"
               + (f", |reference| there {float(far.min()):.6g}..{float(far.max()):.6g}" if far.numel() else ""))
-    verdict = compare(observed.output.to(want.device), want, defined, family="lora", baseline=expected.baseline)
+    verdict = compare(observed.output.to(want.device), want, defined, family="lora", baseline=expected.baseline,
+                      overflow_alternate=expected.overflow_alternate)
     print(f"verdict of today's rule: ok={verdict.ok} mismatched={verdict.mismatched} "
           f"baseline_err={verdict.baseline_err} allowed={verdict.allowed:.6g}; {verdict.message.splitlines()[-1:]}")
     worst = torch.topk(err.flatten(), min(args.top, err.numel())).indices

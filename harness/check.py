@@ -128,6 +128,7 @@ class Outcome:
     defined: Optional[torch.Tensor] = None
     baseline: Optional[tuple] = None  # the faithful oracle's baselines (reference.tolerance, Note [Baseline orders])
     out_dtype: Optional[torch.dtype] = None
+    overflow_alternate: Optional[torch.Tensor] = None  # the LoRA oracle's (Note [Range at rounding points])
 
 
 def _oracle(case: Case):
@@ -193,7 +194,8 @@ def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=
     faithful = precision if (precision.startswith("tf32") and call.args[0].dtype == torch.float32) else True
     with strict_validation(True):
         base = _run_oracle(case, call, faithful=faithful)
-    return Outcome("result", value=ref.value, defined=ref.defined, baseline=base.baselines, out_dtype=out_dtype)
+    return Outcome("result", value=ref.value, defined=ref.defined, baseline=base.baselines, out_dtype=out_dtype,
+                   overflow_alternate=getattr(ref, "overflow_alternate", None))
 
 
 # ---- running a target ----------------------------------------------------------------------------
@@ -351,7 +353,8 @@ def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, devic
     actual = observed.output  # compared where it is (compare moves the reference there)
     cmp = compare(actual, expected.value, expected.defined, family=case.family,
                   baseline=None if expected.baseline is None else list(expected.baseline),
-                  out_dtype=expected.out_dtype, locate=locate, repro=repro)
+                  out_dtype=expected.out_dtype, locate=locate, repro=repro,
+                  overflow_alternate=expected.overflow_alternate)
     figures = {"max_abs": cmp.err, "max_rel": cmp.worst_rel, "ratio": cmp.ratio, "where": cmp.where}
     if not cmp.ok:
         return Verdict(False, "mismatch", cmp.message, cmp.ratio, figures, exp)

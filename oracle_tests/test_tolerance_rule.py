@@ -174,7 +174,7 @@ def test_a_baseline_rounded_to_inf_at_the_threshold_is_left_out():
     c = compare(out, ref, ALL, family="lora", baseline=base)
     assert c.ok, c.message
     assert c.baseline_err == pytest.approx(16.0)  # fp16 spacing at 3e4 is 16: the baseline stores 30016
-    assert c.message == "Baseline: a baseline rounded to inf across the dtype's overflow threshold at 1 " \
+    assert c.message == "Baseline: a baseline rounded to inf across an overflow threshold at 1 " \
                         "element(s) (not counted in baseline_err)"
     wrong = out.clone()
     wrong[0] = 30208.0  # 208 off: beyond 2 * 16 + 22
