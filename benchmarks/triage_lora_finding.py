@@ -9,6 +9,10 @@ in the file this runs the target and the oracle on the same call and prints, for
 baseline(s), the reference without its rounding points' range (Note [Range at rounding points] in
 reference/lora.py) and the base value.  It shows which side of a dtype's range or
 rounding boundary each number lies, and the verdict of today's rule with its message's last line.
+
+``--faithful-seeds N`` instead judges the faithful oracle's own output (what a correct kernel with
+SPEC's rounding points computes) on the finding's problem and N-1 more seeds, on any device, the CPU
+included: if the rule rejects it, the finding is the rule's false alarm, not the target's bug.
 """
 
 from __future__ import annotations
@@ -26,7 +30,12 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="triton")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--faithful-seeds", type=int, default=0, metavar="N",
+                    help="instead: judge the faithful oracle's own output (a correct kernel with SPEC's rounding "
+                         "points) on the finding's problem and N-1 more seeds, on any device: a false-alarm screen")
     args = ap.parse_args(argv)
+    if args.faithful_seeds:
+        return faithful_screen(args.findings, args.device, args.faithful_seeds)
 
     from kernel_oracle.fuzz.targets import resolve_target
     from kernel_oracle.harness.check import _prepared_call, case_from_dict, execute, expected_outcome
@@ -75,6 +84,32 @@ def main(argv=None) -> int:
             row["base"] = float(base[at])
         print(json.dumps(row))
     return 0
+
+
+def faithful_screen(findings: str, device: str, seeds: int) -> int:
+    """Exit 1 if today's rule rejects the faithful computation -- then the rule, not the target, is wrong --
+    on the finding's problem (the seed as found, then the next ones; the numbers differ by device)."""
+    import dataclasses
+
+    from kernel_oracle.harness.check import Observed, _prepared_call, case_from_dict, expected_outcome, judge
+
+    case = case_from_dict(json.loads(open(findings).readline())["problem"])
+    rejected = 0
+    for shift in range(seeds):
+        c = dataclasses.replace(case, problem=dataclasses.replace(case.problem, seed=case.problem.seed + shift))
+        call = _prepared_call(c, device)
+        expected = expected_outcome(c, device, call=call)
+        if expected.kind != "result":
+            print(f"seed {c.problem.seed}: no result is expected ({expected.exc_type}); skipped")
+            continue
+        out = expected.baseline[0].to(expected.out_dtype)
+        verdict = judge(c, expected, Observed("ok", output=out), call=call, device=device)
+        alt = expected.overflow_alternate
+        rejected += not verdict.ok
+        print(f"seed {c.problem.seed}: faithful output {'passes' if verdict.ok else 'REJECTED'}; non-finite "
+              f"{int((~torch.isfinite(out)).sum())}, overflow alternate inf "
+              f"{0 if alt is None else int(torch.isinf(alt).sum())}; {(verdict.message or '').splitlines()[:1]}")
+    return 1 if rejected else 0
 
 
 if __name__ == "__main__":
