@@ -259,18 +259,42 @@ def _worker_of(campaign_pid: int, marker: Path) -> int:
     return pid
 
 
+def _communicate_or_explain(proc: subprocess.Popen, timeout: float) -> str:
+    """``proc``'s stderr once it exits; if it does not within ``timeout``, fail with the state of every
+    process of its group (signal masks, wait channel) and its Python stacks (faulthandler, on SIGABRT):
+    the SIGINT case timed out in 4 full CPU runs of 2026-11-30 and passed in 10 others, unexplained."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        lines = []
+        for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                status = Path(f"/proc/{pid}/status").read_text().splitlines()
+                cmd = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120]
+                wchan = Path(f"/proc/{pid}/wchan").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[2]) == proc.pid:  # the process group
+                keep = [x for x in status if x.startswith(("State", "SigIgn", "SigCgt", "SigBlk", "SigPnd", "ShdPnd"))]
+                lines.append(f"{pid} {cmd} {keep} wchan={wchan}")
+        proc.send_signal(signal.SIGABRT)  # faulthandler (PYTHONFAULTHANDLER) prints every thread's stack
+        err = proc.communicate(timeout=30)[1]
+        pytest.fail(f"no exit within {timeout:g}s of the signal\n" + "\n".join(lines) + "\n" + err[-6000:])
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_cleanly_with_exit_3_and_no_orphan(tmp_path, sig):
     spec = _sleepy(tmp_path)
     out = tmp_path / "out"
     proc = subprocess.Popen(_fuzz_cmd("--target", spec, "--op", "lora", "--time", "120", "--case-timeout", "100",
-                                      "--out", out), env=_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                      "--out", out), env={**_env(tmp_path), "PYTHONFAULTHANDLER": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         worker = _worker_of(proc.pid, tmp_path / "marker")
         # SIGINT as a terminal sends it: to the whole process group; SIGTERM as a scheduler does: to the pid
         os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
+        err = _communicate_or_explain(proc, 30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -230,7 +230,7 @@ PY
     CUDA_VISIBLE_DEVICES=0 pin 0-11 bash "$0" soak-detached "${2:-600}"
     export CUDA_VISIBLE_DEVICES=1
     pin 12-31 bash "$0" suite "${3:-400}"
-    TRITON_CACHE_DIR=/tmp/triton-s7 pin 12-31 timeout 200 python3 -m kernel_oracle.cli bench --device cuda \
+    TRITON_CACHE_DIR=/tmp/triton-s7 pin 12-31 timeout 330 python3 -m kernel_oracle.cli bench --device cuda \
       --targets triton,reference --seconds 15 --main-budget 0 --out "$OUT/oracle_bench_cold.json" \
       >"$OUT/bench_cold.log" 2>&1; echo "bench (cold cache) exit $?"; tail -5 "$OUT/bench_cold.log" | cut -c1-300
     ;;
