@@ -285,6 +285,37 @@ def test_a_delta_at_fp16s_threshold_may_overflow_into_an_fp32_output(parts, over
     assert not bad.ok and "Non-finite values where the reference is finite, or the reverse: 1" in bad.message
 
 
+def test_a_fused_mid_at_fp16s_threshold_overflows_into_inf_and_nan(device):
+    """q_side_fused in fp16: the step-A result (a rounding point) is 65568 in rank 0, inf in fp16; times
+    A's zero columns that is NaN, times 1e-3 inf, while the exact value is finite everywhere.  The
+    oracle's overflow alternate holds that NaN and inf, and our kernel, which rounds there, passes."""
+    from kernel_oracle.fuzz.targets import resolve_target
+    from kernel_oracle.harness.check import Case, _prepared_call, execute, expected_outcome, judge
+
+    p = LoRAProblem(op="q_side_fused", seg_lens=(3, 2), weight_indices=(0, 1), lora_ranks=(4, 4),
+                    scalings=(1.0, 0.5), H=2, qk=16, vd=16, C=32, R=4, dtype="float16", base_dtype="float16", seed=5)
+    case, target = Case(p), resolve_target("triton", device)
+    call = _prepared_call(case, device)
+    q, b_buf, a_buf = call.args[0], call.args[1], call.args[2]
+    with torch.no_grad():
+        q[:3] = 0.0
+        q[:3, :, :4] = 1.0
+        for h in range(2):
+            b_buf[0, h * 32: h * 32 + 16] = 0.0  # FULL_K = 32: the K half of head h
+            b_buf[0, h * 32: h * 32 + 4, 0] = torch.tensor([32768.0, 32768.0, 16.0, 16.0])
+        a_buf[0] = 0.0
+        a_buf[0, :, 16:] = 1e-3
+    expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
+    alt = expected.overflow_alternate
+    assert torch.isfinite(expected.value).all()
+    assert torch.isnan(alt[:3, :, :16]).all() and torch.isinf(alt[:3, :, 16:]).all()
+    observed = execute(target, case, device, call=call, to_host=False)
+    verdict = judge(case, expected, observed, call=call, device=device)
+    assert verdict.ok, verdict.message
+    assert not judge(case, dataclasses.replace(expected, overflow_alternate=None), observed, call=call,
+                     device=device).ok
+
+
 @pytest.mark.parametrize("op", ["step_b_v", "step_b_q", "v_side_fused"])
 def test_float64_oracle_overflows_where_a_rounding_point_does(op, device):
     """Note [Range at rounding points]: an fp16 delta beyond 65504 is inf in the float64 oracle too (slot

@@ -382,3 +382,20 @@ def test_fp32_vision_baselines_include_the_flash_attention_form(monkeypatch):
     assert torch.equal(with_fa.baselines[0], without.baselines[0])  # the natural order is the plain form
     changed = [i for i, (a, b) in enumerate(zip(with_fa.baselines, without.baselines)) if not torch.equal(a, b)]
     assert changed == [1, 3, 5, 7], changed
+
+
+@pytest.mark.parametrize("alt_value", [float("inf"), float("nan")])
+def test_the_overflow_alternate_is_a_right_output_and_nothing_else(alt_value):
+    """compare(overflow_alternate=): where the LoRA oracle's overflowed alternate is inf (or NaN: that inf
+    times a zero further on) and the reference finite, the alternate's value is a right output, as is a
+    finite value within the allowance; another non-finite value there, or one elsewhere, is not."""
+    ref = _vec(1.0, -2.0, 0.5, 3.0, dtype=torch.float64)
+    alt = _vec(1.0, -2.0, alt_value, 3.0, dtype=torch.float64)
+    base = _vec(1.0, -2.0, alt_value, 3.0)  # the faithful baseline overflowed there too
+    other = -alt_value if alt_value == float("inf") else float("inf")
+    assert compare(_vec(1.0, -2.0, alt_value, 3.0), ref, ALL, family="lora", baseline=base, overflow_alternate=alt).ok
+    assert compare(_vec(1.0, -2.0, 0.5, 3.0), ref, ALL, family="lora", baseline=base, overflow_alternate=alt).ok
+    for wrong in (_vec(1.0, -2.0, other, 3.0), _vec(1.0, -2.0, alt_value, float("inf")), _vec(1.0, -2.0, 0.6, 3.0)):
+        c = compare(wrong, ref, ALL, family="lora", baseline=base, overflow_alternate=alt)
+        assert not c.ok and c.mismatched == 1, wrong
+    assert not compare(_vec(1.0, -2.0, alt_value, 3.0), ref, ALL, family="lora", baseline=base).ok  # no alternate

@@ -233,7 +233,7 @@ def compare(
     ``locate(index)``: maps an output index to names such as segment, slot, head, token, appended to
     the message; ``repro``: a line that reproduces it; ``overflow_alternate``: the reference with its
     near-threshold rounding points overflowed (the LoRA oracle's, Note [Range at rounding points] in
-    reference/lora.py): where it is inf and the reference finite, that inf is a right output too.
+    reference/lora.py): where it is inf or NaN and the reference finite, that value is a right output too.
     """
     if tuple(actual.shape) != tuple(ref64.shape):
         return _mismatch_header(f"{what} shape", tuple(actual.shape), tuple(ref64.shape))
@@ -261,9 +261,13 @@ def compare(
     in_range = regular & torch.isfinite(r_out)  # where baselines and the representation floor are measured
     same_special = (a == r) | (torch.isnan(a) & torch.isnan(r))
     ref_abs = torch.where(regular, r.abs(), zero)
-    # where an intermediate rounding point may overflow either way: the alternate's inf (None: nowhere)
+    # where an intermediate rounding point may overflow either way: the alternate's inf, or its NaN (an
+    # overflowed value times a zero further on), is a right output too (None: nowhere)
     alt = None if overflow_alternate is None else overflow_alternate.detach().to(a.device, f64)
-    either = None if alt is None else regular & torch.isinf(alt)
+    either = None if alt is None else regular & ~torch.isfinite(alt)
+
+    def like_alt(x: torch.Tensor) -> torch.Tensor:
+        return either & ((x == alt) | (torch.isnan(x) & torch.isnan(alt)))
     baselines = () if baseline is None else (baseline,) if isinstance(baseline, torch.Tensor) else tuple(baseline)
     base_err = None
     baseline_note = ""
@@ -280,7 +284,7 @@ def compare(
             off = in_range & ~torch.isfinite(b)
             across = off & torch.isinf(b) & (torch.sign(b) == torch.sign(r)) & reach
             if either is not None:
-                across = across | (off & either & (b == alt))
+                across = across | (off & like_alt(b))
             crossed_t, stray_t = crossed_t + across.sum(), stray_t + (off & ~across).sum()
         base_err, allowed, crossed, stray = torch.stack(
             [err_t.amax(), allowed_t, crossed_t.to(f64), stray_t.to(f64)]).tolist()
@@ -304,7 +308,7 @@ def compare(
     overflowed = regular & torch.isinf(a) & (torch.sign(a) == torch.sign(r)) & \
         (ref_abs + per_elem_allowed >= overflow_threshold(dtype))
     if either is not None:
-        overflowed = overflowed | (either & (a == alt))
+        overflowed = overflowed | like_alt(a)
     nonfinite = regular & ~torch.isfinite(a) & ~overflowed
     diff = torch.where(regular & ~overflowed & torch.isfinite(a), (a - r).abs(), zero)
     diff = torch.where(nonfinite | (special & ~same_special), inf, diff)
