@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 
 from kernel_oracle.fuzz.strategies import LIMITS, REALISTIC_SHARE, default_limits, lora_problems, vision_problems
 from kernel_oracle.fuzz.targets import resolve_target
@@ -231,15 +231,21 @@ def _within(p, lim) -> bool:
 
 @pytest.mark.parametrize("make", [lora_problems, vision_problems], ids=["lora", "vision"])
 def test_gpu_preset_is_mostly_small_with_a_share_of_realistic_problems(make):
+    """Four seeded runs of 30 draws, not one of 120: Hypothesis's examples within a run are correlated
+    (mutations of earlier ones), and the mix of constants it takes from our loaded modules (p=0.05 per
+    draw, 6.170's ``_get_local_constants``) changes with test order: one derandomized run of 120 drew
+    no realistic problem after test_compare.py had imported more of our modules, 11-17 otherwise."""
     lim, full = LIMITS["gpu"], LIMITS[REALISTIC_SHARE["gpu"][0]]
     seen: list = []
 
-    @GEN
-    @given(make(limits="gpu"))
-    def draw(p):
-        seen.append(p)
+    for run in range(4):
+        @settings(GEN, max_examples=30, derandomize=False)
+        @seed(run)
+        @given(make(limits="gpu"))
+        def draw(p):
+            seen.append(p)
 
-    draw()
+        draw()
     small = [p for p in seen if _within(p, lim)]
     assert 0.7 <= len(small) / len(seen) < 1.0, len(small) / len(seen)  # about 1 in REALISTIC_SHARE["gpu"][1] realistic
     assert all(_within(p, full) for p in seen)
