@@ -59,16 +59,16 @@ def copy_bandwidth() -> float:
     return 2 * n / (us * 1e-6) / 1e12
 
 
-def _inputs(seg_lens, seed):
+def _inputs(seg_lens, seed, device="cuda"):
     from kernel_oracle.reference.batch_info import make_lora_batch_info
 
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     S = sum(seg_lens)
     slots = [i % L for i in range(len(seg_lens))]
-    bi = make_lora_batch_info(seg_lens, slots, RANKS, SCALINGS, device="cuda")
+    bi = make_lora_batch_info(seg_lens, slots, RANKS, SCALINGS, device=device)
 
     def rnd(*shape, scale=1.0):
-        return (torch.randn(shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+        return (torch.randn(shape, generator=g, device=device) * scale).to(torch.bfloat16)
 
     return dict(
         bi=bi,
@@ -250,6 +250,88 @@ def sweep_decode(klora, launch):
     return out
 
 
+# decode A/B (--decode-ab): token-major configurations of the fused kernels, each checked against the
+# float64 oracle on the device, then timed by triton.testing.do_bench_cudagraph (median of replays of a
+# graph holding many calls, so one replay's launch cost is spread over them: the issue's measure).
+# "sorted": each slot's rows in segment order (Note [Slot-sorted tiles]); False is the logical-row route.
+_Q_TOK = dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=8)
+_V_TOK = dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4)
+DECODE_AB = {
+    "q_side_fused": [(False, _Q_TOK), (True, _Q_TOK), (True, {**_Q_TOK, "PREFETCH": True}),
+                     (True, {**_Q_TOK, "BT": 32, "num_warps": 4}), (True, {**_Q_TOK, "BT": 32, "num_warps": 4, "PREFETCH": True}),
+                     (True, {**_Q_TOK, "BT": 16, "num_warps": 4, "PREFETCH": True}),
+                     (True, {**_Q_TOK, "C_SPLIT": 256, "PREFETCH": True}),
+                     (True, {**_Q_TOK, "BT": 32, "C_SPLIT": 256, "num_warps": 4, "PREFETCH": True}),
+                     (True, {**_Q_TOK, "C_SPLIT": 128, "num_warps": 4, "PREFETCH": True}),
+                     (True, {**_Q_TOK, "BT": 32, "C_SPLIT": 128, "num_warps": 4, "PREFETCH": True}),
+                     (True, {**_Q_TOK, "PREFETCH": True, "num_stages": 1}),
+                     (True, {**_Q_TOK, "PREFETCH": True, "num_stages": 2}),
+                     (True, {**_Q_TOK, "PREFETCH": True, "num_stages": 4}),
+                     (True, {**_Q_TOK, "BLOCK_C": 256, "PREFETCH": True}),
+                     (True, {**_Q_TOK, "BLOCK_K": 64, "PREFETCH": True})],
+    "v_side_fused": [(False, _V_TOK), (True, _V_TOK), (True, {**_V_TOK, "PREFETCH": True}),
+                     (True, {**_V_TOK, "num_warps": 8, "PREFETCH": True}),
+                     (True, {**_V_TOK, "BT": 32, "PREFETCH": True}), (True, {**_V_TOK, "BT": 16, "PREFETCH": True}),
+                     (True, {**_V_TOK, "BLOCK_K": 64, "PREFETCH": True}),
+                     (True, {**_V_TOK, "BLOCK_K": 256, "num_warps": 8, "PREFETCH": True}),
+                     (True, {**_V_TOK, "PREFETCH": True, "num_stages": 2}),
+                     (True, {**_V_TOK, "PREFETCH": True, "num_stages": 4}),
+                     (True, {**_V_TOK, "BT": 32, "BLOCK_K": 64, "PREFETCH": True, "num_stages": 4})],
+}
+
+
+def _oracle_check(op: str, d: dict) -> str:
+    """'ok' or the comparison's message: the op (strict=False, on fresh copies) against the float64 oracle."""
+    from kernel_oracle.reference import lora as ref
+    from kernel_oracle.reference.tolerance import compare
+
+    import kernel_oracle.kernels.lora as klora
+
+    bi = d["bi"]
+    if op == "q_side_fused":
+        args = (d["q"], d["B"], d["A"], bi, d["base_q"].clone(), FULL_K)
+    else:
+        args = (d["attn"], d["A"], d["B"], bi, d["base_v"].clone(), QK, VD)
+    oracle = getattr(ref, f"{op}_oracle")
+    exact, faithful = oracle(*args), oracle(*args, faithful=True)
+    out = getattr(klora, f"{op}_fwd")(*args, strict=False)
+    c = compare(out, exact.value, exact.defined, family="lora", baseline=faithful.baselines,
+                overflow_alternate=exact.overflow_alternate)
+    return "ok" if c.ok else c.message[:200]
+
+
+def decode_ab(klora, launch, shapes=("decode-bs64", "decode-bs256")):
+    """Each DECODE_AB configuration on each decode shape: oracle check, then do_bench_cudagraph median (us)."""
+    import triton.testing
+
+    out = []
+    saved = {op: launch.BLOCKS[op]["tok"] for op in DECODE_AB}
+    saved_sorted = launch.SLOT_SORTED
+    for name in shapes:
+        sets = [_inputs(SHAPES[name], seed=300 + i) for i in range(8)]
+        for op, configs in DECODE_AB.items():
+            side = "q" if op == "q_side_fused" else "v"
+            for sorted_rows, cfg in configs:
+                launch.BLOCKS[op]["tok"] = dict(cfg)
+                launch.SLOT_SORTED = sorted_rows
+                row = dict(shape=name, op=op, sorted=sorted_rows, cfg=cfg)
+                try:
+                    row["check"] = _oracle_check(op, sets[0])
+                    fns = [_calls(klora, d, side)["fused"] for d in sets]
+                    row["us"] = round(triton.testing.do_bench_cudagraph(_rotating(fns), rep=50,
+                                                                         return_mode="median") * 1e3, 2)
+                except Exception as e:  # a config that does not compile is a result, not a crash
+                    row["error"] = f"{type(e).__name__}: {str(e)[:160]}"
+                out.append(row)
+                print("decode ab", row, flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    for op, cfg in saved.items():
+        launch.BLOCKS[op]["tok"] = cfg
+    launch.SLOT_SORTED = saved_sorted
+    return out
+
+
 def graph_floor() -> float:
     """Median time of replaying a graph of one trivial kernel: the floor under every graph timing."""
     x = torch.zeros(1, device="cuda")
@@ -275,6 +357,9 @@ def main(argv=None):
     ap.add_argument("--sweep", action="store_true", help="also time alternative block sizes on prefill-8x2048")
     ap.add_argument("--sweep-decode", action="store_true",
                     help="time token-major block sizes on decode-bs64 (graph replay) and use the best")
+    ap.add_argument("--decode-ab", action="store_true",
+                    help="only check and time the fused kernels' token-major configurations (DECODE_AB) on the "
+                         "decode shapes with do_bench_cudagraph")
     ap.add_argument("--json", default=None, help="write results to this JSON file")
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
@@ -293,6 +378,17 @@ def main(argv=None):
     copy_tbs = copy_bandwidth()
     info["copy_tbs"] = round(copy_tbs, 3)
     info["graph_floor_us"] = round(graph_floor(), 2)
+    if args.decode_ab:
+        ab = decode_ab(klora, launch)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(info=info, decode_ab=ab), f, indent=1)
+        print(f"\n{info}\n| shape | op | sorted | config | check | cudagraph median us |\n|---|---|---|---|---|---:|")
+        for r in ab:
+            cfg = {k: v for k, v in r["cfg"].items()}
+            print(f"| {r['shape']} | {r['op']} | {r['sorted']} | {cfg} | {r.get('check', r.get('error'))} | "
+                  f"{r.get('us', '')} |")
+        return
     sweep_rows = sweep(klora, launch) if args.sweep else []
     if args.sweep_decode:
         sweep_rows += sweep_decode(klora, launch)

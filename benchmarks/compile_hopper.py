@@ -69,6 +69,7 @@ def compile_lora(op: str, dtype: str, path: str, align: int, perm):
     blocks.pop("C_SPLIT", None)
     params = inspect.signature(fn.fn).parameters
     const = dict(TOKEN_MAJOR=path == "tok", HAS_PERM=perm is not None, SEG_TILE=64 if path == "tok" else 0,
+                 SORTED=path == "tok" and LL.SLOT_SORTED,
                  BLOCK_R=LL.MIN_BLOCK_R, UPCAST=False, DOT_PREC="tf32" if dtype == "float32" else None,
                  FIX_BF16=False, ALIGN=align, **blocks)
     const = {k: v for k, v in const.items() if k in params}

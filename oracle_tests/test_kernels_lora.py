@@ -237,6 +237,48 @@ def test_kernel_dtypes_and_strides(op, dtype, base_dtype, strided, bname):
     _check(op, args, routed, dtype, f"op={op} batch={bname} dtype={dtype} base={base_dtype} strided={strided}")
 
 
+def _with_blocks(monkeypatch, path: str, **changes) -> None:
+    """BLOCKS with ``changes`` applied to every op's ``path`` entry that has the keys (or to all, for
+    new keys the fused kernels take)."""
+    blocks = {op: {p: dict(b) for p, b in paths.items()} for op, paths in launch.BLOCKS.items()}
+    for op, paths in blocks.items():
+        for key, value in changes.items():
+            if key == "PREFETCH" and op not in ("q_side_fused", "v_side_fused"):
+                continue
+            paths[path][key] = value
+    monkeypatch.setattr(launch, "BLOCKS", blocks)
+
+
+# Both token-major routes (logical rows, or each slot's rows in segment order: Note [Slot-sorted tiles])
+# and the fused kernels' early base load (PREFETCH) are options a benchmark sweeps, so each is checked
+# against the oracle; tiles of 4 rows make every slot span several tiles, and tiles mix slots
+@pytest.mark.interpreter
+@pytest.mark.parametrize("sorted_rows", [False, True], ids=["logical-rows", "slot-sorted"])
+@pytest.mark.parametrize("bname", ["decode", "decode-graph", "empty-segments", "permuted"])
+@pytest.mark.parametrize("op", OPS)
+def test_token_major_routes_match_oracle(op, bname, sorted_rows, monkeypatch):
+    monkeypatch.setattr(launch, "FORCE_PATH", "tok")
+    monkeypatch.setattr(launch, "SLOT_SORTED", sorted_rows)
+    _with_blocks(monkeypatch, "tok", BT=4)
+    seed = _seed(op, bname, sorted_rows)
+    args, routed = _make_call(op, BATCHES[bname], SMALL_DIMS["d48"], torch.bfloat16, torch.bfloat16, DEVICE,
+                              seed=seed)
+    _check(op, args, routed, torch.bfloat16, f"op={op} batch={bname} sorted={sorted_rows} seed={seed}")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("path", ["seg", "tok"])
+@pytest.mark.parametrize("bname", ["decode", "mixed-ranks", "long-segment"])
+@pytest.mark.parametrize("op", ["q_side_fused", "v_side_fused"])
+def test_fused_prefetch_matches_oracle(op, bname, path, monkeypatch):
+    monkeypatch.setattr(launch, "FORCE_PATH", path)
+    # inner blocks of 16 columns: several base blocks per program, so the prefetch chain is exercised
+    _with_blocks(monkeypatch, path, PREFETCH=True, **({"BLOCK_C": 16} if op == "q_side_fused" else {"BLOCK_V": 16}))
+    seed = _seed(op, bname, path, "prefetch")
+    args, routed = _make_call(op, BATCHES[bname], SMALL_DIMS["d72"], torch.float16, torch.float32, DEVICE, seed=seed)
+    _check(op, args, routed, torch.float16, f"op={op} batch={bname} path={path} prefetch seed={seed}")
+
+
 @pytest.mark.interpreter
 @pytest.mark.skipif(HAS_CUDA, reason="on a GPU the fp32 realistic-shape tests check TF32 on the real tensor cores")
 @pytest.mark.parametrize("op", OPS)

@@ -21,6 +21,7 @@
 #   bash scripts/h200_session.sh s7b            # two GPUs: bench cold/warm on GPU 1; soak-wait, main job on GPU 0
 #   bash scripts/h200_session.sh s7c [S] [T] [F]# two GPUs, split cores: triage a finding (F) + soak | suite, bench
 #   bash scripts/h200_session.sh s7d            # two GPUs: soak-wait | the main job (after s7c)
+#   bash scripts/h200_session.sh s8a            # decode A/B of the fused LoRA kernels, decode table, kernel tests
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -222,6 +223,16 @@ PY
   s7a)  # two GPUs: the S-second triton lora soak on GPU 0 (detached), the whole suite alone on GPU 1
     CUDA_VISIBLE_DEVICES=0 bash "$0" soak-detached "${2:-600}"
     CUDA_VISIBLE_DEVICES=1 bash "$0" suite "${3:-540}"
+    ;;
+  s8a)  # one GPU: decode A/B of the fused LoRA kernels (oracle-checked, do_bench_cudagraph), decode table, kernel tests
+    timeout 240 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep -A80 "^| shape | op" "$OUT/decode_ab.log" | cut -c1-260
+    timeout 100 python3 -m kernel_oracle.benchmarks.bench_lora --shapes decode-bs64 decode-bs256 \
+      --json "$OUT/bench_decode.json" >"$OUT/bench_decode.log" 2>&1; echo "bench decode exit $?"
+    tail -18 "$OUT/bench_decode.log"
+    timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
+      -k "routes_match or prefetch or realistic or graph or matches_oracle" >"$OUT/kernel_tests.log" 2>&1
+    echo "kernel tests exit $?"; tail -4 "$OUT/kernel_tests.log" | cut -c1-300
     ;;
   s7c)  # two GPUs, cores split: a finding triaged and a soak (GPU 0, cores 0-11); the suite, then the bench (GPU 1)
     pin() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }

@@ -80,12 +80,28 @@ def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.c
 @triton.jit
 def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg, num_rows,
            search_steps, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
-           SEG_TILE: tl.constexpr):
+           SEG_TILE: tl.constexpr, SORTED: tl.constexpr = False):
     """Rows of tile ``pid`` for this program's slot: (selected, slot, physical row).
 
     ``lane_tok`` in [0, BT) is each lane's token in the tile; ``w_prog`` the slot a token-major
     program serves (its grid coordinate), ignored segment-major (the segment's slot)."""
-    if TOKEN_MAJOR:
+    if TOKEN_MAJOR and SORTED and SEG_TILE > 0:
+        # Note [Slot-sorted tiles]: tile pid holds rows pid*BT .. of the list of THIS slot's rows, in
+        # segment order, so a tile is full of one slot's rows however the batch interleaves slots
+        offs_n = tl.arange(0, SEG_TILE)
+        in_n = offs_n < n_launch
+        starts = tl.load(seg_indptr + offs_n, mask=in_n, other=0)
+        ends = tl.load(seg_indptr + 1 + offs_n, mask=in_n, other=0)
+        mine = tl.load(weight_indices + offs_n, mask=in_n, other=-1) == w_prog
+        lens = tl.where(mine, tl.maximum(ends - starts, 0), 0)
+        incl = tl.cumsum(lens, axis=0)
+        excl = incl - lens
+        k = pid * BT + lane_tok  # the k-th row of this slot
+        inside = (excl[None, :] <= k[:, None]) & (k[:, None] < incl[None, :])  # (BT, SEG_TILE), one per row
+        valid = k < tl.sum(lens, axis=0)
+        logical = k + tl.sum(tl.where(inside, starts[None, :] - excl[None, :], 0), axis=1)
+        slot = w_prog
+    elif TOKEN_MAJOR:
         logical = pid * BT + lane_tok
         first = tl.load(seg_indptr)
         last = tl.load(seg_indptr + n_launch)
@@ -154,7 +170,7 @@ _DNS_STEP_A_Q = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'so_
 def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
                     sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, so_t, so_h, so_r,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -177,7 +193,7 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -205,7 +221,7 @@ _DNS_STEP_B_Q = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sy_t', 'sy
 def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -230,7 +246,7 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
     sel = sel & (hh < H)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -258,7 +274,7 @@ _DNS_STEP_A_V = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so
 def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, so_t, so_h, so_r,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -281,7 +297,7 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
     sel = sel & (hh < H)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
@@ -310,7 +326,7 @@ _DNS_STEP_B_V = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sy_
 def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
                     sx_t, sx_h, sx_r, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr,
                     BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -335,7 +351,7 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v = cb * BLOCK_V + tl.arange(0, BLOCK_V)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -366,10 +382,10 @@ _DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_BLOCKS', 'sx_t', 'sx_h', 'sb_l'
 def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_BLOCKS,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
-                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
+                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
-                        ALIGN: tl.constexpr):
+                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -393,7 +409,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c0 = tl.arange(0, BLOCK_C)
@@ -402,6 +418,11 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     rank = tl.minimum(tl.load(lora_ranks + w), R)
     if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
         s = tl.load(scalings + w)
+        c_lo = cb * C_BLOCKS * BLOCK_C
+        c_hi = tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C)
+        if PREFETCH:  # the first base block in flight during step A (decode: latency, not bytes)
+            y_next = tl.load(y_rows[:, None] + (c_lo + offs_c0)[None, :] * sy_c,
+                             mask=sel[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], other=0.0)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, QK, BLOCK_K):
@@ -417,7 +438,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         # a program's columns start at a multiple of BLOCK_C (a constexpr): the base tile's loads and stores
         # stay 16-byte aligned (a runtime column count here cost 2x on prefill, docs/BENCHMARKS.md)
-        for c0 in range(cb * C_BLOCKS * BLOCK_C, tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C), BLOCK_C):
+        for c0 in range(c_lo, c_hi, BLOCK_C):
             cc = c0 + offs_c0
             at = _ld(wa_base + offs_r[:, None] * sa_r + cc[None, :] * sa_c,
                      (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
@@ -425,7 +446,14 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (cc < C)[None, :]
             y_ptrs = y_rows[:, None] + cc[None, :] * sy_c
-            y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
+            if PREFETCH:
+                y_raw = y_next
+                nc = cc + BLOCK_C
+                y_next = tl.load(y_rows[:, None] + nc[None, :] * sy_c, mask=sel[:, None] & (nc < c_hi)[None, :],
+                                 other=0.0)
+            else:
+                y_raw = tl.load(y_ptrs, mask=m, other=0.0)
+            y = to_f32(y_raw, FIX_BF16)
             tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
@@ -437,10 +465,10 @@ _DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 's
 def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
                         sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
-                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, BT: tl.constexpr,
+                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
-                        ALIGN: tl.constexpr):
+                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -465,7 +493,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE)
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v0 = tl.arange(0, BLOCK_V)
@@ -474,6 +502,9 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     rank = tl.minimum(tl.load(lora_ranks + w), R)
     if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
         s = tl.load(scalings + w)
+        if PREFETCH:  # the first base block in flight during step A (decode: latency, not bytes)
+            y_next = tl.load(y_rows[:, None] + offs_v0[None, :] * sy_v, mask=sel[:, None] & (offs_v0 < VD)[None, :],
+                             other=0.0)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
@@ -495,5 +526,12 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (vv < VD)[None, :]
             y_ptrs = y_rows[:, None] + vv[None, :] * sy_v
-            y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
+            if PREFETCH:
+                y_raw = y_next
+                nv = vv + BLOCK_V
+                y_next = tl.load(y_rows[:, None] + nv[None, :] * sy_v, mask=sel[:, None] & (nv < VD)[None, :],
+                                 other=0.0)
+            else:
+                y_raw = tl.load(y_ptrs, mask=m, other=0.0)
+            y = to_f32(y_raw, FIX_BF16)
             tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)

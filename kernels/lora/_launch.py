@@ -30,7 +30,7 @@ from kernel_oracle.reference.lora_routing import num_segments
 
 from ..interpreter import interpreting, needs_bf16_fix
 from . import _kernels as K
-from ._smem import fit_config, ladder, smem_limit
+from ._smem import DEFAULT_STAGES, fit_config, ladder, smem_limit
 
 try:  # where Triton reports a launch that needs more shared memory than the device has
     from triton.runtime.errors import OutOfResources
@@ -74,6 +74,9 @@ SEG_TILE_BUCKETS = (64, 256)
 SEG_TILE_ELEMS_MAX = 16384
 # "seg" or "tok" forces a path for every call (tests and benchmarks); None lets plan() choose
 FORCE_PATH: Optional[str] = None
+# token-major launches with a compare tile (SEG_TILE > 0) take each slot's rows in segment order
+# (Note [Slot-sorted tiles] in kernels.lora._kernels) instead of consecutive logical rows
+SLOT_SORTED = True
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,8 @@ def _meta(batch_info, p: Plan, num_rows: int, n_cblocks: int = 1):
                 lora_ranks=batch_info.lora_ranks, perm=(perm if perm is not None else batch_info.seg_indptr),
                 n_launch=p.n_launch, tiles_per_seg=p.tiles_per_seg, num_rows=num_rows,
                 search_steps=p.search_steps, n_cblocks=n_cblocks, TOKEN_MAJOR=p.token_major,
-                HAS_PERM=perm is not None, SEG_TILE=p.seg_tile)
+                HAS_PERM=perm is not None, SEG_TILE=p.seg_tile,
+                SORTED=bool(SLOT_SORTED and p.token_major and p.seg_tile > 0))
 
 
 def _split(blocks: dict) -> tuple[dict, int]:
@@ -151,7 +155,8 @@ def _nothing_to_do(p: Plan, num_rows: int) -> bool:
     return p.n_launch == 0 or p.row_tiles == 0 or num_rows == 0
 
 
-# (op, path, dtypes, BLOCK_R, device, ALIGN) -> (blocks, num_warps, num_stages) that compiled and launched.
+# (op, path, dtypes, BLOCK_R, device, ALIGN, requested blocks) -> (blocks, num_warps, num_stages) that compiled
+# and launched.
 # ALIGN is part of the key: an aligned launch pipelines its loads through shared memory (cp.async) where
 # the generic one cannot, so a configuration that fits the generic kernel may not fit the aligned one.
 _FITTED: dict = {}
@@ -164,11 +169,14 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
     else the first smaller one the estimate admits; a launch that still runs out of shared memory
     steps further down the ladder (no valid input ever raises ``OutOfResources``)."""
     blocks, warps = _split(p.blocks)
+    first_stages = blocks.pop("num_stages", DEFAULT_STAGES)
     limit = smem_limit(x.device)
     if limit is None:  # the interpreter: no shared memory, Triton's stage setting is ignored
         launch(blocks, warps, None)
         return
-    key = (op, p.token_major, x.dtype, tuple(w.dtype for w in weights), block_r, str(x.device), align)
+    # the requested blocks are part of the key: the benchmark's sweeps change BLOCKS between launches
+    key = (op, p.token_major, x.dtype, tuple(w.dtype for w in weights), block_r, str(x.device), align,
+           tuple(sorted(p.blocks.items())))
     if key in _FITTED:
         cfg, warps, stages = _FITTED[key]
         try:
@@ -178,7 +186,8 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
             del _FITTED[key]
     transformed = x.dtype == torch.float32 or any(w.dtype != x.dtype for w in weights)
     elem = max(t.element_size() for t in (x, *weights))
-    start, stages = fit_config(op, blocks, block_r=block_r, elem_bytes=elem, transformed=transformed, limit=limit)
+    start, stages = fit_config(op, blocks, block_r=block_r, elem_bytes=elem, transformed=transformed, limit=limit,
+                               num_stages=first_stages)
     error: Optional[Exception] = None
     for cfg, st in ladder(start, stages):
         try:
