@@ -234,6 +234,10 @@ PY
       -k "routes_match or prefetch or realistic or graph or matches_oracle" >"$OUT/kernel_tests.log" 2>&1
     echo "kernel tests exit $?"; tail -4 "$OUT/kernel_tests.log" | cut -c1-300
     ;;
+  s8b)  # one GPU: the decode A/B only (round 2)
+    timeout 240 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep -A80 "^floor" "$OUT/decode_ab.log" | cut -c1-220
+    ;;
   s7c)  # two GPUs, cores split: a finding triaged and a soak (GPU 0, cores 0-11); the suite, then the bench (GPU 1)
     pin() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }
     CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m \

@@ -420,9 +420,12 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         s = tl.load(scalings + w)
         c_lo = cb * C_BLOCKS * BLOCK_C
         c_hi = tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C)
-        if PREFETCH:  # the first base block in flight during step A (decode: latency, not bytes)
+        wa_base = a_ptr + w.to(tl.int64) * sa_l
+        if PREFETCH:  # the first A and base blocks in flight during step A (decode: latency, not bytes)
             y_next = tl.load(y_rows[:, None] + (c_lo + offs_c0)[None, :] * sy_c,
                              mask=sel[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], other=0.0)
+            at_next = _ld(wa_base + offs_r[:, None] * sa_r + (c_lo + offs_c0)[None, :] * sa_c,
+                          (offs_r < rank)[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, QK, BLOCK_K):
@@ -435,13 +438,18 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             mid = _operand(rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16), DOT_PREC)
         else:
             mid = _operand(acc.to(x_ptr.dtype.element_ty), DOT_PREC)
-        wa_base = a_ptr + w.to(tl.int64) * sa_l
         # a program's columns start at a multiple of BLOCK_C (a constexpr): the base tile's loads and stores
         # stay 16-byte aligned (a runtime column count here cost 2x on prefill, docs/BENCHMARKS.md)
         for c0 in range(c_lo, c_hi, BLOCK_C):
             cc = c0 + offs_c0
-            at = _ld(wa_base + offs_r[:, None] * sa_r + cc[None, :] * sa_c,
-                     (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            if PREFETCH:
+                at = at_next
+                nc = cc + BLOCK_C
+                at_next = _ld(wa_base + offs_r[:, None] * sa_r + nc[None, :] * sa_c,
+                              (offs_r < rank)[:, None] & (nc < c_hi)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            else:
+                at = _ld(wa_base + offs_r[:, None] * sa_r + cc[None, :] * sa_c,
+                         (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             d = tl.dot(mid, at, input_precision=DOT_PREC) * s
             d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (cc < C)[None, :]
@@ -502,9 +510,12 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     rank = tl.minimum(tl.load(lora_ranks + w), R)
     if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
         s = tl.load(scalings + w)
-        if PREFETCH:  # the first base block in flight during step A (decode: latency, not bytes)
+        wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
+        if PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
             y_next = tl.load(y_rows[:, None] + offs_v0[None, :] * sy_v, mask=sel[:, None] & (offs_v0 < VD)[None, :],
                              other=0.0)
+            bt_next = _ld(wb_base + offs_v0[None, :] * sb_row + offs_r[:, None] * sb_r,
+                          (offs_r < rank)[:, None] & (offs_v0 < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
@@ -517,11 +528,16 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             mid = _operand(rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16), DOT_PREC)
         else:
             mid = _operand(acc.to(x_ptr.dtype.element_ty), DOT_PREC)
-        wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         for v0 in range(0, VD, BLOCK_V):
             vv = v0 + offs_v0
-            bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r,
-                     (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            if PREFETCH:
+                bt = bt_next
+                nv = vv + BLOCK_V
+                bt_next = _ld(wb_base + nv[None, :] * sb_row + offs_r[:, None] * sb_r,
+                              (offs_r < rank)[:, None] & (nv < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            else:
+                bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r,
+                         (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             d = tl.dot(mid, bt, input_precision=DOT_PREC) * s
             d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (vv < VD)[None, :]
