@@ -371,7 +371,7 @@ def main(argv=None):
 
     info = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=torch.cuda.get_device_name(),
                 torch=torch.__version__, triton=triton.__version__, commit=_commit(),
-                command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "")
+                command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "") + (" --decode-ab" if args.decode_ab else "")
                 + (" --sweep-decode" if args.sweep_decode else ""))
     copy_tbs = copy_bandwidth()
     info["copy_tbs"] = round(copy_tbs, 3)

@@ -539,6 +539,20 @@ def test_a_remembered_configuration_that_no_longer_fits_is_fitted_again(monkeypa
     assert len(tried) >= 2 and launch._FITTED[key] != first
 
 
+def test_other_requested_blocks_are_fitted_on_their_own(monkeypatch):
+    """The benchmark's sweeps change BLOCKS between launches: a configuration fitted for one request must
+    not be launched for another (it was, and every sweep entry after the first timed the first)."""
+    monkeypatch.setattr(launch, "smem_limit", lambda device: 232448)
+    monkeypatch.setattr(launch, "_FITTED", {})
+    x = torch.zeros(2, 2, 2, dtype=torch.bfloat16)
+    launched = []
+    for bk in (128, 64):
+        blocks = {**launch.BLOCKS["step_a_v"]["seg"], "BLOCK_K": bk}
+        p = launch.Plan(False, 1, 1, 1, 0, 0, blocks)
+        launch._launch("step_a_v", p, x, (x,), 32, lambda b, w, s: launched.append(b["BLOCK_K"]), align=8)
+    assert launched == [128, 64] and len(launch._FITTED) == 2
+
+
 # the largest shapes SPEC and SGLang allow: rank 128, kv_lora_rank 1536, 128 heads
 LARGEST_DIMS = Dims(H=128, qk=128, vd=128, C=1536, R=128, L=4)
 LARGEST_BATCH = Batch((300, 0, 129, 64), (3, 2, 0, 1), (128, 64, 5, 128), (1.0, 0.5, 2.0, 1.5), permuted=True)

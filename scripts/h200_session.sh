@@ -22,6 +22,8 @@
 #   bash scripts/h200_session.sh s7c [S] [T] [F]# two GPUs, split cores: triage a finding (F) + soak | suite, bench
 #   bash scripts/h200_session.sh s7d            # two GPUs: soak-wait | the main job (after s7c)
 #   bash scripts/h200_session.sh s8a            # decode A/B of the fused LoRA kernels, decode table, kernel tests
+#   bash scripts/h200_session.sh s8c [S]        # two GPUs: triage + S-second soak (GPU 0) | oracle bench cold, kernel bench (GPU 1)
+#   bash scripts/h200_session.sh s8d            # two GPUs: soak-wait | main job, then the suite (after s8c)
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -237,6 +239,30 @@ PY
   s8b)  # one GPU: the decode A/B only (round 2)
     timeout 240 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
       >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep -A80 "^floor" "$OUT/decode_ab.log" | cut -c1-220
+    ;;
+  s8c)  # two GPUs, cores split. GPU 0: soak 2's finding triaged, then the 10-min soak (cores 0-11).
+        # GPU 1 (cores 12-31): the oracle bench on a cold cache, then the kernel bench table
+    pin() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }
+    CUDA_VISIBLE_DEVICES=0 timeout 75 python3 -m kernel_oracle.benchmarks.triage_lora_finding \
+      docs/benchmarks/data/h200_2026-11-30_s7/soak2_triton_lora_findings.jsonl --top 4 >"$OUT/triage_soak2.log" 2>&1
+    echo "triage exit $?"; tail -8 "$OUT/triage_soak2.log" | cut -c1-300
+    CUDA_VISIBLE_DEVICES=0 pin 0-11 bash "$0" soak-detached "${2:-600}"
+    export CUDA_VISIBLE_DEVICES=1
+    TRITON_CACHE_DIR=/tmp/triton-s8 pin 12-31 timeout 360 python3 -m kernel_oracle.cli bench --device cuda \
+      --targets triton,reference --seconds 15 --main-budget 0 --out "$OUT/oracle_bench_cold.json" \
+      >"$OUT/bench_cold.log" 2>&1; echo "bench (cold cache) exit $?"; tail -8 "$OUT/bench_cold.log" | cut -c1-300
+    pin 12-31 timeout 100 python3 -m kernel_oracle.benchmarks.bench_lora --json "$OUT/bench_lora.json" \
+      >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"; tail -28 "$OUT/bench_lora.log"
+    ;;
+  s8d)  # two GPUs: the soak's end (GPU 0); the main job on the bench's cache, then the suite (GPU 1, cores 12-31)
+    (export CUDA_VISIBLE_DEVICES=1 TRITON_CACHE_DIR=/tmp/triton-s8
+     taskset -c 12-31 bash "$0" main-job-only >"$OUT/main_job_summary.log" 2>&1
+     taskset -c 12-31 bash "$0" suite 400 >"$OUT/suite_summary.log" 2>&1) &
+    bash "$0" soak-wait 100; rm -f "$OUT/soak.tgz"
+    cp /tmp/soak/triton-lora/summary.json "$OUT/soak_summary.json" 2>/dev/null
+    cp /tmp/soak/triton-lora/findings.jsonl "$OUT/soak_findings.jsonl" 2>/dev/null
+    tail -3 /tmp/soak/triton-lora.log | cut -c1-300
+    wait; cat "$OUT/main_job_summary.log" "$OUT/suite_summary.log" | cut -c1-600
     ;;
   s7c)  # two GPUs, cores split: a finding triaged and a soak (GPU 0, cores 0-11); the suite, then the bench (GPU 1)
     pin() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }

@@ -57,10 +57,12 @@ BLOCKS = {
                  "tok": dict(BT=4, BH=16, BLOCK_K=128, num_warps=4)},
     "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=64, BLOCK_V=128, num_warps=8)},
     # C_SPLIT: kv_lora_rank columns per program (None: all of them, step A computed once per tile)
+    # PREFETCH: the first base and weight blocks are loaded before step A (token-major winners of
+    # bench_lora --decode-ab, 2026-11-30 22:00-22:10 UTC, docs/benchmarks/lora.md)
     "q_side_fused": {"seg": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
-                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=8)},
+                     "tok": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=True)},
     "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4),
-                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4)},
+                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4, PREFETCH=True)},
 }
 
 # a segment-major launch is replaced by the token-major one when its tiles hold more than this many
@@ -155,7 +157,7 @@ def _nothing_to_do(p: Plan, num_rows: int) -> bool:
     return p.n_launch == 0 or p.row_tiles == 0 or num_rows == 0
 
 
-# (op, path, dtypes, BLOCK_R, device, ALIGN, requested blocks) -> (blocks, num_warps, num_stages) that compiled
+# (op, path, dtypes, BLOCK_R, device, requested blocks, ALIGN) -> (blocks, num_warps, num_stages) that compiled
 # and launched.
 # ALIGN is part of the key: an aligned launch pipelines its loads through shared memory (cp.async) where
 # the generic one cannot, so a configuration that fits the generic kernel may not fit the aligned one.
@@ -175,8 +177,8 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
         launch(blocks, warps, None)
         return
     # the requested blocks are part of the key: the benchmark's sweeps change BLOCKS between launches
-    key = (op, p.token_major, x.dtype, tuple(w.dtype for w in weights), block_r, str(x.device), align,
-           tuple(sorted(p.blocks.items())))
+    key = (op, p.token_major, x.dtype, tuple(w.dtype for w in weights), block_r, str(x.device),
+           tuple(sorted(p.blocks.items())), align)
     if key in _FITTED:
         cfg, warps, stages = _FITTED[key]
         try:
