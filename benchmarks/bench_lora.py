@@ -256,21 +256,15 @@ def sweep_decode(klora, launch):
 # "sorted": each slot's rows in segment order (Note [Slot-sorted tiles]); False is the logical-row route.
 _Q_TOK = dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=8)
 _V_TOK = dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4)
-DECODE_AB = {  # round 2 (round 1, 2026-11-30 22:00 UTC: docs/benchmarks/data/h200_2026-11-30_s8/decode_ab_round1.json)
-    "q_side_fused": [(False, _Q_TOK), (True, {**_Q_TOK, "PREFETCH": True, "num_stages": 2}),
-                     (True, {**_Q_TOK, "BT": 32, "num_warps": 4, "PREFETCH": True}),
-                     (True, {**_Q_TOK, "BT": 16, "BLOCK_C": 512, "num_warps": 4, "PREFETCH": True}),
-                     (True, {**_Q_TOK, "BT": 16, "BLOCK_C": 256, "num_warps": 4, "PREFETCH": True}),
-                     (True, {**_Q_TOK, "BT": 32, "BLOCK_C": 256, "num_warps": 4, "PREFETCH": True}),
-                     (True, {**_Q_TOK, "BT": 32, "BLOCK_C": 512, "num_warps": 8, "PREFETCH": True}),
+DECODE_AB = {  # round 3 (rounds 1 and 2, 2026-11-30 21:00-21:10 UTC: docs/benchmarks/data/h200_2026-11-30_s8/)
+    "q_side_fused": [(False, _Q_TOK), (True, {**_Q_TOK, "BT": 32, "num_warps": 4, "PREFETCH": True}),
+                     (True, {**_Q_TOK, "PREFETCH": True}),
+                     (True, {**_Q_TOK, "BT": 16, "num_warps": 4, "PREFETCH": True}),
                      (True, {**_Q_TOK, "BT": 16, "num_warps": 2, "PREFETCH": True}),
-                     (True, {**_Q_TOK, "BT": 16, "BLOCK_C": 256, "num_warps": 4, "PREFETCH": True, "num_stages": 1})],
+                     (True, {**_Q_TOK, "BT": 32, "num_warps": 4, "PREFETCH": True, "num_stages": 2})],
     "v_side_fused": [(False, _V_TOK), (True, {**_V_TOK, "PREFETCH": True}),
-                     (True, {**_V_TOK, "BLOCK_K": 64, "PREFETCH": True}),
-                     (True, {**_V_TOK, "BT": 16, "BLOCK_K": 512, "PREFETCH": True}),
-                     (True, {**_V_TOK, "BT": 16, "BLOCK_K": 256, "PREFETCH": True}),
-                     (True, {**_V_TOK, "BT": 32, "BLOCK_K": 256, "PREFETCH": True}),
-                     (True, {**_V_TOK, "BT": 32, "BLOCK_K": 512, "num_warps": 8, "PREFETCH": True}),
+                     (True, {**_V_TOK, "BT": 32, "PREFETCH": True}),
+                     (True, {**_V_TOK, "BT": 16, "PREFETCH": True}),
                      (True, {**_V_TOK, "BT": 32, "BLOCK_K": 64, "PREFETCH": True, "num_stages": 4})],
 }
 
@@ -371,8 +365,8 @@ def main(argv=None):
 
     info = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=torch.cuda.get_device_name(),
                 torch=torch.__version__, triton=triton.__version__, commit=_commit(),
-                command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "") + (" --decode-ab" if args.decode_ab else "")
-                + (" --sweep-decode" if args.sweep_decode else ""))
+                command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "")
+                + (" --sweep-decode" if args.sweep_decode else "") + (" --decode-ab" if args.decode_ab else ""))
     copy_tbs = copy_bandwidth()
     info["copy_tbs"] = round(copy_tbs, 3)
     info["graph_floor_us"] = round(graph_floor(), 2)

@@ -105,8 +105,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("lora_ignore_permutation", "lora", "rows are read and written at their logical index; permutation ignored",
            (Patch(_K, "phys = tl.load(perm + tl.minimum(tl.maximum(logical, 0), num_rows - 1), mask=valid, other=0)",
                   "phys = logical.to(tl.int64)"),)),
-    Mutant("lora_segment_end_off_by_one", "lora", "token-major tiles treat seg_indptr[n] as inside the batch (<=)",
-           (Patch(_K, "valid = (logical >= first) & (logical < last)", "valid = (logical >= first) & (logical <= last)"),)),
+    # both token-major routes: logical rows (more than 256 segments) and slot-sorted tiles (Note [Slot-sorted
+    # tiles]; what the tiny preset's batches take)
+    Mutant("lora_segment_end_off_by_one", "lora", "token-major tiles treat a segment's end (seg_indptr[b+1]) as "
+           "inside it (<=)",
+           (Patch(_K, "valid = (logical >= first) & (logical < last)", "valid = (logical >= first) & (logical <= last)"),
+            Patch(_K, "lens = tl.where(mine, tl.maximum(ends - starts, 0), 0)",
+                  "lens = tl.where(mine, tl.maximum(ends - starts + 1, 0), 0)"))),
     # the copy also forces the segment-major path (the wrapper's FORCE_PATH hook): tiny CPU problems
     # rarely choose it on their own
     Mutant("lora_segment_end_off_by_one_seg", "lora", "segment-major tiles run one row past the segment end",
