@@ -243,15 +243,15 @@ PY
   s8c)  # two GPUs, cores split. GPU 0: soak 2's finding triaged, then the 10-min soak (cores 0-11).
         # GPU 1 (cores 12-31): the oracle bench on a cold cache, then the kernel bench table
     pin() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }
-    CUDA_VISIBLE_DEVICES=0 timeout 75 python3 -m kernel_oracle.benchmarks.triage_lora_finding \
+    CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m kernel_oracle.benchmarks.triage_lora_finding \
       docs/benchmarks/data/h200_2026-11-30_s7/soak2_triton_lora_findings.jsonl --top 4 >"$OUT/triage_soak2.log" 2>&1
     echo "triage exit $?"; tail -8 "$OUT/triage_soak2.log" | cut -c1-300
     CUDA_VISIBLE_DEVICES=0 pin 0-11 bash "$0" soak-detached "${2:-600}"
     export CUDA_VISIBLE_DEVICES=1
-    TRITON_CACHE_DIR=/tmp/triton-s8 pin 12-31 timeout 360 python3 -m kernel_oracle.cli bench --device cuda \
+    TRITON_CACHE_DIR=/tmp/triton-s8 pin 12-31 timeout 330 python3 -m kernel_oracle.cli bench --device cuda \
       --targets triton,reference --seconds 15 --main-budget 0 --out "$OUT/oracle_bench_cold.json" \
       >"$OUT/bench_cold.log" 2>&1; echo "bench (cold cache) exit $?"; tail -8 "$OUT/bench_cold.log" | cut -c1-300
-    pin 12-31 timeout 100 python3 -m kernel_oracle.benchmarks.bench_lora --json "$OUT/bench_lora.json" \
+    pin 12-31 timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --json "$OUT/bench_lora.json" \
       >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"; tail -28 "$OUT/bench_lora.log"
     ;;
   s8d)  # two GPUs: the soak's end (GPU 0); the main job on the bench's cache, then the suite (GPU 1, cores 12-31)
