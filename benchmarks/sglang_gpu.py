@@ -141,7 +141,10 @@ def graph_replay(spec: str, op: str, dtype: str) -> list[dict]:
 
 H, QK, VD, C, R, L = 64, 128, 128, 512, 32, 4
 RANKS, SCALINGS = (32, 16, 8, 32), (0.5, 1.0, 2.0, 0.25)
-SHAPES = {"decode-bs64": (1,) * 64, "prefill-8x2048": (2048,) * 8}
+SHAPES = {"decode-bs64": (1,) * 64, "decode-bs256": (1,) * 256, "prefill-8x2048": (2048,) * 8}
+# do_bench_cudagraph replays a graph of many calls without flushing L2, so decode rotates this many input
+# sets (8 x 9-42 MB > the 60 MB L2): each call reads from HBM, as in bench_lora --decode-ab
+GRAPH_SETS = 8
 
 
 def _bench(fn) -> float:
@@ -193,24 +196,47 @@ def _graphed(fn):
     return g.replay
 
 
+def _rotating(fns):
+    state = {"i": 0}
+
+    def call():
+        state["i"] = (state["i"] + 1) % len(fns)
+        fns[state["i"]]()
+    return call
+
+
 def timing(specs: list[str]) -> list[dict]:
+    """Rows of (target, shape, side, variant): ``us``, do_bench median (decode: of one graph replay, launch
+    included; prefill: eager, L2 flushed), and ``cudagraph_us``, do_bench_cudagraph median (a graph of many
+    calls, the launch spread over them; decode rotates :data:`GRAPH_SETS` input sets)."""
+    import triton.testing
+
     from kernel_oracle.fuzz.targets import resolve_target
 
     targets = {"ours (triton)": (resolve_target("triton", "cuda"), True)}
     targets.update({s: (resolve_target(s, "cuda"), False) for s in specs})
     rows = []
     for shape, seg in SHAPES.items():
-        d = _inputs(seg, seed=100)
+        decode = shape.startswith("decode")
+        sets = [_inputs(seg, seed=100 + i) for i in range(GRAPH_SETS if decode else 1)]
         for name, (t, ours) in targets.items():
             if not t.available:
                 rows.append(dict(target=name, shape=shape, side="-", variant="-", us=None, detail=t.reason))
                 continue
             for side in ("q", "v"):
-                for variant, fn in _side_calls(t.entries, d, side, ours).items():
-                    if shape.startswith("decode"):
-                        variant, fn = f"graph-{variant}", _graphed(fn)
-                    rows.append(dict(target=name, shape=shape, side=side, variant=variant, us=round(_bench(fn), 2)))
-        del d
+                per_set = [_side_calls(t.entries, d, side, ours) for d in sets]
+                for variant, fn in per_set[0].items():
+                    label = f"graph-{variant}" if decode else variant
+                    row = dict(target=name, shape=shape, side=side, variant=label)
+                    try:  # a call that cannot be timed (or captured) is a result, not a crash
+                        row["us"] = round(_bench(_graphed(fn) if decode else fn), 2)
+                        row["cudagraph_us"] = round(triton.testing.do_bench_cudagraph(
+                            _rotating([c[variant] for c in per_set]), rep=50, return_mode="median") * 1e3, 2)
+                    except Exception as e:  # noqa: BLE001
+                        row.setdefault("us", None)
+                        row["detail"] = f"{type(e).__name__}: {str(e)[:160]}"
+                    rows.append(row)
+        del sets
         torch.cuda.empty_cache()
     return rows
 
@@ -222,6 +248,7 @@ def main(argv=None) -> int:
     ap.add_argument("--releases", nargs="*", default=["0.5.12", "0.5.23"], metavar="X.Y.Z")
     ap.add_argument("--bench-release", default="0.5.23", metavar="X.Y.Z", help="the release timed beside ours")
     ap.add_argument("--no-bench", action="store_true", help="checks only")
+    ap.add_argument("--bench-only", action="store_true", help="timing only (no differential or graph checks)")
     ap.add_argument("--json", default=None, metavar="PATH", help="write every row as JSON")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -230,7 +257,7 @@ def main(argv=None) -> int:
     os.environ["KERNEL_ORACLE_SGLANG_WHEEL"] = args.wheels
     started = time.time()
     checks: list[dict] = []
-    for rel in args.releases:
+    for rel in ([] if args.bench_only else args.releases):
         for variant in ("sglang", "sglang-trt"):
             spec = f"{variant}=={rel}"
             if variant == "sglang-trt" and rel == "0.5.12":
@@ -261,10 +288,11 @@ def main(argv=None) -> int:
                 (stale and stale_ok == (spec in expected_bad)):
             surprises.append(spec)
     if bench:
-        print("\n| target | shape | side | variant | median us |\n|---|---|---|---|---:|")
+        print("\n| target | shape | side | variant | do_bench median us | do_bench_cudagraph median us |\n"
+              "|---|---|---|---|---:|---:|")
         for r in bench:
             print(f"| {r['target']} | {r['shape']} | {r['side']} | {r['variant']} | "
-                  f"{'-' if r['us'] is None else r['us']} |")
+                  f"{'-' if r['us'] is None else r['us']} | {r.get('cudagraph_us', r.get('detail', '-'))} |")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, checks=checks, bench=bench,

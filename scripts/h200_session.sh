@@ -24,6 +24,7 @@
 #   bash scripts/h200_session.sh s8a            # decode A/B of the fused LoRA kernels, decode table, kernel tests
 #   bash scripts/h200_session.sh s8c [S]        # two GPUs: triage + S-second soak (GPU 0) | oracle bench cold, kernel bench (GPU 1)
 #   bash scripts/h200_session.sh s8d            # two GPUs: soak-wait | main job, then the suite (after s8c)
+#   bash scripts/h200_session.sh s8e            # ours beside SGLang 0.5.23's LoRA kernels, do_bench_cudagraph
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
@@ -258,11 +259,16 @@ PY
     (export CUDA_VISIBLE_DEVICES=1 TRITON_CACHE_DIR=/tmp/triton-s8
      taskset -c 12-31 bash "$0" main-job-only >"$OUT/main_job_summary.log" 2>&1
      taskset -c 12-31 bash "$0" suite 400 >"$OUT/suite_summary.log" 2>&1) &
-    bash "$0" soak-wait 100; rm -f "$OUT/soak.tgz"
+    bash "$0" soak-wait 125; rm -f "$OUT/soak.tgz"
     cp /tmp/soak/triton-lora/summary.json "$OUT/soak_summary.json" 2>/dev/null
     cp /tmp/soak/triton-lora/findings.jsonl "$OUT/soak_findings.jsonl" 2>/dev/null
     tail -3 /tmp/soak/triton-lora.log | cut -c1-300
     wait; cat "$OUT/main_job_summary.log" "$OUT/suite_summary.log" | cut -c1-600
+    ;;
+  s8e)  # one GPU: ours beside SGLang 0.5.23's kernels (both variants), do_bench and do_bench_cudagraph
+    timeout 300 python3 -m kernel_oracle.benchmarks.sglang_gpu --wheels .whl/sglang-slim --bench-only \
+      --json "$OUT/sglang_side_by_side.json" >"$OUT/sglang_side_by_side.log" 2>&1; echo "side by side exit $?"
+    grep -A60 "^| target" "$OUT/sglang_side_by_side.log"
     ;;
   s7c)  # two GPUs, cores split: a finding triaged and a soak (GPU 0, cores 0-11); the suite, then the bench (GPU 1)
     pin() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }
