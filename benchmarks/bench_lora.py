@@ -289,22 +289,36 @@ def _oracle_check(op: str, d: dict) -> str:
     return "ok" if c.ok else c.message[:200]
 
 
-def decode_ab(klora, launch, shapes=("decode-bs64", "decode-bs256")):
-    """Each DECODE_AB configuration on each decode shape: oracle check, then do_bench_cudagraph median (us)."""
+_Q_SEG = dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4)
+_V_SEG = dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4)
+# prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048
+PREFILL_AB = {
+    "q_side_fused": [(True, _Q_SEG), (True, {**_Q_SEG, "PREFETCH": True}), (True, {**_Q_SEG, "num_warps": 8}),
+                     (True, {**_Q_SEG, "BT": 64, "num_warps": 8}), (True, {**_Q_SEG, "BT": 64, "num_warps": 8, "PREFETCH": True}),
+                     (True, {**_Q_SEG, "BLOCK_C": 256, "num_warps": 8, "PREFETCH": True}),
+                     (True, {**_Q_SEG, "PREFETCH": True, "num_stages": 2})],
+    "v_side_fused": [(True, _V_SEG), (True, {**_V_SEG, "PREFETCH": True})],
+}
+
+
+def decode_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None, path="tok", nsets=8):
+    """Each configuration of ``table`` (DECODE_AB) for ``path`` on each shape: oracle check, then
+    do_bench_cudagraph median (us), rotating ``nsets`` input sets."""
     import triton.testing
 
+    table = DECODE_AB if table is None else table
     x = torch.zeros(1, device="cuda")
     out = [dict(floor="one x.add_(1) per call", us=round(triton.testing.do_bench_cudagraph(
         lambda: x.add_(1), rep=50, return_mode="median") * 1e3, 2))]
     print("decode ab", out[0], flush=True)
-    saved = {op: launch.BLOCKS[op]["tok"] for op in DECODE_AB}
+    saved = {op: launch.BLOCKS[op][path] for op in table}
     saved_sorted = launch.SLOT_SORTED
     for name in shapes:
-        sets = [_inputs(SHAPES[name], seed=300 + i) for i in range(8)]
-        for op, configs in DECODE_AB.items():
+        sets = [_inputs(SHAPES[name], seed=300 + i) for i in range(nsets)]
+        for op, configs in table.items():
             side = "q" if op == "q_side_fused" else "v"
             for sorted_rows, cfg in configs:
-                launch.BLOCKS[op]["tok"] = dict(cfg)
+                launch.BLOCKS[op][path] = dict(cfg)
                 launch.SLOT_SORTED = sorted_rows
                 row = dict(shape=name, op=op, sorted=sorted_rows, cfg=cfg)
                 try:
@@ -319,7 +333,7 @@ def decode_ab(klora, launch, shapes=("decode-bs64", "decode-bs256")):
         del sets
         torch.cuda.empty_cache()
     for op, cfg in saved.items():
-        launch.BLOCKS[op]["tok"] = cfg
+        launch.BLOCKS[op][path] = cfg
     launch.SLOT_SORTED = saved_sorted
     return out
 
@@ -352,6 +366,9 @@ def main(argv=None):
     ap.add_argument("--decode-ab", action="store_true",
                     help="only check and time the fused kernels' token-major configurations (DECODE_AB) on the "
                          "decode shapes with do_bench_cudagraph")
+    ap.add_argument("--prefill-ab", action="store_true",
+                    help="only check and time the fused kernels' segment-major configurations (PREFILL_AB) on "
+                         "prefill-8x2048 with do_bench_cudagraph")
     ap.add_argument("--json", default=None, help="write results to this JSON file")
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
@@ -366,12 +383,14 @@ def main(argv=None):
     info = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=torch.cuda.get_device_name(),
                 torch=torch.__version__, triton=triton.__version__, commit=_commit(),
                 command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "")
-                + (" --sweep-decode" if args.sweep_decode else "") + (" --decode-ab" if args.decode_ab else ""))
+                + (" --sweep-decode" if args.sweep_decode else "") + (" --decode-ab" if args.decode_ab else "")
+                + (" --prefill-ab" if args.prefill_ab else ""))
     copy_tbs = copy_bandwidth()
     info["copy_tbs"] = round(copy_tbs, 3)
     info["graph_floor_us"] = round(graph_floor(), 2)
-    if args.decode_ab:
-        ab = decode_ab(klora, launch)
+    if args.decode_ab or args.prefill_ab:
+        ab = decode_ab(klora, launch) if args.decode_ab else \
+            decode_ab(klora, launch, ("prefill-8x2048",), PREFILL_AB, "seg", 1)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(info=info, decode_ab=ab), f, indent=1)

@@ -270,6 +270,10 @@ PY
       --json "$OUT/sglang_side_by_side.json" >"$OUT/sglang_side_by_side.log" 2>&1; echo "side by side exit $?"
     grep -A60 "^| target" "$OUT/sglang_side_by_side.log"
     ;;
+  s8f)  # one GPU: the prefill A/B of the fused LoRA kernels (segment-major configurations)
+    timeout 300 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
+      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep -A40 "^floor" "$OUT/prefill_ab.log" | cut -c1-220
+    ;;
   s7c)  # two GPUs, cores split: a finding triaged and a soak (GPU 0, cores 0-11); the suite, then the bench (GPU 1)
     pin() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }
     CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m \
