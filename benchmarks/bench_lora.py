@@ -294,7 +294,8 @@ _V_SEG = dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4)
 # prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048
 PREFILL_AB = {
     "q_side_fused": [(True, _Q_SEG), (True, {**_Q_SEG, "PREFETCH": True}), (True, {**_Q_SEG, "num_warps": 8}),
-                     (True, {**_Q_SEG, "BT": 64, "num_warps": 8}), (True, {**_Q_SEG, "BT": 64, "num_warps": 8, "PREFETCH": True}),
+                     (True, {**_Q_SEG, "BT": 64, "num_warps": 8}),
+                     (True, {**_Q_SEG, "BT": 64, "num_warps": 8, "PREFETCH": True}),
                      (True, {**_Q_SEG, "BLOCK_C": 256, "num_warps": 8, "PREFETCH": True}),
                      (True, {**_Q_SEG, "PREFETCH": True, "num_stages": 2})],
     "v_side_fused": [(True, _V_SEG), (True, {**_V_SEG, "PREFETCH": True})],

@@ -38,11 +38,12 @@ tile ``pid`` of slot ``w`` to rows ``pid*BT ..`` of the list of ``w``'s rows in 
 load each of ``seg_indptr`` (starts and ends) and ``weight_indices`` over the compare tile, a prefix
 sum of the lengths of ``w``'s segments (negative lengths of malformed metadata count as 0), and one
 (rows x segments) compare.  The grid is unchanged (``ceil(S/BT)`` tiles per slot, an upper bound:
-programs past their slot's rows store nothing).  With well-formed metadata every row still belongs to
-one program, so in-place updates do not race.  Measured on the H200 (``bench_lora --decode-ab``, do_bench_cudagraph medians,
-2026-11-30): decode-bs256 fused q 49.4 -> 30.5 us, v 29.6 -> 25.1 us, same blocks; decode-bs64 fused
-11.3 -> 11.2 and 8.70 -> 8.65 us (with 64-row tiles one tile already held every row).  Tiles past
-their slot's rows skip the compare (q 28.1 -> 24.8 us at bs256 with the chosen blocks).
+programs past their slot's rows skip the compare and store nothing).  With well-formed metadata every
+row still belongs to one program, so in-place updates do not race.  Measured on the H200
+(``bench_lora --decode-ab``, do_bench_cudagraph medians, 2026-11-30): decode-bs256 fused q 49.4 -> 30.5
+us, v 29.6 -> 25.1 us, same blocks; decode-bs64 fused 11.3 -> 11.2 and 8.70 -> 8.65 us (with 64-row
+tiles one tile already held every row).  With the chosen blocks and the skipped compare: bs256 q 24.8,
+v 19.3 us; bs64 q 10.2, v 7.7 us (docs/kernels_lora.md).
 ``PREFETCH`` (fused kernels) loads the first base and weight blocks of the second product before
 step A and each next block one iteration ahead: decode is a chain of dependent loads, not bytes
 (q 11.2 -> 10.8 us, v 8.7 -> 7.9 us at decode-bs64).
@@ -193,7 +194,8 @@ _DNS_STEP_A_Q = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'so_
 def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
                     sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, so_t, so_h, so_r,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                    BT: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -244,7 +246,8 @@ _DNS_STEP_B_Q = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sy_t', 'sy
 def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                    BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -297,7 +300,8 @@ _DNS_STEP_A_V = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so
 def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, so_t, so_h, so_r,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                    BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -349,7 +353,8 @@ _DNS_STEP_B_V = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sy_
 def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
                     sx_t, sx_h, sx_r, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
-                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr,
+                    TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                    BT: tl.constexpr,
                     BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                     ALIGN: tl.constexpr):
@@ -405,7 +410,8 @@ _DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_BLOCKS', 'sx_t', 'sx_h', 'sb_l'
 def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_BLOCKS,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
-                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr,
+                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                        BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False):
@@ -496,7 +502,8 @@ _DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 's
 def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
                         sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
-                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr, BT: tl.constexpr,
+                        TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                        BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False):
