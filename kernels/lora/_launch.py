@@ -58,7 +58,7 @@ BLOCKS = {
     "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=64, BLOCK_V=128, num_warps=8)},
     # C_SPLIT: kv_lora_rank columns per program (None: all of them, step A computed once per tile)
     # PREFETCH: the first base and weight blocks are loaded before step A (token-major winners of
-    # bench_lora --decode-ab, 2026-11-30 22:00-22:10 UTC, docs/benchmarks/lora.md)
+    # bench_lora --decode-ab, 2026-11-30 21:00-21:25 UTC, three rounds, docs/benchmarks/lora.md)
     "q_side_fused": {"seg": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
                      "tok": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=True)},
     "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4),
