@@ -200,6 +200,47 @@ def _engine_status() -> str:
     return t.to_record()["reason"] if t.available else f"unavailable: {t.reason}"
 
 
+def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> list[dict]:
+    """Host time per call (us): ``n`` calls submitted back to back on a tiny batch, wall time over ``n``
+    (the GPU's own time per call, from do_bench, is far below it, so the loop measures the host), for the
+    warm entry point, the planned launch, the bare kernel launch, and ``torch.empty`` of the output."""
+    import time
+
+    import triton.testing
+
+    from kernel_oracle.kernels.vision import flashinfer_cudnn_attention, plan_attention
+    from kernel_oracle.kernels.vision._kernel import launch_attention
+    from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+
+    q, k, v, cu = _inputs(lens, H, D, torch.bfloat16, "cuda")
+    md = prepare_flashinfer_cudnn_metadata(cu, "cuda", elem_per_token=H * D)
+    launch = plan_attention(q, k, v, None, None, None, forward_metadata=md)
+    out = launch.run()
+    plan = launch.plan
+    calls = {
+        "warm call (flashinfer_cudnn_attention, cache hit)":
+            lambda: flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md),
+        "planned (VisionLaunch.run)": launch.run,
+        "kernel launch alone (launch_attention)":
+            lambda: launch_attention(q, k, v, out, launch.table, launch.num_blocks, plan.scale, launch.config,
+                                     launch.precision),
+        "output allocation alone (torch.empty)": lambda: torch.empty_like(out),
+    }
+    rows = []
+    for name, fn in calls.items():
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        host = (time.perf_counter() - t0) / n * 1e6
+        torch.cuda.synchronize()
+        device = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+        rows.append(dict(call=name, host_us=round(host, 2), do_bench_us=round(device, 2)))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", action="store_true", help="also time each candidate kernel config")
@@ -207,6 +248,8 @@ def main(argv=None) -> int:
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
     ap.add_argument("--shapes", default=None, help="comma-separated subset of shape names")
+    ap.add_argument("--host", action="store_true",
+                    help="only the host cost per call (us) on a tiny batch: warm call, planned launch, bare launch")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernel_oracle.benchmarks.bench_vision needs a CUDA device (the interpreter is far too slow to time)", file=sys.stderr)
@@ -214,6 +257,16 @@ def main(argv=None) -> int:
     import triton
 
     torch.manual_seed(0)
+    if args.host:
+        rows = host_cost()
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                           "triton": triton.__version__, "host": rows}, f, indent=1)
+        print("| call (4 x 64 tokens, H=2, D=64, bf16) | host us per call | do_bench us |\n|---|---:|---:|")
+        for r in rows:
+            print(f"| {r['call']} | {r['host_us']} | {r['do_bench_us']} |")
+        return 0
     wanted = None if args.shapes is None else set(args.shapes.split(","))
     records = [bench_shape(*s, sweep=args.sweep) for s in SHAPES if wanted is None or s[0] in wanted]
     meta = {"version": 1, "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -274,6 +274,10 @@ PY
     timeout 300 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
       >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep -A40 "^floor" "$OUT/prefill_ab.log" | cut -c1-220
     ;;
+  s8g)  # one GPU: the vision entry point's host cost per call (warm call, planned launch, bare launch)
+    timeout 120 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -8 "$OUT/vision_host.log"
+    ;;
   s7c)  # two GPUs, cores split: a finding triaged and a soak (GPU 0, cores 0-11); the suite, then the bench (GPU 1)
     pin() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }
     CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m \
