@@ -23,10 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import time
 
 import torch
+
+from kernel_oracle.harness.schema import git_commit
 
 H, QK, VD, C, R, L = 64, 128, 128, 512, 32, 4
 FULL_K = QK + VD
@@ -350,12 +351,6 @@ def graph_floor() -> float:
     return _bench(g.replay)
 
 
-def _commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
-                                       stderr=subprocess.DEVNULL).strip()
-    except Exception:
-        return "unknown (no git)"
 
 
 def main(argv=None):
@@ -382,7 +377,7 @@ def main(argv=None):
     import kernel_oracle.kernels.lora._launch as launch
 
     info = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=torch.cuda.get_device_name(),
-                torch=torch.__version__, triton=triton.__version__, commit=_commit(),
+                torch=torch.__version__, triton=triton.__version__, commit=(git_commit() or "unknown")[:12],
                 command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "")
                 + (" --sweep-decode" if args.sweep_decode else "") + (" --decode-ab" if args.decode_ab else "")
                 + (" --prefill-ab" if args.prefill_ab else ""))

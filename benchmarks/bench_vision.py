@@ -28,10 +28,11 @@ import argparse
 import datetime
 import inspect
 import json
-import subprocess
 import sys
 
 import torch
+
+from kernel_oracle.harness.schema import git_commit
 
 # (name, sequence lengths, heads, head dim) as in issue 4
 SHAPES = (
@@ -43,12 +44,6 @@ SHAPES = (
 SWEEP = ((128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 4, 4), (128, 128, 8, 4), (64, 32, 4, 3))
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except Exception:  # noqa: BLE001 - a copy without .git still benchmarks
-        return "unknown"
 
 
 def _varlen():
@@ -270,7 +265,8 @@ def main(argv=None) -> int:
     wanted = None if args.shapes is None else set(args.shapes.split(","))
     records = [bench_shape(*s, sweep=args.sweep) for s in SHAPES if wanted is None or s[0] in wanted]
     meta = {"version": 1, "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": _commit(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "commit": (git_commit() or "unknown")[:12], "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
             "triton": triton.__version__, "flashinfer_cudnn": _engine_status(),
             "command": "python -m kernel_oracle.benchmarks.bench_vision" + " ".join([""] + list(argv or sys.argv[1:]))}
     if args.json:

@@ -73,8 +73,12 @@ class SchemaError(ValueError):
     """A result file that is malformed, of another schema, or of a newer version."""
 
 
-def _git_commit() -> Optional[str]:
-    """HEAD of the checkout, else ``KERNEL_ORACLE_GIT_COMMIT`` / ``GITHUB_SHA`` (a copy without .git)."""
+def git_commit() -> Optional[str]:
+    """``KERNEL_ORACLE_GIT_COMMIT`` when set (a copy of a tree whose ``.git``, if any, is not its own: the
+    GPU snapshots of scripts/gpu_snapshot.sh), else HEAD of the checkout, else ``GITHUB_SHA``."""
+    explicit = os.environ.get("KERNEL_ORACLE_GIT_COMMIT")
+    if explicit:
+        return explicit
     try:
         root = Path(__file__).resolve().parent.parent
         out = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=root, capture_output=True, text=True,
@@ -84,7 +88,7 @@ def _git_commit() -> Optional[str]:
             return sha
     except (OSError, subprocess.SubprocessError):
         pass
-    return os.environ.get("KERNEL_ORACLE_GIT_COMMIT") or os.environ.get("GITHUB_SHA") or None
+    return os.environ.get("GITHUB_SHA") or None
 
 
 def environment_fingerprint(device: Optional[str] = None) -> dict:
@@ -111,7 +115,7 @@ def environment_fingerprint(device: Optional[str] = None) -> dict:
         "cpu": platform.processor() or platform.machine(),
         "device": device or ("cuda" if cuda else "cpu"),
         "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "suite_version": __version__,
     }
     return env

@@ -13,6 +13,7 @@ import pytest
 from oracle_tests._sample_record import sample_record
 from kernel_oracle.reports.bench_ingest import record_from_bench_rows, write_bench_record
 from kernel_oracle.reports.model import load_result, shape_key
+from kernel_oracle.harness import schema
 from kernel_oracle.harness.schema import (SCHEMA_VERSION, SchemaError, add_finding, add_group, load, merge, new_record, save,
                             validate)
 
@@ -251,3 +252,14 @@ def test_html_has_one_row_per_bucket_escaped():
     assert f'<td class="nowrap"><a href="#{f.anchor}">{f.id}</a></td><td class="n">7</td>' in html
     assert "<code>step_b_v float16 &lt;b&gt;edge|case&lt;/b&gt;</code>" in html and "<b>edge" not in html
     assert "never shown" not in html
+
+
+def test_an_explicit_commit_names_a_copy_whose_git_is_not_its_own(monkeypatch):
+    """GPU snapshots (scripts/gpu_snapshot.sh) are copies beside a stale .git: the commit they name wins;
+    without it, a checkout's own HEAD (a 40-hex sha) or nothing."""
+    monkeypatch.setenv("KERNEL_ORACLE_GIT_COMMIT", "0123abc")
+    assert schema.git_commit() == "0123abc"
+    monkeypatch.delenv("KERNEL_ORACLE_GIT_COMMIT")
+    monkeypatch.delenv("GITHUB_SHA", raising=False)
+    sha = schema.git_commit()
+    assert sha is None or (len(sha) == 40 and all(c in "0123456789abcdef" for c in sha))

@@ -27,9 +27,12 @@
 #   bash scripts/h200_session.sh s8e            # ours beside SGLang 0.5.23's LoRA kernels, do_bench_cudagraph
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
-# Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale).  Results go to $OUT (the device tool's folder) or ./gpu-out.
+# Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale); scripts/gpu_snapshot.sh
+# builds the carried .gpu-snap.  Results go to $OUT (the device tool's folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# a snapshot of scripts/gpu_snapshot.sh names its commit (results would otherwise name the copy's stale .git)
+if [ -f COMMIT ]; then export KERNEL_ORACLE_GIT_COMMIT; KERNEL_ORACLE_GIT_COMMIT=$(cat COMMIT); fi
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
