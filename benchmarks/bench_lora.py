@@ -15,6 +15,10 @@ time, set against a device-to-device copy measured in the same run.
 ``--sweep`` also times alternative segment-major block sizes (``kernels.lora._launch.BLOCKS``) on
 prefill-8x2048; ``--sweep-decode`` times token-major ones on decode-bs64 by graph replay and keeps
 the best for the table.  The replay time of a one-kernel graph is printed as the floor.
+``--decode-ab`` (``DECODE_AB``, decode shapes) and ``--prefill-ab`` (``PREFILL_AB``, prefill-8x2048) check
+each configuration of the fused kernels against the float64 oracle on the device, then time it with
+``triton.testing.do_bench_cudagraph`` (a graph of many calls; decode rotates 8 input sets, more than
+the L2 holds), beside a graph of one trivial kernel per call as the floor; nothing else is run.
 ``--json PATH`` writes the results as JSON.
 """
 
