@@ -116,7 +116,8 @@ def _calls(klora, d, side):
     return {"split": split, "fused": fused}
 
 
-def _rotating(fns):
+def rotating(fns):
+    """One call that runs the next of ``fns`` each time (input sets that together exceed the L2)."""
     state = {"i": 0}
 
     def call():
@@ -148,10 +149,10 @@ def run_shapes(klora, shapes, copy_tbs):
         for side in ("q", "v"):
             per_set = [_calls(klora, d, side) for d in sets]
             variants = {v: [c[v] for c in per_set] for v in ("split", "fused")}
-            timings = {v: _bench(_rotating(fns)) for v, fns in variants.items()}
+            timings = {v: _bench(rotating(fns)) for v, fns in variants.items()}
             if name.startswith("decode"):
                 for v, fns in variants.items():
-                    timings[f"graph-{v}"] = _bench(_rotating(_graphs(fns)))
+                    timings[f"graph-{v}"] = _bench(rotating(_graphs(fns)))
             for v, us in timings.items():
                 nbytes = _bytes(S, side, v)
                 tbs = nbytes / (us * 1e-6) / 1e12
@@ -307,7 +308,7 @@ PREFILL_AB = {
 }
 
 
-def decode_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None, path="tok", nsets=8):
+def fused_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None, path="tok", nsets=8):
     """Each configuration of ``table`` (DECODE_AB) for ``path`` on each shape: oracle check, then
     do_bench_cudagraph median (us), rotating ``nsets`` input sets."""
     import triton.testing
@@ -330,7 +331,7 @@ def decode_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None,
                 try:
                     row["check"] = _oracle_check(op, sets[0])
                     fns = [_calls(klora, d, side)["fused"] for d in sets]
-                    row["us"] = round(triton.testing.do_bench_cudagraph(_rotating(fns), rep=50,
+                    row["us"] = round(triton.testing.do_bench_cudagraph(rotating(fns), rep=50,
                                                                          return_mode="median") * 1e3, 2)
                 except Exception as e:  # a config that does not compile is a result, not a crash
                     row["error"] = f"{type(e).__name__}: {str(e)[:160]}"
@@ -389,8 +390,8 @@ def main(argv=None):
     info["copy_tbs"] = round(copy_tbs, 3)
     info["graph_floor_us"] = round(graph_floor(), 2)
     if args.decode_ab or args.prefill_ab:
-        ab = decode_ab(klora, launch) if args.decode_ab else \
-            decode_ab(klora, launch, ("prefill-8x2048",), PREFILL_AB, "seg", 1)
+        ab = fused_ab(klora, launch) if args.decode_ab else \
+            fused_ab(klora, launch, ("prefill-8x2048",), PREFILL_AB, "seg", 1)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(info=info, decode_ab=ab), f, indent=1)

@@ -196,21 +196,13 @@ def _graphed(fn):
     return g.replay
 
 
-def _rotating(fns):
-    state = {"i": 0}
-
-    def call():
-        state["i"] = (state["i"] + 1) % len(fns)
-        fns[state["i"]]()
-    return call
-
-
 def timing(specs: list[str]) -> list[dict]:
     """Rows of (target, shape, side, variant): ``us``, do_bench median (decode: of one graph replay, launch
     included; prefill: eager, L2 flushed), and ``cudagraph_us``, do_bench_cudagraph median (a graph of many
     calls, the launch spread over them; decode rotates :data:`GRAPH_SETS` input sets)."""
     import triton.testing
 
+    from kernel_oracle.benchmarks.bench_lora import rotating
     from kernel_oracle.fuzz.targets import resolve_target
 
     targets = {"ours (triton)": (resolve_target("triton", "cuda"), True)}
@@ -231,7 +223,7 @@ def timing(specs: list[str]) -> list[dict]:
                     try:  # a call that cannot be timed (or captured) is a result, not a crash
                         row["us"] = round(_bench(_graphed(fn) if decode else fn), 2)
                         row["cudagraph_us"] = round(triton.testing.do_bench_cudagraph(
-                            _rotating([c[variant] for c in per_set]), rep=50, return_mode="median") * 1e3, 2)
+                            rotating([c[variant] for c in per_set]), rep=50, return_mode="median") * 1e3, 2)
                     except Exception as e:  # noqa: BLE001
                         row.setdefault("us", None)
                         row["detail"] = f"{type(e).__name__}: {str(e)[:160]}"

@@ -24,10 +24,11 @@ target then agreed with our kernel).  Precision stays float64: only the range is
 side: the oracle keeps the exact value there and, when any rounding point came that near, also gives
 the output with those points overflowed (``OracleResult.overflow_alternate``, from the margin below
 the threshold on); the tolerance rule accepts that alternate's inf or NaN (an overflowed step-A
-result times a zero of A) as well as a finite value within the allowance of the exact one.  The soaks of 2026-11-30 met both sides: an fp16 output
-whose exact value was 65530 stored as 65504 by our kernel (session 6), and an fp16 delta of 65575
-added to an fp32 base, inf in our kernel and in the fp16 baseline alike (session 7: an oracle that
-kept only the exact value called that 38.8% of the output wrong).
+result times a zero of A) as well as a finite value within the allowance of the exact one.  The soaks
+of 2026-11-30 met both sides: an fp16 output whose exact value was 65530 stored as 65504 by our kernel
+(session 6), and an fp16 delta of 65575 added to an fp32 base, inf in our kernel and in the fp16
+baseline alike (session 7: an oracle that kept only the exact value called that 38.8% of the output
+wrong).
 
 Shapes: ``S`` tokens, ``H`` heads, ``qk`` = qk_nope, ``vd`` = v_head_dim, ``FULL_K = qk + vd``,
 ``C`` = kv_lora_rank, ``R`` buffer rank, ``L`` slots.  ``B_buf (L, H*FULL_K, R)``,
