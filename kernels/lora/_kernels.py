@@ -98,6 +98,13 @@ def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.c
 
 
 @triton.jit
+def _base_block(rows, cols, stride, sel, hi):
+    """The base tile of the selected ``rows`` at columns ``cols`` below ``hi``, as stored (the fused
+    kernels' current block, or under PREFETCH the next one, loaded an iteration ahead)."""
+    return tl.load(rows[:, None] + cols[None, :] * stride, mask=sel[:, None] & (cols < hi)[None, :], other=0.0)
+
+
+@triton.jit
 def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg, num_rows,
            search_steps, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
            SEG_TILE: tl.constexpr, SORTED: tl.constexpr = False):
@@ -451,8 +458,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         c_hi = tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         if PREFETCH:  # the first A and base blocks in flight during step A (decode: latency, not bytes)
-            y_next = tl.load(y_rows[:, None] + (c_lo + offs_c0)[None, :] * sy_c,
-                             mask=sel[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], other=0.0)
+            y_next = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
             at_next = _ld(wa_base + offs_r[:, None] * sa_r + (c_lo + offs_c0)[None, :] * sa_c,
                           (offs_r < rank)[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
@@ -485,11 +491,9 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             y_ptrs = y_rows[:, None] + cc[None, :] * sy_c
             if PREFETCH:
                 y_raw = y_next
-                nc = cc + BLOCK_C
-                y_next = tl.load(y_rows[:, None] + nc[None, :] * sy_c, mask=sel[:, None] & (nc < c_hi)[None, :],
-                                 other=0.0)
+                y_next = _base_block(y_rows, cc + BLOCK_C, sy_c, sel, c_hi)
             else:
-                y_raw = tl.load(y_ptrs, mask=m, other=0.0)
+                y_raw = _base_block(y_rows, cc, sy_c, sel, C)
             y = to_f32(y_raw, FIX_BF16)
             tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
@@ -542,8 +546,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         s = tl.load(scalings + w)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         if PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
-            y_next = tl.load(y_rows[:, None] + offs_v0[None, :] * sy_v, mask=sel[:, None] & (offs_v0 < VD)[None, :],
-                             other=0.0)
+            y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD)
             bt_next = _ld(wb_base + offs_v0[None, :] * sb_row + offs_r[:, None] * sb_r,
                           (offs_r < rank)[:, None] & (offs_v0 < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
@@ -574,10 +577,8 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             y_ptrs = y_rows[:, None] + vv[None, :] * sy_v
             if PREFETCH:
                 y_raw = y_next
-                nv = vv + BLOCK_V
-                y_next = tl.load(y_rows[:, None] + nv[None, :] * sy_v, mask=sel[:, None] & (nv < VD)[None, :],
-                                 other=0.0)
+                y_next = _base_block(y_rows, vv + BLOCK_V, sy_v, sel, VD)
             else:
-                y_raw = tl.load(y_ptrs, mask=m, other=0.0)
+                y_raw = _base_block(y_rows, vv, sy_v, sel, VD)
             y = to_f32(y_raw, FIX_BF16)
             tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
