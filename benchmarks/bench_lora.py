@@ -262,16 +262,24 @@ def sweep_decode(klora, launch):
 # "sorted": each slot's rows in segment order (Note [Slot-sorted tiles]); False is the logical-row route.
 _Q_TOK = dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=8)
 _V_TOK = dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4)
-DECODE_AB = {  # round 3 (rounds 1 and 2, 2026-11-30 21:00-21:10 UTC: docs/benchmarks/data/h200_2026-11-30_s8/)
-    "q_side_fused": [(False, _Q_TOK), (True, {**_Q_TOK, "BT": 32, "num_warps": 4, "PREFETCH": True}),
-                     (True, {**_Q_TOK, "PREFETCH": True}),
-                     (True, {**_Q_TOK, "BT": 16, "num_warps": 4, "PREFETCH": True}),
-                     (True, {**_Q_TOK, "BT": 16, "num_warps": 2, "PREFETCH": True}),
-                     (True, {**_Q_TOK, "BT": 32, "num_warps": 4, "PREFETCH": True, "num_stages": 2})],
-    "v_side_fused": [(False, _V_TOK), (True, {**_V_TOK, "PREFETCH": True}),
-                     (True, {**_V_TOK, "BT": 32, "PREFETCH": True}),
-                     (True, {**_V_TOK, "BT": 16, "PREFETCH": True}),
-                     (True, {**_V_TOK, "BT": 32, "BLOCK_K": 64, "PREFETCH": True, "num_stages": 4})],
+# round 4 (session 9): whole-row blocks, so that every load of a program is issued before its first dot
+# (rounds 1-3, 2026-11-30 21:00-21:58 UTC: docs/benchmarks/data/h200_2026-11-30_s8/)
+_Q_NOW = dict(_Q_TOK, BT=32, num_warps=4, PREFETCH=True)
+_V_NOW = dict(_V_TOK, PREFETCH=True)
+DECODE_AB = {
+    "q_side_fused": [(True, _Q_NOW),
+                     (True, {**_Q_NOW, "BLOCK_C": 256}),
+                     (True, {**_Q_NOW, "BLOCK_C": 256, "num_warps": 8}),
+                     (True, {**_Q_NOW, "BLOCK_C": 512}),
+                     (True, {**_Q_NOW, "BLOCK_C": 512, "num_warps": 8}),
+                     (True, {**_Q_NOW, "BT": 16, "BLOCK_C": 512, "num_warps": 4}),
+                     (True, {**_Q_NOW, "BT": 64, "BLOCK_C": 512, "num_warps": 8})],
+    "v_side_fused": [(True, _V_NOW),
+                     (True, {**_V_NOW, "BLOCK_K": 256}),
+                     (True, {**_V_NOW, "BLOCK_K": 512}),
+                     (True, {**_V_NOW, "BLOCK_K": 512, "num_warps": 8}),
+                     (True, {**_V_NOW, "BT": 32, "BLOCK_K": 256}),
+                     (True, {**_V_NOW, "BT": 32, "BLOCK_K": 512})],
 }
 
 

@@ -41,7 +41,10 @@ SHAPES = (
     ("64x256", (256,) * 64, 16, 64),
     ("2x16384", (16384,) * 2, 16, 128),
 )
-SWEEP = ((128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 4, 4), (128, 128, 8, 4), (64, 32, 4, 3))
+# (block_m, block_n, num_warps, num_stages[, warp_specialize]) (KernelConfig)
+SWEEP = ((128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 4, 4), (128, 128, 8, 4), (64, 32, 4, 3),
+         (128, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 2), (128, 128, 8, 3, True), (128, 64, 4, 3, True),
+         (128, 128, 4, 2, True))
 
 
 
@@ -198,12 +201,9 @@ def _engine_status() -> str:
 def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> list[dict]:
     """Host time per call (us): ``n`` calls submitted back to back on a tiny batch, wall time over ``n``
     (the GPU's own time per call, from do_bench, is far below it, so the loop measures the host), for the
-    warm entry point, the planned launch, the bare kernel launch, and ``torch.empty`` of the output."""
-    import time
-
-    import triton.testing
-
-    from kernel_oracle.kernels.vision import flashinfer_cudnn_attention, plan_attention
+    warm entry point (direct launch, then with direct launches off: Triton's JIT launch), the planned
+    launch, the bare launches and their pieces (the launch-cache key, ``torch.empty`` of the output)."""
+    from kernel_oracle.kernels.vision import _direct, attention, flashinfer_cudnn_attention, plan_attention
     from kernel_oracle.kernels.vision._kernel import launch_attention
     from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
@@ -212,28 +212,54 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
     launch = plan_attention(q, k, v, None, None, None, forward_metadata=md)
     out = launch.run()
     plan = launch.plan
+    direct = launch._direct[0]
+
+    def warm():
+        return flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
+
+    def warm_jit():
+        _direct.ENABLED = False
+        attention.clear_launch_cache()
+        try:
+            return _timed("warm call, direct launches off (Triton's JIT launch)", warm, n)
+        finally:
+            _direct.ENABLED = True
+            attention.clear_launch_cache()
+
     calls = {
-        "warm call (flashinfer_cudnn_attention, cache hit)":
-            lambda: flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md),
+        "warm call (flashinfer_cudnn_attention, cache hit)": warm,
         "planned (VisionLaunch.run)": launch.run,
-        "kernel launch alone (launch_attention)":
+        "kernel launch alone, Triton's JIT (launch_attention)":
             lambda: launch_attention(q, k, v, out, launch.table, launch.num_blocks, plan.scale, launch.config,
                                      launch.precision),
+        "kernel launch alone, direct (DirectLaunch)": lambda: direct(q, k, v, out),
+        "launch-cache key alone": lambda: attention._cache_key(q, k, v, None, None, md, {}),
         "output allocation alone (torch.empty)": lambda: torch.empty_like(out),
     }
-    rows = []
-    for name, fn in calls.items():
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        host = (time.perf_counter() - t0) / n * 1e6
-        torch.cuda.synchronize()
-        device = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
-        rows.append(dict(call=name, host_us=round(host, 2), do_bench_us=round(device, 2)))
+    if not direct:
+        print("no direct launcher:", _direct.direct_launch_info(), file=sys.stderr)
+        del calls["kernel launch alone, direct (DirectLaunch)"]
+    rows = [_timed(name, fn, n) for name, fn in calls.items()]
+    rows.insert(1, warm_jit())
+    rows.append(dict(call="direct launches", **{k: v for k, v in _direct.direct_launch_info().items()}))
     return rows
+
+
+def _timed(name: str, fn, n: int) -> dict:
+    import time
+
+    import triton.testing
+
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    device = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+    return dict(call=name, host_us=round(host, 2), do_bench_us=round(device, 2))
 
 
 def main(argv=None) -> int:
@@ -260,7 +286,7 @@ def main(argv=None) -> int:
                            "triton": triton.__version__, "host": rows}, f, indent=1)
         print("| call (4 x 64 tokens, H=2, D=64, bf16) | host us per call | do_bench us |\n|---|---:|---:|")
         for r in rows:
-            print(f"| {r['call']} | {r['host_us']} | {r['do_bench_us']} |")
+            print(f"| {r['call']} | {r.get('host_us', '')} | {r.get('do_bench_us', r)} |")
         return 0
     wanted = None if args.shapes is None else set(args.shapes.split(","))
     records = [bench_shape(*s, sweep=args.sweep) for s in SHAPES if wanted is None or s[0] in wanted]

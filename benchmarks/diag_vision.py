@@ -2,6 +2,7 @@
 
 python -m kernel_oracle.benchmarks.diag_vision            -> runs all variants, prints one line each
 python -m kernel_oracle.benchmarks.diag_vision NAME       -> runs one variant
+python -m kernel_oracle.benchmarks.diag_vision --only A,B -> runs these variants, one process each
 """
 import os
 import subprocess
@@ -20,6 +21,11 @@ VARIANTS = {
     "pad80_default": (80, 80, "0", None),
     "pad72_default": (72, 72, "0", None),
     "d64_default": (64, 64, "1", None),
+    # a tail of at least 32 columns ("32"): is the wrong split PV product specific to 16-wide tiles?
+    "split_pv_b32_64_80": (64, 80, "32", None),
+    "split80_b32": (80, 80, "32", None),
+    "split72_b32": (72, 72, "32", None),
+    "split_pv_64_80_bm64": (64, 80, "1", (64, 64, 4, 2)),
 }
 
 
@@ -44,10 +50,14 @@ def one(name):
 
 
 def main():
-    if len(sys.argv) > 1:
+    names = list(VARIANTS)
+    if len(sys.argv) > 2 and sys.argv[1] == "--only":
+        names = sys.argv[2].split(",")
+    elif len(sys.argv) > 1:
         one(sys.argv[1])
         return
-    for name, (_, _, split, _) in VARIANTS.items():
+    for name in names:
+        split = VARIANTS[name][2]
         env = dict(os.environ, KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM=split, CUDA_LAUNCH_BLOCKING="1")
         r = subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.diag_vision", name], env=env, capture_output=True,
                            text=True, timeout=120)

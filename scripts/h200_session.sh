@@ -25,6 +25,7 @@
 #   bash scripts/h200_session.sh s8c [S]        # two GPUs: triage + S-second soak (GPU 0) | oracle bench cold, kernel bench (GPU 1)
 #   bash scripts/h200_session.sh s8d            # two GPUs: soak-wait | main job, then the suite (after s8c)
 #   bash scripts/h200_session.sh s8e            # ours beside SGLang 0.5.23's LoRA kernels, do_bench_cudagraph
+#   bash scripts/h200_session.sh s9a            # vision host cost, direct-launch tests, LoRA decode A/B 4, split diag, sweep
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale); scripts/gpu_snapshot.sh
@@ -280,6 +281,26 @@ PY
   s8g)  # one GPU: the vision entry point's host cost per call (warm call, planned launch, bare launch)
     timeout 120 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
       >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -8 "$OUT/vision_host.log"
+    ;;
+  s9a)  # one GPU: vision host cost (direct launch vs JIT), direct-launch + vision cache tests, LoRA decode A/B
+        # round 4, the split-head-dim diagnosis, the vision sweep (warp specialization) on two shapes
+    timeout 120 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -10 "$OUT/vision_host.log" | cut -c1-300
+    timeout 150 python3 -m pytest oracle_tests/test_direct_launch.py oracle_tests/test_kernels_vision.py -q -x \
+      -p no:cacheprovider -n 8 >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -4 "$OUT/vision_tests.log" | cut -c1-300
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | cut -c1-260
+    timeout 100 python3 -m kernel_oracle.benchmarks.diag_vision --only \
+      split_pv_only_64_80,split_pv_b32_64_80,split_pv_64_80_bm64,split80_b32,split72_b32 2>&1 | tee "$OUT/diag.log" | cut -c1-300
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --sweep --shapes "2x16384,8 ragged images" \
+      --json "$OUT/vision_sweep.json" >"$OUT/vision_sweep.log" 2>&1; echo "vision sweep exit $?"
+    python3 - "$OUT/vision_sweep.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["records"]:
+    print(r["shape"], "default", r["config"], round(r.get("triton_call_warm_tflops", 0)), "cudnn", round(r.get("cudnn_engine_tflops", 0)))
+    for s in r.get("sweep", []):
+        print("  ", s["config"], round(s["tflops"]) if "tflops" in s else s["error"][:150])
+PY
     ;;
   s7c)  # two GPUs, cores split: a finding triaged and a soak (GPU 0, cores 0-11); the suite, then the bench (GPU 1)
     pin() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }

@@ -16,6 +16,7 @@ from .attention import (
     poisoned_output,
     prepare_flashinfer_cudnn_metadata,
 )
+from ._direct import direct_launch_info
 from ._kernel import KernelConfig, head_dim_split
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "VisionAttentionMetadata",
     "VisionLaunch",
     "clear_launch_cache",
+    "direct_launch_info",
     "flashinfer_cudnn_attention",
     "head_dim_split",
     "launch_cache_info",

@@ -83,7 +83,7 @@ from ..interpreter import interpreting, round_bf16_rne, round_tf32
 # triton.jit picks the interpreter at decoration time: read the switch once, like the kernels do
 INTERPRETING = interpreting()
 
-__all__ = ["KernelConfig", "head_dim_split", "launch_attention"]
+__all__ = ["KernelConfig", "attention_arguments", "head_dim_split", "launch_attention"]
 
 
 def _prev_pow2(x: int) -> int:
@@ -98,30 +98,34 @@ def head_dim_split(d: int, split: bool | None = None) -> tuple[int, int]:
     """
     if d <= 0:
         raise ValueError(f"Expected a positive head dim but got d={d}")
+    min_b = 16
     if split is None:
-        split = os.environ.get("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "0") == "1"
+        value = os.environ.get("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "0")
+        split, min_b = value != "0", (32 if value == "32" else 16)  # "32": a tail of at least 32 (diagnosis)
     if not split:
         return max(16, triton.next_power_of_2(d)), 0
     a = max(16, _prev_pow2(d))
     rest = d - a
     if rest <= 0:
         return a, 0
-    b = max(16, triton.next_power_of_2(rest))
+    b = max(min_b, triton.next_power_of_2(rest))
     if a + b >= triton.next_power_of_2(d):  # the split saves nothing: one padded tile
         return triton.next_power_of_2(d), 0
     return a, b
 
 
 class KernelConfig(tuple):
-    """(block_m, block_n, num_warps, num_stages)."""
+    """(block_m, block_n, num_warps, num_stages, warp_specialize): warp_specialize asks Triton to
+    warp-specialize the key loop (``tl.range(..., warp_specialize=True)``), an experiment on Hopper."""
 
-    def __new__(cls, block_m: int, block_n: int, num_warps: int, num_stages: int):
-        return super().__new__(cls, (block_m, block_n, num_warps, num_stages))
+    def __new__(cls, block_m: int, block_n: int, num_warps: int, num_stages: int, warp_specialize: bool = False):
+        return super().__new__(cls, (block_m, block_n, num_warps, num_stages, bool(warp_specialize)))
 
     block_m = property(lambda self: self[0])
     block_n = property(lambda self: self[1])
     num_warps = property(lambda self: self[2])
     num_stages = property(lambda self: self[3])
+    warp_specialize = property(lambda self: self[4])
 
 
 # The interpreter fails with more than one autotune config and costs ~20-35 ms per program: one
@@ -270,7 +274,7 @@ def _vision_attn_fwd(
     DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
     INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr, TF32: tl.constexpr,
-    EXACT: tl.constexpr,
+    EXACT: tl.constexpr, WS: tl.constexpr = False,
 ):
     # token and head strides arrive divided by ALIGN (see Note [Alignment])
     stride_qt = stride_qt * ALIGN
@@ -314,7 +318,7 @@ def _vision_attn_fwd(
         acc_b = acc_a
 
     n_full = (n // BLOCK_N) * BLOCK_N
-    for start_n in range(0, n_full, BLOCK_N):
+    for start_n in tl.range(0, n_full, BLOCK_N, warp_specialize=WS):
         acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
                                          stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                          D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32,
@@ -364,25 +368,35 @@ def _split_scale(c: float) -> tuple[float, float]:
 LOG2E = 1.4426950408889634
 
 
-def launch_attention(q, k, v, out, table, num_blocks: int, scale: float, config: KernelConfig,
-                     precision: str) -> None:
-    """Run the kernel. q, k (T,H,D); v (Tv,H,Dv); out (T,H,Dv); table int32 (num_blocks, 5)."""
+def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, config: KernelConfig,
+                        precision: str) -> tuple[tuple, dict, dict]:
+    """(grid, the kernel's arguments by name, launch options) of one launch; see :func:`launch_attention`."""
     H, D, DV = q.shape[1], q.shape[2], v.shape[2]
     DA, DB = head_dim_split(D)
     DVA, DVB = head_dim_split(DV)
-    grid = (num_blocks, H)
     align = stride_alignment(q, k, v, out)
-    _vision_attn_fwd[grid](
-        q, k, v, out, table,
-        q.stride(0) // align, q.stride(1) // align, q.stride(2),
-        k.stride(0) // align, k.stride(1) // align, k.stride(2),
-        v.stride(0) // align, v.stride(1) // align, v.stride(2),
-        out.stride(0) // align, out.stride(1) // align, out.stride(2),
-        *_split_scale(float(scale) * LOG2E),
+    qk_scale, qk_scale_lo = _split_scale(float(scale) * LOG2E)
+    args = dict(
+        Q=q, K=k, V=v, O=out, TABLE=table,
+        stride_qt=q.stride(0) // align, stride_qh=q.stride(1) // align, stride_qd=q.stride(2),
+        stride_kt=k.stride(0) // align, stride_kh=k.stride(1) // align, stride_kd=k.stride(2),
+        stride_vt=v.stride(0) // align, stride_vh=v.stride(1) // align, stride_vd=v.stride(2),
+        stride_ot=out.stride(0) // align, stride_oh=out.stride(1) // align, stride_od=out.stride(2),
+        qk_scale=qk_scale, qk_scale_lo=qk_scale_lo,
         D=D, DA=DA, DB=DB, DV=DV, DVA=DVA, DVB=DVB,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, PREC=precision if q.dtype == torch.float32 else None,
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
-        EXACT=exact_level(q.dtype, precision),
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        EXACT=exact_level(q.dtype, precision), WS=config.warp_specialize,
     )
+    return (num_blocks, H), args, dict(num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+def launch_attention(q, k, v, out, table, num_blocks: int, scale: float, config: KernelConfig,
+                     precision: str):
+    """Run the kernel. q, k (T,H,D); v (Tv,H,Dv); out (T,H,Dv); table int32 (num_blocks, 5).
+
+    Returns Triton's compiled kernel (None under the interpreter), which
+    :class:`kernels.vision._direct.DirectLaunch` can relaunch without the JIT's per-call work."""
+    grid, args, options = attention_arguments(q, k, v, out, table, num_blocks, scale, config, precision)
+    return _vision_attn_fwd[grid](**args, **options)

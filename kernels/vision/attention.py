@@ -45,7 +45,7 @@ import dataclasses
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 import numpy as np
@@ -60,7 +60,9 @@ from kernel_oracle.reference.vision_metadata import (
     resolve_flashinfer_cudnn,
 )
 
-from ._kernel import INTERPRETING, KernelConfig, default_config, head_dim_split, launch_attention
+from . import _direct
+from ._kernel import (INTERPRETING, KernelConfig, _vision_attn_fwd, attention_arguments, default_config, head_dim_split,
+                      launch_attention)
 
 __all__ = [
     "FP32_PRECISIONS",
@@ -138,6 +140,9 @@ class VisionLaunch:
     num_blocks: int
     config: KernelConfig
     precision: str
+    # [the direct launcher (Note [Direct launch] in kernels.vision._direct), False where there is
+    # none]: built after the first launch, shared by the launch cache's copy of this object
+    _direct: list = field(default_factory=lambda: [None], compare=False, repr=False)
 
     def run(self, q: Optional[torch.Tensor] = None, k: Optional[torch.Tensor] = None,
             v: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -163,10 +168,38 @@ class VisionLaunch:
         else:
             out = torch.empty((T, H, DV), dtype=q3.dtype, device=q3.device)
         if self.num_blocks and H:
-            launch_attention(q3, k3, v3, out, self.table, self.num_blocks, plan.scale, self.config, self.precision)
+            direct = self._direct[0]
+            if not (direct and direct(q3, k3, v3, out)):
+                kernel = launch_attention(q3, k3, v3, out, self.table, self.num_blocks, plan.scale, self.config,
+                                          self.precision)
+                if direct is None:
+                    self._direct[0] = self._direct_launcher(kernel, q3, k3, v3, out) or False
         if plan.reshape_batch is not None:
             out = out.unflatten(0, (plan.reshape_batch, -1))
         return out
+
+    def _direct_launcher(self, kernel, q3, k3, v3, out) -> Optional[_direct.DirectLaunch]:
+        """The direct launcher of this launch's kernel (checked bit for bit once per compiled kernel),
+        or None: under the interpreter, during CUDA-graph capture (the check syncs), or switched off."""
+        if INTERPRETING or kernel is None or not q3.is_cuda or torch.cuda.is_current_stream_capturing():
+            return None
+        plan = self.plan
+
+        def arguments(o):
+            return attention_arguments(q3, k3, v3, o, self.table, self.num_blocks, plan.scale, self.config,
+                                       self.precision)
+
+        def make():
+            grid, args, _ = arguments(out)
+            return _direct.DirectLaunch(kernel, grid, args, _vision_attn_fwd.arg_names, 4)
+
+        def run_both(direct):
+            jit_out, direct_out = torch.full_like(out, float("nan")), torch.full_like(out, float("nan"))
+            grid, args, options = arguments(jit_out)
+            _vision_attn_fwd[grid](**args, **options)
+            return jit_out, (direct_out if direct(q3, k3, v3, direct_out) else None)
+
+        return _direct.verified(kernel, make, run_both)
 
 
 def plan_attention(q, k, v, cu_seqlens, bsz=None, seq_len=None, softmax_scale=None, forward_metadata=None,
@@ -198,20 +231,25 @@ def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=
     (``sequence_lengths``, ``max_seqlen``) accepts ``strict=`` and ``fp32_precision=``.
     """
     keyed = _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs)
-    if keyed is None:  # something resolution would reject or we cannot key: the uncached path
-        return plan_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale, forward_metadata, **kwargs).run()
-    key, keep = keyed
-    with _CACHE_LOCK:
-        entry = _LAUNCH_CACHE.get(key)
-        if entry is not None:
-            _LAUNCH_CACHE.move_to_end(key)
-            _CACHE_STATS["hits"] += 1
+    entry = None
+    if keyed is not None:
+        with _CACHE_LOCK:
+            try:
+                entry = _LAUNCH_CACHE.get(keyed[0])
+            except TypeError:  # an unhashable option (e.g. a config list): the uncached path
+                keyed = None
+            if entry is not None:
+                _LAUNCH_CACHE.move_to_end(keyed[0])
+                _CACHE_STATS["hits"] += 1
     if entry is not None:
         if q.dim() == 4:  # as the resolver flattens (the key holds the original shapes)
             q, k, v = (x.flatten(0, 1) for x in (q, k, v))
         return entry.launch._launch(q, k, v)
     launch = plan_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale, forward_metadata, **kwargs)
     out = launch.run()
+    if keyed is None:  # something resolution would reject (it raised above) or we cannot key: not cached
+        return out
+    key, keep = keyed
     stored = _LaunchEntry(_without_activations(launch), keep)
     with _CACHE_LOCK:
         _CACHE_STATS["misses"] += 1
@@ -254,12 +292,12 @@ def launch_cache_info() -> dict:
 
 
 def _layout(t: torch.Tensor) -> tuple:
-    return (tuple(t.shape), t.stride(), t.dtype, t.device)
+    return (t.shape, t.stride(), t.dtype, t.device)  # a torch.Size hashes and compares as a tuple
 
 
 def _state(t: torch.Tensor) -> tuple:
     """Identity and state of a metadata tensor: a new object or an in-place edit changes it."""
-    return (id(t), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device, t._version)
+    return (id(t), t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, t._version)
 
 
 def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs) -> Optional[tuple]:
@@ -290,7 +328,6 @@ def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs) -> 
                None if softmax_scale is None else float(softmax_scale),
                resolve_strict(kwargs.get("strict")), kwargs.get("fp32_precision", "ieee"), kwargs.get("config"),
                os.environ.get("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM"))
-        hash(key)
     except Exception:  # noqa: BLE001 - e.g. a tensor without storage, an unhashable option: resolve normally
         return None
     return key, keep

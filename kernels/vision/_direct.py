@@ -1,0 +1,148 @@
+"""Relaunch a compiled Triton kernel without the JIT's per-call work (the warm call's host cost).
+
+Note [Direct launch]
+--------------------
+``kernel[grid](...)`` costs about 39 us of host time per call on the H200's host with triton 3.6
+(binding the ~40 arguments, computing each one's specialization, hashing the cache key, building
+the launch metadata): several times the kernel on small images.  A warm vision call (a launch-cache
+hit, Note [Launch cache] in :mod:`kernels.vision.attention`) changes nothing between calls but the
+four tensors' addresses, so :class:`DirectLaunch` keeps what the JIT found the first time (the
+compiled kernel's launcher, its function handle and packed metadata, every other argument in
+signature order) and calls the launcher with the new addresses.
+
+What the JIT would decide differently, it checks per call and then declines (returns False; the
+caller takes the JIT path): a pointer whose 16-byte alignment class differs from the compiled
+specialization's, another current device, a launch hook installed (profilers such as Proton use
+them).  Nothing else can change under a cache hit: shapes, strides, dtypes, the config and the
+scale are part of the launch-cache key, and the environment switches too.
+
+Triton's launcher signature is internal (``run(gx, gy, gz, stream, function, packed_metadata,
+launch_metadata, enter_hook, exit_hook, *args)`` from 3.2 to at least 3.9, constexprs included),
+so the first direct launch of every compiled kernel is checked bit for bit against the JIT's
+(:func:`verified`, NaN-poisoned outputs on the same inputs; the kernel is deterministic).  A
+mismatch or an exception disables direct launches for the process with a warning, and
+:func:`direct_launch_info` says why.  ``KERNEL_ORACLE_DIRECT_LAUNCH=0`` turns them off.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from typing import Callable, Optional
+
+import torch
+
+__all__ = ["DirectLaunch", "direct_launch_info", "verified"]
+
+# module switch (tests flip it); the environment variable sets it at import
+ENABLED = os.environ.get("KERNEL_ORACLE_DIRECT_LAUNCH", "1") != "0"
+_STATE = {"disabled_because": None, "verified": 0, "launches": 0, "declined": 0}
+_VERIFIED: set[int] = set()  # id() of compiled kernels checked bit for bit (the JIT cache keeps them alive)
+_LOCK = threading.Lock()
+
+
+def direct_launch_info() -> dict:
+    """``{"enabled", "disabled_because", "verified", "launches", "declined"}``: whether direct launches
+    are on, why not, how many compiled kernels passed the check, direct launches made and declined."""
+    return {"enabled": ENABLED and _STATE["disabled_because"] is None, **_STATE}
+
+
+def _aligned(*ptrs: int) -> tuple:
+    return tuple(p % 16 == 0 for p in ptrs)
+
+
+class DirectLaunch:
+    """One compiled kernel and one grid, relaunched on new addresses of its first ``n_ptr`` arguments.
+
+    ``args``: every argument of the kernel by name (tensors included) as the JIT launch received
+    them; ``names``: the kernel's parameter names in signature order (``JITFunction.arg_names``).
+    """
+
+    __slots__ = ("_run", "_function", "_metadata", "_grid", "_tail", "_align", "_device", "_n_ptr",
+                 "_get_device", "_get_stream", "_knobs")
+
+    def __init__(self, kernel, grid: tuple, args: dict, names: list, n_ptr: int, runtime=None):
+        """``runtime``: (get_current_device, get_current_stream, hooks) where ``hooks`` has
+        ``launch_enter_hook`` and ``launch_exit_hook``; Triton's own by default (tests pass fakes)."""
+        if runtime is None:
+            from triton import knobs
+            from triton.runtime import driver
+
+            runtime = (driver.active.get_current_device, driver.active.get_current_stream, knobs.runtime)
+
+        kernel._init_handles()  # loads the module: function handle, registers checked
+        values = [args[n] for n in names]
+        ptrs = [t.data_ptr() for t in values[:n_ptr]]
+        # the remaining arguments as the launcher takes them: tensors by address (a fixed one, e.g. a
+        # block table, is held by its owner), the rest as given (constexprs are passed and ignored)
+        self._tail = tuple(v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values[n_ptr:])
+        self._align = _aligned(*ptrs)
+        self._run = kernel.run
+        self._function = kernel.function
+        self._metadata = kernel.packed_metadata
+        self._grid = tuple(grid) + (1,) * (3 - len(grid))
+        self._n_ptr = n_ptr
+        self._get_device, self._get_stream, self._knobs = runtime
+        self._device = self._get_device()
+
+    def __call__(self, *tensors: torch.Tensor) -> bool:
+        """Launch on ``tensors`` (the first ``n_ptr`` arguments) on the current stream; False (nothing
+        launched) where the JIT could decide differently (Note [Direct launch])."""
+        ptrs = [t.data_ptr() for t in tensors]
+        knobs = self._knobs
+        device = self._get_device()
+        if (_aligned(*ptrs) != self._align or device != self._device or knobs.launch_enter_hook is not None
+                or knobs.launch_exit_hook is not None):
+            _STATE["declined"] += 1
+            return False
+        _STATE["launches"] += 1
+        gx, gy, gz = self._grid
+        self._run(gx, gy, gz, self._get_stream(device), self._function, self._metadata, None, None, None,
+                  *ptrs, *self._tail)
+        return True
+
+
+def verified(kernel, make: Callable[[], DirectLaunch], run_both: Callable[[DirectLaunch], tuple]) -> Optional[DirectLaunch]:
+    """``make()``'s launcher, once its kernel has passed the bit-for-bit check, else None.
+
+    ``run_both(direct)`` launches the JIT path and ``direct`` on the same inputs into NaN-poisoned
+    outputs and returns them (jit_out, direct_out); it runs once per compiled kernel.
+    """
+    if not ENABLED or _STATE["disabled_because"] is not None or kernel is None:
+        return None
+    try:
+        direct = make()
+        if id(kernel) in _VERIFIED:
+            return direct
+        jit_out, direct_out = run_both(direct)
+        if direct_out is None:  # declined (e.g. unaligned inputs): not a failure, just no direct path here
+            return None
+        same = _bitwise_equal(jit_out, direct_out)
+    except Exception as exc:  # noqa: BLE001 - Triton's internals moved: keep the JIT path, say why
+        _disable(f"{type(exc).__name__}: {exc}")
+        return None
+    if not same:
+        _disable("the direct launch's output differed from the JIT launch's on the same inputs")
+        return None
+    with _LOCK:
+        _VERIFIED.add(id(kernel))
+        _STATE["verified"] += 1
+    return direct
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def _disable(reason: str) -> None:
+    with _LOCK:
+        _STATE["disabled_because"] = reason
+    warnings.warn(f"kernel_oracle: direct kernel launches disabled ({reason}); using Triton's JIT launch",
+                  RuntimeWarning, stacklevel=3)
+
+
+def _reset_for_tests() -> None:
+    with _LOCK:
+        _STATE.update(disabled_because=None, verified=0, launches=0, declined=0)
+        _VERIFIED.clear()
