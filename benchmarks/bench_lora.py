@@ -353,6 +353,30 @@ def fused_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None, 
     return out
 
 
+def decode_floor(klora, shapes=("decode-bs64", "decode-bs256"), nsets=8) -> list[dict]:
+    """Where a fused decode call's time goes: the chosen configuration timed as ``fused_ab`` times it,
+    with the real ranks and with every slot's rank set to 0 (each program then stops after routing
+    its rows and reading its slot's rank: launch + route, the floor under the work)."""
+    import dataclasses
+
+    import triton.testing
+
+    out = []
+    for name in shapes:
+        sets = [_inputs(SHAPES[name], seed=300 + i) for i in range(nsets)]
+        idle = [dict(d, bi=dataclasses.replace(d["bi"], lora_ranks=torch.zeros_like(d["bi"].lora_ranks)))
+                for d in sets]
+        for side in ("q", "v"):
+            for label, group in (("ranks", sets), ("ranks 0", idle)):
+                fns = [_calls(klora, d, side)["fused"] for d in group]
+                us = triton.testing.do_bench_cudagraph(rotating(fns), rep=50, return_mode="median") * 1e3
+                out.append(dict(shape=name, side=side, ranks=label, us=round(us, 2)))
+                print("decode floor", out[-1], flush=True)
+        del sets, idle
+        torch.cuda.empty_cache()
+    return out
+
+
 def graph_floor() -> float:
     """Median time of replaying a graph of one trivial kernel: the floor under every graph timing."""
     x = torch.zeros(1, device="cuda")
@@ -378,6 +402,8 @@ def main(argv=None):
     ap.add_argument("--prefill-ab", action="store_true",
                     help="only check and time the fused kernels' segment-major configurations (PREFILL_AB) on "
                          "prefill-8x2048 with do_bench_cudagraph")
+    ap.add_argument("--decode-floor", action="store_true",
+                    help="only time the fused decode calls with real ranks and with every rank 0 (launch + route)")
     ap.add_argument("--json", default=None, help="write results to this JSON file")
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
@@ -393,10 +419,16 @@ def main(argv=None):
                 torch=torch.__version__, triton=triton.__version__, commit=(git_commit() or "unknown")[:12],
                 command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "")
                 + (" --sweep-decode" if args.sweep_decode else "") + (" --decode-ab" if args.decode_ab else "")
-                + (" --prefill-ab" if args.prefill_ab else ""))
+                + (" --prefill-ab" if args.prefill_ab else "") + (" --decode-floor" if args.decode_floor else ""))
     copy_tbs = copy_bandwidth()
     info["copy_tbs"] = round(copy_tbs, 3)
     info["graph_floor_us"] = round(graph_floor(), 2)
+    if args.decode_floor:
+        rows = decode_floor(klora)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(info=info, decode_floor=rows), f, indent=1)
+        return
     if args.decode_ab or args.prefill_ab:
         ab = fused_ab(klora, launch) if args.decode_ab else \
             fused_ab(klora, launch, ("prefill-8x2048",), PREFILL_AB, "seg", 1)

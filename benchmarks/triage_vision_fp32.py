@@ -13,7 +13,9 @@ mismatch.  The level whose misses vanish names the error source.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -37,18 +39,29 @@ def _problems(paths) -> list:
     return out
 
 
-def _ratio(target, problem, device, level: int) -> tuple[bool, str]:
-    import os
-
-    from kernel_oracle.harness.check import Case, check_case
+@contextlib.contextmanager
+def _exact(level: int):
+    """KERNEL_ORACLE_VISION_FP32_EXACT=level inside the block; the launch cache cleared on entry and
+    exit (the switch is read when a launch is planned, Note [Launch cache])."""
+    from kernel_oracle.kernels.vision import clear_launch_cache
 
     os.environ["KERNEL_ORACLE_VISION_FP32_EXACT"] = str(level)
+    clear_launch_cache()
     try:
-        verdict = check_case(target, Case(problem), device)
-    except Exception as exc:  # a level that does not compile on this Triton: say so, go on
-        return False, f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        yield
     finally:
         os.environ.pop("KERNEL_ORACLE_VISION_FP32_EXACT", None)
+        clear_launch_cache()
+
+
+def _ratio(target, problem, device, level: int) -> tuple[bool, str]:
+    from kernel_oracle.harness.check import Case, check_case
+
+    try:
+        with _exact(level):
+            verdict = check_case(target, Case(problem), device)
+    except Exception as exc:  # a level that does not compile on this Triton: say so, go on
+        return False, f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
     line = next((ln for ln in (verdict.message or "").splitlines() if ln.startswith("Worst element")), "")
     return verdict.ok, line
 
@@ -59,8 +72,6 @@ TIMED_SHAPES = ((4, 1024, 16, 80), (2, 4096, 16, 128), (64, 256, 16, 64))
 
 def _time_levels(levels, device) -> None:
     """Median time of our kernel on fp32 random data at each arithmetic level (exact products)."""
-    import os
-
     import triton.testing
 
     from kernel_oracle.benchmarks.bench_vision import _inputs
@@ -72,16 +83,14 @@ def _time_levels(levels, device) -> None:
         flops = 4 * b * n * n * h * d
         row = []
         for lv in levels:
-            os.environ["KERNEL_ORACLE_VISION_FP32_EXACT"] = str(lv)
             try:
-                def call():
-                    return flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
-                ms = triton.testing.do_bench(call, warmup=50, rep=200)
+                with _exact(lv):
+                    def call():
+                        return flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
+                    ms = triton.testing.do_bench(call, warmup=50, rep=200)
                 row.append(f"exact={lv} {ms * 1e3:9.1f} us {flops / ms / 1e9:6.1f} TFLOP/s")
             except Exception as exc:
                 row.append(f"exact={lv} raised {type(exc).__name__}")
-            finally:
-                os.environ.pop("KERNEL_ORACLE_VISION_FP32_EXACT", None)
         print(f"fp32 {b}x{n} H{h} d{d}: " + " | ".join(row))
 
 

@@ -27,9 +27,16 @@ def _fresh_state():
     _direct._reset_for_tests()
 
 
+class _Chain:
+    """Triton's HookChain: an object with a list of calls (empty when no hook is installed)."""
+
+    def __init__(self):
+        self.calls = []
+
+
 class _Hooks:
-    launch_enter_hook = None
-    launch_exit_hook = None
+    def __init__(self):
+        self.launch_enter_hook, self.launch_exit_hook = _Chain(), None
 
 
 class _FakeKernel:
@@ -74,7 +81,7 @@ def test_passes_new_addresses_then_the_fixed_arguments_in_signature_order():
     assert _direct.direct_launch_info()["launches"] == 1
 
 
-@pytest.mark.parametrize("why", ["unaligned", "device", "hook"])
+@pytest.mark.parametrize("why", ["unaligned", "device", "hook", "hook chain"])
 def test_declines_where_the_jit_could_decide_differently(why):
     device, hooks = [0], _Hooks()
     kernel, direct, _ = _fake(device, hooks)
@@ -83,8 +90,10 @@ def test_declines_where_the_jit_could_decide_differently(why):
         y = _Ptr((3 << 20) + 2)  # a bf16 view one element in: the compiled kernel assumed 16-byte alignment
     elif why == "device":
         device[0] = 1
+    elif why == "hook":
+        hooks.launch_exit_hook = print
     else:
-        hooks.launch_enter_hook = print
+        hooks.launch_enter_hook.calls.append(print)
     assert direct(x, y) is False and kernel.calls == []
     assert _direct.direct_launch_info()["declined"] == 1
 

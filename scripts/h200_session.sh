@@ -26,6 +26,7 @@
 #   bash scripts/h200_session.sh s8d            # two GPUs: soak-wait | main job, then the suite (after s8c)
 #   bash scripts/h200_session.sh s8e            # ours beside SGLang 0.5.23's LoRA kernels, do_bench_cudagraph
 #   bash scripts/h200_session.sh s9a            # vision host cost, direct-launch tests, LoRA decode A/B 4, split diag, sweep
+#   bash scripts/h200_session.sh s9b            # vision host cost, vision tests, LoRA decode floor, the vision table with the sweep
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale); scripts/gpu_snapshot.sh
@@ -294,10 +295,24 @@ PY
       split_pv_only_64_80,split_pv_b32_64_80,split_pv_64_80_bm64,split80_b32,split72_b32 2>&1 | tee "$OUT/diag.log" | cut -c1-300
     timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --sweep --shapes "2x16384,8 ragged images" \
       --json "$OUT/vision_sweep.json" >"$OUT/vision_sweep.log" 2>&1; echo "vision sweep exit $?"
-    python3 - "$OUT/vision_sweep.json" <<'PY'
+    bash "$0" sweep-table "$OUT/vision_sweep.json"
+    ;;
+  s9b)  # one GPU: vision host cost, direct-launch + vision kernel tests, the vision table with the sweep (4 shapes)
+    timeout 120 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -10 "$OUT/vision_host.log" | cut -c1-300
+    timeout 200 python3 -m pytest oracle_tests/test_direct_launch.py oracle_tests/test_kernels_vision.py -q \
+      -p no:cacheprovider -n 8 >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -4 "$OUT/vision_tests.log" | cut -c1-300
+    timeout 60 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --json "$OUT/decode_floor.json" \
+      >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"; grep "decode floor" "$OUT/decode_floor.log"
+    timeout 330 python3 -m kernel_oracle.benchmarks.bench_vision --sweep --json "$OUT/vision_sweep.json" \
+      >"$OUT/vision_sweep.log" 2>&1; echo "vision sweep exit $?"; bash "$0" sweep-table "$OUT/vision_sweep.json"
+    ;;
+  sweep-table)  # the vision sweep's JSON as lines: default config, warm call and cuDNN TFLOP/s, then each config
+    python3 - "$2" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["records"]:
-    print(r["shape"], "default", r["config"], round(r.get("triton_call_warm_tflops", 0)), "cudnn", round(r.get("cudnn_engine_tflops", 0)))
+    print(r["shape"], "default", r["config"], "warm", round(r.get("triton_call_warm_tflops", 0)),
+          "planned", round(r.get("triton_launch_tflops", 0)), "cudnn", round(r.get("cudnn_engine_tflops", 0)))
     for s in r.get("sweep", []):
         print("  ", s["config"], round(s["tflops"]) if "tflops" in s else s["error"][:150])
 PY

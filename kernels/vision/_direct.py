@@ -13,7 +13,8 @@ signature order) and calls the launcher with the new addresses.
 What the JIT would decide differently, it checks per call and then declines (returns False; the
 caller takes the JIT path): a pointer whose 16-byte alignment class differs from the compiled
 specialization's, another current device, a launch hook installed (profilers such as Proton use
-them).  Nothing else can change under a cache hit: shapes, strides, dtypes, the config and the
+them; Triton's knobs hold an empty ``HookChain`` when none is, and the JIT then calls it for
+nothing, so the direct launch passes None).  Nothing else can change under a cache hit: shapes, strides, dtypes, the config and the
 scale are part of the launch-cache key, and the environment switches too.
 
 Triton's launcher signature is internal (``run(gx, gy, gz, stream, function, packed_metadata,
@@ -50,6 +51,11 @@ def direct_launch_info() -> dict:
 
 def _aligned(*ptrs: int) -> tuple:
     return tuple(p % 16 == 0 for p in ptrs)
+
+
+def _hooked(hook) -> bool:
+    """Is a launch hook installed?  Triton's knobs hold None or an empty ``HookChain`` (``.calls``) when not."""
+    return hook is not None and getattr(hook, "calls", True) != []
 
 
 class DirectLaunch:
@@ -92,8 +98,8 @@ class DirectLaunch:
         ptrs = [t.data_ptr() for t in tensors]
         knobs = self._knobs
         device = self._get_device()
-        if (_aligned(*ptrs) != self._align or device != self._device or knobs.launch_enter_hook is not None
-                or knobs.launch_exit_hook is not None):
+        if (_aligned(*ptrs) != self._align or device != self._device or _hooked(knobs.launch_enter_hook)
+                or _hooked(knobs.launch_exit_hook)):
             _STATE["declined"] += 1
             return False
         _STATE["launches"] += 1

@@ -24,14 +24,17 @@ packed indptrs, and ``max_seqlen`` when it is a tensor) its ``id``, ``data_ptr``
 dtype, device and ``_version`` (PyTorch's in-place modification counter, shared by views); an int
 ``max_seqlen`` by value; the shapes, strides, dtypes and devices of q, k, v (never their data or
 address: offsets count from each tensor's own pointer); ``softmax_scale``; the resolved ``strict``
-(ambient setting included); ``fp32_precision``; ``config``; the head-dim split switch.  The
+(ambient setting included); ``fp32_precision``; ``config``.  The
 resolution (contract checks, strict validation, anomalies, block table) is a pure function of
 these, so a hit skips it and launches with no host sync; an in-place edit bumps ``_version`` and a
 new object has a new ``id``, so either misses and is validated afresh.  The entry holds the keyed
 metadata objects, so their ``id`` cannot be reused by another object while the entry lives, and
 holds no q, k, v (meta-device stand-ins keep their layout).  Errors are never cached.  Not seen:
 writes that bypass the version counter (through ``.data``, DLPack or a raw pointer); call
-:func:`clear_launch_cache` after such a write.
+:func:`clear_launch_cache` after such a write.  The two diagnostic switches
+(``KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM``, ``KERNEL_ORACLE_VISION_FP32_EXACT``) are read when a launch
+is planned and first launched, not per call (an environment read costs about 1 us of the 10 us a
+warm call may take): call :func:`clear_launch_cache` after changing them.
 
 Memory safety with ``strict=False``: a sequence whose token range lies outside q, k, v or the
 output (only reachable when strict validation is off) has unspecified output by contract; the
@@ -42,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -326,8 +328,7 @@ def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs) -> 
             return None
         key = (_state(sequence_lengths), _state(packed), mx, _layout(q), _layout(k), _layout(v),
                None if softmax_scale is None else float(softmax_scale),
-               resolve_strict(kwargs.get("strict")), kwargs.get("fp32_precision", "ieee"), kwargs.get("config"),
-               os.environ.get("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM"))
+               resolve_strict(kwargs.get("strict")), kwargs.get("fp32_precision", "ieee"), kwargs.get("config"))
     except Exception:  # noqa: BLE001 - e.g. a tensor without storage, an unhashable option: resolve normally
         return None
     return key, keep
