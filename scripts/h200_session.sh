@@ -27,6 +27,7 @@
 #   bash scripts/h200_session.sh s8e            # ours beside SGLang 0.5.23's LoRA kernels, do_bench_cudagraph
 #   bash scripts/h200_session.sh s9a            # vision host cost, direct-launch tests, LoRA decode A/B 4, split diag, sweep
 #   bash scripts/h200_session.sh s9b            # vision host cost, vision tests, LoRA decode floor, the vision table with the sweep
+#   bash scripts/h200_session.sh s9c            # vision host cost (interleaved), this Triton's launcher sources
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale); scripts/gpu_snapshot.sh
@@ -306,6 +307,13 @@ PY
       >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"; grep "decode floor" "$OUT/decode_floor.log"
     timeout 330 python3 -m kernel_oracle.benchmarks.bench_vision --sweep --json "$OUT/vision_sweep.json" \
       >"$OUT/vision_sweep.log" 2>&1; echo "vision sweep exit $?"; bash "$0" sweep-table "$OUT/vision_sweep.json"
+    ;;
+  s9c)  # one GPU: the vision host cost (interleaved rounds); this Triton's launcher sources, for the direct launch
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -12 "$OUT/vision_host.log" | cut -c1-300
+    python3 -c "import triton.backends.nvidia.driver as d, triton.compiler.compiler as c, triton.runtime.jit as j, shutil
+for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_') + '.py')"
+    ls "$OUT"
     ;;
   sweep-table)  # the vision sweep's JSON as lines: default config, warm call and cuDNN TFLOP/s, then each config
     python3 - "$2" <<'PY'
