@@ -62,13 +62,33 @@ class _Ptr:
         return self.addr
 
 
-def _fake(device=[0], hooks=None):  # noqa: B006 - a mutable cell the test flips
+class CudaLauncher:
+    """Stands in for triton 3.6's launcher (the class name is what the raw path checks): its compiled
+    C ``launch`` (named so; the tensor-descriptor wrapper is ``inner``) and no scratch memory."""
+
+    global_scratch_size = profile_scratch_size = 0
+    num_ctas, launch_cooperative_grid, launch_pdl = 1, 0, 1
+
+    def __init__(self, calls):
+        def launch(*args):
+            calls.append(args)
+        self.launch = launch
+
+    def __call__(self, *args):
+        raise AssertionError("the raw path must not go through __call__")
+
+
+def _fake(device=[0], hooks=None, x=4096, version=None):  # noqa: B006 - a mutable cell the test flips
     kernel = _FakeKernel()
     table = torch.zeros(3, dtype=torch.int32)
-    args = {"X": _Ptr(4096), "T": table, "Y": _Ptr(8192), "n": 7, "C": 128}
+    args = {"X": _Ptr(x), "T": table, "Y": _Ptr(8192), "n": 7, "C": 128}
     runtime = (lambda: device[0], lambda dev: 1000 + dev, hooks or _Hooks())
+    if version is not None:
+        raw_calls = []
+        kernel.run, kernel.raw_calls = CudaLauncher(raw_calls), raw_calls
     # signature order X, Y, T, n, C with two re-pointed tensors first
-    return kernel, _direct.DirectLaunch(kernel, (5,), args, ["X", "Y", "T", "n", "C"], 2, runtime=runtime), table
+    return kernel, _direct.DirectLaunch(kernel, (5,), args, ["X", "Y", "T", "n", "C"], 2, runtime=runtime,
+                                        triton_version=version), table
 
 
 def test_passes_new_addresses_then_the_fixed_arguments_in_signature_order():
@@ -79,6 +99,38 @@ def test_passes_new_addresses_then_the_fixed_arguments_in_signature_order():
     assert call == (5, 1, 1, 1000, kernel.function, kernel.packed_metadata, None, None, None,
                     1 << 20, 3 << 20, table.data_ptr(), 7, 128)
     assert _direct.direct_launch_info()["launches"] == 1
+
+
+@pytest.mark.parametrize("version,raw", [("3.6.0", True), ("3.7.0", False)])
+def test_calls_triton_3_6_compiled_launch_directly(version, raw):
+    """On triton 3.6 the C launch gets grid, stream, function, cooperative, pdl, two scratch Nones,
+    metadata, launch metadata and hooks (None), then the arguments; other versions are not guessed."""
+    kernel, direct, table = _fake(version=version)
+    assert direct.raw is raw
+    if not raw:
+        return
+    assert direct(_Ptr(1 << 20), _Ptr(3 << 20)) is True
+    (call,) = kernel.raw_calls
+    assert call == (5, 1, 1, 1000, kernel.function, 0, 1, None, None, kernel.packed_metadata, None, None, None,
+                    1 << 20, 3 << 20, table.data_ptr(), 7, 128)
+
+
+def test_an_unaligned_first_launch_gets_no_direct_launcher():
+    with pytest.raises(_direct.Unaligned):
+        _fake(x=4096 + 2)
+    kernel = _FakeKernel()
+    assert _direct.verified(kernel, lambda: _fake(x=4096 + 2)[1], lambda d: pytest.fail("no check")) is None
+    assert _direct.direct_launch_info()["enabled"] is True
+
+
+def test_internals_that_moved_disable_quietly_for_the_caller():
+    """make() itself failing (an attribute Triton renamed) disables with a warning, never raises."""
+    def make():
+        raise AttributeError("'CompiledKernel' object has no attribute 'packed_metadata'")
+
+    with pytest.warns(RuntimeWarning, match="packed_metadata"):
+        assert _direct.verified(_FakeKernel(), make, lambda d: pytest.fail("no check")) is None
+    assert _direct.direct_launch_info()["enabled"] is False
 
 
 @pytest.mark.parametrize("why", ["unaligned", "device", "hook", "hook chain"])

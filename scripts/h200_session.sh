@@ -28,6 +28,7 @@
 #   bash scripts/h200_session.sh s9a            # vision host cost, direct-launch tests, LoRA decode A/B 4, split diag, sweep
 #   bash scripts/h200_session.sh s9b            # vision host cost, vision tests, LoRA decode floor, the vision table with the sweep
 #   bash scripts/h200_session.sh s9c            # vision host cost (interleaved), this Triton's launcher sources
+#   bash scripts/h200_session.sh s9d            # vision host cost, vision tests (slow too), the vision table
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale); scripts/gpu_snapshot.sh
@@ -314,6 +315,14 @@ PY
     python3 -c "import triton.backends.nvidia.driver as d, triton.compiler.compiler as c, triton.runtime.jit as j, shutil
 for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_') + '.py')"
     ls "$OUT"
+    ;;
+  s9d)  # one GPU: vision host cost, direct-launch + vision tests, the vision table (4 shapes, new defaults)
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -12 "$OUT/vision_host.log" | cut -c1-300
+    timeout 200 python3 -m pytest oracle_tests/test_direct_launch.py oracle_tests/test_kernels_vision.py -q \
+      -p no:cacheprovider -n 8 --run-slow >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -4 "$OUT/vision_tests.log" | cut -c1-300
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/vision_table.json" \
+      >"$OUT/vision_table.log" 2>&1; echo "vision table exit $?"; tail -12 "$OUT/vision_table.log" | cut -c1-400
     ;;
   sweep-table)  # the vision sweep's JSON as lines: default config, warm call and cuDNN TFLOP/s, then each config
     python3 - "$2" <<'PY'

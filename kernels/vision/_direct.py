@@ -18,8 +18,11 @@ nothing, so the direct launch passes None).  Nothing else can change under a cac
 scale are part of the launch-cache key, and the environment switches too.
 
 Triton's launcher signature is internal (``run(gx, gy, gz, stream, function, packed_metadata,
-launch_metadata, enter_hook, exit_hook, *args)`` from 3.2 to at least 3.9, constexprs included),
-so the first direct launch of every compiled kernel is checked bit for bit against the JIT's
+launch_metadata, enter_hook, exit_hook, *args)`` from 3.2 to at least 3.9, constexprs included).
+On triton 3.6 (read from its ``backends/nvidia/driver.py``) the launcher's Python ``__call__`` only
+builds two closures and finds no scratch memory before calling its compiled C ``launch``; with no
+scratch in the kernel's metadata, :class:`DirectLaunch` calls that C ``launch`` itself (measured on the
+H200: docs/benchmarks/vision.md).  Other versions take the ``run`` call.  The first direct launch of every compiled kernel is checked bit for bit against the JIT's
 (:func:`verified`, NaN-poisoned outputs on the same inputs; the kernel is deterministic).  A
 mismatch or an exception disables direct launches for the process with a warning, and
 :func:`direct_launch_info` says why.  ``KERNEL_ORACLE_DIRECT_LAUNCH=0`` turns them off.
@@ -49,46 +52,47 @@ def direct_launch_info() -> dict:
     return {"enabled": ENABLED and _STATE["disabled_because"] is None, **_STATE}
 
 
-def _aligned(*ptrs: int) -> tuple:
-    return tuple(p % 16 == 0 for p in ptrs)
-
-
-def _hooked(hook) -> bool:
-    """Is a launch hook installed?  Triton's knobs hold None or an empty ``HookChain`` (``.calls``) when not."""
-    return hook is not None and getattr(hook, "calls", True) != []
-
-
 class DirectLaunch:
     """One compiled kernel and one grid, relaunched on new addresses of its first ``n_ptr`` arguments.
 
     ``args``: every argument of the kernel by name (tensors included) as the JIT launch received
     them; ``names``: the kernel's parameter names in signature order (``JITFunction.arg_names``).
+    The first ``n_ptr`` must be 16-byte aligned at construction (the usual case; otherwise
+    :class:`Unaligned` is raised and the caller keeps the JIT path).
     """
 
-    __slots__ = ("_run", "_function", "_metadata", "_grid", "_tail", "_align", "_device", "_n_ptr",
-                 "_get_device", "_get_stream", "_knobs")
+    __slots__ = ("_call", "_grid", "_head", "_tail", "_device", "_get_device", "_get_stream", "_knobs", "raw")
 
-    def __init__(self, kernel, grid: tuple, args: dict, names: list, n_ptr: int, runtime=None):
+    def __init__(self, kernel, grid: tuple, args: dict, names: list, n_ptr: int, runtime=None,
+                 triton_version: Optional[str] = None):
         """``runtime``: (get_current_device, get_current_stream, hooks) where ``hooks`` has
-        ``launch_enter_hook`` and ``launch_exit_hook``; Triton's own by default (tests pass fakes)."""
+        ``launch_enter_hook`` and ``launch_exit_hook``, and ``triton_version``: Triton's own by
+        default (tests pass fakes)."""
         if runtime is None:
+            import triton
             from triton import knobs
             from triton.runtime import driver
 
             runtime = (driver.active.get_current_device, driver.active.get_current_stream, knobs.runtime)
-
+            triton_version = triton.__version__
         kernel._init_handles()  # loads the module: function handle, registers checked
         values = [args[n] for n in names]
-        ptrs = [t.data_ptr() for t in values[:n_ptr]]
+        if any(t.data_ptr() % 16 for t in values[:n_ptr]):
+            raise Unaligned("a pointer argument is not 16-byte aligned")
         # the remaining arguments as the launcher takes them: tensors by address (a fixed one, e.g. a
         # block table, is held by its owner), the rest as given (constexprs are passed and ignored)
         self._tail = tuple(v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values[n_ptr:])
-        self._align = _aligned(*ptrs)
-        self._run = kernel.run
-        self._function = kernel.function
-        self._metadata = kernel.packed_metadata
         self._grid = tuple(grid) + (1,) * (3 - len(grid))
-        self._n_ptr = n_ptr
+        run = kernel.run
+        self.raw = _raw_launch_ok(run, triton_version)
+        # what follows the grid and the stream
+        if self.raw:  # triton 3.6's CudaLauncher.__call__ minus its per-call closures (no scratch here)
+            self._call = run.launch
+            self._head = (kernel.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                          kernel.packed_metadata, None, None, None)
+        else:  # the launcher as JITFunction.run calls it (launch metadata and hooks: None)
+            self._call = run
+            self._head = (kernel.function, kernel.packed_metadata, None, None, None)
         self._get_device, self._get_stream, self._knobs = runtime
         self._device = self._get_device()
 
@@ -96,17 +100,34 @@ class DirectLaunch:
         """Launch on ``tensors`` (the first ``n_ptr`` arguments) on the current stream; False (nothing
         launched) where the JIT could decide differently (Note [Direct launch])."""
         ptrs = [t.data_ptr() for t in tensors]
-        knobs = self._knobs
+        bits = 0
+        for p in ptrs:
+            bits |= p
         device = self._get_device()
-        if (_aligned(*ptrs) != self._align or device != self._device or _hooked(knobs.launch_enter_hook)
-                or _hooked(knobs.launch_exit_hook)):
+        enter, leave = self._knobs.launch_enter_hook, self._knobs.launch_exit_hook
+        if (bits & 15 or device != self._device or (enter is not None and getattr(enter, "calls", 1))
+                or (leave is not None and getattr(leave, "calls", 1))):
             _STATE["declined"] += 1
             return False
         _STATE["launches"] += 1
         gx, gy, gz = self._grid
-        self._run(gx, gy, gz, self._get_stream(device), self._function, self._metadata, None, None, None,
-                  *ptrs, *self._tail)
+        self._call(gx, gy, gz, self._get_stream(device), *self._head, *ptrs, *self._tail)
         return True
+
+
+class Unaligned(ValueError):
+    """The first launch's pointers were not all 16-byte aligned: no direct launcher for it."""
+
+
+def _raw_launch_ok(run, triton_version: Optional[str]) -> bool:
+    """Whether ``run`` is triton 3.6's CudaLauncher, whose C ``launch`` can be called directly:
+    the version whose argument order was read from its source (backends/nvidia/driver.py), and no
+    scratch memory or tensor-descriptor wrapper in play."""
+    return (triton_version is not None and triton_version.startswith("3.6.")
+            and type(run).__name__ == "CudaLauncher"
+            and getattr(getattr(run, "launch", None), "__name__", None) == "launch"  # not the tensordesc wrapper
+            and getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
+            and getattr(run, "num_ctas", 1) == 1)
 
 
 def verified(kernel, make: Callable[[], DirectLaunch], run_both: Callable[[DirectLaunch], tuple]) -> Optional[DirectLaunch]:
@@ -118,7 +139,10 @@ def verified(kernel, make: Callable[[], DirectLaunch], run_both: Callable[[Direc
     if not ENABLED or _STATE["disabled_because"] is not None or kernel is None:
         return None
     try:
-        direct = make()
+        try:
+            direct = make()
+        except Unaligned:  # not a failure: this launch keeps the JIT path
+            return None
         if id(kernel) in _VERIFIED:
             return direct
         jit_out, direct_out = run_both(direct)

@@ -141,7 +141,9 @@ def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int) -> KernelConfig
         return KernelConfig(64, 32, 4, 2)
     if max(d_tiles, dv_tiles) <= 64:
         return KernelConfig(64, 64, 4, 3)  # 262 TFLOP/s on 64x256 (128x128x8x3: 177)
-    return KernelConfig(128, 128, 8, 3)  # 476 TFLOP/s on 2x16384 dim 128, 279 on the ragged dim-80 set
+    # sweeps of 2026-11-30 23:00 UTC (docs/benchmarks/vision.md): 128x64 against 128x128 gave 276 / 262
+    # TFLOP/s on the ragged dim-80 set, 255 / 241 on 4x4096 dim 72, 484-490 / 483-486 on 2x16384 dim 128
+    return KernelConfig(128, 64, 8, 3)
 
 
 @triton.jit

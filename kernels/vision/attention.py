@@ -293,10 +293,6 @@ def launch_cache_info() -> dict:
         return {"size": len(_LAUNCH_CACHE), "maxsize": int(LAUNCH_CACHE_SIZE), **_CACHE_STATS}
 
 
-def _layout(t: torch.Tensor) -> tuple:
-    return (t.shape, t.stride(), t.dtype, t.device)  # a torch.Size hashes and compares as a tuple
-
-
 def _state(t: torch.Tensor) -> tuple:
     """Identity and state of a metadata tensor: a new object or an in-place edit changes it."""
     return (id(t), t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, t._version)
@@ -314,7 +310,9 @@ def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs) -> 
             sequence_lengths, packed, max_seqlen = kwargs["sequence_lengths"], cu_seqlens, kwargs["max_seqlen"]
         else:
             return None
-        if not all(isinstance(t, torch.Tensor) for t in (q, k, v, sequence_lengths, packed)):
+        Tensor = torch.Tensor
+        if not (isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)
+                and isinstance(sequence_lengths, Tensor) and isinstance(packed, Tensor)):
             return None
         if softmax_scale is not None and not isinstance(softmax_scale, (int, float)):
             return None
@@ -326,7 +324,13 @@ def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs) -> 
             mx = ("int", int(max_seqlen))
         else:
             return None
-        key = (_state(sequence_lengths), _state(packed), mx, _layout(q), _layout(k), _layout(v),
+        # one flat tuple, written out (a warm call's whole host budget is ~10 us): the two metadata
+        # tensors' _state, max_seqlen, then q, k, v's layouts (a torch.Size hashes as a tuple)
+        sl, pk = sequence_lengths, packed
+        key = (id(sl), sl.data_ptr(), sl.shape, sl.stride(), sl.dtype, sl.device, sl._version,
+               id(pk), pk.data_ptr(), pk.shape, pk.stride(), pk.dtype, pk.device, pk._version, mx,
+               q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+               v.shape, v.stride(), v.dtype, v.device,
                None if softmax_scale is None else float(softmax_scale),
                resolve_strict(kwargs.get("strict")), kwargs.get("fp32_precision", "ieee"), kwargs.get("config"))
     except Exception:  # noqa: BLE001 - e.g. a tensor without storage, an unhashable option: resolve normally
