@@ -322,6 +322,23 @@ def test_cache_is_bounded(request, device, monkeypatch):
     assert kv.launch_cache_info()["misses"] == 5 and kv.launch_cache_info()["size"] == 3
 
 
+@pytest.mark.parametrize("size", [0, 1])
+def test_repeating_the_last_launch_respects_the_bound(request, device, monkeypatch, size):
+    """The last-launch shortcut (a repeat skips hashing) is only taken while that launch is cached:
+    with room for none, every call is a miss; with room for one, alternating calls always miss."""
+    monkeypatch.setattr(kv.attention, "LAUNCH_CACHE_SIZE", size)
+    gen = _gen(request)
+    kv.clear_launch_cache()
+    a, b = (build(Case("last", (n,), path="kwargs"), torch.float16, device, gen) for n in (5, 7))
+    for call in (a, a, b, a, b, b):
+        _call(*call)
+    info = kv.launch_cache_info()
+    expected = (0, 6) if size == 0 else (2, 4)  # (hits, misses): a a | b | a | b b
+    assert (info["hits"], info["misses"], info["size"]) == expected + (size,)
+    _call(*b)
+    assert kv.launch_cache_info()["hits"] == expected[0] + (size == 1)
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="host synchronisation is a CUDA notion")
 def test_cache_hit_does_not_sync(request, device):
     args, kwargs = build(Case("no sync", (100, 37), path="kwargs", max_seqlen="tensor_device"), torch.bfloat16,

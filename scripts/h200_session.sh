@@ -29,6 +29,7 @@
 #   bash scripts/h200_session.sh s9b            # vision host cost, vision tests, LoRA decode floor, the vision table with the sweep
 #   bash scripts/h200_session.sh s9c            # vision host cost (interleaved), this Triton's launcher sources
 #   bash scripts/h200_session.sh s9d            # vision host cost, vision tests (slow too), the vision table
+#   bash scripts/h200_session.sh s9e            # vision host cost; a 150-s vision fuzz beside the whole suite
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale); scripts/gpu_snapshot.sh
@@ -323,6 +324,15 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       -p no:cacheprovider -n 8 --run-slow >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -4 "$OUT/vision_tests.log" | cut -c1-300
     timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/vision_table.json" \
       >"$OUT/vision_table.log" 2>&1; echo "vision table exit $?"; tail -12 "$OUT/vision_table.log" | cut -c1-400
+    ;;
+  s9e)  # one GPU: vision host cost; a 150-s fuzz of our vision kernel (background) beside the whole suite
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -12 "$OUT/vision_host.log" | cut -c1-300
+    mkdir -p "$SOAK"
+    (setsid nohup python3 -m kernel_oracle.cli fuzz --target triton --op vision --device cuda --time 150 --seed 12 \
+      --no-progress --out "$SOAK/triton-vision" >"$SOAK/triton-vision.log" 2>&1 < /dev/null &)
+    bash "$0" suite 420
+    bash "$0" soak-wait 40; rm -f "$OUT/soak.tgz"; tail -3 "$SOAK/triton-vision.log" | cut -c1-300
     ;;
   sweep-table)  # the vision sweep's JSON as lines: default config, warm call and cuDNN TFLOP/s, then each config
     python3 - "$2" <<'PY'
