@@ -30,6 +30,7 @@
 #   bash scripts/h200_session.sh s9c            # vision host cost (interleaved), this Triton's launcher sources
 #   bash scripts/h200_session.sh s9d            # vision host cost, vision tests (slow too), the vision table
 #   bash scripts/h200_session.sh s9e            # vision host cost; a 150-s vision fuzz beside the whole suite
+#   bash scripts/h200_session.sh s9f            # LoRA decode floor + kernel tests, vision host cost, one campaign test
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale); scripts/gpu_snapshot.sh
@@ -333,6 +334,18 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       --no-progress --out "$SOAK/triton-vision" >"$SOAK/triton-vision.log" 2>&1 < /dev/null &)
     bash "$0" suite 420
     bash "$0" soak-wait 40; rm -f "$OUT/soak.tgz"; tail -3 "$SOAK/triton-vision.log" | cut -c1-300
+    ;;
+  s9f)  # one GPU: LoRA decode floor (the route's scan skipped by empty tiles), LoRA kernel tests, vision host cost,
+        # the campaign-sharing test again alone
+    timeout 60 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --json "$OUT/decode_floor.json" \
+      >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"; grep "decode floor" "$OUT/decode_floor.log"
+    timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
+      -k "routes_match or prefetch or realistic or graph or matches_oracle" >"$OUT/kernel_tests.log" 2>&1
+    echo "lora kernel tests exit $?"; tail -2 "$OUT/kernel_tests.log" | cut -c1-300
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -12 "$OUT/vision_host.log" | cut -c1-300
+    timeout 120 python3 -m pytest oracle_tests/test_faults_campaign.py -q -p no:cacheprovider \
+      -k campaigns_share_one_warm_worker 2>&1 | tail -2
     ;;
   sweep-table)  # the vision sweep's JSON as lines: default config, warm call and cuDNN TFLOP/s, then each config
     python3 - "$2" <<'PY'

@@ -121,12 +121,12 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
         ends = tl.load(seg_indptr + 1 + offs_n, mask=in_n, other=0)
         mine = tl.load(weight_indices + offs_n, mask=in_n, other=-1) == w_prog
         lens = tl.where(mine, tl.maximum(ends - starts, 0), 0)
-        incl = tl.cumsum(lens, axis=0)
-        excl = incl - lens
         k = pid * BT + lane_tok  # the k-th row of this slot
         total = tl.sum(lens, axis=0)
         valid = k < total
-        if pid * BT < total:  # tiles past the slot's rows (most of the grid at decode) skip the compare
+        if pid * BT < total:  # tiles past the slot's rows (most of the grid at decode) skip the scan and compare
+            incl = tl.cumsum(lens, axis=0)
+            excl = incl - lens
             inside = (excl[None, :] <= k[:, None]) & (k[:, None] < incl[None, :])  # (BT, SEG_TILE), one per row
             logical = k + tl.sum(tl.where(inside, starts[None, :] - excl[None, :], 0), axis=1)
         else:

@@ -20,8 +20,9 @@ Note [Launch cache]
 -------------------
 :func:`flashinfer_cudnn_attention` keeps the last :data:`LAUNCH_CACHE_SIZE` resolved launches (an
 LRU) keyed on everything resolution reads: for each metadata tensor (``sequence_lengths`` and the
-packed indptrs, and ``max_seqlen`` when it is a tensor) its ``id``, ``data_ptr``, shape, strides,
-dtype, device and ``_version`` (PyTorch's in-place modification counter, shared by views); an int
+packed indptrs, and ``max_seqlen`` when it is a tensor) its ``id``, ``data_ptr``, shape, strides
+and ``_version`` (PyTorch's in-place modification counter, shared by views; a tensor object's dtype
+and device change only through ``.data``, which also moves its address); an int
 ``max_seqlen`` by value; the shapes, strides, dtypes and devices of q, k, v (never their data or
 address: offsets count from each tensor's own pointer); ``softmax_scale``; the resolved ``strict``
 (ambient setting included); ``fp32_precision``; ``config``.  The
@@ -169,6 +170,8 @@ class VisionLaunch:
         T, H, DV = q3.shape[0], q3.shape[1], v3.shape[2]
         if POISON_OUTPUT:
             out = torch.full((T, H, DV), float("nan"), dtype=q3.dtype, device=q3.device)
+        elif DV == q3.shape[2]:  # q's shape: the cheapest allocation (about 1 us of a warm call's 10)
+            out = torch.empty_like(q3, memory_format=torch.contiguous_format)
         else:
             out = torch.empty((T, H, DV), dtype=q3.dtype, device=q3.device)
         if self.num_blocks and H:
@@ -340,10 +343,11 @@ def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs) -> 
         else:
             return None
         # one flat tuple, written out (a warm call's whole host budget is ~10 us): the two metadata
-        # tensors' _state, max_seqlen, then q, k, v's layouts (a torch.Size hashes as a tuple)
+        # tensors' identity and state (a tensor object's dtype and device change only through ``.data``,
+        # which also changes its address), max_seqlen, then q, k, v's layouts (a torch.Size hashes as a tuple)
         sl, pk = sequence_lengths, packed
-        key = (id(sl), sl.data_ptr(), sl.shape, sl.stride(), sl.dtype, sl.device, sl._version,
-               id(pk), pk.data_ptr(), pk.shape, pk.stride(), pk.dtype, pk.device, pk._version, mx,
+        key = (id(sl), sl.data_ptr(), sl.shape, sl.stride(), sl._version,
+               id(pk), pk.data_ptr(), pk.shape, pk.stride(), pk._version, mx,
                q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device,
                None if softmax_scale is None else float(softmax_scale),
