@@ -73,7 +73,10 @@ class DirectLaunch:
             from triton import knobs
             from triton.runtime import driver
 
-            runtime = (driver.active.get_current_device, driver.active.get_current_stream, knobs.runtime)
+            get_device = driver.active.get_current_device
+            if get_device is torch.cuda.current_device:  # its lazy-init check is done (the kernel compiled)
+                get_device = torch._C._cuda_getDevice
+            runtime = (get_device, driver.active.get_current_stream, knobs.runtime)
             triton_version = triton.__version__
         kernel._init_handles()  # loads the module: function handle, registers checked
         values = [args[n] for n in names]
