@@ -31,6 +31,7 @@
 #   bash scripts/h200_session.sh s9d            # vision host cost, vision tests (slow too), the vision table
 #   bash scripts/h200_session.sh s9e            # vision host cost; a 150-s vision fuzz beside the whole suite
 #   bash scripts/h200_session.sh s9f            # LoRA decode floor + kernel tests, vision host cost, one campaign test
+#   bash scripts/h200_session.sh s9g            # final code: vision host cost, the whole suite, an 80-s LoRA fuzz
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale); scripts/gpu_snapshot.sh
@@ -346,6 +347,14 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -12 "$OUT/vision_host.log" | cut -c1-300
     timeout 120 python3 -m pytest oracle_tests/test_faults_campaign.py -q -p no:cacheprovider \
       -k campaigns_share_one_warm_worker 2>&1 | tail -2
+    ;;
+  s9g)  # one GPU, the final code: vision host cost, the whole suite, then an 80-s fuzz of our LoRA kernels
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -12 "$OUT/vision_host.log" | cut -c1-300
+    bash "$0" suite 360
+    timeout 150 python3 -m kernel_oracle.cli fuzz --target triton --op lora --device cuda --time 80 --seed 13 \
+      --no-progress --out "$SOAK/triton-lora" >"$SOAK/triton-lora.log" 2>&1 < /dev/null; echo "lora fuzz exit $?"
+    cp "$SOAK/triton-lora/summary.json" "$OUT/lora_fuzz_summary.json" 2>/dev/null; tail -12 "$SOAK/triton-lora.log" | cut -c1-200
     ;;
   sweep-table)  # the vision sweep's JSON as lines: default config, warm call and cuDNN TFLOP/s, then each config
     python3 - "$2" <<'PY'
