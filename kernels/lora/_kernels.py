@@ -38,12 +38,13 @@ tile ``pid`` of slot ``w`` to rows ``pid*BT ..`` of the list of ``w``'s rows in 
 load each of ``seg_indptr`` (starts and ends) and ``weight_indices`` over the compare tile, a prefix
 sum of the lengths of ``w``'s segments (negative lengths of malformed metadata count as 0), and one
 (rows x segments) compare.  The grid is unchanged (``ceil(S/BT)`` tiles per slot, an upper bound:
-programs past their slot's rows skip the compare and store nothing).  With well-formed metadata every
+programs past their slot's rows skip the prefix sum and the compare, and store nothing).  With well-formed metadata every
 row still belongs to one program, so in-place updates do not race.  Measured on the H200
 (``bench_lora --decode-ab``, do_bench_cudagraph medians, 2026-11-30): decode-bs256 fused q 49.4 -> 30.5
 us, v 29.6 -> 25.1 us, same blocks; decode-bs64 fused 11.3 -> 11.2 and 8.70 -> 8.65 us (with 64-row
 tiles one tile already held every row).  With the chosen blocks and the skipped compare: bs256 q 24.8,
-v 19.3 us; bs64 q 10.2, v 7.7 us (docs/kernels_lora.md).
+v 19.3 us; bs64 q 10.2, v 7.7 us; with the prefix sum skipped too, bs256 q 24.2, v 18.4 us
+(docs/kernels_lora.md).
 ``PREFETCH`` (fused kernels) loads the first base and weight blocks of the second product before
 step A and each next block one iteration ahead: decode is a chain of dependent loads, not bytes
 (q 11.2 -> 10.8 us, v 8.7 -> 7.9 us at decode-bs64).
