@@ -32,6 +32,7 @@
 #   bash scripts/h200_session.sh s9e            # vision host cost; a 150-s vision fuzz beside the whole suite
 #   bash scripts/h200_session.sh s9f            # LoRA decode floor + kernel tests, vision host cost, one campaign test
 #   bash scripts/h200_session.sh s9g            # final code: vision host cost, the whole suite, an 80-s LoRA fuzz
+#   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction (not yet run on a GPU)
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale); scripts/gpu_snapshot.sh
@@ -355,6 +356,9 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     timeout 150 python3 -m kernel_oracle.cli fuzz --target triton --op lora --device cuda --time 80 --seed 13 \
       --no-progress --out "$SOAK/triton-lora" >"$SOAK/triton-lora.log" 2>&1 < /dev/null; echo "lora fuzz exit $?"
     cp "$SOAK/triton-lora/summary.json" "$OUT/lora_fuzz_summary.json" 2>/dev/null; tail -12 "$SOAK/triton-lora.log" | cut -c1-200
+    ;;
+  repro-split-pv)  # one GPU: the two-accumulator PV reduction of Note [Head-dim split] (benchmarks/repro_split_pv.py)
+    timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv 2>&1 | tee "$OUT/repro_split_pv.log"
     ;;
   sweep-table)  # the vision sweep's JSON as lines: default config, warm call and cuDNN TFLOP/s, then each config
     python3 - "$2" <<'PY'

@@ -1,0 +1,116 @@
+"""A minimal attention forward whose PV product has two accumulators, to reduce Note [Head-dim split].
+
+python -m kernel_oracle.benchmarks.repro_split_pv            (a GPU; or TRITON_INTERPRET=1 on the CPU)
+
+Our vision kernel's split head dim (v's 80 columns as a 64-column tile and a 16-column tail, two
+``tl.dot`` into two accumulators) is exact under the interpreter and wrong when compiled with triton
+3.6 on the H200: max error 0.34-0.81 (``diag_vision``, docs/benchmarks/vision.md, 2026-11-30 s9a),
+whatever the tail's width or the block shape, while the QK split alone is right.  This kernel keeps
+only what that needs: q k^T in one dot, the online softmax (``RESCALE``: the running max and the
+accumulators rescaled as in the vision kernel; off: a fixed shift, no rescale), and the PV product
+into one padded accumulator (``SPLIT=False``) or two (``SPLIT=True``).  Each variant prints its max
+error against a float64 softmax-attention; under the interpreter every variant must be right (a CPU
+test checks that), so a wrong compiled variant points at the compiler, not at this file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _pv_kernel(Q, K, V, O, n, scale, D: tl.constexpr, DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, RESCALE: tl.constexpr):
+    """One sequence of ``n`` tokens, one head; q, k (n, D), v and o (n, DV), contiguous, n % BLOCK_N == 0."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :], mask=offs_m[:, None] < n, other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    cols_a = tl.arange(0, DVA)
+    acc_a = tl.zeros([BLOCK_M, DVA], tl.float32)
+    cols_b = DVA + tl.arange(0, DVB)
+    acc_b = tl.zeros([BLOCK_M, DVB], tl.float32)
+    for start in range(0, n, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        k = tl.load(K + offs_n[:, None] * D + offs_d[None, :])
+        s = tl.dot(q, tl.trans(k)) * scale
+        if RESCALE:
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - m_new[:, None])
+            acc_a = acc_a * alpha[:, None]
+            acc_b = acc_b * alpha[:, None]
+            l_i = l_i * alpha + tl.sum(p, 1)
+            m_i = m_new
+        else:  # logits are small here: a fixed shift is exact enough and nothing is rescaled
+            p = tl.math.exp2(s)
+            l_i = l_i + tl.sum(p, 1)
+        p_mm = p.to(V.dtype.element_ty)
+        v_a = tl.load(V + offs_n[:, None] * DV + cols_a[None, :], mask=cols_a[None, :] < DV, other=0.0)
+        acc_a = tl.dot(p_mm, v_a, acc_a)
+        if SPLIT:
+            v_b = tl.load(V + offs_n[:, None] * DV + cols_b[None, :], mask=cols_b[None, :] < DV, other=0.0)
+            acc_b = tl.dot(p_mm, v_b, acc_b)
+    row = offs_m[:, None] < n
+    tl.store(O + offs_m[:, None] * DV + cols_a[None, :], (acc_a / l_i[:, None]).to(O.dtype.element_ty),
+             mask=row & (cols_a[None, :] < DV))
+    if SPLIT:
+        tl.store(O + offs_m[:, None] * DV + cols_b[None, :], (acc_b / l_i[:, None]).to(O.dtype.element_ty),
+                 mask=row & (cols_b[None, :] < DV))
+
+
+def run_variant(n: int, D: int, DV: int, split: bool, rescale: bool, block_m: int, block_n: int, warps: int,
+                stages: int, dtype=torch.float16, device="cuda", seed: int = 0) -> float:
+    """Max abs error of one variant against float64 softmax(q k^T / sqrt(D)) v, on random data."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q, k = (torch.randn(n, D, generator=g).to(dtype).to(device) for _ in range(2))
+    v = torch.randn(n, DV, generator=g).to(dtype).to(device)
+    o = torch.full((n, DV), float("nan"), dtype=dtype, device=device)
+    if split:  # a power-of-two tile and a tail of at least 16 (all masked when DV is a power of two)
+        dva = 1 << (DV.bit_length() - 1)
+        dvb = max(16, triton.next_power_of_2(DV - dva))
+    else:  # one padded tile; the tail tile exists but is never used
+        dva, dvb = triton.next_power_of_2(DV), 16
+    scale = D ** -0.5 * 1.4426950408889634
+    _pv_kernel[(triton.cdiv(n, block_m),)](q, k, v, o, n, scale, D=D, DV=DV, DVA=dva, DVB=dvb,
+                                           BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=split, RESCALE=rescale,
+                                           num_warps=warps, num_stages=stages)
+    ref = torch.softmax(q.double() @ k.double().T * D ** -0.5, dim=-1) @ v.double()
+    return float((o.double() - ref).abs().max())
+
+
+# (n, D, DV, split, rescale, block_m, block_n, warps, stages): on a GPU, the vision kernel's shapes
+GPU_VARIANTS = [(512, 64, dv, split, rescale, bm, bn, w, st)
+                for dv in (80, 64) for split, rescale in itertools.product((False, True), (False, True))
+                for bm, bn, w, st in ((128, 128, 8, 3), (64, 64, 4, 2), (128, 64, 8, 1))
+                if split or dv == 80]
+# under the interpreter: small, one block shape
+CPU_VARIANTS = [(32, 16, 24, split, rescale, 16, 16, 1, 1) for split, rescale in itertools.product((False, True),
+                                                                                                   (False, True))]
+
+
+def main() -> int:
+    from kernel_oracle.kernels.interpreter import interpreting
+
+    cpu = interpreting()
+    if not cpu and not torch.cuda.is_available():
+        print("needs a CUDA device, or TRITON_INTERPRET=1 for the CPU check", file=sys.stderr)
+        return 2
+    worst = 0.0
+    for variant in CPU_VARIANTS if cpu else GPU_VARIANTS:
+        err = run_variant(*variant, device="cpu" if cpu else "cuda")
+        worst = max(worst, err if err == err else float("inf"))
+        n, D, DV, split, rescale, bm, bn, w, st = variant
+        print(f"DV={DV} split={split!s:5} rescale={rescale!s:5} blocks={bm}x{bn} warps={w} stages={st}: "
+              f"max error {err:.3g}", flush=True)
+    return 0 if worst < 0.05 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
