@@ -259,28 +259,27 @@ def sweep_decode(klora, launch):
 # decode A/B (--decode-ab): token-major configurations of the fused kernels, each checked against the
 # float64 oracle on the device, then timed by triton.testing.do_bench_cudagraph (median of replays of a
 # graph holding many calls, so one replay's launch cost is spread over them: the issue's measure).
-# "sorted": each slot's rows in segment order (Note [Slot-sorted tiles]); False is the logical-row route.
-_Q_TOK = dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=8)
-_V_TOK = dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4)
-# round 4 (session 9): whole-row blocks, so that every load of a program is issued before its first dot
+# Each entry is (sorted, overrides): "sorted", each slot's rows in segment order (Note [Slot-sorted
+# tiles]; False is the logical-row route); the overrides apply to the chosen blocks of
+# kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
+# Round 4 (session 9): whole-row blocks, so that every load of a program is issued before its first dot
 # (rounds 1-3, 2026-11-30 21:00-21:58 UTC: docs/benchmarks/data/h200_2026-11-30_s8/)
-_Q_NOW = dict(_Q_TOK, BT=32, num_warps=4, PREFETCH=True)
-_V_NOW = dict(_V_TOK, PREFETCH=True)
 DECODE_AB = {
-    "q_side_fused": [(True, _Q_NOW),
-                     (True, {**_Q_NOW, "BLOCK_C": 256}),
-                     (True, {**_Q_NOW, "BLOCK_C": 256, "num_warps": 8}),
-                     (True, {**_Q_NOW, "BLOCK_C": 512}),
-                     (True, {**_Q_NOW, "BLOCK_C": 512, "num_warps": 8}),
-                     (True, {**_Q_NOW, "BT": 16, "BLOCK_C": 512, "num_warps": 4}),
-                     (True, {**_Q_NOW, "BT": 64, "BLOCK_C": 512, "num_warps": 8})],
-    "v_side_fused": [(True, _V_NOW),
-                     (True, {**_V_NOW, "BLOCK_K": 256}),
-                     (True, {**_V_NOW, "BLOCK_K": 512}),
-                     (True, {**_V_NOW, "BLOCK_K": 512, "num_warps": 8}),
-                     (True, {**_V_NOW, "BT": 32, "BLOCK_K": 256}),
-                     (True, {**_V_NOW, "BT": 32, "BLOCK_K": 512})],
+    "q_side_fused": [(True, {}), (True, {"BLOCK_C": 256}), (True, {"BLOCK_C": 256, "num_warps": 8}),
+                     (True, {"BLOCK_C": 512}), (True, {"BLOCK_C": 512, "num_warps": 8}),
+                     (True, {"BT": 16, "BLOCK_C": 512, "num_warps": 4}),
+                     (True, {"BT": 64, "BLOCK_C": 512, "num_warps": 8})],
+    "v_side_fused": [(True, {}), (True, {"BLOCK_K": 256}), (True, {"BLOCK_K": 512}),
+                     (True, {"BLOCK_K": 512, "num_warps": 8}), (True, {"BT": 32, "BLOCK_K": 256}),
+                     (True, {"BT": 32, "BLOCK_K": 512})],
 }
+
+
+def ab_configs(table: dict, blocks: dict, path: str) -> dict:
+    """``{op: [(sorted, blocks), ...]}``: each entry of an A/B ``table`` as the full block dict it launches,
+    its overrides applied to ``blocks[op][path]`` (kernels.lora._launch.BLOCKS, the chosen ones)."""
+    return {op: [(sorted_rows, {**blocks[op][path], **overrides}) for sorted_rows, overrides in entries]
+            for op, entries in table.items()}
 
 
 def _oracle_check(op: str, d: dict) -> str:
@@ -303,16 +302,14 @@ def _oracle_check(op: str, d: dict) -> str:
     return "ok" if c.ok else c.message[:200]
 
 
-_Q_SEG = dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4)
-_V_SEG = dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4)
-# prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048
+# prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048, as
+# overrides of the chosen segment-major blocks (as DECODE_AB)
 PREFILL_AB = {
-    "q_side_fused": [(True, _Q_SEG), (True, {**_Q_SEG, "PREFETCH": True}), (True, {**_Q_SEG, "num_warps": 8}),
-                     (True, {**_Q_SEG, "BT": 64, "num_warps": 8}),
-                     (True, {**_Q_SEG, "BT": 64, "num_warps": 8, "PREFETCH": True}),
-                     (True, {**_Q_SEG, "BLOCK_C": 256, "num_warps": 8, "PREFETCH": True}),
-                     (True, {**_Q_SEG, "PREFETCH": True, "num_stages": 2})],
-    "v_side_fused": [(True, _V_SEG), (True, {**_V_SEG, "PREFETCH": True})],
+    "q_side_fused": [(True, {}), (True, {"PREFETCH": True}), (True, {"num_warps": 8}),
+                     (True, {"BT": 64, "num_warps": 8}), (True, {"BT": 64, "num_warps": 8, "PREFETCH": True}),
+                     (True, {"BLOCK_C": 256, "num_warps": 8, "PREFETCH": True}),
+                     (True, {"PREFETCH": True, "num_stages": 2})],
+    "v_side_fused": [(True, {}), (True, {"PREFETCH": True})],
 }
 
 
@@ -328,9 +325,10 @@ def fused_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None, 
     print("decode ab", out[0], flush=True)
     saved = {op: launch.BLOCKS[op][path] for op in table}
     saved_sorted = launch.SLOT_SORTED
+    configs_of = ab_configs(table, launch.BLOCKS, path)
     for name in shapes:
         sets = [_inputs(SHAPES[name], seed=300 + i) for i in range(nsets)]
-        for op, configs in table.items():
+        for op, configs in configs_of.items():
             side = "q" if op == "q_side_fused" else "v"
             for sorted_rows, cfg in configs:
                 launch.BLOCKS[op][path] = dict(cfg)
@@ -388,8 +386,6 @@ def graph_floor() -> float:
     return _bench(g.replay)
 
 
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
@@ -438,8 +434,7 @@ def main(argv=None):
         print(f"\n{info}\n| shape | op | sorted | config | check | cudagraph median us |\n|---|---|---|---|---|---:|")
         print(f"floor: {ab[0]}")
         for r in ab[1:]:
-            cfg = {k: v for k, v in r["cfg"].items()}
-            print(f"| {r['shape']} | {r['op']} | {r['sorted']} | {cfg} | {r.get('check', r.get('error'))} | "
+            print(f"| {r['shape']} | {r['op']} | {r['sorted']} | {r['cfg']} | {r.get('check', r.get('error'))} | "
                   f"{r.get('us', '')} |")
         return
     sweep_rows = sweep(klora, launch) if args.sweep else []

@@ -226,11 +226,11 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
             _direct.ENABLED = True
             attention.clear_launch_cache()
 
-    def hit_only():  # the cache-hit path with the launch itself stubbed out: key, lookup, dispatch
+    def hit_path():  # the cache-hit path with the launch stubbed out (once, around the loop): key, lookup
         real = attention.VisionLaunch._launch
         attention.VisionLaunch._launch = lambda self, q3, k3, v3: None
         try:
-            warm()
+            return _timed("cache-hit path without the launch", warm, n)
         finally:
             attention.VisionLaunch._launch = real
 
@@ -242,17 +242,14 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
                                      launch.precision),
         "kernel launch alone, direct (DirectLaunch)": lambda: direct(q, k, v, out),
         "launch-cache key alone": lambda: attention._cache_key(q, k, v, None, None, md, {}),
-        "cache-hit path without the launch": hit_only,
         "output allocation alone (torch.empty)": lambda: torch.empty_like(out),
     }
     if not direct:
         print("no direct launcher:", _direct.direct_launch_info(), file=sys.stderr)
         del calls["kernel launch alone, direct (DirectLaunch)"]
     # three interleaved rounds, the fastest of each: one slow round (a clock change, a GC pass) does not decide
-    rounds = [[_timed(name, fn, n) for name, fn in calls.items()] + [warm_jit()] for _ in range(3)]
-    rows = [min(group, key=lambda r: r["host_us"]) for group in zip(*rounds)]
-    rows.append(dict(call="direct launches", **{k: v for k, v in _direct.direct_launch_info().items()}))
-    return rows
+    rounds = [[_timed(name, fn, n) for name, fn in calls.items()] + [hit_path(), warm_jit()] for _ in range(3)]
+    return [min(group, key=lambda r: r["host_us"]) for group in zip(*rounds)]
 
 
 def _timed(name: str, fn, n: int) -> dict:
@@ -289,14 +286,18 @@ def main(argv=None) -> int:
 
     torch.manual_seed(0)
     if args.host:
+        from kernel_oracle.kernels.vision import direct_launch_info
+
         rows = host_cost()
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                           "triton": triton.__version__, "host": rows}, f, indent=1)
+                           "triton": triton.__version__, "host": rows, "direct_launches": direct_launch_info()},
+                          f, indent=1)
         print("| call (4 x 64 tokens, H=2, D=64, bf16) | host us per call | do_bench us |\n|---|---:|---:|")
         for r in rows:
-            print(f"| {r['call']} | {r.get('host_us', '')} | {r.get('do_bench_us', r)} |")
+            print(f"| {r['call']} | {r['host_us']} | {r['do_bench_us']} |")
+        print("direct launches:", direct_launch_info())
         return 0
     wanted = None if args.shapes is None else set(args.shapes.split(","))
     records = [bench_shape(*s, sweep=args.sweep) for s in SHAPES if wanted is None or s[0] in wanted]

@@ -553,6 +553,23 @@ def test_other_requested_blocks_are_fitted_on_their_own(monkeypatch):
     assert launched == [128, 64] and len(launch._FITTED) == 2
 
 
+@pytest.mark.parametrize("table,path", [("DECODE_AB", "tok"), ("PREFILL_AB", "seg")])
+def test_ab_tables_override_the_chosen_blocks(table, path):
+    """bench_lora's A/B entries are overrides of the chosen BLOCKS: {} launches exactly the chosen
+    configuration, and no entry names a block the kernel does not take (a typo would time the chosen one)."""
+    from kernel_oracle.benchmarks import bench_lora
+
+    configs = bench_lora.ab_configs(getattr(bench_lora, table), launch.BLOCKS, path)
+    for op, entries in configs.items():
+        chosen = launch.BLOCKS[op][path]
+        assert entries[0] == (True, chosen)
+        for (_, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
+            assert set(overrides) <= set(chosen) | {"PREFETCH", "num_stages"}, overrides
+            assert cfg == {**chosen, **overrides}
+    assert bench_lora.ab_configs({"q_side_fused": [(False, {"BT": 16})]}, launch.BLOCKS, path) == \
+        {"q_side_fused": [(False, {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}
+
+
 # the largest shapes SPEC and SGLang allow: rank 128, kv_lora_rank 1536, 128 heads
 LARGEST_DIMS = Dims(H=128, qk=128, vd=128, C=1536, R=128, L=4)
 LARGEST_BATCH = Batch((300, 0, 129, 64), (3, 2, 0, 1), (128, 64, 5, 128), (1.0, 0.5, 2.0, 1.5), permuted=True)
