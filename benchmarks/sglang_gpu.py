@@ -33,6 +33,10 @@ import time
 
 import torch
 
+# the LoRA benchmark's problem (dims, ranks, scalings, seeded bf16 inputs) and its rotation of input sets:
+# both benches time the same data
+from kernel_oracle.benchmarks.bench_lora import QK, VD, _inputs, rotating
+
 SPLIT_STEPS = ("step_a_q", "step_b_q", "step_a_v", "step_b_v")
 DTYPES = ("float32", "float16", "bfloat16")
 # name -> LoRAProblem fields (the CPU test's edge table, at GPU-friendly sizes)
@@ -139,8 +143,6 @@ def graph_replay(spec: str, op: str, dtype: str) -> list[dict]:
 
 # ---- timing ----------------------------------------------------------------------------------------------
 
-H, QK, VD, C, R, L = 64, 128, 128, 512, 32, 4
-RANKS, SCALINGS = (32, 16, 8, 32), (0.5, 1.0, 2.0, 0.25)
 SHAPES = {"decode-bs64": (1,) * 64, "decode-bs256": (1,) * 256, "prefill-8x2048": (2048,) * 8}
 # do_bench_cudagraph replays a graph of many calls without flushing L2, so decode rotates this many input
 # sets (8 x 9-42 MB > the 60 MB L2): each call reads from HBM, as in bench_lora --decode-ab
@@ -151,20 +153,6 @@ def _bench(fn) -> float:
     import triton.testing
 
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3  # us
-
-
-def _inputs(seg_lens, seed):
-    from kernel_oracle.reference.batch_info import make_lora_batch_info
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    S = sum(seg_lens)
-
-    def rnd(*shape, scale=1.0):
-        return (torch.randn(shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
-
-    bi = make_lora_batch_info(seg_lens, [i % L for i in range(len(seg_lens))], RANKS, SCALINGS, device="cuda")
-    return dict(bi=bi, q=rnd(S, H, QK), attn=rnd(S, H, C), B=rnd(L, H * (QK + VD), R, scale=QK ** -0.5),
-                A=rnd(L, R, C, scale=C ** -0.5), base_q=rnd(S, H, C), base_v=rnd(S, H, VD))
 
 
 def _side_calls(entries: dict, d: dict, side: str, ours: bool) -> dict:
@@ -202,7 +190,6 @@ def timing(specs: list[str]) -> list[dict]:
     calls, the launch spread over them; decode rotates :data:`GRAPH_SETS` input sets)."""
     import triton.testing
 
-    from kernel_oracle.benchmarks.bench_lora import rotating
     from kernel_oracle.fuzz.targets import resolve_target
 
     targets = {"ours (triton)": (resolve_target("triton", "cuda"), True)}
