@@ -361,6 +361,19 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     bash "$0" repro-split-pv
     timeout 120 python3 -m kernel_oracle.benchmarks.launch_overhead 2>&1 | tee "$OUT/launch_overhead.log" | cut -c1-300
     ;;
+  s10b)  # one GPU: vision host cost (the repeat shortcut), launch overhead, the split-PV reduction (ragged),
+         # the repeat / cache / direct-launch tests
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -14 "$OUT/vision_host.log" | cut -c1-300
+    timeout 120 python3 -m kernel_oracle.benchmarks.launch_overhead >"$OUT/launch_overhead.log" 2>&1
+    echo "launch overhead exit $?"; tail -10 "$OUT/launch_overhead.log" | cut -c1-300
+    timeout 200 python3 -m pytest oracle_tests/test_repeated_call.py oracle_tests/test_direct_launch.py \
+      oracle_tests/test_kernels_vision.py -q -p no:cacheprovider -n 8 -k "cache or direct or last or repeat or \
+      remember or layer or differ or edit or ambient or scale or unaligned or graph" >"$OUT/repeat_tests.log" 2>&1
+    echo "repeat tests exit $?"; tail -3 "$OUT/repeat_tests.log" | cut -c1-300
+    timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv >"$OUT/repro_split_pv.log" 2>&1
+    echo "repro exit $?"; grep -v "e-0[4-9]$" "$OUT/repro_split_pv.log" | cut -c1-200
+    ;;
   repro-split-pv)  # one GPU: the two-accumulator PV reduction of Note [Head-dim split] (benchmarks/repro_split_pv.py)
     timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv 2>&1 | tee "$OUT/repro_split_pv.log"
     ;;

@@ -1,0 +1,204 @@
+"""The repeated call (Note [Repeated call] in kernels/vision/_repeat.py): which calls it serves, which it
+leaves to the keyed path of the launch cache, and that what it serves is right.
+
+The shortcut needs a direct launcher, which exists only for compiled kernels; under the interpreter a
+stand-in (:func:`_stand_in`) launches the planned kernel on the given tensors' storage, as the direct
+launcher does on a GPU, so the same tests run on both (on a GPU the real launcher is used)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernel_oracle.kernels.vision as kv
+from kernel_oracle.kernels.vision import attention
+from kernel_oracle.kernels.vision._kernel import launch_attention
+from kernel_oracle.reference.strict import is_strict, strict_validation
+from kernel_oracle.reference.tolerance import compare
+from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
+from oracle_tests._vision_cases import Case, _gen, _rand, build
+
+
+def _stand_in(launch, calls: list, accept: bool = True):
+    """A direct launcher for the interpreter: the planned kernel on q, k, v and out as given (4-D flattened)."""
+    def direct(q, k, v, out):
+        calls.append(out)
+        if not accept:
+            return False
+        flat = [x.flatten(0, 1) if x.dim() == 4 else x for x in (q, k, v, out)]
+        launch_attention(*flat, launch.table, launch.num_blocks, launch.plan.scale, launch.config, launch.precision)
+        return True
+    return direct
+
+
+def _call(args, kwargs):
+    with kv.poisoned_output():
+        return kv.flashinfer_cudnn_attention(*args, **kwargs)
+
+
+def _warm(args, kwargs, calls: list, accept: bool = True):
+    """A miss, then a hit that launches directly (the stand-in where there is no real launcher): remembered."""
+    kv.clear_launch_cache()
+    _call(args, kwargs)
+    (entry,) = attention._LAUNCH_CACHE.values()
+    if not entry.launch._direct[0]:
+        entry.launch._direct[0] = _stand_in(entry.launch, calls, accept)
+    _call(args, kwargs)
+    assert attention._REPEAT is not None
+
+
+@pytest.fixture
+def keyed(monkeypatch):
+    """Counts the calls that build a cache key (the keyed path)."""
+    seen = []
+    real = attention._cache_key
+
+    def counting(*a, **kw):
+        seen.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(attention, "_cache_key", counting)
+    return seen
+
+
+def _check(out, args, kwargs):
+    """``out`` against the float64 oracle over the defined region; tokens of no sequence still NaN."""
+    ref = flashinfer_cudnn_oracle(*args, **kwargs)
+    faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=True)
+    res = compare(out, ref.value, ref.defined.to(out.device), family="vision", baseline=faithful.baselines,
+                  out_dtype=args[0].dtype)
+    assert res.ok, res.message
+    row = out.shape[-2] * out.shape[-1]
+    uncovered = ~ref.defined.reshape(-1, row).any(-1)
+    assert torch.isnan(out.reshape(-1, row).cpu()[uncovered]).all(), "a token of no sequence was written"
+
+
+def _same_layout(x: torch.Tensor, gen) -> torch.Tensor:
+    """New values in a tensor of ``x``'s shape, strides, dtype and device (the next layer's activations)."""
+    fresh = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    return fresh.copy_(_rand(x.shape, x.dtype, x.device, gen))
+
+
+@pytest.mark.parametrize("case", [Case("repeat", (9, 21)), Case("repeat, kwargs", (9, 21), path="kwargs"),
+                                  Case("repeat, 4-D", (10, 7, 15), layout="4d"),
+                                  Case("repeat, gaps", (6, 13), layout="gaps"),
+                                  Case("repeat, tensor max_seqlen", (8, 3), path="kwargs", max_seqlen="tensor")],
+                         ids=lambda c: c.name)
+def test_the_next_layer_takes_no_key_and_is_right(request, device, case, keyed):
+    gen = _gen(request)
+    args, kwargs = build(case, torch.bfloat16, device, gen)
+    calls: list = []
+    _warm(args, kwargs, calls)
+    hits = kv.launch_cache_info()["hits"]
+    before = len(keyed)
+    layer2 = tuple(_same_layout(x, gen) for x in args[:3]) + tuple(args[3:])
+    out = _call(layer2, kwargs)
+    assert len(keyed) == before, "the repeated call built a cache key"
+    assert kv.launch_cache_info()["hits"] == hits + 1
+    assert out.shape[:-1] == args[0].shape[:-1] and out.dtype == args[0].dtype
+    _check(out, layer2, kwargs)  # the poisoned allocation: uncovered tokens are NaN
+
+
+def _edits(args, kwargs, gen):
+    """(name, call args, call kwargs) that each must leave the shortcut for the keyed path."""
+    q, k, v = args[:3]
+    md = kwargs["forward_metadata"]
+    longer = tuple(_rand((x.shape[0] + 2,) + tuple(x.shape[1:]), x.dtype, x.device, gen) for x in (q, k, v))
+    other_md = kv.VisionAttentionMetadata(packed_indptrs=md.packed_indptrs.clone(),
+                                          sequence_lengths=md.sequence_lengths.clone(),
+                                          flashinfer_max_seqlen=md.flashinfer_max_seqlen)
+    halves = tuple(x.half() for x in (q, k, v))
+    return [
+        ("softmax_scale", args, {**kwargs, "softmax_scale": 0.25}),
+        ("strict keyword", args, {**kwargs, "strict": True}),
+        ("precision keyword", args, {**kwargs, "fp32_precision": "ieee"}),
+        ("another metadata object", args, {"forward_metadata": other_md}),
+        ("two more tokens", longer + tuple(args[3:]), kwargs),
+        ("another dtype", halves + tuple(args[3:]), kwargs),
+    ]
+
+
+@pytest.mark.parametrize("which", range(6), ids=["softmax_scale", "strict keyword", "precision keyword",
+                                                  "another metadata object", "two more tokens", "another dtype"])
+def test_a_different_call_takes_the_keyed_path(request, device, which, keyed):
+    gen = _gen(request)
+    args, kwargs = build(Case("differs", (5, 9)), torch.bfloat16, device, gen)
+    calls: list = []
+    _warm(args, kwargs, calls)
+    name, a2, k2 = _edits(args, kwargs, gen)[which]
+    before = len(keyed)
+    out = _call(a2, k2)
+    assert len(keyed) == before + 1, f"{name}: served without a key"
+    _check(out, a2, k2)
+
+
+@pytest.mark.parametrize("path", ["metadata", "kwargs"])
+def test_an_in_place_edit_or_a_new_max_seqlen_takes_the_keyed_path(request, device, path, keyed):
+    gen = _gen(request)
+    args, kwargs = build(Case("edited", (8, 20), path=path, max_seqlen="tensor"), torch.float16, device, gen)
+    md = kwargs.get("forward_metadata")
+    seq = md.sequence_lengths if md is not None else kwargs["sequence_lengths"]
+    _warm(args, kwargs, [])
+    seq[0] -= 1  # in place: the version counter moves; token 7 is now of no sequence
+    before = len(keyed)
+    _check(_call(args, kwargs), args, kwargs)
+    assert len(keyed) == before + 1
+    if path == "kwargs":  # a new max_seqlen (a new tensor object of the same value, then an int)
+        _warm(args, kwargs, [])
+        for mx in (kwargs["max_seqlen"].clone(), 20):
+            before = len(keyed)
+            _check(_call(args, {**kwargs, "max_seqlen": mx}), args, {**kwargs, "max_seqlen": mx})
+            assert len(keyed) == before + 1
+
+
+def test_the_ambient_strict_setting_cache_clearing_and_a_declined_launch(request, device, keyed):
+    gen = _gen(request)
+    args, kwargs = build(Case("ambient", (5, 9)), torch.bfloat16, device, gen)
+    _warm(args, kwargs, [])
+    with strict_validation(not is_strict()):
+        before = len(keyed)
+        _call(args, kwargs)
+        assert len(keyed) == before + 1
+    _warm(args, kwargs, [])
+    kv.clear_launch_cache()
+    assert attention._REPEAT is None
+    if device == "cpu":  # a stand-in that declines: the call is served by the keyed path, still right
+        calls: list = []
+        _warm(args, kwargs, calls, accept=False)
+        before, n_calls = len(keyed), len(calls)
+        out = _call(args, kwargs)
+        assert len(keyed) == before + 1 and len(calls) > n_calls
+        _check(out, args, kwargs)
+
+
+@pytest.mark.parametrize("size", [0, 1])
+def test_nothing_is_remembered_that_the_cache_does_not_hold(request, device, monkeypatch, size):
+    monkeypatch.setattr(attention, "LAUNCH_CACHE_SIZE", size)
+    gen = _gen(request)
+    args, kwargs = build(Case("bound", (5, 9)), torch.bfloat16, device, gen)
+    kv.clear_launch_cache()
+    _call(args, kwargs)
+    if size == 0:
+        assert attention._REPEAT is None and kv.launch_cache_info()["size"] == 0
+    else:
+        (entry,) = attention._LAUNCH_CACHE.values()
+        if not entry.launch._direct[0]:
+            entry.launch._direct[0] = _stand_in(entry.launch, [])
+        _call(args, kwargs)
+        assert attention._REPEAT is not None
+        other, okw = build(Case("bound 2", (4, 4)), torch.bfloat16, device, gen)
+        _call(other, okw)  # evicts the first launch: nothing of it may stay remembered
+        assert kv.launch_cache_info()["size"] == 1
+        assert attention._REPEAT is None or attention._REPEAT.md is okw["forward_metadata"]
+
+
+def test_a_remembered_scale_is_compared(request, device, keyed):
+    gen = _gen(request)
+    args, kwargs = build(Case("scaled", (5, 9), scale=0.5), torch.bfloat16, device, gen)
+    _warm(args, kwargs, [])
+    before = len(keyed)
+    _check(_call(args, kwargs), args, kwargs)
+    assert len(keyed) == before, "the same scale should repeat without a key"
+    other = {**kwargs, "softmax_scale": 0.25}
+    _check(_call(args, other), args, other)
+    assert len(keyed) == before + 1
