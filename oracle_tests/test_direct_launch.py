@@ -101,6 +101,23 @@ def test_passes_new_addresses_then_the_fixed_arguments_in_signature_order():
     assert _direct.direct_launch_info()["launches"] == 1
 
 
+def test_four_pointers_in_order_and_any_unaligned_one_declines():
+    """The unrolled branch for the vision kernel's q, k, v, out: order kept, each pointer's alignment checked."""
+    kernel = _FakeKernel()
+    args = {"Q": _Ptr(4096), "K": _Ptr(8192), "V": _Ptr(12288), "O": _Ptr(16384), "n": 7}
+    runtime = (lambda: 0, lambda dev: 1000 + dev, _Hooks())
+    direct = _direct.DirectLaunch(kernel, (3, 2), args, ["Q", "K", "V", "O", "n"], 4, runtime=runtime)
+    new = [_Ptr(a << 20) for a in (1, 2, 3, 4)]
+    assert direct(*new) is True
+    assert kernel.calls == [(3, 2, 1, 1000, kernel.function, kernel.packed_metadata, None, None, None,
+                             1 << 20, 2 << 20, 3 << 20, 4 << 20, 7)]
+    for i in range(4):
+        moved = list(new)
+        moved[i] = _Ptr((5 << 20) + 8)
+        assert direct(*moved) is False
+    assert len(kernel.calls) == 1 and _direct.direct_launch_info()["declined"] == 4
+
+
 @pytest.mark.parametrize("version,raw", [("3.6.0", True), ("3.7.0", False)])
 def test_calls_triton_3_6_compiled_launch_directly(version, raw):
     """On triton 3.6 the C launch gets grid, stream, function, cooperative, pdl, two scratch Nones,

@@ -122,7 +122,9 @@ class RepeatedCall:
                 return None
         elif mx is not self.mx or _state(mx) != self.mx_state:
             return None
-        if _state(sl) + _state(pk) != self.meta:
+        # written out, not through _state / _layout: this is the whole of a warm call's checking
+        if (sl._version, sl.data_ptr(), sl.shape, sl.stride(),
+                pk._version, pk.data_ptr(), pk.shape, pk.stride()) != self.meta:
             return None
         scale = self.scale
         if scale is None:
@@ -130,7 +132,10 @@ class RepeatedCall:
                 return None
         elif type(softmax_scale) not in (int, float) or softmax_scale != scale:
             return None
-        if resolve_strict(None) != self.strict or _layout(q, k, v) != self.layout:
+        if resolve_strict(None) != self.strict:
+            return None
+        if (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+                v.shape, v.stride(), v.dtype, v.device) != self.layout:
             return None
         if poison:
             out = torch.full(self.out_shape, _NAN, dtype=self.out_dtype, device=self.out_device)
