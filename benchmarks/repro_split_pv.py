@@ -1,6 +1,6 @@
 """A minimal attention forward whose PV product has two accumulators, to reduce Note [Head-dim split].
 
-python -m kernel_oracle.benchmarks.repro_split_pv            (a GPU; or TRITON_INTERPRET=1 on the CPU)
+python -m kernel_oracle.benchmarks.repro_split_pv [--dump DIR]   (a GPU; or TRITON_INTERPRET=1 on the CPU)
 
 Our vision kernel's split head dim (v's 80 columns as a 64-column tile and a 16-column tail, two
 ``tl.dot`` into two accumulators) is exact under the interpreter and wrong when compiled with triton
@@ -24,7 +24,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _step(q, acc_a, acc_b, m_i, l_i, K, V, start, n, scale, offs_d, cols_a, cols_b,
+def _step(q, acc_a, acc_b, m_i, l_i, K, V, stride_v, start, n, scale, offs_d, cols_a, cols_b,
           D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, RESCALE: tl.constexpr,
           MASK: tl.constexpr):
     """One key block: logits, online softmax, the PV product into one accumulator or two.  ``MASK``: the
@@ -50,19 +50,21 @@ def _step(q, acc_a, acc_b, m_i, l_i, K, V, start, n, scale, offs_d, cols_a, cols
         l_i = l_i + tl.sum(p, 1)
     p_mm = p.to(V.dtype.element_ty)
     row_ok = offs_n[:, None] < n if MASK else offs_n[:, None] >= 0
-    v_a = tl.load(V + offs_n[:, None] * DV + cols_a[None, :], mask=row_ok & (cols_a[None, :] < DV), other=0.0)
+    v_a = tl.load(V + offs_n[:, None] * stride_v + cols_a[None, :], mask=row_ok & (cols_a[None, :] < DV), other=0.0)
     acc_a = tl.dot(p_mm, v_a, acc_a)
     if SPLIT:
-        v_b = tl.load(V + offs_n[:, None] * DV + cols_b[None, :], mask=row_ok & (cols_b[None, :] < DV), other=0.0)
+        v_b = tl.load(V + offs_n[:, None] * stride_v + cols_b[None, :], mask=row_ok & (cols_b[None, :] < DV), other=0.0)
         acc_b = tl.dot(p_mm, v_b, acc_b)
     return acc_a, acc_b, m_i, l_i
 
 
-@triton.jit
-def _pv_kernel(Q, K, V, O, n, scale, D: tl.constexpr, DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
+@triton.jit(do_not_specialize=("stride_v8",))
+def _pv_kernel(Q, K, V, O, n, scale, stride_v8, D: tl.constexpr, DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, RESCALE: tl.constexpr):
-    """One sequence of ``n`` tokens, one head; q, k (n, D), v and o (n, DV), contiguous.  Full key blocks
-    in a loop, then (when ``n % BLOCK_N``) one masked block, as the vision kernel does."""
+    """One sequence of ``n`` tokens, one head; q, k (n, D), o (n, DV), contiguous; v (n, DV) with token stride
+    ``8 * stride_v8`` (a runtime integer times a constant, as the vision kernel's ALIGN does).  Full key
+    blocks in a loop, then (when ``n % BLOCK_N``) one masked block, as the vision kernel does."""
+    stride_v = stride_v8 * 8
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
     q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :], mask=offs_m[:, None] < n, other=0.0)
@@ -74,10 +76,10 @@ def _pv_kernel(Q, K, V, O, n, scale, D: tl.constexpr, DV: tl.constexpr, DVA: tl.
     acc_b = tl.zeros([BLOCK_M, DVB], tl.float32)
     n_full = (n // BLOCK_N) * BLOCK_N
     for start in range(0, n_full, BLOCK_N):
-        acc_a, acc_b, m_i, l_i = _step(q, acc_a, acc_b, m_i, l_i, K, V, start, n, scale, offs_d, cols_a, cols_b,
+        acc_a, acc_b, m_i, l_i = _step(q, acc_a, acc_b, m_i, l_i, K, V, stride_v, start, n, scale, offs_d, cols_a, cols_b,
                                        D, DV, BLOCK_N, SPLIT, RESCALE, False)
     if n_full < n:
-        acc_a, acc_b, m_i, l_i = _step(q, acc_a, acc_b, m_i, l_i, K, V, n_full, n, scale, offs_d, cols_a, cols_b,
+        acc_a, acc_b, m_i, l_i = _step(q, acc_a, acc_b, m_i, l_i, K, V, stride_v, n_full, n, scale, offs_d, cols_a, cols_b,
                                        D, DV, BLOCK_N, SPLIT, RESCALE, True)
     row = offs_m[:, None] < n
     tl.store(O + offs_m[:, None] * DV + cols_a[None, :], (acc_a / l_i[:, None]).to(O.dtype.element_ty),
@@ -88,11 +90,14 @@ def _pv_kernel(Q, K, V, O, n, scale, D: tl.constexpr, DV: tl.constexpr, DVA: tl.
 
 
 def run_variant(n: int, D: int, DV: int, split: bool, rescale: bool, block_m: int, block_n: int, warps: int,
-                stages: int, dtype=torch.float16, device="cuda", seed: int = 0) -> float:
-    """Max abs error of one variant against float64 softmax(q k^T / sqrt(D)) v, on random data."""
+                stages: int, heads: int = 1, dtype=torch.float16, device="cuda", seed: int = 0,
+                return_kernel: bool = False):
+    """Max abs error of one variant against float64 softmax(q k^T / sqrt(D)) v, on random data (and the
+    compiled kernel, with ``return_kernel``).  ``heads`` > 1: v is the last head of an (n, heads, DV) tensor,
+    so its token stride is heads * DV, as in the vision kernel's multi-head layout."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     q, k = (torch.randn(n, D, generator=g).to(dtype).to(device) for _ in range(2))
-    v = torch.randn(n, DV, generator=g).to(dtype).to(device)
+    v = torch.randn(n, heads, DV, generator=g).to(dtype).to(device)[:, heads - 1]
     o = torch.full((n, DV), float("nan"), dtype=dtype, device=device)
     if split:  # a power-of-two tile and a tail of at least 16 (all masked when DV is a power of two)
         dva = 1 << (DV.bit_length() - 1)
@@ -100,39 +105,93 @@ def run_variant(n: int, D: int, DV: int, split: bool, rescale: bool, block_m: in
     else:  # one padded tile; the tail tile exists but is never used
         dva, dvb = triton.next_power_of_2(DV), 16
     scale = D ** -0.5 * 1.4426950408889634
-    _pv_kernel[(triton.cdiv(n, block_m),)](q, k, v, o, n, scale, D=D, DV=DV, DVA=dva, DVB=dvb,
+    kernel = _pv_kernel[(triton.cdiv(n, block_m),)](q, k, v, o, n, scale, v.stride(0) // 8, D=D, DV=DV, DVA=dva, DVB=dvb,
                                            BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=split, RESCALE=rescale,
                                            num_warps=warps, num_stages=stages)
     ref = torch.softmax(q.double() @ k.double().T * D ** -0.5, dim=-1) @ v.double()
-    return float((o.double() - ref).abs().max())
+    err = float((o.double() - ref).abs().max())
+    return (err, kernel) if return_kernel else err
 
 
-# (n, D, DV, split, rescale, block_m, block_n, warps, stages): on a GPU, the vision kernel's shapes; n=512 has
+# (n, D, DV, split, rescale, block_m, block_n, warps, stages, heads): on a GPU, the vision kernel's shapes; n=512 has
 # only full key blocks, n=300 ends with a masked one (as diag_vision's sequences of 300, 129 and 77 tokens)
-GPU_VARIANTS = [(n, 64, dv, split, rescale, bm, bn, w, st)
+GPU_VARIANTS = [(n, 64, dv, split, rescale, bm, bn, w, st, 1)
                 for n in (512, 300) for dv in (80, 64) for split, rescale in itertools.product((False, True), (False, True))
                 for bm, bn, w, st in ((128, 128, 8, 3), (64, 64, 4, 2), (128, 64, 8, 1), (128, 64, 8, 3), (128, 64, 4, 1))
                 if (split or dv == 80) and (rescale or n == 512)]
-# under the interpreter: small, one block shape; 40 tokens end with a masked block of 16
-CPU_VARIANTS = [(n, 16, 24, split, rescale, 16, 16, 1, 1)
+# the multi-head v layout (token stride 2 * 80) on the ragged split variants
+GPU_VARIANTS += [(300, 64, 80, True, True, bm, bn, w, st, 2)
+                 for bm, bn, w, st in ((128, 128, 8, 3), (64, 64, 4, 2), (128, 64, 8, 3))]
+# under the interpreter: small, one block shape; 40 tokens end with a masked block of 16; 2 heads on the last
+CPU_VARIANTS = [(n, 16, 24, split, rescale, 16, 16, 1, 1, 1 + (n == 40))
                 for n in (32, 40) for split, rescale in itertools.product((False, True), (False, True))]
 
 
-def main() -> int:
+def _line(variant, result: str) -> str:
+    n, D, DV, split, rescale, bm, bn, w, st, heads = variant
+    return (f"n={n} DV={DV} heads={heads} split={split!s:5} rescale={rescale!s:5} blocks={bm}x{bn} warps={w} "
+            f"stages={st}: {result}")
+
+
+def _one(index: int, dump: str | None) -> int:
+    """Run GPU variant ``index`` in this process; print its line; with ``dump``, write a wrong variant's
+    Triton IR and PTX there (what a compiler bug report needs)."""
+    variant = GPU_VARIANTS[index]
+    err, kernel = run_variant(*variant, device="cuda", return_kernel=True)
+    print(_line(variant, f"max error {err:.3g}"), flush=True)
+    if dump and not err < 0.05:
+        import os
+
+        os.makedirs(dump, exist_ok=True)
+        for kind in ("ttir", "ttgir", "ptx"):
+            with open(os.path.join(dump, f"variant{index}.{kind}"), "w") as f:
+                f.write(kernel.asm[kind])
+    return 0 if err < 0.05 else 1
+
+
+def main(argv=None) -> int:
+    import argparse
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
     from kernel_oracle.kernels.interpreter import interpreting
 
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--one", type=int, default=None, help="run one GPU variant in this process (by index)")
+    ap.add_argument("--dump", default=None, help="write the IR and PTX of wrong variants to this folder")
+    ap.add_argument("--jobs", type=int, default=8, help="variants run at once, each in its own process")
+    args = ap.parse_args(argv)
     cpu = interpreting()
     if not cpu and not torch.cuda.is_available():
         print("needs a CUDA device, or TRITON_INTERPRET=1 for the CPU check", file=sys.stderr)
         return 2
-    worst = 0.0
-    for variant in CPU_VARIANTS if cpu else GPU_VARIANTS:
-        err = run_variant(*variant, device="cpu" if cpu else "cuda")
-        worst = max(worst, err if err == err else float("inf"))
-        n, D, DV, split, rescale, bm, bn, w, st = variant
-        print(f"n={n} DV={DV} split={split!s:5} rescale={rescale!s:5} blocks={bm}x{bn} warps={w} stages={st}: "
-              f"max error {err:.3g}", flush=True)
-    return 0 if worst < 0.05 else 1
+    if args.one is not None:
+        return _one(args.one, args.dump)
+    if cpu:
+        worst = 0.0
+        for variant in CPU_VARIANTS:
+            err = run_variant(*variant, device="cpu")
+            worst = max(worst, err if err == err else float("inf"))
+            print(_line(variant, f"max error {err:.3g}"), flush=True)
+        return 0 if worst < 0.05 else 1
+
+    def child(i):  # its own process: an illegal memory access ends that variant, not the run
+        cmd = [sys.executable, "-m", "kernel_oracle.benchmarks.repro_split_pv", "--one", str(i)]
+        if args.dump:
+            cmd += ["--dump", args.dump]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if r.returncode in (0, 1) and r.stdout.strip():
+            return r.returncode, r.stdout.strip().splitlines()[-1]
+        why = [ln for ln in r.stderr.splitlines() if "rror" in ln][-1:] or [f"exit {r.returncode}"]
+        return 1, _line(GPU_VARIANTS[i], "crashed: " + why[0].strip()[:160])
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(child, range(len(GPU_VARIANTS))))
+    for _, line in results:
+        print(line)
+    wrong = sum(rc != 0 for rc, _ in results)
+    print(f"{wrong} of {len(results)} variants wrong or crashed")
+    return 0 if not wrong else 1
 
 
 if __name__ == "__main__":
