@@ -8,7 +8,8 @@ the GPU: an fp64 branch whose two ``return`` statements had different types did 
 variant (fp32 at every ``EXACT`` level, TF32, bf16, fp16) for ``GPUTarget("cuda", 90, 32)`` with
 Triton's bundled ptxas and prints one line per variant; exit 1 when any fails.  The six LoRA kernels
 follow (:data:`LORA_VARIANTS`: every dtype, both paths, both families, with and without a
-permutation), since they too run only under the interpreter on a CPU machine.
+permutation, the flat and per-slot token-major grids), since they too run only under the interpreter
+on a CPU machine.
 """
 
 from __future__ import annotations
@@ -45,15 +46,20 @@ def compile_variant(dtype: str, precision, exact: int, d: int, ws: bool = False)
                           options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
 
 
-# (op, dtype, path, ALIGN, permutation dtype or None): LoRA variants a kernel change must keep compiling
+# (op, dtype, path, ALIGN, permutation dtype or None[, NSLOT]): LoRA variants a kernel change must keep
+# compiling.  Token-major ones run slot-sorted tiles on the flat grid (Note [Flat slot grid]) with NSLOT 8 (up
+# to 8 slots) unless the sixth entry says otherwise: 0 is the per-slot grid (FLAT_SLOTS off), 32 the cap.
 LORA_VARIANTS = (("step_a_q", "bfloat16", "tok", 8, None), ("step_b_q", "float32", "seg", 1, "i64"),
                  ("step_a_v", "float16", "seg", 8, "i64"), ("step_b_v", "bfloat16", "tok", 1, None),
-                 ("q_side_fused", "float16", "tok", 8, "i64"), ("v_side_fused", "float32", "seg", 1, None))
+                 ("q_side_fused", "float16", "tok", 8, "i64"), ("v_side_fused", "float32", "seg", 1, None),
+                 ("v_side_fused", "bfloat16", "tok", 8, None, 0), ("step_b_q", "bfloat16", "tok", 1, "i64", 32))
 
 
-def compile_lora(op: str, dtype: str, path: str, align: int, perm):
+def compile_lora(op: str, dtype: str, path: str, align: int, perm, nslot=None):
     """The compiled LoRA kernel of one variant (``kernels.lora._launch`` blocks of ``path``, rank block
-    32, the aligned family when ``align > 1``); ``perm``: the permutation's pointer type, None for none."""
+    32, the aligned family when ``align > 1``); ``perm``: the permutation's pointer type, None for none;
+    ``nslot``: a token-major launch's ``NSLOT`` on the flat grid, 0 for the per-slot grid (None: what
+    ``kernels.lora._launch`` launches for 4 slots)."""
     import inspect
 
     import triton
@@ -69,8 +75,11 @@ def compile_lora(op: str, dtype: str, path: str, align: int, perm):
     warps = blocks.pop("num_warps")
     blocks.pop("C_SPLIT", None)
     params = inspect.signature(fn.fn).parameters
+    if nslot is None:
+        nslot = LL.slot_block(4) if LL.FLAT_SLOTS else 0
+    sorted_rows = path == "tok" and LL.SLOT_SORTED
     const = dict(TOKEN_MAJOR=path == "tok", HAS_PERM=perm is not None, SEG_TILE=64 if path == "tok" else 0,
-                 SORTED=path == "tok" and LL.SLOT_SORTED,
+                 SORTED=sorted_rows, FLAT=sorted_rows and nslot > 0, NSLOT=nslot or LL.FLAT_SLOTS_MIN_BLOCK,
                  BLOCK_R=LL.MIN_BLOCK_R, UPCAST=False, DOT_PREC="tf32" if dtype == "float32" else None,
                  FIX_BF16=False, ALIGN=align, **blocks)
     const = {k: v for k, v in const.items() if k in params}

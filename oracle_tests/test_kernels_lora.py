@@ -23,6 +23,7 @@ from typing import Optional
 
 import pytest
 import torch
+import triton
 
 import kernel_oracle.kernels as kernels
 import kernel_oracle.kernels.lora as klora
@@ -249,21 +250,150 @@ def _with_blocks(monkeypatch, path: str, **changes) -> None:
     monkeypatch.setattr(launch, "BLOCKS", blocks)
 
 
-# Both token-major routes (logical rows, or each slot's rows in segment order: Note [Slot-sorted tiles])
-# and the fused kernels' early base load (PREFETCH) are options a benchmark sweeps, so each is checked
-# against the oracle; tiles of 4 rows make every slot span several tiles, and tiles mix slots
+# The token-major routes (logical rows; each slot's rows in segment order, Note [Slot-sorted tiles], on its
+# per-slot grid or on the flat grid, Note [Flat slot grid]) and the fused kernels' early base load
+# (PREFETCH) are options a benchmark sweeps, so each is checked against the oracle; tiles of 4 rows make
+# every slot span several tiles, and tiles mix slots
+ROUTES = {"logical-rows": dict(SLOT_SORTED=False, FLAT_SLOTS=False),
+          "slot-sorted": dict(SLOT_SORTED=True, FLAT_SLOTS=False),
+          "flat": dict(SLOT_SORTED=True, FLAT_SLOTS=True)}
+
+
+def _with_route(monkeypatch, route: str) -> list:
+    """Token-major launches on ``route``; returns the list the launches' plans are appended to."""
+    monkeypatch.setattr(launch, "FORCE_PATH", "tok")
+    for name, value in ROUTES[route].items():
+        monkeypatch.setattr(launch, name, value)
+    plans, plan = [], launch.plan
+    monkeypatch.setattr(launch, "plan", lambda *a, **kw: plans.append(plan(*a, **kw)) or plans[-1])
+    return plans
+
+
 @pytest.mark.interpreter
-@pytest.mark.parametrize("sorted_rows", [False, True], ids=["logical-rows", "slot-sorted"])
+@pytest.mark.parametrize("route", list(ROUTES))
 @pytest.mark.parametrize("bname", ["decode", "decode-graph", "empty-segments", "permuted"])
 @pytest.mark.parametrize("op", OPS)
-def test_token_major_routes_match_oracle(op, bname, sorted_rows, monkeypatch):
-    monkeypatch.setattr(launch, "FORCE_PATH", "tok")
-    monkeypatch.setattr(launch, "SLOT_SORTED", sorted_rows)
+def test_token_major_routes_match_oracle(op, bname, route, monkeypatch):
+    plans = _with_route(monkeypatch, route)
     _with_blocks(monkeypatch, "tok", BT=4)
-    seed = _seed(op, bname, sorted_rows)
+    seed = _seed(op, bname, route != "logical-rows")  # slot-sorted and flat: the same data
     args, routed = _make_call(op, BATCHES[bname], SMALL_DIMS["d48"], torch.bfloat16, torch.bfloat16, DEVICE,
                               seed=seed)
-    _check(op, args, routed, torch.bfloat16, f"op={op} batch={bname} sorted={sorted_rows} seed={seed}")
+    _check(op, args, routed, torch.bfloat16, f"op={op} batch={bname} route={route} seed={seed}")
+    assert plans and all((p.slot_block > 0) == (route == "flat") for p in plans), plans
+
+
+# Flat grid (Note [Flat slot grid]) batches, with 4-row tiles: slots interleaved, a slot with no rows, a
+# rank-0 slot, slots of several tiles, slot counts that are no power of two, and more slots than NSLOT's
+# smallest bucket (11 slots: NSLOT 16).  (batch, slots)
+FLAT_BATCHES = {
+    # slot 4: 14 rows (4 tiles), 0: 5 (2), 2: 3 (1), 1 (rank 0): 2; slot 3 (rank 12) has none
+    "five-slots": (Batch((1, 3, 1, 1, 6, 1, 2, 1, 1, 5, 1, 1), (4, 0, 2, 1, 4, 0, 4, 2, 1, 4, 0, 2),
+                         (16, 0, 7, 12, 16), (0.5, 1.0, -2.0, 1.5, 0.75)), 5),
+    # one-token segments over 11 slots, slot 10 unused, slot 5 off, permuted rows
+    "eleven-slots": (Batch((1,) * 23, tuple(i * 7 % 10 for i in range(23)),
+                           (16, 3, 9, 16, 1, 0, 12, 5, 16, 8, 4), (1.0, 0.5, 2.0, -1.0, 1.5, 1.0, 0.25, 1.0, 0.5,
+                                                                     2.0, 1.0), permuted=True), 11),
+    # graph replay: padded segments of zero length, 3 slots, and a long segment of slot 1
+    "three-slots-graph": (Batch((1, 9, 1, 1), (2, 1, 0, 2), (16, 5, 11), (1.0, 0.5, 1.5), pad_to=8), 3),
+}
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("bname", list(FLAT_BATCHES))
+@pytest.mark.parametrize("op", OPS)
+def test_flat_grid_matches_oracle(op, bname, monkeypatch):
+    plans = _with_route(monkeypatch, "flat")
+    _with_blocks(monkeypatch, "tok", BT=4)
+    batch, L = FLAT_BATCHES[bname]
+    dims = Dims(H=2, qk=48, vd=40, C=64, R=16, L=L)
+    seed = _seed(op, bname, "flat")
+    args, routed = _make_call(op, batch, dims, torch.bfloat16, torch.bfloat16, DEVICE, seed=seed)
+    _check(op, args, routed, torch.bfloat16, f"op={op} batch={bname} flat seed={seed}")
+    assert plans and all(p.slot_block == launch.slot_block(L) > 0 for p in plans), plans
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("route", ["slot-sorted", "flat"])
+@pytest.mark.parametrize("op", OPS)
+def test_token_major_out_of_range_slots_with_strict_false(op, route, monkeypatch):
+    """strict=False, weight indices past the slots and negative: no fault (nothing read or written out of
+    bounds), the defined rows match the oracle, and the broken segments' rows, which no program serves,
+    stay as they were (in-place ops), like every row no segment routes."""
+    _with_route(monkeypatch, route)
+    _with_blocks(monkeypatch, "tok", BT=4)
+    batch = Batch((1, 2, 1, 5, 1, 1, 3, 1), (0, 2, 1, 0, 2, 2, 1, 0), (16, 7, 11), (0.5, 2.0, -1.0))
+    dims = SMALL_DIMS["d48"]
+    seed = _seed(op, route, "bad-slots")
+    args, routed = _make_call(op, batch, dims, torch.bfloat16, torch.bfloat16, DEVICE, seed=seed)
+    bi = batch_info_of(_as_call(op, args))
+    bi.weight_indices[3] = dims.L + 4  # segment 3: rows 4..8 (a slot below NSLOT, 8: only n_slots excludes it)
+    bi.weight_indices[6] = -1  # segment 6: rows 11..13
+    # ranks and scalings as views of longer buffers, on and finite past the L slots: a program that took a
+    # bad index for a slot would read them and write the broken rows
+    bi.lora_ranks = torch.cat([bi.lora_ranks, torch.full_like(bi.lora_ranks, dims.R).repeat(4)])[:dims.L]
+    bi.scalings = torch.cat([bi.scalings, torch.ones_like(bi.scalings).repeat(4)])[:dims.L]
+    broken = torch.zeros_like(routed)
+    broken[4:9] = broken[11:14] = True
+    oracle = getattr(ref, f"{op}_oracle")
+    exact = oracle(*args, strict=False)
+    assert not exact.defined[broken.to(exact.defined.device)].any()
+    kernel = getattr(klora, f"{op}_fwd")
+    repro = f"op={op} route={route} bad slots seed={seed}"
+    if op in FRESH:
+        out = kernel(*args, strict=False)
+    else:
+        base = args[OP_DB[op].inplace_arg]
+        before = base.clone()
+        out = kernel(*args, strict=False)
+        keep = (~routed | broken).to(base.device)
+        assert torch.equal(base[keep], before[keep]), f"{op}: rows of no slot changed; {repro}"
+    faithful = oracle(*args, faithful=BASELINE[torch.bfloat16], strict=False)
+    c = compare(out, exact.value, exact.defined, family="lora", baseline=faithful.baselines, repro=repro)
+    assert c.ok, c.message
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_flat_grid_is_the_bound_and_falls_back_above_the_slot_cap(op, monkeypatch):
+    """Host side of Note [Flat slot grid]: ceil(S/BT) + L - 1 tiles and no slot axis up to FLAT_SLOTS_MAX
+    slots (a bound of sum_w ceil(n_w/BT), reached when every slot's rows overflow a tile by one row);
+    the slot-sorted grid above it, with FLAT_SLOTS off, without slot-sorted tiles, or beyond the compare
+    tile (binary search)."""
+    monkeypatch.setattr(launch, "FORCE_PATH", "tok")
+    bt = launch.BLOCKS[op]["tok"]["BT"]
+    for L in (1, 3, 4, 8, 9, 31, 32, 33, 64):
+        # one segment of bt + 1 rows per slot: 2 tiles each, 2L (slot, tile) pairs in all
+        bi = make_lora_batch_info((bt + 1,) * L, list(range(L)), [16] * L, [1.0] * L)
+        S = L * (bt + 1)
+        p = launch.plan(op, bi, S, bt + 1, num_slots=L)
+        assert p.token_major and p.seg_tile > 0, p
+        if L <= launch.FLAT_SLOTS_MAX:
+            assert p.slot_block == max(8, triton.next_power_of_2(L)), (L, p)
+            assert p.row_tiles == triton.cdiv(S, bt) + L - 1 >= 2 * L and launch._axis2(p, L, 3) == 3, (L, p)
+            assert p.row_tiles == 2 * L or L > bt, (L, p)  # the bound is reached
+        else:
+            assert p.slot_block == 0 and p.row_tiles == triton.cdiv(S, bt), (L, p)
+            assert launch._axis2(p, L, 3) == 3 * L
+    bi = make_lora_batch_info((1,) * 64, [i % 4 for i in range(64)], [16] * 4, [1.0] * 4)
+    assert launch.plan(op, bi, 64, 1, num_slots=0).slot_block == 0  # no slots: nothing to lay out flat
+    for name in ("FLAT_SLOTS", "SLOT_SORTED"):
+        with monkeypatch.context() as m:
+            m.setattr(launch, name, False)
+            p = launch.plan(op, bi, 64, 1, num_slots=4)
+            assert p.slot_block == 0 and p.row_tiles == triton.cdiv(64, bt) and launch._axis2(p, 4, 1) == 4
+    many = make_lora_batch_info((1,) * 300, [i % 4 for i in range(300)], [16] * 4, [1.0] * 4)
+    assert launch.plan(op, many, 300, 1, num_slots=4).slot_block == 0  # binary search: no compare tile
+
+
+def test_flat_grid_bound_holds_for_random_batches():
+    """sum_w ceil(n_w/BT) <= ceil(S/BT) + L - 1 for any split of S rows over L slots (the flat grid's bound)."""
+    gen = torch.Generator().manual_seed(7)
+    for _ in range(2000):
+        L = int(torch.randint(1, 33, (1,), generator=gen))
+        bt = int(2 ** torch.randint(0, 7, (1,), generator=gen))
+        n = torch.randint(0, 200, (L,), generator=gen)
+        S = int(n.sum()) + int(torch.randint(0, 3, (1,), generator=gen))  # unrouted rows too
+        assert sum(triton.cdiv(int(x), bt) for x in n) <= triton.cdiv(S, bt) + L - 1, (L, bt, n.tolist(), S)
 
 
 @pytest.mark.interpreter

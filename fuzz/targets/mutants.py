@@ -106,12 +106,12 @@ MUTANTS: tuple[Mutant, ...] = (
            (Patch(_K, "phys = tl.load(perm + tl.minimum(tl.maximum(logical, 0), num_rows - 1), mask=valid, other=0)",
                   "phys = logical.to(tl.int64)"),)),
     # both token-major routes: logical rows (more than 256 segments) and slot-sorted tiles (Note [Slot-sorted
-    # tiles]; what the tiny preset's batches take)
+    # tiles]; what the tiny preset's batches take, on the flat grid: the segment lengths feed both the slot's
+    # tile count there, Note [Flat slot grid], and the rows of a tile)
     Mutant("lora_segment_end_off_by_one", "lora", "token-major tiles treat a segment's end (seg_indptr[b+1]) as "
            "inside it (<=)",
            (Patch(_K, "valid = (logical >= first) & (logical < last)", "valid = (logical >= first) & (logical <= last)"),
-            Patch(_K, "lens = tl.where(mine, tl.maximum(ends - starts, 0), 0)",
-                  "lens = tl.where(mine, tl.maximum(ends - starts + 1, 0), 0)"))),
+            Patch(_K, "seg_rows = tl.maximum(ends - starts, 0)", "seg_rows = tl.maximum(ends - starts + 1, 0)"))),
     # the copy also forces the segment-major path (the wrapper's FORCE_PATH hook): tiny CPU problems
     # rarely choose it on their own
     Mutant("lora_segment_end_off_by_one_seg", "lora", "segment-major tiles run one row past the segment end",
@@ -131,9 +131,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("lora_dropped_k_tail", "lora", "step A_v drops the kv_lora_rank tail block (C not a multiple of BLOCK_K)",
            (Patch(_K, "for k0 in range(0, C, BLOCK_K):", "for k0 in range(0, (C // BLOCK_K) * BLOCK_K, BLOCK_K):",
                   count=1),), ops=("step_a_v",)),
+    # on the flat grid (Note [Flat slot grid]) the bound becomes floor(S/BT) + L - 1, too small for some batches
     Mutant("lora_dropped_tail_tiles", "lora", "token-major grid rounds the row tiles down (tail rows never computed)",
-           (Patch(_L, "return Plan(True, n_launch, triton.cdiv(num_rows, bt),",
-                  "return Plan(True, n_launch, num_rows // bt,"),)),
+           (Patch(_L, "return Plan(True, n_launch, triton.cdiv(num_rows, bt) + extra,",
+                  "return Plan(True, n_launch, num_rows // bt + extra,"),)),
     Mutant("lora_overwrite_not_accumulate", "lora", "step B stores the delta instead of base + delta",
            (Patch(_K, "cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16)",
                   "cast_rounded(d, base_ptr.dtype.element_ty, FIX_BF16)"),),

@@ -14,7 +14,8 @@ holds is decided by :func:`_route`, in one of two ways chosen per call by the wr
   one-token segments): a segment-major tile would be 1/BT full, while here the ``L`` programs of a
   tile share its rows between them, each runs one short dependency chain, and each loads its slot's
   weights once per tile rather than once per token.  Programs whose slot has no row in the tile
-  exit after routing.
+  exit after routing.  (Slot-sorted tiles and the flat grid change which rows a token-major tile
+  holds and where its slot comes from: the two Notes below.)
 
 Rank handling: ``r = min(R, lora_ranks[w])``; ``r <= 0`` skips the slot (nothing is stored, so
 in-place outputs stay bit-identical).  Every operand along the rank axis is masked to ``< r`` on
@@ -38,8 +39,9 @@ tile ``pid`` of slot ``w`` to rows ``pid*BT ..`` of the list of ``w``'s rows in 
 load each of ``seg_indptr`` (starts and ends) and ``weight_indices`` over the compare tile, a prefix
 sum of the lengths of ``w``'s segments (negative lengths of malformed metadata count as 0), and one
 (rows x segments) compare.  The grid is unchanged (``ceil(S/BT)`` tiles per slot, an upper bound:
-programs past their slot's rows skip the prefix sum and the compare, and store nothing).  With well-formed metadata every
-row still belongs to one program, so in-place updates do not race.  Measured on the H200
+programs past their slot's rows skip the prefix sum and the compare, and store nothing; Note [Flat
+slot grid] launches fewer).  With well-formed metadata every row still belongs to one program, so
+in-place updates do not race.  Measured on the H200
 (``bench_lora --decode-ab``, do_bench_cudagraph medians, 2026-11-30): decode-bs256 fused q 49.4 -> 30.5
 us, v 29.6 -> 25.1 us, same blocks; decode-bs64 fused 11.3 -> 11.2 and 8.70 -> 8.65 us (with 64-row
 tiles one tile already held every row).  With the chosen blocks and the skipped compare: bs256 q 24.8,
@@ -49,13 +51,31 @@ v 19.3 us; bs64 q 10.2, v 7.7 us; with the prefix sum skipped too, bs256 q 24.2,
 step A and each next block one iteration ahead: decode is a chain of dependent loads, not bytes
 (q 11.2 -> 10.8 us, v 8.7 -> 7.9 us at decode-bs64).
 
+Note [Flat slot grid]
+---------------------
+The slot-sorted grid above is ``ceil(S/BT)`` tiles for EACH of the ``L`` slots (grid axis 2 = slots x
+output blocks), but slot ``w`` fills only ``ceil(n_w/BT)`` of its tiles: at decode-bs256 with 4 slots,
+three quarters of the programs route and exit, and launch + route was 7 us of a 24 us call.  ``FLAT``
+(with ``SORTED``) launches only what the real (slot, tile) pairs can need: grid axis 2 is the output
+blocks alone, and axis 0 is ``ceil(S/BT) + L - 1``, an upper bound of ``sum_w ceil(n_w/BT)``: each
+term is below ``n_w/BT + 1``, so the integer sum is at most ``ceil(sum_w n_w / BT) + L - 1``, and
+``sum_w n_w <= S`` with well-formed metadata.  Each program counts every slot's rows from the same
+compare-tile loads (a ``(SEG_TILE, NSLOT)`` select and sum; ``NSLOT`` a power-of-two bucket of the
+runtime ``n_slots``), takes ``ceil(rows/BT)`` tiles per slot and their inclusive prefix sum, and finds
+its (slot, tile) from its pid; then it routes exactly as above.  Slots are laid out in order and each
+tile of a slot is one pid, so with well-formed metadata every row still belongs to one program.  Weight
+indices outside ``[0, n_slots)`` count for no slot (their rows stay untouched, as with ``SORTED``);
+a pid past the last tile (the bound is loose by up to ``L - 1``, and malformed metadata may shrink
+the counts) selects nothing and reads slot 0's rank, a valid index.  With more than
+:data:`kernels.lora._launch.FLAT_SLOTS_MAX` slots the wrapper launches the slot-sorted grid instead.
+
 Note [Specialization]
 ---------------------
 Triton compiles one kernel per combination of its integer arguments' classes (1, a multiple of 16,
 other) and constexprs, and a compilation costs about a second on the H200: a campaign must not
 compile per case.  So no runtime integer is specialized (``do_not_specialize``): not the counts that
-change with every batch (segments launched, tiles per segment, rows, search steps, output blocks),
-not the sizes (``H``, ``R``, ``QK``, ``C``, ``VD``, ``FULL_K``, ``C_BLOCKS``), not the strides.
+change with every batch (segments launched, tiles per segment, rows, search steps, output blocks,
+slots), not the sizes (``H``, ``R``, ``QK``, ``C``, ``VD``, ``FULL_K``, ``C_BLOCKS``), not the strides.
 What the compiler needs for wide loads -- unit innermost strides, and sizes and row/slot strides that
 are multiples of 16 bytes (the mask of a size decides the vector width) -- arrives as ONE constexpr,
 ``ALIGN`` (:data:`kernels.lora._launch.ALIGN` elements, or 1): when a call has it all, sizes and
@@ -63,13 +83,14 @@ strides are passed divided by ``ALIGN`` and multiplied back here, and the innerm
 constant 1, so the compiler sees what it needs (as the vision kernel does, Note [Alignment] there);
 any other call runs the generic kernel.  Constexprs are bucketed: ``BLOCK_R`` a power of two,
 ``SEG_TILE`` one of :data:`kernels.lora._launch.SEG_TILE_BUCKETS` or 0, the rest flags or block sizes
-from ``BLOCKS``.  What selects a compiled kernel is then the dtypes, ``BLOCK_R``, the path, ``ALIGN``,
-and the permutation flag.  Pointers do not multiply it: each kernel exists in two families
-(:func:`_two_families`), an aligned one launched only when ``ALIGN > 1`` and every data pointer is
-16-byte aligned, and a generic one that specializes no pointer on alignment (a misaligned view, 23% of
-the tiny preset's launches, used to double the variants); metadata pointers, read one element at a
-time, never specialize on it.  A few hundred variants in all, which a
-persistent Triton cache keeps between runs (``--triton-cache``, :mod:`harness.warmup`).
+from ``BLOCKS``, ``NSLOT`` a power of two (8 for up to 8 slots, :func:`kernels.lora._launch.slot_block`).
+What selects a compiled kernel is then the dtypes, ``BLOCK_R``, the path, ``ALIGN``, and the permutation
+flag.  Pointers do not multiply it: each kernel exists in two families (:func:`_two_families`), an
+aligned one launched only when ``ALIGN > 1`` and every data pointer is 16-byte aligned, and a generic
+one that specializes no pointer on alignment (a misaligned view, 23% of the tiny preset's launches,
+used to double the variants); metadata pointers, read one element at a time, never specialize on it.
+A few hundred variants in all, which a persistent Triton cache keeps between runs (``--triton-cache``,
+:mod:`harness.warmup`).
 """
 
 from __future__ import annotations
@@ -106,13 +127,50 @@ def _base_block(rows, cols, stride, sel, hi):
 
 
 @triton.jit
+def _slot_rows(pid, lane_tok, w, starts, seg_rows, slots, BT: tl.constexpr):
+    """Rows ``pid*BT + lane_tok`` of the list of slot ``w``'s rows in segment order (Note [Slot-sorted
+    tiles]): (valid, logical row).  ``starts``, ``seg_rows``, ``slots``: (SEG_TILE,) per segment."""
+    lens = tl.where(slots == w, seg_rows, 0)
+    k = pid * BT + lane_tok  # the k-th row of this slot
+    total = tl.sum(lens, axis=0)
+    valid = k < total
+    if pid * BT < total:  # tiles past the slot's rows (most of a non-FLAT grid at decode) skip scan and compare
+        incl = tl.cumsum(lens, axis=0)
+        excl = incl - lens
+        inside = (excl[None, :] <= k[:, None]) & (k[:, None] < incl[None, :])  # (BT, SEG_TILE), one per row
+        logical = k + tl.sum(tl.where(inside, starts[None, :] - excl[None, :], 0), axis=1)
+    else:
+        logical = k
+    return valid, logical
+
+
+@triton.jit
+def _flat_tile(pid, seg_rows, slots, n_slots, BT: tl.constexpr, NSLOT: tl.constexpr):
+    """Program ``pid`` of a flat grid (Note [Flat slot grid]): (slot, tile of that slot, live).
+
+    Slots 0..n_slots-1 in order, each with ceil(rows / BT) tiles; weight indices outside [0, n_slots)
+    count for no slot.  A pid past the last tile is not live: slot 0 (a valid index, read for its rank)
+    and tile ``pid``, which lies past slot 0's rows, so nothing is selected."""
+    offs_w = tl.arange(0, NSLOT)
+    hit = (slots[:, None] == offs_w[None, :]) & (offs_w < n_slots)[None, :]  # (SEG_TILE, NSLOT)
+    tiles = (tl.sum(tl.where(hit, seg_rows[:, None], 0), axis=0) + BT - 1) // BT  # (NSLOT,) per slot
+    incl = tl.cumsum(tiles, axis=0)
+    live = pid < tl.sum(tiles, axis=0)
+    w = tl.sum((incl <= pid).to(tl.int32), axis=0)  # the first slot whose tiles reach past pid
+    first = tl.sum(tl.where(offs_w < w, tiles, 0), axis=0)  # that slot's first program
+    return tl.where(live, w, 0), tl.where(live, pid - first, pid), live
+
+
+@triton.jit
 def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg, num_rows,
-           search_steps, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
-           SEG_TILE: tl.constexpr, SORTED: tl.constexpr = False):
+           search_steps, n_slots, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
+           SEG_TILE: tl.constexpr, SORTED: tl.constexpr = False, FLAT: tl.constexpr = False,
+           NSLOT: tl.constexpr = 8):
     """Rows of tile ``pid`` for this program's slot: (selected, slot, physical row).
 
     ``lane_tok`` in [0, BT) is each lane's token in the tile; ``w_prog`` the slot a token-major
-    program serves (its grid coordinate), ignored segment-major (the segment's slot)."""
+    program serves (its grid coordinate), ignored segment-major (the segment's slot) and FLAT (found
+    from ``pid``; ``n_slots``, the weight buffer's slots, is read only there)."""
     if TOKEN_MAJOR and SORTED and SEG_TILE > 0:
         # Note [Slot-sorted tiles]: tile pid holds rows pid*BT .. of the list of THIS slot's rows, in
         # segment order, so a tile is full of one slot's rows however the batch interleaves slots
@@ -120,18 +178,13 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
         in_n = offs_n < n_launch
         starts = tl.load(seg_indptr + offs_n, mask=in_n, other=0)
         ends = tl.load(seg_indptr + 1 + offs_n, mask=in_n, other=0)
-        mine = tl.load(weight_indices + offs_n, mask=in_n, other=-1) == w_prog
-        lens = tl.where(mine, tl.maximum(ends - starts, 0), 0)
-        k = pid * BT + lane_tok  # the k-th row of this slot
-        total = tl.sum(lens, axis=0)
-        valid = k < total
-        if pid * BT < total:  # tiles past the slot's rows (most of the grid at decode) skip the scan and compare
-            incl = tl.cumsum(lens, axis=0)
-            excl = incl - lens
-            inside = (excl[None, :] <= k[:, None]) & (k[:, None] < incl[None, :])  # (BT, SEG_TILE), one per row
-            logical = k + tl.sum(tl.where(inside, starts[None, :] - excl[None, :], 0), axis=1)
-        else:
-            logical = k
+        slots = tl.load(weight_indices + offs_n, mask=in_n, other=-1)
+        seg_rows = tl.maximum(ends - starts, 0)  # negative lengths of malformed metadata count as 0
+        if FLAT:  # Note [Flat slot grid]: the (slot, tile) pair comes from pid, not from the grid
+            w_prog, pid, live = _flat_tile(pid, seg_rows, slots, n_slots, BT, NSLOT)
+        valid, logical = _slot_rows(pid, lane_tok, w_prog, starts, seg_rows, slots, BT)
+        if FLAT:  # a pid past the last tile selects nothing (tl.where: the interpreter makes `valid & live` int32)
+            valid = tl.where(live, valid, False)
         slot = w_prog
     elif TOKEN_MAJOR:
         logical = pid * BT + lane_tok
@@ -178,7 +231,7 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
 # ---- split steps ---------------------------------------------------------------------------------
 
 # Note [Specialization]: runtime ints Triton must not specialize on (they change from batch to batch)
-_COUNTS = ("n_launch", "tiles_per_seg", "num_rows", "search_steps", "n_cblocks")
+_COUNTS = ("n_launch", "tiles_per_seg", "num_rows", "search_steps", "n_cblocks", "n_slots")
 # metadata pointers, read one element at a time: their 16-byte alignment (views at an offset) is of no use
 _METADATA = ("seg_indptr", "weight_indices", "lora_ranks", "scalings", "perm")
 _DATA = ("x_ptr", "a_ptr", "b_ptr", "out_ptr", "base_ptr")
@@ -200,9 +253,10 @@ _DNS_STEP_A_Q = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'so_
 
 @_two_families(_DNS_STEP_A_Q)
 def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, QK, FULL_K, R,
                     sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, so_t, so_h, so_r,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                    FLAT: tl.constexpr, NSLOT: tl.constexpr,
                     BT: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -221,12 +275,13 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
         sb_r = 1
         so_r = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
+                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -252,9 +307,10 @@ _DNS_STEP_B_Q = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sy_t', 'sy
 
 @_two_families(_DNS_STEP_B_Q)
 def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, H, C, R,
                     sx_t, sx_h, sx_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                    FLAT: tl.constexpr, NSLOT: tl.constexpr,
                     BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -275,12 +331,13 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         sa_c = 1
         sy_c = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
+                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               FLAT, NSLOT)
     sel = sel & (hh < H)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -306,9 +363,10 @@ _DNS_STEP_A_V = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so
 
 @_two_families(_DNS_STEP_A_V)
 def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, H, C, R,
                     sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, so_t, so_h, so_r,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                    FLAT: tl.constexpr, NSLOT: tl.constexpr,
                     BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -327,12 +385,13 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
         sa_c = 1
         so_r = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
+                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               FLAT, NSLOT)
     sel = sel & (hh < H)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
@@ -359,9 +418,10 @@ _DNS_STEP_B_V = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sy_
 
 @_two_families(_DNS_STEP_B_V)
 def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, QK, VD, FULL_K, R,
                     sx_t, sx_h, sx_r, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                    FLAT: tl.constexpr, NSLOT: tl.constexpr,
                     BT: tl.constexpr,
                     BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -382,12 +442,13 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         sb_r = 1
         sy_v = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
+                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               FLAT, NSLOT)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v = cb * BLOCK_V + tl.arange(0, BLOCK_V)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -416,9 +477,11 @@ _DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_BLOCKS', 'sx_t', 'sx_h', 'sb_l'
 
 @_two_families(_DNS_Q_SIDE_FUSED)
 def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R, C_BLOCKS,
+                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, QK, FULL_K, C, R,
+                        C_BLOCKS,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                        FLAT: tl.constexpr, NSLOT: tl.constexpr,
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -441,12 +504,13 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         sa_c = 1
         sy_c = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
+                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c0 = tl.arange(0, BLOCK_C)
@@ -505,9 +569,10 @@ _DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 's
 
 @_two_families(_DNS_V_SIDE_FUSED)
 def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
+                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, QK, VD, FULL_K, C, R,
                         sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
+                        FLAT: tl.constexpr, NSLOT: tl.constexpr,
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -531,12 +596,13 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         sb_r = 1
         sy_v = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED)
+                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v0 = tl.arange(0, BLOCK_V)

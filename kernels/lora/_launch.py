@@ -14,7 +14,9 @@ Path choice (:func:`plan`): a segment-major launch has ``n_launch * ceil(max_len
 ``BT`` rows; when that is more than twice the rows the input holds (``S``, an upper bound of the
 routed rows), most tile rows would idle -- decode batches of one-token segments fill 1/BT of each
 tile -- and the token-major path, whose grid is ``ceil(S / BT)`` tiles of consecutive logical rows,
-is used instead.
+is used instead.  Token-major with slot-sorted tiles over ``L <= FLAT_SLOTS_MAX`` slots launches the
+flat grid, ``ceil(S / BT) + L - 1`` tiles with no slot axis (Note [Flat slot grid] in
+:mod:`kernels.lora._kernels`): still host integers only (``L`` is the weight buffer's ``shape[0]``).
 """
 
 from __future__ import annotations
@@ -79,6 +81,18 @@ FORCE_PATH: Optional[str] = None
 # token-major launches with a compare tile (SEG_TILE > 0) take each slot's rows in segment order
 # (Note [Slot-sorted tiles] in kernels.lora._kernels) instead of consecutive logical rows
 SLOT_SORTED = True
+# slot-sorted launches over at most FLAT_SLOTS_MAX slots use the flat grid (Note [Flat slot grid]): only
+# ceil(S/BT) + L - 1 tiles in all instead of ceil(S/BT) per slot; the kernel counts every slot's rows in
+# a (SEG_TILE x NSLOT) tile, NSLOT = slot_block(L).  False launches the slot-sorted grid (A/B, tests)
+FLAT_SLOTS = True
+FLAT_SLOTS_MIN_BLOCK = 8
+FLAT_SLOTS_MAX = 32
+
+
+def slot_block(num_slots: int) -> int:
+    """``NSLOT`` of a flat launch over ``num_slots`` slots: a power of two, at least
+    :data:`FLAT_SLOTS_MIN_BLOCK`, so that the usual slot counts (up to 8) share one compiled kernel."""
+    return max(FLAT_SLOTS_MIN_BLOCK, triton.next_power_of_2(num_slots))
 
 
 @dataclass(frozen=True)
@@ -92,10 +106,13 @@ class Plan:
     search_steps: int
     seg_tile: int  # token-major: >0 finds segments by one vectorized compare over this many ends
     blocks: dict
+    slot_block: int = 0  # >0: the flat grid (Note [Flat slot grid]), NSLOT; grid axis 2 has no slot factor
 
 
-def plan(op: str, batch_info, num_rows: int, max_len: int, *, force: Optional[str] = None) -> Plan:
-    """Pick the path and grid of ``op`` for this batch; ``force`` = "seg" or "tok" overrides."""
+def plan(op: str, batch_info, num_rows: int, max_len: int, *, num_slots: int = 0,
+         force: Optional[str] = None) -> Plan:
+    """Pick the path and grid of ``op`` for this batch; ``force`` = "seg" or "tok" overrides.
+    ``num_slots``: the weight buffer's slots (``shape[0]``), which a flat grid's bound needs."""
     n = num_segments(batch_info)
     n_launch = n
     if getattr(batch_info, "use_cuda_graph", False):
@@ -109,8 +126,11 @@ def plan(op: str, batch_info, num_rows: int, max_len: int, *, force: Optional[st
     if token_major:
         bt = tok_blocks["BT"]
         seg_tile = next((b for b in SEG_TILE_BUCKETS if n_launch <= b and bt * b <= SEG_TILE_ELEMS_MAX), 0)
-        return Plan(True, n_launch, triton.cdiv(num_rows, bt), 1, max(n_launch, 1).bit_length() + 1, seg_tile,
-                    tok_blocks)
+        flat = SLOT_SORTED and FLAT_SLOTS and seg_tile > 0 and 1 <= num_slots <= FLAT_SLOTS_MAX
+        # flat: sum_w ceil(n_w/BT) <= ceil(S/BT) + L - 1 tiles in all (Note [Flat slot grid])
+        extra = num_slots - 1 if flat else 0
+        return Plan(True, n_launch, triton.cdiv(num_rows, bt) + extra, 1, max(n_launch, 1).bit_length() + 1,
+                    seg_tile, tok_blocks, slot_block(num_slots) if flat else 0)
     return Plan(False, n_launch, n_launch * tiles_per_seg, max(tiles_per_seg, 1), 0, 0, seg_blocks)
 
 
@@ -134,18 +154,20 @@ def _flags(x: torch.Tensor, weights: tuple[torch.Tensor, ...], base: Optional[to
 
 
 def _axis2(p: Plan, num_slots: int, n_cblocks: int) -> int:
-    """Grid axis 2: output blocks, times the slots in token-major mode (one slot per program)."""
-    return n_cblocks * (num_slots if p.token_major else 1)
+    """Grid axis 2: output blocks, times the slots in token-major mode (one slot per program) unless
+    the grid is flat (each program finds its slot from its axis-0 index)."""
+    return n_cblocks * (num_slots if p.token_major and not p.slot_block else 1)
 
 
-def _meta(batch_info, p: Plan, num_rows: int, n_cblocks: int = 1):
+def _meta(batch_info, p: Plan, num_rows: int, num_slots: int, n_cblocks: int = 1):
     perm = batch_info.permutation
     return dict(seg_indptr=batch_info.seg_indptr, weight_indices=batch_info.weight_indices,
                 lora_ranks=batch_info.lora_ranks, perm=(perm if perm is not None else batch_info.seg_indptr),
                 n_launch=p.n_launch, tiles_per_seg=p.tiles_per_seg, num_rows=num_rows,
-                search_steps=p.search_steps, n_cblocks=n_cblocks, TOKEN_MAJOR=p.token_major,
+                search_steps=p.search_steps, n_cblocks=n_cblocks, n_slots=num_slots, TOKEN_MAJOR=p.token_major,
                 HAS_PERM=perm is not None, SEG_TILE=p.seg_tile,
-                SORTED=bool(SLOT_SORTED and p.token_major and p.seg_tile > 0))
+                SORTED=bool(SLOT_SORTED and p.token_major and p.seg_tile > 0), FLAT=p.slot_block > 0,
+                NSLOT=p.slot_block or FLAT_SLOTS_MIN_BLOCK)
 
 
 def _split(blocks: dict) -> tuple[dict, int]:
@@ -236,7 +258,7 @@ def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
     S, H, QK = q_nope.shape
     R = B_buf.shape[2]
     out = torch.empty((S, H, R), dtype=q_nope.dtype, device=q_nope.device)
-    p = plan("step_a_q", batch_info, S, max_len)
+    p = plan("step_a_q", batch_info, S, max_len, num_slots=B_buf.shape[0])
     if _nothing_to_do(p, S):
         return out
 
@@ -247,7 +269,7 @@ def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
 
     def launch(blocks, warps, stages):
         _family(K.step_a_q_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
-            q_nope, B_buf, out, **_meta(batch_info, p, S), FULL_K=full_K_per_head, R=R,
+            q_nope, B_buf, out, **_meta(batch_info, p, S, B_buf.shape[0]), FULL_K=full_K_per_head, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf,), None), **blocks, num_warps=warps, **_stages(stages))
 
@@ -260,7 +282,7 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
     max_len = validate_call("step_b_q", q_lora_a, A_buf, batch_info, base_output, strict=strict)
     S, H, _ = q_lora_a.shape
     R, C = A_buf.shape[1], A_buf.shape[2]
-    p = plan("step_b_q", batch_info, S, max_len)
+    p = plan("step_b_q", batch_info, S, max_len, num_slots=A_buf.shape[0])
     if _nothing_to_do(p, S):
         return base_output
 
@@ -273,7 +295,8 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
         ncb = triton.cdiv(C, blocks["BLOCK_C"])
         grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], ncb))
         _family(K.step_b_q_kernel, lay)[grid](
-            q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings, H=H, R=R,
+            q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, A_buf.shape[0], ncb), scalings=batch_info.scalings,
+            H=H, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_lora_a, (A_buf,), base_output), **blocks, num_warps=warps,
             **_stages(stages))
@@ -288,7 +311,7 @@ def step_a_v_fwd(attn_output, A_buf, batch_info, *, strict=None):
     S, H, C = attn_output.shape
     R = A_buf.shape[1]
     out = torch.empty((S, H, R), dtype=attn_output.dtype, device=attn_output.device)
-    p = plan("step_a_v", batch_info, S, max_len)
+    p = plan("step_a_v", batch_info, S, max_len, num_slots=A_buf.shape[0])
     if _nothing_to_do(p, S):
         return out
 
@@ -299,7 +322,7 @@ def step_a_v_fwd(attn_output, A_buf, batch_info, *, strict=None):
 
     def launch(blocks, warps, stages):
         _family(K.step_a_v_kernel, lay)[(p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], 1))](
-            attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, R=R,
+            attn_output, A_buf, out, **_meta(batch_info, p, S, A_buf.shape[0]), H=H, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf,), None), **blocks, num_warps=warps,
             **_stages(stages))
@@ -314,7 +337,7 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
                             v_head_dim, strict=strict)
     S, H, _ = attn_lora_a.shape
     R = B_buf.shape[2]
-    p = plan("step_b_v", batch_info, S, max_len)
+    p = plan("step_b_v", batch_info, S, max_len, num_slots=B_buf.shape[0])
     if _nothing_to_do(p, S):
         return base_output
 
@@ -328,7 +351,8 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
         ncb = triton.cdiv(v_head_dim, blocks["BLOCK_V"])
         grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
         _family(K.step_b_v_kernel, lay)[grid](
-            attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
+            attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, B_buf.shape[0], ncb),
+            scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_lora_a, (B_buf,), base_output), **blocks, num_warps=warps,
@@ -345,7 +369,7 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
                             strict=strict)
     S, H, QK = q_nope.shape
     R, C = B_buf.shape[2], A_buf.shape[2]
-    p = plan("q_side_fused", batch_info, S, max_len)
+    p = plan("q_side_fused", batch_info, S, max_len, num_slots=B_buf.shape[0])
     if _nothing_to_do(p, S):
         return base_output
 
@@ -360,7 +384,8 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
         c_blocks = triton.cdiv(blocks.pop("C_SPLIT") or C, blocks["BLOCK_C"])  # BLOCK_C-column blocks per program
         ncb = triton.cdiv(C, c_blocks * blocks["BLOCK_C"])
         _family(K.q_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
-            q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
+            q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, B_buf.shape[0], ncb),
+            scalings=batch_info.scalings,
             FULL_K=full_K_per_head, R=R, C_BLOCKS=c_blocks,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **blocks, num_warps=warps,
@@ -378,7 +403,7 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
                             qk_nope_head_dim, v_head_dim, strict=strict)
     S, H, C = attn_output.shape
     R = B_buf.shape[2]
-    p = plan("v_side_fused", batch_info, S, max_len)
+    p = plan("v_side_fused", batch_info, S, max_len, num_slots=B_buf.shape[0])
     if _nothing_to_do(p, S):
         return base_output
 
@@ -391,7 +416,8 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
 
     def launch(blocks, warps, stages):
         _family(K.v_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
-            attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
+            attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S, B_buf.shape[0]),
+            scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **blocks, num_warps=warps,
