@@ -19,12 +19,16 @@ the best for the table.  The replay time of a one-kernel graph is printed as the
 each configuration of the fused kernels against the float64 oracle on the device, then time it with
 ``triton.testing.do_bench_cudagraph`` (a graph of many calls; decode rotates 8 input sets, more than
 the L2 holds), beside a graph of one trivial kernel per call as the floor; nothing else is run.
+Both take each configuration on a token-major route (``ROUTES``: the flat grid, the per-slot slot-sorted
+grid, logical rows); ``--decode-floor`` times the chosen fused configuration with real ranks and with
+every rank 0 (launch + route) on each route of ``--routes`` (default: flat and sorted).
 ``--json PATH`` writes the results as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import time
@@ -259,26 +263,41 @@ def sweep_decode(klora, launch):
 # decode A/B (--decode-ab): token-major configurations of the fused kernels, each checked against the
 # float64 oracle on the device, then timed by triton.testing.do_bench_cudagraph (median of replays of a
 # graph holding many calls, so one replay's launch cost is spread over them: the issue's measure).
-# Each entry is (sorted, overrides): "sorted", each slot's rows in segment order (Note [Slot-sorted
-# tiles]; False is the logical-row route); the overrides apply to the chosen blocks of
+# Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 4 (session 9): whole-row blocks, so that every load of a program is issued before its first dot
-# (rounds 1-3, 2026-11-30 21:00-21:58 UTC: docs/benchmarks/data/h200_2026-11-30_s8/)
+# Round 5: the flat grid (Note [Flat slot grid]: ceil(S/BT) + L - 1 tiles in all) against the per-slot
+# slot-sorted grid (ceil(S/BT) tiles per slot), at the chosen blocks and at other tile heights (without a
+# slot factor on the grid, short tiles launch fewer empty programs).  Rounds 1-3 (2026-11-30 21:00-21:58
+# UTC): docs/benchmarks/data/h200_2026-11-30_s8/; round 4 (whole-row blocks, slower everywhere):
+# docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [(True, {}), (True, {"BLOCK_C": 256}), (True, {"BLOCK_C": 256, "num_warps": 8}),
-                     (True, {"BLOCK_C": 512}), (True, {"BLOCK_C": 512, "num_warps": 8}),
-                     (True, {"BT": 16, "BLOCK_C": 512, "num_warps": 4}),
-                     (True, {"BT": 64, "BLOCK_C": 512, "num_warps": 8})],
-    "v_side_fused": [(True, {}), (True, {"BLOCK_K": 256}), (True, {"BLOCK_K": 512}),
-                     (True, {"BLOCK_K": 512, "num_warps": 8}), (True, {"BT": 32, "BLOCK_K": 256}),
-                     (True, {"BT": 32, "BLOCK_K": 512})],
+    "q_side_fused": [("flat", {}), ("sorted", {}), ("flat", {"BT": 16}), ("sorted", {"BT": 16}),
+                     ("flat", {"BT": 64, "num_warps": 8}), ("sorted", {"BT": 64, "num_warps": 8})],
+    "v_side_fused": [("flat", {}), ("sorted", {}), ("flat", {"BT": 32}), ("sorted", {"BT": 32})],
 }
+# token-major routes (kernels.lora._launch switches): the flat grid (the default), the per-slot
+# slot-sorted grid, and tiles of consecutive logical rows (Note [Slot-sorted tiles])
+ROUTES = {"flat": dict(SLOT_SORTED=True, FLAT_SLOTS=True), "sorted": dict(SLOT_SORTED=True, FLAT_SLOTS=False),
+          "logical": dict(SLOT_SORTED=False, FLAT_SLOTS=False)}
+
+
+@contextlib.contextmanager
+def token_major_route(launch, route: str):
+    """Launch on ``route`` (a key of :data:`ROUTES`) inside the block; the switches are restored after."""
+    saved = {name: getattr(launch, name) for name in ROUTES[route]}
+    try:
+        for name, value in ROUTES[route].items():
+            setattr(launch, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(launch, name, value)
 
 
 def ab_configs(table: dict, blocks: dict, path: str) -> dict:
-    """``{op: [(sorted, blocks), ...]}``: each entry of an A/B ``table`` as the full block dict it launches,
+    """``{op: [(route, blocks), ...]}``: each entry of an A/B ``table`` as the full block dict it launches,
     its overrides applied to ``blocks[op][path]`` (kernels.lora._launch.BLOCKS, the chosen ones)."""
-    return {op: [(sorted_rows, {**blocks[op][path], **overrides}) for sorted_rows, overrides in entries]
+    return {op: [(route, {**blocks[op][path], **overrides}) for route, overrides in entries]
             for op, entries in table.items()}
 
 
@@ -303,13 +322,13 @@ def _oracle_check(op: str, d: dict) -> str:
 
 
 # prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048, as
-# overrides of the chosen segment-major blocks (as DECODE_AB)
+# overrides of the chosen segment-major blocks (as DECODE_AB; the route is that of token-major calls only)
 PREFILL_AB = {
-    "q_side_fused": [(True, {}), (True, {"PREFETCH": True}), (True, {"num_warps": 8}),
-                     (True, {"BT": 64, "num_warps": 8}), (True, {"BT": 64, "num_warps": 8, "PREFETCH": True}),
-                     (True, {"BLOCK_C": 256, "num_warps": 8, "PREFETCH": True}),
-                     (True, {"PREFETCH": True, "num_stages": 2})],
-    "v_side_fused": [(True, {}), (True, {"PREFETCH": True})],
+    "q_side_fused": [("flat", {}), ("flat", {"PREFETCH": True}), ("flat", {"num_warps": 8}),
+                     ("flat", {"BT": 64, "num_warps": 8}), ("flat", {"BT": 64, "num_warps": 8, "PREFETCH": True}),
+                     ("flat", {"BLOCK_C": 256, "num_warps": 8, "PREFETCH": True}),
+                     ("flat", {"PREFETCH": True, "num_stages": 2})],
+    "v_side_fused": [("flat", {}), ("flat", {"PREFETCH": True})],
 }
 
 
@@ -324,21 +343,20 @@ def fused_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None, 
         lambda: x.add_(1), rep=50, return_mode="median") * 1e3, 2))]
     print("decode ab", out[0], flush=True)
     saved = {op: launch.BLOCKS[op][path] for op in table}
-    saved_sorted = launch.SLOT_SORTED
     configs_of = ab_configs(table, launch.BLOCKS, path)
     for name in shapes:
         sets = [_inputs(SHAPES[name], seed=300 + i) for i in range(nsets)]
         for op, configs in configs_of.items():
             side = "q" if op == "q_side_fused" else "v"
-            for sorted_rows, cfg in configs:
+            for route, cfg in configs:
                 launch.BLOCKS[op][path] = dict(cfg)
-                launch.SLOT_SORTED = sorted_rows
-                row = dict(shape=name, op=op, sorted=sorted_rows, cfg=cfg)
+                row = dict(shape=name, op=op, route=route, cfg=cfg)
                 try:
-                    row["check"] = _oracle_check(op, sets[0])
-                    fns = [_calls(klora, d, side)["fused"] for d in sets]
-                    row["us"] = round(triton.testing.do_bench_cudagraph(rotating(fns), rep=50,
-                                                                         return_mode="median") * 1e3, 2)
+                    with token_major_route(launch, route):
+                        row["check"] = _oracle_check(op, sets[0])
+                        fns = [_calls(klora, d, side)["fused"] for d in sets]
+                        row["us"] = round(triton.testing.do_bench_cudagraph(rotating(fns), rep=50,
+                                                                             return_mode="median") * 1e3, 2)
                 except Exception as e:  # a config that does not compile is a result, not a crash
                     row["error"] = f"{type(e).__name__}: {str(e)[:160]}"
                 out.append(row)
@@ -347,14 +365,15 @@ def fused_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None, 
         torch.cuda.empty_cache()
     for op, cfg in saved.items():
         launch.BLOCKS[op][path] = cfg
-    launch.SLOT_SORTED = saved_sorted
     return out
 
 
-def decode_floor(klora, shapes=("decode-bs64", "decode-bs256"), nsets=8) -> list[dict]:
+def decode_floor(klora, launch, shapes=("decode-bs64", "decode-bs256"), nsets=8,
+                 routes=("flat", "sorted")) -> list[dict]:
     """Where a fused decode call's time goes: the chosen configuration timed as ``fused_ab`` times it,
-    with the real ranks and with every slot's rank set to 0 (each program then stops after routing
-    its rows and reading its slot's rank: launch + route, the floor under the work)."""
+    on each token-major route of ``routes`` (:data:`ROUTES`), with the real ranks and with every slot's
+    rank set to 0 (each program then stops after routing its rows and reading its slot's rank: launch +
+    route, the floor under the work)."""
     import dataclasses
 
     import triton.testing
@@ -365,11 +384,13 @@ def decode_floor(klora, shapes=("decode-bs64", "decode-bs256"), nsets=8) -> list
         idle = [dict(d, bi=dataclasses.replace(d["bi"], lora_ranks=torch.zeros_like(d["bi"].lora_ranks)))
                 for d in sets]
         for side in ("q", "v"):
-            for label, group in (("ranks", sets), ("ranks 0", idle)):
-                fns = [_calls(klora, d, side)["fused"] for d in group]
-                us = triton.testing.do_bench_cudagraph(rotating(fns), rep=50, return_mode="median") * 1e3
-                out.append(dict(shape=name, side=side, ranks=label, us=round(us, 2)))
-                print("decode floor", out[-1], flush=True)
+            for route in routes:
+                for label, group in (("ranks", sets), ("ranks 0", idle)):
+                    with token_major_route(launch, route):
+                        fns = [_calls(klora, d, side)["fused"] for d in group]
+                        us = triton.testing.do_bench_cudagraph(rotating(fns), rep=50, return_mode="median") * 1e3
+                    out.append(dict(shape=name, side=side, route=route, ranks=label, us=round(us, 2)))
+                    print("decode floor", out[-1], flush=True)
         del sets, idle
         torch.cuda.empty_cache()
     return out
@@ -399,7 +420,11 @@ def main(argv=None):
                     help="only check and time the fused kernels' segment-major configurations (PREFILL_AB) on "
                          "prefill-8x2048 with do_bench_cudagraph")
     ap.add_argument("--decode-floor", action="store_true",
-                    help="only time the fused decode calls with real ranks and with every rank 0 (launch + route)")
+                    help="only time the fused decode calls with real ranks and with every rank 0 (launch + route), "
+                         "on each token-major route of --routes")
+    ap.add_argument("--routes", nargs="+", default=["flat", "sorted"], choices=list(ROUTES),
+                    help="--decode-floor: the token-major routes to time (flat grid, per-slot slot-sorted grid, "
+                         "logical rows)")
     ap.add_argument("--json", default=None, help="write results to this JSON file")
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
@@ -415,15 +440,19 @@ def main(argv=None):
                 torch=torch.__version__, triton=triton.__version__, commit=(git_commit() or "unknown")[:12],
                 command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "")
                 + (" --sweep-decode" if args.sweep_decode else "") + (" --decode-ab" if args.decode_ab else "")
-                + (" --prefill-ab" if args.prefill_ab else "") + (" --decode-floor" if args.decode_floor else ""))
+                + (" --prefill-ab" if args.prefill_ab else "")
+                + (" --decode-floor --routes " + " ".join(args.routes) if args.decode_floor else ""))
     copy_tbs = copy_bandwidth()
     info["copy_tbs"] = round(copy_tbs, 3)
     info["graph_floor_us"] = round(graph_floor(), 2)
     if args.decode_floor:
-        rows = decode_floor(klora)
+        rows = decode_floor(klora, launch, routes=tuple(args.routes))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(info=info, decode_floor=rows), f, indent=1)
+        print(f"\n{info}\n| shape | side | route | ranks | cudagraph median us |\n|---|---|---|---|---:|")
+        for r in rows:
+            print(f"| {r['shape']} | {r['side']} | {r['route']} | {r['ranks']} | {r['us']} |")
         return
     if args.decode_ab or args.prefill_ab:
         ab = fused_ab(klora, launch) if args.decode_ab else \
@@ -431,10 +460,10 @@ def main(argv=None):
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(info=info, decode_ab=ab), f, indent=1)
-        print(f"\n{info}\n| shape | op | sorted | config | check | cudagraph median us |\n|---|---|---|---|---|---:|")
+        print(f"\n{info}\n| shape | op | route | config | check | cudagraph median us |\n|---|---|---|---|---|---:|")
         print(f"floor: {ab[0]}")
         for r in ab[1:]:
-            print(f"| {r['shape']} | {r['op']} | {r['sorted']} | {r['cfg']} | {r.get('check', r.get('error'))} | "
+            print(f"| {r['shape']} | {r['op']} | {r['route']} | {r['cfg']} | {r.get('check', r.get('error'))} | "
                   f"{r.get('us', '')} |")
         return
     sweep_rows = sweep(klora, launch) if args.sweep else []

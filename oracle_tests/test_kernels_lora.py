@@ -685,19 +685,37 @@ def test_other_requested_blocks_are_fitted_on_their_own(monkeypatch):
 
 @pytest.mark.parametrize("table,path", [("DECODE_AB", "tok"), ("PREFILL_AB", "seg")])
 def test_ab_tables_override_the_chosen_blocks(table, path):
-    """bench_lora's A/B entries are overrides of the chosen BLOCKS: {} launches exactly the chosen
-    configuration, and no entry names a block the kernel does not take (a typo would time the chosen one)."""
+    """bench_lora's A/B entries are overrides of the chosen BLOCKS on a named token-major route: {} launches
+    exactly the chosen configuration, and no entry names a block the kernel does not take (a typo would
+    time the chosen one) or a route that does not exist."""
     from kernel_oracle.benchmarks import bench_lora
 
     configs = bench_lora.ab_configs(getattr(bench_lora, table), launch.BLOCKS, path)
     for op, entries in configs.items():
         chosen = launch.BLOCKS[op][path]
-        assert entries[0] == (True, chosen)
-        for (_, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
+        assert entries[0] == ("flat", chosen)
+        for (route, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
+            assert route in bench_lora.ROUTES, route
             assert set(overrides) <= set(chosen) | {"PREFETCH", "num_stages"}, overrides
             assert cfg == {**chosen, **overrides}
-    assert bench_lora.ab_configs({"q_side_fused": [(False, {"BT": 16})]}, launch.BLOCKS, path) == \
-        {"q_side_fused": [(False, {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}
+    assert bench_lora.ab_configs({"q_side_fused": [("sorted", {"BT": 16})]}, launch.BLOCKS, path) == \
+        {"q_side_fused": [("sorted", {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}
+
+
+def test_ab_routes_set_the_launch_switches_and_restore_them(monkeypatch):
+    """bench_lora times flat against the per-slot grid (--decode-ab, --decode-floor) through ROUTES: each
+    route's plan is the one it names, and the module's switches are restored after."""
+    from kernel_oracle.benchmarks import bench_lora
+
+    assert {"flat", "sorted"} <= {route for route, _ in bench_lora.DECODE_AB["q_side_fused"]}
+    assert {"flat", "sorted"} <= {route for route, _ in bench_lora.DECODE_AB["v_side_fused"]}
+    bi = make_lora_batch_info((1,) * 64, [i % 4 for i in range(64)], [16] * 4, [1.0] * 4)
+    before = (launch.SLOT_SORTED, launch.FLAT_SLOTS)
+    for route, flat in (("flat", True), ("sorted", False), ("logical", False)):
+        with bench_lora.token_major_route(launch, route):
+            p = launch.plan("v_side_fused", bi, 64, 1, num_slots=4)
+            assert p.token_major and (p.slot_block > 0) == flat and launch.SLOT_SORTED == (route != "logical")
+    assert (launch.SLOT_SORTED, launch.FLAT_SLOTS) == before
 
 
 # the largest shapes SPEC and SGLang allow: rank 128, kv_lora_rank 1536, 128 heads
