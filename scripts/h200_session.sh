@@ -374,6 +374,25 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv >"$OUT/repro_split_pv.log" 2>&1
     echo "repro exit $?"; grep -v "e-0[4-9]$" "$OUT/repro_split_pv.log" | cut -c1-200
     ;;
+  s10c)  # one GPU: LoRA flat grid (floor, A/B, kernel tests); the split-PV reduction with IR dumps; vision host
+         # cost; the repeat / cache / direct-launch tests
+    timeout 120 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes flat sorted \
+      --json "$OUT/decode_floor.json" >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"
+    grep -i "floor\|flat\|sorted" "$OUT/decode_floor.log" | tail -12 | cut -c1-250
+    timeout 240 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | cut -c1-260
+    timeout 240 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
+      -k "routes or prefetch or realistic or graph or matches_oracle or flat or malformed" >"$OUT/lora_tests.log" 2>&1
+    echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
+    timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv --dump "$OUT/split_ir" >"$OUT/repro_split_pv.log" 2>&1
+    echo "repro exit $?"; cat "$OUT/repro_split_pv.log" | cut -c1-220
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; tail -12 "$OUT/vision_host.log" | cut -c1-300
+    timeout 200 python3 -m pytest oracle_tests/test_repeated_call.py oracle_tests/test_direct_launch.py \
+      oracle_tests/test_kernels_vision.py -q -p no:cacheprovider -n 8 -k "cache or direct or last or repeat or \
+      remember or layer or differ or edit or ambient or scale or unaligned or graph" >"$OUT/repeat_tests.log" 2>&1
+    echo "repeat tests exit $?"; tail -3 "$OUT/repeat_tests.log" | cut -c1-300
+    ;;
   repro-split-pv)  # one GPU: the two-accumulator PV reduction of Note [Head-dim split] (benchmarks/repro_split_pv.py)
     timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv 2>&1 | tee "$OUT/repro_split_pv.log"
     ;;
