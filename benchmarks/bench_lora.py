@@ -19,9 +19,9 @@ the best for the table.  The replay time of a one-kernel graph is printed as the
 each configuration of the fused kernels against the float64 oracle on the device, then time it with
 ``triton.testing.do_bench_cudagraph`` (a graph of many calls; decode rotates 8 input sets, more than
 the L2 holds), beside a graph of one trivial kernel per call as the floor; nothing else is run.
-Both take each configuration on a token-major route (``ROUTES``: the flat grid, the per-slot slot-sorted
+Both take each configuration on a token-major route (``ROUTES``: the module's choice, the flat grid, the per-slot slot-sorted
 grid, logical rows); ``--decode-floor`` times the chosen fused configuration with real ranks and with
-every rank 0 (launch + route) on each route of ``--routes`` (default: flat and sorted).
+every rank 0 (launch + route) on each route of ``--routes`` (default: auto, flat and sorted).
 ``--json PATH`` writes the results as JSON.
 """
 
@@ -271,14 +271,18 @@ def sweep_decode(klora, launch):
 # UTC): docs/benchmarks/data/h200_2026-11-30_s8/; round 4 (whole-row blocks, slower everywhere):
 # docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("flat", {}), ("sorted", {}), ("flat", {"BT": 16}), ("sorted", {"BT": 16}),
-                     ("flat", {"BT": 64, "num_warps": 8}), ("sorted", {"BT": 64, "num_warps": 8})],
-    "v_side_fused": [("flat", {}), ("sorted", {}), ("flat", {"BT": 32}), ("sorted", {"BT": 32})],
+    "q_side_fused": [("auto", {}), ("sorted", {}), ("flat", {}), ("flat", {"BT": 64, "num_warps": 8}),
+                     ("flat", {"BT": 64}), ("flat", {"BT": 128, "num_warps": 8}),
+                     ("flat", {"BT": 64, "num_warps": 8, "BLOCK_C": 64})],
+    "v_side_fused": [("auto", {}), ("sorted", {}), ("flat", {}), ("flat", {"num_warps": 8}),
+                     ("flat", {"BT": 128, "num_warps": 8}), ("flat", {"BT": 128})],
 }
-# token-major routes (kernels.lora._launch switches): the flat grid (the default), the per-slot
-# slot-sorted grid, and tiles of consecutive logical rows (Note [Slot-sorted tiles])
-ROUTES = {"flat": dict(SLOT_SORTED=True, FLAT_SLOTS=True), "sorted": dict(SLOT_SORTED=True, FLAT_SLOTS=False),
-          "logical": dict(SLOT_SORTED=False, FLAT_SLOTS=False)}
+# token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
+# slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the
+# module's own choice (flat where it saves half the programs, FLAT_SLOTS_MIN_SAVING)
+ROUTES = {"flat": dict(SLOT_SORTED=True, FLAT_SLOTS=True, FLAT_SLOTS_MIN_SAVING=0),
+          "sorted": dict(SLOT_SORTED=True, FLAT_SLOTS=False),
+          "logical": dict(SLOT_SORTED=False, FLAT_SLOTS=False), "auto": {}}
 
 
 @contextlib.contextmanager
@@ -324,11 +328,11 @@ def _oracle_check(op: str, d: dict) -> str:
 # prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048, as
 # overrides of the chosen segment-major blocks (as DECODE_AB; the route is that of token-major calls only)
 PREFILL_AB = {
-    "q_side_fused": [("flat", {}), ("flat", {"PREFETCH": True}), ("flat", {"num_warps": 8}),
-                     ("flat", {"BT": 64, "num_warps": 8}), ("flat", {"BT": 64, "num_warps": 8, "PREFETCH": True}),
-                     ("flat", {"BLOCK_C": 256, "num_warps": 8, "PREFETCH": True}),
-                     ("flat", {"PREFETCH": True, "num_stages": 2})],
-    "v_side_fused": [("flat", {}), ("flat", {"PREFETCH": True})],
+    "q_side_fused": [("auto", {}), ("auto", {"PREFETCH": True}), ("auto", {"num_warps": 8}),
+                     ("auto", {"BT": 64, "num_warps": 8}), ("auto", {"BT": 64, "num_warps": 8, "PREFETCH": True}),
+                     ("auto", {"BLOCK_C": 256, "num_warps": 8, "PREFETCH": True}),
+                     ("auto", {"PREFETCH": True, "num_stages": 2})],
+    "v_side_fused": [("auto", {}), ("auto", {"PREFETCH": True})],
 }
 
 
@@ -369,7 +373,7 @@ def fused_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None, 
 
 
 def decode_floor(klora, launch, shapes=("decode-bs64", "decode-bs256"), nsets=8,
-                 routes=("flat", "sorted")) -> list[dict]:
+                 routes=("auto", "flat", "sorted")) -> list[dict]:
     """Where a fused decode call's time goes: the chosen configuration timed as ``fused_ab`` times it,
     on each token-major route of ``routes`` (:data:`ROUTES`), with the real ranks and with every slot's
     rank set to 0 (each program then stops after routing its rows and reading its slot's rank: launch +
@@ -422,7 +426,7 @@ def main(argv=None):
     ap.add_argument("--decode-floor", action="store_true",
                     help="only time the fused decode calls with real ranks and with every rank 0 (launch + route), "
                          "on each token-major route of --routes")
-    ap.add_argument("--routes", nargs="+", default=["flat", "sorted"], choices=list(ROUTES),
+    ap.add_argument("--routes", nargs="+", default=["auto", "flat", "sorted"], choices=list(ROUTES),
                     help="--decode-floor: the token-major routes to time (flat grid, per-slot slot-sorted grid, "
                          "logical rows)")
     ap.add_argument("--json", default=None, help="write results to this JSON file")

@@ -256,7 +256,7 @@ def _with_blocks(monkeypatch, path: str, **changes) -> None:
 # every slot span several tiles, and tiles mix slots
 ROUTES = {"logical-rows": dict(SLOT_SORTED=False, FLAT_SLOTS=False),
           "slot-sorted": dict(SLOT_SORTED=True, FLAT_SLOTS=False),
-          "flat": dict(SLOT_SORTED=True, FLAT_SLOTS=True)}
+          "flat": dict(SLOT_SORTED=True, FLAT_SLOTS=True, FLAT_SLOTS_MIN_SAVING=0)}
 
 
 def _with_route(monkeypatch, route: str) -> list:
@@ -360,6 +360,7 @@ def test_flat_grid_is_the_bound_and_falls_back_above_the_slot_cap(op, monkeypatc
     the slot-sorted grid above it, with FLAT_SLOTS off, without slot-sorted tiles, or beyond the compare
     tile (binary search)."""
     monkeypatch.setattr(launch, "FORCE_PATH", "tok")
+    monkeypatch.setattr(launch, "FLAT_SLOTS_MIN_SAVING", 0)  # the bound wherever allowed (the saving rule: below)
     bt = launch.BLOCKS[op]["tok"]["BT"]
     for L in (1, 3, 4, 8, 9, 31, 32, 33, 64):
         # one segment of bt + 1 rows per slot: 2 tiles each, 2L (slot, tile) pairs in all
@@ -693,13 +694,32 @@ def test_ab_tables_override_the_chosen_blocks(table, path):
     configs = bench_lora.ab_configs(getattr(bench_lora, table), launch.BLOCKS, path)
     for op, entries in configs.items():
         chosen = launch.BLOCKS[op][path]
-        assert entries[0] == ("flat", chosen)
+        assert entries[0] == ("auto", chosen)  # the first entry: what the kernels launch by default
         for (route, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
             assert route in bench_lora.ROUTES, route
             assert set(overrides) <= set(chosen) | {"PREFETCH", "num_stages"}, overrides
             assert cfg == {**chosen, **overrides}
     assert bench_lora.ab_configs({"q_side_fused": [("sorted", {"BT": 16})]}, launch.BLOCKS, path) == \
         {"q_side_fused": [("sorted", {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_flat_grid_only_where_it_saves_half_the_programs(op, monkeypatch):
+    """FLAT_SLOTS_MIN_SAVING (2): one-token segments over 4 slots take the flat grid when the slot-sorted
+    one would launch at least twice its tiles, L * ceil(S/BT) >= 2 * (ceil(S/BT) + L - 1)."""
+    monkeypatch.setattr(launch, "FORCE_PATH", "tok")
+    assert launch.FLAT_SLOTS_MIN_SAVING == 2
+    bt = launch.BLOCKS[op]["tok"]["BT"]
+    for S in (8, 64, 100, 256):
+        bi = make_lora_batch_info((1,) * S, [i % 4 for i in range(S)], [16] * 4, [1.0] * 4)
+        tiles = triton.cdiv(S, bt)
+        p = launch.plan(op, bi, S, 1, num_slots=4)
+        assert (p.slot_block > 0) == (4 * tiles >= 2 * (tiles + 3)), (S, bt, p)
+        assert p.row_tiles == (tiles + 3 if p.slot_block else tiles), (S, p)
+    with monkeypatch.context() as m:  # 0: wherever allowed
+        m.setattr(launch, "FLAT_SLOTS_MIN_SAVING", 0)
+        assert launch.plan(op, make_lora_batch_info((1,) * 8, [i % 4 for i in range(8)], [16] * 4, [1.0] * 4),
+                           8, 1, num_slots=4).slot_block == 8
 
 
 def test_ab_routes_set_the_launch_switches_and_restore_them(monkeypatch):

@@ -393,6 +393,22 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       remember or layer or differ or edit or ambient or scale or unaligned or graph" >"$OUT/repeat_tests.log" 2>&1
     echo "repeat tests exit $?"; tail -3 "$OUT/repeat_tests.log" | cut -c1-300
     ;;
+  s10d)  # one GPU: LoRA decode A/B (flat blocks, auto); the split-PV reduction with one loop; our split kernel
+         # (one masked loop): correctness (diag) and speed (the d80 / d72 shapes, split off and on)
+    timeout 300 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
+      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True//; s/'check': 'ok', //" | cut -c1-200
+    timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv >"$OUT/repro_split_pv.log" 2>&1
+    echo "repro exit $?"; grep -v "max error [0-9.]*e-0[45]$\|max error 0.000" "$OUT/repro_split_pv.log" | cut -c1-200
+    timeout 150 python3 -m kernel_oracle.benchmarks.diag_vision --only \
+      split80_default,split72_default,split_pv_only_64_80,split_qk_only_80_64,split80_bm64,split80_b32 2>&1 | \
+      tee "$OUT/diag.log" | cut -c1-300
+    for split in 0 1; do
+      KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM=$split timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision \
+        --shapes "8 ragged images,4x4096" --json "$OUT/vision_split$split.json" >"$OUT/vision_split$split.log" 2>&1
+      echo "vision split=$split exit $?"; tail -6 "$OUT/vision_split$split.log" | cut -c1-300
+    done
+    ;;
   repro-split-pv)  # one GPU: the two-accumulator PV reduction of Note [Head-dim split] (benchmarks/repro_split_pv.py)
     timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv 2>&1 | tee "$OUT/repro_split_pv.log"
     ;;

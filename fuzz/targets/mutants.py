@@ -133,8 +133,7 @@ MUTANTS: tuple[Mutant, ...] = (
                   count=1),), ops=("step_a_v",)),
     # on the flat grid (Note [Flat slot grid]) the bound becomes floor(S/BT) + L - 1, too small for some batches
     Mutant("lora_dropped_tail_tiles", "lora", "token-major grid rounds the row tiles down (tail rows never computed)",
-           (Patch(_L, "return Plan(True, n_launch, triton.cdiv(num_rows, bt) + extra,",
-                  "return Plan(True, n_launch, num_rows // bt + extra,"),)),
+           (Patch(_L, "        tiles = triton.cdiv(num_rows, bt)\n", "        tiles = num_rows // bt\n"),)),
     Mutant("lora_overwrite_not_accumulate", "lora", "step B stores the delta instead of base + delta",
            (Patch(_K, "cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16)",
                   "cast_rounded(d, base_ptr.dtype.element_ty, FIX_BF16)"),),

@@ -87,6 +87,12 @@ SLOT_SORTED = True
 FLAT_SLOTS = True
 FLAT_SLOTS_MIN_BLOCK = 8
 FLAT_SLOTS_MAX = 32
+# ... when the slot-sorted grid would launch at least this many times the flat grid's programs: each flat
+# program also counts every slot's rows, which costs more than it saves when few programs go.  Measured
+# on the H200 (bench_lora --decode-ab, do_bench_cudagraph, 2026-12-01 s10c), tiles per head sorted -> flat:
+# decode-bs64 v 4 -> 4: 7.71 -> 8.52 us, q 8 -> 5: 10.13 -> 10.42 us (flat loses); decode-bs256 v
+# 16 -> 7: 18.37 -> 15.81 us, q 32 -> 11: 24.46 -> 23.98 us (flat wins).  0: flat wherever allowed (tests)
+FLAT_SLOTS_MIN_SAVING = 2
 
 
 def slot_block(num_slots: int) -> int:
@@ -126,10 +132,13 @@ def plan(op: str, batch_info, num_rows: int, max_len: int, *, num_slots: int = 0
     if token_major:
         bt = tok_blocks["BT"]
         seg_tile = next((b for b in SEG_TILE_BUCKETS if n_launch <= b and bt * b <= SEG_TILE_ELEMS_MAX), 0)
-        flat = SLOT_SORTED and FLAT_SLOTS and seg_tile > 0 and 1 <= num_slots <= FLAT_SLOTS_MAX
-        # flat: sum_w ceil(n_w/BT) <= ceil(S/BT) + L - 1 tiles in all (Note [Flat slot grid])
+        tiles = triton.cdiv(num_rows, bt)
+        # flat: sum_w ceil(n_w/BT) <= ceil(S/BT) + L - 1 tiles in all (Note [Flat slot grid]), launched when
+        # that is at most 1/FLAT_SLOTS_MIN_SAVING of the slot-sorted grid's ceil(S/BT) per slot
+        flat = (SLOT_SORTED and FLAT_SLOTS and seg_tile > 0 and 1 <= num_slots <= FLAT_SLOTS_MAX
+                and tiles * num_slots >= FLAT_SLOTS_MIN_SAVING * (tiles + num_slots - 1))
         extra = num_slots - 1 if flat else 0
-        return Plan(True, n_launch, triton.cdiv(num_rows, bt) + extra, 1, max(n_launch, 1).bit_length() + 1,
+        return Plan(True, n_launch, tiles + extra, 1, max(n_launch, 1).bit_length() + 1,
                     seg_tile, tok_blocks, slot_block(num_slots) if flat else 0)
     return Plan(False, n_launch, n_launch * tiles_per_seg, max(tiles_per_seg, 1), 0, 0, seg_blocks)
 

@@ -319,17 +319,26 @@ def _vision_attn_fwd(
     else:
         acc_b = acc_a
 
-    n_full = (n // BLOCK_N) * BLOCK_N
-    for start_n in tl.range(0, n_full, BLOCK_N, warp_specialize=WS):
-        acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
-                                         stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
-                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32,
-                                         qk_scale_lo, EXACT)
-    if n_full < n:
-        acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
-                                         stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
-                                         D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
-                                         qk_scale_lo, EXACT)
+    if DB > 0 or DVB > 0:
+        # a split head dim: one loop, every block masked (Note [Head-dim split]: with a second, masked call
+        # site of _attend, triton 3.6 miscompiles the two PV accumulators)
+        for start_n in tl.range(0, n, BLOCK_N, warp_specialize=WS):
+            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
+                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
+                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
+                                             qk_scale_lo, EXACT)
+    else:  # full blocks unmasked, then the ragged last one masked
+        n_full = (n // BLOCK_N) * BLOCK_N
+        for start_n in tl.range(0, n_full, BLOCK_N, warp_specialize=WS):
+            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
+                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
+                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32,
+                                             qk_scale_lo, EXACT)
+        if n_full < n:
+            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
+                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
+                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
+                                             qk_scale_lo, EXACT)
     _store_tile(o_base, offs_m, n, 0, stride_ot, stride_od, _normalized(acc_a, l_i, EXACT), DVA, DV, INTERP,
                 P_ROUND)
     if DVB > 0:
