@@ -271,11 +271,9 @@ def sweep_decode(klora, launch):
 # UTC): docs/benchmarks/data/h200_2026-11-30_s8/; round 4 (whole-row blocks, slower everywhere):
 # docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("sorted", {}), ("flat", {}), ("flat", {"BT": 64, "num_warps": 8}),
-                     ("flat", {"BT": 64}), ("flat", {"BT": 128, "num_warps": 8}),
-                     ("flat", {"BT": 64, "num_warps": 8, "BLOCK_C": 64})],
-    "v_side_fused": [("auto", {}), ("sorted", {}), ("flat", {}), ("flat", {"num_warps": 8}),
-                     ("flat", {"BT": 128, "num_warps": 8}), ("flat", {"BT": 128})],
+    "q_side_fused": [("auto", {}), ("sorted", {"WIDE_BT": None}), ("flat", {"WIDE_BT": None}),
+                     ("flat", {"BT": 64, "WIDE_BT": None}), ("flat", {"BT": 64, "num_warps": 8, "WIDE_BT": None})],
+    "v_side_fused": [("auto", {}), ("sorted", {}), ("flat", {}), ("auto", {"num_warps": 8})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

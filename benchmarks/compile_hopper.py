@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import sys
 
-# (dtype, precision, EXACT, head dim[, warp_specialize]): the variants a kernel change must keep compiling
+# (dtype, precision, EXACT, head dim[, warp_specialize[, split head dim[, folded scale]]]): the variants a
+# kernel change must keep compiling (the folded scale, Note [Folded scale], wherever EXACT is 0 unless said)
 VARIANTS = (("float32", "ieee", 0, 80), ("float32", "ieee", 1, 80), ("float32", "ieee", 2, 80),
             ("float32", "tf32", 0, 128), ("bfloat16", None, 0, 80), ("float16", None, 0, 64),
-            ("bfloat16", None, 0, 128, True))
+            ("bfloat16", None, 0, 128, True), ("bfloat16", None, 0, 80, False, True),
+            ("bfloat16", None, 0, 72, False, True, False), ("float16", None, 0, 128, False, False, False))
 _TRITON_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def compile_variant(dtype: str, precision, exact: int, d: int, ws: bool = False):
+def compile_variant(dtype: str, precision, exact: int, d: int, ws: bool = False, split: bool = False,
+                    fold=None):
     """The compiled kernel of one variant, with the constexprs and config ``launch_attention`` would
     pick for contiguous q, k, v of head dim ``d`` (raises Triton's CompilationError when it does not build)."""
     import triton
@@ -33,11 +36,11 @@ def compile_variant(dtype: str, precision, exact: int, d: int, ws: bool = False)
     from kernel_oracle.kernels.vision import _kernel as VK
 
     fn = VK._vision_attn_fwd
-    (da, db), elem = VK.head_dim_split(d), 4 if dtype == "float32" else 2
+    (da, db), elem = VK.head_dim_split(d, split), 4 if dtype == "float32" else 2
     cfg = VK.default_config(da + db, da + db, elem)
     const = dict(D=d, DA=da, DB=db, DV=d, DVA=da, DVB=db, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  PREC=precision, INTERP=False, P_ROUND=VK._P_ROUND[dtype], ALIGN=16 // elem,
-                 TF32=precision == "tf32", EXACT=exact, WS=ws)
+                 TF32=precision == "tf32", EXACT=exact, WS=ws, FOLD_SCALE=exact == 0 if fold is None else fold)
     sig = {name: "i32" for name in fn.arg_names}
     ptr = f"*{_TRITON_TYPES[dtype]}"
     sig.update({n: ptr for n in ("Q", "K", "V", "O")}, TABLE="*i32", qk_scale="fp32", qk_scale_lo="fp32")

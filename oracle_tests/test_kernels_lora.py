@@ -709,17 +709,33 @@ def test_flat_grid_only_where_it_saves_half_the_programs(op, monkeypatch):
     one would launch at least twice its tiles, L * ceil(S/BT) >= 2 * (ceil(S/BT) + L - 1)."""
     monkeypatch.setattr(launch, "FORCE_PATH", "tok")
     assert launch.FLAT_SLOTS_MIN_SAVING == 2
-    bt = launch.BLOCKS[op]["tok"]["BT"]
     for S in (8, 64, 100, 256):
         bi = make_lora_batch_info((1,) * S, [i % 4 for i in range(S)], [16] * 4, [1.0] * 4)
-        tiles = triton.cdiv(S, bt)
         p = launch.plan(op, bi, S, 1, num_slots=4)
+        bt = p.blocks["BT"]
+        tiles = triton.cdiv(S, bt)
         assert (p.slot_block > 0) == (4 * tiles >= 2 * (tiles + 3)), (S, bt, p)
         assert p.row_tiles == (tiles + 3 if p.slot_block else tiles), (S, p)
     with monkeypatch.context() as m:  # 0: wherever allowed
         m.setattr(launch, "FLAT_SLOTS_MIN_SAVING", 0)
         assert launch.plan(op, make_lora_batch_info((1,) * 8, [i % 4 for i in range(8)], [16] * 4, [1.0] * 4),
                            8, 1, num_slots=4).slot_block == 8
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_wide_tiles_only_where_a_slot_fills_them(op, monkeypatch):
+    """WIDE_BT: token-major tiles as tall as WIDE_BT where the batch has at least that many rows per slot;
+    the key never reaches the kernel (only BT does)."""
+    monkeypatch.setattr(launch, "FORCE_PATH", "tok")
+    chosen = launch.BLOCKS[op]["tok"]
+    wide = chosen.get("WIDE_BT")
+    for S, L in ((64, 4), (255, 4), (256, 4), (512, 4), (64, 1), (128, 8)):
+        bi = make_lora_batch_info((1,) * S, [i % L for i in range(S)], [16] * L, [1.0] * L)
+        p = launch.plan(op, bi, S, 1, num_slots=L)
+        assert "WIDE_BT" not in p.blocks
+        expect = wide if wide and S >= wide * L else chosen["BT"]
+        assert p.blocks["BT"] == expect, (op, S, L, p.blocks)
+    assert launch.BLOCKS["q_side_fused"]["tok"]["WIDE_BT"] == 64  # the measured choice (s10d)
 
 
 def test_ab_routes_set_the_launch_switches_and_restore_them(monkeypatch):

@@ -385,3 +385,18 @@ def test_exact_level_2_keeps_logits_that_fp32_rounds_away(monkeypatch, level, ex
     md = kv.prepare_flashinfer_cudnn_metadata([0, 2], device, elem_per_token=16)
     out = kv.flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
     assert out[:, 0, 0].double().cpu().tolist() == pytest.approx([expected] * 2, abs=1e-6)
+
+
+def test_the_scale_is_folded_only_where_the_max_commutes_with_it():
+    """Note [Folded scale]: a non-negative scale with EXACT 0 (fp16/bf16, TF32) folds; a negative scale
+    (the max would be a min) and the exact fp32 levels keep the scaled logits."""
+    from kernel_oracle.kernels.vision._kernel import attention_arguments, default_config
+
+    def fold(dtype, scale, precision="ieee"):
+        x = torch.zeros(4, 2, 16, dtype=dtype)
+        table = torch.zeros(1, 5, dtype=torch.int32)
+        return attention_arguments(x, x, x, x, table, 1, scale, default_config(16, 16, x.element_size()),
+                                   precision)[1]["FOLD_SCALE"]
+
+    assert fold(torch.bfloat16, 0.125) and fold(torch.float16, 0.0) and fold(torch.float32, 0.125, "tf32")
+    assert not fold(torch.bfloat16, -0.125) and not fold(torch.float32, 0.125, "ieee")

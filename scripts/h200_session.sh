@@ -409,6 +409,25 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       echo "vision split=$split exit $?"; tail -6 "$OUT/vision_split$split.log" | cut -c1-300
     done
     ;;
+  s10e)  # one GPU: vision folded scale A/B (4 shapes), vision kernel tests (slow too), LoRA decode A/B (wide
+         # tiles), LoRA floor, LoRA kernel tests
+    for fold in 0 1; do
+      KERNEL_ORACLE_VISION_FOLD_SCALE=$fold timeout 250 python3 -m kernel_oracle.benchmarks.bench_vision \
+        --json "$OUT/vision_fold$fold.json" >"$OUT/vision_fold$fold.log" 2>&1
+      echo "vision fold=$fold exit $?"; grep "^| [0-9]" "$OUT/vision_fold$fold.log" | cut -d'|' -f2,4,5,6,7,8 | cut -c1-200
+    done
+    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_repeated_call.py \
+      oracle_tests/test_direct_launch.py -q -p no:cacheprovider -n 8 --run-slow >"$OUT/vision_tests.log" 2>&1
+    echo "vision tests exit $?"; tail -2 "$OUT/vision_tests.log" | cut -c1-300
+    timeout 300 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
+      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True//; s/'check': 'ok', //" | cut -c1-200
+    timeout 120 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto sorted \
+      --json "$OUT/decode_floor.json" >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"
+    grep "^| decode" "$OUT/decode_floor.log" | cut -c1-200
+    timeout 240 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
+      >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
+    ;;
   repro-split-pv)  # one GPU: the two-accumulator PV reduction of Note [Head-dim split] (benchmarks/repro_split_pv.py)
     timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv 2>&1 | tee "$OUT/repro_split_pv.log"
     ;;

@@ -58,11 +58,15 @@ BLOCKS = {
     "step_a_v": {"seg": dict(BT=16, BH=4, BLOCK_K=128, num_warps=4),
                  "tok": dict(BT=4, BH=16, BLOCK_K=128, num_warps=4)},
     "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=64, BLOCK_V=128, num_warps=8)},
+    # WIDE_BT: the tile height of token-major batches with at least that many rows per slot (plan()): tiles
+    # as tall as a slot's rows.  H200, bench_lora --decode-ab, 2026-12-01 s10d, flat grid, fused q: decode-bs256
+    # (64 rows per slot) BT=64 20.58 us against BT=32 24.04; decode-bs64 (16 per slot) BT=64 11.88, BT=32 10.12
     # C_SPLIT: kv_lora_rank columns per program (None: all of them, step A computed once per tile)
     # PREFETCH: the first base and weight blocks are loaded before step A (token-major winners of
     # bench_lora --decode-ab, 2026-11-30 21:00-21:25 UTC, three rounds, docs/benchmarks/lora.md)
     "q_side_fused": {"seg": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
-                     "tok": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=True)},
+                     "tok": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=True,
+                                 WIDE_BT=64)},
     "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4),
                      "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4, PREFETCH=True)},
 }
@@ -130,6 +134,10 @@ def plan(op: str, batch_info, num_rows: int, max_len: int, *, num_slots: int = 0
     force = force or FORCE_PATH
     token_major = seg_rows > TOKEN_MAJOR_WASTE * num_rows if force is None else force == "tok"
     if token_major:
+        tok_blocks = dict(tok_blocks)
+        wide = tok_blocks.pop("WIDE_BT", None)
+        if wide and num_slots > 0 and num_rows >= wide * num_slots:
+            tok_blocks["BT"] = wide
         bt = tok_blocks["BT"]
         seg_tile = next((b for b in SEG_TILE_BUCKETS if n_launch <= b and bt * b <= SEG_TILE_ELEMS_MAX), 0)
         tiles = triton.cdiv(num_rows, bt)

@@ -15,9 +15,17 @@ with masked loads and stores (the masks exist only where a tile is wider than th
 The kernel can instead cut the head dim into a power-of-two part and a power-of-two tail
 (80 = 64 + 16, 96 = 64 + 32, 72 = 64 + 16 with 8 masked): QK^T as the sum of two dots and two
 output accumulators, saving the padded MMA work.  It is exact under the interpreter, but compiled
-with triton 3.6 on the H200 the split PV product returned wrong values (max error 0.64 against
-0.002) and head dim 72 faulted with an illegal address, so it is off by default
-(``head_dim_split(d, split=True)`` or KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM=1 to experiment).
+with triton 3.6 on the H200 the split PV product returned wrong values (max error 0.34-0.81 against
+0.002) and head dim 72 faulted with an illegal address.  ``benchmarks/repro_split_pv.py`` (a 60-line
+attention, right under the interpreter) reduced it to two triggers of triton 3.6 on sm_90
+(2026-12-01, phases s10b-s10d): a second, masked call site of the key-block step (the ragged last
+block; max errors 0.17-0.76, or an illegal address) and ``num_stages=1`` with 64-key blocks (0.39-0.73).
+So a split kernel runs ONE loop, every block masked, and a one-stage config never splits; with both,
+every diagnosis variant is right on the H200 (max error 0.0021-0.0025, bf16).  It is still off by
+default because it is not faster: TFLOP/s on the H200 (s10d) d80 ragged 278 -> 280, 4x4096 d72
+255 -> 234.  At these head dims a key block's softmax costs as much as its MMAs, so cutting MMA
+work alone does not pay (``head_dim_split(d, split=True)`` or KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM=1
+to experiment).
 
 Note [Alignment]
 ----------------
@@ -63,9 +71,20 @@ Note [Online softmax]
 Scores are scaled by ``scale * log2(e)`` and exponentiated with ``exp2`` against a running row
 max.  A row max of -inf (a row with no valid key so far) is replaced by 0 before subtracting, so
 ``-inf - -inf`` never happens (NaN on the GPU; a numpy warning, an error under ``-W error``, in the
-interpreter).  Keys are masked only in the last, partial key block: the full blocks run mask-free.
+interpreter).  Keys are masked only in the last, partial key block: the full blocks run mask-free
+(except with a split head dim, Note [Head-dim split]).
 Probabilities are rounded to the input dtype before the PV product (fp32 accumulation), the
 rounding points of the faithful baseline ``reference.vision.flashinfer_cudnn_oracle(faithful=...)``.
+
+Note [Folded scale]
+-------------------
+At head dims up to 128 a key block costs as much in the softmax (a multiply, the row max, a subtract,
+``exp2`` and the row sum per logit, on the FP32 and SFU units) as in the two MMAs, so one FP32
+operation per logit matters.  With a non-negative scale (and ``EXACT == 0``) the row max is taken on
+the raw logits and scaled once per row -- ``fl(max(s) * c) == max(fl(s * c))``, rounding being
+monotonic -- and ``exp2(s * c - m)`` is one FMA per logit instead of a multiply and a subtract (one
+rounding fewer).  A negative ``softmax_scale`` (the max would become a min) and the exact fp32 levels
+keep the scaled logits.
 """
 
 from __future__ import annotations
@@ -177,7 +196,7 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
             DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
             BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
             INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
-            qk_scale_lo, EXACT: tl.constexpr):
+            qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr = False):
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_a = _load_tile(k_base, offs_n, n, 0, stride_kt, stride_kd, DA, D, MASK_N, INTERP, TF32)
     if EXACT >= 2:  # float64 logits (Note [Exact fp32])
@@ -193,14 +212,20 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
     if EXACT >= 1:  # the softmax in float64, the scale exact to 2**-48 (Note [Exact fp32])
         s = s.to(tl.float64)
         s = s * qk_scale + s * qk_scale_lo
-    else:
+    elif not FOLD_SCALE:
         s = s * qk_scale
     if MASK_N:
         s = tl.where((offs_n < n)[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if FOLD_SCALE:  # Note [Folded scale]: the row max scaled once, the scale folded into one FMA per logit
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # see Note [Online softmax]
     alpha = tl.math.exp2(m_i - m_safe)
-    p = tl.math.exp2(s - m_safe[:, None])
+    if FOLD_SCALE:
+        p = tl.math.exp2(s * qk_scale - m_safe[:, None])
+    else:
+        p = tl.math.exp2(s - m_safe[:, None])
     if EXACT >= 1:
         p = p.to(tl.float32)  # the PV operand: one rounding of the exact probability, summed exactly
         l_i = l_i * alpha + tl.sum(p.to(tl.float64), 1)
@@ -276,7 +301,7 @@ def _vision_attn_fwd(
     DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
     INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr, TF32: tl.constexpr,
-    EXACT: tl.constexpr, WS: tl.constexpr = False,
+    EXACT: tl.constexpr, WS: tl.constexpr = False, FOLD_SCALE: tl.constexpr = False,
 ):
     # token and head strides arrive divided by ALIGN (see Note [Alignment])
     stride_qt = stride_qt * ALIGN
@@ -326,19 +351,19 @@ def _vision_attn_fwd(
             acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
-                                             qk_scale_lo, EXACT)
+                                             qk_scale_lo, EXACT, FOLD_SCALE)
     else:  # full blocks unmasked, then the ragged last one masked
         n_full = (n // BLOCK_N) * BLOCK_N
         for start_n in tl.range(0, n_full, BLOCK_N, warp_specialize=WS):
             acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32,
-                                             qk_scale_lo, EXACT)
+                                             qk_scale_lo, EXACT, FOLD_SCALE)
         if n_full < n:
             acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
-                                             qk_scale_lo, EXACT)
+                                             qk_scale_lo, EXACT, FOLD_SCALE)
     _store_tile(o_base, offs_m, n, 0, stride_ot, stride_od, _normalized(acc_a, l_i, EXACT), DVA, DV, INTERP,
                 P_ROUND)
     if DVB > 0:
@@ -355,6 +380,8 @@ def stride_alignment(*tensors) -> int:
 
 
 _P_ROUND = {"float32": 0, "float16": 1, "bfloat16": 2}
+# Note [Folded scale]; KERNEL_ORACLE_VISION_FOLD_SCALE=0 (read at import) scales the logits first, for A/B
+FOLD_SCALE_DEFAULT = os.environ.get("KERNEL_ORACLE_VISION_FOLD_SCALE", "1") != "0"
 # fp32 "ieee" inputs: 0 = the fp32 flash-attention arithmetic, 1 = the softmax in float64, 2 = the
 # logits too (Note [Exact fp32]); KERNEL_ORACLE_VISION_FP32_EXACT overrides the default, for triage
 FP32_EXACT_DEFAULT = 2
@@ -383,10 +410,13 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
                         precision: str) -> tuple[tuple, dict, dict]:
     """(grid, the kernel's arguments by name, launch options) of one launch; see :func:`launch_attention`."""
     H, D, DV = q.shape[1], q.shape[2], v.shape[2]
-    DA, DB = head_dim_split(D)
-    DVA, DVB = head_dim_split(DV)
+    # (Note [Head-dim split]: never with one stage, which miscompiles the split PV product too)
+    split = False if config.num_stages < 2 else None
+    DA, DB = head_dim_split(D, split)
+    DVA, DVB = head_dim_split(DV, split)
     align = stride_alignment(q, k, v, out)
     qk_scale, qk_scale_lo = _split_scale(float(scale) * LOG2E)
+    exact = exact_level(q.dtype, precision)
     args = dict(
         Q=q, K=k, V=v, O=out, TABLE=table,
         stride_qt=q.stride(0) // align, stride_qh=q.stride(1) // align, stride_qd=q.stride(2),
@@ -398,7 +428,7 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, PREC=precision if q.dtype == torch.float32 else None,
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
-        EXACT=exact_level(q.dtype, precision), WS=config.warp_specialize,
+        EXACT=exact, WS=config.warp_specialize, FOLD_SCALE=exact == 0 and qk_scale >= 0 and FOLD_SCALE_DEFAULT,
     )
     return (num_blocks, H), args, dict(num_warps=config.num_warps, num_stages=config.num_stages)
 
