@@ -616,8 +616,10 @@ def test_smem_h200_keeps_the_winners_in_half_precision():
     from kernel_oracle.kernels.lora._smem import DEFAULT_STAGES, fit_config
 
     for op in OPS:
-        for path in ("seg", "tok"):
-            default = {k: v for k, v in launch.BLOCKS[op][path].items() if k != "num_warps"}
+        # the chosen blocks, and on the token-major path the wide tiles of many rows per slot (WIDE_BT)
+        for path, blocks in (("seg", launch.BLOCKS[op]["seg"]), ("tok", launch.BLOCKS[op]["tok"]),
+                             ("tok", launch.token_major_blocks(op, 1 << 20, 1))):
+            default = {k: v for k, v in blocks.items() if k != "num_warps"}
             got = fit_config(op, default, block_r=128, elem_bytes=2, transformed=False, limit=232448)
             assert got == (default, DEFAULT_STAGES), (op, path, got)
 
@@ -778,7 +780,10 @@ def test_largest_shapes_launch_within_shared_memory(op, dtype, path, monkeypatch
     key = next(k for k in launch._FITTED
                if k[0] == op and k[1] == (path == "tok") and k[2] == dtype and k[4] == 128 and k[-1] == launch.ALIGN)
     cfg, _, stages = launch._FITTED[key]
-    default = {k: v for k, v in launch.BLOCKS[op][path].items() if k != "num_warps"}
+    rows = sum(LARGEST_BATCH.seg_lens) + LARGEST_BATCH.extra_rows
+    chosen = launch.token_major_blocks(op, rows, LARGEST_DIMS.L) if path == "tok" \
+        else launch.BLOCKS[op][path]
+    default = {k: v for k, v in chosen.items() if k != "num_warps"}
     expected = fit_config(op, default, block_r=128, elem_bytes=dtype.itemsize, transformed=dtype == torch.float32,
                           limit=smem_limit(DEVICE))
     assert (cfg, stages) == expected, f"{op}: the estimate chose {expected}, the device needed {(cfg, stages)}"

@@ -119,6 +119,16 @@ class Plan:
     slot_block: int = 0  # >0: the flat grid (Note [Flat slot grid]), NSLOT; grid axis 2 has no slot factor
 
 
+def token_major_blocks(op: str, num_rows: int, num_slots: int) -> dict:
+    """``BLOCKS[op]["tok"]`` as launched on ``num_rows`` rows over ``num_slots`` slots: ``BT`` raised to
+    ``WIDE_BT`` where there are at least that many rows per slot (the key itself dropped)."""
+    blocks = dict(BLOCKS[op]["tok"])
+    wide = blocks.pop("WIDE_BT", None)
+    if wide and num_slots > 0 and num_rows >= wide * num_slots:
+        blocks["BT"] = wide
+    return blocks
+
+
 def plan(op: str, batch_info, num_rows: int, max_len: int, *, num_slots: int = 0,
          force: Optional[str] = None) -> Plan:
     """Pick the path and grid of ``op`` for this batch; ``force`` = "seg" or "tok" overrides.
@@ -134,10 +144,7 @@ def plan(op: str, batch_info, num_rows: int, max_len: int, *, num_slots: int = 0
     force = force or FORCE_PATH
     token_major = seg_rows > TOKEN_MAJOR_WASTE * num_rows if force is None else force == "tok"
     if token_major:
-        tok_blocks = dict(tok_blocks)
-        wide = tok_blocks.pop("WIDE_BT", None)
-        if wide and num_slots > 0 and num_rows >= wide * num_slots:
-            tok_blocks["BT"] = wide
+        tok_blocks = token_major_blocks(op, num_rows, num_slots)
         bt = tok_blocks["BT"]
         seg_tile = next((b for b in SEG_TILE_BUCKETS if n_launch <= b and bt * b <= SEG_TILE_ELEMS_MAX), 0)
         tiles = triton.cdiv(num_rows, bt)
