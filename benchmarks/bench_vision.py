@@ -257,10 +257,9 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
     return [min(group, key=lambda r: r["host_us"]) for group in zip(*rounds)]
 
 
-def _timed(name: str, fn, n: int) -> dict:
+def host_us(fn, n: int) -> float:
+    """Host time per call (us): 50 warm-up calls, then ``n`` calls back to back, wall time over ``n``."""
     import time
-
-    import triton.testing
 
     for _ in range(50):
         fn()
@@ -270,8 +269,15 @@ def _timed(name: str, fn, n: int) -> dict:
         fn()
     host = (time.perf_counter() - t0) / n * 1e6
     torch.cuda.synchronize()
+    return round(host, 2)
+
+
+def _timed(name: str, fn, n: int) -> dict:
+    import triton.testing
+
+    host = host_us(fn, n)
     device = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
-    return dict(call=name, host_us=round(host, 2), do_bench_us=round(device, 2))
+    return dict(call=name, host_us=host, do_bench_us=round(device, 2))
 
 
 def main(argv=None) -> int:

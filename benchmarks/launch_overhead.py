@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import json
 import sys
-import time
 
 import torch
 import triton
@@ -32,18 +31,6 @@ import triton.language as tl
 @triton.jit
 def _one_pointer(X):
     tl.store(X + tl.program_id(0), tl.program_id(0).to(tl.float32) + 1.0)
-
-
-def _timed(fn, n: int) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    us = (time.perf_counter() - t0) / n * 1e6
-    torch.cuda.synchronize()
-    return round(us, 2)
 
 
 def _ctypes_launcher(kernel, x: torch.Tensor):
@@ -71,7 +58,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
         return 2
-    from kernel_oracle.benchmarks.bench_vision import _inputs
+    from kernel_oracle.benchmarks.bench_vision import _inputs, host_us as _timed
     from kernel_oracle.kernels.vision import plan_attention
     from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 

@@ -428,6 +428,20 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     timeout 240 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
       >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
     ;;
+  s10f)  # one GPU, the final code (after setup): the vision table beside cuDNN (4 shapes), vision host cost, the
+         # LoRA table (decode and prefill)
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/vision_table.json" \
+      >"$OUT/vision_table.log" 2>&1; echo "vision table exit $?"; grep "^| [0-9]" "$OUT/vision_table.log" | cut -c1-330
+    timeout 100 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; grep "^| " "$OUT/vision_host.log" | cut -c1-200
+    timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --shapes decode-bs64 decode-bs256 prefill-8x2048 \
+      --json "$OUT/bench_lora.json" >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"
+    grep "fused\|copy\|roofline" "$OUT/bench_lora.log" | cut -c1-200 | head -30
+    ;;
+  s10g)  # one GPU, the final code: the whole suite, then the README's main job (120 s) and its cases per campaign
+    bash "$0" suite 330
+    main_job
+    ;;
   repro-split-pv)  # one GPU: the two-accumulator PV reduction of Note [Head-dim split] (benchmarks/repro_split_pv.py)
     timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv 2>&1 | tee "$OUT/repro_split_pv.log"
     ;;
