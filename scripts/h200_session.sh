@@ -442,6 +442,16 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     bash "$0" suite 330
     main_job
     ;;
+  s10h)  # one GPU: prefill-8x2048 LoRA table rows at session 9's code (old/, carried) and at this code, interleaved
+    for round in 1 2; do
+      for tree in old .; do
+        (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 && \
+         timeout 100 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 2>&1 | \
+         grep "prefill-8x2048 | [qv] | fused" | sed "s|^|$tree round $round: |")
+      done
+    done
+    python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+    ;;
   repro-split-pv)  # one GPU: the two-accumulator PV reduction of Note [Head-dim split] (benchmarks/repro_split_pv.py)
     timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv 2>&1 | tee "$OUT/repro_split_pv.log"
     ;;
