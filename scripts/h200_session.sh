@@ -438,7 +438,11 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       --json "$OUT/bench_lora.json" >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"
     grep "fused\|copy\|roofline" "$OUT/bench_lora.log" | cut -c1-200 | head -30
     ;;
-  s10g)  # one GPU, the final code: the whole suite, then the README's main job (120 s) and its cases per campaign
+  s10g)  # one GPU, the final code: LoRA prefill and decode rows, the whole suite, then the README's main job
+         # (120 s) and its cases per campaign
+    timeout 60 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 2>&1 | grep "fused" | cut -c1-150
+    timeout 60 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto --json "$OUT/decode_floor.json" \
+      >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"; grep "^| decode" "$OUT/decode_floor.log" | cut -c1-120
     bash "$0" suite 330
     main_job
     ;;

@@ -67,7 +67,13 @@ tile of a slot is one pid, so with well-formed metadata every row still belongs 
 indices outside ``[0, n_slots)`` count for no slot (their rows stay untouched, as with ``SORTED``);
 a pid past the last tile (the bound is loose by up to ``L - 1``, and malformed metadata may shrink
 the counts) selects nothing and reads slot 0's rank, a valid index.  With more than
-:data:`kernels.lora._launch.FLAT_SLOTS_MAX` slots the wrapper launches the slot-sorted grid instead.
+:data:`kernels.lora._launch.FLAT_SLOTS_MAX` slots the wrapper launches the slot-sorted grid instead,
+and it launches the flat grid only where that halves the programs (``FLAT_SLOTS_MIN_SAVING``: each
+flat program also counts every slot's rows).  The slot count ``n_slots`` travels in ``search_steps``,
+which only the binary search (``SEG_TILE == 0``, never flat) reads: a kernel parameter of its own,
+unused by every other launch, cost the segment-major fused q kernel 12 registers (96 -> 108, one
+block per SM fewer) with ptxas of triton 3.6 on identical TTGIR and PTX, and prefill-8x2048 went
+669 -> 718 us (H200, 2026-12-01 s10h-s10i).
 
 Note [Specialization]
 ---------------------
@@ -163,14 +169,14 @@ def _flat_tile(pid, seg_rows, slots, n_slots, BT: tl.constexpr, NSLOT: tl.conste
 
 @triton.jit
 def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg, num_rows,
-           search_steps, n_slots, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
+           search_steps, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
            SEG_TILE: tl.constexpr, SORTED: tl.constexpr = False, FLAT: tl.constexpr = False,
            NSLOT: tl.constexpr = 8):
     """Rows of tile ``pid`` for this program's slot: (selected, slot, physical row).
 
     ``lane_tok`` in [0, BT) is each lane's token in the tile; ``w_prog`` the slot a token-major
     program serves (its grid coordinate), ignored segment-major (the segment's slot) and FLAT (found
-    from ``pid``; ``n_slots``, the weight buffer's slots, is read only there)."""
+    from ``pid``; ``search_steps`` then carries the weight buffer's slot count, Note [Flat slot grid])."""
     if TOKEN_MAJOR and SORTED and SEG_TILE > 0:
         # Note [Slot-sorted tiles]: tile pid holds rows pid*BT .. of the list of THIS slot's rows, in
         # segment order, so a tile is full of one slot's rows however the batch interleaves slots
@@ -181,7 +187,8 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
         slots = tl.load(weight_indices + offs_n, mask=in_n, other=-1)
         seg_rows = tl.maximum(ends - starts, 0)  # negative lengths of malformed metadata count as 0
         if FLAT:  # Note [Flat slot grid]: the (slot, tile) pair comes from pid, not from the grid
-            w_prog, pid, live = _flat_tile(pid, seg_rows, slots, n_slots, BT, NSLOT)
+            # a flat launch passes the weight buffer's slot count in search_steps (no binary search here)
+            w_prog, pid, live = _flat_tile(pid, seg_rows, slots, search_steps, BT, NSLOT)
         valid, logical = _slot_rows(pid, lane_tok, w_prog, starts, seg_rows, slots, BT)
         if FLAT:  # a pid past the last tile selects nothing (tl.where: the interpreter makes `valid & live` int32)
             valid = tl.where(live, valid, False)
@@ -231,7 +238,7 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
 # ---- split steps ---------------------------------------------------------------------------------
 
 # Note [Specialization]: runtime ints Triton must not specialize on (they change from batch to batch)
-_COUNTS = ("n_launch", "tiles_per_seg", "num_rows", "search_steps", "n_cblocks", "n_slots")
+_COUNTS = ("n_launch", "tiles_per_seg", "num_rows", "search_steps", "n_cblocks")
 # metadata pointers, read one element at a time: their 16-byte alignment (views at an offset) is of no use
 _METADATA = ("seg_indptr", "weight_indices", "lora_ranks", "scalings", "perm")
 _DATA = ("x_ptr", "a_ptr", "b_ptr", "out_ptr", "base_ptr")
@@ -253,7 +260,7 @@ _DNS_STEP_A_Q = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'so_
 
 @_two_families(_DNS_STEP_A_Q)
 def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, QK, FULL_K, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
                     sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, so_t, so_h, so_r,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
                     FLAT: tl.constexpr, NSLOT: tl.constexpr,
@@ -280,7 +287,7 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
@@ -307,7 +314,7 @@ _DNS_STEP_B_Q = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sy_t', 'sy
 
 @_two_families(_DNS_STEP_B_Q)
 def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, H, C, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
                     FLAT: tl.constexpr, NSLOT: tl.constexpr,
@@ -336,7 +343,7 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     sel = sel & (hh < H)
     offs_r = tl.arange(0, BLOCK_R)
@@ -363,7 +370,7 @@ _DNS_STEP_A_V = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so
 
 @_two_families(_DNS_STEP_A_V)
 def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_ranks, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, H, C, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, so_t, so_h, so_r,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
                     FLAT: tl.constexpr, NSLOT: tl.constexpr,
@@ -390,7 +397,7 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     sel = sel & (hh < H)
     offs_k = tl.arange(0, BLOCK_K)
@@ -418,7 +425,7 @@ _DNS_STEP_B_V = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sy_
 
 @_two_families(_DNS_STEP_B_V)
 def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, QK, VD, FULL_K, R,
+                    n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
                     sx_t, sx_h, sx_r, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
                     FLAT: tl.constexpr, NSLOT: tl.constexpr,
@@ -447,7 +454,7 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v = cb * BLOCK_V + tl.arange(0, BLOCK_V)
@@ -477,7 +484,7 @@ _DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_BLOCKS', 'sx_t', 'sx_h', 'sb_l'
 
 @_two_families(_DNS_Q_SIDE_FUSED)
 def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, QK, FULL_K, C, R,
+                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R,
                         C_BLOCKS,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
@@ -509,7 +516,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
@@ -569,7 +576,7 @@ _DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 's
 
 @_two_families(_DNS_V_SIDE_FUSED)
 def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
-                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, n_slots, QK, VD, FULL_K, C, R,
+                        n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
                         sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
                         FLAT: tl.constexpr, NSLOT: tl.constexpr,
@@ -601,7 +608,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, n_slots, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)

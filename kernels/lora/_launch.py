@@ -113,7 +113,7 @@ class Plan:
     n_launch: int  # segments the kernel may touch (CUDA-graph mode: the padded count)
     row_tiles: int  # grid axis 0
     tiles_per_seg: int
-    search_steps: int
+    search_steps: int  # the binary search's steps (SEG_TILE == 0); a flat grid's slot count (Note [Flat slot grid])
     seg_tile: int  # token-major: >0 finds segments by one vectorized compare over this many ends
     blocks: dict
     slot_block: int = 0  # >0: the flat grid (Note [Flat slot grid]), NSLOT; grid axis 2 has no slot factor
@@ -153,8 +153,8 @@ def plan(op: str, batch_info, num_rows: int, max_len: int, *, num_slots: int = 0
         flat = (SLOT_SORTED and FLAT_SLOTS and seg_tile > 0 and 1 <= num_slots <= FLAT_SLOTS_MAX
                 and tiles * num_slots >= FLAT_SLOTS_MIN_SAVING * (tiles + num_slots - 1))
         extra = num_slots - 1 if flat else 0
-        return Plan(True, n_launch, tiles + extra, 1, max(n_launch, 1).bit_length() + 1,
-                    seg_tile, tok_blocks, slot_block(num_slots) if flat else 0)
+        steps = num_slots if flat else max(n_launch, 1).bit_length() + 1
+        return Plan(True, n_launch, tiles + extra, 1, steps, seg_tile, tok_blocks, slot_block(num_slots) if flat else 0)
     return Plan(False, n_launch, n_launch * tiles_per_seg, max(tiles_per_seg, 1), 0, 0, seg_blocks)
 
 
@@ -183,12 +183,12 @@ def _axis2(p: Plan, num_slots: int, n_cblocks: int) -> int:
     return n_cblocks * (num_slots if p.token_major and not p.slot_block else 1)
 
 
-def _meta(batch_info, p: Plan, num_rows: int, num_slots: int, n_cblocks: int = 1):
+def _meta(batch_info, p: Plan, num_rows: int, n_cblocks: int = 1):
     perm = batch_info.permutation
     return dict(seg_indptr=batch_info.seg_indptr, weight_indices=batch_info.weight_indices,
                 lora_ranks=batch_info.lora_ranks, perm=(perm if perm is not None else batch_info.seg_indptr),
                 n_launch=p.n_launch, tiles_per_seg=p.tiles_per_seg, num_rows=num_rows,
-                search_steps=p.search_steps, n_cblocks=n_cblocks, n_slots=num_slots, TOKEN_MAJOR=p.token_major,
+                search_steps=p.search_steps, n_cblocks=n_cblocks, TOKEN_MAJOR=p.token_major,
                 HAS_PERM=perm is not None, SEG_TILE=p.seg_tile,
                 SORTED=bool(SLOT_SORTED and p.token_major and p.seg_tile > 0), FLAT=p.slot_block > 0,
                 NSLOT=p.slot_block or FLAT_SLOTS_MIN_BLOCK)
@@ -293,7 +293,7 @@ def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
 
     def launch(blocks, warps, stages):
         _family(K.step_a_q_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
-            q_nope, B_buf, out, **_meta(batch_info, p, S, B_buf.shape[0]), FULL_K=full_K_per_head, R=R,
+            q_nope, B_buf, out, **_meta(batch_info, p, S), FULL_K=full_K_per_head, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf,), None), **blocks, num_warps=warps, **_stages(stages))
 
@@ -319,7 +319,7 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
         ncb = triton.cdiv(C, blocks["BLOCK_C"])
         grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], ncb))
         _family(K.step_b_q_kernel, lay)[grid](
-            q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, A_buf.shape[0], ncb), scalings=batch_info.scalings,
+            q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
             H=H, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_lora_a, (A_buf,), base_output), **blocks, num_warps=warps,
@@ -346,7 +346,7 @@ def step_a_v_fwd(attn_output, A_buf, batch_info, *, strict=None):
 
     def launch(blocks, warps, stages):
         _family(K.step_a_v_kernel, lay)[(p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], 1))](
-            attn_output, A_buf, out, **_meta(batch_info, p, S, A_buf.shape[0]), H=H, R=R,
+            attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf,), None), **blocks, num_warps=warps,
             **_stages(stages))
@@ -375,7 +375,7 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
         ncb = triton.cdiv(v_head_dim, blocks["BLOCK_V"])
         grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
         _family(K.step_b_v_kernel, lay)[grid](
-            attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, B_buf.shape[0], ncb),
+            attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb),
             scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
@@ -408,7 +408,7 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
         c_blocks = triton.cdiv(blocks.pop("C_SPLIT") or C, blocks["BLOCK_C"])  # BLOCK_C-column blocks per program
         ncb = triton.cdiv(C, c_blocks * blocks["BLOCK_C"])
         _family(K.q_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
-            q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, B_buf.shape[0], ncb),
+            q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb),
             scalings=batch_info.scalings,
             FULL_K=full_K_per_head, R=R, C_BLOCKS=c_blocks,
             **lay,
@@ -440,7 +440,7 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
 
     def launch(blocks, warps, stages):
         _family(K.v_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
-            attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S, B_buf.shape[0]),
+            attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S),
             scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
