@@ -456,6 +456,14 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     done
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
     ;;
+  s10j)  # one GPU (the last 160 s of device time): the flat grid as a runtime test -- LoRA route tests, the
+         # variant warm-up cover test, the decode floor
+    timeout 45 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
+      -k "routes or flat or wide" 2>&1 | tail -1
+    timeout 25 python3 -m pytest oracle_tests/test_variant_warmup.py -q -p no:cacheprovider -k variant_cases 2>&1 | tail -1
+    timeout 30 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto 2>&1 | grep "^| decode" | \
+      grep -v "ranks 0" | cut -c1-80
+    ;;
   repro-split-pv)  # one GPU: the two-accumulator PV reduction of Note [Head-dim split] (benchmarks/repro_split_pv.py)
     timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv 2>&1 | tee "$OUT/repro_split_pv.log"
     ;;
