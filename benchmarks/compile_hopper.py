@@ -82,7 +82,7 @@ def compile_lora(op: str, dtype: str, path: str, align: int, perm, nslot=None):
         nslot = LL.slot_block(4) if LL.FLAT_SLOTS else 0
     sorted_rows = path == "tok" and LL.SLOT_SORTED
     const = dict(TOKEN_MAJOR=path == "tok", HAS_PERM=perm is not None, SEG_TILE=64 if path == "tok" else 0,
-                 SORTED=sorted_rows, NSLOT=nslot or LL.FLAT_SLOTS_MIN_BLOCK,
+                 SORTED=sorted_rows, FLAT=sorted_rows and nslot > 0, NSLOT=nslot or LL.FLAT_SLOTS_MIN_BLOCK,
                  BLOCK_R=LL.MIN_BLOCK_R, UPCAST=False, DOT_PREC="tf32" if dtype == "float32" else None,
                  FIX_BF16=False, ALIGN=align, **blocks)
     const = {k: v for k, v in const.items() if k in params}

@@ -20,7 +20,7 @@ Note [Variant warm-up]
 A few realistic shapes are not enough for our LoRA kernels: what selects a compiled kernel there is
 the path (segment-major, or token-major with a 64- or 256-wide segment compare or a binary search),
 the rank block (32, 64, 128), the layout family (aligned or generic), the permutation flag, the
-dtype, the base dtype and the op (and the fused q side's tile height) -- 1,428 variants, of which a GPU campaign meets a new one every few
+dtype, the base dtype and the op (and the flat grid, and the fused q side's tile height) -- 2,172 variants, of which a GPU campaign meets a new one every few
 cases (a launch recorder on the CPU, 2026-11-30: about 140-160 distinct variants in 2,000 cases of
 the "gpu" preset, still growing).  At about half a second of LLVM and ptxas each, a campaign that
 compiles them as it meets them ran at 6-15 cases/s on the H200.  :func:`variant_cases` holds one
@@ -87,17 +87,22 @@ def warm_up_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) ->
 # most common in a GPU campaign first (a launch recorder over 2,000 cases of the "gpu" preset on the CPU,
 # 2026-11-30: token-major with few segments, then segment-major; rank blocks 64 and 32; generic layouts
 # 2 to 1 over aligned ones).  One case each: paths x rank blocks x layouts x dtypes x base dtypes x ops.
-# (segment lengths, slots, ops or None for all, what it selects).  The flat and per-slot grids share a
-# kernel (Note [Flat slot grid]); the fused q side's tile height depends on the rows per slot (WIDE_BT in
+# (segment lengths, slots, ops or None for all, what it selects).  Token-major launches over 3 or more
+# slots can take the flat grid (Note [Flat slot grid]: where it halves the programs, so 2 slots never do),
+# a variant of its own; the fused q side's tile height depends on the rows per slot (WIDE_BT in
 # kernels.lora._launch.BLOCKS), so its other heights get cases of their own.
 _VARIANT_PATHS = (
     ((1,) * 8, 2, None, "token-major, one compare over 64 segment ends"),
     ((256,), 2, None, "segment-major"),
     ((1,) * 100, 2, None, "token-major, one compare over 256 segment ends"),
     ((1,) * 300, 2, None, "token-major, binary search (wide fused-q tiles: 150 rows per slot)"),
-    ((5,) * 60, 2, ("q_side_fused",), "token-major, one compare over 64 ends, wide fused-q tiles"),
-    ((1,) * 200, 2, ("q_side_fused",), "token-major, one compare over 256 ends, wide fused-q tiles"),
-    ((1,) * 300, 8, ("q_side_fused",), "token-major, binary search, fused-q tiles of 37 rows per slot"),
+    ((3,) * 60, 4, None, "token-major, one compare over 64 ends, the flat grid"),
+    ((1,) * 200, 4, None, "token-major, one compare over 256 ends, the flat grid"),
+    ((5,) * 60, 4, ("q_side_fused",), "the flat grid, one compare over 64 ends, wide fused-q tiles"),
+    ((1,) * 256, 4, ("q_side_fused",), "the flat grid, one compare over 256 ends, wide fused-q tiles"),
+    ((5,) * 60, 2, ("q_side_fused",), "one compare over 64 ends, wide fused-q tiles"),
+    ((1,) * 200, 2, ("q_side_fused",), "one compare over 256 ends, wide fused-q tiles"),
+    ((1,) * 300, 8, ("q_side_fused",), "binary search, fused-q tiles of 37 rows per slot"),
 )
 _VARIANT_RANKS = (32, 64, 128)  # BLOCK_R buckets (kernels.lora._launch.MIN_BLOCK_R and up)
 _VARIANT_LAYOUTS = (dict(H=2, qk=63, vd=47, C=129),  # sizes off 8 elements: the generic family
@@ -108,7 +113,7 @@ _BASE_OPS = ("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")  # ops with
 def variant_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) -> list[Case]:
     """One LoRA case per compiled variant of our LoRA kernels that a campaign meets (Note [Variant
     warm-up]): path x rank block x layout family x permutation x dtype x base dtype (the same, or fp32)
-    x op, most common first, so a time limit cuts the rarest.  1,428 cases for every op and dtype."""
+    x op, most common first, so a time limit cuts the rarest.  2,172 cases for every op and dtype."""
     lora_ops = [op for op in ops if op != "vision"]
     out: list[Case] = []
     for seg_lens, n_slots, only, _ in _VARIANT_PATHS:

@@ -55,8 +55,8 @@ Note [Flat slot grid]
 ---------------------
 The slot-sorted grid above is ``ceil(S/BT)`` tiles for EACH of the ``L`` slots (grid axis 2 = slots x
 output blocks), but slot ``w`` fills only ``ceil(n_w/BT)`` of its tiles: at decode-bs256 with 4 slots,
-three quarters of the programs route and exit, and launch + route was 7 us of a 24 us call.  A flat
-launch (``SORTED``, ``search_steps > 0``) launches only what the real (slot, tile) pairs can need: grid axis 2 is the output
+three quarters of the programs route and exit, and launch + route was 7 us of a 24 us call.  ``FLAT``
+(with ``SORTED``) launches only what the real (slot, tile) pairs can need: grid axis 2 is the output
 blocks alone, and axis 0 is ``ceil(S/BT) + L - 1``, an upper bound of ``sum_w ceil(n_w/BT)``: each
 term is below ``n_w/BT + 1``, so the integer sum is at most ``ceil(sum_w n_w / BT) + L - 1``, and
 ``sum_w n_w <= S`` with well-formed metadata.  Each program counts every slot's rows from the same
@@ -70,9 +70,7 @@ the counts) selects nothing and reads slot 0's rank, a valid index.  With more t
 :data:`kernels.lora._launch.FLAT_SLOTS_MAX` slots the wrapper launches the slot-sorted grid instead,
 and it launches the flat grid only where that halves the programs (``FLAT_SLOTS_MIN_SAVING``: each
 flat program also counts every slot's rows).  The slot count ``n_slots`` travels in ``search_steps``,
-which only the binary search (``SEG_TILE == 0``, never flat) reads otherwise; 0 there means the per-slot
-grid.  A runtime test, not a constexpr: both grids share one compiled kernel, so the variant warm-up
-(:mod:`harness.warmup`) need not cover each, and a kernel parameter of its own,
+which only the binary search (``SEG_TILE == 0``, never flat) reads: a kernel parameter of its own,
 unused by every other launch, cost the segment-major fused q kernel 12 registers (96 -> 108, one
 block per SM fewer) with ptxas of triton 3.6 on identical TTGIR and PTX, and prefill-8x2048 went
 669 -> 718 us (H200, 2026-12-01 s10h-s10i).
@@ -142,7 +140,7 @@ def _slot_rows(pid, lane_tok, w, starts, seg_rows, slots, BT: tl.constexpr):
     k = pid * BT + lane_tok  # the k-th row of this slot
     total = tl.sum(lens, axis=0)
     valid = k < total
-    if pid * BT < total:  # tiles past the slot's rows (most of a per-slot grid at decode) skip scan and compare
+    if pid * BT < total:  # tiles past the slot's rows (most of a non-FLAT grid at decode) skip scan and compare
         incl = tl.cumsum(lens, axis=0)
         excl = incl - lens
         inside = (excl[None, :] <= k[:, None]) & (k[:, None] < incl[None, :])  # (BT, SEG_TILE), one per row
@@ -172,11 +170,12 @@ def _flat_tile(pid, seg_rows, slots, n_slots, BT: tl.constexpr, NSLOT: tl.conste
 @triton.jit
 def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg, num_rows,
            search_steps, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
-           SEG_TILE: tl.constexpr, SORTED: tl.constexpr = False, NSLOT: tl.constexpr = 8):
+           SEG_TILE: tl.constexpr, SORTED: tl.constexpr = False, FLAT: tl.constexpr = False,
+           NSLOT: tl.constexpr = 8):
     """Rows of tile ``pid`` for this program's slot: (selected, slot, physical row).
 
     ``lane_tok`` in [0, BT) is each lane's token in the tile; ``w_prog`` the slot a token-major
-    program serves (its grid coordinate), ignored segment-major (the segment's slot) and flat (found
+    program serves (its grid coordinate), ignored segment-major (the segment's slot) and FLAT (found
     from ``pid``; ``search_steps`` then carries the weight buffer's slot count, Note [Flat slot grid])."""
     if TOKEN_MAJOR and SORTED and SEG_TILE > 0:
         # Note [Slot-sorted tiles]: tile pid holds rows pid*BT .. of the list of THIS slot's rows, in
@@ -187,14 +186,12 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
         ends = tl.load(seg_indptr + 1 + offs_n, mask=in_n, other=0)
         slots = tl.load(weight_indices + offs_n, mask=in_n, other=-1)
         seg_rows = tl.maximum(ends - starts, 0)  # negative lengths of malformed metadata count as 0
-        # Note [Flat slot grid]: a flat launch passes the weight buffer's slot count in search_steps (0: the
-        # per-slot grid), a runtime test, so both grids share one compiled kernel
-        live = pid >= 0
-        if search_steps > 0:  # the (slot, tile) pair comes from pid, not from the grid
+        if FLAT:  # Note [Flat slot grid]: the (slot, tile) pair comes from pid, not from the grid
+            # a flat launch passes the weight buffer's slot count in search_steps (no binary search here)
             w_prog, pid, live = _flat_tile(pid, seg_rows, slots, search_steps, BT, NSLOT)
         valid, logical = _slot_rows(pid, lane_tok, w_prog, starts, seg_rows, slots, BT)
-        # a pid past the last tile selects nothing (tl.where: the interpreter makes `valid & live` int32)
-        valid = tl.where(live, valid, False)
+        if FLAT:  # a pid past the last tile selects nothing (tl.where: the interpreter makes `valid & live` int32)
+            valid = tl.where(live, valid, False)
         slot = w_prog
     elif TOKEN_MAJOR:
         logical = pid * BT + lane_tok
@@ -266,7 +263,7 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, R,
                     sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, so_t, so_h, so_r,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
-                    NSLOT: tl.constexpr,
+                    FLAT: tl.constexpr, NSLOT: tl.constexpr,
                     BT: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -285,13 +282,13 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
         sb_r = 1
         so_r = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not flat) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               NSLOT)
+                               FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -320,7 +317,7 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
-                    NSLOT: tl.constexpr,
+                    FLAT: tl.constexpr, NSLOT: tl.constexpr,
                     BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -341,13 +338,13 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         sa_c = 1
         sy_c = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not flat) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               NSLOT)
+                               FLAT, NSLOT)
     sel = sel & (hh < H)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -376,7 +373,7 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, H, C, R,
                     sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, so_t, so_h, so_r,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
-                    NSLOT: tl.constexpr,
+                    FLAT: tl.constexpr, NSLOT: tl.constexpr,
                     BT: tl.constexpr, BH: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -395,13 +392,13 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
         sa_c = 1
         so_r = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not flat) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               NSLOT)
+                               FLAT, NSLOT)
     sel = sel & (hh < H)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
@@ -431,7 +428,7 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
                     n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, R,
                     sx_t, sx_h, sx_r, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
                     TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
-                    NSLOT: tl.constexpr,
+                    FLAT: tl.constexpr, NSLOT: tl.constexpr,
                     BT: tl.constexpr,
                     BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr, UPCAST: tl.constexpr,
                     DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -452,13 +449,13 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         sb_r = 1
         sy_v = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not flat) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               NSLOT)
+                               FLAT, NSLOT)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v = cb * BLOCK_V + tl.arange(0, BLOCK_V)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -491,7 +488,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         C_BLOCKS,
                         sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
-                        NSLOT: tl.constexpr,
+                        FLAT: tl.constexpr, NSLOT: tl.constexpr,
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -514,13 +511,13 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         sa_c = 1
         sy_c = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not flat) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               NSLOT)
+                               FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c0 = tl.arange(0, BLOCK_C)
@@ -582,7 +579,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                         n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
                         sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
                         TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr, SORTED: tl.constexpr,
-                        NSLOT: tl.constexpr,
+                        FLAT: tl.constexpr, NSLOT: tl.constexpr,
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -606,13 +603,13 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         sb_r = 1
         sy_v = 1
     pid = tl.program_id(0)
-    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not flat) x output block
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               NSLOT)
+                               FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v0 = tl.arange(0, BLOCK_V)

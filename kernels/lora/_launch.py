@@ -113,7 +113,7 @@ class Plan:
     n_launch: int  # segments the kernel may touch (CUDA-graph mode: the padded count)
     row_tiles: int  # grid axis 0
     tiles_per_seg: int
-    search_steps: int  # the binary search's steps (no compare tile); else a flat grid's slot count, 0 for the per-slot grid
+    search_steps: int  # the binary search's steps (SEG_TILE == 0); a flat grid's slot count (Note [Flat slot grid])
     seg_tile: int  # token-major: >0 finds segments by one vectorized compare over this many ends
     blocks: dict
     slot_block: int = 0  # >0: the flat grid (Note [Flat slot grid]), NSLOT; grid axis 2 has no slot factor
@@ -153,8 +153,7 @@ def plan(op: str, batch_info, num_rows: int, max_len: int, *, num_slots: int = 0
         flat = (SLOT_SORTED and FLAT_SLOTS and seg_tile > 0 and 1 <= num_slots <= FLAT_SLOTS_MAX
                 and tiles * num_slots >= FLAT_SLOTS_MIN_SAVING * (tiles + num_slots - 1))
         extra = num_slots - 1 if flat else 0
-        # search_steps: a flat grid's slot count; 0 for the per-slot grid (a compare tile needs no search)
-        steps = num_slots if flat else (0 if seg_tile > 0 else max(n_launch, 1).bit_length() + 1)
+        steps = num_slots if flat else max(n_launch, 1).bit_length() + 1
         return Plan(True, n_launch, tiles + extra, 1, steps, seg_tile, tok_blocks, slot_block(num_slots) if flat else 0)
     return Plan(False, n_launch, n_launch * tiles_per_seg, max(tiles_per_seg, 1), 0, 0, seg_blocks)
 
@@ -191,7 +190,7 @@ def _meta(batch_info, p: Plan, num_rows: int, n_cblocks: int = 1):
                 n_launch=p.n_launch, tiles_per_seg=p.tiles_per_seg, num_rows=num_rows,
                 search_steps=p.search_steps, n_cblocks=n_cblocks, TOKEN_MAJOR=p.token_major,
                 HAS_PERM=perm is not None, SEG_TILE=p.seg_tile,
-                SORTED=bool(SLOT_SORTED and p.token_major and p.seg_tile > 0),
+                SORTED=bool(SLOT_SORTED and p.token_major and p.seg_tile > 0), FLAT=p.slot_block > 0,
                 NSLOT=p.slot_block or FLAT_SLOTS_MIN_BLOCK)
 
 
