@@ -32,7 +32,10 @@
 #   bash scripts/h200_session.sh s9e            # vision host cost; a 150-s vision fuzz beside the whole suite
 #   bash scripts/h200_session.sh s9f            # LoRA decode floor + kernel tests, vision host cost, one campaign test
 #   bash scripts/h200_session.sh s9g            # final code: vision host cost, the whole suite, an 80-s LoRA fuzz
-#   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction (not yet run on a GPU)
+#   bash scripts/h200_session.sh s10a .. s10g   # 2026-12-01: split-PV reduction, launch overhead, repeat shortcut,
+#                                               # LoRA flat grid / wide tiles A/B, folded scale, final table + suite
+#   bash scripts/h200_session.sh s10h | s10i    # prefill q: session 9's tree (old/) against this one; registers
+#   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
 # Carry: .whl/flashinfer and .whl/sglang-slim (and .whl/cluster, dask + distributed wheels, for scale); scripts/gpu_snapshot.sh
@@ -446,7 +449,8 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     bash "$0" suite 330
     main_job
     ;;
-  s10h)  # one GPU: prefill-8x2048 LoRA table rows at session 9's code (old/, carried) and at this code, interleaved
+  s10h)  # one GPU: prefill-8x2048 LoRA table rows at session 9's code and at this code, interleaved; old/ is
+         # session 9's tree in the snapshot: mkdir .gpu-snap/old && git archive 8e7f945 | tar -x -C .gpu-snap/old
     for round in 1 2; do
       for tree in old .; do
         (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 && \
@@ -456,13 +460,14 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     done
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
     ;;
-  s10j)  # one GPU (the last 160 s of device time): the flat grid as a runtime test -- LoRA route tests, the
-         # variant warm-up cover test, the decode floor
-    timeout 45 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
-      -k "routes or flat or wide" 2>&1 | tail -1
-    timeout 25 python3 -m pytest oracle_tests/test_variant_warmup.py -q -p no:cacheprovider -k variant_cases 2>&1 | tail -1
-    timeout 30 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto 2>&1 | grep "^| decode" | \
-      grep -v "ranks 0" | cut -c1-80
+  s10i)  # prefill q fused: the compiled kernel (registers) and its time, session 9's tree (old/) and this one
+    for tree in old .; do
+      (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 && \
+       cp -n ../benchmarks/diag_lora_prefill.py benchmarks/ 2>/dev/null; \
+       timeout 100 python3 -m kernel_oracle.benchmarks.diag_lora_prefill "$( [ "$tree" = old ] && echo old || echo new )" \
+         2>&1 | tail -5 | sed "s|^|$tree: |")
+    done
+    python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
     ;;
   repro-split-pv)  # one GPU: the two-accumulator PV reduction of Note [Head-dim split] (benchmarks/repro_split_pv.py)
     timeout 200 python3 -m kernel_oracle.benchmarks.repro_split_pv 2>&1 | tee "$OUT/repro_split_pv.log"
