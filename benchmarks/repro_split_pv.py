@@ -1,6 +1,7 @@
 """A minimal attention forward whose PV product has two accumulators, to reduce Note [Head-dim split].
 
 python -m kernel_oracle.benchmarks.repro_split_pv [--dump DIR]   (a GPU; or TRITON_INTERPRET=1 on the CPU)
+python benchmarks/repro_split_pv.py [--dump DIR]                   (the same file alone: torch and triton only)
 
 Our vision kernel's split head dim (v's 80 columns as a 64-column tile and a 16-column tail, two
 ``tl.dot`` into two accumulators) is exact under the interpreter and wrong when compiled with triton
@@ -11,11 +12,19 @@ accumulators rescaled as in the vision kernel; off: a fixed shift, no rescale), 
 into one padded accumulator (``SPLIT=False``) or two (``SPLIT=True``).  Each variant prints its max
 error against a float64 softmax-attention; under the interpreter every variant must be right (a CPU
 test checks that), so a wrong compiled variant points at the compiler, not at this file.
+
+Found on the H200 (triton 3.6.0, 2026-12-01, phases s10b-s10d; docs/benchmarks/vision.md): with two
+accumulators, a second, masked call site of the key-block step (``n`` not a multiple of ``BLOCK_N``)
+gives max errors 0.17-0.76 or an illegal address in every block shape, and ``num_stages=1`` with
+64-key blocks gives 0.39-0.73 even without it; one padded accumulator is right everywhere, and so is
+one masked loop (``ONE_LOOP``) with two or more stages.  docs/upstream/triton_split_pv.md is the
+report for Triton.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 
 import torch
@@ -153,8 +162,6 @@ def _one(index: int, dump: str | None) -> int:
     err, kernel = run_variant(*variant, device="cuda", return_kernel=True)
     print(_line(variant, f"max error {err:.3g}"), flush=True)
     if dump and not err < 0.05:
-        import os
-
         os.makedirs(dump, exist_ok=True)
         for kind in ("ttir", "ttgir", "ptx"):
             with open(os.path.join(dump, f"variant{index}.{kind}"), "w") as f:
@@ -167,14 +174,12 @@ def main(argv=None) -> int:
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
 
-    from kernel_oracle.kernels.interpreter import interpreting
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--one", type=int, default=None, help="run one GPU variant in this process (by index)")
     ap.add_argument("--dump", default=None, help="write the IR and PTX of wrong variants to this folder")
     ap.add_argument("--jobs", type=int, default=8, help="variants run at once, each in its own process")
     args = ap.parse_args(argv)
-    cpu = interpreting()
+    cpu = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")  # no import of ours: the file stands alone
     if not cpu and not torch.cuda.is_available():
         print("needs a CUDA device, or TRITON_INTERPRET=1 for the CPU check", file=sys.stderr)
         return 2
@@ -189,7 +194,7 @@ def main(argv=None) -> int:
         return 0 if worst < 0.05 else 1
 
     def child(i):  # its own process: an illegal memory access ends that variant, not the run
-        cmd = [sys.executable, "-m", "kernel_oracle.benchmarks.repro_split_pv", "--one", str(i)]
+        cmd = [sys.executable, os.path.abspath(__file__), "--one", str(i)]
         if args.dump:
             cmd += ["--dump", args.dump]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
