@@ -425,8 +425,8 @@ def main(argv=None):
                     help="only time the fused decode calls with real ranks and with every rank 0 (launch + route), "
                          "on each token-major route of --routes")
     ap.add_argument("--routes", nargs="+", default=["auto", "flat", "sorted"], choices=list(ROUTES),
-                    help="--decode-floor: the token-major routes to time (flat grid, per-slot slot-sorted grid, "
-                         "logical rows)")
+                    help="--decode-floor: the token-major routes to time (auto: the wrapper's choice; the flat "
+                         "grid; the per-slot slot-sorted grid; logical rows)")
     ap.add_argument("--json", default=None, help="write results to this JSON file")
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")

@@ -319,8 +319,7 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
         ncb = triton.cdiv(C, blocks["BLOCK_C"])
         grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], ncb))
         _family(K.step_b_q_kernel, lay)[grid](
-            q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-            H=H, R=R,
+            q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings, H=H, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_lora_a, (A_buf,), base_output), **blocks, num_warps=warps,
             **_stages(stages))
@@ -375,8 +374,7 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
         ncb = triton.cdiv(v_head_dim, blocks["BLOCK_V"])
         grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
         _family(K.step_b_v_kernel, lay)[grid](
-            attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb),
-            scalings=batch_info.scalings,
+            attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_lora_a, (B_buf,), base_output), **blocks, num_warps=warps,
@@ -408,8 +406,7 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
         c_blocks = triton.cdiv(blocks.pop("C_SPLIT") or C, blocks["BLOCK_C"])  # BLOCK_C-column blocks per program
         ncb = triton.cdiv(C, c_blocks * blocks["BLOCK_C"])
         _family(K.q_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
-            q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb),
-            scalings=batch_info.scalings,
+            q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
             FULL_K=full_K_per_head, R=R, C_BLOCKS=c_blocks,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **blocks, num_warps=warps,
@@ -440,8 +437,7 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
 
     def launch(blocks, warps, stages):
         _family(K.v_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
-            attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S),
-            scalings=batch_info.scalings,
+            attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **blocks, num_warps=warps,
