@@ -194,18 +194,14 @@ class VisionLaunch:
             return None
         plan = self.plan
 
-        def arguments(o):
-            return attention_arguments(q3, k3, v3, o, self.table, self.num_blocks, plan.scale, self.config,
-                                       self.precision)
-
         def make():
-            grid, args, _ = arguments(out)
+            grid, args, _ = attention_arguments(q3, k3, v3, out, self.table, self.num_blocks, plan.scale,
+                                                self.config, self.precision)
             return _direct.DirectLaunch(kernel, grid, args, _vision_attn_fwd.arg_names, 4)
 
         def run_both(direct):
             jit_out, direct_out = torch.full_like(out, float("nan")), torch.full_like(out, float("nan"))
-            grid, args, options = arguments(jit_out)
-            _vision_attn_fwd[grid](**args, **options)
+            launch_attention(q3, k3, v3, jit_out, self.table, self.num_blocks, plan.scale, self.config, self.precision)
             return jit_out, (direct_out if direct(q3, k3, v3, direct_out) else None)
 
         return _direct.verified(kernel, make, run_both)
@@ -249,31 +245,28 @@ def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=
     entry = None
     if keyed is not None:
         last_key, last_entry = _LAST
-        if keyed[0] == last_key:  # the same launch as the last call (every layer of a tower): no hashing
+        repeated = keyed[0] == last_key  # the same launch as the last call (every layer of a tower): no hashing
+        if repeated:
             entry = last_entry
             _CACHE_STATS["hits"] += 1
-            if q.dim() == 4:  # as the resolver flattens (the key holds the original shapes)
-                out = entry.launch._launch(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1))
-            else:
-                out = entry.launch._launch(q, k, v)
-            # a launch repeated: remember it, so that the next repeat is matched without a key
-            _REPEAT = RepeatedCall.remember(entry.launch._direct[0], q, k, v, cu_seqlens, softmax_scale,
-                                            forward_metadata, kwargs, out, _CACHE_STATS)
-            return out
-        with _CACHE_LOCK:
-            try:
-                entry = _LAUNCH_CACHE.get(keyed[0])
-            except TypeError:  # an unhashable option (e.g. a config list): the uncached path
-                keyed = None
-            if entry is not None:
-                _LAUNCH_CACHE.move_to_end(keyed[0])
-                _CACHE_STATS["hits"] += 1
-                _LAST = (keyed[0], entry)
-    _REPEAT = None
+        else:
+            with _CACHE_LOCK:
+                try:
+                    entry = _LAUNCH_CACHE.get(keyed[0])
+                except TypeError:  # an unhashable option (e.g. a config list): the uncached path
+                    keyed = None
+                if entry is not None:
+                    _LAUNCH_CACHE.move_to_end(keyed[0])
+                    _CACHE_STATS["hits"] += 1
+                    _LAST = (keyed[0], entry)
     if entry is not None:
-        if q.dim() == 4:  # as the resolver flattens (the key holds the original shapes)
-            q, k, v = (x.flatten(0, 1) for x in (q, k, v))
-        return entry.launch._launch(q, k, v)
+        q3, k3, v3 = (x.flatten(0, 1) for x in (q, k, v)) if q.dim() == 4 else (q, k, v)  # as the resolver does
+        out = entry.launch._launch(q3, k3, v3)
+        # a repeated launch is remembered, so that the next repeat is matched without a key
+        _REPEAT = RepeatedCall.remember(entry.launch._direct[0], q, k, v, cu_seqlens, softmax_scale,
+                                        forward_metadata, kwargs, out, _CACHE_STATS) if repeated else None
+        return out
+    _REPEAT = None
     launch = plan_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale, forward_metadata, **kwargs)
     out = launch.run()
     if keyed is None:  # something resolution would reject (it raised above) or we cannot key: not cached
