@@ -138,6 +138,10 @@ MUTANTS: tuple[Mutant, ...] = (
            (Patch(_K, "cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16)",
                   "cast_rounded(d, base_ptr.dtype.element_ty, FIX_BF16)"),),
            ops=("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")),
+    # Note [Row search]: the binary search stops at the first prefix sum >= the row instead of > it
+    Mutant("lora_row_search_off_by_one", "lora", "slot-sorted tiles search the row's segment with < instead of <= "
+           "(a row at a segment's start goes to the segment before)",
+           (Patch(_K, "<= k, pos + (SEG_TILE >> (i + 1)), pos)", "< k, pos + (SEG_TILE >> (i + 1)), pos)"),)),
     Mutant("lora_wrong_slot", "lora", "each row takes the previous segment's slot",
            (Patch(_K, "weight_indices + seg", "weight_indices + tl.maximum(seg - 1, 0)"),)),
     Mutant("lora_tf32_operands_8bit", "lora", "fp32 operands truncated to 8 mantissa bits, not TF32's 10 "

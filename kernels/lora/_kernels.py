@@ -37,8 +37,8 @@ interleaved, each of the ``L`` programs of a tile masks off ``(L-1)/L`` of its r
 segments fit one compare tile (``SEG_TILE > 0``: at most 256 launched), ``SORTED`` routes instead
 tile ``pid`` of slot ``w`` to rows ``pid*BT ..`` of the list of ``w``'s rows in segment order: one
 load each of ``seg_indptr`` (starts and ends) and ``weight_indices`` over the compare tile, a prefix
-sum of the lengths of ``w``'s segments (negative lengths of malformed metadata count as 0), and one
-(rows x segments) compare.  The grid is unchanged (``ceil(S/BT)`` tiles per slot, an upper bound:
+sum of the lengths of ``w``'s segments (negative lengths of malformed metadata count as 0), and a
+binary search of it per row (Note [Row search]).  The grid is unchanged (``ceil(S/BT)`` tiles per slot, an upper bound:
 programs past their slot's rows skip the prefix sum and the compare, and store nothing; Note [Flat
 slot grid] launches fewer).  With well-formed metadata every row still belongs to one program, so
 in-place updates do not race.  Measured on the H200
@@ -74,6 +74,19 @@ which only the binary search (``SEG_TILE == 0``, never flat) reads: a kernel par
 unused by every other launch, cost the segment-major fused q kernel 12 registers (96 -> 108, one
 block per SM fewer) with ptxas of triton 3.6 on identical TTGIR and PTX, and prefill-8x2048 went
 669 -> 718 us (H200, 2026-12-01 s10h-s10i).
+
+Note [Row search]
+-----------------
+A slot-sorted tile's lane ``k`` (its ``k``-th row of slot ``w``) lies in the first segment whose
+inclusive prefix sum of ``w``'s lengths passes ``k``.  That used to be one (BT x SEG_TILE) compare and
+sum, 16384 elements at decode-bs256 (BT=64, SEG_TILE=256): 128 per thread, the largest part of a
+program's routing.  :func:`_first_above` finds it instead by a branch-free binary search over the
+prefix sums held in registers, ``log2(SEG_TILE)`` steps of one ``tl.gather`` each (8 at 256), then one
+more gather of the segment's start.  The lengths are clamped to >= 0, so the prefix sums are sorted
+and the search finds the same segment as the compare did; lanes past the slot's rows are not valid
+either way.  Whether a program has any row to serve is read from its first row (``has_rows``, a
+scalar) where the route knows it (slot-sorted, flat and segment-major tiles) instead of a reduction
+over the tile.
 
 Note [Specialization]
 ---------------------
@@ -133,21 +146,35 @@ def _base_block(rows, cols, stride, sel, hi):
 
 
 @triton.jit
-def _slot_rows(pid, lane_tok, w, starts, seg_rows, slots, BT: tl.constexpr):
+def _first_above(incl, k, SEG_TILE: tl.constexpr):
+    """For each ``k``, the first index ``s`` of the non-decreasing ``incl`` (SEG_TILE,) with
+    ``incl[s] > k`` (SEG_TILE - 1 when there is none): a branch-free binary search of log2(SEG_TILE)
+    steps, each one ``tl.gather`` from registers (Note [Row search]).  SEG_TILE is a power of two."""
+    pos = tl.zeros_like(k)
+    for i in tl.static_range(16):
+        if (SEG_TILE >> (i + 1)) > 0:
+            pos = tl.where(tl.gather(incl, pos + (SEG_TILE >> (i + 1)) - 1, 0) <= k, pos + (SEG_TILE >> (i + 1)), pos)
+    return pos
+
+
+@triton.jit
+def _slot_rows(pid, lane_tok, w, starts, seg_rows, slots, BT: tl.constexpr, SEG_TILE: tl.constexpr):
     """Rows ``pid*BT + lane_tok`` of the list of slot ``w``'s rows in segment order (Note [Slot-sorted
-    tiles]): (valid, logical row).  ``starts``, ``seg_rows``, ``slots``: (SEG_TILE,) per segment."""
+    tiles]): (valid, logical row, whether any row is valid).  ``starts``, ``seg_rows``, ``slots``:
+    (SEG_TILE,) per segment."""
     lens = tl.where(slots == w, seg_rows, 0)
     k = pid * BT + lane_tok  # the k-th row of this slot
     total = tl.sum(lens, axis=0)
     valid = k < total
-    if pid * BT < total:  # tiles past the slot's rows (most of a non-FLAT grid at decode) skip scan and compare
+    has_rows = pid * BT < total  # lane 0 holds the tile's first row: a scalar, no reduction
+    if has_rows:  # tiles past the slot's rows (most of a non-FLAT grid at decode) skip scan and search
         incl = tl.cumsum(lens, axis=0)
-        excl = incl - lens
-        inside = (excl[None, :] <= k[:, None]) & (k[:, None] < incl[None, :])  # (BT, SEG_TILE), one per row
-        logical = k + tl.sum(tl.where(inside, starts[None, :] - excl[None, :], 0), axis=1)
+        # row k lies in the first segment whose inclusive end passes k (lengths >= 0: incl is sorted)
+        seg = _first_above(incl, k, SEG_TILE)
+        logical = k + tl.gather(starts - (incl - lens), seg, 0)
     else:
         logical = k
-    return valid, logical
+    return valid, logical, has_rows
 
 
 @triton.jit
@@ -172,7 +199,8 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
            search_steps, TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, BT: tl.constexpr,
            SEG_TILE: tl.constexpr, SORTED: tl.constexpr = False, FLAT: tl.constexpr = False,
            NSLOT: tl.constexpr = 8):
-    """Rows of tile ``pid`` for this program's slot: (selected, slot, physical row).
+    """Rows of tile ``pid`` for this program's slot: (selected, slot, physical row, whether any row is
+    selected: a scalar, from the tile's first row where the route knows it, Note [Row search]).
 
     ``lane_tok`` in [0, BT) is each lane's token in the tile; ``w_prog`` the slot a token-major
     program serves (its grid coordinate), ignored segment-major (the segment's slot) and FLAT (found
@@ -189,9 +217,10 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
         if FLAT:  # Note [Flat slot grid]: the (slot, tile) pair comes from pid, not from the grid
             # a flat launch passes the weight buffer's slot count in search_steps (no binary search here)
             w_prog, pid, live = _flat_tile(pid, seg_rows, slots, search_steps, BT, NSLOT)
-        valid, logical = _slot_rows(pid, lane_tok, w_prog, starts, seg_rows, slots, BT)
+        valid, logical, has_rows = _slot_rows(pid, lane_tok, w_prog, starts, seg_rows, slots, BT, SEG_TILE)
         if FLAT:  # a pid past the last tile selects nothing (tl.where: the interpreter makes `valid & live` int32)
             valid = tl.where(live, valid, False)
+            has_rows = has_rows & live
         slot = w_prog
     elif TOKEN_MAJOR:
         logical = pid * BT + lane_tok
@@ -217,6 +246,7 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
             seg = lo
         seg = tl.minimum(seg, n_launch - 1)
         valid = valid & (tl.load(weight_indices + seg, mask=valid, other=-1) == w_prog)
+        has_rows = tl.max(valid.to(tl.int32), axis=0) > 0
         slot = w_prog
     else:
         seg = pid // tiles_per_seg
@@ -225,6 +255,7 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
         end = tl.load(seg_indptr + seg + 1)
         logical = start + tile * BT + lane_tok
         valid = logical < end
+        has_rows = start + tile * BT < end  # the tile's first row
         slot = tl.load(weight_indices + seg)
     if HAS_PERM:
         # clamped like upstream: with strict=False a bad entry must not fault
@@ -232,7 +263,7 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
     else:
         phys = logical.to(tl.int64)
     phys = tl.minimum(tl.maximum(phys, 0), num_rows - 1)
-    return valid, slot, phys
+    return valid, slot, phys, has_rows
 
 
 # ---- split steps ---------------------------------------------------------------------------------
@@ -286,7 +317,7 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
@@ -294,7 +325,7 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     x_rows = x_ptr + phys * sx_t + h * sx_h
     o_rows = out_ptr + phys * so_t + h * so_h
     rank = tl.minimum(tl.load(lora_ranks + w), R)
-    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+    if (rank > 0) & has_rows:
         w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, QK, BLOCK_K):
@@ -342,7 +373,7 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
-    sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys, has_rows = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     sel = sel & (hh < H)
@@ -351,7 +382,7 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     x_rows = x_ptr + phys * sx_t + hh * sx_h
     y_rows = base_ptr + phys * sy_t + hh * sy_h
     rank = tl.minimum(tl.load(lora_ranks + w), R)
-    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+    if (rank > 0) & has_rows:
         s = tl.load(scalings + w)
         xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         at = _ld(a_ptr + w.to(tl.int64) * sa_l + offs_r[:, None] * sa_r + offs_c[None, :] * sa_c,
@@ -396,7 +427,7 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
-    sel, w, phys = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys, has_rows = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     sel = sel & (hh < H)
@@ -405,7 +436,7 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     x_rows = x_ptr + phys * sx_t + hh * sx_h
     o_rows = out_ptr + phys * so_t + hh * so_h
     rank = tl.minimum(tl.load(lora_ranks + w), R)
-    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+    if (rank > 0) & has_rows:
         w_base = a_ptr + w.to(tl.int64) * sa_l
         acc = tl.zeros((BT * BH, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
@@ -453,7 +484,7 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     offs_r = tl.arange(0, BLOCK_R)
@@ -461,7 +492,7 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     x_rows = x_ptr + phys * sx_t + h * sx_h
     y_rows = base_ptr + phys * sy_t + h * sy_h
     rank = tl.minimum(tl.load(lora_ranks + w), R)
-    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+    if (rank > 0) & has_rows:
         s = tl.load(scalings + w)
         xt = _ld(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
@@ -515,7 +546,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
@@ -524,7 +555,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     x_rows = x_ptr + phys * sx_t + h * sx_h
     y_rows = base_ptr + phys * sy_t + h * sy_h
     rank = tl.minimum(tl.load(lora_ranks + w), R)
-    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+    if (rank > 0) & has_rows:
         s = tl.load(scalings + w)
         c_lo = cb * C_BLOCKS * BLOCK_C
         c_hi = tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C)
@@ -607,7 +638,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     w_prog = tl.program_id(2) // n_cblocks
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
-    sel, w, phys = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+    sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
@@ -616,7 +647,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     x_rows = x_ptr + phys * sx_t + h * sx_h
     y_rows = base_ptr + phys * sy_t + h * sy_h
     rank = tl.minimum(tl.load(lora_ranks + w), R)
-    if (rank > 0) & (tl.max(sel.to(tl.int32), axis=0) > 0):
+    if (rank > 0) & has_rows:
         s = tl.load(scalings + w)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         if PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
