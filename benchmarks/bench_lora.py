@@ -265,15 +265,17 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 5: the flat grid (Note [Flat slot grid]: ceil(S/BT) + L - 1 tiles in all) against the per-slot
-# slot-sorted grid (ceil(S/BT) tiles per slot), at the chosen blocks and at other tile heights (without a
-# slot factor on the grid, short tiles launch fewer empty programs).  Rounds 1-3 (2026-11-30 21:00-21:58
-# UTC): docs/benchmarks/data/h200_2026-11-30_s8/; round 4 (whole-row blocks, slower everywhere):
+# Round 6 (after Note [Row search]: the route's row search is a binary search, so more programs cost
+# less): both routes again at the chosen blocks, 8 warps, wider kv_lora_rank blocks (q: fewer dependent
+# iterations, v: fewer step-A iterations), 32-row v tiles (twice the programs).  Round 5 (2026-12-01
+# s10c-s10e: the flat grid against the per-slot grid, tile heights) and rounds 1-3 (2026-11-30):
+# docs/benchmarks/lora.md and docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere):
 # docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("sorted", {"WIDE_BT": None}), ("flat", {"WIDE_BT": None}),
-                     ("flat", {"BT": 64, "WIDE_BT": None}), ("flat", {"BT": 64, "num_warps": 8, "WIDE_BT": None})],
-    "v_side_fused": [("auto", {}), ("sorted", {}), ("flat", {}), ("auto", {"num_warps": 8})],
+    "q_side_fused": [("auto", {}), ("flat", {"WIDE_BT": None}), ("sorted", {}), ("auto", {"num_warps": 8}),
+                     ("auto", {"BLOCK_C": 256, "num_warps": 8})],
+    "v_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("auto", {"num_warps": 8}),
+                     ("auto", {"BLOCK_K": 256, "num_warps": 8}), ("auto", {"BT": 32})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

@@ -35,6 +35,7 @@
 #   bash scripts/h200_session.sh s10a .. s10g   # 2026-12-01: split-PV reduction, launch overhead, repeat shortcut,
 #                                               # LoRA flat grid / wide tiles A/B, folded scale, final table + suite
 #   bash scripts/h200_session.sh s10h | s10i    # prefill q: session 9's tree (old/) against this one; registers
+#   bash scripts/h200_session.sh s11a           # warm-up cover test; LoRA floor/prefill old/ vs this (row search); decode A/B 6
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -359,6 +360,25 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     timeout 150 python3 -m kernel_oracle.cli fuzz --target triton --op lora --device cuda --time 80 --seed 13 \
       --no-progress --out "$SOAK/triton-lora" >"$SOAK/triton-lora.log" 2>&1 < /dev/null; echo "lora fuzz exit $?"
     cp "$SOAK/triton-lora/summary.json" "$OUT/lora_fuzz_summary.json" 2>/dev/null; tail -12 "$SOAK/triton-lora.log" | cut -c1-200
+    ;;
+  s11a)  # one GPU: the variant warm-up cover test (fixed in bf3197f, not yet run on a GPU); LoRA decode floor and
+         # prefill rows at the previous tree (old/: git archive ea1289a) and this one (Note [Row search]),
+         # interleaved; the decode A/B round 6 at this tree
+    for round in 1 2; do
+      for tree in old .; do
+        (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 && \
+         timeout 90 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto 2>&1 | \
+           grep "^| decode" | cut -c1-100 | sed "s|^|$tree round $round: |"
+         [ "$round" = 1 ] && timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 2>&1 | \
+           grep "prefill-8x2048 | [qv] | fused" | cut -c1-120 | sed "s|^|$tree: |")
+      done
+    done
+    python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+    timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
+      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True//; s/'check': 'ok', //" | cut -c1-200
+    timeout 120 python3 -m pytest oracle_tests/test_variant_warmup.py -q -x -p no:cacheprovider \
+      >"$OUT/warmup_test.log" 2>&1; echo "variant warm-up test exit $?"; tail -3 "$OUT/warmup_test.log" | cut -c1-300
     ;;
   s10a)  # one GPU: the split-PV reduction; where a direct launch's host time goes
     bash "$0" repro-split-pv
