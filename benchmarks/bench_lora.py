@@ -265,17 +265,18 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 6 (after Note [Row search]: the route's row search is a binary search, so more programs cost
-# less): both routes again at the chosen blocks, 8 warps, wider kv_lora_rank blocks (q: fewer dependent
-# iterations, v: fewer step-A iterations), 32-row v tiles (twice the programs).  Round 5 (2026-12-01
-# s10c-s10e: the flat grid against the per-slot grid, tile heights) and rounds 1-3 (2026-11-30):
-# docs/benchmarks/lora.md and docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere):
-# docs/kernels_lora.md.
+# Round 7: L2 eviction hints on the data read once (Note [Streaming data]); the compiler's software
+# pipelining instead of PREFETCH (q); deeper step-A pipelining (v); 16-row tiles and split kv_lora_rank
+# again now that a program routes cheaply.  Round 6 (2026-12-01 s11a, after Note [Row search]): the chosen
+# blocks stayed best (8 warps, wider blocks, 32-row v tiles: slower); round 5 (s10c-s10e: the flat grid
+# against the per-slot grid, tile heights) and rounds 1-3 (2026-11-30): docs/benchmarks/lora.md and
+# docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("flat", {"WIDE_BT": None}), ("sorted", {}), ("auto", {"num_warps": 8}),
-                     ("auto", {"BLOCK_C": 256, "num_warps": 8})],
-    "v_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("auto", {"num_warps": 8}),
-                     ("auto", {"BLOCK_K": 256, "num_warps": 8}), ("auto", {"BT": 32})],
+    "q_side_fused": [("auto", {}), ("auto", {"EVICT": "evict_first"}), ("auto", {"PREFETCH": False, "num_stages": 4}),
+                     ("flat", {"BT": 16, "WIDE_BT": None}), ("sorted", {"BT": 16, "WIDE_BT": None}),
+                     ("auto", {"C_SPLIT": 256}), ("flat", {"C_SPLIT": 256, "WIDE_BT": None})],
+    "v_side_fused": [("auto", {}), ("auto", {"EVICT": "evict_first"}), ("auto", {"num_stages": 5}),
+                     ("auto", {"BLOCK_K": 64, "num_stages": 5}), ("sorted", {"BT": 16}), ("flat", {"BT": 16})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the
@@ -328,11 +329,9 @@ def _oracle_check(op: str, d: dict) -> str:
 # prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048, as
 # overrides of the chosen segment-major blocks (as DECODE_AB; the route is that of token-major calls only)
 PREFILL_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"PREFETCH": True}), ("auto", {"num_warps": 8}),
-                     ("auto", {"BT": 64, "num_warps": 8}), ("auto", {"BT": 64, "num_warps": 8, "PREFETCH": True}),
-                     ("auto", {"BLOCK_C": 256, "num_warps": 8, "PREFETCH": True}),
-                     ("auto", {"PREFETCH": True, "num_stages": 2})],
-    "v_side_fused": [("auto", {}), ("auto", {"PREFETCH": True})],
+    "q_side_fused": [("auto", {}), ("auto", {"EVICT": "evict_first"}), ("auto", {"num_stages": 4}),
+                     ("auto", {"BT": 64, "num_warps": 8, "EVICT": "evict_first"})],
+    "v_side_fused": [("auto", {}), ("auto", {"EVICT": "evict_first"})],
 }
 
 

@@ -36,6 +36,7 @@
 #                                               # LoRA flat grid / wide tiles A/B, folded scale, final table + suite
 #   bash scripts/h200_session.sh s10h | s10i    # prefill q: session 9's tree (old/) against this one; registers
 #   bash scripts/h200_session.sh s11a           # warm-up cover test; LoRA floor/prefill old/ vs this (row search); decode A/B 6
+#   bash scripts/h200_session.sh s11b           # LoRA decode A/B 7 + prefill A/B (eviction hints), LoRA kernel tests
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -360,6 +361,17 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     timeout 150 python3 -m kernel_oracle.cli fuzz --target triton --op lora --device cuda --time 80 --seed 13 \
       --no-progress --out "$SOAK/triton-lora" >"$SOAK/triton-lora.log" 2>&1 < /dev/null; echo "lora fuzz exit $?"
     cp "$SOAK/triton-lora/summary.json" "$OUT/lora_fuzz_summary.json" 2>/dev/null; tail -12 "$SOAK/triton-lora.log" | cut -c1-200
+    ;;
+  s11b)  # one GPU: LoRA decode A/B round 7 and prefill A/B (eviction hints, pipelining, tile heights), the LoRA
+         # kernel tests (the row search on the GPU)
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
+      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True//; s/'check': 'ok', //" | cut -c1-200
+    timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
+      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab\|prefill ab" "$OUT/prefill_ab.log" | \
+      sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //" | cut -c1-200
+    timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
+      >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
     ;;
   s11a)  # one GPU: the variant warm-up cover test (fixed in bf3197f, not yet run on a GPU); LoRA decode floor and
          # prefill rows at the previous tree (old/: git archive ea1289a) and this one (Note [Row search]),

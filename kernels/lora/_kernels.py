@@ -130,19 +130,21 @@ def _operand(x, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
-def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr):
-    """A matmul operand tile (fp32 when UPCAST; TF32-rounded when the dot runs in TF32)."""
-    x = tl.load(ptrs, mask=mask, other=0.0)
+def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr, EVICT: tl.constexpr = ""):
+    """A matmul operand tile (fp32 when UPCAST; TF32-rounded when the dot runs in TF32); ``EVICT``: the
+    L2 eviction policy of data read once (Note [Streaming data])."""
+    x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
     if UPCAST:
         x = to_f32(x, FIX_BF16)
     return _operand(x, DOT_PREC)
 
 
 @triton.jit
-def _base_block(rows, cols, stride, sel, hi):
+def _base_block(rows, cols, stride, sel, hi, EVICT: tl.constexpr = ""):
     """The base tile of the selected ``rows`` at columns ``cols`` below ``hi``, as stored (the fused
     kernels' current block, or under PREFETCH the next one, loaded an iteration ahead)."""
-    return tl.load(rows[:, None] + cols[None, :] * stride, mask=sel[:, None] & (cols < hi)[None, :], other=0.0)
+    return tl.load(rows[:, None] + cols[None, :] * stride, mask=sel[:, None] & (cols < hi)[None, :], other=0.0,
+                   eviction_policy=EVICT)
 
 
 @triton.jit
@@ -523,7 +525,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
-                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False):
+                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, EVICT: tl.constexpr = ""):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -561,14 +563,15 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         c_hi = tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         if PREFETCH:  # the first A and base blocks in flight during step A (decode: latency, not bytes)
-            y_next = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
+            y_next = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi, EVICT)
             at_next = _ld(wa_base + offs_r[:, None] * sa_r + (c_lo + offs_c0)[None, :] * sa_c,
                           (offs_r < rank)[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, QK, BLOCK_K):
             kk = k0 + offs_k
-            xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC,
+                     EVICT)
             wt = _ld(wb_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
                      (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
@@ -594,11 +597,12 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             y_ptrs = y_rows[:, None] + cc[None, :] * sy_c
             if PREFETCH:
                 y_raw = y_next
-                y_next = _base_block(y_rows, cc + BLOCK_C, sy_c, sel, c_hi)
+                y_next = _base_block(y_rows, cc + BLOCK_C, sy_c, sel, c_hi, EVICT)
             else:
-                y_raw = _base_block(y_rows, cc, sy_c, sel, C)
+                y_raw = _base_block(y_rows, cc, sy_c, sel, C, EVICT)
             y = to_f32(y_raw, FIX_BF16)
-            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m,
+                     eviction_policy=EVICT)
 
 
 _DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sb_l', 'sb_row', 'sy_t', 'sy_h',
@@ -614,7 +618,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
-                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False):
+                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, EVICT: tl.constexpr = ""):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -651,14 +655,15 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         s = tl.load(scalings + w)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         if PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
-            y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD)
+            y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD, EVICT)
             bt_next = _ld(wb_base + offs_v0[None, :] * sb_row + offs_r[:, None] * sb_r,
                           (offs_r < rank)[:, None] & (offs_v0 < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
             kk = k0 + offs_k
-            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16, DOT_PREC,
+                     EVICT)
             wt = _ld(wa_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
                      (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
@@ -682,8 +687,9 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             y_ptrs = y_rows[:, None] + vv[None, :] * sy_v
             if PREFETCH:
                 y_raw = y_next
-                y_next = _base_block(y_rows, vv + BLOCK_V, sy_v, sel, VD)
+                y_next = _base_block(y_rows, vv + BLOCK_V, sy_v, sel, VD, EVICT)
             else:
-                y_raw = _base_block(y_rows, vv, sy_v, sel, VD)
+                y_raw = _base_block(y_rows, vv, sy_v, sel, VD, EVICT)
             y = to_f32(y_raw, FIX_BF16)
-            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m,
+                     eviction_policy=EVICT)
