@@ -130,17 +130,28 @@ def _operand(x, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
-def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr, EVICT: tl.constexpr = ""):
-    """A matmul operand tile (fp32 when UPCAST; TF32-rounded when the dot runs in TF32); ``EVICT``: the
-    L2 eviction policy of data read once (Note [Streaming data])."""
-    x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
+def _tile(x, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr):
+    """A loaded matmul operand as the dot takes it (fp32 when UPCAST; TF32-rounded when the dot runs in TF32)."""
     if UPCAST:
         x = to_f32(x, FIX_BF16)
     return _operand(x, DOT_PREC)
 
 
 @triton.jit
-def _base_block(rows, cols, stride, sel, hi, EVICT: tl.constexpr = ""):
+def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr):
+    """A matmul operand tile (see :func:`_tile`)."""
+    return _tile(tl.load(ptrs, mask=mask, other=0.0), UPCAST, FIX_BF16, DOT_PREC)
+
+
+@triton.jit
+def _ld_once(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr, EVICT: tl.constexpr):
+    """An operand tile read once (activations), with the L2 eviction policy ``EVICT`` (Note [Streaming
+    data]; no default: triton 3.6 does not make a helper's default string a constexpr)."""
+    return _tile(tl.load(ptrs, mask=mask, other=0.0, eviction_policy=EVICT), UPCAST, FIX_BF16, DOT_PREC)
+
+
+@triton.jit
+def _base_block(rows, cols, stride, sel, hi, EVICT: tl.constexpr):
     """The base tile of the selected ``rows`` at columns ``cols`` below ``hi``, as stored (the fused
     kernels' current block, or under PREFETCH the next one, loaded an iteration ahead)."""
     return tl.load(rows[:, None] + cols[None, :] * stride, mask=sel[:, None] & (cols < hi)[None, :], other=0.0,
@@ -525,7 +536,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
-                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, EVICT: tl.constexpr = ""):
+                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr, EVICT: tl.constexpr):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -570,7 +581,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, QK, BLOCK_K):
             kk = k0 + offs_k
-            xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC,
+            xt = _ld_once(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC,
                      EVICT)
             wt = _ld(wb_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
                      (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
@@ -618,7 +629,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
-                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, EVICT: tl.constexpr = ""):
+                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr, EVICT: tl.constexpr):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -662,7 +673,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
             kk = k0 + offs_k
-            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16, DOT_PREC,
+            xt = _ld_once(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16, DOT_PREC,
                      EVICT)
             wt = _ld(wa_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
                      (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
