@@ -265,18 +265,17 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 7: L2 eviction hints on the data read once (Note [Streaming data]); the compiler's software
-# pipelining instead of PREFETCH (q); deeper step-A pipelining (v); 16-row tiles and split kv_lora_rank
-# again now that a program routes cheaply.  Round 6 (2026-12-01 s11a, after Note [Row search]): the chosen
-# blocks stayed best (8 warps, wider blocks, 32-row v tiles: slower); round 5 (s10c-s10e: the flat grid
-# against the per-slot grid, tile heights) and rounds 1-3 (2026-11-30): docs/benchmarks/lora.md and
+# Round 8: programs renumbered heads first (HEADS_FIRST: consecutive programs take one row tile's heads,
+# whose base rows are adjacent).  Round 7 (2026-12-01 s11b): L2 eviction hints on the data read once
+# (bs64 q 10.09 -> 10.01, v 7.49 -> 7.37, bs256 q 17.55 -> 18.20, v 12.84 -> 12.71, prefill unchanged:
+# not kept), the compiler's pipelining instead of PREFETCH (q 10.09 -> 12.18), deeper step-A pipelining
+# (v 7.49 -> 10.40), 16-row tiles (q 10.68-11.11, v 9.19-9.44) and C_SPLIT=256 (q 12.84-13.01): all
+# slower.  Round 6 (s11a, after Note [Row search]): the chosen blocks stayed best (8 warps, wider blocks,
+# 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"EVICT": "evict_first"}), ("auto", {"PREFETCH": False, "num_stages": 4}),
-                     ("flat", {"BT": 16, "WIDE_BT": None}), ("sorted", {"BT": 16, "WIDE_BT": None}),
-                     ("auto", {"C_SPLIT": 256}), ("flat", {"C_SPLIT": 256, "WIDE_BT": None})],
-    "v_side_fused": [("auto", {}), ("auto", {"EVICT": "evict_first"}), ("auto", {"num_stages": 5}),
-                     ("auto", {"BLOCK_K": 64, "num_stages": 5}), ("sorted", {"BT": 16}), ("flat", {"BT": 16})],
+    "q_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": True})],
+    "v_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": True})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the
@@ -328,10 +327,14 @@ def _oracle_check(op: str, d: dict) -> str:
 
 # prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048, as
 # overrides of the chosen segment-major blocks (as DECODE_AB; the route is that of token-major calls only)
+# Round 2 (2026-12-01 s11b): L2 eviction hints (unchanged), num_stages 4 (q 679 us, slower), BT=64 8 warps
+# (q 663.5 against 672.4).  Round 3: HEADS_FIRST; a register cap (maxnreg: more resident programs);
+# taller and narrower tiles.
 PREFILL_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"EVICT": "evict_first"}), ("auto", {"num_stages": 4}),
-                     ("auto", {"BT": 64, "num_warps": 8, "EVICT": "evict_first"})],
-    "v_side_fused": [("auto", {}), ("auto", {"EVICT": "evict_first"})],
+    "q_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": True}), ("auto", {"BT": 64, "num_warps": 8}),
+                     ("auto", {"BT": 64, "num_warps": 8, "HEADS_FIRST": True}), ("auto", {"maxnreg": 80}),
+                     ("auto", {"maxnreg": 64}), ("auto", {"BT": 128, "num_warps": 8}), ("auto", {"BLOCK_C": 64})],
+    "v_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": True}), ("auto", {"maxnreg": 80})],
 }
 
 

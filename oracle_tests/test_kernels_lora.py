@@ -244,7 +244,7 @@ def _with_blocks(monkeypatch, path: str, **changes) -> None:
     blocks = {op: {p: dict(b) for p, b in paths.items()} for op, paths in launch.BLOCKS.items()}
     for op, paths in blocks.items():
         for key, value in changes.items():
-            if key in ("PREFETCH", "EVICT") and op not in ("q_side_fused", "v_side_fused"):
+            if key in ("PREFETCH", "HEADS_FIRST") and op not in ("q_side_fused", "v_side_fused"):
                 continue
             paths[path][key] = value
     monkeypatch.setattr(launch, "BLOCKS", blocks)
@@ -398,19 +398,20 @@ def test_flat_grid_bound_holds_for_random_batches():
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("evict", ["", "evict_first"])
+@pytest.mark.parametrize("heads_first", [False, True])
 @pytest.mark.parametrize("path", ["seg", "tok"])
 @pytest.mark.parametrize("bname", ["decode", "mixed-ranks", "long-segment"])
 @pytest.mark.parametrize("op", ["q_side_fused", "v_side_fused"])
-def test_fused_prefetch_matches_oracle(op, bname, path, evict, monkeypatch):
-    """PREFETCH, with and without an L2 eviction hint on the data read once (EVICT), both A/B options."""
+def test_fused_prefetch_matches_oracle(op, bname, path, heads_first, monkeypatch):
+    """PREFETCH, in the grid's own order and with programs renumbered heads first (HEADS_FIRST): A/B options."""
     monkeypatch.setattr(launch, "FORCE_PATH", path)
     # inner blocks of 16 columns: several base blocks per program, so the prefetch chain is exercised
-    _with_blocks(monkeypatch, path, PREFETCH=True, EVICT=evict,
+    _with_blocks(monkeypatch, path, PREFETCH=True, HEADS_FIRST=heads_first,
                  **({"BLOCK_C": 16} if op == "q_side_fused" else {"BLOCK_V": 16}))
-    seed = _seed(op, bname, path, "prefetch", evict)
+    seed = _seed(op, bname, path, "prefetch", heads_first)
     args, routed = _make_call(op, BATCHES[bname], SMALL_DIMS["d72"], torch.float16, torch.float32, DEVICE, seed=seed)
-    _check(op, args, routed, torch.float16, f"op={op} batch={bname} path={path} evict={evict!r} prefetch seed={seed}")
+    _check(op, args, routed, torch.float16,
+           f"op={op} batch={bname} path={path} heads_first={heads_first} prefetch seed={seed}")
 
 
 @pytest.mark.interpreter
@@ -702,7 +703,7 @@ def test_ab_tables_override_the_chosen_blocks(table, path):
         assert entries[0] == ("auto", chosen)  # the first entry: what the kernels launch by default
         for (route, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
             assert route in bench_lora.ROUTES, route
-            assert set(overrides) <= set(chosen) | {"PREFETCH", "num_stages"}, overrides
+            assert set(overrides) <= set(chosen) | {"PREFETCH", "HEADS_FIRST", "num_stages", "maxnreg"}, overrides
             assert cfg == {**chosen, **overrides}
     assert bench_lora.ab_configs({"q_side_fused": [("sorted", {"BT": 16})]}, launch.BLOCKS, path) == \
         {"q_side_fused": [("sorted", {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}

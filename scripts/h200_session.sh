@@ -37,6 +37,7 @@
 #   bash scripts/h200_session.sh s10h | s10i    # prefill q: session 9's tree (old/) against this one; registers
 #   bash scripts/h200_session.sh s11a           # warm-up cover test; LoRA floor/prefill old/ vs this (row search); decode A/B 6
 #   bash scripts/h200_session.sh s11b           # LoRA decode A/B 7 + prefill A/B (eviction hints), LoRA kernel tests
+#   bash scripts/h200_session.sh s11c           # LoRA prefill A/B 3 + decode A/B 8 (heads first, register caps)
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -372,6 +373,15 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //" | cut -c1-200
     timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
       >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
+    ;;
+  s11c)  # one GPU: LoRA prefill A/B round 3 and decode A/B round 8 (HEADS_FIRST, register caps), profilers present?
+    which ncu nsys 2>&1 | head -3; ls /usr/local/cuda*/bin 2>/dev/null | grep -i "ncu\|nsys\|nsight" | head -3
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
+      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab" "$OUT/prefill_ab.log" | \
+      sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; s/'BLOCK_K': 128, //" | cut -c60-250
+    timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
+      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True//; s/'check': 'ok', //" | cut -c1-200
     ;;
   s11a)  # one GPU: the variant warm-up cover test (fixed in bf3197f, not yet run on a GPU); LoRA decode floor and
          # prefill rows at the previous tree (old/: git archive ea1289a) and this one (Note [Row search]),

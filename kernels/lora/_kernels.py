@@ -130,32 +130,19 @@ def _operand(x, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
-def _tile(x, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr):
-    """A loaded matmul operand as the dot takes it (fp32 when UPCAST; TF32-rounded when the dot runs in TF32)."""
+def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr):
+    """A matmul operand tile (fp32 when UPCAST; TF32-rounded when the dot runs in TF32)."""
+    x = tl.load(ptrs, mask=mask, other=0.0)
     if UPCAST:
         x = to_f32(x, FIX_BF16)
     return _operand(x, DOT_PREC)
 
 
 @triton.jit
-def _ld(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr):
-    """A matmul operand tile (see :func:`_tile`)."""
-    return _tile(tl.load(ptrs, mask=mask, other=0.0), UPCAST, FIX_BF16, DOT_PREC)
-
-
-@triton.jit
-def _ld_once(ptrs, mask, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr, DOT_PREC: tl.constexpr, EVICT: tl.constexpr):
-    """An operand tile read once (activations), with the L2 eviction policy ``EVICT`` (Note [Streaming
-    data]; no default: triton 3.6 does not make a helper's default string a constexpr)."""
-    return _tile(tl.load(ptrs, mask=mask, other=0.0, eviction_policy=EVICT), UPCAST, FIX_BF16, DOT_PREC)
-
-
-@triton.jit
-def _base_block(rows, cols, stride, sel, hi, EVICT: tl.constexpr):
+def _base_block(rows, cols, stride, sel, hi):
     """The base tile of the selected ``rows`` at columns ``cols`` below ``hi``, as stored (the fused
     kernels' current block, or under PREFETCH the next one, loaded an iteration ahead)."""
-    return tl.load(rows[:, None] + cols[None, :] * stride, mask=sel[:, None] & (cols < hi)[None, :], other=0.0,
-                   eviction_policy=EVICT)
+    return tl.load(rows[:, None] + cols[None, :] * stride, mask=sel[:, None] & (cols < hi)[None, :], other=0.0)
 
 
 @triton.jit
@@ -519,6 +506,20 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
+@triton.jit
+def _tile_and_head(HEADS_FIRST: tl.constexpr):
+    """(row tile, head) of this program on a grid (row tiles, heads, ...).  The GPU starts programs in
+    grid-axis-0-first order; HEADS_FIRST renumbers them so that consecutive programs take the heads of
+    one row tile instead of the row tiles of one head (base rows of one token are adjacent in memory)."""
+    tile = tl.program_id(0)
+    head = tl.program_id(1)
+    if HEADS_FIRST:
+        lin = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+        tile = lin // tl.num_programs(1)
+        head = lin % tl.num_programs(1)
+    return tile, head
+
+
 # ---- fused sides ---------------------------------------------------------------------------------
 
 _DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_BLOCKS', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sa_l', 'sa_r',
@@ -536,7 +537,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
-                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr, EVICT: tl.constexpr):
+                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -554,10 +555,9 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         sb_r = 1
         sa_c = 1
         sy_c = 1
-    pid = tl.program_id(0)
+    pid, h = _tile_and_head(HEADS_FIRST)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
-    h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
@@ -574,15 +574,14 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         c_hi = tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         if PREFETCH:  # the first A and base blocks in flight during step A (decode: latency, not bytes)
-            y_next = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi, EVICT)
+            y_next = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
             at_next = _ld(wa_base + offs_r[:, None] * sa_r + (c_lo + offs_c0)[None, :] * sa_c,
                           (offs_r < rank)[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, QK, BLOCK_K):
             kk = k0 + offs_k
-            xt = _ld_once(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC,
-                     EVICT)
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             wt = _ld(wb_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
                      (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
@@ -608,12 +607,11 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             y_ptrs = y_rows[:, None] + cc[None, :] * sy_c
             if PREFETCH:
                 y_raw = y_next
-                y_next = _base_block(y_rows, cc + BLOCK_C, sy_c, sel, c_hi, EVICT)
+                y_next = _base_block(y_rows, cc + BLOCK_C, sy_c, sel, c_hi)
             else:
-                y_raw = _base_block(y_rows, cc, sy_c, sel, C, EVICT)
+                y_raw = _base_block(y_rows, cc, sy_c, sel, C)
             y = to_f32(y_raw, FIX_BF16)
-            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m,
-                     eviction_policy=EVICT)
+            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
 
 
 _DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sb_l', 'sb_row', 'sy_t', 'sy_h',
@@ -629,7 +627,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
-                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr, EVICT: tl.constexpr):
+                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -648,10 +646,9 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         sa_c = 1
         sb_r = 1
         sy_v = 1
-    pid = tl.program_id(0)
+    pid, h = _tile_and_head(HEADS_FIRST)
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
-    h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
@@ -666,15 +663,14 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         s = tl.load(scalings + w)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         if PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
-            y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD, EVICT)
+            y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD)
             bt_next = _ld(wb_base + offs_v0[None, :] * sb_row + offs_r[:, None] * sb_r,
                           (offs_r < rank)[:, None] & (offs_v0 < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
             kk = k0 + offs_k
-            xt = _ld_once(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16, DOT_PREC,
-                     EVICT)
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             wt = _ld(wa_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
                      (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
@@ -698,9 +694,8 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             y_ptrs = y_rows[:, None] + vv[None, :] * sy_v
             if PREFETCH:
                 y_raw = y_next
-                y_next = _base_block(y_rows, vv + BLOCK_V, sy_v, sel, VD, EVICT)
+                y_next = _base_block(y_rows, vv + BLOCK_V, sy_v, sel, VD)
             else:
-                y_raw = _base_block(y_rows, vv, sy_v, sel, VD, EVICT)
+                y_raw = _base_block(y_rows, vv, sy_v, sel, VD)
             y = to_f32(y_raw, FIX_BF16)
-            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m,
-                     eviction_policy=EVICT)
+            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)

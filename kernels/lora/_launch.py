@@ -64,14 +64,11 @@ BLOCKS = {
     # C_SPLIT: kv_lora_rank columns per program (None: all of them, step A computed once per tile)
     # PREFETCH: the first base and weight blocks are loaded before step A (token-major winners of
     # bench_lora --decode-ab, 2026-11-30 21:00-21:25 UTC, three rounds, docs/benchmarks/lora.md)
-    # EVICT: the L2 eviction policy of the activations and base read once ("": the default; Note [Streaming
-    # data] in kernels.lora._kernels)
-    "q_side_fused": {"seg": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=False,
-                                 EVICT=""),
+    "q_side_fused": {"seg": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4),
                      "tok": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=True,
-                                 EVICT="", WIDE_BT=64)},
-    "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4, PREFETCH=False, EVICT=""),
-                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4, PREFETCH=True, EVICT="")},
+                                 WIDE_BT=64)},
+    "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4),
+                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4, PREFETCH=True)},
 }
 
 # a segment-major launch is replaced by the token-major one when its tiles hold more than this many
