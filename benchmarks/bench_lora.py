@@ -265,8 +265,9 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 8: programs renumbered heads first (HEADS_FIRST: consecutive programs take one row tile's heads,
-# whose base rows are adjacent).  Round 7 (2026-12-01 s11b): L2 eviction hints on the data read once
+# Round 9 (the chosen blocks now renumber programs heads first): against the grid's own order, and the
+# routes.  Round 8 (s11c): HEADS_FIRST (consecutive programs take one row tile's heads, whose base rows
+# are adjacent): bs64 q 10.03 -> 9.93, v 7.41 -> 7.45, bs256 q 17.34 -> 16.96, v 12.84 -> 12.28.  Round 7 (2026-12-01 s11b): L2 eviction hints on the data read once
 # (bs64 q 10.09 -> 10.01, v 7.49 -> 7.37, bs256 q 17.55 -> 18.20, v 12.84 -> 12.71, prefill unchanged:
 # not kept), the compiler's pipelining instead of PREFETCH (q 10.09 -> 12.18), deeper step-A pipelining
 # (v 7.49 -> 10.40), 16-row tiles (q 10.68-11.11, v 9.19-9.44) and C_SPLIT=256 (q 12.84-13.01): all
@@ -274,8 +275,8 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": True})],
-    "v_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": True})],
+    "q_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": False}), ("flat", {}), ("sorted", {})],
+    "v_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": False}), ("flat", {}), ("sorted", {})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the
@@ -327,14 +328,13 @@ def _oracle_check(op: str, d: dict) -> str:
 
 # prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048, as
 # overrides of the chosen segment-major blocks (as DECODE_AB; the route is that of token-major calls only)
-# Round 2 (2026-12-01 s11b): L2 eviction hints (unchanged), num_stages 4 (q 679 us, slower), BT=64 8 warps
-# (q 663.5 against 672.4).  Round 3: HEADS_FIRST; a register cap (maxnreg: more resident programs);
-# taller and narrower tiles.
+# Round 4: the chosen blocks (q: 64-row tiles, 8 warps, heads first; v: heads first) against their grid
+# order.  Round 3 (2026-12-01 s11c): q BT=32 660-668 us, heads first 681.6, BT=64 8 warps 660.4 and with
+# heads first 640.2, maxnreg 80 / 64 713.3 / 891.7, BT=128 673.2, BLOCK_C=64 882.2; v 401.6, heads first
+# 387.9 (maxnreg 80: ptxas error).  Round 2 (s11b): L2 eviction hints unchanged, num_stages 4 slower.
 PREFILL_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": True}), ("auto", {"BT": 64, "num_warps": 8}),
-                     ("auto", {"BT": 64, "num_warps": 8, "HEADS_FIRST": True}), ("auto", {"maxnreg": 80}),
-                     ("auto", {"maxnreg": 64}), ("auto", {"BT": 128, "num_warps": 8}), ("auto", {"BLOCK_C": 64})],
-    "v_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": True}), ("auto", {"maxnreg": 80})],
+    "q_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": False}), ("auto", {"BT": 32, "num_warps": 4})],
+    "v_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": False})],
 }
 
 

@@ -35,8 +35,16 @@ def main(argv=None) -> int:
     torch.cuda.synchronize()
     us = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
     print("fitted:", {k[0]: v for k, v in L._FITTED.items()})
+    compiled_variants(K.q_side_fused_kernel, tag)
+    print("prefill q fused us", round(us, 1))
+    return 0
+
+
+def compiled_variants(kernel, tag: str) -> None:
+    """Print each compiled variant of ``kernel`` (both families) with its warps, stages, shared memory,
+    registers and spills, and write its TTGIR and PTX as ``$OUT/TAG.ttgir`` / ``.ptx`` (the last one)."""
     out = os.environ.get("OUT", ".")
-    for family, fam in (("aligned", K.q_side_fused_kernel), ("generic", K.q_side_fused_kernel.generic)):
+    for family, fam in (("aligned", kernel), ("generic", kernel.generic)):
         for cache in fam.device_caches.values():
             for kern in cache[0].values():
                 md = kern.metadata
@@ -45,8 +53,6 @@ def main(argv=None) -> int:
                 for kind in ("ttgir", "ptx"):
                     with open(os.path.join(out, f"{tag}.{kind}"), "w") as f:
                         f.write(kern.asm[kind])
-    print("prefill q fused us", round(us, 1))
-    return 0
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@
 #   bash scripts/h200_session.sh s11a           # warm-up cover test; LoRA floor/prefill old/ vs this (row search); decode A/B 6
 #   bash scripts/h200_session.sh s11b           # LoRA decode A/B 7 + prefill A/B (eviction hints), LoRA kernel tests
 #   bash scripts/h200_session.sh s11c           # LoRA prefill A/B 3 + decode A/B 8 (heads first, register caps)
+#   bash scripts/h200_session.sh s11d           # chosen blocks: prefill/decode A/B; ncu on decode-bs64; LoRA tests
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -372,6 +373,24 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab\|prefill ab" "$OUT/prefill_ab.log" | \
       sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //" | cut -c1-200
     timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
+      >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
+    ;;
+  s11d)  # one GPU: the chosen blocks (heads first; q prefill 64-row tiles): prefill A/B 4, decode A/B 9; Nsight
+         # Compute on one warm decode-bs64 launch per side; the LoRA kernel tests
+    timeout 120 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
+      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab" "$OUT/prefill_ab.log" | \
+      sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; s/'BLOCK_K': 128, //" | cut -c60-250
+    timeout 120 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
+      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True//; s/'check': 'ok', //" | cut -c1-200
+    for side in q v; do
+      timeout 120 ncu --target-processes all -k regex:fused_kernel --launch-skip 12 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section MemoryWorkloadAnalysis \
+        python3 -m kernel_oracle.benchmarks.diag_lora_decode --side $side >"$OUT/ncu_$side.log" 2>&1
+      echo "ncu $side exit $?"; grep -v "^==PROF==\|^ *-\+ *$\|^ *$" "$OUT/ncu_$side.log" | cut -c1-130 | head -90
+    done
+    timeout 150 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
       >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
     ;;
   s11c)  # one GPU: LoRA prefill A/B round 3 and decode A/B round 8 (HEADS_FIRST, register caps), profilers present?
