@@ -265,9 +265,15 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 9 (the chosen blocks now renumber programs heads first): against the grid's own order, and the
-# routes.  Round 8 (s11c): HEADS_FIRST (consecutive programs take one row tile's heads, whose base rows
-# are adjacent): bs64 q 10.03 -> 9.93, v 7.41 -> 7.45, bs256 q 17.34 -> 16.96, v 12.84 -> 12.28.  Round 7 (2026-12-01 s11b): L2 eviction hints on the data read once
+# Round 10: small programs for the decode-bs64 tiles (16 rows per slot): 16- and 32-row tiles on 1-2 warps,
+# so that more programs are resident (Nsight Compute, s11d: the chosen q kernel takes 160 registers, 3
+# programs per SM, and its per-slot grid of 512 programs runs in 1.29 waves; v 204 registers and 74 KB of
+# shared memory, 2 per SM), and two stages for v (less shared memory).  Round 9 (s11d, heads first
+# chosen): bs64 q auto 9.86, flat 9.06, sorted 9.91; v 7.50 / 8.20 / 7.47; bs256 q 16.96 / 16.98 / 17.73,
+# v 12.26 / 12.23 / 12.54; heads first off: bs64 q 9.95, v 7.51, bs256 q 17.38, v 12.79.
+# Round 8 (s11c): HEADS_FIRST (consecutive programs take one row tile's heads, whose base rows
+# are adjacent): bs64 q 10.03 -> 9.93, v 7.41 -> 7.45, bs256 q 17.34 -> 16.96, v 12.84 -> 12.28.
+# Round 7 (2026-12-01 s11b): L2 eviction hints on the data read once
 # (bs64 q 10.09 -> 10.01, v 7.49 -> 7.37, bs256 q 17.55 -> 18.20, v 12.84 -> 12.71, prefill unchanged:
 # not kept), the compiler's pipelining instead of PREFETCH (q 10.09 -> 12.18), deeper step-A pipelining
 # (v 7.49 -> 10.40), 16-row tiles (q 10.68-11.11, v 9.19-9.44) and C_SPLIT=256 (q 12.84-13.01): all
@@ -275,8 +281,13 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": False}), ("flat", {}), ("sorted", {})],
-    "v_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": False}), ("flat", {}), ("sorted", {})],
+    "q_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}),
+                     ("flat", {"BT": 16, "num_warps": 1, "WIDE_BT": None}),
+                     ("flat", {"BT": 16, "num_warps": 2, "WIDE_BT": None}),
+                     ("flat", {"BT": 32, "num_warps": 2, "WIDE_BT": None})],
+    "v_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("flat", {"BT": 16, "num_warps": 1}),
+                     ("flat", {"BT": 16, "num_warps": 2}), ("auto", {"BT": 32, "num_warps": 2}),
+                     ("auto", {"num_stages": 2})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

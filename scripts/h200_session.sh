@@ -39,6 +39,7 @@
 #   bash scripts/h200_session.sh s11b           # LoRA decode A/B 7 + prefill A/B (eviction hints), LoRA kernel tests
 #   bash scripts/h200_session.sh s11c           # LoRA prefill A/B 3 + decode A/B 8 (heads first, register caps)
 #   bash scripts/h200_session.sh s11d           # chosen blocks: prefill/decode A/B; ncu on decode-bs64; LoRA tests
+#   bash scripts/h200_session.sh s11e           # LoRA decode A/B 10 (small programs), prefill A/B 4, decode floor
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -374,6 +375,18 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //" | cut -c1-200
     timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
       >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
+    ;;
+  s11e)  # one GPU: LoRA decode A/B 10 (small programs for bs64), prefill A/B 4 (the chosen blocks), decode floor
+    timeout 200 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
+      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
+      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True, //; s/'check': 'ok', //; \
+      s/'HEADS_FIRST': True, //; s/decode ab {'shape': //; s/'BLOCK_[CV]': 128, //" | cut -c1-160
+    timeout 100 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
+      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab" "$OUT/prefill_ab.log" | \
+      sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; s/'BLOCK_K': 128, //; s/decode ab {'shape': //" | cut -c1-160
+    timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto flat \
+      --json "$OUT/decode_floor.json" >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"
+    grep "^| decode" "$OUT/decode_floor.log" | cut -c1-100
     ;;
   s11d)  # one GPU: the chosen blocks (heads first; q prefill 64-row tiles): prefill A/B 4, decode A/B 9; Nsight
          # Compute on one warm decode-bs64 launch per side; the LoRA kernel tests
