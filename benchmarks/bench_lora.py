@@ -291,7 +291,7 @@ DECODE_AB = {
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the
-# module's own choice (flat where it saves half the programs, FLAT_SLOTS_MIN_SAVING)
+# module's own choice (flat where it saves a third of the programs, FLAT_SLOTS_MIN_SAVING)
 ROUTES = {"flat": dict(SLOT_SORTED=True, FLAT_SLOTS=True, FLAT_SLOTS_MIN_SAVING=0),
           "sorted": dict(SLOT_SORTED=True, FLAT_SLOTS=False),
           "logical": dict(SLOT_SORTED=False, FLAT_SLOTS=False), "auto": {}}
@@ -339,13 +339,16 @@ def _oracle_check(op: str, d: dict) -> str:
 
 # prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048, as
 # overrides of the chosen segment-major blocks (as DECODE_AB; the route is that of token-major calls only)
-# Round 4: the chosen blocks (q: 64-row tiles, 8 warps, heads first; v: heads first) against their grid
-# order.  Round 3 (2026-12-01 s11c): q BT=32 660-668 us, heads first 681.6, BT=64 8 warps 660.4 and with
-# heads first 640.2, maxnreg 80 / 64 713.3 / 891.7, BT=128 673.2, BLOCK_C=64 882.2; v 401.6, heads first
-# 387.9 (maxnreg 80: ptxas error).  Round 2 (s11b): L2 eviction hints unchanged, num_stages 4 slower.
+# Round 5: around the chosen q blocks (wider and narrower kv_lora_rank / qk blocks, 4 warps, 2 stages, 128-row
+# tiles).  Round 4 (2026-12-01 s11e): q 648.2 us, heads first off 666.6, BT=32 4 warps (heads first) 690.2;
+# v 383.8, heads first off 395.0.  Round 3 (s11c): q BT=32 660-668 us, heads first 681.6, BT=64 8 warps
+# 660.4 and with heads first 640.2, maxnreg 80 / 64 713.3 / 891.7, BT=128 673.2, BLOCK_C=64 882.2; v
+# 401.6, heads first 387.9 (maxnreg 80: ptxas error).  Round 2 (s11b): L2 eviction hints unchanged,
+# num_stages 4 slower.
 PREFILL_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": False}), ("auto", {"BT": 32, "num_warps": 4})],
-    "v_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": False})],
+    "q_side_fused": [("auto", {}), ("auto", {"BLOCK_C": 256}), ("auto", {"num_warps": 4}), ("auto", {"num_stages": 2}),
+                     ("auto", {"BLOCK_K": 64}), ("auto", {"BT": 128})],
+    "v_side_fused": [("auto", {}), ("auto", {"BLOCK_K": 128})],
 }
 
 

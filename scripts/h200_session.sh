@@ -40,6 +40,7 @@
 #   bash scripts/h200_session.sh s11c           # LoRA prefill A/B 3 + decode A/B 8 (heads first, register caps)
 #   bash scripts/h200_session.sh s11d           # chosen blocks: prefill/decode A/B; ncu on decode-bs64; LoRA tests
 #   bash scripts/h200_session.sh s11e           # LoRA decode A/B 10 (small programs), prefill A/B 4, decode floor
+#   bash scripts/h200_session.sh s11f           # LoRA prefill A/B 5 twice, decode floor (flat at 1.5x)
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -375,6 +376,17 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //" | cut -c1-200
     timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
       >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
+    ;;
+  s11f)  # one GPU: LoRA prefill A/B 5 (around the chosen q blocks) twice; decode floor (flat at 1.5x)
+    for round in 1 2; do
+      timeout 100 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab$round.json" \
+        >"$OUT/prefill_ab$round.log" 2>&1; echo "prefill ab $round exit $?"; grep "decode ab" "$OUT/prefill_ab$round.log" | \
+        sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; s/decode ab {'shape': 'prefill-8x2048', //; \
+        s/'route': 'auto', //; s/'HEADS_FIRST': True//" | cut -c1-160
+    done
+    timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto \
+      --json "$OUT/decode_floor.json" >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"
+    grep "^| decode" "$OUT/decode_floor.log" | cut -c1-100
     ;;
   s11e)  # one GPU: LoRA decode A/B 10 (small programs for bs64), prefill A/B 4 (the chosen blocks), decode floor
     timeout 200 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \

@@ -97,10 +97,13 @@ FLAT_SLOTS_MIN_BLOCK = 8
 FLAT_SLOTS_MAX = 32
 # ... when the slot-sorted grid would launch at least this many times the flat grid's programs: each flat
 # program also counts every slot's rows, which costs more than it saves when few programs go.  Measured
-# on the H200 (bench_lora --decode-ab, do_bench_cudagraph, 2026-12-01 s10c), tiles per head sorted -> flat:
-# decode-bs64 v 4 -> 4: 7.71 -> 8.52 us, q 8 -> 5: 10.13 -> 10.42 us (flat loses); decode-bs256 v
-# 16 -> 7: 18.37 -> 15.81 us, q 32 -> 11: 24.46 -> 23.98 us (flat wins).  0: flat wherever allowed (tests)
-FLAT_SLOTS_MIN_SAVING = 2
+# on the H200 (bench_lora --decode-ab, do_bench_cudagraph), tiles per head sorted -> flat: 2026-12-01 s10c,
+# before Note [Row search]: decode-bs64 v 4 -> 4: 7.71 -> 8.52 us, q 8 -> 5: 10.13 -> 10.42 us;
+# decode-bs256 v 16 -> 7: 18.37 -> 15.81 us, q 32 -> 11: 24.46 -> 23.98 us.  With the cheaper route (s11d,
+# s11e): decode-bs64 q 8 -> 5 (1.6x): 9.86 -> 9.06 and 10.07 -> 9.27 us (the per-slot grid of 512 programs
+# at 3 per SM takes 1.29 waves); v 4 -> 4: 7.47 -> 8.20, 7.55 -> 8.25 (flat loses).  So 1.5; 0: flat
+# wherever allowed (tests)
+FLAT_SLOTS_MIN_SAVING = 1.5
 
 
 def slot_block(num_slots: int) -> int:
