@@ -339,16 +339,18 @@ def _oracle_check(op: str, d: dict) -> str:
 
 # prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048, as
 # overrides of the chosen segment-major blocks (as DECODE_AB; the route is that of token-major calls only)
-# Round 5: around the chosen q blocks (wider and narrower kv_lora_rank / qk blocks, 4 warps, 2 stages, 128-row
-# tiles).  Round 4 (2026-12-01 s11e): q 648.2 us, heads first off 666.6, BT=32 4 warps (heads first) 690.2;
-# v 383.8, heads first off 395.0.  Round 3 (s11c): q BT=32 660-668 us, heads first 681.6, BT=64 8 warps
-# 660.4 and with heads first 640.2, maxnreg 80 / 64 713.3 / 891.7, BT=128 673.2, BLOCK_C=64 882.2; v
-# 401.6, heads first 387.9 (maxnreg 80: ptxas error).  Round 2 (s11b): L2 eviction hints unchanged,
-# num_stages 4 slower.
+# Round 6: the chosen q blocks (64-row tiles, 8 warps, heads first, 64-column step-A blocks) against
+# 128-column ones, 2 stages, and the grid's own order.  Round 5 (2026-12-01 s11f, two rounds): q (BLOCK_K
+# 128) 641.8 / 641.6 us, BLOCK_K=64 618.6 / 618.9, num_stages=2 623.5 / 623.3, 4 warps 653.5 / 652.7,
+# BT=128 663.5 / 662.8, BLOCK_C=256 963.9 / 962.2; v 387.5 / 388.0, BLOCK_K=128 391.0 / 398.3.
+# Round 4 (s11e): q 648.2 us, heads first off 666.6, BT=32 4 warps (heads first) 690.2; v 383.8, heads
+# first off 395.0.  Round 3 (s11c): q BT=32 660-668 us, heads first 681.6, BT=64 8 warps 660.4 and with
+# heads first 640.2, maxnreg 80 / 64 713.3 / 891.7, BT=128 673.2, BLOCK_C=64 882.2; v 401.6, heads first
+# 387.9 (maxnreg 80: ptxas error).  Round 2 (s11b): L2 eviction hints unchanged, num_stages 4 slower.
 PREFILL_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"BLOCK_C": 256}), ("auto", {"num_warps": 4}), ("auto", {"num_stages": 2}),
-                     ("auto", {"BLOCK_K": 64}), ("auto", {"BT": 128})],
-    "v_side_fused": [("auto", {}), ("auto", {"BLOCK_K": 128})],
+    "q_side_fused": [("auto", {}), ("auto", {"BLOCK_K": 128}), ("auto", {"num_stages": 2}),
+                     ("auto", {"HEADS_FIRST": False})],
+    "v_side_fused": [("auto", {}), ("auto", {"HEADS_FIRST": False})],
 }
 
 

@@ -67,8 +67,10 @@ BLOCKS = {
     # HEADS_FIRST: programs renumbered so that consecutive ones take one row tile's heads (H200, bench_lora
     # --prefill-ab / --decode-ab, 2026-12-01 s11c): prefill-8x2048 q (BT=64, 8 warps) 660.4 -> 640.2 us, v
     # 401.6 -> 387.9; decode-bs256 q 17.34 -> 16.96, v 12.84 -> 12.28; decode-bs64 within 1%.  With 32-row
-    # tiles it cost the q side 668 -> 682 us, so the q side's segment-major tiles are 64 rows (8 warps).
-    "q_side_fused": {"seg": dict(BT=64, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=8, HEADS_FIRST=True),
+    # tiles it cost the q side 668 -> 682 us, so the q side's segment-major tiles are 64 rows (8 warps), and
+    # step A runs in 64-column blocks of qk_nope (s11f, two rounds: 641.8 / 641.6 -> 618.6 / 618.9 us, 91% of
+    # copy; BLOCK_C=256 962, 4 warps 653, BT=128 663, num_stages=2 623.3).
+    "q_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_C=128, C_SPLIT=None, num_warps=8, HEADS_FIRST=True),
                      "tok": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=True,
                                  HEADS_FIRST=True, WIDE_BT=64)},
     "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4, HEADS_FIRST=True),
