@@ -41,6 +41,7 @@
 #   bash scripts/h200_session.sh s11d           # chosen blocks: prefill/decode A/B; ncu on decode-bs64; LoRA tests
 #   bash scripts/h200_session.sh s11e           # LoRA decode A/B 10 (small programs), prefill A/B 4, decode floor
 #   bash scripts/h200_session.sh s11f           # LoRA prefill A/B 5 twice, decode floor (flat at 1.5x)
+#   bash scripts/h200_session.sh s11g | s11h    # final code (after setup): suite + LoRA table | main job, A/B, floor, host
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -376,6 +377,25 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //" | cut -c1-200
     timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
       >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
+    ;;
+  s11g)  # one GPU, the final code (run setup first): the whole suite, then the LoRA table (decode and prefill)
+    bash "$0" suite 340
+    timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --shapes decode-bs64 decode-bs256 prefill-8x2048 \
+      --json "$OUT/bench_lora.json" >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"
+    grep "fused\|copy\|roofline" "$OUT/bench_lora.log" | cut -c1-150 | head -24
+    ;;
+  s11h)  # one GPU, the final code (run setup first): the README's main job (120 s) and its cases per campaign;
+         # LoRA prefill A/B 6 and the decode floor; the vision entry point's host cost
+    main_job
+    timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
+      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab" "$OUT/prefill_ab.log" | \
+      sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; s/decode ab {'shape': 'prefill-8x2048', //; \
+      s/'route': 'auto', //" | cut -c1-160
+    timeout 60 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto \
+      --json "$OUT/decode_floor.json" >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"
+    grep "^| decode" "$OUT/decode_floor.log" | cut -c1-100
+    timeout 90 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; grep "^| " "$OUT/vision_host.log" | cut -c1-200
     ;;
   s11f)  # one GPU: LoRA prefill A/B 5 (around the chosen q blocks) twice; decode floor (flat at 1.5x)
     for round in 1 2; do
