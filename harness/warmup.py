@@ -87,21 +87,22 @@ def warm_up_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) ->
 # most common in a GPU campaign first (a launch recorder over 2,000 cases of the "gpu" preset on the CPU,
 # 2026-11-30: token-major with few segments, then segment-major; rank blocks 64 and 32; generic layouts
 # 2 to 1 over aligned ones).  One case each: paths x rank blocks x layouts x dtypes x base dtypes x ops.
-# (segment lengths, slots, ops or None for all, what it selects).  Token-major launches over 3 or more
-# slots can take the flat grid (Note [Flat slot grid]: where it halves the programs, so 2 slots never do),
-# a variant of its own; the fused q side's tile height depends on the rows per slot (WIDE_BT in
-# kernels.lora._launch.BLOCKS), so its other heights get cases of their own.
+# (segment lengths, slots, ops or None for all, what it selects).  Token-major launches over 2 or more
+# slots can take the flat grid (Note [Flat slot grid]: where it saves a third of the programs; 2 slots with
+# 3 tiles or more do too, one slot never), a variant of its own; the fused q side's tile height depends
+# on the rows per slot (WIDE_BT in kernels.lora._launch.BLOCKS), so its other heights get cases of their own.
 _VARIANT_PATHS = (
     ((1,) * 8, 2, None, "token-major, one compare over 64 segment ends"),
     ((256,), 2, None, "segment-major"),
-    ((1,) * 100, 2, None, "token-major, one compare over 256 segment ends"),
+    # one slot never takes the flat grid; 50 rows keep the fused q side's tiles short (below WIDE_BT)
+    ((1,) * 50 + (0,) * 50, 1, None, "token-major, one compare over 256 segment ends"),
     ((1,) * 300, 2, None, "token-major, binary search (wide fused-q tiles: 150 rows per slot)"),
     ((3,) * 60, 4, None, "token-major, one compare over 64 ends, the flat grid"),
     ((1,) * 200, 4, None, "token-major, one compare over 256 ends, the flat grid"),
     ((5,) * 60, 4, ("q_side_fused",), "the flat grid, one compare over 64 ends, wide fused-q tiles"),
     ((1,) * 256, 4, ("q_side_fused",), "the flat grid, one compare over 256 ends, wide fused-q tiles"),
-    ((5,) * 60, 2, ("q_side_fused",), "one compare over 64 ends, wide fused-q tiles"),
-    ((1,) * 200, 2, ("q_side_fused",), "one compare over 256 ends, wide fused-q tiles"),
+    ((5,) * 60, 1, ("q_side_fused",), "one compare over 64 ends, wide fused-q tiles (one slot: per-slot grid)"),
+    ((1,) * 200, 1, ("q_side_fused",), "one compare over 256 ends, wide fused-q tiles (one slot: per-slot grid)"),
     ((1,) * 300, 8, ("q_side_fused",), "binary search, fused-q tiles of 37 rows per slot"),
 )
 _VARIANT_RANKS = (32, 64, 128)  # BLOCK_R buckets (kernels.lora._launch.MIN_BLOCK_R and up)

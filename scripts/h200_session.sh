@@ -385,7 +385,9 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     grep "fused\|copy\|roofline" "$OUT/bench_lora.log" | cut -c1-150 | head -24
     ;;
   s11h)  # one GPU, the final code (run setup first): the README's main job (120 s) and its cases per campaign;
-         # LoRA prefill A/B 6 and the decode floor; the vision entry point's host cost
+         # LoRA prefill A/B 6 and the decode floor; the vision entry point's host cost; the variant warm-up test
+    timeout 100 python3 -m pytest oracle_tests/test_variant_warmup.py -q -p no:cacheprovider \
+      >"$OUT/warmup_test.log" 2>&1; echo "variant warm-up test exit $?"; tail -1 "$OUT/warmup_test.log" | cut -c1-200
     main_job
     timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
       >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab" "$OUT/prefill_ab.log" | \
