@@ -42,6 +42,7 @@
 #   bash scripts/h200_session.sh s11e           # LoRA decode A/B 10 (small programs), prefill A/B 4, decode floor
 #   bash scripts/h200_session.sh s11f           # LoRA prefill A/B 5 twice, decode floor (flat at 1.5x)
 #   bash scripts/h200_session.sh s11g | s11h    # final code (after setup): suite + LoRA table | main job, A/B, floor, host
+#   bash scripts/h200_session.sh s11i           # the main job twice: cold, then warm Triton cache
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -377,6 +378,9 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //" | cut -c1-200
     timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
       >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
+    ;;
+  s11i)  # one GPU: the README's main job twice on one machine: cold Triton cache, then the cache it left
+    main_job; main_job
     ;;
   s11g)  # one GPU, the final code (run setup first): the whole suite, then the LoRA table (decode and prefill)
     bash "$0" suite 340
