@@ -70,6 +70,23 @@ PY
   tail -4 "$OUT/main_job.log"
 }
 
+lora_ab() {  # MODE (decode|prefill) T [TAG]: bench_lora --MODE-ab, T seconds; one compact line per configuration
+  local mode=$1 t=$2 tag=${3:-}
+  timeout "$t" python3 -m kernel_oracle.benchmarks.bench_lora --"$mode"-ab --json "$OUT/${mode}_ab$tag.json" \
+    >"$OUT/${mode}_ab$tag.log" 2>&1; echo "$mode ab$tag exit $?"
+  grep "decode ab" "$OUT/${mode}_ab$tag.log" | sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; \
+    s/'PREFETCH': True, //; s/'HEADS_FIRST': True, //; s/decode ab {'shape': //; s/'route': 'auto', //" | cut -c1-170
+}
+lora_floor() {  # ROUTES...: bench_lora --decode-floor (the fused decode calls beside their launch + route floor)
+  timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes "$@" \
+    --json "$OUT/decode_floor.json" >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"
+  grep "^| decode" "$OUT/decode_floor.log" | cut -c1-100
+}
+lora_tests() {  # [T]: the LoRA kernel tests on 12 xdist workers
+  timeout "${1:-200}" python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
+    >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
+}
+
 case "${1:-}" in
   setup)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -368,91 +385,6 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       --no-progress --out "$SOAK/triton-lora" >"$SOAK/triton-lora.log" 2>&1 < /dev/null; echo "lora fuzz exit $?"
     cp "$SOAK/triton-lora/summary.json" "$OUT/lora_fuzz_summary.json" 2>/dev/null; tail -12 "$SOAK/triton-lora.log" | cut -c1-200
     ;;
-  s11b)  # one GPU: LoRA decode A/B round 7 and prefill A/B (eviction hints, pipelining, tile heights), the LoRA
-         # kernel tests (the row search on the GPU)
-    timeout 200 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
-      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
-      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True//; s/'check': 'ok', //" | cut -c1-200
-    timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
-      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab\|prefill ab" "$OUT/prefill_ab.log" | \
-      sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //" | cut -c1-200
-    timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
-      >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
-    ;;
-  s11i)  # one GPU: the README's main job twice on one machine: cold Triton cache, then the cache it left
-    main_job; main_job
-    ;;
-  s11g)  # one GPU, the final code (run setup first): the whole suite, then the LoRA table (decode and prefill)
-    bash "$0" suite 340
-    timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --shapes decode-bs64 decode-bs256 prefill-8x2048 \
-      --json "$OUT/bench_lora.json" >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"
-    grep "fused\|copy\|roofline" "$OUT/bench_lora.log" | cut -c1-150 | head -24
-    ;;
-  s11h)  # one GPU, the final code (run setup first): the README's main job (120 s) and its cases per campaign;
-         # LoRA prefill A/B 6 and the decode floor; the vision entry point's host cost; the variant warm-up test
-    timeout 100 python3 -m pytest oracle_tests/test_variant_warmup.py -q -p no:cacheprovider \
-      >"$OUT/warmup_test.log" 2>&1; echo "variant warm-up test exit $?"; tail -1 "$OUT/warmup_test.log" | cut -c1-200
-    main_job
-    timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
-      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab" "$OUT/prefill_ab.log" | \
-      sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; s/decode ab {'shape': 'prefill-8x2048', //; \
-      s/'route': 'auto', //" | cut -c1-160
-    timeout 60 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto \
-      --json "$OUT/decode_floor.json" >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"
-    grep "^| decode" "$OUT/decode_floor.log" | cut -c1-100
-    timeout 90 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
-      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; grep "^| " "$OUT/vision_host.log" | cut -c1-200
-    ;;
-  s11f)  # one GPU: LoRA prefill A/B 5 (around the chosen q blocks) twice; decode floor (flat at 1.5x)
-    for round in 1 2; do
-      timeout 100 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab$round.json" \
-        >"$OUT/prefill_ab$round.log" 2>&1; echo "prefill ab $round exit $?"; grep "decode ab" "$OUT/prefill_ab$round.log" | \
-        sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; s/decode ab {'shape': 'prefill-8x2048', //; \
-        s/'route': 'auto', //; s/'HEADS_FIRST': True//" | cut -c1-160
-    done
-    timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto \
-      --json "$OUT/decode_floor.json" >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"
-    grep "^| decode" "$OUT/decode_floor.log" | cut -c1-100
-    ;;
-  s11e)  # one GPU: LoRA decode A/B 10 (small programs for bs64), prefill A/B 4 (the chosen blocks), decode floor
-    timeout 200 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
-      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
-      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True, //; s/'check': 'ok', //; \
-      s/'HEADS_FIRST': True, //; s/decode ab {'shape': //; s/'BLOCK_[CV]': 128, //" | cut -c1-160
-    timeout 100 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
-      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab" "$OUT/prefill_ab.log" | \
-      sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; s/'BLOCK_K': 128, //; s/decode ab {'shape': //" | cut -c1-160
-    timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto flat \
-      --json "$OUT/decode_floor.json" >"$OUT/decode_floor.log" 2>&1; echo "decode floor exit $?"
-    grep "^| decode" "$OUT/decode_floor.log" | cut -c1-100
-    ;;
-  s11d)  # one GPU: the chosen blocks (heads first; q prefill 64-row tiles): prefill A/B 4, decode A/B 9; Nsight
-         # Compute on one warm decode-bs64 launch per side; the LoRA kernel tests
-    timeout 120 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
-      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab" "$OUT/prefill_ab.log" | \
-      sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; s/'BLOCK_K': 128, //" | cut -c60-250
-    timeout 120 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
-      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
-      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True//; s/'check': 'ok', //" | cut -c1-200
-    for side in q v; do
-      timeout 120 ncu --target-processes all -k regex:fused_kernel --launch-skip 12 --launch-count 1 \
-        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-        --section SchedulerStats --section MemoryWorkloadAnalysis \
-        python3 -m kernel_oracle.benchmarks.diag_lora_decode --side $side >"$OUT/ncu_$side.log" 2>&1
-      echo "ncu $side exit $?"; grep -v "^==PROF==\|^ *-\+ *$\|^ *$" "$OUT/ncu_$side.log" | cut -c1-130 | head -90
-    done
-    timeout 150 python3 -m pytest oracle_tests/test_kernels_lora.py -q -x -n 12 -p no:cacheprovider \
-      >"$OUT/lora_tests.log" 2>&1; echo "lora kernel tests exit $?"; tail -2 "$OUT/lora_tests.log" | cut -c1-300
-    ;;
-  s11c)  # one GPU: LoRA prefill A/B round 3 and decode A/B round 8 (HEADS_FIRST, register caps), profilers present?
-    which ncu nsys 2>&1 | head -3; ls /usr/local/cuda*/bin 2>/dev/null | grep -i "ncu\|nsys\|nsight" | head -3
-    timeout 200 python3 -m kernel_oracle.benchmarks.bench_lora --prefill-ab --json "$OUT/prefill_ab.json" \
-      >"$OUT/prefill_ab.log" 2>&1; echo "prefill ab exit $?"; grep "decode ab" "$OUT/prefill_ab.log" | \
-      sed -e "s/'C_SPLIT': None, //; s/'check': 'ok', //; s/'BLOCK_K': 128, //" | cut -c60-250
-    timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
-      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
-      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True//; s/'check': 'ok', //" | cut -c1-200
-    ;;
   s11a)  # one GPU: the variant warm-up cover test (fixed in bf3197f, not yet run on a GPU); LoRA decode floor and
          # prefill rows at the previous tree (old/: git archive ea1289a) and this one (Note [Row search]),
          # interleaved; the decode A/B round 6 at this tree
@@ -466,11 +398,52 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       done
     done
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-    timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --decode-ab --json "$OUT/decode_ab.json" \
-      >"$OUT/decode_ab.log" 2>&1; echo "decode ab exit $?"; grep "decode ab" "$OUT/decode_ab.log" | \
-      sed -e "s/'BLOCK_K': 128, //; s/'C_SPLIT': None, //; s/'PREFETCH': True//; s/'check': 'ok', //" | cut -c1-200
+    lora_ab decode 150
     timeout 120 python3 -m pytest oracle_tests/test_variant_warmup.py -q -x -p no:cacheprovider \
       >"$OUT/warmup_test.log" 2>&1; echo "variant warm-up test exit $?"; tail -3 "$OUT/warmup_test.log" | cut -c1-300
+    ;;
+  s11b)  # one GPU: LoRA decode A/B round 7 and prefill A/B (eviction hints, pipelining, tile heights), the LoRA
+         # kernel tests (the row search on the GPU)
+    lora_ab decode 200; lora_ab prefill 150; lora_tests 200
+    ;;
+  s11c)  # one GPU: LoRA prefill A/B round 3 and decode A/B round 8 (HEADS_FIRST, register caps), profilers present?
+    which ncu nsys 2>&1 | head -3; ls /usr/local/cuda*/bin 2>/dev/null | grep -i "ncu\|nsys\|nsight" | head -3
+    lora_ab prefill 200; lora_ab decode 150
+    ;;
+  s11d)  # one GPU: the chosen blocks (heads first; q prefill 64-row tiles): prefill A/B 4, decode A/B 9; Nsight
+         # Compute on one warm decode-bs64 launch per side; the LoRA kernel tests
+    lora_ab prefill 120; lora_ab decode 120
+    for side in q v; do
+      timeout 120 ncu --target-processes all -k regex:fused_kernel --launch-skip 12 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section MemoryWorkloadAnalysis \
+        python3 -m kernel_oracle.benchmarks.diag_lora_decode --side $side >"$OUT/ncu_$side.log" 2>&1
+      echo "ncu $side exit $?"; grep -v "^==PROF==\|^ *-\+ *$\|^ *$" "$OUT/ncu_$side.log" | cut -c1-130 | head -90
+    done
+    lora_tests 150
+    ;;
+  s11e)  # one GPU: LoRA decode A/B 10 (small programs for bs64), prefill A/B 4 (the chosen blocks), decode floor
+    lora_ab decode 200; lora_ab prefill 100; lora_floor auto flat
+    ;;
+  s11f)  # one GPU: LoRA prefill A/B 5 (around the chosen q blocks) twice; decode floor (flat at 1.5x)
+    lora_ab prefill 100 1; lora_ab prefill 100 2; lora_floor auto
+    ;;
+  s11g)  # one GPU, the final code (run setup first): the whole suite, then the LoRA table (decode and prefill)
+    bash "$0" suite 340
+    timeout 150 python3 -m kernel_oracle.benchmarks.bench_lora --shapes decode-bs64 decode-bs256 prefill-8x2048 \
+      --json "$OUT/bench_lora.json" >"$OUT/bench_lora.log" 2>&1; echo "bench_lora exit $?"
+    grep "fused\|copy\|roofline" "$OUT/bench_lora.log" | cut -c1-150 | head -24
+    ;;
+  s11h)  # one GPU, the final code (run setup first): the variant warm-up test; the README's main job (120 s) and
+         # its cases per campaign; LoRA prefill A/B 6 and the decode floor; the vision entry point's host cost
+    timeout 100 python3 -m pytest oracle_tests/test_variant_warmup.py -q -p no:cacheprovider \
+      >"$OUT/warmup_test.log" 2>&1; echo "variant warm-up test exit $?"; tail -1 "$OUT/warmup_test.log" | cut -c1-200
+    main_job; lora_ab prefill 80; lora_floor auto
+    timeout 90 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; grep "^| " "$OUT/vision_host.log" | cut -c1-200
+    ;;
+  s11i)  # one GPU: the README's main job twice on one machine: cold Triton cache, then the cache it left
+    main_job; main_job
     ;;
   s10a)  # one GPU: the split-PV reduction; where a direct launch's host time goes
     bash "$0" repro-split-pv
