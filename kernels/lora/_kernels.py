@@ -318,8 +318,8 @@ def step_a_q_kernel(x_ptr, b_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               FLAT, NSLOT)
+                                    num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                                    FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -374,8 +374,8 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys, has_rows = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               FLAT, NSLOT)
+                                    num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                                    FLAT, NSLOT)
     sel = sel & (hh < H)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -428,8 +428,8 @@ def step_a_v_kernel(x_ptr, a_ptr, out_ptr, seg_indptr, weight_indices, lora_rank
     lane = tl.arange(0, BT * BH)
     hh = tl.program_id(1) * BH + lane % BH
     sel, w, phys, has_rows = _route(pid, lane // BH, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               FLAT, NSLOT)
+                                    num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                                    FLAT, NSLOT)
     sel = sel & (hh < H)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
@@ -485,8 +485,8 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
     h = tl.program_id(1)
     lane = tl.arange(0, BT)
     sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               FLAT, NSLOT)
+                                    num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                                    FLAT, NSLOT)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v = cb * BLOCK_V + tl.arange(0, BLOCK_V)
     x_rows = x_ptr + phys * sx_t + h * sx_h
@@ -560,8 +560,8 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT)
     sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               FLAT, NSLOT)
+                                    num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                                    FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c0 = tl.arange(0, BLOCK_C)
@@ -651,8 +651,8 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT)
     sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
-                               num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
-                               FLAT, NSLOT)
+                                    num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                                    FLAT, NSLOT)
     offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     offs_v0 = tl.arange(0, BLOCK_V)
