@@ -36,6 +36,7 @@ import torch
 # the LoRA benchmark's problem (dims, ranks, scalings, seeded bf16 inputs) and its rotation of input sets:
 # both benches time the same data
 from kernel_oracle.benchmarks.bench_lora import QK, VD, _inputs, rotating
+from kernel_oracle.benchmarks.bench_lora import SHAPES as BENCH_SHAPES
 
 SPLIT_STEPS = ("step_a_q", "step_b_q", "step_a_v", "step_b_v")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -143,7 +144,7 @@ def graph_replay(spec: str, op: str, dtype: str) -> list[dict]:
 
 # ---- timing ----------------------------------------------------------------------------------------------
 
-SHAPES = {"decode-bs64": (1,) * 64, "decode-bs256": (1,) * 256, "prefill-8x2048": (2048,) * 8}
+SHAPES = {name: BENCH_SHAPES[name] for name in ("decode-bs64", "decode-bs256", "prefill-8x2048")}
 # do_bench_cudagraph replays a graph of many calls without flushing L2, so decode rotates this many input
 # sets (8 x 9-42 MB > the 60 MB L2): each call reads from HBM, as in bench_lora --decode-ab
 GRAPH_SETS = 8

@@ -147,7 +147,7 @@ def plan(op: str, batch_info, num_rows: int, max_len: int, *, num_slots: int = 0
     if getattr(batch_info, "use_cuda_graph", False):
         # the captured launch covers every padded segment; padding has zero length
         n_launch = max(n, int(batch_info.weight_indices.shape[0]))
-    seg_blocks, tok_blocks = BLOCKS[op]["seg"], BLOCKS[op]["tok"]
+    seg_blocks = BLOCKS[op]["seg"]
     tiles_per_seg = triton.cdiv(max(max_len, 0), seg_blocks["BT"])
     seg_rows = n_launch * tiles_per_seg * seg_blocks["BT"]
     force = force or FORCE_PATH
