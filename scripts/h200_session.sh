@@ -43,6 +43,7 @@
 #   bash scripts/h200_session.sh s11f           # LoRA prefill A/B 5 twice, decode floor (flat at 1.5x)
 #   bash scripts/h200_session.sh s11g | s11h    # final code (after setup): suite + LoRA table | main job, A/B, floor, host
 #   bash scripts/h200_session.sh s11i           # the main job twice: cold, then warm Triton cache
+#   bash scripts/h200_session.sh s12a           # ncu source view (SASS stall samples) of decode-bs64 q and v
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -409,6 +410,18 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
   s11c)  # one GPU: LoRA prefill A/B round 3 and decode A/B round 8 (HEADS_FIRST, register caps), profilers present?
     which ncu nsys 2>&1 | head -3; ls /usr/local/cuda*/bin 2>/dev/null | grep -i "ncu\|nsys\|nsight" | head -3
     lora_ab prefill 200; lora_ab decode 150
+    ;;
+  s12a)  # Nsight Compute source view (SASS lines with stall samples) of one warm decode-bs64 launch per side
+    for side in q v; do
+      timeout 150 ncu --target-processes all -k regex:fused_kernel --launch-skip 12 --launch-count 1 --set full \
+        --import-source no -f -o /tmp/ncu_$side python3 -m kernel_oracle.benchmarks.diag_lora_decode --side $side \
+        >"$OUT/ncu_$side.log" 2>&1; echo "ncu $side exit $?"; grep "fused us\|variant\|regs" "$OUT/ncu_$side.log" | head -5
+      ncu -i /tmp/ncu_$side.ncu-rep --page source --csv --print-source sass >"$OUT/sass_$side.csv" 2>&1
+      ncu -i /tmp/ncu_$side.ncu-rep --page details --section WarpStateStats --section InstructionStats \
+        --section SourceCounters >"$OUT/details_$side.txt" 2>&1
+      python3 scripts/sass_hotspots.py "$OUT/sass_$side.csv" | head -70
+    done
+    gzip -f "$OUT"/sass_*.csv
     ;;
   s11d)  # one GPU: the chosen blocks (heads first; q prefill 64-row tiles): prefill A/B 4, decode A/B 9; Nsight
          # Compute on one warm decode-bs64 launch per side; the LoRA kernel tests
