@@ -265,6 +265,8 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
+# Round 11 (2026-12-01 session 12): Note [Whole-row prefetch] for q (PREFETCH_ALL 1: the four base
+# blocks before step A; 2: A blocks too), with 8 warps, one stage, 16-row tiles; v with 4 and 1 stages.
 # Round 10: small programs for the decode-bs64 tiles (16 rows per slot): 16- and 32-row tiles on 1-2 warps,
 # so that more programs are resident (Nsight Compute, s11d: the chosen q kernel takes 160 registers, 3
 # programs per SM, and its per-slot grid of 512 programs runs in 1.29 waves; v 204 registers and 74 KB of
@@ -281,13 +283,11 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}),
-                     ("flat", {"BT": 16, "num_warps": 1, "WIDE_BT": None}),
-                     ("flat", {"BT": 16, "num_warps": 2, "WIDE_BT": None}),
-                     ("flat", {"BT": 32, "num_warps": 2, "WIDE_BT": None})],
-    "v_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("flat", {"BT": 16, "num_warps": 1}),
-                     ("flat", {"BT": 16, "num_warps": 2}), ("auto", {"BT": 32, "num_warps": 2}),
-                     ("auto", {"num_stages": 2})],
+    "q_side_fused": [("auto", {}), ("auto", {"PREFETCH_ALL": 1}), ("auto", {"PREFETCH_ALL": 2}),
+                     ("auto", {"PREFETCH_ALL": 2, "num_warps": 8}), ("auto", {"PREFETCH_ALL": 1, "num_stages": 1}),
+                     ("auto", {"PREFETCH_ALL": 2, "num_stages": 1}),
+                     ("auto", {"PREFETCH_ALL": 2, "BT": 16, "WIDE_BT": None})],
+    "v_side_fused": [("auto", {}), ("auto", {"num_stages": 4}), ("auto", {"num_stages": 1})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

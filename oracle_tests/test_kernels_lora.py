@@ -246,6 +246,8 @@ def _with_blocks(monkeypatch, path: str, **changes) -> None:
         for key, value in changes.items():
             if key in ("PREFETCH", "HEADS_FIRST") and op not in ("q_side_fused", "v_side_fused"):
                 continue
+            if key == "PREFETCH_ALL" and op != "q_side_fused":
+                continue
             paths[path][key] = value
     monkeypatch.setattr(launch, "BLOCKS", blocks)
 
@@ -412,6 +414,23 @@ def test_fused_prefetch_matches_oracle(op, bname, path, heads_first, monkeypatch
     args, routed = _make_call(op, BATCHES[bname], SMALL_DIMS["d72"], torch.float16, torch.float32, DEVICE, seed=seed)
     _check(op, args, routed, torch.float16,
            f"op={op} batch={bname} path={path} heads_first={heads_first} prefetch seed={seed}")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize("path", ["seg", "tok"])
+@pytest.mark.parametrize("bname", ["decode", "mixed-ranks", "long-segment"])
+def test_fused_q_whole_row_prefetch_matches_oracle(bname, path, depth, monkeypatch):
+    """PREFETCH_ALL (Note [Whole-row prefetch]): the first four base blocks (1) and A blocks too (2) loaded
+    before step A.  Blocks of 16 columns over kv_lora_rank 80: four prefetched blocks and one more in the
+    plain loop after them, so both halves and the hand-off between them are checked."""
+    monkeypatch.setattr(launch, "FORCE_PATH", path)
+    _with_blocks(monkeypatch, path, PREFETCH=False, PREFETCH_ALL=depth, BLOCK_C=16)
+    seed = _seed("q_side_fused", bname, path, "prefetch-all", depth)
+    args, routed = _make_call("q_side_fused", BATCHES[bname], SMALL_DIMS["d72"], torch.float16, torch.float32,
+                              DEVICE, seed=seed)
+    _check("q_side_fused", args, routed, torch.float16,
+           f"batch={bname} path={path} PREFETCH_ALL={depth} seed={seed}")
 
 
 @pytest.mark.interpreter
@@ -703,7 +722,8 @@ def test_ab_tables_override_the_chosen_blocks(table, path):
         assert entries[0] == ("auto", chosen)  # the first entry: what the kernels launch by default
         for (route, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
             assert route in bench_lora.ROUTES, route
-            assert set(overrides) <= set(chosen) | {"PREFETCH", "HEADS_FIRST", "num_stages", "maxnreg"}, overrides
+            assert set(overrides) <= set(chosen) | {"PREFETCH", "PREFETCH_ALL", "HEADS_FIRST", "num_stages",
+                                                    "maxnreg"}, overrides
             assert cfg == {**chosen, **overrides}
     assert bench_lora.ab_configs({"q_side_fused": [("sorted", {"BT": 16})]}, launch.BLOCKS, path) == \
         {"q_side_fused": [("sorted", {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}

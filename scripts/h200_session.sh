@@ -44,6 +44,7 @@
 #   bash scripts/h200_session.sh s11g | s11h    # final code (after setup): suite + LoRA table | main job, A/B, floor, host
 #   bash scripts/h200_session.sh s11i           # the main job twice: cold, then warm Triton cache
 #   bash scripts/h200_session.sh s12a           # ncu source view (SASS stall samples) of decode-bs64 q and v
+#   bash scripts/h200_session.sh s12b           # LoRA decode A/B 11 (whole-row prefetch), the s12a CSVs in one file
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -410,6 +411,17 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
   s11c)  # one GPU: LoRA prefill A/B round 3 and decode A/B round 8 (HEADS_FIRST, register caps), profilers present?
     which ncu nsys 2>&1 | head -3; ls /usr/local/cuda*/bin 2>/dev/null | grep -i "ncu\|nsys\|nsight" | head -3
     lora_ab prefill 200; lora_ab decode 150
+    ;;
+  s12b)  # LoRA decode A/B 11 (whole-row prefetch for q); the source-view CSVs of s12a, packed in one file
+    lora_ab decode 240
+    mkdir -p /tmp/csv
+    for side in q v; do
+      timeout 150 ncu --target-processes all -k regex:fused_kernel --launch-skip 12 --launch-count 1 --set full \
+        --import-source no -f -o /tmp/ncu_$side python3 -m kernel_oracle.benchmarks.diag_lora_decode --side $side \
+        >/tmp/csv/ncu_$side.log 2>&1; echo "ncu $side exit $?"
+      ncu -i /tmp/ncu_$side.ncu-rep --page source --csv --print-source sass >/tmp/csv/sass_$side.csv 2>&1
+    done
+    tar -czf "$OUT/sass_csv.tgz" -C /tmp/csv .
     ;;
   s12a)  # Nsight Compute source view (SASS lines with stall samples) of one warm decode-bs64 launch per side
     for side in q v; do

@@ -507,6 +507,26 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
 
 
 @triton.jit
+def _a_block(wa_base, offs_r, cc, sa_r, sa_c, rank, hi, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr,
+             DOT_PREC: tl.constexpr):
+    """Columns ``cc`` (below ``hi``) of a slot's q-side ``A`` (BLOCK_R, BLOCK_C), rows past ``rank`` zero."""
+    return _ld(wa_base + offs_r[:, None] * sa_r + cc[None, :] * sa_c, (offs_r < rank)[:, None] & (cc < hi)[None, :],
+               UPCAST, FIX_BF16, DOT_PREC)
+
+
+@triton.jit
+def _add_delta(mid, at, y_raw, base_ptr, y_rows, cc, sy_c, sel, hi, s, DOT_PREC: tl.constexpr,
+               FIX_BF16: tl.constexpr):
+    """The fused q side's output block: base ``y_raw`` (as loaded) + the scaled ``mid @ at`` rounded to
+    the base's dtype, stored at columns ``cc`` (below ``hi``) of the selected rows."""
+    d = tl.dot(mid, at, input_precision=DOT_PREC) * s
+    d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
+    y = to_f32(y_raw, FIX_BF16)
+    tl.store(y_rows[:, None] + cc[None, :] * sy_c, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16),
+             mask=sel[:, None] & (cc < hi)[None, :])
+
+
+@triton.jit
 def _tile_and_head(HEADS_FIRST: tl.constexpr):
     """(row tile, head) of this program on a grid (row tiles, heads, ...).  The GPU starts programs in
     grid-axis-0-first order; HEADS_FIRST renumbers them so that consecutive programs take the heads of
@@ -537,7 +557,8 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
-                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False):
+                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
+                        PREFETCH_ALL: tl.constexpr = 0):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -573,10 +594,23 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         c_lo = cb * C_BLOCKS * BLOCK_C
         c_hi = tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
-        if PREFETCH:  # the first A and base blocks in flight during step A (decode: latency, not bytes)
+        if PREFETCH and PREFETCH_ALL == 0:  # the first A and base blocks in flight during step A (decode: latency, not bytes)
             y_next = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
             at_next = _ld(wa_base + offs_r[:, None] * sa_r + (c_lo + offs_c0)[None, :] * sa_c,
                           (offs_r < rank)[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+        if PREFETCH_ALL > 0:  # Note [Whole-row prefetch]: the first four blocks' base (and A) before step A
+            y0 = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
+            y1 = _base_block(y_rows, c_lo + BLOCK_C + offs_c0, sy_c, sel, c_hi)
+            y2 = _base_block(y_rows, c_lo + 2 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
+            y3 = _base_block(y_rows, c_lo + 3 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
+            a0 = _a_block(wa_base, offs_r, c_lo + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16, DOT_PREC)
+            if PREFETCH_ALL > 1:
+                a1 = _a_block(wa_base, offs_r, c_lo + BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16,
+                              DOT_PREC)
+                a2 = _a_block(wa_base, offs_r, c_lo + 2 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
+                              FIX_BF16, DOT_PREC)
+                a3 = _a_block(wa_base, offs_r, c_lo + 3 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
+                              FIX_BF16, DOT_PREC)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, QK, BLOCK_K):
@@ -589,11 +623,27 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             mid = _operand(rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16), DOT_PREC)
         else:
             mid = _operand(acc.to(x_ptr.dtype.element_ty), DOT_PREC)
+        c_rest = c_lo
+        if PREFETCH_ALL > 0:
+            if PREFETCH_ALL == 1:  # A one block ahead, the base blocks all in flight already
+                a1 = _a_block(wa_base, offs_r, c_lo + BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16,
+                              DOT_PREC)
+            _add_delta(mid, a0, y0, base_ptr, y_rows, c_lo + offs_c0, sy_c, sel, c_hi, s, DOT_PREC, FIX_BF16)
+            if PREFETCH_ALL == 1:
+                a2 = _a_block(wa_base, offs_r, c_lo + 2 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
+                              FIX_BF16, DOT_PREC)
+            _add_delta(mid, a1, y1, base_ptr, y_rows, c_lo + BLOCK_C + offs_c0, sy_c, sel, c_hi, s, DOT_PREC, FIX_BF16)
+            if PREFETCH_ALL == 1:
+                a3 = _a_block(wa_base, offs_r, c_lo + 3 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
+                              FIX_BF16, DOT_PREC)
+            _add_delta(mid, a2, y2, base_ptr, y_rows, c_lo + 2 * BLOCK_C + offs_c0, sy_c, sel, c_hi, s, DOT_PREC, FIX_BF16)
+            _add_delta(mid, a3, y3, base_ptr, y_rows, c_lo + 3 * BLOCK_C + offs_c0, sy_c, sel, c_hi, s, DOT_PREC, FIX_BF16)
+            c_rest = c_lo + 4 * BLOCK_C  # kv_lora_rank past four blocks: the plain loop below
         # a program's columns start at a multiple of BLOCK_C (a constexpr): the base tile's loads and stores
         # stay 16-byte aligned (a runtime column count here cost 2x on prefill, docs/BENCHMARKS.md)
-        for c0 in range(c_lo, c_hi, BLOCK_C):
+        for c0 in range(c_rest, c_hi, BLOCK_C):
             cc = c0 + offs_c0
-            if PREFETCH:
+            if PREFETCH and PREFETCH_ALL == 0:
                 at = at_next
                 nc = cc + BLOCK_C
                 at_next = _ld(wa_base + offs_r[:, None] * sa_r + nc[None, :] * sa_c,
@@ -605,7 +655,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (cc < C)[None, :]
             y_ptrs = y_rows[:, None] + cc[None, :] * sy_c
-            if PREFETCH:
+            if PREFETCH and PREFETCH_ALL == 0:
                 y_raw = y_next
                 y_next = _base_block(y_rows, cc + BLOCK_C, sy_c, sel, c_hi)
             else:
