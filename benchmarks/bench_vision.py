@@ -201,8 +201,8 @@ def _engine_status() -> str:
 def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> list[dict]:
     """Host time per call (us): ``n`` calls submitted back to back on a tiny batch, wall time over ``n``
     (the GPU's own time per call, from do_bench, is far below it, so the loop measures the host), for the
-    warm entry point (the repeat shortcut, Note [Repeated call]; the keyed path; direct launches off:
-    Triton's JIT launch), the planned
+    warm entry point (the repeat shortcut, Note [Repeated call], with either metadata form and with a
+    no-op C launch: its Python alone; the keyed path; direct launches off: Triton's JIT launch), the planned
     launch, the bare launches and their pieces (the launch-cache key, ``torch.empty`` of the output)."""
     from kernel_oracle.kernels.vision import _direct, attention, flashinfer_cudnn_attention, plan_attention
     from kernel_oracle.kernels.vision._kernel import launch_attention
@@ -238,8 +238,27 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
     def keyed():  # a keyword the repeat shortcut leaves to the keyed path (the same cache entry: "ieee" is the default)
         return flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md, fp32_precision="ieee")
 
+    def by_keywords():  # SGLang's other metadata form: cu_seqlens (the packed indptrs) with two keywords
+        return flashinfer_cudnn_attention(q, k, v, md.packed_indptrs, None, None, sequence_lengths=md.sequence_lengths,
+                                          max_seqlen=md.flashinfer_max_seqlen)
+
+    def python_alone():  # the warm call with a launcher whose C launch does nothing: its Python alone
+        from kernel_oracle.benchmarks.vision_host_micro import _noop_direct
+
+        warm()
+        entry = attention._LAST[1]  # the warm call's cache entry
+        real = entry.launch._direct[0]
+        entry.launch._direct[0] = _noop_direct(entry.launch, q, k, v, out)
+        attention._REPEAT = None  # remembered again, with the no-op launcher, by the next calls
+        try:
+            return _timed("warm call, repeat shortcut, no-op C launch (the Python alone)", warm, n)
+        finally:
+            entry.launch._direct[0] = real
+            attention._REPEAT = None
+
     calls = {
         "warm call (flashinfer_cudnn_attention, cache hit)": warm,
+        "warm call, cu_seqlens + sequence_lengths/max_seqlen keywords (repeat shortcut)": by_keywords,
         "warm call through the cache key (no repeat shortcut)": keyed,
         "planned (VisionLaunch.run)": launch.run,
         "kernel launch alone, Triton's JIT (launch_attention)":
@@ -253,7 +272,8 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
         print("no direct launcher:", _direct.direct_launch_info(), file=sys.stderr)
         del calls["kernel launch alone, direct (DirectLaunch)"]
     # three interleaved rounds, the fastest of each: one slow round (a clock change, a GC pass) does not decide
-    rounds = [[_timed(name, fn, n) for name, fn in calls.items()] + [hit_path(), warm_jit()] for _ in range(3)]
+    extra = [hit_path, python_alone, warm_jit] if direct else [hit_path, warm_jit]
+    rounds = [[_timed(name, fn, n) for name, fn in calls.items()] + [f() for f in extra] for _ in range(3)]
     return [min(group, key=lambda r: r["host_us"]) for group in zip(*rounds)]
 
 
