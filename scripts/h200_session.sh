@@ -45,6 +45,7 @@
 #   bash scripts/h200_session.sh s11i           # the main job twice: cold, then warm Triton cache
 #   bash scripts/h200_session.sh s12a           # ncu source view (SASS stall samples) of decode-bs64 q and v
 #   bash scripts/h200_session.sh s12b           # LoRA decode A/B 11 (whole-row prefetch), the s12a CSVs in one file
+#   bash scripts/h200_session.sh s12c           # LoRA floor/prefill old/ vs this (rank-wide loads); decode A/B 11; tests
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -422,6 +423,20 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
       ncu -i /tmp/ncu_$side.ncu-rep --page source --csv --print-source sass >/tmp/csv/sass_$side.csv 2>&1
     done
     tar -czf "$OUT/sass_csv.tgz" -C /tmp/csv .
+    ;;
+  s12c)  # LoRA decode floor + prefill rows at the previous tree (old/) and this one (Note [Rank-wide loads]),
+         # interleaved twice; decode A/B 11 at this tree; the LoRA kernel tests
+    for round in 1 2; do
+      for tree in old .; do
+        (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 && \
+         timeout 90 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto 2>&1 | \
+           grep "^| decode" | cut -c1-100 | sed "s|^|$tree round $round: |"
+         timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 2>&1 | \
+           grep "prefill-8x2048 | [qv] | fused" | cut -c1-120 | sed "s|^|$tree round $round: |")
+      done
+    done
+    python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+    lora_ab decode 200; lora_tests 200
     ;;
   s12a)  # Nsight Compute source view (SASS lines with stall samples) of one warm decode-bs64 launch per side
     for side in q v; do

@@ -88,6 +88,19 @@ either way.  Whether a program has any row to serve is read from its first row (
 scalar) where the route knows it (slot-sorted, flat and segment-major tiles) instead of a reduction
 over the tile.
 
+Note [Rank-wide loads]
+----------------------
+The rank axis of the step-B-side weights is their innermost one: ``B_buf`` is (L, H*FULL_K, R), so a
+row of the q side's step-A tile and a column of the v side's step-B tile are ``R`` contiguous
+elements.  Masked to the slot's runtime ``rank``, they loaded one element at a time (``LDG.E.U16``
+and a byte permute each, Nsight Compute on decode-bs64, 2026-12-01 s12a).  The fused kernels load
+them masked to the buffer rank ``R`` instead, which the aligned family receives divided by ``ALIGN``
+(so the compiler knows it whole 16-byte vectors), and zero what lies past ``rank`` after the load:
+the q side zeroes those columns of step A's result (each column depends on its own weight column
+only, and A's rows past ``rank`` load as 0, so nothing unread contributes), the v side zeroes the
+weight tile's rows (a NaN there times a zero of the intermediate would still be NaN).  So values past
+a slot's rank still never contribute, and the loads stay inside the buffer.
+
 Note [Specialization]
 ---------------------
 Triton compiles one kernel per combination of its integer arguments' classes (1, a multiple of 16,
@@ -515,6 +528,16 @@ def _a_block(wa_base, offs_r, cc, sa_r, sa_c, rank, hi, UPCAST: tl.constexpr, FI
 
 
 @triton.jit
+def _b_rows(wb_base, offs_r, vv, sb_row, sb_r, R, rank, VD, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr,
+            DOT_PREC: tl.constexpr):
+    """The v side's step-B weight tile (BLOCK_R, BLOCK_V) at columns ``vv`` (below ``VD``): loaded below the
+    buffer rank ``R`` (Note [Rank-wide loads]), rows past the slot's ``rank`` then zeroed."""
+    bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r, (offs_r < R)[:, None] & (vv < VD)[None, :],
+             UPCAST, FIX_BF16, DOT_PREC)
+    return tl.where((offs_r < rank)[:, None], bt, 0.0)
+
+
+@triton.jit
 def _add_delta(mid, at, y_raw, base_ptr, y_rows, cc, sy_c, sel, hi, s, DOT_PREC: tl.constexpr,
                FIX_BF16: tl.constexpr):
     """The fused q side's output block: base ``y_raw`` (as loaded) + the scaled ``mid @ at`` rounded to
@@ -571,6 +594,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     sy_h = sy_h * ALIGN
     QK = QK * ALIGN
     C = C * ALIGN
+    R = R * ALIGN
     if ALIGN > 1:  # (see Note [Specialization])
         sx_d = 1
         sb_r = 1
@@ -616,9 +640,11 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         for k0 in range(0, QK, BLOCK_K):
             kk = k0 + offs_k
             xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            # Note [Rank-wide loads]: every column below R, so that the rows load in 16-byte vectors
             wt = _ld(wb_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
-                     (kk < QK)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+                     (kk < QK)[:, None] & (offs_r < R)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
+        acc = tl.where((offs_r < rank)[None, :], acc, 0.0)  # columns past the slot's rank (their weights unread)
         if UPCAST:  # step A's rounding point
             mid = _operand(rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16), DOT_PREC)
         else:
@@ -691,6 +717,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     QK = QK * ALIGN
     VD = VD * ALIGN
     C = C * ALIGN
+    R = R * ALIGN
     if ALIGN > 1:  # (see Note [Specialization])
         sx_c = 1
         sa_c = 1
@@ -714,8 +741,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         if PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
             y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD)
-            bt_next = _ld(wb_base + offs_v0[None, :] * sb_row + offs_r[:, None] * sb_r,
-                          (offs_r < rank)[:, None] & (offs_v0 < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            bt_next = _b_rows(wb_base, offs_r, offs_v0, sb_row, sb_r, R, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
@@ -733,11 +759,9 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             if PREFETCH:
                 bt = bt_next
                 nv = vv + BLOCK_V
-                bt_next = _ld(wb_base + nv[None, :] * sb_row + offs_r[:, None] * sb_r,
-                              (offs_r < rank)[:, None] & (nv < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+                bt_next = _b_rows(wb_base, offs_r, nv, sb_row, sb_r, R, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
             else:
-                bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r,
-                         (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+                bt = _b_rows(wb_base, offs_r, vv, sb_row, sb_r, R, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
             d = tl.dot(mid, bt, input_precision=DOT_PREC) * s
             d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (vv < VD)[None, :]

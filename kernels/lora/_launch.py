@@ -384,7 +384,7 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
         grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
         _family(K.step_b_v_kernel, lay)[grid](
             attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-            FULL_K=qk_nope_head_dim + v_head_dim, R=R,
+            FULL_K=qk_nope_head_dim + v_head_dim,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_lora_a, (B_buf,), base_output), **blocks, num_warps=warps,
             **_stages(stages))
@@ -404,7 +404,7 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
     if _nothing_to_do(p, S):
         return base_output
 
-    lay = _layout(dict(QK=QK, C=C),
+    lay = _layout(dict(QK=QK, C=C, R=R),  # R too: Note [Rank-wide loads] in kernels.lora._kernels
                   dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2)),
                   (q_nope, B_buf, A_buf, base_output),
                   sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
@@ -416,7 +416,7 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
         ncb = triton.cdiv(C, c_blocks * blocks["BLOCK_C"])
         _family(K.q_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
             q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-            FULL_K=full_K_per_head, R=R, C_BLOCKS=c_blocks,
+            FULL_K=full_K_per_head, C_BLOCKS=c_blocks,
             **lay,
             BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **blocks, num_warps=warps,
             **_stages(stages))
@@ -437,7 +437,7 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
     if _nothing_to_do(p, S):
         return base_output
 
-    lay = _layout(dict(QK=qk_nope_head_dim, VD=v_head_dim, C=C),
+    lay = _layout(dict(QK=qk_nope_head_dim, VD=v_head_dim, C=C, R=R),  # R: Note [Rank-wide loads]
                   dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2)),
                   (attn_output, A_buf, B_buf, base_output),
                   sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
@@ -447,7 +447,7 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
     def launch(blocks, warps, stages):
         _family(K.v_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
             attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
-            FULL_K=qk_nope_head_dim + v_head_dim, R=R,
+            FULL_K=qk_nope_head_dim + v_head_dim,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **blocks, num_warps=warps,
             **_stages(stages))
