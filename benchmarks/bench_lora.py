@@ -265,8 +265,15 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
+# Round 12 (session 12, after Note [Rank-wide loads]): the chosen q blocks (PREFETCH_ALL=2, one stage, on
+# 32-row tiles) against PREFETCH alone and the other depths; each route.
 # Round 11 (2026-12-01 session 12): Note [Whole-row prefetch] for q (PREFETCH_ALL 1: the four base
 # blocks before step A; 2: A blocks too), with 8 warps, one stage, 16-row tiles; v with 4 and 1 stages.
+# s12b / s12c (the second after Note [Rank-wide loads]), us: bs64 q chosen-before 9.24 / 8.67, PREFETCH_ALL 1
+# 9.77 / 9.28, 2 9.43 / 8.78, 2 on 8 warps 9.45 / 8.95, 1 with one stage 9.12 / 8.78, 2 with one stage
+# 8.85 / 8.36, 2 on 16-row tiles 9.51 / 8.86; bs256 q 17.22 / 16.44, 18.36 / 17.97, 17.26 / 16.79,
+# 22.04 / 21.09, 19.03 / 18.53, 17.83 / 18.01, 25.84 / 20.76; v (chosen, 4 stages, 1 stage) bs64 7.55 /
+# 7.73, 7.60 / 7.84, 8.94 / 9.16; bs256 12.24 / 12.29, 12.53 / 12.47, 13.37 / 13.16.
 # Round 10: small programs for the decode-bs64 tiles (16 rows per slot): 16- and 32-row tiles on 1-2 warps,
 # so that more programs are resident (Nsight Compute, s11d: the chosen q kernel takes 160 registers, 3
 # programs per SM, and its per-slot grid of 512 programs runs in 1.29 waves; v 204 registers and 74 KB of
@@ -283,11 +290,9 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"PREFETCH_ALL": 1}), ("auto", {"PREFETCH_ALL": 2}),
-                     ("auto", {"PREFETCH_ALL": 2, "num_warps": 8}), ("auto", {"PREFETCH_ALL": 1, "num_stages": 1}),
-                     ("auto", {"PREFETCH_ALL": 2, "num_stages": 1}),
-                     ("auto", {"PREFETCH_ALL": 2, "BT": 16, "WIDE_BT": None})],
-    "v_side_fused": [("auto", {}), ("auto", {"num_stages": 4}), ("auto", {"num_stages": 1})],
+    "q_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("auto", {"PREFETCH_ALL": 0, "num_stages": 3}),
+                     ("auto", {"PREFETCH_ALL": 2, "num_stages": 2}), ("auto", {"PREFETCH_ALL": 1})],
+    "v_side_fused": [("auto", {}), ("flat", {}), ("sorted", {})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

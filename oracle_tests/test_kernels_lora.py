@@ -756,18 +756,23 @@ def test_flat_grid_only_where_it_saves_a_third_of_the_programs(op, monkeypatch):
 
 @pytest.mark.parametrize("op", OPS)
 def test_wide_tiles_only_where_a_slot_fills_them(op, monkeypatch):
-    """WIDE_BT: token-major tiles as tall as WIDE_BT where the batch has at least that many rows per slot;
-    the key never reaches the kernel (only BT does)."""
+    """WIDE_BT: token-major tiles as tall as WIDE_BT, with the WIDE overrides, where the batch has at least
+    that many rows per slot; neither key reaches the kernel."""
     monkeypatch.setattr(launch, "FORCE_PATH", "tok")
     chosen = launch.BLOCKS[op]["tok"]
     wide = chosen.get("WIDE_BT")
+    narrow = {k: v for k, v in chosen.items() if k not in ("WIDE_BT", "WIDE")}
     for S, L in ((64, 4), (255, 4), (256, 4), (512, 4), (64, 1), (128, 8)):
         bi = make_lora_batch_info((1,) * S, [i % L for i in range(S)], [16] * L, [1.0] * L)
         p = launch.plan(op, bi, S, 1, num_slots=L)
-        assert "WIDE_BT" not in p.blocks
-        expect = wide if wide and S >= wide * L else chosen["BT"]
-        assert p.blocks["BT"] == expect, (op, S, L, p.blocks)
+        is_wide = bool(wide) and S >= wide * L
+        assert p.blocks == ({**narrow, "BT": wide, **chosen.get("WIDE", {})} if is_wide else narrow), (op, S, L)
     assert launch.BLOCKS["q_side_fused"]["tok"]["WIDE_BT"] == 64  # the measured choice (s10d)
+    # Note [Whole-row prefetch]: 32-row q tiles (decode-bs64) prefetch whole rows on one stage, 64-row ones not
+    bs64 = launch.token_major_blocks("q_side_fused", 64, 4)
+    bs256 = launch.token_major_blocks("q_side_fused", 256, 4)
+    assert (bs64["BT"], bs64["PREFETCH_ALL"], bs64["num_stages"]) == (32, 2, 1)
+    assert (bs256["BT"], bs256["PREFETCH_ALL"], bs256["num_stages"]) == (64, 0, launch.DEFAULT_STAGES)
 
 
 def test_ab_routes_set_the_launch_switches_and_restore_them(monkeypatch):

@@ -46,6 +46,7 @@
 #   bash scripts/h200_session.sh s12a           # ncu source view (SASS stall samples) of decode-bs64 q and v
 #   bash scripts/h200_session.sh s12b           # LoRA decode A/B 11 (whole-row prefetch), the s12a CSVs in one file
 #   bash scripts/h200_session.sh s12c           # LoRA floor/prefill old/ vs this (rank-wide loads); decode A/B 11; tests
+#   bash scripts/h200_session.sh s12d           # chosen q blocks: decode A/B 12, floor, prefill; LoRA + warm-up tests
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -437,6 +438,15 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     done
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
     lora_ab decode 200; lora_tests 200
+    ;;
+  s12d)  # the chosen q blocks (whole-row prefetch on 32-row tiles, rank-wide loads): decode A/B 12, floor, prefill
+         # rows; the LoRA kernel tests and the variant warm-up cover test
+    lora_ab decode 150; lora_floor auto flat sorted
+    timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 2>&1 | \
+      grep "prefill-8x2048 | [qv] | fused" | cut -c1-120
+    lora_tests 240
+    timeout 150 python3 -m pytest oracle_tests/test_variant_warmup.py -q -x -p no:cacheprovider \
+      >"$OUT/warmup_test.log" 2>&1; echo "variant warm-up test exit $?"; tail -2 "$OUT/warmup_test.log" | cut -c1-300
     ;;
   s12a)  # Nsight Compute source view (SASS lines with stall samples) of one warm decode-bs64 launch per side
     for side in q v; do

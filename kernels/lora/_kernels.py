@@ -88,18 +88,33 @@ either way.  Whether a program has any row to serve is read from its first row (
 scalar) where the route knows it (slot-sorted, flat and segment-major tiles) instead of a reduction
 over the tile.
 
+Note [Whole-row prefetch]
+-------------------------
+``PREFETCH`` keeps one block of the fused q side's second product in flight.  On a 32-row decode tile
+the output block loop is four short iterations, each waiting for the loads issued one iteration
+before.  ``PREFETCH_ALL`` (q side) issues the first four base blocks (1) and the A blocks too (2)
+before step A, unrolled by hand (a Triton loop cannot carry a list of tiles); columns past four
+blocks take the plain loop after them.  With one pipelining stage (no cp.async copies set up for
+step A's single block) it is the token-major choice for 32-row tiles; 64-row tiles hold twice the
+registers per block and keep ``PREFETCH`` (``WIDE`` in :data:`kernels.lora._launch.BLOCKS`).  Nsight
+Compute (s12a) puts the rest of decode-bs64's time in each program's instruction chain: the route
+(~370 instructions per warp), step A, and per output block a shared-memory round trip for A and
+another for the product's layout change, with barriers; not in waiting for DRAM.
+
 Note [Rank-wide loads]
 ----------------------
-The rank axis of the step-B-side weights is their innermost one: ``B_buf`` is (L, H*FULL_K, R), so a
-row of the q side's step-A tile and a column of the v side's step-B tile are ``R`` contiguous
-elements.  Masked to the slot's runtime ``rank``, they loaded one element at a time (``LDG.E.U16``
-and a byte permute each, Nsight Compute on decode-bs64, 2026-12-01 s12a).  The fused kernels load
-them masked to the buffer rank ``R`` instead, which the aligned family receives divided by ``ALIGN``
-(so the compiler knows it whole 16-byte vectors), and zero what lies past ``rank`` after the load:
-the q side zeroes those columns of step A's result (each column depends on its own weight column
-only, and A's rows past ``rank`` load as 0, so nothing unread contributes), the v side zeroes the
-weight tile's rows (a NaN there times a zero of the intermediate would still be NaN).  So values past
-a slot's rank still never contribute, and the loads stay inside the buffer.
+The rank axis of ``B_buf`` (L, H*FULL_K, R) is its innermost one, so a row of the fused q side's
+step-A weight tile is ``R`` contiguous elements.  Masked to the slot's runtime ``rank``, it loaded one
+element at a time (``LDG.E.U16`` and a byte permute each; Nsight Compute on decode-bs64, 2026-12-01
+s12a), on the chain before step A's product.  The fused q kernel loads it masked to the buffer rank
+``R`` instead, which the aligned family receives divided by ``ALIGN`` (so the compiler knows whole
+16-byte vectors), and zeroes step A's result columns past ``rank`` after the product: each column
+depends on its own weight column only, and A's rows past ``rank`` load as 0, so values past a slot's
+rank still never contribute, and the loads stay inside the buffer.  H200 (s12c, two interleaved rounds
+against the previous tree, ``bench_lora --decode-floor``): decode-bs64 q 9.11 / 9.19 -> 8.87 / 8.74 us,
+decode-bs256 q 16.93 / 17.03 -> 16.38 / 16.32.  The same on the v side (its step-B tile's rows zeroed
+after the load, since a NaN there times a zero of the intermediate is still NaN) cost decode-bs64 v
+7.37 / 7.44 -> 7.80 / 7.66, so the v side keeps the rank mask.
 
 Note [Specialization]
 ---------------------
@@ -528,16 +543,6 @@ def _a_block(wa_base, offs_r, cc, sa_r, sa_c, rank, hi, UPCAST: tl.constexpr, FI
 
 
 @triton.jit
-def _b_rows(wb_base, offs_r, vv, sb_row, sb_r, R, rank, VD, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr,
-            DOT_PREC: tl.constexpr):
-    """The v side's step-B weight tile (BLOCK_R, BLOCK_V) at columns ``vv`` (below ``VD``): loaded below the
-    buffer rank ``R`` (Note [Rank-wide loads]), rows past the slot's ``rank`` then zeroed."""
-    bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r, (offs_r < R)[:, None] & (vv < VD)[None, :],
-             UPCAST, FIX_BF16, DOT_PREC)
-    return tl.where((offs_r < rank)[:, None], bt, 0.0)
-
-
-@triton.jit
 def _add_delta(mid, at, y_raw, base_ptr, y_rows, cc, sy_c, sel, hi, s, DOT_PREC: tl.constexpr,
                FIX_BF16: tl.constexpr):
     """The fused q side's output block: base ``y_raw`` (as loaded) + the scaled ``mid @ at`` rounded to
@@ -717,7 +722,6 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     QK = QK * ALIGN
     VD = VD * ALIGN
     C = C * ALIGN
-    R = R * ALIGN
     if ALIGN > 1:  # (see Note [Specialization])
         sx_c = 1
         sa_c = 1
@@ -741,7 +745,8 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         if PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
             y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD)
-            bt_next = _b_rows(wb_base, offs_r, offs_v0, sb_row, sb_r, R, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
+            bt_next = _ld(wb_base + offs_v0[None, :] * sb_row + offs_r[:, None] * sb_r,
+                          (offs_r < rank)[:, None] & (offs_v0 < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
@@ -759,9 +764,11 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             if PREFETCH:
                 bt = bt_next
                 nv = vv + BLOCK_V
-                bt_next = _b_rows(wb_base, offs_r, nv, sb_row, sb_r, R, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
+                bt_next = _ld(wb_base + nv[None, :] * sb_row + offs_r[:, None] * sb_r,
+                              (offs_r < rank)[:, None] & (nv < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             else:
-                bt = _b_rows(wb_base, offs_r, vv, sb_row, sb_r, R, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
+                bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r,
+                         (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             d = tl.dot(mid, bt, input_precision=DOT_PREC) * s
             d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
             m = sel[:, None] & (vv < VD)[None, :]

@@ -58,6 +58,11 @@ BLOCKS = {
     "step_a_v": {"seg": dict(BT=16, BH=4, BLOCK_K=128, num_warps=4),
                  "tok": dict(BT=4, BH=16, BLOCK_K=128, num_warps=4)},
     "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=64, BLOCK_V=128, num_warps=8)},
+    # PREFETCH_ALL (q, Note [Whole-row prefetch] in kernels.lora._kernels): 2 loads the first four base and A
+    # blocks before step A; with one stage (no pipelined step-A copies) it won on 32-row decode tiles (H200,
+    # bench_lora --decode-ab, 2026-12-01 s12b / s12c: decode-bs64 q 9.24 -> 8.85, 8.67 -> 8.36 us) and lost
+    # on 64-row ones (decode-bs256 17.22 -> 17.83, 16.44 -> 18.01), which WIDE (the overrides of WIDE_BT
+    # tiles) turns back off.
     # WIDE_BT: the tile height of token-major batches with at least that many rows per slot (plan()): tiles
     # as tall as a slot's rows.  H200, bench_lora --decode-ab, 2026-12-01 s10d, flat grid, fused q: decode-bs256
     # (64 rows per slot) BT=64 20.58 us against BT=32 24.04; decode-bs64 (16 per slot) BT=64 11.88, BT=32 10.12
@@ -72,7 +77,8 @@ BLOCKS = {
     # copy; BLOCK_C=256 962, 4 warps 653, BT=128 663, num_stages=2 623.3).
     "q_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_C=128, C_SPLIT=None, num_warps=8, HEADS_FIRST=True),
                      "tok": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=True,
-                                 HEADS_FIRST=True, WIDE_BT=64)},
+                                 HEADS_FIRST=True, PREFETCH_ALL=2, num_stages=1, WIDE_BT=64,
+                                 WIDE=dict(PREFETCH_ALL=0, num_stages=DEFAULT_STAGES))},
     "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4, HEADS_FIRST=True),
                      "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4, PREFETCH=True, HEADS_FIRST=True)},
 }
@@ -130,11 +136,13 @@ class Plan:
 
 def token_major_blocks(op: str, num_rows: int, num_slots: int) -> dict:
     """``BLOCKS[op]["tok"]`` as launched on ``num_rows`` rows over ``num_slots`` slots: ``BT`` raised to
-    ``WIDE_BT`` where there are at least that many rows per slot (the key itself dropped)."""
+    ``WIDE_BT``, and the ``WIDE`` overrides applied, where there are at least that many rows per slot (both
+    keys themselves dropped)."""
     blocks = dict(BLOCKS[op]["tok"])
     wide = blocks.pop("WIDE_BT", None)
+    wide_blocks = blocks.pop("WIDE", {})
     if wide and num_slots > 0 and num_rows >= wide * num_slots:
-        blocks["BT"] = wide
+        blocks.update(BT=wide, **wide_blocks)
     return blocks
 
 
@@ -384,7 +392,7 @@ def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, 
         grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
         _family(K.step_b_v_kernel, lay)[grid](
             attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-            FULL_K=qk_nope_head_dim + v_head_dim,
+            FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_lora_a, (B_buf,), base_output), **blocks, num_warps=warps,
             **_stages(stages))
@@ -437,7 +445,7 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
     if _nothing_to_do(p, S):
         return base_output
 
-    lay = _layout(dict(QK=qk_nope_head_dim, VD=v_head_dim, C=C, R=R),  # R: Note [Rank-wide loads]
+    lay = _layout(dict(QK=qk_nope_head_dim, VD=v_head_dim, C=C),
                   dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2)),
                   (attn_output, A_buf, B_buf, base_output),
                   sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
@@ -447,7 +455,7 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
     def launch(blocks, warps, stages):
         _family(K.v_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
             attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
-            FULL_K=qk_nope_head_dim + v_head_dim,
+            FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
             BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **blocks, num_warps=warps,
             **_stages(stages))
