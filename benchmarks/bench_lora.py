@@ -296,7 +296,7 @@ DECODE_AB = {
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the
-# module's own choice (flat where it saves a third of the programs, FLAT_SLOTS_MIN_SAVING)
+# module's own choice (flat where it halves the programs, FLAT_SLOTS_MIN_SAVING)
 ROUTES = {"flat": dict(SLOT_SORTED=True, FLAT_SLOTS=True, FLAT_SLOTS_MIN_SAVING=0),
           "sorted": dict(SLOT_SORTED=True, FLAT_SLOTS=False),
           "logical": dict(SLOT_SORTED=False, FLAT_SLOTS=False), "auto": {}}

@@ -89,8 +89,8 @@ def warm_up_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) ->
 # 2026-11-30: token-major with few segments, then segment-major; rank blocks 64 and 32; generic layouts
 # 2 to 1 over aligned ones).  One case each: paths x rank blocks x layouts x dtypes x base dtypes x ops.
 # (segment lengths, slots, ops or None for all, what it selects).  Token-major launches over 2 or more
-# slots can take the flat grid (Note [Flat slot grid]: where it saves a third of the programs; 2 slots with
-# 3 tiles or more do too, one slot never), a variant of its own; the fused q side's tile height depends
+# slots can take the flat grid (Note [Flat slot grid]: where it halves the programs, so with 3 slots or
+# more; one or two slots never), a variant of its own; the fused q side's tile height depends
 # on the rows per slot (WIDE_BT in kernels.lora._launch.BLOCKS), so its other heights get cases of their own.
 _VARIANT_PATHS = (
     ((1,) * 8, 2, None, "token-major, one compare over 64 segment ends"),

@@ -68,7 +68,7 @@ indices outside ``[0, n_slots)`` count for no slot (their rows stay untouched, a
 a pid past the last tile (the bound is loose by up to ``L - 1``, and malformed metadata may shrink
 the counts) selects nothing and reads slot 0's rank, a valid index.  With more than
 :data:`kernels.lora._launch.FLAT_SLOTS_MAX` slots the wrapper launches the slot-sorted grid instead,
-and it launches the flat grid only where that saves a third of the programs (``FLAT_SLOTS_MIN_SAVING``: each
+and it launches the flat grid only where that halves the programs (``FLAT_SLOTS_MIN_SAVING``: each
 flat program also counts every slot's rows).  The slot count ``n_slots`` travels in ``search_steps``,
 which only the binary search (``SEG_TILE == 0``, never flat) reads: a kernel parameter of its own,
 unused by every other launch, cost the segment-major fused q kernel 12 registers (96 -> 108, one

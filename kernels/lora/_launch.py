@@ -109,9 +109,11 @@ FLAT_SLOTS_MAX = 32
 # before Note [Row search]: decode-bs64 v 4 -> 4: 7.71 -> 8.52 us, q 8 -> 5: 10.13 -> 10.42 us;
 # decode-bs256 v 16 -> 7: 18.37 -> 15.81 us, q 32 -> 11: 24.46 -> 23.98 us.  With the cheaper route (s11d,
 # s11e): decode-bs64 q 8 -> 5 (1.6x): 9.86 -> 9.06 and 10.07 -> 9.27 us (the per-slot grid of 512 programs
-# at 3 per SM takes 1.29 waves); v 4 -> 4: 7.47 -> 8.20, 7.55 -> 8.25 (flat loses).  So 1.5; 0: flat
-# wherever allowed (tests)
-FLAT_SLOTS_MIN_SAVING = 1.5
+# at 3 per SM takes 1.29 waves); v 4 -> 4: 7.47 -> 8.20, 7.55 -> 8.25 (flat loses).  So 1.5 then.  With the
+# whole-row prefetch on one stage (Note [Whole-row prefetch], session 12, s12d) the per-slot grid won decode-bs64 q
+# back: flat 8.38 / 8.47 us, per-slot 7.88 / 7.96 (two runs); bs256 (2.3x) still flat: q 16.46 against 17.08,
+# v 12.26 against 12.60.  So 2 again; 0: flat wherever allowed (tests)
+FLAT_SLOTS_MIN_SAVING = 2
 
 
 def slot_block(num_slots: int) -> int:
