@@ -13,8 +13,10 @@ Rows, us per call (``timeit``, ``n`` calls per round, the fastest of ``rounds``)
 
 * the code as checked out: the warm call through the entry point (both metadata forms: a
   ``forward_metadata`` object, and ``cu_seqlens`` with the ``sequence_lengths`` / ``max_seqlen``
-  keywords), :class:`~kernels.vision._direct.DirectLaunch` alone, the output allocation; run it at
-  two commits to compare them;
+  keywords), the direct launcher alone, the output allocation.  To compare two versions of the
+  vision code, swap it under this script (which runs on either), e.g. before and after the change
+  that made the checks one C call: ``git checkout fd35994 -- kernels/vision``, run, then
+  ``git checkout HEAD -- kernels/vision``, run (``bench_vision --host`` likewise);
 * single operations and alternative formulations of the same check (fixed statements, the same at
   every commit): what each tensor attribute read, the ambient strict read, the counters, the
   launcher call's argument building cost.
@@ -41,8 +43,9 @@ LENS, H, D = (64, 64, 64, 64), 2, 64  # bench_vision --host's tiny batch, bf16
 
 
 def _noop_direct(launch, q, k, v, out):
-    """A DirectLaunch of ``launch``'s arguments whose C launch does nothing (``"".format`` ignores its
-    arguments): the direct launcher's Python as the warm call runs it, without the GPU."""
+    """A direct launcher of ``launch``'s arguments whose C launch does nothing (``"".format`` ignores its
+    arguments), as :class:`~kernels.vision.attention.VisionLaunch` holds one (its launch function, or the
+    :class:`DirectLaunch` itself before it had one): the direct launch's Python without the GPU."""
     from kernel_oracle.kernels.vision import _direct
     from kernel_oracle.kernels.vision._kernel import _vision_attn_fwd, attention_arguments
 
@@ -54,7 +57,8 @@ def _noop_direct(launch, q, k, v, out):
     else:  # C functions of the same arity as torch's device and stream queries; Triton's hooks
         from triton import knobs
         runtime = (int, abs, knobs.runtime)
-    return _direct.DirectLaunch(kernel, grid, args, _vision_attn_fwd.arg_names, 4, runtime=runtime)
+    direct = _direct.DirectLaunch(kernel, grid, args, _vision_attn_fwd.arg_names, 4, runtime=runtime)
+    return getattr(direct, "launch", direct)
 
 
 def _setup():
@@ -102,7 +106,8 @@ def code_rows(n: int, rounds: int) -> list[dict]:
     try:
         direct, out = _warm(attention, by_metadata)
         rows.append(_row("warm call, forward_metadata (no-op launch)", by_metadata, n, rounds))
-        rows.append(_row("DirectLaunch(q, k, v, out) alone (no-op launch)", lambda: direct(q, k, v, out), n, rounds))
+        rows.append(_row("the direct launcher alone, as the warm call calls it (no-op launch)",
+                         lambda: direct(q, k, v, out), n, rounds))
         _warm(attention, by_keywords)
         rows.append(_row("warm call, cu_seqlens + keywords (no-op launch)", by_keywords, n, rounds))
     finally:
@@ -126,8 +131,8 @@ PIECES = (
     ("q, k, v layouts: TensorGuards.check(q, k, v)", "check(q, k, v)"),
     ("metadata state: 8-field tuple built and compared", "(sl._version, sl.data_ptr(), sl.shape, sl.stride(), "
      "pk._version, pk.data_ptr(), pk.shape, pk.stride()) != meta"),
-    ("metadata state: 4-field tuple + TensorGuards(sl, pk)", "(sl._version, sl.data_ptr(), pk._version, "
-     "pk.data_ptr()) != meta4 or not check2(sl, pk)"),
+    ("metadata state: version counters and addresses, 4-field tuple", "(sl._version, sl.data_ptr(), "
+     "pk._version, pk.data_ptr()) != meta4"),
     ("q, k, v, sl, pk: one TensorGuards.check", "check5(q, k, v, sl, pk)"),
     ("resolve_strict(None)", "resolve_strict(None)"),
     ("the context variable's get()", "strict_get()"),
@@ -137,7 +142,8 @@ PIECES = (
     ("Triton hooks: 2 knob reads, getattr(hook, 'calls', 1)", "e, x = knobs.launch_enter_hook, knobs.launch_exit_hook\n"
      "(e is not None and getattr(e, 'calls', 1)) or (x is not None and getattr(x, 'calls', 1))"),
     ("launcher call, f(*grid, s, *head, *ptrs, *tail)", "f(4, 2, 1, 0, *head, *(a, b, c, d), *tail)"),
-    ("launcher call, all arguments named (no unpacking)", "launch(0, a, b, c, d)"),
+    ("launcher call, f(*((gx, gy, gz, s) + head + (a, b, c, d) + tail))",
+     "f(*((4, 2, 1, 0) + head + (a, b, c, d) + tail))"),
     ("torch.empty_like(q)", "torch.empty_like(q)"),
     ("torch.empty(shape, dtype=, device=)", "torch.empty(shape, dtype=dtype, device=device)"),
     ("torch.empty_strided(shape, strides, dtype=, device=)",
@@ -152,23 +158,18 @@ def piece_rows(n: int, rounds: int) -> list[dict]:
     attention, q, k, v, md = _setup()
     sl, pk, out = md.sequence_lengths, md.packed_indptrs, torch.empty_like(q)
     head, tail = tuple(range(9)), tuple(range(42))  # triton 3.6's raw launch: 9 before the pointers, 42 after
-    names = ", ".join(f"h{i}" for i in range(9)), ", ".join(f"t{i}" for i in range(42))
-    space = {"f": "".format, "head": head, "tail": tail}
-    exec(f"def launch(s, a, b, c, d, {names[0]}, {names[1]}):\n    f(4, 2, 1, s, {names[0]}, a, b, c, d, {names[1]})",
-         space)
-    launch = space["launch"]
-    launch.__defaults__ = head + tail
     g = dict(q=q, k=k, v=v, sl=sl, pk=pk, out=out, torch=torch, resolve_strict=resolve_strict,
              strict_get=_strict_get(), stats={"hits": 0}, knobs=knobs.runtime, f="".format, head=head, tail=tail,
-             launch=launch, a=4096, b=8192, c=12288, d=16384, shape=q.shape, strides=q.stride(), dtype=q.dtype,
+             a=4096, b=8192, c=12288, d=16384, shape=q.shape, strides=q.stride(), dtype=q.dtype,
              device=q.device,
              layout=(q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                      v.shape, v.stride(), v.dtype, v.device),
-             meta=(sl._version, sl.data_ptr(), sl.shape, sl.stride(), pk._version, pk.data_ptr(), pk.shape, pk.stride()),
+             meta=(sl._version, sl.data_ptr(), sl.shape, sl.stride(),
+                   pk._version, pk.data_ptr(), pk.shape, pk.stride()),
              meta4=(sl._version, sl.data_ptr(), pk._version, pk.data_ptr()))
     guards = _guards()
     if guards is not None:
-        g.update(check=guards(q, k, v).check, check2=guards(sl, pk).check, check5=guards(q, k, v, sl, pk).check)
+        g.update(check=guards(q, k, v).check, check5=guards(q, k, v, sl, pk).check)
     rows = [_row("empty statement (the loop itself)", "pass", n, rounds, g)]
     for name, stmt in PIECES:
         if "check" in stmt and guards is None:

@@ -15,6 +15,7 @@ import torch
 
 import kernel_oracle.kernels.vision as kv
 from kernel_oracle.kernels.vision import _direct
+from kernel_oracle.kernels.vision._kernel import _vision_attn_fwd, attention_arguments
 from oracle_tests._vision_cases import Case, _gen, _rand, build, check_against_oracle
 
 HAS_CUDA = torch.cuda.is_available()
@@ -78,16 +79,18 @@ class CudaLauncher:
         raise AssertionError("the raw path must not go through __call__")
 
 
-def _fake(device=[0], hooks=None, x=4096, version=None):  # noqa: B006 - a mutable cell the test flips
+def _fake(device=[0], hooks=None, x=4096, version=None, n_ptr=2):  # noqa: B006 - a mutable cell the test flips
     kernel = _FakeKernel()
     table = torch.zeros(3, dtype=torch.int32)
-    args = {"X": _Ptr(x), "T": table, "Y": _Ptr(8192), "n": 7, "C": 128}
+    # signature order X, Y, (Z, W,) T, n, C with the re-pointed tensors first (4: the vision kernel's unrolled path)
+    pointers = ["X", "Y", "Z", "W"][:n_ptr]
+    args = {"X": _Ptr(x), "Y": _Ptr(8192), "Z": _Ptr(12288), "W": _Ptr(16384), "T": table, "n": 7, "C": 128}
     runtime = (lambda: device[0], lambda dev: 1000 + dev, hooks or _Hooks())
     if version is not None:
         raw_calls = []
         kernel.run, kernel.raw_calls = CudaLauncher(raw_calls), raw_calls
-    # signature order X, Y, T, n, C with two re-pointed tensors first
-    return kernel, _direct.DirectLaunch(kernel, (5,), args, ["X", "Y", "T", "n", "C"], 2, runtime=runtime,
+    return kernel, _direct.DirectLaunch(kernel, (5,), {n: args[n] for n in pointers + ["T", "n", "C"]},
+                                        pointers + ["T", "n", "C"], n_ptr, runtime=runtime,
                                         triton_version=version), table
 
 
@@ -150,21 +153,25 @@ def test_internals_that_moved_disable_quietly_for_the_caller():
     assert _direct.direct_launch_info()["enabled"] is False
 
 
+@pytest.mark.parametrize("n_ptr", [2, 4], ids=["any count", "four, unrolled"])
 @pytest.mark.parametrize("why", ["unaligned", "device", "hook", "hook chain"])
-def test_declines_where_the_jit_could_decide_differently(why):
+def test_declines_where_the_jit_could_decide_differently(why, n_ptr):
+    """Both launch functions (four pointers written out, any other count) decline alike; the warm call
+    calls ``launch`` itself, the same function ``__call__`` calls."""
     device, hooks = [0], _Hooks()
-    kernel, direct, _ = _fake(device, hooks)
-    x, y = _Ptr(1 << 20), _Ptr(3 << 20)
+    kernel, direct, _ = _fake(device, hooks, n_ptr=n_ptr)
+    ptrs = [_Ptr(a << 20) for a in (1, 3, 5, 7)][:n_ptr]
+    assert direct.launch(*ptrs) is True and len(kernel.calls) == 1  # the same call, launched
     if why == "unaligned":
-        y = _Ptr((3 << 20) + 2)  # a bf16 view one element in: the compiled kernel assumed 16-byte alignment
+        ptrs[-1] = _Ptr(ptrs[-1].addr + 2)  # a bf16 view one element in: the compiled kernel assumed 16-byte alignment
     elif why == "device":
         device[0] = 1
     elif why == "hook":
         hooks.launch_exit_hook = print
     else:
         hooks.launch_enter_hook.calls.append(print)
-    assert direct(x, y) is False and kernel.calls == []
-    assert _direct.direct_launch_info()["declined"] == 1
+    assert direct(*ptrs) is False and direct.launch(*ptrs) is False and len(kernel.calls) == 1
+    assert _direct.direct_launch_info()["declined"] == 2 and _direct.direct_launch_info()["launches"] == 1
 
 
 def test_verified_checks_once_per_kernel():
@@ -222,6 +229,30 @@ def test_interpreter_launches_have_no_direct_path(request, device):
     launch = kv.plan_attention(*args, **kwargs)
     launch.run()
     assert launch._direct[0] is False and _direct.direct_launch_info()["launches"] == 0
+
+
+def test_a_launch_keeps_the_launch_function_and_calls_it(request, device, monkeypatch):
+    """VisionLaunch keeps its direct launcher's launch function (the warm call calls it with no layer
+    between) and relaunches through it: the grid, the stream, then q, k, v and the new output's addresses."""
+    args, kwargs = build(Case("kept", (5, 9)), torch.float16, device, _gen(request))
+    launch = kv.plan_attention(*args, **kwargs)
+    built = []
+
+    def fake_launcher(self, kernel, q3, k3, v3, out):
+        fake = _FakeKernel()
+        grid, kernel_args, _ = attention_arguments(q3, k3, v3, out, self.table, self.num_blocks, self.plan.scale,
+                                                   self.config, self.precision)
+        built.append((fake, _direct.DirectLaunch(fake, grid, kernel_args, _vision_attn_fwd.arg_names, 4,
+                                                 runtime=(lambda: 0, lambda dev: 1000 + dev, _Hooks()))))
+        return built[-1][1]
+
+    monkeypatch.setattr(kv.VisionLaunch, "_direct_launcher", fake_launcher)
+    launch.run()  # the JIT launch (the interpreter here), then the launcher is built
+    [(fake, direct)] = built
+    assert launch._direct[0] is direct.launch and fake.calls == []
+    out = launch.run()
+    (call,) = fake.calls
+    assert call[3] == 1000 and call[9:13] == tuple(x.data_ptr() for x in (*args[:3], out))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,11 +7,15 @@ launcher does on a GPU, so the same tests run on both (on a GPU the real launche
 
 from __future__ import annotations
 
+import gc
+import types
+import weakref
+
 import pytest
 import torch
 
 import kernel_oracle.kernels.vision as kv
-from kernel_oracle.kernels.vision import attention
+from kernel_oracle.kernels.vision import _direct, _kernel, _repeat, attention
 from kernel_oracle.kernels.vision._kernel import launch_attention
 from kernel_oracle.reference.strict import is_strict, strict_validation
 from kernel_oracle.reference.tolerance import compare
@@ -202,3 +206,128 @@ def test_a_remembered_scale_is_compared(request, device, keyed):
     other = {**kwargs, "softmax_scale": 0.25}
     _check(_call(args, other), args, other)
     assert len(keyed) == before + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# how the layouts are checked: torch's C tensor check, or Python reads (Note [Repeated call])
+
+def _layout_variants(t: torch.Tensor, position: int) -> dict:
+    """Tensors like ``t`` but for one layout fact each.  q, k, v (positions 0-2) also by dtype, device and
+    rank; the metadata tensors (3, 4) by shape and strides (they are the same objects, by identity)."""
+    longer = t.new_empty((t.shape[0] + 1,) + tuple(t.shape[1:]))
+    strided = t.new_empty((2 * t.shape[0],) + tuple(t.shape[1:]))[::2]  # same shape, twice the first stride
+    assert strided.shape == t.shape and strided.stride() != t.stride()
+    out = {"shape": longer, "strides": strided}
+    if position < 3:
+        out.update(dtype=t.to(torch.float16), device=torch.empty_like(t, device="meta"), rank=t.unsqueeze(0))
+    return out
+
+
+@pytest.mark.parametrize("reader", ["torch", "python"])
+def test_the_layout_check_refuses_each_difference(monkeypatch, reader):
+    if reader == "python":
+        monkeypatch.setattr(_repeat, "_TENSOR_GUARDS", None)
+    else:
+        assert _repeat._TENSOR_GUARDS is not None, "torch's tensor check failed its probe: layouts are read in Python"
+    tensors = [torch.randn(6, 2, 8, dtype=torch.bfloat16) for _ in range(3)]
+    tensors += [torch.tensor([3, 3], dtype=torch.int32), torch.arange(9, dtype=torch.int32)]
+    check = _repeat._layout_check(*tensors)
+    assert check(*[torch.empty_like(t) for t in tensors])  # new tensors, same layouts
+    for i, t in enumerate(tensors):
+        for what, other in _layout_variants(t, i).items():
+            call = list(tensors)
+            call[i] = other
+            assert not check(*call), f"tensor {i}: another {what} was accepted"
+
+
+@pytest.mark.parametrize("fake", ["accepts anything", "raises"])
+def test_a_torch_check_that_fails_its_probe_is_not_used(monkeypatch, fake):
+    """The probe refuses a check that would let another layout through, and one that raises (its
+    signature moved): the layouts are then read in Python."""
+    from torch._C._dynamo import guards
+
+    class Lax:
+        def __init__(self, *tensors, **kwargs):
+            if fake == "raises":
+                raise TypeError("missing dynamic_dims_sizes=...")
+
+        def check(self, *tensors):
+            return True
+
+    monkeypatch.setattr(guards, "TensorGuards", Lax)
+    assert _repeat._probe_tensor_guards() is None
+
+
+def test_torch_check_is_stricter_and_needs_distinct_tensors():
+    """What torch's check also compares (requires_grad, the dispatch keys) only sends a call to the keyed
+    path; tensors passed twice are read in Python, where the C check would refuse every call."""
+    if _repeat._TENSOR_GUARDS is None:
+        pytest.skip("torch's tensor check is not usable with this torch: layouts are read in Python")
+    q, k, v = (torch.randn(6, 2, 8) for _ in range(3))
+    sl, pk = torch.tensor([3, 3], dtype=torch.int32), torch.arange(9, dtype=torch.int32)
+    check = _repeat._layout_check(q, k, v, sl, pk)
+    assert check(q, k, v, sl, pk) and not check(q.clone().requires_grad_(), k, v, sl, pk)
+    shared = _repeat._layout_check(q, q, v, sl, pk)  # self-attention on one tensor
+    assert shared(k, k, v, sl, pk) and not shared(k, k, v.half(), sl, pk)
+
+
+@pytest.mark.parametrize("reader", ["torch", "python"])
+def test_one_tensor_as_q_and_k_repeats_too(request, device, keyed, monkeypatch, reader):
+    if reader == "python":
+        monkeypatch.setattr(_repeat, "_TENSOR_GUARDS", None)
+    gen = _gen(request)
+    args, kwargs = build(Case("q is k", (9, 21)), torch.bfloat16, device, gen)
+    args = (args[0], args[0]) + tuple(args[2:])
+    _warm(args, kwargs, [])
+    before = len(keyed)
+    qk = _same_layout(args[0], gen)
+    layer2 = (qk, qk, _same_layout(args[2], gen)) + tuple(args[3:])
+    out = _call(layer2, kwargs)
+    assert len(keyed) == before, "the repeated call built a cache key"
+    _check(out, layer2, kwargs)
+
+
+def test_the_record_holds_no_activation(request, device):
+    """Neither the remembered call's q, k, v nor a later call's stay alive through the record."""
+    gen = _gen(request)
+    args, kwargs = build(Case("held", (5, 9)), torch.bfloat16, device, gen)
+    _warm(args, kwargs, [])  # the second call is remembered: its q, k, v are args[:3]
+    rest = tuple(args[3:])
+    layer2 = tuple(_same_layout(x, gen) for x in args[:3])
+    refs = [weakref.ref(x) for x in layer2 + tuple(args[:3])]
+    out = _call(layer2 + rest, kwargs)
+    del layer2, args
+    gc.collect()
+    assert attention._REPEAT is not None and out is not None
+    assert [r() is None for r in refs] == [True] * 6, "the record keeps activations alive"
+
+
+def test_a_remembered_direct_launcher_gets_the_new_addresses(request, device, keyed):
+    """With a :class:`DirectLaunch` (its C launch a recording stand-in), the repeated call launches through its
+    launch function: the grid, the stream, then the new q, k, v and output addresses, once, counted."""
+    gen = _gen(request)
+    args, kwargs = build(Case("addresses", (9, 21)), torch.bfloat16, device, gen)
+    kv.clear_launch_cache()
+    first = _call(args, kwargs)
+    (entry,) = attention._LAUNCH_CACHE.values()
+    launch, calls = entry.launch, []
+    kernel = types.SimpleNamespace(_init_handles=lambda: None, run=lambda *a: calls.append(a), function="fn",
+                                   packed_metadata="meta")
+    grid, kernel_args, _ = _kernel.attention_arguments(args[0], args[1], args[2], first, launch.table,
+                                                      launch.num_blocks, launch.plan.scale, launch.config,
+                                                      launch.precision)
+    hooks = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    direct = _direct.DirectLaunch(kernel, grid, kernel_args, _kernel._vision_attn_fwd.arg_names, 4,
+                                  runtime=(lambda: 0, lambda dev: 1000 + dev, hooks))
+    launch._direct[0] = direct.launch  # as VisionLaunch keeps it
+    _call(args, kwargs)  # the keyed repeat: remembered
+    assert attention._REPEAT is not None
+    layer2 = tuple(_same_layout(x, gen) for x in args[:3]) + tuple(args[3:])
+    before, hits, launches = len(keyed), kv.launch_cache_info()["hits"], _direct.direct_launch_info()["launches"]
+    out = _call(layer2, kwargs)
+    assert len(keyed) == before and kv.launch_cache_info()["hits"] == hits + 1
+    assert _direct.direct_launch_info()["launches"] == launches + 1
+    # JITFunction.run's order: the grid (num_blocks, H, 1), the stream, the function, the packed metadata,
+    # launch metadata and hooks (None), then the arguments
+    assert len(grid) == 2 and calls[-1][:9] == (*grid, 1, 1000, "fn", "meta", None, None, None)
+    assert calls[-1][9:13] == tuple(x.data_ptr() for x in (*layer2[:3], out))

@@ -11,7 +11,7 @@ comparing the cache key (2.2-3.6 us of the 10 us budget on the H200's hosts,
 docs/benchmarks/vision.md).  Only repeats are remembered, so calls that alternate between metadata
 pay nothing for it.
 
-It matches exactly the calls whose cache key would equal the remembered one, by the same facts, only
+It matches only calls whose cache key would equal the remembered one, by the same facts, only
 cheaper to read:
 
 * the metadata: the same ``forward_metadata`` object holding the same ``sequence_lengths``,
@@ -29,6 +29,25 @@ another current device, a launch hook) makes the call take the keyed path, as do
 Every other keyed call forgets it, and so does clearing the cache, so it is always the most
 recently used cache entry's.  It holds the metadata objects (as the cache entry does) and no
 activations.
+
+How it is checked: this is a warm call's whole checking, so it is written for host time (issue 16's
+10 us, of which the driver launch takes ~4.4 and the output allocation ~1.6 on the H200's hosts).
+The record is a closure, :attr:`RepeatedCall.call`: the remembered values are its cells, cheaper to
+read than attributes.  The shapes, strides, dtypes and devices of q, k, v and the two metadata tensors
+are compared in one C call, torch's own tensor check (dynamo's ``TensorGuards``: the tensor type, the
+dispatch keys, which name the device type, dtype, device index, requires_grad, rank, sizes and strides).
+It is probed at import (:func:`_probe_tensor_guards`: another shape, strides, dtype, device or rank
+must be refused) and replaced by Python reads where the probe fails.  It is stricter than the list
+above (requires_grad, dispatch keys such as inference mode's, the exact tensor type), which only
+sends such a call to the keyed path, and it refuses a call that passes one tensor twice, so the record
+of such a call (q is k) reads the layouts in Python.  The metadata's version counters and addresses
+are read in Python, and the direct launch function is called as it is (``DirectLaunch.launch``, one
+call layer fewer than the launcher object).  ``python -m kernel_oracle.benchmarks.vision_host_micro``
+times each piece with a no-op C launch.  On an H200's host (torch 2.11): the 12 attribute reads of
+q, k, v cost 1.23-1.73 us and the 8 of the metadata 0.75-0.84, against 0.64-0.91 for torch's check
+of all five (the metadata's four remaining reads: ~0.3 on a 2-core CPU); the warm call's Python alone
+went from 6.36-6.41 to 4.64-4.76 us and the warm call from 10.8-11.9 to 8.9-9.3
+(docs/benchmarks/vision.md).
 """
 
 from __future__ import annotations
@@ -46,37 +65,110 @@ def _state(t: torch.Tensor) -> tuple:
     return (t._version, t.data_ptr(), t.shape, t.stride())
 
 
-def _layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
+def _layouts(q, k, v, sl, pk) -> tuple:
+    """The remembered layouts, read in Python (where torch's C check is not used)."""
     return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-            v.shape, v.stride(), v.dtype, v.device)
+            v.shape, v.stride(), v.dtype, v.device, sl.shape, sl.stride(), pk.shape, pk.stride())
+
+
+def _probe_tensor_guards():
+    """torch's C tensor check (dynamo's ``TensorGuards``) where it accepts and rejects what Note [Repeated
+    call] needs, else None (another torch, or its semantics moved): then the layouts are read in Python."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        # explicit dtype and device: whatever the defaults are (and no CUDA initialised at import)
+        f32, f64, meta = ({"dtype": d, "device": dev} for d, dev in
+                          ((torch.float32, "cpu"), (torch.float64, "cpu"), (torch.float32, "meta")))
+        x, y = torch.zeros(4, 6, **f32), torch.zeros(4, 6, **f32)
+        check = TensorGuards(x, y, dynamic_dims_sizes=None, dynamic_dims_strides=None).check
+        # another shape, strides (transposed; every other column), dtype, device, rank: each refused
+        others = (torch.zeros(6, 4, **f32), torch.zeros(6, 4, **f32).t(), torch.zeros(4, 12, **f32)[:, ::2],
+                  torch.zeros(4, 6, **f64), torch.zeros(4, 6, **meta), torch.zeros(4, 6, 1, **f32))
+        ok = (check(x, y) and check(torch.ones(4, 6, **f32), x)
+              and not any(check(o, y) or check(x, o) for o in others))
+    except Exception:  # noqa: BLE001 - absent or changed: the Python reads take over
+        return None
+    return TensorGuards if ok else None
+
+
+_TENSOR_GUARDS = _probe_tensor_guards()
+
+
+def _layout_check(q, k, v, sl, pk):
+    """``check(q, k, v, sl, pk) -> bool``: whether a call's tensors have these ones' layouts (shape,
+    strides, dtype, device; Note [Repeated call]).  One C call through torch's tensor check where it is
+    usable (it needs distinct objects: a call passing the same tensor twice reads the layouts in Python)."""
+    tensors = (q, k, v, sl, pk)
+    if _TENSOR_GUARDS is not None and len({id(t) for t in tensors}) == len(tensors):
+        return _TENSOR_GUARDS(*tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None).check
+    layouts = _layouts(*tensors)
+    return lambda *ts: _layouts(*ts) == layouts
 
 
 class RepeatedCall:
-    """One remembered call (Note [Repeated call]); ``__call__`` returns the output, or None to take the keyed path."""
+    """One remembered call (Note [Repeated call]): ``call(q, k, v, cu_seqlens, softmax_scale,
+    forward_metadata, kwargs, poison)`` returns the output, or None to take the keyed path."""
 
-    __slots__ = ("md", "sl", "pk", "mx", "mx_state", "meta", "scale", "strict", "layout", "out_shape",
-                 "out_dtype", "out_device", "like_q", "direct", "stats")
+    __slots__ = ("md", "call")
 
     def __init__(self, direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs: dict,
                  out: torch.Tensor, stats: dict):
-        if forward_metadata is not None:
-            self.md = forward_metadata
-            sl, pk = forward_metadata.sequence_lengths, forward_metadata.packed_indptrs
-            mx = forward_metadata.flashinfer_max_seqlen
+        md = self.md = forward_metadata
+        if md is not None:
+            sl, pk, mx = md.sequence_lengths, md.packed_indptrs, md.flashinfer_max_seqlen
         else:
-            self.md = None
             sl, pk, mx = kwargs["sequence_lengths"], cu_seqlens, kwargs["max_seqlen"]
-        self.sl, self.pk, self.mx = sl, pk, mx
-        self.mx_state = _state(mx) if isinstance(mx, torch.Tensor) else None
-        self.meta = _state(sl) + _state(pk)
-        self.scale = softmax_scale
-        self.strict = resolve_strict(None)
-        self.layout = _layout(q, k, v)
-        self.out_shape, self.out_dtype, self.out_device = out.shape, out.dtype, out.device
+        mx_state = _state(mx) if isinstance(mx, torch.Tensor) else None
+        meta = (sl._version, sl.data_ptr(), pk._version, pk.data_ptr())
+        same_layouts = _layout_check(q, k, v, sl, pk)
+        scale, strict = softmax_scale, resolve_strict(None)
+        out_shape, out_dtype, out_device = out.shape, out.dtype, out.device
         # empty_like(q) is the cheapest allocation, where it gives the output's shape, dtype and (dense) layout
-        self.like_q = q.is_contiguous() and out.shape == q.shape and out.dtype == q.dtype
-        self.direct = direct
-        self.stats = stats
+        like_q = q.is_contiguous() and out.shape == q.shape and out.dtype == q.dtype
+        empty_like, empty, full = torch.empty_like, torch.empty, torch.full
+
+        # Every remembered value is a closure cell (cheaper to read than attributes: this is the whole of
+        # a warm call's checking).  q, k, v, out below are the call's own: no activation is held.
+        def call(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, poison):
+            if forward_metadata is not md:
+                return None
+            if md is not None:
+                if kwargs:
+                    return None
+                sl_, pk_, mx_ = md.sequence_lengths, md.packed_indptrs, md.flashinfer_max_seqlen
+            else:
+                if len(kwargs) != 2:
+                    return None
+                sl_, pk_, mx_ = kwargs.get("sequence_lengths"), cu_seqlens, kwargs.get("max_seqlen")
+            if sl_ is not sl or pk_ is not pk:
+                return None
+            if mx_state is None:
+                if type(mx_) is not int or mx_ != mx:
+                    return None
+            elif mx_ is not mx or _state(mx_) != mx_state:
+                return None
+            if (sl._version, sl.data_ptr(), pk._version, pk.data_ptr()) != meta:
+                return None
+            if scale is None:
+                if softmax_scale is not None:
+                    return None
+            elif type(softmax_scale) not in (int, float) or softmax_scale != scale:
+                return None
+            if resolve_strict(None) != strict or not same_layouts(q, k, v, sl, pk):
+                return None
+            if poison:
+                out = full(out_shape, _NAN, dtype=out_dtype, device=out_device)
+            elif like_q:
+                out = empty_like(q)
+            else:
+                out = empty(out_shape, dtype=out_dtype, device=out_device)
+            if not direct(q, k, v, out):
+                return None
+            stats["hits"] += 1
+            return out
+
+        self.call = call
 
     @classmethod
     def remember(cls, direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs: dict,
@@ -101,49 +193,3 @@ class RepeatedCall:
         if softmax_scale is not None and type(softmax_scale) not in (int, float):
             return None
         return cls(direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, out, stats)
-
-    def __call__(self, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs: dict,
-                 poison: bool) -> Optional[torch.Tensor]:
-        md = self.md
-        if forward_metadata is not md:
-            return None
-        if md is not None:
-            if kwargs:
-                return None
-            sl, pk, mx = md.sequence_lengths, md.packed_indptrs, md.flashinfer_max_seqlen
-        else:
-            if len(kwargs) != 2:
-                return None
-            sl, pk, mx = kwargs.get("sequence_lengths"), cu_seqlens, kwargs.get("max_seqlen")
-        if sl is not self.sl or pk is not self.pk:
-            return None
-        if self.mx_state is None:
-            if type(mx) is not int or mx != self.mx:
-                return None
-        elif mx is not self.mx or _state(mx) != self.mx_state:
-            return None
-        # written out, not through _state / _layout: this is the whole of a warm call's checking
-        if (sl._version, sl.data_ptr(), sl.shape, sl.stride(),
-                pk._version, pk.data_ptr(), pk.shape, pk.stride()) != self.meta:
-            return None
-        scale = self.scale
-        if scale is None:
-            if softmax_scale is not None:
-                return None
-        elif type(softmax_scale) not in (int, float) or softmax_scale != scale:
-            return None
-        if resolve_strict(None) != self.strict:
-            return None
-        if (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-                v.shape, v.stride(), v.dtype, v.device) != self.layout:
-            return None
-        if poison:
-            out = torch.full(self.out_shape, _NAN, dtype=self.out_dtype, device=self.out_device)
-        elif self.like_q:
-            out = torch.empty_like(q)
-        else:
-            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
-        if not self.direct(q, k, v, out):
-            return None
-        self.stats["hits"] += 1
-        return out

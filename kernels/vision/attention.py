@@ -147,8 +147,8 @@ class VisionLaunch:
     num_blocks: int
     config: KernelConfig
     precision: str
-    # [the direct launcher (Note [Direct launch] in kernels.vision._direct), False where there is
-    # none]: built after the first launch, shared by the launch cache's copy of this object
+    # [the direct launch function (``DirectLaunch.launch``, Note [Direct launch] in kernels.vision._direct),
+    # False where there is none]: built after the first launch, shared by the launch cache's copy of this object
     _direct: list = field(default_factory=lambda: [None], compare=False, repr=False)
 
     def run(self, q: Optional[torch.Tensor] = None, k: Optional[torch.Tensor] = None,
@@ -182,7 +182,8 @@ class VisionLaunch:
                 kernel = launch_attention(q3, k3, v3, out, self.table, self.num_blocks, plan.scale, self.config,
                                           self.precision)
                 if direct is None:
-                    self._direct[0] = self._direct_launcher(kernel, q3, k3, v3, out) or False
+                    launcher = self._direct_launcher(kernel, q3, k3, v3, out)
+                    self._direct[0] = launcher.launch if launcher is not None else False
         if plan.reshape_batch is not None:
             out = out.unflatten(0, (plan.reshape_batch, -1))
         return out
@@ -238,7 +239,7 @@ def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=
     global _LAST, _REPEAT
     repeat = _REPEAT
     if repeat is not None:  # Note [Repeated call]: the last keyed call again, checked field by field
-        out = repeat(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, POISON_OUTPUT)
+        out = repeat.call(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, POISON_OUTPUT)
         if out is not None:
             return out
     keyed = _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs)
