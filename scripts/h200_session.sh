@@ -47,6 +47,7 @@
 #   bash scripts/h200_session.sh s12b           # LoRA decode A/B 11 (whole-row prefetch), the s12a CSVs in one file
 #   bash scripts/h200_session.sh s12c           # LoRA floor/prefill old/ vs this (rank-wide loads); decode A/B 11; tests
 #   bash scripts/h200_session.sh s12d           # chosen q blocks: decode A/B 12, floor, prefill; LoRA + warm-up tests
+#   bash scripts/h200_session.sh s12e | s12f    # final code (after setup): the suite | LoRA floor, prefill, vision host, main job
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -447,6 +448,17 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     lora_tests 240
     timeout 150 python3 -m pytest oracle_tests/test_variant_warmup.py -q -x -p no:cacheprovider \
       >"$OUT/warmup_test.log" 2>&1; echo "variant warm-up test exit $?"; tail -2 "$OUT/warmup_test.log" | cut -c1-300
+    ;;
+  s12e)  # the final code (run setup first): the whole suite
+    bash "$0" suite 420
+    ;;
+  s12f)  # the final code (run setup first): LoRA floor + prefill rows, the vision host cost, the main job
+    lora_floor auto
+    timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --shapes prefill-8x2048 2>&1 | \
+      grep "prefill-8x2048 | [qv] | fused" | cut -c1-120
+    timeout 90 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; grep "^| " "$OUT/vision_host.log" | cut -c1-200
+    main_job
     ;;
   s12a)  # Nsight Compute source view (SASS lines with stall samples) of one warm decode-bs64 launch per side
     for side in q v; do
