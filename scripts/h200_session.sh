@@ -48,6 +48,7 @@
 #   bash scripts/h200_session.sh s12c           # LoRA floor/prefill old/ vs this (rank-wide loads); decode A/B 11; tests
 #   bash scripts/h200_session.sh s12d           # chosen q blocks: decode A/B 12, floor, prefill; LoRA + warm-up tests
 #   bash scripts/h200_session.sh s12e | s12f    # final code (after setup): the suite | LoRA floor, prefill, vision host, main job
+#   bash scripts/h200_session.sh s12g           # vision host cost: old/ (fd35994) vs this, interleaved twice
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -459,6 +460,16 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
     timeout 90 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
       >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; grep "^| " "$OUT/vision_host.log" | cut -c1-200
     main_job
+    ;;
+  s12g)  # the vision warm call's host cost at the previous vision code (old/: git archive fd35994) and this one,
+         # interleaved twice on one host
+    for round in 1 2; do
+      for tree in old .; do
+        (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 && \
+         timeout 60 python3 -m kernel_oracle.benchmarks.bench_vision --host 2>&1 | grep "^| warm call" | \
+           cut -c1-110 | sed "s|^|$tree round $round: |")
+      done
+    done
     ;;
   s12a)  # Nsight Compute source view (SASS lines with stall samples) of one warm decode-bs64 launch per side
     for side in q v; do
