@@ -265,6 +265,8 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
+# Round 13 (session 12, s12h, for the next session): on the per-slot grid, the chosen blocks against 16-row
+# q tiles, 8 warps, 64-column q blocks, 64-column v step-A blocks.
 # Round 12 (session 12, after Note [Rank-wide loads]): the chosen q blocks (PREFETCH_ALL=2, one stage, on
 # 32-row tiles) against PREFETCH alone and the other depths; each route.
 # Round 11 (2026-12-01 session 12): Note [Whole-row prefetch] for q (PREFETCH_ALL 1: the four base
@@ -290,9 +292,10 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("auto", {"PREFETCH_ALL": 0, "num_stages": 3}),
-                     ("auto", {"PREFETCH_ALL": 2, "num_stages": 2}), ("auto", {"PREFETCH_ALL": 1})],
-    "v_side_fused": [("auto", {}), ("flat", {}), ("sorted", {})],
+    "q_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("sorted", {"BT": 16, "WIDE_BT": None}),
+                     ("sorted", {"num_warps": 8}), ("sorted", {"BLOCK_C": 64})],
+    "v_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("sorted", {"BLOCK_K": 64}),
+                     ("sorted", {"num_warps": 8})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

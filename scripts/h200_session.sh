@@ -49,6 +49,7 @@
 #   bash scripts/h200_session.sh s12d           # chosen q blocks: decode A/B 12, floor, prefill; LoRA + warm-up tests
 #   bash scripts/h200_session.sh s12e | s12f    # final code (after setup): the suite | LoRA floor, prefill, vision host, main job
 #   bash scripts/h200_session.sh s12g           # vision host cost: old/ (fd35994) vs this, interleaved twice
+#   bash scripts/h200_session.sh s12h           # LoRA decode A/B 13 (per-slot grid variants)
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -470,6 +471,9 @@ for m in (d, c, j): shutil.copy(m.__file__, '$OUT/' + m.__name__.replace('.', '_
            cut -c1-110 | sed "s|^|$tree round $round: |")
       done
     done
+    ;;
+  s12h)  # LoRA decode A/B 13 (per-slot grid variants), for the next session
+    lora_ab decode 150
     ;;
   s12a)  # Nsight Compute source view (SASS lines with stall samples) of one warm decode-bs64 launch per side
     for side in q v; do
