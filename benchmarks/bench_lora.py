@@ -267,6 +267,9 @@ def sweep_decode(klora, launch):
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
 # Round 13 (session 12, s12h, for the next session): on the per-slot grid, the chosen blocks against 16-row
 # q tiles, 8 warps, 64-column q blocks, 64-column v step-A blocks.
+# s12h, us: bs64 q auto (per-slot) 7.92, flat 8.43, 16-row tiles 8.21, 8 warps 8.03, BLOCK_C=64 11.75; bs64 v
+# auto 7.54, flat 8.21, BLOCK_K=64 8.44, 8 warps 8.18; bs256 q auto (flat) 16.58, per-slot 17.35; v auto 12.29:
+# the chosen blocks stay.
 # Round 12 (session 12, after Note [Rank-wide loads]): the chosen q blocks (PREFETCH_ALL=2, one stage, on
 # 32-row tiles) against PREFETCH alone and the other depths; each route.
 # Round 11 (2026-12-01 session 12): Note [Whole-row prefetch] for q (PREFETCH_ALL 1: the four base
