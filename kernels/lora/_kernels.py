@@ -174,6 +174,28 @@ def _base_block(rows, cols, stride, sel, hi):
 
 
 @triton.jit
+def _delta(mid, w, s, base_ptr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
+    """The fused sides' scaled second product ``mid @ w * s`` (BT, block) in fp32, rounded to the base's
+    dtype (SPEC.md's rounding point of the fused delta)."""
+    d = tl.dot(mid, w, input_precision=DOT_PREC) * s
+    return rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
+
+
+@triton.jit
+def _out_block(y_rows, cc, sy_c, sel, hi):
+    """Pointers and mask of the selected rows' output columns ``cc`` (below ``hi``): (BT, block) each."""
+    m = sel[:, None] & (cc < hi)[None, :]
+    return y_rows[:, None] + cc[None, :] * sy_c, m
+
+
+@triton.jit
+def _store_sum(d, y_raw, y_ptrs, m, base_ptr, FIX_BF16: tl.constexpr):
+    """Base ``y_raw`` (as loaded) + the rounded delta ``d``, stored in the base's dtype."""
+    y = to_f32(y_raw, FIX_BF16)
+    tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+
+
+@triton.jit
 def _first_above(incl, k, SEG_TILE: tl.constexpr):
     """For each ``k``, the first index ``s`` of the non-decreasing ``incl`` (SEG_TILE,) with
     ``incl[s] > k`` (SEG_TILE - 1 when there is none): a branch-free binary search of log2(SEG_TILE)
@@ -416,11 +438,9 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         at = _ld(a_ptr + w.to(tl.int64) * sa_l + offs_r[:, None] * sa_r + offs_c[None, :] * sa_c,
                  (offs_r < rank)[:, None] & (offs_c < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         acc = tl.dot(xt, at, input_precision=DOT_PREC)
-        d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)
-        m = sel[:, None] & (offs_c < C)[None, :]
-        y_ptrs = y_rows[:, None] + offs_c[None, :] * sy_c
-        y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
-        tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+        d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)  # split: rounded to the activations' dtype
+        y_ptrs, m = _out_block(y_rows, offs_c, sy_c, sel, C)
+        _store_sum(d, tl.load(y_ptrs, mask=m, other=0.0), y_ptrs, m, base_ptr, FIX_BF16)
 
 
 _DNS_STEP_A_V = _COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so_h',
@@ -527,11 +547,9 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         wt = _ld(w_base + offs_v[None, :] * sb_row + offs_r[:, None] * sb_r,
                  (offs_r < rank)[:, None] & (offs_v < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         acc = tl.dot(xt, wt, input_precision=DOT_PREC)
-        d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)
-        m = sel[:, None] & (offs_v < VD)[None, :]
-        y_ptrs = y_rows[:, None] + offs_v[None, :] * sy_v
-        y = to_f32(tl.load(y_ptrs, mask=m, other=0.0), FIX_BF16)
-        tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+        d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)  # split: rounded to the activations' dtype
+        y_ptrs, m = _out_block(y_rows, offs_v, sy_v, sel, VD)
+        _store_sum(d, tl.load(y_ptrs, mask=m, other=0.0), y_ptrs, m, base_ptr, FIX_BF16)
 
 
 @triton.jit
@@ -543,15 +561,21 @@ def _a_block(wa_base, offs_r, cc, sa_r, sa_c, rank, hi, UPCAST: tl.constexpr, FI
 
 
 @triton.jit
+def _vb_block(wb_base, offs_r, vv, sb_row, sb_r, rank, hi, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr,
+              DOT_PREC: tl.constexpr):
+    """Columns ``vv`` (below ``hi``) of a slot's v-side ``B`` read transposed (BLOCK_R, BLOCK_V), rows past
+    ``rank`` zero."""
+    return _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r, (offs_r < rank)[:, None] & (vv < hi)[None, :],
+               UPCAST, FIX_BF16, DOT_PREC)
+
+
+@triton.jit
 def _add_delta(mid, at, y_raw, base_ptr, y_rows, cc, sy_c, sel, hi, s, DOT_PREC: tl.constexpr,
                FIX_BF16: tl.constexpr):
-    """The fused q side's output block: base ``y_raw`` (as loaded) + the scaled ``mid @ at`` rounded to
-    the base's dtype, stored at columns ``cc`` (below ``hi``) of the selected rows."""
-    d = tl.dot(mid, at, input_precision=DOT_PREC) * s
-    d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
-    y = to_f32(y_raw, FIX_BF16)
-    tl.store(y_rows[:, None] + cc[None, :] * sy_c, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16),
-             mask=sel[:, None] & (cc < hi)[None, :])
+    """The fused q side's output block: :func:`_delta` then :func:`_store_sum` at columns ``cc``."""
+    d = _delta(mid, at, s, base_ptr, DOT_PREC, FIX_BF16)
+    y_ptrs, m = _out_block(y_rows, cc, sy_c, sel, hi)
+    _store_sum(d, y_raw, y_ptrs, m, base_ptr, FIX_BF16)
 
 
 @triton.jit
@@ -676,23 +700,17 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             cc = c0 + offs_c0
             if PREFETCH and PREFETCH_ALL == 0:
                 at = at_next
-                nc = cc + BLOCK_C
-                at_next = _ld(wa_base + offs_r[:, None] * sa_r + nc[None, :] * sa_c,
-                              (offs_r < rank)[:, None] & (nc < c_hi)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+                at_next = _a_block(wa_base, offs_r, cc + BLOCK_C, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16, DOT_PREC)
             else:
-                at = _ld(wa_base + offs_r[:, None] * sa_r + cc[None, :] * sa_c,
-                         (offs_r < rank)[:, None] & (cc < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
-            d = tl.dot(mid, at, input_precision=DOT_PREC) * s
-            d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
-            m = sel[:, None] & (cc < C)[None, :]
-            y_ptrs = y_rows[:, None] + cc[None, :] * sy_c
+                at = _a_block(wa_base, offs_r, cc, sa_r, sa_c, rank, C, UPCAST, FIX_BF16, DOT_PREC)
+            d = _delta(mid, at, s, base_ptr, DOT_PREC, FIX_BF16)
+            y_ptrs, m = _out_block(y_rows, cc, sy_c, sel, C)
             if PREFETCH and PREFETCH_ALL == 0:
                 y_raw = y_next
                 y_next = _base_block(y_rows, cc + BLOCK_C, sy_c, sel, c_hi)
             else:
                 y_raw = _base_block(y_rows, cc, sy_c, sel, C)
-            y = to_f32(y_raw, FIX_BF16)
-            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+            _store_sum(d, y_raw, y_ptrs, m, base_ptr, FIX_BF16)
 
 
 _DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sb_l', 'sb_row', 'sy_t', 'sy_h',
@@ -745,8 +763,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         if PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
             y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD)
-            bt_next = _ld(wb_base + offs_v0[None, :] * sb_row + offs_r[:, None] * sb_r,
-                          (offs_r < rank)[:, None] & (offs_v0 < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            bt_next = _vb_block(wb_base, offs_r, offs_v0, sb_row, sb_r, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, C, BLOCK_K):
@@ -763,20 +780,14 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             vv = v0 + offs_v0
             if PREFETCH:
                 bt = bt_next
-                nv = vv + BLOCK_V
-                bt_next = _ld(wb_base + nv[None, :] * sb_row + offs_r[:, None] * sb_r,
-                              (offs_r < rank)[:, None] & (nv < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+                bt_next = _vb_block(wb_base, offs_r, vv + BLOCK_V, sb_row, sb_r, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
             else:
-                bt = _ld(wb_base + vv[None, :] * sb_row + offs_r[:, None] * sb_r,
-                         (offs_r < rank)[:, None] & (vv < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
-            d = tl.dot(mid, bt, input_precision=DOT_PREC) * s
-            d = rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
-            m = sel[:, None] & (vv < VD)[None, :]
-            y_ptrs = y_rows[:, None] + vv[None, :] * sy_v
+                bt = _vb_block(wb_base, offs_r, vv, sb_row, sb_r, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
+            d = _delta(mid, bt, s, base_ptr, DOT_PREC, FIX_BF16)
+            y_ptrs, m = _out_block(y_rows, vv, sy_v, sel, VD)
             if PREFETCH:
                 y_raw = y_next
                 y_next = _base_block(y_rows, vv + BLOCK_V, sy_v, sel, VD)
             else:
                 y_raw = _base_block(y_rows, vv, sy_v, sel, VD)
-            y = to_f32(y_raw, FIX_BF16)
-            tl.store(y_ptrs, cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16), mask=m)
+            _store_sum(d, y_raw, y_ptrs, m, base_ptr, FIX_BF16)

@@ -1,0 +1,215 @@
+"""The SASS of the benchmark's LoRA launches for the H200 (sm_90), built on any machine, GPU or not.
+
+python -m kernel_oracle.benchmarks.hopper_sass [--shapes decode-bs64 ...] [--sides q v] [--calls fused split]
+                                               [--out DIR] [--against DIR]
+
+Why: a kernel edit that should not change the code the GPU runs (a refactor, a fold of repeated
+code) can be proven so without a GPU, and an edit meant to shorten decode's instruction chain (Note
+[Whole-row prefetch] in :mod:`kernels.lora._kernels`: decode-bs64 is bound by each program's
+instructions, not by bytes) can be sized before device time is spent on it.  Each fused (and split) call
+of ``bench_lora``'s shapes runs through the real wrappers (``kernels.lora._launch``: path, blocks,
+layout, shared-memory fit with the H200's 227 KB), but on ``meta`` tensors, with a driver that only
+names the target (``GPUTarget("cuda", 90, 32)``), and ``JITFunction.warmup`` in place of the launch:
+Triton specializes and compiles exactly as a launch on the GPU would, and launches nothing.
+
+Per compiled kernel it prints the registers (``cuobjdump -res-usage``), the shared memory, the SASS
+instruction count and the counts of the instruction classes that make decode's chain (barriers,
+shared-memory and global accesses, tensor-core products, shuffles), and a digest of the SASS text
+without addresses.  ``--out DIR`` keeps each kernel's SASS; ``--against DIR`` (another tree's
+``--out``) says per kernel whether the SASS is identical.  The SASS is that of the Triton installed
+(the H200's is 3.6: ``pip install triton==3.6.0`` in a separate venv gives the same code it runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import itertools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+# shared memory a block may opt in to on the H200 (cudaDevAttrMaxSharedMemoryPerBlockOptin), bytes
+H200_SMEM_OPTIN = 232448
+# SASS opcode classes of a decode program's chain (by opcode prefix)
+CLASSES = {"bar": ("BAR",), "lds/sts": ("LDS", "STS", "LDSM"), "ldg": ("LDG", "LDGSTS"), "stg": ("STG",),
+           "mma": ("HMMA", "HGMMA"), "shfl": ("SHFL",), "cvt": ("F2F", "F2FP", "I2F", "F2I")}
+
+
+class HopperTarget:
+    """The smallest Triton driver a warm-up compile needs: device 0, stream 0, target sm_90."""
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+def _meta_inputs(seg_lens) -> dict:
+    """``bench_lora._inputs`` on the meta device (no data, 16-byte aligned pointers like CUDA's); the
+    metadata stays on the CPU (only its pointers reach the compile, unspecialized)."""
+    from kernel_oracle.benchmarks import bench_lora as B
+    from kernel_oracle.reference.batch_info import make_lora_batch_info
+
+    S = sum(seg_lens)
+    slots = [i % B.L for i in range(len(seg_lens))]
+    bi = make_lora_batch_info(seg_lens, slots, B.RANKS, B.SCALINGS, device="cpu")
+
+    def t(*shape):
+        return torch.empty(shape, dtype=torch.bfloat16, device="meta")
+
+    return dict(bi=bi, q=t(S, B.H, B.QK), attn=t(S, B.H, B.C), B=t(B.L, B.H * B.FULL_K, B.R),
+                A=t(B.L, B.R, B.C), base_q=t(S, B.H, B.C), base_v=t(S, B.H, B.VD))
+
+
+class _Recorder:
+    """Stands in for a kernel family: ``[grid](*args, **kw)`` compiles (warm-up) and records."""
+
+    def __init__(self, fn, seen: list):
+        self.fn, self.seen = fn, seen
+
+    def __getitem__(self, grid):
+        def warm(*args, **kwargs):
+            kernel = self.fn.warmup(*args, grid=grid, **kwargs)
+            self.seen.append((grid, kwargs.get("num_warps"), kwargs.get("num_stages"), kernel))
+        return warm
+
+
+@contextlib.contextmanager
+def hopper_compiles(seen: list):
+    """Within: the LoRA wrappers compile for sm_90 and record (grid, warps, stages, kernel) in ``seen``."""
+    from triton.runtime.driver import driver
+
+    from kernel_oracle.kernels.lora import _launch as LL
+
+    family = LL._family
+    driver.set_active(HopperTarget())
+    try:
+        with mock.patch.object(LL, "smem_limit", lambda device: H200_SMEM_OPTIN), \
+                mock.patch.object(LL, "_family", lambda kernel, lay: _Recorder(family(kernel, lay), seen)):
+            LL._FITTED.clear()
+            yield
+    finally:
+        LL._FITTED.clear()
+        driver._active = None
+
+
+def _cuobjdump() -> str:
+    import triton
+
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def registers(cubin: bytes) -> int:
+    """Registers per thread of a cubin (``cuobjdump -res-usage``)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([_cuobjdump(), "-res-usage", f.name], capture_output=True, text=True,
+                             check=True).stdout
+    return int(re.search(r"REG:(\d+)", out).group(1))
+
+
+def instructions(sass: str) -> list[str]:
+    """The SASS instructions as Triton prints them (``asm["sass"]``: scheduling controls, a tab, the
+    instruction), labels kept, the ``Function:`` header and the final semicolons dropped."""
+    return [line.rstrip().rstrip(";") for line in sass.splitlines()
+            if line.strip() and not line.startswith("Function:")]
+
+
+def opcode(line: str) -> str:
+    """The opcode of one :func:`instructions` line, predicate and controls skipped ('' for a label)."""
+    if "\t" not in line:
+        return ""
+    words = line.split("\t", 1)[1].split()
+    return words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+
+
+def summary(lines: list[str]) -> dict:
+    """Counts by :data:`CLASSES` (opcode before the first dot), the total, and a digest of the text."""
+    ops = Counter(opcode(i).split(".")[0] for i in lines)
+    ops.pop("", None)
+    ops.pop("NOP", None)
+    counts = {name: sum(n for op, n in ops.items() if op in prefixes) for name, prefixes in CLASSES.items()}
+    return dict(total=sum(ops.values()), **counts,
+                digest=hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12])
+
+
+def compile_calls(shapes, sides, variants=("fused",)) -> list[dict]:
+    """One row per compiled kernel of each (shape, side, variant) call (variants: fused, split)."""
+    import kernel_oracle.kernels.lora as klora
+    from kernel_oracle.benchmarks import bench_lora as B
+
+    rows = []
+    for shape in shapes:
+        d = _meta_inputs(B.SHAPES[shape])
+        for side, variant in itertools.product(sides, variants):
+            seen: list = []
+            with hopper_compiles(seen):
+                B._calls(klora, d, side)[variant]()
+            for grid, warps, stages, kernel in seen:
+                sass = kernel.asm["sass"]
+                ins = instructions(sass)
+                rows.append(dict(shape=shape, side=side, kernel=kernel.name.removesuffix("_kernel"), grid=tuple(grid), warps=warps, stages=stages,
+                                 regs=registers(kernel.asm["cubin"]), smem=kernel.metadata.shared,
+                                 sass="\n".join(ins), **summary(ins)))
+    return rows
+
+
+def main(argv=None) -> int:
+    from kernel_oracle.benchmarks import bench_lora as B
+    from kernel_oracle.kernels.interpreter import interpreting
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", nargs="+", default=list(B.SHAPES), choices=list(B.SHAPES))
+    ap.add_argument("--sides", nargs="+", default=["q", "v"], choices=["q", "v"])
+    ap.add_argument("--calls", nargs="+", default=["fused"], choices=["fused", "split"])
+    ap.add_argument("--out", type=Path, help="write each kernel's SASS here")
+    ap.add_argument("--against", type=Path, help="a directory another tree's --out wrote: compare")
+    args = ap.parse_args(argv)
+    if interpreting():
+        print("TRITON_INTERPRET=1: nothing is compiled; run without it", file=sys.stderr)
+        return 2
+    import triton
+
+    with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, TRITON_CACHE_DIR=cache):
+        rows = compile_calls(args.shapes, args.sides, args.calls)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+    print(f"# triton {triton.__version__}, sm_90; {' and '.join(args.calls)} calls of bench_lora's shapes")
+    print("| shape | side | kernel | grid | warps | stages | regs | smem B | SASS | bar | lds/sts | ldg | stg | mma | shfl "
+          "| cvt | digest |" + (" same as --against |" if args.against else ""))
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" +
+          ("---|" if args.against else ""))
+    differ = 0
+    for r in rows:
+        name = f"{r['shape']}_{r['kernel']}.sass"
+        if args.out:
+            (args.out / name).write_text(r["sass"] + "\n")
+        cells = [r["shape"], r["side"], r["kernel"], "x".join(map(str, r["grid"])), r["warps"], r["stages"], r["regs"],
+                 r["smem"], r["total"], *(r[c] for c in CLASSES), r["digest"]]
+        if args.against:
+            old = args.against / name
+            same = old.exists() and old.read_text() == r["sass"] + "\n"
+            differ += not same
+            cells.append("yes" if same else ("no" if old.exists() else "missing"))
+        print("| " + " | ".join(map(str, cells)) + " |")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
