@@ -15,7 +15,8 @@ Triton specializes and compiles exactly as a launch on the GPU would, and launch
 Per compiled kernel it prints the registers (``cuobjdump -res-usage``), the shared memory, the SASS
 instruction count and the counts of the instruction classes that make decode's chain (barriers,
 shared-memory and global accesses, tensor-core products, shuffles), and a digest of the SASS text
-without addresses.  ``--out DIR`` keeps each kernel's SASS; ``--against DIR`` (another tree's
+without addresses.  ``--lines N`` lists each kernel's N source lines with the most instructions (``nvdisasm -g``; an
+inlined helper's line counts, not its caller's).  ``--out DIR`` keeps each kernel's SASS; ``--against DIR`` (another tree's
 ``--out``) says per kernel whether the SASS is identical.  The SASS is that of the Triton installed
 (the H200's is 3.6: ``pip install triton==3.6.0`` in a separate venv gives the same code it runs).
 """
@@ -40,7 +41,7 @@ import torch
 # shared memory a block may opt in to on the H200 (cudaDevAttrMaxSharedMemoryPerBlockOptin), bytes
 H200_SMEM_OPTIN = 232448
 # SASS opcode classes of a decode program's chain (by opcode prefix)
-CLASSES = {"bar": ("BAR",), "lds/sts": ("LDS", "STS", "LDSM"), "ldg": ("LDG", "LDGSTS"), "stg": ("STG",),
+CLASSES = {"bar": ("BAR",), "lds/sts": ("LDS", "STS", "LDSM", "STSM"), "ldg": ("LDG", "LDGSTS"), "stg": ("STG",),
            "mma": ("HMMA", "HGMMA"), "shfl": ("SHFL",), "cvt": ("F2F", "F2FP", "I2F", "F2I")}
 
 
@@ -149,6 +150,38 @@ def summary(lines: list[str]) -> dict:
                 digest=hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12])
 
 
+def by_line(cubin: bytes) -> list[dict]:
+    """Instructions of a cubin per source line (``nvdisasm -g``: the innermost line of an inlined call),
+    most instructions first: file, line, total and the :data:`CLASSES` counts."""
+    nvdisasm = os.path.join(os.path.dirname(_cuobjdump()), "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([nvdisasm, "-g", "-c", f.name], capture_output=True, text=True, check=True).stdout
+    where, lines = ("?", 0), {}
+    for line in text.splitlines():
+        m = re.search(r'//## File "(.*?)", line (\d+)', line)
+        if m:
+            where = (m.group(1), int(m.group(2)))
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if m and m.group(1) != "NOP":
+            op = m.group(1).split(".")[0]
+            row = lines.setdefault(where, Counter())
+            row["total"] += 1
+            for name, prefixes in CLASSES.items():
+                row[name] += op in prefixes
+    return [dict(file=f, line=n, **{k: c[k] for k in ("total", *CLASSES)})
+            for (f, n), c in sorted(lines.items(), key=lambda kv: -kv[1]["total"])]
+
+
+def _source(path: str, line: int) -> str:
+    try:
+        return Path(path).read_text().splitlines()[line - 1].strip()
+    except (OSError, IndexError):
+        return ""
+
+
 def compile_calls(shapes, sides, variants=("fused",)) -> list[dict]:
     """One row per compiled kernel of each (shape, side, variant) call (variants: fused, split)."""
     import kernel_oracle.kernels.lora as klora
@@ -166,6 +199,7 @@ def compile_calls(shapes, sides, variants=("fused",)) -> list[dict]:
                 ins = instructions(sass)
                 rows.append(dict(shape=shape, side=side, kernel=kernel.name.removesuffix("_kernel"), grid=tuple(grid), warps=warps, stages=stages,
                                  regs=registers(kernel.asm["cubin"]), smem=kernel.metadata.shared,
+                                 cubin=kernel.asm["cubin"],
                                  sass="\n".join(ins), **summary(ins)))
     return rows
 
@@ -180,6 +214,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", nargs="+", default=["fused"], choices=["fused", "split"])
     ap.add_argument("--out", type=Path, help="write each kernel's SASS here")
     ap.add_argument("--against", type=Path, help="a directory another tree's --out wrote: compare")
+    ap.add_argument("--lines", type=int, default=0, metavar="N",
+                    help="also list each kernel's N source lines with the most instructions")
     args = ap.parse_args(argv)
     if interpreting():
         print("TRITON_INTERPRET=1: nothing is compiled; run without it", file=sys.stderr)
@@ -208,6 +244,12 @@ def main(argv=None) -> int:
             differ += not same
             cells.append("yes" if same else ("no" if old.exists() else "missing"))
         print("| " + " | ".join(map(str, cells)) + " |")
+    for r in rows if args.lines else ():
+        print(f"\n{r['shape']} {r['kernel']}: source lines by SASS instructions (bar, lds/sts)")
+        for row in by_line(r["cubin"])[:args.lines]:
+            where = f"{Path(row['file']).name}:{row['line']}"
+            print(f"  {row['total']:5d} {row['bar']:3d} {row['lds/sts']:3d}  {where:<22} "
+                  f"{_source(row['file'], row['line'])[:90]}")
     return 1 if differ else 0
 
 

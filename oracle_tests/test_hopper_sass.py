@@ -1,0 +1,72 @@
+"""benchmarks.hopper_sass: the SASS of a benchmark launch for sm_90, built here without a GPU.
+
+The compile runs in a child process without ``TRITON_INTERPRET`` (the suite's interpreter never
+compiles); the parsing helpers are plain Python and run in-process on a made-up listing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import triton
+
+from kernel_oracle.benchmarks import hopper_sass as HS
+
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+LISTING = """Function:k
+--:-:0:-:1\tLDC R1, c[0x0][0x28];
+.L_x_1:
+--:-:1:-:7\t@!P0 LDG.E R8, desc[UR12][R2.64];
+02:-:-:Y:4\tBAR.SYNC.DEFER_BLOCKING 0x0;
+--:-:-:-:1\tHMMA.16816.F32.BF16 R128, R112, R132, RZ;
+--:-:-:-:1\tSTSM.16.M88.4 [R163], R100;
+--:-:-:-:1\tLDS.128 R104, [R19+UR4];
+--:-:-:-:1\tNOP;
+"""
+
+
+def test_listing_counts_by_class():
+    lines = HS.instructions(LISTING)
+    assert lines[0] == "--:-:0:-:1\tLDC R1, c[0x0][0x28]" and ".L_x_1:" in lines and len(lines) == 8
+    assert [HS.opcode(x) for x in lines] == ["LDC", "", "LDG.E", "BAR.SYNC.DEFER_BLOCKING", "HMMA.16816.F32.BF16",
+                                             "STSM.16.M88.4", "LDS.128", "NOP"]
+    s = HS.summary(lines)
+    assert (s["total"], s["bar"], s["ldg"], s["mma"], s["lds/sts"]) == (6, 1, 1, 1, 2)  # NOP and labels: none
+    assert HS.summary(lines[:-2])["digest"] != s["digest"]
+
+
+def _run(tmp_path, *args):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = env.get("TRITON_DEFAULT_FP_FUSION", "1")
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    return subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.hopper_sass", "--shapes", "decode-bs64",
+                           "--sides", "v", *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.skipif(not (BIN / "cuobjdump").exists() or not (BIN / "nvdisasm").exists(),
+                    reason=f"this Triton build bundles no cuobjdump / nvdisasm ({BIN})")
+def test_sass_of_the_decode_launch_and_its_comparison(tmp_path):
+    out = tmp_path / "sass"
+    done = _run(tmp_path, "--out", str(out), "--lines", "4")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    row = next(ln for ln in done.stdout.splitlines() if ln.startswith("| decode-bs64 | v |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "v_side_fused" and int(cells[4]) == 4  # BLOCKS["v_side_fused"]["tok"]: 4 warps
+    regs, total, bar, mma = int(cells[6]), int(cells[8]), int(cells[9]), int(cells[13])
+    assert 32 <= regs <= 255 and total > 200 and bar > 0 and mma > 0
+    sass = (out / "decode-bs64_v_side_fused.sass").read_text().splitlines()
+    assert sum(HS.opcode(x) not in ("", "NOP") for x in sass) == total
+    # --lines: the busiest source lines, each a real line of our kernels or of Triton's library
+    listed = done.stdout.split("source lines by SASS instructions", 1)[1].splitlines()[1:5]
+    assert len(listed) == 4 and all(".py:" in ln for ln in listed), listed
+    assert any("_kernels.py:" in ln for ln in listed)
+
+    same = _run(tmp_path, "--against", str(out))
+    assert same.returncode == 0 and "| yes |" in same.stdout, same.stdout + same.stderr[-2000:]
+    (out / "decode-bs64_v_side_fused.sass").write_text("\n".join(sass[:-1]) + "\n")
+    changed = _run(tmp_path, "--against", str(out))
+    assert changed.returncode == 1 and "| no |" in changed.stdout, changed.stdout
