@@ -10,6 +10,10 @@ Triton's bundled ptxas and prints one line per variant; exit 1 when any fails.  
 follow (:data:`LORA_VARIANTS`: every dtype, both paths, both families, with and without a
 permutation, the flat and per-slot token-major grids), since they too run only under the interpreter
 on a CPU machine.
+
+It checks that each variant builds; the code is not the launched one (every runtime argument is a plain
+``i32`` here, while a launch specializes unit strides and aligned pointers): for the SASS a launch
+runs, see :mod:`benchmarks.hopper_sass`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The SASS of the benchmark's LoRA launches for the H200 (sm_90), built on any machine, GPU or not.
+"""The SASS of the benchmarks' LoRA (and vision) launches for the H200 (sm_90), built on any machine.
 
 python -m kernel_oracle.benchmarks.hopper_sass [--shapes decode-bs64 ...] [--sides q v] [--calls fused split]
-                                               [--out DIR] [--against DIR]
+                                               [--vision] [--lines N] [--out DIR] [--against DIR]
 
 Why: a kernel edit that should not change the code the GPU runs (a refactor, a fold of repeated
 code) can be proven so without a GPU, and an edit meant to shorten decode's instruction chain (Note
@@ -11,13 +11,15 @@ of ``bench_lora``'s shapes runs through the real wrappers (``kernels.lora._launc
 layout, shared-memory fit with the H200's 227 KB), but on ``meta`` tensors, with a driver that only
 names the target (``GPUTarget("cuda", 90, 32)``), and ``JITFunction.warmup`` in place of the launch:
 Triton specializes and compiles exactly as a launch on the GPU would, and launches nothing.
+``--vision`` adds the vision kernel as ``plan_attention`` would launch it on ``bench_vision``'s four
+shapes (bf16).
 
 Per compiled kernel it prints the registers (``cuobjdump -res-usage``), the shared memory, the SASS
 instruction count and the counts of the instruction classes that make decode's chain (barriers,
-shared-memory and global accesses, tensor-core products, shuffles), and a digest of the SASS text
-without addresses.  ``--lines N`` lists each kernel's N source lines with the most instructions (``nvdisasm -g``; an
-inlined helper's line counts, not its caller's).  ``--out DIR`` keeps each kernel's SASS; ``--against DIR`` (another tree's
-``--out``) says per kernel whether the SASS is identical.  The SASS is that of the Triton installed
+shared-memory and global accesses, tensor-core products, shuffles), and a digest of the SASS text,
+as Triton prints it.  ``--lines N`` lists each kernel's N source lines with the most instructions
+(``nvdisasm -g``; an inlined helper's line counts, not its caller's).  ``--out DIR`` keeps each
+kernel's SASS; ``--against DIR`` (another tree's ``--out``) says per kernel whether it is identical.  The SASS is that of the Triton installed
 (the H200's is 3.6: ``pip install triton==3.6.0`` in a separate venv gives the same code it runs).
 """
 
@@ -182,8 +184,16 @@ def _source(path: str, line: int) -> str:
         return ""
 
 
+def _row(shape: str, side: str, grid, warps, stages, kernel) -> dict:
+    """One compiled kernel's table row (and its cubin and SASS, for --lines and --out)."""
+    ins = instructions(kernel.asm["sass"])
+    return dict(shape=shape, side=side, kernel=kernel.name.removesuffix("_kernel"), grid=tuple(grid), warps=warps,
+                stages=stages, regs=registers(kernel.asm["cubin"]), smem=kernel.metadata.shared,
+                cubin=kernel.asm["cubin"], sass="\n".join(ins), **summary(ins))
+
+
 def compile_calls(shapes, sides, variants=("fused",)) -> list[dict]:
-    """One row per compiled kernel of each (shape, side, variant) call (variants: fused, split)."""
+    """One row per compiled kernel of each (shape, side, variant) LoRA call (variants: fused, split)."""
     import kernel_oracle.kernels.lora as klora
     from kernel_oracle.benchmarks import bench_lora as B
 
@@ -194,13 +204,26 @@ def compile_calls(shapes, sides, variants=("fused",)) -> list[dict]:
             seen: list = []
             with hopper_compiles(seen):
                 B._calls(klora, d, side)[variant]()
-            for grid, warps, stages, kernel in seen:
-                sass = kernel.asm["sass"]
-                ins = instructions(sass)
-                rows.append(dict(shape=shape, side=side, kernel=kernel.name.removesuffix("_kernel"), grid=tuple(grid), warps=warps, stages=stages,
-                                 regs=registers(kernel.asm["cubin"]), smem=kernel.metadata.shared,
-                                 cubin=kernel.asm["cubin"],
-                                 sass="\n".join(ins), **summary(ins)))
+            rows += [_row(shape, side, *launch) for launch in seen]
+    return rows
+
+
+def compile_vision() -> list[dict]:
+    """One row per ``bench_vision`` shape (bf16): the kernel ``plan_attention`` would launch (its default
+    config, block table, alignment), compiled for sm_90 on meta tensors."""
+    from kernel_oracle.benchmarks import bench_vision as BV
+    from kernel_oracle.kernels.vision import _kernel as VK
+
+    rows = []
+    for name, lens, H, D in BV.SHAPES:
+        q, k, v, out = (torch.empty(sum(lens), H, D, dtype=torch.bfloat16, device="meta") for _ in range(4))
+        config = VK.default_config(sum(VK.head_dim_split(D)), sum(VK.head_dim_split(D)), 2)
+        blocks = sum(-(-n // config.block_m) for n in lens)
+        table = torch.empty(blocks, 5, dtype=torch.int32, device="meta")
+        seen: list = []
+        with hopper_compiles(seen), mock.patch.object(VK, "_vision_attn_fwd", _Recorder(VK._vision_attn_fwd, seen)):
+            VK.launch_attention(q, k, v, out, table, blocks, D ** -0.5, config, "ieee")
+        rows += [_row(f"vision {name} d{D}", "-", *launch) for launch in seen]
     return rows
 
 
@@ -212,6 +235,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", nargs="+", default=list(B.SHAPES), choices=list(B.SHAPES))
     ap.add_argument("--sides", nargs="+", default=["q", "v"], choices=["q", "v"])
     ap.add_argument("--calls", nargs="+", default=["fused"], choices=["fused", "split"])
+    ap.add_argument("--vision", action="store_true", help="also the vision kernel on bench_vision's four shapes")
     ap.add_argument("--out", type=Path, help="write each kernel's SASS here")
     ap.add_argument("--against", type=Path, help="a directory another tree's --out wrote: compare")
     ap.add_argument("--lines", type=int, default=0, metavar="N",
@@ -223,7 +247,7 @@ def main(argv=None) -> int:
     import triton
 
     with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, TRITON_CACHE_DIR=cache):
-        rows = compile_calls(args.shapes, args.sides, args.calls)
+        rows = compile_calls(args.shapes, args.sides, args.calls) + (compile_vision() if args.vision else [])
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     print(f"# triton {triton.__version__}, sm_90; {' and '.join(args.calls)} calls of bench_lora's shapes")
@@ -233,7 +257,7 @@ def main(argv=None) -> int:
           ("---|" if args.against else ""))
     differ = 0
     for r in rows:
-        name = f"{r['shape']}_{r['kernel']}.sass"
+        name = f"{r['shape'].replace(' ', '_')}_{r['kernel']}.sass"
         if args.out:
             (args.out / name).write_text(r["sass"] + "\n")
         cells = [r["shape"], r["side"], r["kernel"], "x".join(map(str, r["grid"])), r["warps"], r["stages"], r["regs"],

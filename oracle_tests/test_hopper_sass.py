@@ -51,8 +51,13 @@ def _run(tmp_path, *args):
                     reason=f"this Triton build bundles no cuobjdump / nvdisasm ({BIN})")
 def test_sass_of_the_decode_launch_and_its_comparison(tmp_path):
     out = tmp_path / "sass"
-    done = _run(tmp_path, "--out", str(out), "--lines", "4")
+    done = _run(tmp_path, "--out", str(out), "--lines", "4", "--vision")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    from kernel_oracle.benchmarks.bench_vision import SHAPES as VISION_SHAPES
+
+    vision = [ln for ln in done.stdout.splitlines() if ln.startswith("| vision ")]
+    assert len(vision) == len(VISION_SHAPES) and all("| _vision_attn_fwd |" in ln for ln in vision), vision
+    assert all(int(ln.strip("|").split("|")[13]) > 0 for ln in vision)  # tensor-core products in every one
     row = next(ln for ln in done.stdout.splitlines() if ln.startswith("| decode-bs64 | v |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == "v_side_fused" and int(cells[4]) == 4  # BLOCKS["v_side_fused"]["tok"]: 4 warps
@@ -65,7 +70,7 @@ def test_sass_of_the_decode_launch_and_its_comparison(tmp_path):
     assert len(listed) == 4 and all(".py:" in ln for ln in listed), listed
     assert any("_kernels.py:" in ln for ln in listed)
 
-    same = _run(tmp_path, "--against", str(out))
+    same = _run(tmp_path, "--against", str(out))  # the LoRA kernel alone: its file is compared
     assert same.returncode == 0 and "| yes |" in same.stdout, same.stdout + same.stderr[-2000:]
     (out / "decode-bs64_v_side_fused.sass").write_text("\n".join(sass[:-1]) + "\n")
     changed = _run(tmp_path, "--against", str(out))
