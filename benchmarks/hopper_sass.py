@@ -19,8 +19,9 @@ instruction count and the counts of the instruction classes that make decode's c
 shared-memory and global accesses, tensor-core products, shuffles), and a digest of the SASS text,
 as Triton prints it.  ``--lines N`` lists each kernel's N source lines with the most instructions
 (``nvdisasm -g``; an inlined helper's line counts, not its caller's).  ``--out DIR`` keeps each
-kernel's SASS; ``--against DIR`` (another tree's ``--out``) says per kernel whether it is identical.  The SASS is that of the Triton installed
-(the H200's is 3.6: ``pip install triton==3.6.0`` in a separate venv gives the same code it runs).
+kernel's SASS; ``--against DIR`` (another tree's ``--out``) says per kernel whether it is identical.
+The SASS is that of the Triton installed (the H200's is 3.6: ``pip install triton==3.6.0`` in a
+separate venv gives the code it runs).
 """
 
 from __future__ import annotations
