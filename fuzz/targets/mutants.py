@@ -122,9 +122,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("lora_scaling_missing", "lora", "split step B adds the delta without the slot's scaling",
            (Patch(_K, "d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)",
                   "d = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)"),), ops=("step_b_q", "step_b_v")),
+    # (_delta serves both fused sides; the q side is the one searched)
     Mutant("lora_scaling_twice", "lora", "fused q side applies the scaling twice",
-           (Patch(_K, "d = tl.dot(mid, at, input_precision=DOT_PREC) * s",
-                  "d = tl.dot(mid, at, input_precision=DOT_PREC) * s * s"),), ops=("q_side_fused",)),
+           (Patch(_K, "d = tl.dot(mid, w, input_precision=DOT_PREC) * s",
+                  "d = tl.dot(mid, w, input_precision=DOT_PREC) * s * s"),), ops=("q_side_fused",)),
     Mutant("lora_wrong_v_half_offset", "lora", "step B_v reads the K-half of B (row offset h*FULL_K, not +qk)",
            (Patch(_K, "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row",
                   "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row"),), ops=("step_b_v",)),
