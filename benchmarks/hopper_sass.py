@@ -9,8 +9,9 @@ code) can be proven so without a GPU, and an edit meant to shorten decode's inst
 instructions, not by bytes) can be sized before device time is spent on it.  Each fused (and split) call
 of ``bench_lora``'s shapes runs through the real wrappers (``kernels.lora._launch``: path, blocks,
 layout, shared-memory fit with the H200's 227 KB), but on ``meta`` tensors, with a driver that only
-names the target (``GPUTarget("cuda", 90, 32)``), and ``JITFunction.warmup`` in place of the launch:
-Triton specializes and compiles exactly as a launch on the GPU would, and launches nothing.
+names the target (``GPUTarget("cuda", 90, 32)``), and ``JITFunction.warmup`` in place of the launch
+(``fuzz.precompile.CompileOnly``): Triton specializes and compiles exactly as a launch on the GPU
+would, and launches nothing.
 ``--vision`` adds the vision kernel as ``plan_attention`` would launch it on ``bench_vision``'s four
 shapes (bf16).
 
@@ -80,31 +81,19 @@ def _meta_inputs(seg_lens) -> dict:
                 A=t(B.L, B.R, B.C), base_q=t(S, B.H, B.C), base_v=t(S, B.H, B.VD))
 
 
-class _Recorder:
-    """Stands in for a kernel family: ``[grid](*args, **kw)`` compiles (warm-up) and records."""
-
-    def __init__(self, fn, seen: list):
-        self.fn, self.seen = fn, seen
-
-    def __getitem__(self, grid):
-        def warm(*args, **kwargs):
-            kernel = self.fn.warmup(*args, grid=grid, **kwargs)
-            self.seen.append((grid, kwargs.get("num_warps"), kwargs.get("num_stages"), kernel))
-        return warm
-
-
 @contextlib.contextmanager
 def hopper_compiles(seen: list):
     """Within: the LoRA wrappers compile for sm_90 and record (grid, warps, stages, kernel) in ``seen``."""
     from triton.runtime.driver import driver
 
+    from kernel_oracle.fuzz.precompile import CompileOnly
     from kernel_oracle.kernels.lora import _launch as LL
 
     family = LL._family
     driver.set_active(HopperTarget())
     try:
         with mock.patch.object(LL, "smem_limit", lambda device: H200_SMEM_OPTIN), \
-                mock.patch.object(LL, "_family", lambda kernel, lay: _Recorder(family(kernel, lay), seen)):
+                mock.patch.object(LL, "_family", lambda kernel, lay: CompileOnly(family(kernel, lay), seen)):
             LL._FITTED.clear()
             yield
     finally:
@@ -213,6 +202,7 @@ def compile_vision() -> list[dict]:
     """One row per ``bench_vision`` shape (bf16): the kernel ``plan_attention`` would launch (its default
     config, block table, alignment), compiled for sm_90 on meta tensors."""
     from kernel_oracle.benchmarks import bench_vision as BV
+    from kernel_oracle.fuzz.precompile import CompileOnly
     from kernel_oracle.kernels.vision import _kernel as VK
 
     rows = []
@@ -222,7 +212,8 @@ def compile_vision() -> list[dict]:
         blocks = sum(-(-n // config.block_m) for n in lens)
         table = torch.empty(blocks, 5, dtype=torch.int32, device="meta")
         seen: list = []
-        with hopper_compiles(seen), mock.patch.object(VK, "_vision_attn_fwd", _Recorder(VK._vision_attn_fwd, seen)):
+        with hopper_compiles(seen), \
+                mock.patch.object(VK, "_vision_attn_fwd", CompileOnly(VK._vision_attn_fwd, seen)):
             VK.launch_attention(q, k, v, out, table, blocks, D ** -0.5, config, "ieee")
         rows += [_row(f"vision {name} d{D}", "-", *launch) for launch in seen]
     return rows

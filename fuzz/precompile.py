@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-__all__ = ["CHILDREN_SHARE", "MIN_PARALLEL_S", "Precompile", "compile_only", "default_processes",
+__all__ = ["CHILDREN_SHARE", "CompileOnly", "MIN_PARALLEL_S", "Precompile", "compile_only", "default_processes",
            "start_variants", "warm_up_target"]
 
 # children beyond this gain little (measured with 12)
@@ -135,18 +135,26 @@ def warm_up_target(target, spec: str, device, *, time_s: Optional[float], proces
     return {**result, "seconds": round(time.monotonic() - t0, 3), "parallel": parallel}
 
 
-class _CompileOnly:
-    """A Triton kernel whose launches ``kernel[grid](*args, **kwargs)`` compile and run nothing."""
+class CompileOnly:
+    """A Triton kernel whose launches ``kernel[grid](*args, **kwargs)`` compile and run nothing; each
+    compiled kernel is appended to ``seen`` (when given) as (grid, num_warps, num_stages, kernel)
+    (:mod:`benchmarks.hopper_sass` reads them)."""
 
-    def __init__(self, kernel) -> None:
+    def __init__(self, kernel, seen: Optional[list] = None) -> None:
         self._kernel = kernel
+        self._seen = seen
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self._kernel.warmup(*args, grid=grid, **kwargs)
+        def warm(*args, **kwargs):
+            compiled = self._kernel.warmup(*args, grid=grid, **kwargs)
+            if self._seen is not None:
+                self._seen.append((grid, kwargs.get("num_warps"), kwargs.get("num_stages"), compiled))
+            return compiled
+        return warm
 
     def __getattr__(self, name):
         attr = getattr(self._kernel, name)
-        return _CompileOnly(attr) if name == "generic" else attr  # the LoRA kernels' twin family
+        return CompileOnly(attr, self._seen) if name == "generic" else attr  # the LoRA kernels' twin family
 
 
 def compile_only() -> list[str]:
@@ -158,7 +166,7 @@ def compile_only() -> list[str]:
     for module, names in ((lora_kernels, [n for n in dir(lora_kernels) if n.endswith("_kernel")]),
                           (vision_kernel, ["_vision_attn_fwd"])):
         for name in names:
-            setattr(module, name, _CompileOnly(getattr(module, name)))
+            setattr(module, name, CompileOnly(getattr(module, name)))
             patched.append(name)
     return patched
 
