@@ -1,28 +1,32 @@
 """The SASS of the benchmarks' LoRA (and vision) launches for the H200 (sm_90), built on any machine.
 
 python -m kernel_oracle.benchmarks.hopper_sass [--shapes decode-bs64 ...] [--sides q v] [--calls fused split]
-                                               [--vision] [--lines N] [--out DIR] [--against DIR]
+                                               [--vision] [--ab decode|prefill] [--lines N] [--out DIR]
+                                               [--against DIR]
 
 Why: a kernel edit that should not change the code the GPU runs (a refactor, a fold of repeated
-code) can be proven so without a GPU, and an edit meant to shorten decode's instruction chain (Note
-[Whole-row prefetch] in :mod:`kernels.lora._kernels`: decode-bs64 is bound by each program's
-instructions, not by bytes) can be sized before device time is spent on it.  Each fused (and split) call
-of ``bench_lora``'s shapes runs through the real wrappers (``kernels.lora._launch``: path, blocks,
-layout, shared-memory fit with the H200's 227 KB), but on ``meta`` tensors, with a driver that only
-names the target (``GPUTarget("cuda", 90, 32)``), and ``JITFunction.warmup`` in place of the launch
+code) can be proven so without a GPU, and a candidate's registers, occupancy and barriers can be read
+before device time is spent on it (though not its speed: fewer instructions per program were not
+faster at decode-bs64, docs/kernels_lora.md).  Each fused (and split) call of ``bench_lora``'s shapes
+runs through the real wrappers (``kernels.lora._launch``: path, blocks, layout, shared-memory fit
+with the H200's 227 KB), but on ``meta`` tensors, with a driver that only names the target
+(``GPUTarget("cuda", 90, 32)``), and ``JITFunction.warmup`` in place of the launch
 (``fuzz.precompile.CompileOnly``): Triton specializes and compiles exactly as a launch on the GPU
-would, and launches nothing.
-``--vision`` adds the vision kernel as ``plan_attention`` would launch it on ``bench_vision``'s four
-shapes (bf16).
+would, and launches nothing.  ``--vision`` adds the vision kernel as ``plan_attention`` would launch
+it on ``bench_vision``'s four shapes (bf16).
 
-Per compiled kernel it prints the registers (``cuobjdump -res-usage``), the shared memory, the SASS
-instruction count and the counts of the instruction classes that make decode's chain (barriers,
-shared-memory and global accesses, tensor-core products, shuffles), and a digest of the SASS text,
-as Triton prints it.  ``--lines N`` lists each kernel's N source lines with the most instructions
-(``nvdisasm -g``; an inlined helper's line counts, not its caller's).  ``--out DIR`` keeps each
-kernel's SASS; ``--against DIR`` (another tree's ``--out``) says per kernel whether it is identical.
-The SASS is that of the Triton installed (the H200's is 3.6: ``pip install triton==3.6.0`` in a
-separate venv gives the code it runs).
+``--ab decode`` (``prefill``) compiles each configuration of ``bench_lora``'s ``DECODE_AB`` (``PREFILL_AB``)
+table instead, as its A/B would launch it.
+
+Per compiled kernel it prints the registers (``cuobjdump -res-usage``), the shared memory, the
+programs that fit on one SM and the waves of the grid (:func:`programs_per_sm`), the SASS instruction
+count and the counts of the instruction classes that make decode's chain (barriers, shared-memory and
+global accesses, tensor-core products, shuffles), and a digest of the SASS text as Triton prints it.
+``--lines N`` lists each kernel's N source lines with the most instructions (``nvdisasm -g``; an
+inlined helper's line counts, not its caller's).  ``--out DIR`` keeps each kernel's SASS; ``--against
+DIR`` (another tree's ``--out``) says per kernel whether it is identical.  The SASS is that of the
+Triton installed (the H200's is 3.6: ``pip install triton==3.6.0`` in a separate venv gives the code
+it runs).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import argparse
 import contextlib
 import hashlib
 import itertools
+import math
 import os
 import re
 import subprocess
@@ -44,6 +49,11 @@ import torch
 
 # shared memory a block may opt in to on the H200 (cudaDevAttrMaxSharedMemoryPerBlockOptin), bytes
 H200_SMEM_OPTIN = 232448
+# what bounds the programs resident on one H200 SM (CUDA's occupancy rules for compute capability 9.0):
+# 65,536 registers allocated per warp in units of 256, 228 KB of shared memory with 1 KB reserved per
+# block, 64 warps, 32 blocks; 132 SMs
+SM_REGISTERS, REGISTER_UNIT, SM_SMEM, BLOCK_SMEM_RESERVED, SM_WARPS, SM_BLOCKS, H200_SMS = \
+    65536, 256, 233472, 1024, 64, 32, 132
 # SASS opcode classes of a decode program's chain (by opcode prefix)
 CLASSES = {"bar": ("BAR",), "lds/sts": ("LDS", "STS", "LDSM", "STSM"), "ldg": ("LDG", "LDGSTS"), "stg": ("STG",),
            "mma": ("HMMA", "HGMMA"), "shfl": ("SHFL",), "cvt": ("F2F", "F2FP", "I2F", "F2I")}
@@ -174,11 +184,20 @@ def _source(path: str, line: int) -> str:
         return ""
 
 
+def programs_per_sm(regs: int, warps: int, smem: int) -> int:
+    """Programs of ``warps`` warps, ``regs`` registers per thread and ``smem`` bytes that fit on one SM."""
+    per_warp = -(-regs * 32 // REGISTER_UNIT) * REGISTER_UNIT
+    return min(SM_REGISTERS // per_warp // warps, SM_SMEM // (smem + BLOCK_SMEM_RESERVED), SM_WARPS // warps,
+               SM_BLOCKS)
+
+
 def _row(shape: str, side: str, grid, warps, stages, kernel) -> dict:
     """One compiled kernel's table row (and its cubin and SASS, for --lines and --out)."""
     ins = instructions(kernel.asm["sass"])
+    regs, smem = registers(kernel.asm["cubin"]), kernel.metadata.shared
+    per_sm = programs_per_sm(regs, warps, smem)
     return dict(shape=shape, side=side, kernel=kernel.name.removesuffix("_kernel"), grid=tuple(grid), warps=warps,
-                stages=stages, regs=registers(kernel.asm["cubin"]), smem=kernel.metadata.shared,
+                stages=stages, regs=regs, smem=smem, per_sm=per_sm, waves=math.prod(grid) / (per_sm * H200_SMS),
                 cubin=kernel.asm["cubin"], sass="\n".join(ins), **summary(ins))
 
 
@@ -195,6 +214,39 @@ def compile_calls(shapes, sides, variants=("fused",)) -> list[dict]:
             with hopper_compiles(seen):
                 B._calls(klora, d, side)[variant]()
             rows += [_row(shape, side, *launch) for launch in seen]
+    return rows
+
+
+def compile_ab(table: dict, shapes, path: str) -> list[dict]:
+    """The fused kernels of each configuration of a ``bench_lora`` A/B table (``DECODE_AB`` on the
+    token-major path, ``PREFILL_AB`` segment-major) on ``shapes``, as ``--decode-ab`` / ``--prefill-ab``
+    would launch them: static figures to sort candidates before device time is spent on them.  A
+    configuration that does not compile gives a row with its error."""
+    import kernel_oracle.kernels.lora as klora
+    from kernel_oracle.benchmarks import bench_lora as B
+    from kernel_oracle.kernels.lora import _launch as LL
+
+    rows, saved = [], {op: LL.BLOCKS[op][path] for op in table}
+    configs_of = B.ab_configs(table, LL.BLOCKS, path)  # of the chosen blocks, before any is replaced
+    try:
+        for shape in shapes:
+            d = _meta_inputs(B.SHAPES[shape])
+            for op, configs in configs_of.items():
+                side = "q" if op == "q_side_fused" else "v"
+                for (route, cfg), (_, overrides) in zip(configs, table[op]):
+                    label = f"{shape} {route} {overrides or ''}".strip()
+                    LL.BLOCKS[op][path] = dict(cfg)
+                    seen: list = []
+                    try:
+                        with hopper_compiles(seen), B.token_major_route(LL, route):
+                            B._calls(klora, d, side)["fused"]()
+                    except Exception as exc:  # noqa: BLE001 - a configuration that does not build is a result
+                        rows.append(dict(shape=label, side=side, error=f"{type(exc).__name__}: {str(exc)[:120]}"))
+                        continue
+                    rows += [_row(label, side, *launch) for launch in seen]
+    finally:
+        for op, cfg in saved.items():
+            LL.BLOCKS[op][path] = cfg
     return rows
 
 
@@ -228,6 +280,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sides", nargs="+", default=["q", "v"], choices=["q", "v"])
     ap.add_argument("--calls", nargs="+", default=["fused"], choices=["fused", "split"])
     ap.add_argument("--vision", action="store_true", help="also the vision kernel on bench_vision's four shapes")
+    ap.add_argument("--ab", choices=["decode", "prefill"],
+                    help="instead: each configuration of bench_lora's DECODE_AB or PREFILL_AB table")
     ap.add_argument("--out", type=Path, help="write each kernel's SASS here")
     ap.add_argument("--against", type=Path, help="a directory another tree's --out wrote: compare")
     ap.add_argument("--lines", type=int, default=0, metavar="N",
@@ -239,28 +293,38 @@ def main(argv=None) -> int:
     import triton
 
     with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, TRITON_CACHE_DIR=cache):
-        rows = compile_calls(args.shapes, args.sides, args.calls) + (compile_vision() if args.vision else [])
+        if args.ab:
+            decode = args.ab == "decode"
+            rows = compile_ab(B.DECODE_AB if decode else B.PREFILL_AB,
+                              ("decode-bs64", "decode-bs256") if decode else ("prefill-8x2048",), "tok" if decode else "seg")
+        else:
+            rows = compile_calls(args.shapes, args.sides, args.calls) + (compile_vision() if args.vision else [])
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-    print(f"# triton {triton.__version__}, sm_90; {' and '.join(args.calls)} calls of bench_lora's shapes")
-    print("| shape | side | kernel | grid | warps | stages | regs | smem B | SASS | bar | lds/sts | ldg | stg | mma | shfl "
-          "| cvt | digest |" + (" same as --against |" if args.against else ""))
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" +
+    what = f"bench_lora's {args.ab.upper()}_AB table" if args.ab else \
+        f"{' and '.join(args.calls)} calls of bench_lora's shapes"
+    print(f"# triton {triton.__version__}, sm_90 (an H200: {H200_SMS} SMs); {what}")
+    print("| shape | side | kernel | grid | warps | stages | regs | smem B | per SM | waves | SASS | bar | lds/sts "
+          "| ldg | stg | mma | shfl | cvt | digest |" + (" same as --against |" if args.against else ""))
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" +
           ("---|" if args.against else ""))
     differ = 0
     for r in rows:
-        name = f"{r['shape'].replace(' ', '_')}_{r['kernel']}.sass"
+        if "error" in r:
+            print(f"| {r['shape']} | {r['side']} | {r['error']} |")
+            continue
+        name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{r['shape']}_{r['kernel']}") + ".sass"
         if args.out:
             (args.out / name).write_text(r["sass"] + "\n")
         cells = [r["shape"], r["side"], r["kernel"], "x".join(map(str, r["grid"])), r["warps"], r["stages"], r["regs"],
-                 r["smem"], r["total"], *(r[c] for c in CLASSES), r["digest"]]
+                 r["smem"], r["per_sm"], f"{r['waves']:.2f}", r["total"], *(r[c] for c in CLASSES), r["digest"]]
         if args.against:
             old = args.against / name
             same = old.exists() and old.read_text() == r["sass"] + "\n"
             differ += not same
             cells.append("yes" if same else ("no" if old.exists() else "missing"))
         print("| " + " | ".join(map(str, cells)) + " |")
-    for r in rows if args.lines else ():
+    for r in (r for r in rows if "cubin" in r) if args.lines else ():
         print(f"\n{r['shape']} {r['kernel']}: source lines by SASS instructions (bar, lds/sts)")
         for row in by_line(r["cubin"])[:args.lines]:
             where = f"{Path(row['file']).name}:{row['line']}"

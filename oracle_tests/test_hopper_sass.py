@@ -39,6 +39,13 @@ def test_listing_counts_by_class():
     assert HS.summary(lines[:-2])["digest"] != s["digest"]
 
 
+def _table(stdout: str) -> list[dict]:
+    """The printed table's rows, by its header's names."""
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[1:]]
+
+
 def _run(tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = env.get("TRITON_DEFAULT_FP_FUSION", "1")
@@ -55,13 +62,13 @@ def test_sass_of_the_decode_launch_and_its_comparison(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     from kernel_oracle.benchmarks.bench_vision import SHAPES as VISION_SHAPES
 
-    vision = [ln for ln in done.stdout.splitlines() if ln.startswith("| vision ")]
-    assert len(vision) == len(VISION_SHAPES) and all("| _vision_attn_fwd |" in ln for ln in vision), vision
-    assert all(int(ln.strip("|").split("|")[13]) > 0 for ln in vision)  # tensor-core products in every one
-    row = next(ln for ln in done.stdout.splitlines() if ln.startswith("| decode-bs64 | v |"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2] == "v_side_fused" and int(cells[4]) == 4  # BLOCKS["v_side_fused"]["tok"]: 4 warps
-    regs, total, bar, mma = int(cells[6]), int(cells[8]), int(cells[9]), int(cells[13])
+    table = _table(done.stdout)
+    vision = [r for r in table if r["shape"].startswith("vision ")]
+    assert len(vision) == len(VISION_SHAPES) and all(r["kernel"] == "_vision_attn_fwd" for r in vision), vision
+    assert all(int(r["mma"]) > 0 and int(r["per SM"]) >= 1 for r in vision)  # tensor-core products in every one
+    (row,) = [r for r in table if r["shape"] == "decode-bs64"]
+    assert row["kernel"] == "v_side_fused" and row["warps"] == "4"  # BLOCKS["v_side_fused"]["tok"]: 4 warps
+    regs, total, bar, mma = int(row["regs"]), int(row["SASS"]), int(row["bar"]), int(row["mma"])
     assert 32 <= regs <= 255 and total > 200 and bar > 0 and mma > 0
     sass = (out / "decode-bs64_v_side_fused.sass").read_text().splitlines()
     assert sum(HS.opcode(x) not in ("", "NOP") for x in sass) == total
@@ -75,3 +82,30 @@ def test_sass_of_the_decode_launch_and_its_comparison(tmp_path):
     (out / "decode-bs64_v_side_fused.sass").write_text("\n".join(sass[:-1]) + "\n")
     changed = _run(tmp_path, "--against", str(out))
     assert changed.returncode == 1 and "| no |" in changed.stdout, changed.stdout
+
+
+def test_programs_per_sm_match_nsight_compute_on_the_h200():
+    # Nsight Compute on the H200 (s11d, docs/kernels_lora.md): the fused q kernel of 160 registers on 4 warps,
+    # 3 programs per SM; the v kernel of 204 registers and 73,728 B of shared memory, 2 per SM
+    assert HS.programs_per_sm(160, 4, 49152) == 3
+    assert HS.programs_per_sm(204, 4, 73728) == 2
+    assert HS.programs_per_sm(32, 4, 120_000) == 1  # shared memory bounds it
+    assert HS.programs_per_sm(16, 1, 0) == 32  # the block limit
+
+
+@pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason=f"this Triton build bundles no cuobjdump ({BIN})")
+def test_ab_table_rows_are_the_configurations(tmp_path):
+    from kernel_oracle.benchmarks.bench_lora import PREFILL_AB
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = env.get("TRITON_DEFAULT_FP_FUSION", "1")
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.hopper_sass", "--ab", "prefill"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = _table(done.stdout)
+    assert len(rows) == sum(len(v) for v in PREFILL_AB.values())
+    by_label = {(r["shape"], r["side"]): r for r in rows}
+    # the chosen q blocks run 3 stages, the {'num_stages': 2} row 2: each row is its configuration
+    assert by_label[("prefill-8x2048 auto", "q")]["stages"] == "3"
+    assert by_label[("prefill-8x2048 auto {'num_stages': 2}", "q")]["stages"] == "2"
