@@ -1,7 +1,7 @@
 """The SASS of the benchmarks' LoRA (and vision) launches for the H200 (sm_90), built on any machine.
 
 python -m kernel_oracle.benchmarks.hopper_sass [--shapes decode-bs64 ...] [--sides q v] [--calls fused split]
-                                               [--vision] [--ab decode|prefill] [--lines N] [--out DIR]
+                                               [--vision] [--ab decode|prefill|vision] [--lines N] [--out DIR]
                                                [--against DIR]
 
 Why: a kernel edit that should not change the code the GPU runs (a refactor, a fold of repeated
@@ -16,7 +16,7 @@ would, and launches nothing.  ``--vision`` adds the vision kernel as ``plan_atte
 it on ``bench_vision``'s four shapes (bf16).
 
 ``--ab decode`` (``prefill``) compiles each configuration of ``bench_lora``'s ``DECODE_AB`` (``PREFILL_AB``)
-table instead, as its A/B would launch it.
+table instead, as its A/B would launch it; ``--ab vision`` each of ``bench_vision``'s ``SWEEP``.
 
 Per compiled kernel it prints the registers (``cuobjdump -res-usage``), the shared memory, the
 programs that fit on one SM and the waves of the grid (:func:`programs_per_sm`), the SASS instruction
@@ -250,9 +250,10 @@ def compile_ab(table: dict, shapes, path: str) -> list[dict]:
     return rows
 
 
-def compile_vision() -> list[dict]:
+def compile_vision(sweep: bool = False) -> list[dict]:
     """One row per ``bench_vision`` shape (bf16): the kernel ``plan_attention`` would launch (its default
-    config, block table, alignment), compiled for sm_90 on meta tensors."""
+    config, block table, alignment), compiled for sm_90 on meta tensors; with ``sweep``, one per
+    configuration of ``bench_vision.SWEEP`` (its ``--sweep``) instead."""
     from kernel_oracle.benchmarks import bench_vision as BV
     from kernel_oracle.fuzz.precompile import CompileOnly
     from kernel_oracle.kernels.vision import _kernel as VK
@@ -260,14 +261,20 @@ def compile_vision() -> list[dict]:
     rows = []
     for name, lens, H, D in BV.SHAPES:
         q, k, v, out = (torch.empty(sum(lens), H, D, dtype=torch.bfloat16, device="meta") for _ in range(4))
-        config = VK.default_config(sum(VK.head_dim_split(D)), sum(VK.head_dim_split(D)), 2)
-        blocks = sum(-(-n // config.block_m) for n in lens)
-        table = torch.empty(blocks, 5, dtype=torch.int32, device="meta")
-        seen: list = []
-        with hopper_compiles(seen), \
-                mock.patch.object(VK, "_vision_attn_fwd", CompileOnly(VK._vision_attn_fwd, seen)):
-            VK.launch_attention(q, k, v, out, table, blocks, D ** -0.5, config, "ieee")
-        rows += [_row(f"vision {name} d{D}", "-", *launch) for launch in seen]
+        default = VK.default_config(sum(VK.head_dim_split(D)), sum(VK.head_dim_split(D)), 2)
+        for config in [VK.KernelConfig(*c) for c in BV.SWEEP] if sweep else (default,):
+            blocks = sum(-(-n // config.block_m) for n in lens)
+            table = torch.empty(blocks, 5, dtype=torch.int32, device="meta")
+            label = f"vision {name} d{D}" + (f" {tuple(config)}" if sweep else "")
+            seen: list = []
+            try:
+                with hopper_compiles(seen), \
+                        mock.patch.object(VK, "_vision_attn_fwd", CompileOnly(VK._vision_attn_fwd, seen)):
+                    VK.launch_attention(q, k, v, out, table, blocks, D ** -0.5, config, "ieee")
+            except Exception as exc:  # noqa: BLE001 - a configuration that does not build is a result
+                rows.append(dict(shape=label, side="-", error=f"{type(exc).__name__}: {str(exc)[:120]}"))
+                continue
+            rows += [_row(label, "-", *launch) for launch in seen]
     return rows
 
 
@@ -280,8 +287,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sides", nargs="+", default=["q", "v"], choices=["q", "v"])
     ap.add_argument("--calls", nargs="+", default=["fused"], choices=["fused", "split"])
     ap.add_argument("--vision", action="store_true", help="also the vision kernel on bench_vision's four shapes")
-    ap.add_argument("--ab", choices=["decode", "prefill"],
-                    help="instead: each configuration of bench_lora's DECODE_AB or PREFILL_AB table")
+    ap.add_argument("--ab", choices=["decode", "prefill", "vision"],
+                    help="instead: each configuration of bench_lora's DECODE_AB or PREFILL_AB table, or of "
+                         "bench_vision's SWEEP")
     ap.add_argument("--out", type=Path, help="write each kernel's SASS here")
     ap.add_argument("--against", type=Path, help="a directory another tree's --out wrote: compare")
     ap.add_argument("--lines", type=int, default=0, metavar="N",
@@ -293,7 +301,9 @@ def main(argv=None) -> int:
     import triton
 
     with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, TRITON_CACHE_DIR=cache):
-        if args.ab:
+        if args.ab == "vision":
+            rows = compile_vision(sweep=True)
+        elif args.ab:
             decode = args.ab == "decode"
             rows = compile_ab(B.DECODE_AB if decode else B.PREFILL_AB,
                               ("decode-bs64", "decode-bs256") if decode else ("prefill-8x2048",), "tok" if decode else "seg")
@@ -301,7 +311,7 @@ def main(argv=None) -> int:
             rows = compile_calls(args.shapes, args.sides, args.calls) + (compile_vision() if args.vision else [])
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-    what = f"bench_lora's {args.ab.upper()}_AB table" if args.ab else \
+    what = "bench_vision's SWEEP" if args.ab == "vision" else f"bench_lora's {args.ab.upper()}_AB table" if args.ab else \
         f"{' and '.join(args.calls)} calls of bench_lora's shapes"
     print(f"# triton {triton.__version__}, sm_90 (an H200: {H200_SMS} SMs); {what}")
     print("| shape | side | kernel | grid | warps | stages | regs | smem B | per SM | waves | SASS | bar | lds/sts "

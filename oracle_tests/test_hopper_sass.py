@@ -109,3 +109,22 @@ def test_ab_table_rows_are_the_configurations(tmp_path):
     # the chosen q blocks run 3 stages, the {'num_stages': 2} row 2: each row is its configuration
     assert by_label[("prefill-8x2048 auto", "q")]["stages"] == "3"
     assert by_label[("prefill-8x2048 auto {'num_stages': 2}", "q")]["stages"] == "2"
+
+
+@pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason=f"this Triton build bundles no cuobjdump ({BIN})")
+def test_vision_sweep_rows_keep_each_configuration(tmp_path):
+    from kernel_oracle.benchmarks.bench_vision import SHAPES, SWEEP
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = env.get("TRITON_DEFAULT_FP_FUSION", "1")
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.hopper_sass", "--ab", "vision"], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = _table(done.stdout)
+    assert len(rows) == len(SHAPES) * len(SWEEP)
+    for (name, _, _, d), config in zip([s for s in SHAPES for _ in SWEEP], SWEEP * len(SHAPES)):
+        full = tuple(config) + (False,) * (5 - len(config))  # KernelConfig's warp_specialize defaults to False
+        assert f"vision {name} d{d} {full}" in {r["shape"] for r in rows}
+        (row,) = [r for r in rows if r["shape"] == f"vision {name} d{d} {full}"]
+        assert (row["warps"], row["stages"]) == (str(config[2]), str(config[3]))
