@@ -46,12 +46,17 @@ def _table(stdout: str) -> list[dict]:
     return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[1:]]
 
 
-def _run(tmp_path, *args):
+def _hopper_sass(tmp_path, *args):
+    """``python -m kernel_oracle.benchmarks.hopper_sass ARGS`` in a child without the interpreter."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = env.get("TRITON_DEFAULT_FP_FUSION", "1")
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    return subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.hopper_sass", "--shapes", "decode-bs64",
-                           "--sides", "v", *args], env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.hopper_sass", *args], env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def _run(tmp_path, *args):
+    return _hopper_sass(tmp_path, "--shapes", "decode-bs64", "--sides", "v", *args)
 
 
 @pytest.mark.skipif(not (BIN / "cuobjdump").exists() or not (BIN / "nvdisasm").exists(),
@@ -97,11 +102,7 @@ def test_programs_per_sm_match_nsight_compute_on_the_h200():
 def test_ab_table_rows_are_the_configurations(tmp_path):
     from kernel_oracle.benchmarks.bench_lora import PREFILL_AB
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = env.get("TRITON_DEFAULT_FP_FUSION", "1")
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    done = subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.hopper_sass", "--ab", "prefill"], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = _hopper_sass(tmp_path, "--ab", "prefill")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = _table(done.stdout)
     assert len(rows) == sum(len(v) for v in PREFILL_AB.values())
@@ -115,11 +116,7 @@ def test_ab_table_rows_are_the_configurations(tmp_path):
 def test_vision_sweep_rows_keep_each_configuration(tmp_path):
     from kernel_oracle.benchmarks.bench_vision import SHAPES, SWEEP
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = env.get("TRITON_DEFAULT_FP_FUSION", "1")
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    done = subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.hopper_sass", "--ab", "vision"], env=env,
-                          capture_output=True, text=True, timeout=900)
+    done = _hopper_sass(tmp_path, "--ab", "vision")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = _table(done.stdout)
     assert len(rows) == len(SHAPES) * len(SWEEP)
