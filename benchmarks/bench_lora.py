@@ -265,6 +265,12 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
+# Round 14 (prepared in session 13, which had no device time; not yet run): the tile heights never timed on
+# the flat grid at 4 warps.  At decode-bs64 a slot has 16 rows, so a 32-row q tile and a 64-row v tile are
+# half and three quarters padding; 16-row q tiles were timed on the per-slot grid only (s12h: 8.21 us, its
+# 16 tiles per head mostly empty), v's 32-row tiles before the row search (s11a: 8.82).  Static figures
+# (python -m kernel_oracle.benchmarks.hopper_sass --ab decode, triton 3.6.0, docs/benchmarks/data/
+# sm90_offline_2026-12-01_s13/): they compile and fit; they do not say which is faster (docs/kernels_lora.md).
 # Round 13 (session 12, s12h, for the next session): on the per-slot grid, the chosen blocks against 16-row
 # q tiles, 8 warps, 64-column q blocks, 64-column v step-A blocks.
 # s12h, us: bs64 q auto (per-slot) 7.92, flat 8.43, 16-row tiles 8.21, 8 warps 8.03, BLOCK_C=64 11.75; bs64 v
@@ -295,10 +301,10 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("sorted", {"BT": 16, "WIDE_BT": None}),
-                     ("sorted", {"num_warps": 8}), ("sorted", {"BLOCK_C": 64})],
-    "v_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("sorted", {"BLOCK_K": 64}),
-                     ("sorted", {"num_warps": 8})],
+    "q_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("flat", {"BT": 16, "WIDE_BT": None}),
+                     ("sorted", {"BT": 16, "WIDE_BT": None})],
+    "v_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("flat", {"BT": 32}), ("sorted", {"BT": 32}),
+                     ("flat", {"BT": 16})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the
