@@ -69,12 +69,15 @@ def copy_bandwidth() -> float:
 
 
 def _inputs(seg_lens, seed, device="cuda"):
+    """One input set of ``seg_lens``: random bf16 activations, weights and bases, and the batch metadata.
+    On ``device="meta"`` the same tensors without data, the metadata on the CPU (benchmarks.hopper_sass)."""
     from kernel_oracle.reference.batch_info import make_lora_batch_info
 
-    g = torch.Generator(device=device).manual_seed(seed)
+    meta = torch.device(device).type == "meta"
+    g = None if meta else torch.Generator(device=device).manual_seed(seed)
     S = sum(seg_lens)
     slots = [i % L for i in range(len(seg_lens))]
-    bi = make_lora_batch_info(seg_lens, slots, RANKS, SCALINGS, device=device)
+    bi = make_lora_batch_info(seg_lens, slots, RANKS, SCALINGS, device="cpu" if meta else device)
 
     def rnd(*shape, scale=1.0):
         return (torch.randn(shape, generator=g, device=device) * scale).to(torch.bfloat16)

@@ -74,23 +74,6 @@ class HopperTarget:
         return GPUTarget("cuda", 90, 32)
 
 
-def _meta_inputs(seg_lens) -> dict:
-    """``bench_lora._inputs`` on the meta device (no data, 16-byte aligned pointers like CUDA's); the
-    metadata stays on the CPU (only its pointers reach the compile, unspecialized)."""
-    from kernel_oracle.benchmarks import bench_lora as B
-    from kernel_oracle.reference.batch_info import make_lora_batch_info
-
-    S = sum(seg_lens)
-    slots = [i % B.L for i in range(len(seg_lens))]
-    bi = make_lora_batch_info(seg_lens, slots, B.RANKS, B.SCALINGS, device="cpu")
-
-    def t(*shape):
-        return torch.empty(shape, dtype=torch.bfloat16, device="meta")
-
-    return dict(bi=bi, q=t(S, B.H, B.QK), attn=t(S, B.H, B.C), B=t(B.L, B.H * B.FULL_K, B.R),
-                A=t(B.L, B.R, B.C), base_q=t(S, B.H, B.C), base_v=t(S, B.H, B.VD))
-
-
 @contextlib.contextmanager
 def hopper_compiles(seen: list):
     """Within: the LoRA wrappers compile for sm_90 and record (grid, warps, stages, kernel) in ``seen``."""
@@ -208,7 +191,7 @@ def compile_calls(shapes, sides, variants=("fused",)) -> list[dict]:
 
     rows = []
     for shape in shapes:
-        d = _meta_inputs(B.SHAPES[shape])
+        d = B._inputs(B.SHAPES[shape], 0, device="meta")
         for side, variant in itertools.product(sides, variants):
             seen: list = []
             with hopper_compiles(seen):
@@ -230,7 +213,7 @@ def compile_ab(table: dict, shapes, path: str) -> list[dict]:
     configs_of = B.ab_configs(table, LL.BLOCKS, path)  # of the chosen blocks, before any is replaced
     try:
         for shape in shapes:
-            d = _meta_inputs(B.SHAPES[shape])
+            d = B._inputs(B.SHAPES[shape], 0, device="meta")
             for op, configs in configs_of.items():
                 side = "q" if op == "q_side_fused" else "v"
                 for (route, cfg), (_, overrides) in zip(configs, table[op]):
@@ -251,26 +234,28 @@ def compile_ab(table: dict, shapes, path: str) -> list[dict]:
 
 
 def compile_vision(sweep: bool = False) -> list[dict]:
-    """One row per ``bench_vision`` shape (bf16): the kernel ``plan_attention`` would launch (its default
-    config, block table, alignment), compiled for sm_90 on meta tensors; with ``sweep``, one per
-    configuration of ``bench_vision.SWEEP`` (its ``--sweep``) instead."""
+    """One row per ``bench_vision`` shape (bf16): the kernel ``plan_attention`` plans (its default config,
+    block table, alignment), compiled for sm_90 on meta tensors; with ``sweep``, one per configuration of
+    ``bench_vision.SWEEP`` (its ``--sweep``) instead."""
     from kernel_oracle.benchmarks import bench_vision as BV
     from kernel_oracle.fuzz.precompile import CompileOnly
+    from kernel_oracle.kernels.vision import KernelConfig, plan_attention
     from kernel_oracle.kernels.vision import _kernel as VK
+    from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
 
     rows = []
     for name, lens, H, D in BV.SHAPES:
-        q, k, v, out = (torch.empty(sum(lens), H, D, dtype=torch.bfloat16, device="meta") for _ in range(4))
-        default = VK.default_config(sum(VK.head_dim_split(D)), sum(VK.head_dim_split(D)), 2)
-        for config in [VK.KernelConfig(*c) for c in BV.SWEEP] if sweep else (default,):
-            blocks = sum(-(-n // config.block_m) for n in lens)
-            table = torch.empty(blocks, 5, dtype=torch.int32, device="meta")
+        q, k, v, cu = BV._inputs(lens, H, D, torch.bfloat16, "meta")
+        md = prepare_flashinfer_cudnn_metadata(cu, "cpu", elem_per_token=H * D)
+        for config in [KernelConfig(*c) for c in BV.SWEEP] if sweep else (None,):
+            planned = plan_attention(q, k, v, None, None, None, forward_metadata=md, strict=False, config=config)
             label = f"vision {name} d{D}" + (f" {tuple(config)}" if sweep else "")
             seen: list = []
             try:
                 with hopper_compiles(seen), \
                         mock.patch.object(VK, "_vision_attn_fwd", CompileOnly(VK._vision_attn_fwd, seen)):
-                    VK.launch_attention(q, k, v, out, table, blocks, D ** -0.5, config, "ieee")
+                    VK.launch_attention(q, k, v, torch.empty_like(q), planned.table, planned.num_blocks,
+                                        planned.plan.scale, planned.config, planned.precision)
             except Exception as exc:  # noqa: BLE001 - a configuration that does not build is a result
                 rows.append(dict(shape=label, side="-", error=f"{type(exc).__name__}: {str(exc)[:120]}"))
                 continue
