@@ -417,20 +417,18 @@ def test_fused_prefetch_matches_oracle(op, bname, path, heads_first, monkeypatch
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("depth", [1, 2])
 @pytest.mark.parametrize("path", ["seg", "tok"])
 @pytest.mark.parametrize("bname", ["decode", "mixed-ranks", "long-segment"])
-def test_fused_q_whole_row_prefetch_matches_oracle(bname, path, depth, monkeypatch):
-    """PREFETCH_ALL (Note [Whole-row prefetch]): the first four base blocks (1) and A blocks too (2) loaded
-    before step A.  Blocks of 16 columns over kv_lora_rank 80: four prefetched blocks and one more in the
+def test_fused_q_whole_row_prefetch_matches_oracle(bname, path, monkeypatch):
+    """PREFETCH_ALL (Note [Whole-row prefetch]): the first four base and A blocks loaded before step A.  Blocks of 16 columns over kv_lora_rank 80: four prefetched blocks and one more in the
     plain loop after them, so both halves and the hand-off between them are checked."""
     monkeypatch.setattr(launch, "FORCE_PATH", path)
-    _with_blocks(monkeypatch, path, PREFETCH=False, PREFETCH_ALL=depth, BLOCK_C=16)
-    seed = _seed("q_side_fused", bname, path, "prefetch-all", depth)
+    _with_blocks(monkeypatch, path, PREFETCH=False, PREFETCH_ALL=True, BLOCK_C=16)
+    seed = _seed("q_side_fused", bname, path, "prefetch-all")
     args, routed = _make_call("q_side_fused", BATCHES[bname], SMALL_DIMS["d72"], torch.float16, torch.float32,
                               DEVICE, seed=seed)
     _check("q_side_fused", args, routed, torch.float16,
-           f"batch={bname} path={path} PREFETCH_ALL={depth} seed={seed}")
+           f"batch={bname} path={path} PREFETCH_ALL seed={seed}")
 
 
 @pytest.mark.interpreter
@@ -771,8 +769,8 @@ def test_wide_tiles_only_where_a_slot_fills_them(op, monkeypatch):
     # Note [Whole-row prefetch]: 32-row q tiles (decode-bs64) prefetch whole rows on one stage, 64-row ones not
     bs64 = launch.token_major_blocks("q_side_fused", 64, 4)
     bs256 = launch.token_major_blocks("q_side_fused", 256, 4)
-    assert (bs64["BT"], bs64["PREFETCH_ALL"], bs64["num_stages"]) == (32, 2, 1)
-    assert (bs256["BT"], bs256["PREFETCH_ALL"], bs256["num_stages"]) == (64, 0, launch.DEFAULT_STAGES)
+    assert (bs64["BT"], bs64["PREFETCH_ALL"], bs64["num_stages"]) == (32, True, 1)
+    assert (bs256["BT"], bs256["PREFETCH_ALL"], bs256["num_stages"]) == (64, False, launch.DEFAULT_STAGES)
 
 
 def test_ab_routes_set_the_launch_switches_and_restore_them(monkeypatch):

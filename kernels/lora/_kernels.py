@@ -92,8 +92,9 @@ Note [Whole-row prefetch]
 -------------------------
 ``PREFETCH`` keeps one block of the fused q side's second product in flight.  On a 32-row decode tile
 the output block loop is four short iterations, each waiting for the loads issued one iteration
-before.  ``PREFETCH_ALL`` (q side) issues the first four base blocks (1) and the A blocks too (2)
-before step A, unrolled by hand (a Triton loop cannot carry a list of tiles); columns past four
+before.  ``PREFETCH_ALL`` (q side) issues the first four base blocks and A blocks before step A
+(the base blocks alone were slower: decode-bs64 q 9.77 / 9.28 against 9.43 / 8.78 us, s12b / s12c),
+unrolled by hand (a Triton loop cannot carry a list of tiles); columns past four
 blocks take the plain loop after them.  With one pipelining stage (no cp.async copies set up for
 step A's single block) it is the token-major choice for 32-row tiles; 64-row tiles hold twice the
 registers per block and keep ``PREFETCH`` (``WIDE`` in :data:`kernels.lora._launch.BLOCKS`).  Nsight
@@ -612,7 +613,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
-                        PREFETCH_ALL: tl.constexpr = 0):
+                        PREFETCH_ALL: tl.constexpr = False):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -649,23 +650,22 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         c_lo = cb * C_BLOCKS * BLOCK_C
         c_hi = tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
-        if PREFETCH and PREFETCH_ALL == 0:  # the first A and base blocks in flight during step A (decode: latency, not bytes)
+        if PREFETCH and not PREFETCH_ALL:  # the first A and base blocks in flight during step A (decode: latency, not bytes)
             y_next = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
             at_next = _ld(wa_base + offs_r[:, None] * sa_r + (c_lo + offs_c0)[None, :] * sa_c,
                           (offs_r < rank)[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], UPCAST, FIX_BF16, DOT_PREC)
-        if PREFETCH_ALL > 0:  # Note [Whole-row prefetch]: the first four blocks' base (and A) before step A
+        if PREFETCH_ALL:  # Note [Whole-row prefetch]: the first four blocks' base and A before step A
             y0 = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
             y1 = _base_block(y_rows, c_lo + BLOCK_C + offs_c0, sy_c, sel, c_hi)
             y2 = _base_block(y_rows, c_lo + 2 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
             y3 = _base_block(y_rows, c_lo + 3 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
             a0 = _a_block(wa_base, offs_r, c_lo + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16, DOT_PREC)
-            if PREFETCH_ALL > 1:
-                a1 = _a_block(wa_base, offs_r, c_lo + BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16,
-                              DOT_PREC)
-                a2 = _a_block(wa_base, offs_r, c_lo + 2 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
-                              FIX_BF16, DOT_PREC)
-                a3 = _a_block(wa_base, offs_r, c_lo + 3 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
-                              FIX_BF16, DOT_PREC)
+            a1 = _a_block(wa_base, offs_r, c_lo + BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16,
+                          DOT_PREC)
+            a2 = _a_block(wa_base, offs_r, c_lo + 2 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
+                          FIX_BF16, DOT_PREC)
+            a3 = _a_block(wa_base, offs_r, c_lo + 3 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
+                          FIX_BF16, DOT_PREC)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         for k0 in range(0, QK, BLOCK_K):
@@ -681,18 +681,9 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         else:
             mid = _operand(acc.to(x_ptr.dtype.element_ty), DOT_PREC)
         c_rest = c_lo
-        if PREFETCH_ALL > 0:
-            if PREFETCH_ALL == 1:  # A one block ahead, the base blocks all in flight already
-                a1 = _a_block(wa_base, offs_r, c_lo + BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16,
-                              DOT_PREC)
+        if PREFETCH_ALL:
             _add_delta(mid, a0, y0, base_ptr, y_rows, c_lo + offs_c0, sy_c, sel, c_hi, s, DOT_PREC, FIX_BF16)
-            if PREFETCH_ALL == 1:
-                a2 = _a_block(wa_base, offs_r, c_lo + 2 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
-                              FIX_BF16, DOT_PREC)
             _add_delta(mid, a1, y1, base_ptr, y_rows, c_lo + BLOCK_C + offs_c0, sy_c, sel, c_hi, s, DOT_PREC, FIX_BF16)
-            if PREFETCH_ALL == 1:
-                a3 = _a_block(wa_base, offs_r, c_lo + 3 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
-                              FIX_BF16, DOT_PREC)
             _add_delta(mid, a2, y2, base_ptr, y_rows, c_lo + 2 * BLOCK_C + offs_c0, sy_c, sel, c_hi, s, DOT_PREC, FIX_BF16)
             _add_delta(mid, a3, y3, base_ptr, y_rows, c_lo + 3 * BLOCK_C + offs_c0, sy_c, sel, c_hi, s, DOT_PREC, FIX_BF16)
             c_rest = c_lo + 4 * BLOCK_C  # kv_lora_rank past four blocks: the plain loop below
@@ -700,14 +691,14 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         # stay 16-byte aligned (a runtime column count here cost 2x on prefill, docs/BENCHMARKS.md)
         for c0 in range(c_rest, c_hi, BLOCK_C):
             cc = c0 + offs_c0
-            if PREFETCH and PREFETCH_ALL == 0:
+            if PREFETCH and not PREFETCH_ALL:
                 at = at_next
                 at_next = _a_block(wa_base, offs_r, cc + BLOCK_C, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16, DOT_PREC)
             else:
                 at = _a_block(wa_base, offs_r, cc, sa_r, sa_c, rank, C, UPCAST, FIX_BF16, DOT_PREC)
             d = _delta(mid, at, s, base_ptr, DOT_PREC, FIX_BF16)
             y_ptrs, m = _out_block(y_rows, cc, sy_c, sel, C)
-            if PREFETCH and PREFETCH_ALL == 0:
+            if PREFETCH and not PREFETCH_ALL:
                 y_raw = y_next
                 y_next = _base_block(y_rows, cc + BLOCK_C, sy_c, sel, c_hi)
             else:

@@ -58,8 +58,8 @@ BLOCKS = {
     "step_a_v": {"seg": dict(BT=16, BH=4, BLOCK_K=128, num_warps=4),
                  "tok": dict(BT=4, BH=16, BLOCK_K=128, num_warps=4)},
     "step_b_v": {"seg": dict(BT=64, BLOCK_V=128, num_warps=4), "tok": dict(BT=64, BLOCK_V=128, num_warps=8)},
-    # PREFETCH_ALL (q, Note [Whole-row prefetch] in kernels.lora._kernels): 2 loads the first four base and A
-    # blocks before step A; with one stage (no pipelined step-A copies) it won on 32-row decode tiles (H200,
+    # PREFETCH_ALL (q, Note [Whole-row prefetch] in kernels.lora._kernels): the first four base and A
+    # blocks loaded before step A; with one stage (no pipelined step-A copies) it won on 32-row decode tiles (H200,
     # bench_lora --decode-ab, 2026-12-01 s12b / s12c: decode-bs64 q 9.24 -> 8.85, 8.67 -> 8.36 us) and lost
     # on 64-row ones (decode-bs256 17.22 -> 17.83, 16.44 -> 18.01), which WIDE (the overrides of WIDE_BT
     # tiles) turns back off.
@@ -77,8 +77,8 @@ BLOCKS = {
     # copy; BLOCK_C=256 962, 4 warps 653, BT=128 663, num_stages=2 623.3).
     "q_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_C=128, C_SPLIT=None, num_warps=8, HEADS_FIRST=True),
                      "tok": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=True,
-                                 HEADS_FIRST=True, PREFETCH_ALL=2, num_stages=1, WIDE_BT=64,
-                                 WIDE=dict(PREFETCH_ALL=0, num_stages=DEFAULT_STAGES))},
+                                 HEADS_FIRST=True, PREFETCH_ALL=True, num_stages=1, WIDE_BT=64,
+                                 WIDE=dict(PREFETCH_ALL=False, num_stages=DEFAULT_STAGES))},
     "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4, HEADS_FIRST=True),
                      "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4, PREFETCH=True, HEADS_FIRST=True)},
 }
