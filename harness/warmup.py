@@ -21,9 +21,8 @@ A few realistic shapes are not enough for our LoRA kernels: what selects a compi
 the path (segment-major, or token-major with a 64- or 256-wide segment compare or a binary search),
 the rank block (32, 64, 128), the layout family (aligned or generic), the permutation flag, the
 dtype, the base dtype and the op (and the flat grid, and the fused q side's tile height) -- 2,172
-variants, of which a GPU campaign meets a new one every few
-cases (a launch recorder on the CPU, 2026-11-30: about 140-160 distinct variants in 2,000 cases of
-the "gpu" preset, still growing).  At about half a second of LLVM and ptxas each, a campaign that
+variants, of which a GPU campaign meets a new one every few cases (a launch recorder on the CPU,
+2026-11-30: about 140-160 distinct variants in 2,000 cases of the "gpu" preset, still growing).  At about half a second of LLVM and ptxas each, a campaign that
 compiles them as it meets them ran at 6-15 cases/s on the H200.  :func:`variant_cases` holds one
 case per variant (the recorder test ``oracle_tests/test_variant_warmup.py``: they launch distinct
 variants, and every launch of fuzzed ``gpu``-preset cases is one of them), and for the ``triton``
@@ -88,10 +87,10 @@ def warm_up_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) ->
 # most common in a GPU campaign first (a launch recorder over 2,000 cases of the "gpu" preset on the CPU,
 # 2026-11-30: token-major with few segments, then segment-major; rank blocks 64 and 32; generic layouts
 # 2 to 1 over aligned ones).  One case each: paths x rank blocks x layouts x dtypes x base dtypes x ops.
-# (segment lengths, slots, ops or None for all, what it selects).  Token-major launches over 2 or more
-# slots can take the flat grid (Note [Flat slot grid]: where it halves the programs, so with 3 slots or
-# more; one or two slots never), a variant of its own; the fused q side's tile height depends
-# on the rows per slot (WIDE_BT in kernels.lora._launch.BLOCKS), so its other heights get cases of their own.
+# (segment lengths, slots, ops or None for all, what it selects).  Token-major launches over 3 or more
+# slots can take the flat grid (Note [Flat slot grid]: only where it halves the programs, which one or two
+# slots never do), a variant of its own; the fused q side's tile height depends on the rows per slot
+# (WIDE_BT in kernels.lora._launch.BLOCKS), so its other heights get cases of their own.
 _VARIANT_PATHS = (
     ((1,) * 8, 2, None, "token-major, one compare over 64 segment ends"),
     ((256,), 2, None, "segment-major"),
