@@ -304,10 +304,14 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("flat", {"BT": 16, "WIDE_BT": None}),
-                     ("sorted", {"BT": 16, "WIDE_BT": None})],
-    "v_side_fused": [("auto", {}), ("flat", {}), ("sorted", {}), ("flat", {"BT": 32}), ("sorted", {"BT": 32}),
-                     ("flat", {"BT": 16})],
+    "q_side_fused": [("auto", {}), ("flat", {"BT": 16, "WIDE_BT": None}), ("sorted", {"BT": 16, "WIDE_BT": None}),
+                     ("auto", {"META_FIRST": True}), ("flat", {"BT": 16, "WIDE_BT": None, "META_FIRST": True}),
+                     ("flat", {"num_warps": 8}), ("flat", {"BT": 16, "WIDE_BT": None, "num_warps": 8}),
+                     ("flat", {"BT": 16, "WIDE_BT": None, "BLOCK_C": 256, "PREFETCH_ALL": False})],
+    "v_side_fused": [("auto", {}), ("flat", {"BT": 32}), ("sorted", {"BT": 32}), ("flat", {"BT": 16}),
+                     ("auto", {"META_FIRST": True}), ("flat", {"BT": 16, "META_FIRST": True}),
+                     ("flat", {"BT": 16, "BLOCK_K": 256}), ("flat", {"BT": 16, "num_warps": 8}),
+                     ("flat", {"BT": 32, "num_warps": 8})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

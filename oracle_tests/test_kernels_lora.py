@@ -42,6 +42,7 @@ from oracle_tests.conftest import DEVICE, HAS_CUDA
 OPS = FAMILY_OPS["lora"]
 # ops returning a fresh (S,H,R) output; the others update base_output in place
 FRESH = {op for op in OPS if OP_DB[op].inplace_arg is None}
+FUSED = ("q_side_fused", "v_side_fused")
 # the faithful baseline matching each activation dtype's precision in our kernels (klora.PRECISION):
 # fp32 runs tl.dot in TF32 on the GPU, so its baseline rounds matmul inputs to TF32
 BASELINE = {torch.float16: True, torch.bfloat16: True, torch.float32: "tf32"}
@@ -244,7 +245,7 @@ def _with_blocks(monkeypatch, path: str, **changes) -> None:
     blocks = {op: {p: dict(b) for p, b in paths.items()} for op, paths in launch.BLOCKS.items()}
     for op, paths in blocks.items():
         for key, value in changes.items():
-            if key in ("PREFETCH", "HEADS_FIRST") and op not in ("q_side_fused", "v_side_fused"):
+            if key in ("PREFETCH", "HEADS_FIRST", "META_FIRST") and op not in FUSED:
                 continue
             if key == "PREFETCH_ALL" and op != "q_side_fused":
                 continue
@@ -315,15 +316,40 @@ def test_flat_grid_matches_oracle(op, bname, monkeypatch):
     assert plans and all(p.slot_block == launch.slot_block(L) > 0 for p in plans), plans
 
 
+# Note [Slot metadata first]: the fused kernels' option of loading the slot's rank and scaling (on the flat
+# grid every slot's) before the route, on each route and on the flat batches (11 slots: NSLOT 16; a rank-0
+# slot; a slot with no rows; graph padding)
+META_FIRST_CASES = [(route, bname) for route in ROUTES for bname in ("decode-graph", "permuted")] + \
+    [("flat", bname) for bname in FLAT_BATCHES]
+
+
 @pytest.mark.interpreter
-@pytest.mark.parametrize("route", ["slot-sorted", "flat"])
-@pytest.mark.parametrize("op", OPS)
-def test_token_major_out_of_range_slots_with_strict_false(op, route, monkeypatch):
+@pytest.mark.parametrize("route,bname", META_FIRST_CASES, ids=[f"{r}-{b}" for r, b in META_FIRST_CASES])
+@pytest.mark.parametrize("op", FUSED)
+def test_fused_slot_metadata_first_matches_oracle(op, route, bname, monkeypatch):
+    plans = _with_route(monkeypatch, route)
+    _with_blocks(monkeypatch, "tok", BT=4, META_FIRST=True)
+    if bname in FLAT_BATCHES:
+        batch, L = FLAT_BATCHES[bname]
+        dims = Dims(H=2, qk=48, vd=40, C=64, R=16, L=L)
+    else:
+        batch, dims = BATCHES[bname], SMALL_DIMS["d48"]
+    seed = _seed(op, bname, route, "meta-first")
+    args, routed = _make_call(op, batch, dims, torch.bfloat16, torch.bfloat16, DEVICE, seed=seed)
+    _check(op, args, routed, torch.bfloat16, f"op={op} batch={bname} route={route} META_FIRST seed={seed}")
+    assert plans and all(p.blocks.get("META_FIRST") for p in plans), plans
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("op,route,meta_first", [(op, route, False) for op in OPS for route in ("slot-sorted", "flat")]
+                         + [(op, route, True) for op in FUSED for route in ("slot-sorted", "flat")])
+def test_token_major_out_of_range_slots_with_strict_false(op, route, meta_first, monkeypatch):
     """strict=False, weight indices past the slots and negative: no fault (nothing read or written out of
     bounds), the defined rows match the oracle, and the broken segments' rows, which no program serves,
-    stay as they were (in-place ops), like every row no segment routes."""
+    stay as they were (in-place ops), like every row no segment routes.  META_FIRST (fused kernels): the
+    slots' ranks and scalings loaded before the route read none past the L slots either."""
     _with_route(monkeypatch, route)
-    _with_blocks(monkeypatch, "tok", BT=4)
+    _with_blocks(monkeypatch, "tok", BT=4, **({"META_FIRST": True} if meta_first else {}))
     batch = Batch((1, 2, 1, 5, 1, 1, 3, 1), (0, 2, 1, 0, 2, 2, 1, 0), (16, 7, 11), (0.5, 2.0, -1.0))
     dims = SMALL_DIMS["d48"]
     seed = _seed(op, route, "bad-slots")
@@ -721,7 +747,7 @@ def test_ab_tables_override_the_chosen_blocks(table, path):
         for (route, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
             assert route in bench_lora.ROUTES, route
             assert set(overrides) <= set(chosen) | {"PREFETCH", "PREFETCH_ALL", "HEADS_FIRST", "num_stages",
-                                                    "maxnreg"}, overrides
+                                                    "maxnreg", "META_FIRST"}, overrides
             assert cfg == {**chosen, **overrides}
     assert bench_lora.ab_configs({"q_side_fused": [("sorted", {"BT": 16})]}, launch.BLOCKS, path) == \
         {"q_side_fused": [("sorted", {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}

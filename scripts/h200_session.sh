@@ -50,6 +50,8 @@
 #   bash scripts/h200_session.sh s12e | s12f    # final code (after setup): the suite | LoRA floor, prefill, vision host, main job
 #   bash scripts/h200_session.sh s12g           # vision host cost: old/ (fd35994) vs this, interleaved twice
 #   bash scripts/h200_session.sh s12h           # LoRA decode A/B 13 (per-slot grid variants)
+#   bash scripts/h200_session.sh s14a           # LoRA decode A/B 14 (16/32-row tiles on the flat grid, META_FIRST, 8 warps), floor
+#   bash scripts/h200_session.sh s14b | s14c    # final code (after setup): the suite | LoRA floor, prefill rows, vision host + table, main job
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -700,6 +702,18 @@ PY
       ko fuzz --target triton --op vision --device cuda --limits tiny --time "${2:-20}" --seeds 4 --gpus $n \
         --no-progress --out /tmp/gpus$n 2>&1 | tail -2
     done
+    ;;
+  s14a)  # LoRA decode A/B 14, then the launch + route floor of the chosen blocks
+    lora_ab decode 300
+    lora_floor auto
+    ;;
+  s14b)  # the final code (run setup first): the whole suite
+    bash "$0" suite 480
+    ;;
+  s14c)  # the final code (run setup first): LoRA floor + prefill rows, the vision host cost and table, the main job
+    bash "$0" s12f
+    timeout 150 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/bench_vision.json" \
+      >"$OUT/bench_vision.log" 2>&1; echo "bench_vision exit $?"; grep "^| " "$OUT/bench_vision.log" | cut -c1-160 | tail -12
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

@@ -319,6 +319,32 @@ def _route(pid, lane_tok, w_prog, seg_indptr, weight_indices, perm, n_launch, ti
     return valid, slot, phys, has_rows
 
 
+@triton.jit
+def _slot_meta(lora_ranks, scalings, w_prog, n_slots, FLAT: tl.constexpr, NSLOT: tl.constexpr):
+    """Note [Slot metadata first]: the rank and scaling of a token-major program's slot, loaded before
+    its route.  A flat grid learns its slot from the route, so it loads every slot's (NSLOT,) (those at
+    or past ``n_slots`` read as rank 0) and :func:`_pick_slot` selects one; otherwise the slot is the
+    grid coordinate ``w_prog`` and the two are scalars."""
+    if FLAT:
+        offs_w = tl.arange(0, NSLOT)
+        ranks = tl.load(lora_ranks + offs_w, mask=offs_w < n_slots, other=0)
+        scales = tl.load(scalings + offs_w, mask=offs_w < n_slots, other=0.0)
+    else:
+        ranks = tl.load(lora_ranks + w_prog)
+        scales = tl.load(scalings + w_prog)
+    return ranks, scales
+
+
+@triton.jit
+def _pick_slot(ranks, scales, w, FLAT: tl.constexpr, NSLOT: tl.constexpr):
+    """Slot ``w``'s (rank, scaling) from :func:`_slot_meta`'s."""
+    if FLAT:
+        hit = tl.arange(0, NSLOT) == w
+        return tl.sum(tl.where(hit, ranks, 0), axis=0), tl.sum(tl.where(hit, scales, 0.0), axis=0)
+    else:
+        return ranks, scales
+
+
 # ---- split steps ---------------------------------------------------------------------------------
 
 # Note [Specialization]: runtime ints Triton must not specialize on (they change from batch to batch)
@@ -613,7 +639,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
-                        PREFETCH_ALL: tl.constexpr = False):
+                        PREFETCH_ALL: tl.constexpr = False, META_FIRST: tl.constexpr = False):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -636,6 +662,8 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT)
+    if META_FIRST and TOKEN_MAJOR:  # Note [Slot metadata first]
+        ranks_w, scales_w = _slot_meta(lora_ranks, scalings, w_prog, search_steps, FLAT, NSLOT)
     sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                     num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                     FLAT, NSLOT)
@@ -644,9 +672,14 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
     offs_c0 = tl.arange(0, BLOCK_C)
     x_rows = x_ptr + phys * sx_t + h * sx_h
     y_rows = base_ptr + phys * sy_t + h * sy_h
-    rank = tl.minimum(tl.load(lora_ranks + w), R)
+    if META_FIRST and TOKEN_MAJOR:
+        rank, s = _pick_slot(ranks_w, scales_w, w, FLAT, NSLOT)
+        rank = tl.minimum(rank, R)
+    else:
+        rank = tl.minimum(tl.load(lora_ranks + w), R)
     if (rank > 0) & has_rows:
-        s = tl.load(scalings + w)
+        if not (META_FIRST and TOKEN_MAJOR):
+            s = tl.load(scalings + w)
         c_lo = cb * C_BLOCKS * BLOCK_C
         c_hi = tl.minimum(C, (cb + 1) * C_BLOCKS * BLOCK_C)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
@@ -719,7 +752,8 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                         BT: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
-                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False):
+                        ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
+                        META_FIRST: tl.constexpr = False):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -742,6 +776,8 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
     w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT)
+    if META_FIRST and TOKEN_MAJOR:  # Note [Slot metadata first]
+        ranks_w, scales_w = _slot_meta(lora_ranks, scalings, w_prog, search_steps, FLAT, NSLOT)
     sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
                                     num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
                                     FLAT, NSLOT)
@@ -750,9 +786,14 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
     offs_v0 = tl.arange(0, BLOCK_V)
     x_rows = x_ptr + phys * sx_t + h * sx_h
     y_rows = base_ptr + phys * sy_t + h * sy_h
-    rank = tl.minimum(tl.load(lora_ranks + w), R)
+    if META_FIRST and TOKEN_MAJOR:
+        rank, s = _pick_slot(ranks_w, scales_w, w, FLAT, NSLOT)
+        rank = tl.minimum(rank, R)
+    else:
+        rank = tl.minimum(tl.load(lora_ranks + w), R)
     if (rank > 0) & has_rows:
-        s = tl.load(scalings + w)
+        if not (META_FIRST and TOKEN_MAJOR):
+            s = tl.load(scalings + w)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         if PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
             y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD)
