@@ -307,11 +307,13 @@ DECODE_AB = {
     "q_side_fused": [("auto", {}), ("flat", {"BT": 16, "WIDE_BT": None}), ("sorted", {"BT": 16, "WIDE_BT": None}),
                      ("auto", {"META_FIRST": True}), ("flat", {"BT": 16, "WIDE_BT": None, "META_FIRST": True}),
                      ("flat", {"num_warps": 8}), ("flat", {"BT": 16, "WIDE_BT": None, "num_warps": 8}),
-                     ("flat", {"BT": 16, "WIDE_BT": None, "BLOCK_C": 256, "PREFETCH_ALL": False})],
+                     ("flat", {"BT": 16, "WIDE_BT": None, "BLOCK_C": 256, "PREFETCH_ALL": False}),
+                     ("auto", {"PDL": True}), ("auto", {"PDL": True, "META_FIRST": True})],
     "v_side_fused": [("auto", {}), ("flat", {"BT": 32}), ("sorted", {"BT": 32}), ("flat", {"BT": 16}),
                      ("auto", {"META_FIRST": True}), ("flat", {"BT": 16, "META_FIRST": True}),
                      ("flat", {"BT": 16, "BLOCK_K": 256}), ("flat", {"BT": 16, "num_warps": 8}),
-                     ("flat", {"BT": 32, "num_warps": 8})],
+                     ("flat", {"BT": 32, "num_warps": 8}), ("auto", {"PDL": True}),
+                     ("auto", {"PDL": True, "META_FIRST": True})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

@@ -245,7 +245,7 @@ def _with_blocks(monkeypatch, path: str, **changes) -> None:
     blocks = {op: {p: dict(b) for p, b in paths.items()} for op, paths in launch.BLOCKS.items()}
     for op, paths in blocks.items():
         for key, value in changes.items():
-            if key in ("PREFETCH", "HEADS_FIRST", "META_FIRST") and op not in FUSED:
+            if key in ("PREFETCH", "HEADS_FIRST", "META_FIRST", "PDL") and op not in FUSED:
                 continue
             if key == "PREFETCH_ALL" and op != "q_side_fused":
                 continue
@@ -614,6 +614,49 @@ def test_strict_false_is_graph_capturable(op):
         assert torch.equal(out, eager), f"{op}: graph replay differs from an eager call"
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="programmatic dependent launch needs a CUDA device (sm_90 or newer)")
+@pytest.mark.parametrize("path", ["tok", "seg"])
+@pytest.mark.parametrize("op", FUSED)
+def test_pdl_chained_in_place_calls(op, path, monkeypatch):
+    """Note [Programmatic dependent launch]: eight calls on one base_output, each reading what the one before
+    wrote, captured in a CUDA graph with PDL on, give bit for bit what eight eager calls without PDL give
+    (a kernel that read before its grid-dependency wait would race its predecessor), and one call matches
+    the oracle."""
+    monkeypatch.setattr(launch, "FORCE_PATH", path)
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90 or newer")
+    batch = REAL_BATCHES["decode-bs64" if path == "tok" else "prefill-perm"]
+    seed = _seed("pdl", op, path)
+    args, routed = _make_call(op, batch, REAL_DIMS["R32"], torch.bfloat16, torch.bfloat16, DEVICE, seed=seed)
+    kernel = getattr(klora, f"{op}_fwd")
+    base_at = OP_DB[op].inplace_arg
+
+    def chain(with_pdl: bool, graph: bool) -> torch.Tensor:
+        _with_blocks(monkeypatch, path, PDL=with_pdl)
+        call = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        if not graph:
+            for _ in range(8):
+                kernel(*call, strict=False)
+                torch.cuda.synchronize()
+            return call[base_at]
+        start = call[base_at].clone()
+        kernel(*call, strict=False)  # compile outside the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(8):
+                kernel(*call, strict=False)
+        call[base_at].copy_(start)
+        g.replay()
+        torch.cuda.synchronize()
+        return call[base_at]
+
+    eager = chain(False, graph=False)
+    assert torch.equal(chain(True, graph=True), eager), f"{op} path={path}: PDL graph differs; seed={seed}"
+    _with_blocks(monkeypatch, path, PDL=True)
+    _check(op, args, routed, torch.bfloat16, f"op={op} path={path} PDL seed={seed}")
+
+
 # ---- shared memory: block sizes and stages within the device's limit (kernels/lora/_smem.py) ------
 
 # per-block opt-in shared memory of the GPUs the kernels meet (bytes; cudaDevAttrMaxSharedMemoryPerBlockOptin)
@@ -747,7 +790,7 @@ def test_ab_tables_override_the_chosen_blocks(table, path):
         for (route, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
             assert route in bench_lora.ROUTES, route
             assert set(overrides) <= set(chosen) | {"PREFETCH", "PREFETCH_ALL", "HEADS_FIRST", "num_stages",
-                                                    "maxnreg", "META_FIRST"}, overrides
+                                                    "maxnreg", "META_FIRST", "PDL"}, overrides
             assert cfg == {**chosen, **overrides}
     assert bench_lora.ab_configs({"q_side_fused": [("sorted", {"BT": 16})]}, launch.BLOCKS, path) == \
         {"q_side_fused": [("sorted", {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}

@@ -145,6 +145,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ..interpreter import cast_rounded, round_tf32, rounded_f32, to_f32
 
@@ -639,8 +640,12 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
-                        PREFETCH_ALL: tl.constexpr = False, META_FIRST: tl.constexpr = False):
+                        PREFETCH_ALL: tl.constexpr = False, META_FIRST: tl.constexpr = False,
+                        PDL: tl.constexpr = False):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
+    if PDL:  # Note [Programmatic dependent launch]
+        gdc_launch_dependents()
+        gdc_wait()
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
     sx_h = sx_h * ALIGN
@@ -753,8 +758,11 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
-                        META_FIRST: tl.constexpr = False):
+                        META_FIRST: tl.constexpr = False, PDL: tl.constexpr = False):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
+    if PDL:  # Note [Programmatic dependent launch]
+        gdc_launch_dependents()
+        gdc_wait()
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
     sx_h = sx_h * ALIGN

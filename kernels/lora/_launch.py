@@ -237,6 +237,7 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
     steps further down the ladder (no valid input ever raises ``OutOfResources``)."""
     blocks, warps = _split(p.blocks)
     first_stages = blocks.pop("num_stages", DEFAULT_STAGES)
+    pdl = _pdl_options(blocks.pop("PDL", False), x.device)
     limit = smem_limit(x.device)
     if limit is None:  # the interpreter: no shared memory, Triton's stage setting is ignored
         launch(blocks, warps, None)
@@ -247,7 +248,7 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
     if key in _FITTED:
         cfg, warps, stages = _FITTED[key]
         try:
-            launch(dict(cfg), warps, stages)
+            launch({**cfg, **pdl}, warps, stages)
             return
         except OutOfResources:  # a specialization that needs more than the one that fitted: fit again
             del _FITTED[key]
@@ -258,7 +259,7 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
     error: Optional[Exception] = None
     for cfg, st in ladder(start, stages):
         try:
-            launch(dict(cfg), warps, st)
+            launch({**cfg, **pdl}, warps, st)
         except OutOfResources as exc:
             error = exc
             continue
@@ -290,6 +291,15 @@ def _family(kernel, lay: dict):
 
 def _stages(num_stages: Optional[int]) -> dict:
     return {} if num_stages is None else {"num_stages": num_stages}
+
+
+def _pdl_options(requested: bool, device: torch.device) -> dict:
+    """The kernel and launch options of Note [Programmatic dependent launch] in :mod:`kernels.lora._kernels`:
+    on a CUDA device of compute capability 9.0 or newer when ``requested`` (a ``BLOCKS`` entry), else none
+    (the interpreter cannot run the grid-dependency instructions, and older GPUs lack them)."""
+    if not requested or device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9:
+        return {}
+    return dict(PDL=True, launch_pdl=True)
 
 
 # ---- entry points (SGLang signatures) ------------------------------------------------------------
