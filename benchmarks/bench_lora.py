@@ -268,7 +268,19 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 14 (prepared in session 13, which had no device time; not yet run): the tile heights never timed on
+# Round 15 (session 14, after PDL and META_FIRST became the chosen blocks): the chosen blocks against each
+# option off, and the flat grid / 16-row tiles again now that a call's launch overlaps the previous call.
+# Round 14 (session 14, s14a and s14d, us; "auto" = the blocks chosen then): bs64 q auto 7.99 / 7.88, flat
+# 16-row tiles 8.23 / 8.04, per-slot 16-row 8.24 / 8.10, META_FIRST 7.83 / 7.71, flat 16-row + META_FIRST
+# 8.17 / 8.01, flat 8 warps 8.32 / 8.17, flat 16-row 8 warps 8.15 / 8.03, flat 16-row BLOCK_C=256 8.76 / 8.59,
+# PDL 7.17, PDL + META_FIRST **6.94**; bs64 v auto 7.55 / 7.48, flat 32-row 7.70 / 7.65, per-slot 32-row
+# 8.80 / 8.81, flat 16-row 7.93 / 7.97, META_FIRST 7.41 / 7.34, flat 16-row + META_FIRST 8.12 / 8.02, flat
+# 16-row BLOCK_K=256 8.93 / 8.77, flat 16-row 8 warps 8.43 / 8.37, flat 32-row 8 warps 8.36 / 8.33, PDL 6.77,
+# PDL + META_FIRST **6.68**; bs256 q auto 16.57 / 16.34, META_FIRST 16.37 / 16.18, PDL 15.65, both **15.46**,
+# 16-row tiles 21.8-26.5; v auto 12.24 / 12.28, META_FIRST 12.21 / 12.15, PDL 11.56, both **11.47**, 16- and
+# 32-row tiles 15.99-26.4.  Smaller tiles (less padding) were slower everywhere; the launch overlap and the
+# earlier slot metadata won (kernels.lora._launch.BLOCKS).
+# Round 14 as prepared in session 13 (which had no device time): the tile heights never timed on
 # the flat grid at 4 warps.  At decode-bs64 a slot has 16 rows, so a 32-row q tile and a 64-row v tile are
 # half and three quarters padding; 16-row q tiles were timed on the per-slot grid only (s12h: 8.21 us, its
 # 16 tiles per head mostly empty), v's 32-row tiles before the row search (s11a: 8.82).  Static figures
@@ -304,16 +316,12 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("flat", {"BT": 16, "WIDE_BT": None}), ("sorted", {"BT": 16, "WIDE_BT": None}),
-                     ("auto", {"META_FIRST": True}), ("flat", {"BT": 16, "WIDE_BT": None, "META_FIRST": True}),
-                     ("flat", {"num_warps": 8}), ("flat", {"BT": 16, "WIDE_BT": None, "num_warps": 8}),
-                     ("flat", {"BT": 16, "WIDE_BT": None, "BLOCK_C": 256, "PREFETCH_ALL": False}),
-                     ("auto", {"PDL": True}), ("auto", {"PDL": True, "META_FIRST": True})],
-    "v_side_fused": [("auto", {}), ("flat", {"BT": 32}), ("sorted", {"BT": 32}), ("flat", {"BT": 16}),
-                     ("auto", {"META_FIRST": True}), ("flat", {"BT": 16, "META_FIRST": True}),
-                     ("flat", {"BT": 16, "BLOCK_K": 256}), ("flat", {"BT": 16, "num_warps": 8}),
-                     ("flat", {"BT": 32, "num_warps": 8}), ("auto", {"PDL": True}),
-                     ("auto", {"PDL": True, "META_FIRST": True})],
+    "q_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}),
+                     ("auto", {"PDL": False, "META_FIRST": False}), ("flat", {}),
+                     ("flat", {"BT": 16, "WIDE_BT": None}), ("sorted", {"BT": 16, "WIDE_BT": None})],
+    "v_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}),
+                     ("auto", {"PDL": False, "META_FIRST": False}), ("flat", {}), ("sorted", {}),
+                     ("flat", {"BT": 32}), ("flat", {"BT": 16})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

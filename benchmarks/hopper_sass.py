@@ -86,6 +86,7 @@ def hopper_compiles(seen: list):
     driver.set_active(HopperTarget())
     try:
         with mock.patch.object(LL, "smem_limit", lambda device: H200_SMEM_OPTIN), \
+                mock.patch.object(LL, "_pdl_options", lambda requested, device: LL.PDL_OPTIONS if requested else {}), \
                 mock.patch.object(LL, "_family", lambda kernel, lay: CompileOnly(family(kernel, lay), seen)):
             LL._FITTED.clear()
             yield

@@ -118,7 +118,9 @@ MUTANTS: tuple[Mutant, ...] = (
            (Patch(_K, "valid = logical < end", "valid = logical <= end"),
             Patch(_L, "FORCE_PATH: Optional[str] = None", 'FORCE_PATH: Optional[str] = "seg"'))),
     Mutant("lora_ignore_rank_truncation", "lora", "every slot uses the buffer rank R instead of min(R, lora_ranks[w])",
-           (Patch(_K, "rank = tl.minimum(tl.load(lora_ranks + w), R)", "rank = R + 0 * tl.load(lora_ranks + w)"),)),
+           (Patch(_K, "rank = tl.minimum(tl.load(lora_ranks + w), R)", "rank = R + 0 * tl.load(lora_ranks + w)"),
+            # the fused kernels' token-major rank, loaded before the route (Note [Slot metadata first])
+            Patch(_K, "rank = tl.minimum(rank, R)", "rank = R + 0 * rank"))),
     Mutant("lora_scaling_missing", "lora", "split step B adds the delta without the slot's scaling",
            (Patch(_K, "d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)",
                   "d = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)"),), ops=("step_b_q", "step_b_v")),

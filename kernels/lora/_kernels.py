@@ -117,6 +117,32 @@ decode-bs256 q 16.93 / 17.03 -> 16.38 / 16.32.  The same on the v side (its step
 after the load, since a NaN there times a zero of the intermediate is still NaN) cost decode-bs64 v
 7.37 / 7.44 -> 7.80 / 7.66, so the v side keeps the rank mask.
 
+Note [Slot metadata first]
+--------------------------
+A program needs its slot's rank (whether to work at all) and scaling.  Loaded after the route, they
+were one more dependent load round on each program's chain.  ``META_FIRST`` (fused kernels,
+token-major) loads them before the route: on a per-slot grid the slot is the grid coordinate; a flat
+grid, which learns its slot from the route, loads every slot's (``NSLOT``, those at or past the slot
+count read as rank 0) in the route's first load round and selects one after it (:func:`_slot_meta`,
+:func:`_pick_slot`).  H200, ``bench_lora --decode-ab`` round 14 (2026-12-01 s14a / s14d): decode-bs64
+q 7.99 / 7.88 -> 7.83 / 7.71 us, v 7.55 / 7.48 -> 7.41 / 7.34; decode-bs256 q 16.34 -> 16.18.
+
+Note [Programmatic dependent launch]
+------------------------------------
+On Hopper a kernel launched with programmatic stream serialization (Triton's ``launch_pdl``) may start
+before the kernel ahead of it in the stream has finished, once every program of that kernel has
+executed ``griddepcontrol.launch_dependents`` (or exited).  ``PDL`` (fused kernels, sm_90 and newer;
+:func:`kernels.lora._launch._pdl_options`) makes each program's first two instructions
+``launch_dependents`` (the next kernel may be scheduled now) and ``wait`` (block until the previous
+kernel has completed and its writes are visible).  Nothing is read before the wait, so any input may
+come from the kernel just before (the base output of the previous call, metadata written by a copy
+kernel): the overlap is the launch and scheduling of our programs with the previous kernel's tail, not
+any of our work.  What follows us must itself wait before reading our output, which every PDL kernel
+does and a kernel launched without PDL gets from stream order.  The interpreter cannot run the two
+instructions, so they are compiled only for a GPU; the GPU test chains eight in-place calls in a CUDA
+graph and requires the bits of eight eager calls without PDL.  H200, round 14 (s14d), with META_FIRST:
+decode-bs64 q 7.71 -> 6.94 us, v 7.34 -> 6.68; decode-bs256 q 16.18 -> 15.46, v 12.15 -> 11.47.
+
 Note [Specialization]
 ---------------------
 Triton compiles one kernel per combination of its integer arguments' classes (1, a multiple of 16,

@@ -75,12 +75,18 @@ BLOCKS = {
     # tiles it cost the q side 668 -> 682 us, so the q side's segment-major tiles are 64 rows (8 warps), and
     # step A runs in 64-column blocks of qk_nope (s11f, two rounds: 641.8 / 641.6 -> 618.6 / 618.9 us, 91% of
     # copy; BLOCK_C=256 962, 4 warps 653, BT=128 663, num_stages=2 623.3).
-    "q_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_C=128, C_SPLIT=None, num_warps=8, HEADS_FIRST=True),
+    # PDL (Note [Programmatic dependent launch] in kernels.lora._kernels; sm_90+ only) and META_FIRST (Note
+    # [Slot metadata first]): H200, bench_lora --decode-ab round 14, 2026-12-01 s14a / s14d, us: decode-bs64 q
+    # 7.99 / 7.88 -> META_FIRST 7.83 / 7.71 -> both 6.94; v 7.55 / 7.48 -> 7.41 / 7.34 -> 6.68; decode-bs256 q
+    # 16.34 -> 15.46, v 12.28 -> 11.47 (s14d).
+    "q_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_C=128, C_SPLIT=None, num_warps=8, HEADS_FIRST=True,
+                                 PDL=True),
                      "tok": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=True,
                                  HEADS_FIRST=True, PREFETCH_ALL=True, num_stages=1, WIDE_BT=64,
-                                 WIDE=dict(PREFETCH_ALL=False, num_stages=DEFAULT_STAGES))},
-    "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4, HEADS_FIRST=True),
-                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4, PREFETCH=True, HEADS_FIRST=True)},
+                                 WIDE=dict(PREFETCH_ALL=False, num_stages=DEFAULT_STAGES), META_FIRST=True, PDL=True)},
+    "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4, HEADS_FIRST=True, PDL=True),
+                     "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4, PREFETCH=True, HEADS_FIRST=True,
+                                 META_FIRST=True, PDL=True)},
 }
 
 # a segment-major launch is replaced by the token-major one when its tiles hold more than this many
@@ -299,7 +305,11 @@ def _pdl_options(requested: bool, device: torch.device) -> dict:
     (the interpreter cannot run the grid-dependency instructions, and older GPUs lack them)."""
     if not requested or device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9:
         return {}
-    return dict(PDL=True, launch_pdl=True)
+    return PDL_OPTIONS
+
+
+# the kernel's constexpr and Triton's launch option (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+PDL_OPTIONS = dict(PDL=True, launch_pdl=True)
 
 
 # ---- entry points (SGLang signatures) ------------------------------------------------------------
