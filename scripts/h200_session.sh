@@ -717,7 +717,10 @@ PY
     lora_ab decode 90
     bash "$0" suite 470
     ;;
-  s14c)  # the final code (run setup first): LoRA floor + prefill rows, the vision host cost and table, the main job
+  s14c)  # the final code (run setup first): the largest-shape LoRA tests; LoRA floor + prefill rows, the vision
+         # host cost and table, the main job
+    timeout 120 python3 -m pytest oracle_tests/test_kernels_lora.py -q -p no:cacheprovider -k "largest or pdl" \
+      >"$OUT/largest_tests.log" 2>&1; echo "largest + pdl tests exit $?"; tail -1 "$OUT/largest_tests.log"
     bash "$0" s12f
     timeout 150 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/bench_vision.json" \
       >"$OUT/bench_vision.log" 2>&1; echo "bench_vision exit $?"; grep "^| " "$OUT/bench_vision.log" | cut -c1-160 | tail -12
