@@ -268,8 +268,13 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 15 (session 14, after PDL and META_FIRST became the chosen blocks): the chosen blocks against each
-# option off, and the flat grid / 16-row tiles again now that a call's launch overlaps the previous call.
+# Round 16 (session 14): a register cap for three programs per SM (q takes 226 registers, v 204: two per
+# SM), and the pipelining depth, under PDL.
+# Round 15 (session 14, s14b, us): bs64 q chosen (PDL + META_FIRST) 7.09, PDL off 7.91, META_FIRST off 7.29,
+# both off 8.08, flat 7.76, flat 16-row 7.49, per-slot 16-row 7.32; v chosen 6.73, PDL off 7.42, META_FIRST
+# off 6.86, both off 7.56, flat 7.32, per-slot 6.69, flat 32-row 8.09, flat 16-row 8.49; bs256 q 15.71 /
+# 16.37 / 15.83 / 16.58, flat 15.68, 16-row 21.08-21.45; v 11.44 / 12.22 / 11.53 / 12.25, flat 11.44,
+# per-slot 11.81, 32-row 15.21, 16-row 16.68.  The chosen blocks stay.
 # Round 14 (session 14, s14a and s14d, us; "auto" = the blocks chosen then): bs64 q auto 7.99 / 7.88, flat
 # 16-row tiles 8.23 / 8.04, per-slot 16-row 8.24 / 8.10, META_FIRST 7.83 / 7.71, flat 16-row + META_FIRST
 # 8.17 / 8.01, flat 8 warps 8.32 / 8.17, flat 16-row 8 warps 8.15 / 8.03, flat 16-row BLOCK_C=256 8.76 / 8.59,
@@ -316,12 +321,10 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}),
-                     ("auto", {"PDL": False, "META_FIRST": False}), ("flat", {}),
-                     ("flat", {"BT": 16, "WIDE_BT": None}), ("sorted", {"BT": 16, "WIDE_BT": None})],
-    "v_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}),
-                     ("auto", {"PDL": False, "META_FIRST": False}), ("flat", {}), ("sorted", {}),
-                     ("flat", {"BT": 32}), ("flat", {"BT": 16})],
+    "q_side_fused": [("auto", {}), ("auto", {"maxnreg": 168}), ("auto", {"num_stages": 2}), ("flat", {}),
+                     ("sorted", {"BT": 16, "WIDE_BT": None})],
+    "v_side_fused": [("auto", {}), ("auto", {"maxnreg": 168}), ("auto", {"num_stages": 2}),
+                     ("auto", {"num_stages": 4}), ("auto", {"BLOCK_K": 64}), ("flat", {}), ("sorted", {})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

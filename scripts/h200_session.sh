@@ -52,6 +52,7 @@
 #   bash scripts/h200_session.sh s12h           # LoRA decode A/B 13 (per-slot grid variants)
 #   bash scripts/h200_session.sh s14a           # LoRA decode A/B 14 (16/32-row tiles on the flat grid, META_FIRST, 8 warps), floor
 #   bash scripts/h200_session.sh s14d           # LoRA decode A/B 14 again with PDL entries; the PDL and META_FIRST kernel tests
+#   bash scripts/h200_session.sh s14e           # LoRA decode A/B 16 (register cap, pipelining depth)
 #   bash scripts/h200_session.sh s14b | s14c    # final code (after setup): decode A/B 15 + the suite | LoRA floor, prefill rows, vision host + table, main job
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
@@ -712,6 +713,9 @@ PY
     lora_ab decode 300
     timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -p no:cacheprovider -k "pdl or metadata_first" \
       -rs >"$OUT/pdl_tests.log" 2>&1; echo "pdl tests exit $?"; tail -4 "$OUT/pdl_tests.log" | cut -c1-300
+    ;;
+  s14e)  # LoRA decode A/B 16 (register cap, stages)
+    lora_ab decode 120
     ;;
   s14b)  # the final code (run setup first): LoRA decode A/B 15, the whole suite
     lora_ab decode 90
