@@ -268,8 +268,12 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 16 (session 14): a register cap for three programs per SM (q takes 226 registers, v 204: two per
-# SM), and the pipelining depth, under PDL.
+# Round 17 (session 14): Note [Tiles last] (the programs with rows first on the per-slot grid).
+# Round 16 (session 14, s14e, us): a register cap for three programs per SM (q takes 226 registers, v 204: two
+# per SM) and the pipelining depth, under PDL.  bs64 q chosen 7.02, maxnreg 168 8.18, 2 stages 7.54, flat
+# 7.73, per-slot 16-row 7.31; v chosen 6.74, maxnreg 168 10.04, 2 / 4 stages 7.79 / 6.80, BLOCK_K=64 7.74,
+# flat 7.39, per-slot 6.71; bs256 q 15.65, 18.88, 15.66, 15.62, 21.47; v 11.43, 15.46, 12.17 / 11.78, 12.13,
+# 11.43, 11.80.  The chosen blocks stay.
 # Round 15 (session 14, s14b, us): bs64 q chosen (PDL + META_FIRST) 7.09, PDL off 7.91, META_FIRST off 7.29,
 # both off 8.08, flat 7.76, flat 16-row 7.49, per-slot 16-row 7.32; v chosen 6.73, PDL off 7.42, META_FIRST
 # off 6.86, both off 7.56, flat 7.32, per-slot 6.69, flat 32-row 8.09, flat 16-row 8.49; bs256 q 15.71 /
@@ -321,10 +325,10 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"maxnreg": 168}), ("auto", {"num_stages": 2}), ("flat", {}),
-                     ("sorted", {"BT": 16, "WIDE_BT": None})],
-    "v_side_fused": [("auto", {}), ("auto", {"maxnreg": 168}), ("auto", {"num_stages": 2}),
-                     ("auto", {"num_stages": 4}), ("auto", {"BLOCK_K": 64}), ("flat", {}), ("sorted", {})],
+    "q_side_fused": [("auto", {}), ("auto", {"TILES_LAST": True}), ("flat", {}), ("sorted", {}),
+                     ("sorted", {"BT": 16, "WIDE_BT": None, "TILES_LAST": True})],
+    "v_side_fused": [("auto", {}), ("auto", {"TILES_LAST": True}), ("flat", {}), ("sorted", {}),
+                     ("sorted", {"BT": 32, "TILES_LAST": True}), ("sorted", {"BT": 16, "TILES_LAST": True})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

@@ -53,6 +53,7 @@
 #   bash scripts/h200_session.sh s14a           # LoRA decode A/B 14 (16/32-row tiles on the flat grid, META_FIRST, 8 warps), floor
 #   bash scripts/h200_session.sh s14d           # LoRA decode A/B 14 again with PDL entries; the PDL and META_FIRST kernel tests
 #   bash scripts/h200_session.sh s14e           # LoRA decode A/B 16 (register cap, pipelining depth)
+#   bash scripts/h200_session.sh s14f           # LoRA decode A/B 17 (Note [Tiles last])
 #   bash scripts/h200_session.sh s14b | s14c    # final code (after setup): decode A/B 15 + the suite | LoRA floor, prefill rows, vision host + table, main job
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
@@ -715,6 +716,9 @@ PY
       -rs >"$OUT/pdl_tests.log" 2>&1; echo "pdl tests exit $?"; tail -4 "$OUT/pdl_tests.log" | cut -c1-300
     ;;
   s14e)  # LoRA decode A/B 16 (register cap, stages)
+    lora_ab decode 120
+    ;;
+  s14f)  # LoRA decode A/B 17 (Note [Tiles last])
     lora_ab decode 120
     ;;
   s14b)  # the final code (run setup first): LoRA decode A/B 15, the whole suite
