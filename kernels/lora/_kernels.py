@@ -714,12 +714,12 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         sa_c = 1
         sy_c = 1
     if TILES_LAST:  # Note [Tiles last]
-        pid, h, a2 = _tiles_last()
+        pid, h, axis2 = _tiles_last()
     else:
         pid, h = _tile_and_head(HEADS_FIRST)
-        a2 = tl.program_id(2)
-    cb = a2 % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
-    w_prog = a2 // n_cblocks
+        axis2 = tl.program_id(2)
+    cb = axis2 % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
+    w_prog = axis2 // n_cblocks
     lane = tl.arange(0, BT)
     if META_FIRST and TOKEN_MAJOR:  # Note [Slot metadata first]
         ranks_w, scales_w = _slot_meta(lora_ranks, scalings, w_prog, search_steps, FLAT, NSLOT)
@@ -836,12 +836,12 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         sb_r = 1
         sy_v = 1
     if TILES_LAST:  # Note [Tiles last]
-        pid, h, a2 = _tiles_last()
+        pid, h, axis2 = _tiles_last()
     else:
         pid, h = _tile_and_head(HEADS_FIRST)
-        a2 = tl.program_id(2)
-    cb = a2 % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
-    w_prog = a2 // n_cblocks
+        axis2 = tl.program_id(2)
+    cb = axis2 % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
+    w_prog = axis2 // n_cblocks
     lane = tl.arange(0, BT)
     if META_FIRST and TOKEN_MAJOR:  # Note [Slot metadata first]
         ranks_w, scales_w = _slot_meta(lora_ranks, scalings, w_prog, search_steps, FLAT, NSLOT)
