@@ -268,7 +268,13 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 17 (session 14): Note [Tiles last] (the programs with rows first on the per-slot grid).
+# Round 18 (for the next session): the chosen blocks against each of PDL and META_FIRST off, and the routes.
+# Round 17 (session 14, s14f, us): TILES_LAST, the per-slot grid renumbered so that every slot's first row
+# tile starts before any second one (the programs with rows first, as on the flat grid, without its slot
+# search).  bs64 q chosen 7.02, TILES_LAST 7.74 (flat 7.73, per-slot 16-row tiles with it 7.45); v 6.84 /
+# 6.85 (per-slot 32- / 16-row tiles with it 7.95 / 7.63); bs256 q 15.71 / 15.83, v 11.49 / 11.66.  Starting
+# the 256 programs with rows together, two per SM, was slower than the default order (which interleaves
+# them with programs that route and exit), so the option was removed from the kernels again.
 # Round 16 (session 14, s14e, us): a register cap for three programs per SM (q takes 226 registers, v 204: two
 # per SM) and the pipelining depth, under PDL.  bs64 q chosen 7.02, maxnreg 168 8.18, 2 stages 7.54, flat
 # 7.73, per-slot 16-row 7.31; v chosen 6.74, maxnreg 168 10.04, 2 / 4 stages 7.79 / 6.80, BLOCK_K=64 7.74,
@@ -325,10 +331,10 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"TILES_LAST": True}), ("flat", {}), ("sorted", {}),
-                     ("sorted", {"BT": 16, "WIDE_BT": None, "TILES_LAST": True})],
-    "v_side_fused": [("auto", {}), ("auto", {"TILES_LAST": True}), ("flat", {}), ("sorted", {}),
-                     ("sorted", {"BT": 32, "TILES_LAST": True}), ("sorted", {"BT": 16, "TILES_LAST": True})],
+    "q_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}), ("flat", {}),
+                     ("sorted", {}), ("sorted", {"BT": 16, "WIDE_BT": None})],
+    "v_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}), ("flat", {}),
+                     ("sorted", {})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

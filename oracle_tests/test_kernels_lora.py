@@ -245,7 +245,7 @@ def _with_blocks(monkeypatch, path: str, **changes) -> None:
     blocks = {op: {p: dict(b) for p, b in paths.items()} for op, paths in launch.BLOCKS.items()}
     for op, paths in blocks.items():
         for key, value in changes.items():
-            if key in ("PREFETCH", "HEADS_FIRST", "META_FIRST", "PDL", "TILES_LAST") and op not in FUSED:
+            if key in ("PREFETCH", "HEADS_FIRST", "META_FIRST", "PDL") and op not in FUSED:
                 continue
             if key == "PREFETCH_ALL" and op != "q_side_fused":
                 continue
@@ -316,36 +316,28 @@ def test_flat_grid_matches_oracle(op, bname, monkeypatch):
     assert plans and all(p.slot_block == launch.slot_block(L) > 0 for p in plans), plans
 
 
-# Note [Slot metadata first] and Note [Tiles last]: options of the fused kernels' token-major launches, on
-# each route and on the flat batches (11 slots: NSLOT 16; a rank-0 slot; a slot with no rows; graph padding)
-OPTION_CASES = [(route, bname) for route in ROUTES for bname in ("decode-graph", "permuted")] + \
+# Note [Slot metadata first]: the fused kernels' option of loading the slot's rank and scaling (on the flat
+# grid every slot's) before the route, on each route and on the flat batches (11 slots: NSLOT 16; a rank-0
+# slot; a slot with no rows; graph padding)
+META_FIRST_CASES = [(route, bname) for route in ROUTES for bname in ("decode-graph", "permuted")] + \
     [("flat", bname) for bname in FLAT_BATCHES]
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("option", ["META_FIRST", "TILES_LAST"])
-@pytest.mark.parametrize("route,bname", OPTION_CASES, ids=[f"{r}-{b}" for r, b in OPTION_CASES])
+@pytest.mark.parametrize("route,bname", META_FIRST_CASES, ids=[f"{r}-{b}" for r, b in META_FIRST_CASES])
 @pytest.mark.parametrize("op", FUSED)
-def test_fused_token_major_options_match_oracle(op, route, bname, option, monkeypatch):
+def test_fused_slot_metadata_first_matches_oracle(op, route, bname, monkeypatch):
     plans = _with_route(monkeypatch, route)
-    _with_blocks(monkeypatch, "tok", BT=4, **{option: True})
+    _with_blocks(monkeypatch, "tok", BT=4, META_FIRST=True)
     if bname in FLAT_BATCHES:
         batch, L = FLAT_BATCHES[bname]
         dims = Dims(H=2, qk=48, vd=40, C=64, R=16, L=L)
     else:
         batch, dims = BATCHES[bname], SMALL_DIMS["d48"]
-    seed = _seed(op, bname, route, option)
+    seed = _seed(op, bname, route, "meta-first")
     args, routed = _make_call(op, batch, dims, torch.bfloat16, torch.bfloat16, DEVICE, seed=seed)
-    _check(op, args, routed, torch.bfloat16, f"op={op} batch={bname} route={route} {option} seed={seed}")
-    assert plans and all(p.blocks.get(option) for p in plans), plans
-
-
-def test_tiles_last_is_off_for_grids_past_32_bits():
-    """Note [Tiles last] numbers programs in int32: the launch drops it for a grid of 2**31 programs or more."""
-    blocks = {"BT": 32, "TILES_LAST": True}
-    assert launch._grid_order(blocks, (2 ** 14, 2 ** 10, 2 ** 7 - 1))["TILES_LAST"] is True
-    assert launch._grid_order(blocks, (2 ** 14, 2 ** 10, 2 ** 7))["TILES_LAST"] is False
-    assert launch._grid_order({"BT": 32}, (2 ** 14, 2 ** 10, 2 ** 7)) == {"BT": 32}
+    _check(op, args, routed, torch.bfloat16, f"op={op} batch={bname} route={route} META_FIRST seed={seed}")
+    assert plans and all(p.blocks.get("META_FIRST") for p in plans), plans
 
 
 @pytest.mark.interpreter
@@ -798,7 +790,7 @@ def test_ab_tables_override_the_chosen_blocks(table, path):
         for (route, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
             assert route in bench_lora.ROUTES, route
             assert set(overrides) <= set(chosen) | {"PREFETCH", "PREFETCH_ALL", "HEADS_FIRST", "num_stages",
-                                                    "maxnreg", "META_FIRST", "PDL", "TILES_LAST"}, overrides
+                                                    "maxnreg", "META_FIRST", "PDL"}, overrides
             assert cfg == {**chosen, **overrides}
     assert bench_lora.ab_configs({"q_side_fused": [("sorted", {"BT": 16})]}, launch.BLOCKS, path) == \
         {"q_side_fused": [("sorted", {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}

@@ -53,7 +53,8 @@
 #   bash scripts/h200_session.sh s14a           # LoRA decode A/B 14 (16/32-row tiles on the flat grid, META_FIRST, 8 warps), floor
 #   bash scripts/h200_session.sh s14d           # LoRA decode A/B 14 again with PDL entries; the PDL and META_FIRST kernel tests
 #   bash scripts/h200_session.sh s14e           # LoRA decode A/B 16 (register cap, pipelining depth)
-#   bash scripts/h200_session.sh s14f           # LoRA decode A/B 17 (Note [Tiles last])
+#   bash scripts/h200_session.sh s14f           # LoRA decode A/B 17 (TILES_LAST, since removed: slower)
+#   bash scripts/h200_session.sh s14g           # final code: LoRA decode floor, decode A/B 18, LoRA kernel tests
 #   bash scripts/h200_session.sh s14b | s14c    # final code (after setup): decode A/B 15 + the suite | LoRA floor, prefill rows, vision host + table, main job
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
@@ -718,8 +719,13 @@ PY
   s14e)  # LoRA decode A/B 16 (register cap, stages)
     lora_ab decode 120
     ;;
-  s14f)  # LoRA decode A/B 17 (Note [Tiles last])
+  s14f)  # LoRA decode A/B 17 (TILES_LAST: the per-slot grid's programs with rows first; slower, removed)
     lora_ab decode 120
+    ;;
+  s14g)  # the final code: LoRA decode floor, decode A/B 18, the LoRA kernel tests
+    lora_floor auto
+    lora_ab decode 90
+    lora_tests 240
     ;;
   s14b)  # the final code (run setup first): LoRA decode A/B 15, the whole suite
     lora_ab decode 90

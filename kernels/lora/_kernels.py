@@ -143,17 +143,6 @@ instructions, so they are compiled only for a GPU; the GPU test chains eight in-
 graph and requires the bits of eight eager calls without PDL.  H200, round 14 (s14d), with META_FIRST:
 decode-bs64 q 7.71 -> 6.94 us, v 7.34 -> 6.68; decode-bs256 q 16.18 -> 15.46, v 12.15 -> 11.47.
 
-Note [Tiles last]
------------------
-A per-slot token-major grid (row tiles, heads, slots) is started slot by slot, and within a slot row
-tile by row tile.  At decode most of a slot's row tiles lie past its rows (decode-bs64 with 32-row
-tiles: tile 1 of every slot), so half of the first programs the GPU starts have nothing to do, and
-the real work of the last slots waits for them to route and exit.  ``TILES_LAST`` (fused kernels)
-renumbers the programs over the whole grid with the row tile slowest: first every head of every slot's
-tile 0, then tile 1, and so on, which puts the programs with rows first (the flat grid's order, without
-its per-program slot search).  It implies heads first within a tile.  The launch turns it off where
-the grid has 2**31 programs or more (the numbering is 32-bit).
-
 Note [Specialization]
 ---------------------
 Triton compiles one kernel per combination of its integer arguments' classes (1, a multiple of 16,
@@ -659,19 +648,6 @@ def _tile_and_head(HEADS_FIRST: tl.constexpr):
     return tile, head
 
 
-@triton.jit
-def _tiles_last():
-    """(row tile, head, grid-axis-2 index) of this program, numbered so that the row tile changes slowest:
-    the GPU starts programs in launch order (axis 0 fastest), and here consecutive programs take one row
-    tile's heads, then the next slot's (Note [Tiles last]).  The caller keeps the grid below 2**31 programs."""
-    n0 = tl.num_programs(0)
-    n1 = tl.num_programs(1)
-    n12 = n1 * tl.num_programs(2)
-    lin = (tl.program_id(2) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
-    rest = lin % n12
-    return lin // n12, rest % n1, rest // n1
-
-
 # ---- fused sides ---------------------------------------------------------------------------------
 
 _DNS_Q_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'C_BLOCKS', 'sx_t', 'sx_h', 'sb_l', 'sb_row', 'sa_l', 'sa_r',
@@ -691,7 +667,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
                         PREFETCH_ALL: tl.constexpr = False, META_FIRST: tl.constexpr = False,
-                        PDL: tl.constexpr = False, TILES_LAST: tl.constexpr = False):
+                        PDL: tl.constexpr = False):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
     if PDL:  # Note [Programmatic dependent launch]
         gdc_launch_dependents()
@@ -713,13 +689,9 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         sb_r = 1
         sa_c = 1
         sy_c = 1
-    if TILES_LAST:  # Note [Tiles last]
-        pid, h, axis2 = _tiles_last()
-    else:
-        pid, h = _tile_and_head(HEADS_FIRST)
-        axis2 = tl.program_id(2)
-    cb = axis2 % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
-    w_prog = axis2 // n_cblocks
+    pid, h = _tile_and_head(HEADS_FIRST)
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
+    w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT)
     if META_FIRST and TOKEN_MAJOR:  # Note [Slot metadata first]
         ranks_w, scales_w = _slot_meta(lora_ranks, scalings, w_prog, search_steps, FLAT, NSLOT)
@@ -812,8 +784,7 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
-                        META_FIRST: tl.constexpr = False, PDL: tl.constexpr = False,
-                        TILES_LAST: tl.constexpr = False):
+                        META_FIRST: tl.constexpr = False, PDL: tl.constexpr = False):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
     if PDL:  # Note [Programmatic dependent launch]
         gdc_launch_dependents()
@@ -835,13 +806,9 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         sa_c = 1
         sb_r = 1
         sy_v = 1
-    if TILES_LAST:  # Note [Tiles last]
-        pid, h, axis2 = _tiles_last()
-    else:
-        pid, h = _tile_and_head(HEADS_FIRST)
-        axis2 = tl.program_id(2)
-    cb = axis2 % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
-    w_prog = axis2 // n_cblocks
+    pid, h = _tile_and_head(HEADS_FIRST)
+    cb = tl.program_id(2) % n_cblocks  # grid axis 2: slot (token-major, not FLAT) x output block
+    w_prog = tl.program_id(2) // n_cblocks
     lane = tl.arange(0, BT)
     if META_FIRST and TOKEN_MAJOR:  # Note [Slot metadata first]
         ranks_w, scales_w = _slot_meta(lora_ranks, scalings, w_prog, search_steps, FLAT, NSLOT)

@@ -312,14 +312,6 @@ def _pdl_options(requested: bool, device: torch.device) -> dict:
 PDL_OPTIONS = dict(PDL=True, launch_pdl=True)
 
 
-def _grid_order(blocks: dict, grid: tuple) -> dict:
-    """``blocks`` with TILES_LAST off where the grid has 2**31 programs or more (Note [Tiles last] in
-    :mod:`kernels.lora._kernels` numbers the programs in 32 bits)."""
-    if blocks.get("TILES_LAST") and grid[0] * grid[1] * grid[2] >= 2 ** 31:
-        return {**blocks, "TILES_LAST": False}
-    return blocks
-
-
 # ---- entry points (SGLang signatures) ------------------------------------------------------------
 
 def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
@@ -452,13 +444,12 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
     def launch(blocks, warps, stages):
         c_blocks = triton.cdiv(blocks.pop("C_SPLIT") or C, blocks["BLOCK_C"])  # BLOCK_C-column blocks per program
         ncb = triton.cdiv(C, c_blocks * blocks["BLOCK_C"])
-        grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
-        _family(K.q_side_fused_kernel, lay)[grid](
+        _family(K.q_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
             q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
             FULL_K=full_K_per_head, C_BLOCKS=c_blocks,
             **lay,
-            BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **_grid_order(blocks, grid),
-            num_warps=warps, **_stages(stages))
+            BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output), **blocks, num_warps=warps,
+            **_stages(stages))
 
     _launch("q_side_fused", p, q_nope, (B_buf, A_buf), _block_r(R), launch, align=lay["ALIGN"])
     return base_output
@@ -484,13 +475,12 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
                   sy_h=base_output.stride(1))
 
     def launch(blocks, warps, stages):
-        grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))
-        _family(K.v_side_fused_kernel, lay)[grid](
+        _family(K.v_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
             attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
-            BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **_grid_order(blocks, grid),
-            num_warps=warps, **_stages(stages))
+            BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output), **blocks, num_warps=warps,
+            **_stages(stages))
 
     _launch("v_side_fused", p, attn_output, (A_buf, B_buf), _block_r(R), launch, align=lay["ALIGN"])
     return base_output
