@@ -113,6 +113,21 @@ def test_ab_table_rows_are_the_configurations(tmp_path):
 
 
 @pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason=f"this Triton build bundles no cuobjdump ({BIN})")
+def test_decode_ab_configurations_compile_for_sm90(tmp_path):
+    """Every configuration a device session's --decode-ab will launch compiles for sm_90, before any device
+    time is spent: the interpreter runs the kernels without Triton's code generator, which refuses what
+    it lets through (session 14: a name reassigned to a tensor of another type inside a runtime ``if``
+    failed every 32-row fused q launch on the H200)."""
+    from kernel_oracle.benchmarks.bench_lora import DECODE_AB
+
+    done = _hopper_sass(tmp_path, "--ab", "decode")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = _table(done.stdout)
+    assert len(rows) == 2 * sum(len(v) for v in DECODE_AB.values())  # decode-bs64 and decode-bs256
+    assert all(int(r["regs"]) > 0 and int(r["mma"]) > 0 for r in rows), rows
+
+
+@pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason=f"this Triton build bundles no cuobjdump ({BIN})")
 def test_vision_sweep_rows_keep_each_configuration(tmp_path):
     from kernel_oracle.benchmarks.bench_vision import SHAPES, SWEEP
 
