@@ -268,7 +268,11 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 18 (for the next session): the chosen blocks against each of PDL and META_FIRST off, and the routes.
+# Round 19 (session 14): Note [Heads per program]: a decode-bs64 slot's 16 rows of 2 or 4 heads per program
+# (q: 32- or 64-row tiles without padding that share the slot's A; v: the same for step A's shared A).
+# Round 18 (session 14, s14g, the final code): chosen, PDL off, META_FIRST off, flat, per-slot: bs64 q 7.02,
+# 7.78, 7.16, 7.68, 6.98, per-slot 16-row 7.18; v 6.65, 7.36, 6.84, 7.34, 6.73; bs256 q 15.55, 16.19,
+# 15.74, 15.54, 16.03, 21.18; v 11.45, 12.15, 11.50, 11.45, 11.83.
 # Round 17 (session 14, s14f, us): TILES_LAST, the per-slot grid renumbered so that every slot's first row
 # tile starts before any second one (the programs with rows first, as on the flat grid, without its slot
 # search).  bs64 q chosen 7.02, TILES_LAST 7.74 (flat 7.73, per-slot 16-row tiles with it 7.45); v 6.84 /
@@ -331,10 +335,11 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}), ("flat", {}),
-                     ("sorted", {}), ("sorted", {"BT": 16, "WIDE_BT": None})],
-    "v_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}), ("flat", {}),
-                     ("sorted", {})],
+    "q_side_fused": [("auto", {}), ("sorted", {"BT": 16, "WIDE_BT": None, "BH": 2}),
+                     ("flat", {"BT": 16, "WIDE_BT": None, "BH": 2}), ("sorted", {"BT": 16, "WIDE_BT": None, "BH": 4}),
+                     ("sorted", {"BH": 2}), ("flat", {}), ("sorted", {})],
+    "v_side_fused": [("auto", {}), ("sorted", {"BT": 16, "BH": 4}), ("sorted", {"BT": 16, "BH": 2}),
+                     ("flat", {"BT": 16, "BH": 4}), ("sorted", {"BT": 32, "BH": 2}), ("flat", {}), ("sorted", {})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

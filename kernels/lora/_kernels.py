@@ -859,3 +859,210 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             else:
                 y_raw = _base_block(y_rows, vv, sy_v, sel, VD)
             _store_sum(d, y_raw, y_ptrs, m, base_ptr, FIX_BF16)
+
+
+# ---- fused sides, several heads per program (Note [Heads per program]) ----------------------------
+
+@triton.jit
+def _packed_rows(phys, sel, hb, BH: tl.constexpr, BT: tl.constexpr):
+    """The (BH*BT,) rows of a head-packed tile: row ``i`` is lane ``i % BT`` of head ``hb*BH + i // BT``;
+    (physical token, head, selected) per row."""
+    offs_m = tl.arange(0, BH * BT)
+    m_phys = tl.reshape(tl.broadcast_to(phys[None, :], (BH, BT)), (BH * BT,))
+    m_sel = tl.reshape(tl.broadcast_to(sel[None, :], (BH, BT)), (BH * BT,))
+    return m_phys, hb * BH + offs_m // BT, m_sel
+
+
+@_two_families(_DNS_Q_SIDE_FUSED)
+def q_side_fused_heads_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
+                              n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, FULL_K, C, R,
+                              C_BLOCKS,
+                              sx_t, sx_h, sx_d, sb_l, sb_row, sb_r, sa_l, sa_r, sa_c, sy_t, sy_h, sy_c,
+                              TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr,
+                              SORTED: tl.constexpr, FLAT: tl.constexpr, NSLOT: tl.constexpr,
+                              BT: tl.constexpr, BH: tl.constexpr,
+                              BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr,
+                              UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
+                              ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
+                              PREFETCH_ALL: tl.constexpr = False, META_FIRST: tl.constexpr = False,
+                              PDL: tl.constexpr = False):
+    """:func:`q_side_fused_kernel` on BH heads of one row tile (token-major only); grid (row tiles, H/BH).
+    Step A is a batched product (BH, BT, QK) @ (BH, QK, R); step B one product of the (BH*BT) rows with
+    the slot's A, which every head shares."""
+    sx_t = sx_t * ALIGN
+    sx_h = sx_h * ALIGN
+    sb_l = sb_l * ALIGN
+    sb_row = sb_row * ALIGN
+    sa_l = sa_l * ALIGN
+    sa_r = sa_r * ALIGN
+    sy_t = sy_t * ALIGN
+    sy_h = sy_h * ALIGN
+    QK = QK * ALIGN
+    C = C * ALIGN
+    R = R * ALIGN
+    if ALIGN > 1:
+        sx_d = 1
+        sb_r = 1
+        sa_c = 1
+        sy_c = 1
+    if PDL:  # Note [Programmatic dependent launch]
+        gdc_launch_dependents()
+        gdc_wait()
+    pid, hb = _tile_and_head(HEADS_FIRST)
+    w_prog = tl.program_id(2)
+    lane = tl.arange(0, BT)
+    if META_FIRST:  # Note [Slot metadata first]
+        ranks_w, scales_w = _slot_meta(lora_ranks, scalings, w_prog, search_steps, FLAT, NSLOT)
+    sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+                                    num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                                    FLAT, NSLOT)
+    if META_FIRST:
+        rank, s = _pick_slot(ranks_w, scales_w, w, FLAT, NSLOT)
+        rank = tl.minimum(rank, R)
+    else:
+        rank = tl.minimum(tl.load(lora_ranks + w), R)
+    offs_b = tl.arange(0, BH)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_r = tl.arange(0, BLOCK_R)
+    offs_c0 = tl.arange(0, BLOCK_C)
+    m_phys, m_head, m_sel = _packed_rows(phys, sel, hb, BH, BT)
+    y_rows = base_ptr + m_phys * sy_t + m_head * sy_h
+    if (rank > 0) & has_rows:
+        if not META_FIRST:
+            s = tl.load(scalings + w)
+        wa_base = a_ptr + w.to(tl.int64) * sa_l
+        if PREFETCH_ALL:  # Note [Whole-row prefetch]
+            y0 = _base_block(y_rows, offs_c0, sy_c, m_sel, C)
+            y1 = _base_block(y_rows, BLOCK_C + offs_c0, sy_c, m_sel, C)
+            y2 = _base_block(y_rows, 2 * BLOCK_C + offs_c0, sy_c, m_sel, C)
+            y3 = _base_block(y_rows, 3 * BLOCK_C + offs_c0, sy_c, m_sel, C)
+            a0 = _a_block(wa_base, offs_r, offs_c0, sa_r, sa_c, rank, C, UPCAST, FIX_BF16, DOT_PREC)
+            a1 = _a_block(wa_base, offs_r, BLOCK_C + offs_c0, sa_r, sa_c, rank, C, UPCAST, FIX_BF16, DOT_PREC)
+            a2 = _a_block(wa_base, offs_r, 2 * BLOCK_C + offs_c0, sa_r, sa_c, rank, C, UPCAST, FIX_BF16, DOT_PREC)
+            a3 = _a_block(wa_base, offs_r, 3 * BLOCK_C + offs_c0, sa_r, sa_c, rank, C, UPCAST, FIX_BF16, DOT_PREC)
+        heads = hb * BH + offs_b
+        x3_rows = x_ptr + phys[None, :] * sx_t + heads[:, None] * sx_h  # (BH, BT)
+        wb3 = b_ptr + w.to(tl.int64) * sb_l + (heads * FULL_K).to(tl.int64) * sb_row  # (BH,)
+        acc = tl.zeros((BH, BT, BLOCK_R), dtype=tl.float32)
+        for k0 in range(0, QK, BLOCK_K):
+            kk = k0 + offs_k
+            xt = _ld(x3_rows[:, :, None] + kk[None, None, :] * sx_d, sel[None, :, None] & (kk < QK)[None, None, :],
+                     UPCAST, FIX_BF16, DOT_PREC)
+            wt = _ld(wb3[:, None, None] + kk[None, :, None] * sb_row + offs_r[None, None, :] * sb_r,
+                     (kk < QK)[None, :, None] & (offs_r < R)[None, None, :], UPCAST, FIX_BF16, DOT_PREC)
+            acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
+        acc = tl.where((offs_r < rank)[None, None, :], acc, 0.0)
+        acc2 = tl.reshape(acc, (BH * BT, BLOCK_R))
+        if UPCAST:
+            mid = _operand(rounded_f32(acc2, x_ptr.dtype.element_ty, FIX_BF16), DOT_PREC)
+        else:
+            mid = _operand(acc2.to(x_ptr.dtype.element_ty), DOT_PREC)
+        c_rest = 0
+        if PREFETCH_ALL:
+            _add_delta(mid, a0, y0, base_ptr, y_rows, offs_c0, sy_c, m_sel, C, s, DOT_PREC, FIX_BF16)
+            _add_delta(mid, a1, y1, base_ptr, y_rows, BLOCK_C + offs_c0, sy_c, m_sel, C, s, DOT_PREC, FIX_BF16)
+            _add_delta(mid, a2, y2, base_ptr, y_rows, 2 * BLOCK_C + offs_c0, sy_c, m_sel, C, s, DOT_PREC, FIX_BF16)
+            _add_delta(mid, a3, y3, base_ptr, y_rows, 3 * BLOCK_C + offs_c0, sy_c, m_sel, C, s, DOT_PREC, FIX_BF16)
+            c_rest = 4 * BLOCK_C
+        for c0 in range(c_rest, C, BLOCK_C):
+            cc = c0 + offs_c0
+            at = _a_block(wa_base, offs_r, cc, sa_r, sa_c, rank, C, UPCAST, FIX_BF16, DOT_PREC)
+            _add_delta(mid, at, _base_block(y_rows, cc, sy_c, m_sel, C), base_ptr, y_rows, cc, sy_c, m_sel, C, s,
+                       DOT_PREC, FIX_BF16)
+
+
+@_two_families(_DNS_V_SIDE_FUSED)
+def v_side_fused_heads_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ranks, scalings, perm,
+                              n_launch, tiles_per_seg, num_rows, search_steps, n_cblocks, QK, VD, FULL_K, C, R,
+                              sx_t, sx_h, sx_c, sa_l, sa_r, sa_c, sb_l, sb_row, sb_r, sy_t, sy_h, sy_v,
+                              TOKEN_MAJOR: tl.constexpr, HAS_PERM: tl.constexpr, SEG_TILE: tl.constexpr,
+                              SORTED: tl.constexpr, FLAT: tl.constexpr, NSLOT: tl.constexpr,
+                              BT: tl.constexpr, BH: tl.constexpr,
+                              BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
+                              UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
+                              ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
+                              META_FIRST: tl.constexpr = False, PDL: tl.constexpr = False):
+    """:func:`v_side_fused_kernel` on BH heads of one row tile (token-major only); grid (row tiles, H/BH).
+    Step A is one product of the (BH*BT) rows with the slot's A, which every head shares; step B a
+    batched product (BH, BT, R) @ (BH, R, VD)."""
+    sx_t = sx_t * ALIGN
+    sx_h = sx_h * ALIGN
+    sa_l = sa_l * ALIGN
+    sa_r = sa_r * ALIGN
+    sb_l = sb_l * ALIGN
+    sb_row = sb_row * ALIGN
+    sy_t = sy_t * ALIGN
+    sy_h = sy_h * ALIGN
+    QK = QK * ALIGN
+    VD = VD * ALIGN
+    C = C * ALIGN
+    if ALIGN > 1:
+        sx_c = 1
+        sa_c = 1
+        sb_r = 1
+        sy_v = 1
+    if PDL:  # Note [Programmatic dependent launch]
+        gdc_launch_dependents()
+        gdc_wait()
+    pid, hb = _tile_and_head(HEADS_FIRST)
+    w_prog = tl.program_id(2)
+    lane = tl.arange(0, BT)
+    if META_FIRST:  # Note [Slot metadata first]
+        ranks_w, scales_w = _slot_meta(lora_ranks, scalings, w_prog, search_steps, FLAT, NSLOT)
+    sel, w, phys, has_rows = _route(pid, lane, w_prog, seg_indptr, weight_indices, perm, n_launch, tiles_per_seg,
+                                    num_rows, search_steps, TOKEN_MAJOR, HAS_PERM, BT, SEG_TILE, SORTED,
+                                    FLAT, NSLOT)
+    if META_FIRST:
+        rank, s = _pick_slot(ranks_w, scales_w, w, FLAT, NSLOT)
+        rank = tl.minimum(rank, R)
+    else:
+        rank = tl.minimum(tl.load(lora_ranks + w), R)
+    offs_b = tl.arange(0, BH)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_r = tl.arange(0, BLOCK_R)
+    offs_v0 = tl.arange(0, BLOCK_V)
+    m_phys, m_head, m_sel = _packed_rows(phys, sel, hb, BH, BT)
+    x_rows = x_ptr + m_phys * sx_t + m_head * sx_h
+    y_rows = base_ptr + m_phys * sy_t + m_head * sy_h
+    if (rank > 0) & has_rows:
+        if not META_FIRST:
+            s = tl.load(scalings + w)
+        heads = hb * BH + offs_b
+        wb3 = b_ptr + w.to(tl.int64) * sb_l + (heads * FULL_K + QK).to(tl.int64) * sb_row  # (BH,)
+        if PREFETCH:
+            y_next = _base_block(y_rows, offs_v0, sy_v, m_sel, VD)
+            bt_next = _ld(wb3[:, None, None] + offs_v0[None, None, :] * sb_row + offs_r[None, :, None] * sb_r,
+                          (offs_r < rank)[None, :, None] & (offs_v0 < VD)[None, None, :], UPCAST, FIX_BF16, DOT_PREC)
+        wa_base = a_ptr + w.to(tl.int64) * sa_l
+        acc = tl.zeros((BH * BT, BLOCK_R), dtype=tl.float32)
+        for k0 in range(0, C, BLOCK_K):
+            kk = k0 + offs_k
+            xt = _ld(x_rows[:, None] + kk[None, :] * sx_c, m_sel[:, None] & (kk < C)[None, :], UPCAST, FIX_BF16,
+                     DOT_PREC)
+            wt = _ld(wa_base + kk[:, None] * sa_c + offs_r[None, :] * sa_r,
+                     (kk < C)[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
+        if UPCAST:
+            mid = _operand(rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16), DOT_PREC)
+        else:
+            mid = _operand(acc.to(x_ptr.dtype.element_ty), DOT_PREC)
+        mid3 = tl.reshape(mid, (BH, BT, BLOCK_R))
+        for v0 in range(0, VD, BLOCK_V):
+            vv = v0 + offs_v0
+            if PREFETCH:
+                bt = bt_next
+                bt_next = _ld(wb3[:, None, None] + (vv + BLOCK_V)[None, None, :] * sb_row
+                              + offs_r[None, :, None] * sb_r,
+                              (offs_r < rank)[None, :, None] & ((vv + BLOCK_V) < VD)[None, None, :], UPCAST, FIX_BF16,
+                              DOT_PREC)
+            else:
+                bt = _ld(wb3[:, None, None] + vv[None, None, :] * sb_row + offs_r[None, :, None] * sb_r,
+                         (offs_r < rank)[None, :, None] & (vv < VD)[None, None, :], UPCAST, FIX_BF16, DOT_PREC)
+            d = tl.reshape(_delta(mid3, bt, s, base_ptr, DOT_PREC, FIX_BF16), (BH * BT, BLOCK_V))
+            y_ptrs, m = _out_block(y_rows, vv, sy_v, m_sel, VD)
+            if PREFETCH:
+                y_raw = y_next
+                y_next = _base_block(y_rows, vv + BLOCK_V, sy_v, m_sel, VD)
+            else:
+                y_raw = _base_block(y_rows, vv, sy_v, m_sel, VD)
+            _store_sum(d, y_raw, y_ptrs, m, base_ptr, FIX_BF16)
