@@ -268,8 +268,13 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 19 (session 14): Note [Heads per program]: a decode-bs64 slot's 16 rows of 2 or 4 heads per program
-# (q: 32- or 64-row tiles without padding that share the slot's A; v: the same for step A's shared A).
+# Round 20 (for the next session): the chosen blocks against each of PDL and META_FIRST off, and the routes.
+# Round 19 (session 14, s14h, us): head-packed kernels (an experiment, removed again): BH heads of one
+# slot's rows per program, so that a decode-bs64 tile has no padding and the heads share the slot's A (q:
+# a batched step-A product; v: a batched step B).  bs64 q chosen 7.09, 16 rows x 2 heads 8.88 (flat 8.83),
+# 16 x 4 12.84, 32 x 2 10.60; v chosen 6.67, 16 x 4 19.42 (flat 19.01), 16 x 2 7.62, 32 x 2 8.61; bs256 q
+# 15.52 against 18.69-21.86, v 11.55 against 13.92-25.79.  Slower everywhere: the batched products and
+# the (heads x rows) reshapes cost more than the padding and the repeated A loads they save.
 # Round 18 (session 14, s14g, the final code): chosen, PDL off, META_FIRST off, flat, per-slot: bs64 q 7.02,
 # 7.78, 7.16, 7.68, 6.98, per-slot 16-row 7.18; v 6.65, 7.36, 6.84, 7.34, 6.73; bs256 q 15.55, 16.19,
 # 15.74, 15.54, 16.03, 21.18; v 11.45, 12.15, 11.50, 11.45, 11.83.
@@ -335,11 +340,10 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("sorted", {"BT": 16, "WIDE_BT": None, "BH": 2}),
-                     ("flat", {"BT": 16, "WIDE_BT": None, "BH": 2}), ("sorted", {"BT": 16, "WIDE_BT": None, "BH": 4}),
-                     ("sorted", {"BH": 2}), ("flat", {}), ("sorted", {})],
-    "v_side_fused": [("auto", {}), ("sorted", {"BT": 16, "BH": 4}), ("sorted", {"BT": 16, "BH": 2}),
-                     ("flat", {"BT": 16, "BH": 4}), ("sorted", {"BT": 32, "BH": 2}), ("flat", {}), ("sorted", {})],
+    "q_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}), ("flat", {}),
+                     ("sorted", {}), ("sorted", {"BT": 16, "WIDE_BT": None})],
+    "v_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}), ("flat", {}),
+                     ("sorted", {})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

@@ -790,7 +790,7 @@ def test_ab_tables_override_the_chosen_blocks(table, path):
         for (route, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
             assert route in bench_lora.ROUTES, route
             assert set(overrides) <= set(chosen) | {"PREFETCH", "PREFETCH_ALL", "HEADS_FIRST", "num_stages",
-                                                    "maxnreg", "META_FIRST", "PDL", "BH"}, overrides
+                                                    "maxnreg", "META_FIRST", "PDL"}, overrides
             assert cfg == {**chosen, **overrides}
     assert bench_lora.ab_configs({"q_side_fused": [("sorted", {"BT": 16})]}, launch.BLOCKS, path) == \
         {"q_side_fused": [("sorted", {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}

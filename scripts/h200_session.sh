@@ -55,7 +55,7 @@
 #   bash scripts/h200_session.sh s14e           # LoRA decode A/B 16 (register cap, pipelining depth)
 #   bash scripts/h200_session.sh s14f           # LoRA decode A/B 17 (TILES_LAST, since removed: slower)
 #   bash scripts/h200_session.sh s14g           # final code: LoRA decode floor, decode A/B 18, LoRA kernel tests
-#   bash scripts/h200_session.sh s14h           # LoRA decode A/B 19 (heads per program)
+#   bash scripts/h200_session.sh s14h           # LoRA decode A/B 19 (heads per program; slower, removed)
 #   bash scripts/h200_session.sh s14b | s14c    # final code (after setup): decode A/B 15 + the suite | LoRA floor, prefill rows, vision host + table, main job
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
@@ -728,7 +728,7 @@ PY
     lora_ab decode 90
     lora_tests 240
     ;;
-  s14h)  # LoRA decode A/B 19 (heads per program)
+  s14h)  # LoRA decode A/B 19 (heads per program: slower, the experiment removed)
     lora_ab decode 150
     ;;
   s14b)  # the final code (run setup first): LoRA decode A/B 15, the whole suite

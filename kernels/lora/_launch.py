@@ -312,18 +312,6 @@ def _pdl_options(requested: bool, device: torch.device) -> dict:
 PDL_OPTIONS = dict(PDL=True, launch_pdl=True)
 
 
-def _heads_per_program(one, packed, blocks: dict, p: Plan, H: int, n_cblocks: int):
-    """(kernel, grid axis 1) of a fused call: the head-packed kernel (Note [Heads per program] in
-    :mod:`kernels.lora._kernels`) on ``H / BH`` head blocks where ``blocks`` asks for ``BH > 1`` heads per
-    program, the call is token-major, ``BH`` divides ``H`` and the output is not split; else one head per
-    program.  Takes ``BH`` out of ``blocks`` (the one-head kernel has no such parameter)."""
-    bh = blocks.pop("BH", 1)
-    if bh > 1 and p.token_major and H % bh == 0 and n_cblocks == 1:
-        blocks["BH"] = bh
-        return packed, H // bh
-    return one, H
-
-
 # ---- entry points (SGLang signatures) ------------------------------------------------------------
 
 def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
@@ -456,8 +444,7 @@ def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_h
     def launch(blocks, warps, stages):
         c_blocks = triton.cdiv(blocks.pop("C_SPLIT") or C, blocks["BLOCK_C"])  # BLOCK_C-column blocks per program
         ncb = triton.cdiv(C, c_blocks * blocks["BLOCK_C"])
-        kernel, heads = _heads_per_program(K.q_side_fused_kernel, K.q_side_fused_heads_kernel, blocks, p, H, ncb)
-        _family(kernel, lay)[(p.row_tiles, heads, _axis2(p, B_buf.shape[0], ncb))](
+        _family(K.q_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
             q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
             FULL_K=full_K_per_head, C_BLOCKS=c_blocks,
             **lay,
@@ -488,8 +475,7 @@ def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope
                   sy_h=base_output.stride(1))
 
     def launch(blocks, warps, stages):
-        kernel, heads = _heads_per_program(K.v_side_fused_kernel, K.v_side_fused_heads_kernel, blocks, p, H, 1)
-        _family(kernel, lay)[(p.row_tiles, heads, _axis2(p, B_buf.shape[0], 1))](
+        _family(K.v_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
             attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
             FULL_K=qk_nope_head_dim + v_head_dim, R=R,
             **lay,
