@@ -651,10 +651,22 @@ def test_pdl_chained_in_place_calls(op, path, monkeypatch):
         torch.cuda.synchronize()
         return call[base_at]
 
+    assert launch._pdl_options(True, args[0].device) == launch.PDL_OPTIONS  # the graph below launches with PDL
     eager = chain(False, graph=False)
     assert torch.equal(chain(True, graph=True), eager), f"{op} path={path}: PDL graph differs; seed={seed}"
     _with_blocks(monkeypatch, path, PDL=True)
     _check(op, args, routed, torch.bfloat16, f"op={op} path={path} PDL seed={seed}")
+
+
+def test_pdl_is_a_gpu_launch_option_only():
+    """Note [Programmatic dependent launch]: the interpreter (CPU tensors) gets neither the kernel's PDL
+    constexpr nor Triton's launch option, whatever BLOCKS ask; a request off gets none anywhere."""
+    assert launch._pdl_options(True, torch.device("cpu")) == {}
+    assert launch._pdl_options(False, torch.device("cpu")) == {}
+    if HAS_CUDA:
+        assert launch._pdl_options(False, torch.device("cuda")) == {}
+    assert launch.PDL_OPTIONS == {"PDL": True, "launch_pdl": True}
+    assert launch.BLOCKS["q_side_fused"]["tok"]["PDL"] and launch.BLOCKS["v_side_fused"]["seg"]["PDL"]
 
 
 # ---- shared memory: block sizes and stages within the device's limit (kernels/lora/_smem.py) ------
