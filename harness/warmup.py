@@ -22,8 +22,9 @@ the path (segment-major, or token-major with a 64- or 256-wide segment compare o
 the rank block (32, 64, 128), the layout family (aligned or generic), the permutation flag, the
 dtype, the base dtype and the op (and the flat grid, and the fused q side's tile height) -- 2,172
 variants, of which a GPU campaign meets a new one every few cases (a launch recorder on the CPU,
-2026-11-30: about 140-160 distinct variants in 2,000 cases of the "gpu" preset, still growing).  At about half a second of LLVM and ptxas each, a campaign that
-compiles them as it meets them ran at 6-15 cases/s on the H200.  :func:`variant_cases` holds one
+2026-11-30: about 140-160 distinct variants in 2,000 cases of the "gpu" preset, still growing).  At
+about half a second of LLVM and ptxas each, a campaign that compiles them as it meets them ran at 6-15
+cases/s on the H200.  :func:`variant_cases` holds one
 case per variant (the recorder test ``oracle_tests/test_variant_warmup.py``: they launch distinct
 variants, and every launch of fuzzed ``gpu``-preset cases is one of them), and for the ``triton``
 target on CUDA the worker has them compiled first by child processes in parallel (compile only,

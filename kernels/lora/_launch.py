@@ -21,6 +21,8 @@ flat grid, ``ceil(S / BT) + L - 1`` tiles with no slot axis (Note [Flat slot gri
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -303,9 +305,16 @@ def _pdl_options(requested: bool, device: torch.device) -> dict:
     """The kernel and launch options of Note [Programmatic dependent launch] in :mod:`kernels.lora._kernels`:
     on a CUDA device of compute capability 9.0 or newer when ``requested`` (a ``BLOCKS`` entry), else none
     (the interpreter cannot run the grid-dependency instructions, and older GPUs lack them)."""
-    if not requested or device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9:
+    if not requested or device.type != "cuda":
         return {}
-    return PDL_OPTIONS
+    return PDL_OPTIONS if _has_pdl(device.index if device.index is not None else torch.cuda.current_device()) else {}
+
+
+@functools.lru_cache(maxsize=None)
+def _has_pdl(index: int) -> bool:
+    """Whether CUDA device ``index`` has grid-dependency control (compute capability 9.0 or newer); read once
+    per device (every fused launch asks)."""
+    return torch.cuda.get_device_capability(index)[0] >= 9
 
 
 # the kernel's constexpr and Triton's launch option (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
