@@ -57,6 +57,7 @@
 #   bash scripts/h200_session.sh s14g           # final code: LoRA decode floor, decode A/B 18, LoRA kernel tests
 #   bash scripts/h200_session.sh s14h           # LoRA decode A/B 19 (heads per program; slower, removed)
 #   bash scripts/h200_session.sh s14i           # final code: the PDL, META_FIRST, largest-shape and graph tests
+#   bash scripts/h200_session.sh s14j           # after review: the PDL tests, the LoRA decode floor
 #   bash scripts/h200_session.sh s14b | s14c    # final code (after setup): decode A/B 15 + the suite | LoRA floor, prefill rows, vision host + table, main job
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
@@ -736,6 +737,11 @@ PY
     timeout 200 python3 -m pytest oracle_tests/test_kernels_lora.py -q -p no:cacheprovider -rs \
       -k "pdl or metadata_first or largest or graph_capturable" >"$OUT/final_tests.log" 2>&1
     echo "final tests exit $?"; tail -3 "$OUT/final_tests.log" | cut -c1-300
+    ;;
+  s14j)  # after review (the PDL capability cached): the PDL tests, the LoRA decode floor
+    timeout 120 python3 -m pytest oracle_tests/test_kernels_lora.py -q -p no:cacheprovider -k "pdl or graph_capturable" \
+      >"$OUT/review_tests.log" 2>&1; echo "pdl tests exit $?"; tail -1 "$OUT/review_tests.log"
+    lora_floor auto
     ;;
   s14b)  # the final code (run setup first): LoRA decode A/B 15, the whole suite
     lora_ab decode 90
