@@ -897,8 +897,7 @@ def test_largest_shapes_launch_within_shared_memory(op, dtype, path, monkeypatch
     rows = sum(LARGEST_BATCH.seg_lens) + LARGEST_BATCH.extra_rows
     chosen = launch.token_major_blocks(op, rows, LARGEST_DIMS.L) if path == "tok" \
         else launch.BLOCKS[op][path]
-    # as _launch does: the warps, the requested stages and PDL (a launch option) are not blocks
-    default = {k: v for k, v in chosen.items() if k not in ("num_warps", "num_stages", "PDL")}
+    default = launch.kernel_blocks(chosen)  # as _launch does: the launch options are not blocks
     expected = fit_config(op, default, block_r=128, elem_bytes=dtype.itemsize, transformed=dtype == torch.float32,
                           limit=smem_limit(DEVICE), num_stages=chosen.get("num_stages", launch.DEFAULT_STAGES))
     assert (cfg, stages) == expected, f"{op}: the estimate chose {expected}, the device needed {(cfg, stages)}"

@@ -221,9 +221,14 @@ def _meta(batch_info, p: Plan, num_rows: int, n_cblocks: int = 1):
                 NSLOT=p.slot_block or FLAT_SLOTS_MIN_BLOCK)
 
 
-def _split(blocks: dict) -> tuple[dict, int]:
-    b = dict(blocks)
-    return b, b.pop("num_warps")
+# the keys of a BLOCKS entry that configure the launch, not the kernel's blocks (which the shared-memory fit
+# sizes): warps, the requested pipelining stages, Note [Programmatic dependent launch]
+LAUNCH_KEYS = ("num_warps", "num_stages", "PDL")
+
+
+def kernel_blocks(blocks: dict) -> dict:
+    """``blocks`` without :data:`LAUNCH_KEYS`: what :func:`_launch` fits and passes as the kernel's blocks."""
+    return {k: v for k, v in blocks.items() if k not in LAUNCH_KEYS}
 
 
 def _nothing_to_do(p: Plan, num_rows: int) -> bool:
@@ -243,9 +248,9 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
     memory (Note [Shared memory] in :mod:`kernels.lora._smem`): the benchmark winners when they fit,
     else the first smaller one the estimate admits; a launch that still runs out of shared memory
     steps further down the ladder (no valid input ever raises ``OutOfResources``)."""
-    blocks, warps = _split(p.blocks)
-    first_stages = blocks.pop("num_stages", DEFAULT_STAGES)
-    pdl = _pdl_options(blocks.pop("PDL", False), x.device)
+    blocks, warps = kernel_blocks(p.blocks), p.blocks["num_warps"]
+    first_stages = p.blocks.get("num_stages", DEFAULT_STAGES)
+    pdl = _pdl_options(p.blocks.get("PDL", False), x.device)
     limit = smem_limit(x.device)
     if limit is None:  # the interpreter: no shared memory, Triton's stage setting is ignored
         launch(blocks, warps, None)
