@@ -58,6 +58,7 @@
 #   bash scripts/h200_session.sh s14h           # LoRA decode A/B 19 (heads per program; slower, removed)
 #   bash scripts/h200_session.sh s14i           # final code: the PDL, META_FIRST, largest-shape and graph tests
 #   bash scripts/h200_session.sh s14j           # after review: the PDL tests, the LoRA decode floor
+#   bash scripts/h200_session.sh s14k           # after review: the LoRA kernel tests
 #   bash scripts/h200_session.sh s14b | s14c    # final code (after setup): decode A/B 15 + the suite | LoRA floor, prefill rows, vision host + table, main job
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
@@ -742,6 +743,9 @@ PY
     timeout 120 python3 -m pytest oracle_tests/test_kernels_lora.py -q -p no:cacheprovider -k "pdl or graph_capturable" \
       >"$OUT/review_tests.log" 2>&1; echo "pdl tests exit $?"; tail -1 "$OUT/review_tests.log"
     lora_floor auto
+    ;;
+  s14k)  # after review (LAUNCH_KEYS): the LoRA kernel tests
+    lora_tests 200
     ;;
   s14b)  # the final code (run setup first): LoRA decode A/B 15, the whole suite
     lora_ab decode 90
