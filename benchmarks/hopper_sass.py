@@ -181,7 +181,7 @@ def _row(shape: str, side: str, grid, warps, stages, kernel) -> dict:
     regs, smem = registers(kernel.asm["cubin"]), kernel.metadata.shared
     per_sm = programs_per_sm(regs, warps, smem)
     return dict(shape=shape, side=side, kernel=kernel.name.removesuffix("_kernel"), grid=tuple(grid), warps=warps,
-                stages=stages, regs=regs, smem=smem, per_sm=per_sm, waves=math.prod(grid) / (per_sm * H200_SMS),
+                stages=stages, regs=regs, smem=smem, per_sm=per_sm, waves=math.prod(grid) / (per_sm * H200_SMS) if per_sm else math.inf,  # 0: does not fit an SM
                 cubin=kernel.asm["cubin"], sass="\n".join(ins), **summary(ins))
 
 

@@ -130,13 +130,14 @@ def test_decode_ab_configurations_compile_for_sm90(tmp_path):
 @pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason=f"this Triton build bundles no cuobjdump ({BIN})")
 def test_vision_sweep_rows_keep_each_configuration(tmp_path):
     from kernel_oracle.benchmarks.bench_vision import SHAPES, SWEEP
+    from kernel_oracle.kernels.vision import KernelConfig
 
     done = _hopper_sass(tmp_path, "--ab", "vision")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = _table(done.stdout)
     assert len(rows) == len(SHAPES) * len(SWEEP)
     for (name, _, _, d), config in zip([s for s in SHAPES for _ in SWEEP], SWEEP * len(SHAPES)):
-        full = tuple(config) + (False,) * (5 - len(config))  # KernelConfig's warp_specialize defaults to False
+        full = tuple(KernelConfig(*config))  # the defaults of the fields a SWEEP entry leaves out
         assert f"vision {name} d{d} {full}" in {r["shape"] for r in rows}
         (row,) = [r for r in rows if r["shape"] == f"vision {name} d{d} {full}"]
         assert (row["warps"], row["stages"]) == (str(config[2]), str(config[3]))

@@ -99,6 +99,34 @@ def test_fp32_large_logits(request, device, case, prec):
     check_against_oracle(args, kwargs, baseline_mode=baseline, precision=precision, repro=request.node.nodeid)
 
 
+@pytest.mark.parametrize("pipeline", [1, 2])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("prec", ["bf16", "fp16", "fp32", "fp32-tf32"])
+def test_logits_one_block_ahead(request, device, prec, head_dim, pipeline):
+    """Note [Logits one block ahead]: the pipelined key loop is right against the float64 oracle and gives
+    bit for bit what the plain loop gives (the same operations per block, in the same order), on
+    sequences shorter than a key block, of whole key blocks and with a ragged last one."""
+    from kernel_oracle.kernels.vision._kernel import default_config
+
+    dtype, precision, baseline = PRECISIONS[prec]
+    plain = default_config(head_dim, head_dim, torch.tensor([], dtype=dtype).element_size())
+    piped = kv.KernelConfig(*plain[:5], pipeline=pipeline)
+    bn = plain.block_n
+    case = Case("pipe", (bn // 2 + 1, bn, 2 * bn + 3, 3 * bn, 0, 4 * bn - 1), head_dim=head_dim)
+    args, kwargs = build(case, dtype, device, _gen(request))
+    outs = []
+    for config in (plain, piped):
+        with kv.poisoned_output():
+            outs.append(kv.plan_attention(*args, **kwargs, fp32_precision=precision, config=config).run())
+    ref = flashinfer_cudnn_oracle(*args, **kwargs)
+    faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=baseline)
+    res = compare(outs[1], ref.value, ref.defined.to(device), family="vision", baseline=faithful.baselines,
+                  out_dtype=dtype, repro=request.node.nodeid)
+    assert res.ok, res.message
+    covered = ref.defined.to(device)
+    assert torch.equal(outs[0][covered].view(torch.uint8), outs[1][covered].view(torch.uint8))
+
+
 def test_comparison_catches_a_wrong_token(request, device):
     """The differential check can fail: one covered token off by a little is reported."""
     args, kwargs = build(Case("small", (9, 14)), torch.float16, device, _gen(request))

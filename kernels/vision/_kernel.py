@@ -85,6 +85,19 @@ the raw logits and scaled once per row -- ``fl(max(s) * c) == max(fl(s * c))``, 
 monotonic -- and ``exp2(s * c - m)`` is one FMA per logit instead of a multiply and a subtract (one
 rounding fewer).  A negative ``softmax_scale`` (the max would become a min) and the exact fp32 levels
 keep the scaled logits.
+
+Note [Logits one block ahead]
+-----------------------------
+FlashAttention-3 hides a key block's softmax behind tensor-core work: block j+1's QK product is issued
+before block j's softmax, so the asynchronous MMA (``wgmma`` on Hopper) runs while the FP32 and SFU
+units exponentiate.  ``PIPE`` (``KernelConfig.pipeline``, off by default, padded head dims only) writes
+that order into the key loop by hand: ``1`` carries the logits of the next block (QK(j+1), then
+softmax(j) and PV(j)); ``2`` carries the probabilities (QK(j+1), PV(j), then softmax(j+1): FA3's
+order).  The operations per block and their order are unchanged, so the output is bit for bit the
+plain loop's (``test_logits_one_block_ahead``).  Whether triton 3.6 keeps the product in flight is
+up to its wait placement: compiled for sm_90 (``hopper_sass --ab vision``), ``2`` waits for each
+product right after issuing it (no overlap), and ``1`` overlaps QK(j+1) with the last part of
+block j's exponentials only, at 229-237 registers against 178.
 """
 
 from __future__ import annotations
@@ -134,17 +147,24 @@ def head_dim_split(d: int, split: bool | None = None) -> tuple[int, int]:
 
 
 class KernelConfig(tuple):
-    """(block_m, block_n, num_warps, num_stages, warp_specialize): warp_specialize asks Triton to
-    warp-specialize the key loop (``tl.range(..., warp_specialize=True)``), an experiment on Hopper."""
+    """(block_m, block_n, num_warps, num_stages, warp_specialize, pipeline, maxnreg): warp_specialize asks
+    Triton to warp-specialize the key loop (``tl.range(..., warp_specialize=True)``: an experiment, which
+    triton 3.6 does not apply on sm_90, docs/kernels_vision.md); pipeline (1 or 2) computes each key
+    block's logits one block ahead of its softmax (Note [Logits one block ahead]; not with a split head
+    dim); maxnreg (0: none) caps the registers per thread (a launch option on a GPU)."""
 
-    def __new__(cls, block_m: int, block_n: int, num_warps: int, num_stages: int, warp_specialize: bool = False):
-        return super().__new__(cls, (block_m, block_n, num_warps, num_stages, bool(warp_specialize)))
+    def __new__(cls, block_m: int, block_n: int, num_warps: int, num_stages: int, warp_specialize: bool = False,
+                pipeline: int = 0, maxnreg: int = 0):
+        return super().__new__(cls, (block_m, block_n, num_warps, num_stages, bool(warp_specialize),
+                                     int(pipeline), int(maxnreg)))
 
     block_m = property(lambda self: self[0])
     block_n = property(lambda self: self[1])
     num_warps = property(lambda self: self[2])
     num_stages = property(lambda self: self[3])
     warp_specialize = property(lambda self: self[4])
+    pipeline = property(lambda self: self[5])
+    maxnreg = property(lambda self: self[6])
 
 
 # The interpreter fails with more than one autotune config and costs ~20-35 ms per program: one
@@ -190,13 +210,11 @@ def _load_tile(base, offs_t, t_lim, col0: tl.constexpr, stride_t, stride_d,
 
 
 @triton.jit
-def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
-            stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
-            D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
-            DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
-            BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
-            INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
-            qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr = False):
+def _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd,
+            D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BLOCK_N: tl.constexpr, MASK_N: tl.constexpr,
+            PREC: tl.constexpr, INTERP: tl.constexpr, TF32: tl.constexpr, EXACT: tl.constexpr):
+    """The raw logits ``q @ k.T`` of the key block at ``start_n``: (BLOCK_M, BLOCK_N), fp32 (float64 when
+    EXACT >= 2).  The first half of a key block's step; :func:`_softmax_pv` is the second."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k_a = _load_tile(k_base, offs_n, n, 0, stride_kt, stride_kd, DA, D, MASK_N, INTERP, TF32)
     if EXACT >= 2:  # float64 logits (Note [Exact fp32])
@@ -209,6 +227,16 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
             s = tl.dot(q_b.to(tl.float64), tl.trans(k_b).to(tl.float64), s)
         else:
             s = tl.dot(q_b, tl.trans(k_b), s, input_precision=PREC)
+    return s
+
+
+@triton.jit
+def _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base,
+             BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, INTERP: tl.constexpr, P_ROUND: tl.constexpr,
+             TF32: tl.constexpr, qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr):
+    """The online softmax of the key block at ``start_n`` (its logits ``s`` from :func:`_scores`):
+    (probabilities as the PV operand, the accumulator's rescale ``alpha``, the new row max and sum)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
     if EXACT >= 1:  # the softmax in float64, the scale exact to 2**-48 (Note [Exact fp32])
         s = s.to(tl.float64)
         s = s * qk_scale + s * qk_scale_lo
@@ -243,12 +271,50 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
         p_mm = p.to(v_base.dtype.element_ty)
     if TF32:
         p_mm = round_tf32(p_mm, False)
+    return p_mm, alpha, m_new, l_i
+
+
+@triton.jit
+def _pv(p_mm, alpha, acc_a, acc_b, v_base, start_n, n, stride_vt, stride_vd,
+        DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr, BLOCK_N: tl.constexpr, MASK_N: tl.constexpr,
+        PREC: tl.constexpr, INTERP: tl.constexpr, TF32: tl.constexpr, EXACT: tl.constexpr):
+    """The accumulators rescaled by ``alpha`` plus the key block's PV product: (acc_a, acc_b)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
     v_a = _load_tile(v_base, offs_n, n, 0, stride_vt, stride_vd, DVA, DV, MASK_N, INTERP, TF32)
     acc_a = tl.dot(p_mm, v_a, _rescaled(acc_a, alpha, EXACT), input_precision=PREC)
     if DVB > 0:
         v_b = _load_tile(v_base, offs_n, n, DVA, stride_vt, stride_vd, DVB, DV, MASK_N, INTERP, TF32)
         acc_b = tl.dot(p_mm, v_b, _rescaled(acc_b, alpha, EXACT), input_precision=PREC)
-    return acc_a, acc_b, m_new, l_i
+    return acc_a, acc_b
+
+
+@triton.jit
+def _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n, n, stride_vt, stride_vd, qk_scale,
+                DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
+                BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
+                INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
+                qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr):
+    """The key block's softmax, then its PV product: the updated (acc_a, acc_b, m_i, l_i)."""
+    p_mm, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base, BLOCK_N, MASK_N,
+                                     INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
+    acc_a, acc_b = _pv(p_mm, alpha, acc_a, acc_b, v_base, start_n, n, stride_vt, stride_vd, DV, DVA, DVB, BLOCK_N,
+                       MASK_N, PREC, INTERP, TF32, EXACT)
+    return acc_a, acc_b, m_i, l_i
+
+
+@triton.jit
+def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
+            stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
+            D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
+            DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
+            BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
+            INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
+            qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr = False):
+    """One key block's whole step: its logits, then their softmax and PV product."""
+    s = _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, MASK_N, PREC, INTERP,
+                TF32, EXACT)
+    return _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n, n, stride_vt, stride_vd, qk_scale,
+                       DV, DVA, DVB, BLOCK_N, MASK_N, PREC, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
 
 
 @triton.jit
@@ -302,6 +368,7 @@ def _vision_attn_fwd(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
     INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr, TF32: tl.constexpr,
     EXACT: tl.constexpr, WS: tl.constexpr = False, FOLD_SCALE: tl.constexpr = False,
+    PIPE: tl.constexpr = 0,
 ):
     # token and head strides arrive divided by ALIGN (see Note [Alignment])
     stride_qt = stride_qt * ALIGN
@@ -349,6 +416,47 @@ def _vision_attn_fwd(
         # site of _attend, triton 3.6 miscompiles the two PV accumulators)
         for start_n in tl.range(0, n, BLOCK_N, warp_specialize=WS):
             acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
+                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
+                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
+                                             qk_scale_lo, EXACT, FOLD_SCALE)
+    elif PIPE == 2:  # Note [Logits one block ahead], FA3's order: QK(j+1) and PV(j) in flight during softmax(j+1)
+        n_full = (n // BLOCK_N) * BLOCK_N
+        if n_full > 0:
+            s = _scores(q_a, q_b, k_base, 0, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, False, PREC, INTERP,
+                        TF32, EXACT)
+            p_mm, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, n, qk_scale, v_base, BLOCK_N, False,
+                                             INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
+            for start_n in tl.range(BLOCK_N, n_full, BLOCK_N):
+                s = _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, False,
+                            PREC, INTERP, TF32, EXACT)
+                acc_a, acc_b = _pv(p_mm, alpha, acc_a, acc_b, v_base, start_n - BLOCK_N, n, stride_vt, stride_vd,
+                                   DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, TF32, EXACT)
+                p_mm, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base, BLOCK_N,
+                                                 False, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
+            acc_a, acc_b = _pv(p_mm, alpha, acc_a, acc_b, v_base, n_full - BLOCK_N, n, stride_vt, stride_vd,
+                               DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, TF32, EXACT)
+        if n_full < n:
+            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
+                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
+                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
+                                             qk_scale_lo, EXACT, FOLD_SCALE)
+    elif PIPE == 1:  # Note [Logits one block ahead]: block j+1's QK product in flight during block j's softmax
+        n_full = (n // BLOCK_N) * BLOCK_N
+        if n_full > 0:
+            s = _scores(q_a, q_b, k_base, 0, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, False, PREC, INTERP,
+                        TF32, EXACT)
+            for start_n in tl.range(BLOCK_N, n_full, BLOCK_N):
+                s_next = _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, False,
+                                 PREC, INTERP, TF32, EXACT)
+                acc_a, acc_b, m_i, l_i = _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n - BLOCK_N, n,
+                                                     stride_vt, stride_vd, qk_scale, DV, DVA, DVB, BLOCK_N, False,
+                                                     PREC, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
+                s = s_next
+            acc_a, acc_b, m_i, l_i = _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, n_full - BLOCK_N, n,
+                                                 stride_vt, stride_vd, qk_scale, DV, DVA, DVB, BLOCK_N, False,
+                                                 PREC, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
+        if n_full < n:
+            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
                                              qk_scale_lo, EXACT, FOLD_SCALE)
@@ -429,8 +537,12 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
         EXACT=exact, WS=config.warp_specialize, FOLD_SCALE=exact == 0 and qk_scale >= 0 and FOLD_SCALE_DEFAULT,
+        PIPE=int(config.pipeline),
     )
-    return (num_blocks, H), args, dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    if config.maxnreg and not INTERPRETING:
+        options["maxnreg"] = config.maxnreg
+    return (num_blocks, H), args, options
 
 
 def launch_attention(q, k, v, out, table, num_blocks: int, scale: float, config: KernelConfig,
