@@ -41,15 +41,15 @@ SHAPES = (
     ("64x256", (256,) * 64, 16, 64),
     ("2x16384", (16384,) * 2, 16, 128),
 )
-# (block_m, block_n, num_warps, num_stages[, warp_specialize[, pipeline]]) (KernelConfig); the sweep of
+# (block_m, block_n, num_warps, num_stages[, warp_specialize[, tma[, maxnreg]]]) (KernelConfig); the sweep of
 # 2026-11-30 21:00 UTC (docs/benchmarks/vision.md) dropped 4-stage 128x128 (out of shared memory), 2 stages and
 # 4-warp 128-row blocks; session 15 dropped warp_specialize (triton 3.6 compiles the same SASS without it on
-# sm_90, docs/kernels_vision.md) and added the key loop with the logits one block ahead (pipeline)
+# sm_90, docs/kernels_vision.md) and added 4 stages, 2 programs per SM (128 x 32 blocks capped at 128
+# registers) and descriptor loads (tma)
 SWEEP = ((128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3), (64, 32, 4, 3),
-         (128, 64, 8, 3, False, 1), (64, 64, 4, 3, False, 1), (128, 64, 8, 2, False, 1),
-         (128, 64, 8, 3, False, 2), (64, 64, 4, 3, False, 2), (128, 64, 8, 2, False, 2),
-         (128, 64, 8, 4), (128, 32, 8, 3), (128, 64, 8, 4, False, 1), (128, 32, 8, 3, False, 0, 128),
-         (128, 32, 8, 4, False, 0, 128), (128, 32, 8, 3, False, 1, 128))
+         (128, 64, 8, 4), (128, 32, 8, 3, False, False, 128), (128, 32, 8, 4, False, False, 128),
+         (128, 64, 8, 3, False, True), (64, 64, 4, 3, False, True), (128, 64, 8, 4, False, True),
+         (128, 128, 8, 3, False, True), (128, 32, 8, 4, False, True, 128))
 
 
 

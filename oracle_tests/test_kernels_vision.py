@@ -99,25 +99,27 @@ def test_fp32_large_logits(request, device, case, prec):
     check_against_oracle(args, kwargs, baseline_mode=baseline, precision=precision, repro=request.node.nodeid)
 
 
-@pytest.mark.parametrize("pipeline", [1, 2])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 80, 128])
 @pytest.mark.parametrize("prec", ["bf16", "fp16", "fp32", "fp32-tf32"])
-def test_logits_one_block_ahead(request, device, prec, head_dim, pipeline):
-    """Note [Logits one block ahead]: the pipelined key loop is right against the float64 oracle and gives
-    bit for bit what the plain loop gives (the same operations per block, in the same order), on
-    sequences shorter than a key block, of whole key blocks and with a ragged last one."""
-    from kernel_oracle.kernels.vision._kernel import default_config
+def test_descriptor_loads(request, device, prec, head_dim):
+    """Note [Descriptor loads]: keys and values read through tensor descriptors are right against the float64
+    oracle and give bit for bit what pointer loads give (zeros past the sequence and the head dim either
+    way), on sequences shorter than a key block, of whole key blocks and with a ragged last one."""
+    from kernel_oracle.kernels.vision._kernel import attention_arguments, default_config
 
     dtype, precision, baseline = PRECISIONS[prec]
     plain = default_config(head_dim, head_dim, torch.tensor([], dtype=dtype).element_size())
-    piped = kv.KernelConfig(*plain[:5], pipeline=pipeline)
+    tma = kv.KernelConfig(*plain[:5], tma=True)
     bn = plain.block_n
-    case = Case("pipe", (bn // 2 + 1, bn, 2 * bn + 3, 3 * bn, 0, 4 * bn - 1), head_dim=head_dim)
+    case = Case("tma", (bn // 2 + 1, bn, 2 * bn + 3, 3 * bn, 0, 4 * bn - 1), head_dim=head_dim)
     args, kwargs = build(case, dtype, device, _gen(request))
     outs = []
-    for config in (plain, piped):
+    for config in (plain, tma):
         with kv.poisoned_output():
-            outs.append(kv.plan_attention(*args, **kwargs, fp32_precision=precision, config=config).run())
+            launch = kv.plan_attention(*args, **kwargs, fp32_precision=precision, config=config)
+            outs.append(launch.run())
+    q3, k3, v3 = launch.plan.q, launch.plan.k, launch.plan.v
+    assert attention_arguments(q3, k3, v3, outs[1], launch.table, 1, 1.0, tma, precision)[1]["TMA"]
     ref = flashinfer_cudnn_oracle(*args, **kwargs)
     faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=baseline)
     res = compare(outs[1], ref.value, ref.defined.to(device), family="vision", baseline=faithful.baselines,
@@ -125,6 +127,21 @@ def test_logits_one_block_ahead(request, device, prec, head_dim, pipeline):
     assert res.ok, res.message
     covered = ref.defined.to(device)
     assert torch.equal(outs[0][covered].view(torch.uint8), outs[1][covered].view(torch.uint8))
+
+
+def test_descriptor_loads_only_where_the_layout_allows():
+    """A split head dim, a non-unit innermost stride, 8-byte strides or an unaligned pointer keep pointer loads."""
+    from kernel_oracle.kernels.vision._kernel import descriptor_loads_ok
+
+    x = torch.empty(4, 2, 64, dtype=torch.bfloat16)
+    assert descriptor_loads_ok(x, x, x, x, 8, 0, 0)
+    assert not descriptor_loads_ok(x, x, x, x, 8, 16, 0) and not descriptor_loads_ok(x, x, x, x, 8, 0, 16)
+    assert not descriptor_loads_ok(x, x, x, x, 4, 0, 0)
+    wide = torch.empty(4, 2, 64, 2, dtype=torch.bfloat16)[..., 0]  # innermost stride 2
+    assert not descriptor_loads_ok(x, x, wide, x, 8, 0, 0)
+    flat = torch.empty(4 * 2 * 64 + 1, dtype=torch.bfloat16)
+    shifted = flat[1:].view(4, 2, 64)  # 2 bytes past a 16-byte boundary
+    assert not descriptor_loads_ok(x, shifted, x, x, 8, 0, 0)
 
 
 def test_comparison_catches_a_wrong_token(request, device):

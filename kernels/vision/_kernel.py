@@ -147,23 +147,23 @@ def head_dim_split(d: int, split: bool | None = None) -> tuple[int, int]:
 
 
 class KernelConfig(tuple):
-    """(block_m, block_n, num_warps, num_stages, warp_specialize, pipeline, maxnreg): warp_specialize asks
+    """(block_m, block_n, num_warps, num_stages, warp_specialize, tma, maxnreg): warp_specialize asks
     Triton to warp-specialize the key loop (``tl.range(..., warp_specialize=True)``: an experiment, which
-    triton 3.6 does not apply on sm_90, docs/kernels_vision.md); pipeline (1 or 2) computes each key
-    block's logits one block ahead of its softmax (Note [Logits one block ahead]; not with a split head
-    dim); maxnreg (0: none) caps the registers per thread (a launch option on a GPU)."""
+    triton 3.6 does not apply on sm_90, docs/kernels_vision.md); tma loads the key and value blocks
+    through tensor descriptors (Note [Descriptor loads]; where the layout allows it); maxnreg (0: none)
+    caps the registers per thread (a launch option on a GPU)."""
 
     def __new__(cls, block_m: int, block_n: int, num_warps: int, num_stages: int, warp_specialize: bool = False,
-                pipeline: int = 0, maxnreg: int = 0):
+                tma: bool = False, maxnreg: int = 0):
         return super().__new__(cls, (block_m, block_n, num_warps, num_stages, bool(warp_specialize),
-                                     int(pipeline), int(maxnreg)))
+                                     bool(tma), int(maxnreg)))
 
     block_m = property(lambda self: self[0])
     block_n = property(lambda self: self[1])
     num_warps = property(lambda self: self[2])
     num_stages = property(lambda self: self[3])
     warp_specialize = property(lambda self: self[4])
-    pipeline = property(lambda self: self[5])
+    tma = property(lambda self: self[5])
     maxnreg = property(lambda self: self[6])
 
 
@@ -210,13 +210,29 @@ def _load_tile(base, offs_t, t_lim, col0: tl.constexpr, stride_t, stride_d,
 
 
 @triton.jit
+def _desc_tile(desc, start, INTERP: tl.constexpr, ROUND_TF32: tl.constexpr = False):
+    """Rows ``start ..`` of a tensor descriptor's block (Note [Descriptor loads]): rows and columns past the
+    descriptor's shape read as zero."""
+    x = desc.load([start, 0])
+    if INTERP:
+        x = x.to(tl.float32)
+    if ROUND_TF32:
+        x = round_tf32(x, False)
+    return x
+
+
+@triton.jit
 def _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd,
             D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BLOCK_N: tl.constexpr, MASK_N: tl.constexpr,
-            PREC: tl.constexpr, INTERP: tl.constexpr, TF32: tl.constexpr, EXACT: tl.constexpr):
+            PREC: tl.constexpr, INTERP: tl.constexpr, TF32: tl.constexpr, EXACT: tl.constexpr,
+            TMA: tl.constexpr = False):
     """The raw logits ``q @ k.T`` of the key block at ``start_n``: (BLOCK_M, BLOCK_N), fp32 (float64 when
     EXACT >= 2).  The first half of a key block's step; :func:`_softmax_pv` is the second."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k_a = _load_tile(k_base, offs_n, n, 0, stride_kt, stride_kd, DA, D, MASK_N, INTERP, TF32)
+    if TMA:  # k_base is a tensor descriptor (Note [Descriptor loads])
+        k_a = _desc_tile(k_base, start_n, INTERP, TF32)
+    else:
+        k_a = _load_tile(k_base, offs_n, n, 0, stride_kt, stride_kd, DA, D, MASK_N, INTERP, TF32)
     if EXACT >= 2:  # float64 logits (Note [Exact fp32])
         s = tl.dot(q_a.to(tl.float64), tl.trans(k_a).to(tl.float64))
     else:
@@ -277,10 +293,15 @@ def _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base,
 @triton.jit
 def _pv(p_mm, alpha, acc_a, acc_b, v_base, start_n, n, stride_vt, stride_vd,
         DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr, BLOCK_N: tl.constexpr, MASK_N: tl.constexpr,
-        PREC: tl.constexpr, INTERP: tl.constexpr, TF32: tl.constexpr, EXACT: tl.constexpr):
-    """The accumulators rescaled by ``alpha`` plus the key block's PV product: (acc_a, acc_b)."""
+        PREC: tl.constexpr, INTERP: tl.constexpr, TF32: tl.constexpr, EXACT: tl.constexpr,
+        TMA: tl.constexpr = False):
+    """The accumulators rescaled by ``alpha`` plus the key block's PV product: (acc_a, acc_b).
+    ``v_base``: the values' pointer, or their tensor descriptor with TMA."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    v_a = _load_tile(v_base, offs_n, n, 0, stride_vt, stride_vd, DVA, DV, MASK_N, INTERP, TF32)
+    if TMA:
+        v_a = _desc_tile(v_base, start_n, INTERP, TF32)
+    else:
+        v_a = _load_tile(v_base, offs_n, n, 0, stride_vt, stride_vd, DVA, DV, MASK_N, INTERP, TF32)
     acc_a = tl.dot(p_mm, v_a, _rescaled(acc_a, alpha, EXACT), input_precision=PREC)
     if DVB > 0:
         v_b = _load_tile(v_base, offs_n, n, DVA, stride_vt, stride_vd, DVB, DV, MASK_N, INTERP, TF32)
@@ -293,12 +314,15 @@ def _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n, n, stride_vt, stride
                 DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
                 BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
                 INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
-                qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr):
-    """The key block's softmax, then its PV product: the updated (acc_a, acc_b, m_i, l_i)."""
+                qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr, v_src=None, TMA: tl.constexpr = False):
+    """The key block's softmax, then its PV product: the updated (acc_a, acc_b, m_i, l_i).  ``v_src``: the
+    values' tensor descriptor with TMA (``v_base``, the pointer, then only gives the dtype)."""
     p_mm, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base, BLOCK_N, MASK_N,
                                      INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
+    if TMA:
+        v_base = v_src
     acc_a, acc_b = _pv(p_mm, alpha, acc_a, acc_b, v_base, start_n, n, stride_vt, stride_vd, DV, DVA, DVB, BLOCK_N,
-                       MASK_N, PREC, INTERP, TF32, EXACT)
+                       MASK_N, PREC, INTERP, TF32, EXACT, TMA)
     return acc_a, acc_b, m_i, l_i
 
 
@@ -309,12 +333,15 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
             DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
             BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
             INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
-            qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr = False):
-    """One key block's whole step: its logits, then their softmax and PV product."""
+            qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr = False, v_src=None,
+            TMA: tl.constexpr = False):
+    """One key block's whole step: its logits, then their softmax and PV product.  With TMA, ``k_base`` and
+    ``v_src`` are the keys' and values' tensor descriptors (Note [Descriptor loads])."""
     s = _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, MASK_N, PREC, INTERP,
-                TF32, EXACT)
+                TF32, EXACT, TMA)
     return _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n, n, stride_vt, stride_vd, qk_scale,
-                       DV, DVA, DVB, BLOCK_N, MASK_N, PREC, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
+                       DV, DVA, DVB, BLOCK_N, MASK_N, PREC, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE,
+                       v_src, TMA)
 
 
 @triton.jit
@@ -368,7 +395,7 @@ def _vision_attn_fwd(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
     INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr, TF32: tl.constexpr,
     EXACT: tl.constexpr, WS: tl.constexpr = False, FOLD_SCALE: tl.constexpr = False,
-    PIPE: tl.constexpr = 0,
+    TMA: tl.constexpr = False,
 ):
     # token and head strides arrive divided by ALIGN (see Note [Alignment])
     stride_qt = stride_qt * ALIGN
@@ -419,47 +446,20 @@ def _vision_attn_fwd(
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
                                              qk_scale_lo, EXACT, FOLD_SCALE)
-    elif PIPE == 2:  # Note [Logits one block ahead], FA3's order: QK(j+1) and PV(j) in flight during softmax(j+1)
+    elif TMA:  # Note [Descriptor loads]: the sequence's keys and values as (n, D) tensors, past n zero
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[n, D], strides=[stride_kt, 1], block_shape=[BLOCK_N, DA])
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[n, DV], strides=[stride_vt, 1], block_shape=[BLOCK_N, DVA])
         n_full = (n // BLOCK_N) * BLOCK_N
-        if n_full > 0:
-            s = _scores(q_a, q_b, k_base, 0, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, False, PREC, INTERP,
-                        TF32, EXACT)
-            p_mm, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, n, qk_scale, v_base, BLOCK_N, False,
-                                             INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
-            for start_n in tl.range(BLOCK_N, n_full, BLOCK_N):
-                s = _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, False,
-                            PREC, INTERP, TF32, EXACT)
-                acc_a, acc_b = _pv(p_mm, alpha, acc_a, acc_b, v_base, start_n - BLOCK_N, n, stride_vt, stride_vd,
-                                   DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, TF32, EXACT)
-                p_mm, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base, BLOCK_N,
-                                                 False, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
-            acc_a, acc_b = _pv(p_mm, alpha, acc_a, acc_b, v_base, n_full - BLOCK_N, n, stride_vt, stride_vd,
-                               DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, TF32, EXACT)
+        for start_n in tl.range(0, n_full, BLOCK_N):
+            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_desc, v_base, start_n, n,
+                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
+                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32,
+                                             qk_scale_lo, EXACT, FOLD_SCALE, v_desc, True)
         if n_full < n:
-            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
+            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_desc, v_base, n_full, n,
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
-                                             qk_scale_lo, EXACT, FOLD_SCALE)
-    elif PIPE == 1:  # Note [Logits one block ahead]: block j+1's QK product in flight during block j's softmax
-        n_full = (n // BLOCK_N) * BLOCK_N
-        if n_full > 0:
-            s = _scores(q_a, q_b, k_base, 0, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, False, PREC, INTERP,
-                        TF32, EXACT)
-            for start_n in tl.range(BLOCK_N, n_full, BLOCK_N):
-                s_next = _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, False,
-                                 PREC, INTERP, TF32, EXACT)
-                acc_a, acc_b, m_i, l_i = _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n - BLOCK_N, n,
-                                                     stride_vt, stride_vd, qk_scale, DV, DVA, DVB, BLOCK_N, False,
-                                                     PREC, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
-                s = s_next
-            acc_a, acc_b, m_i, l_i = _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, n_full - BLOCK_N, n,
-                                                 stride_vt, stride_vd, qk_scale, DV, DVA, DVB, BLOCK_N, False,
-                                                 PREC, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
-        if n_full < n:
-            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
-                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
-                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
-                                             qk_scale_lo, EXACT, FOLD_SCALE)
+                                             qk_scale_lo, EXACT, FOLD_SCALE, v_desc, True)
     else:  # full blocks unmasked, then the ragged last one masked
         n_full = (n // BLOCK_N) * BLOCK_N
         for start_n in tl.range(0, n_full, BLOCK_N, warp_specialize=WS):
@@ -537,12 +537,31 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
         EXACT=exact, WS=config.warp_specialize, FOLD_SCALE=exact == 0 and qk_scale >= 0 and FOLD_SCALE_DEFAULT,
-        PIPE=int(config.pipeline),
+        TMA=config.tma and descriptor_loads_ok(q, k, v, out, align, DB, DVB),
     )
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    if args["TMA"] and not INTERPRETING:
+        _ensure_allocator()
     if config.maxnreg and not INTERPRETING:
         options["maxnreg"] = config.maxnreg
     return (num_blocks, H), args, options
+
+
+def descriptor_loads_ok(q, k, v, out, align: int, db: int, dvb: int) -> bool:
+    """Whether keys and values can be read through tensor descriptors (Note [Descriptor loads]): one tile
+    per head dim (no split), unit innermost strides, every token and head stride and data pointer a
+    multiple of 16 bytes."""
+    return (db == 0 and dvb == 0 and align * q.element_size() == 16 and k.stride(2) == 1 and v.stride(2) == 1
+            and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0)
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors take 128 bytes of global scratch per program: give Triton an
+    allocator when none is set (a caller's own allocator is kept)."""
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
 def launch_attention(q, k, v, out, table, num_blocks: int, scale: float, config: KernelConfig,
