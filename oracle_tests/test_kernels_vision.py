@@ -108,8 +108,8 @@ def test_descriptor_loads(request, device, prec, head_dim):
     from kernel_oracle.kernels.vision._kernel import attention_arguments, default_config
 
     dtype, precision, baseline = PRECISIONS[prec]
-    plain = default_config(head_dim, head_dim, torch.tensor([], dtype=dtype).element_size())
-    tma = kv.KernelConfig(*plain[:5], tma=True)
+    chosen = default_config(head_dim, head_dim, torch.tensor([], dtype=dtype).element_size(), tma=True)
+    plain, tma = (kv.KernelConfig(*chosen[:5], tma=flag) for flag in (False, True))
     bn = plain.block_n
     case = Case("tma", (bn // 2 + 1, bn, 2 * bn + 3, 3 * bn, 0, 4 * bn - 1), head_dim=head_dim)
     args, kwargs = build(case, dtype, device, _gen(request))

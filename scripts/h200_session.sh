@@ -773,5 +773,17 @@ PY
     grep "^| " "$OUT/bench_vision_sweep.log" | cut -d'|' -f2,5,11 | tail -5; grep "^sweep" "$OUT/bench_vision_sweep.log"
     tail -3 "$OUT/bench_vision_sweep.log"
     ;;
+  s15c)  # session 15 (run setup first): descriptor loads on by default (128 x 128 blocks above 64 head-dim columns) --
+         # the vision GPU tests, the side-by-side table beside cuDNN, the host cost, the main job
+    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
+      oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
+      >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -1 "$OUT/vision_tests.log"
+    grep -E "^(FAILED|ERROR)" "$OUT/vision_tests.log" | head -8
+    timeout 150 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/bench_vision.json" \
+      >"$OUT/bench_vision.log" 2>&1; echo "bench_vision exit $?"; grep "^| " "$OUT/bench_vision.log" | cut -c1-200 | tail -5
+    timeout 90 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; grep "^| " "$OUT/vision_host.log" | cut -c1-120 | head -6
+    main_job
+    ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

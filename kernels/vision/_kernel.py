@@ -86,18 +86,27 @@ monotonic -- and ``exp2(s * c - m)`` is one FMA per logit instead of a multiply 
 rounding fewer).  A negative ``softmax_scale`` (the max would become a min) and the exact fp32 levels
 keep the scaled logits.
 
-Note [Logits one block ahead]
------------------------------
-FlashAttention-3 hides a key block's softmax behind tensor-core work: block j+1's QK product is issued
-before block j's softmax, so the asynchronous MMA (``wgmma`` on Hopper) runs while the FP32 and SFU
-units exponentiate.  ``PIPE`` (``KernelConfig.pipeline``, off by default, padded head dims only) writes
-that order into the key loop by hand: ``1`` carries the logits of the next block (QK(j+1), then
-softmax(j) and PV(j)); ``2`` carries the probabilities (QK(j+1), PV(j), then softmax(j+1): FA3's
-order).  The operations per block and their order are unchanged, so the output is bit for bit the
-plain loop's (``test_logits_one_block_ahead``).  Whether triton 3.6 keeps the product in flight is
-up to its wait placement: compiled for sm_90 (``hopper_sass --ab vision``), ``2`` waits for each
-product right after issuing it (no overlap), and ``1`` overlaps QK(j+1) with the last part of
-block j's exponentials only, at 229-237 registers against 178.
+Note [Descriptor loads]
+-----------------------
+On Hopper the key and value blocks can come through the tensor memory accelerator: ``TMA``
+(``KernelConfig.tma``) builds one tensor descriptor per program for the sequence's keys and values, an
+``(n, D)`` tensor at the sequence's first token with the token stride, and loads each block from it.
+TMA reads rows past ``n`` and columns past ``D`` as zero, what the masked pointer loads read, so the
+output is bit for bit that of pointer loads (``test_descriptor_loads``, interpreter and H200); the
+logits of those rows are still masked to -inf in the last block.  A descriptor needs a 16-byte aligned
+base and 16-byte strides with a unit innermost stride, and one tile per head dim:
+:func:`descriptor_loads_ok` checks the layout and the pointers on every JIT launch (the direct launcher
+declines unaligned pointers, so a warm call never runs a descriptor kernel on them), and refuses
+otherwise, keeping pointer loads.  The descriptors live in 128 bytes of global scratch per program,
+which Triton takes from its allocator (:func:`_ensure_allocator` sets one if the caller has not).
+Measured on the H200 (s15b, TFLOP/s, 128 x 128 blocks with descriptors against the former 128 x 64
+default with pointer loads): 4x4096 d72 258 -> 275, 2x16384 d128 493 -> 504, ragged d80 282 -> 281;
+at 64 x 256 d64 (64 x 64 blocks kept) descriptors lose (265 -> 189).  With descriptors the kernel
+needs 191 registers at 128 x 128 (255 with pointer loads): the addresses are the TMA unit's.
+Not kept: the key loop rotated by hand so that block j+1's QK product is issued before block j's
+softmax (FlashAttention-3's overlap; s15a): triton 3.6 waits for each product right after issuing it,
+the rotated loop takes 229-237 registers against 178, and it was slower on every shape (d128 490 ->
+466, ragged d80 280 -> 262).
 """
 
 from __future__ import annotations
@@ -172,17 +181,28 @@ class KernelConfig(tuple):
 INTERPRETER_CONFIG = KernelConfig(16, 16, 1, 1)
 
 
-def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int) -> KernelConfig:
-    """Hopper heuristics (H200, measured with kernels.bench_vision --sweep)."""
+def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int, tma: bool = False) -> KernelConfig:
+    """Hopper heuristics (H200, measured with kernels.bench_vision --sweep); ``tma``: the device has tensor
+    memory access (compute capability 9 and newer)."""
     if INTERPRETING:
         return INTERPRETER_CONFIG
     if elem_bytes == 4:
         return KernelConfig(64, 32, 4, 2)
     if max(d_tiles, dv_tiles) <= 64:
         return KernelConfig(64, 64, 4, 3)  # 262 TFLOP/s on 64x256 (128x128x8x3: 177)
+    if tma:
+        # Note [Descriptor loads]: 128 x 128 blocks with descriptor loads, H200 sweeps of 2026-12-01 (s15b, s15c)
+        # against 128 x 64 with pointer loads: 4x4096 d72 258 -> 275 TFLOP/s, 2x16384 d128 493 -> 504, ragged
+        # d80 282 -> 281; a layout that refuses descriptors runs these blocks with pointer loads (260 / 486 / 282)
+        return KernelConfig(128, 128, 8, 3, tma=True)
     # sweeps of 2026-11-30 23:00 UTC (docs/benchmarks/vision.md): 128x64 against 128x128 gave 276 / 262
     # TFLOP/s on the ragged dim-80 set, 255 / 241 on 4x4096 dim 72, 484-490 / 483-486 on 2x16384 dim 128
     return KernelConfig(128, 64, 8, 3)
+
+
+def has_tma(device: torch.device) -> bool:
+    """Whether ``device`` is a CUDA device with tensor memory access (compute capability 9 and newer)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 @triton.jit

@@ -68,8 +68,8 @@ from kernel_oracle.reference.vision_metadata import (
 
 from . import _direct
 from ._repeat import RepeatedCall
-from ._kernel import (INTERPRETING, KernelConfig, _vision_attn_fwd, attention_arguments, default_config, head_dim_split,
-                      launch_attention)
+from ._kernel import (INTERPRETING, KernelConfig, _vision_attn_fwd, attention_arguments, default_config, has_tma,
+                      head_dim_split, launch_attention)
 
 __all__ = [
     "FP32_PRECISIONS",
@@ -223,7 +223,7 @@ def plan_attention(q, k, v, cu_seqlens, bsz=None, seq_len=None, softmax_scale=No
     if config is None:
         d_tiles = sum(head_dim_split(plan.q.shape[2]))
         dv_tiles = sum(head_dim_split(plan.v.shape[2]))
-        config = default_config(d_tiles, dv_tiles, plan.q.element_size())
+        config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device))
     table = _block_table(plan, config.block_m)
     return VisionLaunch(plan, table.to(plan.q.device), int(table.shape[0]), config, precision)
 
