@@ -99,17 +99,20 @@ def test_fp32_large_logits(request, device, case, prec):
     check_against_oracle(args, kwargs, baseline_mode=baseline, precision=precision, repro=request.node.nodeid)
 
 
-@pytest.mark.parametrize("head_dim", [64, 80, 128])
+@pytest.mark.parametrize("head_dim,split", [(64, False), (80, False), (128, False), (72, True), (80, True)])
 @pytest.mark.parametrize("prec", ["bf16", "fp16", "fp32", "fp32-tf32"])
-def test_descriptor_loads(request, device, prec, head_dim):
+def test_descriptor_loads(request, device, prec, head_dim, split, monkeypatch):
     """Note [Descriptor loads]: keys and values read through tensor descriptors are right against the float64
     oracle and give bit for bit what pointer loads give (zeros past the sequence and the head dim either
-    way), on sequences shorter than a key block, of whole key blocks and with a ragged last one."""
+    way), on sequences shorter than a key block, of whole key blocks and with a ragged last one; with one
+    padded tile per head dim and with a split head dim (Note [Head-dim split]: two descriptors each)."""
     from kernel_oracle.kernels.vision._kernel import attention_arguments, default_config
 
+    monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "1" if split else "0")
     dtype, precision, baseline = PRECISIONS[prec]
     chosen = default_config(head_dim, head_dim, torch.tensor([], dtype=dtype).element_size(), tma=True)
-    plain, tma = (kv.KernelConfig(*chosen[:5], tma=flag) for flag in (False, True))
+    stages = max(chosen.num_stages, 2) if split else chosen.num_stages  # one stage never splits
+    plain, tma = (kv.KernelConfig(*chosen[:3], stages, tma=flag) for flag in (False, True))
     bn = plain.block_n
     case = Case("tma", (bn // 2 + 1, bn, 2 * bn + 3, 3 * bn, 0, 4 * bn - 1), head_dim=head_dim)
     args, kwargs = build(case, dtype, device, _gen(request))
@@ -119,7 +122,8 @@ def test_descriptor_loads(request, device, prec, head_dim):
             launch = kv.plan_attention(*args, **kwargs, fp32_precision=precision, config=config)
             outs.append(launch.run())
     q3, k3, v3 = launch.plan.q, launch.plan.k, launch.plan.v
-    assert attention_arguments(q3, k3, v3, outs[1], launch.table, 1, 1.0, tma, precision)[1]["TMA"]
+    launched = attention_arguments(q3, k3, v3, outs[1], launch.table, 1, 1.0, tma, precision)[1]
+    assert launched["TMA"] and (launched["DB"] > 0) == split
     ref = flashinfer_cudnn_oracle(*args, **kwargs)
     faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=baseline)
     res = compare(outs[1], ref.value, ref.defined.to(device), family="vision", baseline=faithful.baselines,
@@ -130,18 +134,17 @@ def test_descriptor_loads(request, device, prec, head_dim):
 
 
 def test_descriptor_loads_only_where_the_layout_allows():
-    """A split head dim, a non-unit innermost stride, 8-byte strides or an unaligned pointer keep pointer loads."""
+    """A non-unit innermost stride, 8-byte strides or an unaligned pointer keep pointer loads."""
     from kernel_oracle.kernels.vision._kernel import descriptor_loads_ok
 
     x = torch.empty(4, 2, 64, dtype=torch.bfloat16)
-    assert descriptor_loads_ok(x, x, x, x, 8, 0, 0)
-    assert not descriptor_loads_ok(x, x, x, x, 8, 16, 0) and not descriptor_loads_ok(x, x, x, x, 8, 0, 16)
-    assert not descriptor_loads_ok(x, x, x, x, 4, 0, 0)
+    assert descriptor_loads_ok(x, x, x, x, 8)
+    assert not descriptor_loads_ok(x, x, x, x, 4)
     wide = torch.empty(4, 2, 64, 2, dtype=torch.bfloat16)[..., 0]  # innermost stride 2
-    assert not descriptor_loads_ok(x, x, wide, x, 8, 0, 0)
+    assert not descriptor_loads_ok(x, x, wide, x, 8)
     flat = torch.empty(4 * 2 * 64 + 1, dtype=torch.bfloat16)
     shifted = flat[1:].view(4, 2, 64)  # 2 bytes past a 16-byte boundary
-    assert not descriptor_loads_ok(x, shifted, x, x, 8, 0, 0)
+    assert not descriptor_loads_ok(x, shifted, x, x, 8)
 
 
 def test_comparison_catches_a_wrong_token(request, device):

@@ -785,5 +785,20 @@ PY
       >"$OUT/vision_host.log" 2>&1; echo "vision host exit $?"; grep "^| " "$OUT/vision_host.log" | cut -c1-120 | head -6
     main_job
     ;;
+  s15d)  # session 15 (run setup first): descriptor loads with a split head dim -- GPU correctness (bit for bit
+         # against pointer loads, the oracle), the sweep of the padded head dims split, the host cost twice
+    timeout 200 python3 -m pytest oracle_tests/test_kernels_vision.py -q -p no:cacheprovider -k "descriptor_loads" \
+      >"$OUT/tma_split_tests.log" 2>&1; echo "descriptor-load tests exit $?"; tail -1 "$OUT/tma_split_tests.log"
+    grep -E "^(FAILED|E  )" "$OUT/tma_split_tests.log" | head -8
+    KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM=1 timeout 240 python3 -m kernel_oracle.benchmarks.bench_vision --sweep \
+      --shapes "8 ragged images,4x4096" --json "$OUT/bench_vision_split_sweep.json" >"$OUT/bench_vision_split.log" 2>&1
+    echo "bench_vision split --sweep exit $?"
+    grep "^| " "$OUT/bench_vision_split.log" | cut -d'|' -f2,5,11 | tail -3; grep "^sweep" "$OUT/bench_vision_split.log"
+    tail -2 "$OUT/bench_vision_split.log"
+    for round in 1 2; do
+      timeout 60 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host_$round.json" \
+        >"$OUT/vision_host_$round.log" 2>&1; grep "^| warm call\|^| planned" "$OUT/vision_host_$round.log" | cut -c1-120
+    done
+    ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

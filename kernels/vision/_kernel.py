@@ -230,10 +230,10 @@ def _load_tile(base, offs_t, t_lim, col0: tl.constexpr, stride_t, stride_d,
 
 
 @triton.jit
-def _desc_tile(desc, start, INTERP: tl.constexpr, ROUND_TF32: tl.constexpr = False):
-    """Rows ``start ..`` of a tensor descriptor's block (Note [Descriptor loads]): rows and columns past the
-    descriptor's shape read as zero."""
-    x = desc.load([start, 0])
+def _desc_tile(desc, start, col0, INTERP: tl.constexpr, ROUND_TF32: tl.constexpr = False):
+    """Rows ``start ..``, columns ``col0 ..`` of a tensor descriptor's block (Note [Descriptor loads]): rows
+    and columns past the descriptor's shape read as zero."""
+    x = desc.load([start, col0])
     if INTERP:
         x = x.to(tl.float32)
     if ROUND_TF32:
@@ -245,12 +245,12 @@ def _desc_tile(desc, start, INTERP: tl.constexpr, ROUND_TF32: tl.constexpr = Fal
 def _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd,
             D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BLOCK_N: tl.constexpr, MASK_N: tl.constexpr,
             PREC: tl.constexpr, INTERP: tl.constexpr, TF32: tl.constexpr, EXACT: tl.constexpr,
-            TMA: tl.constexpr = False):
+            TMA: tl.constexpr = False, k_src_b=None):
     """The raw logits ``q @ k.T`` of the key block at ``start_n``: (BLOCK_M, BLOCK_N), fp32 (float64 when
     EXACT >= 2).  The first half of a key block's step; :func:`_softmax_pv` is the second."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     if TMA:  # k_base is a tensor descriptor (Note [Descriptor loads])
-        k_a = _desc_tile(k_base, start_n, INTERP, TF32)
+        k_a = _desc_tile(k_base, start_n, 0, INTERP, TF32)
     else:
         k_a = _load_tile(k_base, offs_n, n, 0, stride_kt, stride_kd, DA, D, MASK_N, INTERP, TF32)
     if EXACT >= 2:  # float64 logits (Note [Exact fp32])
@@ -258,7 +258,10 @@ def _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd,
     else:
         s = tl.dot(q_a, tl.trans(k_a), input_precision=PREC)
     if DB > 0:
-        k_b = _load_tile(k_base, offs_n, n, DA, stride_kt, stride_kd, DB, D, MASK_N, INTERP, TF32)
+        if TMA:  # k_src_b: the descriptor of the head dim's second tile
+            k_b = _desc_tile(k_src_b, start_n, DA, INTERP, TF32)
+        else:
+            k_b = _load_tile(k_base, offs_n, n, DA, stride_kt, stride_kd, DB, D, MASK_N, INTERP, TF32)
         if EXACT >= 2:
             s = tl.dot(q_b.to(tl.float64), tl.trans(k_b).to(tl.float64), s)
         else:
@@ -314,17 +317,20 @@ def _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base,
 def _pv(p_mm, alpha, acc_a, acc_b, v_base, start_n, n, stride_vt, stride_vd,
         DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr, BLOCK_N: tl.constexpr, MASK_N: tl.constexpr,
         PREC: tl.constexpr, INTERP: tl.constexpr, TF32: tl.constexpr, EXACT: tl.constexpr,
-        TMA: tl.constexpr = False):
+        TMA: tl.constexpr = False, v_src_b=None):
     """The accumulators rescaled by ``alpha`` plus the key block's PV product: (acc_a, acc_b).
     ``v_base``: the values' pointer, or their tensor descriptor with TMA."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     if TMA:
-        v_a = _desc_tile(v_base, start_n, INTERP, TF32)
+        v_a = _desc_tile(v_base, start_n, 0, INTERP, TF32)
     else:
         v_a = _load_tile(v_base, offs_n, n, 0, stride_vt, stride_vd, DVA, DV, MASK_N, INTERP, TF32)
     acc_a = tl.dot(p_mm, v_a, _rescaled(acc_a, alpha, EXACT), input_precision=PREC)
     if DVB > 0:
-        v_b = _load_tile(v_base, offs_n, n, DVA, stride_vt, stride_vd, DVB, DV, MASK_N, INTERP, TF32)
+        if TMA:
+            v_b = _desc_tile(v_src_b, start_n, DVA, INTERP, TF32)
+        else:
+            v_b = _load_tile(v_base, offs_n, n, DVA, stride_vt, stride_vd, DVB, DV, MASK_N, INTERP, TF32)
         acc_b = tl.dot(p_mm, v_b, _rescaled(acc_b, alpha, EXACT), input_precision=PREC)
     return acc_a, acc_b
 
@@ -334,7 +340,8 @@ def _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n, n, stride_vt, stride
                 DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
                 BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
                 INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
-                qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr, v_src=None, TMA: tl.constexpr = False):
+                qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr, v_src=None, TMA: tl.constexpr = False,
+                v_src_b=None):
     """The key block's softmax, then its PV product: the updated (acc_a, acc_b, m_i, l_i).  ``v_src``: the
     values' tensor descriptor with TMA (``v_base``, the pointer, then only gives the dtype)."""
     p_mm, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base, BLOCK_N, MASK_N,
@@ -342,7 +349,7 @@ def _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n, n, stride_vt, stride
     if TMA:
         v_base = v_src
     acc_a, acc_b = _pv(p_mm, alpha, acc_a, acc_b, v_base, start_n, n, stride_vt, stride_vd, DV, DVA, DVB, BLOCK_N,
-                       MASK_N, PREC, INTERP, TF32, EXACT, TMA)
+                       MASK_N, PREC, INTERP, TF32, EXACT, TMA, v_src_b)
     return acc_a, acc_b, m_i, l_i
 
 
@@ -354,14 +361,14 @@ def _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
             BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
             INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
             qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr = False, v_src=None,
-            TMA: tl.constexpr = False):
+            TMA: tl.constexpr = False, k_src_b=None, v_src_b=None):
     """One key block's whole step: its logits, then their softmax and PV product.  With TMA, ``k_base`` and
     ``v_src`` are the keys' and values' tensor descriptors (Note [Descriptor loads])."""
     s = _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, MASK_N, PREC, INTERP,
-                TF32, EXACT, TMA)
+                TF32, EXACT, TMA, k_src_b)
     return _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n, n, stride_vt, stride_vd, qk_scale,
                        DV, DVA, DVB, BLOCK_N, MASK_N, PREC, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE,
-                       v_src, TMA)
+                       v_src, TMA, v_src_b)
 
 
 @triton.jit
@@ -461,11 +468,28 @@ def _vision_attn_fwd(
     if DB > 0 or DVB > 0:
         # a split head dim: one loop, every block masked (Note [Head-dim split]: with a second, masked call
         # site of _attend, triton 3.6 miscompiles the two PV accumulators)
+        if TMA:  # Note [Descriptor loads], one descriptor per tile of the head dims
+            k_src = tl.make_tensor_descriptor(k_base, shape=[n, D], strides=[stride_kt, 1], block_shape=[BLOCK_N, DA])
+            v_src = tl.make_tensor_descriptor(v_base, shape=[n, DV], strides=[stride_vt, 1],
+                                              block_shape=[BLOCK_N, DVA])
+            k_src_b = k_src
+            v_src_b = v_src
+            if DB > 0:
+                k_src_b = tl.make_tensor_descriptor(k_base, shape=[n, D], strides=[stride_kt, 1],
+                                                    block_shape=[BLOCK_N, DB])
+            if DVB > 0:
+                v_src_b = tl.make_tensor_descriptor(v_base, shape=[n, DV], strides=[stride_vt, 1],
+                                                    block_shape=[BLOCK_N, DVB])
+        else:
+            k_src = k_base
+            v_src = v_base
+            k_src_b = k_base
+            v_src_b = v_base
         for start_n in tl.range(0, n, BLOCK_N, warp_specialize=WS):
-            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
+            acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_src, v_base, start_n, n,
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
-                                             qk_scale_lo, EXACT, FOLD_SCALE)
+                                             qk_scale_lo, EXACT, FOLD_SCALE, v_src, TMA, k_src_b, v_src_b)
     elif TMA:  # Note [Descriptor loads]: the sequence's keys and values as (n, D) tensors, past n zero
         k_desc = tl.make_tensor_descriptor(k_base, shape=[n, D], strides=[stride_kt, 1], block_shape=[BLOCK_N, DA])
         v_desc = tl.make_tensor_descriptor(v_base, shape=[n, DV], strides=[stride_vt, 1], block_shape=[BLOCK_N, DVA])
@@ -557,7 +581,7 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
         EXACT=exact, WS=config.warp_specialize, FOLD_SCALE=exact == 0 and qk_scale >= 0 and FOLD_SCALE_DEFAULT,
-        TMA=config.tma and descriptor_loads_ok(q, k, v, out, align, DB, DVB),
+        TMA=config.tma and descriptor_loads_ok(q, k, v, out, align),
     )
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     if args["TMA"] and not INTERPRETING:
@@ -567,11 +591,10 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
     return (num_blocks, H), args, options
 
 
-def descriptor_loads_ok(q, k, v, out, align: int, db: int, dvb: int) -> bool:
-    """Whether keys and values can be read through tensor descriptors (Note [Descriptor loads]): one tile
-    per head dim (no split), unit innermost strides, every token and head stride and data pointer a
-    multiple of 16 bytes."""
-    return (db == 0 and dvb == 0 and align * q.element_size() == 16 and k.stride(2) == 1 and v.stride(2) == 1
+def descriptor_loads_ok(q, k, v, out, align: int) -> bool:
+    """Whether keys and values can be read through tensor descriptors (Note [Descriptor loads]): unit
+    innermost strides, every token and head stride and data pointer a multiple of 16 bytes."""
+    return (align * q.element_size() == 16 and k.stride(2) == 1 and v.stride(2) == 1
             and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0)
 
 
