@@ -133,6 +133,24 @@ def test_descriptor_loads(request, device, prec, head_dim, split, monkeypatch):
     assert torch.equal(outs[0][covered].view(torch.uint8), outs[1][covered].view(torch.uint8))
 
 
+@pytest.mark.parametrize("env,tma,expected_db", [(None, True, 16), (None, False, 0), ("0", True, 0), ("1", False, 16)])
+def test_head_dim_split_follows_descriptor_loads(monkeypatch, env, tma, expected_db):
+    """By default a launch splits a head dim of 80 exactly when it reads through descriptors (Note [Descriptor
+    loads]); KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM overrides either way; one stage never splits."""
+    from kernel_oracle.kernels.vision._kernel import attention_arguments
+
+    if env is None:
+        monkeypatch.delenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", raising=False)
+    else:
+        monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", env)
+    x = torch.empty(4, 2, 80, dtype=torch.bfloat16)
+    table = torch.zeros(1, 5, dtype=torch.int32)
+    args = attention_arguments(x, x, x, x, table, 1, 1.0, kv.KernelConfig(16, 16, 1, 2, tma=tma), "ieee")[1]
+    assert (args["TMA"], args["DA"], args["DB"]) == (tma, 64 if expected_db else 128, expected_db)
+    one_stage = attention_arguments(x, x, x, x, table, 1, 1.0, kv.KernelConfig(16, 16, 1, 1, tma=tma), "ieee")[1]
+    assert one_stage["DB"] == 0
+
+
 def test_descriptor_loads_only_where_the_layout_allows():
     """A non-unit innermost stride, 8-byte strides or an unaligned pointer keep pointer loads."""
     from kernel_oracle.kernels.vision._kernel import descriptor_loads_ok

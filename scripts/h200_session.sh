@@ -800,5 +800,18 @@ PY
         >"$OUT/vision_host_$round.log" 2>&1; grep "^| warm call\|^| planned" "$OUT/vision_host_$round.log" | cut -c1-120
     done
     ;;
+  s15e)  # session 15 (run setup first): the split head dim with descriptor loads on by default -- the vision GPU tests,
+         # the side-by-side table beside cuDNN twice, the main job
+    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
+      oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
+      >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -1 "$OUT/vision_tests.log"
+    grep -E "^(FAILED|ERROR)" "$OUT/vision_tests.log" | head -8
+    for round in 1 2; do
+      timeout 150 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/bench_vision_$round.json" \
+        >"$OUT/bench_vision_$round.log" 2>&1; echo "bench_vision round $round exit $?"
+      grep "^| " "$OUT/bench_vision_$round.log" | cut -d'|' -f2,5,7,11 | tail -4
+    done
+    main_job
+    ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

@@ -131,18 +131,21 @@ def _prev_pow2(x: int) -> int:
     return 1 << (x.bit_length() - 1)
 
 
-def head_dim_split(d: int, split: bool | None = None) -> tuple[int, int]:
+def head_dim_split(d: int, split: bool | None = None, default: bool = False) -> tuple[int, int]:
     """(A, B): power-of-two tile widths with A + B >= d, A >= 16, B == 0 or B >= 16.
 
-    The split is off by default (one padded power-of-two tile): see Note [Head-dim split].
-    ``split=True`` or KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM=1 turns it on for experiments.
+    ``split=None``: KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM decides ("1" on, "0" off), else ``default`` (on for
+    launches with descriptor loads, off otherwise: Note [Head-dim split], Note [Descriptor loads]).
     """
     if d <= 0:
         raise ValueError(f"Expected a positive head dim but got d={d}")
     min_b = 16
     if split is None:
-        value = os.environ.get("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "0")
-        split, min_b = value != "0", (32 if value == "32" else 16)  # "32": a tail of at least 32 (diagnosis)
+        value = os.environ.get("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM")
+        if value is None:
+            split = default
+        else:
+            split, min_b = value != "0", (32 if value == "32" else 16)  # "32": a tail of at least 32 (diagnosis)
     if not split:
         return max(16, triton.next_power_of_2(d)), 0
     a = max(16, _prev_pow2(d))
@@ -181,15 +184,21 @@ class KernelConfig(tuple):
 INTERPRETER_CONFIG = KernelConfig(16, 16, 1, 1)
 
 
-def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int, tma: bool = False) -> KernelConfig:
+def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int, tma: bool = False,
+                   splits: bool = False) -> KernelConfig:
     """Hopper heuristics (H200, measured with kernels.bench_vision --sweep); ``tma``: the device has tensor
-    memory access (compute capability 9 and newer)."""
+    memory access (compute capability 9 and newer); ``splits``: a head dim is cut into two tiles when
+    split (:func:`head_dim_split` with ``split=True``: not a power of two)."""
     if INTERPRETING:
         return INTERPRETER_CONFIG
     if elem_bytes == 4:
         return KernelConfig(64, 32, 4, 2)
     if max(d_tiles, dv_tiles) <= 64:
         return KernelConfig(64, 64, 4, 3)  # 262 TFLOP/s on 64x256 (128x128x8x3: 177)
+    if tma and splits:
+        # Note [Descriptor loads]: a split head dim with descriptor loads, 128 x 64 blocks; H200 sweep s15d
+        # (TFLOP/s): ragged d80 340 (cuDNN 348; 128 x 128 unsplit 281), 4x4096 d72 323 (cuDNN 325; 260)
+        return KernelConfig(128, 64, 8, 3, tma=True)
     if tma:
         # Note [Descriptor loads]: 128 x 128 blocks with descriptor loads, H200 sweeps of 2026-12-01 (s15b, s15c)
         # against 128 x 64 with pointer loads: 4x4096 d72 258 -> 275 TFLOP/s, 2x16384 d128 493 -> 504, ragged
@@ -263,7 +272,7 @@ def _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd,
         else:
             k_b = _load_tile(k_base, offs_n, n, DA, stride_kt, stride_kd, DB, D, MASK_N, INTERP, TF32)
         if EXACT >= 2:
-            s = tl.dot(q_b.to(tl.float64), tl.trans(k_b).to(tl.float64), s)
+            s = tl.dot(q_b.to(tl.float64), tl.trans(k_b).to(tl.float64), s, out_dtype=tl.float64)
         else:
             s = tl.dot(q_b, tl.trans(k_b), s, input_precision=PREC)
     return s
@@ -562,11 +571,13 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
                         precision: str) -> tuple[tuple, dict, dict]:
     """(grid, the kernel's arguments by name, launch options) of one launch; see :func:`launch_attention`."""
     H, D, DV = q.shape[1], q.shape[2], v.shape[2]
-    # (Note [Head-dim split]: never with one stage, which miscompiles the split PV product too)
-    split = False if config.num_stages < 2 else None
-    DA, DB = head_dim_split(D, split)
-    DVA, DVB = head_dim_split(DV, split)
     align = stride_alignment(q, k, v, out)
+    tma = config.tma and descriptor_loads_ok(q, k, v, out, align)
+    # (Note [Head-dim split]: never with one stage, which miscompiles the split PV product too; by default
+    # only with descriptor loads, Note [Descriptor loads])
+    split = False if config.num_stages < 2 else None
+    DA, DB = head_dim_split(D, split, default=tma)
+    DVA, DVB = head_dim_split(DV, split, default=tma)
     qk_scale, qk_scale_lo = _split_scale(float(scale) * LOG2E)
     exact = exact_level(q.dtype, precision)
     args = dict(
@@ -581,7 +592,7 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
         EXACT=exact, WS=config.warp_specialize, FOLD_SCALE=exact == 0 and qk_scale >= 0 and FOLD_SCALE_DEFAULT,
-        TMA=config.tma and descriptor_loads_ok(q, k, v, out, align),
+        TMA=tma,
     )
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     if args["TMA"] and not INTERPRETING:

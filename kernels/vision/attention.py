@@ -221,9 +221,10 @@ def plan_attention(q, k, v, cu_seqlens, bsz=None, seq_len=None, softmax_scale=No
     plan = resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata, strict=strict, **kwargs)
     _check_runnable(plan, precision)
     if config is None:
-        d_tiles = sum(head_dim_split(plan.q.shape[2]))
-        dv_tiles = sum(head_dim_split(plan.v.shape[2]))
-        config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device))
+        d_tiles = sum(head_dim_split(plan.q.shape[2], False))
+        dv_tiles = sum(head_dim_split(plan.v.shape[2], False))
+        splits = any(head_dim_split(x, True)[1] > 0 for x in (plan.q.shape[2], plan.v.shape[2]))
+        config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device), splits)
     table = _block_table(plan, config.block_m)
     return VisionLaunch(plan, table.to(plan.q.device), int(table.shape[0]), config, precision)
 
