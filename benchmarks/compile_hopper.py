@@ -20,19 +20,25 @@ from __future__ import annotations
 
 import sys
 
-# (dtype, precision, EXACT, head dim[, warp_specialize[, split head dim[, folded scale]]]): the variants a
-# kernel change must keep compiling (the folded scale, Note [Folded scale], wherever EXACT is 0 unless said)
+# (dtype, precision, EXACT, head dim[, warp_specialize[, split head dim[, folded scale[, descriptor loads]]]]):
+# the variants a kernel change must keep compiling (the folded scale, Note [Folded scale], wherever EXACT is 0
+# unless said).  The last four read keys and values through descriptors (Note [Descriptor loads]): the first
+# three are the H200's defaults (128 x 128 blocks for d128; d80 and d72 split, 128 x 64 blocks), the fourth a
+# float32 split head dim in float64 logits, which reads through descriptors only when a config asks.
 VARIANTS = (("float32", "ieee", 0, 80), ("float32", "ieee", 1, 80), ("float32", "ieee", 2, 80),
             ("float32", "tf32", 0, 128), ("bfloat16", None, 0, 80), ("float16", None, 0, 64),
             ("bfloat16", None, 0, 128, True), ("bfloat16", None, 0, 80, False, True),
-            ("bfloat16", None, 0, 72, False, True, False), ("float16", None, 0, 128, False, False, False))
+            ("bfloat16", None, 0, 72, False, True, False), ("float16", None, 0, 128, False, False, False),
+            ("bfloat16", None, 0, 128, False, False, None, True), ("bfloat16", None, 0, 80, False, True, None, True),
+            ("float16", None, 0, 72, False, True, None, True), ("float32", "ieee", 2, 80, False, True, None, True))
 _TRITON_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def compile_variant(dtype: str, precision, exact: int, d: int, ws: bool = False, split: bool = False,
-                    fold=None):
+                    fold=None, tma: bool = False):
     """The compiled kernel of one variant, with the constexprs and config ``launch_attention`` would
-    pick for contiguous q, k, v of head dim ``d`` (raises Triton's CompilationError when it does not build)."""
+    pick for contiguous q, k, v of head dim ``d`` (raises Triton's CompilationError when it does not build).
+    Every constexpr of the kernel is given here: one left out would compile as a runtime i32 argument."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -41,10 +47,14 @@ def compile_variant(dtype: str, precision, exact: int, d: int, ws: bool = False,
 
     fn = VK._vision_attn_fwd
     (da, db), elem = VK.head_dim_split(d, split), 4 if dtype == "float32" else 2
-    cfg = VK.default_config(da + db, da + db, elem)
+    cfg = VK.default_config(da + db, da + db, elem, tma, db > 0)
     const = dict(D=d, DA=da, DB=db, DV=d, DVA=da, DVB=db, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  PREC=precision, INTERP=False, P_ROUND=VK._P_ROUND[dtype], ALIGN=16 // elem,
-                 TF32=precision == "tf32", EXACT=exact, WS=ws, FOLD_SCALE=exact == 0 if fold is None else fold)
+                 TF32=precision == "tf32", EXACT=exact, WS=ws, FOLD_SCALE=exact == 0 if fold is None else fold,
+                 TMA=tma)
+    missing = [a for a, p in zip(fn.arg_names, fn.params) if p.is_constexpr and a not in const]
+    if missing:
+        raise TypeError(f"compile_variant gives no value for the constexpr(s) {missing}")
     sig = {name: "i32" for name in fn.arg_names}
     ptr = f"*{_TRITON_TYPES[dtype]}"
     sig.update({n: ptr for n in ("Q", "K", "V", "O")}, TABLE="*i32", qk_scale="fp32", qk_scale_lo="fp32")

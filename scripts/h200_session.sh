@@ -60,6 +60,8 @@
 #   bash scripts/h200_session.sh s14j           # after review: the PDL tests, the LoRA decode floor
 #   bash scripts/h200_session.sh s14k           # after review: the LoRA kernel tests
 #   bash scripts/h200_session.sh s14b | s14c    # final code (after setup): decode A/B 15 + the suite | LoRA floor, prefill rows, vision host + table, main job
+#   bash scripts/h200_session.sh s15a .. s15e   # 2026-12-01: pipelined key loop, descriptor loads, split head dim + TMA
+#   bash scripts/h200_session.sh s16a           # s15e again (vision tests, table twice, main job) + the sm_90 compile test
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -812,6 +814,12 @@ PY
       grep "^| " "$OUT/bench_vision_$round.log" | cut -d'|' -f2,5,7,11 | tail -4
     done
     main_job
+    ;;
+  s16a)  # session 16 (run setup first): s15e's data again (its raw files were lost with the machine), plus the
+         # sm_90 compile test on this Triton (CI's Triton 3.9 refused a variant left without its TMA constexpr)
+    timeout 120 python3 -m pytest oracle_tests/test_compiles_for_hopper.py -q -p no:cacheprovider \
+      >"$OUT/compiles_for_hopper.log" 2>&1; echo "compile test exit $?"; tail -1 "$OUT/compiles_for_hopper.log"
+    bash "$0" s15e
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac
