@@ -62,6 +62,7 @@
 #   bash scripts/h200_session.sh s14b | s14c    # final code (after setup): decode A/B 15 + the suite | LoRA floor, prefill rows, vision host + table, main job
 #   bash scripts/h200_session.sh s15a .. s15e   # 2026-12-01: pipelined key loop, descriptor loads, split head dim + TMA
 #   bash scripts/h200_session.sh s16a           # s15e again (vision tests, table twice, main job) + the sm_90 compile test
+#   bash scripts/h200_session.sh s16b           # the split-head-dim and descriptor-load tests, the vision host cost twice
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -820,6 +821,15 @@ PY
     timeout 120 python3 -m pytest oracle_tests/test_compiles_for_hopper.py -q -p no:cacheprovider \
       >"$OUT/compiles_for_hopper.log" 2>&1; echo "compile test exit $?"; tail -1 "$OUT/compiles_for_hopper.log"
     bash "$0" s15e
+    ;;
+  s16b)  # session 16 (run setup first): the split-head-dim tests now run on the GPU too; the vision host cost twice
+    timeout 150 python3 -m pytest oracle_tests/test_kernels_vision.py -q -p no:cacheprovider -k "split or descriptor" \
+      >"$OUT/split_tests.log" 2>&1; echo "split / descriptor tests exit $?"; tail -1 "$OUT/split_tests.log"
+    grep -E "^(FAILED|ERROR)" "$OUT/split_tests.log" | head -8
+    for round in 1 2; do
+      timeout 60 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host_$round.json" \
+        >"$OUT/vision_host_$round.log" 2>&1; grep "^| warm call\|^| planned" "$OUT/vision_host_$round.log" | cut -c1-120
+    done
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

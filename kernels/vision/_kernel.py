@@ -21,11 +21,12 @@ attention, right under the interpreter) reduced it to two triggers of triton 3.6
 (2026-12-01, phases s10b-s10d): a second, masked call site of the key-block step (the ragged last
 block; max errors 0.17-0.76, or an illegal address) and ``num_stages=1`` with 64-key blocks (0.39-0.73).
 So a split kernel runs ONE loop, every block masked, and a one-stage config never splits; with both,
-every diagnosis variant is right on the H200 (max error 0.0021-0.0025, bf16).  It is still off by
-default because it is not faster: TFLOP/s on the H200 (s10d) d80 ragged 278 -> 280, 4x4096 d72
-255 -> 234.  At these head dims a key block's softmax costs as much as its MMAs, so cutting MMA
-work alone does not pay (``head_dim_split(d, split=True)`` or KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM=1
-to experiment).
+every diagnosis variant is right on the H200 (max error 0.0021-0.0025, bf16).  With pointer loads it
+is off: not faster, TFLOP/s on the H200 (s10d) d80 ragged 278 -> 280, 4x4096 d72 255 -> 234 (at these
+head dims a key block's softmax costs as much as its MMAs, so cutting MMA work alone does not pay).
+With descriptor loads (Note [Descriptor loads]) it is on, and pays: see there.
+``KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM`` ("1" on, "0" off) overrides the default for experiments;
+``split=True`` of :func:`head_dim_split` asks for it in code.
 
 Note [Alignment]
 ----------------
@@ -103,6 +104,13 @@ Measured on the H200 (s15b, TFLOP/s, 128 x 128 blocks with descriptors against t
 default with pointer loads): 4x4096 d72 258 -> 275, 2x16384 d128 493 -> 504, ragged d80 282 -> 281;
 at 64 x 256 d64 (64 x 64 blocks kept) descriptors lose (265 -> 189).  With descriptors the kernel
 needs 191 registers at 128 x 128 (255 with pointer loads): the addresses are the TMA unit's.
+A head dim that is not a power of two is split (Note [Head-dim split]) whenever the launch reads
+through descriptors, one descriptor per tile of each head dim, with 128 x 64 blocks (8 warps, 3 stages:
+118 registers, 82 KB of shared memory, two programs per SM).  The padded MMA work goes, and the smaller
+blocks let two programs share an SM, so one's softmax overlaps the other's MMAs (what FlashAttention-3
+gets from its warp-group ping-pong).  H200, TFLOP/s against the unsplit 128 x 128 (s15d; then the default
+twice in s15e and s16a): ragged d80 281 -> 340-341 (cuDNN's engine 343-346), 4x4096 d72 275 -> 320-325
+(cuDNN 319-327).
 Not kept: the key loop rotated by hand so that block j+1's QK product is issued before block j's
 softmax (FlashAttention-3's overlap; s15a): triton 3.6 waits for each product right after issuing it,
 the rotated loop takes 229-237 registers against 178, and it was slower on every shape (d128 490 ->
