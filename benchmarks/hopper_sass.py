@@ -1,8 +1,8 @@
 """The SASS of the benchmarks' LoRA (and vision) launches for the H200 (sm_90), built on any machine.
 
 python -m kernel_oracle.benchmarks.hopper_sass [--shapes decode-bs64 ...] [--sides q v] [--calls fused split]
-                                               [--vision] [--ab decode|prefill|vision] [--lines N] [--out DIR]
-                                               [--against DIR]
+                                               [--vision] [--ab decode|prefill|vision] [--vision-shapes NAME ...]
+                                               [--lines N] [--out DIR] [--against DIR]
 
 Why: a kernel edit that should not change the code the GPU runs (a refactor, a fold of repeated
 code) can be proven so without a GPU, and a candidate's registers, occupancy and barriers can be read
@@ -13,7 +13,7 @@ with the H200's 227 KB), but on ``meta`` tensors, with a driver that only names 
 (``GPUTarget("cuda", 90, 32)``), and ``JITFunction.warmup`` in place of the launch
 (``fuzz.precompile.CompileOnly``): Triton specializes and compiles exactly as a launch on the GPU
 would, and launches nothing.  ``--vision`` adds the vision kernel as ``plan_attention`` would launch
-it on ``bench_vision``'s four shapes (bf16).
+it on ``bench_vision``'s four shapes (bf16; ``--vision-shapes`` picks some).
 
 ``--ab decode`` (``prefill``) compiles each configuration of ``bench_lora``'s ``DECODE_AB`` (``PREFILL_AB``)
 table instead, as its A/B would launch it; ``--ab vision`` each of ``bench_vision``'s ``SWEEP``.
@@ -234,10 +234,10 @@ def compile_ab(table: dict, shapes, path: str) -> list[dict]:
     return rows
 
 
-def compile_vision(sweep: bool = False) -> list[dict]:
-    """One row per ``bench_vision`` shape (bf16): the kernel ``plan_attention`` plans (its default config,
-    block table, alignment), compiled for sm_90 on meta tensors; with ``sweep``, one per configuration of
-    ``bench_vision.SWEEP`` (its ``--sweep``) instead."""
+def compile_vision(sweep: bool = False, shapes=None) -> list[dict]:
+    """One row per ``bench_vision`` shape (bf16; ``shapes``: their names, default all): the kernel
+    ``plan_attention`` plans (its default config, block table, alignment), compiled for sm_90 on meta
+    tensors; with ``sweep``, one per configuration of ``bench_vision.SWEEP`` (its ``--sweep``) instead."""
     from kernel_oracle.benchmarks import bench_vision as BV
     from kernel_oracle.fuzz.precompile import CompileOnly
     from kernel_oracle.kernels.vision import KernelConfig, plan_attention
@@ -247,6 +247,8 @@ def compile_vision(sweep: bool = False) -> list[dict]:
 
     rows = []
     for name, lens, H, D in BV.SHAPES:
+        if shapes is not None and name not in shapes:
+            continue
         q, k, v, cu = BV._inputs(lens, H, D, torch.bfloat16, "meta")
         md = prepare_flashinfer_cudnn_metadata(cu, "cpu", elem_per_token=H * D)
         for config in [KernelConfig(*c) for c in BV.SWEEP] if sweep else (None,):
@@ -268,6 +270,7 @@ def compile_vision(sweep: bool = False) -> list[dict]:
 
 def main(argv=None) -> int:
     from kernel_oracle.benchmarks import bench_lora as B
+    from kernel_oracle.benchmarks import bench_vision as BV
     from kernel_oracle.kernels.interpreter import interpreting
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -275,6 +278,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sides", nargs="+", default=["q", "v"], choices=["q", "v"])
     ap.add_argument("--calls", nargs="+", default=["fused"], choices=["fused", "split"])
     ap.add_argument("--vision", action="store_true", help="also the vision kernel on bench_vision's four shapes")
+    ap.add_argument("--vision-shapes", nargs="+", choices=[shape[0] for shape in BV.SHAPES],
+                    help="only these of bench_vision's shapes (with --vision or --ab vision)")
     ap.add_argument("--ab", choices=["decode", "prefill", "vision"],
                     help="instead: each configuration of bench_lora's DECODE_AB or PREFILL_AB table, or of "
                          "bench_vision's SWEEP")
@@ -290,13 +295,14 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, TRITON_CACHE_DIR=cache):
         if args.ab == "vision":
-            rows = compile_vision(sweep=True)
+            rows = compile_vision(sweep=True, shapes=args.vision_shapes)
         elif args.ab == "decode":
             rows = compile_ab(B.DECODE_AB, ("decode-bs64", "decode-bs256"), "tok")
         elif args.ab == "prefill":
             rows = compile_ab(B.PREFILL_AB, ("prefill-8x2048",), "seg")
         else:
-            rows = compile_calls(args.shapes, args.sides, args.calls) + (compile_vision() if args.vision else [])
+            rows = compile_calls(args.shapes, args.sides, args.calls)
+            rows += compile_vision(shapes=args.vision_shapes) if args.vision else []
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     what = {"vision": "bench_vision's SWEEP", "decode": "bench_lora's DECODE_AB table",
