@@ -49,7 +49,9 @@ SHAPES = (
 SWEEP = ((128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3), (64, 32, 4, 3),
          (128, 64, 8, 4), (128, 32, 8, 3, False, False, 128), (128, 32, 8, 4, False, False, 128),
          (128, 64, 8, 3, False, True), (64, 64, 4, 3, False, True), (128, 64, 8, 4, False, True),
-         (128, 128, 8, 3, False, True), (128, 32, 8, 4, False, True, 128))
+         (128, 128, 8, 3, False, True), (128, 32, 8, 4, False, True, 128),
+         (128, 128, 4, 2, True, True), (128, 64, 4, 2, True, True), (128, 64, 4, 3, True, True),
+         (128, 128, 4, 3, True, True))
 
 
 
@@ -69,7 +71,7 @@ def _inputs(lens, H, D, dtype, device):
     return q, k, v, cu
 
 
-def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="cuda"):
+def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="cuda", configs=SWEEP):
     import triton.testing
 
     from kernel_oracle.kernels.vision import KernelConfig, clear_launch_cache, flashinfer_cudnn_attention, plan_attention
@@ -129,7 +131,7 @@ def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="
         rec[key[:-3] + "_tflops"] = tflops(rec[key])
     if sweep:
         rec["sweep"] = []
-        for cfg in SWEEP:
+        for cfg in configs:
             try:
                 la = plan_attention(q, k, v, None, None, None, forward_metadata=md, config=KernelConfig(*cfg))
                 diff = float((la.run().float() - out.float()).abs().max())  # against the chosen config's output
@@ -312,6 +314,8 @@ def main(argv=None) -> int:
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
     ap.add_argument("--shapes", default=None, help="comma-separated subset of shape names")
+    ap.add_argument("--configs", nargs="+", default=None, metavar="M,N,WARPS,STAGES[,WS,TMA,MAXNREG]",
+                    help="--sweep only these configs (KernelConfig fields, comma-separated integers)")
     ap.add_argument("--host", action="store_true",
                     help="only the host cost per call (us) on a tiny batch: warm call, planned launch, bare launch")
     args = ap.parse_args(argv)
@@ -336,7 +340,8 @@ def main(argv=None) -> int:
         print("direct launches:", direct_launch_info())
         return 0
     wanted = None if args.shapes is None else set(args.shapes.split(","))
-    records = [bench_shape(*s, sweep=args.sweep) for s in SHAPES if wanted is None or s[0] in wanted]
+    configs = SWEEP if args.configs is None else tuple(tuple(int(x) for x in c.split(",")) for c in args.configs)
+    records = [bench_shape(*s, sweep=args.sweep, configs=configs) for s in SHAPES if wanted is None or s[0] in wanted]
     meta = {"version": 1, "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": (git_commit() or "unknown")[:12], "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__,

@@ -133,6 +133,40 @@ def test_descriptor_loads(request, device, prec, head_dim, split, monkeypatch):
     assert torch.equal(outs[0][covered].view(torch.uint8), outs[1][covered].view(torch.uint8))
 
 
+@pytest.mark.parametrize("head_dim,split", [(64, False), (128, False), (72, True), (80, True)])
+@pytest.mark.parametrize("prec", ["bf16", "fp16"])
+def test_warp_specialized_descriptor_loads(request, device, prec, head_dim, split, monkeypatch):
+    """Note [Warp specialization]: the key loop asked to warp-specialize (queries, keys and values through
+    descriptors, every key block masked) is right against the float64 oracle and gives bit for bit what the
+    same blocks give without it, on short, whole-block and ragged sequences."""
+    from kernel_oracle.kernels.vision._kernel import attention_arguments
+
+    monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "1" if split else "0")
+    dtype, precision, baseline = PRECISIONS[prec]
+    if device.type == "cuda":
+        block_m, block_n, warps, stages = 128, 64, 4, 2
+    else:  # the interpreter ignores the flag; small blocks keep it quick
+        block_m, block_n, warps, stages = 16, 16, 1, 2
+    ws, plain = (kv.KernelConfig(block_m, block_n, warps, stages, flag, True) for flag in (True, False))
+    case = Case("ws", (block_n // 2 + 1, block_m, 2 * block_n + 3, 0, 3 * block_m - 1), head_dim=head_dim)
+    args, kwargs = build(case, dtype, device, _gen(request))
+    outs = []
+    for config in (ws, plain):
+        with kv.poisoned_output():
+            launch = kv.plan_attention(*args, **kwargs, config=config)
+            outs.append(launch.run())
+    q3, k3, v3 = launch.plan.q, launch.plan.k, launch.plan.v
+    launched = attention_arguments(q3, k3, v3, outs[0], launch.table, 1, 1.0, ws, precision)[1]
+    assert launched["TMA"] and launched["WS"] and (launched["DB"] > 0) == split
+    ref = flashinfer_cudnn_oracle(*args, **kwargs)
+    faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=baseline)
+    res = compare(outs[0], ref.value, ref.defined.to(device), family="vision", baseline=faithful.baselines,
+                  out_dtype=dtype, repro=request.node.nodeid)
+    assert res.ok, res.message
+    covered = ref.defined.to(device)
+    assert torch.equal(outs[0][covered].view(torch.uint8), outs[1][covered].view(torch.uint8))
+
+
 @pytest.mark.parametrize("env,tma,expected_db", [(None, True, 16), (None, False, 0), ("0", True, 0), ("1", False, 16)])
 def test_head_dim_split_follows_descriptor_loads(monkeypatch, env, tma, expected_db):
     """By default a launch splits a head dim of 80 exactly when it reads through descriptors (Note [Descriptor

@@ -63,6 +63,7 @@
 #   bash scripts/h200_session.sh s15a .. s15e   # 2026-12-01: pipelined key loop, descriptor loads, split head dim + TMA
 #   bash scripts/h200_session.sh s16a           # s15e again (vision tests, table twice, main job) + the sm_90 compile test
 #   bash scripts/h200_session.sh s16b           # the split-head-dim and descriptor-load tests, the vision host cost twice
+#   bash scripts/h200_session.sh s17a           # the warp-specialized key loop: its tests, the sweep
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -830,6 +831,18 @@ PY
       timeout 60 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host_$round.json" \
         >"$OUT/vision_host_$round.log" 2>&1; grep "^| warm call\|^| planned" "$OUT/vision_host_$round.log" | cut -c1-120
     done
+    ;;
+  s17a)  # session 17 (run setup first): the key loop warp-specialized by triton 3.6's Hopper pass (4 warps asked,
+         # queries through a descriptor too, one masked loop) -- GPU correctness, then the sweep beside cuDNN
+    timeout 200 python3 -m pytest oracle_tests/test_kernels_vision.py -q -p no:cacheprovider \
+      -k "warp_specialized or descriptor_loads" >"$OUT/ws_tests.log" 2>&1; echo "WS tests exit $?"
+    tail -1 "$OUT/ws_tests.log"; grep -E "^(FAILED|E  )" "$OUT/ws_tests.log" | head -8
+    timeout 330 python3 -m kernel_oracle.benchmarks.bench_vision --sweep --json "$OUT/bench_vision_sweep.json" \
+      --configs 128,128,8,3,0,1 128,64,8,3,0,1 64,64,4,3 128,128,4,2,1,1 128,64,4,2,1,1 128,64,4,3,1,1 \
+      128,128,4,3,1,1 64,64,4,2,1,1 64,128,4,2,1,1 \
+      >"$OUT/bench_vision_sweep.log" 2>&1; echo "bench_vision --sweep exit $?"
+    grep "^| " "$OUT/bench_vision_sweep.log" | cut -d'|' -f2,5,11 | tail -5; grep "^sweep" "$OUT/bench_vision_sweep.log"
+    tail -3 "$OUT/bench_vision_sweep.log"
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

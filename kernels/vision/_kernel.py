@@ -465,9 +465,18 @@ def _vision_attn_fwd(
     o_base = O + o_tok.to(tl.int64) * stride_ot + h * stride_oh
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    q_a = _load_tile(q_base, offs_m, n, 0, stride_qt, stride_qd, DA, D, True, INTERP, TF32)
+    if TMA and WS:  # Note [Warp specialization]: the query block through a descriptor too
+        q_desc = tl.make_tensor_descriptor(q_base, shape=[n, D], strides=[stride_qt, 1], block_shape=[BLOCK_M, DA])
+        q_a = _desc_tile(q_desc, m0, 0, INTERP, TF32)
+    else:
+        q_a = _load_tile(q_base, offs_m, n, 0, stride_qt, stride_qd, DA, D, True, INTERP, TF32)
     if DB > 0:
-        q_b = _load_tile(q_base, offs_m, n, DA, stride_qt, stride_qd, DB, D, True, INTERP, TF32)
+        if TMA and WS:
+            q_desc_b = tl.make_tensor_descriptor(q_base, shape=[n, D], strides=[stride_qt, 1],
+                                                 block_shape=[BLOCK_M, DB])
+            q_b = _desc_tile(q_desc_b, m0, DA, INTERP, TF32)
+        else:
+            q_b = _load_tile(q_base, offs_m, n, DA, stride_qt, stride_qd, DB, D, True, INTERP, TF32)
     else:
         q_b = q_a
     if EXACT >= 1:
@@ -482,7 +491,7 @@ def _vision_attn_fwd(
     else:
         acc_b = acc_a
 
-    if DB > 0 or DVB > 0:
+    if DB > 0 or DVB > 0 or (TMA and WS):
         # a split head dim: one loop, every block masked (Note [Head-dim split]: with a second, masked call
         # site of _attend, triton 3.6 miscompiles the two PV accumulators)
         if TMA:  # Note [Descriptor loads], one descriptor per tile of the head dims
@@ -511,7 +520,7 @@ def _vision_attn_fwd(
         k_desc = tl.make_tensor_descriptor(k_base, shape=[n, D], strides=[stride_kt, 1], block_shape=[BLOCK_N, DA])
         v_desc = tl.make_tensor_descriptor(v_base, shape=[n, DV], strides=[stride_vt, 1], block_shape=[BLOCK_N, DVA])
         n_full = (n // BLOCK_N) * BLOCK_N
-        for start_n in tl.range(0, n_full, BLOCK_N):
+        for start_n in tl.range(0, n_full, BLOCK_N, warp_specialize=WS):
             acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_desc, v_base, start_n, n,
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32,
@@ -580,7 +589,7 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
     """(grid, the kernel's arguments by name, launch options) of one launch; see :func:`launch_attention`."""
     H, D, DV = q.shape[1], q.shape[2], v.shape[2]
     align = stride_alignment(q, k, v, out)
-    tma = config.tma and descriptor_loads_ok(q, k, v, out, align)
+    tma = config.tma and descriptor_loads_ok(q, k, v, out, align, with_q=config.warp_specialize)
     # (Note [Head-dim split]: never with one stage, which miscompiles the split PV product too; by default
     # only with descriptor loads, Note [Descriptor loads])
     split = False if config.num_stages < 2 else None
@@ -610,11 +619,13 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
     return (num_blocks, H), args, options
 
 
-def descriptor_loads_ok(q, k, v, out, align: int) -> bool:
-    """Whether keys and values can be read through tensor descriptors (Note [Descriptor loads]): unit
-    innermost strides, every token and head stride and data pointer a multiple of 16 bytes."""
+def descriptor_loads_ok(q, k, v, out, align: int, with_q: bool = False) -> bool:
+    """Whether keys and values (and with ``with_q`` the queries: Note [Warp specialization]) can be read
+    through tensor descriptors (Note [Descriptor loads]): unit innermost strides, every token and head
+    stride and data pointer a multiple of 16 bytes."""
     return (align * q.element_size() == 16 and k.stride(2) == 1 and v.stride(2) == 1
-            and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0)
+            and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0
+            and (not with_q or (q.stride(2) == 1 and q.data_ptr() % 16 == 0)))
 
 
 def _ensure_allocator() -> None:
