@@ -64,6 +64,7 @@
 #   bash scripts/h200_session.sh s16a           # s15e again (vision tests, table twice, main job) + the sm_90 compile test
 #   bash scripts/h200_session.sh s16b           # the split-head-dim and descriptor-load tests, the vision host cost twice
 #   bash scripts/h200_session.sh s17a           # the warp-specialized key loop: its tests, the sweep
+#   bash scripts/h200_session.sh s17b           # triton 3.6's Hopper warp specialization on a minimal attention
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -843,6 +844,10 @@ PY
       >"$OUT/bench_vision_sweep.log" 2>&1; echo "bench_vision --sweep exit $?"
     grep "^| " "$OUT/bench_vision_sweep.log" | cut -d'|' -f2,5,11 | tail -5; grep "^sweep" "$OUT/bench_vision_sweep.log"
     tail -3 "$OUT/bench_vision_sweep.log"
+    ;;
+  s17b)  # session 17: triton 3.6's Hopper warp specialization on a minimal attention (wrong output in s17a's tests)
+    timeout 240 python3 -m kernel_oracle.benchmarks.repro_hopper_ws >"$OUT/repro_hopper_ws.log" 2>&1
+    echo "repro_hopper_ws exit $?"; cat "$OUT/repro_hopper_ws.log" | tail -12
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac
