@@ -18,6 +18,7 @@ exit status is 1 when a warp-specialized variant is wrong while its plain twin i
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import torch
@@ -27,7 +28,7 @@ import triton.language as tl
 
 @triton.jit
 def _attn(Q, K, V, O, n, scale, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-          WS: tl.constexpr, MASK: tl.constexpr):
+          WS: tl.constexpr, MASK: tl.constexpr, STORE_DESC: tl.constexpr):
     """(n, D) q, k, v of one head (row-major, contiguous); program ``pid`` writes rows pid*BLOCK_M ..."""
     pid = tl.program_id(0)
     q_desc = tl.make_tensor_descriptor(Q, shape=[n, D], strides=[D, 1], block_shape=[BLOCK_M, D])
@@ -50,10 +51,14 @@ def _attn(Q, K, V, O, n, scale, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N:
         v = v_desc.load([start, 0])
         acc = tl.dot(p.to(V.dtype.element_ty), v, acc)
         m_i = m_new
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, D)
-    tl.store(O + rows[:, None] * D + cols[None, :], (acc / l_i[:, None]).to(O.dtype.element_ty),
-             mask=(rows < n)[:, None])
+    out = (acc / l_i[:, None]).to(O.dtype.element_ty)
+    if STORE_DESC:  # rows past n are clipped by the tensor memory accelerator
+        o_desc = tl.make_tensor_descriptor(O, shape=[n, D], strides=[D, 1], block_shape=[BLOCK_M, D])
+        o_desc.store([pid * BLOCK_M, 0], out)
+    else:
+        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, D)
+        tl.store(O + rows[:, None] * D + cols[None, :], out, mask=(rows < n)[:, None])
 
 
 def _allocator(size: int, alignment: int, stream):
@@ -61,7 +66,7 @@ def _allocator(size: int, alignment: int, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def run(n: int, d: int, block_n: int, ws: bool, block_m: int = 128, stages: int = 2):
+def run(n: int, d: int, block_n: int, ws: bool, block_m: int = 128, stages: int = 2, store_desc: bool = False):
     """(max abs error against float64, ms per call) of one variant on fresh random bf16 data; raises if
     ``ws`` and the compiled kernel was not warp-specialized."""
     q, k, v = (torch.randn(n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -71,7 +76,7 @@ def run(n: int, d: int, block_n: int, ws: bool, block_m: int = 128, stages: int 
 
     def call():
         return _attn[grid](q, k, v, out, n, scale, D=d, BLOCK_M=block_m, BLOCK_N=block_n, WS=ws,
-                           MASK=n % block_n != 0, num_warps=4, num_stages=stages)
+                           MASK=n % block_n != 0, STORE_DESC=store_desc, num_warps=4, num_stages=stages)
 
     kernel = call()
     torch.cuda.synchronize()
@@ -90,21 +95,23 @@ def main() -> int:
     triton.set_allocator(_allocator)
     torch.manual_seed(0)
     print(f"triton {triton.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    print("| n | d | BLOCK_N | plain: max err, TFLOP/s | warp-specialized: max err, TFLOP/s |\n|---:|---:|---:|---|---|")
+    print("| n | d | BLOCK_N | output store | plain: max err, TFLOP/s | warp-specialized: max err, TFLOP/s |\n"
+          "|---:|---:|---:|---|---|---|")
     bad = False
-    for n, d, block_n in ((4096, 128, 128), (4096, 128, 64), (4000, 128, 64), (4096, 64, 64), (16384, 128, 128)):
+    for (n, d, block_n), store_desc in itertools.product(
+            ((4096, 128, 128), (4096, 128, 64), (4000, 128, 64), (4096, 64, 64), (16384, 128, 128)), (False, True)):
         cells = []
         errs = []
         for ws in (False, True):
             try:
-                err, ms = run(n, d, block_n, ws)
+                err, ms = run(n, d, block_n, ws, store_desc=store_desc)
                 errs.append(err)
                 cells.append(f"{err:.3g}, {4 * n * n * d / ms / 1e9:.0f}")
             except Exception as exc:  # noqa: BLE001 - a variant that does not build is reported, not fatal
                 errs.append(None)
                 cells.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
         bad |= errs[0] is not None and errs[0] < 0.05 and (errs[1] is None or not errs[1] < 0.05)
-        print(f"| {n} | {d} | {block_n} | {cells[0]} | {cells[1]} |")
+        print(f"| {n} | {d} | {block_n} | {'descriptor' if store_desc else 'pointers'} | {cells[0]} | {cells[1]} |")
     print("a warp-specialized variant is wrong where its plain twin is right" if bad else "every variant right")
     return 1 if bad else 0
 
