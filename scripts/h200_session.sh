@@ -65,6 +65,7 @@
 #   bash scripts/h200_session.sh s16b           # the split-head-dim and descriptor-load tests, the vision host cost twice
 #   bash scripts/h200_session.sh s17a           # the warp-specialized key loop: its tests, the sweep
 #   bash scripts/h200_session.sh s17b           # triton 3.6's Hopper warp specialization on a minimal attention
+#   bash scripts/h200_session.sh s17c           # s17b, then s17a with the output stored through a descriptor
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -848,6 +849,17 @@ PY
   s17b)  # session 17: triton 3.6's Hopper warp specialization on a minimal attention (wrong output in s17a's tests)
     timeout 240 python3 -m kernel_oracle.benchmarks.repro_hopper_ws >"$OUT/repro_hopper_ws.log" 2>&1
     echo "repro_hopper_ws exit $?"; cat "$OUT/repro_hopper_ws.log" | tail -12
+    ;;
+  s17c)  # session 17 (run setup first): s17a with the output stored through a descriptor under warp specialization
+    bash "$0" s17b
+    timeout 200 python3 -m pytest oracle_tests/test_kernels_vision.py -q -p no:cacheprovider \
+      -k "warp_specialized or descriptor_loads" >"$OUT/ws_tests.log" 2>&1; echo "WS tests exit $?"
+    tail -1 "$OUT/ws_tests.log"; grep -E "^(FAILED|E  )" "$OUT/ws_tests.log" | head -8
+    timeout 330 python3 -m kernel_oracle.benchmarks.bench_vision --sweep --json "$OUT/bench_vision_sweep.json" \
+      --configs 128,128,8,3,0,1 128,64,8,3,0,1 64,64,4,3 128,128,4,2,1,1 128,64,4,2,1,1 128,64,4,3,1,1 \
+      128,128,4,3,1,1 128,64,4,4,1,1 64,64,4,3,1,1 64,128,4,2,1,1 \
+      >"$OUT/bench_vision_sweep.log" 2>&1; echo "bench_vision --sweep exit $?"
+    grep "^| " "$OUT/bench_vision_sweep.log" | cut -d'|' -f2,5,11 | tail -5; grep "^sweep" "$OUT/bench_vision_sweep.log"
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

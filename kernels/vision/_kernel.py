@@ -422,6 +422,15 @@ def _store_tile(base, offs_m, n, col0: tl.constexpr, stride_t, stride_d, x,
         tl.store(ptrs, x, mask=offs_m[:, None] < n)
 
 
+@triton.jit
+def _store_desc(desc, m0, col0: tl.constexpr, x, INTERP: tl.constexpr, P_ROUND: tl.constexpr):
+    """Store ``x`` (BLOCK_M, WIDTH) at rows ``m0 ..``, columns ``col0 ..`` of the output's descriptor: rows
+    and columns past its shape are not written (Note [Warp specialization])."""
+    if INTERP and P_ROUND == 2:  # the interpreter's fp32 -> bf16 cast truncates
+        x = round_bf16_rne(x)
+    desc.store([m0, col0], x.to(desc.dtype))
+
+
 # token and head strides arrive divided by ALIGN: not specialized (see Note [Alignment])
 _DNS_STRIDES = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_ot", "stride_oh")
 
@@ -542,11 +551,19 @@ def _vision_attn_fwd(
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
                                              qk_scale_lo, EXACT, FOLD_SCALE)
-    _store_tile(o_base, offs_m, n, 0, stride_ot, stride_od, _normalized(acc_a, l_i, EXACT), DVA, DV, INTERP,
-                P_ROUND)
-    if DVB > 0:
-        _store_tile(o_base, offs_m, n, DVA, stride_ot, stride_od, _normalized(acc_b, l_i, EXACT), DVB, DV, INTERP,
+    if TMA and WS:  # Note [Warp specialization]: a masked pointer store comes out wrong there (NaN)
+        o_desc = tl.make_tensor_descriptor(o_base, shape=[n, DV], strides=[stride_ot, 1], block_shape=[BLOCK_M, DVA])
+        _store_desc(o_desc, m0, 0, _normalized(acc_a, l_i, EXACT), INTERP, P_ROUND)
+        if DVB > 0:
+            o_desc_b = tl.make_tensor_descriptor(o_base, shape=[n, DV], strides=[stride_ot, 1],
+                                                 block_shape=[BLOCK_M, DVB])
+            _store_desc(o_desc_b, m0, DVA, _normalized(acc_b, l_i, EXACT), INTERP, P_ROUND)
+    else:
+        _store_tile(o_base, offs_m, n, 0, stride_ot, stride_od, _normalized(acc_a, l_i, EXACT), DVA, DV, INTERP,
                     P_ROUND)
+        if DVB > 0:
+            _store_tile(o_base, offs_m, n, DVA, stride_ot, stride_od, _normalized(acc_b, l_i, EXACT), DVB, DV, INTERP,
+                        P_ROUND)
 
 
 def stride_alignment(*tensors) -> int:
@@ -608,7 +625,7 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, PREC=precision if q.dtype == torch.float32 else None,
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
-        EXACT=exact, WS=config.warp_specialize, FOLD_SCALE=exact == 0 and qk_scale >= 0 and FOLD_SCALE_DEFAULT,
+        EXACT=exact, WS=config.warp_specialize and tma, FOLD_SCALE=exact == 0 and qk_scale >= 0 and FOLD_SCALE_DEFAULT,
         TMA=tma,
     )
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
@@ -620,12 +637,12 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
 
 
 def descriptor_loads_ok(q, k, v, out, align: int, with_q: bool = False) -> bool:
-    """Whether keys and values (and with ``with_q`` the queries: Note [Warp specialization]) can be read
-    through tensor descriptors (Note [Descriptor loads]): unit innermost strides, every token and head
+    """Whether keys and values (and with ``with_q`` the queries and the output: Note [Warp specialization]) can be
+    read or written through tensor descriptors (Note [Descriptor loads]): unit innermost strides, every token and head
     stride and data pointer a multiple of 16 bytes."""
     return (align * q.element_size() == 16 and k.stride(2) == 1 and v.stride(2) == 1
             and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0
-            and (not with_q or (q.stride(2) == 1 and q.data_ptr() % 16 == 0)))
+            and (not with_q or all(t.stride(2) == 1 and t.data_ptr() % 16 == 0 for t in (q, out))))
 
 
 def _ensure_allocator() -> None:
