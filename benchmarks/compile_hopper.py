@@ -24,13 +24,16 @@ import sys
 # the variants a kernel change must keep compiling (the folded scale, Note [Folded scale], wherever EXACT is 0
 # unless said).  The last four read keys and values through descriptors (Note [Descriptor loads]): the first
 # three are the H200's defaults (128 x 128 blocks for d128; d80 and d72 split, 128 x 64 blocks), the fourth a
-# float32 split head dim in float64 logits, which reads through descriptors only when a config asks.
+# float32 split head dim in float64 logits, which reads through descriptors only when a config asks; two more
+# add the warp-specialized key loop (Note [Warp specialization]: 128 x 64 blocks, 4 warps, 2 stages), d128 and a
+# split d80.
 VARIANTS = (("float32", "ieee", 0, 80), ("float32", "ieee", 1, 80), ("float32", "ieee", 2, 80),
             ("float32", "tf32", 0, 128), ("bfloat16", None, 0, 80), ("float16", None, 0, 64),
             ("bfloat16", None, 0, 128, True), ("bfloat16", None, 0, 80, False, True),
             ("bfloat16", None, 0, 72, False, True, False), ("float16", None, 0, 128, False, False, False),
             ("bfloat16", None, 0, 128, False, False, None, True), ("bfloat16", None, 0, 80, False, True, None, True),
-            ("float16", None, 0, 72, False, True, None, True), ("float32", "ieee", 2, 80, False, True, None, True))
+            ("float16", None, 0, 72, False, True, None, True), ("float32", "ieee", 2, 80, False, True, None, True),
+            ("bfloat16", None, 0, 128, True, False, None, True), ("float16", None, 0, 80, True, True, None, True))
 _TRITON_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -48,6 +51,8 @@ def compile_variant(dtype: str, precision, exact: int, d: int, ws: bool = False,
     fn = VK._vision_attn_fwd
     (da, db), elem = VK.head_dim_split(d, split), 4 if dtype == "float32" else 2
     cfg = VK.default_config(da + db, da + db, elem, tma, db > 0)
+    if ws and tma:  # Note [Warp specialization]: what triton 3.6 specializes on sm_90
+        cfg = VK.KernelConfig(128, 64, 4, 2, True, True)
     const = dict(D=d, DA=da, DB=db, DV=d, DVA=da, DVB=db, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  PREC=precision, INTERP=False, P_ROUND=VK._P_ROUND[dtype], ALIGN=16 // elem,
                  TF32=precision == "tf32", EXACT=exact, WS=ws, FOLD_SCALE=exact == 0 if fold is None else fold,

@@ -95,23 +95,26 @@ def main() -> int:
     triton.set_allocator(_allocator)
     torch.manual_seed(0)
     print(f"triton {triton.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    print("| n | d | BLOCK_N | output store | plain: max err, TFLOP/s | warp-specialized: max err, TFLOP/s |\n"
-          "|---:|---:|---:|---|---|---|")
+    print("| n | d | BLOCK_N | stages | output store | plain: max err, TFLOP/s | warp-specialized: max err, TFLOP/s |\n"
+          "|---:|---:|---:|---:|---|---|---|")
     bad = False
-    for (n, d, block_n), store_desc in itertools.product(
-            ((4096, 128, 128), (4096, 128, 64), (4000, 128, 64), (4096, 64, 64), (16384, 128, 128)), (False, True)):
+    cases = [(shape, store_desc, 2) for shape, store_desc in itertools.product(
+        ((4096, 128, 128), (4096, 128, 64), (4000, 128, 64), (4096, 64, 64), (16384, 128, 128)), (False, True))]
+    cases += [((4096, 128, 64), True, 3), ((4000, 128, 64), True, 3), ((16384, 128, 64), True, 3),
+              ((16384, 128, 64), True, 4)]
+    for (n, d, block_n), store_desc, stages in cases:
         cells = []
         errs = []
         for ws in (False, True):
             try:
-                err, ms = run(n, d, block_n, ws, store_desc=store_desc)
+                err, ms = run(n, d, block_n, ws, store_desc=store_desc, stages=stages)
                 errs.append(err)
                 cells.append(f"{err:.3g}, {4 * n * n * d / ms / 1e9:.0f}")
             except Exception as exc:  # noqa: BLE001 - a variant that does not build is reported, not fatal
                 errs.append(None)
                 cells.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
         bad |= errs[0] is not None and errs[0] < 0.05 and (errs[1] is None or not errs[1] < 0.05)
-        print(f"| {n} | {d} | {block_n} | {'descriptor' if store_desc else 'pointers'} | {cells[0]} | {cells[1]} |")
+        print(f"| {n} | {d} | {block_n} | {stages} | {'descriptor' if store_desc else 'pointers'} | {cells[0]} | {cells[1]} |")
     print("a warp-specialized variant is wrong where its plain twin is right" if bad else "every variant right")
     return 1 if bad else 0
 

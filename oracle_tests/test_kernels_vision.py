@@ -167,6 +167,18 @@ def test_warp_specialized_descriptor_loads(request, device, prec, head_dim, spli
     assert torch.equal(outs[0][covered].view(torch.uint8), outs[1][covered].view(torch.uint8))
 
 
+@pytest.mark.parametrize("stages", [1, 3])
+def test_warp_specialized_config_needs_two_stages(stages):
+    """Note [Warp specialization]: triton 3.6 warp-specializes 3 or 4 stages into wrong outputs on the H200,
+    so such a config is refused by name and value; without descriptors (nothing is specialized) it stands."""
+    with pytest.raises(ValueError) as err:
+        kv.KernelConfig(128, 64, 4, stages, True, True)
+    assert str(err.value) == (
+        f"KernelConfig: warp_specialize with tma needs num_stages=2, got num_stages={stages} "
+        "(triton 3.6 warp-specializes more stages into wrong outputs: Note [Warp specialization])")
+    assert kv.KernelConfig(128, 64, 4, stages, True, False).warp_specialize
+
+
 @pytest.mark.parametrize("env,tma,expected_db", [(None, True, 16), (None, False, 0), ("0", True, 0), ("1", False, 16)])
 def test_head_dim_split_follows_descriptor_loads(monkeypatch, env, tma, expected_db):
     """By default a launch splits a head dim of 80 exactly when it reads through descriptors (Note [Descriptor

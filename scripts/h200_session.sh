@@ -66,6 +66,7 @@
 #   bash scripts/h200_session.sh s17a           # the warp-specialized key loop: its tests, the sweep
 #   bash scripts/h200_session.sh s17b           # triton 3.6's Hopper warp specialization on a minimal attention
 #   bash scripts/h200_session.sh s17c           # s17b, then s17a with the output stored through a descriptor
+#   bash scripts/h200_session.sh s17d           # final code: s17b, the vision tests, the table and d128 WS twice, host cost
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -860,6 +861,24 @@ PY
       128,128,4,3,1,1 128,64,4,4,1,1 64,64,4,3,1,1 64,128,4,2,1,1 \
       >"$OUT/bench_vision_sweep.log" 2>&1; echo "bench_vision --sweep exit $?"
     grep "^| " "$OUT/bench_vision_sweep.log" | cut -d'|' -f2,5,11 | tail -5; grep "^sweep" "$OUT/bench_vision_sweep.log"
+    ;;
+  s17d)  # session 17 (run setup first): final code -- the minimal attention at 2-4 stages, the vision GPU tests, the
+         # side-by-side table twice, d128 with and without warp specialization twice, the host cost
+    bash "$0" s17b
+    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
+      oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
+      >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -1 "$OUT/vision_tests.log"
+    grep -E "^(FAILED|ERROR)" "$OUT/vision_tests.log" | head -8
+    for round in 1 2; do
+      timeout 120 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/bench_vision_$round.json" \
+        >"$OUT/bench_vision_$round.log" 2>&1; echo "bench_vision round $round exit $?"
+      grep "^| " "$OUT/bench_vision_$round.log" | cut -d'|' -f2,5,7,11 | tail -4
+      timeout 90 python3 -m kernel_oracle.benchmarks.bench_vision --shapes 2x16384 --sweep \
+        --configs 128,128,8,3,0,1 128,128,4,2,1,1 --json "$OUT/bench_vision_d128_$round.json" \
+        >"$OUT/bench_vision_d128_$round.log" 2>&1; grep "^sweep" "$OUT/bench_vision_d128_$round.log"
+    done
+    timeout 60 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
+      >"$OUT/vision_host.log" 2>&1; grep "^| warm call\|^| planned" "$OUT/vision_host.log" | cut -c1-120
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

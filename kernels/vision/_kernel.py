@@ -115,6 +115,24 @@ Not kept: the key loop rotated by hand so that block j+1's QK product is issued 
 softmax (FlashAttention-3's overlap; s15a): triton 3.6 waits for each product right after issuing it,
 the rotated loop takes 229-237 registers against 178, and it was slower on every shape (d128 490 ->
 466, ragged d80 280 -> 262).
+
+Note [Warp specialization]
+--------------------------
+FlashAttention-3's overlap (a producer warpgroup issuing the loads, consumer warpgroups computing)
+is what triton 3.6 offers as ``tl.range(..., warp_specialize=True)``; on sm_90 its Hopper pass applies it
+only when the kernel asks for 4 warps and every tile the loop loads is a descriptor load, and then runs
+12 warps (one producer, two consumers of 64 rows each).  ``KernelConfig(..., warp_specialize=True,
+tma=True)`` builds that: the queries come through a descriptor too, the key loop is the one masked loop
+of a split head dim, and the output is stored through a descriptor (rows and columns past the sequence
+and the head dim are not written).  Measured on the H200 (session 17, docs/benchmarks/vision.md):
+- a masked pointer store after a warp-specialized loop gives NaN outputs, and 3 or 4 stages give NaN
+  or wrong outputs; ``benchmarks/repro_hopper_ws.py`` reproduces the store outside this kernel, so the
+  config needs 2 stages (``KernelConfig`` refuses others) and the descriptor store;
+- so built it is right (``test_warp_specialized_descriptor_loads``, H200 and interpreter) but barely
+  faster: 2x16384 d128 504 -> 514 TFLOP/s at 128 x 128 blocks (cuDNN's engine 568), and slower on the
+  other shapes (ragged d80 338 -> 303, 4x4096 d72 321 -> 303, 64x256 d64 158 -> 121).  The pass gives
+  the producer / consumer split but not FA3's ping-pong between the consumers, and that is where FA3's
+  speed comes from.  So it stays an opt-in, not a default.
 """
 
 from __future__ import annotations
@@ -168,13 +186,16 @@ def head_dim_split(d: int, split: bool | None = None, default: bool = False) -> 
 
 class KernelConfig(tuple):
     """(block_m, block_n, num_warps, num_stages, warp_specialize, tma, maxnreg): warp_specialize asks
-    Triton to warp-specialize the key loop (``tl.range(..., warp_specialize=True)``: an experiment, which
-    triton 3.6 does not apply on sm_90, docs/kernels_vision.md); tma loads the key and value blocks
-    through tensor descriptors (Note [Descriptor loads]; where the layout allows it); maxnreg (0: none)
-    caps the registers per thread (a launch option on a GPU)."""
+    Triton to warp-specialize the key loop (``tl.range(..., warp_specialize=True)``), which it does on
+    sm_90 only with tma, 4 warps and two stages (Note [Warp specialization]; an opt-in, not a default);
+    tma loads the key and value blocks through tensor descriptors (Note [Descriptor loads]; where the
+    layout allows it); maxnreg (0: none) caps the registers per thread (a launch option on a GPU)."""
 
     def __new__(cls, block_m: int, block_n: int, num_warps: int, num_stages: int, warp_specialize: bool = False,
                 tma: bool = False, maxnreg: int = 0):
+        if warp_specialize and tma and num_stages != 2:
+            raise ValueError(f"KernelConfig: warp_specialize with tma needs num_stages=2, got num_stages={num_stages} "
+                             "(triton 3.6 warp-specializes more stages into wrong outputs: Note [Warp specialization])")
         return super().__new__(cls, (block_m, block_n, num_warps, num_stages, bool(warp_specialize),
                                      bool(tma), int(maxnreg)))
 
