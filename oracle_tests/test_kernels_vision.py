@@ -133,12 +133,13 @@ def test_descriptor_loads(request, device, prec, head_dim, split, monkeypatch):
     assert torch.equal(outs[0][covered].view(torch.uint8), outs[1][covered].view(torch.uint8))
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["masked", "whole-blocks"])
 @pytest.mark.parametrize("head_dim,split", [(64, False), (128, False), (72, True), (80, True)])
 @pytest.mark.parametrize("prec", ["bf16", "fp16"])
-def test_warp_specialized_descriptor_loads(request, device, prec, head_dim, split, monkeypatch):
+def test_warp_specialized_descriptor_loads(request, device, prec, head_dim, split, whole, monkeypatch):
     """Note [Warp specialization]: the key loop asked to warp-specialize (queries, keys and values through
-    descriptors, every key block masked) is right against the float64 oracle and gives bit for bit what the
-    same blocks give without it, on short, whole-block and ragged sequences."""
+    descriptors, every key block masked, or none with ``whole_blocks``) is right against the float64 oracle
+    and gives bit for bit what the same blocks give without it, on short, whole-block and ragged sequences."""
     from kernel_oracle.kernels.vision._kernel import attention_arguments
 
     monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "1" if split else "0")
@@ -148,7 +149,11 @@ def test_warp_specialized_descriptor_loads(request, device, prec, head_dim, spli
     else:  # the interpreter ignores the flag; small blocks keep it quick
         block_m, block_n, warps, stages = 16, 16, 1, 2
     ws, plain = (kv.KernelConfig(block_m, block_n, warps, stages, flag, True) for flag in (True, False))
-    case = Case("ws", (block_n // 2 + 1, block_m, 2 * block_n + 3, 0, 3 * block_m - 1), head_dim=head_dim)
+    if whole:  # every sequence whole key blocks: the loop masks no keys
+        ws = kv.KernelConfig(block_m, block_n, warps, stages, True, True, whole_blocks=True)
+        case = Case("ws-whole", (block_n, 3 * block_n, 0, 2 * block_m), head_dim=head_dim)
+    else:
+        case = Case("ws", (block_n // 2 + 1, block_m, 2 * block_n + 3, 0, 3 * block_m - 1), head_dim=head_dim)
     args, kwargs = build(case, dtype, device, _gen(request))
     outs = []
     for config in (ws, plain):
@@ -157,7 +162,7 @@ def test_warp_specialized_descriptor_loads(request, device, prec, head_dim, spli
             outs.append(launch.run())
     q3, k3, v3 = launch.plan.q, launch.plan.k, launch.plan.v
     launched = attention_arguments(q3, k3, v3, outs[0], launch.table, 1, 1.0, ws, precision)[1]
-    assert launched["TMA"] and launched["WS"] and (launched["DB"] > 0) == split
+    assert launched["TMA"] and launched["WS"] and launched["WHOLE_BLOCKS"] == whole and (launched["DB"] > 0) == split
     ref = flashinfer_cudnn_oracle(*args, **kwargs)
     faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=baseline)
     res = compare(outs[0], ref.value, ref.defined.to(device), family="vision", baseline=faithful.baselines,
@@ -177,6 +182,30 @@ def test_warp_specialized_config_needs_two_stages(stages):
         f"KernelConfig: warp_specialize with tma needs num_stages=2, got num_stages={stages} "
         "(triton 3.6 warp-specializes more stages into wrong outputs: Note [Warp specialization])")
     assert kv.KernelConfig(128, 64, 4, stages, True, False).warp_specialize
+
+
+def test_whole_blocks_promise_is_checked(request, device):
+    """A config promising whole key blocks on a batch that has a ragged sequence is refused by name and value
+    (the unmasked loop would read keys past the sequence as zeros and give them weight)."""
+    args, kwargs = build(Case("ragged", (16, 19)), torch.bfloat16, device, _gen(request))
+    with pytest.raises(ValueError) as err:
+        kv.plan_attention(*args, **kwargs, config=kv.KernelConfig(16, 16, 1, 2, True, True, whole_blocks=True))
+    assert str(err.value) == ("config.whole_blocks=True needs every sequence length to be a multiple of "
+                              "block_n=16; a sequence has length 19")
+
+
+@pytest.mark.parametrize("lengths,expected", [((256, 128), True), ((256, 130), False), ((), False)])
+def test_default_config_warp_specializes_whole_blocks_at_d128(lengths, expected, monkeypatch):
+    """Note [Warp specialization]: on Hopper the d128 default is the warp-specialized loop exactly when every
+    sequence is whole 128-key blocks; other head dims and ragged batches keep their configs (the GPU
+    heuristics, also checked where the interpreter would take its one fixed config)."""
+    from kernel_oracle.kernels.vision import _kernel as VK
+
+    monkeypatch.setattr(VK, "INTERPRETING", False)
+    cfg = VK.default_config(128, 128, 2, tma=True, splits=False, lengths=lengths)
+    assert (cfg.warp_specialize, cfg.whole_blocks) == (expected, expected)
+    assert not VK.default_config(64, 64, 2, tma=True, splits=False, lengths=lengths).warp_specialize
+    assert not VK.default_config(128, 128, 2, tma=False, splits=False, lengths=lengths).warp_specialize
 
 
 @pytest.mark.parametrize("env,tma,expected_db", [(None, True, 16), (None, False, 0), ("0", True, 0), ("1", False, 16)])

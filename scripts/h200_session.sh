@@ -67,6 +67,7 @@
 #   bash scripts/h200_session.sh s17b           # triton 3.6's Hopper warp specialization on a minimal attention
 #   bash scripts/h200_session.sh s17c           # s17b, then s17a with the output stored through a descriptor
 #   bash scripts/h200_session.sh s17d           # final code: s17b, the vision tests, the table and d128 WS twice, host cost
+#   bash scripts/h200_session.sh s17f           # the WS loop on whole key blocks as the d128 default: tests, table, main job
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -879,6 +880,23 @@ PY
     done
     timeout 60 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
       >"$OUT/vision_host.log" 2>&1; grep "^| warm call\|^| planned" "$OUT/vision_host.log" | cut -c1-120
+    ;;
+  s17f)  # session 17 (run setup first): the warp-specialized loop on whole key blocks as the d128 default -- its tests,
+         # the vision GPU tests, the table and the d128 configs twice, the main job (at most 8 files come back)
+    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
+      oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
+      >"$OUT/s17f_vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -1 "$OUT/s17f_vision_tests.log"
+    grep -E "^(FAILED|ERROR)" "$OUT/s17f_vision_tests.log" | head -8
+    grep -c "warp_specialized\|whole_blocks" "$OUT/s17f_vision_tests.log"
+    for round in 1 2; do
+      timeout 120 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/s17f_bench_vision_$round.json" \
+        >/tmp/bv.log 2>&1; echo "bench_vision round $round exit $?"
+      grep "^| " /tmp/bv.log | cut -d'|' -f2,5,7,11 | tail -4
+      timeout 90 python3 -m kernel_oracle.benchmarks.bench_vision --shapes 2x16384 --sweep \
+        --configs 128,128,8,3,0,1 128,128,4,2,1,1 128,128,4,2,1,1,0,1 --json "$OUT/s17f_bench_vision_d128_$round.json" \
+        >/tmp/bvd.log 2>&1; grep "^sweep" /tmp/bvd.log
+    done
+    main_job; cp "$OUT/main_job.log" "$OUT/s17f_main_job.log" 2>/dev/null; rm -f "$OUT/main_job.log"
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

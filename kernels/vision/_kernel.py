@@ -185,19 +185,21 @@ def head_dim_split(d: int, split: bool | None = None, default: bool = False) -> 
 
 
 class KernelConfig(tuple):
-    """(block_m, block_n, num_warps, num_stages, warp_specialize, tma, maxnreg): warp_specialize asks
-    Triton to warp-specialize the key loop (``tl.range(..., warp_specialize=True)``), which it does on
-    sm_90 only with tma, 4 warps and two stages (Note [Warp specialization]; an opt-in, not a default);
-    tma loads the key and value blocks through tensor descriptors (Note [Descriptor loads]; where the
-    layout allows it); maxnreg (0: none) caps the registers per thread (a launch option on a GPU)."""
+    """(block_m, block_n, num_warps, num_stages, warp_specialize, tma, maxnreg, whole_blocks): warp_specialize
+    asks Triton to warp-specialize the key loop (``tl.range(..., warp_specialize=True)``), which it does
+    on sm_90 only with tma, 4 warps and two stages (Note [Warp specialization]); tma loads the key and
+    value blocks through tensor descriptors (Note [Descriptor loads]; where the layout allows it); maxnreg
+    (0: none) caps the registers per thread (a launch option on a GPU); whole_blocks promises that every
+    sequence of the launch is a whole number of ``block_n`` key blocks, so that the warp-specialized loop
+    masks no keys (``plan_attention`` checks the promise)."""
 
     def __new__(cls, block_m: int, block_n: int, num_warps: int, num_stages: int, warp_specialize: bool = False,
-                tma: bool = False, maxnreg: int = 0):
+                tma: bool = False, maxnreg: int = 0, whole_blocks: bool = False):
         if warp_specialize and tma and num_stages != 2:
             raise ValueError(f"KernelConfig: warp_specialize with tma needs num_stages=2, got num_stages={num_stages} "
                              "(triton 3.6 warp-specializes more stages into wrong outputs: Note [Warp specialization])")
         return super().__new__(cls, (block_m, block_n, num_warps, num_stages, bool(warp_specialize),
-                                     bool(tma), int(maxnreg)))
+                                     bool(tma), int(maxnreg), bool(whole_blocks)))
 
     block_m = property(lambda self: self[0])
     block_n = property(lambda self: self[1])
@@ -206,6 +208,7 @@ class KernelConfig(tuple):
     warp_specialize = property(lambda self: self[4])
     tma = property(lambda self: self[5])
     maxnreg = property(lambda self: self[6])
+    whole_blocks = property(lambda self: self[7])
 
 
 # The interpreter fails with more than one autotune config and costs ~20-35 ms per program: one
@@ -214,10 +217,11 @@ INTERPRETER_CONFIG = KernelConfig(16, 16, 1, 1)
 
 
 def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int, tma: bool = False,
-                   splits: bool = False) -> KernelConfig:
+                   splits: bool = False, lengths=()) -> KernelConfig:
     """Hopper heuristics (H200, measured with kernels.bench_vision --sweep); ``tma``: the device has tensor
     memory access (compute capability 9 and newer); ``splits``: a head dim is cut into two tiles when
-    split (:func:`head_dim_split` with ``split=True``: not a power of two)."""
+    split (:func:`head_dim_split` with ``split=True``: not a power of two); ``lengths``: the sequence
+    lengths of the launch (ints), which pick the warp-specialized loop when all are whole key blocks."""
     if INTERPRETING:
         return INTERPRETER_CONFIG
     if elem_bytes == 4:
@@ -228,6 +232,9 @@ def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int, tma: bool = Fal
         # Note [Descriptor loads]: a split head dim with descriptor loads, 128 x 64 blocks; H200 sweep s15d
         # (TFLOP/s): ragged d80 340 (cuDNN 348; 128 x 128 unsplit 281), 4x4096 d72 323 (cuDNN 325; 260)
         return KernelConfig(128, 64, 8, 3, tma=True)
+    if tma and max(d_tiles, dv_tiles) == 128 and lengths and all(n % 128 == 0 for n in lengths):
+        # Note [Warp specialization]: whole key blocks, no key mask; 2x16384 d128 ... TFLOP/s
+        return KernelConfig(128, 128, 4, 2, warp_specialize=True, tma=True, whole_blocks=True)
     if tma:
         # Note [Descriptor loads]: 128 x 128 blocks with descriptor loads, H200 sweeps of 2026-12-01 (s15b, s15c)
         # against 128 x 64 with pointer loads: 4x4096 d72 258 -> 275 TFLOP/s, 2x16384 d128 493 -> 504, ragged
@@ -469,7 +476,7 @@ def _vision_attn_fwd(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
     INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr, TF32: tl.constexpr,
     EXACT: tl.constexpr, WS: tl.constexpr = False, FOLD_SCALE: tl.constexpr = False,
-    TMA: tl.constexpr = False,
+    TMA: tl.constexpr = False, WHOLE_BLOCKS: tl.constexpr = False,
 ):
     # token and head strides arrive divided by ALIGN (see Note [Alignment])
     stride_qt = stride_qt * ALIGN
@@ -544,7 +551,8 @@ def _vision_attn_fwd(
         for start_n in tl.range(0, n, BLOCK_N, warp_specialize=WS):
             acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_src, v_base, start_n, n,
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
-                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
+                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, not WHOLE_BLOCKS, PREC, INTERP,
+                                             P_ROUND, TF32,
                                              qk_scale_lo, EXACT, FOLD_SCALE, v_src, TMA, k_src_b, v_src_b)
     elif TMA:  # Note [Descriptor loads]: the sequence's keys and values as (n, D) tensors, past n zero
         k_desc = tl.make_tensor_descriptor(k_base, shape=[n, D], strides=[stride_kt, 1], block_shape=[BLOCK_N, DA])
@@ -647,7 +655,7 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
         EXACT=exact, WS=config.warp_specialize and tma, FOLD_SCALE=exact == 0 and qk_scale >= 0 and FOLD_SCALE_DEFAULT,
-        TMA=tma,
+        TMA=tma, WHOLE_BLOCKS=config.whole_blocks and config.warp_specialize and tma,
     )
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     if args["TMA"] and not INTERPRETING:

@@ -118,14 +118,27 @@ def _check_runnable(plan: VisionPlan, precision: str) -> None:
                            "kernel_oracle.kernels.vision, or pass CUDA tensors")
 
 
-def _block_table(plan: VisionPlan, block_m: int) -> torch.Tensor:
-    """int32 (num_blocks, 5) rows [qk_tok, v_tok, o_tok, length, first query], longest first (CPU)."""
+def _launched_lengths(plan: VisionPlan) -> list:
+    """The lengths (ints) of the sequences a launch computes: those :func:`_block_table` keeps."""
+    return [int(x) for x in plan.lengths[_kept(plan)].tolist()]
+
+
+def _kept(plan: VisionPlan) -> torch.Tensor:
+    """bool (B,): the sequences with rows to compute (non-empty, in bounds, output defined)."""
     n = plan.lengths
     tq, tk, tv = plan.q.shape[0], plan.k.shape[0], plan.v.shape[0]
     qs, vs, os = plan.qk_start, plan.v_start, plan.o_start
     keep = (n > 0) & (qs >= 0) & (qs + n <= min(tq, tk)) & (vs >= 0) & (vs + n <= tv) & (os >= 0) & (os + n <= tq)
     if plan.all_undefined:  # output offsets upstream would write out of place: nothing is defined
         keep &= False
+    return keep
+
+
+def _block_table(plan: VisionPlan, block_m: int) -> torch.Tensor:
+    """int32 (num_blocks, 5) rows [qk_tok, v_tok, o_tok, length, first query], longest first (CPU)."""
+    n = plan.lengths
+    qs, vs, os = plan.qk_start, plan.v_start, plan.o_start
+    keep = _kept(plan)
     # numpy: torch.repeat_interleave costs ~10 ms per call on CPU tensors (torch 2.13)
     idx = np.flatnonzero(keep.numpy())
     n_np = n.numpy()
@@ -224,7 +237,12 @@ def plan_attention(q, k, v, cu_seqlens, bsz=None, seq_len=None, softmax_scale=No
         d_tiles = sum(head_dim_split(plan.q.shape[2], False))
         dv_tiles = sum(head_dim_split(plan.v.shape[2], False))
         splits = any(head_dim_split(x, True)[1] > 0 for x in (plan.q.shape[2], plan.v.shape[2]))
-        config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device), splits)
+        config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device), splits,
+                                _launched_lengths(plan))
+    elif config.whole_blocks and any(n % config.block_n for n in _launched_lengths(plan)):
+        bad = next(n for n in _launched_lengths(plan) if n % config.block_n)
+        raise ValueError(f"config.whole_blocks=True needs every sequence length to be a multiple of "
+                         f"block_n={config.block_n}; a sequence has length {bad}")
     table = _block_table(plan, config.block_m)
     return VisionLaunch(plan, table.to(plan.q.device), int(table.shape[0]), config, precision)
 
