@@ -194,20 +194,6 @@ def test_whole_blocks_promise_is_checked(request, device):
                               "block_n=16; a sequence has length 19")
 
 
-@pytest.mark.parametrize("lengths,expected", [((256, 128), True), ((256, 130), False), ((), False)])
-def test_default_config_warp_specializes_whole_blocks_at_d128(lengths, expected, monkeypatch):
-    """Note [Warp specialization]: on Hopper the d128 default is the warp-specialized loop exactly when every
-    sequence is whole 128-key blocks; other head dims and ragged batches keep their configs (the GPU
-    heuristics, also checked where the interpreter would take its one fixed config)."""
-    from kernel_oracle.kernels.vision import _kernel as VK
-
-    monkeypatch.setattr(VK, "INTERPRETING", False)
-    cfg = VK.default_config(128, 128, 2, tma=True, splits=False, lengths=lengths)
-    assert (cfg.warp_specialize, cfg.whole_blocks) == (expected, expected)
-    assert not VK.default_config(64, 64, 2, tma=True, splits=False, lengths=lengths).warp_specialize
-    assert not VK.default_config(128, 128, 2, tma=False, splits=False, lengths=lengths).warp_specialize
-
-
 @pytest.mark.parametrize("env,tma,expected_db", [(None, True, 16), (None, False, 0), ("0", True, 0), ("1", False, 16)])
 def test_head_dim_split_follows_descriptor_loads(monkeypatch, env, tma, expected_db):
     """By default a launch splits a head dim of 80 exactly when it reads through descriptors (Note [Descriptor

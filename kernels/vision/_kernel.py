@@ -217,11 +217,11 @@ INTERPRETER_CONFIG = KernelConfig(16, 16, 1, 1)
 
 
 def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int, tma: bool = False,
-                   splits: bool = False, lengths=()) -> KernelConfig:
+                   splits: bool = False) -> KernelConfig:
     """Hopper heuristics (H200, measured with kernels.bench_vision --sweep); ``tma``: the device has tensor
     memory access (compute capability 9 and newer); ``splits``: a head dim is cut into two tiles when
-    split (:func:`head_dim_split` with ``split=True``: not a power of two); ``lengths``: the sequence
-    lengths of the launch (ints), which pick the warp-specialized loop when all are whole key blocks."""
+    split (:func:`head_dim_split` with ``split=True``: not a power of two).  The warp-specialized loop
+    (Note [Warp specialization]) is not a default: faster at d128, but not reliably right."""
     if INTERPRETING:
         return INTERPRETER_CONFIG
     if elem_bytes == 4:
@@ -232,9 +232,6 @@ def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int, tma: bool = Fal
         # Note [Descriptor loads]: a split head dim with descriptor loads, 128 x 64 blocks; H200 sweep s15d
         # (TFLOP/s): ragged d80 340 (cuDNN 348; 128 x 128 unsplit 281), 4x4096 d72 323 (cuDNN 325; 260)
         return KernelConfig(128, 64, 8, 3, tma=True)
-    if tma and max(d_tiles, dv_tiles) == 128 and lengths and all(n % 128 == 0 for n in lengths):
-        # Note [Warp specialization]: whole key blocks, no key mask; 2x16384 d128 ... TFLOP/s
-        return KernelConfig(128, 128, 4, 2, warp_specialize=True, tma=True, whole_blocks=True)
     if tma:
         # Note [Descriptor loads]: 128 x 128 blocks with descriptor loads, H200 sweeps of 2026-12-01 (s15b, s15c)
         # against 128 x 64 with pointer loads: 4x4096 d72 258 -> 275 TFLOP/s, 2x16384 d128 493 -> 504, ragged

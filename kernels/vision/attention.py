@@ -237,8 +237,7 @@ def plan_attention(q, k, v, cu_seqlens, bsz=None, seq_len=None, softmax_scale=No
         d_tiles = sum(head_dim_split(plan.q.shape[2], False))
         dv_tiles = sum(head_dim_split(plan.v.shape[2], False))
         splits = any(head_dim_split(x, True)[1] > 0 for x in (plan.q.shape[2], plan.v.shape[2]))
-        config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device), splits,
-                                _launched_lengths(plan))
+        config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device), splits)
     elif config.whole_blocks and any(n % config.block_n for n in _launched_lengths(plan)):
         bad = next(n for n in _launched_lengths(plan) if n % config.block_n)
         raise ValueError(f"config.whole_blocks=True needs every sequence length to be a multiple of "
