@@ -68,6 +68,7 @@
 #   bash scripts/h200_session.sh s17c           # s17b, then s17a with the output stored through a descriptor
 #   bash scripts/h200_session.sh s17d           # final code: s17b, the vision tests, the table and d128 WS twice, host cost
 #   bash scripts/h200_session.sh s17f           # the WS loop on whole key blocks as the d128 default: tests, table, main job
+#   bash scripts/h200_session.sh s17g           # final code: our kernel with the WS config (4 rounds), the vision tests
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -897,6 +898,15 @@ PY
         >/tmp/bvd.log 2>&1; grep "^sweep" /tmp/bvd.log
     done
     main_job; cp "$OUT/main_job.log" "$OUT/s17f_main_job.log" 2>/dev/null; rm -f "$OUT/main_job.log"
+    ;;
+  s17g)  # session 17 (run setup first): final code -- our kernel with the warp-specialized config, 4 rounds per dtype
+         # and mask mode (s17f's realistic fp16 test came out 5.6% NaN), then the vision GPU tests
+    timeout 150 python3 -m kernel_oracle.benchmarks.repro_hopper_ws --ours >"$OUT/s17g_ours_ws.log" 2>&1
+    echo "repro_hopper_ws --ours exit $?"; tail -18 "$OUT/s17g_ours_ws.log"
+    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
+      oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
+      >"$OUT/s17g_vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -1 "$OUT/s17g_vision_tests.log"
+    grep -E "^(FAILED|ERROR)" "$OUT/s17g_vision_tests.log" | head -8
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac
