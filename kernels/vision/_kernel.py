@@ -122,17 +122,21 @@ FlashAttention-3's overlap (a producer warpgroup issuing the loads, consumer war
 is what triton 3.6 offers as ``tl.range(..., warp_specialize=True)``; on sm_90 its Hopper pass applies it
 only when the kernel asks for 4 warps and every tile the loop loads is a descriptor load, and then runs
 12 warps (one producer, two consumers of 64 rows each).  ``KernelConfig(..., warp_specialize=True,
-tma=True)`` builds that: the queries come through a descriptor too, the key loop is the one masked loop
-of a split head dim, and the output is stored through a descriptor (rows and columns past the sequence
-and the head dim are not written).  Measured on the H200 (session 17, docs/benchmarks/vision.md):
-- a masked pointer store after a warp-specialized loop gives NaN outputs, and 3 or 4 stages give NaN
-  or wrong outputs; ``benchmarks/repro_hopper_ws.py`` reproduces the store outside this kernel, so the
-  config needs 2 stages (``KernelConfig`` refuses others) and the descriptor store;
-- so built it is right (``test_warp_specialized_descriptor_loads``, H200 and interpreter) but barely
-  faster: 2x16384 d128 504 -> 514 TFLOP/s at 128 x 128 blocks (cuDNN's engine 568), and slower on the
-  other shapes (ragged d80 338 -> 303, 4x4096 d72 321 -> 303, 64x256 d64 158 -> 121).  The pass gives
-  the producer / consumer split but not FA3's ping-pong between the consumers, and that is where FA3's
-  speed comes from.  So it stays an opt-in, not a default.
+tma=True)`` builds that: the queries come through a descriptor too (a pointer load of them fails the
+pass), the key loop is the one masked loop of a split head dim (a masked step after the loop leaves it
+unspecialized), and the output is stored through a descriptor (rows and columns past the sequence and
+the head dim are not written).  ``whole_blocks=True`` drops the key mask where every sequence is whole
+key blocks (``plan_attention`` refuses the promise otherwise).  Measured on the H200 (session 17,
+docs/benchmarks/vision.md):
+- a masked pointer store after the specialized loop gives NaN outputs, and 3 or 4 stages give NaN;
+  ``benchmarks/repro_hopper_ws.py`` reproduces both in a one-head kernel (docs/upstream/triton_hopper_ws.md),
+  so the output goes through a descriptor and ``KernelConfig`` refuses any stage count but 2;
+- masked, it is barely faster at d128 (504 -> 514-522 TFLOP/s) and slower elsewhere (ragged d80 338 ->
+  303); on whole blocks, 2x16384 d128 547 against cuDNN's engine's 569 (the default: 500-509);
+- as the d128 default on whole blocks it failed one realistic test once (fp16 2x16384: 5.6% NaN outputs,
+  under ``pytest -n 8``), then matched the default bit for bit in 16 isolated rounds.  Not understood, so
+  it is an opt-in, not a default.  The pass gives the producer / consumer split but not FA3's ping-pong
+  between the consumers.
 """
 
 from __future__ import annotations
