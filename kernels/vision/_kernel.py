@@ -189,8 +189,8 @@ def head_dim_split(d: int, split: bool | None = None, default: bool = False) -> 
 
 
 class KernelConfig(tuple):
-    """(block_m, block_n, num_warps, num_stages, warp_specialize, tma, maxnreg, whole_blocks): warp_specialize
-    asks Triton to warp-specialize the key loop (``tl.range(..., warp_specialize=True)``), which it does
+    """(block_m, block_n, num_warps, num_stages, warp_specialize, tma, maxnreg, whole_blocks):
+    warp_specialize asks Triton to warp-specialize the key loop (``tl.range(..., warp_specialize=True)``), which it does
     on sm_90 only with tma, 4 warps and two stages (Note [Warp specialization]); tma loads the key and
     value blocks through tensor descriptors (Note [Descriptor loads]; where the layout allows it); maxnreg
     (0: none) caps the registers per thread (a launch option on a GPU); whole_blocks promises that every
@@ -200,8 +200,9 @@ class KernelConfig(tuple):
     def __new__(cls, block_m: int, block_n: int, num_warps: int, num_stages: int, warp_specialize: bool = False,
                 tma: bool = False, maxnreg: int = 0, whole_blocks: bool = False):
         if warp_specialize and tma and num_stages != 2:
-            raise ValueError(f"KernelConfig: warp_specialize with tma needs num_stages=2, got num_stages={num_stages} "
-                             "(triton 3.6 warp-specializes more stages into wrong outputs: Note [Warp specialization])")
+            raise ValueError(f"KernelConfig: warp_specialize with tma needs num_stages=2, got "
+                             f"num_stages={num_stages} (triton 3.6 warp-specializes more stages into wrong "
+                             "outputs: Note [Warp specialization])")
         return super().__new__(cls, (block_m, block_n, num_warps, num_stages, bool(warp_specialize),
                                      bool(tma), int(maxnreg), bool(whole_blocks)))
 
@@ -504,7 +505,8 @@ def _vision_attn_fwd(
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
     if TMA and WS:  # Note [Warp specialization]: the query block through a descriptor too
-        q_desc = tl.make_tensor_descriptor(q_base, shape=[n, D], strides=[stride_qt, 1], block_shape=[BLOCK_M, DA])
+        q_desc = tl.make_tensor_descriptor(q_base, shape=[n, D], strides=[stride_qt, 1],
+                                           block_shape=[BLOCK_M, DA])
         q_a = _desc_tile(q_desc, m0, 0, INTERP, TF32)
     else:
         q_a = _load_tile(q_base, offs_m, n, 0, stride_qt, stride_qd, DA, D, True, INTERP, TF32)
@@ -531,7 +533,8 @@ def _vision_attn_fwd(
 
     if DB > 0 or DVB > 0 or (TMA and WS):
         # a split head dim: one loop, every block masked (Note [Head-dim split]: with a second, masked call
-        # site of _attend, triton 3.6 miscompiles the two PV accumulators)
+        # site of _attend, triton 3.6 miscompiles the two PV accumulators); the warp-specialized loop too
+        # (Note [Warp specialization]: a step after the loop leaves it plain), unmasked on whole blocks
         if TMA:  # Note [Descriptor loads], one descriptor per tile of the head dims
             k_src = tl.make_tensor_descriptor(k_base, shape=[n, D], strides=[stride_kt, 1], block_shape=[BLOCK_N, DA])
             v_src = tl.make_tensor_descriptor(v_base, shape=[n, DV], strides=[stride_vt, 1],
@@ -559,7 +562,7 @@ def _vision_attn_fwd(
         k_desc = tl.make_tensor_descriptor(k_base, shape=[n, D], strides=[stride_kt, 1], block_shape=[BLOCK_N, DA])
         v_desc = tl.make_tensor_descriptor(v_base, shape=[n, DV], strides=[stride_vt, 1], block_shape=[BLOCK_N, DVA])
         n_full = (n // BLOCK_N) * BLOCK_N
-        for start_n in tl.range(0, n_full, BLOCK_N, warp_specialize=WS):
+        for start_n in tl.range(0, n_full, BLOCK_N):
             acc_a, acc_b, m_i, l_i = _attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_desc, v_base, start_n, n,
                                              stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32,
@@ -582,7 +585,8 @@ def _vision_attn_fwd(
                                              D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
                                              qk_scale_lo, EXACT, FOLD_SCALE)
     if TMA and WS:  # Note [Warp specialization]: a masked pointer store comes out wrong there (NaN)
-        o_desc = tl.make_tensor_descriptor(o_base, shape=[n, DV], strides=[stride_ot, 1], block_shape=[BLOCK_M, DVA])
+        o_desc = tl.make_tensor_descriptor(o_base, shape=[n, DV], strides=[stride_ot, 1],
+                                           block_shape=[BLOCK_M, DVA])
         _store_desc(o_desc, m0, 0, _normalized(acc_a, l_i, EXACT), INTERP, P_ROUND)
         if DVB > 0:
             o_desc_b = tl.make_tensor_descriptor(o_base, shape=[n, DV], strides=[stride_ot, 1],
@@ -655,7 +659,8 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, PREC=precision if q.dtype == torch.float32 else None,
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
-        EXACT=exact, WS=config.warp_specialize and tma, FOLD_SCALE=exact == 0 and qk_scale >= 0 and FOLD_SCALE_DEFAULT,
+        EXACT=exact, WS=config.warp_specialize and tma,
+        FOLD_SCALE=exact == 0 and qk_scale >= 0 and FOLD_SCALE_DEFAULT,
         TMA=tma, WHOLE_BLOCKS=config.whole_blocks and config.warp_specialize and tma,
     )
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
@@ -667,9 +672,9 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
 
 
 def descriptor_loads_ok(q, k, v, out, align: int, with_q: bool = False) -> bool:
-    """Whether keys and values (and with ``with_q`` the queries and the output: Note [Warp specialization]) can be
-    read or written through tensor descriptors (Note [Descriptor loads]): unit innermost strides, every token and head
-    stride and data pointer a multiple of 16 bytes."""
+    """Whether keys and values (and with ``with_q`` the queries and the output: Note [Warp specialization])
+    can be read or written through tensor descriptors (Note [Descriptor loads]): unit innermost strides,
+    every token and head stride and data pointer a multiple of 16 bytes."""
     return (align * q.element_size() == 16 and k.stride(2) == 1 and v.stride(2) == 1
             and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0
             and (not with_q or all(t.stride(2) == 1 and t.data_ptr() % 16 == 0 for t in (q, out))))
