@@ -106,31 +106,42 @@ def test_descriptor_loads(request, device, prec, head_dim, split, monkeypatch):
     oracle and give bit for bit what pointer loads give (zeros past the sequence and the head dim either
     way), on sequences shorter than a key block, of whole key blocks and with a ragged last one; with one
     padded tile per head dim and with a split head dim (Note [Head-dim split]: two descriptors each)."""
-    from kernel_oracle.kernels.vision._kernel import attention_arguments, default_config
+    from kernel_oracle.kernels.vision._kernel import default_config
 
     monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "1" if split else "0")
-    dtype, precision, baseline = PRECISIONS[prec]
+    dtype = PRECISIONS[prec][0]
     chosen = default_config(head_dim, head_dim, torch.tensor([], dtype=dtype).element_size(), tma=True)
     stages = max(chosen.num_stages, 2) if split else chosen.num_stages  # one stage never splits
     plain, tma = (kv.KernelConfig(*chosen[:3], stages, tma=flag) for flag in (False, True))
     bn = plain.block_n
     case = Case("tma", (bn // 2 + 1, bn, 2 * bn + 3, 3 * bn, 0, 4 * bn - 1), head_dim=head_dim)
+    launched = _right_and_same_bits(request, device, case, prec, tested=tma, twin=plain)
+    assert launched["TMA"] and (launched["DB"] > 0) == split
+
+
+def _right_and_same_bits(request, device, case, prec, tested, twin) -> dict:
+    """Run ``case`` under the configs ``tested`` and ``twin`` (NaN-poisoned outputs, fresh data): ``tested``'s
+    output must pass the float64 oracle's rule and equal ``twin``'s bit for bit over the covered tokens.
+    Returns the kernel arguments ``tested`` launched with (what the test then checks it asked for)."""
+    from kernel_oracle.kernels.vision._kernel import attention_arguments
+
+    dtype, precision, baseline = PRECISIONS[prec]
     args, kwargs = build(case, dtype, device, _gen(request))
     outs = []
-    for config in (plain, tma):
+    for config in (tested, twin):
         with kv.poisoned_output():
             launch = kv.plan_attention(*args, **kwargs, fp32_precision=precision, config=config)
             outs.append(launch.run())
     q3, k3, v3 = launch.plan.q, launch.plan.k, launch.plan.v
-    launched = attention_arguments(q3, k3, v3, outs[1], launch.table, 1, 1.0, tma, precision)[1]
-    assert launched["TMA"] and (launched["DB"] > 0) == split
+    launched = attention_arguments(q3, k3, v3, outs[0], launch.table, 1, 1.0, tested, precision)[1]
     ref = flashinfer_cudnn_oracle(*args, **kwargs)
     faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=baseline)
-    res = compare(outs[1], ref.value, ref.defined.to(device), family="vision", baseline=faithful.baselines,
+    res = compare(outs[0], ref.value, ref.defined.to(device), family="vision", baseline=faithful.baselines,
                   out_dtype=dtype, repro=request.node.nodeid)
     assert res.ok, res.message
     covered = ref.defined.to(device)
     assert torch.equal(outs[0][covered].view(torch.uint8), outs[1][covered].view(torch.uint8))
+    return launched
 
 
 @pytest.mark.parametrize("whole", [False, True], ids=["masked", "whole-blocks"])
@@ -140,10 +151,7 @@ def test_warp_specialized_descriptor_loads(request, device, prec, head_dim, spli
     """Note [Warp specialization]: the key loop asked to warp-specialize (queries, keys and values through
     descriptors, every key block masked, or none with ``whole_blocks``) is right against the float64 oracle
     and gives bit for bit what the same blocks give without it, on short, whole-block and ragged sequences."""
-    from kernel_oracle.kernels.vision._kernel import attention_arguments
-
     monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "1" if split else "0")
-    dtype, precision, baseline = PRECISIONS[prec]
     if str(device).startswith("cuda"):
         block_m, block_n, warps, stages = 128, 64, 4, 2
     else:  # the interpreter ignores the flag; small blocks keep it quick
@@ -154,22 +162,8 @@ def test_warp_specialized_descriptor_loads(request, device, prec, head_dim, spli
         case = Case("ws-whole", (block_n, 3 * block_n, 0, 2 * block_m), head_dim=head_dim)
     else:
         case = Case("ws", (block_n // 2 + 1, block_m, 2 * block_n + 3, 0, 3 * block_m - 1), head_dim=head_dim)
-    args, kwargs = build(case, dtype, device, _gen(request))
-    outs = []
-    for config in (ws, plain):
-        with kv.poisoned_output():
-            launch = kv.plan_attention(*args, **kwargs, config=config)
-            outs.append(launch.run())
-    q3, k3, v3 = launch.plan.q, launch.plan.k, launch.plan.v
-    launched = attention_arguments(q3, k3, v3, outs[0], launch.table, 1, 1.0, ws, precision)[1]
+    launched = _right_and_same_bits(request, device, case, prec, tested=ws, twin=plain)
     assert launched["TMA"] and launched["WS"] and launched["WHOLE_BLOCKS"] == whole and (launched["DB"] > 0) == split
-    ref = flashinfer_cudnn_oracle(*args, **kwargs)
-    faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=baseline)
-    res = compare(outs[0], ref.value, ref.defined.to(device), family="vision", baseline=faithful.baselines,
-                  out_dtype=dtype, repro=request.node.nodeid)
-    assert res.ok, res.message
-    covered = ref.defined.to(device)
-    assert torch.equal(outs[0][covered].view(torch.uint8), outs[1][covered].view(torch.uint8))
 
 
 @pytest.mark.parametrize("stages", [1, 3])

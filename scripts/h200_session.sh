@@ -96,6 +96,13 @@ PY
   tail -4 "$OUT/main_job.log"
 }
 
+vision_gpu_tests() {  # LOG: the vision GPU tests (kernel, direct launch, repeat shortcut, FlashInfer; slow included)
+  timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
+    oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
+    >"$1" 2>&1; echo "vision tests exit $?"; tail -1 "$1"
+  grep -E "^(FAILED|ERROR)" "$1" | head -8
+}
+
 lora_ab() {  # MODE (decode|prefill) T [TAG]: bench_lora --MODE-ab, T seconds; one compact line per configuration
   local mode=$1 t=$2 tag=${3:-}
   timeout "$t" python3 -m kernel_oracle.benchmarks.bench_lora --"$mode"-ab --json "$OUT/${mode}_ab$tag.json" \
@@ -784,10 +791,7 @@ PY
     ;;
   s15c)  # session 15 (run setup first): descriptor loads on by default (128 x 128 blocks above 64 head-dim columns) --
          # the vision GPU tests, the side-by-side table beside cuDNN, the host cost, the main job
-    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
-      oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
-      >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -1 "$OUT/vision_tests.log"
-    grep -E "^(FAILED|ERROR)" "$OUT/vision_tests.log" | head -8
+    vision_gpu_tests "$OUT/vision_tests.log"
     timeout 150 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/bench_vision.json" \
       >"$OUT/bench_vision.log" 2>&1; echo "bench_vision exit $?"; grep "^| " "$OUT/bench_vision.log" | cut -c1-200 | tail -5
     timeout 90 python3 -m kernel_oracle.benchmarks.bench_vision --host --json "$OUT/vision_host.json" \
@@ -811,10 +815,7 @@ PY
     ;;
   s15e)  # session 15 (run setup first): the split head dim with descriptor loads on by default -- the vision GPU tests,
          # the side-by-side table beside cuDNN twice, the main job
-    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
-      oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
-      >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -1 "$OUT/vision_tests.log"
-    grep -E "^(FAILED|ERROR)" "$OUT/vision_tests.log" | head -8
+    vision_gpu_tests "$OUT/vision_tests.log"
     for round in 1 2; do
       timeout 150 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/bench_vision_$round.json" \
         >"$OUT/bench_vision_$round.log" 2>&1; echo "bench_vision round $round exit $?"
@@ -867,10 +868,7 @@ PY
   s17d)  # session 17 (run setup first): final code -- the minimal attention at 2-4 stages, the vision GPU tests, the
          # side-by-side table twice, d128 with and without warp specialization twice, the host cost
     bash "$0" s17b
-    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
-      oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
-      >"$OUT/vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -1 "$OUT/vision_tests.log"
-    grep -E "^(FAILED|ERROR)" "$OUT/vision_tests.log" | head -8
+    vision_gpu_tests "$OUT/vision_tests.log"
     for round in 1 2; do
       timeout 120 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/bench_vision_$round.json" \
         >"$OUT/bench_vision_$round.log" 2>&1; echo "bench_vision round $round exit $?"
@@ -884,10 +882,7 @@ PY
     ;;
   s17f)  # session 17 (run setup first): the warp-specialized loop on whole key blocks as the d128 default -- its tests,
          # the vision GPU tests, the table and the d128 configs twice, the main job (at most 8 files come back)
-    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
-      oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
-      >"$OUT/s17f_vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -1 "$OUT/s17f_vision_tests.log"
-    grep -E "^(FAILED|ERROR)" "$OUT/s17f_vision_tests.log" | head -8
+    vision_gpu_tests "$OUT/s17f_vision_tests.log"
     grep -c "warp_specialized\|whole_blocks" "$OUT/s17f_vision_tests.log"
     for round in 1 2; do
       timeout 120 python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/s17f_bench_vision_$round.json" \
@@ -903,10 +898,7 @@ PY
          # and mask mode (s17f's realistic fp16 test came out 5.6% NaN), then the vision GPU tests
     timeout 150 python3 -m kernel_oracle.benchmarks.repro_hopper_ws --ours >"$OUT/s17g_ours_ws.log" 2>&1
     echo "repro_hopper_ws --ours exit $?"; tail -18 "$OUT/s17g_ours_ws.log"
-    timeout 240 python3 -m pytest oracle_tests/test_kernels_vision.py oracle_tests/test_direct_launch.py \
-      oracle_tests/test_repeated_call.py oracle_tests/test_flashinfer_cudnn.py -q -n 8 -p no:cacheprovider --run-slow \
-      >"$OUT/s17g_vision_tests.log" 2>&1; echo "vision tests exit $?"; tail -1 "$OUT/s17g_vision_tests.log"
-    grep -E "^(FAILED|ERROR)" "$OUT/s17g_vision_tests.log" | head -8
+    vision_gpu_tests "$OUT/s17g_vision_tests.log"
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

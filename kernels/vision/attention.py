@@ -118,11 +118,6 @@ def _check_runnable(plan: VisionPlan, precision: str) -> None:
                            "kernel_oracle.kernels.vision, or pass CUDA tensors")
 
 
-def _launched_lengths(plan: VisionPlan) -> list:
-    """The lengths (ints) of the sequences a launch computes: those :func:`_block_table` keeps."""
-    return [int(x) for x in plan.lengths[_kept(plan)].tolist()]
-
-
 def _kept(plan: VisionPlan) -> torch.Tensor:
     """bool (B,): the sequences with rows to compute (non-empty, in bounds, output defined)."""
     n = plan.lengths
@@ -238,10 +233,11 @@ def plan_attention(q, k, v, cu_seqlens, bsz=None, seq_len=None, softmax_scale=No
         dv_tiles = sum(head_dim_split(plan.v.shape[2], False))
         splits = any(head_dim_split(x, True)[1] > 0 for x in (plan.q.shape[2], plan.v.shape[2]))
         config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device), splits)
-    elif config.whole_blocks and any(n % config.block_n for n in _launched_lengths(plan)):
-        bad = next(n for n in _launched_lengths(plan) if n % config.block_n)
-        raise ValueError(f"config.whole_blocks=True needs every sequence length to be a multiple of "
-                         f"block_n={config.block_n}; a sequence has length {bad}")
+    elif config.whole_blocks:
+        ragged = plan.lengths[_kept(plan) & (plan.lengths % config.block_n != 0)]
+        if ragged.numel():
+            raise ValueError(f"config.whole_blocks=True needs every sequence length to be a multiple of "
+                             f"block_n={config.block_n}; a sequence has length {int(ragged[0])}")
     table = _block_table(plan, config.block_m)
     return VisionLaunch(plan, table.to(plan.q.device), int(table.shape[0]), config, precision)
 
