@@ -314,7 +314,7 @@ def main(argv=None) -> int:
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
     ap.add_argument("--shapes", default=None, help="comma-separated subset of shape names")
-    ap.add_argument("--configs", nargs="+", default=None, metavar="M,N,WARPS,STAGES[,WS,TMA,MAXNREG]",
+    ap.add_argument("--configs", nargs="+", default=None, metavar="M,N,WARPS,STAGES[,WS,TMA,MAXNREG,WHOLE]",
                     help="--sweep only these configs (KernelConfig fields, comma-separated integers)")
     ap.add_argument("--host", action="store_true",
                     help="only the host cost per call (us) on a tiny batch: warm call, planned launch, bare launch")
