@@ -340,10 +340,10 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}), ("flat", {}),
-                     ("sorted", {}), ("sorted", {"BT": 16, "WIDE_BT": None})],
-    "v_side_fused": [("auto", {}), ("auto", {"PDL": False}), ("auto", {"META_FIRST": False}), ("flat", {}),
-                     ("sorted", {})],
+    "q_side_fused": [("auto", {}), ("auto", {"PRE_WAIT": 1}), ("auto", {"PRE_WAIT": 2}), ("auto", {}),
+                     ("auto", {"PRE_WAIT": 1}), ("auto", {"PRE_WAIT": 2}), ("flat", {"PRE_WAIT": 1})],
+    "v_side_fused": [("auto", {}), ("auto", {"PRE_WAIT": 1}), ("auto", {"PRE_WAIT": 2}), ("auto", {}),
+                     ("auto", {"PRE_WAIT": 1}), ("auto", {"PRE_WAIT": 2}), ("flat", {"PRE_WAIT": 1})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

@@ -3,6 +3,9 @@
 python -m kernel_oracle.benchmarks.repro_hopper_ws      (a Hopper GPU)
 python benchmarks/repro_hopper_ws.py                    (the same file alone: torch and triton only)
 python -m kernel_oracle.benchmarks.repro_hopper_ws --ours   (our vision kernel so configured, 2x16384 d128)
+python -m kernel_oracle.benchmarks.repro_hopper_ws --hunt JOBS ROUNDS   (--ours once per process, each
+    compiling afresh into an empty Triton cache, JOBS processes sharing the GPU at a time: which of the
+    compiled binaries gave non-finite outputs)
 
 Triton 3.6 warp-specializes a loop marked ``tl.range(..., warp_specialize=True)`` on sm_90 only when
 the kernel asks for 4 warps and every tile the loop loads comes through a tensor descriptor
@@ -114,12 +117,67 @@ def ours(rounds: int = 4) -> int:
     return 1 if bad else 0
 
 
+def _ws_digests(cache: str) -> list[str]:
+    """sha256 prefixes of the warp-specialized cubins that a process compiled into Triton cache ``cache``."""
+    import glob
+    import hashlib
+    import os
+
+    out = []
+    for ttgir in glob.glob(os.path.join(cache, "*", "*.ttgir")):
+        if "ttg.warp_specialize" in open(ttgir).read():
+            for cubin in glob.glob(os.path.join(os.path.dirname(ttgir), "*.cubin")):
+                out.append(hashlib.sha256(open(cubin, "rb").read()).hexdigest()[:12])
+    return sorted(out)
+
+
+def hunt(jobs: int, rounds: int) -> int:
+    """``--ours`` (one round) in ``jobs`` concurrent processes, ``rounds`` times each, every process with an
+    empty Triton cache of its own: prints each process's result and the digests of its warp-specialized
+    cubins, then a table of digest -> processes, processes with a non-finite or wrong output.  1 when any
+    process was wrong."""
+    import collections
+    import concurrent.futures
+    import os
+    import subprocess
+    import tempfile
+
+    def one(i: int):
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "TRITON_CACHE_DIR": cache}
+            r = subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.repro_hopper_ws", "--ours-once"],
+                               env=env, capture_output=True, text=True, timeout=300)
+            return i, r.returncode, r.stdout + r.stderr[-400:], _ws_digests(cache)
+
+    seen = collections.defaultdict(lambda: [0, 0])
+    bad_runs = 0
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        for i, rc, text, digests in pool.map(one, range(jobs * rounds)):
+            bad_runs += rc != 0
+            print(f"process {i}: exit {rc}, ws cubins {' '.join(digests)}")
+            if rc != 0:
+                print("\n".join(line for line in text.splitlines() if line.startswith("|") or "Error" in line))
+            for dg in set(digests):
+                seen[dg][0] += 1
+                seen[dg][1] += rc != 0
+    print("| ws cubin digest | processes | wrong |\n|---|---:|---:|")
+    for dg, (n, b) in sorted(seen.items()):
+        print(f"| {dg} | {n} | {b} |")
+    print(f"{bad_runs} of {jobs * rounds} processes wrong")
+    return 1 if bad_runs else 0
+
+
 def main() -> int:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         print("repro_hopper_ws needs a Hopper (sm_90) or newer GPU", file=sys.stderr)
         return 2
     if "--ours" in sys.argv[1:]:
         return ours()
+    if "--ours-once" in sys.argv[1:]:
+        return ours(rounds=1)
+    if "--hunt" in sys.argv[1:]:
+        at = sys.argv.index("--hunt")
+        return hunt(int(sys.argv[at + 1]), int(sys.argv[at + 2]))
     triton.set_allocator(_allocator)
     torch.manual_seed(0)
     print(f"triton {triton.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")

@@ -69,6 +69,7 @@
 #   bash scripts/h200_session.sh s17d           # final code: s17b, the vision tests, the table and d128 WS twice, host cost
 #   bash scripts/h200_session.sh s17f           # the WS loop on whole key blocks as the d128 default: tests, table, main job
 #   bash scripts/h200_session.sh s17g           # final code: our kernel with the WS config (4 rounds), the vision tests
+#   bash scripts/h200_session.sh s18a           # LoRA decode A/B 21 (PRE_WAIT: route, then weights, before the grid wait); WS NaN hunt
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -899,6 +900,13 @@ PY
     timeout 150 python3 -m kernel_oracle.benchmarks.repro_hopper_ws --ours >"$OUT/s17g_ours_ws.log" 2>&1
     echo "repro_hopper_ws --ours exit $?"; tail -18 "$OUT/s17g_ours_ws.log"
     vision_gpu_tests "$OUT/s17g_vision_tests.log"
+    ;;
+  s18a)  # session 18 (run setup first): LoRA decode A/B 21 -- the slot's metadata and route (1), and also the
+         # first weight blocks (2), before the grid-dependency wait; then s17f's NaN hunted: our WS config compiled
+         # afresh in 32 processes, 8 sharing the GPU at a time
+    lora_ab decode 240 _s18a
+    timeout 330 python3 -m kernel_oracle.benchmarks.repro_hopper_ws --hunt 8 4 >"$OUT/s18a_ws_hunt.log" 2>&1
+    echo "ws hunt exit $?"; tail -12 "$OUT/s18a_ws_hunt.log"
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

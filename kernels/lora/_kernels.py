@@ -667,11 +667,12 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
                         PREFETCH_ALL: tl.constexpr = False, META_FIRST: tl.constexpr = False,
-                        PDL: tl.constexpr = False):
+                        PDL: tl.constexpr = False, PRE_WAIT: tl.constexpr = 0):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
     if PDL:  # Note [Programmatic dependent launch]
         gdc_launch_dependents()
-        gdc_wait()
+        if PRE_WAIT == 0:
+            gdc_wait()
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
     sx_h = sx_h * ALIGN
@@ -708,6 +709,8 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         rank = tl.minimum(rank, R)
     else:
         rank = tl.minimum(tl.load(lora_ranks + w), R)
+    if PDL and (PRE_WAIT == 1 or (PRE_WAIT == 2 and not PREFETCH_ALL)):
+        gdc_wait()
     if (rank > 0) & has_rows:
         if not (META_FIRST and TOKEN_MAJOR):
             s = tl.load(scalings + w)
@@ -718,11 +721,12 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             y_next = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
             at_next = _ld(wa_base + offs_r[:, None] * sa_r + (c_lo + offs_c0)[None, :] * sa_c,
                           (offs_r < rank)[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], UPCAST, FIX_BF16, DOT_PREC)
-        if PREFETCH_ALL:  # Note [Whole-row prefetch]: the first four blocks' base and A before step A
+        if PREFETCH_ALL and not (PDL and PRE_WAIT == 2):  # Note [Whole-row prefetch]: the first four blocks' base and A before step A
             y0 = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
             y1 = _base_block(y_rows, c_lo + BLOCK_C + offs_c0, sy_c, sel, c_hi)
             y2 = _base_block(y_rows, c_lo + 2 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
             y3 = _base_block(y_rows, c_lo + 3 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
+        if PREFETCH_ALL:
             a0 = _a_block(wa_base, offs_r, c_lo + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16, DOT_PREC)
             a1 = _a_block(wa_base, offs_r, c_lo + BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16,
                           DOT_PREC)
@@ -730,9 +734,24 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                           FIX_BF16, DOT_PREC)
             a3 = _a_block(wa_base, offs_r, c_lo + 3 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
                           FIX_BF16, DOT_PREC)
+        if PREFETCH_ALL and PDL and PRE_WAIT == 2:  # EXPERIMENT: the step-B weights before the wait
+            wb_pre = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
+            wt_pre = _ld(wb_pre + offs_k[:, None] * sb_row + offs_r[None, :] * sb_r,
+                         (offs_k < QK)[:, None] & (offs_r < R)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            gdc_wait()
+            y0 = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
+            y1 = _base_block(y_rows, c_lo + BLOCK_C + offs_c0, sy_c, sel, c_hi)
+            y2 = _base_block(y_rows, c_lo + 2 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
+            y3 = _base_block(y_rows, c_lo + 3 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
-        for k0 in range(0, QK, BLOCK_K):
+        k_start = 0
+        if PREFETCH_ALL and PDL and PRE_WAIT == 2:  # EXPERIMENT: step A's first block with the weights loaded early
+            xt = _ld(x_rows[:, None] + offs_k[None, :] * sx_d, sel[:, None] & (offs_k < QK)[None, :], UPCAST,
+                     FIX_BF16, DOT_PREC)
+            acc = tl.dot(xt, wt_pre, acc, input_precision=DOT_PREC)
+            k_start = BLOCK_K
+        for k0 in range(k_start, QK, BLOCK_K):
             kk = k0 + offs_k
             xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC)
             # Note [Rank-wide loads]: every column below R, so that the rows load in 16-byte vectors
@@ -768,6 +787,9 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             else:
                 y_raw = _base_block(y_rows, cc, sy_c, sel, C)
             _store_sum(d, y_raw, y_ptrs, m, base_ptr, FIX_BF16)
+    else:
+        if PDL and PRE_WAIT == 2 and PREFETCH_ALL:
+            gdc_wait()
 
 
 _DNS_V_SIDE_FUSED = _COUNTS + ('FULL_K', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'sb_l', 'sb_row', 'sy_t', 'sy_h',
@@ -784,11 +806,12 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
-                        META_FIRST: tl.constexpr = False, PDL: tl.constexpr = False):
+                        META_FIRST: tl.constexpr = False, PDL: tl.constexpr = False, PRE_WAIT: tl.constexpr = 0):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
     if PDL:  # Note [Programmatic dependent launch]
         gdc_launch_dependents()
-        gdc_wait()
+        if PRE_WAIT == 0:
+            gdc_wait()
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
     sx_h = sx_h * ALIGN
@@ -825,11 +848,17 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         rank = tl.minimum(rank, R)
     else:
         rank = tl.minimum(tl.load(lora_ranks + w), R)
+    if PDL and (PRE_WAIT == 1 or (PRE_WAIT == 2 and not PREFETCH)):
+        gdc_wait()
     if (rank > 0) & has_rows:
         if not (META_FIRST and TOKEN_MAJOR):
             s = tl.load(scalings + w)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
-        if PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
+        if PREFETCH and PDL and PRE_WAIT == 2:  # EXPERIMENT: step B's first weight block before the wait
+            bt_next = _vb_block(wb_base, offs_r, offs_v0, sb_row, sb_r, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
+            gdc_wait()
+            y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD)
+        elif PREFETCH:  # the first B and base blocks in flight during step A (decode: latency, not bytes)
             y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD)
             bt_next = _vb_block(wb_base, offs_r, offs_v0, sb_row, sb_r, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
         wa_base = a_ptr + w.to(tl.int64) * sa_l
@@ -859,3 +888,6 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
             else:
                 y_raw = _base_block(y_rows, vv, sy_v, sel, VD)
             _store_sum(d, y_raw, y_ptrs, m, base_ptr, FIX_BF16)
+    else:
+        if PDL and PRE_WAIT == 2 and PREFETCH:
+            gdc_wait()
