@@ -3,9 +3,10 @@
 python -m kernel_oracle.benchmarks.repro_hopper_ws      (a Hopper GPU)
 python benchmarks/repro_hopper_ws.py                    (the same file alone: torch and triton only)
 python -m kernel_oracle.benchmarks.repro_hopper_ws --ours   (our vision kernel so configured, 2x16384 d128)
-python -m kernel_oracle.benchmarks.repro_hopper_ws --hunt JOBS ROUNDS   (--ours once per process, each
-    compiling afresh into an empty Triton cache, JOBS processes sharing the GPU at a time: which of the
-    compiled binaries gave non-finite outputs)
+python -m kernel_oracle.benchmarks.repro_hopper_ws --hunt JOBS ROUNDS [--toy] [--noise]
+    (--ours, or with --toy this file's kernel, once per process, each compiling afresh into an empty Triton
+    cache, JOBS processes sharing the GPU at a time, ROUNDS times: which compiled binaries gave wrong
+    outputs; with --noise one process at a time checks while JOBS-1 others only run matrix products)
 
 Triton 3.6 warp-specializes a loop marked ``tl.range(..., warp_specialize=True)`` on sm_90 only when
 the kernel asks for 4 warps and every tile the loop loads comes through a tensor descriptor
@@ -131,39 +132,74 @@ def _ws_digests(cache: str) -> list[str]:
     return sorted(out)
 
 
-def hunt(jobs: int, rounds: int) -> int:
-    """``--ours`` (one round) in ``jobs`` concurrent processes, ``rounds`` times each, every process with an
-    empty Triton cache of its own: prints each process's result and the digests of its warp-specialized
-    cubins, then a table of digest -> processes, processes with a non-finite or wrong output.  1 when any
-    process was wrong."""
+def toy_once() -> int:
+    """This file's warp-specialized kernel as our config runs it (2 stages, output through a descriptor, 4
+    warps), on whole and on ragged key blocks, four fresh draws each: 1 when any output is wrong."""
+    triton.set_allocator(_allocator)
+    bad = False
+    for n, rnd in itertools.product((16384, 16000), range(4)):
+        err, ms = run(n, 128, 128, True, store_desc=True)
+        print(f"| toy | n={n} | {rnd} | {err:.3g} | {4 * n * n * 128 / ms / 1e9:.0f} TFLOP/s |", flush=True)
+        bad |= not err < 0.05
+    return 1 if bad else 0
+
+
+def _noise(seconds: float) -> None:
+    """Only bf16 matrix products for ``seconds``: a GPU neighbour that computes nothing warp-specialized."""
+    import time
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    end = time.time() + seconds
+    while time.time() < end:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+
+
+def hunt(jobs: int, rounds: int, toy: bool = False, noise: bool = False) -> int:
+    """``--ours`` (one round; ``--toy``: :func:`toy_once`) in ``jobs`` concurrent processes, ``rounds`` times
+    each, every process with an empty Triton cache of its own; with ``noise``, ``rounds`` checking processes
+    one after another while ``jobs - 1`` others only run matrix products.  Prints each process's result and
+    the digests of its warp-specialized cubins, then a table of digest -> processes, processes with a
+    non-finite or wrong output.  1 when any process was wrong."""
     import collections
     import concurrent.futures
     import os
     import subprocess
     import tempfile
 
+    me = [sys.executable, "-m", "kernel_oracle.benchmarks.repro_hopper_ws"]
+
     def one(i: int):
         with tempfile.TemporaryDirectory() as cache:
             env = {**os.environ, "TRITON_CACHE_DIR": cache}
-            r = subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.repro_hopper_ws", "--ours-once"],
+            r = subprocess.run(me + ["--toy-once" if toy else "--ours-once"],
                                env=env, capture_output=True, text=True, timeout=300)
             return i, r.returncode, r.stdout + r.stderr[-400:], _ws_digests(cache)
 
     seen = collections.defaultdict(lambda: [0, 0])
     bad_runs = 0
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        for i, rc, text, digests in pool.map(one, range(jobs * rounds)):
-            bad_runs += rc != 0
-            print(f"process {i}: exit {rc}, ws cubins {' '.join(digests)}")
-            if rc != 0:
-                print("\n".join(line for line in text.splitlines() if line.startswith("|") or "Error" in line))
-            for dg in set(digests):
-                seen[dg][0] += 1
-                seen[dg][1] += rc != 0
+    n_runs = rounds if noise else jobs * rounds
+    neighbours = [subprocess.Popen(me + ["--noise", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                  for _ in range(jobs - 1 if noise else 0)]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1 if noise else jobs) as pool:
+            results = list(pool.map(one, range(n_runs)))
+    finally:
+        for p in neighbours:
+            p.kill()
+    for i, rc, text, digests in results:
+        bad_runs += rc != 0
+        print(f"process {i}: exit {rc}, ws cubins {' '.join(digests)}")
+        if rc != 0:
+            print("\n".join(line for line in text.splitlines() if line.startswith("|") or "Error" in line))
+        for dg in set(digests):
+            seen[dg][0] += 1
+            seen[dg][1] += rc != 0
     print("| ws cubin digest | processes | wrong |\n|---|---:|---:|")
     for dg, (n, b) in sorted(seen.items()):
         print(f"| {dg} | {n} | {b} |")
-    print(f"{bad_runs} of {jobs * rounds} processes wrong")
+    print(f"{bad_runs} of {n_runs} processes wrong")
     return 1 if bad_runs else 0
 
 
@@ -177,7 +213,12 @@ def main() -> int:
         return ours(rounds=1)
     if "--hunt" in sys.argv[1:]:
         at = sys.argv.index("--hunt")
-        return hunt(int(sys.argv[at + 1]), int(sys.argv[at + 2]))
+        return hunt(int(sys.argv[at + 1]), int(sys.argv[at + 2]), toy="--toy" in sys.argv, noise="--noise" in sys.argv)
+    if "--toy-once" in sys.argv[1:]:
+        return toy_once()
+    if "--noise" in sys.argv[1:]:
+        _noise(float(sys.argv[sys.argv.index("--noise") + 1]))
+        return 0
     triton.set_allocator(_allocator)
     torch.manual_seed(0)
     print(f"triton {triton.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")

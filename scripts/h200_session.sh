@@ -70,6 +70,7 @@
 #   bash scripts/h200_session.sh s17f           # the WS loop on whole key blocks as the d128 default: tests, table, main job
 #   bash scripts/h200_session.sh s17g           # final code: our kernel with the WS config (4 rounds), the vision tests
 #   bash scripts/h200_session.sh s18a           # LoRA decode A/B 21 (PRE_WAIT: route, then weights, before the grid wait); WS NaN hunt
+#   bash scripts/h200_session.sh s18b           # LoRA decode A/B 22 (blocks under PRE_WAIT); the WS hunt: toy, with neighbours, alone
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -907,6 +908,14 @@ PY
     lora_ab decode 240 _s18a
     timeout 330 python3 -m kernel_oracle.benchmarks.repro_hopper_ws --hunt 8 4 >"$OUT/s18a_ws_hunt.log" 2>&1
     echo "ws hunt exit $?"; tail -12 "$OUT/s18a_ws_hunt.log"
+    ;;
+  s18b)  # session 18 (run setup first): LoRA decode A/B 22 (blocks under PRE_WAIT 2); the WS NaN: the minimal kernel
+         # in 8 processes at a time; ours alone while 7 processes only multiply matrices; ours alone, no neighbour
+    lora_ab decode 240 _s18b
+    for mode in "8 2 --toy" "8 6 --noise" "1 6"; do
+      timeout 200 python3 -m kernel_oracle.benchmarks.repro_hopper_ws --hunt $mode >/tmp/hunt.log 2>&1
+      echo "ws hunt $mode: exit $?"; tail -4 /tmp/hunt.log; cat /tmp/hunt.log >>"$OUT/s18b_ws_hunt.log"
+    done
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac
