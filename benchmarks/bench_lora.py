@@ -340,14 +340,11 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {}), ("auto", {"PRE_WAIT": 2}), ("sorted", {"BT": 16, "WIDE_BT": None, "PRE_WAIT": 2}),
-                     ("flat", {"BT": 16, "WIDE_BT": None, "PRE_WAIT": 2}), ("auto", {"PRE_WAIT": 2, "num_warps": 8}),
-                     ("auto", {"PRE_WAIT": 2, "PREFETCH_ALL": False, "num_stages": 3}),
-                     ("auto", {"PRE_WAIT": 2, "BLOCK_C": 256, "PREFETCH_ALL": False, "num_stages": 2}),
-                     ("auto", {"PRE_WAIT": 2, "META_FIRST": False})],
-    "v_side_fused": [("auto", {}), ("auto", {"PRE_WAIT": 2}), ("auto", {"PRE_WAIT": 2, "BT": 32}),
-                     ("sorted", {"PRE_WAIT": 2, "BT": 16}), ("auto", {"PRE_WAIT": 2, "num_stages": 2}),
-                     ("auto", {"PRE_WAIT": 2, "num_warps": 8}), ("auto", {"PRE_WAIT": 2, "META_FIRST": False})],
+    "q_side_fused": [("auto", {"PRE_WAIT": 2}), ("flat", {"BT": 16, "WIDE_BT": None, "PRE_WAIT": 2}),
+                     ("flat", {"BT": 16, "WIDE_BT": None}), ("flat", {"BT": 32, "WIDE_BT": None, "PRE_WAIT": 2}),
+                     ("flat", {"BT": 16, "WIDE_BT": 64, "PRE_WAIT": 2}), ("flat", {"BT": 16, "WIDE_BT": None, "PRE_WAIT": 1})],
+    "v_side_fused": [("auto", {"PRE_WAIT": 2}), ("flat", {"BT": 16, "PRE_WAIT": 2}), ("flat", {"BT": 32, "PRE_WAIT": 2}),
+                     ("flat", {"BT": 64, "PRE_WAIT": 2}), ("flat", {"BT": 16}), ("flat", {"BT": 16, "PRE_WAIT": 1})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the

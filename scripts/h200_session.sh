@@ -71,6 +71,7 @@
 #   bash scripts/h200_session.sh s17g           # final code: our kernel with the WS config (4 rounds), the vision tests
 #   bash scripts/h200_session.sh s18a           # LoRA decode A/B 21 (PRE_WAIT: route, then weights, before the grid wait); WS NaN hunt
 #   bash scripts/h200_session.sh s18b           # LoRA decode A/B 22 (blocks under PRE_WAIT); the WS hunt: toy, with neighbours, alone
+#   bash scripts/h200_session.sh s18c           # LoRA decode A/B 23 (the flat grid under PRE_WAIT); the minimal WS kernel beside neighbours
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -916,6 +917,12 @@ PY
       timeout 200 python3 -m kernel_oracle.benchmarks.repro_hopper_ws --hunt $mode >/tmp/hunt.log 2>&1
       echo "ws hunt $mode: exit $?"; tail -4 /tmp/hunt.log; cat /tmp/hunt.log >>"$OUT/s18b_ws_hunt.log"
     done
+    ;;
+  s18c)  # session 18 (run setup first): LoRA decode A/B 23 (tiles and the flat grid under PRE_WAIT); the minimal
+         # warp-specialized kernel checked while 7 processes only multiply matrices
+    lora_ab decode 200 _s18c
+    timeout 150 python3 -m kernel_oracle.benchmarks.repro_hopper_ws --hunt 8 6 --toy --noise >"$OUT/s18c_ws_hunt.log" 2>&1
+    echo "ws hunt toy --noise: exit $?"; tail -4 "$OUT/s18c_ws_hunt.log"
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac
