@@ -268,6 +268,18 @@ def sweep_decode(klora, launch):
 # graph holding many calls, so one replay's launch cost is spread over them: the measure).
 # Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
 # kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
+# Round 24 (session 18, the final code): the chosen blocks against Note [Early reads] (EARLY: metadata, route
+# and first weight blocks before the grid-dependency wait) on its tiles and routes.
+# Rounds 21-23 (session 18, s18a-s18c, us; PRE_WAIT 1: the route and slot metadata before the wait, 2: also
+# the first weight blocks; each round's chosen entry first): bs64 q chosen 7.13 / 7.02 (s18a), 7.24 (s18b);
+# PRE_WAIT 1 6.60 / 6.53, 2 6.47 / 6.48 (s18a), 6.59 (s18b), 6.49 (s18c); 2 on the flat grid with 16-row tiles
+# **4.87** (s18b), **4.80**, with WIDE_BT=64 4.82 (s18c); the same tiles with PRE_WAIT 1 6.21, without 7.46;
+# 2 with 16-row per-slot tiles 6.67, flat 32-row 6.80, 8 warps 6.84, PREFETCH on 3 stages 8.97, BLOCK_C=256
+# 7.52, META_FIRST off 6.67.  bs64 v chosen 6.79 / 6.70, 6.71; PRE_WAIT 1 5.91 / 5.87, 2 5.75 / 5.78, 5.79,
+# 5.73; 2 with 32-row tiles 7.08, 16-row per-slot 7.04, flat 16 / 32 / 64-row 6.16 / 6.13 / 6.30, 2 stages
+# 6.57, 8 warps 6.49, META_FIRST off 5.89.  bs256 q chosen 15.69 / 15.68 / 15.66; PRE_WAIT 2 14.91-14.95, flat
+# 16-row 15.58 (15.67; WIDE_BT=64 14.96; without PRE_WAIT 21.07); v chosen 11.46 / 11.49 / 11.53, PRE_WAIT 2
+# 11.04-11.08, flat 64-row 11.02, flat 16 / 32-row 15.77 / 13.58.
 # Round 20 (for the next session): the chosen blocks against each of PDL and META_FIRST off, and the routes.
 # Round 19 (session 14, s14h, us): head-packed kernels (an experiment, removed again): BH heads of one
 # slot's rows per program, so that a decode-bs64 tile has no padding and the heads share the slot's A (q:
@@ -340,11 +352,9 @@ def sweep_decode(klora, launch):
 # 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
 # docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
 DECODE_AB = {
-    "q_side_fused": [("auto", {"PRE_WAIT": 2}), ("flat", {"BT": 16, "WIDE_BT": None, "PRE_WAIT": 2}),
-                     ("flat", {"BT": 16, "WIDE_BT": None}), ("flat", {"BT": 32, "WIDE_BT": None, "PRE_WAIT": 2}),
-                     ("flat", {"BT": 16, "WIDE_BT": 64, "PRE_WAIT": 2}), ("flat", {"BT": 16, "WIDE_BT": None, "PRE_WAIT": 1})],
-    "v_side_fused": [("auto", {"PRE_WAIT": 2}), ("flat", {"BT": 16, "PRE_WAIT": 2}), ("flat", {"BT": 32, "PRE_WAIT": 2}),
-                     ("flat", {"BT": 64, "PRE_WAIT": 2}), ("flat", {"BT": 16}), ("flat", {"BT": 16, "PRE_WAIT": 1})],
+    "q_side_fused": [("auto", {}), ("auto", {"EARLY": True, "BT": 16}), ("auto", {"EARLY": True}),
+                     ("sorted", {"EARLY": True, "BT": 16}), ("flat", {"BT": 16})],
+    "v_side_fused": [("auto", {}), ("auto", {"EARLY": True}), ("flat", {"EARLY": True}), ("sorted", {"EARLY": True})],
 }
 # token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
 # slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the
@@ -504,12 +514,22 @@ def main(argv=None):
     ap.add_argument("--routes", nargs="+", default=["auto", "flat", "sorted"], choices=list(ROUTES),
                     help="--decode-floor: the token-major routes to time (auto: the wrapper's choice; the flat "
                          "grid; the per-slot slot-sorted grid; logical rows)")
+    ap.add_argument("--early-reads", action="store_true",
+                    help="launch under kernels.lora.early_reads() (Note [Early reads]: the fused decode kernels "
+                         "read metadata and weights before the grid-dependency wait)")
     ap.add_argument("--json", default=None, help="write results to this JSON file")
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("kernel_oracle.benchmarks.bench_lora needs a CUDA device; the interpreter is far too slow to time")
+    import kernel_oracle.kernels.lora as klora
+
+    with klora.early_reads(args.early_reads):
+        _main(args)
+
+
+def _main(args) -> None:
     import triton
 
     import kernel_oracle.kernels.lora as klora
@@ -520,7 +540,8 @@ def main(argv=None):
                 command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "")
                 + (" --sweep-decode" if args.sweep_decode else "") + (" --decode-ab" if args.decode_ab else "")
                 + (" --prefill-ab" if args.prefill_ab else "")
-                + (" --decode-floor --routes " + " ".join(args.routes) if args.decode_floor else ""))
+                + (" --decode-floor --routes " + " ".join(args.routes) if args.decode_floor else "")
+                + (" --early-reads" if args.early_reads else ""))
     copy_tbs = copy_bandwidth()
     info["copy_tbs"] = round(copy_tbs, 3)
     info["graph_floor_us"] = round(graph_floor(), 2)

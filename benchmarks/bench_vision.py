@@ -315,7 +315,9 @@ def main(argv=None) -> int:
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
     ap.add_argument("--shapes", default=None, help="comma-separated subset of shape names")
     ap.add_argument("--configs", nargs="+", default=None, metavar="M,N,WARPS,STAGES[,WS,TMA,MAXNREG,WHOLE]",
-                    help="--sweep only these configs (KernelConfig fields, comma-separated integers)")
+                    help="--sweep only these configs (KernelConfig fields, comma-separated integers; a "
+                         "warp-specialized one, WS and TMA both 1, is withdrawn and runs only with "
+                         "KERNEL_ORACLE_VISION_UNSAFE_WS=1)")
     ap.add_argument("--host", action="store_true",
                     help="only the host cost per call (us) on a tiny batch: warm call, planned launch, bare launch")
     args = ap.parse_args(argv)

@@ -615,13 +615,16 @@ def test_strict_false_is_graph_capturable(op):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="programmatic dependent launch needs a CUDA device (sm_90 or newer)")
-@pytest.mark.parametrize("path", ["tok", "seg"])
+@pytest.mark.parametrize("path", ["tok", "seg", "tok-early"])
 @pytest.mark.parametrize("op", FUSED)
 def test_pdl_chained_in_place_calls(op, path, monkeypatch):
     """Note [Programmatic dependent launch]: eight calls on one base_output, each reading what the one before
     wrote, captured in a CUDA graph with PDL on, give bit for bit what eight eager calls without PDL give
-    (a kernel that read before its grid-dependency wait would race its predecessor), and one call matches
-    the oracle."""
+    (a kernel that read base_output before its grid-dependency wait would race its predecessor), and one
+    call matches the oracle.  ``tok-early``: the same under Note [Early reads] (metadata and weights, which
+    no call writes, read before the wait; the eager chain has the same blocks without PDL)."""
+    path, early = path.removesuffix("-early"), path.endswith("-early")
+    monkeypatch.setattr(launch, "EARLY_READS", early)
     monkeypatch.setattr(launch, "FORCE_PATH", path)
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs sm_90 or newer")
@@ -665,6 +668,10 @@ def test_pdl_is_a_gpu_launch_option_only():
     assert launch._pdl_options(False, torch.device("cpu")) == {}
     if HAS_CUDA:
         assert launch._pdl_options(False, torch.device("cuda")) == {}
+    assert launch._pdl_options(True, torch.device("cpu"), early=True) == {}  # Note [Early reads]: PDL only
+    if HAS_CUDA and torch.cuda.get_device_capability()[0] >= 9:
+        assert launch._pdl_options(True, torch.device("cuda"), early=True) == {**launch.PDL_OPTIONS, "EARLY": True}
+        assert launch._pdl_options(False, torch.device("cuda"), early=True) == {}
     assert launch.PDL_OPTIONS == {"PDL": True, "launch_pdl": True}
     assert launch.BLOCKS["q_side_fused"]["tok"]["PDL"] and launch.BLOCKS["v_side_fused"]["seg"]["PDL"]
 
@@ -802,7 +809,7 @@ def test_ab_tables_override_the_chosen_blocks(table, path):
         for (route, overrides), (_, cfg) in zip(getattr(bench_lora, table)[op], entries):
             assert route in bench_lora.ROUTES, route
             assert set(overrides) <= set(chosen) | {"PREFETCH", "PREFETCH_ALL", "HEADS_FIRST", "num_stages",
-                                                    "maxnreg", "META_FIRST", "PDL"}, overrides
+                                                    "maxnreg", "META_FIRST", "PDL", "EARLY"}, overrides
             assert cfg == {**chosen, **overrides}
     assert bench_lora.ab_configs({"q_side_fused": [("sorted", {"BT": 16})]}, launch.BLOCKS, path) == \
         {"q_side_fused": [("sorted", {**launch.BLOCKS["q_side_fused"][path], "BT": 16})]}
@@ -840,7 +847,7 @@ def test_wide_tiles_only_where_a_slot_fills_them(op, monkeypatch):
     monkeypatch.setattr(launch, "FORCE_PATH", "tok")
     chosen = launch.BLOCKS[op]["tok"]
     wide = chosen.get("WIDE_BT")
-    narrow = {k: v for k, v in chosen.items() if k not in ("WIDE_BT", "WIDE")}
+    narrow = {k: v for k, v in chosen.items() if k not in ("WIDE_BT", "WIDE", "EARLY_BLOCKS")}
     for S, L in ((64, 4), (255, 4), (256, 4), (512, 4), (64, 1), (128, 8)):
         bi = make_lora_batch_info((1,) * S, [i % L for i in range(S)], [16] * L, [1.0] * L)
         p = launch.plan(op, bi, S, 1, num_slots=L)
@@ -852,6 +859,48 @@ def test_wide_tiles_only_where_a_slot_fills_them(op, monkeypatch):
     bs256 = launch.token_major_blocks("q_side_fused", 256, 4)
     assert (bs64["BT"], bs64["PREFETCH_ALL"], bs64["num_stages"]) == (32, True, 1)
     assert (bs256["BT"], bs256["PREFETCH_ALL"], bs256["num_stages"]) == (64, False, launch.DEFAULT_STAGES)
+
+
+def test_early_reads_blocks_and_switch():
+    """Note [Early reads]: inside early_reads() the fused token-major launches take their EARLY_BLOCKS and the
+    EARLY launch key (the fused q side 16-row tiles, 64 where WIDE_BT applies; the v side its own blocks), the
+    split steps and the segment-major path nothing; the switch is restored after, also on an exception."""
+    assert not launch.EARLY_READS  # off unless asked
+    bi = make_lora_batch_info((1,) * 64, [i % 4 for i in range(64)], [16] * 4, [1.0] * 4)
+    before = {op: launch.plan(op, bi, 64, 1, num_slots=4).blocks for op in OPS}
+    assert all("EARLY" not in b for b in before.values())
+    with pytest.raises(RuntimeError, match="inside"):
+        with klora.early_reads():
+            q64 = launch.token_major_blocks("q_side_fused", 64, 4)
+            q256 = launch.token_major_blocks("q_side_fused", 256, 4)
+            v64 = launch.token_major_blocks("v_side_fused", 64, 4)
+            plans = {op: launch.plan(op, bi, 64, 1, num_slots=4) for op in OPS}
+            seg = launch.plan("q_side_fused", bi, 64, 1, num_slots=4, force="seg")
+            raise RuntimeError("inside")
+    assert (q64["BT"], q64["EARLY"], q256["BT"], q256["EARLY"]) == (16, True, 64, True)
+    assert (v64["BT"], v64["EARLY"]) == (launch.BLOCKS["v_side_fused"]["tok"]["BT"], True)
+    assert "EARLY_BLOCKS" not in q64 and "EARLY" not in seg.blocks
+    for op, p in plans.items():
+        assert p.blocks.get("EARLY", False) == (op in FUSED), op
+        if op not in FUSED:
+            assert p.blocks == before[op], op
+    assert plans["q_side_fused"].slot_block > 0  # 16-row tiles: the flat grid (4 tiles x 4 slots >= 2 x 7)
+    assert not launch.EARLY_READS
+    assert "EARLY" not in launch.kernel_blocks(q64)  # a launch key: the kernel gets it with PDL only
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("bname", ["decode", "decode-graph", "permuted"])
+@pytest.mark.parametrize("op", FUSED)
+def test_early_reads_match_oracle(op, bname, monkeypatch):
+    """Note [Early reads]: the fused sides under early_reads() (under the interpreter its tiles; on an sm_90
+    GPU also the kernels that read metadata and weights before the grid-dependency wait) match the oracle."""
+    monkeypatch.setattr(launch, "FORCE_PATH", "tok")
+    seed = _seed("early", op, bname)
+    args, routed = _make_call(op, BATCHES[bname], SMALL_DIMS["d48"], torch.bfloat16, torch.bfloat16, DEVICE,
+                              seed=seed)
+    with klora.early_reads():
+        _check(op, args, routed, torch.bfloat16, f"op={op} batch={bname} early reads seed={seed}")
 
 
 def test_ab_routes_set_the_launch_switches_and_restore_them(monkeypatch):

@@ -152,6 +152,8 @@ def test_warp_specialized_descriptor_loads(request, device, prec, head_dim, spli
     descriptors, every key block masked, or none with ``whole_blocks``) is right against the float64 oracle
     and gives bit for bit what the same blocks give without it, on short, whole-block and ragged sequences."""
     monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "1" if split else "0")
+    # withdrawn (test_warp_specialized_config_is_withdrawn); alone on a GPU it is right, which this checks
+    monkeypatch.setenv(kv.attention.UNSAFE_WS_ENV, "1")
     if str(device).startswith("cuda"):
         block_m, block_n, warps, stages = 128, 64, 4, 2
     else:  # the interpreter ignores the flag; small blocks keep it quick
@@ -178,9 +180,27 @@ def test_warp_specialized_config_needs_two_stages(stages):
     assert kv.KernelConfig(128, 64, 4, stages, True, False).warp_specialize
 
 
-def test_whole_blocks_promise_is_checked(request, device):
+def test_warp_specialized_config_is_withdrawn(request, device, monkeypatch):
+    """Note [Warp specialization]: a config that triton warp-specializes (warp_specialize with tma) is refused
+    by field and value, since on the H200 its outputs came out non-finite whenever another process shared the
+    GPU; the same blocks without it, or without descriptors (nothing specialized), still plan."""
+    monkeypatch.delenv(kv.attention.UNSAFE_WS_ENV, raising=False)
+    args, kwargs = build(Case("whole", (16, 32)), torch.bfloat16, device, _gen(request))
+    for whole in (False, True):
+        with pytest.raises(ValueError) as err:
+            kv.plan_attention(*args, **kwargs, config=kv.KernelConfig(16, 16, 1, 2, True, True, whole_blocks=whole))
+        assert str(err.value) == (
+            "config.warp_specialize=True with tma=True is withdrawn: on the H200 (triton 3.6) its outputs came out "
+            "non-finite whenever another process shared the GPU (Note [Warp specialization]); "
+            "KERNEL_ORACLE_VISION_UNSAFE_WS=1 runs it anyway, to reproduce that")
+    for cfg in (kv.KernelConfig(16, 16, 1, 2, False, True), kv.KernelConfig(16, 16, 1, 2, True, False)):
+        assert kv.plan_attention(*args, **kwargs, config=cfg).config == cfg
+
+
+def test_whole_blocks_promise_is_checked(request, device, monkeypatch):
     """A config promising whole key blocks on a batch that has a ragged sequence is refused by name and value
     (the unmasked loop would read keys past the sequence as zeros and give them weight)."""
+    monkeypatch.setenv(kv.attention.UNSAFE_WS_ENV, "1")  # its only whole-blocks config is warp-specialized
     args, kwargs = build(Case("ragged", (16, 19)), torch.bfloat16, device, _gen(request))
     with pytest.raises(ValueError) as err:
         kv.plan_attention(*args, **kwargs, config=kv.KernelConfig(16, 16, 1, 2, True, True, whole_blocks=True))

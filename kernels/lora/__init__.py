@@ -14,11 +14,14 @@ Precision (``PRECISION``): fp16/bf16 tiles go through ``tl.dot`` with fp32 accum
 activations run ``tl.dot`` in TF32 on NVIDIA GPUs on operands the kernel rounds to TF32 to nearest
 first, so their same-dtype baseline is the oracle's ``faithful="tf32"`` (under the interpreter fp32
 dots are exact, which stays within that baseline).  Block sizes and stages fit the device's shared
-memory (``_smem``).  Design notes: ``docs/kernels_lora.md``.
+memory (``_smem``).  ``early_reads()`` lets the fused decode kernels read their metadata and weights
+before the previous kernel has finished (Note [Early reads] in ``_kernels``), for callers that never
+write those while a kernel may still run.  Design notes: ``docs/kernels_lora.md``.
 """
 
 from ._launch import (
     PRECISION,
+    early_reads,
     q_side_fused_fwd,
     step_a_q_fwd,
     step_a_v_fwd,
@@ -29,6 +32,7 @@ from ._launch import (
 
 __all__ = [
     "PRECISION",
+    "early_reads",
     "q_side_fused_fwd",
     "step_a_q_fwd",
     "step_a_v_fwd",

@@ -202,6 +202,14 @@ def _base_block(rows, cols, stride, sel, hi):
 
 
 @triton.jit
+def _base_blocks4(rows, c_lo, offs, BLOCK: tl.constexpr, stride, sel, hi):
+    """The four base blocks from column ``c_lo`` on (Note [Whole-row prefetch]); ``offs`` = arange(BLOCK)."""
+    return (_base_block(rows, c_lo + offs, stride, sel, hi), _base_block(rows, c_lo + BLOCK + offs, stride, sel, hi),
+            _base_block(rows, c_lo + 2 * BLOCK + offs, stride, sel, hi),
+            _base_block(rows, c_lo + 3 * BLOCK + offs, stride, sel, hi))
+
+
+@triton.jit
 def _delta(mid, w, s, base_ptr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """The fused sides' scaled second product ``mid @ w * s`` (BT, block) in fp32, rounded to the base's
     dtype (SPEC.md's rounding point of the fused delta)."""
@@ -617,6 +625,15 @@ def _a_block(wa_base, offs_r, cc, sa_r, sa_c, rank, hi, UPCAST: tl.constexpr, FI
 
 
 @triton.jit
+def _qb_block(wb_base, kk, offs_r, sb_row, sb_r, QK, R, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr,
+              DOT_PREC: tl.constexpr):
+    """Rows ``kk`` (below ``QK``) of a slot's q-side step-A weight (BLOCK_K, BLOCK_R) for one head.  Note
+    [Rank-wide loads]: every column below the buffer rank ``R``, so that the rows load in 16-byte vectors."""
+    return _ld(wb_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r, (kk < QK)[:, None] & (offs_r < R)[None, :],
+               UPCAST, FIX_BF16, DOT_PREC)
+
+
+@triton.jit
 def _vb_block(wb_base, offs_r, vv, sb_row, sb_r, rank, hi, UPCAST: tl.constexpr, FIX_BF16: tl.constexpr,
               DOT_PREC: tl.constexpr):
     """Columns ``vv`` (below ``hi``) of a slot's v-side ``B`` read transposed (BLOCK_R, BLOCK_V), rows past
@@ -667,11 +684,11 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
                         PREFETCH_ALL: tl.constexpr = False, META_FIRST: tl.constexpr = False,
-                        PDL: tl.constexpr = False, PRE_WAIT: tl.constexpr = 0):
+                        PDL: tl.constexpr = False, EARLY: tl.constexpr = False):
     """Step A_q then B_q without the intermediate in memory; grid (row tiles, H)."""
-    if PDL:  # Note [Programmatic dependent launch]
+    if PDL:  # Note [Programmatic dependent launch]; under EARLY the wait comes later (Note [Early reads])
         gdc_launch_dependents()
-        if PRE_WAIT == 0:
+        if not EARLY:
             gdc_wait()
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -709,7 +726,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
         rank = tl.minimum(rank, R)
     else:
         rank = tl.minimum(tl.load(lora_ranks + w), R)
-    if PDL and (PRE_WAIT == 1 or (PRE_WAIT == 2 and not PREFETCH_ALL)):
+    if PDL and EARLY and not PREFETCH_ALL:  # Note [Early reads]: the route and the slot's metadata only
         gdc_wait()
     if (rank > 0) & has_rows:
         if not (META_FIRST and TOKEN_MAJOR):
@@ -721,11 +738,9 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
             y_next = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
             at_next = _ld(wa_base + offs_r[:, None] * sa_r + (c_lo + offs_c0)[None, :] * sa_c,
                           (offs_r < rank)[:, None] & ((c_lo + offs_c0) < c_hi)[None, :], UPCAST, FIX_BF16, DOT_PREC)
-        if PREFETCH_ALL and not (PDL and PRE_WAIT == 2):  # Note [Whole-row prefetch]: the first four blocks' base and A before step A
-            y0 = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
-            y1 = _base_block(y_rows, c_lo + BLOCK_C + offs_c0, sy_c, sel, c_hi)
-            y2 = _base_block(y_rows, c_lo + 2 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
-            y3 = _base_block(y_rows, c_lo + 3 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
+        # Note [Whole-row prefetch]: the first four blocks' base and A before step A
+        if PREFETCH_ALL and not (PDL and EARLY):
+            y0, y1, y2, y3 = _base_blocks4(y_rows, c_lo, offs_c0, BLOCK_C, sy_c, sel, c_hi)
         if PREFETCH_ALL:
             a0 = _a_block(wa_base, offs_r, c_lo + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16, DOT_PREC)
             a1 = _a_block(wa_base, offs_r, c_lo + BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST, FIX_BF16,
@@ -734,29 +749,21 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                           FIX_BF16, DOT_PREC)
             a3 = _a_block(wa_base, offs_r, c_lo + 3 * BLOCK_C + offs_c0, sa_r, sa_c, rank, c_hi, UPCAST,
                           FIX_BF16, DOT_PREC)
-        if PREFETCH_ALL and PDL and PRE_WAIT == 2:  # EXPERIMENT: the step-B weights before the wait
-            wb_pre = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
-            wt_pre = _ld(wb_pre + offs_k[:, None] * sb_row + offs_r[None, :] * sb_r,
-                         (offs_k < QK)[:, None] & (offs_r < R)[None, :], UPCAST, FIX_BF16, DOT_PREC)
-            gdc_wait()
-            y0 = _base_block(y_rows, c_lo + offs_c0, sy_c, sel, c_hi)
-            y1 = _base_block(y_rows, c_lo + BLOCK_C + offs_c0, sy_c, sel, c_hi)
-            y2 = _base_block(y_rows, c_lo + 2 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
-            y3 = _base_block(y_rows, c_lo + 3 * BLOCK_C + offs_c0, sy_c, sel, c_hi)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row
         acc = tl.zeros((BT, BLOCK_R), dtype=tl.float32)
         k_start = 0
-        if PREFETCH_ALL and PDL and PRE_WAIT == 2:  # EXPERIMENT: step A's first block with the weights loaded early
+        if PREFETCH_ALL and PDL and EARLY:  # Note [Early reads]: step A's first weight block, then the wait
+            wt = _qb_block(wb_base, offs_k, offs_r, sb_row, sb_r, QK, R, UPCAST, FIX_BF16, DOT_PREC)
+            gdc_wait()
+            y0, y1, y2, y3 = _base_blocks4(y_rows, c_lo, offs_c0, BLOCK_C, sy_c, sel, c_hi)
             xt = _ld(x_rows[:, None] + offs_k[None, :] * sx_d, sel[:, None] & (offs_k < QK)[None, :], UPCAST,
                      FIX_BF16, DOT_PREC)
-            acc = tl.dot(xt, wt_pre, acc, input_precision=DOT_PREC)
+            acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
             k_start = BLOCK_K
         for k0 in range(k_start, QK, BLOCK_K):
             kk = k0 + offs_k
             xt = _ld(x_rows[:, None] + kk[None, :] * sx_d, sel[:, None] & (kk < QK)[None, :], UPCAST, FIX_BF16, DOT_PREC)
-            # Note [Rank-wide loads]: every column below R, so that the rows load in 16-byte vectors
-            wt = _ld(wb_base + kk[:, None] * sb_row + offs_r[None, :] * sb_r,
-                     (kk < QK)[:, None] & (offs_r < R)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+            wt = _qb_block(wb_base, kk, offs_r, sb_row, sb_r, QK, R, UPCAST, FIX_BF16, DOT_PREC)
             acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
         acc = tl.where((offs_r < rank)[None, :], acc, 0.0)  # columns past the slot's rank (their weights unread)
         if UPCAST:  # step A's rounding point
@@ -788,7 +795,7 @@ def q_side_fused_kernel(x_ptr, b_ptr, a_ptr, base_ptr, seg_indptr, weight_indice
                 y_raw = _base_block(y_rows, cc, sy_c, sel, C)
             _store_sum(d, y_raw, y_ptrs, m, base_ptr, FIX_BF16)
     else:
-        if PDL and PRE_WAIT == 2 and PREFETCH_ALL:
+        if PDL and EARLY and PREFETCH_ALL:  # every program waits (Note [Early reads])
             gdc_wait()
 
 
@@ -806,11 +813,11 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_R: tl.constexpr,
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr,
                         ALIGN: tl.constexpr, PREFETCH: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
-                        META_FIRST: tl.constexpr = False, PDL: tl.constexpr = False, PRE_WAIT: tl.constexpr = 0):
+                        META_FIRST: tl.constexpr = False, PDL: tl.constexpr = False, EARLY: tl.constexpr = False):
     """Step A_v then B_v without the intermediate in memory; grid (row tiles, H)."""
-    if PDL:  # Note [Programmatic dependent launch]
+    if PDL:  # Note [Programmatic dependent launch]; under EARLY the wait comes later (Note [Early reads])
         gdc_launch_dependents()
-        if PRE_WAIT == 0:
+        if not EARLY:
             gdc_wait()
     # strides and sizes arrive divided by ALIGN; ALIGN > 1 also promises unit innermost strides
     sx_t = sx_t * ALIGN
@@ -848,13 +855,13 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
         rank = tl.minimum(rank, R)
     else:
         rank = tl.minimum(tl.load(lora_ranks + w), R)
-    if PDL and (PRE_WAIT == 1 or (PRE_WAIT == 2 and not PREFETCH)):
+    if PDL and EARLY and not PREFETCH:  # Note [Early reads]: the route and the slot's metadata only
         gdc_wait()
     if (rank > 0) & has_rows:
         if not (META_FIRST and TOKEN_MAJOR):
             s = tl.load(scalings + w)
         wb_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
-        if PREFETCH and PDL and PRE_WAIT == 2:  # EXPERIMENT: step B's first weight block before the wait
+        if PREFETCH and PDL and EARLY:  # Note [Early reads]: step B's first weight block, then the wait
             bt_next = _vb_block(wb_base, offs_r, offs_v0, sb_row, sb_r, rank, VD, UPCAST, FIX_BF16, DOT_PREC)
             gdc_wait()
             y_next = _base_block(y_rows, offs_v0, sy_v, sel, VD)
@@ -889,5 +896,5 @@ def v_side_fused_kernel(x_ptr, a_ptr, b_ptr, base_ptr, seg_indptr, weight_indice
                 y_raw = _base_block(y_rows, vv, sy_v, sel, VD)
             _store_sum(d, y_raw, y_ptrs, m, base_ptr, FIX_BF16)
     else:
-        if PDL and PRE_WAIT == 2 and PREFETCH:
+        if PDL and EARLY and PREFETCH:  # every program waits (Note [Early reads])
             gdc_wait()

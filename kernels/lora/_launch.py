@@ -21,7 +21,9 @@ flat grid, ``ceil(S / BT) + L - 1`` tiles with no slot axis (Note [Flat slot gri
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 
 from dataclasses import dataclass
 from typing import Optional
@@ -85,10 +87,11 @@ BLOCKS = {
                                  PDL=True),
                      "tok": dict(BT=32, BLOCK_K=128, BLOCK_C=128, C_SPLIT=None, num_warps=4, PREFETCH=True,
                                  HEADS_FIRST=True, PREFETCH_ALL=True, num_stages=1, WIDE_BT=64,
-                                 WIDE=dict(PREFETCH_ALL=False, num_stages=DEFAULT_STAGES), META_FIRST=True, PDL=True)},
+                                 WIDE=dict(PREFETCH_ALL=False, num_stages=DEFAULT_STAGES), META_FIRST=True, PDL=True,
+                                 EARLY_BLOCKS=dict(BT=16))},
     "v_side_fused": {"seg": dict(BT=64, BLOCK_K=64, BLOCK_V=128, num_warps=4, HEADS_FIRST=True, PDL=True),
                      "tok": dict(BT=64, BLOCK_K=128, BLOCK_V=128, num_warps=4, PREFETCH=True, HEADS_FIRST=True,
-                                 META_FIRST=True, PDL=True)},
+                                 META_FIRST=True, PDL=True, EARLY_BLOCKS={})},
 }
 
 # a segment-major launch is replaced by the token-major one when its tiles hold more than this many
@@ -123,6 +126,25 @@ FLAT_SLOTS_MAX = 32
 # v 12.26 against 12.60.  So 2 again; 0: flat wherever allowed (tests)
 FLAT_SLOTS_MIN_SAVING = 2
 
+# Note [Early reads] in kernels.lora._kernels: the fused token-major launches read the route's metadata, the
+# slot's rank and scaling and their first weight blocks before the grid-dependency wait, which is right only when
+# no kernel still running may write them (metadata and LoRA weights filled before a CUDA graph's replay, as
+# SGLang's decode does).  Off unless asked: early_reads(), or KERNEL_ORACLE_LORA_EARLY_READS=1 at import.
+EARLY_READS = os.environ.get("KERNEL_ORACLE_LORA_EARLY_READS", "0") == "1"
+
+
+@contextlib.contextmanager
+def early_reads(enabled: bool = True):
+    """Launch the fused kernels with (or without) Note [Early reads] inside the block; the caller promises that
+    no kernel still running when a call starts writes its metadata (``seg_indptr``, ``weight_indices``,
+    ``permutation``, ``lora_ranks``, ``scalings``) or its LoRA weights.  Process-wide; restored after."""
+    global EARLY_READS
+    saved, EARLY_READS = EARLY_READS, enabled
+    try:
+        yield
+    finally:
+        EARLY_READS = saved
+
 
 def slot_block(num_slots: int) -> int:
     """``NSLOT`` of a flat launch over ``num_slots`` slots: a power of two, at least
@@ -145,10 +167,14 @@ class Plan:
 
 
 def token_major_blocks(op: str, num_rows: int, num_slots: int) -> dict:
-    """``BLOCKS[op]["tok"]`` as launched on ``num_rows`` rows over ``num_slots`` slots: ``BT`` raised to
-    ``WIDE_BT``, and the ``WIDE`` overrides applied, where there are at least that many rows per slot (both
-    keys themselves dropped)."""
+    """``BLOCKS[op]["tok"]`` as launched on ``num_rows`` rows over ``num_slots`` slots: under
+    :data:`EARLY_READS` its ``EARLY_BLOCKS`` overrides applied and ``EARLY`` set; then ``BT`` raised to
+    ``WIDE_BT``, and the ``WIDE`` overrides applied, where there are at least that many rows per slot (the
+    three keys themselves dropped)."""
     blocks = dict(BLOCKS[op]["tok"])
+    early_blocks = blocks.pop("EARLY_BLOCKS", None)
+    if EARLY_READS and early_blocks is not None:
+        blocks.update(early_blocks, EARLY=True)
     wide = blocks.pop("WIDE_BT", None)
     wide_blocks = blocks.pop("WIDE", {})
     if wide and num_slots > 0 and num_rows >= wide * num_slots:
@@ -222,8 +248,8 @@ def _meta(batch_info, p: Plan, num_rows: int, n_cblocks: int = 1):
 
 
 # the keys of a BLOCKS entry that configure the launch, not the kernel's blocks (which the shared-memory fit
-# sizes): warps, the requested pipelining stages, Note [Programmatic dependent launch]
-LAUNCH_KEYS = ("num_warps", "num_stages", "PDL")
+# sizes): warps, the requested pipelining stages, Note [Programmatic dependent launch], Note [Early reads]
+LAUNCH_KEYS = ("num_warps", "num_stages", "PDL", "EARLY")
 
 
 def kernel_blocks(blocks: dict) -> dict:
@@ -250,7 +276,7 @@ def _launch(op: str, p: Plan, x: torch.Tensor, weights: tuple[torch.Tensor, ...]
     steps further down the ladder (no valid input ever raises ``OutOfResources``)."""
     blocks, warps = kernel_blocks(p.blocks), p.blocks["num_warps"]
     first_stages = p.blocks.get("num_stages", DEFAULT_STAGES)
-    pdl = _pdl_options(p.blocks.get("PDL", False), x.device)
+    pdl = _pdl_options(p.blocks.get("PDL", False), x.device, early=p.blocks.get("EARLY", False))
     limit = smem_limit(x.device)
     if limit is None:  # the interpreter: no shared memory, Triton's stage setting is ignored
         launch(blocks, warps, None)
@@ -306,13 +332,16 @@ def _stages(num_stages: Optional[int]) -> dict:
     return {} if num_stages is None else {"num_stages": num_stages}
 
 
-def _pdl_options(requested: bool, device: torch.device) -> dict:
+def _pdl_options(requested: bool, device: torch.device, early: bool = False) -> dict:
     """The kernel and launch options of Note [Programmatic dependent launch] in :mod:`kernels.lora._kernels`:
     on a CUDA device of compute capability 9.0 or newer when ``requested`` (a ``BLOCKS`` entry), else none
-    (the interpreter cannot run the grid-dependency instructions, and older GPUs lack them)."""
+    (the interpreter cannot run the grid-dependency instructions, and older GPUs lack them); with ``early``
+    (Note [Early reads]) also the kernel's ``EARLY``, which only means something under PDL."""
     if not requested or device.type != "cuda":
         return {}
-    return PDL_OPTIONS if _has_pdl(device.index if device.index is not None else torch.cuda.current_device()) else {}
+    if not _has_pdl(device.index if device.index is not None else torch.cuda.current_device()):
+        return {}
+    return {**PDL_OPTIONS, "EARLY": True} if early else PDL_OPTIONS
 
 
 @functools.lru_cache(maxsize=None)

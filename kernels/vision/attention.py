@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -85,6 +86,9 @@ __all__ = [
 ]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# Note [Warp specialization] in kernels.vision._kernel: a config whose key loop triton warp-specializes
+# (warp_specialize and tma) is refused unless this is "1" (to reproduce its failure, benchmarks/repro_hopper_ws.py)
+UNSAFE_WS_ENV = "KERNEL_ORACLE_VISION_UNSAFE_WS"
 # fp32 inputs: "ieee" = exact fp32 products (the default; faithful=True baseline), "tf32" = tensor
 # cores in TF32 on NVIDIA GPUs (faithful="tf32" baseline).  The interpreter is exact in both.
 FP32_PRECISIONS = ("ieee", "tf32")
@@ -233,13 +237,23 @@ def plan_attention(q, k, v, cu_seqlens, bsz=None, seq_len=None, softmax_scale=No
         dv_tiles = sum(head_dim_split(plan.v.shape[2], False))
         splits = any(head_dim_split(x, True)[1] > 0 for x in (plan.q.shape[2], plan.v.shape[2]))
         config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device), splits)
-    elif config.whole_blocks:
+    else:
+        _check_config(plan, config)
+    table = _block_table(plan, config.block_m)
+    return VisionLaunch(plan, table.to(plan.q.device), int(table.shape[0]), config, precision)
+
+
+def _check_config(plan, config: KernelConfig) -> None:
+    """A caller's config, refused by field and value where it cannot be trusted with this batch."""
+    if config.warp_specialize and config.tma and os.environ.get(UNSAFE_WS_ENV) != "1":
+        raise ValueError(f"config.warp_specialize=True with tma=True is withdrawn: on the H200 (triton 3.6) its "
+                         f"outputs came out non-finite whenever another process shared the GPU (Note [Warp "
+                         f"specialization]); {UNSAFE_WS_ENV}=1 runs it anyway, to reproduce that")
+    if config.whole_blocks:
         ragged = plan.lengths[_kept(plan) & (plan.lengths % config.block_n != 0)]
         if ragged.numel():
             raise ValueError(f"config.whole_blocks=True needs every sequence length to be a multiple of "
                              f"block_n={config.block_n}; a sequence has length {int(ragged[0])}")
-    table = _block_table(plan, config.block_m)
-    return VisionLaunch(plan, table.to(plan.q.device), int(table.shape[0]), config, precision)
 
 
 def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,
