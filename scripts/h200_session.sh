@@ -72,6 +72,7 @@
 #   bash scripts/h200_session.sh s18a           # LoRA decode A/B 21 (PRE_WAIT: route, then weights, before the grid wait); WS NaN hunt
 #   bash scripts/h200_session.sh s18b           # LoRA decode A/B 22 (blocks under PRE_WAIT); the WS hunt: toy, with neighbours, alone
 #   bash scripts/h200_session.sh s18c           # LoRA decode A/B 23 (the flat grid under PRE_WAIT); the minimal WS kernel beside neighbours
+#   bash scripts/h200_session.sh s18d           # final code: LoRA kernel tests, decode floor with and without early reads, A/B 24, WS tests
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -923,6 +924,17 @@ PY
     lora_ab decode 200 _s18c
     timeout 150 python3 -m kernel_oracle.benchmarks.repro_hopper_ws --hunt 8 6 --toy --noise >"$OUT/s18c_ws_hunt.log" 2>&1
     echo "ws hunt toy --noise: exit $?"; tail -4 "$OUT/s18c_ws_hunt.log"
+    ;;
+  s18d)  # session 18 (run setup first), final code: the LoRA kernel tests (early reads among them), the decode floor
+         # without and with early reads, decode A/B 24; the vision WS tests (the config withdrawn, its override)
+    lora_tests 260; grep -E "^(FAILED|ERROR)" "$OUT/lora_tests.log" | head -5
+    lora_floor auto; mv "$OUT/decode_floor.json" "$OUT/s18d_decode_floor.json"
+    timeout 80 python3 -m kernel_oracle.benchmarks.bench_lora --decode-floor --routes auto --early-reads \
+      --json "$OUT/s18d_decode_floor_early.json" >/tmp/dfe.log 2>&1; echo "decode floor early exit $?"
+    grep "^| decode" /tmp/dfe.log | cut -c1-100
+    lora_ab decode 150 _s18d
+    timeout 120 python3 -m pytest oracle_tests/test_kernels_vision.py -q -p no:cacheprovider \
+      -k "warp_specialized or whole_blocks" 2>&1 | tail -2
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac
