@@ -73,6 +73,7 @@
 #   bash scripts/h200_session.sh s18b           # LoRA decode A/B 22 (blocks under PRE_WAIT); the WS hunt: toy, with neighbours, alone
 #   bash scripts/h200_session.sh s18c           # LoRA decode A/B 23 (the flat grid under PRE_WAIT); the minimal WS kernel beside neighbours
 #   bash scripts/h200_session.sh s18d           # final code: LoRA kernel tests, decode floor with and without early reads, A/B 24, WS tests
+#   bash scripts/h200_session.sh s18e           # final code: main job, vision GPU tests, a 60-s LoRA fuzz under early reads
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -935,6 +936,16 @@ PY
     lora_ab decode 150 _s18d
     timeout 120 python3 -m pytest oracle_tests/test_kernels_vision.py -q -p no:cacheprovider \
       -k "warp_specialized or whole_blocks" 2>&1 | tail -2
+    ;;
+  s18e)  # session 18 (run setup first), final code: the main job, the vision GPU tests, then our LoRA kernels fuzzed
+         # for 60 s under early reads (Note [Early reads]: every case builds its metadata just before the call)
+    main_job; cp "$OUT/main_job.log" "$OUT/s18e_main_job.log" 2>/dev/null; rm -f "$OUT/main_job.log"
+    vision_gpu_tests "$OUT/s18e_vision_tests.log"
+    mkdir -p $SOAK
+    KERNEL_ORACLE_LORA_EARLY_READS=1 timeout 150 python3 -m kernel_oracle.cli fuzz --target triton --op lora \
+      --device cuda --time 60 --seed 18 --no-progress --out "$SOAK/early-lora" >"$SOAK/early-lora.log" 2>&1
+    echo "early-reads fuzz exit $?"; cp "$SOAK/early-lora.log" "$OUT/s18e_early_fuzz.log"
+    bash "$0" soak-wait 2 | grep -v "^tar\|soak.tgz"
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

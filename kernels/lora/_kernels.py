@@ -143,6 +143,25 @@ instructions, so they are compiled only for a GPU; the GPU test chains eight in-
 graph and requires the bits of eight eager calls without PDL.  H200, round 14 (s14d), with META_FIRST:
 decode-bs64 q 7.71 -> 6.94 us, v 7.34 -> 6.68; decode-bs256 q 16.18 -> 15.46, v 12.15 -> 11.47.
 
+Note [Early reads]
+------------------
+Under PDL the wait sits at the top, so each program's route (one load round of metadata), its slot's rank
+and scaling, and its first weight blocks all start only when the previous kernel has finished.  None of them
+depends on that kernel in a decode step as SGLang runs it: metadata and LoRA weights are written before a
+CUDA graph's replay, and the kernels in flight write only activations.  ``EARLY`` (fused kernels,
+token-major, with PDL; :func:`kernels.lora._launch.early_reads`, off by default) issues them before the
+wait and waits just before the first read of an input that a kernel may produce: q / attention rows and the
+base output.  The q side loads the four A blocks (``PREFETCH_ALL``) and step A's first weight block early;
+the v side step B's first weight block (``PREFETCH``); a kernel without those prefetches waits right after the
+route.  Every program waits, also one with no rows, so that our completion still implies the previous
+kernel's (a kernel after us may read what that one wrote).  It is an opt-in because it is wrong when the
+kernel just before writes the metadata or the weights (``seg_indptr`` from a ``cumsum`` launched just before,
+say): the early reads may see them half written, and nothing detects that.  The 16-row q tiles of
+``EARLY_BLOCKS`` go with it: on the flat grid their route, the costliest (every slot's rows counted), is
+now off the chain.  H200, ``bench_lora --decode-floor --routes auto [--early-reads]`` (2026-12-02 s18d,
+do_bench_cudagraph median): decode-bs64 q 7.25 -> 4.78 us, v 6.73 -> 5.78; decode-bs256 q 15.69 -> 14.89,
+v 11.50 -> 11.01 (the A/B rounds 21-24 in ``benchmarks/bench_lora.py``).
+
 Note [Specialization]
 ---------------------
 Triton compiles one kernel per combination of its integer arguments' classes (1, a multiple of 16,

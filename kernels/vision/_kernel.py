@@ -134,9 +134,16 @@ docs/benchmarks/vision.md):
 - masked, it is barely faster at d128 (504 -> 514-522 TFLOP/s) and slower elsewhere (ragged d80 338 ->
   303); on whole blocks, 2x16384 d128 547 against cuDNN's engine's 569 (the default: 500-509);
 - as the d128 default on whole blocks it failed one realistic test once (fp16 2x16384: 5.6% NaN outputs,
-  under ``pytest -n 8``), then matched the default bit for bit in 16 isolated rounds.  Not understood, so
-  it is an opt-in, not a default.  The pass gives the producer / consumer split but not FA3's ping-pong
-  between the consumers.
+  under ``pytest -n 8``), then matched the default bit for bit in 16 isolated rounds.
+- Session 18 (``repro_hopper_ws --hunt``): compiled afresh in 32 processes, 8 sharing the GPU at a time, it
+  gave non-finite outputs in 16 (1-4.6 million of 8.4 million elements); alone, 0 of 6; alone beside 7
+  processes that only multiply matrices, 6 of 6.  Every compile gave the same cubins, so the binary is
+  deterministic and its failure depends on what else runs on the GPU.  The one-head kernel of
+  ``repro_hopper_ws`` (same pass, 2 stages, descriptor store) stayed right in the same conditions (0 of 16,
+  0 of 6), so this is not shown to be triton's.  ``plan_attention`` therefore refuses a warp-specialized
+  config (``warp_specialize`` and ``tma``) by field and value unless ``KERNEL_ORACLE_VISION_UNSAFE_WS=1``
+  (reproduction only).  The pass gives the producer / consumer split but not FA3's ping-pong between the
+  consumers.
 """
 
 from __future__ import annotations
