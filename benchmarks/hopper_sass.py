@@ -74,15 +74,6 @@ class HopperTarget:
         return GPUTarget("cuda", 90, 32)
 
 
-def _sm90_pdl_options(LL):
-    """``_launch._pdl_options`` as on an sm_90 device: PDL (and Note [Early reads]'s EARLY) when requested."""
-    def options(requested, device, early=False):
-        if not requested:
-            return {}
-        return {**LL.PDL_OPTIONS, "EARLY": True} if early else LL.PDL_OPTIONS
-    return options
-
-
 @contextlib.contextmanager
 def hopper_compiles(seen: list):
     """Within: the LoRA wrappers compile for sm_90 and record (grid, warps, stages, kernel) in ``seen``."""
@@ -95,7 +86,8 @@ def hopper_compiles(seen: list):
     driver.set_active(HopperTarget())
     try:
         with mock.patch.object(LL, "smem_limit", lambda device: H200_SMEM_OPTIN), \
-                mock.patch.object(LL, "_pdl_options", _sm90_pdl_options(LL)), \
+                mock.patch.object(LL, "_pdl_options", lambda requested, device, early=False:  # as on sm_90
+                                  (LL.PDL_EARLY_OPTIONS if early else LL.PDL_OPTIONS) if requested else {}), \
                 mock.patch.object(LL, "_family", lambda kernel, lay: CompileOnly(family(kernel, lay), seen)):
             LL._FITTED.clear()
             yield

@@ -670,9 +670,10 @@ def test_pdl_is_a_gpu_launch_option_only():
         assert launch._pdl_options(False, torch.device("cuda")) == {}
     assert launch._pdl_options(True, torch.device("cpu"), early=True) == {}  # Note [Early reads]: PDL only
     if HAS_CUDA and torch.cuda.get_device_capability()[0] >= 9:
-        assert launch._pdl_options(True, torch.device("cuda"), early=True) == {**launch.PDL_OPTIONS, "EARLY": True}
+        assert launch._pdl_options(True, torch.device("cuda"), early=True) == launch.PDL_EARLY_OPTIONS
         assert launch._pdl_options(False, torch.device("cuda"), early=True) == {}
     assert launch.PDL_OPTIONS == {"PDL": True, "launch_pdl": True}
+    assert launch.PDL_EARLY_OPTIONS == {"PDL": True, "launch_pdl": True, "EARLY": True}
     assert launch.BLOCKS["q_side_fused"]["tok"]["PDL"] and launch.BLOCKS["v_side_fused"]["seg"]["PDL"]
 
 

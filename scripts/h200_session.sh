@@ -74,6 +74,7 @@
 #   bash scripts/h200_session.sh s18c           # LoRA decode A/B 23 (the flat grid under PRE_WAIT); the minimal WS kernel beside neighbours
 #   bash scripts/h200_session.sh s18d           # final code: LoRA kernel tests, decode floor with and without early reads, A/B 24, WS tests
 #   bash scripts/h200_session.sh s18e           # final code: main job, vision GPU tests, a 60-s LoRA fuzz under early reads
+#   bash scripts/h200_session.sh s18f           # after review: the PDL and early-reads LoRA tests; the folded s17 toy script
 #   bash scripts/h200_session.sh repro-split-pv # the split-PV reduction, each variant in its own process
 #   bash scripts/h200_session.sh probe [N]      # main job alone, vision fp32 levels (N draws) + timing, profiles
 #
@@ -946,6 +947,10 @@ PY
       --device cuda --time 60 --seed 18 --no-progress --out "$SOAK/early-lora" >"$SOAK/early-lora.log" 2>&1
     echo "early-reads fuzz exit $?"; cp "$SOAK/early-lora.log" "$OUT/s18e_early_fuzz.log"
     bash "$0" soak-wait 2 | grep -v "^tar\|soak.tgz"
+    ;;
+  s18f)  # session 18, after the review mends (PDL_EARLY_OPTIONS built once; the two s17 toy scripts folded into one)
+    timeout 100 python3 -m pytest oracle_tests/test_kernels_lora.py -q -n 8 -p no:cacheprovider -k "pdl or early" 2>&1 | tail -1
+    timeout 60 python3 docs/benchmarks/data/h200_2026-12-02_s17/s17_toy_ws.py mask-cost 2>&1 | tail -8
     ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac

@@ -341,7 +341,7 @@ def _pdl_options(requested: bool, device: torch.device, early: bool = False) -> 
         return {}
     if not _has_pdl(device.index if device.index is not None else torch.cuda.current_device()):
         return {}
-    return {**PDL_OPTIONS, "EARLY": True} if early else PDL_OPTIONS
+    return PDL_EARLY_OPTIONS if early else PDL_OPTIONS
 
 
 @functools.lru_cache(maxsize=None)
@@ -353,6 +353,8 @@ def _has_pdl(index: int) -> bool:
 
 # the kernel's constexpr and Triton's launch option (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
 PDL_OPTIONS = dict(PDL=True, launch_pdl=True)
+# ... and under Note [Early reads] (built once: every early launch asks)
+PDL_EARLY_OPTIONS = dict(PDL_OPTIONS, EARLY=True)
 
 
 # ---- entry points (SGLang signatures) ------------------------------------------------------------

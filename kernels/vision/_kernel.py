@@ -233,7 +233,7 @@ def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int, tma: bool = Fal
     """Hopper heuristics (H200, measured with kernels.bench_vision --sweep); ``tma``: the device has tensor
     memory access (compute capability 9 and newer); ``splits``: a head dim is cut into two tiles when
     split (:func:`head_dim_split` with ``split=True``: not a power of two).  The warp-specialized loop
-    (Note [Warp specialization]) is not a default: faster at d128, but not reliably right."""
+    (Note [Warp specialization]) is never chosen: faster at d128, but wrong beside other GPU processes."""
     if INTERPRETING:
         return INTERPRETER_CONFIG
     if elem_bytes == 4:
