@@ -1,27 +1,26 @@
 """The vision warm call's own Python, piece by piece: where its host microseconds go.
 
-python -m kernel_oracle.benchmarks.vision_host_micro [--n N] [--rounds R] [--json PATH]
+python tools/vision_host_micro.py [--n N] [--rounds R] [--json PATH]
 
-Issue 16 asks for a warm call of ``flashinfer_cudnn_attention`` under 10 us of host time.  About 4.4
-of those are Triton's C launcher and the CUDA driver; this probe times everything else, with the C
-launch replaced by a no-op (``"".format``, a C function that takes any arguments and does nothing),
-so it runs on any machine: CUDA tensors where there is a GPU, else CPU tensors (the launch is then
-planned under the Triton interpreter, set here before the kernel module is imported; nothing timed
-goes through it).
+The warm call of ``flashinfer_cudnn_attention`` has a bar of 10 us of host time.  About 4.4 of those
+are Triton's C launcher and the CUDA driver (``tools/launch_overhead.py``); this probe times
+everything else, with the C launch replaced by a no-op (``"".format``, a C function that takes any
+arguments and does nothing), so it runs on any machine: CUDA tensors where there is a GPU, else CPU
+tensors (the launch is then planned under the Triton interpreter, set here before the kernel module is
+imported; nothing timed goes through it).
 
 Rows, us per call (``timeit``, ``n`` calls per round, the fastest of ``rounds``):
 
 * the code as checked out: the warm call through the entry point (both metadata forms: a
   ``forward_metadata`` object, and ``cu_seqlens`` with the ``sequence_lengths`` / ``max_seqlen``
   keywords), the direct launcher alone, the output allocation.  To compare two versions of the
-  vision code, swap it under this script (which runs on either), e.g. before and after the change
-  that made the checks one C call: ``git checkout fd35994 -- kernels/vision``, run, then
-  ``git checkout HEAD -- kernels/vision``, run (``bench_vision --host`` likewise);
+  vision code, swap it under this script (which runs on either): ``git checkout REV -- kernels/vision``,
+  run, then ``git checkout HEAD -- kernels/vision``, run (``bench_vision --host`` likewise);
 * single operations and alternative formulations of the same check (fixed statements, the same at
   every commit): what each tensor attribute read, the ambient strict read, the counters, the
   launcher call's argument building cost.
 
-Compare rows within one run: hosts differ by up to 1.5x (docs/benchmarks/vision.md).
+Compare rows within one run: the device machines' hosts differ by up to 1.5x.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import json
 import os
 import sys
 import timeit
-import types
 
 import torch
 
@@ -43,22 +41,10 @@ LENS, H, D = (64, 64, 64, 64), 2, 64  # bench_vision --host's tiny batch, bf16
 
 
 def _noop_direct(launch, q, k, v, out):
-    """A direct launcher of ``launch``'s arguments whose C launch does nothing (``"".format`` ignores its
-    arguments), as :class:`~kernels.vision.attention.VisionLaunch` holds one (its launch function, or the
-    :class:`DirectLaunch` itself before it had one): the direct launch's Python without the GPU."""
-    from kernel_oracle.kernels.vision import _direct
-    from kernel_oracle.kernels.vision._kernel import _vision_attn_fwd, attention_arguments
+    """``bench_vision.noop_direct_launch``: the direct launch's Python with a C launch that does nothing."""
+    from kernel_oracle.benchmarks.bench_vision import noop_direct_launch
 
-    kernel = types.SimpleNamespace(_init_handles=lambda: None, run="".format, function=1, packed_metadata=2)
-    grid, args, _ = attention_arguments(q, k, v, out, launch.table, launch.num_blocks, launch.plan.scale,
-                                        launch.config, launch.precision)
-    if HAS_CUDA:
-        runtime = None  # the real device and stream queries and Triton's hooks
-    else:  # C functions of the same arity as torch's device and stream queries; Triton's hooks
-        from triton import knobs
-        runtime = (int, abs, knobs.runtime)
-    direct = _direct.DirectLaunch(kernel, grid, args, _vision_attn_fwd.arg_names, 4, runtime=runtime)
-    return getattr(direct, "launch", direct)
+    return noop_direct_launch(launch, q, k, v, out)
 
 
 def _setup():

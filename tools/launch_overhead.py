@@ -1,8 +1,8 @@
 """Where a direct launch's host time goes: Python around it, Triton's C launcher, the driver call.
 
-python -m kernel_oracle.benchmarks.launch_overhead        (a CUDA device; triton 3.6 for every row)
+python tools/launch_overhead.py        (a CUDA device; triton 3.6 for every row)
 
-The vision warm call's bar is 10 us of host time (issue 16) and its direct launch
+The vision warm call's bar is 10 us of host time and its direct launch
 (Note [Direct launch], kernels/vision/_direct.py) takes 5-7 us of it.  This probe splits that:
 
 * ``DirectLaunch.__call__`` on the vision kernel (46 arguments): pointers read, device and hooks

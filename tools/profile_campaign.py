@@ -1,6 +1,6 @@
 """Where a campaign's time goes: one in-process campaign under cProfile, the top functions printed.
 
-python -m kernel_oracle.benchmarks.profile_campaign --target triton --op lora --device cuda --seconds 15
+python tools/profile_campaign.py --target triton --op lora --device cuda --seconds 15
 
 The campaign runs in this process (``isolate=False``; the process is configured for the device
 first), at ``--limits`` (default ``tiny``, the bench's small shapes), after ``--warmup-cases``

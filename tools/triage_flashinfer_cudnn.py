@@ -1,7 +1,7 @@
 """Triage of flashinfer-cudnn findings: one layout property changed at a time, each variant in its
 own process (an illegal memory access ends the CUDA context of the process that hit it).
 
-``python -m kernel_oracle.benchmarks.triage_flashinfer_cudnn [--json PATH] [--only NAME,...]`` on a GPU machine with the
+``python tools/triage_flashinfer_cudnn.py [--json PATH] [--only NAME,...]`` on a GPU machine with the
 wheels installed (scripts/flashinfer_wheels.sh).  Each variant prints err / allowed against the
 float64 oracle under the tolerance rule, or the exception.  The variants isolate the properties the
 differential tests found the engine to get wrong (docs/flashinfer_cudnn.md has the verdicts).
@@ -174,7 +174,7 @@ def main(argv=None) -> int:
     results = []
     for name in names:
         try:
-            p = subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.triage_flashinfer_cudnn", "--one", name],
+            p = subprocess.run([sys.executable, __file__, "--one", name],
                                capture_output=True, text=True, timeout=120)
             lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
             r = json.loads(lines[-1]) if lines else {"variant": name, "error": f"exit {p.returncode}: "

@@ -1,6 +1,6 @@
 """Standalone repro: SGLang 0.5.23's TRT-LLM-style ``step_a_v_fwd`` in fp32 with buffer rank R > 64.
 
-``python -m kernel_oracle.benchmarks.repro_sglang_trt_smem WHEEL`` (a CUDA machine; WHEEL: the release's
+``python tools/repro_sglang_trt_smem.py WHEEL`` (a CUDA machine; WHEEL: the release's
 wheel or the slim one of scripts/sglang_wheels.sh).  Only the wheel loader is ours (it answers the kernel
 file's two sglang imports); the call is built by hand, no harness, oracle or campaign.  Measured on the
 H200 (2026-11-30): fp32 R=65 C=64 and fp32 R=128 C=512 raise ``OutOfResources: shared memory, Required:

@@ -1,24 +1,22 @@
-"""A minimal attention forward whose PV product has two accumulators, to reduce Note [Head-dim split].
+"""A minimal attention forward whose PV product has two accumulators: the reproducer of
+docs/upstream/triton_split_pv.md (wrong results on sm_90 with triton 3.6).
 
-python -m kernel_oracle.benchmarks.repro_split_pv [--dump DIR]   (a GPU; or TRITON_INTERPRET=1 on the CPU)
-python benchmarks/repro_split_pv.py [--dump DIR]                   (the same file alone: torch and triton only)
+python docs/upstream/triton_split_pv.py [--dump DIR]       (a GPU; or TRITON_INTERPRET=1 on the CPU)
 
-Our vision kernel's split head dim (v's 80 columns as a 64-column tile and a 16-column tail, two
-``tl.dot`` into two accumulators) is exact under the interpreter and wrong when compiled with triton
-3.6 on the H200: max error 0.34-0.81 (``diag_vision``, docs/benchmarks/vision.md, 2026-11-30 s9a),
-whatever the tail's width or the block shape, while the QK split alone is right.  This kernel keeps
-only what that needs: q k^T in one dot, the online softmax (``RESCALE``: the running max and the
-accumulators rescaled as in the vision kernel; off: a fixed shift, no rescale), and the PV product
-into one padded accumulator (``SPLIT=False``) or two (``SPLIT=True``).  Each variant prints its max
-error against a float64 softmax-attention; under the interpreter every variant must be right (a CPU
-test checks that), so a wrong compiled variant points at the compiler, not at this file.
+Needs torch and triton only.  The vision kernel's split head dim (v's 80 columns as a 64-column tile and
+a 16-column tail, two ``tl.dot`` into two accumulators; Note [Head-dim split] in kernels/vision/_kernel.py)
+is exact under the interpreter and, built the plain way, wrong when compiled by triton 3.6 for the H200.
+This kernel keeps only what that needs: q k^T in one dot, the online softmax (``RESCALE``: the running
+max and the accumulators rescaled as in the vision kernel; off: a fixed shift, no rescale), and the PV
+product into one padded accumulator (``SPLIT=False``) or two (``SPLIT=True``).  Each variant prints its
+max error against a float64 softmax-attention, each GPU variant in its own process (an illegal memory
+access ends only that one).  Under the interpreter every variant must be right (a CPU test checks it), so
+a wrong compiled variant points at the compiler, not at this file.
 
-Found on the H200 (triton 3.6.0, 2026-12-01, phases s10b-s10d; docs/benchmarks/vision.md): with two
-accumulators, a second, masked call site of the key-block step (``n`` not a multiple of ``BLOCK_N``)
-gives max errors 0.17-0.76 or an illegal address in every block shape, and ``num_stages=1`` with
-64-key blocks gives 0.39-0.73 even without it; one padded accumulator is right everywhere, and so is
-one masked loop (``ONE_LOOP``) with two or more stages.  docs/upstream/triton_split_pv.md is the
-report for Triton.
+Measured on the H200 (triton 3.6.0): with two accumulators, a second, masked call site of the key-block
+step (``n`` not a multiple of ``BLOCK_N``) gives max errors 0.17-0.76 or an illegal address in every
+block shape, and ``num_stages=1`` with 64-key blocks gives 0.39-0.73 even without it; one padded
+accumulator is right everywhere, and so is one masked loop (``ONE_LOOP``) with two or more stages.
 """
 
 from __future__ import annotations
@@ -130,12 +128,12 @@ def run_variant(n: int, D: int, DV: int, split: bool, rescale: bool, block_m: in
 
 
 # (n, D, DV, split, rescale, block_m, block_n, warps, stages, heads, dtype[, one_loop]): on a GPU, the vision kernel's shapes; n=512 has
-# only full key blocks, n=300 ends with a masked one (as diag_vision's sequences of 300, 129 and 77 tokens)
+# only full key blocks, n=300 ends with a masked one
 GPU_VARIANTS = [(n, 64, dv, split, rescale, bm, bn, w, st, 1, "fp16")
                 for n in (512, 300) for dv in (80, 64) for split, rescale in itertools.product((False, True), (False, True))
                 for bm, bn, w, st in ((128, 128, 8, 3), (64, 64, 4, 2), (128, 64, 8, 1), (128, 64, 8, 3), (128, 64, 4, 1))
                 if (split or dv == 80) and (rescale or n == 512)]
-# the multi-head v layout (token stride 2 * 80) on the ragged split variants, in fp16 and in bf16 (the diagnosis's)
+# the multi-head v layout (token stride 2 * 80) on the ragged split variants, in fp16 and in bf16
 GPU_VARIANTS += [(300, 64, 80, True, True, bm, bn, w, st, 2, dt)
                  for bm, bn, w, st in ((128, 128, 8, 3), (64, 64, 4, 2), (128, 64, 8, 3)) for dt in ("fp16", "bf16")]
 # one loop, every key block masked (one call site of the step): a workaround if the second call site is the trigger

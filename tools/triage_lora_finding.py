@@ -1,6 +1,6 @@
 """Explain a LoRA mismatch finding element by element, on the device where it was found.
 
-``python -m kernel_oracle.benchmarks.triage_lora_finding FINDINGS.jsonl [--target triton] [--device cuda]``
+``python tools/triage_lora_finding.py FINDINGS.jsonl [--target triton] [--device cuda]``
 
 A finding's case is data (problem, seed, mutation), and the tensors are generated on the device, so a
 CUDA finding must be triaged on a CUDA machine: the CPU draws other numbers.  For the first finding
@@ -8,7 +8,7 @@ in the file this runs the target and the oracle on the same call and prints, for
 (non-finite disagreements first): the target's value, the float64 reference, the faithful
 baseline(s), the reference without its rounding points' range (Note [Range at rounding points] in
 reference/lora.py) and the base value.  It shows which side of a dtype's range or
-rounding boundary each number lies, and the verdict of today's rule with its message's last line.
+rounding boundary each number lies, and the verdict of the current rule with its message's last line.
 
 ``--faithful-seeds N`` instead judges the faithful oracle's own output (what a correct kernel with
 SPEC's rounding points computes) on the finding's problem and N-1 more seeds, on any device, the CPU
