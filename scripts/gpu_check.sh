@@ -16,7 +16,8 @@
 # ./gpu-out), prints a compact summary and adds a row to the machine's table (/tmp/gpu-check), which
 # outlives one device call while the machine stays warm: `all` skips the phases already done there and
 # stops before a phase that would pass ALL_BUDGET seconds (570; the device tool allows 600 a call), so
-# calling it again continues the sequence.
+# calling it again continues the sequence.  The soak's campaigns keep importing from this tree (their
+# workers start later): carry the same snapshot to the calls until soak-wait.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # a snapshot names its commit (the copy's .git, if any, is not the tree that was archived)
@@ -68,8 +69,9 @@ soak_start() {
   }
   start triton-lora --targets triton --op lora
   start triton-vision --targets triton --op vision
-  start sglang-0.5.23 --targets sglang==0.5.23 --op lora --upstream-contracts-only
-  start sglang-trt-0.5.23 --targets sglang-trt==0.5.23 --op lora --upstream-contracts-only
+  local wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
+  start sglang-0.5.23 --targets sglang==0.5.23 --op lora --upstream-contracts-only "${wheel[@]}"
+  start sglang-trt-0.5.23 --targets sglang-trt==0.5.23 --op lora --upstream-contracts-only "${wheel[@]}"
   record soak-start 0 0 "4 campaigns of $secs s started: triton lora, triton vision, sglang(-trt)==0.5.23 lora"
 }
 
