@@ -250,12 +250,10 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
                                           max_seqlen=md.flashinfer_max_seqlen)
 
     def python_alone():  # the warm call with a launcher whose C launch does nothing: its Python alone
-        from kernel_oracle.benchmarks.vision_host_micro import _noop_direct
-
         warm()
         entry = attention._LAST[1]  # the warm call's cache entry
         real = entry.launch._direct[0]
-        entry.launch._direct[0] = _noop_direct(entry.launch, q, k, v, out)
+        entry.launch._direct[0] = noop_direct_launch(entry.launch, q, k, v, out)
         attention._REPEAT = None  # remembered again, with the no-op launcher, by the next calls
         try:
             return _timed("warm call, repeat shortcut, no-op C launch (the Python alone)", warm, n)
@@ -282,6 +280,29 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
     extra = [hit_path, python_alone, warm_jit] if direct else [hit_path, warm_jit]
     rounds = [[_timed(name, fn, n) for name, fn in calls.items()] + [f() for f in extra] for _ in range(3)]
     return [min(group, key=lambda r: r["host_us"]) for group in zip(*rounds)]
+
+
+def noop_direct_launch(launch, q, k, v, out):
+    """A direct launcher of ``launch``'s arguments whose C launch does nothing (``"".format`` ignores its
+    arguments), as :class:`~kernels.vision.attention.VisionLaunch` holds one (its launch function, or the
+    :class:`DirectLaunch` itself before it had one): the direct launch's Python without the GPU.  On CPU
+    tensors (a launch planned under the interpreter) C functions of the same arity stand in for torch's
+    device and stream queries."""
+    import types
+
+    from kernel_oracle.kernels.vision import _direct
+    from kernel_oracle.kernels.vision._kernel import _vision_attn_fwd, attention_arguments
+
+    kernel = types.SimpleNamespace(_init_handles=lambda: None, run="".format, function=1, packed_metadata=2)
+    grid, args, _ = attention_arguments(q, k, v, out, launch.table, launch.num_blocks, launch.plan.scale,
+                                        launch.config, launch.precision)
+    if q.is_cuda:
+        runtime = None  # the real device and stream queries and Triton's hooks
+    else:
+        from triton import knobs
+        runtime = (int, abs, knobs.runtime)
+    direct = _direct.DirectLaunch(kernel, grid, args, _vision_attn_fwd.arg_names, 4, runtime=runtime)
+    return getattr(direct, "launch", direct)
 
 
 def host_us(fn, n: int) -> float:

@@ -1,14 +1,55 @@
-"""The profiler driver for fused decode calls (``python -m kernel_oracle.benchmarks.diag_lora_decode``):
+"""The profiler driver for fused decode calls (``python tools/diag_lora_decode.py``):
 it refuses a machine without CUDA in one line, rejects shapes it does not have, and on a GPU prints the
 compiled variants and the timing a profiler run is read against."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 
-from kernel_oracle.benchmarks import diag_lora_decode
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 from .conftest import HAS_CUDA
+
+
+def _load(relpath: str):
+    """The script at ``relpath`` (from the repository root) as a module: ``tools/`` and ``docs/upstream/``
+    are not installed, so nothing of the package can import them, and the tests load them by path."""
+    path = Path(__file__).resolve().parents[1] / relpath
+    spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # where Triton's JIT and pickling look a function's module up
+    spec.loader.exec_module(module)
+    return module
+
+
+diag_lora_decode = _load("tools/diag_lora_decode.py")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names = {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    return names | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+
+
+def test_nothing_installed_imports_the_tools():
+    """tools/ is not installed (pyproject's packages leave it out), so an installed module that imported
+    it would fail in every user's environment: every package folder is read for such an import."""
+    folders = ["kernel_oracle", "reference", "kernels", "harness", "fuzz", "reports", "benchmarks"]
+    offenders = [f"{path.relative_to(ROOT)}: {name}" for folder in folders for path in sorted((ROOT / folder).rglob("*.py"))
+                 for name in _imported_modules(path) if name == "tools" or name.startswith("tools.")]
+    assert not offenders, offenders
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    shipped = set(setup["packages"]) | set(setup.get("package-dir", {}).values())
+    assert not [name for name in shipped if "tools" in name.split(".")], shipped
 
 
 def test_unknown_shape_is_a_usage_error(capsys):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI proof that kernel-oracle installs as a wheel beside Hugging Face's `kernels` and works in another
-# project (issue 17):
+# project:
 #   1. build the wheel from the working tree (a copy: the checkout gets no build/ folder);
 #   2. a fresh venv (nothing of .venv, nothing of the checkout) gets the wheel, HF's `kernels` and
 #      the pinned CPU torch/triton of requirements-cpu.txt;

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # A copy of HEAD for the device tool's `carry` (.gpu-snap, git-ignored): `git archive` of HEAD, the
 # commit in .gpu-snap/COMMIT (the device copy's .git is not this tree's, so results would name a stale
-# commit; scripts/h200_session.sh exports it as KERNEL_ORACLE_GIT_COMMIT), and the wheels the GPU phases
-# install (.whl/flashinfer, .whl/sglang-slim) when present.
+# commit; scripts/gpu_check.sh exports it as KERNEL_ORACLE_GIT_COMMIT), and the wheels its setup phase
+# installs offline (.whl/flashinfer, .whl/sglang-slim, .whl/cluster) when present.
+#
+#   bash scripts/gpu_snapshot.sh    # then, on the device: cd .gpu-snap && bash scripts/gpu_check.sh all
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu-snap && mkdir .gpu-snap
 git archive HEAD | tar -x -C .gpu-snap
 git rev-parse HEAD > .gpu-snap/COMMIT
 mkdir -p .gpu-snap/.whl
-for d in flashinfer sglang-slim; do
+for d in flashinfer sglang-slim cluster; do
   if [ -d ".whl/$d" ]; then cp -r ".whl/$d" .gpu-snap/.whl/; fi
 done
 echo "snapshot of $(cut -c1-12 .gpu-snap/COMMIT): $(du -sh .gpu-snap | cut -f1)"

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# The GPU check of kernel-oracle on a CUDA machine (the device tool's H200), in phases; results in
+# docs/BENCHMARKS.md.
+#
+#   bash scripts/gpu_check.sh setup          # offline installs of the carried wheels, this checkout editable
+#   bash scripts/gpu_check.sh suite [T]      # the pytest suite on the GPU, stopped after T s (560): time, failures
+#   bash scripts/gpu_check.sh soak-start [S] # detached S-second fuzz campaigns (600): ours, sglang(-trt)==0.5.23
+#   bash scripts/gpu_check.sh soak-wait [W]  # wait up to W s (600) for them; their findings by bucket
+#   bash scripts/gpu_check.sh bench [PART..] # lora vision sglang verdicts oracle (default: all): the tables
+#   bash scripts/gpu_check.sh main-job       # kernel-oracle run --device cuda --time 120: cases per campaign
+#   bash scripts/gpu_check.sh all [S]        # the sequence setup .. bench; ends with the table of every phase
+#   bash scripts/gpu_check.sh table          # that table alone
+#
+# Carry .gpu-snap (scripts/gpu_snapshot.sh: HEAD, COMMIT, .whl/flashinfer, .whl/sglang-slim, .whl/cluster)
+# and run from inside it.  Every phase writes its logs under $OUT (the device tool's folder, else
+# ./gpu-out), prints a compact summary and adds a row to the machine's table (/tmp/gpu-check), which
+# outlives one device call while the machine stays warm: `all` skips the phases already done there and
+# stops before a phase that would pass ALL_BUDGET seconds (570; the device tool allows 600 a call), so
+# calling it again continues the sequence.  The soak's campaigns keep importing from this tree (their
+# workers start later): carry the same snapshot to the calls until soak-wait.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# a snapshot names its commit (the copy's .git, if any, is not the tree that was archived)
+if [ -f COMMIT ]; then export KERNEL_ORACLE_GIT_COMMIT; KERNEL_ORACLE_GIT_COMMIT=$(cat COMMIT); fi
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+STATE=/tmp/gpu-check; SOAK=$STATE/soak; mkdir -p "$STATE"
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
+export KERNEL_ORACLE_SGLANG_WHEEL=${KERNEL_ORACLE_SGLANG_WHEEL:-$PWD/.whl/sglang-slim}
+T0=$(date +%s)
+
+record() {  # PHASE RC SECONDS HEADLINE: a row of the machine's table
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$STATE/table.tsv"
+  echo "== $1: exit $2 in $3 s: $4"
+}
+timed() {  # PHASE TIMEOUT LOG COMMAND...: run COMMAND into LOG; sets RC and SECS
+  local phase=$1 limit=$2 log=$3; shift 3; local start; start=$(date +%s)
+  timeout "$limit" "$@" >"$log" 2>&1; RC=$?; SECS=$(( $(date +%s) - start ))
+  [ "$RC" -eq 124 ] && echo "$phase: stopped after $limit s"
+}
+
+setup() {  # FlashInfer's wheels into /tmp/site, the cluster wheels where present, the checkout editable
+  shopt -s nullglob; local fi=(.whl/flashinfer/*.whl) cl=(.whl/cluster/*.whl) start; start=$(date +%s); RC=0
+  if [ ${#fi[@]} -gt 0 ]; then
+    SITE=/tmp/site PYTHON=python3 bash scripts/flashinfer_wheels.sh install .whl/flashinfer || RC=2
+  else echo "setup: no .whl/flashinfer: the flashinfer-cudnn target stays unavailable"; fi
+  if [ ${#cl[@]} -gt 0 ]; then  # dask and distributed for --gpus (made by pip download: docs/scaling.md)
+    python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed || RC=2
+  fi
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/setup.log" 2>&1 || { tail -5 "$OUT/setup.log"; RC=2; }
+  local head; head=$(python3 -c "import torch, triton, kernel_oracle; print('torch', torch.__version__, 'triton', \
+triton.__version__, 'kernel-oracle', kernel_oracle.__version__, torch.cuda.get_device_name())" 2>&1 | tail -1)
+  record setup "$RC" $(( $(date +%s) - start )) "$head"
+}
+
+suite() {
+  timed suite "${1:-560}" "$OUT/suite.log" python3 -m pytest oracle_tests -q -p no:cacheprovider --durations=30 -rfEs
+  local last; last=$(grep -E " in [0-9.]+s( |$)" "$OUT/suite.log" | tail -1 | sed 's/=//g; s/^ *//')
+  grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -30 | cut -c1-200
+  record suite "$RC" "$SECS" "${last:-no pytest summary line (see suite.log)}"
+}
+
+soak_start() {
+  local secs=${1:-600}; rm -rf "$SOAK"; mkdir -p "$SOAK"
+  start() {  # NAME ARGS...: one detached campaign (setsid: it outlives this device call)
+    local name=$1; shift
+    setsid nohup python3 -m kernel_oracle fuzz "$@" --device cuda --time "$secs" --seed 7 --quiet \
+      --out "$SOAK/$name" >"$SOAK/$name.log" 2>&1 </dev/null &
+  }
+  start triton-lora --targets triton --op lora
+  start triton-vision --targets triton --op vision
+  local wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
+  start sglang-0.5.23 --targets sglang==0.5.23 --op lora --upstream-contracts-only "${wheel[@]}"
+  start sglang-trt-0.5.23 --targets sglang-trt==0.5.23 --op lora --upstream-contracts-only "${wheel[@]}"
+  record soak-start 0 0 "4 campaigns of $secs s started: triton lora, triton vision, sglang(-trt)==0.5.23 lora"
+}
+
+soak_wait() {
+  [ -d "$SOAK" ] || { record soak-wait 2 0 "no soak started on this machine"; return; }
+  local start; start=$(date +%s)
+  while [ $(( $(date +%s) - start )) -lt "${1:-600}" ] && pgrep -f -- "--out $SOAK/" >/dev/null; do sleep 5; done
+  mkdir -p "$OUT/soak"
+  for d in "$SOAK"/*/; do n=$(basename "$d"); cp "$d/summary.json" "$OUT/soak/$n.summary.json" 2>/dev/null
+    cp "$SOAK/$n.log" "$OUT/soak/" 2>/dev/null; done
+  local head; head=$(python3 - "$SOAK" 2>"$OUT/soak/buckets.txt" <<'PY'
+import collections, json, pathlib, sys
+total = new = 0
+for d in sorted(p for p in pathlib.Path(sys.argv[1]).iterdir() if p.is_dir()):
+    s = json.loads((d / "summary.json").read_text()) if (d / "summary.json").exists() else {}
+    c, f = s.get("campaign", {}), s.get("findings", [])
+    buckets = collections.Counter((x.get("kind"), x.get("op"), x.get("dtype"), bool(x.get("known"))) for x in f)
+    print(f"soak {d.name}: cases={c.get('executed')} elapsed={c.get('elapsed_s')} status={c.get('status')} "
+          f"findings={len(f)}", file=sys.stderr)
+    for (kind, op, dtype, known), n in sorted(buckets.items(), key=str):
+        print(f"   {kind} {op} {dtype} {'known' if known else 'NEW'} x{n}", file=sys.stderr)
+    total += c.get("executed") or 0
+    new += sum(1 for x in f if not x.get("known"))
+print(f"{total} cases, {new} new findings")
+PY
+)
+  cat "$OUT/soak/buckets.txt"
+  record soak-wait "$([ "${head##*, }" = "0 new findings" ] && echo 0 || echo 1)" $(( $(date +%s) - start )) "$head"
+}
+
+bench_part() {  # PART: one benchmark in its plain table mode
+  local cmd
+  case "$1" in
+    lora) cmd=(python3 -m kernel_oracle.benchmarks.bench_lora --json "$OUT/bench_lora.json") ;;
+    vision) cmd=(python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/bench_vision.json") ;;
+    sglang) cmd=(python3 -m kernel_oracle.benchmarks.sglang_gpu --wheels .whl/sglang-slim --json "$OUT/sglang_gpu.json") ;;
+    verdicts) cmd=(python3 -m kernel_oracle.benchmarks.gpu_verdicts --json "$OUT/gpu_verdicts.json") ;;
+    oracle) cmd=(python3 -m kernel_oracle bench --device cuda --targets triton,reference --time 15 --main-budget 0
+                 --out "$OUT/oracle_bench.json") ;;
+    *) echo "bench: unknown part $1 (lora vision sglang verdicts oracle)"; return 2 ;;
+  esac
+  timed "bench-$1" 560 "$OUT/bench_$1.log" "${cmd[@]}"
+  grep -E "^\|" "$OUT/bench_$1.log" | tail -20 | cut -c1-220
+  record "bench-$1" "$RC" "$SECS" "$(grep -cE '^\| ' "$OUT/bench_$1.log") table lines in bench_$1.log"
+}
+
+main_job() {
+  timed main-job 300 "$OUT/main_job.log" python3 -m kernel_oracle run --device cuda --time 120 --out "$STATE/main-job"
+  cp "$STATE/main-job/latest.json" "$OUT/main_job.json" 2>/dev/null
+  local head; head=$(python3 - "$STATE/main-job/latest.json" 2>"$OUT/main_job_campaigns.txt" <<'PY'
+import json, sys
+try:
+    camps = json.load(open(sys.argv[1])).get("summary", {}).get("campaigns", [])
+except OSError:
+    sys.exit(print("no record written"))
+for c in camps:
+    print(f"   {c.get('target')} {c.get('family')}: {c.get('cases')} cases in {c.get('took_s')} s", file=sys.stderr)
+print(f"{sum(c.get('cases', 0) for c in camps)} fuzz cases in {len(camps)} campaigns")
+PY
+)
+  cat "$OUT/main_job_campaigns.txt"; tail -3 "$OUT/main_job.log" | cut -c1-200
+  record main-job "$RC" "$SECS" "$head"
+}
+
+table() {
+  echo "| phase | exit | seconds | result |"; echo "|---|---:|---:|---|"
+  [ -f "$STATE/table.tsv" ] && awk -F'\t' '{ printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4 }' "$STATE/table.tsv"
+  cp "$STATE/table.tsv" "$OUT/table.tsv" 2>/dev/null; true
+}
+
+run_all() {  # the standard sequence; each entry: PHASE ESTIMATED_SECONDS (for the budget check)
+  local budget=${ALL_BUDGET:-570} secs=${1:-600} phase est
+  while read -r phase est <&3; do
+    grep -q "^$phase"$'\t' "$STATE/table.tsv" 2>/dev/null && continue
+    if [ $(( $(date +%s) - T0 + est )) -gt "$budget" ]; then
+      echo "all: $phase would pass the ${budget}-s budget: call 'all' again to continue"; break
+    fi
+    case "$phase" in
+      setup) setup ;;
+      soak-start) soak_start "$secs" ;;
+      suite) suite 440 ;;
+      soak-wait) soak_wait 300 ;;
+      main-job) main_job ;;
+      bench-*) bench_part "${phase#bench-}" ;;
+    esac
+  done 3<<'EOF'
+setup 90
+soak-start 5
+suite 450
+soak-wait 120
+main-job 200
+bench-lora 160
+bench-vision 220
+bench-sglang 260
+bench-verdicts 160
+bench-oracle 240
+EOF
+  table
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  suite) suite "${2:-560}" ;;
+  soak-start) soak_start "${2:-600}" ;;
+  soak-wait) soak_wait "${2:-600}" ;;
+  bench) shift; parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(lora vision sglang verdicts oracle)
+         for p in "${parts[@]}"; do bench_part "$p"; done ;;
+  main-job) main_job ;;
+  all) run_all "${2:-600}" ;;
+  table) table ;;
+  *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
+esac
