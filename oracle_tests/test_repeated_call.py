@@ -159,6 +159,37 @@ def test_equal_options_built_apart_still_repeat(request, device, keyed):
     _check(out, args, kwargs)
 
 
+@pytest.mark.parametrize("poison", [True, False])
+def test_one_options_block_repeats_under_its_own_options(request, device, keyed, poison):
+    """Calls inside one ``options(...)`` block share one options object: the record matches it by identity and
+    allocates as that block says (NaN-filled where it poisons; the uncovered tokens then stay NaN)."""
+    gen = _gen(request)
+    args, kwargs = build(Case("one block", (6, 13), layout="gaps"), torch.bfloat16, device, gen)
+    calls: list = []
+    kv.clear_launch_cache()
+    with options(poison_outputs=poison, vision={"fold_scale": False}) as block:
+        f = kv.flashinfer_cudnn_attention
+        f(*args, **kwargs)
+        (entry,) = attention._LAUNCH_CACHE.values()
+        if not entry.launch._direct[0]:
+            entry.launch._direct[0] = _stand_in(entry.launch, calls)
+        f(*args, **kwargs)  # the keyed repeat: remembered under this block's options object
+        assert attention._REPEAT is not None
+        layer2 = tuple(_same_layout(x, gen) for x in args[:3]) + tuple(args[3:])
+        before = len(keyed)
+        out = f(*layer2, **kwargs)
+        assert len(keyed) == before, "the repeated call built a cache key"
+        assert entry.launch.options is block.vision
+    if poison:
+        _check(out, layer2, kwargs)
+    else:  # not poisoned: only the defined tokens can be judged
+        ref = flashinfer_cudnn_oracle(*layer2, **kwargs)
+        faithful = flashinfer_cudnn_oracle(*layer2, **kwargs, faithful=True)
+        res = compare(out, ref.value, ref.defined.to(out.device), family="vision", baseline=faithful.baselines,
+                      out_dtype=layer2[0].dtype)
+        assert res.ok, res.message
+
+
 @pytest.mark.parametrize("path", ["metadata", "kwargs"])
 def test_an_in_place_edit_or_a_new_max_seqlen_takes_the_keyed_path(request, device, path, keyed):
     gen = _gen(request)

@@ -19,7 +19,9 @@ cheaper to read:
   strides and version counter as remembered (an in-place edit misses); an int ``max_seqlen`` equal;
 * no other keyword (``strict``, ``fp32_precision``, ``config`` take the keyed path), the ambient
   strict setting, ``softmax_scale`` and the vision launch options (``LaunchOptions.vision``, the same
-  object or an equal one) as remembered;
+  object or an equal one) as remembered; the same :class:`~kernels.options.LaunchOptions` object (one
+  ``options(...)`` block, or the defaults) is one identity compare, and its ``poison_outputs`` as
+  remembered;
 * q, k and v of the remembered shapes, strides, dtypes and devices (4-D inputs stay 4-D: the
   direct launcher takes addresses, and a contiguous 4-D output has the 3-D one's layout).
 
@@ -111,7 +113,7 @@ class RepeatedCall:
     __slots__ = ("md", "call")
 
     def __init__(self, direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs: dict,
-                 out: torch.Tensor, stats: dict, vision):
+                 out: torch.Tensor, stats: dict, opts):
         md = self.md = forward_metadata
         if md is not None:
             sl, pk, mx = md.sequence_lengths, md.packed_indptrs, md.flashinfer_max_seqlen
@@ -125,15 +127,20 @@ class RepeatedCall:
         # empty_like(q) is the cheapest allocation, where it gives the output's shape, dtype and (dense) layout
         like_q = q.is_contiguous() and out.shape == q.shape and out.dtype == q.dtype
         empty_like, empty, full = torch.empty_like, torch.empty, torch.full
+        opts0, vision, poison0 = opts, opts.vision, opts.poison_outputs
 
         # Every remembered value is a closure cell (cheaper to read than attributes: this is the whole of
         # a warm call's checking).  q, k, v, out below are the call's own: no activation is held.
         def call(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, opts):
             if forward_metadata is not md:
                 return None
-            vision_ = opts.vision
-            if vision_ is not vision and vision_ != vision:
-                return None
+            if opts is opts0:  # the same options value (one options block, or the defaults): one compare
+                poison = poison0
+            else:
+                vision_ = opts.vision
+                if vision_ is not vision and vision_ != vision:
+                    return None
+                poison = opts.poison_outputs
             if md is not None:
                 if kwargs:
                     return None
@@ -158,7 +165,7 @@ class RepeatedCall:
                 return None
             if resolve_strict(None) != strict or not same_layouts(q, k, v, sl, pk):
                 return None
-            if opts.poison_outputs:
+            if poison:
                 out = full(out_shape, _NAN, dtype=out_dtype, device=out_device)
             elif like_q:
                 out = empty_like(q)
@@ -173,10 +180,10 @@ class RepeatedCall:
 
     @classmethod
     def remember(cls, direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs: dict,
-                 out: torch.Tensor, stats: dict, vision) -> Optional["RepeatedCall"]:
-        """The record of a keyed call that launched ``out`` through ``direct`` under the vision launch options
-        ``vision``, or None where the call is not of a form this shortcut matches (other keywords, metadata
-        not in tensors, a strided output)."""
+                 out: torch.Tensor, stats: dict, opts) -> Optional["RepeatedCall"]:
+        """The record of a keyed call that launched ``out`` through ``direct`` under the launch options ``opts``
+        (a :class:`~kernels.options.LaunchOptions`), or None where the call is not of a form this shortcut
+        matches (other keywords, metadata not in tensors, a strided output)."""
         if not direct or not out.is_contiguous() or not isinstance(q, torch.Tensor):
             return None
         if forward_metadata is not None:
@@ -194,4 +201,4 @@ class RepeatedCall:
             return None
         if softmax_scale is not None and type(softmax_scale) not in (int, float):
             return None
-        return cls(direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, out, stats, vision)
+        return cls(direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, out, stats, opts)

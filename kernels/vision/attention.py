@@ -194,16 +194,17 @@ class VisionLaunch:
         if (not self.options.direct_launch or INTERPRETING or kernel is None or not q3.is_cuda
                 or torch.cuda.is_current_stream_capturing()):
             return None
-        plan, args = self.plan, (self.table, self.num_blocks, self.plan.scale, self.config, self.precision,
-                                 self.options)
+        plan = self.plan
 
         def make():
-            grid, kernel_args, _ = attention_arguments(q3, k3, v3, out, *args)
-            return _direct.DirectLaunch(kernel, grid, kernel_args, _vision_attn_fwd.arg_names, 4)
+            grid, args, _ = attention_arguments(q3, k3, v3, out, self.table, self.num_blocks, plan.scale,
+                                                self.config, self.precision, self.options)
+            return _direct.DirectLaunch(kernel, grid, args, _vision_attn_fwd.arg_names, 4)
 
         def run_both(direct):
             jit_out, direct_out = torch.full_like(out, float("nan")), torch.full_like(out, float("nan"))
-            launch_attention(q3, k3, v3, jit_out, *args)
+            launch_attention(q3, k3, v3, jit_out, self.table, self.num_blocks, plan.scale, self.config, self.precision,
+                             self.options)
             return jit_out, (direct_out if direct(q3, k3, v3, direct_out) else None)
 
         return _direct.verified(kernel, make, run_both)
@@ -277,7 +278,7 @@ def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=
         out = entry.launch._launch(q3, k3, v3, opts.poison_outputs)
         # a repeated launch is remembered, so that the next repeat is matched without a key
         _REPEAT = RepeatedCall.remember(entry.launch._direct[0], q, k, v, cu_seqlens, softmax_scale,
-                                        forward_metadata, kwargs, out, _CACHE_STATS, vision) if repeated else None
+                                        forward_metadata, kwargs, out, _CACHE_STATS, opts) if repeated else None
         return out
     _REPEAT = None
     launch = _plan(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, vision)
