@@ -18,29 +18,28 @@ cache]); callers can also build a :class:`VisionLaunch` once with :func:`plan_at
 
 Note [Launch cache]
 -------------------
-:func:`flashinfer_cudnn_attention` keeps the last :data:`LAUNCH_CACHE_SIZE` resolved launches (an
-LRU) keyed on everything resolution reads: for each metadata tensor (``sequence_lengths`` and the
-packed indptrs, and ``max_seqlen`` when it is a tensor) its ``id``, ``data_ptr``, shape, strides
-and ``_version`` (PyTorch's in-place modification counter, shared by views; a tensor object's dtype
-and device change only through ``.data``, which also moves its address); an int
-``max_seqlen`` by value; the shapes, strides, dtypes and devices of q, k, v (never their data or
-address: offsets count from each tensor's own pointer); ``softmax_scale``; the resolved ``strict``
-(ambient setting included); ``fp32_precision``; ``config``; and the vision launch options in force
+:func:`flashinfer_cudnn_attention` keeps the last :data:`LAUNCH_CACHE_SIZE` resolved launches (an LRU)
+keyed on everything resolution reads: for each metadata tensor (``sequence_lengths`` and the packed
+indptrs, and ``max_seqlen`` when it is a tensor) its ``id``, ``data_ptr``, shape, strides and
+``_version`` (PyTorch's in-place modification counter, shared by views; a tensor object's dtype and
+device change only through ``.data``, which also moves its address); an int ``max_seqlen`` by value;
+the shapes, strides, dtypes and devices of q, k, v (never their data or address: offsets count from
+each tensor's own pointer); ``softmax_scale``; the resolved ``strict`` (ambient setting included);
+``fp32_precision``; ``config``; and the vision launch options in force
 (:class:`~kernels.options.VisionOptions`: head-dim split, exact fp32 level, folded scale, direct
-launches), which a launch is planned under and keeps.  The
-resolution (contract checks, strict validation, anomalies, block table) is a pure function of
-these, so a hit skips it and launches with no host sync; an in-place edit bumps ``_version`` and a
-new object has a new ``id``, so either misses and is validated afresh.  A call that repeats the
-last launch (every layer of a tower after the first) compares its key with that one's instead of
-hashing it (tuple equality compares each element by identity first, so the options value of an
-``options(...)`` block, or the defaults, cost one pointer compare), and one that repeats it with a
-direct launcher is matched field by field without a key (Note [Repeated call] in
-:mod:`kernels.vision._repeat`).  The entry holds the keyed
-metadata objects, so their ``id`` cannot be reused by another object while the entry lives, and
-holds no q, k, v (meta-device stand-ins keep their layout).  Errors are never cached.  Not seen:
-writes that bypass the version counter (through ``.data``, DLPack or a raw pointer); call
-:func:`clear_launch_cache` after such a write.  ``LaunchOptions.poison_outputs`` is not in the key:
-it only decides how a hit allocates its output.
+launches), which a launch is planned under and keeps.  The resolution (contract checks, strict
+validation, anomalies, block table) is a pure function of these, so a hit skips it and launches with
+no host sync; an in-place edit bumps ``_version`` and a new object has a new ``id``, so either misses
+and is validated afresh.  A call that repeats the last launch (every layer of a tower after the first)
+compares its key with that one's instead of hashing it (tuple equality compares each element by
+identity first, so the options value of an ``options(...)`` block, or the defaults, cost one pointer
+compare), and one that repeats it with a direct launcher is matched field by field without a key (Note
+[Repeated call] in :mod:`kernels.vision._repeat`).  The entry holds the keyed metadata objects, so
+their ``id`` cannot be reused by another object while the entry lives, and holds no q, k, v
+(meta-device stand-ins keep their layout).  Errors are never cached.  Not seen: writes that bypass the
+version counter (through ``.data``, DLPack or a raw pointer); call :func:`clear_launch_cache` after
+such a write.  ``LaunchOptions.poison_outputs`` is not in the key: it only decides how a hit allocates
+its output.
 
 Memory safety with ``strict=False``: a sequence whose token range lies outside q, k, v or the
 output (only reachable when strict validation is off) has unspecified output by contract; the
