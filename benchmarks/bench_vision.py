@@ -18,17 +18,21 @@
   FlashInfer call alone with the wrapper's work done once.  Skipped, with the target's reason,
   where FlashInfer or the cuDNN frontend is missing (scripts/flashinfer_wheels.sh installs them).
 
-``--sweep`` also times each candidate :class:`~kernels.vision.KernelConfig` on every shape.
-``--json PATH`` writes the records (with date, commit, GPU, torch and triton versions).
+``--sweep`` also times each candidate :class:`~kernels.vision.KernelConfig` on every shape (passed as
+``config=``).  The launch options (:class:`~kernels.options.VisionOptions`: ``--split-head-dim``,
+``--fp32-exact``, ``--no-fold-scale``, ``--no-direct-launch``) apply to every timed call.  ``--json PATH``
+writes the records (with date, commit, GPU, torch and triton versions and the options).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import inspect
 import json
 import sys
+import types
 
 import torch
 
@@ -41,19 +45,15 @@ SHAPES = (
     ("64x256", (256,) * 64, 16, 64),
     ("2x16384", (16384,) * 2, 16, 128),
 )
-# (block_m, block_n, num_warps, num_stages[, warp_specialize[, tma[, maxnreg]]]) (KernelConfig); the sweep of
-# 2026-11-30 21:00 UTC (docs/benchmarks/vision.md) dropped 4-stage 128x128 (out of shared memory), 2 stages and
-# 4-warp 128-row blocks; session 15 dropped warp_specialize (triton 3.6 compiles the same SASS without it on
-# sm_90, docs/kernels_vision.md) and added 4 stages, 2 programs per SM (128 x 32 blocks capped at 128
-# registers) and descriptor loads (tma); session 17 the warp-specialized key loop (4 warps asked, 2 stages: Note
-# [Warp specialization]), which session 18 withdrew (wrong whenever another process shares the GPU): --configs
-# 128,128,4,2,1,1 with KERNEL_ORACLE_VISION_UNSAFE_WS=1 still times it
+# (block_m, block_n, num_warps, num_stages[, tma[, maxnreg]]) (KernelConfig): the candidates of --sweep, around
+# the defaults (kernels.vision._config.default_config): 64- and 128-row blocks of 32 to 128 keys, 3 or 4
+# stages, two programs per SM (128 x 32 blocks capped at 128 registers), pointer and descriptor loads
 SWEEP = ((128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3), (64, 32, 4, 3),
-         (128, 64, 8, 4), (128, 32, 8, 3, False, False, 128), (128, 32, 8, 4, False, False, 128),
-         (128, 64, 8, 3, False, True), (64, 64, 4, 3, False, True), (128, 64, 8, 4, False, True),
-         (128, 128, 8, 3, False, True), (128, 32, 8, 4, False, True, 128))
-
-
+         (128, 64, 8, 4), (128, 32, 8, 3, False, 128), (128, 32, 8, 4, False, 128),
+         (128, 64, 8, 3, True), (64, 64, 4, 3, True), (128, 64, 8, 4, True),
+         (128, 128, 8, 3, True), (128, 32, 8, 4, True, 128))
+# --split-head-dim: VisionOptions.split_head_dim
+SPLIT_HEAD_DIM = {"auto": None, "on": True, "off": False}
 
 
 def _varlen():
@@ -211,6 +211,7 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
     warm entry point (the repeat shortcut, Note [Repeated call], with either metadata form and with a
     no-op C launch: its Python alone; the keyed path; direct launches off: Triton's JIT launch), the planned
     launch, the bare launches and their pieces (the launch-cache key, ``torch.empty`` of the output)."""
+    from kernel_oracle.kernels.options import options
     from kernel_oracle.kernels.vision import _direct, attention, flashinfer_cudnn_attention, plan_attention
     from kernel_oracle.kernels.vision._kernel import launch_attention
     from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
@@ -225,18 +226,13 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
     def warm():
         return flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
 
-    def warm_jit():
-        _direct.ENABLED = False
-        attention.clear_launch_cache()
-        try:
+    def warm_jit():  # another launch (the cache keys the options), never launched directly
+        with options(vision={"direct_launch": False}):
             return _timed("warm call, direct launches off (Triton's JIT launch)", warm, n)
-        finally:
-            _direct.ENABLED = True
-            attention.clear_launch_cache()
 
     def hit_path():  # the keyed cache-hit path with the launch stubbed out (once, around the loop): key, lookup
         real = attention.VisionLaunch._launch
-        attention.VisionLaunch._launch = lambda self, q3, k3, v3: out
+        attention.VisionLaunch._launch = lambda self, q3, k3, v3, poison: out
         try:
             return _timed("keyed cache-hit path without the launch", keyed, n)
         finally:
@@ -268,7 +264,7 @@ def host_cost(n: int = 3000, lens=(64, 64, 64, 64), H: int = 2, D: int = 64) -> 
         "planned (VisionLaunch.run)": launch.run,
         "kernel launch alone, Triton's JIT (launch_attention)":
             lambda: launch_attention(q, k, v, out, launch.table, launch.num_blocks, plan.scale, launch.config,
-                                     launch.precision),
+                                     launch.precision, launch.options),
         "kernel launch alone, direct (DirectLaunch)": lambda: direct(q, k, v, out),
         "launch-cache key alone": lambda: attention._cache_key(q, k, v, None, None, md, {}),
         "output allocation alone (torch.empty)": lambda: torch.empty_like(out),
@@ -295,7 +291,7 @@ def noop_direct_launch(launch, q, k, v, out):
 
     kernel = types.SimpleNamespace(_init_handles=lambda: None, run="".format, function=1, packed_metadata=2)
     grid, args, _ = attention_arguments(q, k, v, out, launch.table, launch.num_blocks, launch.plan.scale,
-                                        launch.config, launch.precision)
+                                        launch.config, launch.precision, launch.options)
     if q.is_cuda:
         runtime = None  # the real device and stream queries and Triton's hooks
     else:
@@ -328,47 +324,81 @@ def _timed(name: str, fn, n: int) -> dict:
     return dict(call=name, host_us=host, do_bench_us=round(device, 2))
 
 
-def main(argv=None) -> int:
+def _config_arg(text: str) -> tuple:
+    """``--configs`` entry: M,N,WARPS,STAGES[,TMA[,MAXNREG]] as a :class:`~kernels.vision.KernelConfig`'s fields."""
+    try:
+        fields = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        fields = ()
+    if not 4 <= len(fields) <= 6:
+        raise argparse.ArgumentTypeError(f"expected M,N,WARPS,STAGES[,TMA[,MAXNREG]] (integers) but got {text!r}")
+    return fields[:4] + tuple(bool(x) if i == 4 else x for i, x in enumerate(fields[4:], 4))
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", action="store_true", help="also time each candidate kernel config")
     ap.add_argument("--json", default=None, help="write the records to this path")
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
     ap.add_argument("--shapes", default=None, help="comma-separated subset of shape names")
-    ap.add_argument("--configs", nargs="+", default=None, metavar="M,N,WARPS,STAGES[,WS,TMA,MAXNREG,WHOLE]",
-                    help="--sweep only these configs (KernelConfig fields, comma-separated integers; a "
-                         "warp-specialized one, WS and TMA both 1, is withdrawn and runs only with "
-                         "KERNEL_ORACLE_VISION_UNSAFE_WS=1)")
+    ap.add_argument("--configs", nargs="+", type=_config_arg, default=None, metavar="M,N,WARPS,STAGES[,TMA,MAXNREG]",
+                    help="--sweep only these configs (KernelConfig fields, comma-separated integers)")
+    ap.add_argument("--split-head-dim", choices=list(SPLIT_HEAD_DIM), default="auto",
+                    help="cut a head dim that is not a power of two into two tiles: auto (with descriptor loads), "
+                         "on, off (VisionOptions.split_head_dim)")
+    ap.add_argument("--no-fold-scale", action="store_true",
+                    help="scale the logits before the row max (VisionOptions.fold_scale=False)")
+    ap.add_argument("--no-direct-launch", action="store_true",
+                    help="warm calls through Triton's JIT launch (VisionOptions.direct_launch=False)")
     ap.add_argument("--host", action="store_true",
                     help="only the host cost per call (us) on a tiny batch: warm call, planned launch, bare launch")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def vision_options(args: argparse.Namespace):
+    """The :class:`~kernels.options.VisionOptions` of the parsed flags."""
+    from kernel_oracle.kernels.options import VisionOptions
+
+    return VisionOptions(split_head_dim=SPLIT_HEAD_DIM[args.split_head_dim], fold_scale=not args.no_fold_scale,
+                         direct_launch=not args.no_direct_launch)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    vision = vision_options(args)
     if not torch.cuda.is_available():
         print("kernel_oracle.benchmarks.bench_vision needs a CUDA device (the interpreter is far too slow to time)", file=sys.stderr)
         return 2
     import triton
 
+    from kernel_oracle.kernels.options import options
+
     torch.manual_seed(0)
     if args.host:
         from kernel_oracle.kernels.vision import direct_launch_info
 
-        rows = host_cost()
+        with options(vision=vision):
+            rows = host_cost()
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                           "triton": triton.__version__, "host": rows, "direct_launches": direct_launch_info()},
-                          f, indent=1)
+                           "triton": triton.__version__, "options": dataclasses.asdict(vision), "host": rows,
+                           "direct_launches": direct_launch_info()}, f, indent=1)
         print("| call (4 x 64 tokens, H=2, D=64, bf16) | host us per call | do_bench us |\n|---|---:|---:|")
         for r in rows:
             print(f"| {r['call']} | {r['host_us']} | {r['do_bench_us']} |")
         print("direct launches:", direct_launch_info())
         return 0
     wanted = None if args.shapes is None else set(args.shapes.split(","))
-    configs = SWEEP if args.configs is None else tuple(tuple(int(x) for x in c.split(",")) for c in args.configs)
-    records = [bench_shape(*s, sweep=args.sweep, configs=configs) for s in SHAPES if wanted is None or s[0] in wanted]
+    configs = SWEEP if args.configs is None else tuple(args.configs)
+    with options(vision=vision):
+        records = [bench_shape(*s, sweep=args.sweep, configs=configs) for s in SHAPES
+                   if wanted is None or s[0] in wanted]
     meta = {"version": 1, "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": (git_commit() or "unknown")[:12], "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__,
-            "triton": triton.__version__, "flashinfer_cudnn": _engine_status(),
+            "triton": triton.__version__, "flashinfer_cudnn": _engine_status(), "options": dataclasses.asdict(vision),
             "command": "python -m kernel_oracle.benchmarks.bench_vision" + " ".join([""] + list(argv or sys.argv[1:]))}
     if args.json:
         with open(args.json, "w") as f:

@@ -20,27 +20,21 @@ from __future__ import annotations
 
 import sys
 
-# (dtype, precision, EXACT, head dim[, warp_specialize[, split head dim[, folded scale[, descriptor loads[,
-# whole key blocks]]]]]):
-# the variants a kernel change must keep compiling (the folded scale, Note [Folded scale], wherever EXACT is 0
-# unless said).  The last four read keys and values through descriptors (Note [Descriptor loads]): the first
-# three are the H200's defaults (128 x 128 blocks for d128; d80 and d72 split, 128 x 64 blocks), the fourth a
-# float32 split head dim in float64 logits, which reads through descriptors only when a config asks; two more
-# add the warp-specialized key loop (Note [Warp specialization]: 128 x 64 blocks, 4 warps, 2 stages), d128 and a
-# split d80, and the last one is the H200's d128 default on whole key blocks (128 x 128, no key mask).
+# (dtype, precision, EXACT, head dim[, split head dim[, folded scale[, descriptor loads]]]): the variants a
+# kernel change must keep compiling (the folded scale, Note [Folded scale], wherever EXACT is 0 unless said).
+# The last four read keys and values through descriptors (Note [Descriptor loads]): the first three are the
+# H200's defaults (128 x 128 blocks for d128; d80 and d72 split, 128 x 64 blocks), the fourth a float32 split
+# head dim in float64 logits, which reads through descriptors only when a config asks.
 VARIANTS = (("float32", "ieee", 0, 80), ("float32", "ieee", 1, 80), ("float32", "ieee", 2, 80),
             ("float32", "tf32", 0, 128), ("bfloat16", None, 0, 80), ("float16", None, 0, 64),
-            ("bfloat16", None, 0, 128, True), ("bfloat16", None, 0, 80, False, True),
-            ("bfloat16", None, 0, 72, False, True, False), ("float16", None, 0, 128, False, False, False),
-            ("bfloat16", None, 0, 128, False, False, None, True), ("bfloat16", None, 0, 80, False, True, None, True),
-            ("float16", None, 0, 72, False, True, None, True), ("float32", "ieee", 2, 80, False, True, None, True),
-            ("bfloat16", None, 0, 128, True, False, None, True), ("float16", None, 0, 80, True, True, None, True),
-            ("bfloat16", None, 0, 128, True, False, None, True, True))
+            ("bfloat16", None, 0, 80, True), ("bfloat16", None, 0, 72, True, False),
+            ("float16", None, 0, 128, False, False),
+            ("bfloat16", None, 0, 128, False, None, True), ("bfloat16", None, 0, 80, True, None, True),
+            ("float16", None, 0, 72, True, None, True), ("float32", "ieee", 2, 80, True, None, True))
 _TRITON_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def compile_variant(dtype: str, precision, exact: int, d: int, ws: bool = False, split: bool = False,
-                    fold=None, tma: bool = False, whole: bool = False):
+def compile_variant(dtype: str, precision, exact: int, d: int, split: bool = False, fold=None, tma: bool = False):
     """The compiled kernel of one variant, with the constexprs and config ``launch_attention`` would
     pick for contiguous q, k, v of head dim ``d`` (raises Triton's CompilationError when it does not build).
     Every constexpr of the kernel is given here: one left out would compile as a runtime i32 argument."""
@@ -48,17 +42,15 @@ def compile_variant(dtype: str, precision, exact: int, d: int, ws: bool = False,
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from kernel_oracle.kernels.vision import _config as VC
     from kernel_oracle.kernels.vision import _kernel as VK
 
     fn = VK._vision_attn_fwd
-    (da, db), elem = VK.head_dim_split(d, split), 4 if dtype == "float32" else 2
-    cfg = VK.default_config(da + db, da + db, elem, tma, db > 0)
-    if ws and tma:  # Note [Warp specialization]: what triton 3.6 specializes on sm_90
-        cfg = VK.KernelConfig(128, 128 if whole else 64, 4, 2, True, True, whole_blocks=whole)
+    (da, db), elem = VC.head_dim_split(d, split), 4 if dtype == "float32" else 2
+    cfg = VC.default_config(da + db, da + db, elem, tma, db > 0)
     const = dict(D=d, DA=da, DB=db, DV=d, DVA=da, DVB=db, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  PREC=precision, INTERP=False, P_ROUND=VK._P_ROUND[dtype], ALIGN=16 // elem,
-                 TF32=precision == "tf32", EXACT=exact, WS=ws, FOLD_SCALE=exact == 0 if fold is None else fold,
-                 TMA=tma, WHOLE_BLOCKS=cfg.whole_blocks)
+                 TF32=precision == "tf32", EXACT=exact, FOLD_SCALE=exact == 0 if fold is None else fold, TMA=tma)
     missing = [a for a, p in zip(fn.arg_names, fn.params) if p.is_constexpr and a not in const]
     if missing:
         raise TypeError(f"compile_variant gives no value for the constexpr(s) {missing}")

@@ -178,8 +178,7 @@ def programs_per_sm(regs: int, warps: int, smem: int) -> int:
 
 def _row(shape: str, side: str, grid, warps, stages, kernel) -> dict:
     """One compiled kernel's table row (and its cubin and SASS, for --lines and --out).  ``warps``: what the
-    launch asked for; the row has what the kernel runs (a warp-specialized one runs more: Note [Warp
-    specialization] in kernels/vision/_kernel.py)."""
+    launch asked for; the row has what the compiled kernel runs (its metadata's warp count)."""
     warps = getattr(kernel.metadata, "num_warps", warps)
     ins = instructions(kernel.asm["sass"])
     regs, smem = registers(kernel.asm["cubin"]), kernel.metadata.shared

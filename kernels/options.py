@@ -69,13 +69,42 @@ class LoRAOptions:
         _is_bool("LoRAOptions", "early_reads", self.early_reads)
 
 
+def _exactly_one_of(owner: str, name: str, value: Any, valid: tuple) -> None:
+    """:func:`_one_of` with the type compared too (``True`` is not ``1``, ``0`` is not ``False``)."""
+    if not any(type(value) is type(v) and value == v for v in valid):
+        raise OptionsError(f"{owner}: {name}={value!r} is invalid; the only valid values are "
+                           + ", ".join(repr(v) for v in valid))
+
+
 @dataclass(frozen=True)
 class VisionOptions:
-    """How the vision attention kernel launches (Note [Launch options]; kernels.vision's Notes say
-    what each does)."""
+    """How the vision attention kernel launches (Note [Launch options]; the Notes of
+    :mod:`kernels.vision._kernel` and :mod:`kernels.vision._tiles` say what each does).
+
+    * ``split_head_dim``: Note [Head-dim split]: ``None`` cuts a head dim that is not a power of two
+      into two tiles exactly when the launch reads through descriptors; ``True`` / ``False`` always /
+      never (a one-stage config never splits);
+    * ``fp32_exact``: Note [Exact fp32], fp32 inputs with exact products: ``2`` float64 logits and
+      softmax, ``1`` the softmax alone in float64, ``0`` the fp32 flash-attention arithmetic;
+    * ``fold_scale``: Note [Folded scale]: the softmax scale folded into one FMA per logit where that
+      is exact (``False`` scales the logits first);
+    * ``direct_launch``: Note [Direct launch]: warm calls relaunch the compiled kernel without
+      Triton's per-call work.
+
+    A launch is planned under the options in force and keeps them: the launch cache and the repeated
+    call are keyed on them (Note [Launch cache] in :mod:`kernels.vision.attention`).
+    """
+
+    split_head_dim: Optional[bool] = None
+    fp32_exact: int = 2
+    fold_scale: bool = True
+    direct_launch: bool = True
 
     def __post_init__(self) -> None:
-        pass
+        _exactly_one_of("VisionOptions", "split_head_dim", self.split_head_dim, (None, False, True))
+        _exactly_one_of("VisionOptions", "fp32_exact", self.fp32_exact, (0, 1, 2))
+        _is_bool("VisionOptions", "fold_scale", self.fold_scale)
+        _is_bool("VisionOptions", "direct_launch", self.direct_launch)
 
 
 _SECTIONS = {"lora": LoRAOptions, "vision": VisionOptions}

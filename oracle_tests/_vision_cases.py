@@ -2,8 +2,9 @@
 
 Layouts (:class:`Case`, :func:`build`), the precision table and the poisoned-output check against
 the float64 oracle (:func:`check_against_oracle`).  ``oracle_tests/test_kernels_vision.py`` runs
-them on our Triton kernel and ``oracle_tests/test_flashinfer_cudnn.py`` on the real FlashInfer cuDNN
-engine.  The error contracts are the vision OpInfo's error inputs (``harness.opinfo``), run on every
+them on our Triton kernel, beside the vision OpInfo's own sample and exhaustive inputs
+(:func:`opinfo_samples`, ``harness.opinfo``), and ``oracle_tests/test_flashinfer_cudnn.py`` on the
+real FlashInfer cuDNN engine.  The error contracts are the vision OpInfo's error inputs, run on every
 target by ``oracle_tests/test_contracts.py``.
 """
 
@@ -17,6 +18,8 @@ import torch
 
 import kernel_oracle.kernels.vision as kv
 import kernel_oracle.reference.vision_metadata as rvm
+from kernel_oracle.harness.opinfo import VISION_OPINFO, Sample
+from kernel_oracle.kernels.options import options
 from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
 
@@ -65,27 +68,41 @@ class Case:
         return self.name
 
 
-# Edge layouts, small enough for the interpreter (a few dozen 16x16 programs each).
+# Edge layouts, small enough for the interpreter (a few dozen 16x16 programs each), in two parts.
+# Those the vision OpInfo's sample inputs (harness.opinfo.VISION_EDGE_CASES) hold too, in this table's terms:
+# the engine tests build every call through build(); our kernel takes them from the OpInfo (opinfo_samples)
 #        name                                      lens                   extra
-EDGE_CASES = (
-    Case("single token", (1,)),
+OPINFO_EDGE_CASES = (
     Case("zero-length entries, bucket padding", (7, 0, 19, 0)),
+    Case("v inside an interleaved qkv buffer", (12, 21), layout="qkv_v"),
+    Case("kwargs path, 0-d CPU tensor max_seqlen", (8, 20), path="kwargs", max_seqlen="tensor"),
+    Case("kwargs path, 1-element device tensor max_seqlen", (8, 20), path="kwargs", max_seqlen="tensor_device"),
+    Case("softmax_scale 0.37", (19, 9), scale=0.37),
+)
+# ... and those beyond them
+EDGE_CASES_BEYOND_OPINFO = (
+    Case("single token", (1,)),
     Case("odd tails around the block size", (15, 16, 17, 33)),
     Case("no padding (B exact)", (9, 4), pad=False),
-    Case("v inside an interleaved qkv buffer", (12, 21), layout="qkv_v"),
     Case("outputs in reverse order", (5, 18, 11), layout="o_reversed"),
     Case("gaps between sequences (uncovered tokens)", (6, 13), layout="gaps"),
     Case("4-D (b, s, H, D) input", (10, 7, 15), layout="4d"),
     Case("kwargs path, int max_seqlen", (8, 20), path="kwargs"),
-    Case("kwargs path, 0-d CPU tensor max_seqlen", (8, 20), path="kwargs", max_seqlen="tensor"),
-    Case("kwargs path, 1-element device tensor max_seqlen", (8, 20), path="kwargs", max_seqlen="tensor_device"),
     Case("sequence_lengths (B,1,1,1)", (14, 3), seq4d=True),
-    Case("softmax_scale 0.37", (19, 9), scale=0.37),
     Case("large-magnitude logits (x30)", (24, 10), magnitude=30.0),
     Case("negative softmax_scale -0.37", (19, 9), scale=-0.37, magnitude=3.0),
     Case("Dv != D (64 -> 48)", (13, 6), v_dim=48),
     Case("head dim 80 (64+16 split), 3 heads", (17, 5), heads=3, head_dim=80),
 )
+EDGE_CASES = OPINFO_EDGE_CASES + EDGE_CASES_BEYOND_OPINFO
+
+
+def opinfo_samples(exhaustive: bool = False) -> list[tuple[str, Sample]]:
+    """(precision name, sample) for every :data:`PRECISIONS` entry and every sample of the vision OpInfo
+    in that dtype: its ``sample_inputs``, or its ``exhaustive_inputs`` (realistic shapes)."""
+    gen = VISION_OPINFO.exhaustive_inputs if exhaustive else VISION_OPINFO.sample_inputs
+    return [(prec, sample) for prec, (dtype, _, _) in PRECISIONS.items() for sample in gen("cpu", dtype)]
+
 
 # Realistic shapes (GPU or --run-slow): the benchmark shapes, a 20K-token sequence with large
 # logits and a non-default scale, and the strided/permuted layouts at size.
@@ -173,7 +190,7 @@ def check_against_oracle(args, kwargs, *, baseline_mode, precision="ieee", repro
     Triton kernel with ``fp32_precision=precision``."""
     extra = {} if strict is None else {"strict": strict}
     if target is None:
-        with kv.poisoned_output():
+        with options(poison_outputs=True):
             out = kv.flashinfer_cudnn_attention(*args, **kwargs, fp32_precision=precision, **extra)
     else:
         with target.poison("vision"):

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import kernel_oracle.kernels.vision as kv
+from kernel_oracle.kernels.options import options
 from kernel_oracle.kernels.vision import _direct
 from kernel_oracle.kernels.vision._kernel import _vision_attn_fwd, attention_arguments
 from oracle_tests._vision_cases import Case, _gen, _rand, build, check_against_oracle
@@ -241,7 +242,7 @@ def test_a_launch_keeps_the_launch_function_and_calls_it(request, device, monkey
     def fake_launcher(self, kernel, q3, k3, v3, out):
         fake = _FakeKernel()
         grid, kernel_args, _ = attention_arguments(q3, k3, v3, out, self.table, self.num_blocks, self.plan.scale,
-                                                   self.config, self.precision)
+                                                   self.config, self.precision, self.options)
         built.append((fake, _direct.DirectLaunch(fake, grid, kernel_args, _vision_attn_fwd.arg_names, 4,
                                                  runtime=(lambda: 0, lambda dev: 1000 + dev, _Hooks()))))
         return built[-1][1]
@@ -267,7 +268,7 @@ def test_warm_call_is_direct_and_bit_identical_to_the_jit(request, prec):
     gen = _gen(request)
     args, kwargs = build(Case("direct", (33, 0, 70, 5), layout="qkv_v"), prec, "cuda", gen)
     kv.clear_launch_cache()
-    with kv.poisoned_output():
+    with options(poison_outputs=True):
         kv.flashinfer_cudnn_attention(*args, **kwargs)  # miss: JIT launch, then the check
         assert _direct.direct_launch_info()["verified"] == 1
         q2 = _rand(args[0].shape, prec, "cuda", gen)
@@ -277,14 +278,11 @@ def test_warm_call_is_direct_and_bit_identical_to_the_jit(request, prec):
         before = _direct.direct_launch_info()["launches"]  # the check made one
         direct_out = kv.flashinfer_cudnn_attention(*layer2, **kwargs)
         assert _direct.direct_launch_info()["launches"] == before + 1
-        _direct.ENABLED = False
-        try:
-            kv.clear_launch_cache()
+        # direct launches off: another launch (the cache keys the options), a miss then a hit, both JIT
+        with options(vision={"direct_launch": False}):
             kv.flashinfer_cudnn_attention(*layer2, **kwargs)
             jit_out = kv.flashinfer_cudnn_attention(*layer2, **kwargs)
-        finally:
-            _direct.ENABLED = True
-    assert _direct.direct_launch_info()["launches"] == before + 1
+    assert _direct.direct_launch_info()["launches"] == before + 1 and kv.launch_cache_info()["misses"] == 2
     assert _direct._bitwise_equal(direct_out, jit_out)
     check_against_oracle(layer2, kwargs, baseline_mode=True, repro=request.node.nodeid)
 
@@ -300,7 +298,7 @@ def test_unaligned_input_declines_and_stays_right(request):
     flat = _rand((q.numel() + 1,), torch.bfloat16, "cuda", gen)
     q2 = flat[1:].view(q.shape)  # same shape and strides, 2 bytes off a 16-byte boundary
     assert q2.data_ptr() % 16 and q2.stride() == q.stride()
-    with kv.poisoned_output():
+    with options(poison_outputs=True):
         out = launch.run(q2, args[1], args[2])
     assert _direct.direct_launch_info()["declined"] == 1
     from kernel_oracle.reference.tolerance import compare

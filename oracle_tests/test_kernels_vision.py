@@ -7,6 +7,10 @@ baseline being the faithful same-dtype oracle; tokens no sequence covers must st
 OpInfo's error inputs, run on this kernel (target ``triton``) by the generic ``test_error_inputs``
 of ``oracle_tests/test_contracts.py``.
 
+The cases are the vision OpInfo's sample and exhaustive inputs (``harness.opinfo``) and the layouts
+beyond them (``oracle_tests/_vision_cases.py``).  Launch choices (head-dim split, exact fp32 level,
+folded scale, NaN-poisoned outputs) are passed as options (``kernels.options``), never patched.
+
 The same tests run under the Triton interpreter on the CPU (small shapes) and on a GPU; realistic
 shapes are marked ``slow`` (conftest skips them without a GPU, saying why).
 """
@@ -21,8 +25,11 @@ import torch
 import kernel_oracle.kernels as kernels
 import kernel_oracle.kernels.vision as kv
 import kernel_oracle.reference.vision_metadata as rvm
+from kernel_oracle.kernels.options import OptionsError, VisionOptions, options
+from kernel_oracle.kernels.vision._config import default_config, descriptor_loads_ok, exact_level, stride_alignment
+from kernel_oracle.kernels.vision._kernel import attention_arguments
 from oracle_tests._vision_cases import (
-    EDGE_CASES,
+    EDGE_CASES_BEYOND_OPINFO,
     HEAD_DIMS,
     PRECISIONS,
     SLOW_CASES,
@@ -32,6 +39,7 @@ from oracle_tests._vision_cases import (
     build,
     check_against_oracle,
     head_dim_call,
+    opinfo_samples,
 )
 from kernel_oracle.reference.contracts import contract, expected_message
 from kernel_oracle.reference.tolerance import compare
@@ -53,8 +61,28 @@ def test_head_dims_and_dtypes(request, device, prec, head_dim):
     check_against_oracle(args, kwargs, baseline_mode=baseline, precision=precision, repro=request.node.nodeid)
 
 
+@pytest.mark.parametrize("prec,sample", opinfo_samples(), ids=lambda x: x if isinstance(x, str) else x.name)
+def test_opinfo_samples(request, device, prec, sample):
+    """The vision OpInfo's sample inputs (harness.opinfo.VISION_EDGE_CASES) in every precision."""
+    _, precision, baseline = PRECISIONS[prec]
+    call = sample.call(device)
+    check_against_oracle(call.args, call.kwargs, baseline_mode=baseline, precision=precision,
+                         repro=request.node.nodeid)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prec,sample", opinfo_samples(exhaustive=True),
+                         ids=lambda x: x if isinstance(x, str) else x.name)
+def test_opinfo_exhaustive_inputs(request, device, prec, sample):
+    """The vision OpInfo's exhaustive inputs (realistic shapes) in every precision."""
+    _, precision, baseline = PRECISIONS[prec]
+    call = sample.call(device)
+    check_against_oracle(call.args, call.kwargs, baseline_mode=baseline, precision=precision,
+                         repro=request.node.nodeid)
+
+
 @pytest.mark.parametrize("prec", ["bf16", "fp16"])
-@pytest.mark.parametrize("case", EDGE_CASES, ids=repr)
+@pytest.mark.parametrize("case", EDGE_CASES_BEYOND_OPINFO, ids=repr)
 def test_edge_layouts(request, device, case, prec):
     dtype, precision, baseline = PRECISIONS[prec]
     args, kwargs = build(case, dtype, device, _gen(request))
@@ -101,21 +129,19 @@ def test_fp32_large_logits(request, device, case, prec):
 
 @pytest.mark.parametrize("head_dim,split", [(64, False), (80, False), (128, False), (72, True), (80, True)])
 @pytest.mark.parametrize("prec", ["bf16", "fp16", "fp32", "fp32-tf32"])
-def test_descriptor_loads(request, device, prec, head_dim, split, monkeypatch):
+def test_descriptor_loads(request, device, prec, head_dim, split):
     """Note [Descriptor loads]: keys and values read through tensor descriptors are right against the float64
     oracle and give bit for bit what pointer loads give (zeros past the sequence and the head dim either
     way), on sequences shorter than a key block, of whole key blocks and with a ragged last one; with one
     padded tile per head dim and with a split head dim (Note [Head-dim split]: two descriptors each)."""
-    from kernel_oracle.kernels.vision._kernel import default_config
-
-    monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "1" if split else "0")
     dtype = PRECISIONS[prec][0]
     chosen = default_config(head_dim, head_dim, torch.tensor([], dtype=dtype).element_size(), tma=True)
     stages = max(chosen.num_stages, 2) if split else chosen.num_stages  # one stage never splits
     plain, tma = (kv.KernelConfig(*chosen[:3], stages, tma=flag) for flag in (False, True))
     bn = plain.block_n
     case = Case("tma", (bn // 2 + 1, bn, 2 * bn + 3, 3 * bn, 0, 4 * bn - 1), head_dim=head_dim)
-    launched = _right_and_same_bits(request, device, case, prec, tested=tma, twin=plain)
+    with options(vision={"split_head_dim": split}):
+        launched = _right_and_same_bits(request, device, case, prec, tested=tma, twin=plain)
     assert launched["TMA"] and (launched["DB"] > 0) == split
 
 
@@ -123,17 +149,15 @@ def _right_and_same_bits(request, device, case, prec, tested, twin) -> dict:
     """Run ``case`` under the configs ``tested`` and ``twin`` (NaN-poisoned outputs, fresh data): ``tested``'s
     output must pass the float64 oracle's rule and equal ``twin``'s bit for bit over the covered tokens.
     Returns the kernel arguments ``tested`` launched with (what the test then checks it asked for)."""
-    from kernel_oracle.kernels.vision._kernel import attention_arguments
-
     dtype, precision, baseline = PRECISIONS[prec]
     args, kwargs = build(case, dtype, device, _gen(request))
     outs = []
     for config in (tested, twin):
-        with kv.poisoned_output():
+        with options(poison_outputs=True):
             launch = kv.plan_attention(*args, **kwargs, fp32_precision=precision, config=config)
             outs.append(launch.run())
     q3, k3, v3 = launch.plan.q, launch.plan.k, launch.plan.v
-    launched = attention_arguments(q3, k3, v3, outs[0], launch.table, 1, 1.0, tested, precision)[1]
+    launched = attention_arguments(q3, k3, v3, outs[0], launch.table, 1, 1.0, tested, precision, launch.options)[1]
     ref = flashinfer_cudnn_oracle(*args, **kwargs)
     faithful = flashinfer_cudnn_oracle(*args, **kwargs, faithful=baseline)
     res = compare(outs[0], ref.value, ref.defined.to(device), family="vision", baseline=faithful.baselines,
@@ -144,92 +168,23 @@ def _right_and_same_bits(request, device, case, prec, tested, twin) -> dict:
     return launched
 
 
-@pytest.mark.parametrize("whole", [False, True], ids=["masked", "whole-blocks"])
-@pytest.mark.parametrize("head_dim,split", [(64, False), (128, False), (72, True), (80, True)])
-@pytest.mark.parametrize("prec", ["bf16", "fp16"])
-def test_warp_specialized_descriptor_loads(request, device, prec, head_dim, split, whole, monkeypatch):
-    """Note [Warp specialization]: the key loop asked to warp-specialize (queries, keys and values through
-    descriptors, every key block masked, or none with ``whole_blocks``) is right against the float64 oracle
-    and gives bit for bit what the same blocks give without it, on short, whole-block and ragged sequences."""
-    monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "1" if split else "0")
-    # withdrawn (test_warp_specialized_config_is_withdrawn); alone on a GPU it is right, which this checks
-    monkeypatch.setenv(kv.attention.UNSAFE_WS_ENV, "1")
-    if str(device).startswith("cuda"):
-        block_m, block_n, warps, stages = 128, 64, 4, 2
-    else:  # the interpreter ignores the flag; small blocks keep it quick
-        block_m, block_n, warps, stages = 16, 16, 1, 2
-    ws, plain = (kv.KernelConfig(block_m, block_n, warps, stages, flag, True) for flag in (True, False))
-    if whole:  # every sequence whole key blocks: the loop masks no keys
-        ws = kv.KernelConfig(block_m, block_n, warps, stages, True, True, whole_blocks=True)
-        case = Case("ws-whole", (block_n, 3 * block_n, 0, 2 * block_m), head_dim=head_dim)
-    else:
-        case = Case("ws", (block_n // 2 + 1, block_m, 2 * block_n + 3, 0, 3 * block_m - 1), head_dim=head_dim)
-    launched = _right_and_same_bits(request, device, case, prec, tested=ws, twin=plain)
-    assert launched["TMA"] and launched["WS"] and launched["WHOLE_BLOCKS"] == whole and (launched["DB"] > 0) == split
-
-
-@pytest.mark.parametrize("stages", [1, 3])
-def test_warp_specialized_config_needs_two_stages(stages):
-    """Note [Warp specialization]: triton 3.6 warp-specializes 3 or 4 stages into wrong outputs on the H200,
-    so such a config is refused by name and value; without descriptors (nothing is specialized) it stands."""
-    with pytest.raises(ValueError) as err:
-        kv.KernelConfig(128, 64, 4, stages, True, True)
-    assert str(err.value) == (
-        f"KernelConfig: warp_specialize with tma needs num_stages=2, got num_stages={stages} "
-        "(triton 3.6 warp-specializes more stages into wrong outputs: Note [Warp specialization])")
-    assert kv.KernelConfig(128, 64, 4, stages, True, False).warp_specialize
-
-
-def test_warp_specialized_config_is_withdrawn(request, device, monkeypatch):
-    """Note [Warp specialization]: a config that triton warp-specializes (warp_specialize with tma) is refused
-    by field and value, since on the H200 its outputs came out non-finite whenever another process shared the
-    GPU; the same blocks without it, or without descriptors (nothing specialized), still plan."""
-    monkeypatch.delenv(kv.attention.UNSAFE_WS_ENV, raising=False)
-    args, kwargs = build(Case("whole", (16, 32)), torch.bfloat16, device, _gen(request))
-    for whole in (False, True):
-        with pytest.raises(ValueError) as err:
-            kv.plan_attention(*args, **kwargs, config=kv.KernelConfig(16, 16, 1, 2, True, True, whole_blocks=whole))
-        assert str(err.value) == (
-            "config.warp_specialize=True with tma=True is withdrawn: on the H200 (triton 3.6) its outputs came out "
-            "non-finite whenever another process shared the GPU (Note [Warp specialization]); "
-            "KERNEL_ORACLE_VISION_UNSAFE_WS=1 runs it anyway, to reproduce that")
-    for cfg in (kv.KernelConfig(16, 16, 1, 2, False, True), kv.KernelConfig(16, 16, 1, 2, True, False)):
-        assert kv.plan_attention(*args, **kwargs, config=cfg).config == cfg
-
-
-def test_whole_blocks_promise_is_checked(request, device, monkeypatch):
-    """A config promising whole key blocks on a batch that has a ragged sequence is refused by name and value
-    (the unmasked loop would read keys past the sequence as zeros and give them weight)."""
-    monkeypatch.setenv(kv.attention.UNSAFE_WS_ENV, "1")  # its only whole-blocks config is warp-specialized
-    args, kwargs = build(Case("ragged", (16, 19)), torch.bfloat16, device, _gen(request))
-    with pytest.raises(ValueError) as err:
-        kv.plan_attention(*args, **kwargs, config=kv.KernelConfig(16, 16, 1, 2, True, True, whole_blocks=True))
-    assert str(err.value) == ("config.whole_blocks=True needs every sequence length to be a multiple of "
-                              "block_n=16; a sequence has length 19")
-
-
-@pytest.mark.parametrize("env,tma,expected_db", [(None, True, 16), (None, False, 0), ("0", True, 0), ("1", False, 16)])
-def test_head_dim_split_follows_descriptor_loads(monkeypatch, env, tma, expected_db):
+@pytest.mark.parametrize("split,tma,expected_db", [(None, True, 16), (None, False, 0), (False, True, 0),
+                                                   (True, False, 16)])
+def test_head_dim_split_follows_descriptor_loads(split, tma, expected_db):
     """By default a launch splits a head dim of 80 exactly when it reads through descriptors (Note [Descriptor
-    loads]); KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM overrides either way; one stage never splits."""
-    from kernel_oracle.kernels.vision._kernel import attention_arguments
-
-    if env is None:
-        monkeypatch.delenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", raising=False)
-    else:
-        monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", env)
+    loads]); ``VisionOptions.split_head_dim`` overrides either way; one stage never splits."""
     x = torch.empty(4, 2, 80, dtype=torch.bfloat16)
     table = torch.zeros(1, 5, dtype=torch.int32)
-    args = attention_arguments(x, x, x, x, table, 1, 1.0, kv.KernelConfig(16, 16, 1, 2, tma=tma), "ieee")[1]
+    opts = VisionOptions(split_head_dim=split)
+    args = attention_arguments(x, x, x, x, table, 1, 1.0, kv.KernelConfig(16, 16, 1, 2, tma=tma), "ieee", opts)[1]
     assert (args["TMA"], args["DA"], args["DB"]) == (tma, 64 if expected_db else 128, expected_db)
-    one_stage = attention_arguments(x, x, x, x, table, 1, 1.0, kv.KernelConfig(16, 16, 1, 1, tma=tma), "ieee")[1]
+    one_stage = attention_arguments(x, x, x, x, table, 1, 1.0, kv.KernelConfig(16, 16, 1, 1, tma=tma), "ieee",
+                                    opts)[1]
     assert one_stage["DB"] == 0
 
 
 def test_descriptor_loads_only_where_the_layout_allows():
     """A non-unit innermost stride, 8-byte strides or an unaligned pointer keep pointer loads."""
-    from kernel_oracle.kernels.vision._kernel import descriptor_loads_ok
-
     x = torch.empty(4, 2, 64, dtype=torch.bfloat16)
     assert descriptor_loads_ok(x, x, x, x, 8)
     assert not descriptor_loads_ok(x, x, x, x, 4)
@@ -259,7 +214,7 @@ def test_launch_reuse_across_layers(request, device):
     q2 = _rand(args[0].shape, torch.bfloat16, device, gen)
     k2 = _rand(args[1].shape, torch.bfloat16, device, gen)
     v2 = _rand((args[2].shape[0], 3) + tuple(args[2].shape[1:]), torch.bfloat16, device, gen)[:, 2]
-    with kv.poisoned_output():
+    with options(poison_outputs=True):
         out = launch.run(q2, k2, v2)
     ref = flashinfer_cudnn_oracle(q2, k2, v2, *args[3:], **kwargs)
     faithful = flashinfer_cudnn_oracle(q2, k2, v2, *args[3:], **kwargs, faithful=True)
@@ -306,18 +261,17 @@ def test_head_dim_split(d):
 
 
 @pytest.mark.parametrize("head_dim", [72, 80, 96])
-def test_split_head_dim(request, device, head_dim, monkeypatch):
-    """The split head dim asked for by the switch, whatever the loads (on the H200: descriptors, the default;
+def test_split_head_dim(request, device, head_dim):
+    """The split head dim asked for by the option, whatever the loads (on the H200: descriptors, the default;
     triton 3.6's split-PV miscompile is worked around, docs/upstream/triton_split_pv.md)."""
-    monkeypatch.setenv("KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM", "1")
     args, kwargs = build(Case("split", (7, 20), head_dim=head_dim, v_dim=head_dim), torch.bfloat16, device,
                          _gen(request))
-    check_against_oracle(args, kwargs, baseline_mode=True, repro=request.node.nodeid)
+    with options(vision={"split_head_dim": True}):
+        check_against_oracle(args, kwargs, baseline_mode=True, repro=request.node.nodeid)
 
 
 @pytest.mark.parametrize("heads,head_dim,align", [(16, 72, 8), (16, 80, 8), (3, 36, 4), (5, 13, 1)])
 def test_stride_alignment(heads, head_dim, align):
-    from kernel_oracle.kernels.vision._kernel import stride_alignment
     x = torch.empty(4, heads, head_dim, dtype=torch.float16)
     assert stride_alignment(x, x, x, x) == align
 
@@ -340,7 +294,7 @@ def test_unsupported_dtype_says_what_to_do(request, device):
 
 
 def _call(args, kwargs, **extra):
-    with kv.poisoned_output():
+    with options(poison_outputs=True):
         return kv.flashinfer_cudnn_attention(*args, **kwargs, **extra)
 
 
@@ -495,49 +449,143 @@ def test_cache_hit_does_not_sync(request, device):
     assert kv.launch_cache_info()["hits"] == 1
 
 
-def test_exact_level_reads_its_switch(monkeypatch):
-    """fp32 exact products default to float64 logits (Note [Exact fp32]); the triage switch is checked."""
-    from kernel_oracle.kernels.vision._kernel import FP32_EXACT_DEFAULT, exact_level
-
-    monkeypatch.delenv("KERNEL_ORACLE_VISION_FP32_EXACT", raising=False)
-    assert FP32_EXACT_DEFAULT == 2 and exact_level(torch.float32, "ieee") == 2
-    assert exact_level(torch.float32, "tf32") == 0 and exact_level(torch.bfloat16, "ieee") == 0
-    monkeypatch.setenv("KERNEL_ORACLE_VISION_FP32_EXACT", "0")
-    assert exact_level(torch.float32, "ieee") == 0
-    monkeypatch.setenv("KERNEL_ORACLE_VISION_FP32_EXACT", "3")
-    with pytest.raises(ValueError) as exc:
-        exact_level(torch.float32, "ieee")
-    assert str(exc.value) == ("KERNEL_ORACLE_VISION_FP32_EXACT='3' is invalid; the only valid values are "
-                              "'0', '1', '2' (Note [Exact fp32])")
+def test_exact_level_follows_its_option():
+    """fp32 exact products default to float64 logits (Note [Exact fp32]); the level applies to them only."""
+    assert VisionOptions().fp32_exact == 2
+    assert [exact_level(torch.float32, "ieee", level) for level in (0, 1, 2)] == [0, 1, 2]
+    assert exact_level(torch.float32, "tf32", 2) == 0 and exact_level(torch.bfloat16, "ieee", 2) == 0
+    x = torch.zeros(4, 2, 16)
+    table = torch.zeros(1, 5, dtype=torch.int32)
+    for level in (0, 1, 2):
+        args = attention_arguments(x, x, x, x, table, 1, 0.5, default_config(16, 16, 4), "ieee",
+                                   VisionOptions(fp32_exact=level))[1]
+        assert args["EXACT"] == level
 
 
-@pytest.mark.parametrize("level,expected", [(2, 0.6224593312018546), (0, 0.5)])
-def test_exact_level_2_keeps_logits_that_fp32_rounds_away(monkeypatch, level, expected):
-    """Logits 0.25 * (1e8 + 1) and 0.25 * (1e8 - 1): fp32 rounds both products to 1e8 (even weights,
-    0.5), float64 keeps them (weight sigmoid(0.5) = 0.62246) -- what Note [Exact fp32] relies on."""
-    device = "cuda" if HAS_CUDA else "cpu"
-    monkeypatch.setenv("KERNEL_ORACLE_VISION_FP32_EXACT", str(level))
+# (options, the exact message of the OptionsError): each vision option's refusal names the field, the value
+# and the valid values; a bool is not an int and an int is not a bool
+BAD_VISION_OPTIONS = [
+    ({"fp32_exact": 3}, "VisionOptions: fp32_exact=3 is invalid; the only valid values are 0, 1, 2"),
+    ({"fp32_exact": True}, "VisionOptions: fp32_exact=True is invalid; the only valid values are 0, 1, 2"),
+    ({"fp32_exact": "2"}, "VisionOptions: fp32_exact='2' is invalid; the only valid values are 0, 1, 2"),
+    ({"split_head_dim": 1}, "VisionOptions: split_head_dim=1 is invalid; the only valid values are None, False, True"),
+    ({"split_head_dim": "on"},
+     "VisionOptions: split_head_dim='on' is invalid; the only valid values are None, False, True"),
+    ({"fold_scale": 0}, "VisionOptions: expected fold_scale to be True or False but got fold_scale=0"),
+    ({"direct_launch": None}, "VisionOptions: expected direct_launch to be True or False but got direct_launch=None"),
+]
+
+
+@pytest.mark.parametrize("fields,message", BAD_VISION_OPTIONS, ids=lambda x: x if isinstance(x, str) else str(x))
+def test_vision_options_refuse_bad_values(fields, message):
+    with pytest.raises(OptionsError) as direct:
+        VisionOptions(**fields)
+    assert str(direct.value) == message
+    with pytest.raises(OptionsError) as through_the_block:  # the same check through options(vision={...})
+        with options(vision=fields):
+            pytest.fail("options(...) accepted a bad value")
+    assert str(through_the_block.value) == message
+
+
+def test_vision_options_are_frozen_and_hashable():
+    """They key the launch cache: equal values hash alike, and nothing changes one after it is built."""
+    a, b = VisionOptions(fp32_exact=1, fold_scale=False), VisionOptions(fp32_exact=1, fold_scale=False)
+    assert a == b and hash(a) == hash(b) and a != VisionOptions()
+    with pytest.raises(AttributeError):
+        a.fp32_exact = 2
+
+
+def _logit_probe(device):
+    """Logits 0.25 * (1e8 + 1) and 0.25 * (1e8 - 1): fp32 rounds both products to 1e8 (even weights, 0.5),
+    float64 keeps them (weight sigmoid(0.5) = 0.62246).  (args, kwargs) of the call; output column 0 of
+    either token is the weight of key 0."""
     q = torch.zeros(2, 1, 16, device=device)
     q[:, 0, 0], q[:, 0, 1] = 1e4, 1.0
     k = q.clone()
     k[1, 0, 1] = -1.0
     v = torch.zeros(2, 1, 16, device=device)
-    v[0, 0, 0] = 1.0  # output column 0 = the weight of key 0
+    v[0, 0, 0] = 1.0
     md = kv.prepare_flashinfer_cudnn_metadata([0, 2], device, elem_per_token=16)
-    out = kv.flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
+    return (q, k, v, None, None, None), {"forward_metadata": md}
+
+
+EXACT_WEIGHT, FP32_WEIGHT = 0.6224593312018546, 0.5
+
+
+@pytest.mark.parametrize("level,expected", [(2, EXACT_WEIGHT), (0, FP32_WEIGHT)])
+def test_exact_level_2_keeps_logits_that_fp32_rounds_away(level, expected):
+    """What Note [Exact fp32] relies on: float64 logits keep what fp32 logits round away."""
+    args, kwargs = _logit_probe("cuda" if HAS_CUDA else "cpu")
+    with options(vision={"fp32_exact": level}):
+        out = kv.flashinfer_cudnn_attention(*args, **kwargs)
     assert out[:, 0, 0].double().cpu().tolist() == pytest.approx([expected] * 2, abs=1e-6)
+
+
+def test_a_cached_launch_is_not_reused_under_other_options():
+    """The same metadata objects under other vision options are another launch (Note [Launch cache]): the
+    second call below would give the first one's weights if the cache ignored the options; back under the
+    first options, the first launch is a hit again."""
+    args, kwargs = _logit_probe("cuda" if HAS_CUDA else "cpu")
+    kv.clear_launch_cache()
+    weights = []
+    for level in (2, 0, 2, 0):
+        with options(vision={"fp32_exact": level}):
+            weights.append(kv.flashinfer_cudnn_attention(*args, **kwargs)[:, 0, 0].double().cpu().tolist())
+    assert weights == [pytest.approx([w] * 2, abs=1e-6) for w in (EXACT_WEIGHT, FP32_WEIGHT) * 2]
+    info = kv.launch_cache_info()
+    assert (info["misses"], info["hits"], info["size"]) == (2, 2, 2)
+    with options(vision={"fold_scale": False}):  # any other field is another launch too
+        kv.flashinfer_cudnn_attention(*args, **kwargs)
+    assert kv.launch_cache_info()["misses"] == 3
 
 
 def test_the_scale_is_folded_only_where_the_max_commutes_with_it():
     """Note [Folded scale]: a non-negative scale with EXACT 0 (fp16/bf16, TF32) folds; a negative scale
-    (the max would be a min) and the exact fp32 levels keep the scaled logits."""
-    from kernel_oracle.kernels.vision._kernel import attention_arguments, default_config
-
-    def fold(dtype, scale, precision="ieee"):
+    (the max would be a min), the exact fp32 levels and ``fold_scale=False`` keep the scaled logits."""
+    def fold(dtype, scale, precision="ieee", fold_scale=True):
         x = torch.zeros(4, 2, 16, dtype=dtype)
         table = torch.zeros(1, 5, dtype=torch.int32)
         return attention_arguments(x, x, x, x, table, 1, scale, default_config(16, 16, x.element_size()),
-                                   precision)[1]["FOLD_SCALE"]
+                                   precision, VisionOptions(fold_scale=fold_scale))[1]["FOLD_SCALE"]
 
     assert fold(torch.bfloat16, 0.125) and fold(torch.float16, 0.0) and fold(torch.float32, 0.125, "tf32")
     assert not fold(torch.bfloat16, -0.125) and not fold(torch.float32, 0.125, "ieee")
+    assert not fold(torch.bfloat16, 0.125, fold_scale=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# the target of our kernels (fuzz.targets.triton): its precision option and its poison hook
+
+
+def test_the_target_passes_its_vision_precision():
+    from kernel_oracle.fuzz.targets.triton import kernels_target
+
+    ieee, tf32 = kernels_target("cpu"), kernels_target("cpu", vision_fp32="tf32")
+    assert ieee.entries["vision"] is kv.flashinfer_cudnn_attention
+    assert tf32.entries["vision"].keywords == {"fp32_precision": "tf32"}
+    with pytest.raises(ValueError) as err:
+        kernels_target("cpu", vision_fp32="fp16")
+    assert str(err.value) == "vision_fp32='fp16' is invalid; the only valid values are 'ieee', 'tf32'"
+
+
+def test_the_target_poisons_through_the_options_of_the_package_it_loaded(request, device):
+    """The poison hook applies ``poison_outputs`` in the kernels package the target loaded: ours for target
+    ``triton`` (uncovered tokens come back NaN), a mutant's own copy of ``kernels.options`` for a mutant (the
+    copy's kernels read that module's options, not ours)."""
+    import importlib
+
+    from kernel_oracle.fuzz.targets.mutants import build_mutant
+    from kernel_oracle.fuzz.targets.triton import kernels_target
+    from kernel_oracle.kernels.options import current_options
+
+    args, kwargs = build(Case("gaps", (6, 13), layout="gaps"), torch.float16, device, _gen(request))
+    target = kernels_target(device)
+    with target.poison("vision"):
+        assert current_options().poison_outputs
+        check_against_oracle(args, kwargs, baseline_mode=True, target=target)  # uncovered tokens must be NaN
+    pkg = build_mutant("vision_dropped_key_tail")
+    theirs = importlib.import_module(f"{pkg}.options")
+    assert theirs is not importlib.import_module("kernel_oracle.kernels.options")
+    with kernels_target(device, package=pkg).poison("vision"):
+        assert theirs.current_options().poison_outputs and not current_options().poison_outputs
+    assert not theirs.current_options().poison_outputs

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import kernel_oracle.kernels.vision as kv
+from kernel_oracle.kernels.options import options
 from kernel_oracle.kernels.vision import _direct, _kernel, _repeat, attention
 from kernel_oracle.kernels.vision._kernel import launch_attention
 from kernel_oracle.reference.strict import is_strict, strict_validation
@@ -30,13 +31,15 @@ def _stand_in(launch, calls: list, accept: bool = True):
         if not accept:
             return False
         flat = [x.flatten(0, 1) if x.dim() == 4 else x for x in (q, k, v, out)]
-        launch_attention(*flat, launch.table, launch.num_blocks, launch.plan.scale, launch.config, launch.precision)
+        launch_attention(*flat, launch.table, launch.num_blocks, launch.plan.scale, launch.config, launch.precision,
+                         launch.options)
         return True
     return direct
 
 
-def _call(args, kwargs):
-    with kv.poisoned_output():
+def _call(args, kwargs, **changes):
+    """The entry point with NaN-poisoned outputs, under the options in force changed by ``changes``."""
+    with options(poison_outputs=True, **changes):
         return kv.flashinfer_cudnn_attention(*args, **kwargs)
 
 
@@ -104,7 +107,7 @@ def test_the_next_layer_takes_no_key_and_is_right(request, device, case, keyed):
 
 
 def _edits(args, kwargs, gen):
-    """(name, call args, call kwargs) that each must leave the shortcut for the keyed path."""
+    """(name, call args, call kwargs, option changes) that each must leave the shortcut for the keyed path."""
     q, k, v = args[:3]
     md = kwargs["forward_metadata"]
     longer = tuple(_rand((x.shape[0] + 2,) + tuple(x.shape[1:]), x.dtype, x.device, gen) for x in (q, k, v))
@@ -113,27 +116,78 @@ def _edits(args, kwargs, gen):
                                           flashinfer_max_seqlen=md.flashinfer_max_seqlen)
     halves = tuple(x.half() for x in (q, k, v))
     return [
-        ("softmax_scale", args, {**kwargs, "softmax_scale": 0.25}),
-        ("strict keyword", args, {**kwargs, "strict": True}),
-        ("precision keyword", args, {**kwargs, "fp32_precision": "ieee"}),
-        ("another metadata object", args, {"forward_metadata": other_md}),
-        ("two more tokens", longer + tuple(args[3:]), kwargs),
-        ("another dtype", halves + tuple(args[3:]), kwargs),
+        ("softmax_scale", args, {**kwargs, "softmax_scale": 0.25}, {}),
+        ("strict keyword", args, {**kwargs, "strict": True}, {}),
+        ("precision keyword", args, {**kwargs, "fp32_precision": "ieee"}, {}),
+        ("another metadata object", args, {"forward_metadata": other_md}, {}),
+        ("two more tokens", longer + tuple(args[3:]), kwargs, {}),
+        ("another dtype", halves + tuple(args[3:]), kwargs, {}),
+        ("other vision options", args, kwargs, {"vision": {"fold_scale": False}}),
     ]
 
 
-@pytest.mark.parametrize("which", range(6), ids=["softmax_scale", "strict keyword", "precision keyword",
-                                                  "another metadata object", "two more tokens", "another dtype"])
+EDITS = ["softmax_scale", "strict keyword", "precision keyword", "another metadata object", "two more tokens",
+         "another dtype", "other vision options"]
+
+
+@pytest.mark.parametrize("which", range(len(EDITS)), ids=EDITS)
 def test_a_different_call_takes_the_keyed_path(request, device, which, keyed):
     gen = _gen(request)
     args, kwargs = build(Case("differs", (5, 9)), torch.bfloat16, device, gen)
     calls: list = []
     _warm(args, kwargs, calls)
-    name, a2, k2 = _edits(args, kwargs, gen)[which]
+    name, a2, k2, changes = _edits(args, kwargs, gen)[which]
+    assert name == EDITS[which]
     before = len(keyed)
-    out = _call(a2, k2)
+    out = _call(a2, k2, **changes)
     assert len(keyed) == before + 1, f"{name}: served without a key"
     _check(out, a2, k2)
+
+
+def test_equal_options_built_apart_still_repeat(request, device, keyed):
+    """Two ``options(...)`` blocks with the same values hold distinct but equal option objects: the
+    remembered call compares them by value after identity, so the second block's calls still repeat."""
+    gen = _gen(request)
+    args, kwargs = build(Case("equal options", (5, 9)), torch.bfloat16, device, gen)
+    with options(vision={"fold_scale": False}) as first:
+        _warm(args, kwargs, [])
+    with options(vision={"fold_scale": False}) as again:
+        assert again.vision is not first.vision and again.vision == first.vision
+        before, hits = len(keyed), kv.launch_cache_info()["hits"]
+        out = _call(args, kwargs)
+    assert len(keyed) == before and kv.launch_cache_info()["hits"] == hits + 1
+    _check(out, args, kwargs)
+
+
+@pytest.mark.parametrize("poison", [True, False])
+def test_one_options_block_repeats_under_its_own_options(request, device, keyed, poison):
+    """Calls inside one ``options(...)`` block share one options object: the record matches it by identity and
+    allocates as that block says (NaN-filled where it poisons; the uncovered tokens then stay NaN)."""
+    gen = _gen(request)
+    args, kwargs = build(Case("one block", (6, 13), layout="gaps"), torch.bfloat16, device, gen)
+    calls: list = []
+    kv.clear_launch_cache()
+    with options(poison_outputs=poison, vision={"fold_scale": False}) as block:
+        f = kv.flashinfer_cudnn_attention
+        f(*args, **kwargs)
+        (entry,) = attention._LAUNCH_CACHE.values()
+        if not entry.launch._direct[0]:
+            entry.launch._direct[0] = _stand_in(entry.launch, calls)
+        f(*args, **kwargs)  # the keyed repeat: remembered under this block's options object
+        assert attention._REPEAT is not None
+        layer2 = tuple(_same_layout(x, gen) for x in args[:3]) + tuple(args[3:])
+        before = len(keyed)
+        out = f(*layer2, **kwargs)
+        assert len(keyed) == before, "the repeated call built a cache key"
+        assert entry.launch.options is block.vision
+    if poison:
+        _check(out, layer2, kwargs)
+    else:  # not poisoned: only the defined tokens can be judged
+        ref = flashinfer_cudnn_oracle(*layer2, **kwargs)
+        faithful = flashinfer_cudnn_oracle(*layer2, **kwargs, faithful=True)
+        res = compare(out, ref.value, ref.defined.to(out.device), family="vision", baseline=faithful.baselines,
+                      out_dtype=layer2[0].dtype)
+        assert res.ok, res.message
 
 
 @pytest.mark.parametrize("path", ["metadata", "kwargs"])
@@ -315,7 +369,7 @@ def test_a_remembered_direct_launcher_gets_the_new_addresses(request, device, ke
                                    packed_metadata="meta")
     grid, kernel_args, _ = _kernel.attention_arguments(args[0], args[1], args[2], first, launch.table,
                                                       launch.num_blocks, launch.plan.scale, launch.config,
-                                                      launch.precision)
+                                                      launch.precision, launch.options)
     hooks = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
     direct = _direct.DirectLaunch(kernel, grid, kernel_args, _kernel._vision_attn_fwd.arg_names, 4,
                                   runtime=(lambda: 0, lambda dev: 1000 + dev, hooks))

@@ -98,6 +98,7 @@ _OPERAND = """    if DOT_PREC == "tf32":
 _FP32_ONLY = ("float32",)
 _L = "lora/_launch.py"
 _VK = "vision/_kernel.py"
+_VT = "vision/_tiles.py"
 _VA = "vision/attention.py"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -172,7 +173,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- vision ----
     Mutant("vision_leak_past_sequence_end", "vision", "the last key block is not masked: keys past the sequence "
            "end (zero-filled) join the softmax",
-           (Patch(_VK, 's = tl.where((offs_n < n)[None, :], s, float("-inf"))', "s = s"),)),
+           (Patch(_VT, 's = tl.where((offs_n < n)[None, :], s, float("-inf"))', "s = s"),)),
     Mutant("vision_dropped_key_tail", "vision", "the partial last key block is skipped",
            (Patch(_VK, "if n_full < n:", "if n_full < 0:"),)),
     Mutant("vision_wrong_v_offset", "vision", "v is read at the q/k token offsets instead of v_indptr's",

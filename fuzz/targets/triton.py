@@ -15,9 +15,14 @@ Declared per entry point (``Target.precision_for``), from what the kernels do on
   model).  fp32 activations with weights of another dtype upcast every tile and run exact fp32
   products ("ieee"), which the TF32 baseline also admits.  Under the interpreter every tile is
   upcast and ``tl.dot`` is exact fp32: ``"ieee"``.
-* vision: exact fp32 products (``fp32_precision="ieee"``, the kernel's default) unless opted in
-  with ``KERNEL_ORACLE_VISION_FP32_PRECISION=tf32`` (then the entry point passes
+* vision: exact fp32 products (``fp32_precision="ieee"``, the kernel's default) unless the target
+  is built with ``kernels_target(..., vision_fp32="tf32")`` (then the entry point passes
   ``fp32_precision="tf32"`` and the target declares ``"tf32"``; the interpreter stays exact).
+
+The poison hook (fresh vision outputs allocated full of NaN) applies
+``LaunchOptions.poison_outputs`` through the options module of the kernels package the target
+loaded: a mutant's copy of the package has its own ``options`` module, whose context variable its
+kernels read.
 
 fp16/bf16 cases ignore the precision (the oracle's baseline is the activation dtype).
 """
@@ -26,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from typing import Optional
 
 from kernel_oracle.harness.device import interpreting
@@ -35,7 +39,8 @@ from kernel_oracle.harness.opinfo import FAMILY_OPS
 from .registry import Target, entries_from, import_module, register_target, unavailable
 
 KERNELS_PACKAGE = "kernel_oracle.kernels"
-VISION_PRECISION_ENV = "KERNEL_ORACLE_VISION_FP32_PRECISION"
+# fp32 precisions of the vision entry point (kernels.vision.FP32_PRECISIONS)
+VISION_FP32 = ("ieee", "tf32")
 
 
 def kernels_precision(device, vision: str = "ieee") -> dict:
@@ -46,18 +51,14 @@ def kernels_precision(device, vision: str = "ieee") -> dict:
     return prec
 
 
-def _vision_precision() -> str:
-    value = os.environ.get(VISION_PRECISION_ENV, "ieee").strip().lower() or "ieee"
-    if value not in ("ieee", "tf32"):
-        raise ValueError(f"{VISION_PRECISION_ENV}={value!r} is invalid; the only valid values are 'ieee', 'tf32'")
-    return value
-
-
 def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton",
-                   precision: Optional[str | dict] = None) -> Target:
+                   precision: Optional[str | dict] = None, vision_fp32: str = "ieee") -> Target:
     """The target of the kernels package ``package`` (ours, or a mutant's copy); ``precision``
-    overrides the declared one (a mutant that emulates the tensor cores' TF32 on the interpreter)."""
-    vision_prec = _vision_precision()
+    overrides the declared one (a mutant that emulates the tensor cores' TF32 on the interpreter);
+    ``vision_fp32``: the vision entry point's ``fp32_precision`` (Note [Precision of our kernels])."""
+    if vision_fp32 not in VISION_FP32:
+        raise ValueError(f"vision_fp32={vision_fp32!r} is invalid; the only valid values are "
+                         + ", ".join(repr(v) for v in VISION_FP32))
     notes: dict = {}
     entries: dict = {}
     poison = None
@@ -69,19 +70,20 @@ def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton",
     vision, why_v = import_module(f"{package}.vision")
     if vision is not None:
         entries.update(entries_from(vision, FAMILY_OPS["vision"], notes))
-        if vision_prec != "ieee":
+        if vision_fp32 != "ieee":
             for op in FAMILY_OPS["vision"]:
                 if op in entries:
-                    entries[op] = functools.partial(entries[op], fp32_precision=vision_prec)
-        hook = getattr(vision, "poisoned_output", None)
-        if hook is not None:
-            poison = (lambda family: hook() if family == "vision" else contextlib.nullcontext())
+                    entries[op] = functools.partial(entries[op], fp32_precision=vision_fp32)
+        launch_options, _ = import_module(f"{package}.options")  # the package's own (a mutant's copy has one)
+        if launch_options is not None:
+            poison = (lambda family: launch_options.options(poison_outputs=True) if family == "vision"
+                      else contextlib.nullcontext())
     else:
         notes["vision"] = why_v
     if not entries:
         return unavailable(name, "; ".join(sorted(set(notes.values()))), notes=notes)
     if precision is None:
-        precision = kernels_precision(device, vision_prec)
+        precision = kernels_precision(device, vision_fp32)
     return Target(name, entries, precision=precision, strict=True, poison=poison, notes=notes)
 
 

@@ -2,7 +2,10 @@
 
 Entry points have the reference's names and signatures (:mod:`reference.vision`); the metadata
 type and builder are the reference's own (one shared implementation), and the contract is applied
-by the reference's resolver.  Design notes: docs/kernels_vision.md.
+by the reference's resolver.  How a launch runs (head-dim split, exact fp32 level, folded scale, direct
+launches, NaN-filled outputs for tests) is chosen with :mod:`kernel_oracle.kernels.options` (``with
+options(vision={...}):``); a benchmark passes its block config as ``config=``.  Design notes:
+docs/kernels_vision.md.
 """
 
 from .attention import (
@@ -13,11 +16,10 @@ from .attention import (
     flashinfer_cudnn_attention,
     launch_cache_info,
     plan_attention,
-    poisoned_output,
     prepare_flashinfer_cudnn_metadata,
 )
 from ._direct import direct_launch_info
-from ._kernel import KernelConfig, head_dim_split
+from ._config import KernelConfig, head_dim_split
 
 __all__ = [
     "FP32_PRECISIONS",
@@ -30,6 +32,5 @@ __all__ = [
     "head_dim_split",
     "launch_cache_info",
     "plan_attention",
-    "poisoned_output",
     "prepare_flashinfer_cudnn_metadata",
 ]

@@ -2,29 +2,26 @@
 
 Note [Direct launch]
 --------------------
-``kernel[grid](...)`` costs about 39 us of host time per call on the H200's host with triton 3.6
-(binding the ~40 arguments, computing each one's specialization, hashing the cache key, building
-the launch metadata): several times the kernel on small images.  A warm vision call (a launch-cache
-hit, Note [Launch cache] in :mod:`kernels.vision.attention`) changes nothing between calls but the
-four tensors' addresses, so :class:`DirectLaunch` keeps what the JIT found the first time (the
-compiled kernel's launcher, its function handle and packed metadata, every other argument in
-signature order) and calls the launcher with the new addresses.
+``kernel[grid](...)`` costs tens of microseconds of host time per call with triton 3.6 (binding the ~40
+arguments, computing each one's specialization, hashing the cache key, building the launch metadata):
+several times the kernel on small images.  A warm vision call (a launch-cache hit, Note [Launch cache]
+in :mod:`kernels.vision.attention`) changes nothing between calls but the four tensors' addresses, so
+:class:`DirectLaunch` keeps what the JIT found the first time (the compiled kernel's launcher, its
+function handle and packed metadata, every other argument in signature order) and calls the launcher
+with the new addresses.
 
 What the JIT would decide differently, it checks per call and then declines (returns False; the
 caller takes the JIT path): a pointer that is not 16-byte aligned (the launcher is built only from
 an aligned first launch, and the JIT specializes pointers on that alignment), another current
 device, a launch hook installed (profilers such as Proton use them; Triton's knobs hold an empty
 ``HookChain`` when none is, which the JIT calls for nothing, so the direct launch passes None).
-Nothing else can change under a cache hit: shapes, strides, dtypes, the config and the scale are
-part of the launch-cache key, and the diagnostic environment switches are read when a launch is
-planned (Note [Launch cache]).
+Nothing else can change under a cache hit: shapes, strides, dtypes, the config, the scale and the
+launch options are part of the launch-cache key (Note [Launch cache]).
 
 :attr:`DirectLaunch.launch` is a function built with the launcher (the warm call calls it directly,
 one layer fewer than ``__call__``; four pointers, the vision kernel's, are written out).  It passes
 the launcher its ~60 arguments as one tuple, ``(gx, gy, gz, stream) + head + addresses + tail``:
-unpacking three tuples into a call builds the arguments element by element (0.26-0.29 against
-0.21-0.22 us per call on a 2-core CPU, ``benchmarks/vision_host_micro.py``).  With both, the direct
-launch's Python (no-op C launch) went from 1.30 to 1.14 us on an H200's host.
+unpacking three tuples into a call builds the arguments element by element, which costs more.
 
 Triton's launcher signature is internal (``run(gx, gy, gz, stream, function, packed_metadata,
 launch_metadata, enter_hook, exit_hook, *args)`` from 3.2 to at least 3.9, constexprs included).
@@ -34,15 +31,15 @@ scratch in the kernel's metadata, :class:`DirectLaunch` calls that C ``launch`` 
 versions take the ``run`` call.  The first direct launch of every compiled kernel is checked bit
 for bit against the JIT's (:func:`verified`, NaN-poisoned outputs on the same inputs; the kernel is
 deterministic).  A mismatch or an exception disables direct launches for the process with a
-warning, and :func:`direct_launch_info` says why.  ``KERNEL_ORACLE_DIRECT_LAUNCH=0`` turns them off.
+warning, and :func:`direct_launch_info` says why.  ``VisionOptions(direct_launch=False)``
+(:mod:`kernels.options`) plans launches that never build one.
 
-Measured on the H200 (docs/benchmarks/vision.md, tiny batch): a warm call 10.4-16.3 us against
-43-74 us through the JIT on the same hosts; the direct launch alone 5.2-6.7 us against 34-61.
+On the H200's hosts a warm call with a direct launch takes about a quarter of the host time of the
+same call through the JIT (``bench_vision --host``; docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from typing import Callable, Optional
@@ -51,8 +48,6 @@ import torch
 
 __all__ = ["DirectLaunch", "direct_launch_info", "verified"]
 
-# module switch (tests flip it); the environment variable sets it at import
-ENABLED = os.environ.get("KERNEL_ORACLE_DIRECT_LAUNCH", "1") != "0"
 _STATE = {"disabled_because": None, "verified": 0, "launches": 0, "declined": 0}
 _VERIFIED: set[int] = set()  # id() of compiled kernels checked bit for bit (the JIT cache keeps them alive)
 _LOCK = threading.Lock()
@@ -60,8 +55,9 @@ _LOCK = threading.Lock()
 
 def direct_launch_info() -> dict:
     """``{"enabled", "disabled_because", "verified", "launches", "declined"}``: whether direct launches
-    are on, why not, how many compiled kernels passed the check, direct launches made and declined."""
-    return {"enabled": ENABLED and _STATE["disabled_because"] is None, **_STATE}
+    are still on in this process (a failed check turns them off), why not, how many compiled kernels
+    passed the check, direct launches made and declined."""
+    return {"enabled": _STATE["disabled_because"] is None, **_STATE}
 
 
 class DirectLaunch:
@@ -73,8 +69,8 @@ class DirectLaunch:
     :class:`Unaligned` is raised and the caller keeps the JIT path).
     """
 
-    # launch: the function; the rest, what it was built from (benchmarks/launch_overhead.py times the C
-    # launch on them alone), read once here: the per-call path reads its closure's cells
+    # launch: the function; the rest, what it was built from, read once here: the per-call path reads its
+    # closure's cells
     __slots__ = ("launch", "raw", "_call", "_grid", "_head", "_tail", "_device", "_get_stream")
 
     def __init__(self, kernel, grid: tuple, args: dict, names: list, n_ptr: int, runtime=None,
@@ -181,7 +177,7 @@ def verified(kernel, make: Callable[[], DirectLaunch], run_both: Callable[[Direc
     ``run_both(direct)`` launches the JIT path and ``direct`` on the same inputs into NaN-poisoned
     outputs and returns them (jit_out, direct_out); it runs once per compiled kernel.
     """
-    if not ENABLED or _STATE["disabled_because"] is not None or kernel is None:
+    if _STATE["disabled_because"] is not None or kernel is None:
         return None
     try:
         try:

@@ -7,9 +7,8 @@ and new activations of the same layout.  When a call repeats the last one's laun
 equals the last key, Note [Launch cache] in :mod:`kernels.vision.attention`) and that launch has a
 direct launcher (Note [Direct launch] in :mod:`kernels.vision._direct`), :class:`RepeatedCall`
 remembers the call, and the next one is checked against it field by field instead of building and
-comparing the cache key (2.2-3.6 us of the 10 us budget on the H200's hosts,
-docs/benchmarks/vision.md).  Only repeats are remembered, so calls that alternate between metadata
-pay nothing for it.
+comparing the cache key (a sizeable share of a warm call's host time).  Only repeats are
+remembered, so calls that alternate between metadata pay nothing for it.
 
 It matches only calls whose cache key would equal the remembered one, by the same facts, only
 cheaper to read:
@@ -19,35 +18,35 @@ cheaper to read:
   ``cu_seqlens``, ``sequence_lengths`` and ``max_seqlen`` keywords; each tensor's address, shape,
   strides and version counter as remembered (an in-place edit misses); an int ``max_seqlen`` equal;
 * no other keyword (``strict``, ``fp32_precision``, ``config`` take the keyed path), the ambient
-  strict setting and ``softmax_scale`` as remembered;
+  strict setting, ``softmax_scale`` and the vision launch options (``LaunchOptions.vision``, the same
+  object or an equal one) as remembered; the same :class:`~kernels.options.LaunchOptions` object (one
+  ``options(...)`` block, or the defaults) is one identity compare, and its ``poison_outputs`` as
+  remembered;
 * q, k and v of the remembered shapes, strides, dtypes and devices (4-D inputs stay 4-D: the
   direct launcher takes addresses, and a contiguous 4-D output has the 3-D one's layout).
 
 A match allocates the output as the remembered call returned it (NaN-filled under
-``poisoned_output``) and launches directly; a direct launcher that declines (an unaligned address,
-another current device, a launch hook) makes the call take the keyed path, as does any mismatch.
-Every other keyed call forgets it, and so does clearing the cache, so it is always the most
+``LaunchOptions.poison_outputs``) and launches directly; a direct launcher that declines (an unaligned
+address, another current device, a launch hook) makes the call take the keyed path, as does any
+mismatch.  Every other keyed call forgets it, and so does clearing the cache, so it is always the most
 recently used cache entry's.  It holds the metadata objects (as the cache entry does) and no
 activations.
 
-How it is checked: this is a warm call's whole checking, so it is written for host time (issue 16's
-10 us, of which the driver launch takes ~4.4 and the output allocation ~1.6 on the H200's hosts).
-The record is a closure, :attr:`RepeatedCall.call`: the remembered values are its cells, cheaper to
-read than attributes.  The shapes, strides, dtypes and devices of q, k, v and the two metadata tensors
-are compared in one C call, torch's own tensor check (dynamo's ``TensorGuards``: the tensor type, the
-dispatch keys, which name the device type, dtype, device index, requires_grad, rank, sizes and strides).
-It is probed at import (:func:`_probe_tensor_guards`: another shape, strides, dtype, device or rank
-must be refused) and replaced by Python reads where the probe fails.  It is stricter than the list
-above (requires_grad, dispatch keys such as inference mode's, the exact tensor type), which only
-sends such a call to the keyed path, and it refuses a call that passes one tensor twice, so the record
-of such a call (q is k) reads the layouts in Python.  The metadata's version counters and addresses
-are read in Python, and the direct launch function is called as it is (``DirectLaunch.launch``, one
-call layer fewer than the launcher object).  ``python -m kernel_oracle.benchmarks.vision_host_micro``
-times each piece with a no-op C launch.  On an H200's host (torch 2.11): the 12 attribute reads of
-q, k, v cost 1.23-1.73 us and the 8 of the metadata 0.75-0.84, against 0.64-0.91 for torch's check
-of all five (the metadata's four remaining reads: ~0.3 on a 2-core CPU); the warm call's Python alone
-went from 6.36-6.41 to 4.64-4.76 us and the warm call from 10.8-11.9 to 8.9-9.3
-(docs/benchmarks/vision.md).
+How it is checked: this is a warm call's whole checking, so it is written for host time (the driver
+launch and the output allocation take most of the rest).  The record is a closure,
+:attr:`RepeatedCall.call`: the remembered values are its cells, cheaper to read than attributes.  The
+shapes, strides, dtypes and devices of q, k, v and the two metadata tensors are compared in one C call,
+torch's own tensor check (dynamo's ``TensorGuards``: the tensor type, the dispatch keys, which name the
+device type, dtype, device index, requires_grad, rank, sizes and strides), cheaper than the attribute
+reads of the five tensors.  It is probed at import (:func:`_probe_tensor_guards`: another shape,
+strides, dtype, device or rank must be refused) and replaced by Python reads where the probe fails.
+It is stricter than the list above (requires_grad, dispatch keys such as inference mode's, the exact
+tensor type), which only sends such a call to the keyed path, and it refuses a call that passes one
+tensor twice, so the record of such a call (q is k) reads the layouts in Python.  The metadata's
+version counters and addresses are read in Python, the options compared by identity first, and the
+direct launch function is called as it is (``DirectLaunch.launch``, one call layer fewer than the
+launcher object).  ``python -m kernel_oracle.benchmarks.bench_vision --host`` times the warm call and
+its pieces.
 """
 
 from __future__ import annotations
@@ -108,12 +107,13 @@ def _layout_check(q, k, v, sl, pk):
 
 class RepeatedCall:
     """One remembered call (Note [Repeated call]): ``call(q, k, v, cu_seqlens, softmax_scale,
-    forward_metadata, kwargs, poison)`` returns the output, or None to take the keyed path."""
+    forward_metadata, kwargs, opts)`` (``opts``: the :class:`~kernels.options.LaunchOptions` in force)
+    returns the output, or None to take the keyed path."""
 
     __slots__ = ("md", "call")
 
     def __init__(self, direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs: dict,
-                 out: torch.Tensor, stats: dict):
+                 out: torch.Tensor, stats: dict, opts):
         md = self.md = forward_metadata
         if md is not None:
             sl, pk, mx = md.sequence_lengths, md.packed_indptrs, md.flashinfer_max_seqlen
@@ -127,12 +127,20 @@ class RepeatedCall:
         # empty_like(q) is the cheapest allocation, where it gives the output's shape, dtype and (dense) layout
         like_q = q.is_contiguous() and out.shape == q.shape and out.dtype == q.dtype
         empty_like, empty, full = torch.empty_like, torch.empty, torch.full
+        opts0, vision, poison0 = opts, opts.vision, opts.poison_outputs
 
         # Every remembered value is a closure cell (cheaper to read than attributes: this is the whole of
         # a warm call's checking).  q, k, v, out below are the call's own: no activation is held.
-        def call(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, poison):
+        def call(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, opts):
             if forward_metadata is not md:
                 return None
+            if opts is opts0:  # the same options value (one options block, or the defaults): one compare
+                poison = poison0
+            else:
+                vision_ = opts.vision
+                if vision_ is not vision and vision_ != vision:
+                    return None
+                poison = opts.poison_outputs
             if md is not None:
                 if kwargs:
                     return None
@@ -172,9 +180,10 @@ class RepeatedCall:
 
     @classmethod
     def remember(cls, direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs: dict,
-                 out: torch.Tensor, stats: dict) -> Optional["RepeatedCall"]:
-        """The record of a keyed call that launched ``out`` through ``direct``, or None where the call is not
-        of a form this shortcut matches (other keywords, metadata not in tensors, a strided output)."""
+                 out: torch.Tensor, stats: dict, opts) -> Optional["RepeatedCall"]:
+        """The record of a keyed call that launched ``out`` through ``direct`` under the launch options ``opts``
+        (a :class:`~kernels.options.LaunchOptions`), or None where the call is not of a form this shortcut
+        matches (other keywords, metadata not in tensors, a strided output)."""
         if not direct or not out.is_contiguous() or not isinstance(q, torch.Tensor):
             return None
         if forward_metadata is not None:
@@ -192,4 +201,4 @@ class RepeatedCall:
             return None
         if softmax_scale is not None and type(softmax_scale) not in (int, float):
             return None
-        return cls(direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, out, stats)
+        return cls(direct, q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, out, stats, opts)

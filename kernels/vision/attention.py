@@ -18,27 +18,28 @@ cache]); callers can also build a :class:`VisionLaunch` once with :func:`plan_at
 
 Note [Launch cache]
 -------------------
-:func:`flashinfer_cudnn_attention` keeps the last :data:`LAUNCH_CACHE_SIZE` resolved launches (an
-LRU) keyed on everything resolution reads: for each metadata tensor (``sequence_lengths`` and the
-packed indptrs, and ``max_seqlen`` when it is a tensor) its ``id``, ``data_ptr``, shape, strides
-and ``_version`` (PyTorch's in-place modification counter, shared by views; a tensor object's dtype
-and device change only through ``.data``, which also moves its address); an int
-``max_seqlen`` by value; the shapes, strides, dtypes and devices of q, k, v (never their data or
-address: offsets count from each tensor's own pointer); ``softmax_scale``; the resolved ``strict``
-(ambient setting included); ``fp32_precision``; ``config``.  The
-resolution (contract checks, strict validation, anomalies, block table) is a pure function of
-these, so a hit skips it and launches with no host sync; an in-place edit bumps ``_version`` and a
-new object has a new ``id``, so either misses and is validated afresh.  A call that repeats the
-last launch (every layer of a tower after the first) compares its key with that one's instead of
-hashing it, and one that repeats it with a direct launcher is matched field by field without a key
-(Note [Repeated call] in :mod:`kernels.vision._repeat`).  The entry holds the keyed
-metadata objects, so their ``id`` cannot be reused by another object while the entry lives, and
-holds no q, k, v (meta-device stand-ins keep their layout).  Errors are never cached.  Not seen:
-writes that bypass the version counter (through ``.data``, DLPack or a raw pointer); call
-:func:`clear_launch_cache` after such a write.  The two diagnostic switches
-(``KERNEL_ORACLE_VISION_SPLIT_HEAD_DIM``, ``KERNEL_ORACLE_VISION_FP32_EXACT``) are read when a launch
-is planned and first launched, not per call (an environment read costs about 1 us of the 10 us a
-warm call may take): call :func:`clear_launch_cache` after changing them.
+:func:`flashinfer_cudnn_attention` keeps the last :data:`LAUNCH_CACHE_SIZE` resolved launches (an LRU)
+keyed on everything resolution reads: for each metadata tensor (``sequence_lengths`` and the packed
+indptrs, and ``max_seqlen`` when it is a tensor) its ``id``, ``data_ptr``, shape, strides and
+``_version`` (PyTorch's in-place modification counter, shared by views; a tensor object's dtype and
+device change only through ``.data``, which also moves its address); an int ``max_seqlen`` by value;
+the shapes, strides, dtypes and devices of q, k, v (never their data or address: offsets count from
+each tensor's own pointer); ``softmax_scale``; the resolved ``strict`` (ambient setting included);
+``fp32_precision``; ``config``; and the vision launch options in force
+(:class:`~kernels.options.VisionOptions`: head-dim split, exact fp32 level, folded scale, direct
+launches), which a launch is planned under and keeps.  The resolution (contract checks, strict
+validation, anomalies, block table) is a pure function of these, so a hit skips it and launches with
+no host sync; an in-place edit bumps ``_version`` and a new object has a new ``id``, so either misses
+and is validated afresh.  A call that repeats the last launch (every layer of a tower after the first)
+compares its key with that one's instead of hashing it (tuple equality compares each element by
+identity first, so the options value of an ``options(...)`` block, or the defaults, cost one pointer
+compare), and one that repeats it with a direct launcher is matched field by field without a key (Note
+[Repeated call] in :mod:`kernels.vision._repeat`).  The entry holds the keyed metadata objects, so
+their ``id`` cannot be reused by another object while the entry lives, and holds no q, k, v
+(meta-device stand-ins keep their layout).  Errors are never cached.  Not seen: writes that bypass the
+version counter (through ``.data``, DLPack or a raw pointer); call :func:`clear_launch_cache` after
+such a write.  ``LaunchOptions.poison_outputs`` is not in the key: it only decides how a hit allocates
+its output.
 
 Memory safety with ``strict=False``: a sequence whose token range lies outside q, k, v or the
 output (only reachable when strict validation is off) has unspecified output by contract; the
@@ -47,13 +48,11 @@ kernel skips it rather than touching foreign memory.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -67,10 +66,11 @@ from kernel_oracle.reference.vision_metadata import (
     resolve_flashinfer_cudnn,
 )
 
+from ..options import VisionOptions, current_options
 from . import _direct
+from ._config import INTERPRETING, KernelConfig, default_config, has_tma, head_dim_split
+from ._kernel import _vision_attn_fwd, attention_arguments, launch_attention
 from ._repeat import RepeatedCall
-from ._kernel import (INTERPRETING, KernelConfig, _vision_attn_fwd, attention_arguments, default_config, has_tma,
-                      head_dim_split, launch_attention)
 
 __all__ = [
     "FP32_PRECISIONS",
@@ -81,32 +81,13 @@ __all__ = [
     "flashinfer_cudnn_attention",
     "launch_cache_info",
     "plan_attention",
-    "poisoned_output",
     "prepare_flashinfer_cudnn_metadata",
 ]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-# Note [Warp specialization] in kernels.vision._kernel: a config whose key loop triton warp-specializes
-# (warp_specialize and tma) is refused unless this is "1" (to reproduce its failure, benchmarks/repro_hopper_ws.py)
-UNSAFE_WS_ENV = "KERNEL_ORACLE_VISION_UNSAFE_WS"
 # fp32 inputs: "ieee" = exact fp32 products (the default; faithful=True baseline), "tf32" = tensor
 # cores in TF32 on NVIDIA GPUs (faithful="tf32" baseline).  The interpreter is exact in both.
 FP32_PRECISIONS = ("ieee", "tf32")
-
-# Test hook: when True the output is allocated full of NaN instead of uninitialised, so tests can
-# see that every covered token was written and nothing else was.
-POISON_OUTPUT = False
-
-
-@contextlib.contextmanager
-def poisoned_output(enabled: bool = True) -> Iterator[None]:
-    """Allocate outputs full of NaN inside this block (a debug / test hook)."""
-    global POISON_OUTPUT
-    old, POISON_OUTPUT = POISON_OUTPUT, enabled
-    try:
-        yield
-    finally:
-        POISON_OUTPUT = old
 
 
 def _check_runnable(plan: VisionPlan, precision: str) -> None:
@@ -152,13 +133,16 @@ def _block_table(plan: VisionPlan, block_m: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class VisionLaunch:
-    """A resolved call ready to launch: the plan, the device block table and the kernel config."""
+    """A resolved call ready to launch: the plan, the device block table, the kernel config, the fp32
+    precision and the vision launch options it was planned under (:class:`~kernels.options.VisionOptions`,
+    used by every launch of it wherever it runs)."""
 
     plan: VisionPlan
     table: torch.Tensor
     num_blocks: int
     config: KernelConfig
     precision: str
+    options: VisionOptions = VisionOptions()
     # [the direct launch function (``DirectLaunch.launch``, Note [Direct launch] in kernels.vision._direct),
     # False where there is none]: built after the first launch, shared by the launch cache's copy of this object
     _direct: list = field(default_factory=lambda: [None], compare=False, repr=False)
@@ -166,7 +150,8 @@ class VisionLaunch:
     def run(self, q: Optional[torch.Tensor] = None, k: Optional[torch.Tensor] = None,
             v: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Launch; q, k, v default to the planned ones and must otherwise match their shapes and
-        strides (e.g. the next layer's activations under the same metadata).  No host sync."""
+        strides (e.g. the next layer's activations under the same metadata).  No host sync.  The output
+        is allocated full of NaN where ``LaunchOptions.poison_outputs`` is in force."""
         plan = self.plan
         q3, k3, v3 = plan.q, plan.k, plan.v
         if q is not None:
@@ -176,15 +161,16 @@ class VisionLaunch:
                     raise ValueError(f"{name} has shape {tuple(new.shape)}, strides {new.stride()}, {new.dtype}; "
                                      f"this launch was planned for {tuple(old.shape)}, {old.stride()}, {old.dtype}; "
                                      "plan again with plan_attention")
-        return self._launch(q3, k3, v3)
+        return self._launch(q3, k3, v3, current_options().poison_outputs)
 
-    def _launch(self, q3: torch.Tensor, k3: torch.Tensor, v3: torch.Tensor) -> torch.Tensor:
-        """Allocate the output and launch on 3-D q, k, v of the planned layout (not checked here)."""
+    def _launch(self, q3: torch.Tensor, k3: torch.Tensor, v3: torch.Tensor, poison: bool) -> torch.Tensor:
+        """Allocate the output (full of NaN with ``poison``) and launch on 3-D q, k, v of the planned
+        layout (not checked here)."""
         plan = self.plan
         T, H, DV = q3.shape[0], q3.shape[1], v3.shape[2]
-        if POISON_OUTPUT:
+        if poison:
             out = torch.full((T, H, DV), float("nan"), dtype=q3.dtype, device=q3.device)
-        elif DV == q3.shape[2]:  # q's shape: the cheapest allocation (about 1 us of a warm call's 10)
+        elif DV == q3.shape[2]:  # q's shape: the cheapest allocation
             out = torch.empty_like(q3, memory_format=torch.contiguous_format)
         else:
             out = torch.empty((T, H, DV), dtype=q3.dtype, device=q3.device)
@@ -192,7 +178,7 @@ class VisionLaunch:
             direct = self._direct[0]
             if not (direct and direct(q3, k3, v3, out)):
                 kernel = launch_attention(q3, k3, v3, out, self.table, self.num_blocks, plan.scale, self.config,
-                                          self.precision)
+                                          self.precision, self.options)
                 if direct is None:
                     launcher = self._direct_launcher(kernel, q3, k3, v3, out)
                     self._direct[0] = launcher.launch if launcher is not None else False
@@ -202,19 +188,22 @@ class VisionLaunch:
 
     def _direct_launcher(self, kernel, q3, k3, v3, out) -> Optional[_direct.DirectLaunch]:
         """The direct launcher of this launch's kernel (checked bit for bit once per compiled kernel),
-        or None: under the interpreter, during CUDA-graph capture (the check syncs), or switched off."""
-        if INTERPRETING or kernel is None or not q3.is_cuda or torch.cuda.is_current_stream_capturing():
+        or None: under the interpreter, during CUDA-graph capture (the check syncs), or switched off
+        (``VisionOptions.direct_launch``)."""
+        if (not self.options.direct_launch or INTERPRETING or kernel is None or not q3.is_cuda
+                or torch.cuda.is_current_stream_capturing()):
             return None
         plan = self.plan
 
         def make():
             grid, args, _ = attention_arguments(q3, k3, v3, out, self.table, self.num_blocks, plan.scale,
-                                                self.config, self.precision)
+                                                self.config, self.precision, self.options)
             return _direct.DirectLaunch(kernel, grid, args, _vision_attn_fwd.arg_names, 4)
 
         def run_both(direct):
             jit_out, direct_out = torch.full_like(out, float("nan")), torch.full_like(out, float("nan"))
-            launch_attention(q3, k3, v3, jit_out, self.table, self.num_blocks, plan.scale, self.config, self.precision)
+            launch_attention(q3, k3, v3, jit_out, self.table, self.num_blocks, plan.scale, self.config, self.precision,
+                             self.options)
             return jit_out, (direct_out if direct(q3, k3, v3, direct_out) else None)
 
         return _direct.verified(kernel, make, run_both)
@@ -225,8 +214,15 @@ def plan_attention(q, k, v, cu_seqlens, bsz=None, seq_len=None, softmax_scale=No
     """Resolve (contract + strict validation) and build the block table; see :class:`VisionLaunch`.
 
     Takes the forward's arguments; extra keywords: ``strict`` (None = the ambient setting),
-    ``fp32_precision`` ("ieee" or "tf32"), ``config`` (a :class:`KernelConfig`, for benchmarks).
+    ``fp32_precision`` ("ieee" or "tf32"), ``config`` (a :class:`KernelConfig`, for benchmarks).  The
+    launch keeps the vision options in force (``with options(vision={...}):``, :mod:`kernels.options`).
     """
+    return _plan(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, current_options().vision)
+
+
+def _plan(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs: dict, vision: VisionOptions) -> VisionLaunch:
+    """:func:`plan_attention` under the vision options ``vision``."""
+    kwargs = dict(kwargs)
     strict = kwargs.pop("strict", None)
     precision = kwargs.pop("fp32_precision", "ieee")
     config = kwargs.pop("config", None)
@@ -237,23 +233,8 @@ def plan_attention(q, k, v, cu_seqlens, bsz=None, seq_len=None, softmax_scale=No
         dv_tiles = sum(head_dim_split(plan.v.shape[2], False))
         splits = any(head_dim_split(x, True)[1] > 0 for x in (plan.q.shape[2], plan.v.shape[2]))
         config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device), splits)
-    else:
-        _check_config(plan, config)
     table = _block_table(plan, config.block_m)
-    return VisionLaunch(plan, table.to(plan.q.device), int(table.shape[0]), config, precision)
-
-
-def _check_config(plan, config: KernelConfig) -> None:
-    """A caller's config, refused by field and value where it cannot be trusted with this batch."""
-    if config.warp_specialize and config.tma and os.environ.get(UNSAFE_WS_ENV) != "1":
-        raise ValueError(f"config.warp_specialize=True with tma=True is withdrawn: on the H200 (triton 3.6) its "
-                         f"outputs came out non-finite whenever another process shared the GPU (Note [Warp "
-                         f"specialization]); {UNSAFE_WS_ENV}=1 runs it anyway, to reproduce that")
-    if config.whole_blocks:
-        ragged = plan.lengths[_kept(plan) & (plan.lengths % config.block_n != 0)]
-        if ragged.numel():
-            raise ValueError(f"config.whole_blocks=True needs every sequence length to be a multiple of "
-                             f"block_n={config.block_n}; a sequence has length {int(ragged[0])}")
+    return VisionLaunch(plan, table.to(plan.q.device), int(table.shape[0]), config, precision, vision)
 
 
 def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,
@@ -262,15 +243,18 @@ def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=
 
     q, k (T,H,D) or (b,s,H,D); v (T,H,Dv) (a strided view is fine); returns (T,H,Dv) (4-D in,
     4-D out) in q's dtype.  Tokens covered by no sequence are unspecified.  Beside SGLang's kwargs
-    (``sequence_lengths``, ``max_seqlen``) accepts ``strict=`` and ``fp32_precision=``.
+    (``sequence_lengths``, ``max_seqlen``) accepts ``strict=``, ``fp32_precision=`` and ``config=``;
+    launches under the options in force (:mod:`kernels.options`).
     """
     global _LAST, _REPEAT
+    opts = current_options()
     repeat = _REPEAT
     if repeat is not None:  # Note [Repeated call]: the last keyed call again, checked field by field
-        out = repeat.call(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, POISON_OUTPUT)
+        out = repeat.call(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, opts)
         if out is not None:
             return out
-    keyed = _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs)
+    vision = opts.vision
+    keyed = _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, vision)
     entry = None
     if keyed is not None:
         last_key, last_entry = _LAST
@@ -290,14 +274,14 @@ def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=
                     _LAST = (keyed[0], entry)
     if entry is not None:
         q3, k3, v3 = (x.flatten(0, 1) for x in (q, k, v)) if q.dim() == 4 else (q, k, v)  # as the resolver does
-        out = entry.launch._launch(q3, k3, v3)
+        out = entry.launch._launch(q3, k3, v3, opts.poison_outputs)
         # a repeated launch is remembered, so that the next repeat is matched without a key
         _REPEAT = RepeatedCall.remember(entry.launch._direct[0], q, k, v, cu_seqlens, softmax_scale,
-                                        forward_metadata, kwargs, out, _CACHE_STATS) if repeated else None
+                                        forward_metadata, kwargs, out, _CACHE_STATS, opts) if repeated else None
         return out
     _REPEAT = None
-    launch = plan_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale, forward_metadata, **kwargs)
-    out = launch.run()
+    launch = _plan(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, vision)
+    out = launch._launch(launch.plan.q, launch.plan.k, launch.plan.v, opts.poison_outputs)
     if keyed is None:  # something resolution would reject (it raised above) or we cannot key: not cached
         return out
     key, keep = keyed
@@ -356,9 +340,11 @@ def _state(t: torch.Tensor) -> tuple:
     return (id(t), t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, t._version)
 
 
-def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs) -> Optional[tuple]:
+def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs,
+               vision: VisionOptions) -> Optional[tuple]:
     """(key, objects to keep alive), or None when the call must take the uncached path (which
-    raises the contract's error, if any: the key never decides what is valid)."""
+    raises the contract's error, if any: the key never decides what is valid).  ``vision``: the vision
+    launch options in force, the key's last element (Note [Launch cache])."""
     try:
         if forward_metadata is not None and getattr(forward_metadata, "packed_indptrs", None) is not None:
             sequence_lengths = forward_metadata.sequence_lengths
@@ -384,14 +370,16 @@ def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs) -> 
             return None
         # one flat tuple, written out (a warm call's whole host budget is ~10 us): the two metadata
         # tensors' identity and state (a tensor object's dtype and device change only through ``.data``,
-        # which also changes its address), max_seqlen, then q, k, v's layouts (a torch.Size hashes as a tuple)
+        # which also changes its address), max_seqlen, then q, k, v's layouts (a torch.Size hashes as a tuple),
+        # the keywords and the options
         sl, pk = sequence_lengths, packed
         key = (id(sl), sl.data_ptr(), sl.shape, sl.stride(), sl._version,
                id(pk), pk.data_ptr(), pk.shape, pk.stride(), pk._version, mx,
                q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device,
                None if softmax_scale is None else float(softmax_scale),
-               resolve_strict(kwargs.get("strict")), kwargs.get("fp32_precision", "ieee"), kwargs.get("config"))
+               resolve_strict(kwargs.get("strict")), kwargs.get("fp32_precision", "ieee"), kwargs.get("config"),
+               vision)
     except Exception:  # noqa: BLE001 - e.g. a tensor without storage, an unhashable option: resolve normally
         return None
     return key, keep
