@@ -60,6 +60,7 @@ _LORA_SIZES = {"step_a_q": ("BT", "BLOCK_K"), "step_b_q": ("BT", "BH", "BLOCK_C"
                "step_b_v": ("BT", "BLOCK_V"), "q_side_fused": ("BT", "BLOCK_K", "BLOCK_C"),
                "v_side_fused": ("BT", "BLOCK_K", "BLOCK_V")}
 _LORA_FUSED_FLAGS = ("PREFETCH", "HEADS_FIRST", "META_FIRST", "PDL", "EARLY")
+_LORA_NESTED = ("WIDE", "EARLY_BLOCKS")  # token-major entries of overrides
 
 
 def _lora_block_kinds(op: str, path: str, nested: bool = False) -> dict:
@@ -72,7 +73,7 @@ def _lora_block_kinds(op: str, path: str, nested: bool = False) -> dict:
     if op == "q_side_fused":
         kinds.update(PREFETCH_ALL="flag", C_SPLIT="split")
     if path == "tok" and not nested:
-        kinds.update(WIDE_BT="size", WIDE="entry", EARLY_BLOCKS="entry")
+        kinds.update(WIDE_BT="size", **dict.fromkeys(_LORA_NESTED, "entry"))
     return kinds
 
 
@@ -141,7 +142,8 @@ def _lora_blocks(value: Any) -> tuple:
 
 
 def _thawed(pairs: tuple) -> dict:
-    return {k: _thawed(v) if isinstance(v, tuple) and v and isinstance(v[0], tuple) else v for k, v in pairs}
+    """A frozen entry as a dict again (its nested entries too)."""
+    return {k: _thawed(v) if k in _LORA_NESTED else v for k, v in pairs}
 
 
 @dataclass(frozen=True)

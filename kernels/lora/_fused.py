@@ -5,10 +5,9 @@ The two sides share their body: the start under PDL (:func:`_pdl_start`), the ro
 of a program (:func:`_fused_rows`), its scaling (:func:`_scaling`), the step-A loop (:func:`_step_a`), and each
 output block's pieces: the step-B weight block (:func:`_wt_block`) and the delta, masks, base load and store of
 :mod:`._tiles`; what differs is where each side's weights lie and what it loads ahead.  Triton inlines every
-helper.  The step-A rounding point and the loop over output blocks are written out in each kernel: inlined
-scopes there change the debug labels of the PTX around them, and with them how ptxas schedules the fused q
-side's 64-row token-major kernel (``scripts/sass_against.sh`` shows it), while the code as written compiles
-to the SASS it is measured with.
+helper.  The step-A rounding point and the loop over output blocks stay written out in each kernel: as
+helpers, their inlined scopes add debug labels to the PTX there, and ptxas then schedules the fused q side's
+64-row token-major kernel differently (``scripts/sass_against.sh`` compares the SASS).
 """
 
 from __future__ import annotations
