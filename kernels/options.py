@@ -55,7 +55,7 @@ def _is_bool(owner: str, name: str, value: Any) -> None:
 # tl.arange's lengths) and num_warps; the rest is optional: the pipelining stages and register cap, the fused
 # kernels' switches (kernels.lora's Notes: PREFETCH, HEADS_FIRST, META_FIRST, PDL, EARLY; the q side's
 # PREFETCH_ALL and C_SPLIT), and on the token-major path the overrides chosen per batch (WIDE_BT, WIDE,
-# EARLY_BLOCKS; kernels.lora._launch.token_major_blocks).
+# EARLY_BLOCKS; kernels.lora._plan.token_major_blocks).
 _LORA_SIZES = {"step_a_q": ("BT", "BLOCK_K"), "step_b_q": ("BT", "BH", "BLOCK_C"), "step_a_v": ("BT", "BH", "BLOCK_K"),
                "step_b_v": ("BT", "BLOCK_V"), "q_side_fused": ("BT", "BLOCK_K", "BLOCK_C"),
                "v_side_fused": ("BT", "BLOCK_K", "BLOCK_V")}
