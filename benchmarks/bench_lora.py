@@ -12,23 +12,24 @@ the minimum traffic (activations read, the intermediate written and read back by
 base_output read and written, the weights of the slots used, once); TB/s is bytes over the median
 time, set against a device-to-device copy measured in the same run.
 
-``--sweep`` also times alternative segment-major block sizes (``kernels.lora._launch.BLOCKS``) on
-prefill-8x2048; ``--sweep-decode`` times token-major ones on decode-bs64 by graph replay and keeps
-the best for the table.  The replay time of a one-kernel graph is printed as the floor.
+``--sweep`` also times alternative segment-major block sizes (``LoRAOptions.blocks`` entries in place of
+``kernels.lora.BLOCKS``') on prefill-8x2048; ``--sweep-decode`` times token-major ones on decode-bs64 by graph
+replay and keeps the best for the table.  The replay time of a one-kernel graph is printed as the floor.
 ``--decode-ab`` (``DECODE_AB``, decode shapes) and ``--prefill-ab`` (``PREFILL_AB``, prefill-8x2048) check
 each configuration of the fused kernels against the float64 oracle on the device, then time it with
 ``triton.testing.do_bench_cudagraph`` (a graph of many calls; decode rotates 8 input sets, more than
 the L2 holds), beside a graph of one trivial kernel per call as the floor; nothing else is run.
-Both take each configuration on a token-major route (``ROUTES``: the module's choice, the flat grid, the per-slot slot-sorted
-grid, logical rows); ``--decode-floor`` times the chosen fused configuration with real ranks and with
-every rank 0 (launch + route) on each route of ``--routes`` (default: auto, flat and sorted).
-``--json PATH`` writes the results as JSON.
+Both take each configuration on a token-major route (``ROUTES``: the options' own choice, the flat grid, the
+per-slot slot-sorted grid, logical rows); ``--decode-floor`` times the default fused configuration with real
+ranks and with every rank 0 (launch + route) on each route of ``--routes`` (default: auto, flat and sorted).
+Every mode runs under one :class:`~kernel_oracle.kernels.options.LaunchOptions` built from the flags
+(``--early-reads``), which the sweeps and A/B tables change per configuration (``with options(lora=...)``);
+nothing patches the kernels' modules.  ``--json PATH`` writes the results as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import time
@@ -201,27 +202,38 @@ def _op_calls(klora, d) -> dict:
     }
 
 
-def sweep(klora, launch):
+def _plain(entry) -> dict:
+    """A block entry as plain dicts (the default table is read-only mappings; JSON takes dicts)."""
+    return {k: _plain(v) if hasattr(v, "items") else v for k, v in entry.items()}
+
+
+def _entry(op: str, path: str, cfg) -> dict:
+    """LoRAOptions changes that launch ``op`` on ``path`` with the block entry ``cfg`` (it replaces the default
+    entry whole, Note [LoRA block entries] in kernels.options)."""
+    return {"blocks": {op: {path: _plain(cfg)}}}
+
+
+def sweep(klora) -> list[dict]:
     """Time each alternative segment-major block config of each op on prefill-8x2048."""
+    from kernel_oracle.kernels.options import options
+
     d = _inputs(SHAPES["prefill-8x2048"], seed=7)
     call = _op_calls(klora, d)
     out = []
     for op, configs in SWEEP.items():
-        saved = launch.BLOCKS[op]["seg"]
         for cfg in configs:
-            launch.BLOCKS[op]["seg"] = cfg
             try:
-                us = _bench(call[op])
+                with options(lora=_entry(op, "seg", cfg)):
+                    us = _bench(call[op])
                 out.append(dict(op=op, cfg=cfg, us=round(us, 1)))
             except Exception as e:  # a config that does not compile is a result, not a crash
                 out.append(dict(op=op, cfg=cfg, error=f"{type(e).__name__}: {str(e)[:120]}"))
             print("sweep", out[-1], flush=True)
-        launch.BLOCKS[op]["seg"] = saved
     return out
 
 
 DECODE_SWEEP = {
-    # first config of each op: the one chosen before (BT=16 tiles), as an in-run control
+    # first config of each op: 16-row (4-row for the head-packed steps) tiles, an in-run control
     "step_a_q": [dict(BT=16, BLOCK_K=64, num_warps=4), dict(BT=64, BLOCK_K=64, num_warps=4),
                  dict(BT=64, BLOCK_K=128, num_warps=4)],
     "step_b_q": [dict(BT=4, BH=16, BLOCK_C=256, num_warps=4), dict(BT=16, BH=8, BLOCK_C=128, num_warps=4),
@@ -241,146 +253,62 @@ DECODE_SWEEP = {
 }
 
 
-def sweep_decode(klora, launch):
-    """Graph-replay time of each token-major block config of each op on decode-bs64; keeps the best
-    config of each op in ``launch.BLOCKS`` (the main table then uses it) and returns all timings."""
+def sweep_decode(klora) -> tuple[list[dict], dict]:
+    """Graph-replay time of each token-major block config of each op on decode-bs64: all timings, and the
+    block entries (``{op: {"tok": entry}}``, for ``LoRAOptions.blocks``) of each op's fastest config."""
+    from kernel_oracle.kernels.lora import BLOCKS
+    from kernel_oracle.kernels.options import options
+
     d = _inputs(SHAPES["decode-bs64"], seed=11)
     call = _op_calls(klora, d)
-    out = []
+    out, chosen = [], {}
     for op, configs in DECODE_SWEEP.items():
-        best = (float("inf"), launch.BLOCKS[op]["tok"])
+        best = (float("inf"), _plain(BLOCKS[op]["tok"]))
         for cfg in configs:
-            launch.BLOCKS[op]["tok"] = cfg
             try:
-                us = _bench(_graphs([call[op]])[0])
+                with options(lora=_entry(op, "tok", cfg)):
+                    graph = _graphs([call[op]])[0]
+                us = _bench(graph)
                 out.append(dict(op=op, cfg=cfg, graph_us=round(us, 2)))
                 best = min(best, (us, cfg), key=lambda t: t[0])
             except Exception as e:
                 out.append(dict(op=op, cfg=cfg, error=f"{type(e).__name__}: {str(e)[:120]}"))
             print("decode sweep", out[-1], flush=True)
-        launch.BLOCKS[op]["tok"] = best[1]
+        chosen[op] = {"tok": best[1]}
         out.append(dict(op=op, chosen=best[1]))
-    return out
+    return out, chosen
 
 
 # decode A/B (--decode-ab): token-major configurations of the fused kernels, each checked against the
 # float64 oracle on the device, then timed by triton.testing.do_bench_cudagraph (median of replays of a
-# graph holding many calls, so one replay's launch cost is spread over them: the issue's measure).
-# Each entry is (route, overrides): the token-major route (ROUTES) and overrides of the chosen blocks of
-# kernels.lora._launch.BLOCKS ({}: the chosen configuration itself).
-# Round 24 (session 18, the final code): the chosen blocks against Note [Early reads] (EARLY: metadata, route
-# and first weight blocks before the grid-dependency wait) on its tiles and routes.
-# Rounds 21-23 (session 18, s18a-s18c, us; PRE_WAIT 1: the route and slot metadata before the wait, 2: also
-# the first weight blocks; each round's chosen entry first): bs64 q chosen 7.13 / 7.02 (s18a), 7.24 (s18b);
-# PRE_WAIT 1 6.60 / 6.53, 2 6.47 / 6.48 (s18a), 6.59 (s18b), 6.49 (s18c); 2 on the flat grid with 16-row tiles
-# **4.87** (s18b), **4.80**, with WIDE_BT=64 4.82 (s18c); the same tiles with PRE_WAIT 1 6.21, without 7.46;
-# 2 with 16-row per-slot tiles 6.67, flat 32-row 6.80, 8 warps 6.84, PREFETCH on 3 stages 8.97, BLOCK_C=256
-# 7.52, META_FIRST off 6.67.  bs64 v chosen 6.79 / 6.70, 6.71; PRE_WAIT 1 5.91 / 5.87, 2 5.75 / 5.78, 5.79,
-# 5.73; 2 with 32-row tiles 7.08, 16-row per-slot 7.04, flat 16 / 32 / 64-row 6.16 / 6.13 / 6.30, 2 stages
-# 6.57, 8 warps 6.49, META_FIRST off 5.89.  bs256 q chosen 15.69 / 15.68 / 15.66; PRE_WAIT 2 14.91-14.95, flat
-# 16-row 15.58 (15.67; WIDE_BT=64 14.96; without PRE_WAIT 21.07); v chosen 11.46 / 11.49 / 11.53, PRE_WAIT 2
-# 11.04-11.08, flat 64-row 11.02, flat 16 / 32-row 15.77 / 13.58.
-# Round 20 (for the next session): the chosen blocks against each of PDL and META_FIRST off, and the routes.
-# Round 19 (session 14, s14h, us): head-packed kernels (an experiment, removed again): BH heads of one
-# slot's rows per program, so that a decode-bs64 tile has no padding and the heads share the slot's A (q:
-# a batched step-A product; v: a batched step B).  bs64 q chosen 7.09, 16 rows x 2 heads 8.88 (flat 8.83),
-# 16 x 4 12.84, 32 x 2 10.60; v chosen 6.67, 16 x 4 19.42 (flat 19.01), 16 x 2 7.62, 32 x 2 8.61; bs256 q
-# 15.52 against 18.69-21.86, v 11.55 against 13.92-25.79.  Slower everywhere: the batched products and
-# the (heads x rows) reshapes cost more than the padding and the repeated A loads they save.
-# Round 18 (session 14, s14g, the final code): chosen, PDL off, META_FIRST off, flat, per-slot: bs64 q 7.02,
-# 7.78, 7.16, 7.68, 6.98, per-slot 16-row 7.18; v 6.65, 7.36, 6.84, 7.34, 6.73; bs256 q 15.55, 16.19,
-# 15.74, 15.54, 16.03, 21.18; v 11.45, 12.15, 11.50, 11.45, 11.83.
-# Round 17 (session 14, s14f, us): TILES_LAST, the per-slot grid renumbered so that every slot's first row
-# tile starts before any second one (the programs with rows first, as on the flat grid, without its slot
-# search).  bs64 q chosen 7.02, TILES_LAST 7.74 (flat 7.73, per-slot 16-row tiles with it 7.45); v 6.84 /
-# 6.85 (per-slot 32- / 16-row tiles with it 7.95 / 7.63); bs256 q 15.71 / 15.83, v 11.49 / 11.66.  Starting
-# the 256 programs with rows together, two per SM, was slower than the default order (which interleaves
-# them with programs that route and exit), so the option was removed from the kernels again.
-# Round 16 (session 14, s14e, us): a register cap for three programs per SM (q takes 226 registers, v 204: two
-# per SM) and the pipelining depth, under PDL.  bs64 q chosen 7.02, maxnreg 168 8.18, 2 stages 7.54, flat
-# 7.73, per-slot 16-row 7.31; v chosen 6.74, maxnreg 168 10.04, 2 / 4 stages 7.79 / 6.80, BLOCK_K=64 7.74,
-# flat 7.39, per-slot 6.71; bs256 q 15.65, 18.88, 15.66, 15.62, 21.47; v 11.43, 15.46, 12.17 / 11.78, 12.13,
-# 11.43, 11.80.  The chosen blocks stay.
-# Round 15 (session 14, s14b, us): bs64 q chosen (PDL + META_FIRST) 7.09, PDL off 7.91, META_FIRST off 7.29,
-# both off 8.08, flat 7.76, flat 16-row 7.49, per-slot 16-row 7.32; v chosen 6.73, PDL off 7.42, META_FIRST
-# off 6.86, both off 7.56, flat 7.32, per-slot 6.69, flat 32-row 8.09, flat 16-row 8.49; bs256 q 15.71 /
-# 16.37 / 15.83 / 16.58, flat 15.68, 16-row 21.08-21.45; v 11.44 / 12.22 / 11.53 / 12.25, flat 11.44,
-# per-slot 11.81, 32-row 15.21, 16-row 16.68.  The chosen blocks stay.
-# Round 14 (session 14, s14a and s14d, us; "auto" = the blocks chosen then): bs64 q auto 7.99 / 7.88, flat
-# 16-row tiles 8.23 / 8.04, per-slot 16-row 8.24 / 8.10, META_FIRST 7.83 / 7.71, flat 16-row + META_FIRST
-# 8.17 / 8.01, flat 8 warps 8.32 / 8.17, flat 16-row 8 warps 8.15 / 8.03, flat 16-row BLOCK_C=256 8.76 / 8.59,
-# PDL 7.17, PDL + META_FIRST **6.94**; bs64 v auto 7.55 / 7.48, flat 32-row 7.70 / 7.65, per-slot 32-row
-# 8.80 / 8.81, flat 16-row 7.93 / 7.97, META_FIRST 7.41 / 7.34, flat 16-row + META_FIRST 8.12 / 8.02, flat
-# 16-row BLOCK_K=256 8.93 / 8.77, flat 16-row 8 warps 8.43 / 8.37, flat 32-row 8 warps 8.36 / 8.33, PDL 6.77,
-# PDL + META_FIRST **6.68**; bs256 q auto 16.57 / 16.34, META_FIRST 16.37 / 16.18, PDL 15.65, both **15.46**,
-# 16-row tiles 21.8-26.5; v auto 12.24 / 12.28, META_FIRST 12.21 / 12.15, PDL 11.56, both **11.47**, 16- and
-# 32-row tiles 15.99-26.4.  Smaller tiles (less padding) were slower everywhere; the launch overlap and the
-# earlier slot metadata won (kernels.lora._launch.BLOCKS).
-# Round 14 as prepared in session 13 (which had no device time): the tile heights never timed on
-# the flat grid at 4 warps.  At decode-bs64 a slot has 16 rows, so a 32-row q tile and a 64-row v tile are
-# half and three quarters padding; 16-row q tiles were timed on the per-slot grid only (s12h: 8.21 us, its
-# 16 tiles per head mostly empty), v's 32-row tiles before the row search (s11a: 8.82).  Static figures
-# (python -m kernel_oracle.benchmarks.hopper_sass --ab decode, triton 3.6.0, docs/benchmarks/data/
-# sm90_offline_2026-12-01_s13/): they compile and fit; they do not say which is faster (docs/kernels_lora.md).
-# Round 13 (session 12, s12h, for the next session): on the per-slot grid, the chosen blocks against 16-row
-# q tiles, 8 warps, 64-column q blocks, 64-column v step-A blocks.
-# s12h, us: bs64 q auto (per-slot) 7.92, flat 8.43, 16-row tiles 8.21, 8 warps 8.03, BLOCK_C=64 11.75; bs64 v
-# auto 7.54, flat 8.21, BLOCK_K=64 8.44, 8 warps 8.18; bs256 q auto (flat) 16.58, per-slot 17.35; v auto 12.29:
-# the chosen blocks stay.
-# Round 12 (session 12, after Note [Rank-wide loads]): the chosen q blocks (PREFETCH_ALL=2, one stage, on
-# 32-row tiles) against PREFETCH alone and the other depths; each route.
-# Round 11 (2026-12-01 session 12): Note [Whole-row prefetch] for q (PREFETCH_ALL 1: the four base
-# blocks before step A; 2: A blocks too), with 8 warps, one stage, 16-row tiles; v with 4 and 1 stages.
-# s12b / s12c (the second after Note [Rank-wide loads]), us: bs64 q chosen-before 9.24 / 8.67, PREFETCH_ALL 1
-# 9.77 / 9.28, 2 9.43 / 8.78, 2 on 8 warps 9.45 / 8.95, 1 with one stage 9.12 / 8.78, 2 with one stage
-# 8.85 / 8.36, 2 on 16-row tiles 9.51 / 8.86; bs256 q 17.22 / 16.44, 18.36 / 17.97, 17.26 / 16.79,
-# 22.04 / 21.09, 19.03 / 18.53, 17.83 / 18.01, 25.84 / 20.76; v (chosen, 4 stages, 1 stage) bs64 7.55 /
-# 7.73, 7.60 / 7.84, 8.94 / 9.16; bs256 12.24 / 12.29, 12.53 / 12.47, 13.37 / 13.16.
-# Round 10: small programs for the decode-bs64 tiles (16 rows per slot): 16- and 32-row tiles on 1-2 warps,
-# so that more programs are resident (Nsight Compute, s11d: the chosen q kernel takes 160 registers, 3
-# programs per SM, and its per-slot grid of 512 programs runs in 1.29 waves; v 204 registers and 74 KB of
-# shared memory, 2 per SM), and two stages for v (less shared memory).  Round 9 (s11d, heads first
-# chosen): bs64 q auto 9.86, flat 9.06, sorted 9.91; v 7.50 / 8.20 / 7.47; bs256 q 16.96 / 16.98 / 17.73,
-# v 12.26 / 12.23 / 12.54; heads first off: bs64 q 9.95, v 7.51, bs256 q 17.38, v 12.79.
-# Round 8 (s11c): HEADS_FIRST (consecutive programs take one row tile's heads, whose base rows
-# are adjacent): bs64 q 10.03 -> 9.93, v 7.41 -> 7.45, bs256 q 17.34 -> 16.96, v 12.84 -> 12.28.
-# Round 7 (2026-12-01 s11b): L2 eviction hints on the data read once
-# (bs64 q 10.09 -> 10.01, v 7.49 -> 7.37, bs256 q 17.55 -> 18.20, v 12.84 -> 12.71, prefill unchanged:
-# not kept), the compiler's pipelining instead of PREFETCH (q 10.09 -> 12.18), deeper step-A pipelining
-# (v 7.49 -> 10.40), 16-row tiles (q 10.68-11.11, v 9.19-9.44) and C_SPLIT=256 (q 12.84-13.01): all
-# slower.  Round 6 (s11a, after Note [Row search]): the chosen blocks stayed best (8 warps, wider blocks,
-# 32-row v tiles: slower).  Rounds 1-5 (2026-11-30 and s10c-s10e): docs/benchmarks/lora.md and
-# docs/benchmarks/data/; round 4 (whole-row blocks, slower everywhere): docs/kernels_lora.md.
+# graph holding many calls, so one replay's launch cost is spread over them).  Each entry is (route,
+# overrides): the token-major route (ROUTES) and overrides of the default blocks (kernels.lora.BLOCKS; {}: the
+# default configuration itself).  The table holds the default blocks against Note [Early reads] (EARLY: the
+# route, slot metadata and first weight blocks before the grid-dependency wait) on its tiles and routes, and
+# the 16-row flat q tiles without it; the last figures are in docs/BENCHMARKS.md.
 DECODE_AB = {
     "q_side_fused": [("auto", {}), ("auto", {"EARLY": True, "BT": 16}), ("auto", {"EARLY": True}),
                      ("sorted", {"EARLY": True, "BT": 16}), ("flat", {"BT": 16})],
     "v_side_fused": [("auto", {}), ("auto", {"EARLY": True}), ("flat", {"EARLY": True}), ("sorted", {"EARLY": True})],
 }
-# token-major routes (kernels.lora._launch switches): the flat grid wherever allowed, the per-slot
-# slot-sorted grid, tiles of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the
-# module's own choice (flat where it halves the programs, FLAT_SLOTS_MIN_SAVING)
-ROUTES = {"flat": dict(SLOT_SORTED=True, FLAT_SLOTS=True, FLAT_SLOTS_MIN_SAVING=0),
-          "sorted": dict(SLOT_SORTED=True, FLAT_SLOTS=False),
-          "logical": dict(SLOT_SORTED=False, FLAT_SLOTS=False), "auto": {}}
+# token-major routes, as LoRAOptions fields: the flat grid wherever allowed, the per-slot slot-sorted grid, tiles
+# of consecutive logical rows (Note [Slot-sorted tiles]), and "auto": the options in force (by default flat
+# where it halves the programs, LoRAOptions.flat_slots_min_saving)
+ROUTES = {"flat": dict(slot_sorted=True, flat_slots=True, flat_slots_min_saving=0),
+          "sorted": dict(slot_sorted=True, flat_slots=False),
+          "logical": dict(slot_sorted=False, flat_slots=False), "auto": {}}
 
 
-@contextlib.contextmanager
-def token_major_route(launch, route: str):
-    """Launch on ``route`` (a key of :data:`ROUTES`) inside the block; the switches are restored after."""
-    saved = {name: getattr(launch, name) for name in ROUTES[route]}
-    try:
-        for name, value in ROUTES[route].items():
-            setattr(launch, name, value)
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(launch, name, value)
+def route_options(route: str, blocks: dict | None = None) -> dict:
+    """The LoRAOptions changes that launch on token-major ``route`` (a key of :data:`ROUTES`), with the block
+    entries ``blocks`` (``{op: {path: entry}}``) if given: ``with options(lora=route_options(...))``."""
+    return {**ROUTES[route], **({"blocks": blocks} if blocks else {})}
 
 
-def ab_configs(table: dict, blocks: dict, path: str) -> dict:
+def ab_configs(table: dict, blocks, path: str) -> dict:
     """``{op: [(route, blocks), ...]}``: each entry of an A/B ``table`` as the full block dict it launches,
-    its overrides applied to ``blocks[op][path]`` (kernels.lora._launch.BLOCKS, the chosen ones)."""
-    return {op: [(route, {**blocks[op][path], **overrides}) for route, overrides in entries]
+    its overrides applied to ``blocks[op][path]`` (kernels.lora.BLOCKS, the defaults)."""
+    return {op: [(route, {**_plain(blocks[op][path]), **overrides}) for route, overrides in entries]
             for op, entries in table.items()}
 
 
@@ -405,15 +333,9 @@ def _oracle_check(op: str, d: dict) -> str:
 
 
 # prefill A/B (--prefill-ab): segment-major configurations of the fused kernels on prefill-8x2048, as
-# overrides of the chosen segment-major blocks (as DECODE_AB; the route is that of token-major calls only)
-# Round 6: the chosen q blocks (64-row tiles, 8 warps, heads first, 64-column step-A blocks) against
-# 128-column ones, 2 stages, and the grid's own order.  Round 5 (2026-12-01 s11f, two rounds): q (BLOCK_K
-# 128) 641.8 / 641.6 us, BLOCK_K=64 618.6 / 618.9, num_stages=2 623.5 / 623.3, 4 warps 653.5 / 652.7,
-# BT=128 663.5 / 662.8, BLOCK_C=256 963.9 / 962.2; v 387.5 / 388.0, BLOCK_K=128 391.0 / 398.3.
-# Round 4 (s11e): q 648.2 us, heads first off 666.6, BT=32 4 warps (heads first) 690.2; v 383.8, heads
-# first off 395.0.  Round 3 (s11c): q BT=32 660-668 us, heads first 681.6, BT=64 8 warps 660.4 and with
-# heads first 640.2, maxnreg 80 / 64 713.3 / 891.7, BT=128 673.2, BLOCK_C=64 882.2; v 401.6, heads first
-# 387.9 (maxnreg 80: ptxas error).  Round 2 (s11b): L2 eviction hints unchanged, num_stages 4 slower.
+# overrides of the default segment-major blocks (as DECODE_AB; the route is that of token-major calls only):
+# the default q blocks (64-row tiles, 8 warps, heads first, 64-column step-A blocks) against 128-column ones,
+# 2 stages and the grid's own order; the v blocks against the grid's own order.
 PREFILL_AB = {
     "q_side_fused": [("auto", {}), ("auto", {"BLOCK_K": 128}), ("auto", {"num_stages": 2}),
                      ("auto", {"HEADS_FIRST": False})],
@@ -421,27 +343,28 @@ PREFILL_AB = {
 }
 
 
-def fused_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None, path="tok", nsets=8):
+def fused_ab(klora, shapes=("decode-bs64", "decode-bs256"), table=None, path="tok", nsets=8) -> list[dict]:
     """Each configuration of ``table`` (DECODE_AB) for ``path`` on each shape: oracle check, then
     do_bench_cudagraph median (us), rotating ``nsets`` input sets."""
     import triton.testing
+
+    from kernel_oracle.kernels.lora import BLOCKS
+    from kernel_oracle.kernels.options import options
 
     table = DECODE_AB if table is None else table
     x = torch.zeros(1, device="cuda")
     out = [dict(floor="one x.add_(1) per call", us=round(triton.testing.do_bench_cudagraph(
         lambda: x.add_(1), rep=50, return_mode="median") * 1e3, 2))]
     print("decode ab", out[0], flush=True)
-    saved = {op: launch.BLOCKS[op][path] for op in table}
-    configs_of = ab_configs(table, launch.BLOCKS, path)
+    configs_of = ab_configs(table, BLOCKS, path)
     for name in shapes:
         sets = [_inputs(SHAPES[name], seed=300 + i) for i in range(nsets)]
         for op, configs in configs_of.items():
             side = "q" if op == "q_side_fused" else "v"
             for route, cfg in configs:
-                launch.BLOCKS[op][path] = dict(cfg)
                 row = dict(shape=name, op=op, route=route, cfg=cfg)
                 try:
-                    with token_major_route(launch, route):
+                    with options(lora=route_options(route, {op: {path: cfg}})):
                         row["check"] = _oracle_check(op, sets[0])
                         fns = [_calls(klora, d, side)["fused"] for d in sets]
                         row["us"] = round(triton.testing.do_bench_cudagraph(rotating(fns), rep=50,
@@ -452,20 +375,20 @@ def fused_ab(klora, launch, shapes=("decode-bs64", "decode-bs256"), table=None, 
                 print("decode ab", row, flush=True)
         del sets
         torch.cuda.empty_cache()
-    for op, cfg in saved.items():
-        launch.BLOCKS[op][path] = cfg
     return out
 
 
-def decode_floor(klora, launch, shapes=("decode-bs64", "decode-bs256"), nsets=8,
+def decode_floor(klora, shapes=("decode-bs64", "decode-bs256"), nsets=8,
                  routes=("auto", "flat", "sorted")) -> list[dict]:
-    """Where a fused decode call's time goes: the chosen configuration timed as ``fused_ab`` times it,
+    """Where a fused decode call's time goes: the default configuration timed as ``fused_ab`` times it,
     on each token-major route of ``routes`` (:data:`ROUTES`), with the real ranks and with every slot's
     rank set to 0 (each program then stops after routing its rows and reading its slot's rank: launch +
     route, the floor under the work)."""
     import dataclasses
 
     import triton.testing
+
+    from kernel_oracle.kernels.options import options
 
     out = []
     for name in shapes:
@@ -475,7 +398,7 @@ def decode_floor(klora, launch, shapes=("decode-bs64", "decode-bs256"), nsets=8,
         for side in ("q", "v"):
             for route in routes:
                 for label, group in (("ranks", sets), ("ranks 0", idle)):
-                    with token_major_route(launch, route):
+                    with options(lora=route_options(route)):
                         fns = [_calls(klora, d, side)["fused"] for d in group]
                         us = triton.testing.do_bench_cudagraph(rotating(fns), rep=50, return_mode="median") * 1e3
                     out.append(dict(shape=name, side=side, route=route, ranks=label, us=round(us, 2)))
@@ -496,7 +419,7 @@ def graph_floor() -> float:
     return _bench(g.replay)
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--sweep", action="store_true", help="also time alternative block sizes on prefill-8x2048")
@@ -515,64 +438,90 @@ def main(argv=None):
                     help="--decode-floor: the token-major routes to time (auto: the wrapper's choice; the flat "
                          "grid; the per-slot slot-sorted grid; logical rows)")
     ap.add_argument("--early-reads", action="store_true",
-                    help="launch under kernels.lora.early_reads() (Note [Early reads]: the fused decode kernels "
+                    help="launch with LoRAOptions(early_reads=True) (Note [Early reads]: the fused decode kernels "
                          "read metadata and weights before the grid-dependency wait)")
     ap.add_argument("--json", default=None, help="write results to this JSON file")
     ap.add_argument("--oracle-record", default=None,
                     help="also write a kernel-oracle result record (reports.schema) to this file or directory")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def flag_options(args: argparse.Namespace):
+    """The LaunchOptions every timed call of this run starts from (the A/B modes change routes and blocks on
+    top of it): ``--early-reads``."""
+    from kernel_oracle.kernels.options import LaunchOptions, LoRAOptions
+
+    return LaunchOptions(lora=LoRAOptions(early_reads=args.early_reads))
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command that reproduces this run's mode and flags (the record's ``command``)."""
+    return ("python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "")
+            + (" --sweep-decode" if args.sweep_decode else "") + (" --decode-ab" if args.decode_ab else "")
+            + (" --prefill-ab" if args.prefill_ab else "")
+            + (" --decode-floor --routes " + " ".join(args.routes) if args.decode_floor else "")
+            + (" --early-reads" if args.early_reads else ""))
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("kernel_oracle.benchmarks.bench_lora needs a CUDA device; the interpreter is far too slow to time")
-    import kernel_oracle.kernels.lora as klora
+    from kernel_oracle.kernels.options import use_options
 
-    with klora.early_reads(args.early_reads):
+    with use_options(flag_options(args)):
         _main(args)
+
+
+def _write_json(path, **parts) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(parts, f, indent=1)
 
 
 def _main(args) -> None:
     import triton
 
     import kernel_oracle.kernels.lora as klora
-    import kernel_oracle.kernels.lora._launch as launch
 
     info = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=torch.cuda.get_device_name(),
                 torch=torch.__version__, triton=triton.__version__, commit=(git_commit() or "unknown")[:12],
-                command="python -m kernel_oracle.benchmarks.bench_lora" + (" --sweep" if args.sweep else "")
-                + (" --sweep-decode" if args.sweep_decode else "") + (" --decode-ab" if args.decode_ab else "")
-                + (" --prefill-ab" if args.prefill_ab else "")
-                + (" --decode-floor --routes " + " ".join(args.routes) if args.decode_floor else "")
-                + (" --early-reads" if args.early_reads else ""))
+                command=command_line(args))
     copy_tbs = copy_bandwidth()
     info["copy_tbs"] = round(copy_tbs, 3)
     info["graph_floor_us"] = round(graph_floor(), 2)
     if args.decode_floor:
-        rows = decode_floor(klora, launch, routes=tuple(args.routes))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(dict(info=info, decode_floor=rows), f, indent=1)
+        rows = decode_floor(klora, routes=tuple(args.routes))
+        _write_json(args.json, info=info, decode_floor=rows)
         print(f"\n{info}\n| shape | side | route | ranks | cudagraph median us |\n|---|---|---|---|---:|")
         for r in rows:
             print(f"| {r['shape']} | {r['side']} | {r['route']} | {r['ranks']} | {r['us']} |")
         return
     if args.decode_ab or args.prefill_ab:
-        ab = fused_ab(klora, launch) if args.decode_ab else \
-            fused_ab(klora, launch, ("prefill-8x2048",), PREFILL_AB, "seg", 1)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(dict(info=info, decode_ab=ab), f, indent=1)
+        ab = fused_ab(klora) if args.decode_ab else fused_ab(klora, ("prefill-8x2048",), PREFILL_AB, "seg", 1)
+        _write_json(args.json, info=info, decode_ab=ab)
         print(f"\n{info}\n| shape | op | route | config | check | cudagraph median us |\n|---|---|---|---|---|---:|")
         print(f"floor: {ab[0]}")
         for r in ab[1:]:
             print(f"| {r['shape']} | {r['op']} | {r['route']} | {r['cfg']} | {r.get('check', r.get('error'))} | "
                   f"{r.get('us', '')} |")
         return
-    sweep_rows = sweep(klora, launch) if args.sweep else []
+    _table(klora, args, info, copy_tbs)
+
+
+def _table(klora, args, info: dict, copy_tbs: float) -> None:
+    """The plain mode: the table of every shape (after --sweep / --sweep-decode, with the decode sweep's best
+    blocks)."""
+    from kernel_oracle.kernels.options import options
+
+    sweep_rows = sweep(klora) if args.sweep else []
+    chosen: dict = {}
     if args.sweep_decode:
-        sweep_rows += sweep_decode(klora, launch)
-    rows = run_shapes(klora, args.shapes, copy_tbs)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(info=info, rows=rows, sweep=sweep_rows), f, indent=1)
+        decode_rows, chosen = sweep_decode(klora)
+        sweep_rows += decode_rows
+    with options(lora={"blocks": chosen} if chosen else {}):
+        rows = run_shapes(klora, args.shapes, copy_tbs)
+    _write_json(args.json, info=info, rows=rows, sweep=sweep_rows)
     if args.oracle_record:
         from kernel_oracle.reports.bench_convert import save_bench_record
 

@@ -4,7 +4,7 @@ python -m kernel_oracle.benchmarks.compile_hopper      (not under TRITON_INTERPR
 
 The interpreter never compiles, so a kernel edit can pass the whole CPU suite and still not build on
 the GPU: an fp64 branch whose two ``return`` statements had different types did exactly that
-(``Inconsistent return types``, found on the H200 on 2026-11-30).  This compiles each arithmetic
+(``Inconsistent return types``, on the H200).  This compiles each arithmetic
 variant (fp32 at every ``EXACT`` level, TF32, bf16, fp16) for ``GPUTarget("cuda", 90, 32)`` with
 Triton's bundled ptxas and prints one line per variant; exit 1 when any fails.  The six LoRA kernels
 follow (:data:`LORA_VARIANTS`: every dtype, both paths, both families, with and without a
@@ -64,7 +64,8 @@ def compile_variant(dtype: str, precision, exact: int, d: int, split: bool = Fal
 
 # (op, dtype, path, ALIGN, permutation dtype or None[, NSLOT]): LoRA variants a kernel change must keep
 # compiling.  Token-major ones run slot-sorted tiles on the flat grid (Note [Flat slot grid]) with NSLOT 8 (up
-# to 8 slots) unless the sixth entry says otherwise: 0 is the per-slot grid (FLAT_SLOTS off), 32 the cap.
+# to 8 slots) unless the sixth entry says otherwise: 0 is the per-slot grid (LoRAOptions.flat_slots off), 32 the
+# cap.
 LORA_VARIANTS = (("step_a_q", "bfloat16", "tok", 8, None), ("step_b_q", "float32", "seg", 1, "i64"),
                  ("step_a_v", "float16", "seg", 8, "i64"), ("step_b_v", "bfloat16", "tok", 1, None),
                  ("q_side_fused", "float16", "tok", 8, "i64"), ("v_side_fused", "float32", "seg", 1, None),
@@ -72,10 +73,11 @@ LORA_VARIANTS = (("step_a_q", "bfloat16", "tok", 8, None), ("step_b_q", "float32
 
 
 def compile_lora(op: str, dtype: str, path: str, align: int, perm, nslot=None):
-    """The compiled LoRA kernel of one variant (``kernels.lora._launch`` blocks of ``path``, rank block
-    32, the aligned family when ``align > 1``); ``perm``: the permutation's pointer type, None for none;
-    ``nslot``: a token-major launch's ``NSLOT`` on the flat grid, 0 for the per-slot grid (None: what
-    ``kernels.lora._launch`` launches for 4 slots)."""
+    """The compiled LoRA kernel of one variant (the default blocks of ``path``, ``kernels.lora.BLOCKS``, under the
+    default :class:`~kernel_oracle.kernels.options.LoRAOptions`; rank block 32, the aligned family when
+    ``align > 1``); ``perm``: the permutation's pointer type, None for none; ``nslot``: a token-major launch's
+    ``NSLOT`` on the flat grid, 0 for the per-slot grid (None: what ``kernels.lora._launch`` launches for 4
+    slots)."""
     import inspect
 
     import triton
@@ -84,7 +86,9 @@ def compile_lora(op: str, dtype: str, path: str, align: int, perm, nslot=None):
 
     from kernel_oracle.kernels.lora import _kernels as LK
     from kernel_oracle.kernels.lora import _launch as LL
+    from kernel_oracle.kernels.options import LoRAOptions
 
+    defaults = LoRAOptions()
     fn = getattr(LK, f"{op}_kernel")
     fn = fn if align > 1 else fn.generic
     blocks = dict(LL.BLOCKS[op][path])
@@ -92,8 +96,8 @@ def compile_lora(op: str, dtype: str, path: str, align: int, perm, nslot=None):
     blocks.pop("C_SPLIT", None)
     params = inspect.signature(fn.fn).parameters
     if nslot is None:
-        nslot = LL.slot_block(4) if LL.FLAT_SLOTS else 0
-    sorted_rows = path == "tok" and LL.SLOT_SORTED
+        nslot = LL.slot_block(4) if defaults.flat_slots else 0
+    sorted_rows = path == "tok" and defaults.slot_sorted
     const = dict(TOKEN_MAJOR=path == "tok", HAS_PERM=perm is not None, SEG_TILE=64 if path == "tok" else 0,
                  SORTED=sorted_rows, FLAT=sorted_rows and nslot > 0, NSLOT=nslot or LL.FLAT_SLOTS_MIN_BLOCK,
                  BLOCK_R=LL.MIN_BLOCK_R, UPCAST=False, DOT_PREC="tf32" if dtype == "float32" else None,

@@ -127,6 +127,7 @@ def largest_sizes(device="cuda") -> list[dict]:
     from kernel_oracle.harness.check import Case, check_case
     from kernel_oracle.harness.problems import LoRAProblem
     from kernel_oracle.kernels.lora._smem import fit_config, smem_limit
+    from kernel_oracle.kernels.options import options
 
     target = resolve_target("triton", device)
     rows = []
@@ -134,21 +135,19 @@ def largest_sizes(device="cuda") -> list[dict]:
     for op in ("step_a_q", "step_b_q", "step_a_v", "step_b_v", "q_side_fused", "v_side_fused"):
         for dtype in ("bfloat16", "float16", "float32"):
             for path in ("seg", "tok"):
-                launch.FORCE_PATH = path
-                launch._FITTED.clear()
+                launch.forget_fitted()
                 case = Case(LoRAProblem(op=op, seg_lens=(300, 0, 129, 64), weight_indices=(3, 2, 0, 1),
                                         lora_ranks=(128, 64, 5, 128), scalings=(1.0, 0.5, 2.0, 1.5), dtype=dtype,
                                         seed=rng.randrange(10**6), permute=True, **LARGEST))
                 t0 = time.monotonic()
                 try:
-                    verdict = check_case(target, case, device)
+                    with options(lora={"route": path}):
+                        verdict = check_case(target, case, device)
                     ok, what = verdict.ok, (verdict.kind or "pass") if not verdict.ok else "pass"
                     msg = "" if verdict.ok else verdict.message.splitlines()[0]
                 except Exception as exc:  # noqa: BLE001 - an OutOfResources here is the finding this part looks for
                     ok, what, msg = False, type(exc).__name__, str(exc).splitlines()[0]
-                finally:
-                    launch.FORCE_PATH = None
-                fitted = next(iter(launch._FITTED.values()), None)
+                fitted = next(iter(launch.fitted().values()), None)
                 default = {k: v for k, v in launch.BLOCKS[op][path].items() if k != "num_warps"}
                 torch_dtype = getattr(torch, dtype)
                 est = fit_config(op, default, block_r=128, elem_bytes=torch_dtype.itemsize,

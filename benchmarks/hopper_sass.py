@@ -207,33 +207,28 @@ def compile_calls(shapes, sides, variants=("fused",)) -> list[dict]:
 def compile_ab(table: dict, shapes, path: str) -> list[dict]:
     """The fused kernels of each configuration of a ``bench_lora`` A/B table (``DECODE_AB`` on the
     token-major path, ``PREFILL_AB`` segment-major) on ``shapes``, as ``--decode-ab`` / ``--prefill-ab``
-    would launch them: static figures to sort candidates before device time is spent on them.  A
-    configuration that does not compile gives a row with its error."""
+    would launch them (the same LoRA options): static figures to sort candidates before device time is spent
+    on them.  A configuration that does not compile gives a row with its error."""
     import kernel_oracle.kernels.lora as klora
     from kernel_oracle.benchmarks import bench_lora as B
-    from kernel_oracle.kernels.lora import _launch as LL
+    from kernel_oracle.kernels.options import options
 
-    rows, saved = [], {op: LL.BLOCKS[op][path] for op in table}
-    configs_of = B.ab_configs(table, LL.BLOCKS, path)  # of the chosen blocks, before any is replaced
-    try:
-        for shape in shapes:
-            d = B._inputs(B.SHAPES[shape], 0, device="meta")
-            for op, configs in configs_of.items():
-                side = "q" if op == "q_side_fused" else "v"
-                for (route, cfg), (_, overrides) in zip(configs, table[op]):
-                    label = f"{shape} {route} {overrides or ''}".strip()
-                    LL.BLOCKS[op][path] = dict(cfg)
-                    seen: list = []
-                    try:
-                        with hopper_compiles(seen), B.token_major_route(LL, route):
-                            B._calls(klora, d, side)["fused"]()
-                    except Exception as exc:  # noqa: BLE001 - a configuration that does not build is a result
-                        rows.append(dict(shape=label, side=side, error=f"{type(exc).__name__}: {str(exc)[:120]}"))
-                        continue
-                    rows += [_row(label, side, *launch) for launch in seen]
-    finally:
-        for op, cfg in saved.items():
-            LL.BLOCKS[op][path] = cfg
+    rows = []
+    configs_of = B.ab_configs(table, klora.BLOCKS, path)
+    for shape in shapes:
+        d = B._inputs(B.SHAPES[shape], 0, device="meta")
+        for op, configs in configs_of.items():
+            side = "q" if op == "q_side_fused" else "v"
+            for (route, cfg), (_, overrides) in zip(configs, table[op]):
+                label = f"{shape} {route} {overrides or ''}".strip()
+                seen: list = []
+                try:
+                    with hopper_compiles(seen), options(lora=B.route_options(route, {op: {path: cfg}})):
+                        B._calls(klora, d, side)["fused"]()
+                except Exception as exc:  # noqa: BLE001 - a configuration that does not build is a result
+                    rows.append(dict(shape=label, side=side, error=f"{type(exc).__name__}: {str(exc)[:120]}"))
+                    continue
+                rows += [_row(label, side, *launch) for launch in seen]
     return rows
 
 

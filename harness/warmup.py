@@ -91,7 +91,7 @@ def warm_up_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) ->
 # (segment lengths, slots, ops or None for all, what it selects).  Token-major launches over 3 or more
 # slots can take the flat grid (Note [Flat slot grid]: only where it halves the programs, which one or two
 # slots never do), a variant of its own; the fused q side's tile height depends on the rows per slot
-# (WIDE_BT in kernels.lora._launch.BLOCKS), so its other heights get cases of their own.
+# (WIDE_BT in kernels.lora.BLOCKS), so its other heights get cases of their own.
 _VARIANT_PATHS = (
     ((1,) * 8, 2, None, "token-major, one compare over 64 segment ends"),
     ((256,), 2, None, "segment-major"),

@@ -72,7 +72,7 @@ def test_sass_of_the_decode_launch_and_its_comparison(tmp_path):
     assert len(vision) == len(VISION_SHAPES) and all(r["kernel"] == "_vision_attn_fwd" for r in vision), vision
     assert all(int(r["mma"]) > 0 and int(r["per SM"]) >= 1 for r in vision)  # tensor-core products in every one
     (row,) = [r for r in table if r["shape"] == "decode-bs64"]
-    assert row["kernel"] == "v_side_fused" and row["warps"] == "4"  # BLOCKS["v_side_fused"]["tok"]: 4 warps
+    assert row["kernel"] == "v_side_fused" and row["warps"] == "4"  # kernels.lora.BLOCKS["v_side_fused"]["tok"]
     regs, total, bar, mma = int(row["regs"]), int(row["SASS"]), int(row["bar"]), int(row["mma"])
     assert 32 <= regs <= 255 and total > 200 and bar > 0 and mma > 0
     sass = (out / "decode-bs64_v_side_fused.sass").read_text().splitlines()
@@ -80,7 +80,8 @@ def test_sass_of_the_decode_launch_and_its_comparison(tmp_path):
     # --lines: the busiest source lines, each a real line of our kernels or of Triton's library
     listed = done.stdout.split("source lines by SASS instructions", 1)[1].splitlines()[1:5]
     assert len(listed) == 4 and all(".py:" in ln for ln in listed), listed
-    assert any("_kernels.py:" in ln for ln in listed)
+    ours = ("_fused.py:", "_route.py:", "_tiles.py:", "_split.py:")  # kernels/lora's kernel modules
+    assert any(name in ln for ln in listed for name in ours), listed
 
     same = _run(tmp_path, "--against", str(out))  # the LoRA kernel alone: its file is compared
     assert same.returncode == 0 and "| yes |" in same.stdout, same.stdout + same.stderr[-2000:]
@@ -90,8 +91,8 @@ def test_sass_of_the_decode_launch_and_its_comparison(tmp_path):
 
 
 def test_programs_per_sm_match_nsight_compute_on_the_h200():
-    # Nsight Compute on the H200 (s11d, docs/kernels_lora.md): the fused q kernel of 160 registers on 4 warps,
-    # 3 programs per SM; the v kernel of 204 registers and 73,728 B of shared memory, 2 per SM
+    # Nsight Compute on the H200 (docs/kernels_lora.md): a fused q kernel of 160 registers on 4 warps, 3
+    # programs per SM; the v kernel of 204 registers and 73,728 B of shared memory, 2 per SM
     assert HS.programs_per_sm(160, 4, 49152) == 3
     assert HS.programs_per_sm(204, 4, 73728) == 2
     assert HS.programs_per_sm(32, 4, 120_000) == 1  # shared memory bounds it
@@ -114,10 +115,10 @@ def test_ab_table_rows_are_the_configurations(tmp_path):
 
 @pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason=f"this Triton build bundles no cuobjdump ({BIN})")
 def test_decode_ab_configurations_compile_for_sm90(tmp_path):
-    """Every configuration a device session's --decode-ab will launch compiles for sm_90, before any device
+    """Every configuration a GPU run's --decode-ab will launch compiles for sm_90, before any device
     time is spent: the interpreter runs the kernels without Triton's code generator, which refuses what
-    it lets through (session 14: a name reassigned to a tensor of another type inside a runtime ``if``
-    failed every 32-row fused q launch on the H200)."""
+    it lets through (a name reassigned to a tensor of another type inside a runtime ``if`` compiles under
+    the interpreter and fails every launch on the H200)."""
     from kernel_oracle.benchmarks.bench_lora import DECODE_AB
 
     done = _hopper_sass(tmp_path, "--ab", "decode")

@@ -87,7 +87,7 @@ class Mutant:
             raise MutantError(f"mutant {self.name!r} has no patches")
 
 
-_K = "lora/_kernels.py"
+_KR, _KT, _KS, _KF = "lora/_route.py", "lora/_tiles.py", "lora/_split.py", "lora/_fused.py"
 # Note [TF32 mutants]: the operand rounding of our LoRA kernels, replaced.  On the interpreter tl.dot is
 # exact, so rounding the fp32 operands in the kernel emulates what TF32 tensor cores do with them; the
 # copy declares precision "tf32" and is searched in fp32 only.  The rule must pass plain truncation
@@ -96,7 +96,7 @@ _OPERAND = """    if DOT_PREC == "tf32":
         x = round_tf32(x, False)
     return x"""
 _FP32_ONLY = ("float32",)
-_L = "lora/_launch.py"
+_L, _P = "lora/_launch.py", "lora/_plan.py"
 _VK = "vision/_kernel.py"
 _VT = "vision/_tiles.py"
 _VA = "vision/attention.py"
@@ -104,60 +104,62 @@ _VA = "vision/attention.py"
 MUTANTS: tuple[Mutant, ...] = (
     # ---- LoRA ----
     Mutant("lora_ignore_permutation", "lora", "rows are read and written at their logical index; permutation ignored",
-           (Patch(_K, "phys = tl.load(perm + tl.minimum(tl.maximum(logical, 0), num_rows - 1), mask=valid, other=0)",
+           (Patch(_KR, "phys = tl.load(perm + tl.minimum(tl.maximum(logical, 0), num_rows - 1), mask=valid, other=0)",
                   "phys = logical.to(tl.int64)"),)),
     # both token-major routes: logical rows (more than 256 segments) and slot-sorted tiles (Note [Slot-sorted
     # tiles]; what the tiny preset's batches take, on the flat grid: the segment lengths feed both the slot's
     # tile count there, Note [Flat slot grid], and the rows of a tile)
     Mutant("lora_segment_end_off_by_one", "lora", "token-major tiles treat a segment's end (seg_indptr[b+1]) as "
            "inside it (<=)",
-           (Patch(_K, "valid = (logical >= first) & (logical < last)", "valid = (logical >= first) & (logical <= last)"),
-            Patch(_K, "seg_rows = tl.maximum(ends - starts, 0)", "seg_rows = tl.maximum(ends - starts + 1, 0)"))),
-    # the copy also forces the segment-major path (the wrapper's FORCE_PATH hook): tiny CPU problems
+           (Patch(_KR, "valid = (logical >= first) & (logical < last)", "valid = (logical >= first) & (logical <= last)"),
+            Patch(_KR, "seg_rows = tl.maximum(ends - starts, 0)", "seg_rows = tl.maximum(ends - starts + 1, 0)"))),
+    # the copy also forces the segment-major path (what LoRAOptions(route="seg") chooses): tiny CPU problems
     # rarely choose it on their own
     Mutant("lora_segment_end_off_by_one_seg", "lora", "segment-major tiles run one row past the segment end",
-           (Patch(_K, "valid = logical < end", "valid = logical <= end"),
-            Patch(_L, "FORCE_PATH: Optional[str] = None", 'FORCE_PATH: Optional[str] = "seg"'))),
+           (Patch(_KR, "valid = logical < end", "valid = logical <= end"),
+            Patch(_P, 'token_major = seg_rows > TOKEN_MAJOR_WASTE * num_rows if force == "auto" else force == "tok"',
+                  "token_major = False"))),
     Mutant("lora_ignore_rank_truncation", "lora", "every slot uses the buffer rank R instead of min(R, lora_ranks[w])",
-           (Patch(_K, "rank = tl.minimum(tl.load(lora_ranks + w), R)", "rank = R + 0 * tl.load(lora_ranks + w)"),
+           (Patch(_KS, "rank = tl.minimum(tl.load(lora_ranks + w), R)", "rank = R + 0 * tl.load(lora_ranks + w)"),
+            Patch(_KF, "rank = tl.minimum(tl.load(lora_ranks + w), R)", "rank = R + 0 * tl.load(lora_ranks + w)"),
             # the fused kernels' token-major rank, loaded before the route (Note [Slot metadata first])
-            Patch(_K, "rank = tl.minimum(rank, R)", "rank = R + 0 * rank"))),
+            Patch(_KF, "rank = tl.minimum(rank, R)", "rank = R + 0 * rank"))),
     Mutant("lora_scaling_missing", "lora", "split step B adds the delta without the slot's scaling",
-           (Patch(_K, "d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)",
+           (Patch(_KS, "d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)",
                   "d = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)"),), ops=("step_b_q", "step_b_v")),
     # (_delta serves both fused sides; the q side is the one searched)
     Mutant("lora_scaling_twice", "lora", "fused q side applies the scaling twice",
-           (Patch(_K, "d = tl.dot(mid, w, input_precision=DOT_PREC) * s",
+           (Patch(_KT, "d = tl.dot(mid, w, input_precision=DOT_PREC) * s",
                   "d = tl.dot(mid, w, input_precision=DOT_PREC) * s * s"),), ops=("q_side_fused",)),
     Mutant("lora_wrong_v_half_offset", "lora", "step B_v reads the K-half of B (row offset h*FULL_K, not +qk)",
-           (Patch(_K, "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row",
+           (Patch(_KS, "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row",
                   "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row"),), ops=("step_b_v",)),
     Mutant("lora_dropped_k_tail", "lora", "step A_v drops the kv_lora_rank tail block (C not a multiple of BLOCK_K)",
-           (Patch(_K, "for k0 in range(0, C, BLOCK_K):", "for k0 in range(0, (C // BLOCK_K) * BLOCK_K, BLOCK_K):",
+           (Patch(_KS, "for k0 in range(0, C, BLOCK_K):", "for k0 in range(0, (C // BLOCK_K) * BLOCK_K, BLOCK_K):",
                   count=1),), ops=("step_a_v",)),
     # on the flat grid (Note [Flat slot grid]) the bound becomes floor(S/BT) + L - 1, too small for some batches
     Mutant("lora_dropped_tail_tiles", "lora", "token-major grid rounds the row tiles down (tail rows never computed)",
-           (Patch(_L, "        tiles = triton.cdiv(num_rows, bt)\n", "        tiles = num_rows // bt\n"),)),
+           (Patch(_P, "        tiles = triton.cdiv(num_rows, bt)\n", "        tiles = num_rows // bt\n"),)),
     Mutant("lora_overwrite_not_accumulate", "lora", "step B stores the delta instead of base + delta",
-           (Patch(_K, "cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16)",
+           (Patch(_KT, "cast_rounded(y + d, base_ptr.dtype.element_ty, FIX_BF16)",
                   "cast_rounded(d, base_ptr.dtype.element_ty, FIX_BF16)"),),
            ops=("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")),
     # Note [Row search]: the binary search stops at the first prefix sum >= the row instead of > it
     Mutant("lora_row_search_off_by_one", "lora", "slot-sorted tiles search the row's segment with < instead of <= "
            "(a row at a segment's start goes to the segment before)",
-           (Patch(_K, "<= k, pos + (SEG_TILE >> (i + 1)), pos)", "< k, pos + (SEG_TILE >> (i + 1)), pos)"),)),
+           (Patch(_KR, "<= k, pos + (SEG_TILE >> (i + 1)), pos)", "< k, pos + (SEG_TILE >> (i + 1)), pos)"),)),
     Mutant("lora_wrong_slot", "lora", "each row takes the previous segment's slot",
-           (Patch(_K, "weight_indices + seg", "weight_indices + tl.maximum(seg - 1, 0)"),)),
+           (Patch(_KR, "weight_indices + seg", "weight_indices + tl.maximum(seg - 1, 0)"),)),
     Mutant("lora_tf32_operands_8bit", "lora", "fp32 operands truncated to 8 mantissa bits, not TF32's 10 "
            "(a TF32 error too large; Note [TF32 mutants])",
-           (Patch(_K, _OPERAND, "    if x.dtype == tl.float32:\n"
+           (Patch(_KT, _OPERAND, "    if x.dtype == tl.float32:\n"
                   "        x = (x.to(tl.int32, bitcast=True) & -32768).to(tl.float32, bitcast=True)\n    return x"),),
            precision="tf32", dtypes=_FP32_ONLY),
     Mutant("lora_tf32_dropped_k_element", "lora", "step A_q's weight tile masks out the last qk_nope element "
            "(one dropped term of the K sum, under the TF32 rule; Note [TF32 mutants])",
-           (Patch(_K, "(kk < QK)[:, None] & (offs_r < rank)[None, :]",
+           (Patch(_KS, "(kk < QK)[:, None] & (offs_r < rank)[None, :]",
                   "(kk < QK - 1)[:, None] & (offs_r < rank)[None, :]", count=1),
-            Patch(_K, _OPERAND, "    if x.dtype == tl.float32:\n        x = round_tf32(x, True)\n    return x")),
+            Patch(_KT, _OPERAND, "    if x.dtype == tl.float32:\n        x = round_tf32(x, True)\n    return x")),
            ops=("step_a_q",), precision="tf32", dtypes=_FP32_ONLY),
     Mutant("lora_drifted_error_message", "lora", "the missing-max_len error lost its final period",
            (Patch(_L, "from kernel_oracle.reference.lora import validate_call\n",
@@ -196,7 +198,7 @@ MUTANTS: tuple[Mutant, ...] = (
 CONTROLS: tuple[Mutant, ...] = (
     Mutant("lora_tf32_truncation", "lora", "fp32 operands truncated to TF32, as the tensor cores do with raw "
            "fp32 (must pass; Note [TF32 mutants])",
-           (Patch(_K, _OPERAND, "    if x.dtype == tl.float32:\n        x = round_tf32(x, True)\n    return x"),),
+           (Patch(_KT, _OPERAND, "    if x.dtype == tl.float32:\n        x = round_tf32(x, True)\n    return x"),),
            precision="tf32", dtypes=_FP32_ONLY),
 )
 

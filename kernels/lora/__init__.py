@@ -14,14 +14,19 @@ Precision (``PRECISION``): fp16/bf16 tiles go through ``tl.dot`` with fp32 accum
 activations run ``tl.dot`` in TF32 on NVIDIA GPUs on operands the kernel rounds to TF32 to nearest
 first, so their same-dtype baseline is the oracle's ``faithful="tf32"`` (under the interpreter fp32
 dots are exact, which stays within that baseline).  Block sizes and stages fit the device's shared
-memory (``_smem``).  ``early_reads()`` lets the fused decode kernels read their metadata and weights
-before the previous kernel has finished (Note [Early reads] in ``_kernels``), for callers that never
-write those while a kernel may still run.  Design notes: ``docs/kernels_lora.md``.
+memory (``_smem``).  How a call launches (path, grid, blocks, early reads, the fp32 dot) is the
+:class:`~kernel_oracle.kernels.options.LoRAOptions` in force, read once per call::
+
+    with options(lora={"early_reads": True}):   # Note [Early reads] in ``_kernels``
+        q_side_fused_fwd(...)
+
+``BLOCKS`` is the default block table (read-only); ``LoRAOptions.blocks`` launches others.  Design notes:
+``docs/kernels_lora.md``.
 """
 
 from ._launch import (
+    BLOCKS,
     PRECISION,
-    early_reads,
     q_side_fused_fwd,
     step_a_q_fwd,
     step_a_v_fwd,
@@ -31,8 +36,8 @@ from ._launch import (
 )
 
 __all__ = [
+    "BLOCKS",
     "PRECISION",
-    "early_reads",
     "q_side_fused_fwd",
     "step_a_q_fwd",
     "step_a_v_fwd",

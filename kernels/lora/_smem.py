@@ -3,10 +3,10 @@ block sizes and pipeline stages that fits the device.
 
 Note [Shared memory]
 --------------------
-Measured on the H200 (triton 3.6): ``step_a_v`` in fp32 at rank 128 with the benchmark winners of
-``BLOCKS`` (64 rows x BLOCK_K 128 x BLOCK_R 128) and Triton's default 3 stages asked for 262144
-bytes of shared memory where the device has 232448 per block (``OutOfResources``): a crash of our
-kernel on a valid input.  Triton stages every ``tl.dot`` operand in shared memory; a loop whose
+Measured on the H200 (triton 3.6): ``step_a_v`` in fp32 at rank 128 with the default blocks of
+``BLOCKS`` (64 rows x BLOCK_K 128 x BLOCK_R 128) and Triton's default 3 stages asks for 262144
+bytes of shared memory where the device has 232448 per block (``OutOfResources``): launched as they
+are, a crash of our kernel on a valid input.  Triton stages every ``tl.dot`` operand in shared memory; a loop whose
 loads feed a dot is software-pipelined with ``num_stages - 1`` buffers of each loaded tile, and a
 tile changed in registers after its load (TF32 rounding, the interpreter's upcast) is stored again
 for the dot.  :func:`estimate_bytes` counts, per phase of a kernel (a K loop, or one product):
