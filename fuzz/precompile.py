@@ -110,23 +110,26 @@ MIN_PARALLEL_S = 20.0
 CHILDREN_SHARE = 0.75
 
 
-def warm_up_target(target, spec: str, device, *, time_s: Optional[float], processes: Optional[int] = None) -> dict:
-    """A worker's warm-up of ``target`` (resolved from ``spec``) for up to ``time_s`` seconds: for our
-    kernels (``spec == "triton"``) on CUDA, children compile every LoRA variant in parallel first
+def warm_up_target(target, spec, device, *, time_s: Optional[float], processes: Optional[int] = None) -> dict:
+    """A worker's warm-up of ``target`` (resolved from ``spec``, a spec string or TargetSpec) for up to
+    ``time_s`` seconds: for our kernels (spec name ``triton``) on CUDA, children compile every LoRA
+    variant in parallel first
     (:func:`start_variants`, at most :data:`CHILDREN_SHARE` of the time), then
     :func:`harness.warmup.warm_up` runs the fixed cases and the variants in this process, loading what
     the children compiled (Note [Variant warm-up]).  Returns warm_up's record plus ``"parallel"``
     (the children's ``{"processes", "cases", "seconds"}``, or None) and the total ``"seconds"``."""
+    from kernel_oracle.harness.targets import TargetSpec
     from kernel_oracle.harness.warmup import warm_up, warm_up_dtypes
 
     t0 = time.monotonic()
+    spec = TargetSpec.parse(spec)
     lora_ops = tuple(op for op in sorted(getattr(target, "entries", ())) if op != "vision")
-    variants = (spec == "triton" and str(device).startswith("cuda") and bool(lora_ops)
+    variants = (spec.name == "triton" and str(device).startswith("cuda") and bool(lora_ops)
                 and getattr(target, "available", True))
     parallel = None
     n = default_processes() if processes is None else int(processes)
     if variants and n > 0 and (time_s is None or time_s >= MIN_PARALLEL_S):
-        children = start_variants(spec, str(device), seconds=time_s or 600.0, dtypes=warm_up_dtypes(target),
+        children = start_variants(str(spec), str(device), seconds=time_s or 600.0, dtypes=warm_up_dtypes(target),
                                   ops=lora_ops, processes=n)
         children.wait(CHILDREN_SHARE * time_s if time_s is not None else 600.0)
         parallel = children.stop()

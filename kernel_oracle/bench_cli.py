@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -129,7 +128,7 @@ def _run_main_job(device: str, budget: float, seed: int, log) -> dict:
 def run_bench(*, device: str, targets: list, families: list, seconds: float, limits: str, warmup_cases: int,
               main_budget: float, seed: int, quiet: bool = False, warm_up_s: Optional[float] = None) -> dict:
     """Measure (Note [Benchmarking the oracle]) and return the ``bench`` record (not saved)."""
-    from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
+    from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
     from kernel_oracle.fuzz.worker import Worker, WorkerError
     from kernel_oracle.harness.schema import add_benchmark, add_note, merge, new_record
 
@@ -161,15 +160,15 @@ def run_bench(*, device: str, targets: list, families: list, seconds: float, lim
                         warm_s = 0.0
                         if warmup_cases:
                             t0 = time.monotonic()
-                            warm_rec = run_campaign(target=target, op=fam, budget=warmup_cases, seed=seed + 1,
-                                                    device=device, out_dir=Path(tmp) / f"warm-{len(rows)}",
-                                                    progress=False, limits=limits, worker=worker,
-                                                    warm_up_s=warm_up_s or None)
+                            warm_rec = run_campaign(CampaignConfig(
+                                target=target, op=fam, budget=warmup_cases, seed=seed + 1, device=device,
+                                out_dir=Path(tmp) / f"warm-{len(rows)}", progress=False, limits=limits,
+                                warm_up_s=warm_up_s or None), worker=worker)
                             warm_s = time.monotonic() - t0
                             row["worker_warm_up"] = warm_rec.get("campaign", {}).get("warm_up")
-                        rec = run_campaign(target=target, op=fam, time_s=seconds, seed=seed, device=device,
-                                           out_dir=Path(tmp) / f"timed-{len(rows)}", progress=False, limits=limits,
-                                           worker=worker)
+                        rec = run_campaign(CampaignConfig(
+                            target=target, op=fam, time_s=seconds, seed=seed, device=device,
+                            out_dir=Path(tmp) / f"timed-{len(rows)}", progress=False, limits=limits), worker=worker)
                     except CampaignError as exc:
                         failed.append(f"{target} x {fam}: {exc}")
                         log(f"{target} x {fam}: {exc}")

@@ -125,17 +125,25 @@ def _cluster_main(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         return _error(f"error: {exc}")
     device = args.device or ("cuda" if gpus else "cpu")
-    targets = [t.strip() for t in args.target.split(",") if t.strip()]
+    from kernel_oracle.harness.targets import TargetError, parse_target_list
+
+    try:
+        targets = parse_target_list(args.target)
+    except TargetError as exc:
+        return _error(f"error: {exc}")
     family_ops = FAMILY_OPS.get(args.op)
     ops = list(family_ops) if family_ops and all(o in FAMILY_OF for o in family_ops) else [args.op]
     shards = plan_shards(targets, ops, dtypes, range(args.seed, args.seed + args.seeds))
-    from kernel_oracle.fuzz.campaign import CampaignError
+    from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError
 
     try:
-        record = run_cluster(shards, out_dir=args.out, device=device, gpus=gpus, scheduler=args.scheduler,
-                             db_url=args.db, log=None if not args.progress else print, budget=args.budget,
-                             time_s=args.time_s, upstream_contracts_only=args.upstream_contracts_only,
-                             limits=args.limits, isolate=args.isolate, case_timeout_s=args.case_timeout_s)
+        settings = CampaignConfig(target=shards[0].target, op=shards[0].op, out_dir=args.out, device=device,
+                                  budget=args.budget, time_s=args.time_s,
+                                  upstream_contracts_only=args.upstream_contracts_only, limits=args.limits,
+                                  isolate=args.isolate, case_timeout_s=args.case_timeout_s,
+                                  sglang_wheel=args.sglang_wheel)
+        record = run_cluster(shards, settings, gpus=gpus, scheduler=args.scheduler, db_url=args.db,
+                             log=None if not args.progress else print)
     except (ClusterError, CampaignError) as exc:
         return _error(f"error: {exc}")
     except OSError as exc:  # an unreachable scheduler or Redis
@@ -178,22 +186,20 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:  # ClusterError: no redis package, a bad URL
         return _error(f"error: {exc}")
     device = args.device or default_device()
-    if args.sglang_wheel:  # read by the sglang==X.Y.Z targets, in this process and in the worker
-        import os
-
-        os.environ["KERNEL_ORACLE_SGLANG_WHEEL"] = args.sglang_wheel
     if not args.isolate:
         try:
             configure_process(device)  # the target runs here: before any kernel import
         except RuntimeError as exc:
             return _error(f"error: {exc}")
-    from kernel_oracle.fuzz.campaign import CampaignError, CampaignInterrupted, run_campaign
+    from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, CampaignInterrupted, run_campaign
 
     try:
-        record = run_campaign(target=args.target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
-                              device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
-                              progress=args.progress, limits=args.limits, isolate=args.isolate,
-                              case_timeout_s=args.case_timeout_s, database=database, warm_up_s=args.warm_up_s)
+        config = CampaignConfig(target=args.target, op=args.op, budget=args.budget, time_s=args.time_s,
+                                seed=args.seed, device=device, out_dir=args.out,
+                                upstream_contracts_only=args.upstream_contracts_only, progress=args.progress,
+                                limits=args.limits, isolate=args.isolate, case_timeout_s=args.case_timeout_s,
+                                warm_up_s=args.warm_up_s, sglang_wheel=args.sglang_wheel)
+        record = run_campaign(config, database=database)
     except CampaignError as exc:
         return _error(f"error: {exc}")
     except CampaignInterrupted as exc:

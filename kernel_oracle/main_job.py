@@ -211,12 +211,13 @@ def _selfcheck_row(record: dict, row: dict, device: str, cases: int, seed: int, 
 
 
 # ---- part 2: campaigns --------------------------------------------------------------------------
-def _discover_targets(record: dict, device: str, specs: Optional[list], log) -> list:
+def _discover_targets(record: dict, device: str, specs: Optional[list], log,
+                      sglang_wheel: Optional[str] = None) -> list:
     """[(name, Target | None, families)] of the available targets; unavailable ones go to the table."""
     from kernel_oracle.harness.schema import add_note, add_target
 
     try:
-        from kernel_oracle.fuzz.targets import builtin_targets, resolve_target
+        from kernel_oracle.fuzz.targets import TargetSources, builtin_targets, resolve_target
     except Exception as exc:  # noqa: BLE001
         add_note(record, f"fuzz.targets unavailable ({_reason(exc)}): fuzzing {list(specs or FALLBACK_TARGETS)} "
                          f"without availability checks")
@@ -224,7 +225,7 @@ def _discover_targets(record: dict, device: str, specs: Optional[list], log) -> 
     out = []
     for spec in specs or builtin_targets():
         try:
-            t = resolve_target(spec, device)
+            t = resolve_target(spec, device, sources=TargetSources(sglang_wheel=sglang_wheel))
         except Exception as exc:  # noqa: BLE001 - a bad user spec
             _part_failed(record, f"target {spec!r} could not be resolved: {_reason(exc)}")
             add_target(record, name=spec, available=False, reason=_reason(exc))
@@ -258,19 +259,20 @@ WARM_UP_SHARE = 0.15
 
 
 def _campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
-              upstream_contracts_only: bool = False, worker=None) -> tuple:
+              upstream_contracts_only: bool = False, worker=None, sglang_wheel: Optional[str] = None) -> tuple:
     """Run one campaign in this process on the job's shared ``worker``; returns (record or None,
     problem or None).  A campaign that raises keeps what it saved (:func:`_salvage`)."""
-    from kernel_oracle.fuzz.campaign import CampaignError, case_timeout_for, run_campaign
+    from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
 
     warm_up_s = WARM_UP_SHARE * share_s if device == "cuda" else None
     time_s = max(1.0, (CAMPAIGN_SHARE - (WARM_UP_SHARE if warm_up_s else 0.0)) * share_s)
     case_timeout_s = max(1.0, min(case_timeout_for(time_s), CASE_TIMEOUT_SHARE * share_s))
     try:
-        record = run_campaign(target=target, op=op, time_s=round(time_s, 1), seed=seed, device=device,
-                              out_dir=out_dir, upstream_contracts_only=upstream_contracts_only, progress=False,
-                              worker=worker, case_timeout_s=case_timeout_s,
-                              shrink_slack_s=SHRINK_SLACK_SHARE * share_s, warm_up_s=warm_up_s)
+        config = CampaignConfig(target=target, op=op, time_s=round(time_s, 1), seed=seed, device=device,
+                                out_dir=out_dir, upstream_contracts_only=upstream_contracts_only, progress=False,
+                                case_timeout_s=case_timeout_s, shrink_slack_s=SHRINK_SLACK_SHARE * share_s,
+                                warm_up_s=warm_up_s, sglang_wheel=sglang_wheel)
+        record = run_campaign(config, worker=worker)
         return record, None
     except CampaignError as exc:
         return None, f"could not run: {exc}"
@@ -305,7 +307,7 @@ def run_cluster_part(record: dict, device: str, seed: int, deadline: float, run_
 
     from kernel_oracle.fuzz.cluster import ClusterError, plan_shards, run_cluster
 
-    targets = _discover_targets(record, device, specs, log)
+    targets = _discover_targets(record, device, specs, log, cluster.get("sglang_wheel"))
     lenient = {name for name, t, _ in targets if t is not None and not getattr(t, "strict", True)}
     shards = [s for name, _, fams in targets for s in plan_shards([name], [f for f in fams if f in families],
                                                                     None, [seed])]
@@ -318,13 +320,17 @@ def run_cluster_part(record: dict, device: str, seed: int, deadline: float, run_
     waves = sum(-(-len(g) // (workers or len(g))) for g in groups)
     left = deadline - time.monotonic()
     time_s = max(1.0, CAMPAIGN_SHARE * left / waves)
+    from kernel_oracle.fuzz.campaign import CampaignConfig
+
     for group in groups:
+        kind = "lenient" if group[0].target in lenient else "strict"
         try:
-            rec = run_cluster(group, out_dir=run_dir / f"cluster-{'lenient' if group[0].target in lenient else 'strict'}",
-                              device=device, gpus=cluster.get("gpus"), scheduler=cluster.get("scheduler"),
-                              db_url=cluster.get("db"), log=log, time_s=round(time_s, 1),
-                              upstream_contracts_only=group[0].target in lenient,
-                              shrink_slack_s=SHRINK_SLACK_SHARE * left / waves)
+            settings = CampaignConfig(target=group[0].target, op=group[0].op, out_dir=run_dir / f"cluster-{kind}",
+                                      device=device, time_s=round(time_s, 1), upstream_contracts_only=kind == "lenient",
+                                      shrink_slack_s=SHRINK_SLACK_SHARE * left / waves,
+                                      sglang_wheel=cluster.get("sglang_wheel"))
+            rec = run_cluster(group, settings, gpus=cluster.get("gpus"), scheduler=cluster.get("scheduler"),
+                              db_url=cluster.get("db"), log=log)
         except (ClusterError, OSError) as exc:
             _part_failed(record, f"cluster campaigns: {exc}")
             return
@@ -335,7 +341,8 @@ def run_cluster_part(record: dict, device: str, seed: int, deadline: float, run_
 
 
 def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path,
-                      specs: Optional[list], families: tuple, log, worker=None) -> None:
+                      specs: Optional[list], families: tuple, log, worker=None,
+                      sglang_wheel: Optional[str] = None) -> None:
     from kernel_oracle.harness.schema import add_note, merge
 
     try:
@@ -344,7 +351,7 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         _part_failed(record, f"fuzz campaign unavailable: {_reason(exc)}")
         log(f"fuzz campaign unavailable: {_reason(exc)}")
         return
-    targets = _discover_targets(record, device, specs, log)
+    targets = _discover_targets(record, device, specs, log, sglang_wheel)
     pairs = [(name, fam) for name, _, fams in targets for fam in fams if fam in families]
     # targets without strict validation (sglang, flashinfer-cudnn) get no malformed metadata: it would
     # reach their kernels unchecked (validation gaps by construction, out-of-bounds reads at worst)
@@ -368,7 +375,8 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         started = time.monotonic()
         try:
             rec, problem = _campaign(name, fam, share_s=share, seed=seed, device=device, out_dir=out_dir,
-                                     upstream_contracts_only=name in lenient, worker=worker)
+                                     upstream_contracts_only=name in lenient, worker=worker,
+                                     sglang_wheel=sglang_wheel)
             if rec is not None:
                 merge(record, rec, seeds_key=f"campaign:{name}:{fam}")
         except Exception as exc:  # noqa: BLE001 - our own failure around the campaign: still reported
@@ -414,9 +422,10 @@ def _utc_stamp() -> str:
 def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, seed: int = 0,
                  out: str | os.PathLike = "reports/out", targets: Optional[list] = None,
                  families: tuple = FAMILIES, selfcheck: bool = True, quiet: bool = False,
-                 cluster: Optional[dict] = None) -> dict:
+                 cluster: Optional[dict] = None, sglang_wheel: Optional[str] = None) -> dict:
     """Run everything and write the reports; returns ``{"record", "json", "md", "html", "history"}``.
-    ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``) runs the campaigns on Dask."""
+    ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``) runs the campaigns on Dask.
+    ``sglang_wheel``: the wheels of ``sglang==X.Y.Z`` targets (``--sglang-wheel``)."""
     from kernel_oracle.harness.device import configure_process, needs_interpreter
 
     device = _resolve_device(device)
@@ -453,9 +462,11 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
         else:
             record["summary"]["selfcheck"] = "skipped (--no-selfcheck)"
         if cluster:
-            run_cluster_part(record, device, seed, deadline, run_dir, targets, families, log, cluster)
+            run_cluster_part(record, device, seed, deadline, run_dir, targets, families, log,
+                             {**cluster, "sglang_wheel": sglang_wheel})
         else:
-            run_campaign_part(record, device, seed, deadline, run_dir, targets, families, log, worker=worker)
+            run_campaign_part(record, device, seed, deadline, run_dir, targets, families, log, worker=worker,
+                              sglang_wheel=sglang_wheel)
     finally:
         if worker is not None:
             record["summary"]["worker"] = {"startup_s": [round(x, 2) for x in worker.startup_s],

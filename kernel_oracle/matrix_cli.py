@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
-import os
 import re
 import sys
 from pathlib import Path
@@ -62,11 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # ---- the matrix (pure data: records in, table out) ------------------------------------------------------
 
-def release_key(spec: str) -> tuple:
-    """Sort key of a target spec: by its ``==X.Y.Z`` release number, then by name."""
-    base, _, version = spec.partition("==")
-    nums = tuple(int(n) for n in re.findall(r"\d+", version))
-    return (nums, base)
+def release_key(spec) -> tuple:
+    """Sort key of a target spec (a string or TargetSpec): by its ``==X.Y.Z`` release number, then by
+    name (a spec without a release first)."""
+    from kernel_oracle.harness.targets import TargetSpec
+
+    parsed = TargetSpec.parse(spec)
+    nums = tuple(int(n) for n in re.findall(r"\d+", parsed.release or ""))
+    return (nums, parsed.name if parsed.release is not None else str(parsed))
 
 
 def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
@@ -103,18 +105,20 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
 
 # ---- running it ------------------------------------------------------------------------------------------
 
-def _corpus_results(entries, spec: str, device: str) -> dict:
+def _corpus_results(entries, spec: str, device: str, sglang_wheel: Optional[str] = None) -> dict:
     """``{entry id: {outcome, expected, as_expected}}`` of the entries of ``spec``'s target family."""
     from kernel_oracle.bug_corpus import run_entry
-    from kernel_oracle.fuzz.targets import resolve_target
+    from kernel_oracle.fuzz.targets import TargetSources, TargetSpec, resolve_target
 
-    base, _, release = spec.partition("==")
+    parsed = TargetSpec.parse(spec)
+    base = parsed.name if parsed.release is not None else str(parsed)
+    release = parsed.release or ""
     out = {}
     for e in entries:
         if e.target != base or e.device != device:
             continue
         expected = "fails" if release in e.buggy else ("passes" if release in e.fixed else None)
-        t = resolve_target(spec, device)
+        t = resolve_target(parsed, device, sources=TargetSources(sglang_wheel=sglang_wheel))
         if not t.available:
             out[e.id] = {"outcome": "unavailable", "expected": expected, "as_expected": None}
             continue
@@ -134,8 +138,6 @@ def main(args: argparse.Namespace) -> int:
     from kernel_oracle.harness.device import configure_process, default_device
 
     device = args.device or default_device()
-    if args.sglang_wheel:
-        os.environ["KERNEL_ORACLE_SGLANG_WHEEL"] = args.sglang_wheel
     if len(set(args.targets)) != len(args.targets):
         return _error(f"error: --target given twice ({args.targets}); pass each release once")
     try:
@@ -143,7 +145,7 @@ def main(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         return _error(f"error: {exc}")
     from kernel_oracle.bug_corpus import CorpusError, load_corpus
-    from kernel_oracle.fuzz.campaign import CampaignError, CampaignInterrupted, run_campaign
+    from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, CampaignInterrupted, run_campaign
     from kernel_oracle.harness.schema import add_note, merge, new_record, save
     from kernel_oracle.reports.model import Result
     from kernel_oracle.reports.render_html import render_html
@@ -163,9 +165,10 @@ def main(args: argparse.Namespace) -> int:
     for spec in sorted(args.targets, key=release_key):
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
         try:
-            rec = run_campaign(target=spec, op=args.op, budget=budget, time_s=time_s, seed=args.seed, device=device,
-                               out_dir=out / "runs" / stamp / slug, progress=args.progress,
-                               upstream_contracts_only=args.upstream_contracts_only)
+            rec = run_campaign(CampaignConfig(
+                target=spec, op=args.op, budget=budget, time_s=time_s, seed=args.seed, device=device,
+                out_dir=out / "runs" / stamp / slug, progress=args.progress,
+                upstream_contracts_only=args.upstream_contracts_only, sglang_wheel=args.sglang_wheel))
         except CampaignError as exc:
             return _error(f"error: {spec}: {exc}")
         except CampaignInterrupted as exc:
@@ -174,7 +177,7 @@ def main(args: argparse.Namespace) -> int:
         t = rec["targets"][0] if rec["targets"] else {}
         runs.append({"spec": spec, "available": bool(t.get("available")), "reason": t.get("reason"),
                      "cases": int(rec["campaign"]["executed"]), "findings": rec["findings"]})
-        corpus_by_spec[spec] = _corpus_results(entries, spec, device)
+        corpus_by_spec[spec] = _corpus_results(entries, spec, device, args.sglang_wheel)
         print(f"{spec}: {rec['campaign']['executed']} cases, {len(rec['findings'])} findings"
               + ("" if t.get("available") else f" (unavailable: {t.get('reason')})"), file=sys.stderr)
     corpus = []

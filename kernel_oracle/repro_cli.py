@@ -201,7 +201,7 @@ def reproduce(*, target: str, path: str | None = None, case_json: str | None = N
 
 
 def _reproduce(*, target, path, case_json, device):
-    from kernel_oracle.harness.check import _prepared_call, execute, expected_outcome, judge
+    from kernel_oracle.harness.check import prepared_call, execute, expected_outcome, judge
 
     device = _device(device)
     case, call = load_case(path=path, case_json=case_json, device=device)  # refused files stop here
@@ -209,7 +209,7 @@ def _reproduce(*, target, path, case_json, device):
     if not tgt.has(case.op):
         raise ReproError(f"target {target!r} has no entry point for op {case.op!r}; it has {sorted(tgt.entries)}")
     if call is None:
-        call = _prepared_call(case, device)
+        call = prepared_call(case, device)
     expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call)
     observed = execute(tgt, case, device, call=call)
     return judge(case, expected, observed, call=call, device=device), case, call, expected, tgt

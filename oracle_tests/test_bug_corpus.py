@@ -55,7 +55,7 @@ def test_flashinfer_graph_cache_entry_is_still_failing():
         from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
     except Exception as exc:  # noqa: BLE001 - the reason is the skip message
         pytest.skip(f"FlashInfer's cuDNN prefill does not import here: {type(exc).__name__}: {exc}")
-    from kernel_oracle.fuzz.targets import Target
+    from kernel_oracle.harness.targets import Target
     from kernel_oracle.fuzz.targets.flashinfer_cudnn import FlashInferCudnn, engine_versions
 
     versions = engine_versions()

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from kernel_oracle.fuzz.campaign_config import CampaignConfig
+
 REQUIRED = os.environ.get("KERNEL_ORACLE_REQUIRE_CLUSTER") == "1"
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -120,8 +122,10 @@ def client(planted_dir):
             sys.path.remove(str(planted_dir))
 
 
-def _shard_kwargs(**kw):
-    return dict(device="cpu", isolate=False, limits="tiny", shrink_allowance=40, **kw)
+def _settings(out_dir, **kw) -> CampaignConfig:
+    """What every shard of these tests shares (each shard replaces its target, op, seed and dtype)."""
+    return CampaignConfig(target=TARGET, op="step_a_q", out_dir=out_dir, device="cpu", isolate=False, limits="tiny",
+                          shrink_allowance=40, **kw)
 
 
 def _findings(path: Path) -> list:
@@ -133,17 +137,17 @@ def test_a_failure_found_by_one_worker_is_replayed_by_the_other_through_redis(cl
     from kernel_oracle.fuzz.cluster import Shard, run_shard
 
     a_addr, b_addr = sorted(client.scheduler_info()["workers"])
-    a = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 1), out_dir=str(tmp_path / "a"),
-                      db_url=redis_url, workers=[a_addr], pure=False, **_shard_kwargs(budget=60)).result()
+    a = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 1), _settings(tmp_path, budget=60),
+                      out_dir=str(tmp_path / "a"), db_url=redis_url, workers=[a_addr], pure=False).result()
     found = [f for f in a["record"]["findings"] if f["kind"] == "mismatch"]
     assert found, a["record"]["findings"]
     # worker B, another seed, one case: without the shared database it does not meet the bug ...
-    alone = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 2), out_dir=str(tmp_path / "alone"),
-                          workers=[b_addr], pure=False, **_shard_kwargs(budget=1)).result()
+    alone = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 2), _settings(tmp_path, budget=1),
+                          out_dir=str(tmp_path / "alone"), workers=[b_addr], pure=False).result()
     assert alone["record"]["findings"] == []
     # ... with it, its first case is A's finding, replayed
-    b = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 2), out_dir=str(tmp_path / "b"),
-                      db_url=redis_url, workers=[b_addr], pure=False, **_shard_kwargs(budget=1)).result()
+    b = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 2), _settings(tmp_path, budget=1),
+                      out_dir=str(tmp_path / "b"), db_url=redis_url, workers=[b_addr], pure=False).result()
     assert b["pid"] != a["pid"]
     assert [f["problem"] for f in b["record"]["findings"]] == [found[0]["problem"]]
     assert b["record"]["findings"][0]["bucket"] == found[0]["bucket"]
@@ -154,7 +158,7 @@ def test_killing_a_worker_mid_campaign_loses_no_finding(client, tmp_path):
     from kernel_oracle.fuzz.cluster import Shard, merge_records, run_shard
 
     shard = Shard(TARGET, "step_a_q", "float32", 5)
-    fut = client.submit(run_shard, shard, out_dir=str(tmp_path), pure=False, **_shard_kwargs(budget=120))
+    fut = client.submit(run_shard, shard, _settings(tmp_path, budget=120), out_dir=str(tmp_path), pure=False)
     shard_dir = tmp_path / "shards" / shard.name
     deadline = time.monotonic() + 60
     while not _findings(shard_dir) and time.monotonic() < deadline and not fut.done():
@@ -178,8 +182,7 @@ def test_run_cluster_merges_shards_into_one_bucketed_report(client, redis_url, t
     from kernel_oracle.fuzz.cluster import plan_shards, run_cluster
 
     shards = plan_shards([TARGET], ["step_a_q"], ["float32"], [11, 12])
-    rec = run_cluster(shards, out_dir=tmp_path, device="cpu", client=client, db_url=redis_url,
-                      **{k: v for k, v in _shard_kwargs(budget=30).items() if k != "device"})
+    rec = run_cluster(shards, _settings(tmp_path, budget=30), client=client, db_url=redis_url)
     # both shards meet the one planted defect: one finding, found by both, counted for both
     mism = [f for f in rec["findings"] if f["kind"] == "mismatch"]
     assert len(mism) == 1 and len(mism[0]["shards"]) == 2, rec["findings"]

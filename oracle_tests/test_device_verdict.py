@@ -17,13 +17,12 @@ from hypothesis import HealthCheck, given, seed, settings
 
 from kernel_oracle.fuzz.strategies import LIMITS, REALISTIC_SHARE, default_limits, lora_problems, vision_problems
 from kernel_oracle.fuzz.targets import resolve_target
-from kernel_oracle.fuzz.targets.registry import Target
 from kernel_oracle.harness.buckets import bucket_of
-from kernel_oracle.harness.check import (Case, _prepared_call, check_case, check_case_verdict, execute,
-                                         expected_outcome, judge)
+from kernel_oracle.harness.check import Case, check_case, execute, expected_outcome, judge, prepared_call
 from kernel_oracle.harness.device import triton_cache_dir, worker_env
 from kernel_oracle.harness.opinfo import FAMILY_OPS
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, generation_scheme, materialize
+from kernel_oracle.harness.targets import Target
 from kernel_oracle.harness.warmup import WARM_UP_DTYPES, warm_up, warm_up_cases
 
 from oracle_tests.conftest import DEVICE, HAS_CUDA
@@ -86,7 +85,7 @@ VERDICT_CASES = {
 
 def _host_verdict(target, case, device):
     """The campaign's path before 12.1: output copied to the host, judged there, bucket from the host copy."""
-    call = _prepared_call(case, device)
+    call = prepared_call(case, device)
     expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
     observed = execute(target, case, device, call=call)
     verdict = judge(case, expected, observed, call=call, device=device)
@@ -97,7 +96,7 @@ def _host_verdict(target, case, device):
 def test_verdict_beside_the_target_is_the_host_verdict(name):
     spec, case = VERDICT_CASES[name]
     target = resolve_target(spec, DEVICE)
-    got = check_case_verdict(target, case, DEVICE)
+    got = check_case(target, case, DEVICE)
     want, bucket = _host_verdict(target, case, DEVICE)
     assert (got.ok, got.kind, got.message) == (want.ok, want.kind, want.message)
     assert got.ratio == pytest.approx(want.ratio, rel=1e-9) if want.ratio is not None else got.ratio is None
@@ -119,11 +118,14 @@ def _tensors_in(obj) -> list:
     return []
 
 
-def test_check_case_is_unchanged_by_the_device_path():
+def test_check_case_buckets_failures_only():
+    """One check for in-process callers and the worker alike: a failure carries its bucket (computed
+    once, from the observation beside the target), a pass carries none."""
     spec, case = VERDICT_CASES["mismatch"]
-    target = resolve_target(spec, DEVICE)
-    a, b = check_case(target, case, DEVICE), check_case_verdict(target, case, DEVICE)
-    assert not a.ok and a.bucket is None and b.bucket is not None and a.message == b.message
+    failed = check_case(resolve_target(spec, DEVICE), case, DEVICE)
+    assert not failed.ok and failed.bucket is not None and failed.bucket.kind == "mismatch"
+    passed = check_case(resolve_target("triton", DEVICE), case, DEVICE)
+    assert passed.ok and passed.bucket is None
 
 
 # ---- warm-up --------------------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import pickle
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from oracle_tests.conftest import DEVICE
 import torch
 
 from kernel_oracle.cli import main as cli_main
-from kernel_oracle.harness.check import Case, _prepared_call
+from kernel_oracle.harness.check import Case, prepared_call
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 from kernel_oracle.harness.schema import add_finding, add_group, new_record, save
@@ -65,7 +64,7 @@ LORA_CASE = Case(LoRAProblem(op="step_a_v", seg_lens=(3, 4), weight_indices=(0, 
 
 def _save_case(path: Path, case: Case, device: str = "cpu") -> Path:
     """A case file with the payload campaigns write (fuzz/campaign.py ``_record``)."""
-    call = _prepared_call(case, device)
+    call = prepared_call(case, device)
     torch.save({"case": case.to_dict(), "entry": call.entry, "args": call.args, "kwargs": call.kwargs,
                 "inplace": call.inplace, "target": "reference", "device": device}, path)
     return path
@@ -92,7 +91,7 @@ def test_malicious_case_file_runs_nothing(tmp_path, capsys, form):
     elif form == "raw-pickle":
         path.write_bytes(pickle.dumps(evil))
     else:  # a genuine case whose kwargs smuggle the object in
-        call = _prepared_call(LORA_CASE, "cpu")
+        call = prepared_call(LORA_CASE, "cpu")
         torch.save({"case": LORA_CASE.to_dict(), "entry": call.entry, "args": call.args,
                     "kwargs": {"x": evil}, "inplace": None}, path)
     assert not marker.exists()
@@ -206,11 +205,11 @@ def _standalone(script: Path, target_root: Path, *extra: str) -> subprocess.Comp
 
 
 def test_campaign_finding_reproduces_and_runs_standalone(tmp_path, capsys, user_targets):
-    from kernel_oracle.fuzz.campaign import run_campaign
+    from kernel_oracle.fuzz.campaign import CampaignConfig, run_campaign
 
     out = tmp_path / "campaign"
-    run_campaign(target="ko_fault_targets.buggy", op="step_a_v", budget=12, seed=0, device=DEVICE, out_dir=out,
-                 progress=False, isolate=False, limits="tiny")
+    run_campaign(CampaignConfig(target="ko_fault_targets.buggy", op="step_a_v", budget=12, seed=0, device=DEVICE,
+                                out_dir=out, progress=False, isolate=False, limits="tiny"))
     findings = [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines() if line.strip()]
     mismatch = next(f for f in findings if f["kind"] == "mismatch")
     pt = next((out / "cases").glob(f"{mismatch['id']}*.pt"))

@@ -45,8 +45,9 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.targets import Target, unavailable
 
-from .registry import Target, register_target, unavailable
+from .registry import register_target
 
 __all__ = ["GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn", "GraphCacheHazard", "engine_graph_cache",
            "engine_versions",
@@ -289,7 +290,7 @@ ENGINES: dict = {}
 
 
 def flashinfer_cudnn_target(device):
-    """The Target (see fuzz.targets), or an unavailable one that says why."""
+    """The :class:`~kernel_oracle.harness.targets.Target`, or an unavailable one that says why."""
     name = "flashinfer-cudnn"
     dev = torch.device(device)
     if dev.type != "cuda":
@@ -326,4 +327,4 @@ def flashinfer_cudnn_target(device):
     return t
 
 
-register_target("flashinfer-cudnn", lambda spec, device: flashinfer_cudnn_target(device))
+register_target("flashinfer-cudnn", lambda spec, device, sources: flashinfer_cudnn_target(device))
