@@ -490,7 +490,7 @@ class _Search:
                    "shape_class": shape_class(case), "kind": verdict.kind,
                    "message": message.replace("\nReproduce: ", "\nReproduce (in-memory): "),
                    "figures": {k: figures.get(k) for k in ("max_abs", "max_rel", "ratio", "where")},
-                   "repro": f"kernel-oracle repro {shlex.quote(str(pt))} --target {shlex.quote(self.target)}",
+                   "repro": f"kernel-oracle repro {shlex.quote(str(pt))} --targets {shlex.quote(self.target)}",
                    "problem": case.to_dict(), "expected": verdict.expected, "bucket": bucket.to_dict()}
         state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))
         self.buckets.append((bucket, fid))

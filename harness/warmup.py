@@ -145,7 +145,8 @@ def warm_up_dtypes(target, dtypes: Optional[Sequence[str]] = None) -> tuple[str,
 
 def warm_up(target, device, *, time_s: Optional[float] = 120.0, dtypes: Optional[Sequence[str]] = None,
             variants: bool = False) -> dict:
-    """Run ``target`` (a resolved :class:`~fuzz.targets.Target`) once on each warm-up case on ``device``.
+    """Run ``target`` (a resolved :class:`~kernel_oracle.harness.targets.Target`) once on each warm-up
+    case on ``device``.
 
     Stops after ``time_s`` seconds (``None``: no limit).  ``dtypes``: see :func:`warm_up_dtypes`.
     ``variants``: the plan also holds every LoRA variant case (:func:`variant_cases`, Note [Variant

@@ -56,7 +56,7 @@ def _reproduce(finding, target=None) -> int:
     argv = shlex.split(finding["repro"])
     assert argv[0] == "kernel-oracle"
     if target is not None:
-        argv[argv.index("--target") + 1] = target
+        argv[argv.index("--targets") + 1] = target
     if CPU_IN_PROCESS:
         return cli_main(argv[1:])
     proc = subprocess.run([sys.executable, "-m", "kernel_oracle", *argv[1:], "--device", "cpu"], capture_output=True,
@@ -129,10 +129,10 @@ def test_usage_errors(tmp_path):
         run_campaign(CampaignConfig(target="refrence", op="lora", budget=1, out_dir=tmp_path))
     # --no-isolate runs the target in this process: on this machine's device (a "cpu" one would flip
     # this GPU session's Triton switch, or be refused once kernels are imported compiled)
-    assert cli_main(["fuzz", "--target", "reference", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "x"),
-                     "--device", DEVICE, "--no-progress", "--no-isolate"]) == 0
-    assert cli_main(["fuzz", "--target", "sglang", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "y"),
-                     "--no-progress"]) == (0 if "sglang" in sys.modules else 2)
+    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "x"),
+                     "--device", DEVICE, "--quiet", "--no-isolate"]) == 0
+    assert cli_main(["fuzz", "--targets", "sglang", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "y"),
+                     "--quiet"]) == (0 if "sglang" in sys.modules else 2)
 
 
 # ---- the device switch never leaks into the caller -------------------------------------------------
@@ -296,6 +296,6 @@ def test_a_harness_error_stops_the_campaign_and_is_never_a_finding(tmp_path, mon
     assert rec["findings"] == [] and rec["summary"]["status"] == "incomplete"
     assert rec["notes"][-1].startswith("harness error (a bug of kernel-oracle, not of the target), campaign stopped: "
                                        "ValueError: materialize failed for ")
-    assert cli_main(["fuzz", "--target", "reference", "--op", "lora", "--budget", "5", "--device", DEVICE,
-                     "--no-isolate", "--no-progress", "--out", str(tmp_path / "b")]) == 3
+    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--budget", "5", "--device", DEVICE,
+                     "--no-isolate", "--quiet", "--out", str(tmp_path / "b")]) == 3
     assert capsys.readouterr().err.startswith("kernel-oracle fuzz: incomplete: harness error")

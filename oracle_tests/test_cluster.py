@@ -195,7 +195,7 @@ def test_gpus_on_a_cpu_only_machine_is_one_line_and_exit_2(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU; the message is for CPU-only machines")
-    proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--target", "reference", "--op", "lora",
+    proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", "reference", "--op", "lora",
                            "--budget", "1", "--out", str(tmp_path / "o"), "--gpus", "2"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
@@ -206,8 +206,8 @@ def test_gpus_on_a_cpu_only_machine_is_one_line_and_exit_2(tmp_path):
 
 def test_a_plain_fuzz_run_imports_no_dask(tmp_path):
     code = ("import sys; from kernel_oracle.cli import main; "
-            "rc = main(['fuzz', '--target', 'reference', '--op', 'vision', '--budget', '2', '--out', sys.argv[1], "
-            "'--no-progress', '--device', 'cpu']); "
+            "rc = main(['fuzz', '--targets', 'reference', '--op', 'vision', '--budget', '2', '--out', sys.argv[1], "
+            "'--quiet', '--device', 'cpu']); "
             "bad = [m for m in ('dask', 'distributed', 'redis') if m in sys.modules]; "
             "print(rc, bad)")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "o")], capture_output=True, text=True,
@@ -246,7 +246,7 @@ def test_oracle_db_makes_pytest_properties_share_failures_through_redis(redis_ur
 
 
 def test_xdist_workers_are_pinned_one_gpu_each():
-    from kernel_oracle.pytest_plugin import pin_xdist_worker
+    from kernel_oracle.pytest.plugin import pin_xdist_worker
 
     env = {"PYTEST_XDIST_WORKER": "gw3", "CUDA_VISIBLE_DEVICES": "4,5"}
     assert pin_xdist_worker(env) == "5" and env["CUDA_VISIBLE_DEVICES"] == "5"
@@ -264,8 +264,8 @@ def test_fuzz_and_run_take_a_scheduler_and_a_shared_db(client, redis_url, tmp_pa
     from kernel_oracle.harness.schema import load
 
     addr = client.scheduler.address
-    rc = cli_main(["fuzz", "--target", TARGET, "--op", "step_a_q", "--budget", "20", "--seeds", "2",
-                   "--dtypes", "float32", "--device", "cpu", "--no-isolate", "--limits", "tiny", "--no-progress",
+    rc = cli_main(["fuzz", "--targets", TARGET, "--op", "step_a_q", "--budget", "20", "--seeds", "2",
+                   "--dtypes", "float32", "--device", "cpu", "--no-isolate", "--limits", "tiny", "--quiet",
                    "--scheduler", addr, "--db", redis_url, "--out", str(tmp_path / "fuzz")])
     out = capsys.readouterr().out
     assert rc == 1, out
@@ -273,7 +273,7 @@ def test_fuzz_and_run_take_a_scheduler_and_a_shared_db(client, redis_url, tmp_pa
     assert [s["seed"] for s in summary["campaign"]["shards"]] == [0, 1]
     assert any(f["kind"] == "mismatch" for f in summary["findings"]) and "FINDING" in out
     rc = cli_main(["run", "--scheduler", addr, "--targets", "reference", "--families", "vision", "--device", "cpu",
-                   "--time-budget", "12", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "run")])
+                   "--time", "12", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "run")])
     out = capsys.readouterr().out
     assert rc == 0, out
     latest = load(tmp_path / "run" / "latest.json")
@@ -301,8 +301,8 @@ def test_an_unreachable_redis_is_one_line_and_exit_2(tmp_path, capsys):
     from kernel_oracle.cli import main as cli_main
 
     port = _free_port()  # nothing listens there
-    rc = cli_main(["fuzz", "--target", "reference", "--op", "vision", "--budget", "1", "--device", "cpu",
-                   "--no-progress", "--db", f"redis://127.0.0.1:{port}/0", "--out", str(tmp_path / "o")])
+    rc = cli_main(["fuzz", "--targets", "reference", "--op", "vision", "--budget", "1", "--device", "cpu",
+                   "--quiet", "--db", f"redis://127.0.0.1:{port}/0", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
     assert err.startswith(f"kernel-oracle fuzz: error: --db redis://127.0.0.1:{port}/0: cannot reach Redis (")

@@ -64,7 +64,7 @@ def _env(root: Path) -> dict:
 
 
 def _fuzz_cmd(*args) -> list:
-    return [sys.executable, "-m", "kernel_oracle", "fuzz", "--device", "cpu", "--no-progress", *map(str, args)]
+    return [sys.executable, "-m", "kernel_oracle", "fuzz", "--device", "cpu", "--quiet", *map(str, args)]
 
 
 def _state_of(pid: int) -> str | None:
@@ -149,7 +149,7 @@ def test_one_raise_with_varying_numbers_is_one_contract_finding(tmp_path, monkey
 def test_kill_9_mid_campaign_then_resume(tmp_path, monkeypatch):
     spec = _raising(tmp_path)
     out = tmp_path / "out"
-    proc = subprocess.Popen(_fuzz_cmd("--target", spec, "--op", "lora", "--budget", "100000", "--out", out),
+    proc = subprocess.Popen(_fuzz_cmd("--targets", spec, "--op", "lora", "--budget", "100000", "--out", out),
                             env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(out / "findings.jsonl")
@@ -240,8 +240,8 @@ def test_a_second_campaign_on_the_same_out_is_refused(tmp_path, capsys):
         with pytest.raises(CampaignError, match=rf"another campaign \(pid {os.getpid()}\) is using it"):
             run_campaign(CampaignConfig(target="reference", op="lora", budget=1, device="cpu", out_dir=out,
                                         progress=False))
-        assert cli_main(["fuzz", "--target", "reference", "--op", "lora", "--budget", "1", "--device", "cpu",
-                         "--out", str(out), "--no-progress"]) == 2
+        assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--budget", "1", "--device", "cpu",
+                         "--out", str(out), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert err == (f"kernel-oracle fuzz: error: --out {out}: another campaign (pid {os.getpid()}) is using "
                        f"it; wait for it to finish or pass another --out\n")
@@ -296,7 +296,7 @@ def _interruptible() -> None:
 def test_a_signal_stops_cleanly_with_exit_3_and_no_orphan(tmp_path, sig):
     spec = _sleepy(tmp_path)
     out = tmp_path / "out"
-    proc = subprocess.Popen(_fuzz_cmd("--target", spec, "--op", "lora", "--time", "120", "--case-timeout", "100",
+    proc = subprocess.Popen(_fuzz_cmd("--targets", spec, "--op", "lora", "--time", "120", "--case-timeout", "100",
                                       "--out", out), env={**_env(tmp_path), "PYTHONFAULTHANDLER": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=_interruptible)
@@ -320,7 +320,7 @@ def test_a_signal_stops_cleanly_with_exit_3_and_no_orphan(tmp_path, sig):
 
 def test_sigterm_to_the_main_job_ends_its_campaign_and_worker(tmp_path):
     spec = _sleepy(tmp_path)
-    cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", "cpu", "--time-budget", "120", "--targets",
+    cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", "cpu", "--time", "120", "--targets",
            spec, "--families", "lora", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "out")]
     proc = subprocess.Popen(cmd, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -343,28 +343,28 @@ def test_sigterm_to_the_main_job_ends_its_campaign_and_worker(tmp_path):
 
 def test_fuzz_exit_codes(tmp_path, capsys):
     def fuzz(*args):
-        return cli_main(["fuzz", "--device", DEVICE, "--no-progress", "--no-isolate", *map(str, args)])
+        return cli_main(["fuzz", "--device", DEVICE, "--quiet", "--no-isolate", *map(str, args)])
 
-    assert fuzz("--target", "reference", "--op", "step_a_q", "--budget", "2", "--out", tmp_path / "clean") == 0
-    assert fuzz("--target", "mutant:lora_drifted_error_message", "--op", "step_a_q", "--budget", "25",
+    assert fuzz("--targets", "reference", "--op", "step_a_q", "--budget", "2", "--out", tmp_path / "clean") == 0
+    assert fuzz("--targets", "mutant:lora_drifted_error_message", "--op", "step_a_q", "--budget", "25",
                 "--out", tmp_path / "findings") == 1
     capsys.readouterr()
     # 2, in one line: --out a file or unwritable, a target with nothing to test, option values
     (tmp_path / "file").write_text("")
-    assert fuzz("--target", "reference", "--op", "lora", "--budget", "1", "--out", tmp_path / "file") == 2
+    assert fuzz("--targets", "reference", "--op", "lora", "--budget", "1", "--out", tmp_path / "file") == 2
     assert capsys.readouterr().err == (f"kernel-oracle fuzz: error: --out {tmp_path / 'file'}: is a file, not a "
                                        f"directory; pass a directory\n")
-    assert fuzz("--target", "reference", "--op", "lora", "--budget", "1", "--out", "/proc/kernel-oracle-x") == 2
+    assert fuzz("--targets", "reference", "--op", "lora", "--budget", "1", "--out", "/proc/kernel-oracle-x") == 2
     err = capsys.readouterr().err
     assert err.startswith("kernel-oracle fuzz: error: --out /proc/kernel-oracle-x: cannot write there") and \
         err.count("\n") == 1
-    assert fuzz("--target", "os:system", "--op", "lora", "--budget", "2", "--out", tmp_path / "os") == 2
+    assert fuzz("--targets", "os:system", "--op", "lora", "--budget", "2", "--out", tmp_path / "os") == 2
     assert "unavailable for lora: no lora entry point" in capsys.readouterr().err
     for option, value, why in (("--budget", "0", "expected at least 1 case"), ("--time", "nan", "finite"),
                                ("--time", "inf", "finite"), ("--time", "-1", "positive"),
                                ("--case-timeout", "nan", "finite")):
         with pytest.raises(SystemExit) as exc:
-            fuzz("--target", "reference", "--op", "lora", option, value, "--out", tmp_path / "never")
+            fuzz("--targets", "reference", "--op", "lora", option, value, "--out", tmp_path / "never")
         assert exc.value.code == 2
         assert why in capsys.readouterr().err
     assert not (tmp_path / "never").exists()
@@ -372,7 +372,7 @@ def test_fuzz_exit_codes(tmp_path, capsys):
 
 def test_a_campaign_that_tests_nothing_is_never_clean(tmp_path, capsys):
     # the clock starts once the target is ready; a budget spent before the first case tests nothing
-    assert cli_main(["fuzz", "--device", DEVICE, "--no-progress", "--no-isolate", "--target", "reference", "--op",
+    assert cli_main(["fuzz", "--device", DEVICE, "--quiet", "--no-isolate", "--targets", "reference", "--op",
                      "lora", "--time", "0.000001", "--out", str(tmp_path)]) == 3
     assert capsys.readouterr().err == "kernel-oracle fuzz: tested nothing: no case ran (exit 3)\n"
     assert json.loads((tmp_path / "summary.json").read_text())["campaign"]["executed"] == 0

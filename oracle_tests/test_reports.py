@@ -152,7 +152,7 @@ def test_skipped():
 def test_pytest_plugin_writes_a_record(tmp_path):
     (tmp_path / "test_demo.py").write_text(textwrap.dedent(PYTEST_DEMO))
     out = tmp_path / "rec.json"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "kernel_oracle.pytest_record", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "kernel_oracle.pytest.record", "-p", "no:cacheprovider",
            "--oracle-record", str(out), "test_demo.py"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -100,7 +100,7 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
             notes["vision"] = why_v
     else:
         notes["vision"] = ("the vision backend needs SGLang's runtime and FlashInfer: install SGLang on a GPU "
-                           "machine and use --target sglang")
+                           "machine and use --targets sglang")
     t = third_party(name, entries, notes, triton_code=True, strict=False, precision=None, device=device)
     t.reason = how
     t.release = str(release.version)  # the known issues of this release apply (harness.known_issues)

@@ -137,7 +137,7 @@ def installed_release() -> ReleaseFiles:
         dist = metadata.distribution("sglang")
     except metadata.PackageNotFoundError:
         raise LoaderError("SGLang is not installed here (pip install sglang, or test a published release "
-                          "without installing it: --target sglang==X.Y.Z)") from None
+                          "without installing it: --targets sglang==X.Y.Z)") from None
     files = {str(f).replace(os.sep, "/"): f for f in (dist.files or ())}
     if not files:
         raise LoaderError(f"sglang {dist.version} is installed without a RECORD of its files; reinstall it "
