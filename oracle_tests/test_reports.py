@@ -236,13 +236,13 @@ def test_html_has_one_row_per_bucket_escaped():
     from kernel_oracle.reports.model import Result
     from kernel_oracle.reports.render_html import render_html
 
-    from oracle_tests.test_html_page import _Page
+    from oracle_tests._html import HtmlPage
 
     rec = _bucketed_record()
     rec["findings"][1].update(known="some-issue", upstream="https://example.org/i/1")
     result = Result.from_dict(rec)
     html = render_html(result, with_plots=False)
-    page = _Page()
+    page = HtmlPage()
     page.feed(html)
     page.close()
     assert not page.open, f"unclosed tags: {page.open}"
