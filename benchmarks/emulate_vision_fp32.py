@@ -54,7 +54,7 @@ def emulate(q, k, v, scale, block=32):
 def main(argv=None) -> int:
     from kernel_oracle.benchmarks.triage_vision_fp32 import _problems
     from kernel_oracle.fuzz.targets import resolve_target
-    from kernel_oracle.harness.check import Case, _prepared_call
+    from kernel_oracle.harness.check import Case, prepared_call
     from kernel_oracle.reference.tolerance import compare
     from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
     from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the data of a GPU soak needs the GPU
     target = resolve_target("triton", device)
     for p in _problems(paths):
-        call = _prepared_call(Case(p), device)
+        call = prepared_call(Case(p), device)
         ref = flashinfer_cudnn_oracle(*call.args, **call.kwargs)
         base = flashinfer_cudnn_oracle(*call.args, **call.kwargs, faithful=True)
         out = target.entry("vision")(*call.args, **call.kwargs)
