@@ -163,7 +163,7 @@ def test_in_process_campaigns_need_the_device_mode_already(tmp_path, monkeypatch
 def test_one_mismatch_defect_across_ops_is_one_finding_per_dtype(tmp_path):
     # scaling ignored in every B step: the same defect in four ops and three dtypes
     # tiny problems on every device: the GPU preset's larger examples need more than 20 shrink steps to drop
-    # the flags (the H200 suite of 2026-11-30 kept "permuted"), and this test is about buckets, not sizes
+    # the flags (a GPU run can keep "permuted"), and this test is about buckets, not sizes
     rec = run_campaign(CampaignConfig(target="mutant:lora_scaling_missing", op="lora", budget=40, seed=1, device=DEVICE,
                                       out_dir=tmp_path, progress=False, shrink_allowance=20, limits="tiny"))
     mismatches = [f for f in rec["findings"] if f["kind"] == "mismatch"]

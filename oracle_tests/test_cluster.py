@@ -1,4 +1,4 @@
-"""Cluster campaigns for real (issue 15): a real Redis server on loopback and a real local Dask cluster
+"""Cluster campaigns for real: a real Redis server on loopback and a real local Dask cluster
 of two CPU worker processes; never a mock.
 
 The target is a planted-bug user module (pure torch: the reference's ``step_a_q_fwd`` made wrong for

@@ -1,5 +1,5 @@
-"""Issue 12.1/12.2 on the harness side: data generated on the target's device (the CPU scheme
-unchanged), the verdict computed beside the target (only the verdict and, for a failure, its bucket
+"""The harness beside the target: data generated on the target's device (the CPU scheme the documented
+host one), the verdict computed beside the target (only the verdict and, for a failure, its bucket
 travel), the worker's warm-up set, the Triton cache option and the GPU size preset."""
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ def test_a_leaked_triton_interpret_fails_the_test_that_leaked_it(tmp_path):
     assert "ERROR at teardown of test_leaks" in out and "this test changed TRITON_INTERPRET" in out, out[-3000:]
 
 
-# ---- each machine runs the kernels its way (issue 12.7) ---------------------------------------------------------------
+# ---- each machine runs the kernels its way ----------------------------------------------------------------------
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="the compiled path needs a CUDA device; this machine interprets")

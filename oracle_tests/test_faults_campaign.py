@@ -263,8 +263,8 @@ def _worker_of(campaign_pid: int, marker: Path) -> int:
 def _communicate_or_explain(proc: subprocess.Popen, timeout: float) -> str:
     """``proc``'s stderr once it exits; if it does not within ``timeout``, fail with the state of every
     process of its group (signal masks, wait channel) and its Python stacks (faulthandler, on SIGABRT).
-    That is how the SIGINT case's timeouts of 2026-11-30 were explained: SigIgn showed SIGINT ignored,
-    inherited from a suite started in the background (``nohup pytest ... &``), see :func:`_interruptible`."""
+    A SIGINT case that times out is explained this way: SigIgn shows SIGINT ignored, inherited from a
+    suite started in the background (``nohup pytest ... &``), see :func:`_interruptible`."""
     try:
         return proc.communicate(timeout=timeout)[1]
     except subprocess.TimeoutExpired:

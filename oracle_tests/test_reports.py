@@ -202,7 +202,7 @@ def test_markdown_text_and_cells_escape_html_pipes_and_newlines():
     assert str(md_code("a|b", in_table=True)) == "`a\\|b`"
 
 
-# ---- buckets (issue 14.2): one row per root cause with its count and examples --------------------------------------
+# ---- buckets: one row per root cause with its count and examples --------------------------------------
 
 def _bucketed_record():
     rec = sample_record()

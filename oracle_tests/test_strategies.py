@@ -166,7 +166,7 @@ def test_mutant_with_missing_anchor_names_itself_and_the_anchor():
     assert "stale_mutant" in str(info.value) and "no such line" in str(info.value)
 
 
-# ---- tile edges and stale CUDA-graph host ints (issue 12 points 2 and 3) ---------------------------------
+# ---- tile edges and stale CUDA-graph host ints ---------------------------------------------------------
 
 def test_tile_edges_are_n_times_tile_plus_minus_one():
     from kernel_oracle.fuzz.strategies import tile_edges

@@ -109,9 +109,8 @@ def engine_graph_cache() -> Optional[dict]:
     Why: the guard must know exactly which graphs the engine holds.  Mirroring it from our side
     missed one: a call that raises after the engine has built and cached its graph (malformed
     offsets) was never remembered, so a later call with the same key and another layout replayed
-    the stale graph unguarded -- the H200 main jobs' F0003 (2026-11-30), which a fresh process
-    computes right (``benchmarks/repro_flashinfer_ragged_v.py``: error 0.0009 on the found layout;
-    in the same process a contiguous v after it gives inf)."""
+    the stale graph unguarded (a fresh process computes that layout right; after the raising call,
+    a contiguous v with the same key gives inf)."""
     try:
         from flashinfer.cudnn import prefill
     except Exception:  # noqa: BLE001 - no engine, no cache
