@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -65,11 +64,11 @@ def _problem(op: str, dtype: str, fields: dict):
     return LoRAProblem(op=op, dtype=dtype, **base)
 
 
-def differential(spec: str) -> list[dict]:
+def differential(spec: str, sources) -> list[dict]:
     from kernel_oracle.fuzz.targets import resolve_target
     from kernel_oracle.harness.check import Case, check_case
 
-    t = resolve_target(spec, "cuda")
+    t = resolve_target(spec, "cuda", sources=sources)
     if not t.available:
         return [dict(target=spec, check="differential", ok=False, detail=f"unavailable: {t.reason}")]
     rows = []
@@ -110,12 +109,12 @@ def _copy_into(dst_call, src_call) -> None:
                 getattr(d, name).copy_(getattr(s, name))
 
 
-def graph_replay(spec: str, op: str, dtype: str) -> list[dict]:
+def graph_replay(spec: str, op: str, dtype: str, sources) -> list[dict]:
     from kernel_oracle.fuzz.targets import resolve_target
     from kernel_oracle.harness.check import Case, Observed, expected_outcome, judge
     from kernel_oracle.harness.problems import materialize
 
-    t = resolve_target(spec, "cuda")
+    t = resolve_target(spec, "cuda", sources=sources)
     if not t.available:
         return [dict(target=spec, check="graph", ok=False, detail=f"unavailable: {t.reason}")]
     fn = t.entry(op)
@@ -185,7 +184,7 @@ def _graphed(fn):
     return g.replay
 
 
-def timing(specs: list[str]) -> list[dict]:
+def timing(specs: list[str], sources) -> list[dict]:
     """Rows of (target, shape, side, variant): ``us``, do_bench median (decode: of one graph replay, launch
     included; prefill: eager, L2 flushed), and ``cudagraph_us``, do_bench_cudagraph median (a graph of many
     calls, the launch spread over them; decode rotates :data:`GRAPH_SETS` input sets)."""
@@ -194,7 +193,7 @@ def timing(specs: list[str]) -> list[dict]:
     from kernel_oracle.fuzz.targets import resolve_target
 
     targets = {"ours (triton)": (resolve_target("triton", "cuda"), True)}
-    targets.update({s: (resolve_target(s, "cuda"), False) for s in specs})
+    targets.update({s: (resolve_target(s, "cuda", sources=sources), False) for s in specs})
     rows = []
     for shape, seg in SHAPES.items():
         decode = shape.startswith("decode")
@@ -234,7 +233,9 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("kernel_oracle.benchmarks.sglang_gpu needs a CUDA device (bf16 and CUDA graphs); on the "
                          "CPU run oracle_tests/test_sglang_release.py")
-    os.environ["KERNEL_ORACLE_SGLANG_WHEEL"] = args.wheels
+    from kernel_oracle.harness.targets import TargetSources
+
+    sources = TargetSources(sglang_wheel=args.wheels)
     started = time.time()
     checks: list[dict] = []
     for rel in ([] if args.bench_only else args.releases):
@@ -242,11 +243,12 @@ def main(argv=None) -> int:
             spec = f"{variant}=={rel}"
             if variant == "sglang-trt" and rel == "0.5.12":
                 continue  # the TRT-LLM-style variant starts in 0.5.15
-            checks += differential(spec)
+            checks += differential(spec, sources)
             for op in SPLIT_STEPS:
                 for dtype in ("bfloat16", "float16"):
-                    checks += graph_replay(spec, op, dtype)
-    bench = [] if args.no_bench else timing([f"sglang=={args.bench_release}", f"sglang-trt=={args.bench_release}"])
+                    checks += graph_replay(spec, op, dtype, sources)
+    bench = [] if args.no_bench else timing([f"sglang=={args.bench_release}", f"sglang-trt=={args.bench_release}"],
+                                            sources)
     expected_bad = {f"sglang=={r}" for r in args.releases if r == "0.5.12"}  # PR #28371: graph replay fails
     surprises = []
     for spec in sorted({c["target"] for c in checks}):

@@ -18,7 +18,7 @@ device's Triton mode (:func:`harness.device.worker_env`); the campaign never cha
 environment. A case that kills the worker is a ``crash`` finding, one that does not answer within
 the per-case timeout (``case_timeout_s``; derived from the budget when not given) a ``hang``
 finding; either way a fresh worker goes on. The expected outcome and the comparison run in the
-worker too, beside the target (:func:`harness.check.check_case_verdict`): only the verdict and its
+worker too, beside the target (:func:`harness.check.check_case`): only the verdict and its
 bucket come back, and a finding's tensors are rebuilt from the seed and saved here. SIGTERM and
 SIGINT stop a campaign cleanly: the worker is ended, the state and the summary saved, and
 :class:`CampaignInterrupted` raised (the CLI prints one line and exits 3); rerunning with the same
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import shlex
 import signal
 import threading
@@ -47,12 +46,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, case_timeout_for
 from kernel_oracle.fuzz.state import CampaignState, GroupKey, StateError
+from kernel_oracle.harness.opinfo import FAMILY_OF
 
-__all__ = ["CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
+__all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
            "shared_findings_key"]
-
-from kernel_oracle.harness.opinfo import FAMILY_OF  # noqa: E402 - op or family -> family, from the op table
 
 # shrink attempts after a crash (each one restarts the worker) and after a hang (each one waits out
 # the case timeout, then restarts the worker)
@@ -60,16 +59,6 @@ CRASH_SHRINKS = 8
 HANG_SHRINKS = 0
 # examples per Hypothesis run when the campaign is time-boxed (--time)
 TIME_CHUNK_EXAMPLES = 25
-# seconds a time-boxed campaign may run past its time to finish shrinking a finding
-SHRINK_SLACK_S = 60.0
-# per-case timeout of a time-boxed campaign: half its time, within these bounds (seconds); an
-# interpreted tiny case takes well under a second, a first GPU compile a few seconds
-MIN_CASE_TIMEOUT_S = 5.0
-MAX_CASE_TIMEOUT_S = 120.0
-
-
-class CampaignError(ValueError):
-    """A usage or I/O error of :func:`run_campaign` (exit code 2 in the CLI)."""
 
 
 class _HarnessError(Exception):
@@ -88,31 +77,6 @@ def shared_findings_key(target: str, family: str) -> bytes:
     """The example-database key under which campaigns of ``target`` x ``family`` share their findings'
     cases (``Case.to_json()`` bytes, one entry per finding)."""
     return f"kernel-oracle-findings:{target}:{family}".encode()
-
-
-def case_timeout_for(time_s: Optional[float]) -> float:
-    """The per-case timeout a campaign derives from its budget (seconds)."""
-    if time_s is None:
-        return MAX_CASE_TIMEOUT_S
-    return min(MAX_CASE_TIMEOUT_S, max(MIN_CASE_TIMEOUT_S, time_s / 2))
-
-
-def _finite_positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise CampaignError(f"Expected a positive finite number of seconds but got {name}={value!r}")
-
-
-def _check_arguments(op, budget, time_s, device, case_timeout_s) -> None:
-    if op not in FAMILY_OF:
-        raise CampaignError(f"op={op!r} is unknown; the only valid values are {sorted(FAMILY_OF)}")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-        raise CampaignError(f"Expected a non-negative int but got budget={budget!r}")
-    if time_s is not None:
-        _finite_positive("time_s", time_s)
-    if case_timeout_s is not None:
-        _finite_positive("case_timeout_s", case_timeout_s)
-    if device not in ("cpu", "cuda"):
-        raise CampaignError(f"device={device!r} is invalid; the only valid values are 'cpu', 'cuda'")
 
 
 @contextlib.contextmanager
@@ -156,49 +120,31 @@ class _Progress:
             self.bar.close()
 
 
-def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: float | None = None, seed: int = 0,
-                 device: str = "cpu", out_dir, upstream_contracts_only: bool = False, progress: bool = True,
-                 limits: Optional[str] = None, isolate: bool = True, shrink_allowance: Optional[int] = None,
-                 case_timeout_s: Optional[float] = None, worker=None,
-                 shrink_slack_s: float = SHRINK_SLACK_S, warm_up_s: Optional[float] = None,
-                 database=None, dtypes: Optional[tuple] = None) -> dict:
-    """Run (or resume) a campaign; returns the ``harness.schema`` record it writes to ``out_dir/summary.json``.
+def run_campaign(config: CampaignConfig, *, worker=None, database=None) -> dict:
+    """Run (or resume) the campaign of ``config`` (Note [Campaign config]); returns the ``harness.schema``
+    record it writes to ``config.out_dir/summary.json``.
 
-    ``op``: ``lora``, ``vision`` or one LoRA op name.  ``budget``: cases to execute (shrinking
-    included); ``time_s``: wall-clock seconds; with neither, ``budget=100``.  ``limits``: the size
-    preset of :data:`fuzz.strategies.LIMITS` (default :func:`fuzz.strategies.default_limits`: ``tiny``
-    for an interpreted target, ``small`` for a CPU reference, ``gpu`` on a GPU).  ``isolate``: run
-    the target in a worker process (with ``False`` this process must already be in the device's
-    Triton mode).  ``case_timeout_s``: a case
-    running longer is a hang (default :func:`case_timeout_for`).  ``worker``: a started
-    :class:`fuzz.worker.Worker` for ``device`` to use (and leave running) instead of a fresh one
-    (the main job shares one per device between its campaigns).  ``shrink_slack_s``: how far past
-    ``time_s`` a finding's shrinking may go.  ``warm_up_s``: before the clock starts, let the worker
-    compile the target's kernels for a few realistic shapes for up to this long (:mod:`harness.warmup`;
-    once per target and worker, skipped under the interpreter).  ``database``: a Hypothesis
-    ``ExampleDatabase`` shared with other campaigns (default: ``out_dir/.hypothesis/``, nothing
-    shared); findings' cases are shared through it too (Note [Campaigns]).  ``dtypes``: fuzz only
-    these dtypes (a shard of :mod:`fuzz.cluster`; default every dtype the target supports).
-    Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted` on SIGTERM / SIGINT.
+    ``worker``: a started :class:`fuzz.worker.Worker` for ``config.device`` to use (and leave
+    running) instead of a fresh one (the main job shares one per device between its campaigns).
+    ``database``: a Hypothesis ``ExampleDatabase`` shared with other campaigns (default:
+    ``out_dir/.hypothesis/``, nothing shared); findings' cases are shared through it too (Note
+    [Campaigns]).  Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted`
+    on SIGTERM / SIGINT.
     """
-    _check_arguments(op, budget, time_s, device, case_timeout_s)
-    if isinstance(shrink_slack_s, bool) or not isinstance(shrink_slack_s, (int, float)) or not (
-            math.isfinite(shrink_slack_s) and shrink_slack_s >= 0):
-        raise CampaignError(f"Expected a non-negative finite number of seconds but got "
-                            f"shrink_slack_s={shrink_slack_s!r}")
-    if budget is None and time_s is None:
-        budget = 100
+    if not isinstance(config, CampaignConfig):
+        raise CampaignError(f"Expected a CampaignConfig but got config={config!r}")
     from kernel_oracle.harness.device import cuda_available, interpreting, needs_interpreter
 
+    device = config.device
     if device == "cuda" and not cuda_available():
         raise CampaignError("device='cuda' but torch sees no GPU; pass --device cpu")
-    if not isolate and needs_interpreter(device) != interpreting():
+    if not config.isolate and needs_interpreter(device) != interpreting():
         mode = "interpreted (TRITON_INTERPRET=1)" if needs_interpreter(device) else "compiled (TRITON_INTERPRET unset)"
         raise CampaignError(f"isolate=False runs the target in this process, whose Triton kernels are not "
                             f"{mode} as device={device!r} needs; pass isolate=True (a worker gets the right "
                             f"environment) or start this process with kernel_oracle.harness.device."
                             f"configure_process({device!r})")
-    if worker is not None and (not isolate or worker.device != device):
+    if worker is not None and (not config.isolate or worker.device != device):
         raise CampaignError(f"worker= is a {worker.device!r} worker; it needs isolate=True and "
                             f"device={worker.device!r}")
     from kernel_oracle.harness.known_issues import KnownIssuesError, load_known_issues
@@ -208,18 +154,12 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
     except KnownIssuesError as exc:
         raise CampaignError(str(exc)) from None
     try:
-        state = CampaignState.open(out_dir, target=target, op=op, seed=seed)
+        state = CampaignState.open(config.out_dir, target=str(config.target), op=config.op, seed=config.seed)
     except StateError as exc:
         raise CampaignError(str(exc)) from None
     try:
         with _sigterm_interrupts():
-            search = _Search(state, target=target, op=op, budget=budget, time_s=time_s, seed=seed, device=device,
-                             upstream_contracts_only=upstream_contracts_only, progress=progress, limits=limits,
-                             isolate=isolate, shrink_allowance=shrink_allowance,
-                             case_timeout_s=case_timeout_s if case_timeout_s is not None else case_timeout_for(time_s),
-                             worker=worker, shrink_slack_s=shrink_slack_s, warm_up_s=warm_up_s)
-            search.known_issues = known_issues
-            search.database, search.wanted_dtypes = database, (tuple(dtypes) if dtypes else None)
+            search = _Search(state, config, worker=worker, database=database, known_issues=known_issues)
             return search.run()
     finally:
         state.close()
@@ -228,18 +168,18 @@ def run_campaign(*, target: str, op: str, budget: int | None = None, time_s: flo
 class _Search:
     """The search loop of one campaign (Note [Campaigns]); ``state`` persists everything."""
 
-    def __init__(self, state: CampaignState, *, target, op, budget, time_s, seed, device, upstream_contracts_only,
-                 progress, limits, isolate, shrink_allowance, case_timeout_s, worker, shrink_slack_s,
-                 warm_up_s=None):
-        self.state, self.target, self.op = state, target, op
-        self.budget, self.time_s, self.seed, self.device = budget, time_s, seed, device
-        self.upstream_contracts_only, self.progress, self.isolate = upstream_contracts_only, progress, isolate
-        self.family = FAMILY_OF[op]
-        self.limits = limits
-        self.case_timeout_s = case_timeout_s
-        self.shrink_slack_s = shrink_slack_s
-        self.warm_up_s = warm_up_s
-        self.allowance = shrink_allowance if shrink_allowance is not None else max(40, (budget or 200) // 2)
+    def __init__(self, state: CampaignState, config: CampaignConfig, *, worker=None, database=None,
+                 known_issues: Optional[tuple] = None):
+        self.state, self.config = state, config
+        self.target, self.op = str(config.target), config.op
+        self.budget, self.time_s, self.seed, self.device = config.case_budget, config.time_s, config.seed, config.device
+        self.upstream_contracts_only, self.isolate = config.upstream_contracts_only, config.isolate
+        self.family = config.family
+        self.limits = config.limits
+        self.case_timeout_s = config.case_timeout
+        self.shrink_slack_s = config.shrink_slack_s
+        self.allowance = (config.shrink_allowance if config.shrink_allowance is not None
+                          else max(40, (self.budget or 200) // 2))
         self.worker, self.own_worker = worker, worker is None
         self.local_target = None
         self.info: dict = {}
@@ -249,9 +189,9 @@ class _Search:
         self.memo: dict = {}
         self.harness_error: Optional[str] = None
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
-        self.known_issues: Optional[tuple] = None  # harness.known_issues entries (None: the default file)
-        self.database = None  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
-        self.wanted_dtypes: Optional[tuple] = None
+        self.known_issues = known_issues  # harness.known_issues entries (None: the default file)
+        self.database = database  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
+        self.wanted_dtypes: Optional[tuple] = config.dtypes
         self.bar = None
 
     # ---- budget --------------------------------------------------------------------------------
@@ -271,7 +211,7 @@ class _Search:
             from kernel_oracle.harness.device import interpreting
 
             try:
-                self.local_target = resolve_target(self.target, self.device)
+                self.local_target = resolve_target(self.config.target, self.device, sources=self.config.sources)
             except TargetError as exc:
                 raise CampaignError(str(exc)) from None
             return {**self.local_target.to_record(), "precisions": self.local_target.precisions(),
@@ -283,7 +223,7 @@ class _Search:
         else:
             self.worker.case_timeout_s = self.case_timeout_s
         try:
-            return self.worker.describe(self.target, warm_up_s=self.warm_up_s)
+            return self.worker.describe(self.target, warm_up_s=self.config.warm_up_s, sources=self.config.sources)
         except WorkerError as exc:
             raise CampaignError(str(exc)) from None
 
@@ -292,7 +232,7 @@ class _Search:
             from kernel_oracle.harness.check import execute
 
             return execute(self.local_target, case, self.device)
-        return self.worker.run(self.target, case.to_dict())
+        return self.worker.run(self.target, case.to_dict(), sources=self.config.sources)
 
     # ---- the loop ------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -312,7 +252,7 @@ class _Search:
             self.dtypes = tuple(d for d in ALL_DTYPES if d not in excluded
                                 and (self.wanted_dtypes is None or d in self.wanted_dtypes))
             if self.limits is None:
-                self.limits = default_limits(self.device, self.target)
+                self.limits = default_limits(self.device, self.config.target.name)
             self.categories = ("valid", "partial", "upstream") + (
                 () if self.upstream_contracts_only else ("malformed",))
             self.buckets = [(bucket_of_record(f), f["id"]) for f in self.state.findings]
@@ -323,7 +263,7 @@ class _Search:
                 return self.finish([f"target {self.target!r} unavailable for {self.op}: {why}"])
             self.strategy = cases(self.family, categories=self.categories, dtypes=self.dtypes,
                                   ops=self.ops if self.family == "lora" else None, limits=self.limits)
-            self.bar = _Progress(self.budget, self.progress, f"fuzz {self.target} {self.op}")
+            self.bar = _Progress(self.budget, self.config.progress, f"fuzz {self.target} {self.op}")
             self._replay_shared()
             self._loop()
         except KeyboardInterrupt as exc:
@@ -362,7 +302,7 @@ class _Search:
         here unless a finding of this campaign already covers its bucket (then it is one more hit)."""
         if self.database is None:
             return
-        from kernel_oracle.harness.check import _prepared_call, case_from_dict
+        from kernel_oracle.harness.check import prepared_call, case_from_dict
 
         for raw in sorted(self.database.fetch(shared_findings_key(self.target, self.family))):
             if self.out_of_budget():
@@ -382,7 +322,7 @@ class _Search:
             if fid is not None:
                 self._hit(fid, case)
             else:
-                self._record(case, verdict, bucket, _prepared_call(case, self.device))
+                self._record(case, verdict, bucket, prepared_call(case, self.device))
         self.state.save()
 
     def _loop(self) -> None:
@@ -405,7 +345,7 @@ class _Search:
         from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
         from hypothesis.database import DirectoryBasedExampleDatabase
 
-        from kernel_oracle.harness.check import _prepared_call
+        from kernel_oracle.harness.check import prepared_call
 
         self.state.runs += 1
         self.state.save(force=False)
@@ -439,7 +379,7 @@ class _Search:
         if not failing:
             return False
         case, verdict, bucket, replaced = self._drop_flags(failing["case"], failing["verdict"], failing["bucket"])
-        fid = self._record(case, verdict, bucket, _prepared_call(case, self.device))["id"]
+        fid = self._record(case, verdict, bucket, prepared_call(case, self.device))["id"]
         for other in replaced:
             self._hit(fid, other)
         return True
@@ -473,18 +413,18 @@ class _Search:
         """Run and count one case: ``(verdict, bucket or None)``, remembered for Hypothesis's replays.
         The verdict is computed beside the target (in the worker, on its device); a harness error
         raises :class:`_HarnessError`."""
-        from kernel_oracle.harness.check import Verdict, check_case_verdict, shape_class
+        from kernel_oracle.harness.check import Verdict, check_case, shape_class
 
         if self.local_target is not None:
             try:
-                verdict = check_case_verdict(self.local_target, case, self.device)
+                verdict = check_case(self.local_target, case, self.device)
             except Exception as exc:  # noqa: BLE001 - ours, not the target's (its errors are observations)
                 raise _HarnessError(f"{type(exc).__name__}: {exc}") from exc
         else:
             from kernel_oracle.fuzz.worker import WorkerError
 
             try:
-                answer = self.worker.check(self.target, case.to_dict())
+                answer = self.worker.check(self.target, case.to_dict(), sources=self.config.sources)
             except WorkerError as exc:
                 raise _HarnessError(str(exc)) from None
             if isinstance(answer, Verdict):
@@ -550,7 +490,7 @@ class _Search:
                    "shape_class": shape_class(case), "kind": verdict.kind,
                    "message": message.replace("\nReproduce: ", "\nReproduce (in-memory): "),
                    "figures": {k: figures.get(k) for k in ("max_abs", "max_rel", "ratio", "where")},
-                   "repro": f"kernel-oracle repro {shlex.quote(str(pt))} --target {shlex.quote(self.target)}",
+                   "repro": f"kernel-oracle repro {shlex.quote(str(pt))} --targets {shlex.quote(self.target)}",
                    "problem": case.to_dict(), "expected": verdict.expected, "bucket": bucket.to_dict()}
         state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))
         self.buckets.append((bucket, fid))

@@ -3,8 +3,9 @@
 Note [Cluster campaigns]
 ------------------------
 The work is cut into *shards*, one per target x op x dtype x seed (an SGLang release is part of the
-target: ``sglang==0.5.23``).  Each shard is one ordinary campaign (:func:`fuzz.campaign.run_campaign`)
-in its own directory ``<out>/shards/<shard>/``, run as a Dask task:
+target: ``sglang==0.5.23``).  Each shard is one ordinary campaign (:func:`fuzz.campaign.run_campaign`
+of the shared :class:`~fuzz.campaign_config.CampaignConfig` with the shard's target, op, seed and
+dtype: :meth:`Shard.config`) in its own directory ``<out>/shards/<shard>/``, run as a Dask task:
 
 * **one node** (``--gpus N|all``): a local cluster of N worker processes, one thread each, each
   pinned to one GPU through ``CUDA_VISIBLE_DEVICES`` set before the worker starts (dask-cuda's
@@ -37,9 +38,12 @@ import os
 import re
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable, Optional
+
+from kernel_oracle.fuzz.campaign_config import CampaignConfig
+from kernel_oracle.harness.targets import TargetSpec
 
 __all__ = ["ClusterError", "RETRIES", "Shard", "gpu_count", "merge_records", "open_database", "plan_shards",
            "resolve_gpus", "run_cluster", "run_shard", "start_local_cluster"]
@@ -66,11 +70,19 @@ class Shard:
         safe = re.sub(r"[^A-Za-z0-9_.=-]+", "_", self.target)
         return f"{safe}--{self.op}--{self.dtype or 'all'}--s{self.seed}"
 
+    def config(self, settings: CampaignConfig, out_dir) -> CampaignConfig:
+        """This shard's campaign: ``settings`` with its target, op, seed and dtype, in
+        ``out_dir/shards/<name>``, without a progress bar."""
+        return replace(settings, target=self.target, op=self.op, seed=self.seed, progress=False,
+                       dtypes=(self.dtype,) if self.dtype else None, out_dir=Path(out_dir) / "shards" / self.name)
 
-def plan_shards(targets: Iterable[str], ops: Iterable[str], dtypes: Optional[Iterable[str]],
+
+def plan_shards(targets: Iterable, ops: Iterable[str], dtypes: Optional[Iterable[str]],
                 seeds: Iterable[int]) -> list[Shard]:
-    """Every target x op x dtype x seed (``dtypes`` None: one shard covers all dtypes)."""
-    return [Shard(t, o, d, s) for t in targets for o in ops for d in (list(dtypes) if dtypes else [None])
+    """Every target x op x dtype x seed (``dtypes`` None: one shard covers all dtypes); targets are
+    spec strings or :class:`~kernel_oracle.harness.targets.TargetSpec` (kept as canonical strings)."""
+    specs = [str(TargetSpec.parse(t)) for t in targets]
+    return [Shard(t, o, d, s) for t in specs for o in ops for d in (list(dtypes) if dtypes else [None])
             for s in seeds]
 
 
@@ -160,25 +172,24 @@ def _files_of(shard_dir: Path) -> dict:
     return {f"cases/{p.name}": p.read_bytes() for p in sorted(cases.iterdir())} if cases.is_dir() else {}
 
 
-def run_shard(shard: Shard, *, out_dir: str, db_url: Optional[str] = None, **campaign_kwargs) -> dict:
+def run_shard(shard: Shard, settings: CampaignConfig, *, out_dir: str, db_url: Optional[str] = None) -> dict:
     """Run one shard's campaign (on a Dask worker) in ``out_dir/shards/<name>``, resuming what a killed
-    attempt left; returns ``{"shard", "record", "files", "host", "pid", "dir"}``."""
+    attempt left; ``settings``: what every shard shares (:meth:`Shard.config`).  Returns ``{"shard",
+    "record", "files", "host", "pid", "dir"}``."""
+    import multiprocessing
     import socket
 
     from kernel_oracle.fuzz.campaign import FAMILY_OF, run_campaign
 
-    import multiprocessing
-
-    if campaign_kwargs.get("isolate", True) and multiprocessing.current_process().daemon:
+    if settings.isolate and multiprocessing.current_process().daemon:
         raise ClusterError("this Dask worker is a daemonic process and cannot start the campaign's target worker "
                            "process; start the workers with DASK_DISTRIBUTED__WORKER__DAEMON=False "
                            "(docs/scaling.md) or pass --no-isolate")
-    shard_dir = Path(out_dir) / "shards" / shard.name
+    config = shard.config(settings, out_dir)
     database = open_database(db_url, shard.target, FAMILY_OF[shard.op]) if db_url else None
-    record = run_campaign(target=shard.target, op=shard.op, seed=shard.seed, out_dir=shard_dir, progress=False,
-                          database=database, dtypes=(shard.dtype,) if shard.dtype else None, **campaign_kwargs)
-    return {"shard": asdict(shard), "record": record, "files": _files_of(shard_dir), "host": socket.gethostname(),
-            "pid": os.getpid(), "dir": str(shard_dir.resolve())}
+    record = run_campaign(config, database=database)
+    return {"shard": asdict(shard), "record": record, "files": _files_of(config.out_dir), "host": socket.gethostname(),
+            "pid": os.getpid(), "dir": str(config.out_dir.resolve())}
 
 
 def merge_records(results: list, out_dir: Path, device: str, wall_s: Optional[float] = None) -> dict:
@@ -242,19 +253,22 @@ def _land(result: dict, out_dir: Path) -> None:
         path.write_bytes(data)
 
 
-def run_cluster(shards: list, *, out_dir, device: str, gpus: Optional[int] = None, scheduler: Optional[str] = None,
-                client=None, db_url: Optional[str] = None, log=None, **campaign_kwargs) -> dict:
-    """Run ``shards`` on a cluster and merge them (Note [Cluster campaigns]).  Exactly one of ``gpus``
-    (a local cluster of that many pinned GPU workers), ``scheduler`` (an existing cluster's address)
-    and ``client`` (a started ``distributed.Client``, e.g. of a CPU test cluster) says where.
-    ``campaign_kwargs`` go to every shard's :func:`fuzz.campaign.run_campaign` (budget, time_s,
-    limits, ...).  Returns the merged record (saved in ``out_dir``)."""
+def run_cluster(shards: list, settings: CampaignConfig, *, gpus: Optional[int] = None,
+                scheduler: Optional[str] = None, client=None, db_url: Optional[str] = None, log=None) -> dict:
+    """Run ``shards`` on a cluster and merge them (Note [Cluster campaigns]).  ``settings``: the
+    campaign configuration every shard shares (budget, time, limits, device, the SGLang wheel, ...;
+    its ``out_dir`` is the cluster's: each shard replaces its target, op, seed, dtype and directory,
+    :meth:`Shard.config`).  Exactly one of ``gpus`` (a local cluster of that many pinned GPU
+    workers), ``scheduler`` (an existing cluster's address) and ``client`` (a started
+    ``distributed.Client``, e.g. of a CPU test cluster) says where.  Returns the merged record (saved
+    in ``settings.out_dir``)."""
     if sum(x is not None for x in (gpus, scheduler, client)) != 1:
         raise ClusterError("pass exactly one of gpus=, scheduler=, client=")
     if db_url is not None:
         open_database(db_url, "check", "check")  # a bad URL or a Redis that is down: ClusterError now
-    out = Path(out_dir).resolve()
+    out = Path(settings.out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    device = settings.device
     distributed = _need("distributed")
     cluster = own_client = None
     try:
@@ -267,8 +281,8 @@ def run_cluster(shards: list, *, out_dir, device: str, gpus: Optional[int] = Non
         gpu_workers = any((w.get("resources") or {}).get("GPU") for w in client.scheduler_info()["workers"].values())
         resources = {"GPU": 1} if gpu_workers and device == "cuda" else None
         started, token = time.monotonic(), uuid.uuid4().hex[:8]  # keys unique on a shared scheduler
-        futures = [client.submit(run_shard, s, out_dir=str(out), db_url=db_url, device=device, retries=RETRIES,
-                                 resources=resources, key=f"shard-{s.name}-{token}", pure=False, **campaign_kwargs)
+        futures = [client.submit(run_shard, s, settings, out_dir=str(out), db_url=db_url, retries=RETRIES,
+                                 resources=resources, key=f"shard-{s.name}-{token}", pure=False)
                    for s in shards]
         results = []
         for s, fut in zip(shards, futures):

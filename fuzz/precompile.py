@@ -2,10 +2,10 @@
 
 Note [Parallel precompilation]
 ------------------------------
-On a GPU a campaign of our Triton LoRA kernels was bound by compilations: the fuzzer met about one
-new kernel variant per four cases at small shapes (Note [Specialization] in ``kernels/lora``), each
-cost about half a second of LLVM and ptxas on one core (cProfile on the H200, 2026-11-30: 16
-compilations took 9 of 12.7 s, 6.2 cases/s), and a process compiles one at a time.  A GPU host has
+On a GPU a campaign of our Triton LoRA kernels that compiles as it goes is bound by compilations:
+the fuzzer meets about one new kernel variant per four cases at small shapes (Note [Specialization]
+in ``kernels/lora``), each costs about half a second of LLVM and ptxas on one core (most of a short
+campaign's time, in cProfile), and a process compiles one at a time.  A GPU host has
 cores to spare (16 on the H200 machine), so :func:`warm_up_target`, the worker's warm-up, has
 :func:`start_variants` run children that each compile their share of a fixed list with one case per
 variant (:func:`harness.warmup.variant_cases`, Note [Variant warm-up] there) and exit; the worker
@@ -16,11 +16,9 @@ wrappers run as usual (validation, output allocation, launch geometry) but every
 computes and runs nothing on the GPU.  Results cannot depend on them: they only fill a cache whose
 entries Triton keys by source, signature and options.
 
-Measured on the H200 (2026-11-30, 12 children): 624 variants compiled in 67 s on a cold cache, after
-which ``kernel-oracle bench`` ran triton lora at 96 cases/s (9.2 before).  An earlier design ran such
-children *beside* the campaign, drawing and executing the campaign's own cases: it made things worse
-(``kernel-oracle run --device cuda --time-budget 120``: 3,780 fuzz cases against 5,209 without; the
-children contended with the campaign for the GPU and the host), and it is gone.
+The children run before the campaign's clock, never beside it: children that drew and executed the
+campaign's own cases would contend with it for the GPU and the host, and the job would run fewer fuzz
+cases, not more.  The figures (cases/s with a cold and a warm cache) are in docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -104,29 +102,31 @@ def start_variants(target: str, device: str, *, seconds: float, dtypes: Sequence
 
 # children need seconds of imports before they compile anything: a shorter warm-up starts none
 MIN_PARALLEL_S = 20.0
-# the share of a warm-up's time the children may take; the rest loads (or compiles) in the worker
-# (the H200 suite of 2026-11-30, 16 test workers beside a soak: children that took all of a 60 s
-# warm-up left the worker no case at all)
+# the share of a warm-up's time the children may take; the rest loads (or compiles) in the worker (on a
+# loaded host, children that take all of the warm-up leave the worker no case at all)
 CHILDREN_SHARE = 0.75
 
 
-def warm_up_target(target, spec: str, device, *, time_s: Optional[float], processes: Optional[int] = None) -> dict:
-    """A worker's warm-up of ``target`` (resolved from ``spec``) for up to ``time_s`` seconds: for our
-    kernels (``spec == "triton"``) on CUDA, children compile every LoRA variant in parallel first
+def warm_up_target(target, spec, device, *, time_s: Optional[float], processes: Optional[int] = None) -> dict:
+    """A worker's warm-up of ``target`` (resolved from ``spec``, a spec string or TargetSpec) for up to
+    ``time_s`` seconds: for our kernels (spec name ``triton``) on CUDA, children compile every LoRA
+    variant in parallel first
     (:func:`start_variants`, at most :data:`CHILDREN_SHARE` of the time), then
     :func:`harness.warmup.warm_up` runs the fixed cases and the variants in this process, loading what
     the children compiled (Note [Variant warm-up]).  Returns warm_up's record plus ``"parallel"``
     (the children's ``{"processes", "cases", "seconds"}``, or None) and the total ``"seconds"``."""
+    from kernel_oracle.harness.targets import TargetSpec
     from kernel_oracle.harness.warmup import warm_up, warm_up_dtypes
 
     t0 = time.monotonic()
+    spec = TargetSpec.parse(spec)
     lora_ops = tuple(op for op in sorted(getattr(target, "entries", ())) if op != "vision")
-    variants = (spec == "triton" and str(device).startswith("cuda") and bool(lora_ops)
+    variants = (spec.name == "triton" and str(device).startswith("cuda") and bool(lora_ops)
                 and getattr(target, "available", True))
     parallel = None
     n = default_processes() if processes is None else int(processes)
     if variants and n > 0 and (time_s is None or time_s >= MIN_PARALLEL_S):
-        children = start_variants(spec, str(device), seconds=time_s or 600.0, dtypes=warm_up_dtypes(target),
+        children = start_variants(str(spec), str(device), seconds=time_s or 600.0, dtypes=warm_up_dtypes(target),
                                   ops=lora_ops, processes=n)
         children.wait(CHILDREN_SHARE * time_s if time_s is not None else 600.0)
         parallel = children.stop()

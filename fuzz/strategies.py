@@ -117,7 +117,7 @@ LIMITS = {
                    ranks=(16, 32, 64, 128), heads=16, qk_dims=(128, 64, 72), v_dims=(128, 64, 40),
                    kv_lora_ranks=(512, 256, 200), max_extra_rows=16, max_sequences=16, max_seq_len=1500,
                    big_seq_len=16384, vision_heads=16, head_dims=(80, 64, 72, 128)),
-    # a GPU campaign (issue 12.2): small and boundary-heavy -- lengths 0..64 (tile edges 15-17 .. 63-65
+    # a GPU campaign: small and boundary-heavy -- lengths 0..64 (tile edges 15-17 .. 63-65
     # half the time), a few segments, dims on both sides of the tiles -- mixed with "full" (REALISTIC_SHARE)
     "gpu": Limits(max_segments=8, max_seg_len=64, big_segments=64, big_seg_len=300, max_slots=4,
                   ranks=(16, 32, 64), heads=4, qk_dims=(16, 48, 128), v_dims=(16, 40, 128),
@@ -224,7 +224,7 @@ def _named(name: str):
     return deco
 
 
-# ---- tile edges (issue 12.2) ---------------------------------------------------------------------
+# ---- tile edges ----------------------------------------------------------------------------------
 # Kernels break where a size crosses a tile: n*T - 1, n*T, n*T + 1 for the tile sizes Triton kernels
 # use (BLOCK 16/32/64/128).  Sizes (tokens per segment, LoRA dims and ranks, vision sequence lengths)
 # are drawn half the time from these edges, in every preset; the uniform branch comes first so
@@ -264,7 +264,7 @@ def _edge_biased_dims(dims: tuple) -> SearchStrategy:
 @functools.lru_cache(maxsize=4096)  # Note [Strategy objects]; keyed by data: bounded
 def stale_host_ints(n: int, longest: int) -> SearchStrategy:
     """CUDA-graph host ints ``(bs, num_segments, max_len)`` as a graph captured for another batch left
-    them (SPEC.md, Routing; issue 12.3): ``bs``/``num_segments`` smaller than the ``n`` replayed
+    them (SPEC.md, Routing): ``bs``/``num_segments`` smaller than the ``n`` replayed
     segments (0 included), ``max_len`` an upper bound above the longest replayed segment."""
     below = st.integers(0, max(n - 1, 0))
     slack = st.one_of(st.integers(0, 3), st.sampled_from((15, 16, 17)))

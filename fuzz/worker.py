@@ -13,12 +13,16 @@ resolved targets are kept between cases and between campaigns that share it).
   environment is never touched.
 * **Protocol** (pickled over a pipe): the worker says ``("ready", pid)`` once its imports are done
   (start-up is waited for separately, up to ``startup_timeout_s``, and never counted against a
-  case); ``describe`` answers the target's ``to_record()`` as the worker sees it (plus whether it
-  interprets, and the result of a one-time warm-up of realistic shapes when it compiles kernels);
-  ``check`` answers the case's :class:`harness.check.Verdict` with its root-cause bucket, computed
-  in the worker beside the target (Note [Verdicts beside the target]: data generated there, oracle
-  and comparison there, no output tensor pickled back); ``run`` answers the raw ``Observed``.  The
-  worker rebuilds each call from the problem's seed (bit-identical to the parent's).
+  case); every request is ``(op, spec, device, sources, payload)``, the target named by its spec
+  string and :class:`~kernel_oracle.harness.targets.TargetSources` (where an SGLang wheel comes
+  from: it travels here, never through the environment).  ``describe`` answers the target's
+  ``to_record()`` as the worker sees it (plus whether it interprets, and the result of a one-time
+  warm-up of realistic shapes when it compiles kernels); ``check`` answers the case's
+  :class:`harness.check.Verdict` with its root-cause bucket, computed in the worker beside the
+  target (:func:`harness.check.check_case`, Note [Verdicts beside the target]: data generated
+  there, oracle and comparison there, no output tensor pickled back); ``run`` answers the raw
+  ``Observed``.  The worker rebuilds each call from the problem's seed (bit-identical to the
+  parent's).
 * **Faults**: no answer within ``case_timeout_s`` is a ``hang`` observation, a broken pipe a
   ``crash`` one (with the exit status in words); either way the worker is killed and the next case
   starts a fresh one.
@@ -79,9 +83,8 @@ def _serve(conn, env: dict) -> None:
     os.environ.clear()
     os.environ.update(env)  # before the first kernel import (Note [Device switch])
     from kernel_oracle.fuzz.targets import TargetError, resolve_target
-    from kernel_oracle.harness.check import case_from_dict, check_case_verdict, execute
+    from kernel_oracle.harness.check import case_from_dict, check_case, execute
 
-    targets: dict = {}
     warmed: dict = {}
     conn.send(("ready", os.getpid()))
     while True:
@@ -91,27 +94,25 @@ def _serve(conn, env: dict) -> None:
             return
         if msg is None:
             return
-        op, spec, device = msg[0], msg[1], msg[2]
+        op, spec, device, sources, payload = msg
         try:
-            if (spec, device) not in targets:
-                targets[(spec, device)] = resolve_target(spec, device)
-            target = targets[(spec, device)]
+            target = resolve_target(spec, device, sources=sources)  # cached by the registry
         except (TargetError, ValueError) as exc:
             conn.send(("error", str(exc)))
             continue
+        key = (spec, device, sources)
         try:
             if op == "describe":
-                warm_up_s = msg[3] if len(msg) > 3 else None
-                if warm_up_s and (spec, device) not in warmed and not interpreting():
+                if payload and key not in warmed and not interpreting():
                     from kernel_oracle.fuzz.precompile import warm_up_target
 
-                    warmed[(spec, device)] = warm_up_target(target, spec, device, time_s=warm_up_s)
+                    warmed[key] = warm_up_target(target, spec, device, time_s=payload)
                 conn.send(("info", {**target.to_record(), "precisions": target.precisions(),
-                                    "interpreting": interpreting(), "warm_up": warmed.get((spec, device))}))
+                                    "interpreting": interpreting(), "warm_up": warmed.get(key)}))
             elif op == "check":
-                conn.send(("verdict", check_case_verdict(target, case_from_dict(msg[3]), device)))
+                conn.send(("verdict", check_case(target, case_from_dict(payload), device)))
             else:
-                conn.send(("obs", execute(target, case_from_dict(msg[3]), device)))
+                conn.send(("obs", execute(target, case_from_dict(payload), device)))
         except Exception as exc:  # noqa: BLE001 - a harness error: reported to the parent, not fatal here
             conn.send(("harness-error", f"{type(exc).__name__}: {exc}\n" + traceback.format_exc(limit=6)))
 
@@ -191,12 +192,14 @@ class Worker:
         self._ready = True
         self.startup_s.append(time.monotonic() - self._launched_at)
 
-    def describe(self, spec: str, *, warm_up_s: Optional[float] = None) -> dict:
+    def describe(self, spec, *, warm_up_s: Optional[float] = None, sources=None) -> dict:
         """The target's ``to_record()`` as the worker resolves it, plus ``precisions`` (op -> fp32
         precision), ``interpreting`` and ``warm_up`` (the result of :func:`harness.warmup.warm_up`,
-        run once per target for up to ``warm_up_s`` seconds when the worker compiles kernels)."""
+        run once per target for up to ``warm_up_s`` seconds when the worker compiles kernels).
+        ``spec``: a spec string or :class:`~kernel_oracle.harness.targets.TargetSpec`; ``sources``:
+        its :class:`~kernel_oracle.harness.targets.TargetSources` (where an SGLang wheel comes from)."""
         self.start()
-        self._conn.send(("describe", spec, self.device, warm_up_s))
+        self._conn.send(("describe", str(spec), self.device, sources, warm_up_s))
         limit = self.startup_timeout_s + (warm_up_s or 0.0)  # the warm-up has its own time on top
         if not self._conn.poll(limit):
             self.kill()
@@ -210,25 +213,25 @@ class Worker:
             raise WorkerError(payload)
         return payload
 
-    def check(self, spec: str, case_dict: dict):
+    def check(self, spec, case_dict: dict, *, sources=None):
         """The :class:`harness.check.Verdict` of one case, computed in the worker beside the target
-        (:func:`harness.check.check_case_verdict`: only the verdict and its bucket travel back), or an
+        (:func:`harness.check.check_case`: only the verdict and its bucket travel back), or an
         ``Observed`` of kind ``hang`` / ``crash`` (the worker is then gone); a harness error raises
         :class:`WorkerError`."""
-        return self._ask("check", spec, case_dict)
+        return self._ask("check", spec, case_dict, sources)
 
-    def run(self, spec: str, case_dict: dict):
+    def run(self, spec, case_dict: dict, *, sources=None):
         """``Observed`` of one case (the output copied back); a hang or a crash is an observation."""
-        return self._ask("run", spec, case_dict)
+        return self._ask("run", spec, case_dict, sources)
 
-    def _ask(self, op: str, spec: str, case_dict: dict):
+    def _ask(self, op: str, spec, case_dict: dict, sources):
         from kernel_oracle.harness.check import Observed
 
         # Note [Hangs and compilation]: a compiling worker gets time for a compilation before a hang
         grace_s = max(COMPILE_GRACE_MIN_S, COMPILE_GRACE_FACTOR * self.case_timeout_s) if self.compile_grace else 0.0
         self.start()
         try:
-            self._conn.send((op, spec, self.device, case_dict))
+            self._conn.send((op, str(spec), self.device, sources, case_dict))
             if not self._conn.poll(self.case_timeout_s):
                 if not (grace_s > self.case_timeout_s and self._conn.poll(grace_s - self.case_timeout_s)):
                     self.kill()

@@ -22,7 +22,7 @@ A :class:`Case` is a plain-data problem plus an optional :class:`~harness.mutati
 
 Note [Verdicts beside the target]
 ---------------------------------
-:func:`check_case_verdict` does all three steps in the process that runs the target, on its device:
+:func:`check_case` does all three steps in the process that runs the target, on its device:
 the problem is materialised there (Note [Where data is generated]), the oracle runs there (float64
 on a GPU is fine), the output stays there and :func:`judge` compares there; what comes back is the
 :class:`Verdict` (plus, for a failure, its root-cause :class:`~harness.buckets.Bucket`): a few
@@ -50,11 +50,10 @@ from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.harness.buckets import bucket_of, target_frame
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
-from kernel_oracle.harness.problems import (LoRAProblem, VisionProblem, batch_info_of, materialize, problem_from_dict,
-                                            problem_to_dict)
+from kernel_oracle.harness.problems import LoRAProblem, batch_info_of, materialize, problem_from_dict, problem_to_dict
 
-__all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "check_case_verdict", "execute",
-           "expected_outcome", "judge", "shape_class"]
+__all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute", "expected_outcome",
+           "judge", "prepared_call", "shape_class"]
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ def _copy_call(call):
     return copy.deepcopy(call)
 
 
-def _prepared_call(case: Case, device):
+def prepared_call(case: Case, device):
     """The call both the oracle and the target see: materialised, mutated, unread inputs poisoned."""
     call = case.call(device)
     if case.family == "vision" and case.category == "valid":
@@ -180,7 +179,7 @@ def _poison_unread_vision(call) -> None:
 
 def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=None) -> Outcome:
     """What a correct target does on ``case`` (see Note [Checking a case])."""
-    call = _prepared_call(case, device) if call is None else call
+    call = prepared_call(case, device) if call is None else call
     try:
         with strict_validation(True):
             ref = _run_oracle(case, call)
@@ -218,7 +217,7 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
     """Run ``target`` on a fresh copy of the case's call; never raises for the target's errors.
 
     ``to_host=False`` leaves the output on the device (Note [Verdicts beside the target])."""
-    call = _copy_call(_prepared_call(case, device) if call is None else call)
+    call = _copy_call(prepared_call(case, device) if call is None else call)
     fn = target.entry(case.op)
     inplace = call.inplace
     poison = target.poison(case.family) if target.poison is not None else contextlib.nullcontext()
@@ -256,7 +255,7 @@ class Verdict:
     ratio: Optional[float] = None
     figures: dict = field(default_factory=dict)
     expected: str = ""
-    bucket: Optional[Any] = None  # harness.buckets.Bucket of a failure, from check_case_verdict
+    bucket: Optional[Any] = None  # harness.buckets.Bucket of a failure, from check_case
 
 
 def _describe_expected(e: Outcome) -> str:
@@ -343,7 +342,7 @@ def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, devic
                        expected=exp)
     if observed.output is None:
         return Verdict(False, "mismatch", f"target {observed.message}", expected=exp)
-    call = _prepared_call(case, device) if call is None else call
+    call = prepared_call(case, device) if call is None else call
     if not observed.returned_inplace:
         return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
     if case.family == "lora":
@@ -389,24 +388,15 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
-    """In-process check of one case (pytest properties; campaigns isolate the target instead), judged
-    on ``device`` like :func:`check_case_verdict` (no bucket)."""
-    call = _prepared_call(case, device)
-    expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
-    observed = execute(target, case, device, call=call, to_host=False)
-    return judge(case, expected, observed, call=call, device=device, repro=repro)
-
-
-def check_case_verdict(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
-    """The verdict of one case computed beside ``target`` on ``device`` (Note [Verdicts beside the
+    """The verdict of one case on ``target``, computed beside it on ``device`` (Note [Verdicts beside the
     target]): data generated there, oracle and comparison there, the output never copied to the host.
-    A failure carries its root-cause bucket (``verdict.bucket``), so the caller needs no tensor;
-    harness errors propagate (the worker reports them)."""
-    call = _prepared_call(case, device)
+    A failure carries its root-cause bucket (``verdict.bucket``), computed once here, so no caller
+    needs a tensor; harness errors propagate (a campaign's worker reports them).  pytest properties,
+    the bug corpus and the campaigns (in process or in their worker) all check a case with this."""
+    call = prepared_call(case, device)
     expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
     observed = execute(target, case, device, call=call, to_host=False)
     verdict = judge(case, expected, observed, call=call, device=device, repro=repro)
     if not verdict.ok:
         verdict.bucket = bucket_of(case, verdict, observed=observed, expected=expected, call=call)
     return verdict
-

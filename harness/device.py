@@ -22,8 +22,11 @@ import os
 import sys
 from typing import Mapping, Optional
 
-__all__ = ["configure_process", "cuda_available", "default_device", "interpreting", "needs_interpreter",
-           "triton_cache_dir", "use_triton_cache", "worker_env"]
+__all__ = ["DEVICE_CHOICES", "configure_process", "cuda_available", "default_device", "interpreting",
+           "needs_interpreter", "resolve_device", "triton_cache_dir", "use_triton_cache", "worker_env"]
+
+# what ``--device`` takes in every command: auto is the GPU when torch sees one, else the CPU
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -42,6 +45,21 @@ def cuda_available() -> bool:
 
 def default_device() -> str:
     return "cuda" if cuda_available() else "cpu"
+
+
+def resolve_device(requested: str, *, here: bool = True) -> str:
+    """``"cpu"`` or ``"cuda"`` for ``--device requested`` (:data:`DEVICE_CHOICES`): ``auto`` is
+    :func:`default_device`; ``cuda`` needs a GPU here unless ``here=False`` (work that runs on other
+    machines, a Dask cluster's workers).  ``ValueError`` naming the option and what to pass."""
+    if requested not in DEVICE_CHOICES:
+        raise ValueError(f"--device {requested!r} is invalid; the only valid values are "
+                         + ", ".join(DEVICE_CHOICES))
+    if requested == "auto":
+        return default_device()
+    if requested == "cuda" and here and not cuda_available():
+        raise ValueError("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False); "
+                         "pass --device cpu or --device auto")
+    return requested
 
 
 def needs_interpreter(device) -> bool:

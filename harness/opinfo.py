@@ -31,6 +31,7 @@ An OpInfo checks itself on construction and says why when it is inconsistent.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
@@ -223,97 +224,109 @@ def _lora_samples(op: str, table) -> Callable[[str, torch.dtype], Iterator[Sampl
     return gen
 
 
+def _error_sample(op: str, **kw) -> Sample:
+    """The sample the LoRA error rows break: segments (3, 4) on slots (0, 1) of ranks (16, 8): S=7 rows,
+    L=2 slots, H=2 heads, qk=48, vd=40, kv_lora_rank C=64, R=16."""
+    fields = dict(op=op, seg_lens=(3, 4), weight_indices=(0, 1), lora_ranks=(16, 8), scalings=(1.0, 0.5), seed=5)
+    fields.update(kw)
+    return Sample(LoRAProblem(**fields), "err")
+
+
+def _lora_mutation(kind: str, index: int = 0, amount: int = 1) -> Mutation:
+    return Mutation("lora", kind, index, amount)
+
+
+def _lora_metadata_errors(op: str) -> Iterator[ErrorInput]:
+    """The rows that break the batch info (upstream's contract first, then our strict checks)."""
+    base, m = functools.partial(_error_sample, op), _lora_mutation
+    # upstream: neither max_len nor seg_lens
+    yield ErrorInput(base(), m("drop_max_len_and_seg_lens"), "lora.missing_max_len")
+    # upstream beats strict: missing max_len AND a bad slot (weight_indices[1] = 2) -> the upstream error
+    yield ErrorInput(base(), m("drop_lengths_and_bad_slot", 1), "lora.missing_max_len")
+    # strict: slot outside [0, L): weight_indices[1] = 2
+    yield ErrorInput(base(), m("slot_out_of_range", 1), "lora.strict.slot_out_of_range",
+                     dict(index=1, value=2, num_slots=2, last=1))
+    # strict: max_len 3, smaller than the longest segment (4)
+    yield ErrorInput(base(), m("max_len_too_small"), "lora.strict.max_len_too_small",
+                     dict(value=3, index=1, longest=4))
+    # strict: seg_indptr decreasing: (0, 3, 7) -> (0, 3, 2)
+    yield ErrorInput(base(), m("seg_indptr_decreasing", 1), "lora.strict.seg_indptr_decreasing",
+                     dict(index=2, value=2, prev_index=1, prev=3, length=-1))
+    # strict: seg_lens (4, 4) inconsistent with seg_indptr (0, 3, 7)
+    yield ErrorInput(base(), m("seg_lens_mismatch"), "lora.strict.seg_lens_mismatch",
+                     dict(index=0, value=4, next_index=1, expected=3))
+    # strict: segment end 9 beyond the 7 rows
+    yield ErrorInput(base(), m("seg_indptr_past_rows", 0, 2), "lora.strict.seg_indptr_range",
+                     dict(index=2, value=9, rows=7, what="token rows of the input"))
+    # strict: seg_indptr starting below 0
+    yield ErrorInput(base(), m("seg_indptr_negative_start"), "lora.strict.seg_indptr_start", dict(value=-1))
+    # strict: permutation with a repeated row: permutation[1] = permutation[0]
+    yield ErrorInput(base(permute=True), m("permutation_duplicate"), "lora.strict.permutation_duplicate",
+                     lambda c: dict(index=1, value=int(batch_info_of(c).permutation[0]), first=0))
+    # strict: permutation[0] = 7, out of range
+    yield ErrorInput(base(permute=True), m("permutation_out_of_range"), "lora.strict.permutation_range",
+                     dict(index=0, value=7, rows=7))
+    # strict: lora_ranks[1] = -1
+    yield ErrorInput(base(), m("negative_rank", 1), "lora.strict.negative_rank", dict(index=1, value=-1))
+    # strict: batch_info.num_segments not an int
+    yield ErrorInput(base(), m("bad_num_segments"), "lora.strict.bad_count",
+                     dict(field="num_segments", value="2.0", why="pass a non-negative Python int"))
+    # strict: weight_indices of the wrong dtype
+    yield ErrorInput(base(), m("metadata_dtype"), "lora.strict.metadata_tensor",
+                     lambda c: dict(field="weight_indices", expected="int32",
+                                    got=describe_tensor(batch_info_of(c).weight_indices),
+                                    fix="pass weight_indices.to(torch.int32)"))
+    # strict: seg_indptr on another device than the data ("meta" stands in for a second GPU)
+    yield ErrorInput(base(), m("metadata_device", 1), "lora.strict.metadata_tensor",
+                     lambda c: dict(field="seg_indptr", expected=f"on {c.args[0].device} (the data's device)",
+                                    got=describe_tensor(batch_info_of(c).seg_indptr),
+                                    fix=f"pass seg_indptr.to('{c.args[0].device}')"),
+                     runs_without_strict=False)
+    # strict: seg_indptr of the wrong rank, (1, 3)
+    yield ErrorInput(base(), m("metadata_rank", 1), "lora.strict.metadata_tensor",
+                     lambda c: dict(field="seg_indptr", expected="1-D",
+                                    got=describe_tensor(batch_info_of(c).seg_indptr),
+                                    fix="pass seg_indptr.view(-1)"),
+                     runs_without_strict=False)
+
+
+def _lora_data_errors(op: str) -> Iterator[ErrorInput]:
+    """The rows that break the data tensors of ``op`` (upstream crashes on these in its own way)."""
+    sig, base, m = signature(op), functools.partial(_error_sample, op), _lora_mutation
+    if sig.inplace is not None:  # base_output with 3 heads, the activations with 2
+        yield ErrorInput(base(), m("data_heads", sig.data.index(sig.inplace)), "lora.strict.shape_mismatch",
+                         lambda c: dict(field=sig.inplace, got=tuple(c.arg(sig.inplace).shape),
+                                        expected=(7, 2, c.arg(sig.inplace).shape[2]),
+                                        why="base_output is (S, H, output dim) of the step"),
+                         runs_without_strict=False)
+        # base_output whose rows alias one row (stride 0): in-place updates would collide
+        yield ErrorInput(base(), m("data_stride0", sig.data.index(sig.inplace)), "lora.strict.tensor_attr",
+                         lambda c: dict(field=sig.inplace,
+                                        expected="a tensor whose elements do not share memory (it is updated "
+                                                 "in place)", got=describe_layout(c.arg(sig.inplace)),
+                                        fix=f"dimension 0 (size 7) has stride 0, so its 7 entries share memory; "
+                                            f"pass a tensor that owns its memory, e.g. {sig.inplace}.clone(), "
+                                            "and use the returned one"),
+                         runs_without_strict=False)
+    if sig.params[0] == "attn_output":  # attn_output 65 wide, kv_lora_rank 64
+        yield ErrorInput(base(), m("data_last_dim", 0), "lora.strict.shape_mismatch",
+                         dict(field="attn_output", got=(7, 2, 65), expected=(7, 2, 64),
+                              why="attn_output's last dim is kv_lora_rank"),
+                         runs_without_strict=False)
+    if "A_buf" in sig.params:  # an integer LoRA buffer
+        yield ErrorInput(base(), m("data_int", sig.data.index("A_buf")), "lora.strict.tensor_attr",
+                         lambda c: dict(field="A_buf", expected="a floating-point torch.Tensor",
+                                        got=describe_tensor(c.arg("A_buf")), fix="pass fp16, bf16, fp32 or fp64 data"),
+                         runs_without_strict=False)
+
+
 def _lora_errors(op: str) -> Callable[[str], Iterator[ErrorInput]]:
-    """One broken invariant per row; fields give the exact expected text.
-
-    The sample: segments (3, 4) on slots (0, 1) of ranks (16, 8): S=7 rows, L=2 slots, H=2 heads,
-    qk=48, vd=40, kv_lora_rank C=64, R=16."""
-    sig = signature(op)
-
-    def base(**kw) -> Sample:
-        fields = dict(op=op, seg_lens=(3, 4), weight_indices=(0, 1), lora_ranks=(16, 8), scalings=(1.0, 0.5), seed=5)
-        fields.update(kw)
-        return Sample(LoRAProblem(**fields), "err")
-
-    def m(kind: str, index: int = 0, amount: int = 1) -> Mutation:
-        return Mutation("lora", kind, index, amount)
+    """One broken invariant per row (:func:`_error_sample` broken by one mutation); fields give the
+    exact expected text."""
 
     def gen(device: str) -> Iterator[ErrorInput]:
-        # upstream: neither max_len nor seg_lens
-        yield ErrorInput(base(), m("drop_max_len_and_seg_lens"), "lora.missing_max_len")
-        # upstream beats strict: missing max_len AND a bad slot (weight_indices[1] = 2) -> the upstream error
-        yield ErrorInput(base(), m("drop_lengths_and_bad_slot", 1), "lora.missing_max_len")
-        # strict: slot outside [0, L): weight_indices[1] = 2
-        yield ErrorInput(base(), m("slot_out_of_range", 1), "lora.strict.slot_out_of_range",
-                         dict(index=1, value=2, num_slots=2, last=1))
-        # strict: max_len 3, smaller than the longest segment (4)
-        yield ErrorInput(base(), m("max_len_too_small"), "lora.strict.max_len_too_small",
-                         dict(value=3, index=1, longest=4))
-        # strict: seg_indptr decreasing: (0, 3, 7) -> (0, 3, 2)
-        yield ErrorInput(base(), m("seg_indptr_decreasing", 1), "lora.strict.seg_indptr_decreasing",
-                         dict(index=2, value=2, prev_index=1, prev=3, length=-1))
-        # strict: seg_lens (4, 4) inconsistent with seg_indptr (0, 3, 7)
-        yield ErrorInput(base(), m("seg_lens_mismatch"), "lora.strict.seg_lens_mismatch",
-                         dict(index=0, value=4, next_index=1, expected=3))
-        # strict: segment end 9 beyond the 7 rows
-        yield ErrorInput(base(), m("seg_indptr_past_rows", 0, 2), "lora.strict.seg_indptr_range",
-                         dict(index=2, value=9, rows=7, what="token rows of the input"))
-        # strict: seg_indptr starting below 0
-        yield ErrorInput(base(), m("seg_indptr_negative_start"), "lora.strict.seg_indptr_start", dict(value=-1))
-        # strict: permutation with a repeated row: permutation[1] = permutation[0]
-        yield ErrorInput(base(permute=True), m("permutation_duplicate"), "lora.strict.permutation_duplicate",
-                         lambda c: dict(index=1, value=int(batch_info_of(c).permutation[0]), first=0))
-        # strict: permutation[0] = 7, out of range
-        yield ErrorInput(base(permute=True), m("permutation_out_of_range"), "lora.strict.permutation_range",
-                         dict(index=0, value=7, rows=7))
-        # strict: lora_ranks[1] = -1
-        yield ErrorInput(base(), m("negative_rank", 1), "lora.strict.negative_rank", dict(index=1, value=-1))
-        # strict: batch_info.num_segments not an int
-        yield ErrorInput(base(), m("bad_num_segments"), "lora.strict.bad_count",
-                         dict(field="num_segments", value="2.0", why="pass a non-negative Python int"))
-        # strict: weight_indices of the wrong dtype
-        yield ErrorInput(base(), m("metadata_dtype"), "lora.strict.metadata_tensor",
-                         lambda c: dict(field="weight_indices", expected="int32",
-                                        got=describe_tensor(batch_info_of(c).weight_indices),
-                                        fix="pass weight_indices.to(torch.int32)"))
-        # strict: seg_indptr on another device than the data ("meta" stands in for a second GPU)
-        yield ErrorInput(base(), m("metadata_device", 1), "lora.strict.metadata_tensor",
-                         lambda c: dict(field="seg_indptr", expected=f"on {c.args[0].device} (the data's device)",
-                                        got=describe_tensor(batch_info_of(c).seg_indptr),
-                                        fix=f"pass seg_indptr.to('{c.args[0].device}')"),
-                         runs_without_strict=False)
-        # strict: seg_indptr of the wrong rank, (1, 3)
-        yield ErrorInput(base(), m("metadata_rank", 1), "lora.strict.metadata_tensor",
-                         lambda c: dict(field="seg_indptr", expected="1-D",
-                                        got=describe_tensor(batch_info_of(c).seg_indptr),
-                                        fix="pass seg_indptr.view(-1)"),
-                         runs_without_strict=False)
-        # data rows (upstream crashes on these in its own way)
-        if sig.inplace is not None:  # base_output with 3 heads, the activations with 2
-            yield ErrorInput(base(), m("data_heads", sig.data.index(sig.inplace)), "lora.strict.shape_mismatch",
-                             lambda c: dict(field=sig.inplace, got=tuple(c.arg(sig.inplace).shape),
-                                            expected=(7, 2, c.arg(sig.inplace).shape[2]),
-                                            why="base_output is (S, H, output dim) of the step"),
-                             runs_without_strict=False)
-            # base_output whose rows alias one row (stride 0): in-place updates would collide
-            yield ErrorInput(base(), m("data_stride0", sig.data.index(sig.inplace)), "lora.strict.tensor_attr",
-                             lambda c: dict(field=sig.inplace,
-                                            expected="a tensor whose elements do not share memory (it is updated "
-                                                     "in place)", got=describe_layout(c.arg(sig.inplace)),
-                                            fix=f"dimension 0 (size 7) has stride 0, so its 7 entries share memory; "
-                                                f"pass a tensor that owns its memory, e.g. {sig.inplace}.clone(), "
-                                                "and use the returned one"),
-                             runs_without_strict=False)
-        if sig.params[0] == "attn_output":  # attn_output 65 wide, kv_lora_rank 64
-            yield ErrorInput(base(), m("data_last_dim", 0), "lora.strict.shape_mismatch",
-                             dict(field="attn_output", got=(7, 2, 65), expected=(7, 2, 64),
-                                  why="attn_output's last dim is kv_lora_rank"),
-                             runs_without_strict=False)
-        if "A_buf" in sig.params:  # an integer LoRA buffer
-            yield ErrorInput(base(), m("data_int", sig.data.index("A_buf")), "lora.strict.tensor_attr",
-                             lambda c: dict(field="A_buf", expected="a floating-point torch.Tensor",
-                                            got=describe_tensor(c.arg("A_buf")), fix="pass fp16, bf16, fp32 or fp64 data"),
-                             runs_without_strict=False)
+        yield from _lora_metadata_errors(op)
+        yield from _lora_data_errors(op)
     return gen
 
 

@@ -15,9 +15,9 @@ Data is random normal scaled so that outputs stay O(1) (never zeros: zeros hide 
 
 Note [Where data is generated]
 ------------------------------
-The tensors are drawn by a ``torch.Generator`` *on the device they are built for* (issue 12.1: a
-GPU case never generates on the host and copies).  On the CPU this is exactly the scheme findings
-were saved with before (same draws, same order: bit-identical); on a GPU it is the device's own
+The tensors are drawn by a ``torch.Generator`` *on the device they are built for* (a GPU case never
+generates on the host and copies).  On the CPU this is one host generator seeded with the problem's
+seed, in a documented order (saved findings replay bit-identically); on a GPU it is the device's own
 Philox generator, so the same seed gives other values there.  :func:`generation_scheme` names the
 scheme of a device (records and saved cases carry it); a finding is replayed from its saved tensors
 (``kernel-oracle repro``), or rebuilt from its seed on the kind of device it was found on.

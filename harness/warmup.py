@@ -21,23 +21,19 @@ A few realistic shapes are not enough for our LoRA kernels: what selects a compi
 the path (segment-major, or token-major with a 64- or 256-wide segment compare or a binary search),
 the rank block (32, 64, 128), the layout family (aligned or generic), the permutation flag, the
 dtype, the base dtype and the op (and the flat grid, and the fused q side's tile height) -- 2,172
-variants, of which a GPU campaign meets a new one every few cases (a launch recorder on the CPU,
-2026-11-30: about 140-160 distinct variants in 2,000 cases of the "gpu" preset, still growing).  At
-about half a second of LLVM and ptxas each, a campaign that compiles them as it meets them ran at 6-15
-cases/s on the H200.  :func:`variant_cases` holds one
+variants, of which a GPU campaign meets a new one every few cases (a launch recorder over 2,000 cases
+of the "gpu" preset meets 140-160 distinct variants, and more the longer it runs).  At about half a
+second of LLVM and ptxas each, a campaign that compiled them as it met them would spend most of its
+time compiling.  :func:`variant_cases` holds one
 case per variant (the recorder test ``oracle_tests/test_variant_warmup.py``: they launch distinct
 variants, and every launch of fuzzed ``gpu``-preset cases is one of them), and for the ``triton``
 target on CUDA the worker has them compiled first by child processes in parallel (compile only,
 nothing runs on the GPU: :func:`fuzz.precompile.warm_up_target`) into Triton's disk cache, then
 :func:`warm_up` runs each once and only loads the binary.
 
-Measured on the H200 (2026-11-30, 12 children; the set was 624 variants then, with the permutation
-flag a runtime argument): a cold cache took 67 s of parallel compilation and 18 s of loads, a warm
-one 8.5 + 3.4 s; ``kernel-oracle bench`` then ran triton lora at 96 (cold) and 83 (warm) cases/s
-against 6-15 before.  The runtime permutation flag made the token-major v side 1.6x slower at 256
-segments (decode-bs256 v, graph replay: 54.6 against 33.7 us, same run), so the flag is a constexpr
-again and the set holds both values; ranks up to 32 still share one block (``MIN_BLOCK_R``).  With a
-persistent cache (Triton's default ``~/.triton/cache``, or ``--triton-cache``) a later run loads
+The permutation flag is a constexpr (a runtime flag makes the token-major v side markedly slower at
+256 segments), so the set holds both values; ranks up to 32 share one block (``MIN_BLOCK_R``).  The
+warm-up's cost on a cold and a warm cache is in docs/BENCHMARKS.md.  With a persistent cache (Triton's default ``~/.triton/cache``, or ``--triton-cache``) a later run loads
 everything.
 """
 
@@ -85,9 +81,9 @@ def warm_up_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) ->
 
 
 # Note [Variant warm-up]: what selects a compiled kernel of ours (Note [Specialization] in kernels/lora),
-# most common in a GPU campaign first (a launch recorder over 2,000 cases of the "gpu" preset on the CPU,
-# 2026-11-30: token-major with few segments, then segment-major; rank blocks 64 and 32; generic layouts
-# 2 to 1 over aligned ones).  One case each: paths x rank blocks x layouts x dtypes x base dtypes x ops.
+# most common in a GPU campaign first (a launch recorder over 2,000 cases of the "gpu" preset on the CPU:
+# token-major with few segments, then segment-major; rank blocks 64 and 32; generic layouts 2 to 1 over
+# aligned ones).  One case each: paths x rank blocks x layouts x dtypes x base dtypes x ops.
 # (segment lengths, slots, ops or None for all, what it selects).  Token-major launches over 3 or more
 # slots can take the flat grid (Note [Flat slot grid]: only where it halves the programs, which one or two
 # slots never do), a variant of its own; the fused q side's tile height depends on the rows per slot
@@ -145,7 +141,8 @@ def warm_up_dtypes(target, dtypes: Optional[Sequence[str]] = None) -> tuple[str,
 
 def warm_up(target, device, *, time_s: Optional[float] = 120.0, dtypes: Optional[Sequence[str]] = None,
             variants: bool = False) -> dict:
-    """Run ``target`` (a resolved :class:`~fuzz.targets.Target`) once on each warm-up case on ``device``.
+    """Run ``target`` (a resolved :class:`~kernel_oracle.harness.targets.Target`) once on each warm-up
+    case on ``device``.
 
     Stops after ``time_s`` seconds (``None``: no limit).  ``dtypes``: see :func:`warm_up_dtypes`.
     ``variants``: the plan also holds every LoRA variant case (:func:`variant_cases`, Note [Variant

@@ -2,9 +2,12 @@
 
 The installed packages all live under this one name: :mod:`kernel_oracle.reference` (float64
 oracles, contracts, tolerance), :mod:`kernel_oracle.kernels` (our Triton kernels),
-:mod:`kernel_oracle.harness` (op descriptions, problems, checking a case), :mod:`kernel_oracle.fuzz`
-(targets, strategies, campaigns), :mod:`kernel_oracle.reports` (rendering, comparison) and the
-command line in this package.
+:mod:`kernel_oracle.harness` (op descriptions, problems, targets and their specs, checking a case),
+:mod:`kernel_oracle.fuzz` (the targets registry, strategies, campaigns), :mod:`kernel_oracle.reports`
+(rendering, comparison), and in this package, by role: :mod:`kernel_oracle.cli` (the ``kernel-oracle``
+command: one module per subcommand), :mod:`kernel_oracle.jobs` (the work behind it: the main job,
+selfcheck, matrix, repro, bench), :mod:`kernel_oracle.pytest` (the pytest plugin and its record) and
+the public API at the root (:mod:`kernel_oracle.api`, :mod:`kernel_oracle.strategies`).
 
 The public API for other projects' tests (Note [Public API] in :mod:`kernel_oracle.api`):
 

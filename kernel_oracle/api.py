@@ -48,14 +48,13 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from kernel_oracle.fuzz.targets.registry import PRECISIONS, Target
-from kernel_oracle.reference.batch_info import LoRABatchInfo
-from kernel_oracle.reference.vision_metadata import VisionAttentionMetadata
-
 from kernel_oracle.harness.check import Case, Verdict, execute, expected_outcome, judge
 from kernel_oracle.harness.opinfo import OP_DB, op_info
 from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem
 from kernel_oracle.harness.problems import materialize as _materialize_problem
+from kernel_oracle.harness.targets import PRECISIONS, Target
+from kernel_oracle.reference.batch_info import LoRABatchInfo
+from kernel_oracle.reference.vision_metadata import VisionAttentionMetadata
 
 __all__ = ["OPS", "PRECISIONS", "REPRO_DIR_ENV", "Verdict", "assert_matches", "materialize", "replay"]
 

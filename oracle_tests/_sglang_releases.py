@@ -1,5 +1,6 @@
 """Published SGLang releases as test targets: the wheel comes from the cache (``scripts/sglang_wheels.sh``
-fills it before CI's tests), ``$KERNEL_ORACLE_SGLANG_WHEEL``, or ``pip download``.
+fills it before CI's tests; ``$KERNEL_ORACLE_CACHE/wheels`` or ``~/.cache/kernel-oracle/wheels``), or
+``pip download``.
 
 A test skips only when no wheel is cached and the registry cannot be reached; with
 ``KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS=1`` (set by ``.ci/run``) a missing wheel fails instead, so CI
@@ -12,7 +13,7 @@ import os
 
 import pytest
 
-from kernel_oracle.fuzz.targets import resolve_target
+from kernel_oracle.fuzz.targets import TargetSpec, resolve_target
 from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, find_wheel, wheel_release
 
 REQUIRE_ENV = "KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS"
@@ -36,7 +37,7 @@ def release_files(version: str):
 
 def release_target(spec: str, device: str = "cpu"):
     """The resolved, available target ``spec`` (``sglang==X.Y.Z`` or ``sglang-trt==X.Y.Z``)."""
-    wheel_or_skip(spec.partition("==")[2])
+    wheel_or_skip(TargetSpec.parse(spec).release)
     t = resolve_target(spec, device)
     assert t.available, f"{spec} is unavailable although its wheel is there: {t.reason}"
     return t

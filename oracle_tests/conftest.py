@@ -42,7 +42,7 @@ def device() -> str:
     return DEVICE
 
 
-# ---- TRITON_INTERPRET never leaks between tests (issue 12.7) -------------------------------------
+# ---- TRITON_INTERPRET never leaks between tests --------------------------------------------------
 # Triton reads the switch when a kernel module is imported (harness.device, Note [Device switch]): a
 # test that flips it in this process (configure_process("cpu") through a CLI's --device cpu, an
 # os.environ write) would make every later import interpreted -- on a GPU machine, silently.  Each

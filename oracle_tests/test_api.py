@@ -320,7 +320,7 @@ def test_plugin_can_be_turned_off(tmp_path):
 # ---- Note [Parallel on a GPU machine] --------------------------------------------------------------
 
 def test_gpu_workers_decision():
-    from kernel_oracle.pytest_plugin import gpu_workers
+    from kernel_oracle.pytest.plugin import gpu_workers
 
     gpu = {"CUDA_VISIBLE_DEVICES": "0"}
     assert gpu_workers("auto", [], gpu, cpu_count=16) == 8

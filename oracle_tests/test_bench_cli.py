@@ -1,10 +1,10 @@
-"""``kernel-oracle bench`` (issue 12.4): the oracle's own throughput, as a versioned ``bench`` record."""
+"""``kernel-oracle bench``: the oracle's own throughput, as a versioned ``bench`` record."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernel_oracle.bench_cli import main_job_counts
+from kernel_oracle.jobs.bench import main_job_counts
 from kernel_oracle.cli import main as cli_main
 from kernel_oracle.harness.schema import load
 
@@ -14,7 +14,7 @@ from oracle_tests.conftest import DEVICE
 def test_bench_measures_campaign_throughput_into_a_record(tmp_path, capsys):
     out = tmp_path / "bench.json"
     code = cli_main(["bench", "--device", DEVICE, "--targets", "reference,no_such_pkg.kernels", "--families", "lora",
-                     "--seconds", "3", "--warmup-cases", "2", "--main-budget", "0", "--out", str(out), "--quiet"])
+                     "--time", "3", "--warmup-cases", "2", "--main-time", "0", "--out", str(out), "--quiet"])
     assert code == 0, capsys.readouterr()
     rec = load(out)
     assert rec["kind"] == "bench" and rec["environment"]["device"] == DEVICE
@@ -46,15 +46,19 @@ def test_main_job_counts_fuzz_cases_and_failed_campaigns():
 
 @pytest.mark.parametrize("argv, text", [
     (["--families", "lora,audio"], "--families 'lora,audio': ['audio'] unknown; the only valid values are ['lora', 'vision']"),
-    (["--seconds", "0"], "--seconds 0: pass a positive, finite number of seconds"),
-    (["--main-budget", "nan"], "--main-budget nan: pass a non-negative, finite number of seconds"),
-    (["--limits", "huge"], "--limits 'huge' is unknown; the only valid values are"),
-    (["--targets", ","], "--targets ',' names nothing; pass a comma-separated list"),
+    (["--time", "0"], "argument --time: expected a positive, finite number of seconds but got '0'"),
+    (["--main-time", "nan"], "argument --main-time: expected a non-negative, finite number of seconds but got 'nan'"),
+    (["--limits", "huge"], "argument --limits: invalid choice: 'huge'"),
+    (["--targets", ","], "argument --targets: ',' names no target; pass a comma-separated list of specs"),
     (["--warmup-cases", "-1"], "--warmup-cases -1: pass a non-negative number of cases"),
-    (["--warm-up-s", "-1"], "--warm-up-s -1: pass a non-negative, finite number of seconds"),
+    (["--warm-up", "-1"], "argument --warm-up: expected a non-negative, finite number of seconds but got '-1'"),
 ])
 def test_usage_errors_exit_2_in_one_line(argv, text, tmp_path, capsys):
-    assert cli_main(["bench", "--device", "cpu", "--out", str(tmp_path / "b.json"), *argv]) == 2
+    try:
+        code = cli_main(["bench", "--device", "cpu", "--out", str(tmp_path / "b.json"), *argv])
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"kernel-oracle bench: error: {text}") and err.count("\n") == 1, err
     assert not (tmp_path / "b.json").exists()

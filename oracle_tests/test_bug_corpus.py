@@ -1,4 +1,4 @@
-"""The real-bug corpus (``corpus/*.toml``, Note [Bug corpus] in ``kernel_oracle.bug_corpus``): every
+"""The real-bug corpus (``corpus/*.toml``, Note [Bug corpus] in ``kernel_oracle.jobs.bug_corpus``): every
 upstream defect fails, as the entry says, on each buggy release and passes on each fixed one; a
 known (unfixed) defect must still fail on the releases listed, so the day it is fixed this test
 says so and the entry moves to ``status = "fixed"``."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_oracle.bug_corpus import CorpusError, load_corpus, load_entry, run_entry
+from kernel_oracle.jobs.bug_corpus import CorpusError, load_corpus, load_entry, run_entry
 
 from oracle_tests._sglang_releases import release_target
 from oracle_tests.conftest import DEVICE
@@ -55,7 +55,7 @@ def test_flashinfer_graph_cache_entry_is_still_failing():
         from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
     except Exception as exc:  # noqa: BLE001 - the reason is the skip message
         pytest.skip(f"FlashInfer's cuDNN prefill does not import here: {type(exc).__name__}: {exc}")
-    from kernel_oracle.fuzz.targets import Target
+    from kernel_oracle.harness.targets import Target
     from kernel_oracle.fuzz.targets.flashinfer_cudnn import FlashInferCudnn, engine_versions
 
     versions = engine_versions()
@@ -92,7 +92,7 @@ def _finding(fid: str, spec: str, kind: str, cause: str, frame: str = "", config
 
 
 def test_matrix_derives_introduced_and_fixed_in_across_moved_modules():
-    from kernel_oracle.matrix_cli import build_matrix
+    from kernel_oracle.jobs.matrix import build_matrix
 
     crash = "RuntimeError: max(): Expected reduction dim"
     runs = [  # given out of order: the matrix sorts by release number
@@ -122,7 +122,7 @@ def test_matrix_derives_introduced_and_fixed_in_across_moved_modules():
 
 def test_reports_show_the_release_matrix():
     from kernel_oracle.harness.schema import new_record
-    from kernel_oracle.matrix_cli import build_matrix
+    from kernel_oracle.jobs.matrix import build_matrix
     from kernel_oracle.reports.model import Result
     from kernel_oracle.reports.render_html import render_html
     from kernel_oracle.reports.render_md import render_markdown

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
+from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
 from kernel_oracle.cli import main as cli_main
 from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.schema import load
@@ -37,8 +37,8 @@ def _findings(out):
 def test_short_campaign_finds_nothing(target, op, tmp_path):
     # on this machine's device: a "cpu" campaign on a GPU machine would test its Triton interpreter
     # (3.6 on the H200, not the 3.9 whose defects SPEC.md lists and our kernels work around)
-    rec = run_campaign(target=target, op=op, budget=BUDGET[target], seed=7, device=DEVICE, out_dir=tmp_path,
-                       progress=False)
+    rec = run_campaign(CampaignConfig(target=target, op=op, budget=BUDGET[target], seed=7, device=DEVICE,
+                                      out_dir=tmp_path, progress=False))
     assert rec["kind"] == "campaign" and rec["findings"] == [], rec["findings"]
     saved = load(tmp_path / "summary.json")
     assert saved["campaign"]["executed"] >= BUDGET[target] - 2
@@ -56,7 +56,7 @@ def _reproduce(finding, target=None) -> int:
     argv = shlex.split(finding["repro"])
     assert argv[0] == "kernel-oracle"
     if target is not None:
-        argv[argv.index("--target") + 1] = target
+        argv[argv.index("--targets") + 1] = target
     if CPU_IN_PROCESS:
         return cli_main(argv[1:])
     proc = subprocess.run([sys.executable, "-m", "kernel_oracle", *argv[1:], "--device", "cpu"], capture_output=True,
@@ -68,8 +68,9 @@ def _reproduce(finding, target=None) -> int:
 
 def test_broken_kernel_gives_a_mismatch_that_reproduces(tmp_path, capsys):
     # the tiny preset on every device: the same 10 draws find it on the CPU and on a GPU
-    rec = run_campaign(target="mutant:lora_scaling_missing", op="step_b_q", budget=10, seed=1, device=DEVICE,
-                       out_dir=tmp_path, progress=False, shrink_allowance=30, limits="tiny")
+    rec = run_campaign(CampaignConfig(target="mutant:lora_scaling_missing", op="step_b_q", budget=10, seed=1,
+                                      device=DEVICE, out_dir=tmp_path, progress=False, shrink_allowance=30,
+                                      limits="tiny"))
     kinds = {f["kind"] for f in rec["findings"]}
     assert "mismatch" in kinds, rec["findings"]
     f = next(f for f in _findings(tmp_path) if f["kind"] == "mismatch")
@@ -82,15 +83,15 @@ def test_broken_kernel_gives_a_mismatch_that_reproduces(tmp_path, capsys):
 
 
 def test_accepting_malformed_metadata_is_a_validation_gap(tmp_path):
-    rec = run_campaign(target="mutant:vision_skips_strict_validation", op="vision", budget=15, seed=2,
-                       device=DEVICE, out_dir=tmp_path, progress=False, shrink_allowance=10)
+    rec = run_campaign(CampaignConfig(target="mutant:vision_skips_strict_validation", op="vision", budget=15, seed=2,
+                                      device=DEVICE, out_dir=tmp_path, progress=False, shrink_allowance=10))
     assert "validation-gap" in {f["kind"] for f in rec["findings"]}
     gap = next(f for f in rec["findings"] if f["kind"] == "validation-gap")
     assert _reproduce(gap) == 1
     # --upstream-contracts-only generates no malformed metadata: nothing to find
-    rec2 = run_campaign(target="mutant:vision_skips_strict_validation", op="vision", budget=10, seed=2,
-                        device=DEVICE, out_dir=tmp_path / "upstream_only", progress=False,
-                        upstream_contracts_only=True)
+    rec2 = run_campaign(CampaignConfig(target="mutant:vision_skips_strict_validation", op="vision", budget=10, seed=2,
+                                       device=DEVICE, out_dir=tmp_path / "upstream_only", progress=False,
+                                       upstream_contracts_only=True))
     assert rec2["findings"] == []
     assert all(g["shape_class"] != "malformed" for g in rec2["groups"])
 
@@ -98,10 +99,10 @@ def test_accepting_malformed_metadata_is_a_validation_gap(tmp_path):
 def test_drifted_message_is_a_contract_finding_and_campaigns_resume(tmp_path):
     kw = dict(target="mutant:lora_drifted_error_message", op="step_a_q", seed=3, device=DEVICE, out_dir=tmp_path,
               progress=False, isolate=not CPU_IN_PROCESS, shrink_allowance=10)
-    first = run_campaign(budget=25, **kw)
+    first = run_campaign(CampaignConfig(budget=25, **kw))
     assert "contract" in {f["kind"] for f in first["findings"]}
     n = len(_findings(tmp_path))
-    again = run_campaign(budget=35, **kw)  # same --out: continues, keeps what it found
+    again = run_campaign(CampaignConfig(budget=35, **kw))  # same --out: continues, keeps what it found
     assert again["campaign"]["executed"] > first["campaign"]["executed"]
     assert len(_findings(tmp_path)) >= n
     ids = [f["id"] for f in _findings(tmp_path)]
@@ -115,23 +116,23 @@ def test_a_target_that_kills_its_process_is_a_crash(tmp_path, monkeypatch):
     (pkg / "crashy.py").write_text("import os\n\ndef step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head):\n"
                                    "    os._exit(7)\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # the spawned worker inherits sys.path
-    rec = run_campaign(target="crashy_pkg.crashy", op="lora", budget=2, seed=0, device="cpu",
-                       out_dir=tmp_path / "out", progress=False, shrink_allowance=1)
+    rec = run_campaign(CampaignConfig(target="crashy_pkg.crashy", op="lora", budget=2, seed=0, device="cpu",
+                                      out_dir=tmp_path / "out", progress=False, shrink_allowance=1))
     assert rec["findings"] and all(f["kind"] == "crash" for f in rec["findings"])
     assert rec["targets"][0]["entry_points"] == ["step_a_q"]  # tested on the entry point it has
 
 
 def test_usage_errors(tmp_path):
     with pytest.raises(CampaignError, match="the only valid values are"):
-        run_campaign(target="reference", op="conv", budget=1, out_dir=tmp_path)
+        run_campaign(CampaignConfig(target="reference", op="conv", budget=1, out_dir=tmp_path))
     with pytest.raises(CampaignError, match="the only built-in targets are"):
-        run_campaign(target="refrence", op="lora", budget=1, out_dir=tmp_path)
+        run_campaign(CampaignConfig(target="refrence", op="lora", budget=1, out_dir=tmp_path))
     # --no-isolate runs the target in this process: on this machine's device (a "cpu" one would flip
     # this GPU session's Triton switch, or be refused once kernels are imported compiled)
-    assert cli_main(["fuzz", "--target", "reference", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "x"),
-                     "--device", DEVICE, "--no-progress", "--no-isolate"]) == 0
-    assert cli_main(["fuzz", "--target", "sglang", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "y"),
-                     "--no-progress"]) == (0 if "sglang" in sys.modules else 2)
+    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "x"),
+                     "--device", DEVICE, "--quiet", "--no-isolate"]) == 0
+    assert cli_main(["fuzz", "--targets", "sglang", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "y"),
+                     "--quiet"]) == (0 if "sglang" in sys.modules else 2)
 
 
 # ---- the device switch never leaks into the caller -------------------------------------------------
@@ -141,8 +142,8 @@ def test_a_campaign_leaves_its_callers_environment_alone(tmp_path, monkeypatch):
     # interpret anyway, and the caller's environment must come back exactly as it was
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     before = dict(os.environ)
-    rec = run_campaign(target="triton", op="vision", budget=2, seed=0, device="cpu", out_dir=tmp_path,
-                       progress=False)
+    rec = run_campaign(CampaignConfig(target="triton", op="vision", budget=2, seed=0, device="cpu", out_dir=tmp_path,
+                                      progress=False))
     assert dict(os.environ) == before
     assert rec["campaign"]["interpreter"] is True and rec["campaign"]["executed"] >= 1
     assert rec["environment"]["triton_interpret"] is True  # the record says where the target ran
@@ -152,7 +153,8 @@ def test_in_process_campaigns_need_the_device_mode_already(tmp_path, monkeypatch
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(CampaignError, match=r"isolate=False runs the target in this process, whose Triton kernels "
                                             r"are not interpreted \(TRITON_INTERPRET=1\) as device='cpu' needs"):
-        run_campaign(target="reference", op="lora", budget=1, device="cpu", out_dir=tmp_path, isolate=False)
+        run_campaign(CampaignConfig(target="reference", op="lora", budget=1, device="cpu", out_dir=tmp_path,
+                                    isolate=False))
     assert "TRITON_INTERPRET" not in os.environ
 
 
@@ -161,9 +163,9 @@ def test_in_process_campaigns_need_the_device_mode_already(tmp_path, monkeypatch
 def test_one_mismatch_defect_across_ops_is_one_finding_per_dtype(tmp_path):
     # scaling ignored in every B step: the same defect in four ops and three dtypes
     # tiny problems on every device: the GPU preset's larger examples need more than 20 shrink steps to drop
-    # the flags (the H200 suite of 2026-11-30 kept "permuted"), and this test is about buckets, not sizes
-    rec = run_campaign(target="mutant:lora_scaling_missing", op="lora", budget=40, seed=1, device=DEVICE,
-                       out_dir=tmp_path, progress=False, shrink_allowance=20, limits="tiny")
+    # the flags (a GPU run can keep "permuted"), and this test is about buckets, not sizes
+    rec = run_campaign(CampaignConfig(target="mutant:lora_scaling_missing", op="lora", budget=40, seed=1, device=DEVICE,
+                                      out_dir=tmp_path, progress=False, shrink_allowance=20, limits="tiny"))
     mismatches = [f for f in rec["findings"] if f["kind"] == "mismatch"]
     assert mismatches and len({f["dtype"] for f in mismatches}) == len(mismatches), \
         [f["bucket"] for f in mismatches]
@@ -194,10 +196,10 @@ def _lora_case(**kw):
 ])
 def test_mismatch_region_holds_every_failing_element(rows, heads, region):
     from kernel_oracle.harness.buckets import mismatch_region
-    from kernel_oracle.harness.check import _prepared_call, expected_outcome
+    from kernel_oracle.harness.check import prepared_call, expected_outcome
 
     case = _lora_case()
-    call = _prepared_call(case, "cpu")
+    call = prepared_call(case, "cpu")
     exp = expected_outcome(case, "cpu", call=call)
     out = exp.value.clone()
     for r in rows:
@@ -209,12 +211,12 @@ def test_mismatch_region_holds_every_failing_element(rows, heads, region):
 
 def test_reading_past_the_rank_is_its_own_region():
     from kernel_oracle.harness.buckets import mismatch_region
-    from kernel_oracle.harness.check import _prepared_call, expected_outcome
+    from kernel_oracle.harness.check import prepared_call, expected_outcome
 
     # slot 0 has rank 4 < R=16 and NaN planted in its columns 4..15: a kernel that reads them
     # turns every row of segment 0 (and only those) into NaN
     case = _lora_case(lora_ranks=(4, 16), poison_beyond_rank="nan")
-    call = _prepared_call(case, "cpu")
+    call = prepared_call(case, "cpu")
     exp = expected_outcome(case, "cpu", call=call)
     out = exp.value.clone()
     out[0:20] = float("nan")
@@ -223,13 +225,13 @@ def test_reading_past_the_rank_is_its_own_region():
     out = exp.value.clone()
     out[0:20] += 1.0  # the same rows without the poison planted: nothing says "rank"
     plain = _lora_case(lora_ranks=(4, 16))
-    assert mismatch_region(plain, _prepared_call(plain, "cpu"), out, exp.value, exp.defined,
+    assert mismatch_region(plain, prepared_call(plain, "cpu"), out, exp.value, exp.defined,
                            {"max_abs": 1.0, "ratio": 10.0}) == "slot"
 
 
 def test_bucket_of_a_stale_graph_write_and_the_config_signature():
     from kernel_oracle.harness.buckets import bucket_of, config_signature, without_flag
-    from kernel_oracle.harness.check import Observed, Verdict, _prepared_call, expected_outcome
+    from kernel_oracle.harness.check import Observed, Verdict, prepared_call, expected_outcome
 
     case = _lora_case(seg_lens=(4, 0), cuda_graph_pad_to=4, permute=True, lora_ranks=(4, 0), weight_indices=(0, 1),
                       extra_rows=2)
@@ -238,7 +240,7 @@ def test_bucket_of_a_stale_graph_write_and_the_config_signature():
     assert without_flag(case.problem, "permuted").permute is False
     assert without_flag(case.problem, "empty_segment").seg_lens == (4,)
     assert without_flag(case.problem, "cuda_graph").cuda_graph_pad_to is None
-    call = _prepared_call(case, "cpu")
+    call = prepared_call(case, "cpu")
     exp = expected_outcome(case, "cpu", call=call)
     verdict = Verdict(False, "mismatch", "rows routed by no segment changed (must stay bit-identical): rows [4]")
     b = bucket_of(case, verdict, observed=Observed("ok", output=exp.value), expected=exp, call=call)
@@ -288,12 +290,12 @@ def test_a_harness_error_stops_the_campaign_and_is_never_a_finding(tmp_path, mon
 
     def broken(target, case, device="cpu", *, repro=""):
         raise ValueError(f"materialize failed for {case.op}")
-    monkeypatch.setattr(check, "check_case_verdict", broken)
-    rec = run_campaign(target="reference", op="lora", budget=5, device=DEVICE, out_dir=tmp_path / "a",
-                       progress=False, isolate=False)
+    monkeypatch.setattr(check, "check_case", broken)
+    rec = run_campaign(CampaignConfig(target="reference", op="lora", budget=5, device=DEVICE, out_dir=tmp_path / "a",
+                                      progress=False, isolate=False))
     assert rec["findings"] == [] and rec["summary"]["status"] == "incomplete"
     assert rec["notes"][-1].startswith("harness error (a bug of kernel-oracle, not of the target), campaign stopped: "
                                        "ValueError: materialize failed for ")
-    assert cli_main(["fuzz", "--target", "reference", "--op", "lora", "--budget", "5", "--device", DEVICE,
-                     "--no-isolate", "--no-progress", "--out", str(tmp_path / "b")]) == 3
+    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--budget", "5", "--device", DEVICE,
+                     "--no-isolate", "--quiet", "--out", str(tmp_path / "b")]) == 3
     assert capsys.readouterr().err.startswith("kernel-oracle fuzz: incomplete: harness error")

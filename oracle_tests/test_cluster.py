@@ -1,4 +1,4 @@
-"""Cluster campaigns for real (issue 15): a real Redis server on loopback and a real local Dask cluster
+"""Cluster campaigns for real: a real Redis server on loopback and a real local Dask cluster
 of two CPU worker processes; never a mock.
 
 The target is a planted-bug user module (pure torch: the reference's ``step_a_q_fwd`` made wrong for
@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from kernel_oracle.fuzz.campaign_config import CampaignConfig
 
 REQUIRED = os.environ.get("KERNEL_ORACLE_REQUIRE_CLUSTER") == "1"
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -120,8 +122,10 @@ def client(planted_dir):
             sys.path.remove(str(planted_dir))
 
 
-def _shard_kwargs(**kw):
-    return dict(device="cpu", isolate=False, limits="tiny", shrink_allowance=40, **kw)
+def _settings(out_dir, **kw) -> CampaignConfig:
+    """What every shard of these tests shares (each shard replaces its target, op, seed and dtype)."""
+    return CampaignConfig(target=TARGET, op="step_a_q", out_dir=out_dir, device="cpu", isolate=False, limits="tiny",
+                          shrink_allowance=40, **kw)
 
 
 def _findings(path: Path) -> list:
@@ -133,17 +137,17 @@ def test_a_failure_found_by_one_worker_is_replayed_by_the_other_through_redis(cl
     from kernel_oracle.fuzz.cluster import Shard, run_shard
 
     a_addr, b_addr = sorted(client.scheduler_info()["workers"])
-    a = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 1), out_dir=str(tmp_path / "a"),
-                      db_url=redis_url, workers=[a_addr], pure=False, **_shard_kwargs(budget=60)).result()
+    a = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 1), _settings(tmp_path, budget=60),
+                      out_dir=str(tmp_path / "a"), db_url=redis_url, workers=[a_addr], pure=False).result()
     found = [f for f in a["record"]["findings"] if f["kind"] == "mismatch"]
     assert found, a["record"]["findings"]
     # worker B, another seed, one case: without the shared database it does not meet the bug ...
-    alone = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 2), out_dir=str(tmp_path / "alone"),
-                          workers=[b_addr], pure=False, **_shard_kwargs(budget=1)).result()
+    alone = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 2), _settings(tmp_path, budget=1),
+                          out_dir=str(tmp_path / "alone"), workers=[b_addr], pure=False).result()
     assert alone["record"]["findings"] == []
     # ... with it, its first case is A's finding, replayed
-    b = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 2), out_dir=str(tmp_path / "b"),
-                      db_url=redis_url, workers=[b_addr], pure=False, **_shard_kwargs(budget=1)).result()
+    b = client.submit(run_shard, Shard(TARGET, "step_a_q", "float32", 2), _settings(tmp_path, budget=1),
+                      out_dir=str(tmp_path / "b"), db_url=redis_url, workers=[b_addr], pure=False).result()
     assert b["pid"] != a["pid"]
     assert [f["problem"] for f in b["record"]["findings"]] == [found[0]["problem"]]
     assert b["record"]["findings"][0]["bucket"] == found[0]["bucket"]
@@ -154,7 +158,7 @@ def test_killing_a_worker_mid_campaign_loses_no_finding(client, tmp_path):
     from kernel_oracle.fuzz.cluster import Shard, merge_records, run_shard
 
     shard = Shard(TARGET, "step_a_q", "float32", 5)
-    fut = client.submit(run_shard, shard, out_dir=str(tmp_path), pure=False, **_shard_kwargs(budget=120))
+    fut = client.submit(run_shard, shard, _settings(tmp_path, budget=120), out_dir=str(tmp_path), pure=False)
     shard_dir = tmp_path / "shards" / shard.name
     deadline = time.monotonic() + 60
     while not _findings(shard_dir) and time.monotonic() < deadline and not fut.done():
@@ -178,8 +182,7 @@ def test_run_cluster_merges_shards_into_one_bucketed_report(client, redis_url, t
     from kernel_oracle.fuzz.cluster import plan_shards, run_cluster
 
     shards = plan_shards([TARGET], ["step_a_q"], ["float32"], [11, 12])
-    rec = run_cluster(shards, out_dir=tmp_path, device="cpu", client=client, db_url=redis_url,
-                      **{k: v for k, v in _shard_kwargs(budget=30).items() if k != "device"})
+    rec = run_cluster(shards, _settings(tmp_path, budget=30), client=client, db_url=redis_url)
     # both shards meet the one planted defect: one finding, found by both, counted for both
     mism = [f for f in rec["findings"] if f["kind"] == "mismatch"]
     assert len(mism) == 1 and len(mism[0]["shards"]) == 2, rec["findings"]
@@ -192,7 +195,7 @@ def test_gpus_on_a_cpu_only_machine_is_one_line_and_exit_2(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU; the message is for CPU-only machines")
-    proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--target", "reference", "--op", "lora",
+    proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", "reference", "--op", "lora",
                            "--budget", "1", "--out", str(tmp_path / "o"), "--gpus", "2"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
@@ -203,8 +206,8 @@ def test_gpus_on_a_cpu_only_machine_is_one_line_and_exit_2(tmp_path):
 
 def test_a_plain_fuzz_run_imports_no_dask(tmp_path):
     code = ("import sys; from kernel_oracle.cli import main; "
-            "rc = main(['fuzz', '--target', 'reference', '--op', 'vision', '--budget', '2', '--out', sys.argv[1], "
-            "'--no-progress', '--device', 'cpu']); "
+            "rc = main(['fuzz', '--targets', 'reference', '--op', 'vision', '--budget', '2', '--out', sys.argv[1], "
+            "'--quiet', '--device', 'cpu']); "
             "bad = [m for m in ('dask', 'distributed', 'redis') if m in sys.modules]; "
             "print(rc, bad)")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "o")], capture_output=True, text=True,
@@ -243,7 +246,7 @@ def test_oracle_db_makes_pytest_properties_share_failures_through_redis(redis_ur
 
 
 def test_xdist_workers_are_pinned_one_gpu_each():
-    from kernel_oracle.pytest_plugin import pin_xdist_worker
+    from kernel_oracle.pytest.plugin import pin_xdist_worker
 
     env = {"PYTEST_XDIST_WORKER": "gw3", "CUDA_VISIBLE_DEVICES": "4,5"}
     assert pin_xdist_worker(env) == "5" and env["CUDA_VISIBLE_DEVICES"] == "5"
@@ -261,8 +264,8 @@ def test_fuzz_and_run_take_a_scheduler_and_a_shared_db(client, redis_url, tmp_pa
     from kernel_oracle.harness.schema import load
 
     addr = client.scheduler.address
-    rc = cli_main(["fuzz", "--target", TARGET, "--op", "step_a_q", "--budget", "20", "--seeds", "2",
-                   "--dtypes", "float32", "--device", "cpu", "--no-isolate", "--limits", "tiny", "--no-progress",
+    rc = cli_main(["fuzz", "--targets", TARGET, "--op", "step_a_q", "--budget", "20", "--seeds", "2",
+                   "--dtypes", "float32", "--device", "cpu", "--no-isolate", "--limits", "tiny", "--quiet",
                    "--scheduler", addr, "--db", redis_url, "--out", str(tmp_path / "fuzz")])
     out = capsys.readouterr().out
     assert rc == 1, out
@@ -270,7 +273,7 @@ def test_fuzz_and_run_take_a_scheduler_and_a_shared_db(client, redis_url, tmp_pa
     assert [s["seed"] for s in summary["campaign"]["shards"]] == [0, 1]
     assert any(f["kind"] == "mismatch" for f in summary["findings"]) and "FINDING" in out
     rc = cli_main(["run", "--scheduler", addr, "--targets", "reference", "--families", "vision", "--device", "cpu",
-                   "--time-budget", "12", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "run")])
+                   "--time", "12", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "run")])
     out = capsys.readouterr().out
     assert rc == 0, out
     latest = load(tmp_path / "run" / "latest.json")
@@ -298,8 +301,8 @@ def test_an_unreachable_redis_is_one_line_and_exit_2(tmp_path, capsys):
     from kernel_oracle.cli import main as cli_main
 
     port = _free_port()  # nothing listens there
-    rc = cli_main(["fuzz", "--target", "reference", "--op", "vision", "--budget", "1", "--device", "cpu",
-                   "--no-progress", "--db", f"redis://127.0.0.1:{port}/0", "--out", str(tmp_path / "o")])
+    rc = cli_main(["fuzz", "--targets", "reference", "--op", "vision", "--budget", "1", "--device", "cpu",
+                   "--quiet", "--db", f"redis://127.0.0.1:{port}/0", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
     assert err.startswith(f"kernel-oracle fuzz: error: --db redis://127.0.0.1:{port}/0: cannot reach Redis (")

@@ -189,10 +189,10 @@ def test_upstream_before_strict(name, err, device):
 
 
 def test_docs_show_the_current_table():
-    from kernel_oracle.contracts_doc import render_contracts
+    from kernel_oracle.jobs.contracts_doc import render_contracts
 
     doc = REPO_ROOT / "docs" / "reference.md"
     if not doc.is_file():
         pytest.skip(f"{doc} is not in this checkout")
     assert render_contracts() in doc.read_text(), (
-        "docs/reference.md shows a stale contract table; regenerate it with `python -m kernel_oracle.contracts_doc`")
+        "docs/reference.md shows a stale contract table; regenerate it with `python -m kernel_oracle.jobs.contracts_doc`")

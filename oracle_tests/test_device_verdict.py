@@ -1,5 +1,5 @@
-"""Issue 12.1/12.2 on the harness side: data generated on the target's device (the CPU scheme
-unchanged), the verdict computed beside the target (only the verdict and, for a failure, its bucket
+"""The harness beside the target: data generated on the target's device (the CPU scheme the documented
+host one), the verdict computed beside the target (only the verdict and, for a failure, its bucket
 travel), the worker's warm-up set, the Triton cache option and the GPU size preset."""
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ from hypothesis import HealthCheck, given, seed, settings
 
 from kernel_oracle.fuzz.strategies import LIMITS, REALISTIC_SHARE, default_limits, lora_problems, vision_problems
 from kernel_oracle.fuzz.targets import resolve_target
-from kernel_oracle.fuzz.targets.registry import Target
 from kernel_oracle.harness.buckets import bucket_of
-from kernel_oracle.harness.check import (Case, _prepared_call, check_case, check_case_verdict, execute,
-                                         expected_outcome, judge)
+from kernel_oracle.harness.check import Case, check_case, execute, expected_outcome, judge, prepared_call
 from kernel_oracle.harness.device import triton_cache_dir, worker_env
 from kernel_oracle.harness.opinfo import FAMILY_OPS
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, generation_scheme, materialize
+from kernel_oracle.harness.targets import Target
 from kernel_oracle.harness.warmup import WARM_UP_DTYPES, warm_up, warm_up_cases
 
 from oracle_tests.conftest import DEVICE, HAS_CUDA
@@ -86,7 +85,7 @@ VERDICT_CASES = {
 
 def _host_verdict(target, case, device):
     """The campaign's path before 12.1: output copied to the host, judged there, bucket from the host copy."""
-    call = _prepared_call(case, device)
+    call = prepared_call(case, device)
     expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
     observed = execute(target, case, device, call=call)
     verdict = judge(case, expected, observed, call=call, device=device)
@@ -97,7 +96,7 @@ def _host_verdict(target, case, device):
 def test_verdict_beside_the_target_is_the_host_verdict(name):
     spec, case = VERDICT_CASES[name]
     target = resolve_target(spec, DEVICE)
-    got = check_case_verdict(target, case, DEVICE)
+    got = check_case(target, case, DEVICE)
     want, bucket = _host_verdict(target, case, DEVICE)
     assert (got.ok, got.kind, got.message) == (want.ok, want.kind, want.message)
     assert got.ratio == pytest.approx(want.ratio, rel=1e-9) if want.ratio is not None else got.ratio is None
@@ -119,11 +118,14 @@ def _tensors_in(obj) -> list:
     return []
 
 
-def test_check_case_is_unchanged_by_the_device_path():
+def test_check_case_buckets_failures_only():
+    """One check for in-process callers and the worker alike: a failure carries its bucket (computed
+    once, from the observation beside the target), a pass carries none."""
     spec, case = VERDICT_CASES["mismatch"]
-    target = resolve_target(spec, DEVICE)
-    a, b = check_case(target, case, DEVICE), check_case_verdict(target, case, DEVICE)
-    assert not a.ok and a.bucket is None and b.bucket is not None and a.message == b.message
+    failed = check_case(resolve_target(spec, DEVICE), case, DEVICE)
+    assert not failed.ok and failed.bucket is not None and failed.bucket.kind == "mismatch"
+    passed = check_case(resolve_target("triton", DEVICE), case, DEVICE)
+    assert passed.ok and passed.bucket is None
 
 
 # ---- warm-up --------------------------------------------------------------------------------------------------
@@ -270,7 +272,7 @@ def test_a_leaked_triton_interpret_fails_the_test_that_leaked_it(tmp_path):
     assert "ERROR at teardown of test_leaks" in out and "this test changed TRITON_INTERPRET" in out, out[-3000:]
 
 
-# ---- each machine runs the kernels its way (issue 12.7) ---------------------------------------------------------------
+# ---- each machine runs the kernels its way ----------------------------------------------------------------------
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="the compiled path needs a CUDA device; this machine interprets")
@@ -310,8 +312,8 @@ def test_triton_cache_option_reaches_the_worker(tmp_path):
         "    return _ref(*args, **kwargs)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     env.pop("TRITON_CACHE_DIR", None)
-    cmd = [sys.executable, "-m", "kernel_oracle", "fuzz", "--target", "cache_probe_pkg.probe", "--op", "step_a_q",
-           "--budget", "2", "--device", "cpu", "--no-progress", "--upstream-contracts-only"]
+    cmd = [sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", "cache_probe_pkg.probe", "--op", "step_a_q",
+           "--budget", "2", "--device", "cpu", "--quiet", "--upstream-contracts-only"]
     proc = subprocess.run(cmd + ["--out", str(tmp_path / "out"), "--triton-cache", "tc"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

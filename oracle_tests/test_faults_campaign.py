@@ -22,7 +22,7 @@ from oracle_tests.conftest import DEVICE
 import torch
 
 from kernel_oracle.cli import main as cli_main
-from kernel_oracle.fuzz.campaign import CampaignError, run_campaign
+from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
 from kernel_oracle.fuzz.state import CampaignState
 
 LORA_ARGS = "q_nope, B_buf, batch_info, full_K_per_head"
@@ -64,7 +64,7 @@ def _env(root: Path) -> dict:
 
 
 def _fuzz_cmd(*args) -> list:
-    return [sys.executable, "-m", "kernel_oracle", "fuzz", "--device", "cpu", "--no-progress", *map(str, args)]
+    return [sys.executable, "-m", "kernel_oracle", "fuzz", "--device", "cpu", "--quiet", *map(str, args)]
 
 
 def _state_of(pid: int) -> str | None:
@@ -97,8 +97,8 @@ def test_a_hang_is_a_finding_and_the_worker_is_replaced(tmp_path, monkeypatch):
     spec = _sleepy(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))  # the spawned worker inherits sys.path
     started = time.monotonic()
-    rec = run_campaign(target=spec, op="lora", time_s=3.0, case_timeout_s=1.0, seed=0, device="cpu",
-                       out_dir=tmp_path / "out", progress=False)
+    rec = run_campaign(CampaignConfig(target=spec, op="lora", time_s=3.0, case_timeout_s=1.0, seed=0, device="cpu",
+                                      out_dir=tmp_path / "out", progress=False))
     took = time.monotonic() - started
     assert [f["kind"] for f in rec["findings"]] == ["hang"]
     assert rec["findings"][0]["message"].startswith("target hung: no answer within 1s")
@@ -111,7 +111,7 @@ def test_a_hang_is_a_finding_and_the_worker_is_replaced(tmp_path, monkeypatch):
 
 
 def test_the_per_case_timeout_follows_the_budget():
-    from kernel_oracle.fuzz.campaign import MAX_CASE_TIMEOUT_S, MIN_CASE_TIMEOUT_S, case_timeout_for
+    from kernel_oracle.fuzz.campaign_config import MAX_CASE_TIMEOUT_S, MIN_CASE_TIMEOUT_S, case_timeout_for
 
     assert case_timeout_for(4.0) == MIN_CASE_TIMEOUT_S
     assert case_timeout_for(60.0) == 30.0
@@ -123,8 +123,8 @@ def test_one_crash_across_ops_is_one_finding_with_a_count(tmp_path, monkeypatch)
                                      for op in ("step_a_q", "step_a_v"))
     spec = _package(tmp_path, "crashy", body)
     monkeypatch.syspath_prepend(str(tmp_path))
-    rec = run_campaign(target=spec, op="lora", budget=3, seed=0, device="cpu", out_dir=tmp_path / "out",
-                       progress=False, shrink_allowance=0)
+    rec = run_campaign(CampaignConfig(target=spec, op="lora", budget=3, seed=0, device="cpu", out_dir=tmp_path / "out",
+                                      progress=False, shrink_allowance=0))
     (f,) = rec["findings"]
     assert f["kind"] == "crash" and f["bucket"]["cause"] == "worker process died (exit status #)"
     assert f["count"] >= 2 and len(f["examples"]) == min(3, f["count"] - 1)  # the finding's own + a few more
@@ -134,8 +134,8 @@ def test_one_crash_across_ops_is_one_finding_with_a_count(tmp_path, monkeypatch)
 def test_one_raise_with_varying_numbers_is_one_contract_finding(tmp_path, monkeypatch):
     spec = _raising(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    rec = run_campaign(target=spec, op="lora", budget=12, seed=1, device="cpu", out_dir=tmp_path / "out",
-                       progress=False, shrink_allowance=2)
+    rec = run_campaign(CampaignConfig(target=spec, op="lora", budget=12, seed=1, device="cpu", out_dir=tmp_path / "out",
+                                      progress=False, shrink_allowance=2))
     (f,) = rec["findings"]
     assert f["kind"] == "contract"
     assert f["bucket"]["cause"] == "RuntimeError: bad row #"
@@ -149,7 +149,7 @@ def test_one_raise_with_varying_numbers_is_one_contract_finding(tmp_path, monkey
 def test_kill_9_mid_campaign_then_resume(tmp_path, monkeypatch):
     spec = _raising(tmp_path)
     out = tmp_path / "out"
-    proc = subprocess.Popen(_fuzz_cmd("--target", spec, "--op", "lora", "--budget", "100000", "--out", out),
+    proc = subprocess.Popen(_fuzz_cmd("--targets", spec, "--op", "lora", "--budget", "100000", "--out", out),
                             env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(out / "findings.jsonl")
@@ -161,8 +161,8 @@ def test_kill_9_mid_campaign_then_resume(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     executed = CampaignState.read(out).executed
     # the kernel dropped the dead campaign's lock: the same directory resumes
-    rec = run_campaign(target=spec, op="lora", budget=executed + 3, device=DEVICE, out_dir=out, progress=False,
-                       isolate=False)
+    rec = run_campaign(CampaignConfig(target=spec, op="lora", budget=executed + 3, device=DEVICE, out_dir=out,
+                                      progress=False, isolate=False))
     assert rec["campaign"]["executed"] >= executed + 3 and rec["findings"]
     after = _findings(out)
     assert after[: len(before)] == before  # no complete finding lost
@@ -177,12 +177,12 @@ def test_a_torn_last_line_is_set_aside_and_no_finding_is_lost(tmp_path, monkeypa
     out = tmp_path / "out"
     kw = dict(target=spec, op="lora", seed=2, device=DEVICE, out_dir=out, progress=False, shrink_allowance=1,
               isolate=False)
-    run_campaign(budget=3, **kw)
+    run_campaign(CampaignConfig(budget=3, **kw))
     (first,) = _findings(out)
     partial = '{"id": "F0002-contract-step_a_q-float32", "kind": "contr'
     with open(out / "findings.jsonl", "a") as fh:
         fh.write(partial)  # a write cut off by kill -9 or a full disk
-    rec = run_campaign(budget=6, **kw)
+    rec = run_campaign(CampaignConfig(budget=6, **kw))
     assert _findings(out) == [first] and [f["id"] for f in rec["findings"]] == [first["id"]]
     torn = (out / "findings.jsonl.torn").read_text()
     assert torn.startswith("# set aside by kernel-oracle: unreadable line 2") and partial in torn
@@ -196,7 +196,7 @@ def test_a_corrupt_state_file_is_rebuilt_from_findings_and_case_files(tmp_path, 
     out = tmp_path / "out"
     kw = dict(target=spec, op="lora", seed=3, device=DEVICE, out_dir=out, progress=False, shrink_allowance=1,
               isolate=False)
-    run_campaign(budget=3, **kw)
+    run_campaign(CampaignConfig(budget=3, **kw))
     (first,) = _findings(out)
     # an orphan case file of a finding whose line was never written: its id must not be reused
     (out / "cases" / "F0007-contract-step_a_q-float16.pt").write_bytes(b"")
@@ -210,7 +210,7 @@ def test_a_corrupt_state_file_is_rebuilt_from_findings_and_case_files(tmp_path, 
     finally:
         state.close()
     assert (out / "state.json.corrupt").read_text() == '{"executed": 3, "gro'
-    rec = run_campaign(budget=5, **kw)  # and the campaign goes on from there
+    rec = run_campaign(CampaignConfig(budget=5, **kw))  # and the campaign goes on from there
     assert rec["campaign"]["executed"] >= 2 and [f["id"] for f in rec["findings"]] == [first["id"]]
 
 
@@ -238,9 +238,10 @@ def test_a_second_campaign_on_the_same_out_is_refused(tmp_path, capsys):
     holder = CampaignState.open(out, target="reference", op="lora")  # a running campaign holds the lock
     try:
         with pytest.raises(CampaignError, match=rf"another campaign \(pid {os.getpid()}\) is using it"):
-            run_campaign(target="reference", op="lora", budget=1, device="cpu", out_dir=out, progress=False)
-        assert cli_main(["fuzz", "--target", "reference", "--op", "lora", "--budget", "1", "--device", "cpu",
-                         "--out", str(out), "--no-progress"]) == 2
+            run_campaign(CampaignConfig(target="reference", op="lora", budget=1, device="cpu", out_dir=out,
+                                        progress=False))
+        assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--budget", "1", "--device", "cpu",
+                         "--out", str(out), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert err == (f"kernel-oracle fuzz: error: --out {out}: another campaign (pid {os.getpid()}) is using "
                        f"it; wait for it to finish or pass another --out\n")
@@ -262,8 +263,8 @@ def _worker_of(campaign_pid: int, marker: Path) -> int:
 def _communicate_or_explain(proc: subprocess.Popen, timeout: float) -> str:
     """``proc``'s stderr once it exits; if it does not within ``timeout``, fail with the state of every
     process of its group (signal masks, wait channel) and its Python stacks (faulthandler, on SIGABRT).
-    That is how the SIGINT case's timeouts of 2026-11-30 were explained: SigIgn showed SIGINT ignored,
-    inherited from a suite started in the background (``nohup pytest ... &``), see :func:`_interruptible`."""
+    A SIGINT case that times out is explained this way: SigIgn shows SIGINT ignored, inherited from a
+    suite started in the background (``nohup pytest ... &``), see :func:`_interruptible`."""
     try:
         return proc.communicate(timeout=timeout)[1]
     except subprocess.TimeoutExpired:
@@ -295,7 +296,7 @@ def _interruptible() -> None:
 def test_a_signal_stops_cleanly_with_exit_3_and_no_orphan(tmp_path, sig):
     spec = _sleepy(tmp_path)
     out = tmp_path / "out"
-    proc = subprocess.Popen(_fuzz_cmd("--target", spec, "--op", "lora", "--time", "120", "--case-timeout", "100",
+    proc = subprocess.Popen(_fuzz_cmd("--targets", spec, "--op", "lora", "--time", "120", "--case-timeout", "100",
                                       "--out", out), env={**_env(tmp_path), "PYTHONFAULTHANDLER": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=_interruptible)
@@ -319,7 +320,7 @@ def test_a_signal_stops_cleanly_with_exit_3_and_no_orphan(tmp_path, sig):
 
 def test_sigterm_to_the_main_job_ends_its_campaign_and_worker(tmp_path):
     spec = _sleepy(tmp_path)
-    cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", "cpu", "--time-budget", "120", "--targets",
+    cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", "cpu", "--time", "120", "--targets",
            spec, "--families", "lora", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "out")]
     proc = subprocess.Popen(cmd, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -342,28 +343,28 @@ def test_sigterm_to_the_main_job_ends_its_campaign_and_worker(tmp_path):
 
 def test_fuzz_exit_codes(tmp_path, capsys):
     def fuzz(*args):
-        return cli_main(["fuzz", "--device", DEVICE, "--no-progress", "--no-isolate", *map(str, args)])
+        return cli_main(["fuzz", "--device", DEVICE, "--quiet", "--no-isolate", *map(str, args)])
 
-    assert fuzz("--target", "reference", "--op", "step_a_q", "--budget", "2", "--out", tmp_path / "clean") == 0
-    assert fuzz("--target", "mutant:lora_drifted_error_message", "--op", "step_a_q", "--budget", "25",
+    assert fuzz("--targets", "reference", "--op", "step_a_q", "--budget", "2", "--out", tmp_path / "clean") == 0
+    assert fuzz("--targets", "mutant:lora_drifted_error_message", "--op", "step_a_q", "--budget", "25",
                 "--out", tmp_path / "findings") == 1
     capsys.readouterr()
     # 2, in one line: --out a file or unwritable, a target with nothing to test, option values
     (tmp_path / "file").write_text("")
-    assert fuzz("--target", "reference", "--op", "lora", "--budget", "1", "--out", tmp_path / "file") == 2
+    assert fuzz("--targets", "reference", "--op", "lora", "--budget", "1", "--out", tmp_path / "file") == 2
     assert capsys.readouterr().err == (f"kernel-oracle fuzz: error: --out {tmp_path / 'file'}: is a file, not a "
                                        f"directory; pass a directory\n")
-    assert fuzz("--target", "reference", "--op", "lora", "--budget", "1", "--out", "/proc/kernel-oracle-x") == 2
+    assert fuzz("--targets", "reference", "--op", "lora", "--budget", "1", "--out", "/proc/kernel-oracle-x") == 2
     err = capsys.readouterr().err
     assert err.startswith("kernel-oracle fuzz: error: --out /proc/kernel-oracle-x: cannot write there") and \
         err.count("\n") == 1
-    assert fuzz("--target", "os:system", "--op", "lora", "--budget", "2", "--out", tmp_path / "os") == 2
+    assert fuzz("--targets", "os:system", "--op", "lora", "--budget", "2", "--out", tmp_path / "os") == 2
     assert "unavailable for lora: no lora entry point" in capsys.readouterr().err
     for option, value, why in (("--budget", "0", "expected at least 1 case"), ("--time", "nan", "finite"),
                                ("--time", "inf", "finite"), ("--time", "-1", "positive"),
                                ("--case-timeout", "nan", "finite")):
         with pytest.raises(SystemExit) as exc:
-            fuzz("--target", "reference", "--op", "lora", option, value, "--out", tmp_path / "never")
+            fuzz("--targets", "reference", "--op", "lora", option, value, "--out", tmp_path / "never")
         assert exc.value.code == 2
         assert why in capsys.readouterr().err
     assert not (tmp_path / "never").exists()
@@ -371,7 +372,7 @@ def test_fuzz_exit_codes(tmp_path, capsys):
 
 def test_a_campaign_that_tests_nothing_is_never_clean(tmp_path, capsys):
     # the clock starts once the target is ready; a budget spent before the first case tests nothing
-    assert cli_main(["fuzz", "--device", DEVICE, "--no-progress", "--no-isolate", "--target", "reference", "--op",
+    assert cli_main(["fuzz", "--device", DEVICE, "--quiet", "--no-isolate", "--targets", "reference", "--op",
                      "lora", "--time", "0.000001", "--out", str(tmp_path)]) == 3
     assert capsys.readouterr().err == "kernel-oracle fuzz: tested nothing: no case ran (exit 3)\n"
     assert json.loads((tmp_path / "summary.json").read_text())["campaign"]["executed"] == 0
@@ -389,8 +390,9 @@ def test_campaigns_share_one_warm_worker_on_the_gpu(tmp_path):
 
     with Worker("cuda") as worker:
         worker.start()
-        recs = [run_campaign(target="triton", op=fam, time_s=10.0, seed=0, device="cuda", out_dir=tmp_path / fam,
-                             progress=False, worker=worker, warm_up_s=60.0) for fam in ("lora", "vision")]
+        recs = [run_campaign(CampaignConfig(target="triton", op=fam, time_s=10.0, seed=0, device="cuda",
+                                            out_dir=tmp_path / fam, progress=False, warm_up_s=60.0), worker=worker)
+                for fam in ("lora", "vision")]
         assert worker.restarts == 0 and len(worker.startup_s) == 1  # started once for both campaigns
     for rec in recs:
         camp = rec["campaign"]
@@ -407,8 +409,8 @@ def test_campaigns_share_one_warm_worker_on_the_gpu(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=GPU_REASON)
 def test_a_cpu_campaign_on_a_gpu_machine_interprets_in_its_worker_only(tmp_path):
     before = dict(os.environ)
-    rec = run_campaign(target="triton", op="vision", budget=4, seed=0, device="cpu", out_dir=tmp_path,
-                       progress=False)
+    rec = run_campaign(CampaignConfig(target="triton", op="vision", budget=4, seed=0, device="cpu", out_dir=tmp_path,
+                                      progress=False))
     assert dict(os.environ) == before and rec["campaign"]["interpreter"] is True
     assert rec["findings"] == [], [f["message"].splitlines()[0] for f in rec["findings"]]
 

@@ -17,7 +17,6 @@ import pickle
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from oracle_tests.conftest import DEVICE
 import torch
 
 from kernel_oracle.cli import main as cli_main
-from kernel_oracle.harness.check import Case, _prepared_call
+from kernel_oracle.harness.check import Case, prepared_call
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 from kernel_oracle.harness.schema import add_finding, add_group, new_record, save
@@ -65,7 +64,7 @@ LORA_CASE = Case(LoRAProblem(op="step_a_v", seg_lens=(3, 4), weight_indices=(0, 
 
 def _save_case(path: Path, case: Case, device: str = "cpu") -> Path:
     """A case file with the payload campaigns write (fuzz/campaign.py ``_record``)."""
-    call = _prepared_call(case, device)
+    call = prepared_call(case, device)
     torch.save({"case": case.to_dict(), "entry": call.entry, "args": call.args, "kwargs": call.kwargs,
                 "inplace": call.inplace, "target": "reference", "device": device}, path)
     return path
@@ -92,11 +91,11 @@ def test_malicious_case_file_runs_nothing(tmp_path, capsys, form):
     elif form == "raw-pickle":
         path.write_bytes(pickle.dumps(evil))
     else:  # a genuine case whose kwargs smuggle the object in
-        call = _prepared_call(LORA_CASE, "cpu")
+        call = prepared_call(LORA_CASE, "cpu")
         torch.save({"case": LORA_CASE.to_dict(), "entry": call.entry, "args": call.args,
                     "kwargs": {"x": evil}, "inplace": None}, path)
     assert not marker.exists()
-    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", DEVICE)
+    rc, out, err = _cli(capsys, "repro", str(path), "--targets", "reference", "--device", DEVICE)
     _usage_error(rc, out, err, contains="was refused")
     assert not marker.exists(), "unpickling the case file ran os.system"
 
@@ -116,28 +115,28 @@ def test_damaged_case_file_is_refused(tmp_path, capsys, damage):
         path.write_text(json.dumps(LORA_CASE.to_dict()))
     else:  # a valid torch file that is not a case
         torch.save({"weights": torch.zeros(3)}, path)
-    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", DEVICE)
+    rc, out, err = _cli(capsys, "repro", str(path), "--targets", "reference", "--device", DEVICE)
     _usage_error(rc, out, err, contains=str(path))
 
 
 def test_case_file_as_campaigns_write_it_reproduces(tmp_path, capsys):
     path = _save_case(tmp_path / "F0003.pt", LORA_CASE)
-    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", DEVICE)
+    rc, out, err = _cli(capsys, "repro", str(path), "--targets", "reference", "--device", DEVICE)
     assert rc == 0, err
     assert "PASS on reference" in out
 
 
 @pytest.mark.parametrize("argv, contains", [
-    (["repro", "--target", "reference"], "pass DIR/cases/<id>.pt or --case JSON"),
-    (["repro", "x.pt", "--case", "{}", "--target", "reference"], "not both"),
-    (["repro", "--case", "{not json", "--target", "reference"], "--case is not JSON"),
-    (["repro", "--case", '{"problem": {"family": "lora", "op": "step_a_v", "bogus": 1}}', "--target", "reference"],
+    (["repro", "--targets", "reference"], "pass DIR/cases/<id>.pt or --case JSON"),
+    (["repro", "x.pt", "--case", "{}", "--targets", "reference"], "not both"),
+    (["repro", "--case", "{not json", "--targets", "reference"], "--case is not JSON"),
+    (["repro", "--case", '{"problem": {"family": "lora", "op": "step_a_v", "bogus": 1}}', "--targets", "reference"],
      "not a valid case"),
-    (["repro", "--case", json.dumps(LORA_CASE.to_dict()), "--target", "no_such_target"], "no_such_target"),
-    (["repro", "--case", json.dumps(LORA_CASE.to_dict()), "--target", "reference", "--device", "tpu"], "--device"),
-    (["repro", "/nonexistent/F1.pt", "--target", "reference"], "no such case file"),
-    (["repro", "/nonexistent/F1.json", "--target", "reference"], "cannot read"),
-    (["repro"], "--target"),
+    (["repro", "--case", json.dumps(LORA_CASE.to_dict()), "--targets", "no_such_target"], "no_such_target"),
+    (["repro", "--case", json.dumps(LORA_CASE.to_dict()), "--targets", "reference", "--device", "tpu"], "--device"),
+    (["repro", "/nonexistent/F1.pt", "--targets", "reference"], "no such case file"),
+    (["repro", "/nonexistent/F1.json", "--targets", "reference"], "cannot read"),
+    (["repro"], "--targets"),
 ], ids=["no-case", "both", "bad-json", "bad-case", "unknown-target", "bad-device", "missing-pt", "missing-json",
         "no-target"])
 def test_repro_usage_errors(capsys, argv, contains):
@@ -148,7 +147,7 @@ def test_repro_usage_errors(capsys, argv, contains):
 @pytest.mark.skipif(HAS_CUDA, reason="checks the refusal of --device cuda on a machine without a GPU")
 def test_repro_cuda_without_gpu(tmp_path, capsys):
     path = _save_case(tmp_path / "F0004.pt", LORA_CASE)
-    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", "cuda")
+    rc, out, err = _cli(capsys, "repro", str(path), "--targets", "reference", "--device", "cuda")
     _usage_error(rc, out, err, contains="--device cpu")
 
 
@@ -206,17 +205,17 @@ def _standalone(script: Path, target_root: Path, *extra: str) -> subprocess.Comp
 
 
 def test_campaign_finding_reproduces_and_runs_standalone(tmp_path, capsys, user_targets):
-    from kernel_oracle.fuzz.campaign import run_campaign
+    from kernel_oracle.fuzz.campaign import CampaignConfig, run_campaign
 
     out = tmp_path / "campaign"
-    run_campaign(target="ko_fault_targets.buggy", op="step_a_v", budget=12, seed=0, device=DEVICE, out_dir=out,
-                 progress=False, isolate=False, limits="tiny")
+    run_campaign(CampaignConfig(target="ko_fault_targets.buggy", op="step_a_v", budget=12, seed=0, device=DEVICE,
+                                out_dir=out, progress=False, isolate=False, limits="tiny"))
     findings = [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines() if line.strip()]
     mismatch = next(f for f in findings if f["kind"] == "mismatch")
     pt = next((out / "cases").glob(f"{mismatch['id']}*.pt"))
 
     # the file the campaign wrote reads back (weights-only) and reproduces
-    rc, stdout, err = _cli(capsys, "repro", str(pt), "--target", "ko_fault_targets.buggy", "--device", DEVICE,
+    rc, stdout, err = _cli(capsys, "repro", str(pt), "--targets", "ko_fault_targets.buggy", "--device", DEVICE,
                            "--emit-script", str(tmp_path / "script"))
     assert rc == 1, err
     assert "REPRODUCED [mismatch]" in stdout
@@ -233,7 +232,7 @@ def test_standalone_script_of_a_clean_case(tmp_path, capsys, user_targets):
     """A clean case: the script passes on the correct kernel and, with the float64 expectation and the
     tolerance inlined, still catches the buggy one (``--target``)."""
     path = _save_case(tmp_path / "clean.pt", LORA_CASE)
-    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "ko_fault_targets.good", "--device", DEVICE,
+    rc, stdout, err = _cli(capsys, "repro", str(path), "--targets", "ko_fault_targets.good", "--device", DEVICE,
                            "--emit-script", str(tmp_path / "s"))
     assert rc == 0, err
     proc = _standalone(tmp_path / "s" / "clean.py", user_targets)
@@ -249,7 +248,7 @@ def test_standalone_script_of_an_error_contract(tmp_path, capsys, user_targets):
     reproduces the finding in the script too."""
     case = Case(LORA_CASE.problem, Mutation("lora", "drop_max_len_and_seg_lens"))
     path = _save_case(tmp_path / "contract.pt", case)
-    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "ko_fault_targets.good", "--device", DEVICE,
+    rc, stdout, err = _cli(capsys, "repro", str(path), "--targets", "ko_fault_targets.good", "--device", DEVICE,
                            "--emit-script", str(tmp_path / "s"))
     assert rc == 1 and "REPRODUCED [contract]" in stdout, stdout + err
     proc = _standalone(tmp_path / "s" / "contract.py", user_targets)
@@ -262,7 +261,7 @@ def test_standalone_script_rebuilds_vision_metadata_and_views(tmp_path, capsys):
     metadata object and keeps the view's strides (offsets count from each tensor's pointer)."""
     case = Case(VisionProblem(lengths=(3, 5), seed=4, path="metadata", layout="v_strided", v_shift=1))
     path = _save_case(tmp_path / "vision.pt", case)
-    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", DEVICE,
+    rc, stdout, err = _cli(capsys, "repro", str(path), "--targets", "reference", "--device", DEVICE,
                            "--emit-script", str(tmp_path / "s"))
     assert rc == 0, stdout + err
     script = tmp_path / "s" / "vision.py"
@@ -277,7 +276,7 @@ def test_standalone_script_rebuilds_vision_metadata_and_views(tmp_path, capsys):
 
 def test_emit_script_into_an_unwritable_place(tmp_path, capsys):
     path = _save_case(tmp_path / "F5.pt", LORA_CASE)
-    rc, out, err = _cli(capsys, "repro", str(path), "--target", "reference", "--device", DEVICE,
+    rc, out, err = _cli(capsys, "repro", str(path), "--targets", "reference", "--device", DEVICE,
                         "--emit-script", "/proc/x")
     _usage_error(rc, out, err, contains="/proc/x")
 
@@ -350,7 +349,7 @@ def test_compare_json_written_on_success(tmp_path, capsys, record):
     (["mutants", "--max-examples", "0"], "--max-examples >= 1"),
     (["mutants", "--max-examples", "nan"], "--max-examples"),
     (["mutants", "--json", "/proc/x/table.json"], "/proc/x"),
-    (["mutants", "--family", "audio"], "--family"),
+    (["mutants", "--families", "audio"], "--families"),
     (["selfcheck", "--cases", "-1"], "--cases=-1"),
     (["selfcheck", "--cases", "inf"], "--cases"),
     (["selfcheck", "--seed", "nan"], "--seed"),
@@ -437,7 +436,7 @@ def test_markdown_report_renders_as_intended(tmp_path):
 ], ids=["step_a_v-fp32", "step_b_q-bf16-inplace", "vision-fp16-metadata"])
 def test_standalone_script_on_the_gpu(tmp_path, capsys, case):
     path = _save_case(tmp_path / "gpu.pt", case, device="cuda")
-    rc, stdout, err = _cli(capsys, "repro", str(path), "--target", "triton", "--device", "cuda",
+    rc, stdout, err = _cli(capsys, "repro", str(path), "--targets", "triton", "--device", "cuda",
                            "--emit-script", str(tmp_path / "s"))
     assert rc == 0, stdout + err
     proc = subprocess.run([sys.executable, str(tmp_path / "s" / "gpu.py"), "--device", "cuda"],
@@ -448,10 +447,10 @@ def test_standalone_script_on_the_gpu(tmp_path, capsys, case):
 
 @pytest.mark.parametrize("argv, contains", [
     (["fuzz", "--op", "lora", "--out", "/tmp/never-written"], "the following arguments are required: --target"),
-    (["fuzz", "--target", "reference", "--op", "lora", "--out", "/tmp/never-written", "--budget", "0"], "--budget"),
-    (["fuzz", "--target", "reference", "--op", "lora", "--out", "/tmp/never-written", "--time", "nan"], "--time"),
+    (["fuzz", "--targets", "reference", "--op", "lora", "--out", "/tmp/never-written", "--budget", "0"], "--budget"),
+    (["fuzz", "--targets", "reference", "--op", "lora", "--out", "/tmp/never-written", "--time", "nan"], "--time"),
     (["run", "--device", "tpu"], "--device"),
-    (["run", "--time-budget", "soon"], "--time-budget"),
+    (["run", "--time", "soon"], "--time"),
     (["matrix", "--op", "lora"], "the following arguments are required: --target"),
     (["bench", "--device", "tpu"], "--device"),
     (["bench", "--warmup-cases", "many"], "--warmup-cases"),

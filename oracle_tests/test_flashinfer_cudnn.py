@@ -25,7 +25,8 @@ import torch
 
 from kernel_oracle.fuzz.targets.flashinfer_cudnn import FlashInferCudnn, GraphCacheHazard
 from kernel_oracle.harness.opinfo import OP_DB
-from kernel_oracle.fuzz.targets import Target, resolve_target
+from kernel_oracle.fuzz.targets import resolve_target
+from kernel_oracle.harness.targets import Target
 from kernel_oracle.reference.contracts import contract
 from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.reference.vision import attention_block, flashinfer_cudnn_oracle

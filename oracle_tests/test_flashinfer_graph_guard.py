@@ -8,7 +8,6 @@ malformed call does on the GPU: the guard must still remember that build (the H2
 
 from __future__ import annotations
 
-import functools
 import sys
 import types
 

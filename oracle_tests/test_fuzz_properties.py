@@ -23,7 +23,7 @@ import torch
 from hypothesis import given, settings
 
 from kernel_oracle.harness.check import check_case
-from kernel_oracle.pytest_plugin import examples_for
+from kernel_oracle.pytest.plugin import examples_for
 from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases, default_limits
 
 FAMILIES = ("lora", "vision")
@@ -37,7 +37,7 @@ def limits_for(target) -> str:
 
 
 def repro_line(target, case) -> str:
-    return f"kernel-oracle repro --case '{case.to_json()}' --target {target.name} --device {DEVICE}"
+    return f"kernel-oracle repro --case '{case.to_json()}' --targets {target.name} --device {DEVICE}"
 
 
 @pytest.mark.parametrize("category", CATEGORIES)

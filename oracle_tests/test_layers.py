@@ -37,7 +37,7 @@ def stage_installed_layout(dest: Path) -> Path:
 def test_staged_layout_has_every_package(tmp_path):
     root = stage_installed_layout(tmp_path)
     for sub in ("reference", "kernels", "kernels/lora", "kernels/vision", "harness", "fuzz", "fuzz/targets",
-                "reports", "benchmarks"):
+                "reports", "benchmarks", "cli", "jobs", "pytest"):
         assert (root / "kernel_oracle" / sub / "__init__.py").is_file(), sub
 
 

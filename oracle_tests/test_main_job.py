@@ -13,8 +13,9 @@ import types
 import pytest
 import torch
 
-from kernel_oracle import main_job
 from kernel_oracle.cli import main as cli_main
+from kernel_oracle.cli import run as run_command
+from kernel_oracle.jobs import main_job, main_job_campaigns
 from kernel_oracle.harness.schema import add_finding, add_group, load, new_record
 
 from oracle_tests.conftest import HAS_CUDA
@@ -28,7 +29,7 @@ SLACK_S = 30
                                      "the suite's xdist workers load every core and the main job runs on CUDA")
 def test_real_run_on_cpu(tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", "cpu", "--time-budget", str(BUDGET_S),
+    cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", "cpu", "--time", str(BUDGET_S),
            "--targets", "reference", "--families", "lora,vision", "--seed", "1", "--out", str(out)]
     started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUDGET_S + 60)
@@ -72,7 +73,7 @@ def test_cli_imports_no_kernel_before_the_job_sets_the_interpreter():
 # ---- stand-ins --------------------------------------------------------------------------------
 def _fake_selfcheck(rows):
     """Round 0 (seed 0) returns ``rows``; later rounds the same fixed rows and one passing random row."""
-    mod = types.ModuleType("kernel_oracle.selfcheck")
+    mod = types.ModuleType("kernel_oracle.jobs.selfcheck")
 
     def run_selfcheck(device, cases, seed):
         if seed == 0:
@@ -93,7 +94,8 @@ SELFCHECK_ROWS = [
 ]
 
 
-def _fake_campaign(target, op, *, share_s, seed, device, out_dir, upstream_contracts_only=False, worker=None):
+def _fake_campaign(target, op, *, share_s, seed, device, out_dir, upstream_contracts_only=False, worker=None,
+                   sglang_wheel=None):
     rec = new_record("campaign", seeds={"seed": seed}, device=device)
     add_group(rec, target=target, op="vision" if op == "vision" else "step_b_q", dtype="bfloat16",
               shape_class="prefill", cases=10, passes=9, findings={"contract": 1}, ratios=[0.2, 0.3])
@@ -105,20 +107,20 @@ def _fake_campaign(target, op, *, share_s, seed, device, out_dir, upstream_contr
 @pytest.fixture
 def stand_ins(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setitem(sys.modules, "kernel_oracle.selfcheck", _fake_selfcheck(SELFCHECK_ROWS))
-    monkeypatch.setattr(main_job, "_campaign", _fake_campaign)
-    monkeypatch.setattr(main_job, "_launch_worker", lambda device, record: None)
+    monkeypatch.setitem(sys.modules, "kernel_oracle.jobs.selfcheck", _fake_selfcheck(SELFCHECK_ROWS))
+    monkeypatch.setattr(main_job_campaigns, "run_one_campaign", _fake_campaign)
+    monkeypatch.setattr(main_job, "launch_worker", lambda device, record: None)
     monkeypatch.setattr(main_job, "REPORT_RESERVE_S", 0.0)
 
 
 def _run(out, *extra):
-    """``kernel-oracle run ...`` through main_job's own parser (the full CLI would import the real
-    selfcheck and campaign modules that these tests replace)."""
+    """``kernel-oracle run ...`` through the run command's own parser (the full CLI would import the
+    real selfcheck and campaign modules that these tests replace)."""
     parser = argparse.ArgumentParser()
-    main_job.add_arguments(parser)
-    args = parser.parse_args(["--device", "cpu", "--time-budget", "30", "--targets", "reference", "--out", str(out),
+    run_command.add_arguments(parser)
+    args = parser.parse_args(["--device", "cpu", "--time", "30", "--targets", "reference", "--out", str(out),
                               "--quiet", *extra])
-    return main_job.main(args)
+    return run_command.main(args)
 
 
 def test_job_merges_parts_and_keeps_history(tmp_path, stand_ins, capsys):
@@ -155,7 +157,7 @@ def test_a_job_whose_findings_are_all_known_exits_0(tmp_path, stand_ins, monkeyp
     exit 0, each finding marked known with its link in the record and the reports; with the checked-in
     file the same job exits 1."""
     passing = [r for r in SELFCHECK_ROWS if r["passed"]]
-    monkeypatch.setitem(sys.modules, "kernel_oracle.selfcheck", _fake_selfcheck(passing))
+    monkeypatch.setitem(sys.modules, "kernel_oracle.jobs.selfcheck", _fake_selfcheck(passing))
     out = tmp_path / "out"
     assert _run(out, "--families", "vision") == 1  # the campaign's contract finding is new
     known = tmp_path / "known.toml"
@@ -180,9 +182,9 @@ def test_a_job_whose_findings_are_all_known_exits_0(tmp_path, stand_ins, monkeyp
 
 def test_unavailable_parts_are_never_a_pass(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setitem(sys.modules, "kernel_oracle.selfcheck", None)  # import fails
+    monkeypatch.setitem(sys.modules, "kernel_oracle.jobs.selfcheck", None)  # import fails
     monkeypatch.setitem(sys.modules, "kernel_oracle.fuzz.campaign", None)
-    monkeypatch.setattr(main_job, "_launch_worker", lambda device, record: None)
+    monkeypatch.setattr(main_job, "launch_worker", lambda device, record: None)
     out = tmp_path / "out"
     assert _run(out) == 3  # incomplete: not a pass, and not findings either
     rec = load(out / "latest.json")
@@ -195,21 +197,29 @@ def test_unavailable_parts_are_never_a_pass(tmp_path, monkeypatch, capsys):
 
 
 def test_a_failing_campaign_is_reported(tmp_path, stand_ins, monkeypatch):
-    monkeypatch.setattr(main_job, "_campaign", lambda *a, **k: (None, "exited with status 3: boom"))
+    monkeypatch.setattr(main_job_campaigns, "run_one_campaign", lambda *a, **k: (None, "exited with status 3: boom"))
     assert _run(tmp_path / "out", "--families", "vision") == 1
     rec = load(tmp_path / "out" / "latest.json")
     assert rec["summary"]["failed_parts"] == ["campaign reference x vision: exited with status 3: boom"]
 
 
+def _exit(argv) -> int:
+    """The exit code of ``kernel-oracle argv`` in this process (argparse's own SystemExit included)."""
+    try:
+        return cli_main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
 def test_usage_errors(tmp_path, capsys):
-    assert cli_main(["run", "--time-budget", "0", "--out", str(tmp_path)]) == 2
+    assert _exit(["run", "--time", "0", "--out", str(tmp_path)]) == 2
     assert "positive, finite number of seconds" in capsys.readouterr().err
     assert cli_main(["run", "--families", "lora,audio", "--out", str(tmp_path)]) == 2
     if not torch.cuda.is_available():
         assert cli_main(["run", "--device", "cuda", "--out", str(tmp_path)]) == 2
         assert "torch sees no CUDA device" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing written on a usage error
-    assert cli_main(["run", "--time-budget", "nan", "--out", str(tmp_path)]) == 2
+    assert _exit(["run", "--time", "nan", "--out", str(tmp_path)]) == 2
     assert "positive, finite number of seconds" in capsys.readouterr().err
     (tmp_path.parent / "a_file").write_text("x")
     assert cli_main(["run", "--triton-cache", str(tmp_path.parent / "a_file"), "--out", str(tmp_path)]) == 2
@@ -225,6 +235,17 @@ def test_usage_errors(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
+def test_the_old_time_budget_spelling_still_works_with_a_hint(tmp_path, stand_ins, capsys):
+    parser = argparse.ArgumentParser(prog="kernel-oracle run")
+    run_command.add_arguments(parser)
+    args = parser.parse_args(["--time-budget", "30", "--device", "cpu", "--targets", "reference", "--quiet",
+                              "--out", str(tmp_path / "out")])
+    assert args.time_s == 30.0
+    assert capsys.readouterr().err == "kernel-oracle run: --time-budget is deprecated; pass --time\n"
+    assert run_command.main(args) == 1  # the stand-ins' findings: the job ran with that budget
+    assert load(tmp_path / "out" / "latest.json")["summary"]["time_budget_s"] == 30.0
+
+
 def test_salvage_reads_a_killed_campaign_through_its_state(tmp_path):
     from kernel_oracle.fuzz.state import CampaignState, GroupKey
 
@@ -237,9 +258,9 @@ def test_salvage_reads_a_killed_campaign_through_its_state(tmp_path):
                           "repro": "r"}, key)
     state.save()
     state.close()  # what a killed child leaves: no summary.json
-    rec = main_job._salvage("reference", tmp_path, seed=3, device="cpu")
+    rec = main_job_campaigns.salvage("reference", tmp_path, seed=3, device="cpu")
     (g,) = rec["groups"]
     assert (g["target"], g["op"], g["dtype"], g["shape_class"], g["cases"], g["passes"]) == (
         "reference", "step_a_q", "float32", "prefill", 2, 1)
     assert g["findings"]["contract"] == 1 and [f["id"] for f in rec["findings"]] == ["F0001-contract-step_a_q-float32"]
-    assert main_job._salvage("reference", tmp_path / "absent", seed=3, device="cpu") is None
+    assert main_job_campaigns.salvage("reference", tmp_path / "absent", seed=3, device="cpu") is None

@@ -257,12 +257,12 @@ def test_a_delta_at_fp16s_threshold_may_overflow_into_an_fp32_output(parts, over
     session-7 H200 soak's 38.8% false alarm.  The oracle gives the overflowed output as an alternate
     (also for 65516, just below: a kernel's error may carry it over), and our kernel passes."""
     from kernel_oracle.fuzz.targets import resolve_target
-    from kernel_oracle.harness.check import Case, _prepared_call, execute, expected_outcome, judge
+    from kernel_oracle.harness.check import Case, prepared_call, execute, expected_outcome, judge
 
     p = LoRAProblem(op="step_b_q", seg_lens=(3, 2), weight_indices=(0, 1), lora_ranks=(4, 4), scalings=(1.0, 0.5),
                     H=2, qk=16, vd=16, C=32, R=4, dtype="float16", base_dtype="float32", seed=5)
     case, target = Case(p), resolve_target("triton", device)
-    call = _prepared_call(case, device)
+    call = prepared_call(case, device)
     x, a_buf = call.args[0], call.args[1]
     with torch.no_grad():
         x[:3] = 1.0
@@ -290,12 +290,12 @@ def test_a_fused_mid_at_fp16s_threshold_overflows_into_inf_and_nan(device):
     A's zero columns that is NaN, times 1e-3 inf, while the exact value is finite everywhere.  The
     oracle's overflow alternate holds that NaN and inf, and our kernel, which rounds there, passes."""
     from kernel_oracle.fuzz.targets import resolve_target
-    from kernel_oracle.harness.check import Case, _prepared_call, execute, expected_outcome, judge
+    from kernel_oracle.harness.check import Case, prepared_call, execute, expected_outcome, judge
 
     p = LoRAProblem(op="q_side_fused", seg_lens=(3, 2), weight_indices=(0, 1), lora_ranks=(4, 4),
                     scalings=(1.0, 0.5), H=2, qk=16, vd=16, C=32, R=4, dtype="float16", base_dtype="float16", seed=5)
     case, target = Case(p), resolve_target("triton", device)
-    call = _prepared_call(case, device)
+    call = prepared_call(case, device)
     q, b_buf, a_buf = call.args[0], call.args[1], call.args[2]
     with torch.no_grad():
         q[:3] = 0.0

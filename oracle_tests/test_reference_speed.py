@@ -1,4 +1,4 @@
-"""The references are fast enough to be the oracle of every run (issue acceptance point 6).
+"""The references are fast enough to be the oracle of every run.
 
 No Python loop over tokens: a prefill batch (4096 tokens x 16 heads in 8 segments) and a decode
 batch (1000 one-token segments) each take under :data:`LORA_BOUND_S` per LoRA step in float64, and

@@ -152,7 +152,7 @@ def test_skipped():
 def test_pytest_plugin_writes_a_record(tmp_path):
     (tmp_path / "test_demo.py").write_text(textwrap.dedent(PYTEST_DEMO))
     out = tmp_path / "rec.json"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "kernel_oracle.pytest_record", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "kernel_oracle.pytest.record", "-p", "no:cacheprovider",
            "--oracle-record", str(out), "test_demo.py"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -202,7 +202,7 @@ def test_markdown_text_and_cells_escape_html_pipes_and_newlines():
     assert str(md_code("a|b", in_table=True)) == "`a\\|b`"
 
 
-# ---- buckets (issue 14.2): one row per root cause with its count and examples --------------------------------------
+# ---- buckets: one row per root cause with its count and examples --------------------------------------
 
 def _bucketed_record():
     rec = sample_record()
@@ -236,13 +236,13 @@ def test_html_has_one_row_per_bucket_escaped():
     from kernel_oracle.reports.model import Result
     from kernel_oracle.reports.render_html import render_html
 
-    from oracle_tests.test_html_page import _Page
+    from oracle_tests._html import HtmlPage
 
     rec = _bucketed_record()
     rec["findings"][1].update(known="some-issue", upstream="https://example.org/i/1")
     result = Result.from_dict(rec)
     html = render_html(result, with_plots=False)
-    page = _Page()
+    page = HtmlPage()
     page.feed(html)
     page.close()
     assert not page.open, f"unclosed tags: {page.open}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kernel_oracle.reference import independent as ind
-from kernel_oracle import selfcheck
+from kernel_oracle.jobs import selfcheck
 from kernel_oracle.cli import main as cli_main
 
 KEYS = {"op", "family", "dtype", "case", "passed", "err", "allowed", "ratio", "message"}

@@ -17,7 +17,7 @@ import zipfile
 
 import pytest
 
-from kernel_oracle.fuzz.targets import resolve_target
+from kernel_oracle.fuzz.targets import TargetSources, resolve_target
 from kernel_oracle.harness.device import interpreting
 from kernel_oracle.fuzz.targets.sglang import release_target as build_release_target
 from kernel_oracle.fuzz.targets.sglang_wheel import (LoaderError, find_wheel, installed_release, locate_kernels,
@@ -172,15 +172,14 @@ def test_loading_never_imports_sglang():
     assert not [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]
 
 
-def test_release_without_kernels_is_refused_in_one_line(tmp_path, monkeypatch):
+def test_release_without_kernels_is_refused_in_one_line(tmp_path):
     wheel = tmp_path / "sglang-0.4.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("sglang/__init__.py", "raise ImportError('must never run')\n")
         zf.writestr("sglang/srt/lora/utils.py", "class LoRABatchInfo: pass\n")
         zf.writestr("sglang-0.4.0.dist-info/METADATA", "Name: sglang\nVersion: 0.4.0\n")
-    monkeypatch.setenv("KERNEL_ORACLE_SGLANG_WHEEL", str(tmp_path))
     for spec in ("sglang==0.4.0", "sglang-trt==0.4.0"):
-        t = resolve_target(spec, "cpu")
+        t = resolve_target(spec, "cpu", sources=TargetSources(sglang_wheel=str(tmp_path)))
         assert not t.available and "\n" not in t.reason
         assert t.reason == ("sglang 0.4.0 has no kv_b LoRA kernels (no "
                             f"{'default' if spec.startswith('sglang==') else 'trt'} kv_b_lora_absorbed.py; the "
@@ -249,7 +248,7 @@ def test_stale_host_ints_reach_the_kernels_as_drawn():
     assert bi.weight_indices.shape[0] == 4
 
 
-def test_kernels_in_an_unknown_layout_are_found_by_their_entry_points(tmp_path, monkeypatch):
+def test_kernels_in_an_unknown_layout_are_found_by_their_entry_points(tmp_path):
     """A release that moved the files again: SPEC's table misses, the search finds both variants."""
     rel = release_files("0.5.23")
     moved = {"sglang/kernels/ops/lora/dense/kv_b_lora_absorbed.py": "sglang/lora_v2/kv_b.py",
@@ -262,10 +261,10 @@ def test_kernels_in_an_unknown_layout_are_found_by_their_entry_points(tmp_path, 
                 if name.endswith("METADATA"):
                     name, data = "sglang-9.9.9.dist-info/METADATA", "Name: sglang\nVersion: 9.9.9\n"
                 zf.writestr(moved.get(name, name), data)
-    monkeypatch.setenv("KERNEL_ORACLE_SGLANG_WHEEL", str(wheel))
-    t = resolve_target("sglang==9.9.9", DEVICE)
+    sources = TargetSources(sglang_wheel=str(wheel))
+    t = resolve_target("sglang==9.9.9", DEVICE, sources=sources)
     assert t.available and t.reason.startswith("sglang 9.9.9: sglang.lora_v2.kv_b, loaded standalone from the wheel")
-    trt = resolve_target("sglang-trt==9.9.9", DEVICE)
+    trt = resolve_target("sglang-trt==9.9.9", DEVICE, sources=sources)
     assert trt.available and trt.reason.startswith("sglang 9.9.9: sglang.lora_v2.trtllm.kv_b, loaded standalone")
     p = _problem("step_a_v", "float32", EDGE_CASES["graph replay, stale host ints"])
     assert check_case(t, Case(p), DEVICE).ok and check_case(trt, Case(p), DEVICE).ok

@@ -147,12 +147,12 @@ def test_torch_varlen_unavailable_on_cpu_with_reason():
 
 def test_third_party_triton_excludes_bf16_under_the_interpreter(monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    (tmp_path / "thirdparty_lora_mod.py").write_text(
+    (tmp_path / "thirdparty_pkg").mkdir()
+    (tmp_path / "thirdparty_pkg" / "__init__.py").write_text("")
+    (tmp_path / "thirdparty_pkg" / "lora_mod.py").write_text(
         "import triton  # a Triton kernel module\nfrom kernel_oracle.reference.lora import step_a_q_fwd\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from kernel_oracle.fuzz.targets.module_spec import _module_target
-
-    t = _module_target("thirdparty_lora_mod", "cpu")
+    t = resolve_target("thirdparty_pkg.lora_mod", "cpu")
     assert t.available and t.has("step_a_q")
     assert "bfloat16" in t.excluded_dtypes and "interpreter" in t.excluded_dtypes["bfloat16"]
 
@@ -166,7 +166,7 @@ def test_mutant_with_missing_anchor_names_itself_and_the_anchor():
     assert "stale_mutant" in str(info.value) and "no such line" in str(info.value)
 
 
-# ---- tile edges and stale CUDA-graph host ints (issue 12 points 2 and 3) ---------------------------------
+# ---- tile edges and stale CUDA-graph host ints ---------------------------------------------------------
 
 def test_tile_edges_are_n_times_tile_plus_minus_one():
     from kernel_oracle.fuzz.strategies import tile_edges

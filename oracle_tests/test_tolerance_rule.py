@@ -168,8 +168,8 @@ def _boundary_case(baseline_top: float):
 
 
 def test_a_baseline_rounded_to_inf_at_the_threshold_is_left_out():
-    """Note [Non-finite baselines]: the H200 soak's second step_b_q fp16 false alarm (session 7): one
-    baseline element rounded to inf across 65520 sent all 1.9e7 elements to the assert_close table."""
+    """Note [Non-finite baselines]: one baseline element rounded to inf across 65520 must not send the
+    whole output to the assert_close table (a false alarm of a correct fp16 step_b_q)."""
     ref, base, out = _boundary_case(float("inf"))
     c = compare(out, ref, ALL, family="lora", baseline=base)
     assert c.ok, c.message
@@ -339,7 +339,7 @@ def test_tf32_truncation_control_fails_a_round_to_nearest_rule(monkeypatch):
 @pytest.mark.parametrize("shape", [(4096, 512, 64), (2048, 128, 1536)], ids=lambda s: "x".join(map(str, s)))
 def test_gpu_tf32_dot_passes_and_mutants_fail(shape):
     """On the GPU: a plain fp32 ``tl.dot`` (default precision: TF32, raw operands, as SGLang's kv_b kernels)
-    passes the rule on every draw; it fails a round-to-nearest-only baseline (the false alarms of issue 18);
+    passes the rule on every draw; it fails a round-to-nearest-only baseline (the false alarms such a baseline gives);
     8-bit operands and a dropped K term fail on every draw (benchmarks/gpu_verdicts.py, part (a))."""
     from kernel_oracle.benchmarks.gpu_verdicts import tf32_verdicts
 

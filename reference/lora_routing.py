@@ -204,6 +204,33 @@ def validate_lora_batch(batch_info, *, num_rows: int, num_slots: int, device: to
     return max_len
 
 
+def _physical_rows(batch_info, logical: torch.Tensor, num_rows: int) -> tuple:
+    """``(physical, all_undefined, clamped, undefined)`` of the routed ``logical`` rows: each one's
+    physical token row (through ``permutation`` when given), whether the reads go past the permutation
+    or below row 0 (every row is then unknowable), the rows upstream clamps to the last row, and the
+    rows whose values that leaves unspecified."""
+    undefined: list[torch.Tensor] = []
+    all_undefined = False
+    perm = getattr(batch_info, "permutation", None)
+    if perm is not None:
+        p = _cpu_long(perm)
+        if (logical >= p.numel()).any() or (logical < 0).any():
+            all_undefined = True  # reads past the permutation: the physical row is unknowable
+            physical = logical.clamp(0, max(p.numel() - 1, 0))
+            physical = p[physical] if p.numel() else physical
+        else:
+            physical = p[logical]
+    else:
+        physical = logical
+    if (physical < 0).any():
+        all_undefined = True
+    clamped = physical >= num_rows
+    if clamped.any():  # upstream clamps to the last row: that row gets an unspecified mix
+        undefined.append(torch.tensor([num_rows - 1]))
+        physical = physical.clamp(max=num_rows - 1)
+    return physical, all_undefined, clamped, undefined
+
+
 def route_lora_batch(
     batch_info,
     *,
@@ -228,8 +255,6 @@ def route_lora_batch(
     if n == 0:
         return LoRARouting(num_rows, 0, empty, empty, empty, empty, {}, {}, empty)
 
-    undefined: list[torch.Tensor] = []
-    all_undefined = False
     lens = (indptr[1:] - indptr[:-1]).clamp(min=0)  # upstream: a negative length processes nothing
     slots = _cpu_long(batch_info.weight_indices)[:n]
     ranks_all = _cpu_long(batch_info.lora_ranks)
@@ -246,24 +271,7 @@ def route_lora_batch(
 
     # rows past max_len: upstream's grid does not cover them (at tile granularity) -> unspecified
     dropped = position >= max_len
-    perm = getattr(batch_info, "permutation", None)
-    if perm is not None:
-        p = _cpu_long(perm)
-        if (logical >= p.numel()).any() or (logical < 0).any():
-            all_undefined = True  # reads past the permutation: the physical row is unknowable
-            physical = logical.clamp(0, max(p.numel() - 1, 0))
-            physical = p[physical] if p.numel() else physical
-        else:
-            physical = p[logical]
-    else:
-        physical = logical
-    if (physical < 0).any():
-        all_undefined = True
-    clamped = physical >= num_rows
-    if clamped.any():  # upstream clamps to the last row: that row gets an unspecified mix
-        undefined.append(torch.tensor([num_rows - 1]))
-        physical = physical.clamp(max=num_rows - 1)
-
+    physical, all_undefined, clamped, undefined = _physical_rows(batch_info, logical, num_rows)
     bad_slot = ~slot_ok[seg_of_row]
     neg_rank = eff_rank[seg_of_row] < 0
     active = (eff_rank[seg_of_row] != 0) & ~dropped & ~bad_slot & ~neg_rank & ~clamped

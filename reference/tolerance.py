@@ -28,15 +28,12 @@ rounding point overflows its dtype, reference/lora.py), the output must be that 
 NaN, inf of the same sign), and such places take no part in the baseline error, the floor or the
 allowance.  Everywhere else in the defined region the output is judged by the allowance, and a
 non-finite output is a mismatch whatever the allowance (the allowance is always finite: an inf
-allowance compared with an inf error was how a NaN output used to pass) -- with one exception: an
+allowance compared with an inf error would let a NaN output pass) -- with one exception: an
 inf of the reference's sign where the reference is within the allowance of the dtype's overflow
 threshold (:func:`overflow_threshold`, fp16: 65520).  A correct kernel's value there lies on either
-side of the threshold, so it stores inf or the largest finite value (65504), and either is right:
-the 10-minute H200 soak of 2026-11-30 (issue 18) reported our step_b_q in fp16 for 7 of 1.9e7
-elements, a fuzzed batch whose dropped permutation moved "huge" beyond-rank poison into a
-higher-ranked slot, with every finite error within 20 of an allowance of 71.5
-(``python -m kernel_oracle.benchmarks.triage_lora_finding`` on the H200) -- the boundary, not the
-kernel.  Where the reference lies beyond the threshold by more than the allowance, only inf is
+side of the threshold, so it stores inf or the largest finite value (65504), and either is right (a
+rule without this exception flags a correct fp16 step_b_q whose huge beyond-rank inputs put a few
+outputs at the boundary, every finite error well within the allowance).  Where the reference lies beyond the threshold by more than the allowance, only inf is
 right, and a saturated 65504 is a mismatch.
 
 Note [Non-finite baselines]
@@ -46,9 +43,8 @@ is finite.  A baseline's inf there is one of two things.  (1) Its rounding acros
 threshold: the reference is within the allowance of the threshold (fp16: 65520) and the baseline, an
 fp16 computation with its own error, lands beyond it -- the very boundary at which a target may store
 inf (Note [Non-finite values]).  Such elements tell nothing about the dtype's rounding error and are
-left out; the message counts them.  The 10-minute H200 soak of 2026-11-30 (session 7) reported our
-step_b_q in fp16 on 2.7% of 1.9e7 elements because such elements sent the whole tensor to the
-``assert_close`` table (rtol 1e-3, where the baseline's error elsewhere allowed 71.5).  (2) Anything
+left out; the message counts them (counting them instead would send a correct fp16 step_b_q to the
+``assert_close`` table, rtol 1e-3, far tighter than its baseline's error elsewhere).  (2) Anything
 else (an inf or NaN away from the threshold) means the faithful computation is not a sample of the
 dtype's error: the table is used for the whole output.  Either way the allowance stays finite: a
 non-finite baseline never widens it.
@@ -214,6 +210,102 @@ def _finite_max(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float(torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).max()) if x.numel() else 0.0
 
 
+@dataclass
+class _Regions:
+    """The float64 views and element masks one comparison works on (Note [Non-finite values]).
+
+    ``a``/``r``: output and reference in float64; ``r_out``: the reference rounded to the output
+    dtype; ``special``: defined elements where the reference is not finite (the output must be that
+    very value, ``same_special``); ``regular``: the other defined elements, judged by the allowance;
+    ``in_range``: regular elements whose reference the output dtype represents (where baselines and
+    the representation floor are measured); ``alt``/``either``: the overflowed alternate reference and
+    where an intermediate rounding point may overflow either way (None: nowhere)."""
+
+    a: torch.Tensor
+    r: torch.Tensor
+    r_out: torch.Tensor
+    special: torch.Tensor
+    regular: torch.Tensor
+    in_range: torch.Tensor
+    same_special: torch.Tensor
+    ref_abs: torch.Tensor
+    zero: torch.Tensor
+    alt: Optional[torch.Tensor]
+    either: Optional[torch.Tensor]
+
+    def like_alt(self, x: torch.Tensor) -> torch.Tensor:
+        """Where ``x`` is the alternate's inf, or its NaN (an overflowed value times a zero further on)."""
+        return self.either & ((x == self.alt) | (torch.isnan(x) & torch.isnan(self.alt)))
+
+
+def _regions(actual: torch.Tensor, ref64: torch.Tensor, defined: torch.Tensor,
+             overflow_alternate: Optional[torch.Tensor]) -> _Regions:
+    f64 = torch.float64
+    zero = torch.zeros((), dtype=f64, device=actual.device)
+    a = actual.detach().to(f64)
+    r = ref64.detach().to(f64)
+    r_out = r.to(actual.dtype).to(f64)
+    special = defined & ~torch.isfinite(r)
+    regular = defined & ~special
+    alt = None if overflow_alternate is None else overflow_alternate.detach().to(a.device, f64)
+    return _Regions(a=a, r=r, r_out=r_out, special=special, regular=regular,
+                    in_range=regular & torch.isfinite(r_out), same_special=(a == r) | (torch.isnan(a) & torch.isnan(r)),
+                    ref_abs=torch.where(regular, r.abs(), zero), zero=zero, alt=alt,
+                    either=None if alt is None else regular & ~torch.isfinite(alt))
+
+
+def _baseline_error(rg: _Regions, baselines: tuple, dtype: torch.dtype, family: str) -> tuple:
+    """``(baseline_err or None, allowed, note)`` of the faithful baselines (Note [Non-finite baselines]):
+    the error is measured where a baseline is finite; its infs are allowed only as roundings across the
+    overflow threshold, else (``None``) the caller uses the assert_close table.  One host sync."""
+    r, in_range, zero = rg.r, rg.in_range, rg.zero
+    b64 = [b.detach().to(rg.a.device, torch.float64) for b in baselines]
+    err_t = torch.stack([torch.where(in_range & torch.isfinite(b), (b - r).abs(), zero).amax() for b in b64])
+    floor_t = 2.0 * torch.where(in_range, (rg.r_out - r).abs(), zero).amax() + ABS_FLOOR
+    allowed_t = ERROR_MULTIPLIER[family] * err_t.amax() + floor_t
+    reach = in_range & (r.abs() + allowed_t >= overflow_threshold(dtype))
+    crossed_t = stray_t = torch.zeros((), dtype=torch.int64, device=rg.a.device)
+    for b in b64:
+        off = in_range & ~torch.isfinite(b)
+        across = off & torch.isinf(b) & (torch.sign(b) == torch.sign(r)) & reach
+        if rg.either is not None:
+            across = across | (off & rg.like_alt(b))
+        crossed_t, stray_t = crossed_t + across.sum(), stray_t + (off & ~across).sum()
+    base_err, allowed, crossed, stray = torch.stack(
+        [err_t.amax(), allowed_t, crossed_t.to(torch.float64), stray_t.to(torch.float64)]).tolist()
+    if stray:
+        return None, allowed, (f"a baseline is not finite where the reference is (e.g. it overflowed) at {int(stray)} "
+                               "element(s) away from the overflow threshold: fell back to the assert_close table")
+    if crossed:
+        return base_err, allowed, (f"a baseline rounded to inf across an overflow threshold at {int(crossed)} "
+                                   "element(s) (not counted in baseline_err)")
+    return base_err, allowed, ""
+
+
+def _failure_lines(what: str, dtype, *, mismatched: int, total: int, err: float, abs_at, allowed_at: float,
+                   greatest_rel: float, rel_at, ratio: float, worst, rule: str, base_err, baseline_note: str,
+                   n_bad: int, where: dict, repro: str) -> list[str]:
+    """The message of a failed comparison, in assert_close's layout plus our locator (STYLE 5)."""
+    lines = [
+        f"Tensor-likes are not close! ({what}, {dtype})",
+        "",
+        f"Mismatched elements: {mismatched} / {total} ({100.0 * mismatched / total:.1f}%)",
+        f"Greatest absolute difference: {err:.6g} at index {abs_at} (up to {allowed_at:.6g} allowed)",
+        f"Greatest relative difference: {greatest_rel:.6g} at index {rel_at}",
+        f"Worst element: {ratio:.3g}x its allowance at index {worst}",
+        f"Rule: {rule}" + (f"; baseline_err={base_err:.6g}" if base_err is not None else ""),
+    ]
+    if baseline_note:
+        lines.append(f"Baseline: {baseline_note}")
+    if n_bad:
+        lines.append(f"Non-finite values where the reference is finite, or the reverse: {n_bad}")
+    if where:
+        lines.append("Where: " + ", ".join(f"{k}={v}" for k, v in where.items()))
+    if repro:
+        lines.append(f"Reproduce: {repro}")
+    return lines
+
+
 def compare(
     actual: torch.Tensor,
     ref64: torch.Tensor,
@@ -248,71 +340,30 @@ def compare(
     total = int(defined.sum())
     if total == 0:
         return Comparison(True, 0.0, 0.0, None, 0.0, 0, 0, rule="empty", message="nothing defined to compare")
-    f64 = torch.float64
-    zero = torch.zeros((), dtype=f64, device=actual.device)
-    inf = torch.full((), float("inf"), dtype=f64, device=actual.device)
-    a = actual.detach().to(f64)
-    r = ref64.detach().to(f64)
-    # Note [Non-finite values]: where the reference itself is not finite, the output must be that very
-    # value (same-signed inf, or NaN); where it is finite the output is judged by the allowance, an
-    # overflow of the output dtype counting as a same-signed inf within the allowance of the reference
-    r_out = r.to(dtype).to(f64)
-    special = defined & ~torch.isfinite(r)
-    regular = defined & ~special
-    in_range = regular & torch.isfinite(r_out)  # where baselines and the representation floor are measured
-    same_special = (a == r) | (torch.isnan(a) & torch.isnan(r))
-    ref_abs = torch.where(regular, r.abs(), zero)
-    # where an intermediate rounding point may overflow either way: the alternate's inf, or its NaN (an
-    # overflowed value times a zero further on), is a right output too (None: nowhere)
-    alt = None if overflow_alternate is None else overflow_alternate.detach().to(a.device, f64)
-    either = None if alt is None else regular & ~torch.isfinite(alt)
-
-    def like_alt(x: torch.Tensor) -> torch.Tensor:
-        return either & ((x == alt) | (torch.isnan(x) & torch.isnan(alt)))
+    rg = _regions(actual, ref64, defined, overflow_alternate)
+    a, r, regular, special, zero = rg.a, rg.r, rg.regular, rg.special, rg.zero
     baselines = () if baseline is None else (baseline,) if isinstance(baseline, torch.Tensor) else tuple(baseline)
-    base_err = None
-    baseline_note = ""
-    if baselines and dtype != f64:
-        # Note [Non-finite baselines]: the error is measured where the baseline is finite; its infs are
-        # allowed only as roundings across the overflow threshold, else the table is used.  One host sync.
-        b64 = [b.detach().to(a.device, f64) for b in baselines]
-        err_t = torch.stack([torch.where(in_range & torch.isfinite(b), (b - r).abs(), zero).amax() for b in b64])
-        floor_t = 2.0 * torch.where(in_range, (r_out - r).abs(), zero).amax() + ABS_FLOOR
-        allowed_t = ERROR_MULTIPLIER[family] * err_t.amax() + floor_t
-        reach = in_range & (r.abs() + allowed_t >= overflow_threshold(dtype))
-        crossed_t = stray_t = torch.zeros((), dtype=torch.int64, device=a.device)
-        for b in b64:
-            off = in_range & ~torch.isfinite(b)
-            across = off & torch.isinf(b) & (torch.sign(b) == torch.sign(r)) & reach
-            if either is not None:
-                across = across | (off & like_alt(b))
-            crossed_t, stray_t = crossed_t + across.sum(), stray_t + (off & ~across).sum()
-        base_err, allowed, crossed, stray = torch.stack(
-            [err_t.amax(), allowed_t, crossed_t.to(f64), stray_t.to(f64)]).tolist()
-        if stray:
-            baseline_note = (f"a baseline is not finite where the reference is (e.g. it overflowed) at {int(stray)} "
-                             "element(s) away from the overflow threshold: fell back to the assert_close table")
-            base_err = None
-        elif crossed:
-            baseline_note = (f"a baseline rounded to inf across an overflow threshold at {int(crossed)} "
-                             "element(s) (not counted in baseline_err)")
+    base_err, baseline_note = None, ""
+    if baselines and dtype != torch.float64:
+        base_err, allowed, baseline_note = _baseline_error(rg, baselines, dtype, family)
     if base_err is not None:
         per_elem_allowed = torch.full_like(r, allowed)
         rule = f"err <= {ERROR_MULTIPLIER[family]:g} * baseline_err + floor"
     else:
         rtol, atol = ASSERT_CLOSE_TOLERANCES.get(dtype, ASSERT_CLOSE_TOLERANCES[torch.float32])
-        per_elem_allowed = atol + rtol * ref_abs
+        per_elem_allowed = atol + rtol * rg.ref_abs
         allowed = _finite_max(per_elem_allowed, regular)
         rule = f"|a - r| <= {atol:g} + {rtol:g} * |r| (assert_close table for {dtype})"
     # an inf output of the reference's sign is a correct rounding of any value within the allowance of the
     # reference that reaches the dtype's overflow threshold (Note [Non-finite values])
     overflowed = regular & torch.isinf(a) & (torch.sign(a) == torch.sign(r)) & \
-        (ref_abs + per_elem_allowed >= overflow_threshold(dtype))
-    if either is not None:
-        overflowed = overflowed | like_alt(a)
+        (rg.ref_abs + per_elem_allowed >= overflow_threshold(dtype))
+    if rg.either is not None:
+        overflowed = overflowed | rg.like_alt(a)
     nonfinite = regular & ~torch.isfinite(a) & ~overflowed
+    inf = torch.full((), float("inf"), dtype=torch.float64, device=actual.device)
     diff = torch.where(regular & ~overflowed & torch.isfinite(a), (a - r).abs(), zero)
-    diff = torch.where(nonfinite | (special & ~same_special), inf, diff)
+    diff = torch.where(nonfinite | (special & ~rg.same_special), inf, diff)
     err = float(diff.max())
     over = defined & ~(diff <= per_elem_allowed)  # NaN in diff or allowance: a mismatch, never a pass
     mismatched = int(over.sum())
@@ -320,34 +371,18 @@ def compare(
     ratios = torch.where(over & ~(ratios > 1.0), inf, ratios)
     worst = _argmax_index(ratios)
     ratio = float(ratios[worst])
-    rel = torch.where(defined, diff / ref_abs.clamp_min(1e-300), zero)
+    rel = torch.where(defined, diff / rg.ref_abs.clamp_min(1e-300), zero)
     abs_at, rel_at = _argmax_index(diff), _argmax_index(rel)
     greatest_rel = float(rel[rel_at])
     ok = mismatched == 0
     where = locate(worst) if locate is not None else {}
-    lines = []
+    lines = [f"Baseline: {baseline_note}"] if baseline_note else []
     if not ok:
-        lines = [
-            f"Tensor-likes are not close! ({what}, {dtype})",
-            "",
-            f"Mismatched elements: {mismatched} / {total} ({100.0 * mismatched / total:.1f}%)",
-            f"Greatest absolute difference: {err:.6g} at index {abs_at} "
-            f"(up to {float(per_elem_allowed[abs_at]):.6g} allowed)",
-            f"Greatest relative difference: {greatest_rel:.6g} at index {rel_at}",
-            f"Worst element: {ratio:.3g}x its allowance at index {worst}",
-            f"Rule: {rule}" + (f"; baseline_err={base_err:.6g}" if base_err is not None else ""),
-        ]
-        if baseline_note:
-            lines.append(f"Baseline: {baseline_note}")
-        n_bad = int(nonfinite.sum()) + int((special & ~same_special).sum())
-        if n_bad:
-            lines.append(f"Non-finite values where the reference is finite, or the reverse: {n_bad}")
-        if where:
-            lines.append("Where: " + ", ".join(f"{k}={v}" for k, v in where.items()))
-        if repro:
-            lines.append(f"Reproduce: {repro}")
-    elif baseline_note:
-        lines = [f"Baseline: {baseline_note}"]
+        lines = _failure_lines(what, dtype, mismatched=mismatched, total=total, err=err, abs_at=abs_at,
+                               allowed_at=float(per_elem_allowed[abs_at]), greatest_rel=greatest_rel, rel_at=rel_at,
+                               ratio=ratio, worst=worst, rule=rule, base_err=base_err, baseline_note=baseline_note,
+                               n_bad=int(nonfinite.sum()) + int((special & ~rg.same_special).sum()), where=where,
+                               repro=repro)
     return Comparison(ok, err, allowed, base_err, ratio, mismatched, total, worst, greatest_rel, rule,
                       "\n".join(lines), where)
 

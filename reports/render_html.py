@@ -10,14 +10,14 @@ from __future__ import annotations
 from kernel_oracle.reports import plots
 from kernel_oracle.reports._format import environment
 from kernel_oracle.reports.model import Result
-from kernel_oracle.reports.render_md import _context
+from kernel_oracle.reports.render_md import template_context
 from kernel_oracle.reports.templates import CSS, HTML
 
 __all__ = ["render_html"]
 
 
 def render_html(result: Result, *, with_plots: bool = True) -> str:
-    ctx = _context(result)
+    ctx = template_context(result)
     figures = {"ratios": None, "bench": None, "roofline": None}
     if with_plots:
         figures = {"ratios": plots.ratio_distribution_svg(result), "bench": plots.bench_speed_svg(result),

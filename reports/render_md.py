@@ -6,10 +6,11 @@ from kernel_oracle.reports._format import environment
 from kernel_oracle.reports.model import Result
 from kernel_oracle.reports.templates import MARKDOWN
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "template_context"]
 
 
-def _context(result: Result) -> dict:
+def template_context(result: Result) -> dict:
+    """What the Markdown and HTML templates render: the result and its tables, sorted for reading."""
     benches = sorted(result.benchmarks, key=lambda b: (b.op, b.shape, b.dtype, b.target))
     return {
         "r": result,
@@ -22,4 +23,4 @@ def _context(result: Result) -> dict:
 
 
 def render_markdown(result: Result) -> str:
-    return environment(markdown=True).from_string(MARKDOWN).render(**_context(result))
+    return environment(markdown=True).from_string(MARKDOWN).render(**template_context(result))

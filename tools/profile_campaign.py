@@ -32,14 +32,14 @@ def main(argv=None) -> int:
     from kernel_oracle.harness.device import configure_process
 
     configure_process(args.device)
-    from kernel_oracle.fuzz.campaign import run_campaign
+    from kernel_oracle.fuzz.campaign import CampaignConfig, run_campaign
 
     common = dict(target=args.target, op=args.op, device=args.device, progress=False, limits=args.limits,
                   isolate=False)
-    run_campaign(budget=args.warmup_cases, out_dir=tempfile.mkdtemp(), seed=1, **common)
+    run_campaign(CampaignConfig(budget=args.warmup_cases, out_dir=tempfile.mkdtemp(), seed=1, **common))
     prof = cProfile.Profile()
     prof.enable()
-    rec = run_campaign(time_s=args.seconds, out_dir=tempfile.mkdtemp(), seed=2, **common)
+    rec = run_campaign(CampaignConfig(time_s=args.seconds, out_dir=tempfile.mkdtemp(), seed=2, **common))
     prof.disable()
     c = rec["campaign"]
     print(f"{args.target} x {args.op} on {args.device}: {c['executed']} cases in {c['elapsed_s']} s "

@@ -38,13 +38,13 @@ def main(argv=None) -> int:
         return faithful_screen(args.findings, args.device, args.faithful_seeds)
 
     from kernel_oracle.fuzz.targets import resolve_target
-    from kernel_oracle.harness.check import _prepared_call, case_from_dict, execute, expected_outcome
+    from kernel_oracle.harness.check import prepared_call, case_from_dict, execute, expected_outcome
     from kernel_oracle.reference import lora as ref_lora
     from kernel_oracle.reference.tolerance import compare
 
     finding = json.loads(open(args.findings).readline())
     case = case_from_dict(finding["problem"])
-    call = _prepared_call(case, args.device)
+    call = prepared_call(case, args.device)
     inplace = call.inplace
     base = call.args[inplace].detach().clone() if inplace is not None else None
     expected = expected_outcome(case, args.device, call=call)
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     keep = ref_lora._Arith.round
     ref_lora._Arith.round = lambda self, t, dtype: t.to(dtype).to(self.compute) if self.faithful else t
     try:
-        unranged = expected_outcome(case, args.device, call=_prepared_call(case, args.device)).value
+        unranged = expected_outcome(case, args.device, call=prepared_call(case, args.device)).value
     finally:
         ref_lora._Arith.round = keep
     want, defined = expected.value, expected.defined
@@ -91,13 +91,13 @@ def faithful_screen(findings: str, device: str, seeds: int) -> int:
     on the finding's problem (the seed as found, then the next ones; the numbers differ by device)."""
     import dataclasses
 
-    from kernel_oracle.harness.check import Observed, _prepared_call, case_from_dict, expected_outcome, judge
+    from kernel_oracle.harness.check import Observed, prepared_call, case_from_dict, expected_outcome, judge
 
     case = case_from_dict(json.loads(open(findings).readline())["problem"])
     rejected = 0
     for shift in range(seeds):
         c = dataclasses.replace(case, problem=dataclasses.replace(case.problem, seed=case.problem.seed + shift))
-        call = _prepared_call(c, device)
+        call = prepared_call(c, device)
         expected = expected_outcome(c, device, call=call)
         if expected.kind != "result":
             print(f"seed {c.problem.seed}: no result is expected ({expected.exc_type}); skipped")

@@ -45,8 +45,9 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.targets import Target, unavailable
 
-from .registry import Target, register_target, unavailable
+from .registry import register_target
 
 __all__ = ["GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn", "GraphCacheHazard", "engine_graph_cache",
            "engine_versions",
@@ -108,9 +109,8 @@ def engine_graph_cache() -> Optional[dict]:
     Why: the guard must know exactly which graphs the engine holds.  Mirroring it from our side
     missed one: a call that raises after the engine has built and cached its graph (malformed
     offsets) was never remembered, so a later call with the same key and another layout replayed
-    the stale graph unguarded -- the H200 main jobs' F0003 (2026-11-30), which a fresh process
-    computes right (``benchmarks/repro_flashinfer_ragged_v.py``: error 0.0009 on the found layout;
-    in the same process a contiguous v after it gives inf)."""
+    the stale graph unguarded (a fresh process computes that layout right; after the raising call,
+    a contiguous v with the same key gives inf)."""
     try:
         from flashinfer.cudnn import prefill
     except Exception:  # noqa: BLE001 - no engine, no cache
@@ -289,7 +289,7 @@ ENGINES: dict = {}
 
 
 def flashinfer_cudnn_target(device):
-    """The Target (see fuzz.targets), or an unavailable one that says why."""
+    """The :class:`~kernel_oracle.harness.targets.Target`, or an unavailable one that says why."""
     name = "flashinfer-cudnn"
     dev = torch.device(device)
     if dev.type != "cuda":
@@ -326,4 +326,4 @@ def flashinfer_cudnn_target(device):
     return t
 
 
-register_target("flashinfer-cudnn", lambda spec, device: flashinfer_cudnn_target(device))
+register_target("flashinfer-cudnn", lambda spec, device, sources: flashinfer_cudnn_target(device))

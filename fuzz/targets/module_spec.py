@@ -11,11 +11,14 @@ from __future__ import annotations
 import inspect
 
 from kernel_oracle.harness.opinfo import entry_names
+from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
-from .registry import Target, entries_from, import_module, register_module_fallback, third_party, unavailable
+from .adapter import entries_from, import_module, third_party
+from .registry import register_target
 
-def _module_target(spec: str, device) -> Target:
-    module_name, _, attr = spec.partition(":")
+
+def _module_target(parsed: TargetSpec, device: str, sources: TargetSources) -> Target:
+    spec, module_name, attr = str(parsed), parsed.module, parsed.attr
     mod, why = import_module(module_name)
     if mod is None:
         return unavailable(spec, why)
@@ -48,4 +51,4 @@ def _module_target(spec: str, device) -> Target:
                         device=device)
 
 
-register_module_fallback(lambda spec, device: _module_target(spec, device))
+register_target("module", _module_target)

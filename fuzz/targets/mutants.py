@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
-from .registry import Target, register_prefix, unavailable
+from .registry import register_target
 from .triton import KERNELS_PACKAGE, kernels_target
 
 __all__ = ["CONTROLS", "MUTANTS", "Mutant", "MutantError", "Patch", "build_mutant", "get_mutant", "mutant_target"]
@@ -261,22 +262,23 @@ def build_mutant(name: str) -> str:
     return pkg
 
 
-def mutant_target(spec: str, device="cpu") -> Target:
+def mutant_target(spec: TargetSpec, device: str = "cpu", sources: TargetSources = TargetSources()) -> Target:
     """The :class:`Target` of ``mutant:<name>``."""
-    name = spec.split(":", 1)[1]
+    spec = TargetSpec.parse(spec)
+    name = spec.mutant
     try:
         pkg = build_mutant(name)
     except MutantError as exc:
-        return unavailable(spec, str(exc))
+        return unavailable(str(spec), str(exc))
     mutant = get_mutant(name)
     precision = None
     if mutant.precision is not None:
         precision = {op: mutant.precision for op in FAMILY_OPS[mutant.family]}
-    t = kernels_target(device, package=pkg, name=spec, precision=precision)
+    t = kernels_target(device, package=pkg, name=str(spec), precision=precision)
     if mutant.dtypes is not None:
         t.excluded_dtypes.update({d: f"mutant {name} is searched in {', '.join(mutant.dtypes)} only"
                                   for d in ("float16", "bfloat16", "float32") if d not in mutant.dtypes})
     return t
 
 
-register_prefix("mutant:", mutant_target)
+register_target("mutant", mutant_target)

@@ -10,7 +10,7 @@ Note [SGLang targets]
   standalone by the same loader as a wheel, and the record says which.  ``sglang`` adds the vision
   backend when it imports and builds (it needs CUDA and FlashInfer; the note says why not).
 * ``sglang==X.Y.Z`` / ``sglang-trt==X.Y.Z``: a published release without installing it; the wheel
-  comes from ``--sglang-wheel PATH|DIR`` (``$KERNEL_ORACLE_SGLANG_WHEEL``), the cache, or
+  comes from ``--sglang-wheel PATH|DIR`` (``TargetSources.sglang_wheel``), the cache, or
   ``pip download --no-deps``.  kv_b kernels only: the vision backend needs SGLang's runtime.
 
 The kv_b kernel files define the four split steps only (no fused q/v-side entry points): the target
@@ -24,16 +24,16 @@ from __future__ import annotations
 import re
 
 from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
-from .registry import (Target, entries_from, import_module, register_prefix, register_target, third_party,
-                       unavailable)
+from .adapter import entries_from, import_module, third_party
+from .registry import register_target
 from .sglang_wheel import (LoaderError, ReleaseFiles, find_wheel, installed_release, load_kernel_module,
                            locate_kernels, module_name, wheel_release)
 
-__all__ = ["release_target"]
+__all__ = ["release_target", "sglang_target"]
 
 _SGLANG_VISION = "sglang.srt.layers.attention.vision"
-_VARIANT = {"sglang": "default", "sglang-trt": "trt"}
 _VERSION = re.compile(r"\d+(\.\d+)*([.-]?(a|b|rc|post|dev)\d*)*")
 
 
@@ -100,33 +100,32 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
             notes["vision"] = why_v
     else:
         notes["vision"] = ("the vision backend needs SGLang's runtime and FlashInfer: install SGLang on a GPU "
-                           "machine and use --target sglang")
+                           "machine and use --targets sglang")
     t = third_party(name, entries, notes, triton_code=True, strict=False, precision=None, device=device)
     t.reason = how
     t.release = str(release.version)  # the known issues of this release apply (harness.known_issues)
     return t
 
 
-def _installed(spec: str, device) -> Target:
+def sglang_target(spec: TargetSpec, device: str, sources: TargetSources) -> Target:
+    """``sglang`` / ``sglang-trt``: the installed release; ``...==X.Y.Z``: the release's wheel (Note
+    [SGLang targets])."""
+    name = str(spec)
+    if spec.release is None:
+        try:
+            release = installed_release()
+        except LoaderError as exc:
+            return unavailable(name, str(exc))
+        return release_target(name, release, spec.variant, device, try_import=True, vision=(spec.name == "sglang"))
+    if not _VERSION.fullmatch(spec.release):
+        return unavailable(name, f"{name!r}: version {spec.release!r} is not a release number; pass e.g. "
+                                 f"{spec.name}==0.5.23")
     try:
-        release = installed_release()
+        release = wheel_release(find_wheel(spec.release, sources.sglang_wheel))
     except LoaderError as exc:
-        return unavailable(spec, str(exc))
-    return release_target(spec, release, _VARIANT[spec], device, try_import=True, vision=(spec == "sglang"))
+        return unavailable(name, str(exc))
+    return release_target(name, release, spec.variant, device)
 
 
-def _published(spec: str, device, wheel: str | None = None) -> Target:
-    base, _, version = spec.partition("==")
-    if not _VERSION.fullmatch(version):
-        return unavailable(spec, f"{spec!r}: version {version!r} is not a release number; pass e.g. {base}==0.5.23")
-    try:
-        release = wheel_release(find_wheel(version, wheel))
-    except LoaderError as exc:
-        return unavailable(spec, str(exc))
-    return release_target(spec, release, _VARIANT[base], device)
-
-
-register_target("sglang", _installed)
-register_target("sglang-trt", _installed)
-register_prefix("sglang==", _published)
-register_prefix("sglang-trt==", _published)
+register_target("sglang", sglang_target)
+register_target("sglang-trt", sglang_target)

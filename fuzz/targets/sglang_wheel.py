@@ -59,7 +59,6 @@ KNOWN_KERNEL_FILES = {
 ENTRY_MARK = "def step_a_q_fwd("
 # the helper files a kernel file may load from its own release (everything else is a stand-in)
 HELPER_FILE = "kernel_utils.py"
-WHEEL_ENV = "KERNEL_ORACLE_SGLANG_WHEEL"
 CACHE_ENV = "KERNEL_ORACLE_CACHE"
 PIP_TIMEOUT_S = 600
 
@@ -138,7 +137,7 @@ def installed_release() -> ReleaseFiles:
         dist = metadata.distribution("sglang")
     except metadata.PackageNotFoundError:
         raise LoaderError("SGLang is not installed here (pip install sglang, or test a published release "
-                          "without installing it: --target sglang==X.Y.Z)") from None
+                          "without installing it: --targets sglang==X.Y.Z)") from None
     files = {str(f).replace(os.sep, "/"): f for f in (dist.files or ())}
     if not files:
         raise LoaderError(f"sglang {dist.version} is installed without a RECORD of its files; reinstall it "
@@ -155,9 +154,8 @@ def installed_release() -> ReleaseFiles:
 
 
 def find_wheel(version: str, hint: Optional[str] = None, *, download: bool = True) -> Path:
-    """The wheel of ``sglang==version``: ``hint`` (or ``$KERNEL_ORACLE_SGLANG_WHEEL``), a file or a
-    directory; else the cache's ``wheels/``; else ``pip download --no-deps`` into it."""
-    hint = hint or os.environ.get(WHEEL_ENV)
+    """The wheel of ``sglang==version``: ``hint`` (``--sglang-wheel``), a file or a directory; else the
+    cache's ``wheels/``; else ``pip download --no-deps`` into it."""
     looked = []
     if hint:
         p = Path(hint).expanduser()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import torch
 
 from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
-from .registry import Target, register_target, unavailable
+from .registry import register_target
 
-def _torch_varlen(device) -> Target:
+
+def _torch_varlen(spec: TargetSpec, device: str, sources: TargetSources) -> Target:
     try:
         from torch.nn.attention.varlen import varlen_attn
     except Exception as exc:  # noqa: BLE001
@@ -49,5 +51,4 @@ def _torch_varlen(device) -> Target:
                   notes={op: "torch-varlen is a vision peer only" for op in FAMILY_OPS["lora"]})
 
 
-
-register_target("torch-varlen", lambda spec, device: _torch_varlen(device))
+register_target("torch-varlen", _torch_varlen)

@@ -35,8 +35,10 @@ from typing import Optional
 
 from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
-from .registry import Target, entries_from, import_module, register_target, unavailable
+from .adapter import entries_from, import_module
+from .registry import register_target
 
 KERNELS_PACKAGE = "kernel_oracle.kernels"
 # fp32 precisions of the vision entry point (kernels.vision.FP32_PRECISIONS)
@@ -87,4 +89,16 @@ def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton",
     return Target(name, entries, precision=precision, strict=True, poison=poison, notes=notes)
 
 
-register_target("triton", lambda spec, device: kernels_target(device))
+# the configuration ``triton@vision_fp32=ieee|tf32`` (Note [Precision of our kernels])
+VISION_FP32 = ("ieee", "tf32")
+
+
+def triton_target(spec: TargetSpec, device: str, sources: TargetSources) -> Target:
+    """``triton[@vision_fp32=ieee|tf32]``: our kernels, the vision kernel's fp32 products as configured."""
+    vision_fp32 = spec.option("vision_fp32")
+    if vision_fp32 is None:
+        return kernels_target(device, name=str(spec))
+    return kernels_target(device, name=str(spec), vision_fp32=vision_fp32)
+
+
+register_target("triton", triton_target, configuration={"vision_fp32": VISION_FP32})

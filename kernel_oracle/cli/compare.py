@@ -10,9 +10,11 @@ import argparse
 import json
 import sys
 
-from kernel_oracle.reports.compare import DEFAULT_MAX_RATIO_GROWTH, DEFAULT_MAX_SLOWDOWN, DEFAULT_RATIO_FLOOR, Thresholds, compare_results
+from kernel_oracle.cli import options
+from kernel_oracle.cli.options import finite_float
 from kernel_oracle.harness.schema import SchemaError
-from kernel_oracle.cli_errors import finite_float, one_line_errors
+from kernel_oracle.reports.compare import (DEFAULT_MAX_RATIO_GROWTH, DEFAULT_MAX_SLOWDOWN, DEFAULT_RATIO_FLOOR,
+                                           Thresholds, compare_results)
 
 __all__ = ["add_arguments", "main", "parse_fraction"]
 
@@ -42,7 +44,7 @@ def _ratio(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    one_line_errors(parser)
+    options.one_line_errors(parser)
     parser.add_argument("baseline", metavar="BASELINE", help="result record of the reference run (e.g. main's)")
     parser.add_argument("current", metavar="CURRENT", help="result record of the run under test")
     parser.add_argument("--max-ratio-growth", type=_factor, default=DEFAULT_MAX_RATIO_GROWTH, metavar="FACTOR",
@@ -52,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-slowdown", type=parse_fraction, default=DEFAULT_MAX_SLOWDOWN, metavar="FRACTION",
                         help=f"allowed growth of a benchmark's median time, 0.1 or 10%% "
                              f"(default {DEFAULT_MAX_SLOWDOWN:g})")
-    parser.add_argument("--json", metavar="PATH", default=None, help="also write the comparison as JSON ('-': stdout)")
+    options.add(parser, "json", help="also write the comparison as JSON ('-': stdout)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -67,17 +69,17 @@ def main(args: argparse.Namespace) -> int:
         return 2
     result = compare_results(baseline, current, thresholds)
     as_json = json.dumps(result.to_dict(), indent=1, default=str)
-    if args.json and args.json != "-":
+    if args.json_out and args.json_out != "-":
         # written before anything is printed: an unwritable path is a usage error (exit 2), never an
         # "OK" on stdout followed by a failure
         try:
-            with open(args.json, "w", encoding="utf-8") as fh:
+            with open(args.json_out, "w", encoding="utf-8") as fh:
                 fh.write(as_json)
         except OSError as exc:
-            print(f"kernel-oracle compare: error: cannot write --json {args.json}: {exc.strerror or exc}",
+            print(f"kernel-oracle compare: error: cannot write --json {args.json_out}: {exc.strerror or exc}",
                   file=sys.stderr)
             return 2
-    if args.json == "-":
+    if args.json_out == "-":
         print(as_json)
     else:
         sys.stdout.write(result.format_text(thresholds))

@@ -1,4 +1,4 @@
-"""``kernel-oracle selfcheck``: the references against independent formulations, and every contract.
+"""The references against independent formulations, and every contract (``kernel-oracle selfcheck``).
 
 Note [Selfcheck]
 ----------------
@@ -25,30 +25,16 @@ region, float; None for error rows), ``allowed`` (the error the rule allows; Non
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import random
-import sys
 from typing import Iterator
 
 import torch
 
-from kernel_oracle.cli_errors import one_line_errors
-
-__all__ = ["add_arguments", "main", "random_samples", "run_selfcheck", "summarize"]
+__all__ = ["random_samples", "run_selfcheck", "summarize"]
 
 _DTYPE_NAME = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
                torch.float64: "float64"}
-
-
-def _resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device={device!r} is invalid; the only valid values are cpu, cuda, auto")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but torch sees no CUDA device; pass --device cpu or --device auto")
-    return device
 
 
 def random_samples(info, dtype: torch.dtype, cases: int, seed: int) -> Iterator:
@@ -152,7 +138,9 @@ def run_selfcheck(device: str = "auto", cases: int = 2, seed: int = 0) -> list[d
 
     if isinstance(cases, bool) or not isinstance(cases, int) or cases < 0:
         raise ValueError(f"Expected cases to be a non-negative int but got cases={cases!r}")
-    device = _resolve_device(device)
+    from kernel_oracle.harness.device import resolve_device
+
+    device = resolve_device(device)
     rows: list[dict] = []
     for info in OP_DB.values():
         entry = info.reference
@@ -186,33 +174,3 @@ def summarize(rows: list[dict]) -> str:
     for r in failed:
         lines.append(f"FAILED {r['op']} {r['dtype']} {r['case']}: {r['message']}")
     return "\n".join(lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    one_line_errors(parser)
-    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
-                        help="where the references run (auto: cuda when available)")
-    parser.add_argument("--cases", type=int, default=2, metavar="N",
-                        help="random variations per (op, dtype) on top of the sample inputs (default 2)")
-    parser.add_argument("--seed", type=int, default=0, metavar="K", help="seed of the random variations")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Exit codes (SPEC.md): 0 every check passed, 1 a check failed, 2 usage error (one line),
-    3 interrupted or nothing checked."""
-    if args.cases < 0:
-        print(f"kernel-oracle selfcheck: error: --cases={args.cases} is invalid; pass 0 or more", file=sys.stderr)
-        return 2
-    try:
-        rows = run_selfcheck(args.device, args.cases, args.seed)
-    except ValueError as exc:
-        print(f"kernel-oracle selfcheck: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("kernel-oracle selfcheck: interrupted; no verdict", file=sys.stderr)
-        return 3
-    if not rows:
-        print("kernel-oracle selfcheck: nothing was checked", file=sys.stderr)
-        return 3
-    print(summarize(rows))
-    return 0 if all(r["passed"] for r in rows) else 1

@@ -57,10 +57,14 @@ def _encode(value, key: str, tensors: dict):
     raise ScriptError(f"{key} is a {type(value).__name__}, which a standalone script cannot rebuild")
 
 
-def _target_path(target, spec: str, op: str) -> tuple[str | None, str]:
+def _target_path(target, spec, op: str) -> tuple[str | None, str]:
     """(``module[:attr]`` the script imports, or None; a note for the script's header)."""
-    if ("." in spec.partition(":")[0] or ":" in spec) and not spec.startswith("mutant:"):
-        return spec, f"the target spec {spec!r}, resolved as kernel-oracle resolves module specs"
+    from kernel_oracle.harness.targets import TargetSpec
+
+    parsed = TargetSpec.parse(spec)
+    spec = str(parsed)
+    if parsed.kind == "module":
+        return parsed.base, f"the target spec {spec!r}, resolved as kernel-oracle resolves module specs"
     fn = target.entry(op)
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if not module or "<locals>" in qualname or "<lambda>" in qualname or module.startswith("kernels_mutant_"):

@@ -1,6 +1,6 @@
 """Print the contract table (:data:`reference.contracts.CONTRACTS`) as Markdown.
 
-``python -m kernel_oracle.contracts_doc`` writes the table that docs/reference.md includes, so the
+``python -m kernel_oracle.jobs.contracts_doc`` writes the table that docs/reference.md includes, so the
 documentation never restates a message by hand: upstream rows first (SGLang's exact text, in
 resolution order), then our strict rows, kept visibly apart.
 """

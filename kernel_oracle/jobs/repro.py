@@ -1,10 +1,10 @@
-"""``kernel-oracle repro``: re-run one saved finding (or a case given as JSON) against a target.
+"""One saved finding (or a case given as JSON) re-run against a target (``kernel-oracle repro``).
 
-``kernel-oracle repro DIR/cases/<id>.pt --target T`` loads the call's saved tensors (not a
+``kernel-oracle repro DIR/cases/<id>.pt --targets T`` loads the call's saved tensors (not a
 regeneration: the exact bytes the campaign used), computes the expected outcome with the reference,
 runs the target in this process and prints the verdict.  ``--case JSON`` rebuilds the call from the
 problem's seed instead (the form pytest failures print).  ``--emit-script DIR`` also writes a
-standalone reproduction (:mod:`kernel_oracle.repro_script`) that needs only torch and the target.
+standalone reproduction (:mod:`kernel_oracle.jobs.repro_script`) that needs only torch and the target.
 
 Note [Case files hold no code]
 ------------------------------
@@ -16,22 +16,17 @@ truncated or random file -- is refused with one line and exit code 2, before any
 The file written by campaigns (``fuzz/campaign.py``: ``torch.save`` of ``{"case", "entry", "args",
 "kwargs", "inplace", "target", "device"}``) loads unchanged; its shape is checked after loading
 (:func:`load_case_file`).
-
-Exit codes (SPEC.md): 1 the finding reproduces, 0 the target now passes, 2 usage or I/O error
-(one line, no traceback), 3 interrupted.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional
 
-from kernel_oracle.cli_errors import one_line_errors
-
-__all__ = ["ReproError", "SAFE_TYPES", "add_arguments", "load_case_file", "main", "reproduce"]
+__all__ = ["Reproduction", "ReproError", "SAFE_TYPES", "load_case", "load_case_file", "reproduce"]
 
 # what a weights-only load may build beyond tensors and plain data (Note [Case files hold no code])
 SAFE_TYPES = ("kernel_oracle.reference.batch_info.LoRABatchInfo",
@@ -40,18 +35,6 @@ SAFE_TYPES = ("kernel_oracle.reference.batch_info.LoRABatchInfo",
 
 class ReproError(ValueError):
     """A case file or argument that ``repro`` refuses (exit code 2, one line)."""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    one_line_errors(parser)
-    parser.add_argument("path", nargs="?", help="a saved case, DIR/cases/<id>.pt (or its .json)")
-    parser.add_argument("--case", default=None, help="the case as JSON ({'problem': ..., 'mutation': ...})")
-    parser.add_argument("--target", required=True, help="the target to run it on")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                        help="default: cuda when available, else cpu")
-    parser.add_argument("--emit-script", metavar="DIR", default=None,
-                        help="also write a standalone Python script and a weights-only tensor file to DIR "
-                             "that reproduce the finding with torch and the target alone")
 
 
 def _safe_types() -> list:
@@ -166,87 +149,56 @@ def load_case(*, path: str | None = None, case_json: str | None = None, device: 
     raise ReproError("pass a saved case path (DIR/cases/<id>.pt) or --case JSON")
 
 
-def _device(device: str | None) -> str:
-    import torch
-
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ReproError("--device cuda but torch sees no GPU; pass --device cpu")
-    from kernel_oracle.harness.device import configure_process
+def _device(device: str) -> str:
+    from kernel_oracle.harness.device import configure_process, resolve_device
 
     try:
+        device = resolve_device(device)
         configure_process(device)  # the target runs in this process: before any kernel import
-    except RuntimeError as exc:
+    except (ValueError, RuntimeError) as exc:
         raise ReproError(str(exc)) from None
     return device
 
 
-def _resolve(target: str, device: str):
-    from kernel_oracle.fuzz.targets import TargetError, resolve_target
+def _resolve(target, device: str, sglang_wheel: Optional[str]):
+    from kernel_oracle.fuzz.targets import TargetError, TargetSources, resolve_target
 
     try:
-        tgt = resolve_target(target, device)
+        tgt = resolve_target(target, device, sources=TargetSources(sglang_wheel=sglang_wheel))
     except TargetError as exc:
         raise ReproError(str(exc)) from None
     if not tgt.available:
-        raise ReproError(f"target {target!r} is unavailable: {tgt.reason}")
+        raise ReproError(f"target {str(target)!r} is unavailable: {tgt.reason}")
     return tgt
 
 
-def reproduce(*, target: str, path: str | None = None, case_json: str | None = None, device: str | None = None):
-    """(verdict, case) of one saved or given case on ``target``; :class:`ReproError` for bad input."""
-    verdict, case, _, _, _ = _reproduce(target=target, path=path, case_json=case_json, device=device)
-    return verdict, case
+@dataclass(frozen=True)
+class Reproduction:
+    """One re-run: the ``verdict`` of ``case`` on ``target`` (a resolved Target), the ``call`` it ran
+    and the ``expected`` outcome (what a standalone script needs)."""
+
+    verdict: Any
+    case: Any
+    call: Any
+    expected: Any
+    target: Any
 
 
-def _reproduce(*, target, path, case_json, device):
-    from kernel_oracle.harness.check import _prepared_call, execute, expected_outcome, judge
+def reproduce(*, target, path: str | None = None, case_json: str | None = None, device: str = "auto",
+              sglang_wheel: Optional[str] = None) -> Reproduction:
+    """Re-run one saved (``path``) or given (``case_json``) case on ``target`` (a spec string or
+    TargetSpec) in this process on ``device``; :class:`ReproError` (one line) for bad input."""
+    from kernel_oracle.harness.check import execute, expected_outcome, judge, prepared_call
 
     device = _device(device)
     case, call = load_case(path=path, case_json=case_json, device=device)  # refused files stop here
-    tgt = _resolve(target, device)
+    tgt = _resolve(target, device, sglang_wheel)
     if not tgt.has(case.op):
-        raise ReproError(f"target {target!r} has no entry point for op {case.op!r}; it has {sorted(tgt.entries)}")
+        raise ReproError(f"target {str(target)!r} has no entry point for op {case.op!r}; it has "
+                         f"{sorted(tgt.entries)}")
     if call is None:
-        call = _prepared_call(case, device)
+        call = prepared_call(case, device)
     expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call)
     observed = execute(tgt, case, device, call=call)
-    return judge(case, expected, observed, call=call, device=device), case, call, expected, tgt
-
-
-def main(args: argparse.Namespace) -> int:
-    if args.path is None and args.case is None:
-        print("kernel-oracle repro: error: pass DIR/cases/<id>.pt or --case JSON", file=sys.stderr)
-        return 2
-    if args.path is not None and args.case is not None:
-        print("kernel-oracle repro: error: pass a case file or --case JSON, not both", file=sys.stderr)
-        return 2
-    try:
-        verdict, case, call, expected, tgt = _reproduce(target=args.target, path=args.path, case_json=args.case,
-                                                        device=args.device)
-        written = None
-        if args.emit_script is not None:
-            from kernel_oracle.repro_script import ScriptError, emit_script
-
-            name = Path(args.path).stem if args.path else "case"
-            try:
-                written = emit_script(args.emit_script, name=name, case=case, call=call, expected=expected,
-                                      target=tgt, target_spec=args.target, verdict=verdict)
-            except ScriptError as exc:
-                raise ReproError(str(exc)) from None
-    except ReproError as exc:
-        print(f"kernel-oracle repro: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("kernel-oracle repro: interrupted; no verdict", file=sys.stderr)
-        return 3
-    print(f"case: {case!r}")
-    print(f"expected: {verdict.expected}")
-    if written is not None:
-        print(f"standalone script: {written[0]} (tensors: {written[1]}); run: python {written[0]}")
-    if verdict.ok:
-        print(f"PASS on {args.target}" + (f" (error ratio {verdict.ratio:.3g})" if verdict.ratio is not None else ""))
-        return 0
-    print(f"REPRODUCED [{verdict.kind}] on {args.target}:\n{verdict.message}")
-    return 1
+    verdict = judge(case, expected, observed, call=call, device=device)
+    return Reproduction(verdict, case, call, expected, tgt)

@@ -1,7 +1,7 @@
 """pytest plugin: ``--oracle-record PATH`` writes a result record (kind ``"pytest"``) of the run.
 
-Loaded by :mod:`kernel_oracle.pytest_plugin` (the ``pytest11`` entry point ``kernel_oracle``), or
-alone with ``-p kernel_oracle.pytest_record``.
+Loaded by :mod:`kernel_oracle.pytest.plugin` (the ``pytest11`` entry point ``kernel_oracle``), or
+alone with ``-p kernel_oracle.pytest.record``.
 
 Note [pytest records]
 ---------------------

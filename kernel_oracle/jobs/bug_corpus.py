@@ -30,7 +30,7 @@ from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, problem_f
 
 __all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "load_corpus", "load_entry", "run_entry"]
 
-CORPUS_DIR = Path(__file__).resolve().parent.parent / "corpus"
+CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus"  # the repository's corpus/ folder
 _FIELDS = {"id", "title", "upstream", "target", "device", "status", "buggy", "fixed", "expect", "message_contains",
            "cases"}
 _REQUIRED = _FIELDS - {"message_contains"}

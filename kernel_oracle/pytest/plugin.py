@@ -22,7 +22,7 @@ Options (group "kernel-oracle"), each with an ini twin for a project's pytest co
   ``TRITON_INTERPRET=1``).  Default: ``cuda`` when available, else ``cpu``, switching nothing.
 * ``--oracle-profile ci|dev|campaign|auto`` (ini ``oracle_profile``; default: none): loads our
   Hypothesis profile ``kernel-oracle-<name>`` unless ``--hypothesis-profile`` chose one.
-* ``--oracle-record PATH``: :mod:`kernel_oracle.pytest_record`, loaded from here.
+* ``--oracle-record PATH``: :mod:`kernel_oracle.pytest.record`, loaded from here.
 * ``--oracle-db redis://HOST:6379/N`` (ini ``oracle_db``): every property's Hypothesis example
   database is that Redis (``hypothesis.extra.redis.RedisExampleDatabase``; the ``cluster`` extra),
   shared by all pytest-xdist workers and machines: a failure found by one is replayed first by all.
@@ -62,8 +62,8 @@ from hypothesis import HealthCheck, Phase, settings
 __all__ = ["DEFAULT_TARGETS", "EXAMPLES", "PROFILE_PREFIX", "default_profile", "examples_for", "pin_xdist_worker",
            "selected_targets"]
 
-# --oracle-record lives in its own module (also usable alone: -p kernel_oracle.pytest_record)
-pytest_plugins = ["kernel_oracle.pytest_record"]
+# --oracle-record lives in its own module (also usable alone: -p kernel_oracle.pytest.record)
+pytest_plugins = ["kernel_oracle.pytest.record"]
 
 DEFAULT_TARGETS = ("reference", "triton")
 PROFILE_PREFIX = "kernel-oracle-"

@@ -15,19 +15,22 @@ import os
 import sys
 from pathlib import Path
 
-from kernel_oracle.cli_errors import one_line_errors
+from kernel_oracle.cli import options
 
-__all__ = ["add_arguments", "main", "kill_table"]
+__all__ = ["add_arguments", "kill_table", "main"]
+
+FAMILIES = ("lora", "vision")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    one_line_errors(parser)
+    options.one_line_errors(parser)
     parser.add_argument("names", nargs="*", metavar="MUTANT", help="mutants to check (default: all)")
-    parser.add_argument("--family", choices=("lora", "vision"), default=None)
+    options.add(parser, "families", deprecated=("--family",),
+                help="comma-separated families of the mutants to check (default lora,vision)")
     parser.add_argument("--max-examples", type=int, default=100, metavar="N",
                         help="examples per mutant before it counts as surviving (default 100)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None)
-    parser.add_argument("--json", dest="json_out", default=None, metavar="PATH", help="write the table as JSON")
+    options.add(parser, "device")
+    options.add(parser, "json", help="write the table as JSON")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
 
 
@@ -56,20 +59,17 @@ def _json_path_error(path: str) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import torch
+    from kernel_oracle.harness.device import configure_process, resolve_device
 
     def usage(msg: str) -> int:
         print(f"kernel-oracle mutants: error: {msg}", file=sys.stderr)
         return 2
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        return usage("--device cuda but torch sees no GPU; pass --device cpu")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    from kernel_oracle.harness.device import configure_process
-
     try:
+        families = options.parse_list(args.families, "--families", FAMILIES)
+        device = resolve_device(args.device)
         configure_process(device)  # before any kernel import
-    except RuntimeError as exc:
+    except (ValueError, RuntimeError) as exc:
         return usage(str(exc))
     from kernel_oracle.fuzz.mutant_check import check_mutant
     from kernel_oracle.fuzz.targets.mutants import MUTANTS, MutantError, get_mutant
@@ -79,8 +79,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{m.name:34} {m.family:7} {m.description}")
         return 0
     try:
-        names = [get_mutant(n).name for n in args.names] or [m.name for m in MUTANTS
-                                                            if args.family in (None, m.family)]
+        names = [get_mutant(n).name for n in args.names] or [m.name for m in MUTANTS if m.family in families]
     except MutantError as exc:
         return usage(str(exc))
     if args.max_examples < 1:

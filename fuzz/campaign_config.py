@@ -1,0 +1,140 @@
+"""What a fuzzing campaign is asked to do: one frozen :class:`CampaignConfig`, checked once.
+
+Note [Campaign config]
+----------------------
+Every caller of :func:`fuzz.campaign.run_campaign` (the ``fuzz`` command, the main job, cluster
+shards, the oracle's benchmark, the release matrix, tests) builds one :class:`CampaignConfig`; it
+validates itself when built (:class:`CampaignError`, one line naming the field and what to pass) and
+travels as it is: a cluster shard is ``dataclasses.replace(config, target=..., op=..., seed=...,
+out_dir=...)`` pickled to its Dask worker, and the SGLang wheel source (``sglang_wheel``, the
+``--sglang-wheel`` option) reaches the process that resolves the target inside it
+(:attr:`CampaignConfig.sources`), never through the environment.  The fields keep what the caller
+said; what a campaign derives from them (100 cases when neither ``budget`` nor ``time_s`` is given,
+the per-case timeout from ``time_s``) are properties, so a replaced field never leaves a stale
+derived one behind.  Run-time objects (a started worker, a shared example database) are not
+configuration: they are :func:`run_campaign`'s keyword arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from kernel_oracle.harness.opinfo import FAMILY_OF
+from kernel_oracle.harness.targets import TargetError, TargetSources, TargetSpec
+
+__all__ = ["CampaignConfig", "CampaignError", "DEFAULT_BUDGET", "MAX_CASE_TIMEOUT_S", "MIN_CASE_TIMEOUT_S",
+           "SHRINK_SLACK_S", "case_timeout_for"]
+
+# cases a campaign runs when given neither a budget nor a time
+DEFAULT_BUDGET = 100
+# seconds a time-boxed campaign may run past its time to finish shrinking a finding
+SHRINK_SLACK_S = 60.0
+# per-case timeout of a time-boxed campaign: half its time, within these bounds (seconds); an
+# interpreted tiny case takes well under a second, a first GPU compile a few seconds
+MIN_CASE_TIMEOUT_S = 5.0
+MAX_CASE_TIMEOUT_S = 120.0
+DEVICES = ("cpu", "cuda")
+
+
+class CampaignError(ValueError):
+    """A usage or I/O error of a campaign (exit code 2 in the CLI)."""
+
+
+def case_timeout_for(time_s: Optional[float]) -> float:
+    """The per-case timeout a campaign derives from its budget (seconds)."""
+    if time_s is None:
+        return MAX_CASE_TIMEOUT_S
+    return min(MAX_CASE_TIMEOUT_S, max(MIN_CASE_TIMEOUT_S, time_s / 2))
+
+
+def _finite_positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise CampaignError(f"Expected a positive finite number of seconds but got {name}={value!r}")
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    """One campaign (Note [Campaign config]).
+
+    ``target``: a spec string or :class:`~kernel_oracle.harness.targets.TargetSpec`; ``op``:
+    ``lora``, ``vision`` or one LoRA op name; ``out_dir``: where its state and records go (the same
+    directory resumes it).  ``budget``: cases to execute (shrinking included); ``time_s``:
+    wall-clock seconds; with neither, :data:`DEFAULT_BUDGET` cases.  ``limits``: the size preset of
+    :data:`fuzz.strategies.LIMITS` (None: :func:`fuzz.strategies.default_limits`).  ``isolate``: run
+    the target in a worker process (``False``: this process must already be in the device's Triton
+    mode).  ``case_timeout_s``: a case running longer is a hang (None: :func:`case_timeout_for`).
+    ``shrink_allowance``: cases a shrink may take past the budget (None: half the budget, at least
+    40).  ``shrink_slack_s``: how far past ``time_s`` a finding's shrinking may go.  ``warm_up_s``:
+    before the clock starts, let the worker compile the target's kernels for up to this long
+    (:mod:`harness.warmup`).  ``dtypes``: fuzz only these (a cluster shard; None: every dtype the
+    target supports).  ``upstream_contracts_only``: no malformed metadata.  ``progress``: a progress
+    bar.  ``sglang_wheel``: a wheel or a directory of wheels for ``sglang==X.Y.Z`` targets.
+    """
+
+    target: Union[str, TargetSpec]
+    op: str
+    out_dir: Union[str, Path]
+    budget: Optional[int] = None
+    time_s: Optional[float] = None
+    seed: int = 0
+    device: str = "cpu"
+    upstream_contracts_only: bool = False
+    progress: bool = True
+    limits: Optional[str] = None
+    isolate: bool = True
+    shrink_allowance: Optional[int] = None
+    case_timeout_s: Optional[float] = None
+    shrink_slack_s: float = SHRINK_SLACK_S
+    warm_up_s: Optional[float] = None
+    dtypes: Optional[tuple] = None
+    sglang_wheel: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "target", TargetSpec.parse(self.target))
+        except TargetError as exc:
+            raise CampaignError(str(exc)) from None
+        object.__setattr__(self, "out_dir", Path(self.out_dir))
+        object.__setattr__(self, "dtypes", tuple(self.dtypes) if self.dtypes else None)
+        if self.op not in FAMILY_OF:
+            raise CampaignError(f"op={self.op!r} is unknown; the only valid values are {sorted(FAMILY_OF)}")
+        budget = self.budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+            raise CampaignError(f"Expected a non-negative int but got budget={budget!r}")
+        if self.time_s is not None:
+            _finite_positive("time_s", self.time_s)
+        if self.case_timeout_s is not None:
+            _finite_positive("case_timeout_s", self.case_timeout_s)
+        if self.device not in DEVICES:
+            raise CampaignError(f"device={self.device!r} is invalid; the only valid values are 'cpu', 'cuda'")
+        slack = self.shrink_slack_s
+        if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not (math.isfinite(slack) and slack >= 0):
+            raise CampaignError(f"Expected a non-negative finite number of seconds but got shrink_slack_s={slack!r}")
+        if self.sglang_wheel is not None and not isinstance(self.sglang_wheel, str):
+            raise CampaignError(f"Expected sglang_wheel to be a path string or None but got "
+                                f"sglang_wheel={self.sglang_wheel!r}")
+
+    @property
+    def family(self) -> str:
+        """``lora`` or ``vision``."""
+        return FAMILY_OF[self.op]
+
+    @property
+    def case_budget(self) -> Optional[int]:
+        """Cases to execute: ``budget``, or :data:`DEFAULT_BUDGET` when no time is given either."""
+        if self.budget is None and self.time_s is None:
+            return DEFAULT_BUDGET
+        return self.budget
+
+    @property
+    def case_timeout(self) -> float:
+        """Seconds one case may take before it is a hang."""
+        return self.case_timeout_s if self.case_timeout_s is not None else case_timeout_for(self.time_s)
+
+    @property
+    def sources(self) -> TargetSources:
+        """Where the target's code comes from when it is not installed."""
+        return TargetSources(sglang_wheel=self.sglang_wheel)

@@ -1,0 +1,62 @@
+"""``kernel-oracle``: parse and dispatch (pytest-benchmark's cli.py shape).
+
+Each subcommand is one module of this package exposing ``add_arguments(parser)`` and
+``main(args) -> int``; it parses and prints, and the work itself lives in :mod:`kernel_oracle.jobs`,
+:mod:`kernel_oracle.fuzz` or :mod:`kernel_oracle.reports`.  Shared options are defined once in
+:mod:`.options` (Note [Options]).  Exit codes (SPEC.md, every subcommand): 0 clean (no new
+findings; known upstream issues do not count), 1 new findings or regressions, 2 usage or I/O error
+(one line), 3 interrupted or incomplete (a part could not run, nothing was tested).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional, Sequence
+
+from kernel_oracle._version import __version__
+from kernel_oracle.cli.options import one_line_errors
+
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+
+# name -> one-line help; the module is kernel_oracle.cli.<name>, imported when the parser is built, so
+# it must import lightly (no Triton at module level)
+SUBCOMMANDS = {
+    "run": "the main job: differential suite + fuzz campaign + report",
+    "selfcheck": "differential run of the references against independent formulations",
+    "fuzz": "run a fuzzing campaign against a target",
+    "mutants": "check that the suite kills planted kernel bugs",
+    "repro": "re-run one saved finding",
+    "report": "render a result file to Markdown and HTML",
+    "compare": "compare two result files; non-zero exit on a regression",
+    "bench": "measure the oracle itself: campaign cases/s, the main job's fuzz cases",
+    "matrix": "several releases side by side: each finding bucket per release",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernel-oracle", description="differential testing of SGLang's kv_b LoRA "
+                                     "and vision-attention kernels against float64 oracles")
+    one_line_errors(parser)  # e.g. unrecognized arguments: one line, exit 2
+    parser.add_argument("--version", action="version", version=f"kernel-oracle {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in SUBCOMMANDS.items():
+        module = importlib.import_module(f"{__name__}.{name}")
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_main=module.main)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_main", None):
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args._main(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""``kernel-oracle bench``: how fast the oracle itself is (:mod:`kernel_oracle.jobs.bench`, Note
+[Benchmarking the oracle]).
+
+Exit 0 when everything ran, 1 when a campaign or the main job failed, 2 on usage errors (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kernel_oracle.cli import options
+
+__all__ = ["add_arguments", "main"]
+
+DEFAULT_TARGETS = "triton,reference"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
+    options.add(parser, "device")
+    options.add(parser, "targets", help=f"target specs to measure (default {DEFAULT_TARGETS}); "
+                                        + options.OPTIONS["targets"][1]["help"])
+    options.add(parser, "families")
+    options.add(parser, "time", deprecated=("--seconds",), default=20.0,
+                help="timed seconds of each target x family campaign (default 20)")
+    options.add(parser, "limits", default="tiny",
+                help="size preset of the timed campaigns (fuzz.strategies.LIMITS; default tiny: small shapes)")
+    parser.add_argument("--warmup-cases", type=int, default=10, metavar="N",
+                        help="cases of the untimed warm-up campaign per target x family (default 10; 0: none)")
+    options.add(parser, "warm_up", deprecated=("--warm-up-s",),
+                help="seconds the worker may spend on its untimed warm-up per target before the first campaign "
+                     "(harness.warmup: our LoRA kernels' variants compiled in parallel on CUDA); default 300 on "
+                     "CUDA, none on the CPU; 0: none")
+    options.argument(parser, "--main-time", deprecated=("--main-budget",), dest="main_time",
+                     type=options.non_negative_seconds, default=120.0, metavar="S",
+                     help="--time of the measured main job (default 120; 0: do not run it)")
+    options.add(parser, "seed")
+    options.add(parser, "out", default="reports/out/oracle-bench.json", metavar="FILE",
+                help="where the record goes (default reports/out/oracle-bench.json)")
+    options.add(parser, "quiet", help="no progress lines")
+
+
+def _usage(text: str) -> int:
+    print(f"kernel-oracle bench: error: {text}", file=sys.stderr)
+    return 2
+
+
+def main(args: argparse.Namespace) -> int:
+    from kernel_oracle.harness.device import resolve_device
+    from kernel_oracle.harness.schema import save
+    from kernel_oracle.harness.targets import parse_target_list
+    from kernel_oracle.jobs.bench import DEFAULT_WARM_UP_S, FAMILIES, run_bench
+
+    try:
+        device = resolve_device(args.device)
+        targets = args.targets or parse_target_list(DEFAULT_TARGETS)
+        families = options.parse_list(args.families, "--families", FAMILIES)
+        warm_up_s = args.warm_up_s if args.warm_up_s is not None else DEFAULT_WARM_UP_S if device == "cuda" else 0.0
+        if args.warmup_cases < 0:
+            raise ValueError(f"--warmup-cases {args.warmup_cases}: pass a non-negative number of cases")
+        out = Path(args.out)
+        if out.is_dir():
+            raise ValueError(f"--out {out}: is a directory; pass a file name")
+    except ValueError as exc:
+        return _usage(str(exc))
+    record = run_bench(device=device, targets=targets, families=families, seconds=args.time_s, limits=args.limits,
+                       warmup_cases=args.warmup_cases, main_budget=args.main_time, seed=args.seed, quiet=args.quiet,
+                       warm_up_s=warm_up_s)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save(record, out, overwrite=True)
+    except OSError as exc:
+        return _usage(f"--out {out}: cannot write there ({exc.strerror or exc})")
+    bench = record["summary"]["oracle_bench"]
+    for row in bench["campaigns"]:
+        print(f"{row['target']} x {row['family']}: {row['cases_per_s']} cases/s ({row['cases']} cases, "
+              f"{row['seconds']}s, limits {row['limits']})")
+    if bench["main_job"]:
+        mj = bench["main_job"]
+        print(f"main job ({mj['command']}): {mj.get('fuzz_cases')} fuzz cases, {mj.get('cases')} cases, "
+              f"exit {mj['exit_code']}")
+    print(f"record: {out}")
+    return 1 if bench["failed"] else 0

@@ -1,0 +1,205 @@
+"""``kernel-oracle fuzz``: run (or resume) a fuzzing campaign against one target.
+
+Exit codes (SPEC.md): 0 cases ran and found nothing new (every finding, if any, is a known upstream
+issue of ``harness/known_issues.toml``), 1 new findings, 2 usage or I/O error (one line: a
+bad option, ``--out`` a file or unwritable or held by another campaign, a target that cannot run
+this op here), 3 interrupted (SIGTERM / SIGINT: state saved, rerun to resume) or nothing tested.
+The library API is :func:`fuzz.campaign.run_campaign` of a :class:`fuzz.campaign_config.CampaignConfig`;
+this module only parses and prints.  ``--gpus N|all`` / ``--scheduler tcp://HOST:8786`` run the
+campaign as shards on a Dask cluster (:mod:`fuzz.cluster`, the optional ``cluster`` extra; then
+``--targets`` may name several targets); ``--db redis://HOST:6379/N`` shares one Hypothesis example
+database (and the findings' cases) between all campaigns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kernel_oracle.cli import options
+
+__all__ = ["add_arguments", "finding_line", "main"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kernel_oracle.harness.opinfo import FAMILY_OF
+
+    options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
+    options.add(parser, "targets", deprecated=("--target",), required=True,
+                help="the target spec (several, comma-separated, with --gpus/--scheduler); "
+                     + options.OPTIONS["targets"][1]["help"])
+    options.add(parser, "op", required=True, choices=sorted(FAMILY_OF))
+    amount = parser.add_mutually_exclusive_group()
+    options.add(amount, "budget", help="cases to execute, shrinking included (default 100)")
+    options.add(amount, "time", help="seconds to run")
+    parser.add_argument("--case-timeout", dest="case_timeout_s", type=options.positive_seconds, default=None,
+                        metavar="S", help="seconds one case may run before it is a hang (default: half of --time, "
+                                          "between 5 and 120; 120 with --budget)")
+    options.add(parser, "seed")
+    options.add(parser, "device")
+    options.add(parser, "out", required=True, help="output directory; rerunning with the same DIR resumes the campaign")
+    parser.add_argument("--upstream-contracts-only", action="store_true",
+                        help="generate no malformed metadata (for targets without strict validation, e.g. sglang)")
+    options.add(parser, "limits")
+    parser.add_argument("--no-isolate", dest="isolate", action="store_false",
+                        help="run the target in this process (faster start; a crash or hang ends the campaign)")
+    options.add(parser, "quiet", deprecated=("--no-progress",), help="no progress bar")
+    options.add(parser, "gpus")
+    options.add(parser, "scheduler")
+    options.add(parser, "db", help="one Hypothesis example database in Redis shared by every worker: a failure "
+                                   "found by one is replayed by all")
+    parser.add_argument("--seeds", type=options.positive_int, default=1, metavar="K",
+                        help="with --gpus/--scheduler: K shards per target x op x dtype, seeds SEED..SEED+K-1")
+    parser.add_argument("--dtypes", default=None, metavar="LIST",
+                        help="with --gpus/--scheduler: one shard per dtype of LIST (default: one shard for all)")
+    options.add(parser, "triton_cache")
+    options.add(parser, "warm_up", help="before the clock starts, let the worker warm the target up for up to S "
+                                        "seconds (harness.warmup: on CUDA our LoRA kernels' variants compile in "
+                                        "parallel); default none")
+    options.add(parser, "sglang_wheel")
+
+
+def finding_line(f: dict) -> str:
+    """The console lines of one finding record: ``FINDING`` (new) or ``KNOWN`` (a known upstream issue,
+    with its id and link), its bucket's count, first message line and repro command."""
+    count = f.get("count", 1)
+    head = "KNOWN" if f.get("known") else "FINDING"
+    text = (f"{head} {f['id']} [{f['kind']}] {f['op']} {f.get('dtype', '-')} {f.get('shape_class', '-')}"
+            + (f" ({count} failing cases)" if isinstance(count, int) and count > 1 else "")
+            + f": {f['message'].splitlines()[0] if f['message'] else ''}")
+    if f.get("known"):
+        text += f"\n  known upstream issue {f['known']}: {f.get('upstream')}"
+    return text + f"\n  repro: {f['repro']}"
+
+
+def _error(text: str, code: int = 2) -> int:
+    print(f"kernel-oracle fuzz: {text}", file=sys.stderr)
+    return code
+
+
+def _config(args: argparse.Namespace, target, device: str):
+    """The campaign configuration of ``args`` for ``target`` (the first shard's, on a cluster)."""
+    from kernel_oracle.fuzz.campaign_config import CampaignConfig
+
+    return CampaignConfig(target=target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
+                          device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
+                          progress=not args.quiet, limits=args.limits, isolate=args.isolate,
+                          case_timeout_s=args.case_timeout_s, warm_up_s=args.warm_up_s or None,
+                          sglang_wheel=args.sglang_wheel)
+
+
+def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
+    """``--gpus`` / ``--scheduler``: the shards of ``--targets`` x op x dtype x seed."""
+    from kernel_oracle.fuzz.campaign_config import CampaignError
+    from kernel_oracle.fuzz.cluster import ClusterError, plan_shards, run_cluster
+    from kernel_oracle.fuzz.strategies import ALL_DTYPES
+    from kernel_oracle.harness.device import resolve_device
+    from kernel_oracle.harness.opinfo import FAMILY_OF, FAMILY_OPS
+
+    try:
+        dtypes = options.parse_list(args.dtypes, "--dtypes", ALL_DTYPES) if args.dtypes else None
+        # the shards run on the cluster's workers: this machine needs no GPU for --device cuda
+        device = "cuda" if cluster["gpus"] and args.device == "auto" else resolve_device(args.device, here=False)
+    except ValueError as exc:
+        return _error(f"error: {exc}")
+    family_ops = FAMILY_OPS.get(args.op)
+    ops = list(family_ops) if family_ops and all(o in FAMILY_OF for o in family_ops) else [args.op]
+    shards = plan_shards(args.targets, ops, dtypes, range(args.seed, args.seed + args.seeds))
+    try:
+        record = run_cluster(shards, _config(args, shards[0].target, device), gpus=cluster["gpus"],
+                             scheduler=cluster["scheduler"], db_url=cluster["db"], log=None if args.quiet else print)
+    except (ClusterError, CampaignError) as exc:
+        return _error(f"error: {exc}")
+    except OSError as exc:  # an unreachable scheduler or Redis
+        return _error(f"error: cannot reach the cluster: {exc}")
+    cases = sum(g["cases"] for g in record["groups"])
+    camp = record.get("campaign") or {}
+    print(f"{len(shards)} shards, {cases} cases, {len(record['findings'])} findings (bucketed)"
+          + (f"; {camp['wall_s']:.1f}s wall, {camp['cases_per_s']:.1f} cases/s" if camp.get("wall_s") else ""))
+    for note in record.get("notes", []):
+        print(f"  note: {note}")
+    for f in record["findings"]:
+        print(finding_line(f))
+    print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl; shards: {args.out}/shards/")
+    if any(not f.get("known") for f in record["findings"]):
+        return 1
+    return 0 if cases else _error("tested nothing: no case ran (exit 3)", 3)
+
+
+def _prepare(args: argparse.Namespace):
+    """``(cluster settings or None, device, shared example database or None)``; ``ValueError`` (one
+    line) for a usage error."""
+    from kernel_oracle.harness.device import configure_process, resolve_device, use_triton_cache
+
+    if args.triton_cache is not None:
+        use_triton_cache(args.triton_cache)
+    cluster = options.cluster_settings(args)
+    if cluster is not None:
+        return cluster, None, None
+    if len(args.targets) != 1:
+        raise ValueError(f"--targets names {len(args.targets)} targets; a campaign fuzzes one (pass --gpus or "
+                         "--scheduler to run several as shards)")
+    device = resolve_device(args.device)
+    database = None
+    if args.db:
+        from kernel_oracle.fuzz.cluster import open_database
+        from kernel_oracle.harness.opinfo import FAMILY_OF
+
+        database = open_database(args.db, str(args.targets[0]), FAMILY_OF[args.op])
+    if not args.isolate:
+        try:
+            configure_process(device)  # the target runs here: before any kernel import
+        except RuntimeError as exc:
+            raise ValueError(str(exc)) from None
+    return None, device, database
+
+
+def _print_campaign(args: argparse.Namespace, record: dict) -> int:
+    """Print one campaign's record; the exit code."""
+    t = record["targets"][0] if record["targets"] else {}
+    camp = record["campaign"]
+    if not t.get("available", True) or not camp["ops"]:
+        for note in record.get("notes", []):
+            _error(note)
+        return 2
+    print(f"{camp['target']} {args.op}: {camp['executed']} cases in {camp['elapsed_s']:.1f}s "
+          f"(precision {t.get('precision')}; dtypes {', '.join(camp['dtypes'])})")
+    for note in record.get("notes", []):
+        print(f"  note: {note}")
+    for g in record["groups"]:
+        bad = {k: v for k, v in g["findings"].items() if v}
+        print(f"  {g['op']:>13} {g['dtype']:>9} {g['shape_class']:>13}: {g['passes']}/{g['cases']} passed"
+              + (f", findings {bad}" if bad else "")
+              + (f", max error ratio {g['error_ratio']['max']:.3g}" if g["error_ratio"]["max"] is not None else ""))
+    for f in record["findings"]:
+        print(finding_line(f))
+    print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl")
+    if any(not f.get("known") for f in record["findings"]):
+        return 1
+    if record["findings"]:
+        print(f"all {len(record['findings'])} findings are known upstream issues (harness/known_issues.toml)")
+    if record["summary"].get("status") == "incomplete":
+        return _error(f"incomplete: {record['notes'][-1]} (exit 3)", 3)
+    if camp["executed"] == 0:
+        return _error("tested nothing: no case ran (exit 3)", 3)
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        cluster, device, database = _prepare(args)
+    except ValueError as exc:  # ClusterError and TargetError too: no redis package, a bad URL, no GPU
+        return _error(f"error: {exc}")
+    if cluster is not None:
+        return _cluster_main(args, cluster)
+    from kernel_oracle.fuzz.campaign import CampaignError, CampaignInterrupted, run_campaign
+
+    try:
+        record = run_campaign(_config(args, args.targets[0], device), database=database)
+    except CampaignError as exc:
+        return _error(f"error: {exc}")
+    except CampaignInterrupted as exc:
+        n = len((exc.record or {}).get("findings") or [])
+        return _error(f"interrupted by {exc.signame} after {exc.executed} cases ({n} findings); state saved in "
+                      f"{args.out}; rerun the same command to resume", 3)
+    return _print_campaign(args, record)

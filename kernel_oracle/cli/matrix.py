@@ -1,0 +1,93 @@
+"""``kernel-oracle matrix``: several releases side by side, each finding bucket per release
+(:mod:`kernel_oracle.jobs.matrix`, Note [Release matrix]).
+
+Exit codes (SPEC.md): 0 nothing found anywhere and every corpus entry as recorded; 1 findings, or a
+corpus entry that does not fail on a buggy release or does not pass on a fixed one; 2 usage error;
+3 nothing tested (every target unavailable or no case ran).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kernel_oracle.cli import options
+
+__all__ = ["add_arguments", "main"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
+    options.add(parser, "targets", deprecated=("--target",), required=True,
+                help="a target per release, comma-separated or repeated: sglang==X.Y.Z, sglang-trt==X.Y.Z (or any "
+                     "spec)")
+    options.add(parser, "op", default="lora", help="lora, vision or one LoRA op (default lora)")
+    amount = parser.add_mutually_exclusive_group()
+    options.add(amount, "time", help="seconds of fuzzing per target (default 60)")
+    options.add(amount, "budget", help="cases per target instead of --time")
+    options.add(parser, "seed", help="the same seed for every release")
+    options.add(parser, "device")
+    options.add(parser, "out", default="reports/matrix",
+                help="writes DIR/matrix.{json,md,html}; campaigns go under DIR/runs/<UTC time>/")
+    options.add(parser, "sglang_wheel")
+    parser.add_argument("--corpus", default=None, metavar="DIR", help="the real-bug corpus (default: corpus/)")
+    parser.add_argument("--no-corpus", action="store_true", help="campaigns only")
+    parser.add_argument("--with-malformed", dest="upstream_contracts_only", action="store_false",
+                        help="also generate malformed metadata (off by default: released kernels implement no "
+                             "strict validation, so every release would show the same validation gaps)")
+    options.add(parser, "quiet", deprecated=("--no-progress",), help="no progress bars")
+
+
+def _error(text: str, code: int = 2) -> int:
+    print(f"kernel-oracle matrix: {text}", file=sys.stderr)
+    return code
+
+
+def _print(record: dict) -> None:
+    specs = [r["spec"] for r in record["release_matrix"]["releases"]]
+    for row in record["release_matrix"]["rows"]:
+        cells = ", ".join(f"{s}: {row['counts'].get(s, '-')}" for s in specs)
+        print(f"  {row['bucket']}: {cells}; introduced in {row['introduced_in'] or '-'}, fixed in "
+              f"{row['fixed_in'] or '-'}")
+
+
+def main(args: argparse.Namespace) -> int:
+    from kernel_oracle.harness.device import configure_process, resolve_device
+
+    names = [str(s) for s in args.targets]
+    if len(set(names)) != len(names):
+        return _error(f"error: --targets names a target twice ({names}); pass each release once")
+    try:
+        device = resolve_device(args.device)
+        configure_process(device)  # the corpus runs here: before any kernel import
+    except (ValueError, RuntimeError) as exc:
+        return _error(f"error: {exc}")
+    from kernel_oracle.fuzz.campaign import CampaignError, CampaignInterrupted
+    from kernel_oracle.jobs.bug_corpus import CorpusError, load_corpus
+    from kernel_oracle.jobs.matrix import run_matrix, runs_dir
+
+    try:
+        entries = [] if args.no_corpus else load_corpus(args.corpus)
+    except CorpusError as exc:
+        return _error(f"error: {exc}")
+    campaigns = runs_dir(args.out)
+    try:
+        record = run_matrix(args.targets, entries=entries, op=args.op, budget=args.budget, time_s=args.time_s,
+                            seed=args.seed, device=device, out=args.out, campaigns_dir=campaigns, quiet=args.quiet,
+                            upstream_contracts_only=args.upstream_contracts_only, sglang_wheel=args.sglang_wheel,
+                            log=lambda text: print(text, file=sys.stderr))
+    except CampaignError as exc:
+        return _error(f"error: {exc}")
+    except CampaignInterrupted as exc:
+        during = ((exc.record or {}).get("campaign") or {}).get("target")
+        return _error(f"interrupted by {exc.signame}" + (f" during {during}" if during else "")
+                      + f"; campaigns are under {campaigns}", 3)
+    _print(record)
+    print(f"report: {Path(args.out) / 'matrix.md'}, {Path(args.out) / 'matrix.html'}")
+    releases = record["release_matrix"]["releases"]
+    if not any(r["available"] and r["cases"] for r in releases):
+        return _error("tested nothing: no target was available or ran a case (exit 3)", 3)
+    corpus = record["release_matrix"]["corpus"]
+    bad_corpus = any(r["as_expected"] is False for c in corpus for r in c["results"].values())
+    return 1 if record["findings"] or bad_corpus else 0

@@ -1,0 +1,209 @@
+"""Every shared command-line option, defined once; usage errors in one line.
+
+Note [Options]
+--------------
+One concept has one name in every subcommand: ``--time`` (seconds), ``--targets`` (comma-separated
+target specs, :func:`kernel_oracle.harness.targets.parse_target_list`; the option may also be
+repeated), ``--device auto|cpu|cuda``, ``--quiet``, ``--out``, ``--seed``, ``--op``, ``--budget``,
+``--limits``, ``--families``, ``--warm-up``, ``--triton-cache``, ``--sglang-wheel``, ``--gpus``,
+``--scheduler``, ``--db``, ``--json``.  :data:`OPTIONS` holds each one's flag, type and default;
+a subcommand adds it with :func:`add`, overriding only what differs there (its help, default or
+whether it is required).  An option only one subcommand has is defined in that subcommand's module.
+
+A spelling a subcommand used before (``--target``, ``--time-budget``, ``--seconds``,
+``--no-progress``, ...) is passed to :func:`add` as ``deprecated``: it still works, prints one line
+on stderr (``kernel-oracle fuzz: --target is deprecated; pass --targets``) and is left out of the
+help and of usage errors, which name the current spelling.
+
+Usage errors (SPEC.md: exit 2, one line, no traceback): :func:`one_line_errors` makes a parser
+print ``kernel-oracle CMD: error: ...`` and a pointer to ``--help`` instead of argparse's usage block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import NoReturn, Optional
+
+from kernel_oracle.harness.device import DEVICE_CHOICES
+
+__all__ = ["LIMIT_PRESETS", "OPTIONS", "add", "argument", "cluster_settings", "finite_float", "non_negative_seconds",
+           "one_line_errors", "parse_list", "positive_int", "positive_seconds"]
+
+# the size presets of kernel_oracle.fuzz.strategies.LIMITS (kept literal: building the parser imports no Hypothesis)
+LIMIT_PRESETS = ("tiny", "small", "gpu", "full")
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` report usage errors as one line on stderr, exit code 2."""
+
+    def error(message: str) -> NoReturn:
+        text = " ".join(str(message).split())
+        sys.stderr.write(f"{parser.prog}: error: {text} (see {parser.prog} --help)\n")
+        sys.exit(2)
+
+    parser.error = error  # type: ignore[method-assign]
+
+
+def finite_float(text: str, what: str = "a number") -> float:
+    """An argparse type: ``float(text)``, refusing NaN and infinities with the reason (they compare
+    false with every bound, so a NaN budget never ends and a NaN threshold never fires)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what} but got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {what} but got {text!r}: only finite values (NaN and infinities "
+                                         "are refused)")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds."""
+    value = finite_float(text, "a positive, finite number of seconds")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds but got {text!r}")
+    return value
+
+
+def non_negative_seconds(text: str) -> float:
+    """An argparse type: a non-negative, finite number of seconds (0: none)."""
+    value = finite_float(text, "a non-negative, finite number of seconds")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative, finite number of seconds but got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (a run of no cases tests nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer but got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 case but got {text!r}; a campaign of no cases "
+                                         "tests nothing")
+    return value
+
+
+def parse_list(value: str, name: str, allowed: Optional[tuple] = None) -> list[str]:
+    """The items of a comma-separated option value; ``ValueError`` naming the option when it names
+    nothing or an item outside ``allowed``."""
+    items = [v.strip() for v in str(value).split(",") if v.strip()]
+    if not items:
+        raise ValueError(f"{name} {value!r} names nothing; pass a comma-separated list")
+    bad = [v for v in items if allowed is not None and v not in allowed]
+    if bad:
+        raise ValueError(f"{name} {value!r}: {bad} unknown; the only valid values are {list(allowed)}")
+    return items
+
+
+class _TargetList(argparse.Action):
+    """``--targets a,b`` (or repeated): appends the parsed specs to the list."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from kernel_oracle.harness.targets import TargetError, parse_target_list
+
+        try:
+            specs = parse_target_list(values)
+        except TargetError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        if not specs:
+            raise argparse.ArgumentError(self, f"{values!r} names no target; pass a comma-separated list of specs")
+        setattr(namespace, self.dest, list(getattr(namespace, self.dest, None) or []) + specs)
+
+
+class _Deprecated:
+    """Mixed into an option's action when it keeps old spellings: those print a one-line hint (once
+    per command line, however often the old spelling is repeated)."""
+
+    deprecated: tuple = ()
+    _hinted = None  # the namespace of the command line that got the hint
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string in self.deprecated and self._hinted is not namespace:
+            self._hinted = namespace
+            sys.stderr.write(f"{parser.prog}: {option_string} is deprecated; pass {self.option_strings[0]}\n")
+        super().__call__(parser, namespace, values, option_string)  # type: ignore[misc]
+
+
+_TARGETS_HELP = ("comma-separated target specs: reference, triton, sglang, sglang-trt, sglang==X.Y.Z, "
+                 "sglang-trt==X.Y.Z, torch-varlen, flashinfer-cudnn, mutant:NAME or package.module[:attr], each "
+                 "optionally with @key=value[,key=value...] (e.g. triton@vision_fp32=tf32)")
+
+# name -> (flags, argparse keywords); a subcommand overrides what differs there
+OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
+    "out": (("--out",), dict(metavar="DIR", help="output directory")),
+    "seed": (("--seed",), dict(type=int, default=0, metavar="K", help="random seed")),
+    "device": (("--device",), dict(choices=DEVICE_CHOICES, default="auto",
+                                   help="auto: the GPU if torch sees one, else the CPU (Triton kernels under the "
+                                        "interpreter)")),
+    "time": (("--time",), dict(dest="time_s", type=positive_seconds, default=None, metavar="S",
+                               help="wall-clock seconds")),
+    "budget": (("--budget",), dict(type=positive_int, default=None, metavar="N",
+                                   help="cases to execute, shrinking included")),
+    "targets": (("--targets",), dict(dest="targets", action=_TargetList, default=None, metavar="SPEC[,SPEC...]",
+                                     help=_TARGETS_HELP)),
+    "quiet": (("--quiet",), dict(action="store_true", help="no progress output")),
+    "op": (("--op",), dict(metavar="OP", help="lora, vision or one LoRA op (step_a_q ... v_side_fused)")),
+    "families": (("--families",), dict(default="lora,vision", metavar="LIST",
+                                       help="comma-separated op families (default lora,vision)")),
+    "limits": (("--limits",), dict(choices=LIMIT_PRESETS, default=None,
+                                   help="problem sizes (default: tiny for interpreted Triton, small for the CPU "
+                                        "reference, gpu on a GPU: small and tile-edge heavy with a share of full-size "
+                                        "cases)")),
+    "warm_up": (("--warm-up",), dict(dest="warm_up_s", type=non_negative_seconds, default=None, metavar="S",
+                                     help="before the clock starts, let the worker warm each target up for up to S "
+                                          "seconds (harness.warmup: on CUDA our LoRA kernels' variants compile in "
+                                          "parallel); 0: none")),
+    "triton_cache": (("--triton-cache",), dict(default=None, metavar="DIR",
+                                               help="a directory for Triton's compiled kernels, kept between runs "
+                                                    "(TRITON_CACHE_DIR of this process and its workers): a later run "
+                                                    "loads binaries instead of compiling")),
+    "sglang_wheel": (("--sglang-wheel",), dict(default=None, metavar="PATH|DIR",
+                                               help="for sglang==X.Y.Z targets: the release's wheel, or a directory of "
+                                                    "wheels (machines without a package registry; default: the cache, "
+                                                    "then pip download)")),
+    "gpus": (("--gpus",), dict(default=None, metavar="N|all",
+                               help="run the campaigns as shards on one pinned Dask worker per GPU of this machine "
+                                    "(fuzz.cluster), merged into one report")),
+    "scheduler": (("--scheduler",), dict(default=None, metavar="tcp://HOST:8786",
+                                         help="run the campaigns as shards on an existing Dask cluster")),
+    "db": (("--db",), dict(default=None, metavar="redis://HOST:6379/N",
+                           help="with --gpus/--scheduler: one Hypothesis example database in Redis shared by every "
+                                "shard (a failure found by one is replayed by all)")),
+    "json": (("--json",), dict(dest="json_out", default=None, metavar="PATH", help="also write the result as JSON")),
+}
+
+
+def add(container, name: str, *, deprecated: tuple = (), **overrides) -> argparse.Action:
+    """Add option ``name`` of :data:`OPTIONS` to ``container`` (a parser or an argument group), with
+    ``overrides`` of its keywords; ``deprecated``: old spellings that still work (Note [Options])."""
+    flags, kwargs = OPTIONS[name]
+    return argument(container, *flags, deprecated=deprecated, **{**kwargs, **overrides})
+
+
+def argument(container, *flags: str, deprecated: tuple = (), **kwargs) -> argparse.Action:
+    """``container.add_argument(*flags, **kwargs)`` for an option one subcommand has, with its old
+    spellings ``deprecated`` as :func:`add` keeps them."""
+    action = container.add_argument(*flags, *deprecated, **kwargs)
+    if deprecated:
+        action.option_strings = list(flags)  # help and usage errors name the current spelling only
+        action.__class__ = type(f"Deprecated{type(action).__name__}", (_Deprecated, type(action)),
+                                {"deprecated": tuple(deprecated)})
+    return action
+
+
+def cluster_settings(args: argparse.Namespace) -> Optional[dict]:
+    """``{"gpus", "scheduler", "db"}`` of ``--gpus`` / ``--scheduler`` / ``--db``, or None when the work
+    runs here (without a cluster; ``--db`` is then the caller's to use or refuse); ``ValueError`` (one
+    line) for a combination that cannot run."""
+    if args.gpus is None and args.scheduler is None:
+        return None
+    from kernel_oracle.fuzz.cluster import ClusterError, resolve_gpus  # ClusterError is a ValueError
+
+    if args.gpus is not None and args.scheduler is not None:
+        raise ClusterError("pass --gpus or --scheduler, not both")
+    return {"gpus": resolve_gpus(args.gpus) if args.gpus is not None else None, "scheduler": args.scheduler,
+            "db": args.db}

@@ -1,0 +1,45 @@
+"""``kernel-oracle report RESULT.json [--out DIR]``: render a result file to Markdown and HTML.
+
+Exit codes (SPEC.md): 0 written; 2 usage or I/O error -- an unreadable or invalid record, an
+``--out`` that cannot be created or written, a ``--name`` that is not a plain file name -- with
+one line on stderr and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kernel_oracle.cli import options
+from kernel_oracle.harness.schema import SchemaError
+
+__all__ = ["add_arguments", "main"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    options.one_line_errors(parser)
+    parser.add_argument("result", metavar="RESULT.json", help="a result record (campaign, pytest, bench or main run)")
+    options.add(parser, "out", help="directory for <name>.md and <name>.html (default: beside RESULT.json)")
+    parser.add_argument("--name", default=None, help="base name of the written files (default: RESULT's stem)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the plots (tables only; faster)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from kernel_oracle.jobs.reports import write_reports
+
+    try:
+        md, html = write_reports(args.result, args.out, name=args.name, with_plots=not args.no_plots)
+    except (SchemaError, ValueError) as exc:
+        print(f"kernel-oracle report: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        where = exc.filename or args.out or args.result
+        print(f"kernel-oracle report: error: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"Markdown: {md}")
+    print(f"HTML:     {html}")
+    return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

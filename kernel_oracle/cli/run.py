@@ -1,0 +1,123 @@
+"""``kernel-oracle run``: parse, check every option before any work, run the main job, print where
+the reports are (:mod:`kernel_oracle.jobs.main_job`, Note [The main job]).
+
+Exit codes (SPEC.md): 0 clean, 1 new findings, 2 usage or I/O error (one line), 3 incomplete (a
+part could not run, nothing was tested) or interrupted (SIGTERM / SIGINT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from kernel_oracle.cli import options
+
+__all__ = ["add_arguments", "main"]
+
+FAMILIES = ("lora", "vision")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
+    options.add(parser, "device")
+    options.add(parser, "time", deprecated=("--time-budget",),
+                help="wall-clock budget of the whole job (default 180 s on CPU, 300 s on GPU)")
+    options.add(parser, "seed", help="seed of the selfcheck and of every campaign")
+    options.add(parser, "out", default="reports/out",
+                help="where latest.{json,md,html}, history/ and runs/ go (default reports/out)")
+    options.add(parser, "targets", help="target specs to fuzz (default: every built-in target that is available "
+                                        "here); " + options.OPTIONS["targets"][1]["help"])
+    options.add(parser, "families", help="comma-separated op families to fuzz (default: lora,vision)")
+    parser.add_argument("--no-selfcheck", action="store_true", help="skip the references' selfcheck")
+    options.add(parser, "quiet", help="no progress lines")
+    options.add(parser, "triton_cache")
+    options.add(parser, "sglang_wheel")
+    options.add(parser, "gpus")
+    options.add(parser, "scheduler")
+    options.add(parser, "db")
+
+
+class _Interrupted(KeyboardInterrupt):
+    def __init__(self, signame: str):
+        super().__init__(signame)
+        self.signame = signame
+
+
+def _checked(args: argparse.Namespace) -> dict:
+    """The main job's keywords from ``args``; ``ValueError`` (one line) for a usage error, before any work."""
+    from kernel_oracle.harness.device import resolve_device, use_triton_cache
+    from kernel_oracle.harness.known_issues import load_known_issues
+    from kernel_oracle.jobs.main_job import check_out
+
+    families = tuple(options.parse_list(args.families, "--families", FAMILIES))
+    device = resolve_device(args.device)
+    load_known_issues()  # a bad $KERNEL_ORACLE_KNOWN_ISSUES file: KnownIssuesError, a ValueError
+    check_out(args.out)
+    if args.triton_cache is not None:
+        use_triton_cache(args.triton_cache)  # before the worker starts: it inherits the cache
+    cluster = options.cluster_settings(args)
+    if cluster is None and args.db is not None:
+        raise ValueError("--db needs --gpus or --scheduler (the main job's campaigns share it)")
+    return dict(device=device, time_budget=args.time_s, seed=args.seed, out=args.out, targets=args.targets,
+                families=families, selfcheck=not args.no_selfcheck, quiet=args.quiet, cluster=cluster,
+                sglang_wheel=args.sglang_wheel)
+
+
+def _report(result: dict) -> int:
+    """Print the job's summary and where its reports are; the exit code."""
+    rec = result["record"]
+    cases = sum(g["cases"] for g in rec["groups"])
+    passes = sum(g["passes"] for g in rec["groups"])
+    new = [f for f in rec["findings"] if not f.get("known")]
+    known = len(rec["findings"]) - len(new)
+    print(f"{cases} cases, {passes} passed, {len(rec['findings'])} findings"
+          + (f" ({known} known upstream issues)" if known else "") + f", {len(rec['notes'])} notes")
+    for note in rec["notes"]:
+        print(f"  note: {note}")
+    for f in rec["findings"]:
+        if f.get("known"):
+            print(f"  known: {f['id']} is upstream issue {f['known']}: {f.get('upstream')}")
+    print(f"JSON:     {result['json']}")
+    print(f"Markdown: {result['md']}")
+    print(f"HTML:     {result['html']}")
+    print(f"history:  {result['history']}")
+    failed = rec["summary"].get("failed_parts") or []
+    if new:
+        return 1
+    if failed:
+        print(f"incomplete: {len(failed)} part(s) could not run (exit 3)")
+        return 3
+    if cases == 0:
+        print("incomplete: no case ran (exit 3)")
+        return 3
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        job = _checked(args)
+    except ValueError as exc:  # usage errors only: everything in _checked runs before any work
+        print(f"kernel-oracle run: {exc}", file=sys.stderr)
+        return 2
+    from kernel_oracle.jobs.main_job import run_main_job
+
+    def on_sigterm(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Interrupted("SIGTERM")
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        result = run_main_job(**job)
+    except KeyboardInterrupt as exc:
+        signame = getattr(exc, "signame", "SIGINT")
+        print(f"kernel-oracle run: interrupted by {signame}; no report written (campaign files kept under "
+              f"{Path(args.out) / 'runs'})", file=sys.stderr)
+        return 3
+    except OSError as exc:
+        print(f"kernel-oracle run: error: cannot write the report: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    return _report(result)

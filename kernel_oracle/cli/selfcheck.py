@@ -1,0 +1,44 @@
+"""``kernel-oracle selfcheck``: the references against independent formulations, and every contract
+(:mod:`kernel_oracle.jobs.selfcheck`, Note [Selfcheck]).
+
+Exit codes (SPEC.md): 0 every check passed, 1 a check failed, 2 usage error (one line), 3
+interrupted or nothing checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kernel_oracle.cli import options
+
+__all__ = ["add_arguments", "main"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    options.one_line_errors(parser)
+    options.add(parser, "device", help="where the references run (auto: cuda when available)")
+    parser.add_argument("--cases", type=int, default=2, metavar="N",
+                        help="random variations per (op, dtype) on top of the sample inputs (default 2)")
+    options.add(parser, "seed", help="seed of the random variations")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.cases < 0:
+        print(f"kernel-oracle selfcheck: error: --cases={args.cases} is invalid; pass 0 or more", file=sys.stderr)
+        return 2
+    from kernel_oracle.jobs.selfcheck import run_selfcheck, summarize
+
+    try:
+        rows = run_selfcheck(args.device, args.cases, args.seed)
+    except ValueError as exc:
+        print(f"kernel-oracle selfcheck: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kernel-oracle selfcheck: interrupted; no verdict", file=sys.stderr)
+        return 3
+    if not rows:
+        print("kernel-oracle selfcheck: nothing was checked", file=sys.stderr)
+        return 3
+    print(summarize(rows))
+    return 0 if all(r["passed"] for r in rows) else 1

@@ -1,0 +1,220 @@
+"""The main job's second part: one fuzz campaign per available target x op family.
+
+The campaigns run in the job's process and share its target worker (Note [The main job]); each gets
+an equal share of the time left, its own clock :data:`CAMPAIGN_SHARE` of it, and its findings'
+repro commands point into its directory under the run's ``runs/<UTC time>/``.  With ``--gpus`` or
+``--scheduler`` they run as shards on Dask instead (:func:`run_cluster_part`).  A target that
+cannot run, a campaign that raises or a pair the budget cannot reach is a failed part (a note and
+exit 3), never a silent pass; a killed campaign keeps what it saved (:func:`salvage`).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Optional
+
+from kernel_oracle.jobs.main_job_record import part_failed, reason
+
+__all__ = ["CAMPAIGN_SHARE", "CASE_TIMEOUT_SHARE", "FALLBACK_TARGETS", "FAMILIES", "OVERRUN_NOTE_S",
+           "SHRINK_SLACK_SHARE", "WARM_UP_SHARE", "discover_targets", "run_campaign_part", "run_cluster_part",
+           "run_one_campaign", "salvage"]
+
+FALLBACK_TARGETS = ("reference", "triton")
+FAMILIES = ("lora", "vision")
+# a campaign this many seconds past its share gets a note (the next ones had less time)
+OVERRUN_NOTE_S = 5.0
+
+
+def discover_targets(record: dict, device: str, specs: Optional[list], log,
+                     sglang_wheel: Optional[str] = None) -> list:
+    """[(name, Target | None, families)] of the available targets among ``specs`` (spec strings or
+    TargetSpecs; None: every built-in target); unavailable ones go to the targets table."""
+    from kernel_oracle.harness.schema import add_note, add_target
+
+    specs = [str(s) for s in specs] if specs else None
+    try:
+        from kernel_oracle.fuzz.targets import TargetSources, builtin_targets, resolve_target
+    except Exception as exc:  # noqa: BLE001
+        add_note(record, f"fuzz.targets unavailable ({reason(exc)}): fuzzing {list(specs or FALLBACK_TARGETS)} "
+                         f"without availability checks")
+        return [(name, None, FAMILIES) for name in (specs or FALLBACK_TARGETS)]
+    out = []
+    for spec in specs or builtin_targets():
+        try:
+            t = resolve_target(spec, device, sources=TargetSources(sglang_wheel=sglang_wheel))
+        except Exception as exc:  # noqa: BLE001 - a bad user spec
+            part_failed(record, f"target {spec!r} could not be resolved: {reason(exc)}")
+            add_target(record, name=spec, available=False, reason=reason(exc))
+            continue
+        row = t.to_record() if hasattr(t, "to_record") else {"name": spec, "available": t.available}
+        add_target(record, name=row["name"], available=row.get("available", True), reason=row.get("reason") or None,
+                   entry_points=row.get("entry_points"), precision=row.get("precision"))
+        # extra columns the report shows as a reason; the release selects the known issues that apply
+        for k in ("strict", "excluded_dtypes", "missing", "release"):
+            if row.get(k):
+                record["targets"][-1][k] = row[k]
+        if not t.available:
+            log(f"target {spec}: unavailable ({t.reason})")
+            if specs:  # asked for by name: say so loudly
+                part_failed(record, f"target {spec!r} is unavailable: {t.reason}")
+            continue
+        families = tuple(f for f in FAMILIES if t.ops(f))
+        out.append((spec, t, families))
+    return out
+
+
+# a campaign's own clock gets this share of its slot; the rest covers finishing a shrink
+# (SHRINK_SLACK_SHARE), writing its summary and merging it into the job's record
+CAMPAIGN_SHARE = 0.8
+SHRINK_SLACK_SHARE = 0.1
+# the per-case timeout is at most this share of the slot (a hang costs one timeout, then a new worker)
+CASE_TIMEOUT_SHARE = 0.25
+# on a GPU the worker first compiles a target's kernels for a few realistic shapes (harness.warmup),
+# once per target, for at most this share of the slot, taken off the campaign's clock
+WARM_UP_SHARE = 0.15
+
+
+def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
+                     upstream_contracts_only: bool = False, worker=None, sglang_wheel: Optional[str] = None) -> tuple:
+    """Run one campaign in this process on the job's shared ``worker``; returns (record or None,
+    problem or None).  A campaign that raises keeps what it saved (:func:`salvage`)."""
+    from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
+
+    warm_up_s = WARM_UP_SHARE * share_s if device == "cuda" else None
+    time_s = max(1.0, (CAMPAIGN_SHARE - (WARM_UP_SHARE if warm_up_s else 0.0)) * share_s)
+    case_timeout_s = max(1.0, min(case_timeout_for(time_s), CASE_TIMEOUT_SHARE * share_s))
+    try:
+        config = CampaignConfig(target=target, op=op, time_s=round(time_s, 1), seed=seed, device=device,
+                                out_dir=out_dir, upstream_contracts_only=upstream_contracts_only, progress=False,
+                                case_timeout_s=case_timeout_s, shrink_slack_s=SHRINK_SLACK_SHARE * share_s,
+                                warm_up_s=warm_up_s, sglang_wheel=sglang_wheel)
+        record = run_campaign(config, worker=worker)
+        return record, None
+    except CampaignError as exc:
+        return None, f"could not run: {exc}"
+    except Exception as exc:  # noqa: BLE001 - our own failure: reported, never a silent pass
+        problem = f"raised {reason(exc)}"
+        record = salvage(target, out_dir, seed, device)
+        if record is not None:
+            problem += (f"; kept the {sum(g['cases'] for g in record['groups'])} cases and "
+                        f"{len(record['findings'])} findings it had saved")
+        return record, problem
+
+
+def salvage(target: str, out_dir: Path, seed: int, device: str) -> Optional[dict]:
+    """A campaign record rebuilt from a killed campaign's files through the campaign's own state
+    object (:meth:`fuzz.state.CampaignState.read`), or None when it saved nothing."""
+    from kernel_oracle.fuzz.state import CampaignState
+
+    try:
+        state = CampaignState.read(out_dir)
+        state.seed = seed
+        record = state.to_record(device=device)
+    except (OSError, ValueError, KeyError):
+        return None
+    return record if record["groups"] or record["findings"] else None
+
+
+def run_cluster_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path, specs: Optional[list],
+                     families: tuple, log, cluster: dict) -> None:
+    """The campaigns as shards (target x family) on a Dask cluster (:mod:`fuzz.cluster`); each
+    shard gets the time left, less the shrink slack (they run side by side)."""
+    from kernel_oracle.harness.schema import merge
+
+    from kernel_oracle.fuzz.cluster import ClusterError, plan_shards, run_cluster
+
+    targets = discover_targets(record, device, specs, log, cluster.get("sglang_wheel"))
+    lenient = {name for name, t, _ in targets if t is not None and not getattr(t, "strict", True)}
+    shards = [s for name, _, fams in targets for s in plan_shards([name], [f for f in fams if f in families],
+                                                                    None, [seed])]
+    if not shards:
+        part_failed(record, "no available target x family pair to fuzz")
+        return
+    groups = [g for g in ([s for s in shards if s.target in lenient], [s for s in shards if s.target not in lenient])
+              if g]
+    workers = cluster.get("gpus")  # None: a cluster of unknown size, taken as one wave per group
+    waves = sum(-(-len(g) // (workers or len(g))) for g in groups)
+    left = deadline - time.monotonic()
+    time_s = max(1.0, CAMPAIGN_SHARE * left / waves)
+    from kernel_oracle.fuzz.campaign import CampaignConfig
+
+    for group in groups:
+        kind = "lenient" if group[0].target in lenient else "strict"
+        try:
+            settings = CampaignConfig(target=group[0].target, op=group[0].op, out_dir=run_dir / f"cluster-{kind}",
+                                      device=device, time_s=round(time_s, 1), upstream_contracts_only=kind == "lenient",
+                                      shrink_slack_s=SHRINK_SLACK_SHARE * left / waves,
+                                      sglang_wheel=cluster.get("sglang_wheel"))
+            rec = run_cluster(group, settings, gpus=cluster.get("gpus"), scheduler=cluster.get("scheduler"),
+                              db_url=cluster.get("db"), log=log)
+        except (ClusterError, OSError) as exc:
+            part_failed(record, f"cluster campaigns: {exc}")
+            return
+        rec.pop("campaign", None)
+        merge(record, rec, seeds_key="cluster")
+        record["summary"].setdefault("campaigns", []).extend(
+            {"target": s.target, "family": s.op, "seed": s.seed, "out_dir": str(run_dir)} for s in group)
+
+
+def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path,
+                      specs: Optional[list], families: tuple, log, worker=None,
+                      sglang_wheel: Optional[str] = None) -> None:
+    """Run every available target x family pair of ``specs`` until ``deadline`` (time.monotonic) into
+    ``record``, each campaign in ``run_dir/campaign-<target>-<family>`` on the shared ``worker``."""
+    from kernel_oracle.harness.schema import add_note, merge
+
+    try:
+        import kernel_oracle.fuzz.campaign  # noqa: F401 - the campaigns need it: a failed import is a failed part
+    except Exception as exc:  # noqa: BLE001 - reported, never a silent pass
+        part_failed(record, f"fuzz campaign unavailable: {reason(exc)}")
+        log(f"fuzz campaign unavailable: {reason(exc)}")
+        return
+    targets = discover_targets(record, device, specs, log, sglang_wheel)
+    pairs = [(name, fam) for name, _, fams in targets for fam in fams if fam in families]
+    # targets without strict validation (sglang, flashinfer-cudnn) get no malformed metadata: it would
+    # reach their kernels unchecked (validation gaps by construction, out-of-bounds reads at worst)
+    lenient = {name for name, t, _ in targets if t is not None and not getattr(t, "strict", True)}
+    if not pairs:
+        part_failed(record, "no available target x family pair to fuzz")
+        return
+    campaigns = record["summary"].setdefault("campaigns", [])
+    for i, (name, fam) in enumerate(pairs):
+        left = deadline - time.monotonic()
+        share = left / (len(pairs) - i)
+        if share < 1.0:
+            skipped = [f"{n} x {f}" for n, f in pairs[i:]]
+            part_failed(record, f"time budget exhausted: campaigns not run for {', '.join(skipped)}; "
+                                 f"pass a larger --time")
+            log(f"budget exhausted; skipped {skipped}")
+            return
+        safe = name.replace(":", "_").replace("/", "_")
+        out_dir = run_dir / f"campaign-{safe}-{fam}"
+        log(f"campaign {name} x {fam}: {share:.0f}s")
+        started = time.monotonic()
+        try:
+            rec, problem = run_one_campaign(name, fam, share_s=share, seed=seed, device=device, out_dir=out_dir,
+                                            upstream_contracts_only=name in lenient, worker=worker,
+                                            sglang_wheel=sglang_wheel)
+            if rec is not None:
+                merge(record, rec, seeds_key=f"campaign:{name}:{fam}")
+        except Exception as exc:  # noqa: BLE001 - our own failure around the campaign: still reported
+            rec, problem = None, reason(exc)
+            log(traceback.format_exc())
+        took = time.monotonic() - started
+        rec = rec or {}
+        n_cases = sum(g["cases"] for g in rec.get("groups", []))
+        row = {"target": name, "family": fam, "share_s": round(share, 1), "took_s": round(took, 1),
+               "cases": n_cases, "findings": len(rec.get("findings", [])), "out_dir": str(out_dir)}
+        if problem:
+            row["problem"] = problem
+            part_failed(record, f"campaign {name} x {fam}: {problem}")
+        elif took > share + OVERRUN_NOTE_S:
+            add_note(record, f"campaign {name} x {fam} took {took:.0f}s of a {share:.0f}s share (a slow case or "
+                             f"shrink); the later campaigns got less time")
+        if worker is not None:
+            row["worker_restarts"] = worker.restarts
+        campaigns.append(row)
+        log(f"campaign {name} x {fam}: {n_cases} cases, {row['findings']} findings, {took:.1f}s"
+            + (f" ({problem})" if problem else ""))
