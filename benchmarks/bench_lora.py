@@ -71,7 +71,7 @@ def copy_bandwidth() -> float:
 
 def _inputs(seg_lens, seed, device="cuda"):
     """One input set of ``seg_lens``: random bf16 activations, weights and bases, and the batch metadata.
-    On ``device="meta"`` the same tensors without data, the metadata on the CPU (benchmarks.hopper_sass)."""
+    On ``device="meta"`` the same tensors without data, the metadata on the CPU (tools/hopper_sass.py)."""
     from kernel_oracle.reference.batch_info import make_lora_batch_info
 
     meta = torch.device(device).type == "meta"

@@ -284,7 +284,6 @@ def noop_direct_launch(launch, q, k, v, out):
     :class:`DirectLaunch` itself before it had one): the direct launch's Python without the GPU.  On CPU
     tensors (a launch planned under the interpreter) C functions of the same arity stand in for torch's
     device and stream queries."""
-    import types
 
     from kernel_oracle.kernels.vision import _direct
     from kernel_oracle.kernels.vision._kernel import _vision_attn_fwd, attention_arguments

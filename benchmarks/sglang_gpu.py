@@ -7,7 +7,7 @@ The interpreter cannot run bf16 or CUDA graphs, so three things about SGLang's p
 wheels from ``python -m kernel_oracle.fuzz.targets.sglang_wheel --slim DIR WHEEL...`` suffice) are
 checked here:
 
-1. **differential, every dtype**: the edge cases of ``oracle_tests/test_sglang_release.py`` (tile
+1. **differential, every dtype**: the edge cases of ``oracle_tests/fuzz/test_sglang_release.py`` (tile
    edges, rank 0, permutation, odd dims, strided views, stale host ints) for the four split steps in
    fp32 (TF32: the target's declared precision), fp16 and bf16, against the oracle;
 2. **CUDA-graph capture and replay** (SPEC.md, Routing): a graph is captured for one batch (one
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("kernel_oracle.benchmarks.sglang_gpu needs a CUDA device (bf16 and CUDA graphs); on the "
-                         "CPU run oracle_tests/test_sglang_release.py")
+                         "CPU run oracle_tests/fuzz/test_sglang_release.py")
     from kernel_oracle.harness.targets import TargetSources
 
     sources = TargetSources(sglang_wheel=args.wheels)

@@ -138,7 +138,7 @@ def warm_up_target(target, spec, device, *, time_s: Optional[float], processes: 
 class CompileOnly:
     """A Triton kernel whose launches ``kernel[grid](*args, **kwargs)`` compile and run nothing; each
     compiled kernel is appended to ``seen`` (when given) as (grid, num_warps, num_stages, kernel)
-    (:mod:`benchmarks.hopper_sass` reads them)."""
+    (``tools/hopper_sass.py`` reads them)."""
 
     def __init__(self, kernel, seen: Optional[list] = None) -> None:
         self._kernel = kernel

@@ -11,7 +11,7 @@ A :class:`Case` is a plain-data problem plus an optional :class:`~harness.mutati
    raises something outside the table (``error``: only the type is then expected).
 2. :func:`execute` runs the target on a fresh copy of the call (picklable :class:`Observed`, so it
    can run in a worker process): outputs are NaN-poisoned first where the target's API allows it
-   (a ``poisoned_output`` hook); inputs that no sequence reads are NaN too (vision), so a kernel
+   (the ``poison_outputs`` launch option of our kernels, or a target's own ``poison`` hook); inputs that no sequence reads are NaN too (vision), so a kernel
    that leaks across sequences produces NaN; in-place outputs cannot be poisoned, so rows no segment
    routes must come back bit-identical instead.
 3. :func:`judge` classifies: ``mismatch`` (wrong numbers on a valid input), ``contract`` (missing,

@@ -54,7 +54,7 @@ ENV_VAR = "KERNEL_ORACLE_KNOWN_ISSUES"
 _FIELDS = ("id", "title", "target", "op", "kind", "upstream", "releases", "doc")
 _OPTIONAL = ("message", "bucket")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-_OP = re.compile(r"\*|[a-z][a-z0-9_]*")  # an op name (oracle_tests/test_known_issues.py checks it exists)
+_OP = re.compile(r"\*|[a-z][a-z0-9_]*")  # an op name (oracle_tests/harness/test_known_issues.py checks it exists)
 _VERSION_IN_NAME = re.compile(r"==\s*([0-9][0-9A-Za-z.+-]*)$")
 
 

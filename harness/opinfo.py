@@ -15,7 +15,7 @@ the signature's names), the dtypes, and two generators with one signature,
 ``error_inputs(device)`` yields :class:`ErrorInput` rows: a valid sample, the
 :class:`~harness.mutations.Mutation` (or mutations, applied in order) that break it, and the
 contract id and fields of the exact error it must raise.  Error inputs are the one way the suite
-states an error contract: ``oracle_tests/test_contracts.py``'s ``test_error_inputs`` runs every
+states an error contract: ``oracle_tests/reference/test_contracts.py``'s ``test_error_inputs`` runs every
 row against every selected target that implements strict validation (the reference and our Triton
 kernels by default), and the upstream rows against the other targets too; ``kernel-oracle
 selfcheck`` runs them against the reference.

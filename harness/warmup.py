@@ -25,7 +25,7 @@ variants, of which a GPU campaign meets a new one every few cases (a launch reco
 of the "gpu" preset meets 140-160 distinct variants, and more the longer it runs).  At about half a
 second of LLVM and ptxas each, a campaign that compiled them as it met them would spend most of its
 time compiling.  :func:`variant_cases` holds one
-case per variant (the recorder test ``oracle_tests/test_variant_warmup.py``: they launch distinct
+case per variant (the recorder test ``oracle_tests/harness/test_variant_warmup.py``: they launch distinct
 variants, and every launch of fuzzed ``gpu``-preset cases is one of them), and for the ``triton``
 target on CUDA the worker has them compiled first by child processes in parallel (compile only,
 nothing runs on the GPU: :func:`fuzz.precompile.warm_up_target`) into Triton's disk cache, then

@@ -20,7 +20,7 @@ Our kernels therefore take two constexpr switches computed here, at wrapper leve
   interpreter's own float conversion also mangles subnormals (1e-40 -> 1.01e-39), which this avoids.
 
 Both are False on a GPU, so compiled kernels carry none of it.  Each defect is demonstrated by a
-canary in ``oracle_tests/test_interpreter_canaries.py``; when a canary starts failing, Triton fixed
+canary in ``oracle_tests/kernels/test_interpreter_canaries.py``; when a canary starts failing, Triton fixed
 the defect and the matching switch here can go.
 """
 
@@ -66,7 +66,7 @@ def round_tf32(x, TRUNC: tl.constexpr):
     with ``TRUNC`` (what the tensor cores do to raw fp32 operands).
 
     The Triton twin of :func:`kernel_oracle.reference.tolerance.round_to_tf32`, with the same special
-    values (tested bit for bit in ``oracle_tests/test_interpreter_canaries.py``): +-inf stay, NaN
+    values (tested bit for bit in ``oracle_tests/kernels/test_interpreter_canaries.py``): +-inf stay, NaN
     becomes the quiet NaN 0x7FC00000 with its sign (so the hardware's truncation cannot turn it into
     inf), a round to nearest past the largest TF32 value gives inf.  Integer work on the magnitude,
     so no int32 add can overflow (exact under the interpreter, no float conversion involved).

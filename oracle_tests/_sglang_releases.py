@@ -3,31 +3,31 @@ fills it before CI's tests; ``$KERNEL_ORACLE_CACHE/wheels`` or ``~/.cache/kernel
 ``pip download``.
 
 A test skips only when no wheel is cached and the registry cannot be reached; with
-``KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS=1`` (set by ``.ci/run``) a missing wheel fails instead, so CI
+``KERNEL_ORACLE_REQUIRE=sglang-wheels`` (set by ``.ci/run``) a missing wheel fails instead, so CI
 cannot go green without running the real kernels.
 """
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from kernel_oracle.fuzz.targets import TargetSpec, resolve_target
 from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, find_wheel, wheel_release
 
-REQUIRE_ENV = "KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS"
+from .conftest import REQUIRE_ENV, REQUIRED
+
 # the releases the suite reads (SPEC.md, "Where SGLang keeps these kernels")
 RELEASES = ("0.5.12", "0.5.15", "0.5.23")
 
 
 def wheel_or_skip(version: str):
-    """The wheel of ``sglang==version``, or skip (fail under ``KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS=1``)."""
+    """The wheel of ``sglang==version``, or skip (fail under ``KERNEL_ORACLE_REQUIRE=sglang-wheels``)."""
     try:
         return find_wheel(version)
     except LoaderError as exc:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but the sglang {version} wheel is unavailable: {exc}")
+        if "sglang-wheels" in REQUIRED:
+            pytest.fail(f"{REQUIRE_ENV} names sglang-wheels but the sglang {version} wheel is unavailable: {exc}")
         pytest.skip(f"no sglang {version} wheel cached and none could be downloaded: {exc}")
 
 

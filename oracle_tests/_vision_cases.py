@@ -1,11 +1,11 @@
 """Vision attention cases shared by every implementation's differential tests.
 
 Layouts (:class:`Case`, :func:`build`), the precision table and the poisoned-output check against
-the float64 oracle (:func:`check_against_oracle`).  ``oracle_tests/test_kernels_vision.py`` runs
+the float64 oracle (:func:`check_against_oracle`).  ``oracle_tests/kernels/test_kernels_vision.py`` runs
 them on our Triton kernel, beside the vision OpInfo's own sample and exhaustive inputs
-(:func:`opinfo_samples`, ``harness.opinfo``), and ``oracle_tests/test_flashinfer_cudnn.py`` on the
+(:func:`opinfo_samples`, ``harness.opinfo``), and ``oracle_tests/fuzz/test_flashinfer_cudnn.py`` on the
 real FlashInfer cuDNN engine.  The error contracts are the vision OpInfo's error inputs, run on every
-target by ``oracle_tests/test_contracts.py``.
+target by ``oracle_tests/reference/test_contracts.py``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ import os
 import torch
 
 HAS_CUDA = torch.cuda.is_available()
+# pieces of the test environment that must be present rather than skipped: KERNEL_ORACLE_REQUIRE is a
+# comma-separated list of sglang-wheels, chromium, cluster (.ci/run sets all three)
+REQUIRE_ENV = "KERNEL_ORACLE_REQUIRE"
+REQUIRED = frozenset(p.strip() for p in os.environ.get(REQUIRE_ENV, "").split(",") if p.strip())
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

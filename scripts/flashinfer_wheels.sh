@@ -11,7 +11,7 @@
 # /tmp/flashinfer-site) with --no-deps --no-index: the rest of FlashInfer's requirements (torch,
 # numpy, ...) must already be there; install lists any that are missing.  Then
 #   export PYTHONPATH=$SITE:$PYTHONPATH
-# (printed at the end) and the target resolves: kernel-oracle fuzz --target flashinfer-cudnn ...
+# (printed at the end) and the target resolves: kernel-oracle fuzz --targets flashinfer-cudnn ...
 set -euo pipefail
 
 # versions measured to import and run on the H200 machine (torch 2.11 cu130, cuDNN backend 9.19)

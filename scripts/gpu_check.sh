@@ -26,7 +26,6 @@ OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 STATE=/tmp/gpu-check; SOAK=$STATE/soak; mkdir -p "$STATE"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
-export KERNEL_ORACLE_SGLANG_WHEEL=${KERNEL_ORACLE_SGLANG_WHEEL:-$PWD/.whl/sglang-slim}
 T0=$(date +%s)
 
 record() {  # PHASE RC SECONDS HEADLINE: a row of the machine's table
@@ -48,6 +47,8 @@ setup() {  # FlashInfer's wheels into /tmp/site, the cluster wheels where presen
     python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed || RC=2
   fi
   python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/setup.log" 2>&1 || { tail -5 "$OUT/setup.log"; RC=2; }
+  local sg=(.whl/sglang-slim/*.whl)  # the release tests read wheels from the cache (scripts/sglang_wheels.sh)
+  if [ ${#sg[@]} -gt 0 ]; then mkdir -p ~/.cache/kernel-oracle/wheels && cp "${sg[@]}" ~/.cache/kernel-oracle/wheels/; fi
   local head; head=$(python3 -c "import torch, triton, kernel_oracle; print('torch', torch.__version__, 'triton', \
 triton.__version__, 'kernel-oracle', kernel_oracle.__version__, torch.cuda.get_device_name())" 2>&1 | tail -1)
   record setup "$RC" $(( $(date +%s) - start )) "$head"
@@ -109,7 +110,7 @@ bench_part() {  # PART: one benchmark in its plain table mode
     vision) cmd=(python3 -m kernel_oracle.benchmarks.bench_vision --json "$OUT/bench_vision.json") ;;
     sglang) cmd=(python3 -m kernel_oracle.benchmarks.sglang_gpu --wheels .whl/sglang-slim --json "$OUT/sglang_gpu.json") ;;
     verdicts) cmd=(python3 -m kernel_oracle.benchmarks.gpu_verdicts --json "$OUT/gpu_verdicts.json") ;;
-    oracle) cmd=(python3 -m kernel_oracle bench --device cuda --targets triton,reference --time 15 --main-budget 0
+    oracle) cmd=(python3 -m kernel_oracle bench --device cuda --targets triton,reference --time 15 --main-time 0
                  --out "$OUT/oracle_bench.json") ;;
     *) echo "bench: unknown part $1 (lora vision sglang verdicts oracle)"; return 2 ;;
   esac

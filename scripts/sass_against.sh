@@ -4,7 +4,7 @@
 #   bash scripts/sass_against.sh BASE [hopper_sass arguments...]     (default: --calls fused split --vision)
 #
 # Any machine, no GPU: a refactor of the kernels (a fold, a rename) is proven not to change what the H200
-# runs when every kernel's SASS is byte-identical (benchmarks/hopper_sass.py, docs/kernels_lora.md).  A
+# runs when every kernel's SASS is byte-identical (tools/hopper_sass.py, docs/kernels_lora.md).  A
 # venv of its own (.sass-venv: triton 3.6.0, the H200's, and the pinned CPU torch) compiles BASE (a git
 # worktree, with this tree's hopper_sass.py, bench_lora.py, bench_vision.py and fuzz/precompile.py: the
 # same tool and benchmark inputs on BASE's kernels) into --out, then this tree --against it.  Exit 0: all the
@@ -33,14 +33,14 @@ trap 'git -C "$ROOT" worktree remove --force "$WORK/base" >/dev/null 2>&1 || tru
 git worktree add -q --detach "$WORK/base" "$BASE"
 # the tool, its launch stand-in and the benchmarks' shapes and inputs as they are now, on BASE's kernels
 # and wrappers
-for f in benchmarks/hopper_sass.py benchmarks/bench_lora.py benchmarks/bench_vision.py fuzz/precompile.py; do
+for f in benchmarks/bench_lora.py benchmarks/bench_vision.py fuzz/precompile.py; do
   cp "$f" "$WORK/base/$f"
 done
 unset TRITON_INTERPRET
 run() {  # run TREE ARGS...: hopper_sass with TREE installed as kernel_oracle
   (cd "$1" && "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1)
   shift
-  (cd "$WORK" && "$VENV/bin/python" -m kernel_oracle.benchmarks.hopper_sass "$@")
+  (cd "$WORK" && "$VENV/bin/python" "$ROOT/tools/hopper_sass.py" "$@")
 }
 echo "[sass_against] $BASE ($(git rev-parse --short "$BASE")) with triton $TRITON_VERSION"
 run "$WORK/base" "${ARGS[@]}" --out "$WORK/sass" >/dev/null

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Fill the wheel cache with the SGLang releases the suite reads (SPEC.md, "Where SGLang keeps these
-# kernels"), so oracle_tests/test_sglang_release.py and test_bug_corpus.py run the real kernels.
+# kernels"), so oracle_tests/fuzz/test_sglang_release.py and test_bug_corpus.py run the real kernels.
 # Wheels go to ${KERNEL_ORACLE_CACHE:-~/.cache/kernel-oracle}/wheels; a wheel already there (or in
 # the repository's .whl/sglang/, which is git-ignored) is not fetched again.  Only the wheel is
 # fetched (--no-deps): the suite reads its kernel files and never installs it.
-# With KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS=1 (CI) a release that cannot be fetched fails the script.
+# With KERNEL_ORACLE_REQUIRE naming sglang-wheels (CI) a release that cannot be fetched fails the script.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 releases=("$@")
@@ -26,7 +26,7 @@ for v in "${releases[@]}"; do
     echo "sglang $v: downloaded to $dest"
   else
     echo "sglang $v: could not be downloaded (no registry?); the tests that need it will skip" >&2
-    [ "${KERNEL_ORACLE_REQUIRE_SGLANG_WHEELS:-0}" = "1" ] && status=1
+    case ",${KERNEL_ORACLE_REQUIRE:-}," in *,sglang-wheels,*) status=1 ;; esac
   fi
 done
 exit $status

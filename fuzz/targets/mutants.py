@@ -195,7 +195,7 @@ MUTANTS: tuple[Mutant, ...] = (
 )
 
 # Controls: changes the suite must NOT flag (equivalent behaviour under the rule); searched like mutants,
-# they must survive (oracle_tests/test_tolerance_rule.py)
+# they must survive (oracle_tests/reference/test_tolerance_rule.py)
 CONTROLS: tuple[Mutant, ...] = (
     Mutant("lora_tf32_truncation", "lora", "fp32 operands truncated to TF32, as the tensor cores do with raw "
            "fp32 (must pass; Note [TF32 mutants])",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 from typing import Optional
 
 from kernel_oracle.harness.device import interpreting
@@ -89,16 +90,35 @@ def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton",
     return Target(name, entries, precision=precision, strict=True, poison=poison, notes=notes)
 
 
-# the configuration ``triton@vision_fp32=ieee|tf32`` (Note [Precision of our kernels])
+# the configuration ``triton@vision_fp32=ieee|tf32,lora_early_reads=on|off`` (Note [Precision of our kernels];
+# Note [Early reads] in kernels.lora._kernels)
 VISION_FP32 = ("ieee", "tf32")
+ON_OFF = ("on", "off")
+
+
+def _with_options(fn, package: str, changes: dict):
+    """``fn`` run inside ``options(**changes)`` of ``package``'s own options module (a mutant's copy has its
+    own); ``launch_options`` names what it applies, for records and tests."""
+    options = importlib.import_module(f"{package}.options").options
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with options(**changes):
+            return fn(*args, **kwargs)
+
+    call.launch_options = changes
+    return call
 
 
 def triton_target(spec: TargetSpec, device: str, sources: TargetSources) -> Target:
-    """``triton[@vision_fp32=ieee|tf32]``: our kernels, the vision kernel's fp32 products as configured."""
+    """``triton[@vision_fp32=ieee|tf32,lora_early_reads=on|off]``: our kernels, as configured."""
     vision_fp32 = spec.option("vision_fp32")
-    if vision_fp32 is None:
-        return kernels_target(device, name=str(spec))
-    return kernels_target(device, name=str(spec), vision_fp32=vision_fp32)
+    t = kernels_target(device, name=str(spec), **({} if vision_fp32 is None else {"vision_fp32": vision_fp32}))
+    if spec.option("lora_early_reads") == "on":
+        changes = {"lora": {"early_reads": True}}
+        t.entries = {op: (_with_options(fn, KERNELS_PACKAGE, changes) if op in FAMILY_OPS["lora"] else fn)
+                     for op, fn in t.entries.items()}
+    return t
 
 
-register_target("triton", triton_target, configuration={"vision_fp32": VISION_FP32})
+register_target("triton", triton_target, configuration={"vision_fp32": VISION_FP32, "lora_early_reads": ON_OFF})

@@ -10,7 +10,7 @@ problem dicts (:func:`kernel_oracle.harness.problems.problem_from_dict` keys, pl
 ``mutation``).  :func:`run_entry` runs the cases in order on one target (the order matters for
 engines with caches) and the first failing verdict is the entry's outcome.
 
-``oracle_tests/test_bug_corpus.py`` requires every entry to fail as expected on each buggy release
+``oracle_tests/kernel_oracle/test_bug_corpus.py`` requires every entry to fail as expected on each buggy release
 and pass on each fixed one; ``kernel-oracle matrix`` runs them beside its campaigns.  Entries are
 validated when loaded: an unknown field or a problem key the harness does not know is an error
 naming the file and the field (a typo must not silently drop a case's defining parameter).

@@ -33,7 +33,7 @@ Note [xdist on many GPUs]
 xdist worker (``PYTEST_XDIST_WORKER=gwK``), before any conftest or test can start CUDA, it sets
 ``CUDA_VISIBLE_DEVICES`` to GPU ``K mod <GPUs>`` (of the parent's ``CUDA_VISIBLE_DEVICES`` list when
 set, else of the GPUs the NVIDIA driver lists in /proc), so each worker has one GPU of its own.  It
-touches nothing with one GPU or none, and ``KERNEL_ORACLE_NO_GPU_PIN=1`` turns it off.  Triton's
+touches nothing with one GPU or none (``CUDA_VISIBLE_DEVICES`` naming one GPU keeps every worker on it).  Triton's
 kernel cache (``TRITON_CACHE_DIR``, default ``~/.triton/cache``) is left shared: its writes are
 atomic, so one worker's compiled kernel is every worker's.
 
@@ -95,7 +95,7 @@ def _gpu_ids(environ) -> list:
 def pin_xdist_worker(environ=os.environ) -> Optional[str]:
     """Pin this pytest-xdist worker to one GPU (Note [xdist on many GPUs]); returns the GPU, or None."""
     worker = environ.get("PYTEST_XDIST_WORKER", "")
-    if not worker.startswith("gw") or not worker[2:].isdigit() or environ.get("KERNEL_ORACLE_NO_GPU_PIN") == "1":
+    if not worker.startswith("gw") or not worker[2:].isdigit():
         return None
     gpus = _gpu_ids(environ)
     if len(gpus) < 2:

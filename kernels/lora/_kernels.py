@@ -97,7 +97,7 @@ before.  ``PREFETCH_ALL`` (q side) issues the first four base blocks and A block
 (the base blocks alone were slower), unrolled by hand (a Triton loop cannot carry a list of tiles);
 columns past four blocks take the plain loop after them.  With one pipelining stage (no cp.async
 copies set up for step A's single block) it is the token-major choice for 32-row tiles; 64-row tiles
-hold twice the registers per block and keep ``PREFETCH`` (``WIDE`` in :data:`kernels.lora._launch.BLOCKS`).
+hold twice the registers per block and keep ``PREFETCH`` (``WIDE`` in :data:`kernels.lora.BLOCKS`).
 What remains of a decode program's time is its instruction chain (Nsight Compute): the route, step A,
 and per output block a shared-memory round trip for A and another for the product's layout change,
 with barriers; not waiting for DRAM.

@@ -51,7 +51,7 @@ computation.  The levels (``EXACT``, ``VisionOptions.fp32_exact``):
 
 Probabilities are still rounded to fp32 for the PV product and the output accumulates in fp32 (the
 faithful baseline's rounding points).  bf16/fp16 and TF32 never use the levels.
-:mod:`benchmarks.compile_hopper` compiles every level for sm_90 on any machine (a CPU test runs it).
+``tools/compile_hopper.py`` compiles every level for sm_90 on any machine (a CPU test runs it).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ and compares the covered tokens with the float64 oracle under SPEC.md's toleranc
 baseline being the faithful same-dtype oracle; tokens no sequence covers must still be NaN
 (nothing written outside the sequences, bucket padding included).  Contract errors are the vision
 OpInfo's error inputs, run on this kernel (target ``triton``) by the generic ``test_error_inputs``
-of ``oracle_tests/test_contracts.py``.
+of ``oracle_tests/reference/test_contracts.py``.
 
 The cases are the vision OpInfo's sample and exhaustive inputs (``harness.opinfo``) and the layouts
 beyond them (``oracle_tests/_vision_cases.py``).  Launch choices (head-dim split, exact fp32 level,
@@ -45,7 +45,7 @@ from kernel_oracle.reference.contracts import contract, expected_message
 from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HAS_CUDA = torch.cuda.is_available()
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The SASS of the benchmarks' LoRA (and vision) launches for the H200 (sm_90), built on any machine.
 
-python -m kernel_oracle.benchmarks.hopper_sass [--shapes decode-bs64 ...] [--sides q v] [--calls fused split]
+python tools/hopper_sass.py [--shapes decode-bs64 ...] [--sides q v] [--calls fused split]
                                                [--vision] [--ab decode|prefill|vision] [--vision-shapes NAME ...]
                                                [--lines N] [--out DIR] [--against DIR]
 

@@ -23,7 +23,7 @@ from kernel_oracle.harness.problems import LoRAProblem
 from kernel_oracle.harness.warmup import variant_cases
 from kernel_oracle.kernels.lora import _kernels as K
 
-from .conftest import DEVICE
+from ..conftest import DEVICE
 
 LORA_OPS = FAMILY_OPS["lora"]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 _SETUPTOOLS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 PACKAGE_DIRS = _SETUPTOOLS["package-dir"]  # import name -> folder of this checkout
 OLD_TOP_LEVEL = ("reference", "kernels", "fuzz", "reports", "harness", "benchmarks")

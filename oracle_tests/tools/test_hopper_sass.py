@@ -1,4 +1,4 @@
-"""benchmarks.hopper_sass: the SASS of a benchmark launch for sm_90, built here without a GPU.
+"""tools/hopper_sass.py: the SASS of a benchmark launch for sm_90, built here without a GPU.
 
 The compile runs in a child process without ``TRITON_INTERPRET`` (the suite's interpreter never
 compiles); the parsing helpers are plain Python and run in-process on a made-up listing.
@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 import triton
 
-from kernel_oracle.benchmarks import hopper_sass as HS
+from .._scripts import ROOT, load_script
+
+HS = load_script("tools/hopper_sass.py")
+
 
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 LISTING = """Function:k
@@ -47,11 +50,11 @@ def _table(stdout: str) -> list[dict]:
 
 
 def _hopper_sass(tmp_path, *args):
-    """``python -m kernel_oracle.benchmarks.hopper_sass ARGS`` in a child without the interpreter."""
+    """``python tools/hopper_sass.py ARGS`` in a child without the interpreter."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = env.get("TRITON_DEFAULT_FP_FUSION", "1")
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    return subprocess.run([sys.executable, "-m", "kernel_oracle.benchmarks.hopper_sass", *args], env=env,
+    return subprocess.run([sys.executable, str(ROOT / "tools/hopper_sass.py"), *args], env=env,
                           capture_output=True, text=True, timeout=900)
 
 

@@ -5,8 +5,6 @@ compiled variants and the timing a profiler run is read against."""
 from __future__ import annotations
 
 import ast
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,22 +14,14 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-from .conftest import HAS_CUDA
+from ..conftest import HAS_CUDA
+from .._scripts import load_script
 
 
-def _load(relpath: str):
-    """The script at ``relpath`` (from the repository root) as a module: ``tools/`` and ``docs/upstream/``
-    are not installed, so nothing of the package can import them, and the tests load them by path."""
-    path = Path(__file__).resolve().parents[1] / relpath
-    spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # where Triton's JIT and pickling look a function's module up
-    spec.loader.exec_module(module)
-    return module
 
 
-diag_lora_decode = _load("tools/diag_lora_decode.py")
-ROOT = Path(__file__).resolve().parents[1]
+diag_lora_decode = load_script("tools/diag_lora_decode.py")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _imported_modules(path: Path) -> set[str]:

@@ -24,7 +24,7 @@ from kernel_oracle.harness.opinfo import OP_DB, Sample
 from kernel_oracle.harness.problems import VisionProblem
 from kernel_oracle.reference.contracts import CONTRACTS, contract, strict_contracts, upstream_contracts
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SPEC = REPO_ROOT.parent / "shared" / "SPEC.md"
 
 

@@ -4,27 +4,16 @@ compiler (Note [Head-dim split])."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from kernel_oracle.kernels.interpreter import interpreting
+from .._scripts import load_script
 
 
-def _load(relpath: str):
-    """The script at ``relpath`` (from the repository root) as a module: ``tools/`` and ``docs/upstream/``
-    are not installed, so nothing of the package can import them, and the tests load them by path."""
-    path = Path(__file__).resolve().parents[1] / relpath
-    spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # where Triton's JIT and pickling look a function's module up
-    spec.loader.exec_module(module)
-    return module
 
 
-repro = _load("docs/upstream/triton_split_pv.py")
+repro = load_script("docs/upstream/triton_split_pv.py")
 
 
 @pytest.mark.skipif(not interpreting(), reason="the CPU check of the reduction; on a GPU run the script itself")

@@ -263,7 +263,7 @@ def test_a_leaked_triton_interpret_fails_the_test_that_leaked_it(tmp_path):
         "def test_leaks():\n    os.environ['TRITON_INTERPRET'] = '0' if ORIGINAL else '1'\n"
         "def test_sees_it_restored():\n    assert os.environ.get('TRITON_INTERPRET') == ORIGINAL\n"
         "def test_monkeypatch_is_fine(monkeypatch):\n    monkeypatch.setenv('TRITON_INTERPRET', 'x')\n")
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "oracle_tests.conftest",
                            str(tmp_path / "test_leak.py")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": root})

@@ -13,6 +13,7 @@ import pytest
 from kernel_oracle.cli import main as cli_main
 from oracle_tests._html import HtmlPage
 from oracle_tests._sample_record import sample_record
+from oracle_tests.conftest import REQUIRED
 from kernel_oracle.reports.model import Result
 from kernel_oracle.reports.render_html import render_html
 from kernel_oracle.reports.render_md import render_markdown
@@ -106,8 +107,8 @@ def _png_is_not_blank(path) -> tuple[int, int, int]:
 
 def test_chromium_renders_the_page(tmp_path):
     if CHROMIUM is None:
-        if os.environ.get("KERNEL_ORACLE_REQUIRE_CHROMIUM") == "1":  # .ci/run installs it: absent is a failure
-            pytest.fail("KERNEL_ORACLE_REQUIRE_CHROMIUM=1 but no chromium on PATH (apt-get install -y chromium)")
+        if "chromium" in REQUIRED:  # .ci/run installs it: absent is a failure
+            pytest.fail("KERNEL_ORACLE_REQUIRE names chromium but no chromium on PATH (apt-get install -y chromium)")
         pytest.skip("Chromium is not installed (apt-get install -y chromium) to render the page")
     src = save(sample_record(), tmp_path / "r.json")
     assert cli_main(["report", str(src), "--out", str(tmp_path)]) == 0

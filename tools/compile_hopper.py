@@ -1,6 +1,6 @@
 """Compile the vision kernel and the LoRA kernels for the H200 (sm_90) on any machine, GPU or not.
 
-python -m kernel_oracle.benchmarks.compile_hopper      (not under TRITON_INTERPRET: it compiles)
+python tools/compile_hopper.py      (not under TRITON_INTERPRET: it compiles)
 
 The interpreter never compiles, so a kernel edit can pass the whole CPU suite and still not build on
 the GPU: an fp64 branch whose two ``return`` statements had different types did exactly that
@@ -13,7 +13,7 @@ on a CPU machine.
 
 It checks that each variant builds; the code is not the launched one (every runtime argument is a plain
 ``i32`` here, while a launch specializes unit strides and aligned pointers): for the SASS a launch
-runs, see :mod:`benchmarks.hopper_sass`.
+runs, see ``tools/hopper_sass.py``.
 """
 
 from __future__ import annotations

@@ -3,13 +3,11 @@ the one-line errors, and the configuration keys each target knows (Note [Target 
 
 from __future__ import annotations
 
-import inspect
 import pickle
 
 import pytest
 
 from kernel_oracle.fuzz.targets import resolve_target, target_configuration
-from kernel_oracle.fuzz.targets.triton import kernels_target
 from kernel_oracle.harness.targets import TargetError, TargetSources, TargetSpec, parse_target_list
 
 # spec -> (kind, name, release, variant, mutant, module, attr, configuration)
@@ -82,11 +80,11 @@ def test_a_target_list_splits_on_commas_outside_configurations():
 
 
 def test_unknown_configuration_keys_and_values_are_refused_with_the_known_ones():
-    assert target_configuration("triton") == {"vision_fp32": ("ieee", "tf32")}
+    assert target_configuration("triton") == {"vision_fp32": ("ieee", "tf32"), "lora_early_reads": ("on", "off")}
     with pytest.raises(TargetError) as info:
         resolve_target("triton@pdl=off", "cpu")
     assert str(info.value) == ("target 'triton@pdl=off': configuration key 'pdl' is unknown; the only valid keys are "
-                               "['vision_fp32']")
+                               "['lora_early_reads', 'vision_fp32']")
     with pytest.raises(TargetError) as info:
         resolve_target("triton@vision_fp32=bf16", "cpu")
     assert str(info.value) == ("target 'triton@vision_fp32=bf16': vision_fp32='bf16' is invalid; the only valid values "
@@ -108,11 +106,20 @@ def test_targets_are_resolved_once_per_spec_device_and_sources():
     assert resolve_target("reference", "cpu", sources=TargetSources(sglang_wheel="/nowhere")) is not a
 
 
-@pytest.mark.skipif("vision_fp32" not in inspect.signature(kernels_target).parameters,
-                    reason="this kernels package has no kernels_target(vision_fp32=...) yet (the vision launch "
-                           "options add it)")
 def test_triton_takes_the_vision_fp32_configuration():
     t = resolve_target("triton@vision_fp32=tf32", "cpu")
     assert t.available and t.name == "triton@vision_fp32=tf32"
     assert t.precision_for("vision") == "ieee"  # the interpreter's tl.dot is exact fp32 whatever is asked
     assert resolve_target("triton@vision_fp32=ieee", "cpu").available
+
+
+def test_triton_takes_the_lora_early_reads_configuration():
+    from kernel_oracle.kernels.options import current_options
+
+    t = resolve_target("triton@lora_early_reads=on", "cpu")
+    with_reads = t.entry("step_a_q")
+    # the wrapper applies the option for the call only: the kernel sees it, the caller's block does not
+    assert getattr(with_reads, "launch_options", None) == {"lora": {"early_reads": True}}
+    assert not current_options().lora.early_reads
+    assert resolve_target("triton@lora_early_reads=off", "cpu").entry("step_a_q") is \
+        resolve_target("triton", "cpu").entry("step_a_q")

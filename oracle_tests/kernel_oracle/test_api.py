@@ -348,7 +348,7 @@ def test_a_project_that_asks_runs_on_xdist_workers_when_a_gpu_is_visible(tmp_pat
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
     visible = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_user.py", "-k",
                               "profile"], cwd=_write_user_test(tmp_path), capture_output=True, text=True, timeout=300,
-                             env={**env, "CUDA_VISIBLE_DEVICES": "0", "KERNEL_ORACLE_NO_GPU_PIN": "1"})
+                             env={**env, "CUDA_VISIBLE_DEVICES": "0"})
     assert visible.returncode == 0, visible.stdout[-3000:] + visible.stderr[-2000:]
     assert "created: 2/2 workers" in visible.stdout, visible.stdout[-3000:]
     assert "kernel-oracle: 2 pytest-xdist workers on this GPU machine" in visible.stdout

@@ -15,7 +15,7 @@ from kernel_oracle.harness import schema
 from kernel_oracle.reports import bench_convert
 from kernel_oracle.reports.model import load_result
 
-DATA = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "data"
+DATA = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "data"
 LORA, VISION = DATA / "bench_lora_h200.json", DATA / "bench_vision_h200.json"
 
 

@@ -4,7 +4,7 @@ of two CPU worker processes; never a mock.
 The target is a planted-bug user module (pure torch: the reference's ``step_a_q_fwd`` made wrong for
 fp32 batches of 3+ tokens), run in the Dask worker's process (``isolate=False``) so a case costs
 milliseconds.  .ci/run installs ``redis-server`` and the cluster extra and sets
-``KERNEL_ORACLE_REQUIRE_CLUSTER=1``, so there a missing piece fails instead of skipping.
+``KERNEL_ORACLE_REQUIRE=cluster``, so there a missing piece fails instead of skipping.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import pytest
 
 from kernel_oracle.fuzz.campaign_config import CampaignConfig
 
-REQUIRED = os.environ.get("KERNEL_ORACLE_REQUIRE_CLUSTER") == "1"
+from ..conftest import REQUIRED as REQUIRED_PIECES
+
+REQUIRED = "cluster" in REQUIRED_PIECES
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 PLANTED = '''"""A LoRA step A with a planted bug: fp32 batches of 3 or more tokens come out wrong."""
@@ -254,8 +256,6 @@ def test_xdist_workers_are_pinned_one_gpu_each():
     assert pin_xdist_worker(env) == "2" and env["CUDA_VISIBLE_DEVICES"] == "2"
     one = {"PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "7"}
     assert pin_xdist_worker(one) is None and one["CUDA_VISIBLE_DEVICES"] == "7"  # one GPU: untouched
-    off = {"PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "0,1", "KERNEL_ORACLE_NO_GPU_PIN": "1"}
-    assert pin_xdist_worker(off) is None and off["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert pin_xdist_worker({"CUDA_VISIBLE_DEVICES": "0,1"}) is None  # not an xdist worker
 
 

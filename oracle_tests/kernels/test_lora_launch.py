@@ -422,7 +422,7 @@ def test_bench_lora_flags_parse_into_launch_options(argv, lora):
 
 
 def test_triton_target_declares_precision_per_op(monkeypatch):
-    from kernel_oracle.fuzz.targets.registry import Target, TargetError
+    from kernel_oracle.harness.targets import Target, TargetError
     from kernel_oracle.fuzz.targets.triton import kernels_precision
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")

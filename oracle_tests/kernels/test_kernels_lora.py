@@ -25,7 +25,6 @@ import zlib
 
 import pytest
 import torch
-import triton
 
 import kernel_oracle.kernels as kernels
 import kernel_oracle.kernels.lora as klora
@@ -33,7 +32,7 @@ import kernel_oracle.kernels.lora._launch as launch
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import FAMILY_OPS, OP_DB
 from kernel_oracle.harness.problems import Call, LoRAProblem, batch_info_of, materialize
-from kernel_oracle.kernels.options import LaunchOptions, LoRAOptions, OptionsError, current_options, options
+from kernel_oracle.kernels.options import LaunchOptions, current_options, options
 from kernel_oracle.reference import lora as ref
 from kernel_oracle.reference.batch_info import make_lora_batch_info
 from kernel_oracle.reference.contracts import expected_message

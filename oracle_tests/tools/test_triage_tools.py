@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import json
-from pathlib import Path
 
 from kernel_oracle.harness import check
 from kernel_oracle.harness.check import Case, Verdict
 from kernel_oracle.harness.problems import LoRAProblem
+from .._scripts import load_script
 
 
-def _load(relpath: str):
-    """The script at ``relpath`` (from the repository root) as a module: ``tools/`` and ``docs/upstream/``
-    are not installed, so nothing of the package can import them, and the tests load them by path."""
-    path = Path(__file__).resolve().parents[1] / relpath
-    spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # where Triton's JIT and pickling look a function's module up
-    spec.loader.exec_module(module)
-    return module
 
 
-triage_lora_finding = _load("tools/triage_lora_finding.py")
+triage_lora_finding = load_script("tools/triage_lora_finding.py")
 
 
 def _finding(tmp_path):
