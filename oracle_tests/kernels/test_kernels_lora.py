@@ -32,6 +32,7 @@ import kernel_oracle.kernels.lora._launch as launch
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import FAMILY_OPS, OP_DB
 from kernel_oracle.harness.problems import Call, LoRAProblem, batch_info_of, materialize
+from kernel_oracle.kernels.interpreter import interpreting
 from kernel_oracle.kernels.options import LaunchOptions, current_options, options
 from kernel_oracle.reference import lora as ref
 from kernel_oracle.reference.batch_info import make_lora_batch_info
@@ -424,6 +425,15 @@ class _Launches:
         return self
 
 
+def _expected_dot(dtype: torch.dtype, fp32_dot) -> object:
+    """The ``DOT_PREC`` a launch must get: under the interpreter every tile is upcast to fp32, exact unless
+    ``fp32_dot="tf32"``; compiled, fp32 tiles run TF32 (as upstream's ``tl.dot``) and fp16/bf16 tiles take no
+    setting (None)."""
+    if interpreting():
+        return "tf32" if fp32_dot == "tf32" else "ieee"
+    return "tf32" if dtype == torch.float32 else None
+
+
 def test_entry_points_launch_the_options_plan(monkeypatch):
     """Every entry point reads the options in force and launches their plan: the path, the route's
     constexprs, the blocks, the fp32 dot; outside the block the defaults again."""
@@ -442,7 +452,7 @@ def test_entry_points_launch_the_options_plan(monkeypatch):
                 assert (got["TOKEN_MAJOR"], got["SORTED"], got["FLAT"], got["BT"]) == \
                     (p.token_major, p.sorted_rows, p.slot_block > 0, p.blocks["BT"]), (op, lora, got)
                 assert p.token_major == (lora.get("route") != "seg"), (op, lora)  # decode: token-major by default
-                assert got["DOT_PREC"] == ("tf32" if lora.get("fp32_dot") == "tf32" else "ieee"), (op, lora, got)
+                assert got["DOT_PREC"] == _expected_dot(dtype, lora.get("fp32_dot")), (op, lora, got)
     assert current_options() == LaunchOptions()
 
 
