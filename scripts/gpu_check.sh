@@ -14,7 +14,8 @@
 # Carry .gpu-snap (scripts/gpu_snapshot.sh: HEAD, COMMIT, .whl/flashinfer, .whl/sglang-slim, .whl/cluster)
 # and run from inside it.  Every phase writes its logs under $OUT (the device tool's folder, else
 # ./gpu-out), prints a compact summary and adds a row to the machine's table (/tmp/gpu-check), which
-# outlives one device call while the machine stays warm: `all` skips the phases already done there and
+# outlives one device call while the machine stays warm (a process left running must not keep its
+# working directory in the carried tree, which the next call replaces: soak-start runs from /tmp/gpu-check): `all` skips the phases already done there and
 # stops before a phase that would pass ALL_BUDGET seconds (570; the device tool allows 600 a call), so
 # calling it again continues the sequence.  The soak's campaigns keep importing from this tree (their
 # workers start later): carry the same snapshot to the calls until soak-wait.
@@ -65,8 +66,10 @@ soak_start() {
   local secs=${1:-600}; rm -rf "$SOAK"; mkdir -p "$SOAK"
   start() {  # NAME ARGS...: one detached campaign (setsid: it outlives this device call)
     local name=$1; shift
-    setsid nohup python3 -m kernel_oracle fuzz "$@" --device cuda --time "$secs" --seed 7 --quiet \
-      --out "$SOAK/$name" >"$SOAK/$name.log" 2>&1 </dev/null &
+    # cwd outside the carried tree: the next device call replaces that tree, and a process whose working
+    # directory was deleted cannot start workers (multiprocessing reads os.getcwd())
+    (cd "$STATE" && setsid nohup python3 -m kernel_oracle fuzz "$@" --device cuda --time "$secs" --seed 7 --quiet \
+      --out "$SOAK/$name" >"$SOAK/$name.log" 2>&1 </dev/null &)
   }
   start triton-lora --targets triton --op lora
   start triton-vision --targets triton --op vision
