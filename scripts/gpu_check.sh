@@ -14,10 +14,10 @@
 # Carry .gpu-snap (scripts/gpu_snapshot.sh: HEAD, COMMIT, .whl/flashinfer, .whl/sglang-slim, .whl/cluster)
 # and run from inside it.  Every phase writes its logs under $OUT (the device tool's folder, else
 # ./gpu-out), prints a compact summary and adds a row to the machine's table (/tmp/gpu-check), which
-# outlives one device call while the machine stays warm (a process left running must not keep its
-# working directory in the carried tree, which the next call replaces: soak-start runs from /tmp/gpu-check): `all` skips the phases already done there and
+# outlives one device call while the machine stays warm: `all` skips the phases already done there and
 # stops before a phase that would pass ALL_BUDGET seconds (570; the device tool allows 600 a call), so
-# calling it again continues the sequence.  The soak's campaigns keep importing from this tree (their
+# calling it again continues the sequence.  A process left running must not keep its working directory
+# in the carried tree, which the next call replaces (soak-start runs from /tmp/gpu-check).  The soak's campaigns keep importing from this tree (their
 # workers start later): carry the same snapshot to the calls until soak-wait.
 set -uo pipefail
 cd "$(dirname "$0")/.."
