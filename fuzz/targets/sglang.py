@@ -21,7 +21,10 @@ The vision wrapper runs on an engine (the ``cudnn_batch_prefill_with_kv_cache`` 
 device FlashInfer's real one (:func:`~.flashinfer_cudnn.shared_engine`, with its graph-cache guard
 and ``return_lse`` fallback), else unavailable with the reason; on the CPU the pure-torch engine of
 :mod:`.cudnn_prefill_torch`, and the record says that there the wrapper is tested, not cuDNN.  The
-target declares what each release's ``VisionAttention`` passes the wrapper (``Target.accepts``).
+target declares what each release's ``VisionAttention`` passes the wrapper (``Target.accepts``), and
+its vision entry carries the release's ``VisionAttentionMetadata`` (``entry.metadata_type``, from
+0.5.16) and metadata helper ``prepare_flashinfer_cudnn_vision_attention_metadata``
+(``entry.metadata_helper``, from 0.5.17; None where the release has none).
 
 The kv_b kernel files define the four split steps only (no fused q/v-side entry points): the target
 reports the fused ops as missing, with the reason.  The record's ``reason`` names the release, the
@@ -49,8 +52,8 @@ __all__ = ["CPU_ENGINE_NOTE", "release_target", "sglang_target", "vision_entry"]
 
 _SGLANG_VISION = "sglang.srt.layers.attention.vision"
 _VERSION = re.compile(r"\d+(\.\d+)*([.-]?(a|b|rc|post|dev)\d*)*")
-CPU_ENGINE_NOTE = ("the engine is a pure-torch cudnn_batch_prefill_with_kv_cache (fuzz/targets/cudnn_prefill_torch.py): "
-                   "on the CPU the wrapper is tested, not cuDNN")
+CPU_ENGINE_NOTE = ("the engine is a pure-torch cudnn_batch_prefill_with_kv_cache "
+                   "(fuzz/targets/cudnn_prefill_torch.py): on the CPU the wrapper is tested, not cuDNN")
 VARIANT_SINCE = {"default": "0.5.12", "trt": "0.5.13"}
 
 
@@ -114,6 +117,9 @@ def vision_entry(release: ReleaseFiles, device: str):
         return module.forward(q=q, k=k, v=v, bsz=bsz, seq_len=seq_len, cu_seqlens=cu_seqlens, **passed)
 
     flashinfer_cudnn_attention.__qualname__ = f"sglang {release.version} VisionFlashInferAttention.forward"
+    # the release's own metadata type and builder, for callers that build forward_metadata as SGLang does
+    flashinfer_cudnn_attention.metadata_type = wrapper.metadata_cls
+    flashinfer_cudnn_attention.metadata_helper = wrapper.metadata_helper
     extra = f"metadata helper {wrapper.metadata_helper.__name__}" if wrapper.metadata_helper else "no metadata helper"
     described = (f"vision: {wrapper.cls.__name__} of {VISION_FILE} (class source, {extra}), loaded standalone; "
                  f"{how}")

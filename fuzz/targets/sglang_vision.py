@@ -179,7 +179,8 @@ def _bindings(body: list, out: dict) -> dict:
     for node in body:
         if isinstance(node, ast.Import):
             for a in node.names:
-                out.setdefault(a.asname or a.name.split(".")[0], []).append(a.name if a.asname else a.name.split(".")[0])
+                bound = a.asname or a.name.split(".")[0]
+                out.setdefault(bound, []).append(a.name if a.asname else bound)
         elif isinstance(node, ast.ImportFrom):
             for a in node.names:
                 out.setdefault(a.asname or a.name, []).append(f"{node.module}.{a.name}")
