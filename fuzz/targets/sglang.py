@@ -44,11 +44,13 @@ from .adapter import entries_from, import_module, third_party
 from .flashinfer_cudnn import ENGINE_DTYPES_REASON, FlashInferCudnn, shared_engine
 from .registry import register_target
 from .sglang_switches import CONFIGURATION, ReleaseConfiguration, hardware_pdl, switches_read, unknown_switch_note
-from .sglang_vision import VISION_FILE, load_vision_wrapper
-from .sglang_wheel import (LoaderError, ReleaseFiles, find_wheel, installed_release, load_kernel_module,
-                           locate_kernels, module_name, wheel_release)
+from .sglang_switches import PDL_READ, declared_switches
+from .sglang_vision import VISION_FILE, load_vision_wrapper, read_vision_code
+from .sglang_wheel import (LoaderError, ReleaseFiles, find_wheel, installed_release, kernel_files, kernel_identity,
+                           load_kernel_module, locate_kernels, module_name, switch_module, wheel_release)
 
-__all__ = ["CPU_ENGINE_NOTE", "release_target", "sglang_target", "vision_entry"]
+__all__ = ["CPU_ENGINE_NOTE", "release_has_code", "release_identity", "release_target", "sglang_target",
+           "vision_entry"]
 
 _SGLANG_VISION = "sglang.srt.layers.attention.vision"
 _VERSION = re.compile(r"\d+(\.\d+)*([.-]?(a|b|rc|post|dev)\d*)*")
@@ -145,7 +147,8 @@ def _kernel_module(release: ReleaseFiles, variant: str, config: ReleaseConfigura
     how = f"sglang {release.version}: {name}, loaded standalone from the {release.origin}"
     if why_import:
         how += f" (importing it failed: {why_import.splitlines()[0][:160]})"
-    note = unknown_switch_note(name, switches_read(release.read(path)))
+    note = unknown_switch_note(name, set().union(*(switches_read(release.read(f))
+                                                 for f in kernel_files(release, path))))
     return mod, how + (f"; {note}" if note else "")
 
 
@@ -233,6 +236,60 @@ def sglang_target(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
         return unavailable(name, str(exc))
     return release_target(name, release, spec.variant, device, config=config,
                           vision="release" if spec.name == "sglang" else "none")
+
+
+def release_has_code(spec, family: str, sources: Optional[TargetSources] = None) -> Optional[bool]:
+    """Whether the release of ``spec`` has code of ``family`` for its target (kv_b kernels of its
+    variant; the vision wrapper for ``sglang``); None when that is unknown (not a release spec, or no
+    wheel here)."""
+    parsed = TargetSpec.parse(spec)
+    if parsed.release is None or parsed.name not in ("sglang", "sglang-trt"):
+        return None
+    try:
+        release = wheel_release(find_wheel(parsed.release, (sources or TargetSources()).sglang_wheel, download=False))
+    except LoaderError:
+        return None
+    if family == "vision":
+        if parsed.name != "sglang":
+            return False
+        try:
+            read_vision_code(release)
+        except LoaderError:
+            return False
+        return True
+    return parsed.variant in locate_kernels(release)
+
+
+def release_identity(spec, family: str, device: str = "cpu", sources: Optional[TargetSources] = None) -> Optional[str]:
+    """What a ``family`` campaign on the release target ``spec`` runs, as one string: the identity of
+    its code (:func:`~.sglang_wheel.kernel_identity`, :attr:`~.sglang_vision.VisionCode.identity`)
+    and, for the kv_b kernels, every switch as the file reads it under the spec's configuration;
+    for vision, the engine's kind.  Two specs with the same identity run the same code on the same
+    calls.  None: not a release spec, no wheel, or no such code in the release."""
+    parsed = TargetSpec.parse(spec)
+    if parsed.release is None or parsed.name not in ("sglang", "sglang-trt"):
+        return None
+    try:
+        release = wheel_release(find_wheel(parsed.release, (sources or TargetSources()).sglang_wheel))
+        if family == "vision":
+            engine = "cpu" if str(device).startswith("cpu") else "cuda"
+            return f"vision {read_vision_code(release).identity} on the {engine} engine" \
+                if parsed.name == "sglang" else None
+    except LoaderError:
+        return None
+    path = locate_kernels(release).get(parsed.variant)
+    if path is None:
+        return None
+    config = ReleaseConfiguration.from_spec(parsed)
+    reads = set().union(*(switches_read(release.read(f)) for f in kernel_files(release, path)))
+    module = switch_module(release, path)
+    file = module.replace(".", "/") + ".py" if module else None
+    declared = declared_switches(release.read(file) if file in release.names else None)
+    values = [f"{r}={int(config.reads(r.partition('.')[2], declared.get(r.partition('.')[2], False)))}"
+              for r in sorted(reads) if r.startswith("lora_envs.")]
+    if PDL_READ in reads:
+        values.append(f"pdl={int(config.pdl if config.pdl is not None else hardware_pdl())}")
+    return f"{parsed.variant} {kernel_identity(release, path)} " + ",".join(values)
 
 
 register_target("sglang", sglang_target)

@@ -55,8 +55,8 @@ from typing import Callable, Optional
 from .sglang_switches import LoraEnvs, ReleaseConfiguration, declared_switches, hardware_pdl
 
 __all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "ReleaseFiles", "STAND_INS", "cache_dir", "code_identity",
-           "find_wheel", "installed_release", "kernel_identity", "load_kernel_module", "locate_kernels",
-           "wheel_release", "write_slim_wheel"]
+           "find_wheel", "installed_release", "kernel_files", "kernel_identity", "load_kernel_module",
+           "locate_kernels", "switch_module", "wheel_release", "write_slim_wheel"]
 
 # SPEC.md's table, newest layout first: variant -> the kernel file's path in each layout
 KNOWN_KERNEL_FILES = {
@@ -378,6 +378,28 @@ def code_identity(nodes, extra: str = "") -> str:
         h.update(ast.dump(_without_docstrings(node)).encode())
     h.update(extra.encode())
     return h.hexdigest()[:16]
+
+
+def kernel_files(release: ReleaseFiles, path: str) -> list[str]:
+    """``path`` and the helper files of ``release`` it loads, recursively (the code a kernel target runs)."""
+    out, todo = [], [path]
+    while todo:
+        file = todo.pop(0)
+        if file in out:
+            continue
+        out.append(file)
+        todo.extend(h for mod, _ in imported_sglang_names(release.read(file))
+                    if (h := _helper_file(release, mod)) is not None)
+    return out
+
+
+def switch_module(release: ReleaseFiles, path: str) -> Optional[str]:
+    """The module ``path`` (or a helper it loads) imports ``lora_envs`` from, or None."""
+    for file in kernel_files(release, path):
+        for mod, names in imported_sglang_names(release.read(file)):
+            if "lora_envs" in names:
+                return mod
+    return None
 
 
 def kernel_identity(release: ReleaseFiles, path: str) -> str:
