@@ -287,7 +287,8 @@ def op_families(op: str) -> list:
     if len(parts) == 1 and parts[0] in FAMILY_OPS["lora"]:
         return ["lora"]
     if not parts or any(p not in FAMILY_OPS for p in parts) or len(set(parts)) != len(parts):
-        raise ValueError(f"--op {op!r}: pass lora, vision, lora,vision or one LoRA op ({', '.join(FAMILY_OPS['lora'])})")
+        raise ValueError(f"--op {op!r}: pass lora, vision, lora,vision or one LoRA op "
+                         f"({', '.join(FAMILY_OPS['lora'])})")
     return parts
 
 
@@ -344,7 +345,8 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
         runs.append({"spec": c.label, "family": c.family, "lane": c.lane, "tested": c.tested, "members": c.members,
                      "identity": c.identity, "same_as": c.same_as, **result})
         if log is not None:
-            same = f" (the same code as {c.same_as}: not run again)" if c.same_as in done and c.label not in done else ""
+            reused = c.same_as in done and c.label not in done
+            same = f" (the same code as {c.same_as}: not run again)" if reused else ""
             log(f"{c.label}: {result['cases']} cases, {len(result['findings'])} findings{same}"
                 + ("" if result["available"] else f" (unavailable: {result['reason']})"))
     record["release_matrix"] = build_matrix(runs, _corpus_rows(entries, corpus_by_spec, record))

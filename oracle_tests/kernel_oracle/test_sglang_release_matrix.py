@@ -73,7 +73,8 @@ def test_a_row_counts_only_in_its_familys_columns_and_keeps_each_lanes_history()
              else []} for c in cols]
     (row,) = build_matrix(runs, [])["rows"]
     assert row["counts"] == {"sglang==0.5.12 lora": 1, "sglang==0.5.14 lora": 0}
-    assert row["history"] == {"sglang lora": {"introduced_in": "sglang==0.5.12 lora", "fixed_in": "sglang==0.5.14 lora"}}
+    assert row["history"] == {"sglang lora": {"introduced_in": "sglang==0.5.12 lora",
+                                              "fixed_in": "sglang==0.5.14 lora"}}
 
 
 def test_targets_expand_to_releases_and_configurations():
@@ -87,8 +88,8 @@ def test_targets_expand_to_releases_and_configurations():
     assert expand_targets(["sglang-trt==0.5.23@pdl=off"], configurations=True) == ["sglang-trt==0.5.23@pdl=off"]
 
 
-@pytest.mark.parametrize("op, families", [("lora", ["lora"]), ("step_b_v", ["lora"]), ("lora,vision", ["lora", "vision"]),
-                                          ("vision", ["vision"])])
+@pytest.mark.parametrize("op, families", [("lora", ["lora"]), ("step_b_v", ["lora"]),
+                                          ("lora,vision", ["lora", "vision"]), ("vision", ["vision"])])
 def test_op_families(op, families):
     assert op_families(op) == families
 
