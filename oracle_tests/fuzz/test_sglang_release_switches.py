@@ -142,3 +142,19 @@ def test_a_switch_the_loader_does_not_know_is_one_line(tmp_path):
             "default (a lora_envs switch reads off unless lora_opti=on)")
     assert line in t.reason and "\n" not in t.reason
     assert check_case(t, Case(_problem()), DEVICE).ok  # the release's environ.py declares it: it reads off
+
+
+@pytest.mark.parametrize("target, known", [
+    ("sglang-trt==0.5.23@cublas=on,lora_opti=on", "sglang-trt-cublas-step-b-q-every-row"),
+    ("sglang-trt==0.5.23@cublas_kv_b=on,pdl=off", "sglang-trt-cublas-step-b-q-every-row"),
+    ("sglang-trt==0.5.23", None),  # the Triton path: a mismatch there is new
+    ("sglang==0.5.23", None),
+])
+def test_the_cublas_paths_row_findings_are_known_only_in_its_configurations(target, known):
+    from kernel_oracle.harness.known_issues import match_known
+
+    finding = {"id": "F1", "target": target, "op": "step_b_q", "kind": "mismatch", "dtype": "float32",
+               "message": "Tensor-likes are not close!", "count": 3,
+               "bucket": {"kind": "mismatch", "family": "lora", "cause": "padding", "frame": "", "config": ["float32"]}}
+    got = match_known(finding, target, "0.5.23")
+    assert (got.id if got else None) == known
