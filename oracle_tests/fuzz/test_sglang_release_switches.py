@@ -158,3 +158,22 @@ def test_the_cublas_paths_row_findings_are_known_only_in_its_configurations(targ
                "bucket": {"kind": "mismatch", "family": "lora", "cause": "padding", "frame": "", "config": ["float32"]}}
     got = match_known(finding, target, "0.5.23")
     assert (got.id if got else None) == known
+
+
+def test_a_standalone_repro_names_the_releases_module_and_configuration(tmp_path, capsys):
+    """``repro --emit-script`` of a finding of a release loaded standalone imports the release's own module
+    (where SGLang is installed) and says in which environment the configuration runs."""
+    import json
+
+    from kernel_oracle.cli import main
+
+    release_files("0.5.23")
+    case = {"problem": {"family": "lora", **{k: list(v) if isinstance(v, tuple) else v
+                                             for k, v in vars(_problem(op="step_b_q", extra_rows=2)).items()
+                                             if k != "family"}}, "mutation": None}
+    rc = main(["repro", "--case", json.dumps(case), "--targets", "sglang-trt==0.5.23@lora_opti=on,cublas=on",
+               "--device", DEVICE, "--emit-script", str(tmp_path)])
+    assert rc == 1, capsys.readouterr()
+    script = (tmp_path / "case.py").read_text()
+    assert 'TARGET = "sglang.kernels.ops.lora.dense.trtllm_lora_temp.kv_b_lora_absorbed:step_b_q_fwd"' in script
+    assert "in the environment SGLANG_EXPERIMENTAL_LORA_OPTI=1, SGLANG_OPT_LORA_CUBLAS=1" in script
