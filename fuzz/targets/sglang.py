@@ -107,7 +107,7 @@ def vision_entry(release: ReleaseFiles, device: str):
     binding, how, why = _engine(device)
     if binding is None:
         raise LoaderError(f"sglang {release.version}: {why}")
-    wrapper = load_vision_wrapper(release, binding.engine, "cpu" if binding.device.type == "cpu" else "cuda")
+    wrapper = load_vision_wrapper(release, binding.engine, str(binding.device))  # one module per engine
     workspace = torch.empty(0, dtype=torch.uint8) if binding.device.type == "cpu" else binding.workspace()
     module = wrapper.cls(workspace_buffer=workspace)
     accepts = wrapper.code.accepts

@@ -177,3 +177,14 @@ def test_a_standalone_repro_names_the_releases_module_and_configuration(tmp_path
     script = (tmp_path / "case.py").read_text()
     assert 'TARGET = "sglang.kernels.ops.lora.dense.trtllm_lora_temp.kv_b_lora_absorbed:step_b_q_fwd"' in script
     assert "in the environment SGLANG_EXPERIMENTAL_LORA_OPTI=1, SGLANG_OPT_LORA_CUBLAS=1" in script
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(interpreting() or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+                    reason="pdl=on needs compiled Triton on an SM90+ GPU")
+@pytest.mark.parametrize("config", ["@pdl=on", "@pdl=off"])
+def test_pdl_on_and_off_on_the_gpu(config):
+    t = release_target(f"sglang-trt==0.5.23{config}", DEVICE)
+    for problem in (_problem(dtype="bfloat16"), _problem(cuda_graph_pad_to=4, stale_host_ints=(1, 1, 9))):
+        verdict = check_case(t, Case(problem), DEVICE)
+        assert verdict.ok, f"{config}: {verdict.kind}: {verdict.message}"

@@ -212,3 +212,21 @@ def test_the_stand_in_engine_is_what_the_wrapper_calls():
     call = materialize(VisionProblem(lengths=(3, 2), H=2, D=8, dtype="float16", path="metadata"), "cpu")
     out = t.entry("vision")(*call.args, **call.kwargs)
     assert out.shape == (5, 2, 8) and out.dtype == torch.float16
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlashInfer's cuDNN prefill runs on CUDA only")
+@pytest.mark.parametrize("case", ["ragged, an empty sequence", "strided v, shifted v and o", "4-D inputs",
+                                  "9 sequences (batch bucket 16)"])
+@pytest.mark.parametrize("version", VISION_RELEASES)
+def test_release_wrapper_on_flashinfers_engine(version, case):
+    """On a GPU the release's own wrapper calls FlashInfer's real engine (unavailable, with the reason,
+    where FlashInfer does not import)."""
+    wheel_or_skip(version)
+    t = resolve_target(f"sglang=={version}", "cuda")
+    if not t.has("vision"):
+        pytest.skip(f"sglang=={version} vision on CUDA: {t.notes.get('vision')}")
+    assert "the engine is FlashInfer's cudnn_batch_prefill_with_kv_cache" in t.reason
+    fields = {**VISION_CASES[case], "D": 64}
+    verdict = check_case(t, Case(VisionProblem(dtype="bfloat16", path="kwargs", seed=5, **fields)), "cuda")
+    assert verdict.ok, f"sglang=={version} [{case}]: {verdict.kind}: {verdict.message}"
