@@ -246,7 +246,8 @@ class _Search:
             self.startup_s = time.monotonic() - self.started
             self.started = time.monotonic()
             entries = set(self.info.get("entry_points") or ())
-            excluded = self.info.get("excluded_dtypes") or {}
+            excluded = {**(self.info.get("excluded_dtypes") or {}),
+                        **((self.info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}
             wanted = FAMILY_OPS[self.family] if self.op in ("lora", "vision") else (self.op,)
             self.ops = tuple(o for o in wanted if o in entries)
             self.dtypes = tuple(d for d in ALL_DTYPES if d not in excluded
@@ -528,7 +529,8 @@ class _Search:
         record["summary"].update(new_findings=new, known_findings=len(record["findings"]) - new)
         if info:  # the target ran in the worker's Triton mode, not necessarily this process's
             record["environment"]["triton_interpret"] = bool(info.get("interpreting"))
-        for d, why in (info.get("excluded_dtypes") or {}).items():
+        for d, why in {**(info.get("excluded_dtypes") or {}),
+                       **((info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}.items():
             add_note(record, f"{self.target}: {d} not fuzzed: {why}")
         for note in notes:
             add_note(record, note)

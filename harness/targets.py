@@ -16,7 +16,7 @@ spec                                   kind        fields
 =====================================  ==========  ==========================================
 
 Any of them may end in a configuration, ``@key=value[,key=value...]`` (``triton@vision_fp32=tf32``,
-``sglang==0.5.23@pdl=off``): kept sorted by key, so ``str(spec)`` is the canonical spelling and
+``sglang-trt==0.5.23@lora_opti=on,cublas_kv_b=on``): kept sorted by key, so ``str(spec)`` is the canonical spelling and
 ``TargetSpec.parse(str(spec)) == spec``.  Which keys a target knows is the registry's business
 (:func:`kernel_oracle.fuzz.targets.register_target`): parsing only checks the shape.  ``name`` is
 the registry key the spec resolves through (a built-in name, ``"mutant"`` or ``"module"``), so a
@@ -38,8 +38,18 @@ declares what the comparison needs to be fair:
 * ``excluded_dtypes``: dtype -> reason; a third-party Triton target run under the interpreter is not
   tested in bfloat16, because the interpreter computes bf16 arithmetic on raw bit patterns
   (SPEC.md "Where it runs") and we cannot neutralise that inside code we do not own;
+  ``excluded_dtypes_by_family``: family -> {dtype: reason} for one family only (an SGLang release's
+  vision wrapper runs on cuDNN SDPA, which takes no float32, while its kv_b kernels do):
+  :meth:`Target.excluded_for` gives both together;
 * ``poison``: an optional ``family -> context manager`` that makes the target allocate its fresh
-  outputs full of NaN (our vision kernel's hook).
+  outputs full of NaN (our vision kernel's hook);
+* ``accepts``: op -> the keyword arguments that the target's own callers pass it (a frozenset of
+  names), for code whose signature changed across releases: an SGLang release's vision wrapper is
+  called by that release's ``VisionAttention`` with ``sequence_lengths`` and ``max_seqlen`` only
+  (0.5.10), plus ``softmax_scale``, ``window_size`` and ``s_aux`` (0.5.11), plus
+  ``forward_metadata`` (0.5.16).  An op it does not name takes every keyword of its signature.  The
+  harness passes such a target only keywords it accepts (:meth:`Target.unaccepted` lists the others
+  a call gives a value): a wrapper that ignores an argument its callers never pass has no defect.
 
 A target with only some entry points is tested on those; an unavailable one carries the reason, and
 callers report it.  :class:`TargetSources` says where code that is not installed comes from (the
@@ -255,10 +265,12 @@ class Target:
     precision: Union[str, dict] = "ieee"  # one for every op, or op -> precision (ops not named: "ieee")
     strict: bool = True
     excluded_dtypes: dict = field(default_factory=dict)  # dtype name -> reason
+    excluded_dtypes_by_family: dict = field(default_factory=dict)  # family -> {dtype name: reason}
     poison: Optional[Callable] = None  # family -> context manager
     notes: dict = field(default_factory=dict)  # op -> why it is missing
     status: Optional[Callable[[], str]] = None  # a live ``reason`` (e.g. an engine's fallback note)
     release: Optional[str] = None  # the upstream package's version (known issues apply per release)
+    accepts: dict = field(default_factory=dict)  # op -> frozenset of the keywords its callers pass
 
     def __post_init__(self) -> None:
         if isinstance(self.precision, dict):
@@ -299,6 +311,18 @@ class Target:
     def has(self, op: str) -> bool:
         return op in self.entries
 
+    def accepted_keywords(self, op: str) -> Optional[frozenset]:
+        """The keywords the callers of ``op`` pass this target, or None: every keyword of its signature."""
+        return self.accepts.get(op)
+
+    def unaccepted(self, op: str, kwargs: dict) -> tuple[str, ...]:
+        """The names of ``kwargs`` given a value other than None that this target's callers never pass
+        to ``op`` (sorted; empty when the call is one its callers make)."""
+        accepted = self.accepted_keywords(op)
+        if accepted is None:
+            return ()
+        return tuple(sorted(k for k, v in kwargs.items() if v is not None and k not in accepted))
+
     def entry(self, op: str) -> Callable:
         try:
             return self.entries[op]
@@ -309,16 +333,23 @@ class Target:
     def ops(self, family: str) -> tuple[str, ...]:
         return tuple(op for op in FAMILY_OPS[family] if op in self.entries)
 
-    def dtypes(self, candidates) -> tuple[str, ...]:
-        return tuple(d for d in candidates if d not in self.excluded_dtypes)
+    def excluded_for(self, family: Optional[str] = None) -> dict:
+        """dtype -> why it is not tested: the target-wide exclusions and those of ``family``."""
+        return {**self.excluded_dtypes, **(self.excluded_dtypes_by_family.get(family) or {})}
+
+    def dtypes(self, candidates, family: Optional[str] = None) -> tuple[str, ...]:
+        excluded = self.excluded_for(family)
+        return tuple(d for d in candidates if d not in excluded)
 
     def to_record(self) -> dict:
         reason = self.status() if self.status is not None else self.reason
         return {"name": self.name, "available": self.available, "reason": reason,
                 "entry_points": sorted(self.entries), "precision": self.precision_summary(),
                 "precision_by_op": self.precisions(), "strict": self.strict,
-                "excluded_dtypes": dict(self.excluded_dtypes), "missing": dict(self.notes),
-                "release": self.release}
+                "excluded_dtypes": dict(self.excluded_dtypes),
+                "excluded_dtypes_by_family": {f: dict(d) for f, d in self.excluded_dtypes_by_family.items()},
+                "missing": dict(self.notes),
+                "release": self.release, "accepts": {op: sorted(v) for op, v in sorted(self.accepts.items())}}
 
 
 def unavailable(name: str, reason: str, **kw) -> Target:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fill the wheel cache with the SGLang releases the suite reads (SPEC.md, "Where SGLang keeps these
-# kernels"), so oracle_tests/fuzz/test_sglang_release.py and test_bug_corpus.py run the real kernels.
+# kernels"), so oracle_tests/fuzz/test_sglang_release*.py and test_bug_corpus.py run the real kernels and wrappers.
 # Wheels go to ${KERNEL_ORACLE_CACHE:-~/.cache/kernel-oracle}/wheels; a wheel already there (or in
 # the repository's .whl/sglang/, which is git-ignored) is not fetched again.  Only the wheel is
 # fetched (--no-deps): the suite reads its kernel files and never installs it.
@@ -8,7 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 releases=("$@")
-[ ${#releases[@]} -eq 0 ] && releases=(0.5.12 0.5.15 0.5.23)
+# kv_b kernels: 0.5.12, 0.5.15, 0.5.23; the vision wrapper's four versions: 0.5.10, 0.5.12, 0.5.16, 0.5.23
+[ ${#releases[@]} -eq 0 ] && releases=(0.5.10 0.5.12 0.5.15 0.5.16 0.5.23)
 dest="${KERNEL_ORACLE_CACHE:-$HOME/.cache/kernel-oracle}/wheels"
 mkdir -p "$dest"
 py="${PYTHON:-$(command -v python3 || command -v python)}"

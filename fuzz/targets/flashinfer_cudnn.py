@@ -49,13 +49,13 @@ from kernel_oracle.harness.targets import Target, unavailable
 
 from .registry import register_target
 
-__all__ = ["GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn", "GraphCacheHazard", "engine_graph_cache",
-           "engine_versions",
-           "flashinfer_cudnn_target"]
+__all__ = ["ENGINE_DTYPES_REASON", "GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn", "GraphCacheHazard",
+           "engine_graph_cache", "engine_versions", "flashinfer_cudnn_target", "shared_engine"]
 
 # SGLang's vision backends share a workspace buffer; FlashInfer documents 128 MB as sufficient for
 # typical prefill workloads.
 WORKSPACE_BYTES = 128 * 2**20
+ENGINE_DTYPES_REASON = "cuDNN SDPA takes float16 and bfloat16 only"
 # cudnn.graph_cache's default maxsize (nvidia-cudnn-frontend 1.28): the oldest key is evicted first
 GRAPH_CACHE_SIZE = 256
 
@@ -181,24 +181,37 @@ class FlashInferCudnn:
                     causal=False, batch_offsets_q=qk_ind, batch_offsets_k=qk_ind, batch_offsets_v=v_ind,
                     batch_offsets_o=o_ind, is_cuda_graph_compatible=True)
         poison = self._poison
-        key = (B, q.dtype, max_seqlen, q.shape[1], q.shape[2], k.shape[1], k.shape[2], float(scale))
-        layout = {"q strides": tuple(q.stride()), "k strides": tuple(k.stride()), "v strides": tuple(v.stride()),
-                  "v head dim": v.shape[2]}
 
         def run() -> torch.Tensor:
-            self._check_graph_key(key, layout)
-            out = None
-            if poison:  # the same call with an output buffer full of NaN: unwritten tokens stay NaN
-                out = torch.full((q.shape[0], q.shape[1], v.shape[2]), float("nan"), dtype=q.dtype,
-                                 device=q.device)
-            before = set(self._engine_cache) if self._engine_cache is not None else None
-            try:
-                output = self._run(q, k, v, scale, {**call, "out": out})
-            finally:  # a call that raises after the engine built (and cached) its graph counts too
-                self._remember(key, layout, before)
+            output = self._guarded(q, k, v, scale, call, poison=poison)
             return output if reshape_batch is None else output.unflatten(0, (reshape_batch, -1))
 
         return run
+
+    def engine(self, q, k, v, scale, workspace_buffer=None, *, return_lse=True, out=None, **call):
+        """``cudnn_batch_prefill_with_kv_cache`` as this binding runs it, for a wrapper that calls the
+        engine itself (an SGLang release's own ``VisionFlashInferAttention``, :mod:`.sglang_vision`):
+        the graph-cache guard, the ``return_lse`` fallback and the NaN-filled output of
+        :meth:`poisoned_output` apply as to this target's own calls.  Returns ``(out, None)``: the
+        wrapper discards the LSE, and after a refusal there is none."""
+        output = self._guarded(q, k, v, scale, call, poison=self._poison, workspace=workspace_buffer, out=out)
+        return output, None
+
+    def _guarded(self, q, k, v, scale, call: dict, *, poison: bool, workspace=None, out=None) -> torch.Tensor:
+        """One engine call behind the graph-cache guard (see the module note), into ``out`` (NaN-filled
+        when ``poison``; allocated by the engine when None)."""
+        B, max_seqlen = int(call["actual_seq_lens_q"].shape[0]), call["max_token_per_sequence"]
+        key = (B, q.dtype, max_seqlen, q.shape[1], q.shape[2], k.shape[1], k.shape[2], float(scale))
+        layout = {"q strides": tuple(q.stride()), "k strides": tuple(k.stride()), "v strides": tuple(v.stride()),
+                  "v head dim": v.shape[2]}
+        self._check_graph_key(key, layout)
+        if poison:  # the same call with an output buffer full of NaN: unwritten tokens stay NaN
+            out = torch.full((q.shape[0], q.shape[1], v.shape[2]), float("nan"), dtype=q.dtype, device=q.device)
+        before = set(self._engine_cache) if self._engine_cache is not None else None
+        try:
+            return self._run(q, k, v, scale, {**call, "out": out}, workspace)
+        finally:  # a call that raises after the engine built (and cached) its graph counts too
+            self._remember(key, layout, before)
 
     def _check_graph_key(self, key: tuple, layout: dict) -> None:
         """Raise GraphCacheHazard when ``key`` was built for another layout (see the module note)."""
@@ -234,16 +247,17 @@ class FlashInferCudnn:
                 self._layouts.pop(next(iter(self._layouts)))
             self._layouts[key] = layout
 
-    def _run(self, q, k, v, scale: float, call: dict) -> torch.Tensor:
+    def _run(self, q, k, v, scale: float, call: dict, workspace=None) -> torch.Tensor:
+        workspace = self.workspace() if workspace is None else workspace
         if self.return_lse:
             try:
-                return self._prefill(q, k, v, scale, self.workspace(), return_lse=True, **call)[0]
+                return self._prefill(q, k, v, scale, workspace, return_lse=True, **call)[0]
             except Exception as exc:  # noqa: BLE001 - retried without the LSE, refusal recorded
                 first = exc
-            output = self._prefill(q, k, v, scale, self.workspace(), return_lse=False, **call)[0]
+            output = self._prefill(q, k, v, scale, workspace, return_lse=False, **call)[0]
             self.note_refusal(first)  # the LSE was the only difference: record it, fall back for good
             return output
-        return self._prefill(q, k, v, scale, self.workspace(), return_lse=False, **call)[0]
+        return self._prefill(q, k, v, scale, workspace, return_lse=False, **call)[0]
 
     def note_refusal(self, exc: BaseException) -> None:
         self.return_lse = False
@@ -288,36 +302,45 @@ class FlashInferCudnn:
 ENGINES: dict = {}
 
 
-def flashinfer_cudnn_target(device):
-    """The :class:`~kernel_oracle.harness.targets.Target`, or an unavailable one that says why."""
-    name = "flashinfer-cudnn"
+def shared_engine(device) -> tuple[Optional[FlashInferCudnn], str]:
+    """``(engine, "")``: the one binding of FlashInfer's cuDNN prefill on ``device``, probed once and
+    shared by every target that calls it (the engine's graph cache is per process, so its guard must
+    be too); ``(None, why)`` when it cannot run here."""
     dev = torch.device(device)
     if dev.type != "cuda":
-        return unavailable(name, f"FlashInfer's cuDNN prefill runs on CUDA GPUs only; device={device!s} "
-                                  "(run with --device cuda on a GPU machine)")
+        return None, (f"FlashInfer's cuDNN prefill runs on CUDA GPUs only; device={device!s} "
+                      "(run with --device cuda on a GPU machine)")
     if not torch.cuda.is_available():
-        return unavailable(name, "no CUDA device is visible (torch.cuda.is_available() is False)")
+        return None, "no CUDA device is visible (torch.cuda.is_available() is False)"
     try:
         from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
     except Exception as exc:  # noqa: BLE001 - the reason is the report
-        return unavailable(name, f"import flashinfer.cudnn failed: {type(exc).__name__}: {exc} "
-                                  "(install the wheels: bash scripts/flashinfer_wheels.sh install)")
+        return None, (f"import flashinfer.cudnn failed: {type(exc).__name__}: {exc} "
+                      "(install the wheels: bash scripts/flashinfer_wheels.sh install)")
     try:
         import cudnn  # noqa: F401 - the frontend the engine builds its graphs with
     except Exception as exc:  # noqa: BLE001
-        return unavailable(name, f"import cudnn (nvidia-cudnn-frontend) failed: {type(exc).__name__}: {exc}")
+        return None, f"import cudnn (nvidia-cudnn-frontend) failed: {type(exc).__name__}: {exc}"
     key = str(dev)
     if key not in ENGINES:
         engine = FlashInferCudnn(dev, cudnn_batch_prefill_with_kv_cache, graph_cache=engine_graph_cache())
         try:
             engine.probe()
         except Exception as exc:  # noqa: BLE001 - even return_lse=False failed: nothing runs
-            return unavailable(name, f"{engine.describe()}; the probe call failed: {type(exc).__name__}: "
-                                      f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+            return None, (f"{engine.describe()}; the probe call failed: {type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
         ENGINES[key] = engine
-    engine = ENGINES[key]
+    return ENGINES[key], ""
+
+
+def flashinfer_cudnn_target(device):
+    """The :class:`~kernel_oracle.harness.targets.Target`, or an unavailable one that says why."""
+    name = "flashinfer-cudnn"
+    engine, why = shared_engine(device)
+    if engine is None:
+        return unavailable(name, why)
     t = Target(name, {"vision": engine.flashinfer_cudnn_attention}, precision="ieee", strict=False,
-               excluded_dtypes={"float32": "cuDNN SDPA takes float16 and bfloat16 only"},
+               excluded_dtypes={"float32": ENGINE_DTYPES_REASON},
                poison=engine.poisoned_output,
                notes={op: "flashinfer-cudnn is a vision peer only" for op in FAMILY_OPS["lora"]},
                status=engine.describe)

@@ -9,32 +9,54 @@ Note [SGLang targets]
   way when SGLang's heavy imports work here; when they fail (torch and triton alone), it is loaded
   standalone by the same loader as a wheel, and the record says which.  ``sglang`` adds the vision
   backend when it imports and builds (it needs CUDA and FlashInfer; the note says why not).
-* ``sglang==X.Y.Z`` / ``sglang-trt==X.Y.Z``: a published release without installing it; the wheel
-  comes from ``--sglang-wheel PATH|DIR`` (``TargetSources.sglang_wheel``), the cache, or
-  ``pip download --no-deps``.  kv_b kernels only: the vision backend needs SGLang's runtime.
+* ``sglang==X.Y.Z``: a published release without installing it (the wheel comes from
+  ``--sglang-wheel PATH|DIR`` (``TargetSources.sglang_wheel``), the cache, or
+  ``pip download --no-deps``): its default kv_b kernels (from 0.5.12) and its own vision wrapper
+  (from 0.5.10: :mod:`.sglang_vision`), loaded standalone.  0.5.10 and 0.5.11 have no kv_b kernels:
+  vision-only targets.  ``sglang-trt==X.Y.Z``: the TRT-LLM-style kv_b kernels (from 0.5.13), with
+  the configuration of Note [SGLang switches] (``@lora_opti=on,cublas_kv_b=on,pdl=off``); the vision
+  wrapper is the same file for both, so it is ``sglang==X.Y.Z``'s.
+
+The vision wrapper runs on an engine (the ``cudnn_batch_prefill_with_kv_cache`` it calls): on a CUDA
+device FlashInfer's real one (:func:`~.flashinfer_cudnn.shared_engine`, with its graph-cache guard
+and ``return_lse`` fallback), else unavailable with the reason; on the CPU the pure-torch engine of
+:mod:`.cudnn_prefill_torch`, and the record says that there the wrapper is tested, not cuDNN.  The
+target declares what each release's ``VisionAttention`` passes the wrapper (``Target.accepts``), and
+its vision entry carries the release's ``VisionAttentionMetadata`` (``entry.metadata_type``, from
+0.5.16) and metadata helper ``prepare_flashinfer_cudnn_vision_attention_metadata``
+(``entry.metadata_helper``, from 0.5.17; None where the release has none).
 
 The kv_b kernel files define the four split steps only (no fused q/v-side entry points): the target
 reports the fused ops as missing, with the reason.  The record's ``reason`` names the release, the
-module and how it was loaded.  A release without such kernels is an unavailable target whose
-reason is one line.
+modules and how they were loaded.  A release without either is an unavailable target whose reason
+is one line.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from kernel_oracle.harness.opinfo import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
 from .adapter import entries_from, import_module, third_party
+from .flashinfer_cudnn import ENGINE_DTYPES_REASON, FlashInferCudnn, shared_engine
 from .registry import register_target
-from .sglang_wheel import (LoaderError, ReleaseFiles, find_wheel, installed_release, load_kernel_module,
-                           locate_kernels, module_name, wheel_release)
+from .sglang_switches import CONFIGURATION, ReleaseConfiguration, hardware_pdl, switches_read, unknown_switch_note
+from .sglang_switches import PDL_READ, declared_switches
+from .sglang_vision import VISION_FILE, load_vision_wrapper, read_vision_code
+from .sglang_wheel import (LoaderError, ReleaseFiles, find_wheel, installed_release, kernel_files, kernel_identity,
+                           load_kernel_module, locate_kernels, module_name, switch_module, wheel_release)
 
-__all__ = ["release_target", "sglang_target"]
+__all__ = ["CPU_ENGINE_NOTE", "release_has_code", "release_identity", "release_target", "sglang_target",
+           "vision_entry"]
 
 _SGLANG_VISION = "sglang.srt.layers.attention.vision"
 _VERSION = re.compile(r"\d+(\.\d+)*([.-]?(a|b|rc|post|dev)\d*)*")
+CPU_ENGINE_NOTE = ("the engine is a pure-torch cudnn_batch_prefill_with_kv_cache "
+                   "(fuzz/targets/cudnn_prefill_torch.py): on the CPU the wrapper is tested, not cuDNN")
+VARIANT_SINCE = {"default": "0.5.12", "trt": "0.5.13"}
 
 
 def _sglang_vision_fn():
@@ -51,7 +73,7 @@ def _sglang_vision_fn():
 
     def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,
                                    **kwargs):
-        if forward_metadata is not None:  # the forward_metadata keyword exists from 0.5.17
+        if forward_metadata is not None:  # the forward_metadata keyword exists from 0.5.16
             kwargs["forward_metadata"] = forward_metadata
         return module.forward(q, k, v, cu_seqlens=cu_seqlens, bsz=bsz, seq_len=seq_len,
                               softmax_scale=softmax_scale, **kwargs)
@@ -59,51 +81,137 @@ def _sglang_vision_fn():
     return flashinfer_cudnn_attention, None
 
 
-def _kernel_module(release: ReleaseFiles, variant: str, *, try_import: bool):
+def _engine(device: str):
+    """``(binding, how, None)`` of the engine under a release's wrapper on ``device``, or
+    ``(None, None, why)``: a :class:`~.flashinfer_cudnn.FlashInferCudnn` binding either way."""
+    import torch
+
+    from .cudnn_prefill_torch import cudnn_batch_prefill_with_kv_cache
+
+    if torch.device(device).type == "cpu":
+        return FlashInferCudnn(torch.device("cpu"), cudnn_batch_prefill_with_kv_cache, guard=False), \
+            CPU_ENGINE_NOTE, None
+    engine, why = shared_engine(device)
+    if engine is None:
+        return None, None, f"the wrapper's engine is unavailable: {why}"
+    return engine, f"the engine is FlashInfer's cudnn_batch_prefill_with_kv_cache ({engine.describe()})", None
+
+
+def vision_entry(release: ReleaseFiles, device: str):
+    """``(entry, accepts, poison, how)`` of ``release``'s own vision wrapper on ``device``; raises
+    :class:`LoaderError` (one line) when it cannot run here.  ``entry`` has the op's signature and
+    passes the wrapper exactly the keywords of the call (a None that the release's callers never
+    pass is left out, as they leave it out)."""
+    import torch
+
+    binding, how, why = _engine(device)
+    if binding is None:
+        raise LoaderError(f"sglang {release.version}: {why}")
+    wrapper = load_vision_wrapper(release, binding.engine, str(binding.device))  # one module per engine
+    workspace = torch.empty(0, dtype=torch.uint8) if binding.device.type == "cpu" else binding.workspace()
+    module = wrapper.cls(workspace_buffer=workspace)
+    accepts = wrapper.code.accepts
+
+    def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,
+                                   **kwargs):
+        given = {"softmax_scale": softmax_scale, "forward_metadata": forward_metadata, **kwargs}
+        passed = {k: v for k, v in given.items() if k in accepts or v is not None}
+        return module.forward(q=q, k=k, v=v, bsz=bsz, seq_len=seq_len, cu_seqlens=cu_seqlens, **passed)
+
+    flashinfer_cudnn_attention.__qualname__ = f"sglang {release.version} VisionFlashInferAttention.forward"
+    # the release's own metadata type and builder, for callers that build forward_metadata as SGLang does
+    flashinfer_cudnn_attention.metadata_type = wrapper.metadata_cls
+    flashinfer_cudnn_attention.metadata_helper = wrapper.metadata_helper
+    extra = f"metadata helper {wrapper.metadata_helper.__name__}" if wrapper.metadata_helper else "no metadata helper"
+    described = (f"vision: {wrapper.cls.__name__} of {VISION_FILE} (class source, {extra}), loaded standalone; "
+                 f"{how}")
+    return flashinfer_cudnn_attention, accepts, binding.poisoned_output, described
+
+
+def _kernel_module(release: ReleaseFiles, variant: str, config: ReleaseConfiguration, *, try_import: bool):
     """``(module, how)`` of ``release``'s kv_b kernel file of ``variant``; raises LoaderError."""
     found = locate_kernels(release)
     if variant not in found:
         have = f"only the {sorted(found)} variant" if found else "no kv_b LoRA kernels"
         raise LoaderError(f"sglang {release.version} has {have} (no {variant} kv_b_lora_absorbed.py; the kernels "
-                          f"exist from 0.5.12, the TRT-LLM-style variant from 0.5.15)")
+                          f"exist from {VARIANT_SINCE['default']}, the TRT-LLM-style variant from "
+                          f"{VARIANT_SINCE['trt']})")
     path = found[variant]
     name = module_name(path)
     why_import = ""
-    if try_import:
+    if try_import and config == ReleaseConfiguration():
         mod, why_import = import_module(name)
         if mod is not None and hasattr(mod, "step_a_q_fwd"):
             return mod, f"sglang {release.version}: {name} (imported)"
-    mod = load_kernel_module(release, path, variant)
+    mod = load_kernel_module(release, path, variant, config)
     how = f"sglang {release.version}: {name}, loaded standalone from the {release.origin}"
     if why_import:
         how += f" (importing it failed: {why_import.splitlines()[0][:160]})"
-    return mod, how
+    note = unknown_switch_note(name, set().union(*(switches_read(release.read(f))
+                                                 for f in kernel_files(release, path))))
+    return mod, how + (f"; {note}" if note else "")
+
+
+def _pdl_refusal(config: ReleaseConfiguration, device: str) -> Optional[str]:
+    """Why ``pdl=on`` cannot run here (None when it can, or when PDL is not forced on)."""
+    if config.pdl and not hardware_pdl():
+        return (f"pdl=on: programmatic dependent launch needs compiled Triton on an SM90+ CUDA GPU; here "
+                f"(device {device}) the kernels cannot launch with it (the Triton interpreter cannot run gdc_wait)")
+    return None
 
 
 def release_target(name: str, release: ReleaseFiles, variant: str, device, *, try_import: bool = False,
-                   vision: bool = False) -> Target:
-    """The :class:`Target` of ``release``'s kv_b kernels of ``variant`` (and the installed vision backend)."""
+                   vision: str = "none", config: ReleaseConfiguration = ReleaseConfiguration()) -> Target:
+    """The :class:`Target` of ``release``'s kv_b kernels of ``variant`` under ``config``, and its vision
+    wrapper: ``vision`` is ``"none"``, ``"installed"`` (the installed package's, imported) or
+    ``"release"`` (the release's own file, loaded standalone)."""
     notes: dict = {}
     entries: dict = {}
+    reasons: list[str] = []
+    refusal = _pdl_refusal(config, str(device))
+    if refusal is not None:
+        return unavailable(name, refusal)
     try:
-        mod, how = _kernel_module(release, variant, try_import=try_import)
+        mod, how = _kernel_module(release, variant, config, try_import=try_import)
+        entries.update(entries_from(mod, FAMILY_OPS["lora"], notes))
+        for op, why in list(notes.items()):
+            notes[op] = f"{why} (SGLang defines the four split steps only)"
+        reasons.append(how)
     except LoaderError as exc:
-        return unavailable(name, str(exc))
-    entries.update(entries_from(mod, FAMILY_OPS["lora"], notes))
-    for op, why in list(notes.items()):
-        notes[op] = f"{why} (SGLang defines the four split steps only)"
-    if vision:
+        if vision != "release":
+            return unavailable(name, str(exc))
+        notes.update({op: str(exc) for op in FAMILY_OPS["lora"]})
+    accepts, poison = {}, None
+    if vision == "installed":
         fn, why_v = _sglang_vision_fn()
-        if fn is not None:
-            entries["vision"] = fn
-        else:
-            notes["vision"] = why_v
+        entries.update({"vision": fn} if fn is not None else {})
+        notes.update({} if fn is not None else {"vision": why_v})
+    elif vision == "release":
+        try:
+            fn, keywords, poison, how_v = vision_entry(release, str(device))
+            entries["vision"], accepts["vision"] = fn, keywords
+            reasons.append(how_v)
+        except LoaderError as exc:
+            notes["vision"] = str(exc)
     else:
-        notes["vision"] = ("the vision backend needs SGLang's runtime and FlashInfer: install SGLang on a GPU "
-                           "machine and use --targets sglang")
-    t = third_party(name, entries, notes, triton_code=True, strict=False, precision=None, device=device)
-    t.reason = how
+        notes["vision"] = (f"the vision wrapper is the same file in both variants: test it as "
+                           f"sglang=={release.version} --op vision")
+    if not entries:
+        return unavailable(name, "; ".join(dict.fromkeys(notes.values())))
+    if "step_a_q" not in entries:
+        reasons.insert(0, f"sglang {release.version}: no kv_b LoRA kernels (a vision-only release)")
+    t = third_party(name, entries, notes, triton_code="step_a_q" in entries, strict=False, precision=None,
+                    device=device)
+    if "vision" in entries:  # the kv_b kernels' exclusions are theirs; the wrapper's engine has its own
+        t.precision = {op: t.precision for op in entries} | {"vision": "ieee"}  # the engine's fp32 accumulation
+        if t.excluded_dtypes:
+            t.excluded_dtypes_by_family["lora"], t.excluded_dtypes = dict(t.excluded_dtypes), {}
+        t.excluded_dtypes_by_family["vision"] = {"float32": ENGINE_DTYPES_REASON + " (the CPU engine follows it)"}
+    if config != ReleaseConfiguration():
+        reasons.append(f"configuration: {config.describe()}")
+    t.reason = "; ".join(reasons)
     t.release = str(release.version)  # the known issues of this release apply (harness.known_issues)
+    t.accepts, t.poison = accepts, poison
     return t
 
 
@@ -111,12 +219,14 @@ def sglang_target(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
     """``sglang`` / ``sglang-trt``: the installed release; ``...==X.Y.Z``: the release's wheel (Note
     [SGLang targets])."""
     name = str(spec)
+    config = ReleaseConfiguration.from_spec(spec)
     if spec.release is None:
         try:
             release = installed_release()
         except LoaderError as exc:
             return unavailable(name, str(exc))
-        return release_target(name, release, spec.variant, device, try_import=True, vision=(spec.name == "sglang"))
+        return release_target(name, release, spec.variant, device, try_import=True, config=config,
+                              vision="installed" if spec.name == "sglang" else "none")
     if not _VERSION.fullmatch(spec.release):
         return unavailable(name, f"{name!r}: version {spec.release!r} is not a release number; pass e.g. "
                                  f"{spec.name}==0.5.23")
@@ -124,8 +234,63 @@ def sglang_target(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
         release = wheel_release(find_wheel(spec.release, sources.sglang_wheel))
     except LoaderError as exc:
         return unavailable(name, str(exc))
-    return release_target(name, release, spec.variant, device)
+    return release_target(name, release, spec.variant, device, config=config,
+                          vision="release" if spec.name == "sglang" else "none")
+
+
+def release_has_code(spec, family: str, sources: Optional[TargetSources] = None) -> Optional[bool]:
+    """Whether the release of ``spec`` has code of ``family`` for its target (kv_b kernels of its
+    variant; the vision wrapper for ``sglang``); None when that is unknown (not a release spec, or no
+    wheel here)."""
+    parsed = TargetSpec.parse(spec)
+    if parsed.release is None or parsed.name not in ("sglang", "sglang-trt"):
+        return None
+    try:
+        release = wheel_release(find_wheel(parsed.release, (sources or TargetSources()).sglang_wheel, download=False))
+    except LoaderError:
+        return None
+    if family == "vision":
+        if parsed.name != "sglang":
+            return False
+        try:
+            read_vision_code(release)
+        except LoaderError:
+            return False
+        return True
+    return parsed.variant in locate_kernels(release)
+
+
+def release_identity(spec, family: str, device: str = "cpu", sources: Optional[TargetSources] = None) -> Optional[str]:
+    """What a ``family`` campaign on the release target ``spec`` runs, as one string: the identity of
+    its code (:func:`~.sglang_wheel.kernel_identity`, :attr:`~.sglang_vision.VisionCode.identity`)
+    and, for the kv_b kernels, every switch as the file reads it under the spec's configuration;
+    for vision, the engine's kind.  Two specs with the same identity run the same code on the same
+    calls.  None: not a release spec, no wheel, or no such code in the release."""
+    parsed = TargetSpec.parse(spec)
+    if parsed.release is None or parsed.name not in ("sglang", "sglang-trt"):
+        return None
+    try:
+        release = wheel_release(find_wheel(parsed.release, (sources or TargetSources()).sglang_wheel))
+        if family == "vision":
+            engine = "cpu" if str(device).startswith("cpu") else "cuda"
+            return f"vision {read_vision_code(release).identity} on the {engine} engine" \
+                if parsed.name == "sglang" else None
+    except LoaderError:
+        return None
+    path = locate_kernels(release).get(parsed.variant)
+    if path is None:
+        return None
+    config = ReleaseConfiguration.from_spec(parsed)
+    reads = set().union(*(switches_read(release.read(f)) for f in kernel_files(release, path)))
+    module = switch_module(release, path)
+    file = module.replace(".", "/") + ".py" if module else None
+    declared = declared_switches(release.read(file) if file in release.names else None)
+    values = [f"{r}={int(config.reads(r.partition('.')[2], declared.get(r.partition('.')[2], False)))}"
+              for r in sorted(reads) if r.startswith("lora_envs.")]
+    if PDL_READ in reads:
+        values.append(f"pdl={int(config.pdl if config.pdl is not None else hardware_pdl())}")
+    return f"{parsed.variant} {kernel_identity(release, path)} " + ",".join(values)
 
 
 register_target("sglang", sglang_target)
-register_target("sglang-trt", sglang_target)
+register_target("sglang-trt", sglang_target, configuration=CONFIGURATION)

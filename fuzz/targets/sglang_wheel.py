@@ -21,17 +21,25 @@ import fails.  So a release is tested without installing it:
    ``sglang`` names the kernel files import get the small stand-ins of :data:`STAND_INS`; anything
    else is refused with a one-line reason.  ``sys.modules`` never holds an ``sglang`` entry.
 
-The stand-ins (read from 0.5.12, 0.5.15 and 0.5.23): ``LoRABatchInfo`` (only a type annotation in
-the kernels; ours has the same fields), ``lora_envs`` (the TRT variant's experimental cuBLAS
-switches; off, as in SGLang unless ``SGLANG_EXPERIMENTAL_LORA_OPTI`` is set) and
-``is_arch_support_pdl`` (programmatic dependent launch: SM90+ CUDA, never in the interpreter).
-Extracted files live in the cache (:func:`cache_dir`), so Triton reads real source files.
+The stand-ins (read from every release, 0.5.12 - 0.5.23): ``LoRABatchInfo`` (only a type annotation
+in the kernels; ours has the same fields), ``lora_envs`` (the TRT variant's experimental switches:
+:class:`~.sglang_switches.LoraEnvs`, every switch the release's own ``environ.py`` declares, read
+as the target's configuration says) and ``is_arch_support_pdl`` (programmatic dependent launch: the
+configuration's ``pdl``, else SM90+ CUDA and never in the interpreter); Note [SGLang switches].
+Each configuration loads the file as its own module.  Extracted files live in the cache
+(:func:`cache_dir`), so Triton reads real source files.
+
+Identity: :func:`kernel_identity` hashes the syntax tree of the kernel file and of the helper files
+it loads (docstrings, comments, layout and the module paths of its ``sglang`` imports aside: a
+release that only moved the files runs the same code), so the release matrix tests each distinct
+code once.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import hashlib
 import importlib.util
 import os
@@ -44,21 +52,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-__all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "ReleaseFiles", "STAND_INS", "cache_dir", "find_wheel",
-           "installed_release", "load_kernel_module", "locate_kernels", "wheel_release", "write_slim_wheel"]
+from .sglang_switches import LoraEnvs, ReleaseConfiguration, declared_switches, hardware_pdl
+
+__all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "ReleaseFiles", "STAND_INS", "cache_dir", "code_identity",
+           "find_wheel", "installed_release", "kernel_files", "kernel_identity", "load_kernel_module",
+           "locate_kernels", "switch_module", "wheel_release", "write_slim_wheel"]
 
 # SPEC.md's table, newest layout first: variant -> the kernel file's path in each layout
 KNOWN_KERNEL_FILES = {
     "default": ("sglang/kernels/ops/lora/dense/kv_b_lora_absorbed.py",  # 0.5.23
                 "sglang/kernels/ops/gemm/kv_b_lora_absorbed.py",  # 0.5.17 - 0.5.19
-                "sglang/srt/lora/triton_ops/kv_b_lora_absorbed.py"),  # 0.5.12 - 0.5.15
+                "sglang/srt/lora/triton_ops/kv_b_lora_absorbed.py"),  # 0.5.12 - 0.5.15.post1
     "trt": ("sglang/kernels/ops/lora/dense/trtllm_lora_temp/kv_b_lora_absorbed.py",
             "sglang/kernels/ops/gemm/trtllm_lora_temp/kv_b_lora_absorbed.py",
-            "sglang/srt/lora/trtllm_lora_temp/triton_ops/kv_b_lora_absorbed.py"),  # from 0.5.15
+            "sglang/srt/lora/trtllm_lora_temp/triton_ops/kv_b_lora_absorbed.py"),  # from 0.5.13
 }
 ENTRY_MARK = "def step_a_q_fwd("
 # the helper files a kernel file may load from its own release (everything else is a stand-in)
 HELPER_FILE = "kernel_utils.py"
+# what a slim wheel keeps besides the kernel files and their helpers: the batch-info type, the
+# switches' declarations and the vision module
+SLIM_EXTRAS = ("sglang/srt/lora/utils.py", "sglang/srt/lora/trtllm_lora_temp/environ.py",
+               "sglang/srt/layers/attention/vision.py")
 CACHE_ENV = "KERNEL_ORACLE_CACHE"
 PIP_TIMEOUT_S = 600
 
@@ -85,7 +100,7 @@ class ReleaseFiles:
     names: tuple[str, ...]
     read: Callable[[str], str]
     disk: Callable[[str], Path]
-    _kv: dict = field(default_factory=dict, repr=False)
+    loaded: dict = field(default_factory=dict, repr=False)  # modules and parsed code, by what was loaded
 
 
 def wheel_release(path: str | os.PathLike) -> ReleaseFiles:
@@ -234,49 +249,27 @@ def module_name(path: str) -> str:
 
 # ---- loading -------------------------------------------------------------------------------------
 
-class _OffSwitch:
-    def __init__(self, name: str):
-        self.name = name
-
-    def get(self) -> bool:
-        return False
-
-
-class _LoraEnvs:
-    """Stand-in for ``sglang.srt.lora.trtllm_lora_temp.environ.lora_envs``: the switches the kv_b
-    kernels read are off (SGLang's own default while ``SGLANG_EXPERIMENTAL_LORA_OPTI`` is unset)."""
-
-    KNOWN = ("SGLANG_OPT_LORA_CUBLAS", "SGLANG_OPT_LORA_CUBLAS_KV_B")
-
-    def __getattr__(self, name: str):
-        if name in self.KNOWN:
-            return _OffSwitch(name)
-        raise AttributeError(f"lora_envs stand-in has no switch {name!r}; the kv_b kernels read only "
-                             f"{list(self.KNOWN)} (teach fuzz/targets/sglang_wheel.py the new one)")
-
-
-def _is_arch_support_pdl() -> bool:
-    """Programmatic dependent launch: CUDA (not HIP) SM90+, and never under the Triton interpreter."""
-    from kernel_oracle.harness.device import interpreting
-
-    import torch
-
-    if interpreting() or not torch.cuda.is_available() or torch.version.hip is not None:
-        return False
-    return torch.cuda.get_device_capability()[0] >= 9
-
-
-def _lora_batch_info():
+def _lora_batch_info(release: ReleaseFiles, config: ReleaseConfiguration, module: str):
     from kernel_oracle.reference.batch_info import LoRABatchInfo
 
     return LoRABatchInfo
 
 
-# name imported from an ``sglang.*`` module -> a thunk building its stand-in
-STAND_INS: dict[str, Callable[[], object]] = {
+def _lora_envs(release: ReleaseFiles, config: ReleaseConfiguration, module: str) -> LoraEnvs:
+    """The release's own switches (its ``environ.py``, the module the kernel imports them from)."""
+    file = module.replace(".", "/") + ".py"
+    return LoraEnvs(declared_switches(release.read(file) if file in release.names else None), config)
+
+
+def _pdl(release: ReleaseFiles, config: ReleaseConfiguration, module: str):
+    return (lambda: config.pdl) if config.pdl is not None else hardware_pdl
+
+
+# name imported from an ``sglang.*`` module -> its stand-in ``(release, configuration, module) -> value``
+STAND_INS: dict[str, Callable[[ReleaseFiles, ReleaseConfiguration, str], object]] = {
     "LoRABatchInfo": _lora_batch_info,
-    "lora_envs": _LoraEnvs,
-    "is_arch_support_pdl": lambda: _is_arch_support_pdl,
+    "lora_envs": _lora_envs,
+    "is_arch_support_pdl": _pdl,
 }
 
 
@@ -295,31 +288,39 @@ def imported_sglang_names(source: str) -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
-def load_kernel_module(release: ReleaseFiles, path: str, variant: str) -> types.ModuleType:
-    """Execute ``path`` of ``release`` as ``_kernel_oracle_sglang.<release>.<variant>.<file>``, its
-    ``sglang`` imports answered by the release's helper files and :data:`STAND_INS` (see the Note).
-    Raises :class:`LoaderError` (one line) when an import has no answer or the file fails to run."""
-    key = (path, variant)
-    if key in release._kv:
-        return release._kv[key]
+def _helper_file(release: ReleaseFiles, module: str) -> Optional[str]:
+    """The release's own helper file that ``from <module> import ...`` names, or None (a stand-in)."""
+    file = module.replace(".", "/") + ".py"
+    return file if file in release.names and file.rsplit("/", 1)[-1] == HELPER_FILE else None
+
+
+def load_kernel_module(release: ReleaseFiles, path: str, variant: str,
+                       config: ReleaseConfiguration = ReleaseConfiguration()) -> types.ModuleType:
+    """Execute ``path`` of ``release`` as ``_kernel_oracle_sglang.<release>.<variant>[.<config>].<file>``,
+    its ``sglang`` imports answered by the release's helper files and :data:`STAND_INS` (see the
+    Note) under ``config``.  Raises :class:`LoaderError` (one line) when an import has no answer or
+    the file fails to run."""
+    key = (path, variant, config)
+    if key in release.loaded:
+        return release.loaded[key]
     origin = hashlib.sha1(release.origin.encode()).hexdigest()[:8]
-    prefix = f"_kernel_oracle_sglang.v{_slug(release.version)}_{origin}.{variant}"
-    names = set(release.names)
+    tag = "" if config == ReleaseConfiguration() else "_" + hashlib.sha1(repr(config).encode()).hexdigest()[:8]
+    prefix = f"_kernel_oracle_sglang.v{_slug(release.version)}_{origin}.{variant}{tag}"
     loaded: dict[str, types.ModuleType] = {}
 
     def resolve(mod: str, fromlist) -> types.ModuleType:
         if not fromlist:
             raise ImportError(f"`import {mod}` in a kernel file: only `from sglang... import name` can be answered "
                               f"standalone")
-        file = mod.replace(".", "/") + ".py"
-        if file in names and file.rsplit("/", 1)[-1] == HELPER_FILE:
-            return load(file)
+        helper = _helper_file(release, mod)
+        if helper is not None:
+            return load(helper)
         stand_in = types.ModuleType(f"{prefix}.stand_in.{mod}")
         for name in fromlist:
             if name not in STAND_INS:
                 raise ImportError(f"`from {mod} import {name}`: the standalone loader has no stand-in for {name!r} "
                                   f"(known: {sorted(STAND_INS)})")
-            setattr(stand_in, name, STAND_INS[name]())
+            setattr(stand_in, name, STAND_INS[name](release, config, mod))
         return stand_in
 
     real_import = builtins.__import__
@@ -353,23 +354,85 @@ def load_kernel_module(release: ReleaseFiles, path: str, variant: str) -> types.
         return mod
 
     mod = load(path)
-    release._kv[key] = mod
+    release.loaded[key] = mod
     return mod
+
+
+# ---- identity ------------------------------------------------------------------------------------
+
+def _without_docstrings(node: ast.AST) -> ast.AST:
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
+        body = getattr(n, "body", None)
+        if (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            n.body = body[1:] or [ast.Pass()]
+    return node
+
+
+def code_identity(nodes, extra: str = "") -> str:
+    """A hash of ``nodes``' syntax trees (docstrings, comments and layout aside) and ``extra``."""
+    h = hashlib.sha256()
+    for node in nodes:
+        h.update(ast.dump(_without_docstrings(node)).encode())
+    h.update(extra.encode())
+    return h.hexdigest()[:16]
+
+
+def kernel_files(release: ReleaseFiles, path: str) -> list[str]:
+    """``path`` and the helper files of ``release`` it loads, recursively (the code a kernel target runs)."""
+    out, todo = [], [path]
+    while todo:
+        file = todo.pop(0)
+        if file in out:
+            continue
+        out.append(file)
+        todo.extend(h for mod, _ in imported_sglang_names(release.read(file))
+                    if (h := _helper_file(release, mod)) is not None)
+    return out
+
+
+def switch_module(release: ReleaseFiles, path: str) -> Optional[str]:
+    """The module ``path`` (or a helper it loads) imports ``lora_envs`` from, or None."""
+    for file in kernel_files(release, path):
+        for mod, names in imported_sglang_names(release.read(file)):
+            if "lora_envs" in names:
+                return mod
+    return None
+
+
+def kernel_identity(release: ReleaseFiles, path: str) -> str:
+    """The identity of ``path`` and the helper files it loads (see the Note): the syntax trees with
+    the ``from sglang... import`` statements reduced to the names they import."""
+    key = ("identity", path)
+    if key not in release.loaded:
+        tree = ast.parse(release.read(path))
+        body, names, helpers = [], [], []
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "sglang":
+                names.extend(a.name for a in node.names)
+                helper = _helper_file(release, node.module)
+                if helper is not None:
+                    helpers.append(kernel_identity(release, helper))
+            else:
+                body.append(node)
+        release.loaded[key] = code_identity(body, ",".join(sorted(names) + sorted(helpers)))
+    return release.loaded[key]
 
 
 def write_slim_wheel(wheel: str | os.PathLike, dest_dir: str | os.PathLike) -> Path:
     """A copy of ``wheel`` holding only what the suite reads (the kv_b kernel files, their helper files,
-    ``lora/utils.py``, the vision module and the dist-info metadata): ``sglang-X.Y.Z-kernels.whl``,
-    a few hundred kB instead of 40 MB, for carrying to a GPU machine without a registry.  It is
-    read like the full wheel (the loader never installs either)."""
+    :data:`SLIM_EXTRAS` and the dist-info metadata): ``sglang-X.Y.Z-kernels.whl``, a few hundred kB
+    instead of 40 MB, for carrying to a GPU machine without a registry.  It is read like the full
+    wheel (the loader never installs either)."""
     rel = wheel_release(wheel)
     found = locate_kernels(rel)
-    if not found:
-        raise LoaderError(f"{wheel}: sglang {rel.version} has no kv_b LoRA kernels to keep")
+    if not found and not set(SLIM_EXTRAS) & set(rel.names):
+        raise LoaderError(f"{wheel}: sglang {rel.version} has neither kv_b LoRA kernels nor a vision module to keep")
     keep = set(found.values())
     keep |= {n for n in rel.names if n.endswith("/" + HELPER_FILE) and any(n.rsplit("/", 1)[0] in p for p in keep)}
-    keep |= {n for n in rel.names if n in ("sglang/srt/lora/utils.py", "sglang/srt/layers/attention/vision.py")
-             or re.fullmatch(r"sglang-[^/]+\.dist-info/METADATA", n)}
+    keep |= {n for n in rel.names if n in SLIM_EXTRAS or re.fullmatch(r"sglang-[^/]+\.dist-info/METADATA", n)}
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
     out = dest / f"sglang-{rel.version}-kernels.whl"

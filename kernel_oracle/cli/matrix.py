@@ -21,11 +21,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
     options.add(parser, "targets", deprecated=("--target",), required=True,
                 help="a target per release, comma-separated or repeated: sglang==X.Y.Z, sglang-trt==X.Y.Z (or any "
-                     "spec)")
-    options.add(parser, "op", default="lora", help="lora, vision or one LoRA op (default lora)")
+                     "spec); with --releases, sglang and sglang-trt stand for every release given there")
+    options.add(parser, "op", default="lora", help="lora, vision, lora,vision or one LoRA op (default lora)")
+    parser.add_argument("--releases", default=None, metavar="all|X.Y.Z[,X.Y.Z...]",
+                        help="the releases of each target named without one (sglang, sglang-trt); all: every "
+                             "release with a wheel in --sglang-wheel or the cache that has the op's code")
+    parser.add_argument("--configurations", choices=("all",), default=None,
+                        help="all: every configuration each target knows (sglang-trt: the cuBLAS switches, PDL "
+                             "on and off); specs that run the same code path are tested once")
     amount = parser.add_mutually_exclusive_group()
-    options.add(amount, "time", help="seconds of fuzzing per target (default 60)")
-    options.add(amount, "budget", help="cases per target instead of --time")
+    options.add(amount, "time", help="seconds of fuzzing per distinct code (default 60)")
+    options.add(amount, "budget", help="cases per distinct code instead of --time")
     options.add(parser, "seed", help="the same seed for every release")
     options.add(parser, "device")
     options.add(parser, "out", default="reports/matrix",
@@ -45,11 +51,46 @@ def _error(text: str, code: int = 2) -> int:
 
 
 def _print(record: dict) -> None:
-    specs = [r["spec"] for r in record["release_matrix"]["releases"]]
+    columns = record["release_matrix"]["releases"]
+    for c in columns:
+        if len(c.get("members") or ()) > 1 or c.get("same_as"):
+            same = f"; the same code as {c['same_as']}" if c.get("same_as") else ""
+            print(f"  {c['spec']}: same code ({', '.join(c['members'])}), tested as {c['tested']}{same}")
+    specs = [c["spec"] for c in columns]
     for row in record["release_matrix"]["rows"]:
-        cells = ", ".join(f"{s}: {row['counts'].get(s, '-')}" for s in specs)
-        print(f"  {row['bucket']}: {cells}; introduced in {row['introduced_in'] or '-'}, fixed in "
-              f"{row['fixed_in'] or '-'}")
+        cells = ", ".join(f"{s}: {row['counts'][s]}" for s in specs if s in row["counts"])
+        history = "; ".join(f"{lane}: introduced in {h['introduced_in']}, fixed in {h['fixed_in'] or '-'}"
+                            for lane, h in row.get("history", {}).items())
+        print(f"  {row['bucket']}: {cells}; {history or 'introduced in -'}")
+
+
+def _release_list(text, sglang_wheel) -> list:
+    """The versions of ``--releases``: a comma list, or ``all`` (every cached or given wheel)."""
+    from kernel_oracle.fuzz.targets.sglang_wheel import cache_dir
+    from kernel_oracle.jobs.matrix import release_key
+
+    if text != "all":
+        return [v.strip() for v in str(text).split(",") if v.strip()]
+    folders = [Path(sglang_wheel).expanduser()] if sglang_wheel and Path(sglang_wheel).is_dir() else []
+    folders.append(cache_dir() / "wheels")
+    found = {p.name.split("-")[1] for d in folders for p in d.glob("sglang-*.whl")}
+    return sorted(found, key=lambda v: release_key(f"sglang=={v}"))
+
+
+def _specs(args, device: str) -> list:
+    from kernel_oracle.fuzz.targets import TargetSources
+    from kernel_oracle.fuzz.targets.sglang import release_identity
+    from kernel_oracle.jobs.matrix import expand_targets, op_families
+
+    families = op_families(args.op)
+    sources = TargetSources(sglang_wheel=args.sglang_wheel)
+    releases = _release_list(args.releases, args.sglang_wheel) if args.releases else None
+    if args.releases == "all" and not releases:
+        raise ValueError("--releases all: no sglang-*.whl in --sglang-wheel or the cache "
+                         "(bash scripts/sglang_wheels.sh fetches them)")
+    return expand_targets(args.targets, releases=releases, configurations=args.configurations == "all",
+                          available=lambda s: any(release_identity(s, f, device, sources) for f in families)
+                          if args.releases == "all" else True)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -68,12 +109,13 @@ def main(args: argparse.Namespace) -> int:
     from kernel_oracle.jobs.matrix import run_matrix, runs_dir
 
     try:
+        specs = _specs(args, device)
         entries = [] if args.no_corpus else load_corpus(args.corpus)
-    except CorpusError as exc:
+    except (CorpusError, ValueError) as exc:
         return _error(f"error: {exc}")
     campaigns = runs_dir(args.out)
     try:
-        record = run_matrix(args.targets, entries=entries, op=args.op, budget=args.budget, time_s=args.time_s,
+        record = run_matrix(specs, entries=entries, op=args.op, budget=args.budget, time_s=args.time_s,
                             seed=args.seed, device=device, out=args.out, campaigns_dir=campaigns, quiet=args.quiet,
                             upstream_contracts_only=args.upstream_contracts_only, sglang_wheel=args.sglang_wheel,
                             log=lambda text: print(text, file=sys.stderr))

@@ -5,10 +5,14 @@ Note [Bug corpus]
 A fuzzer that never met a real bug proves little.  Each entry of ``corpus/`` is one upstream defect:
 its issue or pull request, the releases that have it (``buggy``) and those that fixed it
 (``fixed``; empty while ``status = "known"``), the device it needs, the finding kind it must
-produce (``expect``, optionally ``message_contains``), and one or more minimal cases as plain
-problem dicts (:func:`kernel_oracle.harness.problems.problem_from_dict` keys, plus an optional
-``mutation``).  :func:`run_entry` runs the cases in order on one target (the order matters for
-engines with caches) and the first failing verdict is the entry's outcome.
+produce (``expect``, optionally ``message_contains``), optionally the target ``configuration``
+it needs (``lora_opti=on,cublas=on``: the entry runs on ``sglang-trt==X.Y.Z@lora_opti=on,cublas=on``),
+and one or more minimal cases as plain problem dicts
+(:func:`kernel_oracle.harness.problems.problem_from_dict` keys, plus an optional ``mutation``), all
+of one family.  :func:`run_entry` runs the cases in order on one target (the order matters for
+engines with caches) and the first failing verdict is the entry's outcome.  ``reach`` says, in one
+line, whether SGLang's own layers can make the failing call or only a direct caller can (the
+entry's releases and cases are exact either way).
 
 ``oracle_tests/kernel_oracle/test_bug_corpus.py`` requires every entry to fail as expected on each buggy release
 and pass on each fixed one; ``kernel-oracle matrix`` runs them beside its campaigns.  Entries are
@@ -32,8 +36,8 @@ __all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "load_corpus", 
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus"  # the repository's corpus/ folder
 _FIELDS = {"id", "title", "upstream", "target", "device", "status", "buggy", "fixed", "expect", "message_contains",
-           "cases"}
-_REQUIRED = _FIELDS - {"message_contains"}
+           "cases", "configuration", "reach"}
+_REQUIRED = _FIELDS - {"message_contains", "configuration", "reach"}
 _KINDS = ("mismatch", "contract", "validation-gap", "crash")
 
 
@@ -57,10 +61,18 @@ class Entry:
     cases: tuple[Case, ...]
     message_contains: str = ""
     path: Optional[Path] = None
+    configuration: str = ""  # "key=value[,key=value...]" of the target spec, "" for none
+    reach: str = ""  # who can make the failing call: SGLang's own layers, or a direct caller only
+
+    @property
+    def family(self) -> str:
+        """The op family of the entry's cases (``lora`` or ``vision``)."""
+        return self.cases[0].family
 
     def spec(self, release: str) -> str:
-        """The target spec of this entry's target at ``release`` (e.g. ``sglang==0.5.12``)."""
-        return f"{self.target}=={release}"
+        """The target spec of this entry's target at ``release`` (e.g. ``sglang==0.5.12``,
+        ``sglang-trt==0.5.23@cublas=on,lora_opti=on``)."""
+        return f"{self.target}=={release}" + (f"@{self.configuration}" if self.configuration else "")
 
 
 @dataclass(frozen=True)
@@ -121,12 +133,30 @@ def load_entry(path: str | Path) -> Entry:
         mutation = c.get("mutation")
         cases.append(Case(_problem(path, i, c.get("problem")),
                           Mutation.from_dict(mutation) if mutation is not None else None))
+    if len({c.family for c in cases}) != 1:
+        raise CorpusError(f"{path}: cases mix the families {sorted({c.family for c in cases})}; an entry is one "
+                          f"family's defect")
+    configuration = _configuration(path, data.get("configuration", ""))
     if data["id"] != path.stem:
         raise CorpusError(f"{path}: id={data['id']!r} differs from the file name; name the file {data['id']}.toml")
     return Entry(id=data["id"], title=data["title"], upstream=data["upstream"], target=data["target"],
                  device=data["device"], status=data["status"], buggy=tuple(data["buggy"]),
                  fixed=tuple(data["fixed"]), expect=data["expect"], cases=tuple(cases),
-                 message_contains=data.get("message_contains", ""), path=path)
+                 message_contains=data.get("message_contains", ""), path=path, configuration=configuration,
+                 reach=str(data.get("reach", "")))
+
+
+def _configuration(path: Path, text) -> str:
+    """The canonical ``key=value,...`` of an entry's configuration (sorted by key, as target specs are)."""
+    from kernel_oracle.harness.targets import TargetError, TargetSpec
+
+    if not text:
+        return ""
+    try:
+        spec = TargetSpec.parse(f"sglang==0@{text}")
+    except (TargetError, TypeError) as exc:
+        raise CorpusError(f"{path}: configuration={text!r} is not key=value[,key=value...]: {exc}") from None
+    return ",".join(f"{k}={v}" for k, v in spec.configuration)
 
 
 def load_corpus(directory: str | Path | None = None) -> list[Entry]:

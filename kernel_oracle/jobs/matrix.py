@@ -2,18 +2,36 @@
 
 Note [Release matrix]
 ---------------------
-``kernel-oracle matrix --targets sglang==0.5.12,sglang==0.5.23`` runs, for each target, one
+``kernel-oracle matrix --targets sglang==0.5.12,sglang==0.5.23`` runs, for each distinct code, one
 fuzz campaign (:func:`fuzz.campaign.run_campaign`, the same strategies and seed for every release)
 and the real-bug corpus entries of that target family (:mod:`kernel_oracle.jobs.bug_corpus`), then folds
 it all into one record of kind ``"main"`` with a ``release_matrix`` section that the Markdown and
 HTML reports render as a table: one row per finding bucket (:mod:`harness.buckets`, one root
-cause), one column per release ordered by version, the failing-case count in each cell (``-``: that
-release did not run), and the derived **introduced in** (the first release that has the bucket) and
-**fixed in** (the release after the last one that has it).  A bucket's target frame is compared
-by file and function (``kv_b_lora_absorbed:_max_segment_len``), since releases move their modules.
+cause, whatever release, dtype or shape class it shows in), one column per range of releases that
+run the same code, the failing-case count in each cell (``-``: that range did not run), and the
+derived **introduced in** (the first column that has the bucket) and **fixed in** (the column after
+the last one that has it).  A bucket's target frame is compared by file and function
+(``kv_b_lora_absorbed:_max_segment_len``), since releases move their modules.
+
+Release identity: before anything runs, :func:`~kernel_oracle.fuzz.targets.sglang.release_identity`
+hashes the code each spec's campaign would run (the kv_b kernel file and its helpers, or the vision
+wrapper's class, metadata type and helper, with the keywords its callers pass; the switches as the
+file reads them under the spec's configuration).  Specs of one *lane* (the same name, op family and
+configuration) that are consecutive in version order and have the same identity are one column,
+labelled as a range (``sglang==0.5.16-0.5.21``) and tested once, on the oldest; a column whose
+identity another column already ran (the same code in another lane, e.g. ``@pdl=off`` where the
+hardware has no PDL) reuses that campaign and says so.  So "introduced in" and "fixed in" can only
+fall where the code changed, and sampling noise between byte-identical releases never reads as
+history.  History is per lane: ``history`` holds each lane's introduced / fixed columns, and the
+row's own ``introduced_in`` / ``fixed_in`` are those of the first lane that has the bucket.
+
+``--op lora,vision`` runs both families (columns per family; a row counts only in its family's
+columns); :func:`expand_targets` turns ``--releases all`` into every release whose wheel is there
+and ``--configurations all`` into every configuration a target knows (Note [SGLang switches]).
 Campaigns generate no malformed metadata unless ``--with-malformed``: released kernels implement no
-strict validation, so those cases would only repeat the same validation gaps in every release.  A campaign is a random search: a bucket
-absent from a release within its budget is evidence, not proof; the corpus rows are exact.
+strict validation, so those cases would only repeat the same validation gaps in every release.  A
+campaign is a random search: a bucket absent from a release within its budget is evidence, not
+proof; the corpus rows are exact.
 """
 
 from __future__ import annotations
@@ -24,10 +42,14 @@ import re
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["build_matrix", "release_key", "run_matrix", "runs_dir"]
+__all__ = ["CONFIGURATION_VARIANTS", "Column", "build_matrix", "expand_targets", "op_families", "plan_columns",
+           "release_key", "run_matrix", "runs_dir"]
 
+# every configuration of a target name that selects its own code path (Note [SGLang switches]); the
+# identities merge those that do not differ on a given machine (pdl=on where PDL is the default)
+CONFIGURATION_VARIANTS = {"sglang-trt": ("", "lora_opti=on,cublas=on", "lora_opti=on,cublas_kv_b=on",
+                                         "lora_opti=off,cublas=on", "pdl=off", "pdl=on")}
 
-# ---- the matrix (pure data: records in, table out) ------------------------------------------------------
 
 def release_key(spec) -> tuple:
     """Sort key of a target spec (a string or TargetSpec): by its ``==X.Y.Z`` release number, then by
@@ -39,55 +61,179 @@ def release_key(spec) -> tuple:
     return (nums, parsed.name if parsed.release is not None else str(parsed))
 
 
+# ---- the plan: which specs run the same code ------------------------------------------------------------
+
+@dataclasses.dataclass
+class Column:
+    """Specs of one lane that run the same code: ``members`` in version order (the first is tested),
+    ``identity`` (None: not a release spec, or no such code: a column of its own), ``same_as``: the
+    label of an earlier column that ran this very code (this one reuses its campaign)."""
+
+    family: str
+    lane: str
+    members: list
+    identity: Optional[str]
+    label: str = ""
+    same_as: Optional[str] = None
+
+    @property
+    def tested(self) -> str:
+        return self.members[0]
+
+
+def _lane(spec: str, family: str) -> str:
+    from kernel_oracle.harness.targets import TargetSpec
+
+    parsed = TargetSpec.parse(spec)
+    conf = ",".join(f"{k}={v}" for k, v in parsed.configuration)
+    return f"{parsed.name if parsed.release is not None else str(parsed)}{'@' + conf if conf else ''} {family}"
+
+
+def _label(members: list, family: str, families: list) -> str:
+    from kernel_oracle.harness.targets import TargetSpec
+
+    first, last = TargetSpec.parse(members[0]), TargetSpec.parse(members[-1])
+    text = members[0]
+    if len(members) > 1:
+        text = dataclasses.replace(first, release=f"{first.release}-{last.release}").__str__()
+    return text + (f" {family}" if len(families) > 1 else "")
+
+
+def plan_columns(specs: list, families: list, identity, applies=None) -> list:
+    """The columns of ``specs`` x ``families`` (see the Note); ``identity(spec, family)`` gives a spec's
+    code identity or None; ``applies(spec, family)`` False leaves the pair out (a release without
+    that family's code: 0.5.10 has no kv_b kernels)."""
+    ordered = sorted(dict.fromkeys(str(s) for s in specs), key=release_key)
+    columns: list[Column] = []
+    for family in families:
+        lanes: dict[str, list[Column]] = {}
+        for spec in ordered:
+            if applies is not None and applies(spec, family) is False:
+                continue
+            ident, lane = identity(spec, family), _lane(spec, family)
+            run = lanes.setdefault(lane, [])
+            if run and ident is not None and run[-1].identity == ident:
+                run[-1].members.append(spec)
+            else:
+                run.append(Column(family, lane, [spec], ident))
+        columns.extend(c for lane in lanes.values() for c in lane)
+    seen: dict = {}
+    for c in columns:
+        c.label = _label(c.members, c.family, families)
+        if c.identity is not None:
+            c.same_as = seen.get(c.identity)
+            seen.setdefault(c.identity, c.label)
+    return columns
+
+
+def expand_targets(specs: list, *, releases: Optional[list] = None, configurations: bool = False,
+                   available=None) -> list:
+    """``specs`` with ``releases`` (versions) applied to each name without one (``sglang`` ->
+    ``sglang==V`` for every V that ``available(spec)`` allows) and, with ``configurations``, every
+    configuration of :data:`CONFIGURATION_VARIANTS` added to each spec without one."""
+    from kernel_oracle.harness.targets import RELEASE_NAMES, TargetSpec
+
+    out = []
+    for spec in (TargetSpec.parse(s) for s in specs):
+        if releases and spec.release is None and spec.name in RELEASE_NAMES and spec.kind == "builtin":
+            named = [dataclasses.replace(spec, release=v) for v in releases]
+            out.extend(s for s in named if available is None or available(str(s)))
+        else:
+            out.append(spec)
+    if configurations:
+        expanded = []
+        for s in out:
+            for conf in (("",) if s.configuration else CONFIGURATION_VARIANTS.get(s.name, ("",))):
+                pairs = tuple(tuple(kv.split("=", 1)) for kv in conf.split(",") if kv)
+                expanded.append(dataclasses.replace(s, configuration=pairs) if pairs else s)
+        out = expanded
+    return [str(s) for s in dict.fromkeys(out)]
+
+
+# ---- the matrix (pure data: records in, table out) ------------------------------------------------------
+
+def _history(row: dict, lanes: dict) -> dict:
+    """lane -> (introduced in, fixed in) of ``row`` over that lane's columns that ran."""
+    out = {}
+    for lane, labels in lanes.items():
+        present = [s for s in labels if row["counts"].get(s)]
+        if not present:
+            continue
+        ran = [s for s in labels if s in row["counts"]]
+        later = [s for s in ran if labels.index(s) > labels.index(present[-1])]
+        out[lane] = {"introduced_in": present[0], "fixed_in": later[0] if later else None}
+    return out
+
+
 def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
-    """``runs``: ``[{spec, available, reason, cases, findings: [finding records]}]``; ``corpus``:
+    """``runs``: ``[{spec, available, reason, cases, findings: [finding records]}]`` (plus, from
+    :func:`run_matrix`, ``family``, ``lane``, ``tested``, ``members``, ``same_as``); ``corpus``:
     ``[{id, title, upstream, status, results: {spec: {...}}}]``.  Returns the ``release_matrix``
-    section (see the Note): releases in version order, one row per bucket, introduced / fixed in."""
+    section (see the Note): columns in version order, one row per bucket, introduced / fixed in."""
     from kernel_oracle.harness.buckets import bucket_of_record
 
-    runs = sorted(runs, key=lambda r: release_key(r["spec"]))
+    runs = sorted(runs, key=lambda r: (r.get("family", ""), r.get("lane", ""), release_key(r.get("tested", r["spec"]))))
     specs = [r["spec"] for r in runs]
+    lanes: dict[str, list] = {}
+    for r in runs:
+        lanes.setdefault(r.get("lane", ""), []).append(r["spec"])
     rows: dict[str, dict] = {}
     for run in runs:
         for f in run["findings"]:
             b = bucket_of_record(f)
             if b.frame:  # releases move modules (and are loaded under private names): compare file:function
                 b = dataclasses.replace(b, frame=b.frame.rpartition(".")[2])
-            row = rows.setdefault(b.label, {"bucket": b.label, "kind": b.kind, "counts": {}, "examples": {}})
+            row = rows.setdefault(b.label, {"bucket": b.label, "kind": b.kind, "family": b.family, "counts": {},
+                                            "examples": {}})
             row["counts"][run["spec"]] = row["counts"].get(run["spec"], 0) + int(f.get("count") or 1)
             row["examples"].setdefault(run["spec"], f["id"])
-    ran = [r["spec"] for r in runs if r["available"] and r["cases"]]
     for row in rows.values():
-        for spec in ran:
-            row["counts"].setdefault(spec, 0)
-        present = [s for s in specs if row["counts"].get(s)]
-        row["introduced_in"] = present[0] if present else None
-        later = [s for s in ran if specs.index(s) > specs.index(present[-1])] if present else []
-        row["fixed_in"] = later[0] if later else None
+        for run in runs:
+            if run["available"] and run["cases"] and run.get("family", row["family"]) == row["family"]:
+                row["counts"].setdefault(run["spec"], 0)
+        row["history"] = _history(row, lanes)
+        first = next(iter(row["history"].values()), {})
+        row["introduced_in"], row["fixed_in"] = first.get("introduced_in"), first.get("fixed_in")
     ordered = sorted(rows.values(), key=lambda r: (specs.index(r["introduced_in"]) if r["introduced_in"] else 0,
                                                    r["kind"], r["bucket"]))
-    return {"releases": [{k: r[k] for k in ("spec", "available", "reason", "cases")} | {"findings": len(r["findings"])}
-                         for r in runs],
+    keep = ("spec", "available", "reason", "cases", "family", "tested", "members", "identity", "same_as")
+    return {"releases": [{k: r[k] for k in keep if k in r} | {"findings": len(r["findings"])} for r in runs],
             "rows": ordered, "corpus": corpus}
 
 
 # ---- running it ------------------------------------------------------------------------------------------
 
-def _corpus_results(entries, spec: str, device: str, sglang_wheel: Optional[str] = None) -> dict:
-    """``{entry id: {outcome, expected, as_expected}}`` of the entries of ``spec``'s target family."""
-    from kernel_oracle.jobs.bug_corpus import run_entry
-    from kernel_oracle.fuzz.targets import TargetSources, TargetSpec, resolve_target
+def _expected(entry, members: list) -> tuple[Optional[str], str]:
+    """What ``entry`` says about a column of ``members`` (releases): ``("fails" | "passes" | None, note)``;
+    the note is non-empty when the entry names some of them buggy and others fixed (they run the same
+    code: the entry contradicts itself)."""
+    from kernel_oracle.harness.targets import TargetSpec
 
-    parsed = TargetSpec.parse(spec)
+    releases = {TargetSpec.parse(m).release for m in members}
+    buggy, fixed = sorted(releases & set(entry.buggy)), sorted(releases & set(entry.fixed))
+    note = (f"corpus {entry.id} lists {', '.join(buggy)} as buggy and {', '.join(fixed)} as fixed, but they run the "
+            f"same code") if buggy and fixed else ""
+    return ("fails" if buggy else "passes" if fixed else None), note
+
+
+def _corpus_results(entries, column: Column, device: str, sources, record: dict) -> dict:
+    """``{entry id: {outcome, expected, as_expected}}`` of the entries of the column's target family."""
+    from kernel_oracle.fuzz.targets import TargetSpec, resolve_target
+    from kernel_oracle.harness.schema import add_note
+    from kernel_oracle.jobs.bug_corpus import run_entry
+
+    parsed = TargetSpec.parse(column.tested)
     base = parsed.name if parsed.release is not None else str(parsed)
-    release = parsed.release or ""
+    conf = ",".join(f"{k}={v}" for k, v in parsed.configuration)
     out = {}
     for e in entries:
-        if e.target != base or e.device != device:
+        if e.target != base or e.device != device or e.family != column.family or e.configuration != conf:
             continue
-        expected = "fails" if release in e.buggy else ("passes" if release in e.fixed else None)
-        t = resolve_target(parsed, device, sources=TargetSources(sglang_wheel=sglang_wheel))
-        if not t.available:
+        expected, note = _expected(e, column.members)
+        if note:
+            add_note(record, note)
+        t = resolve_target(parsed, device, sources=sources)
+        if not t.available or not all(t.has(c.op) for c in e.cases):
             out[e.id] = {"outcome": "unavailable", "expected": expected, "as_expected": None}
             continue
         o = run_entry(e, t, device)
@@ -98,7 +244,7 @@ def _corpus_results(entries, spec: str, device: str, sglang_wheel: Optional[str]
 
 
 def _corpus_rows(entries, corpus_by_spec: dict, record: dict) -> list:
-    """The corpus section: each entry that ran, its result per spec; a result against the entry's
+    """The corpus section: each entry that ran, its result per column; a result against the entry's
     own record (a buggy release that passes, a fixed one that fails) is also a note."""
     from kernel_oracle.harness.schema import add_note
 
@@ -132,43 +278,80 @@ def runs_dir(out) -> Path:
     return Path(out) / "runs" / _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+def op_families(op: str) -> list:
+    """The op families of ``--op``: ``lora``, ``vision``, one LoRA op (its family) or a comma list of
+    families; ``ValueError`` naming the valid values otherwise."""
+    from kernel_oracle.harness.opinfo import FAMILY_OPS
+
+    parts = [p.strip() for p in str(op).split(",") if p.strip()]
+    if len(parts) == 1 and parts[0] in FAMILY_OPS["lora"]:
+        return ["lora"]
+    if not parts or any(p not in FAMILY_OPS for p in parts) or len(set(parts)) != len(parts):
+        raise ValueError(f"--op {op!r}: pass lora, vision, lora,vision or one LoRA op "
+                         f"({', '.join(FAMILY_OPS['lora'])})")
+    return parts
+
+
+def _campaign(column: Column, op: str, config: dict, campaigns_dir: Path, record: dict) -> dict:
+    """One campaign of ``column`` (its oldest member), merged into ``record``; its run row."""
+    from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
+    from kernel_oracle.harness.schema import merge
+
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{column.tested}-{column.family}")
+    try:
+        rec = run_campaign(CampaignConfig(target=column.tested, op=op, out_dir=campaigns_dir / slug, **config))
+    except CampaignError as exc:
+        raise CampaignError(f"{column.tested}: {exc}") from None
+    merge(record, rec, seeds_key=f"{column.tested} {column.family}")
+    t = rec["targets"][0] if rec["targets"] else {}
+    return {"available": bool(t.get("available")), "reason": t.get("reason"),
+            "cases": int(rec["campaign"]["executed"]), "findings": rec["findings"]}
+
+
 def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional[int] = None,
                time_s: Optional[float] = None, seed: int = 0, device: str = "cpu", out="reports/matrix",
                campaigns_dir=None, quiet: bool = False, upstream_contracts_only: bool = True,
                sglang_wheel: Optional[str] = None, log=None) -> dict:
     """One campaign (:class:`~kernel_oracle.fuzz.campaign_config.CampaignConfig`, the same seed for
-    every release) and the corpus ``entries`` per spec of ``specs`` (strings or TargetSpecs), folded
-    into one record of kind ``main`` with its ``release_matrix`` (Note [Release matrix]), written as
+    every release) and the corpus ``entries`` per column of distinct code (Note [Release matrix]) of
+    ``specs`` (strings or TargetSpecs) and ``op`` (``lora``, ``vision``, one LoRA op, or a comma list
+    of families), folded into one record of kind ``main`` with its ``release_matrix``, written as
     ``out/matrix.{json,md,html}``; campaigns go under ``campaigns_dir`` (default :func:`runs_dir`).
     Returns the record; raises ``CampaignError`` naming the spec, and ``CampaignInterrupted``."""
-    from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
-    from kernel_oracle.harness.schema import merge, new_record
+    from kernel_oracle.fuzz.targets import TargetSources
+    from kernel_oracle.fuzz.targets.sglang import release_has_code, release_identity
+    from kernel_oracle.harness.schema import new_record
 
     out = Path(out)
     campaigns_dir = Path(campaigns_dir) if campaigns_dir is not None else runs_dir(out)
     if budget is None and time_s is None:
         time_s = 60.0
+    sources = TargetSources(sglang_wheel=sglang_wheel)
+    families = op_families(op)
+    columns = plan_columns(specs, families, lambda s, f: release_identity(s, f, device, sources),
+                           applies=lambda s, f: release_has_code(s, f, sources) if len(families) > 1 else None)
     record = new_record("main", seeds={"seed": seed}, device=device)
-    runs, corpus_by_spec = [], {}
-    for spec in sorted((str(s) for s in specs), key=release_key):
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
-        try:
-            rec = run_campaign(CampaignConfig(
-                target=spec, op=op, budget=budget, time_s=time_s, seed=seed, device=device,
-                out_dir=campaigns_dir / slug, progress=not quiet,
-                upstream_contracts_only=upstream_contracts_only, sglang_wheel=sglang_wheel))
-        except CampaignError as exc:
-            raise CampaignError(f"{spec}: {exc}") from None
-        merge(record, rec, seeds_key=spec)
-        t = rec["targets"][0] if rec["targets"] else {}
-        runs.append({"spec": spec, "available": bool(t.get("available")), "reason": t.get("reason"),
-                     "cases": int(rec["campaign"]["executed"]), "findings": rec["findings"]})
-        corpus_by_spec[spec] = _corpus_results(entries, spec, device, sglang_wheel)
+    config = dict(budget=budget, time_s=time_s, seed=seed, device=device, progress=not quiet,
+                  upstream_contracts_only=upstream_contracts_only, sglang_wheel=sglang_wheel)
+    runs, corpus_by_spec, done = [], {}, {}
+    for c in columns:
+        row_op = op if len(families) == 1 else c.family
+        if c.same_as is None or c.same_as not in done:
+            done[c.label] = _campaign(c, row_op, config, campaigns_dir, record)
+            corpus_by_spec[c.label] = _corpus_results(entries, c, device, sources, record)
+        else:
+            corpus_by_spec[c.label] = corpus_by_spec[c.same_as]
+        result = done.get(c.label) or done[c.same_as]
+        runs.append({"spec": c.label, "family": c.family, "lane": c.lane, "tested": c.tested, "members": c.members,
+                     "identity": c.identity, "same_as": c.same_as, **result})
         if log is not None:
-            log(f"{spec}: {rec['campaign']['executed']} cases, {len(rec['findings'])} findings"
-                + ("" if t.get("available") else f" (unavailable: {t.get('reason')})"))
+            reused = c.same_as in done and c.label not in done
+            same = f" (the same code as {c.same_as}: not run again)" if reused else ""
+            log(f"{c.label}: {result['cases']} cases, {len(result['findings'])} findings{same}"
+                + ("" if result["available"] else f" (unavailable: {result['reason']})"))
     record["release_matrix"] = build_matrix(runs, _corpus_rows(entries, corpus_by_spec, record))
     record["summary"] = {"targets": [str(s) for s in specs], "op": op, "time_s_per_target": time_s,
-                         "budget_per_target": budget}
+                         "budget_per_target": budget, "columns": len(columns),
+                         "campaigns": sum(1 for c in columns if c.label in done)}
     _write(record, out)
     return record

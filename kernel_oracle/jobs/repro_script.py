@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -70,6 +71,12 @@ def _target_path(target, spec, op: str) -> tuple[str | None, str]:
     if not module or "<locals>" in qualname or "<lambda>" in qualname or module.startswith("kernels_mutant_"):
         return None, (f"target {spec!r} exists only inside kernel-oracle ({module}.{qualname}); "
                       "pass --target module:function of the kernel to test")
+    origin = getattr(sys.modules.get(module), "__kernel_oracle_origin__", None)
+    if origin:  # a release's own file, loaded standalone from its wheel: name the module as the release does
+        configuration = target.reason.partition("configuration: ")[2]
+        return f"{origin.split()[0]}:{qualname}", (
+            f"the entry point of target {spec!r}: {origin}; import it where that release is installed"
+            + (f", in the environment {configuration}" if configuration else ""))
     return f"{module}:{qualname}", f"the entry point of target {spec!r}"
 
 

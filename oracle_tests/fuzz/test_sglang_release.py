@@ -72,13 +72,18 @@ def test_release_target_names_release_and_module(variant):
     rec = t.to_record()
     assert rec["reason"].startswith(f"sglang 0.5.23: {module}, loaded standalone from the wheel ")
     assert rec["release"] == "0.5.23"  # selects the known issues of this release (harness.known_issues)
-    assert rec["entry_points"] == sorted(SPLIT_STEPS)
-    assert set(rec["missing"]) == {"q_side_fused", "v_side_fused", "vision"}
+    # the default variant's target also runs the release's own vision wrapper (test_sglang_release_vision.py)
+    assert rec["entry_points"] == sorted(SPLIT_STEPS + (("vision",) if variant == "sglang" else ()))
+    assert set(rec["missing"]) == {"q_side_fused", "v_side_fused"} | ({"vision"} if variant == "sglang-trt" else set())
     assert "SGLang defines the four split steps only" in rec["missing"]["q_side_fused"]
+    lora_excluded = t.excluded_for("lora")
     if interpreting():
-        assert "bf16 arithmetic on raw bit patterns" in rec["excluded_dtypes"]["bfloat16"]
+        assert "bf16 arithmetic on raw bit patterns" in lora_excluded["bfloat16"]
+        if variant == "sglang":  # the wrapper is torch code: bf16 is tested
+            assert "bfloat16" not in t.excluded_for("vision")
     else:  # compiled on a GPU: bf16 is tested
-        assert "bfloat16" not in rec["excluded_dtypes"]
+        assert "bfloat16" not in lora_excluded
+    assert "float32" not in lora_excluded
     assert not rec["strict"]
 
 
@@ -172,7 +177,7 @@ def test_loading_never_imports_sglang():
     assert not [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]
 
 
-def test_release_without_kernels_is_refused_in_one_line(tmp_path):
+def test_release_without_kernels_or_wrapper_is_refused_in_one_line(tmp_path):
     wheel = tmp_path / "sglang-0.4.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("sglang/__init__.py", "raise ImportError('must never run')\n")
@@ -181,17 +186,19 @@ def test_release_without_kernels_is_refused_in_one_line(tmp_path):
     for spec in ("sglang==0.4.0", "sglang-trt==0.4.0"):
         t = resolve_target(spec, "cpu", sources=TargetSources(sglang_wheel=str(tmp_path)))
         assert not t.available and "\n" not in t.reason
-        assert t.reason == ("sglang 0.4.0 has no kv_b LoRA kernels (no "
-                            f"{'default' if spec.startswith('sglang==') else 'trt'} kv_b_lora_absorbed.py; the "
-                            "kernels exist from 0.5.12, the TRT-LLM-style variant from 0.5.15)")
+        kernels = ("sglang 0.4.0 has no kv_b LoRA kernels (no "
+                   f"{'default' if spec.startswith('sglang==') else 'trt'} kv_b_lora_absorbed.py; the "
+                   "kernels exist from 0.5.12, the TRT-LLM-style variant from 0.5.13)")
+        wrapper = "; sglang 0.4.0 has no sglang/srt/layers/attention/vision.py (the vision backend exists from 0.5.10)"
+        assert t.reason == kernels + (wrapper if spec.startswith("sglang==") else "")
 
 
-def test_the_trt_variant_starts_in_0_5_15():
+def test_the_trt_variant_starts_in_0_5_13():
     release_files("0.5.12")  # skips without the wheel
     t = resolve_target("sglang-trt==0.5.12", "cpu")
     assert not t.available
     assert t.reason == ("sglang 0.5.12 has only the ['default'] variant (no trt kv_b_lora_absorbed.py; the kernels "
-                        "exist from 0.5.12, the TRT-LLM-style variant from 0.5.15)")
+                        "exist from 0.5.12, the TRT-LLM-style variant from 0.5.13)")
 
 
 def test_wheel_argument_errors_name_the_problem(tmp_path):

@@ -57,8 +57,8 @@ def test_torch_message_of_an_empty_max_is_what_the_sglang_entry_matches():
     ("sglang-trt==0.5.23", "q_side_fused", "RuntimeError", EMPTY_MAX, None, "sglang-empty-batch-max-len-none"),
     ("sglang", "step_b_q", "RuntimeError", EMPTY_MAX, "0.5.23", "sglang-empty-batch-max-len-none"),
     # the same message from another release, target or op family is not known
-    ("sglang==0.5.17", "step_a_v", "RuntimeError", EMPTY_MAX, None, None),
-    ("sglang", "step_a_v", "RuntimeError", EMPTY_MAX, "0.5.19", None),
+    ("sglang==0.6.0", "step_a_v", "RuntimeError", EMPTY_MAX, None, None),
+    ("sglang", "step_a_v", "RuntimeError", EMPTY_MAX, "0.6.1", None),
     ("triton", "step_a_v", "RuntimeError", EMPTY_MAX, None, None),
     ("flashinfer-cudnn", "vision", "GraphCacheHazard", GRAPH_HAZARD, "0.6.19", None),
     ("flashinfer-cudnn", "vision", "RuntimeError", "illegal memory access", None, None),
@@ -77,7 +77,7 @@ def test_target_name_defaults_to_the_finding_and_release_comes_from_it():
     f = _raised_on_valid("sglang", "step_a_q", "RuntimeError", EMPTY_MAX)
     assert match_known({**f, "release": "0.5.23"}).id == "sglang-empty-batch-max-len-none"
     assert match_known({**f, "release": "0.5.15"}).id == "sglang-empty-batch-max-len-none"
-    assert match_known({**f, "release": "0.5.17"}) is None
+    assert match_known({**f, "release": "0.6.0"}) is None
     assert release_of(f, "sglang-trt==0.5.23") == "0.5.23"
     assert release_of(f, "sglang") is None
 

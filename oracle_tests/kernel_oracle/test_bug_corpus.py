@@ -19,11 +19,14 @@ RELEASE_RUNS = [pytest.param(e, r, want, id=f"{e.id}-{r}-{want}")
                 for want, releases in (("fails", e.buggy), ("passes", e.fixed)) for r in releases]
 
 
-def test_corpus_holds_the_issue_13_entries():
+def test_corpus_holds_the_known_upstream_entries():
     ids = {e.id for e in ENTRIES}
-    assert {"sglang-pr-28371", "sglang-empty-batch-max-len-none", "flashinfer-graph-cache-key-strides"} <= ids
+    assert {"sglang-pr-28371", "sglang-empty-batch-max-len-none", "flashinfer-graph-cache-key-strides",
+            "sglang-vision-0-5-10-ignores-softmax-scale", "sglang-trt-cublas-step-b-q-every-row"} <= ids
     pr = next(e for e in ENTRIES if e.id == "sglang-pr-28371")
-    assert (pr.buggy, pr.fixed, pr.status) == (("0.5.12",), ("0.5.15", "0.5.23"), "fixed")
+    assert (pr.buggy, pr.fixed, pr.status) == (("0.5.12",), ("0.5.15", "0.5.16", "0.5.23"), "fixed")
+    cublas = next(e for e in ENTRIES if e.id == "sglang-trt-cublas-step-b-q-every-row")
+    assert cublas.spec("0.5.23") == "sglang-trt==0.5.23@cublas=on,lora_opti=on" and cublas.reach
     empty = next(e for e in ENTRIES if e.id == "sglang-empty-batch-max-len-none")
     assert empty.status == "known" and "0.5.23" in empty.buggy and not empty.fixed
 

@@ -1,0 +1,133 @@
+"""Reproducer of docs/upstream/sglang_trt_cublas_step_b_q.md: the TRT-LLM-style ``step_b_q_fwd``'s cuBLAS
+fast path (``SGLANG_EXPERIMENTAL_LORA_OPTI=1`` with ``SGLANG_OPT_LORA_CUBLAS=1``) against a hand computation.
+
+    python docs/upstream/sglang_trt_cublas_step_b_q.py --wheel sglang-0.5.23-...whl     (CPU or GPU)
+
+Needs torch and triton.  The release's ``trtllm_lora_temp/kv_b_lora_absorbed.py`` and its ``kernel_utils.py``
+files are read from the wheel and executed as they are; the three other names they import from SGLang
+are given here: ``lora_envs`` (the two cuBLAS switches, on or off as the check says, the master switch on),
+``LoRABatchInfo`` (a type annotation only) and ``is_arch_support_pdl`` (False).  Without a GPU the Triton
+path runs under the interpreter (``TRITON_INTERPRET=1``, set before triton is imported).
+
+One resident slot of rank 8 in buffers of rank 16, three segments (3, 0 and 5 rows), two rows after them
+that no segment routes.  ``step_b_q_fwd(x, A, batch_info, base)`` must add ``scaling * x[t, h, :8] @ A[0, :8]``
+to the routed rows and leave the other rows of ``base`` as they were.  The script runs the Triton path
+(switches off) and the cuBLAS path (switches on) on the same inputs.  Exit 1 when the cuBLAS path changes
+unrouted rows or differs on routed rows, 0 when it agrees, 2 when the file cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+import types
+import zipfile
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+
+ROWS, H, R, RANK, C = 10, 2, 16, 8, 32
+SEGMENTS = (3, 0, 5)  # rows 0-7 routed, rows 8-9 not
+
+
+class _Switch:
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def get(self) -> bool:
+        return self.value
+
+
+class _Envs:
+    """``lora_envs`` with the master switch on: the two cuBLAS switches as given, the others at False."""
+
+    def __init__(self, cublas: bool) -> None:
+        self.cublas = cublas
+
+    def __getattr__(self, name: str) -> _Switch:
+        return _Switch(self.cublas and name in ("SGLANG_OPT_LORA_CUBLAS", "SGLANG_OPT_LORA_CUBLAS_KV_B"))
+
+
+def _imports(source: str) -> list:
+    return [(n.module, [a.name for a in n.names]) for n in ast.parse(source).body
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang")]
+
+
+def load(wheel: str, cublas: bool) -> types.ModuleType:
+    """The release's TRT-LLM-style kv_b file, executed as it is: each ``from sglang.X import ...`` finds
+    ``sglang.X`` in ``sys.modules`` first, a ``kernel_utils.py`` of the wheel (itself executed the same
+    way) or a module holding the names given here."""
+    zf = zipfile.ZipFile(wheel)
+    names = set(zf.namelist())
+    path = next(n for n in sorted(names) if n.endswith("trtllm_lora_temp/kv_b_lora_absorbed.py")
+                or n.endswith("trtllm_lora_temp/triton_ops/kv_b_lora_absorbed.py"))
+    given = {"lora_envs": _Envs(cublas), "LoRABatchInfo": types.SimpleNamespace, "is_arch_support_pdl": lambda: False}
+
+    def execute(file: str, name: str) -> types.ModuleType:
+        source = zf.read(file).decode()
+        for imported, items in _imports(source):
+            helper = imported.replace(".", "/") + ".py"
+            if helper in names and helper.endswith("/kernel_utils.py"):
+                sys.modules[imported] = execute(helper, imported)
+            else:
+                sys.modules[imported] = types.ModuleType(imported)
+                for item in items:
+                    setattr(sys.modules[imported], item, given[item])
+        mod = types.ModuleType(name)
+        mod.__file__ = f"{wheel}/{file}"
+        sys.modules[name] = mod  # triton looks a kernel's module up by name
+        exec(compile(source, mod.__file__, "exec"), mod.__dict__)  # noqa: S102 - the release's own file
+        return mod
+
+    return execute(path, f"trt_kv_b_cublas_{'on' if cublas else 'off'}")
+
+
+def inputs(device):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(ROWS, H, R, generator=gen).to(device)
+    A = torch.randn(1, R, C, generator=gen).to(device) / 4
+    base = torch.randn(ROWS, H, C, generator=gen).to(device)
+    indptr = torch.tensor([0, 3, 3, 8], dtype=torch.int32, device=device)
+    bi = types.SimpleNamespace(use_cuda_graph=False, bs=3, num_segments=3, seg_indptr=indptr,
+                               weight_indices=torch.zeros(3, dtype=torch.int32, device=device),
+                               lora_ranks=torch.tensor([RANK], dtype=torch.int32, device=device),
+                               scalings=torch.tensor([0.5], device=device), max_len=5,
+                               seg_lens=torch.tensor(SEGMENTS, dtype=torch.int32, device=device), permutation=None)
+    return x, A, base, bi
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--wheel", required=True, help="an sglang wheel with the TRT-LLM-style kv_b file (0.5.13+)")
+    args = ap.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        paths = {cublas: load(args.wheel, cublas) for cublas in (False, True)}
+    except Exception as exc:  # noqa: BLE001 - reported, exit 2
+        print(f"cannot load the kernel file: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    x, A, base, bi = inputs(device)
+    want = base.double().clone()
+    want[:8] += 0.5 * (x[:8, :, :RANK].double() @ A[0, :RANK].double())
+    bad = False
+    for zeroed in (False, True):
+        if zeroed:  # as SGLang's LoRA pool keeps its buffers: nothing past the adapter's rank
+            print("columns past the rank zeroed in A and x (SGLang's pool zeroes them in A and B):")
+            x[..., RANK:], A[..., RANK:, :] = 0, 0
+        for cublas, mod in paths.items():
+            got = mod.step_b_q_fwd(x.clone(), A, bi, base.clone()).double()
+            routed = float((got[:8] - want[:8]).abs().max())
+            unrouted = float((got[8:] - want[8:]).abs().max())
+            print(f"  {'cuBLAS' if cublas else 'Triton'} path: routed rows max error {routed:.2e}, "
+                  f"unrouted rows changed by up to {unrouted:.3f}")
+            bad |= cublas and (routed > 1e-3 or unrouted > 0)
+    print("reproduced" if bad else "not reproduced")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Release identity in the matrix (Note [Release matrix] in ``kernel_oracle.jobs.matrix``): releases that
+run the same code are one column, tested once; "introduced in" and "fixed in" fall only where the
+code changed; configurations are lanes; ``--releases`` / ``--configurations`` expand the targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_oracle.jobs.matrix import build_matrix, expand_targets, op_families, plan_columns, run_matrix
+
+from oracle_tests._sglang_releases import release_files
+from oracle_tests.conftest import DEVICE
+
+
+def _finding(fid: str, spec: str, cause: str = "everywhere", count: int = 1) -> dict:
+    return {"id": fid, "target": spec, "op": "step_a_q", "dtype": "float32", "shape_class": "prefill",
+            "kind": "mismatch", "message": cause, "count": count,
+            "bucket": {"kind": "mismatch", "family": "lora", "cause": cause, "frame": "", "config": ["float32"]}}
+
+
+# spec -> identity of the code its lora campaign would run (as release_identity would say)
+IDS = {"sglang==0.5.12": "A", "sglang==0.5.12.post1": "A", "sglang==0.5.13": "A", "sglang==0.5.14": "B",
+       "sglang==0.5.15": "B", "sglang==0.5.16": "A", "sglang-trt==0.5.23": "T",
+       "sglang-trt==0.5.23@pdl=off": "T", "sglang-trt==0.5.23@cublas=on": "C"}
+
+
+def _plan(specs, families=("lora",)):
+    return plan_columns(specs, list(families), lambda s, f: IDS.get(s))
+
+
+def test_releases_with_the_same_code_are_one_column_tested_once():
+    cols = _plan(["sglang==0.5.14", "sglang==0.5.12.post1", "sglang==0.5.12", "sglang==0.5.13", "sglang==0.5.15"])
+    assert [(c.label, c.members, c.tested) for c in cols] == [
+        ("sglang==0.5.12-0.5.13", ["sglang==0.5.12", "sglang==0.5.12.post1", "sglang==0.5.13"], "sglang==0.5.12"),
+        ("sglang==0.5.14-0.5.15", ["sglang==0.5.14", "sglang==0.5.15"], "sglang==0.5.14")]
+    assert all(c.same_as is None for c in cols)
+
+
+def test_code_that_comes_back_is_a_column_of_its_own_but_not_run_again():
+    cols = _plan(["sglang==0.5.12", "sglang==0.5.14", "sglang==0.5.16"])
+    assert [c.label for c in cols] == ["sglang==0.5.12", "sglang==0.5.14", "sglang==0.5.16"]
+    assert [c.same_as for c in cols] == [None, None, "sglang==0.5.12"]
+
+
+def test_configurations_are_lanes_and_the_same_code_path_is_run_once():
+    cols = _plan(["sglang-trt==0.5.23", "sglang-trt==0.5.23@cublas=on", "sglang-trt==0.5.23@pdl=off"])
+    assert [(c.label, c.same_as) for c in cols] == [("sglang-trt==0.5.23", None),
+                                                    ("sglang-trt==0.5.23@cublas=on", None),
+                                                    ("sglang-trt==0.5.23@pdl=off", "sglang-trt==0.5.23")]
+    assert len({c.lane for c in cols}) == 3
+
+
+def test_history_is_claimed_only_where_the_code_changed():
+    """A bucket seen (by sampling) only in 0.5.12.post1, whose code is 0.5.12's: introduced in the range,
+    never in 0.5.12.post1 itself; fixed in the first column of other code that ran without it."""
+    cols = _plan(["sglang==0.5.12", "sglang==0.5.12.post1", "sglang==0.5.14"])
+    runs = [{"spec": c.label, "lane": c.lane, "family": c.family, "tested": c.tested, "members": c.members,
+             "available": True, "reason": "", "cases": 30,
+             "findings": [_finding("F1", c.tested, count=2)] if c.tested == "sglang==0.5.12" else []} for c in cols]
+    m = build_matrix(runs, [])
+    (row,) = m["rows"]
+    assert row["counts"] == {"sglang==0.5.12-0.5.12.post1": 2, "sglang==0.5.14": 0}
+    assert (row["introduced_in"], row["fixed_in"]) == ("sglang==0.5.12-0.5.12.post1", "sglang==0.5.14")
+    assert [r["members"] for r in m["releases"]] == [["sglang==0.5.12", "sglang==0.5.12.post1"], ["sglang==0.5.14"]]
+
+
+def test_a_row_counts_only_in_its_familys_columns_and_keeps_each_lanes_history():
+    cols = _plan(["sglang==0.5.12", "sglang==0.5.14"], families=("lora", "vision"))
+    assert [c.label for c in cols] == ["sglang==0.5.12 lora", "sglang==0.5.14 lora", "sglang==0.5.12 vision",
+                                       "sglang==0.5.14 vision"]
+    runs = [{"spec": c.label, "lane": c.lane, "family": c.family, "tested": c.tested, "available": True,
+             "reason": "", "cases": 9, "findings": [_finding("F", c.tested)] if c.label == "sglang==0.5.12 lora"
+             else []} for c in cols]
+    (row,) = build_matrix(runs, [])["rows"]
+    assert row["counts"] == {"sglang==0.5.12 lora": 1, "sglang==0.5.14 lora": 0}
+    assert row["history"] == {"sglang lora": {"introduced_in": "sglang==0.5.12 lora",
+                                              "fixed_in": "sglang==0.5.14 lora"}}
+
+
+def test_targets_expand_to_releases_and_configurations():
+    have = {"sglang==0.5.12", "sglang==0.5.23", "sglang-trt==0.5.23"}
+    got = expand_targets(["sglang", "sglang-trt", "triton"], releases=["0.5.12", "0.5.23"], configurations=True,
+                         available=lambda s: s in have)
+    assert got == ["sglang==0.5.12", "sglang==0.5.23", "sglang-trt==0.5.23",
+                   "sglang-trt==0.5.23@cublas=on,lora_opti=on", "sglang-trt==0.5.23@cublas_kv_b=on,lora_opti=on",
+                   "sglang-trt==0.5.23@cublas=on,lora_opti=off", "sglang-trt==0.5.23@pdl=off",
+                   "sglang-trt==0.5.23@pdl=on", "triton"]
+    assert expand_targets(["sglang-trt==0.5.23@pdl=off"], configurations=True) == ["sglang-trt==0.5.23@pdl=off"]
+
+
+@pytest.mark.parametrize("op, families", [("lora", ["lora"]), ("step_b_v", ["lora"]),
+                                          ("lora,vision", ["lora", "vision"]), ("vision", ["vision"])])
+def test_op_families(op, families):
+    assert op_families(op) == families
+
+
+def test_an_unknown_op_names_the_valid_ones():
+    with pytest.raises(ValueError, match=r"--op 'lora,bogus': pass lora, vision, lora,vision or one LoRA op"):
+        op_families("lora,bogus")
+
+
+def test_the_matrix_runs_each_distinct_code_once(tmp_path):
+    """0.5.15 and 0.5.16 run the same kv_b code (0.5.16 moved the file), 0.5.12 and 0.5.15 the same vision
+    wrapper: two campaigns per family for three releases, the corpus entries judged per column."""
+    from kernel_oracle.jobs.bug_corpus import load_corpus
+
+    for v in ("0.5.12", "0.5.15", "0.5.16"):
+        release_files(v)  # skips without the wheels
+    entries = [e for e in load_corpus() if e.id in ("sglang-pr-28371", "sglang-vision-0-5-10-ignores-softmax-scale")]
+    record = run_matrix(["sglang==0.5.16", "sglang==0.5.12", "sglang==0.5.15"], entries=entries, op="lora,vision",
+                        budget=4, device=DEVICE, out=tmp_path, quiet=True)
+    m = record["release_matrix"]
+    labels = [c["spec"] for c in m["releases"]]
+    assert labels == ["sglang==0.5.12 lora", "sglang==0.5.15-0.5.16 lora", "sglang==0.5.12-0.5.15 vision",
+                      "sglang==0.5.16 vision"]
+    assert record["summary"]["campaigns"] == 4 and all(c["cases"] for c in m["releases"])
+    pr = next(c for c in m["corpus"] if c["id"] == "sglang-pr-28371")
+    assert pr["results"]["sglang==0.5.12 lora"] == {"outcome": "fails: mismatch", "expected": "fails",
+                                                    "as_expected": True}
+    assert pr["results"]["sglang==0.5.15-0.5.16 lora"]["as_expected"] is True
+    scale = next(c for c in m["corpus"] if c["id"] == "sglang-vision-0-5-10-ignores-softmax-scale")
+    assert scale["results"]["sglang==0.5.12-0.5.15 vision"]["outcome"] == "passes"
+    assert (tmp_path / "matrix.md").read_text().count("sglang==0.5.15-0.5.16 lora") >= 1

@@ -1,0 +1,55 @@
+"""The standalone reproducers of the SGLang reports in docs/upstream/ reproduce what the reports say, on
+the CPU, from the release wheels (and report nothing where the release behaves)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from oracle_tests._sglang_releases import wheel_or_skip
+
+from .._scripts import load_script, run_script
+
+VISION = "docs/upstream/sglang_vision_wrapper_repro.py"
+
+
+@pytest.mark.parametrize("version, reproduced", [
+    ("0.5.10", {"gqa", "window", "softmax_scale"}),  # 0.5.10's forward has no softmax_scale
+    ("0.5.12", {"gqa", "window"}),
+    ("0.5.23", {"gqa", "window", "empty"}),  # the metadata helper exists from 0.5.17
+])
+def test_the_vision_wrapper_reproducer(version, reproduced, capsys):
+    wheel = str(wheel_or_skip(version))
+    repro = load_script(VISION)
+    assert repro.main(["--wheel", wheel, "--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    assert out.strip().endswith("reproduced: " + ", ".join(k for k in repro.CHECKS if k in reproduced)), out
+    assert "sequence 0 error 0.0" in out  # the first sequence (offset 0) is right: the offsets are the cause
+
+
+def test_the_vision_reproducers_hand_computation_agrees_with_the_wrapper_where_it_is_right(capsys):
+    """With as many kv heads as heads the wrapper's offsets are right: the hand computation agrees."""
+    import torch
+
+    repro = load_script(VISION)
+    cls, _ = repro.load(str(wheel_or_skip("0.5.23")), repro.torch_prefill)
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(8, 2, 16, generator=gen).to(torch.bfloat16) for _ in range(3))
+    out = repro._call(cls, "cpu", q, k, v, [3, 5], (32, 32, 32))
+    for s, e in ((0, 3), (3, 8)):
+        assert float((out[s:e].double() - repro.by_hand(q[s:e], k[s:e], v[s:e], 0.25)).abs().max()) < 0.02
+
+
+def test_the_cublas_step_b_q_reproducer():
+    wheel = str(wheel_or_skip("0.5.23"))
+    done = run_script("docs/upstream/sglang_trt_cublas_step_b_q.py", "--wheel", wheel, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    figures = [tuple(float(x) for x in re.findall(r"error (\S+), unrouted rows changed by up to (\S+)", line)[0])
+               for line in lines if "path:" in line]
+    (triton, cublas, triton_zeroed, cublas_zeroed) = figures
+    assert triton[0] < 1e-2 and triton[1] == 0 and triton_zeroed[1] == 0  # the Triton path follows the contract
+    assert cublas[0] > 0.5 and cublas[1] > 0.5  # columns past the rank used, unrouted rows changed
+    assert cublas_zeroed[0] < 1e-2 and cublas_zeroed[1] > 0.5  # SGLang's zeroed pool hides the first only
+    assert lines[-1] == "reproduced"
