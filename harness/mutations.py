@@ -157,10 +157,20 @@ def _l_seg_indptr_decreasing(call, index, amount):
 
 
 def _l_seg_lens_mismatch(call, index, amount):
+    """seg_lens shorter than the longest segment with max_len None: the tile count then drops rows (a
+    seg_lens that disagrees with seg_indptr but covers every segment is valid: SPEC.md "Fields that may
+    disagree")."""
     bi = _bi(call)
-    if _n(bi) and bi.seg_lens is not None:
-        b = index % _n(bi)
-        _set_item(bi, "seg_lens", b, int(bi.seg_lens[b]) + amount)
+    n = _n(bi)
+    if not n:
+        return
+    lens = bi.seg_indptr[1:n + 1].to(torch.int64) - bi.seg_indptr[:n].to(torch.int64)
+    longest = int(lens.max())
+    if longest > 0:
+        given = lens.clamp(min=0, max=max(longest - amount, 0)).to(torch.int32)
+        tail = bi.seg_lens[n:] if bi.seg_lens is not None else given[:0]
+        bi.seg_lens = torch.cat([given, tail.to(given.device)])
+        bi.max_len = None
 
 
 def _l_seg_indptr_past_rows(call, index, amount):

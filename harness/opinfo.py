@@ -252,9 +252,9 @@ def _lora_metadata_errors(op: str) -> Iterator[ErrorInput]:
     # strict: seg_indptr decreasing: (0, 3, 7) -> (0, 3, 2)
     yield ErrorInput(base(), m("seg_indptr_decreasing", 1), "lora.strict.seg_indptr_decreasing",
                      dict(index=2, value=2, prev_index=1, prev=3, length=-1))
-    # strict: seg_lens (4, 4) inconsistent with seg_indptr (0, 3, 7)
+    # strict: max_len None and seg_lens (3, 3), whose maximum misses segment 1's 4 rows (seg_indptr (0, 3, 7))
     yield ErrorInput(base(), m("seg_lens_mismatch"), "lora.strict.seg_lens_mismatch",
-                     dict(index=0, value=4, next_index=1, expected=3))
+                     dict(index=1, value=3, next_index=2, expected=4, longest=3))
     # strict: segment end 9 beyond the 7 rows
     yield ErrorInput(base(), m("seg_indptr_past_rows", 0, 2), "lora.strict.seg_indptr_range",
                      dict(index=2, value=9, rows=7, what="token rows of the input"))

@@ -100,6 +100,12 @@ class LoRAProblem:
     # CUDA-graph replay with stale capture-time host ints (bs, num_segments, max_len): see
     # reference.batch_info.make_lora_batch_info (None: the real counts, as before)
     stale_host_ints: Optional[tuple[int, int, int]] = None
+    # eager batches whose redundant fields disagree within the contract (SPEC.md "Fields that may disagree";
+    # reference.batch_info.make_lora_batch_info): (bs, num_segments), max_len above the longest segment,
+    # seg_lens that disagree with seg_indptr (None, 0, None: as before)
+    eager_counts: Optional[tuple[int, int]] = None
+    max_len_slack: int = 0
+    seg_lens_drift: Optional[str] = None
     family: str = field(default="lora", init=False)
 
     @property
@@ -308,7 +314,8 @@ def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call
     bi = make_lora_batch_info(p.seg_lens, p.weight_indices, p.lora_ranks, p.scalings,
                               permutation=perm, cuda_graph_pad_to=p.cuda_graph_pad_to,
                               with_max_len=p.with_max_len, with_seg_lens=p.with_seg_lens,
-                              stale_host_ints=p.stale_host_ints, device=device)
+                              stale_host_ints=p.stale_host_ints, eager_counts=p.eager_counts,
+                              max_len_slack=p.max_len_slack, seg_lens_drift=p.seg_lens_drift, device=device)
     dims = {"qk": qk, "vd": vd, "C": C, "R": R}
     values: dict[str, Any] = {
         "B_buf": _randn(gen, (L, H * (qk + vd), R), dt, device, scale=qk ** -0.5),

@@ -124,8 +124,9 @@ CONTRACTS: Mapping[str, Contract] = _table(
              "batch_info.seg_indptr[{index}]={value} exceeds the {rows} rows available ({what}); "
              "pass seg_indptr that ends at most at {rows}", "lora", _S),
     Contract("lora.strict.seg_lens_mismatch", ValueError,
-             "batch_info.seg_lens[{index}]={value} disagrees with seg_indptr "
-             "(seg_indptr[{next_index}]-seg_indptr[{index}]={expected}); pass seg_lens = diff(seg_indptr)",
+             "batch_info.seg_lens[{index}]={value} is shorter than segment {index} "
+             "(seg_indptr[{next_index}]-seg_indptr[{index}]={expected}) while max_len is None, so the tile count "
+             "max(seg_lens)={longest} would drop its rows; pass max_len, or seg_lens that cover every segment",
              "lora", _S),
     Contract("lora.strict.max_len_too_small", ValueError,
              "batch_info.max_len={value} is smaller than the longest segment (segment {index} has "
