@@ -39,7 +39,13 @@ declares what the comparison needs to be fair:
   tested in bfloat16, because the interpreter computes bf16 arithmetic on raw bit patterns
   (SPEC.md "Where it runs") and we cannot neutralise that inside code we do not own;
 * ``poison``: an optional ``family -> context manager`` that makes the target allocate its fresh
-  outputs full of NaN (our vision kernel's hook).
+  outputs full of NaN (our vision kernel's hook);
+* ``declines``: vision features it does not implement, feature -> reason (``"gqa"``, ``"window_size"``,
+  ``"s_aux"``: :data:`kernel_oracle.fuzz.strategies.VISION_FEATURES`): it is given no case of them and
+  its record says why; a target that takes an argument and ignores it declares nothing, and fails;
+* ``metadata_helper``: the target's own vision metadata helper, SGLang's
+  ``prepare_flashinfer_cudnn_vision_attention_metadata(cu_seqlens, device, *, elem_per_token)``, which
+  builds the metadata of problems with ``metadata_source="helper"`` (None: our stand-in).
 
 A target with only some entry points is tested on those; an unavailable one carries the reason, and
 callers report it.  :class:`TargetSources` says where code that is not installed comes from (the
@@ -259,6 +265,8 @@ class Target:
     notes: dict = field(default_factory=dict)  # op -> why it is missing
     status: Optional[Callable[[], str]] = None  # a live ``reason`` (e.g. an engine's fallback note)
     release: Optional[str] = None  # the upstream package's version (known issues apply per release)
+    declines: dict = field(default_factory=dict)  # vision feature -> why this target does not implement it
+    metadata_helper: Optional[Callable] = None  # the target's own vision metadata helper (SGLang's signature)
 
     def __post_init__(self) -> None:
         if isinstance(self.precision, dict):
@@ -318,7 +326,7 @@ class Target:
                 "entry_points": sorted(self.entries), "precision": self.precision_summary(),
                 "precision_by_op": self.precisions(), "strict": self.strict,
                 "excluded_dtypes": dict(self.excluded_dtypes), "missing": dict(self.notes),
-                "release": self.release}
+                "release": self.release, "declines": dict(self.declines)}
 
 
 def unavailable(name: str, reason: str, **kw) -> Target:
