@@ -411,11 +411,15 @@ _SINKS = st.sampled_from((None, "normal", "large"))
 
 
 @functools.lru_cache(maxsize=None)
-def _kv_heads(H: int) -> SearchStrategy:
-    """H_kv for H query heads: None (= H), a proper divisor, or 1 (MQA)."""
-    divisors = tuple(d for d in range(2, H) if H % d == 0)
-    return st.one_of(st.none(), st.sampled_from(divisors), st.just(1)) if divisors else \
-        st.one_of(st.none(), st.just(1))
+def _heads(max_heads: int, declines: tuple) -> SearchStrategy:
+    """(H, H_kv) for at most ``max_heads`` query heads, a third each: MHA (H_kv None), GQA (H_kv a proper
+    divisor of H: the only shape where a wrong head mapping can hide behind MQA's or MHA's), MQA (1)."""
+    mha = st.tuples(st.integers(1, max_heads), st.none())
+    if "gqa" in declines:
+        return mha
+    pairs = tuple((h, d) for h in range(4, max_heads + 1) for d in range(2, h) if h % d == 0)
+    mqa = st.tuples(st.integers(2, max(max_heads, 2)), st.just(1))
+    return st.one_of(mha, st.sampled_from(pairs), mqa) if pairs else st.one_of(mha, mqa)
 
 
 @_named("vision_problems")
@@ -432,7 +436,7 @@ def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, 
                                          reach=min(max(lim.max_seq_len + 1, 17), lim.big_seq_len))))
     four_d = draw(_BOOLS)
     layout = draw(_pick(("contiguous", "v_strided")))
-    H = draw(_ints(1, lim.vision_heads))
+    H, H_kv = draw(_heads(lim.vision_heads, declines))
     fields = dict(
         lengths=tuple(lens), H=H, D=draw(_pick(tuple(lim.head_dims))),
         dtype=draw(_as_strategy(dtypes)), layout=layout,
@@ -446,7 +450,7 @@ def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, 
         seed=draw(_SEED),
     )
     # Note [Fields that disagree] and the rest of SGLang's call
-    fields["H_kv"] = None if "gqa" in declines else draw(_kv_heads(H))
+    fields["H_kv"] = H_kv
     fields["batch"] = draw(_ints(1, 3)) if four_d else 1
     if draw(_BOOLS):
         fields["gaps"] = tuple(draw(_ints(0, 3)) for _ in lens)
