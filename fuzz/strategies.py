@@ -277,14 +277,17 @@ def _edge_biased_dims(dims: tuple) -> SearchStrategy:
     return st.one_of(st.sampled_from(tuple(dims)), st.sampled_from(edges)) if edges else st.sampled_from(tuple(dims))
 
 
+# max_len above the longest segment: by a little, or by enough to cross a 16-, 64- or 128-row tile
+_MAX_LEN_SLACK = st.one_of(st.just(0), st.integers(1, 3), st.sampled_from((15, 16, 17, 63, 64, 65, 127, 128, 129)))
+
+
 @functools.lru_cache(maxsize=4096)  # Note [Strategy objects]; keyed by data: bounded
 def stale_host_ints(n: int, longest: int) -> SearchStrategy:
     """CUDA-graph host ints ``(bs, num_segments, max_len)`` as a graph captured for another batch left
     them (SPEC.md, Routing): ``bs``/``num_segments`` smaller than the ``n`` replayed
     segments (0 included), ``max_len`` an upper bound above the longest replayed segment."""
     below = st.integers(0, max(n - 1, 0))
-    slack = st.one_of(st.integers(0, 3), st.sampled_from((15, 16, 17)))
-    return st.tuples(below, below, slack.map(lambda d: longest + d))
+    return st.tuples(below, below, _MAX_LEN_SLACK.map(lambda d: longest + d))
 
 
 # ---- LoRA problems -------------------------------------------------------------------------------
@@ -323,7 +326,6 @@ def _eager_counts(n: int) -> SearchStrategy:
                      st.tuples(st.integers(n + 1, n + 3), st.just(n)), st.just((n, 0)))
 
 
-_MAX_LEN_SLACK = st.one_of(st.just(0), st.integers(1, 3), st.sampled_from((15, 16, 17)))
 _SEG_LENS_DRIFT = {True: st.sampled_from((None, "rolled", "longer", "shorter")),  # beside max_len
                    False: st.sampled_from((None, "rolled", "longer"))}
 

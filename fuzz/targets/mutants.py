@@ -161,8 +161,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("lora_row_search_off_by_one", "lora", "slot-sorted tiles search the row's segment with < instead of <= "
            "(a row at a segment's start goes to the segment before)",
            (Patch(_KR, "<= k, pos + (SEG_TILE >> (i + 1)), pos)", "< k, pos + (SEG_TILE >> (i + 1)), pos)"),)),
+    # every route: the segment-major and token-major lookups, and the slot-sorted tiles' slot list
     Mutant("lora_wrong_slot", "lora", "each row takes the previous segment's slot",
-           (Patch(_KR, "weight_indices + seg", "weight_indices + tl.maximum(seg - 1, 0)"),)),
+           (Patch(_KR, "weight_indices + seg", "weight_indices + tl.maximum(seg - 1, 0)"),
+            Patch(_KR, "slots = tl.load(weight_indices + offs_n, mask=in_n, other=-1)",
+                  "slots = tl.load(weight_indices + tl.maximum(offs_n - 1, 0), mask=in_n, other=-1)"))),
     Mutant("lora_tf32_operands_8bit", "lora", "fp32 operands truncated to 8 mantissa bits, not TF32's 10 "
            "(a TF32 error too large; Note [TF32 mutants])",
            (Patch(_KT, _OPERAND, "    if x.dtype == tl.float32:\n"
