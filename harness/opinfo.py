@@ -434,7 +434,8 @@ def _vision_errors(device: str) -> Iterator[ErrorInput]:
     yield ErrorInput(base(), m("data_heads", 2), "vision.strict.kv_heads_match", dict(got=3, kv=2),
                      runs_without_strict=False)
     # the extra arguments, which upstream ignores (Note [Window and sinks] in reference.vision_arguments)
-    yield ErrorInput(base(), m("window_not_pair"), "vision.strict.window_size", dict(got="(3,)", why="it is not a pair"))
+    yield ErrorInput(base(), m("window_not_pair"), "vision.strict.window_size",
+                     dict(got="(3,)", why="it is not a pair"))
     yield ErrorInput(base(), m("window_not_ints"), "vision.strict.window_size",
                      dict(got="(1.5, 2)", why="both entries must be Python ints"))
     # s_aux with 3 entries for q's 2 heads

@@ -57,7 +57,8 @@ from kernel_oracle.harness.targets import Target, unavailable
 
 from .registry import register_target
 
-__all__ = ["DECLINES", "GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn", "GraphCacheHazard", "engine_graph_cache",
+__all__ = ["DECLINES", "GRAPH_CACHE_SIZE", "WORKSPACE_BYTES",
+           "FlashInferCudnn", "GraphCacheHazard", "engine_graph_cache",
            "engine_versions",
            "flashinfer_cudnn_target"]
 

@@ -180,7 +180,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # Note [Wrong-field mutants]
     Mutant("lora_reads_bs_not_num_segments", "lora", "eager launches process bs segments instead of "
            "num_segments or bs (upstream's count)",
-           (Patch(_P, "    n = num_segments(batch_info)\n", "    n = int(batch_info.bs or batch_info.num_segments)\n"),)),
+           (Patch(_P, "    n = num_segments(batch_info)\n",
+                  "    n = int(batch_info.bs or batch_info.num_segments)\n"),)),
     Mutant("lora_bounds_from_seg_lens", "lora", "segment bounds are rebuilt from seg_lens instead of read from "
            "seg_indptr",
            (Patch(_L, "seg_indptr=batch_info.seg_indptr, weight_indices",
@@ -223,7 +224,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # Note [Wrong-field mutants]
     Mutant("vision_lengths_from_indptr_gaps", "vision", "each sequence's length is the gap to the next qk_indptr "
            "entry instead of sequence_lengths",
-           (Patch(_VA, "    n = plan.lengths\n    qs, vs, os = plan.qk_start, plan.v_start, plan.o_start\n    keep = _kept",
+           (Patch(_VA, "    n = plan.lengths\n    qs, vs, os = plan.qk_start, plan.v_start, plan.o_start\n"
+                       "    keep = _kept",
                   "    n = torch.cat([plan.qk_start[1:] - plan.qk_start[:-1], plan.lengths[-1:]]).clamp(min=0)\n"
                   "    qs, vs, os = plan.qk_start, plan.v_start, plan.o_start\n    keep = _kept"),)),
     Mutant("vision_kwargs_over_forward_metadata", "vision", "the wrapper takes the kwargs path whenever "

@@ -33,8 +33,8 @@ def _torch_varlen(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
         kwargs.pop("strict", None)
         plan = resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata, strict=True, **kwargs)
         if plan.sinks is not None:
-            raise_contract("vision.strict.unsupported_argument", field="s_aux", got=f"a {tuple(plan.sinks.shape)} tensor",
-                           why=NO_SINKS)
+            raise_contract("vision.strict.unsupported_argument", field="s_aux",
+                           got=f"a {tuple(plan.sinks.shape)} tensor", why=NO_SINKS)
         T, H, DV = plan.q.shape[0], plan.q.shape[1], plan.v.shape[2]
         out = torch.zeros(T, H, DV, dtype=plan.q.dtype, device=plan.q.device)
         real = [b for b in range(plan.num_sequences) if int(plan.lengths[b]) > 0]

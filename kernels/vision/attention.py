@@ -26,8 +26,8 @@ device change only through ``.data``, which also moves its address); an int ``ma
 the shapes, strides, dtypes and devices of q, k, v (never their data or address: offsets count from
 each tensor's own pointer); ``softmax_scale``; ``window_size`` by value, ``s_aux`` as a metadata tensor
 (identity and state: the launch reads it through its pointer) and whether an ``attention_mask`` was
-passed (Note [Window and sinks] in :mod:`reference.vision_arguments`); the resolved ``strict`` (ambient setting included);
-``fp32_precision``; ``config``; and the vision launch options in force
+passed (Note [Window and sinks] in :mod:`reference.vision_arguments`); the resolved ``strict``
+(ambient setting included); ``fp32_precision``; ``config``; and the vision launch options in force
 (:class:`~kernels.options.VisionOptions`: head-dim split, exact fp32 level, folded scale, direct
 launches), which a launch is planned under and keeps.  The resolution (contract checks, strict
 validation, anomalies, block table) is a pure function of these, so a hit skips it and launches with
