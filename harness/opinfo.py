@@ -386,17 +386,28 @@ def _vision_samples(table) -> Callable[[str, torch.dtype], Iterator[Sample]]:
     return gen
 
 
+def _vision_error_sample(**kw) -> Sample:
+    """The sample the vision error rows break: sequences (3, 5) on the kwargs path, padded to a batch of 8
+    (27 packed indptrs); q/k/v (8, 2, 16): 32 elements per token."""
+    fields = dict(lengths=(3, 5), seed=9, path="kwargs")
+    fields.update(kw)
+    return Sample(VisionProblem(**fields), "err")
+
+
+def _vision_mutation(kind: str, index: int = 0, amount: int = 1) -> Mutation:
+    return Mutation("vision", kind, index, amount)
+
+
 def _vision_errors(device: str) -> Iterator[ErrorInput]:
-    """The sample: sequences (3, 5) on the kwargs path, padded to a batch of 8 (27 packed indptrs);
-    q/k/v (8, 2, 16): 32 elements per token."""
-    def base(**kw) -> Sample:
-        fields = dict(lengths=(3, 5), seed=9, path="kwargs")
-        fields.update(kw)
-        return Sample(VisionProblem(**fields), "err")
+    """Every vision error row: the metadata's (upstream's, then strict), then the data's and the extra
+    arguments'."""
+    yield from _vision_metadata_errors()
+    yield from _vision_data_errors()
 
-    def m(kind: str, index: int = 0, amount: int = 1) -> Mutation:
-        return Mutation("vision", kind, index, amount)
 
+def _vision_metadata_errors() -> Iterator[ErrorInput]:
+    """The rows that break the metadata (upstream's contract in SGLang's order, then our strict checks)."""
+    base, m = _vision_error_sample, _vision_mutation
     # upstream, in SGLang's order (a row that breaks two things: the earlier check must win)
     yield ErrorInput(base(), m("drop_sequence_lengths"), "vision.missing_sequence_lengths")
     yield ErrorInput(base(), m("drop_sequence_lengths_and_max_seqlen"), "vision.missing_sequence_lengths")
@@ -422,12 +433,23 @@ def _vision_errors(device: str) -> Iterator[ErrorInput]:
     yield ErrorInput(base(), m("metadata_dtype"), "vision.strict.metadata_tensor",
                      lambda c: dict(field="packed_indptrs", expected="int32 or int64",
                                     got=describe_tensor(c.arg("cu_seqlens")), fix="pass packed_indptrs.to(torch.int32)"))
+    # strict: the output of sequence 1 (5 tokens) moved from token 3 to token 3 + 9 = 12, past the 8 output tokens
+    yield ErrorInput(base(), m("o_offset_past_end", 1), "vision.strict.offset_range",
+                     dict(field="o_indptr", index=1, value=12 * 32, length=5, start=12, tokens=8, tensor="the output"))
+    # strict: the output of sequence 1 (tokens 0..4) moved onto sequence 0's (tokens 0..2)
+    yield ErrorInput(base(), m("output_overlap"), "vision.strict.output_overlap",
+                     dict(index=1, start=0, end=4, other=0, other_start=0, other_end=2))
+
+
+def _vision_data_errors() -> Iterator[ErrorInput]:
+    """The rows that break the data tensors and the extra arguments (window, sinks, mask)."""
+    base, m = _vision_error_sample, _vision_mutation
     # strict: k with another head dim than q
     yield ErrorInput(base(), m("data_last_dim", 1), "vision.strict.shape_mismatch",
                      dict(field="k", got=(8, 2, 17), expected=(8, 2, 16),
                           why="k is (tokens, key/value heads, head_dim) with q's tokens and head_dim"),
                      runs_without_strict=False)
-    # strict (and without it: no head mapping exists): k with 3 heads, which do not divide q's 2
+    # strict: k with 3 heads, which do not divide q's 2 (no head mapping exists: upstream fails its own way)
     yield ErrorInput(base(), m("data_heads", 1), "vision.strict.kv_heads", dict(got=3, heads=2),
                      runs_without_strict=False)
     # v with 3 heads beside k's 2
@@ -448,9 +470,6 @@ def _vision_errors(device: str) -> Iterator[ErrorInput]:
                      lambda c: dict(field="attention_mask", got=describe_tensor(c.kwargs["attention_mask"]),
                                     why="the flashinfer_cudnn contract has no mask (the sequences are the mask; only "
                                         "SGLang's SDPA backends read one); pass attention_mask=None"))
-    # strict: the output of sequence 1 (5 tokens) moved from token 3 to token 3 + 9 = 12, past the 8 output tokens
-    yield ErrorInput(base(), m("o_offset_past_end", 1), "vision.strict.offset_range",
-                     dict(field="o_indptr", index=1, value=12 * 32, length=5, start=12, tokens=8, tensor="the output"))
     # strict: integer q (and k, v): attention over integers is not defined
     yield ErrorInput(base(), (m("data_int", 0), m("data_int", 1), m("data_int", 2)), "vision.strict.metadata_tensor",
                      lambda c: dict(field="q",
@@ -467,9 +486,7 @@ def _vision_errors(device: str) -> Iterator[ErrorInput]:
                                     why="one token spans 144 elements but the token stride is 16, so tokens are not "
                                         "the outermost dimension (a transposed view?) and element offsets of tokens "
                                         "are meaningless"))
-    # strict: the output of sequence 1 (tokens 0..4) moved onto sequence 0's (tokens 0..2)
-    yield ErrorInput(base(), m("output_overlap"), "vision.strict.output_overlap",
-                     dict(index=1, start=0, end=4, other=0, other_start=0, other_end=2))
+
 
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)

@@ -60,6 +60,41 @@ def _drifted(lens: list[int], drift: Optional[str], with_max_len: bool) -> list[
     raise ValueError(f"seg_lens_drift={drift!r} is unknown; the only valid values are None, {list(SEG_LENS_DRIFTS)}")
 
 
+def _checked_segments(seg_lens, weight_indices, lora_ranks) -> tuple[list[int], list[int]]:
+    """``seg_lens`` and ``weight_indices`` as int lists, checked: one slot per segment, lengths >= 0,
+    every value within the int32 metadata tensors."""
+    seg_lens = [int(x) for x in seg_lens]
+    weight_indices = [int(x) for x in weight_indices]
+    if len(seg_lens) != len(weight_indices):
+        raise ValueError(
+            f"Expected one slot per segment but got len(seg_lens)={len(seg_lens)} and "
+            f"len(weight_indices)={len(weight_indices)}; pass one weight index per segment"
+        )
+    if any(x < 0 for x in seg_lens):
+        raise ValueError(f"Expected non-negative segment lengths but got seg_lens={seg_lens}")
+    _check_int32("seg_lens", seg_lens)
+    _check_int32("weight_indices", weight_indices)
+    _check_int32("lora_ranks", [int(r) for r in lora_ranks])
+    if sum(seg_lens) > _INT32_MAX:
+        raise ValueError(f"seg_lens add up to {sum(seg_lens)} rows, beyond what the int32 seg_indptr holds "
+                         f"({_INT32_MAX}); split the batch")
+    return seg_lens, weight_indices
+
+
+def _segments(seg_lens: list[int], weight_indices: list[int], padded: int, num_slots: int,
+              stale_tail: bool) -> tuple[list[int], list[int], list[int]]:
+    """(lengths, slots, seg_indptr) of ``padded`` segments: the real ones, then zero-length padding on slot
+    0 (CUDA graph), or with ``stale_tail`` the leftovers of a larger eager batch, one row each on slots
+    0, 1, ... (never read: upstream processes ``num_segments or bs`` segments)."""
+    extra = padded - len(seg_lens)
+    lens = seg_lens + [1 if stale_tail else 0] * extra
+    slots = weight_indices + ([i % max(num_slots, 1) for i in range(extra)] if stale_tail else [0] * extra)
+    indptr = [0]
+    for length in lens:
+        indptr.append(indptr[-1] + length)
+    return lens, slots, indptr
+
+
 def _stale(values: Sequence[int], pad_to: Optional[int], padded: int, longest: int) -> tuple[int, int, int]:
     """Check ``stale_host_ints`` (see :func:`make_lora_batch_info`) and return them as ints."""
     if pad_to is None:
@@ -152,21 +187,7 @@ def make_lora_batch_info(
     ``max_len`` that much above the longest segment.  ``seg_lens_drift`` (:data:`SEG_LENS_DRIFTS`):
     ``seg_lens`` that disagree with ``seg_indptr`` within the contract.
     """
-    seg_lens = [int(x) for x in seg_lens]
-    weight_indices = [int(x) for x in weight_indices]
-    if len(seg_lens) != len(weight_indices):
-        raise ValueError(
-            f"Expected one slot per segment but got len(seg_lens)={len(seg_lens)} and "
-            f"len(weight_indices)={len(weight_indices)}; pass one weight index per segment"
-        )
-    if any(x < 0 for x in seg_lens):
-        raise ValueError(f"Expected non-negative segment lengths but got seg_lens={seg_lens}")
-    _check_int32("seg_lens", seg_lens)
-    _check_int32("weight_indices", weight_indices)
-    _check_int32("lora_ranks", [int(r) for r in lora_ranks])
-    if sum(seg_lens) > _INT32_MAX:
-        raise ValueError(f"seg_lens add up to {sum(seg_lens)} rows, beyond what the int32 seg_indptr holds "
-                         f"({_INT32_MAX}); split the batch")
+    seg_lens, weight_indices = _checked_segments(seg_lens, weight_indices, lora_ranks)
     n = len(seg_lens)
     padded = n
     bs = num = n
@@ -179,26 +200,15 @@ def make_lora_batch_info(
         raise ValueError(f"Expected max_len_slack to be a non-negative int but got max_len_slack={max_len_slack!r}")
     if cuda_graph_pad_to is not None:
         if cuda_graph_pad_to < n:
-            raise ValueError(
-                f"cuda_graph_pad_to={cuda_graph_pad_to} is smaller than the {n} segments; "
-                f"pass cuda_graph_pad_to >= {n}"
-            )
+            raise ValueError(f"cuda_graph_pad_to={cuda_graph_pad_to} is smaller than the {n} segments; "
+                             f"pass cuda_graph_pad_to >= {n}")
         padded = cuda_graph_pad_to
-    stale_tail = eager_counts is not None  # leftovers of a larger batch: one row each (else zero-length padding)
-    lens = seg_lens + [1 if stale_tail else 0] * (padded - n)
-    slots = weight_indices + ([i % max(len(lora_ranks), 1) for i in range(padded - n)] if stale_tail
-                              else [0] * (padded - n))
-    indptr = [0]
-    for length in lens:
-        indptr.append(indptr[-1] + length)
+    lens, slots, indptr = _segments(seg_lens, weight_indices, padded, len(lora_ranks), eager_counts is not None)
     max_len = max(seg_lens, default=0) + max_len_slack
     given_lens = _drifted(seg_lens, seg_lens_drift, with_max_len) + lens[n:]
     if stale_host_ints is not None:
         bs, num, max_len = _stale(stale_host_ints, cuda_graph_pad_to, padded, max(seg_lens, default=0))
-    if permutation is not None:
-        perm = torch.as_tensor(permutation, dtype=torch.int64, device=device).clone()
-    else:
-        perm = None
+    perm = None if permutation is None else torch.as_tensor(permutation, dtype=torch.int64, device=device).clone()
     return LoRABatchInfo(
         use_cuda_graph=cuda_graph_pad_to is not None,
         bs=bs,
