@@ -57,7 +57,7 @@ def compile_variant(dtype: str, precision, exact: int, d: int, split: bool = Fal
     const = dict(D=d, DA=da, DB=db, DV=d, DVA=da, DVB=db, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  PREC=precision, INTERP=False, P_ROUND=VK._P_ROUND[dtype], ALIGN=16 // elem,
                  TF32=precision == "tf32", EXACT=exact, FOLD_SCALE=exact == 0 if fold is None else fold, TMA=tma,
-                 GROUP=group, WINDOW=window, HAS_SINKS=sinks)
+                 GQA=group > 1, WINDOW=window, HAS_SINKS=sinks)
     missing = [a for a, p in zip(fn.arg_names, fn.params) if p.is_constexpr and a not in const]
     if missing:
         raise TypeError(f"compile_variant gives no value for the constexpr(s) {missing}")

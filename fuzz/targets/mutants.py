@@ -238,7 +238,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # the checks of SGLang's whole call (Note [GQA, window and sinks] in kernels.vision._kernel)
     Mutant("vision_gqa_interleaved_heads", "vision", "query head h reads key/value head h % H_kv instead of "
            "h // (H // H_kv)",
-           (Patch(_VK, "        kv_h = h // GROUP", "        kv_h = h % (tl.num_programs(1) // GROUP)"),)),
+           (Patch(_VK, "        kv_h = h // kv_group", "        kv_h = h % (tl.num_programs(1) // kv_group)"),)),
     Mutant("vision_ignores_window", "vision", "window_size is accepted and ignored (full attention)",
            (Patch(_VK, "WINDOW=window[0] >= 0 or window[1] >= 0", "WINDOW=False"),)),
     Mutant("vision_ignores_sinks", "vision", "s_aux is accepted and ignored (no sink in the softmax)",

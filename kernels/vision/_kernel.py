@@ -60,15 +60,15 @@ loop needs more registers and is slower on every benchmark shape.
 Note [GQA, window and sinks]
 ----------------------------
 Grouped key/value heads (Note [Grouped-query attention] in :mod:`reference.vision_metadata`): program
-``(i, h)`` reads key/value head ``h // GROUP`` (``GROUP = H // H_kv``, a constexpr; 1 reads head ``h``
-as before).  A window (``WINDOW``) masks each key block's logits to ``i - left <= j <= i + right``
+``(i, h)`` reads key/value head ``h // kv_group`` (``kv_group = H // H_kv``, a runtime argument behind the
+constexpr ``GQA``: every group size shares one compiled kernel, and MHA reads head ``h``).  A window (``WINDOW``) masks each key block's logits to ``i - left <= j <= i + right``
 (positions within the sequence, -1 for no limit) in the softmax, on every path; the key loop is not
 shortened to the window, so a windowed call costs a full one.  Sinks (``HAS_SINKS``) add
 ``exp2(s_aux[h] * log2(e) - m)`` to each row's sum before the division (``m``: the running maximum of
 the scaled base-2 logits), as SGLang's Triton kernels do.  All three are constexpr-guarded, so the
 default launch (MHA, no window, no sinks) computes what it computed before; its compiled code differs
-only in the three extra kernel parameters (the sinks pointer and the window's two sides), which move
-the constant-bank offsets of the parameters after them.
+only in the four extra kernel parameters (the sinks pointer, the window's two sides, the group), which
+move the constant-bank offsets of the parameters after them.
 
 Note [Warp specialization]
 --------------------------
@@ -94,9 +94,10 @@ __all__ = ["INTERPRETING", "attention_arguments", "launch_attention"]
 
 
 # token and head strides arrive divided by ALIGN: not specialized (see Note [Alignment]); neither are the
-# window's sides (Note [GQA, window and sinks]: one compiled kernel for every window)
+# window's sides and the key/value group (Note [GQA, window and sinks]: one compiled kernel for every window
+# and every group size)
 _DNS_STRIDES = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_ot", "stride_oh",
-                "win_left", "win_right")
+                "win_left", "win_right", "kv_group")
 _LOG2E = tl.constexpr(1.4426950408889634)
 
 
@@ -107,13 +108,13 @@ def _vision_attn_fwd(
     stride_kt, stride_kh, stride_kd,
     stride_vt, stride_vh, stride_vd,
     stride_ot, stride_oh, stride_od,
-    qk_scale, qk_scale_lo, win_left, win_right,
+    qk_scale, qk_scale_lo, win_left, win_right, kv_group,
     D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
     DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
     INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr, TF32: tl.constexpr,
     EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr = False, TMA: tl.constexpr = False,
-    GROUP: tl.constexpr = 1, WINDOW: tl.constexpr = False, HAS_SINKS: tl.constexpr = False,
+    GQA: tl.constexpr = False, WINDOW: tl.constexpr = False, HAS_SINKS: tl.constexpr = False,
 ):
     # token and head strides arrive divided by ALIGN (see Note [Alignment])
     stride_qt = stride_qt * ALIGN
@@ -132,8 +133,8 @@ def _vision_attn_fwd(
     o_tok = tl.load(row + 2)
     n = tl.load(row + 3)
     m0 = tl.load(row + 4)
-    if GROUP > 1:  # Note [GQA, window and sinks]: the query head's key/value head
-        kv_h = h // GROUP
+    if GQA:  # Note [GQA, window and sinks]: the query head's key/value head
+        kv_h = h // kv_group
     else:
         kv_h = h
     # 64-bit sequence bases: token start * token stride can pass 2**31 elements on big batches
@@ -264,12 +265,13 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
         stride_vt=v.stride(0) // align, stride_vh=v.stride(1) // align, stride_vd=v.stride(2),
         stride_ot=out.stride(0) // align, stride_oh=out.stride(1) // align, stride_od=out.stride(2),
         qk_scale=qk_scale, qk_scale_lo=qk_scale_lo, win_left=int(window[0]), win_right=int(window[1]),
+        kv_group=q.shape[1] // max(k.shape[1], 1),
         D=D, DA=DA, DB=DB, DV=DV, DVA=DVA, DVB=DVB,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, PREC=precision if q.dtype == torch.float32 else None,
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
         EXACT=exact, FOLD_SCALE=exact == 0 and qk_scale >= 0 and options.fold_scale, TMA=tma,
-        GROUP=q.shape[1] // k.shape[1], WINDOW=window[0] >= 0 or window[1] >= 0, HAS_SINKS=sinks is not None,
+        GQA=k.shape[1] != q.shape[1], WINDOW=window[0] >= 0 or window[1] >= 0, HAS_SINKS=sinks is not None,
     )
     launch = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     if tma and not INTERPRETING:
