@@ -263,7 +263,8 @@ class _Search:
                        else f"none of dtypes {list(self.wanted_dtypes or ())} is supported ({dict(excluded)})")
                 return self.finish([f"target {self.target!r} unavailable for {self.op}: {why}"])
             self.strategy = cases(self.family, categories=self.categories, dtypes=self.dtypes,
-                                  ops=self.ops if self.family == "lora" else None, limits=self.limits)
+                                  ops=self.ops if self.family == "lora" else None, limits=self.limits,
+                                  declines=tuple(self.info.get("declines") or ()) if self.family == "vision" else ())
             self.bar = _Progress(self.budget, self.config.progress, f"fuzz {self.target} {self.op}")
             self._replay_shared()
             self._loop()
@@ -512,7 +513,7 @@ class _Search:
         record["targets"][-1].update({"strict": info.get("strict"),
                                       "excluded_dtypes": dict(info.get("excluded_dtypes") or {}),
                                       "missing": dict(info.get("missing") or {}),
-                                      "release": info.get("release")})
+                                      "release": info.get("release"), "declines": dict(info.get("declines") or {})})
         record["campaign"] = {"target": self.target, "op": self.op, "ops": list(getattr(self, "ops", ())),
                               "dtypes": list(getattr(self, "dtypes", ())), "budget": self.budget,
                               "time_s": self.time_s, "executed": self.state.executed,
@@ -532,6 +533,9 @@ class _Search:
         for d, why in {**(info.get("excluded_dtypes") or {}),
                        **((info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}.items():
             add_note(record, f"{self.target}: {d} not fuzzed: {why}")
+        if self.family == "vision":
+            for feature, why in (info.get("declines") or {}).items():
+                add_note(record, f"{self.target}: no {feature} cases: {why}")
         for note in notes:
             add_note(record, note)
         save(record, Path(self.state.out) / "summary.json", overwrite=True)

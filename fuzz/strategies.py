@@ -22,6 +22,21 @@ than max_x=..."), accepts a value or a strategy where that makes sense, and has 
 
 Each generated case carries its expected outcome implicitly: :func:`fuzz.check.expected_outcome`
 runs the reference on it (a result, an upstream contract error or a strict-validation error).
+
+Note [Fields that disagree]
+---------------------------
+Upstream's metadata is redundant, and a valid batch may have its copies disagree (SPEC.md "Fields that
+may disagree"); an implementation that reads the wrong copy passes every batch whose copies agree.
+So the strategies draw them apart, each as often as they agree: LoRA ``num_segments`` vs ``bs`` in
+eager mode (more and fewer segments than requests, ``num_segments=0``; stale leftovers of a larger
+batch past the real segments), ``seg_lens`` vs ``seg_indptr`` (a stale order, longer, or shorter
+beside ``max_len``), ``max_len`` above the longest segment; vision ``sequence_lengths`` vs the indptr
+gaps (uncovered tokens between sequences), ``forward_metadata`` beside kwargs that disagree (stale
+values, or the Nones SGLang's ``VisionAttention`` passes), ``forward_metadata`` without packed
+indptrs.  The vision op also covers the rest of SGLang's call: GQA/MQA (``H_kv`` of ``H``, a divisor
+or 1), ``(b, s, H, D)`` inputs of several rows, the release's metadata helper, ``window_size``,
+``s_aux`` and every keyword ``VisionAttention.forward`` passes; a target that declines a feature
+(:data:`VISION_FEATURES`, ``declines=``) is given no case of it.
 """
 
 from __future__ import annotations
@@ -37,13 +52,14 @@ from hypothesis.strategies import SearchStrategy
 from kernel_oracle.harness.check import Case
 from kernel_oracle.harness.mutations import CATEGORIES, Mutation, kinds
 from kernel_oracle.harness.opinfo import FAMILY_OPS
-from kernel_oracle.harness.problems import DTYPES, LoRAProblem, VisionProblem
+from kernel_oracle.harness.problems import DTYPES, VISION_PATHS, LoRAProblem, VisionProblem
 
 __all__ = [
     "InvalidArgument",
     "LIMITS",
     "REALISTIC_SHARE",
     "TILE_SIZES",
+    "VISION_FEATURES",
     "Limits",
     "cases",
     "default_limits",
@@ -106,7 +122,7 @@ LIMITS = {
     # Triton under the CPU interpreter: a few dozen programs per call at most
     "tiny": Limits(max_segments=3, max_seg_len=16, big_segments=4, big_seg_len=33, max_slots=3, ranks=(16,),
                    heads=2, qk_dims=(16, 24), v_dims=(16, 8), kv_lora_ranks=(32, 24), max_extra_rows=2,
-                   max_sequences=3, max_seq_len=12, big_seq_len=40, vision_heads=2, head_dims=(16, 8, 24)),
+                   max_sequences=3, max_seq_len=12, big_seq_len=40, vision_heads=4, head_dims=(16, 8, 24)),
     # the pure-torch reference on the CPU
     "small": Limits(max_segments=8, max_seg_len=24, big_segments=200, big_seg_len=600, max_slots=8,
                     ranks=(16, 8, 32), heads=4, qk_dims=(48, 16, 72), v_dims=(40, 16, 24),
@@ -261,14 +277,17 @@ def _edge_biased_dims(dims: tuple) -> SearchStrategy:
     return st.one_of(st.sampled_from(tuple(dims)), st.sampled_from(edges)) if edges else st.sampled_from(tuple(dims))
 
 
+# max_len above the longest segment: by a little, or by enough to cross a 16-, 64- or 128-row tile
+_MAX_LEN_SLACK = st.one_of(st.just(0), st.integers(1, 3), st.sampled_from((15, 16, 17, 63, 64, 65, 127, 128, 129)))
+
+
 @functools.lru_cache(maxsize=4096)  # Note [Strategy objects]; keyed by data: bounded
 def stale_host_ints(n: int, longest: int) -> SearchStrategy:
     """CUDA-graph host ints ``(bs, num_segments, max_len)`` as a graph captured for another batch left
     them (SPEC.md, Routing): ``bs``/``num_segments`` smaller than the ``n`` replayed
     segments (0 included), ``max_len`` an upper bound above the longest replayed segment."""
     below = st.integers(0, max(n - 1, 0))
-    slack = st.one_of(st.integers(0, 3), st.sampled_from((15, 16, 17)))
-    return st.tuples(below, below, slack.map(lambda d: longest + d))
+    return st.tuples(below, below, _MAX_LEN_SLACK.map(lambda d: longest + d))
 
 
 # ---- LoRA problems -------------------------------------------------------------------------------
@@ -295,6 +314,20 @@ def _pad(n: int) -> SearchStrategy:
 @functools.lru_cache(maxsize=4096)  # keyed by data (segments, longest length): bounded
 def _stale(n: int, longest: int) -> SearchStrategy:
     return st.one_of(st.none(), stale_host_ints(n, longest))
+
+
+@functools.lru_cache(maxsize=None)
+def _eager_counts(n: int) -> SearchStrategy:
+    """Note [Fields that disagree]: eager ``(bs, num_segments)`` as they agree (None), with more segments
+    than requests (bs < n), fewer (bs > n), or ``num_segments=0`` (upstream then reads bs)."""
+    if not n:  # num_segments=0 means "read bs": an empty batch has bs=0 too
+        return st.none()
+    return st.one_of(st.none(), st.tuples(st.integers(0, n - 1), st.just(n)),
+                     st.tuples(st.integers(n + 1, n + 3), st.just(n)), st.just((n, 0)))
+
+
+_SEG_LENS_DRIFT = {True: st.sampled_from((None, "rolled", "longer", "shorter")),  # beside max_len
+                   False: st.sampled_from((None, "rolled", "longer"))}
 
 
 @_named("lora_problems")
@@ -326,6 +359,10 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
     stale = None if pad is None else draw(_stale(n, max(lens, default=0)))
     with_max_len = draw(_TRUE_FIRST)
     with_seg_lens = True if not with_max_len else draw(_TRUE_FIRST)
+    # Note [Fields that disagree] (eager mode: under CUDA graph the host ints are stale_host_ints')
+    eager = draw(_eager_counts(n)) if pad is None else None
+    slack = draw(_MAX_LEN_SLACK) if pad is None and with_max_len else 0
+    drift = draw(_SEG_LENS_DRIFT[with_max_len]) if with_seg_lens else None
     base_dtype = None
     if dtype != "float32" and op not in ("step_a_q", "step_a_v"):
         base_dtype = draw(_BASE_DTYPE)
@@ -339,7 +376,7 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
         extra_rows=draw(_ints(0, lim.max_extra_rows)), permute=perm, cuda_graph_pad_to=pad,
         with_max_len=with_max_len, with_seg_lens=with_seg_lens, dtype=dtype, base_dtype=base_dtype,
         strided=draw(_BOOLS), offset_views=draw(_BOOLS), poison_beyond_rank=poison,
-        seed=draw(_SEED), stale_host_ints=stale,
+        seed=draw(_SEED), stale_host_ints=stale, eager_counts=eager, max_len_slack=slack, seg_lens_drift=drift,
     )
 
 
@@ -368,8 +405,27 @@ def lora_problems(*, ops: Sequence[str] | SearchStrategy = LORA_OPS,
 _SOFTMAX_SCALE = st.one_of(st.none(), st.sampled_from((0.3, 1.0, 0.05)))
 
 
+# features of SGLang's vision call a target may decline (Note [Targets] in harness.targets: ``declines``):
+# grouped key/value heads, a local window, attention sinks
+VISION_FEATURES = ("gqa", "window_size", "s_aux", "softmax_scale", "forward_metadata")
+_WINDOW = st.one_of(st.none(), st.just((-1, -1)), st.tuples(st.integers(-1, 6), st.integers(-1, 6)))
+_SINKS = st.sampled_from((None, "normal", "large"))
+
+
+@functools.lru_cache(maxsize=None)
+def _heads(max_heads: int, declines: tuple) -> SearchStrategy:
+    """(H, H_kv) for at most ``max_heads`` query heads, a third each: MHA (H_kv None), GQA (H_kv a proper
+    divisor of H: the only shape where a wrong head mapping can hide behind MQA's or MHA's), MQA (1)."""
+    mha = st.tuples(st.integers(1, max_heads), st.none())
+    if "gqa" in declines:
+        return mha
+    pairs = tuple((h, d) for h in range(4, max_heads + 1) for d in range(2, h) if h % d == 0)
+    mqa = st.tuples(st.integers(2, max(max_heads, 2)), st.just(1))
+    return st.one_of(mha, st.sampled_from(pairs), mqa) if pairs else st.one_of(mha, mqa)
+
+
 @_named("vision_problems")
-def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, big):
+def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, big, declines):
     lim = limits
     hi = max_sequences if max_sequences is not None else lim.max_sequences
     n = draw(_ints(min_sequences, max(hi, min_sequences)))
@@ -382,35 +438,64 @@ def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, 
                                          reach=min(max(lim.max_seq_len + 1, 17), lim.big_seq_len))))
     four_d = draw(_BOOLS)
     layout = draw(_pick(("contiguous", "v_strided")))
-    return VisionProblem(
-        lengths=tuple(lens), H=draw(_ints(1, lim.vision_heads)), D=draw(_pick(tuple(lim.head_dims))),
+    H, H_kv = draw(_heads(lim.vision_heads, declines))
+    fields = dict(
+        lengths=tuple(lens), H=H, D=draw(_pick(tuple(lim.head_dims))),
         dtype=draw(_as_strategy(dtypes)), layout=layout,
         v_shift=draw(_ints(0, 3)), o_shift=draw(_ints(0, 3)), extra_tokens=draw(_ints(0, 3)),
-        path=draw(_as_strategy(paths)),
+        path="kwargs" if "forward_metadata" in declines else draw(_as_strategy(paths)),
         max_seqlen_kind=draw(_pick(("int", "cpu_tensor", "device_tensor"))),
         four_d=four_d,
-        softmax_scale=draw(_SOFTMAX_SCALE),
+        softmax_scale=None if "softmax_scale" in declines else draw(_SOFTMAX_SCALE),
         logit_scale=draw(_pick((1.0, 8.0, 30.0))),
         sequence_lengths_4d=draw(_BOOLS),
         seed=draw(_SEED),
     )
+    # Note [Fields that disagree] and the rest of SGLang's call
+    fields["H_kv"] = H_kv
+    fields["batch"] = draw(_ints(1, 3)) if four_d else 1
+    if draw(_BOOLS):
+        fields["gaps"] = tuple(draw(_ints(0, 3)) for _ in lens)
+    if fields["path"] != "kwargs" and draw(_ints(0, 3)) == 3:  # the release's helper: contiguous MHA only
+        fields.update(metadata_source="helper", layout="contiguous", v_shift=0, o_shift=0, gaps=(), H_kv=None)
+    fields["window"] = None if "window_size" in declines else draw(_WINDOW)
+    fields["sinks"] = None if "s_aux" in declines else draw(_SINKS)
+    fields["full_call"] = draw(_BOOLS)
+    if fields["full_call"] and {"window_size", "s_aux"} & set(declines):  # full calls pass both keywords
+        fields["full_call"] = False
+    return VisionProblem(**fields)
 
 
 def vision_problems(*, dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, limits: str | Limits = "small",
                     min_sequences: int = 0, max_sequences: Optional[int] = None,
-                    paths: Sequence[str] | SearchStrategy = ("metadata", "kwargs"), big: bool = False) -> SearchStrategy:
-    """Vision problems: ragged lengths incl. 0 (bucket padding added by the builder), 3-D/4-D,
-    contiguous or strided v, distinct v/o offsets, max_seqlen as int / CPU tensor / device tensor,
-    metadata path or kwargs path, non-default softmax scales and large logits."""
+                    paths: Sequence[str] | SearchStrategy = VISION_PATHS, big: bool = False,
+                    declines: Sequence[str] = ()) -> SearchStrategy:
+    """Vision problems: ragged lengths incl. 0 (bucket padding added by the builder), 3-D/4-D (several
+    rows), contiguous or strided v, distinct v/o offsets, max_seqlen as int / CPU tensor / device tensor,
+    every metadata path (:data:`~harness.problems.VISION_PATHS`), non-default softmax scales and large
+    logits, and Note [Fields that disagree]'s draws: GQA/MQA, indptr gaps, the release's helper, windows,
+    sinks, VisionAttention's whole call; none of the :data:`VISION_FEATURES` in ``declines``."""
     dtypes = _check_choices("dtypes", dtypes, tuple(DTYPES))
-    paths = _check_choices("paths", paths, ("metadata", "kwargs"))
+    paths = _check_choices("paths", paths, VISION_PATHS)
+    declines = _check_features(declines)
     lim = _limits(limits)
     _check_range("min_sequences", min_sequences, "max_sequences", max_sequences)
     if not isinstance(big, bool):
         raise InvalidArgument(f"Expected a bool but got big={big!r}")
-    return _with_realistic_share(limits, _vision_problems(dtypes, lim, min_sequences, max_sequences, paths, big),
+    return _with_realistic_share(limits, _vision_problems(dtypes, lim, min_sequences, max_sequences, paths, big,
+                                                          declines),
                                  lambda real: _vision_problems(dtypes, real, min_sequences, max_sequences, paths,
-                                                               big))
+                                                               big, declines))
+
+
+def _check_features(declines) -> tuple[str, ...]:
+    if isinstance(declines, str) or not isinstance(declines, (tuple, list, set, frozenset)):
+        raise InvalidArgument(f"Expected a list of features from {list(VISION_FEATURES)} but got declines={declines!r}")
+    bad = [f for f in declines if f not in VISION_FEATURES]
+    if bad:
+        raise InvalidArgument(f"Expected features from {list(VISION_FEATURES)} but got declines={sorted(declines)!r} "
+                              f"(unknown: {bad})")
+    return tuple(sorted(declines))
 
 
 # ---- cases (problem + mutation) ------------------------------------------------------------------
@@ -455,9 +540,10 @@ def malformed_metadata(problems: SearchStrategy, *, family: str) -> SearchStrate
 
 def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upstream", "malformed"),
           dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, ops: Optional[Sequence[str]] = None,
-          limits: str | Limits = "small", big: bool = False) -> SearchStrategy:
+          limits: str | Limits = "small", big: bool = False, declines: Sequence[str] = ()) -> SearchStrategy:
     """Every kind of case of one family: valid problems, partial metadata, upstream-contract
-    breakers and malformed metadata (drop ``"malformed"`` for upstream-contract-only campaigns)."""
+    breakers and malformed metadata (drop ``"malformed"`` for upstream-contract-only campaigns);
+    ``declines``: vision features (:data:`VISION_FEATURES`) the target does not implement."""
     if family not in ("lora", "vision"):
         raise InvalidArgument(f"Expected family='lora' or 'vision' but got family={family!r}")
     categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
@@ -466,7 +552,7 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
     else:
         if ops is not None and tuple(ops) != ("vision",):
             raise InvalidArgument(f"Expected ops=None or ['vision'] for family='vision' but got ops={ops!r}")
-        problems = vision_problems(dtypes=dtypes, limits=limits, big=big)
+        problems = vision_problems(dtypes=dtypes, limits=limits, big=big, declines=declines)
     parts = []
     if "valid" in categories:
         parts.append(problems.map(Case))

@@ -79,8 +79,8 @@ class Case:
     def category(self) -> str:
         return "valid" if self.mutation is None else self.mutation.category
 
-    def call(self, device):
-        c = materialize(self.problem, device)
+    def call(self, device, metadata_helper=None):
+        c = materialize(self.problem, device, metadata_helper)
         if self.mutation is not None:
             self.mutation.apply(c)
         return c
@@ -143,9 +143,10 @@ def _copy_call(call):
     return copy.deepcopy(call)
 
 
-def prepared_call(case: Case, device):
-    """The call both the oracle and the target see: materialised, mutated, unread inputs poisoned."""
-    call = case.call(device)
+def prepared_call(case: Case, device, metadata_helper=None):
+    """The call both the oracle and the target see: materialised (``metadata_helper``: the target's own
+    vision metadata helper), mutated, unread inputs poisoned."""
+    call = case.call(device, metadata_helper)
     if case.family == "vision" and case.category == "valid":
         _poison_unread_vision(call)
     return call
@@ -393,7 +394,7 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     A failure carries its root-cause bucket (``verdict.bucket``), computed once here, so no caller
     needs a tensor; harness errors propagate (a campaign's worker reports them).  pytest properties,
     the bug corpus and the campaigns (in process or in their worker) all check a case with this."""
-    call = prepared_call(case, device)
+    call = prepared_call(case, device, getattr(target, "metadata_helper", None))
     expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
     observed = execute(target, case, device, call=call, to_host=False)
     verdict = judge(case, expected, observed, call=call, device=device, repro=repro)

@@ -157,10 +157,20 @@ def _l_seg_indptr_decreasing(call, index, amount):
 
 
 def _l_seg_lens_mismatch(call, index, amount):
+    """seg_lens shorter than the longest segment with max_len None: the tile count then drops rows (a
+    seg_lens that disagrees with seg_indptr but covers every segment is valid: SPEC.md "Fields that may
+    disagree")."""
     bi = _bi(call)
-    if _n(bi) and bi.seg_lens is not None:
-        b = index % _n(bi)
-        _set_item(bi, "seg_lens", b, int(bi.seg_lens[b]) + amount)
+    n = _n(bi)
+    if not n:
+        return
+    lens = bi.seg_indptr[1:n + 1].to(torch.int64) - bi.seg_indptr[:n].to(torch.int64)
+    longest = int(lens.max())
+    if longest > 0:
+        given = lens.clamp(min=0, max=max(longest - amount, 0)).to(torch.int32)
+        tail = bi.seg_lens[n:] if bi.seg_lens is not None else given[:0]
+        bi.seg_lens = torch.cat([given, tail.to(given.device)])
+        bi.max_len = None
 
 
 def _l_seg_indptr_past_rows(call, index, amount):
@@ -480,6 +490,27 @@ def _v_indptrs_none(call, index, amount):
     _set_indptrs(call, None)
 
 
+def _v_window_not_pair(call, index, amount):
+    call.kwargs["window_size"] = (3,)
+
+
+def _v_window_not_ints(call, index, amount):
+    call.kwargs["window_size"] = (1.5, 2)
+
+
+def _v_sinks_wrong_heads(call, index, amount):
+    """``s_aux`` with ``amount`` more entries than q has heads."""
+    q = call.arg("q")
+    call.kwargs["s_aux"] = torch.zeros(q.shape[-2] + amount, dtype=torch.bfloat16, device=q.device)
+
+
+def _v_attention_mask(call, index, amount):
+    """A boolean mask (SGLang's SDPA backends' ``(1, T, T)``), which the flashinfer_cudnn contract lacks."""
+    q = call.arg("q")
+    T = q.shape[0] * (q.shape[1] if q.dim() == 4 else 1)
+    call.kwargs["attention_mask"] = torch.ones(1, T, T, dtype=torch.bool, device=q.device)
+
+
 def _data_resized(dim: int):
     """A data tensor (``index`` picks one of the signature's data parameters) with ``amount`` more
     entries along ``dim`` (-2: heads, -1: the last dim)."""
@@ -530,6 +561,10 @@ ERROR_INPUT_KINDS: dict[str, dict[str, tuple[str, Callable]]] = {
     },
     "vision": {
         "indptrs_none": ("upstream", _v_indptrs_none),
+        "window_not_pair": ("malformed", _v_window_not_pair),
+        "window_not_ints": ("malformed", _v_window_not_ints),
+        "sinks_wrong_heads": ("malformed", _v_sinks_wrong_heads),
+        "attention_mask_given": ("malformed", _v_attention_mask),
         **_DATA_KINDS,
     },
 }

@@ -252,9 +252,9 @@ def _lora_metadata_errors(op: str) -> Iterator[ErrorInput]:
     # strict: seg_indptr decreasing: (0, 3, 7) -> (0, 3, 2)
     yield ErrorInput(base(), m("seg_indptr_decreasing", 1), "lora.strict.seg_indptr_decreasing",
                      dict(index=2, value=2, prev_index=1, prev=3, length=-1))
-    # strict: seg_lens (4, 4) inconsistent with seg_indptr (0, 3, 7)
+    # strict: max_len None and seg_lens (3, 3), whose maximum misses segment 1's 4 rows (seg_indptr (0, 3, 7))
     yield ErrorInput(base(), m("seg_lens_mismatch"), "lora.strict.seg_lens_mismatch",
-                     dict(index=0, value=4, next_index=1, expected=3))
+                     dict(index=1, value=3, next_index=2, expected=4, longest=3))
     # strict: segment end 9 beyond the 7 rows
     yield ErrorInput(base(), m("seg_indptr_past_rows", 0, 2), "lora.strict.seg_indptr_range",
                      dict(index=2, value=9, rows=7, what="token rows of the input"))
@@ -347,6 +347,27 @@ VISION_EDGE_CASES = [
     ("large_logits", (12, 7), {"logit_scale": 30.0}),
     # uncovered tokens at the end of the buffer
     ("uncovered_tail", (4, 6), {"extra_tokens": 5}),
+    # GQA: 4 query heads on 2 key/value heads (query heads 0,1 -> kv head 0; 2,3 -> kv head 1)
+    ("gqa_4_on_2", (6, 0, 11), {"H": 4, "H_kv": 2}),
+    # MQA: 4 query heads on one key/value head, v a strided view
+    ("mqa_v_strided", (7, 5), {"H": 4, "H_kv": 1, "layout": "v_strided"}),
+    # (b, s, H, D) inputs of 2 rows: T = 12 tokens as (2, 6, H, D)
+    ("four_d_two_rows", (5, 6), {"four_d": True, "batch": 2}),
+    # uncovered tokens between sequences: indptr gaps of 2, 0 and 3 tokens beyond the lengths
+    ("gaps_between_sequences", (4, 7, 3), {"gaps": (2, 0, 3)}),
+    # forward_metadata with packed indptrs beside stale kwargs (upstream reads forward_metadata)
+    ("metadata_beside_stale_kwargs", (6, 5), {"path": "metadata_and_kwargs"}),
+    # forward_metadata without packed indptrs: the kwargs carry them
+    ("metadata_without_packed", (5, 8), {"path": "metadata_without_packed"}),
+    # the release's metadata helper (our stand-in), with every keyword VisionAttention.forward passes
+    ("helper_metadata_full_call", (8, 3), {"metadata_source": "helper", "full_call": True,
+                                           "path": "metadata_and_none"}),
+    # a local window: query i attends keys i-3 .. i+2 of its sequence
+    ("window_3_2", (13, 6), {"window": (3, 2)}),
+    # attention sinks (one logit per head) on a one-sided window (keys i-4 .. i)
+    ("sinks_window_4_0", (10, 17), {"sinks": "normal", "window": (4, 0), "H": 2}),
+    # a sink that dominates every row, GQA
+    ("large_sinks_gqa", (9,), {"sinks": "large", "H": 4, "H_kv": 2}),
 ]
 
 VISION_EXHAUSTIVE_CASES = [
@@ -365,17 +386,28 @@ def _vision_samples(table) -> Callable[[str, torch.dtype], Iterator[Sample]]:
     return gen
 
 
+def _vision_error_sample(**kw) -> Sample:
+    """The sample the vision error rows break: sequences (3, 5) on the kwargs path, padded to a batch of 8
+    (27 packed indptrs); q/k/v (8, 2, 16): 32 elements per token."""
+    fields = dict(lengths=(3, 5), seed=9, path="kwargs")
+    fields.update(kw)
+    return Sample(VisionProblem(**fields), "err")
+
+
+def _vision_mutation(kind: str, index: int = 0, amount: int = 1) -> Mutation:
+    return Mutation("vision", kind, index, amount)
+
+
 def _vision_errors(device: str) -> Iterator[ErrorInput]:
-    """The sample: sequences (3, 5) on the kwargs path, padded to a batch of 8 (27 packed indptrs);
-    q/k/v (8, 2, 16): 32 elements per token."""
-    def base(**kw) -> Sample:
-        fields = dict(lengths=(3, 5), seed=9, path="kwargs")
-        fields.update(kw)
-        return Sample(VisionProblem(**fields), "err")
+    """Every vision error row: the metadata's (upstream's, then strict), then the data's and the extra
+    arguments'."""
+    yield from _vision_metadata_errors()
+    yield from _vision_data_errors()
 
-    def m(kind: str, index: int = 0, amount: int = 1) -> Mutation:
-        return Mutation("vision", kind, index, amount)
 
+def _vision_metadata_errors() -> Iterator[ErrorInput]:
+    """The rows that break the metadata (upstream's contract in SGLang's order, then our strict checks)."""
+    base, m = _vision_error_sample, _vision_mutation
     # upstream, in SGLang's order (a row that breaks two things: the earlier check must win)
     yield ErrorInput(base(), m("drop_sequence_lengths"), "vision.missing_sequence_lengths")
     yield ErrorInput(base(), m("drop_sequence_lengths_and_max_seqlen"), "vision.missing_sequence_lengths")
@@ -401,14 +433,43 @@ def _vision_errors(device: str) -> Iterator[ErrorInput]:
     yield ErrorInput(base(), m("metadata_dtype"), "vision.strict.metadata_tensor",
                      lambda c: dict(field="packed_indptrs", expected="int32 or int64",
                                     got=describe_tensor(c.arg("cu_seqlens")), fix="pass packed_indptrs.to(torch.int32)"))
-    # strict: k with another head dim than q
-    yield ErrorInput(base(), m("data_last_dim", 1), "vision.strict.shape_mismatch",
-                     dict(field="k", got=(8, 2, 17), expected=(8, 2, 16),
-                          why="q and k share shape (tokens, heads, head_dim)"),
-                     runs_without_strict=False)
     # strict: the output of sequence 1 (5 tokens) moved from token 3 to token 3 + 9 = 12, past the 8 output tokens
     yield ErrorInput(base(), m("o_offset_past_end", 1), "vision.strict.offset_range",
                      dict(field="o_indptr", index=1, value=12 * 32, length=5, start=12, tokens=8, tensor="the output"))
+    # strict: the output of sequence 1 (tokens 0..4) moved onto sequence 0's (tokens 0..2)
+    yield ErrorInput(base(), m("output_overlap"), "vision.strict.output_overlap",
+                     dict(index=1, start=0, end=4, other=0, other_start=0, other_end=2))
+
+
+def _vision_data_errors() -> Iterator[ErrorInput]:
+    """The rows that break the data tensors and the extra arguments (window, sinks, mask)."""
+    base, m = _vision_error_sample, _vision_mutation
+    # strict: k with another head dim than q
+    yield ErrorInput(base(), m("data_last_dim", 1), "vision.strict.shape_mismatch",
+                     dict(field="k", got=(8, 2, 17), expected=(8, 2, 16),
+                          why="k is (tokens, key/value heads, head_dim) with q's tokens and head_dim"),
+                     runs_without_strict=False)
+    # strict: k with 3 heads, which do not divide q's 2 (no head mapping exists: upstream fails its own way)
+    yield ErrorInput(base(), m("data_heads", 1), "vision.strict.kv_heads", dict(got=3, heads=2),
+                     runs_without_strict=False)
+    # v with 3 heads beside k's 2
+    yield ErrorInput(base(), m("data_heads", 2), "vision.strict.kv_heads_match", dict(got=3, kv=2),
+                     runs_without_strict=False)
+    # the extra arguments, which upstream ignores (Note [Window and sinks] in reference.vision_arguments)
+    yield ErrorInput(base(), m("window_not_pair"), "vision.strict.window_size",
+                     dict(got="(3,)", why="it is not a pair"))
+    yield ErrorInput(base(), m("window_not_ints"), "vision.strict.window_size",
+                     dict(got="(1.5, 2)", why="both entries must be Python ints"))
+    # s_aux with 3 entries for q's 2 heads
+    yield ErrorInput(base(), m("sinks_wrong_heads"), "vision.strict.metadata_tensor",
+                     lambda c: dict(field="s_aux", got=describe_tensor(c.kwargs["s_aux"]),
+                                    expected="a floating-point tensor of shape (2,) on cpu (one sink logit per query "
+                                             "head)".replace("cpu", str(c.args[0].device)),
+                                    fix="pass the layer's sinks for this rank's query heads, e.g. sinks[h0:h0 + H]"))
+    yield ErrorInput(base(), m("attention_mask_given"), "vision.strict.unsupported_argument",
+                     lambda c: dict(field="attention_mask", got=describe_tensor(c.kwargs["attention_mask"]),
+                                    why="the flashinfer_cudnn contract has no mask (the sequences are the mask; only "
+                                        "SGLang's SDPA backends read one); pass attention_mask=None"))
     # strict: integer q (and k, v): attention over integers is not defined
     yield ErrorInput(base(), (m("data_int", 0), m("data_int", 1), m("data_int", 2)), "vision.strict.metadata_tensor",
                      lambda c: dict(field="q",
@@ -425,9 +486,7 @@ def _vision_errors(device: str) -> Iterator[ErrorInput]:
                                     why="one token spans 144 elements but the token stride is 16, so tokens are not "
                                         "the outermost dimension (a transposed view?) and element offsets of tokens "
                                         "are meaningless"))
-    # strict: the output of sequence 1 (tokens 0..4) moved onto sequence 0's (tokens 0..2)
-    yield ErrorInput(base(), m("output_overlap"), "vision.strict.output_overlap",
-                     dict(index=1, start=0, end=4, other=0, other_start=0, other_end=2))
+
 
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)

@@ -26,6 +26,7 @@ scheme of a device (records and saved cases carry it); a finding is replayed fro
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -33,11 +34,15 @@ import torch
 
 from kernel_oracle.reference.batch_info import make_lora_batch_info
 from kernel_oracle.reference.signatures import Signature, signature, signature_of_entry
-from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata
+from kernel_oracle.reference.vision_metadata import (VisionAttentionMetadata, prepare_flashinfer_cudnn_metadata,
+                                                     prepare_flashinfer_cudnn_vision_attention_metadata)
 
 __all__ = [
     "Call",
     "DTYPES",
+    "METADATA_SOURCES",
+    "SINKS",
+    "VISION_PATHS",
     "LoRAProblem",
     "VisionProblem",
     "batch_info_of",
@@ -95,6 +100,12 @@ class LoRAProblem:
     # CUDA-graph replay with stale capture-time host ints (bs, num_segments, max_len): see
     # reference.batch_info.make_lora_batch_info (None: the real counts, as before)
     stale_host_ints: Optional[tuple[int, int, int]] = None
+    # eager batches whose redundant fields disagree within the contract (SPEC.md "Fields that may disagree";
+    # reference.batch_info.make_lora_batch_info): (bs, num_segments), max_len above the longest segment,
+    # seg_lens that disagree with seg_indptr (None, 0, None: as before)
+    eager_counts: Optional[tuple[int, int]] = None
+    max_len_slack: int = 0
+    seg_lens_drift: Optional[str] = None
     family: str = field(default="lora", init=False)
 
     @property
@@ -111,10 +122,17 @@ class VisionProblem:
     """One vision attention call as data.
 
     ``lengths``: real sequences (zero allowed); the batch is padded to SGLang's buckets.
-    ``layout``: ``"contiguous"`` or ``"v_strided"`` (v is a view into an interleaved (T,3,H,D)
+    ``layout``: ``"contiguous"`` or ``"v_strided"`` (v is a view into an interleaved (T,3,H_kv,D)
     buffer).  ``v_shift``/``o_shift``: extra token offsets of v and o (distinct v/o offsets).
-    ``path``: ``"metadata"`` (forward_metadata) or ``"kwargs"``.  ``max_seqlen_kind``: ``"int"``,
-    ``"cpu_tensor"`` or ``"device_tensor"``.  ``four_d``: pass (1, T, H, D) inputs.
+    ``path`` (:data:`VISION_PATHS`): where the metadata travels.  ``max_seqlen_kind``: ``"int"``,
+    ``"cpu_tensor"`` or ``"device_tensor"``.  ``four_d``: pass (batch, T/batch, H, D) inputs.
+    ``H_kv``: key/value heads (None: ``H``; GQA/MQA when fewer, ``H % H_kv == 0``).  ``gaps``: uncovered
+    tokens after each sequence (its indptr gap exceeds its length: SPEC.md "Fields that may disagree").
+    ``metadata_source``: ``"ours"`` (:func:`prepare_flashinfer_cudnn_metadata`) or ``"helper"`` (the
+    release's metadata helper, SGLang's signature; our stand-in when the target offers none).
+    ``window``: the ``window_size`` passed (None: not passed); ``sinks``: ``s_aux`` drawn ``"normal"`` or
+    ``"large"`` (a sink that dominates the row) or none; ``full_call``: pass every keyword SGLang's
+    ``VisionAttention.forward`` passes (``attention_mask=None``, ``output_ws=None``, ...).
     """
 
     lengths: tuple[int, ...]
@@ -133,12 +151,26 @@ class VisionProblem:
     seed: int = 0
     # added for the fuzzer: sequence_lengths as (B,1,1,1) instead of (B,)
     sequence_lengths_4d: bool = False
+    # SGLang's whole call (defaults keep every earlier problem bit-identical)
+    H_kv: Optional[int] = None
+    batch: int = 1
+    gaps: tuple[int, ...] = ()
+    metadata_source: str = "ours"
+    window: Optional[tuple[int, int]] = None
+    sinks: Optional[str] = None
+    full_call: bool = False
     op: str = field(default="vision", init=False)
     family: str = field(default="vision", init=False)
 
     @property
     def T(self) -> int:
-        return sum(self.lengths) + max(self.v_shift, self.o_shift) + self.extra_tokens
+        t = sum(self.lengths) + sum(self.gaps) + max(self.v_shift, self.o_shift) + self.extra_tokens
+        b = self.batch if self.four_d else 1
+        return -(-t // b) * b  # (b, s, H, D) inputs: whole rows of s tokens (the tail uncovered)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.H if self.H_kv is None else self.H_kv
 
 
 @dataclass
@@ -282,7 +314,8 @@ def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call
     bi = make_lora_batch_info(p.seg_lens, p.weight_indices, p.lora_ranks, p.scalings,
                               permutation=perm, cuda_graph_pad_to=p.cuda_graph_pad_to,
                               with_max_len=p.with_max_len, with_seg_lens=p.with_seg_lens,
-                              stale_host_ints=p.stale_host_ints, device=device)
+                              stale_host_ints=p.stale_host_ints, eager_counts=p.eager_counts,
+                              max_len_slack=p.max_len_slack, seg_lens_drift=p.seg_lens_drift, device=device)
     dims = {"qk": qk, "vd": vd, "C": C, "R": R}
     values: dict[str, Any] = {
         "B_buf": _randn(gen, (L, H * (qk + vd), R), dt, device, scale=qk ** -0.5),
@@ -304,58 +337,136 @@ def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call
     return Call.bind(sig, {k: v for k, v in values.items() if k in sig.params})
 
 
-def materialize_vision(p: VisionProblem, device: str | torch.device = "cpu") -> Call:
-    """Build q, k, v and the metadata of ``p`` (SGLang's bucketing) on ``device``."""
-    gen = _generator(p.seed, device)
-    dt = dtype_of(p.dtype)
-    T, H, D = p.T, p.H, p.D
+# where the vision metadata travels (VisionProblem.path): forward_metadata with packed indptrs, the kwargs
+# path, forward_metadata without packed indptrs (the kwargs then carry them), and forward_metadata with
+# packed indptrs beside kwargs that disagree with it (stale values, or the Nones SGLang's VisionAttention
+# passes when its caller gives none): upstream reads forward_metadata then (SPEC.md "Fields that may disagree")
+VISION_PATHS = ("metadata", "kwargs", "metadata_without_packed", "metadata_and_kwargs", "metadata_and_none")
+METADATA_SOURCES = ("ours", "helper")
+SINKS = {"normal": 0.0, "large": 6.0}  # s_aux ~ N(offset, 1): "large" dominates every row's denominator
+
+
+def _vision_operands(gen, p: VisionProblem, dt, device) -> tuple:
+    """q (T,H,D), k (T,H_kv,D), v (T,H_kv,D) (v a view into an interleaved (T,3,H_kv,D) buffer for
+    ``layout="v_strided"``), drawn in the order q, k, v (the order of every earlier problem)."""
+    T, H, Hk, D = p.T, p.H, p.kv_heads, p.D
+    if Hk < 1 or H % Hk:
+        raise ValueError(f"H_kv={p.H_kv!r} must be a positive divisor of H={H} (query head h attends key/value "
+                         f"head h // (H // H_kv)); pass one of {[d for d in range(1, H + 1) if H % d == 0]}")
     q = _randn(gen, (T, H, D), dt, device, scale=p.logit_scale)
-    k = _randn(gen, (T, H, D), dt, device)
+    k = _randn(gen, (T, Hk, D), dt, device)
     if p.layout == "v_strided":
-        qkv = _randn(gen, (T, 3, H, D), dt, device)
-        v = qkv[:, 2]
+        v = _randn(gen, (T, 3, Hk, D), dt, device)[:, 2]
     elif p.layout == "contiguous":
-        v = _randn(gen, (T, H, D), dt, device)
+        v = _randn(gen, (T, Hk, D), dt, device)
     else:
         raise ValueError(f"layout={p.layout!r} is unknown; the only valid values are ['contiguous', 'v_strided']")
-    cu = [0]
-    for n in p.lengths:
-        cu.append(cu[-1] + n)
+    return q, k, v
+
+
+def _vision_metadata(p: VisionProblem, q, v, device, helper):
+    """The metadata of ``p``: our builder (with ``gaps`` between sequences), or the release's helper."""
+    H, D = p.H, p.D
+    if p.metadata_source == "helper":
+        bad = {"layout": p.layout != "contiguous", "v_shift": p.v_shift, "o_shift": p.o_shift, "gaps": any(p.gaps),
+               "H_kv": p.kv_heads != H}
+        wrong = [name for name, b in bad.items() if b]
+        if wrong:
+            raise ValueError(f"metadata_source='helper' builds one element offset for q, v and o (SGLang's helper): "
+                             f"it needs contiguous MHA inputs without shifts or gaps, but {wrong} differ; pass "
+                             f"metadata_source='ours'")
+        cu = torch.tensor([0, *itertools.accumulate(p.lengths)], dtype=torch.int32)
+        return (helper or prepare_flashinfer_cudnn_vision_attention_metadata)(cu, device, elem_per_token=H * D)
+    if p.metadata_source != "ours":
+        raise ValueError(f"metadata_source={p.metadata_source!r} is unknown; the only valid values are "
+                         f"{list(METADATA_SOURCES)}")
+    if p.gaps and len(p.gaps) != len(p.lengths):
+        raise ValueError(f"Expected one gap per sequence but got gaps={p.gaps} for lengths={p.lengths}")
+    gaps = p.gaps or (0,) * len(p.lengths)
+    starts = [0, *itertools.accumulate(n + g for n, g in zip(p.lengths, gaps))]
     md = prepare_flashinfer_cudnn_metadata(
-        cu, device, elem_per_token=H * D, v_elem_per_token=v.stride(0), o_elem_per_token=H * D,
+        starts, device, elem_per_token=H * D, v_elem_per_token=v.stride(0), o_elem_per_token=H * D,
         v_elem_offset=p.v_shift * v.stride(0), o_elem_offset=p.o_shift * H * D,
         sequence_lengths_4d=p.sequence_lengths_4d,
     )
-    max_seqlen: Any = md.flashinfer_max_seqlen
+    if any(gaps):  # the real lengths, shorter than the gaps between the starts
+        lens = torch.zeros(md.sequence_lengths.numel(), dtype=torch.int32)
+        lens[:len(p.lengths)] = torch.tensor(p.lengths, dtype=torch.int32)
+        md.sequence_lengths = lens.view(md.sequence_lengths.shape).to(device)
+        md.seq_lens = lens[:len(p.lengths)].to(device)
+        md.max_seqlen = max(p.lengths, default=0)
+    return md
+
+
+def _max_seqlen(p: VisionProblem, value: int, device):
     if p.max_seqlen_kind == "cpu_tensor":
-        max_seqlen = torch.tensor(max_seqlen)
-    elif p.max_seqlen_kind == "device_tensor":
-        max_seqlen = torch.tensor([max_seqlen], device=device)
-    elif p.max_seqlen_kind != "int":
+        return torch.tensor(value)
+    if p.max_seqlen_kind == "device_tensor":
+        return torch.tensor([value], device=device)
+    if p.max_seqlen_kind != "int":
         raise ValueError(f"max_seqlen_kind={p.max_seqlen_kind!r} is unknown; valid: int, cpu_tensor, device_tensor")
-    if p.four_d:
-        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-    sig = signature(p.op)
-    values = {"q": q, "k": k, "v": v, "bsz": 1, "seq_len": T}
+    return value
+
+
+def _vision_keywords(gen, p: VisionProblem, md, device) -> tuple[object, dict]:
+    """(the positional cu_seqlens, the keywords) of ``p``'s path, window, sinks and full call."""
+    max_seqlen = _max_seqlen(p, md.flashinfer_max_seqlen, device)
     kwargs: dict = {"softmax_scale": p.softmax_scale}
-    if p.path == "metadata":
+    if p.path in ("metadata", "metadata_and_kwargs", "metadata_and_none"):
         md.flashinfer_max_seqlen = max_seqlen
-        kwargs[sig.metadata] = md
-        values[sig.indptrs] = md.cu_seqlens
-    elif p.path == "kwargs":
-        kwargs["sequence_lengths"] = md.sequence_lengths
-        kwargs["max_seqlen"] = max_seqlen
-        values[sig.indptrs] = md.packed_indptrs  # the kwargs path passes the packed indptrs as cu_seqlens
+        kwargs["forward_metadata"] = md
+        cu = md.cu_seqlens
+        if p.path == "metadata_and_kwargs":  # stale copies, which upstream ignores here
+            lens = md.sequence_lengths.reshape(-1)
+            kwargs["sequence_lengths"] = (lens.roll(1) + 1).to(lens.dtype)
+            kwargs["max_seqlen"] = 1
+        elif p.path == "metadata_and_none":
+            kwargs.update(sequence_lengths=None, max_seqlen=None)
+    elif p.path in ("kwargs", "metadata_without_packed"):
+        kwargs.update(sequence_lengths=md.sequence_lengths, max_seqlen=max_seqlen)
+        cu = md.packed_indptrs  # the kwargs path passes the packed indptrs as cu_seqlens
+        if p.path == "metadata_without_packed":
+            kwargs["forward_metadata"] = VisionAttentionMetadata(cu_seqlens=md.cu_seqlens, seq_lens=md.seq_lens,
+                                                                 max_seqlen=md.max_seqlen)
     else:
-        raise ValueError(f"path={p.path!r} is unknown; the only valid values are ['kwargs', 'metadata']")
+        raise ValueError(f"path={p.path!r} is unknown; the only valid values are {list(VISION_PATHS)}")
+    if p.window is not None:
+        kwargs["window_size"] = tuple(p.window)
+    if p.sinks is not None:
+        if p.sinks not in SINKS:
+            raise ValueError(f"sinks={p.sinks!r} is unknown; the only valid values are None, {sorted(SINKS)}")
+        kwargs["s_aux"] = _randn(gen, (p.H,), torch.float32, device, scale=1.0).add(SINKS[p.sinks]).to(torch.bfloat16)
+    if p.full_call:  # everything VisionAttention.forward hands its backend
+        kwargs = {"forward_metadata": None, "window_size": (-1, -1), "s_aux": None, "attention_mask": None,
+                  "output_ws": None, "sequence_lengths": None, "max_seqlen": None, **kwargs}
+    return cu, kwargs
+
+
+def materialize_vision(p: VisionProblem, device: str | torch.device = "cpu", metadata_helper=None) -> Call:
+    """Build q, k, v and the metadata of ``p`` (SGLang's bucketing) on ``device``.
+
+    ``metadata_helper``: the target's own metadata helper for ``metadata_source="helper"`` (SGLang's
+    ``prepare_flashinfer_cudnn_vision_attention_metadata(cu_seqlens, device, *, elem_per_token)``); None:
+    our stand-in with that signature.  Draw order: q, k, v, then ``s_aux``."""
+    gen = _generator(p.seed, device)
+    q, k, v = _vision_operands(gen, p, dtype_of(p.dtype), device)
+    md = _vision_metadata(p, q, v, device, metadata_helper)
+    cu, kwargs = _vision_keywords(gen, p, md, device)
+    batch = p.batch if p.four_d else 1
+    if p.four_d:
+        q, k, v = (x.unflatten(0, (batch, -1)) for x in (q, k, v))
+    sig = signature(p.op)
+    values = {"q": q, "k": k, "v": v, "bsz": batch, "seq_len": p.T // batch, sig.indptrs: cu}
     return Call.bind(sig, values, kwargs)
 
 
-def materialize(problem, device: str | torch.device = "cpu") -> Call:
+def materialize(problem, device: str | torch.device = "cpu", metadata_helper=None) -> Call:
+    """The call of ``problem`` on ``device``; ``metadata_helper``: a vision target's own metadata helper
+    (:func:`materialize_vision`)."""
     if isinstance(problem, LoRAProblem):
         return materialize_lora(problem, device)
     if isinstance(problem, VisionProblem):
-        return materialize_vision(problem, device)
+        return materialize_vision(problem, device, metadata_helper)
     raise TypeError(f"Expected a LoRAProblem or VisionProblem but got {type(problem).__name__}")
 
 

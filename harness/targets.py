@@ -43,13 +43,16 @@ declares what the comparison needs to be fair:
   :meth:`Target.excluded_for` gives both together;
 * ``poison``: an optional ``family -> context manager`` that makes the target allocate its fresh
   outputs full of NaN (our vision kernel's hook);
-* ``accepts``: op -> the keyword arguments that the target's own callers pass it (a frozenset of
-  names), for code whose signature changed across releases: an SGLang release's vision wrapper is
-  called by that release's ``VisionAttention`` with ``sequence_lengths`` and ``max_seqlen`` only
-  (0.5.10), plus ``softmax_scale``, ``window_size`` and ``s_aux`` (0.5.11), plus
-  ``forward_metadata`` (0.5.16).  An op it does not name takes every keyword of its signature.  The
-  harness passes such a target only keywords it accepts (:meth:`Target.unaccepted` lists the others
-  a call gives a value): a wrapper that ignores an argument its callers never pass has no defect.
+* ``declines``: features of SGLang's vision call it does not take, feature -> reason (``"gqa"``,
+  ``"window_size"``, ``"s_aux"``, ``"softmax_scale"``, ``"forward_metadata"``:
+  :data:`kernel_oracle.fuzz.strategies.VISION_FEATURES`): it is given no case of them and its record says
+  why.  A target that takes an argument and ignores it declares nothing, and fails.  An SGLang release's
+  vision wrapper declines what that release's own ``VisionAttention`` never passes it (0.5.10 passes
+  neither ``softmax_scale`` nor ``window_size`` nor ``s_aux``; before 0.5.16 no ``forward_metadata``):
+  a wrapper that ignores an argument its callers never pass has no defect;
+* ``metadata_helper``: the target's own vision metadata helper, SGLang's
+  ``prepare_flashinfer_cudnn_vision_attention_metadata(cu_seqlens, device, *, elem_per_token)``, which
+  builds the metadata of problems with ``metadata_source="helper"`` (None: our stand-in).
 
 A target with only some entry points is tested on those; an unavailable one carries the reason, and
 callers report it.  :class:`TargetSources` says where code that is not installed comes from (the
@@ -270,7 +273,8 @@ class Target:
     notes: dict = field(default_factory=dict)  # op -> why it is missing
     status: Optional[Callable[[], str]] = None  # a live ``reason`` (e.g. an engine's fallback note)
     release: Optional[str] = None  # the upstream package's version (known issues apply per release)
-    accepts: dict = field(default_factory=dict)  # op -> frozenset of the keywords its callers pass
+    declines: dict = field(default_factory=dict)  # vision feature -> why this target does not implement it
+    metadata_helper: Optional[Callable] = None  # the target's own vision metadata helper (SGLang's signature)
 
     def __post_init__(self) -> None:
         if isinstance(self.precision, dict):
@@ -311,18 +315,6 @@ class Target:
     def has(self, op: str) -> bool:
         return op in self.entries
 
-    def accepted_keywords(self, op: str) -> Optional[frozenset]:
-        """The keywords the callers of ``op`` pass this target, or None: every keyword of its signature."""
-        return self.accepts.get(op)
-
-    def unaccepted(self, op: str, kwargs: dict) -> tuple[str, ...]:
-        """The names of ``kwargs`` given a value other than None that this target's callers never pass
-        to ``op`` (sorted; empty when the call is one its callers make)."""
-        accepted = self.accepted_keywords(op)
-        if accepted is None:
-            return ()
-        return tuple(sorted(k for k, v in kwargs.items() if v is not None and k not in accepted))
-
     def entry(self, op: str) -> Callable:
         try:
             return self.entries[op]
@@ -348,8 +340,7 @@ class Target:
                 "precision_by_op": self.precisions(), "strict": self.strict,
                 "excluded_dtypes": dict(self.excluded_dtypes),
                 "excluded_dtypes_by_family": {f: dict(d) for f, d in self.excluded_dtypes_by_family.items()},
-                "missing": dict(self.notes),
-                "release": self.release, "accepts": {op: sorted(v) for op, v in sorted(self.accepts.items())}}
+                "missing": dict(self.notes), "release": self.release, "declines": dict(self.declines)}
 
 
 def unavailable(name: str, reason: str, **kw) -> Target:

@@ -21,7 +21,78 @@ from typing import Optional, Sequence
 
 import torch
 
-__all__ = ["LoRABatchInfo", "make_lora_batch_info"]
+__all__ = ["SEG_LENS_DRIFTS", "LoRABatchInfo", "make_lora_batch_info"]
+
+# how seg_lens may disagree with seg_indptr in a valid batch (SPEC.md "Fields that may disagree"): upstream
+# reads seg_indptr for the bounds and seg_lens only as the tile count when max_len is None
+#   rolled:  a stale order of the right lengths (same sum, same maximum: valid with or without max_len)
+#   longer:  every length one more (the maximum covers the longest segment: valid with or without max_len)
+#   shorter: every length one less (valid only beside max_len, which then gives the tile count)
+SEG_LENS_DRIFTS = ("rolled", "longer", "shorter")
+
+
+def _eager_counts(values: Sequence[int], n: int) -> tuple[int, int]:
+    """Check ``eager_counts`` (see :func:`make_lora_batch_info`) and return them as ints."""
+    vals = tuple(values)
+    if len(vals) != 2 or any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in vals):
+        raise ValueError(f"Expected eager_counts=(bs, num_segments) as two non-negative ints but got "
+                         f"eager_counts={vals!r}")
+    bs, num = vals
+    if (num or bs) != n:
+        raise ValueError(f"eager_counts={vals!r} process num_segments or bs = {num or bs} segments, but the batch has "
+                         f"{n}; pass num_segments={n} (any bs), or num_segments=0 and bs={n}")
+    return bs, num
+
+
+def _drifted(lens: list[int], drift: Optional[str], with_max_len: bool) -> list[int]:
+    """``seg_lens`` as :data:`SEG_LENS_DRIFTS` ``drift`` leaves them (None: the true lengths)."""
+    if drift is None or not lens:
+        return lens
+    if drift == "rolled":
+        return lens[-1:] + lens[:-1]
+    if drift == "longer":
+        return [x + 1 for x in lens]
+    if drift == "shorter":
+        if not with_max_len:
+            raise ValueError("seg_lens_drift='shorter' needs max_len (with_max_len=True): without it max(seg_lens) is "
+                             "the tile count and rows of the longest segment would be dropped")
+        return [max(x - 1, 0) for x in lens]
+    raise ValueError(f"seg_lens_drift={drift!r} is unknown; the only valid values are None, {list(SEG_LENS_DRIFTS)}")
+
+
+def _checked_segments(seg_lens, weight_indices, lora_ranks) -> tuple[list[int], list[int]]:
+    """``seg_lens`` and ``weight_indices`` as int lists, checked: one slot per segment, lengths >= 0,
+    every value within the int32 metadata tensors."""
+    seg_lens = [int(x) for x in seg_lens]
+    weight_indices = [int(x) for x in weight_indices]
+    if len(seg_lens) != len(weight_indices):
+        raise ValueError(
+            f"Expected one slot per segment but got len(seg_lens)={len(seg_lens)} and "
+            f"len(weight_indices)={len(weight_indices)}; pass one weight index per segment"
+        )
+    if any(x < 0 for x in seg_lens):
+        raise ValueError(f"Expected non-negative segment lengths but got seg_lens={seg_lens}")
+    _check_int32("seg_lens", seg_lens)
+    _check_int32("weight_indices", weight_indices)
+    _check_int32("lora_ranks", [int(r) for r in lora_ranks])
+    if sum(seg_lens) > _INT32_MAX:
+        raise ValueError(f"seg_lens add up to {sum(seg_lens)} rows, beyond what the int32 seg_indptr holds "
+                         f"({_INT32_MAX}); split the batch")
+    return seg_lens, weight_indices
+
+
+def _segments(seg_lens: list[int], weight_indices: list[int], padded: int, num_slots: int,
+              stale_tail: bool) -> tuple[list[int], list[int], list[int]]:
+    """(lengths, slots, seg_indptr) of ``padded`` segments: the real ones, then zero-length padding on slot
+    0 (CUDA graph), or with ``stale_tail`` the leftovers of a larger eager batch, one row each on slots
+    0, 1, ... (never read: upstream processes ``num_segments or bs`` segments)."""
+    extra = padded - len(seg_lens)
+    lens = seg_lens + [1 if stale_tail else 0] * extra
+    slots = weight_indices + ([i % max(num_slots, 1) for i in range(extra)] if stale_tail else [0] * extra)
+    indptr = [0]
+    for length in lens:
+        indptr.append(indptr[-1] + length)
+    return lens, slots, indptr
 
 
 def _stale(values: Sequence[int], pad_to: Optional[int], padded: int, longest: int) -> tuple[int, int, int]:
@@ -87,6 +158,9 @@ def make_lora_batch_info(
     with_max_len: bool = True,
     with_seg_lens: bool = True,
     stale_host_ints: Optional[Sequence[int]] = None,
+    eager_counts: Optional[Sequence[int]] = None,
+    max_len_slack: int = 0,
+    seg_lens_drift: Optional[str] = None,
     device: torch.device | str = "cpu",
 ) -> LoRABatchInfo:
     """Build a well-formed batch info from per-segment lengths.
@@ -104,44 +178,37 @@ def make_lora_batch_info(
     ``max_len`` an upper bound at least the longest segment (ignored when ``with_max_len=False``).
     Only device tensors describe the replayed batch.  SGLang 0.5.12 launched ``bs`` programs and
     guarded with ``num_segments`` here, skipping segments (fixed by PR #28371).
+
+    Fields that may disagree in a valid eager batch (SPEC.md "Fields that may disagree"):
+    ``eager_counts``: ``(bs, num_segments)`` with ``num_segments or bs`` the real segment count (more or
+    fewer requests than segments, or ``num_segments=0``); when either exceeds it, the metadata tensors
+    hold that many segments, the ones past the real count stale leftovers of an earlier batch (one row
+    each, after the routed rows, on slots 0, 1, ...) that upstream never reads.  ``max_len_slack``:
+    ``max_len`` that much above the longest segment.  ``seg_lens_drift`` (:data:`SEG_LENS_DRIFTS`):
+    ``seg_lens`` that disagree with ``seg_indptr`` within the contract.
     """
-    seg_lens = [int(x) for x in seg_lens]
-    weight_indices = [int(x) for x in weight_indices]
-    if len(seg_lens) != len(weight_indices):
-        raise ValueError(
-            f"Expected one slot per segment but got len(seg_lens)={len(seg_lens)} and "
-            f"len(weight_indices)={len(weight_indices)}; pass one weight index per segment"
-        )
-    if any(x < 0 for x in seg_lens):
-        raise ValueError(f"Expected non-negative segment lengths but got seg_lens={seg_lens}")
-    _check_int32("seg_lens", seg_lens)
-    _check_int32("weight_indices", weight_indices)
-    _check_int32("lora_ranks", [int(r) for r in lora_ranks])
-    if sum(seg_lens) > _INT32_MAX:
-        raise ValueError(f"seg_lens add up to {sum(seg_lens)} rows, beyond what the int32 seg_indptr holds "
-                         f"({_INT32_MAX}); split the batch")
+    seg_lens, weight_indices = _checked_segments(seg_lens, weight_indices, lora_ranks)
     n = len(seg_lens)
     padded = n
+    bs = num = n
+    if eager_counts is not None:
+        if cuda_graph_pad_to is not None:
+            raise ValueError("eager_counts describe eager mode; under CUDA graph pass stale_host_ints instead")
+        bs, num = _eager_counts(eager_counts, n)
+        padded = max(n, bs, num)
+    if isinstance(max_len_slack, bool) or not isinstance(max_len_slack, int) or max_len_slack < 0:
+        raise ValueError(f"Expected max_len_slack to be a non-negative int but got max_len_slack={max_len_slack!r}")
     if cuda_graph_pad_to is not None:
         if cuda_graph_pad_to < n:
-            raise ValueError(
-                f"cuda_graph_pad_to={cuda_graph_pad_to} is smaller than the {n} segments; "
-                f"pass cuda_graph_pad_to >= {n}"
-            )
+            raise ValueError(f"cuda_graph_pad_to={cuda_graph_pad_to} is smaller than the {n} segments; "
+                             f"pass cuda_graph_pad_to >= {n}")
         padded = cuda_graph_pad_to
-    lens = seg_lens + [0] * (padded - n)
-    slots = weight_indices + [0] * (padded - n)
-    indptr = [0]
-    for length in lens:
-        indptr.append(indptr[-1] + length)
-    bs = num = n
-    max_len = max(seg_lens, default=0)
+    lens, slots, indptr = _segments(seg_lens, weight_indices, padded, len(lora_ranks), eager_counts is not None)
+    max_len = max(seg_lens, default=0) + max_len_slack
+    given_lens = _drifted(seg_lens, seg_lens_drift, with_max_len) + lens[n:]
     if stale_host_ints is not None:
-        bs, num, max_len = _stale(stale_host_ints, cuda_graph_pad_to, padded, max_len)
-    if permutation is not None:
-        perm = torch.as_tensor(permutation, dtype=torch.int64, device=device).clone()
-    else:
-        perm = None
+        bs, num, max_len = _stale(stale_host_ints, cuda_graph_pad_to, padded, max(seg_lens, default=0))
+    perm = None if permutation is None else torch.as_tensor(permutation, dtype=torch.int64, device=device).clone()
     return LoRABatchInfo(
         use_cuda_graph=cuda_graph_pad_to is not None,
         bs=bs,
@@ -151,8 +218,8 @@ def make_lora_batch_info(
         lora_ranks=torch.tensor([int(r) for r in lora_ranks], dtype=torch.int32, device=device),
         scalings=torch.tensor([float(s) for s in scalings], dtype=torch.float32, device=device),
         max_len=(max_len if with_max_len else None),
-        seg_lens=(torch.tensor(lens, dtype=torch.int32, device=device) if with_seg_lens else None),
+        seg_lens=(torch.tensor(given_lens, dtype=torch.int32, device=device) if with_seg_lens else None),
         permutation=perm,
-        expected_tokens=indptr[-1],
+        expected_tokens=indptr[n],
         has_active_lora=True,
     )

@@ -124,8 +124,9 @@ CONTRACTS: Mapping[str, Contract] = _table(
              "batch_info.seg_indptr[{index}]={value} exceeds the {rows} rows available ({what}); "
              "pass seg_indptr that ends at most at {rows}", "lora", _S),
     Contract("lora.strict.seg_lens_mismatch", ValueError,
-             "batch_info.seg_lens[{index}]={value} disagrees with seg_indptr "
-             "(seg_indptr[{next_index}]-seg_indptr[{index}]={expected}); pass seg_lens = diff(seg_indptr)",
+             "batch_info.seg_lens[{index}]={value} is shorter than segment {index} "
+             "(seg_indptr[{next_index}]-seg_indptr[{index}]={expected}) while max_len is None, so the tile count "
+             "max(seg_lens)={longest} would drop its rows; pass max_len, or seg_lens that cover every segment",
              "lora", _S),
     Contract("lora.strict.max_len_too_small", ValueError,
              "batch_info.max_len={value} is smaller than the longest segment (segment {index} has "
@@ -172,6 +173,20 @@ CONTRACTS: Mapping[str, Contract] = _table(
              "{field} has shape {got}, expected {expected}; {why}", "vision", _S),
     Contract("vision.strict.operand_layout", ValueError,
              "{field} is a {got}: {why}; pass {field}.contiguous()", "vision", _S),
+    # grouped-query attention (SPEC.md part 2): H_kv key/value heads, H % H_kv == 0
+    Contract("vision.strict.kv_heads", ValueError,
+             "k has {got} heads, which do not divide q's {heads}; grouped-query attention needs H % H_kv == 0 "
+             "(query head h attends key/value head h // (H // H_kv)): pass k and v with a divisor of {heads} heads",
+             "vision", _S),
+    Contract("vision.strict.kv_heads_match", ValueError,
+             "v has {got} heads but k has {kv}; keys and values share their heads (key/value head j is k[:, j] "
+             "with v[:, j]): pass v with {kv} heads", "vision", _S),
+    # the arguments of SGLang's VisionAttention.forward beyond the flashinfer_cudnn metadata
+    Contract("vision.strict.window_size", ValueError,
+             "window_size={got} is invalid: {why}; pass (left, right), two ints, -1 for no limit on that side "
+             "(FlashAttention's convention), e.g. (-1, -1) for full attention", "vision", _S),
+    Contract("vision.strict.unsupported_argument", ValueError,
+             "{field}={got} is not supported: {why}", "vision", _S),
 )
 
 

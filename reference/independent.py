@@ -11,9 +11,12 @@ formulations share no code with :mod:`reference` (no routing, no grouping by slo
   ``Delta_v[w,h] = (B_v[w,h][:, :r] @ A[w,:r,:]).T`` of shape ``(C, vd)`` (v side), then applied to the
   segment's tokens with ``einsum``.  The step-A outputs use the per-head factors directly.
 * **Vision**: every covered token is gathered through ``as_strided`` from its element offset (counted
-  from the tensor's data pointer, addressed with the tensor's own strides) and one
-  ``torch.nn.functional.scaled_dot_product_attention`` call runs over all of them with a
-  block-diagonal boolean mask.  Memory is quadratic in the covered tokens: small cases only.
+  from the tensor's data pointer, addressed with the tensor's own strides; k's from the token that
+  q's offset names) and one ``torch.nn.functional.scaled_dot_product_attention`` call runs over all of
+  them with a block-diagonal boolean mask (and the window's band within each sequence), grouped
+  key/value heads through its ``enable_gqa``.  Sinks rescale that output through the log-sum-exp of
+  the logits: ``out * exp(lse) / (exp(lse) + exp(sink))``.  Memory is quadratic in the covered tokens:
+  small cases only.
 
 Everything is float64 and expects well-formed metadata (what strict validation accepts).  Each
 function returns ``(value, defined)``: the expected output and the bool mask of the region the
@@ -161,21 +164,34 @@ def vision_independent(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, fo
     B = len(lengths)
     qk_ind, v_ind, o_ind = packed[:B + 1], packed[B + 1:2 * B + 2], packed[2 * B + 2:]
     scale = softmax_scale if softmax_scale is not None else D ** -0.5
+    left, right = kwargs.get("window_size") or (-1, -1)
+    sinks = kwargs.get("s_aux")
     out = torch.zeros(T * H * Dv, dtype=_F64)
     covered = torch.zeros(T * H * Dv, dtype=torch.bool)
-    qs, ks, vs, seq_id = [], [], [], []
+    qs, ks, vs, seq_id, pos = [], [], [], [], []
     for b, n in enumerate(lengths):
         if n <= 0:
             continue
         qs.append(_at(q, qk_ind[b], n))
-        ks.append(_at(k, qk_ind[b], n))
+        ks.append(_at(k, qk_ind[b] // q.stride(0) * k.stride(0), n))  # k at the token q's offset names
         vs.append(_at(v, v_ind[b], n))
         seq_id.append(torch.full((n,), b))
+        pos.append(torch.arange(n))
     if qs:
-        Q, K, V = (torch.cat(x).cpu().to(_F64).transpose(0, 1) for x in (qs, ks, vs))  # (H, N, *)
-        ids = torch.cat(seq_id)
+        Q, K, V = (torch.cat(x).cpu().to(_F64).transpose(0, 1) for x in (qs, ks, vs))  # (H or H_kv, N, *)
+        ids, p = torch.cat(seq_id), torch.cat(pos)
         mask = ids[:, None] == ids[None, :]  # block diagonal: attend within the sequence only
-        o = torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale)
+        if left >= 0:
+            mask &= p[None, :] >= p[:, None] - left
+        if right >= 0:
+            mask &= p[None, :] <= p[:, None] + right
+        o = torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale,
+                                                             enable_gqa=K.shape[0] != H)
+        if sinks is not None:
+            Kx = K.repeat_interleave(H // K.shape[0], dim=0)
+            lse = torch.logsumexp((Q @ Kx.transpose(1, 2) * scale).masked_fill(~mask, float("-inf")), dim=-1)
+            sink = sinks.detach().cpu().to(_F64)[:, None]  # (H, 1)
+            o = o * torch.sigmoid(lse - sink)[..., None]  # exp(lse) / (exp(lse) + exp(sink))
         o = o.transpose(0, 1).reshape(-1, H * Dv)  # (N, H*Dv) in sequence order
         start = 0
         for b, n in enumerate(lengths):

@@ -122,7 +122,8 @@ SIGNATURES: dict[str, Signature] = {s.op: s for s in (
               batch_info="batch_info", routing_weight="B_buf", sizes=("qk_nope_head_dim", "v_head_dim"), **_STEP_B),
     Signature("vision", "vision", "flashinfer_cudnn_attention", "flashinfer_cudnn_oracle",
               ("q", "k", "v", "cu_seqlens", "bsz", "seq_len"),
-              keywords=("softmax_scale", "forward_metadata", "sequence_lengths", "max_seqlen"),
+              keywords=("softmax_scale", "forward_metadata", "sequence_lengths", "max_seqlen", "window_size", "s_aux",
+                        "attention_mask", "output_ws"),
               metadata="forward_metadata", indptrs="cu_seqlens", sizes=("bsz", "seq_len")),
 )}
 

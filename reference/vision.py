@@ -8,7 +8,10 @@ fp32 results carry the same computation in other summation orders (``OracleResul
 see reference.tolerance, Note [Baseline orders]).
 ``flashinfer_cudnn_attention`` has SGLang's forward signature and returns the input's dtype.
 
-Shapes: ``q``, ``k`` (T,H,D) or (b,s,H,D); ``v`` (T,H,Dv); output (T,H,Dv) (4-D in, 4-D out).
+Shapes: ``q`` (T,H,D) or (b,s,H,D); ``k`` (T,H_kv,D) and ``v`` (Tv,H_kv,Dv) with ``H % H_kv == 0``
+(query head ``h`` attends key/value head ``h // (H // H_kv)``: Note [Grouped-query attention] in
+:mod:`reference.vision_metadata`); output (T,H,Dv) (4-D in, 4-D out).  ``window_size`` and ``s_aux``
+(attention sinks) as Note [Window and sinks] in :mod:`reference.vision_arguments` defines them.
 Memory stays bounded on long sequences by processing queries in blocks (not one token at a time).
 """
 
@@ -21,6 +24,7 @@ import torch
 from kernel_oracle.reference.lora import OracleResult
 from kernel_oracle.reference.strict import resolve_strict
 from kernel_oracle.reference.tolerance import check_faithful, round_to_tf32, tf32_mode
+from kernel_oracle.reference.vision_arguments import NO_WINDOW, window_mask
 from kernel_oracle.reference.vision_metadata import (
     VisionAttentionMetadata,
     VisionPlan,
@@ -44,10 +48,14 @@ _SCORE_BLOCK_BYTES = 256 * 2**20
 
 def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, *, faithful: bool | str,
                     out_dtype: torch.dtype, order: Optional[tuple[torch.Tensor, Optional[torch.Tensor]]] = None,
-                    exp2: bool = False, key_block: Optional[int] = None) -> torch.Tensor:
+                    exp2: bool = False, key_block: Optional[int] = None, window: tuple[int, int] = NO_WINDOW,
+                    sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
     """softmax(q k^T * scale) v for one sequence.
 
-    q (n,H,D), k (n,H,D), v (n,H,Dv) -> (n,H,Dv) in float64, or ``out_dtype`` when faithful.
+    q (n,H,D), k (n,H,D), v (n,H,Dv) -> (n,H,Dv) in float64, or ``out_dtype`` when faithful (k and v
+    with q's heads: a caller expands grouped key/value heads first).  ``window`` (left, right): query
+    ``i`` attends keys ``i-left .. i+right`` (-1: no limit); ``sinks`` (H,): one extra logit per head in
+    the softmax denominator (Note [Window and sinks] in :mod:`reference.vision_arguments`).
     ``order``: (head-dim permutation (D,), key permutation (n,)): the same result with the sums of
     q k^T, the softmax and the PV product taken in another order (see :func:`baseline_orders`).
     ``exp2`` (faithful only): the flash-attention form of the same softmax -- ``scale * log2(e)``
@@ -59,11 +67,12 @@ def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     check_faithful(faithful)
     if isinstance(faithful, str) and faithful == "tf32":
         raise ValueError("faithful='tf32' means both TF32 modes: pass 'tf32-rne' or 'tf32-trunc' to attention_block")
+    key_pos = torch.arange(k.shape[0], device=q.device)
     if order is not None:
         dims, keys = order
         q, k = q[..., dims], k[..., dims]
         if keys is not None:
-            k, v = k[keys], v[keys]
+            k, v, key_pos = k[keys], v[keys], key_pos[keys]
     compute = torch.float32 if faithful else torch.float64
     mode = tf32_mode(faithful)  # tl.dot's fp32 operands on GPUs (reference.tolerance, Note [TF32 rounding])
     mm = (lambda t: round_to_tf32(t, mode)) if mode else (lambda t: t)
@@ -73,13 +82,21 @@ def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     out = torch.empty(n, H, v.shape[2], dtype=out_dtype if faithful else compute, device=q.device)
     elem = torch.finfo(compute).bits // 8
     block = max(1, min(n, _SCORE_BLOCK_BYTES // max(1, H * n * elem)))
+    sink = None if sinks is None else sinks.to(compute).view(H, 1, 1)
+    windowed = window[0] >= 0 or window[1] >= 0
     for s in range(0, n, block):
         qb = mm(q[s:s + block].to(compute)).transpose(0, 1)  # (H, b, D)
+        keep = window_mask(torch.arange(s, s + qb.shape[1], device=q.device), key_pos, window) if windowed else None
         if exp2 and faithful:
-            ob = _online_softmax_pv(qb, kt, vh, scale * LOG2E, key_block or n, q.dtype, mm)
+            ob = _online_softmax_pv(qb, kt, vh, scale * LOG2E, key_block or n, q.dtype, mm, keep, sink)
         else:
             scores = torch.bmm(qb, kt) * scale  # (H, b, n)
-            p = torch.softmax(scores, dim=-1)
+            if keep is not None:
+                scores = scores.masked_fill(~keep, float("-inf"))
+            if sink is None:
+                p = torch.softmax(scores, dim=-1)
+            else:  # the sink joins the softmax as one more logit per head, and is dropped after it
+                p = torch.softmax(torch.cat([scores, sink.expand(H, scores.shape[1], 1)], dim=-1), dim=-1)[..., :-1]
             if faithful:
                 p = mm(p.to(q.dtype).to(compute))
             ob = torch.bmm(p, vh)  # (H, b, Dv)
@@ -87,23 +104,30 @@ def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     return out
 
 
-def _online_softmax_pv(qb, kt, vh, scale2: float, block: int, in_dtype, mm) -> torch.Tensor:
+def _online_softmax_pv(qb, kt, vh, scale2: float, block: int, in_dtype, mm, keep=None, sink=None) -> torch.Tensor:
     """softmax(qb kt * scale) vh as a flash-attention kernel takes it, in qb's dtype: base-2 logits,
     keys in blocks of ``block`` with a running row maximum ``m``, row sum ``l`` and output ``acc``
     rescaled by ``exp2(m_old - m_new)`` at each block, the probabilities rounded to the input dtype
-    for the PV product, the division by ``l`` last.  qb (H,b,D), kt (H,D,n), vh (H,n,Dv) -> (H,b,Dv)."""
+    for the PV product, the division by ``l`` last.  qb (H,b,D), kt (H,D,n), vh (H,n,Dv) -> (H,b,Dv).
+    ``keep`` (b,n): the window's keys (a row whose block holds none of them keeps its running values);
+    ``sink`` (H,1,1): the sink logits, added to ``l`` as ``exp2(sink * log2(e) - m)`` before the division."""
     H, b, n = qb.shape[0], qb.shape[1], kt.shape[2]
     m = torch.full((H, b, 1), float("-inf"), dtype=qb.dtype, device=qb.device)
     l = torch.zeros((H, b, 1), dtype=qb.dtype, device=qb.device)
     acc = torch.zeros((H, b, vh.shape[2]), dtype=qb.dtype, device=qb.device)
     for j in range(0, n, max(block, 1)):
         s = torch.bmm(qb, kt[:, :, j:j + block]) * scale2
+        if keep is not None:
+            s = s.masked_fill(~keep[:, j:j + block], float("-inf"))
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-        alpha = torch.exp2(m - m_new)
-        p = torch.exp2(s - m_new)
+        m_safe = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)  # no key yet: exp2(-inf) = 0
+        alpha = torch.exp2(m - m_safe)
+        p = torch.exp2(s - m_safe)
         l = l * alpha + p.sum(dim=-1, keepdim=True)
         acc = acc * alpha + torch.bmm(mm(p.to(in_dtype).to(qb.dtype)), vh[:, j:j + block])
         m = m_new
+    if sink is not None:
+        l = l + torch.exp2(sink * LOG2E - m)
     return acc * (1.0 / l)
 
 
@@ -137,6 +161,7 @@ def _run(plan: VisionPlan, faithful: bool | str) -> OracleResult:
         return OracleResult(rne.value, rne.defined, rne.alternates + trunc.baselines)
     check_faithful(faithful)
     q, k, v = plan.q, plan.k, plan.v
+    group = plan.kv_group
     T, H, Dv = q.shape[0], q.shape[1], v.shape[2]
     dtype = q.dtype if faithful else torch.float64
     value = torch.zeros(T, H, Dv, dtype=dtype, device=q.device)
@@ -150,15 +175,18 @@ def _run(plan: VisionPlan, faithful: bool | str) -> OracleResult:
             if n == 0 or b in skip:
                 continue
             qs, vs, os = int(plan.qk_start[b]), int(plan.v_start[b]), int(plan.o_start[b])
-            value[os:os + n] = attention_block(q[qs:qs + n], k[qs:qs + n], v[vs:vs + n], plan.scale,
-                                               faithful=faithful, out_dtype=dtype)
+            # each query head's key/value head (Note [Grouped-query attention]): expanded to H heads
+            kb, vb = (x.repeat_interleave(group, dim=1) if group > 1 else x for x in (k[qs:qs + n], v[vs:vs + n]))
+            extra = dict(window=plan.window, sinks=plan.sinks)
+            value[os:os + n] = attention_block(q[qs:qs + n], kb, vb, plan.scale, faithful=faithful, out_dtype=dtype,
+                                               **extra)
             orders = baseline_orders(n, q.shape[2], n_orders, q.device)
             for i, (alt, order) in enumerate(zip(reordered, orders)):
                 fa = FA_FORM_ALTERNATES and i % 2 == 0
                 alt[os:os + n] = attention_block(
-                    q[qs:qs + n], k[qs:qs + n], v[vs:vs + n], plan.scale, faithful=faithful, out_dtype=dtype,
+                    q[qs:qs + n], kb, vb, plan.scale, faithful=faithful, out_dtype=dtype,
                     order=(order[0], None) if fa else order, exp2=fa,
-                    key_block=FA_KEY_BLOCKS[(i // 2) % len(FA_KEY_BLOCKS)] if fa else None)
+                    key_block=FA_KEY_BLOCKS[(i // 2) % len(FA_KEY_BLOCKS)] if fa else None, **extra)
             defined[os:os + n] = True
         for b in skip:  # an unspecified sequence may overwrite outputs that another one defined
             n, os = int(plan.lengths[b]), int(plan.o_start[b])

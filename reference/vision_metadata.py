@@ -9,8 +9,18 @@ multiples of 8) with zero-length entries, and ``max_seqlen`` is bucketed upward 
 multiples of 128K) so that cuDNN graphs can be cached.
 
 :func:`resolve_flashinfer_cudnn` applies SGLang's resolution order and its six upstream messages
-(contract table, ``origin="upstream"``), then our strict checks, and returns a
-:class:`VisionPlan` of token ranges that both the reference and our kernel consume.
+(contract table, ``origin="upstream"``), then the extra arguments (Note [Window and sinks] in
+:mod:`reference.vision_arguments`), then our strict checks, and returns a :class:`VisionPlan` of token
+ranges that both the reference and our kernel consume.
+
+Note [Grouped-query attention]
+------------------------------
+k and v may have ``H_kv`` heads with ``H % H_kv == 0`` (GQA; MQA is ``H_kv == 1``): query head ``h``
+attends key/value head ``h // (H // H_kv)``.  Sequence ``b`` covers the same tokens of q and k: its
+token offset is ``qk_indptr[b]`` divided by *q's* token stride, and k's elements are found from that
+token with k's own strides (v and the output keep their own indptrs, each divided by its own token
+stride).  SGLang hands cuDNN ``batch_offsets_k = batch_offsets_q``, element offsets in q's units; with
+a k of another width those name other keys, which this resolution makes visible instead of inheriting.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from kernel_oracle.reference._helpers import (check_metadata_tensor, describe_la
                                               scale_as_float)
 from kernel_oracle.reference.contracts import raise_contract
 from kernel_oracle.reference.strict import resolve_strict
+from kernel_oracle.reference.vision_arguments import NO_WINDOW, resolve_arguments
 
 __all__ = [
     "BATCH_BUCKETS",
@@ -34,6 +45,7 @@ __all__ = [
     "bucket_max_seqlen",
     "check_attention_operands",
     "prepare_flashinfer_cudnn_metadata",
+    "prepare_flashinfer_cudnn_vision_attention_metadata",
     "resolve_flashinfer_cudnn",
     "select_metadata",
 ]
@@ -126,13 +138,24 @@ def prepare_flashinfer_cudnn_metadata(
     )
 
 
+def prepare_flashinfer_cudnn_vision_attention_metadata(cu_seqlens: torch.Tensor, device: torch.device | str, *,
+                                                       elem_per_token: int) -> VisionAttentionMetadata:
+    """SGLang's metadata helper (``sglang/srt/layers/attention/vision.py``, 0.5.17 on), our implementation:
+    one element stride for q, v and o, ``sequence_lengths`` as ``(B_pad,1,1,1)``.  The stand-in for a
+    target's own helper (``Target.metadata_helper``) where it offers none."""
+    return prepare_flashinfer_cudnn_metadata(cu_seqlens, device, elem_per_token=elem_per_token,
+                                             sequence_lengths_4d=True)
+
+
 @dataclass(frozen=True)
 class VisionPlan:
     """A resolved call: 3-D tensors and per-sequence token starts (CPU int64, ``(B,)`` each).
 
-    ``q``/``k`` (T,H,D), ``v`` (Tv,H,Dv); output (T,H,Dv) is written at ``o_start``.  ``undefined``
-    lists sequences whose output upstream leaves unspecified (non-strict mode only), and
-    ``all_undefined`` marks calls whose writes can land anywhere.
+    ``q`` (T,H,D), ``k`` (T,H_kv,D), ``v`` (Tv,H_kv,Dv) (Note [Grouped-query attention]); output
+    (T,H,Dv) is written at ``o_start``.  ``undefined`` lists sequences whose output upstream leaves
+    unspecified (non-strict mode only), and ``all_undefined`` marks calls whose writes can land anywhere.
+    ``window`` (left, right, -1 for no limit) and ``sinks`` ((H,) or None): Note [Window and sinks] in
+    :mod:`reference.vision_arguments`.
     """
 
     q: torch.Tensor
@@ -148,10 +171,21 @@ class VisionPlan:
     out_stride: int
     undefined: tuple[int, ...] = field(default_factory=tuple)
     all_undefined: bool = False
+    window: tuple[int, int] = NO_WINDOW
+    sinks: Optional[torch.Tensor] = None
 
     @property
     def num_sequences(self) -> int:
         return int(self.lengths.numel())
+
+    @property
+    def kv_group(self) -> int:
+        """Query heads per key/value head, ``H // H_kv`` (Note [Grouped-query attention])."""
+        return self.q.shape[1] // max(self.k.shape[1], 1)
+
+    @property
+    def has_window(self) -> bool:
+        return self.window[0] >= 0 or self.window[1] >= 0
 
 
 def _max_seqlen_int(max_seqlen) -> int:
@@ -240,10 +274,12 @@ def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_me
     head_dim = q.shape[2]
     default_scale = head_dim ** -0.5
     scale = default_scale if softmax_scale is None else scale_as_float("softmax_scale", softmax_scale, default_scale)
+    extras = resolve_arguments(q, kwargs, strict)  # window_size, s_aux, attention_mask (Note [Window and sinks])
     out_stride = int(q.shape[1] * v.shape[2])
     if strict:
         _strict_checks(q, k, v, sequence_lengths, packed, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride)
     undefined, all_undefined = _anomalies(q, k, v, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride)
+    all_undefined = all_undefined or extras.malformed
     strides = {"q": q.stride(0), "v": v.stride(0), "o": out_stride}
     return VisionPlan(
         q=q, k=k, v=v,
@@ -252,23 +288,37 @@ def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_me
         v_start=v_ind[:-1] // max(strides["v"], 1),
         o_start=o_ind[:-1] // max(strides["o"], 1),
         max_seqlen=max_seqlen, scale=scale, reshape_batch=reshape_batch, out_stride=out_stride,
-        undefined=undefined, all_undefined=all_undefined,
+        undefined=undefined, all_undefined=all_undefined, window=extras.window, sinks=extras.sinks,
     )
 
 
 def check_attention_operands(q, k, v) -> None:
-    """k and v in q's dtype and device; k shaped like q (T,H,D); v (T',H,Dv).  Shared by the strict
-    checks and by kernels that cannot run on mismatched operands even with strict validation off."""
+    """k and v in q's dtype and device; k (T,H_kv,D) with q's tokens and head dim and H_kv dividing q's
+    H; v (T',H_kv,Dv) (Note [Grouped-query attention]).  Shared by the strict checks and by kernels that
+    cannot run on mismatched operands even with strict validation off."""
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dtype != q.dtype or t.device != q.device:
             raise_contract("vision.strict.metadata_tensor", field=name, expected=f"a {q.dtype} tensor on {q.device} like q",
                            got=describe_tensor(t), fix=f"pass {name} in q's dtype and device")
-    if q.dim() != 3 or k.shape != q.shape:
-        raise_contract("vision.strict.shape_mismatch", field="k", got=tuple(k.shape), expected=tuple(q.shape),
-                       why="q and k share shape (tokens, heads, head_dim)")
-    if v.dim() != 3 or v.shape[1] != q.shape[1]:
+    if q.dim() != 3 or k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
+        heads = k.shape[1] if k.dim() == 3 else "H_kv"
+        raise_contract("vision.strict.shape_mismatch", field="k", got=tuple(k.shape),
+                       expected=(*q.shape[:1], heads, *q.shape[2:]),
+                       why="k is (tokens, key/value heads, head_dim) with q's tokens and head_dim")
+    if v.dim() != 3:
         raise_contract("vision.strict.shape_mismatch", field="v", got=tuple(v.shape),
-                       expected=("*", q.shape[1], "*"), why="v has q's head count")
+                       expected=("*", k.shape[1], "*"), why="v is (tokens, key/value heads, v_head_dim)")
+    _check_kv_heads(q, k, v)
+
+
+def _check_kv_heads(q, k, v) -> None:
+    """3-D q (T,H,D), k and v: k's H_kv heads divide q's H, and v has k's heads (Note [Grouped-query
+    attention]).  Checked with strict validation off too: no head mapping exists otherwise."""
+    H, H_kv = q.shape[1], k.shape[1]
+    if (H_kv == 0 and H != 0) or (H_kv and H % H_kv):
+        raise_contract("vision.strict.kv_heads", got=H_kv, heads=H)
+    if v.shape[1] != H_kv:
+        raise_contract("vision.strict.kv_heads_match", got=v.shape[1], kv=H_kv)
 
 
 def check_token_layout(name: str, t: torch.Tensor) -> None:
@@ -306,8 +356,9 @@ def _strict_checks(q, k, v, sequence_lengths, packed, lengths, max_seqlen, qk_in
         i = int(torch.argmax(lengths))
         raise_contract("vision.strict.max_seqlen_too_small", value=max_seqlen, index=i, longest=int(lengths[i]))
     real = lengths > 0
+    # k's tokens are q's (Note [Grouped-query attention]): its offsets are counted in q's token stride
     for fld, ind, tensor, t, stride in (("qk_indptr", qk_ind, "q", q, q.stride(0)),
-                                        ("qk_indptr", qk_ind, "k", k, k.stride(0)),
+                                        ("qk_indptr", qk_ind, "k", k, q.stride(0)),
                                         ("v_indptr", v_ind, "v", v, v.stride(0)),
                                         ("o_indptr", o_ind, "the output", None, out_stride)):
         tokens = t.shape[0] if t is not None else q.shape[0]
@@ -343,7 +394,7 @@ def _anomalies(q, k, v, lengths, max_seqlen, qk_ind, v_ind, o_ind, out_stride):
     real = lengths > 0
     for b in torch.nonzero(real & (lengths > max_seqlen)).flatten().tolist():
         undefined.add(b)
-    for ind, t, stride in ((qk_ind, q, q.stride(0)), (qk_ind, k, k.stride(0)), (v_ind, v, v.stride(0))):
+    for ind, t, stride in ((qk_ind, q, q.stride(0)), (qk_ind, k, q.stride(0)), (v_ind, v, v.stride(0))):
         starts = ind[:-1]
         tok = starts // max(stride, 1)
         bad = real & (((starts % max(stride, 1)) != 0) | (tok < 0) | (tok + lengths > t.shape[0]))

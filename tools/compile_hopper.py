@@ -20,21 +20,27 @@ from __future__ import annotations
 
 import sys
 
-# (dtype, precision, EXACT, head dim[, split head dim[, folded scale[, descriptor loads]]]): the variants a
-# kernel change must keep compiling (the folded scale, Note [Folded scale], wherever EXACT is 0 unless said).
-# The last four read keys and values through descriptors (Note [Descriptor loads]): the first three are the
-# H200's defaults (128 x 128 blocks for d128; d80 and d72 split, 128 x 64 blocks), the fourth a float32 split
-# head dim in float64 logits, which reads through descriptors only when a config asks.
+# (dtype, precision, EXACT, head dim[, split head dim[, folded scale[, descriptor loads[, GQA group[, window[,
+# sinks]]]]]]): the variants a kernel change must keep compiling (the folded scale, Note [Folded scale], wherever
+# EXACT is 0 unless said).  Four read keys and values through descriptors (Note [Descriptor loads]): the first
+# three are the H200's defaults (128 x 128 blocks for d128; d80 and d72 split, 128 x 64 blocks), the fourth a
+# float32 split head dim in float64 logits, which reads through descriptors only when a config asks.  The last
+# three take grouped key/value heads, a window and sinks (Note [GQA, window and sinks]) on a split descriptor
+# path, the float64 softmax and pointer loads.
 VARIANTS = (("float32", "ieee", 0, 80), ("float32", "ieee", 1, 80), ("float32", "ieee", 2, 80),
             ("float32", "tf32", 0, 128), ("bfloat16", None, 0, 80), ("float16", None, 0, 64),
             ("bfloat16", None, 0, 80, True), ("bfloat16", None, 0, 72, True, False),
             ("float16", None, 0, 128, False, False),
             ("bfloat16", None, 0, 128, False, None, True), ("bfloat16", None, 0, 80, True, None, True),
-            ("float16", None, 0, 72, True, None, True), ("float32", "ieee", 2, 80, True, None, True))
+            ("float16", None, 0, 72, True, None, True), ("float32", "ieee", 2, 80, True, None, True),
+            ("bfloat16", None, 0, 80, True, None, True, 2, True, True),
+            ("float32", "ieee", 2, 64, False, None, False, 4, True, True),
+            ("float16", None, 0, 64, False, None, False, 1, True, True))
 _TRITON_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def compile_variant(dtype: str, precision, exact: int, d: int, split: bool = False, fold=None, tma: bool = False):
+def compile_variant(dtype: str, precision, exact: int, d: int, split: bool = False, fold=None, tma: bool = False,
+                    group: int = 1, window: bool = False, sinks: bool = False):
     """The compiled kernel of one variant, with the constexprs and config ``launch_attention`` would
     pick for contiguous q, k, v of head dim ``d`` (raises Triton's CompilationError when it does not build).
     Every constexpr of the kernel is given here: one left out would compile as a runtime i32 argument."""
@@ -50,13 +56,15 @@ def compile_variant(dtype: str, precision, exact: int, d: int, split: bool = Fal
     cfg = VC.default_config(da + db, da + db, elem, tma, db > 0)
     const = dict(D=d, DA=da, DB=db, DV=d, DVA=da, DVB=db, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  PREC=precision, INTERP=False, P_ROUND=VK._P_ROUND[dtype], ALIGN=16 // elem,
-                 TF32=precision == "tf32", EXACT=exact, FOLD_SCALE=exact == 0 if fold is None else fold, TMA=tma)
+                 TF32=precision == "tf32", EXACT=exact, FOLD_SCALE=exact == 0 if fold is None else fold, TMA=tma,
+                 GQA=group > 1, WINDOW=window, HAS_SINKS=sinks)
     missing = [a for a, p in zip(fn.arg_names, fn.params) if p.is_constexpr and a not in const]
     if missing:
         raise TypeError(f"compile_variant gives no value for the constexpr(s) {missing}")
     sig = {name: "i32" for name in fn.arg_names}
     ptr = f"*{_TRITON_TYPES[dtype]}"
-    sig.update({n: ptr for n in ("Q", "K", "V", "O")}, TABLE="*i32", qk_scale="fp32", qk_scale_lo="fp32")
+    sig.update({n: ptr for n in ("Q", "K", "V", "O")}, TABLE="*i32", SINKS="*bf16", qk_scale="fp32",
+               qk_scale_lo="fp32")
     sig.update({k: "constexpr" for k in const})
     return triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))

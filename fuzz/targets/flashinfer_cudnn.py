@@ -35,6 +35,14 @@ Availability: FlashInfer and the cuDNN frontend must import and the device must 
 otherwise the target is unavailable and says why.  fp32 is excluded (cuDNN SDPA takes fp16/bf16).
 The target implements no strict validation (like SGLang): run campaigns on it with
 ``--upstream-contracts-only``, because malformed offsets reach the engine unchecked.
+
+GQA/MQA: the engine takes k and v with their own heads.  SGLang passes ``batch_offsets_k =
+batch_offsets_q``, element offsets in q's units, which name other keys when k's token stride differs
+from q's (Note [Grouped-query attention] in :mod:`reference.vision_metadata`); this target passes the
+same object where the strides agree (SGLang's call) and k's own offsets (q's token times k's token
+stride) where they differ, so it tests the engine, while the release's own wrapper (``sglang==X.Y.Z``)
+is what shows SGLang's choice.  The engine has no window and no sinks: the target declines
+``window_size`` and ``s_aux`` and refuses them, naming the argument.
 """
 
 from __future__ import annotations
@@ -49,8 +57,8 @@ from kernel_oracle.harness.targets import Target, unavailable
 
 from .registry import register_target
 
-__all__ = ["ENGINE_DTYPES_REASON", "GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn", "GraphCacheHazard",
-           "engine_graph_cache", "engine_versions", "flashinfer_cudnn_target", "shared_engine"]
+__all__ = ["DECLINES", "ENGINE_DTYPES_REASON", "GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn",
+           "GraphCacheHazard", "engine_graph_cache", "engine_versions", "flashinfer_cudnn_target", "shared_engine"]
 
 # SGLang's vision backends share a workspace buffer; FlashInfer documents 128 MB as sufficient for
 # typical prefill workloads.
@@ -168,6 +176,7 @@ class FlashInferCudnn:
         # the upstream contract, in SGLang's order (raises its exact types and messages)
         resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata, strict=False, **kwargs)
         sequence_lengths, packed, max_seqlen = select_metadata(cu_seqlens, forward_metadata, kwargs)
+        _refuse_extras(kwargs)
         reshape_batch = q.shape[0] if q.dim() == 4 else None
         if reshape_batch is not None:
             q, k, v = (x.flatten(0, 1) for x in (q, k, v))
@@ -175,10 +184,12 @@ class FlashInferCudnn:
         B = int(lens.numel())
         flat = packed.reshape(-1).to(device=q.device, dtype=torch.int32)
         qk_ind, v_ind, o_ind = (flat[i * (B + 1):(i + 1) * (B + 1)].view(B + 1, 1, 1, 1) for i in range(3))
+        # k's elements from the token q's offset names (SGLang's very object where the strides agree)
+        k_ind = qk_ind if k.stride(0) == q.stride(0) else qk_ind // q.stride(0) * k.stride(0)
         scale = float(softmax_scale if softmax_scale is not None else q.shape[2] ** -0.5)
         call = dict(max_token_per_sequence=max_seqlen, max_sequence_kv=max_seqlen,
                     actual_seq_lens_q=lens.view(B, 1, 1, 1), actual_seq_lens_kv=lens.view(B, 1, 1, 1),
-                    causal=False, batch_offsets_q=qk_ind, batch_offsets_k=qk_ind, batch_offsets_v=v_ind,
+                    causal=False, batch_offsets_q=qk_ind, batch_offsets_k=k_ind, batch_offsets_v=v_ind,
                     batch_offsets_o=o_ind, is_cuda_graph_compatible=True)
         poison = self._poison
 
@@ -299,6 +310,24 @@ class FlashInferCudnn:
                 "this target runs return_lse=False instead (the same output tensor, no LSE)")
 
 
+# what the engine lacks, by vision feature (Target.declines)
+DECLINES = {"window_size": "FlashInfer's cudnn_batch_prefill_with_kv_cache takes no window",
+            "s_aux": "FlashInfer's cudnn_batch_prefill_with_kv_cache takes no attention sinks"}
+
+
+def _refuse_extras(kwargs: dict) -> None:
+    """A window or sinks would be ignored by the engine: refuse them, naming the argument."""
+    from kernel_oracle.reference.contracts import raise_contract
+
+    window = kwargs.get("window_size")
+    if window is not None and not (isinstance(window, (tuple, list)) and tuple(window) == (-1, -1)):
+        raise_contract("vision.strict.unsupported_argument", field="window_size", got=repr(window),
+                       why=DECLINES["window_size"] + "; pass window_size=(-1, -1)")
+    if kwargs.get("s_aux") is not None:
+        raise_contract("vision.strict.unsupported_argument", field="s_aux", got="a tensor",
+                       why=DECLINES["s_aux"] + "; pass s_aux=None")
+
+
 ENGINES: dict = {}
 
 
@@ -343,7 +372,7 @@ def flashinfer_cudnn_target(device):
                excluded_dtypes={"float32": ENGINE_DTYPES_REASON},
                poison=engine.poisoned_output,
                notes={op: "flashinfer-cudnn is a vision peer only" for op in FAMILY_OPS["lora"]},
-               status=engine.describe)
+               status=engine.describe, declines=dict(DECLINES))
     t.reason = engine.describe()
     t.release = _flashinfer_release()
     return t

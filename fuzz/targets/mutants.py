@@ -17,6 +17,15 @@ naming the mutant, the file and the missing anchor: update the mutant, never dro
 mutant and reports whether it was killed and after how many examples.  ``categories`` / ``ops``
 focus the search where the bug can show (a numeric bug on valid inputs, a message drift on
 contract cases), which keeps the whole table within the CPU budget.
+
+Note [Wrong-field mutants]
+--------------------------
+One mutant per pair of redundant fields (SPEC.md "Fields that may disagree"; Note [Fields that disagree]
+in :mod:`fuzz.strategies`) reads the copy upstream does not read: eager ``bs`` for ``num_segments``,
+``seg_lens`` for the ``seg_indptr`` bounds, the longest segment for ``max_len``'s tile count, the indptr
+gaps for ``sequence_lengths``, the kwargs for ``forward_metadata``.  Each computes right whenever the
+copies agree, so only the strategies' disagreeing draws can kill it.  The GQA, window and sinks mutants
+plant the bug each of those checks exists for.
 """
 
 from __future__ import annotations
@@ -101,6 +110,9 @@ _L, _P = "lora/_launch.py", "lora/_plan.py"
 _VK = "vision/_kernel.py"
 _VT = "vision/_tiles.py"
 _VA = "vision/attention.py"
+# Note [Wrong-field mutants]: segment-major tiles (what the tiny preset's batches rarely choose on their own)
+_FORCE_SEG = Patch(_P, 'token_major = seg_rows > TOKEN_MAJOR_WASTE * num_rows if force == "auto" else force == "tok"',
+                   "token_major = False")
 
 MUTANTS: tuple[Mutant, ...] = (
     # ---- LoRA ----
@@ -149,8 +161,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("lora_row_search_off_by_one", "lora", "slot-sorted tiles search the row's segment with < instead of <= "
            "(a row at a segment's start goes to the segment before)",
            (Patch(_KR, "<= k, pos + (SEG_TILE >> (i + 1)), pos)", "< k, pos + (SEG_TILE >> (i + 1)), pos)"),)),
+    # every route: the segment-major and token-major lookups, and the slot-sorted tiles' slot list
     Mutant("lora_wrong_slot", "lora", "each row takes the previous segment's slot",
-           (Patch(_KR, "weight_indices + seg", "weight_indices + tl.maximum(seg - 1, 0)"),)),
+           (Patch(_KR, "weight_indices + seg", "weight_indices + tl.maximum(seg - 1, 0)"),
+            Patch(_KR, "slots = tl.load(weight_indices + offs_n, mask=in_n, other=-1)",
+                  "slots = tl.load(weight_indices + tl.maximum(offs_n - 1, 0), mask=in_n, other=-1)"))),
     Mutant("lora_tf32_operands_8bit", "lora", "fp32 operands truncated to 8 mantissa bits, not TF32's 10 "
            "(a TF32 error too large; Note [TF32 mutants])",
            (Patch(_KT, _OPERAND, "    if x.dtype == tl.float32:\n"
@@ -162,6 +177,24 @@ MUTANTS: tuple[Mutant, ...] = (
                   "(kk < QK - 1)[:, None] & (offs_r < rank)[None, :]", count=1),
             Patch(_KT, _OPERAND, "    if x.dtype == tl.float32:\n        x = round_tf32(x, True)\n    return x")),
            ops=("step_a_q",), precision="tf32", dtypes=_FP32_ONLY),
+    # Note [Wrong-field mutants]
+    Mutant("lora_reads_bs_not_num_segments", "lora", "eager launches process bs segments instead of "
+           "num_segments or bs (upstream's count)",
+           (Patch(_P, "    n = num_segments(batch_info)\n",
+                  "    n = int(batch_info.bs or batch_info.num_segments)\n"),)),
+    Mutant("lora_bounds_from_seg_lens", "lora", "segment bounds are rebuilt from seg_lens instead of read from "
+           "seg_indptr",
+           (Patch(_L, "seg_indptr=batch_info.seg_indptr, weight_indices",
+                  "seg_indptr=(batch_info.seg_indptr if batch_info.seg_lens is None else torch.cat("
+                  "[batch_info.seg_indptr[:1], batch_info.seg_indptr[:1] + torch.cumsum(batch_info.seg_lens, 0)])"
+                  ".to(torch.int32)), weight_indices"),)),
+    Mutant("lora_grid_from_longest_segment", "lora", "the segment-major grid is sized from the longest segment in "
+           "seg_indptr while its programs are decoded with max_len's tile count",
+           (Patch(_P, "return Plan(False, n_launch, n_launch * tiles_per_seg, max(tiles_per_seg, 1), 0, 0, seg_blocks)",
+                  "return Plan(False, n_launch, n_launch * triton.cdiv(int((batch_info.seg_indptr[1:n + 1] - "
+                  "batch_info.seg_indptr[:n]).max()) if n else 0, seg_blocks['BT']), max(tiles_per_seg, 1), 0, 0, "
+                  "seg_blocks)"),
+            _FORCE_SEG)),
     Mutant("lora_drifted_error_message", "lora", "the missing-max_len error lost its final period",
            (Patch(_L, "from kernel_oracle.reference.lora import validate_call\n",
                   "from kernel_oracle.reference.lora import validate_call as _validate_call\n\n\n"
@@ -188,6 +221,28 @@ MUTANTS: tuple[Mutant, ...] = (
                   "self.num_blocks, plan.q.shape[2] ** -0.5, self.config"),)),
     Mutant("vision_exp2_without_log2e", "vision", "scores go to exp2 without the log2(e) factor (wrong softmax base)",
            (Patch(_VK, "_split_scale(float(scale) * LOG2E)", "_split_scale(float(scale))"),)),
+    # Note [Wrong-field mutants]
+    Mutant("vision_lengths_from_indptr_gaps", "vision", "each sequence's length is the gap to the next qk_indptr "
+           "entry instead of sequence_lengths",
+           (Patch(_VA, "    n = plan.lengths\n    qs, vs, os = plan.qk_start, plan.v_start, plan.o_start\n"
+                       "    keep = _kept",
+                  "    n = torch.cat([plan.qk_start[1:] - plan.qk_start[:-1], plan.lengths[-1:]]).clamp(min=0)\n"
+                  "    qs, vs, os = plan.qk_start, plan.v_start, plan.o_start\n    keep = _kept"),)),
+    Mutant("vision_kwargs_over_forward_metadata", "vision", "the wrapper takes the kwargs path whenever "
+           "sequence_lengths is among the kwargs, even beside forward_metadata's packed indptrs",
+           (Patch(_VA, "    plan = resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata, "
+                       "strict=strict, **kwargs)",
+                  "    if \"sequence_lengths\" in kwargs:\n        forward_metadata = None\n"
+                  "    plan = resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata, "
+                  "strict=strict, **kwargs)"),)),
+    # the checks of SGLang's whole call (Note [GQA, window and sinks] in kernels.vision._kernel)
+    Mutant("vision_gqa_interleaved_heads", "vision", "query head h reads key/value head h % H_kv instead of "
+           "h // (H // H_kv)",
+           (Patch(_VK, "        kv_h = h // kv_group", "        kv_h = h % (tl.num_programs(1) // kv_group)"),)),
+    Mutant("vision_ignores_window", "vision", "window_size is accepted and ignored (full attention)",
+           (Patch(_VK, "WINDOW=window[0] >= 0 or window[1] >= 0", "WINDOW=False"),)),
+    Mutant("vision_ignores_sinks", "vision", "s_aux is accepted and ignored (no sink in the softmax)",
+           (Patch(_VK, "HAS_SINKS=sinks is not None", "HAS_SINKS=False"),)),
     Mutant("vision_skips_strict_validation", "vision", "the wrapper resolves metadata with strict=False",
            (Patch(_VA, "softmax_scale, forward_metadata, strict=strict, **kwargs)",
                   "softmax_scale, forward_metadata, strict=False, **kwargs)"),),

@@ -21,7 +21,8 @@ The vision wrapper runs on an engine (the ``cudnn_batch_prefill_with_kv_cache`` 
 device FlashInfer's real one (:func:`~.flashinfer_cudnn.shared_engine`, with its graph-cache guard
 and ``return_lse`` fallback), else unavailable with the reason; on the CPU the pure-torch engine of
 :mod:`.cudnn_prefill_torch`, and the record says that there the wrapper is tested, not cuDNN.  The
-target declares what each release's ``VisionAttention`` passes the wrapper (``Target.accepts``), and
+target declines the arguments that release's own ``VisionAttention`` never passes the wrapper
+(``Target.declines``, :func:`caller_declines`), and
 its vision entry carries the release's ``VisionAttentionMetadata`` (``entry.metadata_type``, from
 0.5.16) and metadata helper ``prepare_flashinfer_cudnn_vision_attention_metadata``
 (``entry.metadata_helper``, from 0.5.17; None where the release has none).
@@ -95,6 +96,18 @@ def _engine(device: str):
     if engine is None:
         return None, None, f"the wrapper's engine is unavailable: {why}"
     return engine, f"the engine is FlashInfer's cudnn_batch_prefill_with_kv_cache ({engine.describe()})", None
+
+
+# the keywords of SGLang's vision call that are features a target may decline (fuzz.strategies.VISION_FEATURES)
+CALL_FEATURES = ("softmax_scale", "window_size", "s_aux", "forward_metadata")
+
+
+def caller_declines(version, accepts: frozenset) -> dict:
+    """feature -> reason for every keyword of SGLang's call that ``version``'s own ``VisionAttention`` never
+    passes its ``flashinfer_cudnn`` wrapper (``accepts``: the keywords it does pass): a wrapper that
+    ignores what its callers never give has no defect, so the harness gives it no such case."""
+    return {kw: f"sglang {version}'s VisionAttention never passes {kw} to this backend"
+            for kw in CALL_FEATURES if kw not in accepts}
 
 
 def vision_entry(release: ReleaseFiles, device: str):
@@ -181,7 +194,7 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
         if vision != "release":
             return unavailable(name, str(exc))
         notes.update({op: str(exc) for op in FAMILY_OPS["lora"]})
-    accepts, poison = {}, None
+    declines, poison, helper = {}, None, None
     if vision == "installed":
         fn, why_v = _sglang_vision_fn()
         entries.update({"vision": fn} if fn is not None else {})
@@ -189,7 +202,7 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
     elif vision == "release":
         try:
             fn, keywords, poison, how_v = vision_entry(release, str(device))
-            entries["vision"], accepts["vision"] = fn, keywords
+            entries["vision"], declines, helper = fn, caller_declines(release.version, keywords), fn.metadata_helper
             reasons.append(how_v)
         except LoaderError as exc:
             notes["vision"] = str(exc)
@@ -211,7 +224,7 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
         reasons.append(f"configuration: {config.describe()}")
     t.reason = "; ".join(reasons)
     t.release = str(release.version)  # the known issues of this release apply (harness.known_issues)
-    t.accepts, t.poison = accepts, poison
+    t.declines, t.poison, t.metadata_helper = declines, poison, helper
     return t
 
 

@@ -33,8 +33,8 @@ is never imported and ``sys.modules`` never holds an ``sglang`` entry.
 What callers pass: :func:`read_vision_code` also reads, from the release's ``VisionAttention.forward``,
 the keywords it passes to ``self.qkv_backend.forward(...)`` (0.5.10: ``sequence_lengths``,
 ``max_seqlen``, ...; 0.5.11: + ``softmax_scale``, ``window_size``, ``s_aux``; 0.5.16: +
-``forward_metadata``).  The target declares them (``Target.accepts``), so the harness passes a
-release's wrapper only what that release's own layer passes it.
+``forward_metadata``).  The target declines the rest of SGLang's call (``Target.declines``), so the harness passes
+a release's wrapper only what that release's own layer passes it.
 
 Identity: :attr:`VisionCode.identity` hashes the syntax trees of the extracted definitions
 (docstrings, comments and layout aside) and the callers' keywords: two releases with the same

@@ -1,4 +1,9 @@
-"""Target ``torch-varlen``: our contract resolution, then torch's ``varlen_attn`` (a vision peer, CUDA)."""
+"""Target ``torch-varlen``: our contract resolution, then torch's ``varlen_attn`` (a vision peer, CUDA).
+
+``varlen_attn`` takes k and v with their own heads (``enable_gqa``) and a ``window_size`` in
+FlashAttention's convention, the reference's (Note [Window and sinks] in
+:mod:`reference.vision_arguments`); it has no attention sinks, so the target declines ``s_aux`` (and
+refuses one, naming it, rather than ignoring it)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ def _torch_varlen(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
     if not str(device).startswith("cuda"):
         return unavailable("torch-varlen", "varlen_attn has no CPU kernel (aten::_flash_attention_forward is "
                                             "CUDA-only); run with --device cuda")
+    from kernel_oracle.reference.contracts import raise_contract
     from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
 
     def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,
@@ -26,6 +32,9 @@ def _torch_varlen(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
         """Our contract resolution (reference.vision_metadata), then torch's varlen_attn."""
         kwargs.pop("strict", None)
         plan = resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata, strict=True, **kwargs)
+        if plan.sinks is not None:
+            raise_contract("vision.strict.unsupported_argument", field="s_aux",
+                           got=f"a {tuple(plan.sinks.shape)} tensor", why=NO_SINKS)
         T, H, DV = plan.q.shape[0], plan.q.shape[1], plan.v.shape[2]
         out = torch.zeros(T, H, DV, dtype=plan.q.dtype, device=plan.q.device)
         real = [b for b in range(plan.num_sequences) if int(plan.lengths[b]) > 0]
@@ -36,7 +45,8 @@ def _torch_varlen(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
             lens = torch.tensor([int(plan.lengths[b]) for b in real], dtype=torch.int32)
             cu = torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(lens, 0, dtype=torch.int32)]).to(qq.device)
             mx = int(lens.max())
-            res = varlen_attn(qq, kk, vv, cu, cu, mx, mx, scale=plan.scale)
+            res = varlen_attn(qq, kk, vv, cu, cu, mx, mx, scale=plan.scale, window_size=plan.window,
+                              enable_gqa=plan.k.shape[1] != H)
             pos = 0
             for b in real:
                 n = int(plan.lengths[b])
@@ -48,7 +58,11 @@ def _torch_varlen(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
 
     return Target("torch-varlen", {"vision": flashinfer_cudnn_attention}, precision="ieee", strict=True,
                   excluded_dtypes={"float32": "varlen_attn (flash attention) supports float16 and bfloat16 only"},
-                  notes={op: "torch-varlen is a vision peer only" for op in FAMILY_OPS["lora"]})
+                  notes={op: "torch-varlen is a vision peer only" for op in FAMILY_OPS["lora"]},
+                  declines={"s_aux": NO_SINKS})
+
+
+NO_SINKS = "torch's varlen_attn has no attention sinks (s_aux); pass s_aux=None"
 
 
 register_target("torch-varlen", _torch_varlen)

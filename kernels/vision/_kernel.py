@@ -57,6 +57,19 @@ The key loop is not rotated by hand to issue block j+1's QK product before block
 (FlashAttention-3's overlap): triton 3.6 waits for each product right after issuing it, and the rotated
 loop needs more registers and is slower on every benchmark shape.
 
+Note [GQA, window and sinks]
+----------------------------
+Grouped key/value heads (Note [Grouped-query attention] in :mod:`reference.vision_metadata`): program
+``(i, h)`` reads key/value head ``h // kv_group`` (``kv_group = H // H_kv``, a runtime argument behind the
+constexpr ``GQA``: every group size shares one compiled kernel, and MHA reads head ``h``).  A window (``WINDOW``) masks each key block's logits to ``i - left <= j <= i + right``
+(positions within the sequence, -1 for no limit) in the softmax, on every path; the key loop is not
+shortened to the window, so a windowed call costs a full one.  Sinks (``HAS_SINKS``) add
+``exp2(s_aux[h] * log2(e) - m)`` to each row's sum before the division (``m``: the running maximum of
+the scaled base-2 logits), as SGLang's Triton kernels do.  All three are constexpr-guarded, so the
+default launch (MHA, no window, no sinks) computes what it computed before; its compiled code differs
+only in the four extra kernel parameters (the sinks pointer, the window's two sides, the group), which
+move the constant-bank offsets of the parameters after them.
+
 Note [Warp specialization]
 --------------------------
 The kernel does not use triton's warp specialization (``tl.range(..., warp_specialize=True)``: a
@@ -80,23 +93,28 @@ from ._tiles import attend, load_tile, normalized, store_tile
 __all__ = ["INTERPRETING", "attention_arguments", "launch_attention"]
 
 
-# token and head strides arrive divided by ALIGN: not specialized (see Note [Alignment])
-_DNS_STRIDES = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_ot", "stride_oh")
+# token and head strides arrive divided by ALIGN: not specialized (see Note [Alignment]); neither are the
+# window's sides and the key/value group (Note [GQA, window and sinks]: one compiled kernel for every window
+# and every group size)
+_DNS_STRIDES = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_ot", "stride_oh",
+                "win_left", "win_right", "kv_group")
+_LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit(do_not_specialize=_DNS_STRIDES)
 def _vision_attn_fwd(
-    Q, K, V, O, TABLE,
+    Q, K, V, O, TABLE, SINKS,
     stride_qt, stride_qh, stride_qd,
     stride_kt, stride_kh, stride_kd,
     stride_vt, stride_vh, stride_vd,
     stride_ot, stride_oh, stride_od,
-    qk_scale, qk_scale_lo,
+    qk_scale, qk_scale_lo, win_left, win_right, kv_group,
     D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
     DV: tl.constexpr, DVA: tl.constexpr, DVB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
     INTERP: tl.constexpr, P_ROUND: tl.constexpr, ALIGN: tl.constexpr, TF32: tl.constexpr,
     EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr = False, TMA: tl.constexpr = False,
+    GQA: tl.constexpr = False, WINDOW: tl.constexpr = False, HAS_SINKS: tl.constexpr = False,
 ):
     # token and head strides arrive divided by ALIGN (see Note [Alignment])
     stride_qt = stride_qt * ALIGN
@@ -115,10 +133,14 @@ def _vision_attn_fwd(
     o_tok = tl.load(row + 2)
     n = tl.load(row + 3)
     m0 = tl.load(row + 4)
+    if GQA:  # Note [GQA, window and sinks]: the query head's key/value head
+        kv_h = h // kv_group
+    else:
+        kv_h = h
     # 64-bit sequence bases: token start * token stride can pass 2**31 elements on big batches
     q_base = Q + qk_tok.to(tl.int64) * stride_qt + h * stride_qh
-    k_base = K + qk_tok.to(tl.int64) * stride_kt + h * stride_kh
-    v_base = V + v_tok.to(tl.int64) * stride_vt + h * stride_vh
+    k_base = K + qk_tok.to(tl.int64) * stride_kt + kv_h * stride_kh
+    v_base = V + v_tok.to(tl.int64) * stride_vt + kv_h * stride_vh
     o_base = O + o_tok.to(tl.int64) * stride_ot + h * stride_oh
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -164,7 +186,8 @@ def _vision_attn_fwd(
                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP,
                                             P_ROUND, TF32,
-                                            qk_scale_lo, EXACT, FOLD_SCALE, v_src, TMA, k_src_b, v_src_b)
+                                            qk_scale_lo, EXACT, FOLD_SCALE, v_src, TMA, k_src_b, v_src_b,
+                                            WINDOW, offs_m, win_left, win_right)
     elif TMA:  # Note [Descriptor loads]: the sequence's keys and values as (n, D) tensors, past n zero
         k_desc = tl.make_tensor_descriptor(k_base, shape=[n, D], strides=[stride_kt, 1], block_shape=[BLOCK_N, DA])
         v_desc = tl.make_tensor_descriptor(v_base, shape=[n, DV], strides=[stride_vt, 1], block_shape=[BLOCK_N, DVA])
@@ -173,24 +196,34 @@ def _vision_attn_fwd(
             acc_a, acc_b, m_i, l_i = attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_desc, v_base, start_n, n,
                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32,
-                                            qk_scale_lo, EXACT, FOLD_SCALE, v_desc, True)
+                                            qk_scale_lo, EXACT, FOLD_SCALE, v_desc, True, None, None,
+                                            WINDOW, offs_m, win_left, win_right)
         if n_full < n:
             acc_a, acc_b, m_i, l_i = attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_desc, v_base, n_full, n,
                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
-                                            qk_scale_lo, EXACT, FOLD_SCALE, v_desc, True)
+                                            qk_scale_lo, EXACT, FOLD_SCALE, v_desc, True, None, None,
+                                            WINDOW, offs_m, win_left, win_right)
     else:  # full blocks unmasked, then the ragged last one masked
         n_full = (n // BLOCK_N) * BLOCK_N
         for start_n in tl.range(0, n_full, BLOCK_N):
             acc_a, acc_b, m_i, l_i = attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, False, PREC, INTERP, P_ROUND, TF32,
-                                            qk_scale_lo, EXACT, FOLD_SCALE)
+                                            qk_scale_lo, EXACT, FOLD_SCALE, None, False, None, None,
+                                            WINDOW, offs_m, win_left, win_right)
         if n_full < n:
             acc_a, acc_b, m_i, l_i = attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, n_full, n,
                                             stride_kt, stride_kd, stride_vt, stride_vd, qk_scale,
                                             D, DA, DB, DV, DVA, DVB, BLOCK_N, True, PREC, INTERP, P_ROUND, TF32,
-                                            qk_scale_lo, EXACT, FOLD_SCALE)
+                                            qk_scale_lo, EXACT, FOLD_SCALE, None, False, None, None,
+                                            WINDOW, offs_m, win_left, win_right)
+    if HAS_SINKS:  # Note [GQA, window and sinks]: the sink's term in every row's sum
+        sink = tl.load(SINKS + h).to(tl.float32)
+        if EXACT >= 1:
+            l_i = l_i + tl.math.exp2(sink.to(tl.float64) * _LOG2E - m_i)
+        else:
+            l_i = l_i + tl.math.exp2(sink * _LOG2E - m_i)
     store_tile(o_base, offs_m, n, 0, stride_ot, stride_od, normalized(acc_a, l_i, EXACT), DVA, DV, INTERP, P_ROUND)
     if DVB > 0:
         store_tile(o_base, offs_m, n, DVA, stride_ot, stride_od, normalized(acc_b, l_i, EXACT), DVB, DV, INTERP,
@@ -209,7 +242,8 @@ def _split_scale(c: float) -> tuple[float, float]:
 
 
 def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, config: KernelConfig,
-                        precision: str, options: VisionOptions = VisionOptions()) -> tuple[tuple, dict, dict]:
+                        precision: str, options: VisionOptions = VisionOptions(), *,
+                        window: tuple[int, int] = (-1, -1), sinks=None) -> tuple[tuple, dict, dict]:
     """(grid, the kernel's arguments by name, launch options) of one launch; see :func:`launch_attention`."""
     H, D, DV = q.shape[1], q.shape[2], v.shape[2]
     align = stride_alignment(q, k, v, out)
@@ -225,17 +259,19 @@ def attention_arguments(q, k, v, out, table, num_blocks: int, scale: float, conf
     qk_scale, qk_scale_lo = _split_scale(float(scale) * LOG2E)
     exact = exact_level(q.dtype, precision, options.fp32_exact)
     args = dict(
-        Q=q, K=k, V=v, O=out, TABLE=table,
+        Q=q, K=k, V=v, O=out, TABLE=table, SINKS=table if sinks is None else sinks,
         stride_qt=q.stride(0) // align, stride_qh=q.stride(1) // align, stride_qd=q.stride(2),
         stride_kt=k.stride(0) // align, stride_kh=k.stride(1) // align, stride_kd=k.stride(2),
         stride_vt=v.stride(0) // align, stride_vh=v.stride(1) // align, stride_vd=v.stride(2),
         stride_ot=out.stride(0) // align, stride_oh=out.stride(1) // align, stride_od=out.stride(2),
-        qk_scale=qk_scale, qk_scale_lo=qk_scale_lo,
+        qk_scale=qk_scale, qk_scale_lo=qk_scale_lo, win_left=int(window[0]), win_right=int(window[1]),
+        kv_group=q.shape[1] // max(k.shape[1], 1),
         D=D, DA=DA, DB=DB, DV=DV, DVA=DVA, DVB=DVB,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, PREC=precision if q.dtype == torch.float32 else None,
         INTERP=INTERPRETING, P_ROUND=_P_ROUND[str(q.dtype).replace("torch.", "")],
         ALIGN=align, TF32=q.dtype == torch.float32 and precision == "tf32",
         EXACT=exact, FOLD_SCALE=exact == 0 and qk_scale >= 0 and options.fold_scale, TMA=tma,
+        GQA=k.shape[1] != q.shape[1], WINDOW=window[0] >= 0 or window[1] >= 0, HAS_SINKS=sinks is not None,
     )
     launch = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     if tma and not INTERPRETING:
@@ -255,12 +291,15 @@ def _ensure_allocator() -> None:
 
 
 def launch_attention(q, k, v, out, table, num_blocks: int, scale: float, config: KernelConfig,
-                     precision: str, options: VisionOptions = VisionOptions()):
-    """Run the kernel. q, k (T,H,D); v (Tv,H,Dv); out (T,H,Dv); table int32 (num_blocks, 5) (Note
-    [Schedule]); ``options``: the launch's :class:`~kernels.options.VisionOptions` (the defaults unless
-    given: a planned launch passes the ones it was planned under).
+                     precision: str, options: VisionOptions = VisionOptions(), *,
+                     window: tuple[int, int] = (-1, -1), sinks=None):
+    """Run the kernel. q (T,H,D), k (T,H_kv,D); v (Tv,H_kv,Dv); out (T,H,Dv); table int32 (num_blocks, 5)
+    (Note [Schedule]); ``options``: the launch's :class:`~kernels.options.VisionOptions` (the defaults unless
+    given: a planned launch passes the ones it was planned under); ``window`` (left, right) and ``sinks``
+    (H,) or None: Note [GQA, window and sinks].
 
     Returns Triton's compiled kernel (None under the interpreter), which
     :class:`kernels.vision._direct.DirectLaunch` can relaunch without the JIT's per-call work."""
-    grid, args, launch = attention_arguments(q, k, v, out, table, num_blocks, scale, config, precision, options)
+    grid, args, launch = attention_arguments(q, k, v, out, table, num_blocks, scale, config, precision, options,
+                                             window=window, sinks=sinks)
     return _vision_attn_fwd[grid](**args, **launch)

@@ -131,9 +131,12 @@ def _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd,
 @triton.jit
 def _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base,
              BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, INTERP: tl.constexpr, P_ROUND: tl.constexpr,
-             TF32: tl.constexpr, qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr):
+             TF32: tl.constexpr, qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr,
+             WINDOW: tl.constexpr = False, offs_m=None, win_left=0, win_right=0):
     """The online softmax of the key block at ``start_n`` (its logits ``s`` from :func:`_scores`):
-    (probabilities as the PV operand, the accumulator's rescale ``alpha``, the new row max and sum)."""
+    (probabilities as the PV operand, the accumulator's rescale ``alpha``, the new row max and sum).
+    ``WINDOW``: keys outside ``offs_m - win_left .. offs_m + win_right`` masked (-1: no limit; Note [GQA,
+    window and sinks] in :mod:`kernels.vision._kernel`)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     if EXACT >= 1:  # the softmax in float64, the scale exact to 2**-48 (Note [Exact fp32])
         s = s.to(tl.float64)
@@ -142,6 +145,11 @@ def _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base,
         s = s * qk_scale
     if MASK_N:
         s = tl.where((offs_n < n)[None, :], s, float("-inf"))
+    if WINDOW:
+        rel = offs_n[None, :] - offs_m[:, None]  # key position minus query position
+        seen = ((win_left < 0) | (rel >= -win_left)) & ((win_right < 0) | (rel <= win_right))
+        seen = seen | (offs_m >= n)[:, None]  # rows past the sequence (never stored) keep every key: no 0/0
+        s = tl.where(seen, s, float("-inf"))
     if FOLD_SCALE:  # Note [Folded scale]: the row max scaled once, the scale folded into one FMA per logit
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
     else:
@@ -200,11 +208,12 @@ def _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n, n, stride_vt, stride
                 BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
                 INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
                 qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr, v_src=None, TMA: tl.constexpr = False,
-                v_src_b=None):
+                v_src_b=None, WINDOW: tl.constexpr = False, offs_m=None, win_left=0, win_right=0):
     """The key block's softmax, then its PV product: the updated (acc_a, acc_b, m_i, l_i).  ``v_src``: the
     values' tensor descriptor with TMA (``v_base``, the pointer, then only gives the dtype)."""
     p_mm, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, n, qk_scale, v_base, BLOCK_N, MASK_N,
-                                     INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE)
+                                     INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE,
+                                     WINDOW, offs_m, win_left, win_right)
     if TMA:
         v_base = v_src
     acc_a, acc_b = _pv(p_mm, alpha, acc_a, acc_b, v_base, start_n, n, stride_vt, stride_vd, DV, DVA, DVB, BLOCK_N,
@@ -220,14 +229,16 @@ def attend(q_a, q_b, acc_a, acc_b, m_i, l_i, k_base, v_base, start_n, n,
             BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, PREC: tl.constexpr,
             INTERP: tl.constexpr, P_ROUND: tl.constexpr, TF32: tl.constexpr,
             qk_scale_lo, EXACT: tl.constexpr, FOLD_SCALE: tl.constexpr = False, v_src=None,
-            TMA: tl.constexpr = False, k_src_b=None, v_src_b=None):
+            TMA: tl.constexpr = False, k_src_b=None, v_src_b=None,
+            WINDOW: tl.constexpr = False, offs_m=None, win_left=0, win_right=0):
     """One key block's whole step: its logits, then their softmax and PV product.  With TMA, ``k_base`` and
-    ``v_src`` are the keys' and values' tensor descriptors (Note [Descriptor loads])."""
+    ``v_src`` are the keys' and values' tensor descriptors (Note [Descriptor loads]); ``WINDOW``, ``offs_m``
+    (the block's query positions) and the window's sides: :func:`_softmax`."""
     s = _scores(q_a, q_b, k_base, start_n, n, stride_kt, stride_kd, D, DA, DB, BLOCK_N, MASK_N, PREC, INTERP,
                 TF32, EXACT, TMA, k_src_b)
     return _softmax_pv(s, acc_a, acc_b, m_i, l_i, v_base, start_n, n, stride_vt, stride_vd, qk_scale,
                        DV, DVA, DVB, BLOCK_N, MASK_N, PREC, INTERP, P_ROUND, TF32, qk_scale_lo, EXACT, FOLD_SCALE,
-                       v_src, TMA, v_src_b)
+                       v_src, TMA, v_src_b, WINDOW, offs_m, win_left, win_right)
 
 
 @triton.jit

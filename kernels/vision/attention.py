@@ -24,8 +24,10 @@ indptrs, and ``max_seqlen`` when it is a tensor) its ``id``, ``data_ptr``, shape
 ``_version`` (PyTorch's in-place modification counter, shared by views; a tensor object's dtype and
 device change only through ``.data``, which also moves its address); an int ``max_seqlen`` by value;
 the shapes, strides, dtypes and devices of q, k, v (never their data or address: offsets count from
-each tensor's own pointer); ``softmax_scale``; the resolved ``strict`` (ambient setting included);
-``fp32_precision``; ``config``; and the vision launch options in force
+each tensor's own pointer); ``softmax_scale``; ``window_size`` by value, ``s_aux`` as a metadata tensor
+(identity and state: the launch reads it through its pointer) and whether an ``attention_mask`` was
+passed (Note [Window and sinks] in :mod:`reference.vision_arguments`); the resolved ``strict``
+(ambient setting included); ``fp32_precision``; ``config``; and the vision launch options in force
 (:class:`~kernels.options.VisionOptions`: head-dim split, exact fp32 level, folded scale, direct
 launches), which a launch is planned under and keeps.  The resolution (contract checks, strict
 validation, anomalies, block table) is a pure function of these, so a hit skips it and launches with
@@ -178,7 +180,7 @@ class VisionLaunch:
             direct = self._direct[0]
             if not (direct and direct(q3, k3, v3, out)):
                 kernel = launch_attention(q3, k3, v3, out, self.table, self.num_blocks, plan.scale, self.config,
-                                          self.precision, self.options)
+                                          self.precision, self.options, window=plan.window, sinks=plan.sinks)
                 if direct is None:
                     launcher = self._direct_launcher(kernel, q3, k3, v3, out)
                     self._direct[0] = launcher.launch if launcher is not None else False
@@ -197,13 +199,14 @@ class VisionLaunch:
 
         def make():
             grid, args, _ = attention_arguments(q3, k3, v3, out, self.table, self.num_blocks, plan.scale,
-                                                self.config, self.precision, self.options)
+                                                self.config, self.precision, self.options, window=plan.window,
+                                                sinks=plan.sinks)
             return _direct.DirectLaunch(kernel, grid, args, _vision_attn_fwd.arg_names, 4)
 
         def run_both(direct):
             jit_out, direct_out = torch.full_like(out, float("nan")), torch.full_like(out, float("nan"))
             launch_attention(q3, k3, v3, jit_out, self.table, self.num_blocks, plan.scale, self.config, self.precision,
-                             self.options)
+                             self.options, window=plan.window, sinks=plan.sinks)
             return jit_out, (direct_out if direct(q3, k3, v3, direct_out) else None)
 
         return _direct.verified(kernel, make, run_both)
@@ -361,6 +364,12 @@ def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs,
         if softmax_scale is not None and not isinstance(softmax_scale, (int, float)):
             return None
         keep: tuple = (sequence_lengths, packed)
+        sinks = kwargs.get("s_aux")
+        if isinstance(sinks, torch.Tensor):
+            extras = (kwargs.get("window_size"), _state(sinks), kwargs.get("attention_mask") is None)
+            keep += (sinks,)
+        else:
+            extras = (kwargs.get("window_size"), sinks, kwargs.get("attention_mask") is None)
         if isinstance(max_seqlen, torch.Tensor):
             mx = ("tensor",) + _state(max_seqlen)
             keep += (max_seqlen,)
@@ -377,7 +386,7 @@ def _cache_key(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs,
                id(pk), pk.data_ptr(), pk.shape, pk.stride(), pk._version, mx,
                q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device,
-               None if softmax_scale is None else float(softmax_scale),
+               None if softmax_scale is None else float(softmax_scale), extras,
                resolve_strict(kwargs.get("strict")), kwargs.get("fp32_precision", "ieee"), kwargs.get("config"),
                vision)
     except Exception:  # noqa: BLE001 - e.g. a tensor without storage, an unhashable option: resolve normally

@@ -23,9 +23,10 @@ import dataclasses
 import pytest
 import torch
 
-from kernel_oracle.fuzz.targets.flashinfer_cudnn import FlashInferCudnn, GraphCacheHazard
+from kernel_oracle.fuzz.targets.flashinfer_cudnn import DECLINES, FlashInferCudnn, GraphCacheHazard
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.fuzz.targets import resolve_target
+from kernel_oracle.harness.problems import VisionProblem, materialize_vision
 from kernel_oracle.harness.targets import Target
 from kernel_oracle.reference.contracts import contract
 from kernel_oracle.reference.tolerance import compare
@@ -79,6 +80,11 @@ def test_engine_status_is_stated(engine):
     assert "return_lse=True" in status
     if "refuses" in status:
         assert "return_lse=False instead" in status
+
+
+def test_engine_declines_what_it_lacks(engine):
+    """No window and no sinks in the engine: the record says so, and campaigns give it no such case."""
+    assert engine.to_record()["declines"] == DECLINES and set(DECLINES) == {"window_size", "s_aux"}
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
@@ -217,7 +223,8 @@ class _Refused(RuntimeError):
 def _model_engine(calls: list, refuse_lse: bool):
     """``cudnn_batch_prefill_with_kv_cache`` as FlashInfer documents it, in float64 torch: per
     batch entry b, ``actual_seq_lens_q[b]`` tokens starting ``batch_offsets_*[b]`` elements into
-    each tensor (element offsets: token offset x the tensor's token stride), non-causal."""
+    each tensor (element offsets: token offset x the tensor's token stride), non-causal; k and v
+    with ``num_heads_kv`` heads, each shared by ``H // num_heads_kv`` query heads."""
 
     def prefill(q, k, v, scale, workspace, *, max_token_per_sequence, max_sequence_kv, actual_seq_lens_q,
                 actual_seq_lens_kv, causal, return_lse, batch_offsets_q, batch_offsets_k, batch_offsets_v,
@@ -235,9 +242,12 @@ def _model_engine(calls: list, refuse_lse: bool):
             if n == 0:
                 continue
             qs = int(batch_offsets_q.flatten()[b]) // q.stride(0)
+            ks = int(batch_offsets_k.flatten()[b]) // k.stride(0)
             vs = int(batch_offsets_v.flatten()[b]) // v.stride(0)
             os_ = int(batch_offsets_o.flatten()[b]) // (H * Dv)
-            out[os_:os_ + n] = attention_block(q[qs:qs + n], k[qs:qs + n], v[vs:vs + n], scale, faithful=False,
+            group = H // k.shape[1]
+            kk, vv = (x.repeat_interleave(group, dim=1) for x in (k[ks:ks + n], v[vs:vs + n]))
+            out[os_:os_ + n] = attention_block(q[qs:qs + n], kk, vv, scale, faithful=False,
                                                out_dtype=torch.float64).to(out.dtype)
         return out, (torch.zeros(1) if return_lse else None)
 
@@ -261,6 +271,49 @@ def test_wrapper_against_the_engine_model(request, case):
     last = calls[-1]
     assert not last["causal"] and last["graph"] and last["k_is_q"]
     assert last["lens_shape"][1:] == (1, 1, 1) and last["offsets_shape"] == (last["lens_shape"][0] + 1, 1, 1, 1)
+
+
+def test_wrapper_passes_k_offsets_in_k_units_under_gqa():
+    """GQA: k (T, H_kv, D) is narrower than q, so q's element offsets name other keys; the wrapper passes
+    k's own (q's token times k's token stride) and matches the oracle."""
+    eng, target, calls = _model_target()
+    call = materialize_vision(VisionProblem(lengths=(5, 0, 9), H=4, H_kv=2, dtype="float16", seed=3), "cpu")
+    check_against_oracle(call.args, call.kwargs, baseline_mode=True, target=target)
+    assert not calls[-1]["k_is_q"]
+
+
+def test_q_offsets_on_a_narrower_k_are_visible():
+    """The defect the GQA semantics exist for: the engine handed q's element offsets for k (SGLang's
+    ``batch_offsets_k = batch_offsets_q``) on a GQA batch reads the wrong keys, and the comparison says so."""
+    calls: list = []
+    prefill = _model_engine(calls, refuse_lse=False)
+    # 20 uncovered tokens at the end keep the wrong keys (q's offsets name tokens 2x further) inside k
+    call = materialize_vision(VisionProblem(lengths=(5, 0, 9), H=4, H_kv=2, dtype="float16", seed=3, extra_tokens=20),
+                              "cpu")
+    q, k, v, cu = call.args[:4]
+    md = call.kwargs["forward_metadata"]
+    B = md.sequence_lengths.numel()
+    ind = md.packed_indptrs.view(3, B + 1, 1, 1, 1)
+    lens = md.sequence_lengths.view(B, 1, 1, 1)
+    out, _ = prefill(q, k, v, 0.25, None, max_token_per_sequence=md.flashinfer_max_seqlen,
+                     max_sequence_kv=md.flashinfer_max_seqlen, actual_seq_lens_q=lens, actual_seq_lens_kv=lens,
+                     causal=False, return_lse=False, batch_offsets_q=ind[0], batch_offsets_k=ind[0],
+                     batch_offsets_v=ind[1], batch_offsets_o=ind[2], is_cuda_graph_compatible=True)
+    ref = flashinfer_cudnn_oracle(q, k, v, cu, 1, q.shape[0], 0.25, md)
+    faithful = flashinfer_cudnn_oracle(q, k, v, cu, 1, q.shape[0], 0.25, md, faithful=True)
+    res = compare(out, ref.value, ref.defined, family="vision", baseline=faithful.baselines, out_dtype=q.dtype)
+    assert not res.ok, "q's element offsets applied to a k of H_kv heads must not pass"
+
+
+@pytest.mark.parametrize("extra,field", [({"window_size": (3, 2)}, "window_size"),
+                                         ({"s_aux": torch.zeros(2, dtype=torch.bfloat16)}, "s_aux")])
+def test_wrapper_refuses_what_the_engine_lacks(extra, field):
+    """The engine has no window and no sinks: the target declines both (its record says why) and refuses
+    them by name rather than computing without them."""
+    eng, target, _ = _model_target()
+    args, kwargs = build(Case("small", (5, 9)), torch.float16, "cpu", torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match=f"^{field}=.* is not supported: FlashInfer's cudnn_batch_prefill"):
+        target.entry("vision")(*args, **kwargs, **extra)
 
 
 def test_wrapper_falls_back_from_return_lse_and_says_so():

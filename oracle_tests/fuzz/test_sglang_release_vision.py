@@ -4,7 +4,7 @@ SGLang's vision wrapper standalone] in ``kernel_oracle.fuzz.targets.sglang_visio
 * the four versions of the wrapper (0.5.10 | 0.5.11 - 0.5.15.post1 | 0.5.16 | 0.5.17 - 0.5.23:
   0.5.10, 0.5.12, 0.5.15, 0.5.16 and 0.5.23 are in CI's wheel cache) against the oracle on the CPU
   engine, on edge layouts, in float16 and bfloat16, on every path its callers use;
-* their exact upstream errors; what each release's ``VisionAttention`` passes (``Target.accepts``);
+* their exact upstream errors; what each release's ``VisionAttention`` passes (what it declines: ``Target.declines``);
 * the loader: it never imports ``sglang``, runs the release's own lines, refuses what it cannot
   answer in one line, and a bug planted in a copy of the release's wrapper is caught.
 """
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from kernel_oracle.fuzz.targets import TargetSources, resolve_target
-from kernel_oracle.fuzz.targets.sglang import CPU_ENGINE_NOTE
+from kernel_oracle.fuzz.targets.sglang import CALL_FEATURES, CPU_ENGINE_NOTE
 from kernel_oracle.fuzz.targets.sglang_vision import VISION_FILE, load_vision_wrapper, read_vision_code
 from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, wheel_release
 from kernel_oracle.harness.check import Case, check_case
@@ -62,6 +62,14 @@ def _number(version: str) -> tuple:
     return tuple(int(x) for x in version.split("."))
 
 
+def _features(problem: VisionProblem) -> set:
+    """The features of SGLang's call that ``problem`` uses (a target declining one gets no such case)."""
+    used = {"forward_metadata"} if problem.path != "kwargs" else set()
+    used |= {"softmax_scale"} if problem.softmax_scale is not None else set()
+    used |= {"window_size"} if problem.window is not None else set()
+    return used | ({"s_aux"} if problem.sinks is not None else set())
+
+
 def vision_target(version: str):
     wheel_or_skip(version)
     t = resolve_target(f"sglang=={version}", "cpu")
@@ -74,7 +82,7 @@ def vision_target(version: str):
 def test_release_wrapper_matches_the_oracle(version, case, path, dtype):
     t = vision_target(version)
     problem = VisionProblem(dtype=dtype, path=path, seed=3, **VISION_CASES[case])
-    assert not t.unaccepted("vision", Case(problem).call("cpu").kwargs), "a call the release's callers never make"
+    assert not _features(problem) & set(t.declines), "a call the release's callers never make"
     verdict = check_case(t, Case(problem), "cpu")
     assert verdict.ok, f"sglang=={version} {path} {dtype} [{case}]: {verdict.kind}: {verdict.message}"
 
@@ -96,16 +104,16 @@ def test_release_wrapper_raises_the_upstream_errors(version, kind):
 @pytest.mark.parametrize("version", VISION_RELEASES)
 def test_target_declares_what_the_releases_callers_pass(version):
     t = vision_target(version)
-    assert t.accepted_keywords("vision") == frozenset(EXPECTED_ACCEPTS[version])
+    declined = set(CALL_FEATURES) - EXPECTED_ACCEPTS[version]
+    assert set(t.declines) == declined
+    assert all(why == f"sglang {version}'s VisionAttention never passes {kw} to this backend"
+               for kw, why in t.declines.items())
     rec = t.to_record()
-    assert rec["accepts"] == {"vision": sorted(EXPECTED_ACCEPTS[version])}
+    assert rec["declines"] == t.declines
     assert CPU_ENGINE_NOTE in rec["reason"] and "on the CPU the wrapper is tested, not cuDNN" in rec["reason"]
     assert rec["precision_by_op"]["vision"] == "ieee"
     assert t.excluded_for("vision") == {"float32": "cuDNN SDPA takes float16 and bfloat16 only (the CPU engine "
                                                    "follows it)"}
-    metadata_call = Case(VisionProblem(lengths=(2,), path="metadata")).call("cpu").kwargs
-    assert t.unaccepted("vision", metadata_call) == (() if "forward_metadata" in EXPECTED_ACCEPTS[version]
-                                                     else ("forward_metadata",))
     entry = t.entry("vision")
     assert (entry.metadata_type is not None) == (_number(version) >= (0, 5, 16))
     assert (entry.metadata_helper is not None) == (_number(version) >= (0, 5, 17))
@@ -121,10 +129,10 @@ def test_vision_only_releases_are_targets():
 
 def test_0_5_10_ignores_a_softmax_scale_its_callers_never_pass():
     """0.5.10's forward has no softmax_scale and its VisionAttention never passes one: the target says
-    a call with one is not the release's, and the wrapper indeed computes with D**-0.5."""
+    the target declines it, and the wrapper indeed computes with D**-0.5 when given one."""
     t = vision_target("0.5.10")
     case = Case(VisionProblem(lengths=(5, 4), H=2, D=8, dtype="float16", path="kwargs", softmax_scale=0.37))
-    assert t.unaccepted("vision", case.call("cpu").kwargs) == ("softmax_scale",)
+    assert "softmax_scale" in t.declines
     verdict = check_case(t, case, "cpu")
     assert not verdict.ok and verdict.kind == "mismatch"
     assert check_case(vision_target("0.5.12"), case, "cpu").ok  # 0.5.11 added the argument

@@ -12,8 +12,9 @@ from kernel_oracle.harness.check import Case, case_from_dict, expected_outcome
 from kernel_oracle.fuzz.targets.mutants import Mutant, MutantError, Patch, apply_patches
 from kernel_oracle.harness.mutations import LORA_KINDS, VISION_KINDS, Mutation, MutationError
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, materialize
-from kernel_oracle.fuzz.strategies import (InvalidArgument, cases, lora_problems, malformed_metadata, partial_metadata,
-                             upstream_contract_cases, vision_problems)
+from kernel_oracle.fuzz.strategies import (VISION_FEATURES, InvalidArgument, cases, lora_problems, malformed_metadata,
+                                            partial_metadata, upstream_contract_cases, vision_problems)
+from kernel_oracle.harness.problems import VISION_PATHS
 from kernel_oracle.fuzz.targets import TargetError, resolve_target
 
 FAST = settings(max_examples=15, derandomize=True, database=None, deadline=None,
@@ -34,6 +35,8 @@ BAD_ARGUMENTS = [
     (lambda: cases("conv"), "Expected family='lora' or 'vision' but got family='conv'"),
     (lambda: cases("vision", ops=["step_a_q"]), "Expected ops=None or ['vision']"),
     (lambda: malformed_metadata(42, family="lora"), "Expected a strategy of problems but got problems=42"),
+    (lambda: vision_problems(declines=["gqa", "dropout"]), "Expected features from ['gqa', 'window_size', 's_aux']"),
+    (lambda: cases("vision", declines="gqa"), "Expected a list of features"),
 ]
 
 
@@ -64,6 +67,39 @@ def test_lora_problems_respect_limits_and_materialize(p):
 def test_vision_problems_materialize(p):
     call = materialize(p)
     assert call.args[0].shape[-2:] == (p.H, p.D)
+
+
+# Note [Fields that disagree] in fuzz.strategies: each draw exists (found within a search budget)
+DISAGREEMENTS = [
+    ("lora: more segments than requests", "lora", lambda p: p.eager_counts and p.eager_counts[0] < p.eager_counts[1]),
+    ("lora: fewer segments than requests", "lora",
+     lambda p: p.eager_counts and p.eager_counts[0] > p.eager_counts[1] > 0),
+    ("lora: num_segments 0", "lora", lambda p: p.eager_counts is not None and p.eager_counts[1] == 0),
+    ("lora: max_len across a 128-row tile", "lora", lambda p: p.max_len_slack >= 127),
+    ("lora: seg_lens in a stale order", "lora", lambda p: p.seg_lens_drift == "rolled"),
+    ("lora: seg_lens shorter beside max_len", "lora", lambda p: p.seg_lens_drift == "shorter" and p.with_max_len),
+    ("vision: GQA", "vision", lambda p: p.H_kv is not None and 1 < p.H_kv < p.H),
+    ("vision: MQA", "vision", lambda p: p.H_kv == 1 and p.H > 1),
+    ("vision: rows of (b, s, H, D)", "vision", lambda p: p.four_d and p.batch > 1),
+    ("vision: indptr gaps", "vision", lambda p: any(p.gaps)),
+    ("vision: the release's helper", "vision", lambda p: p.metadata_source == "helper"),
+    ("vision: a window", "vision", lambda p: p.window is not None and p.window != (-1, -1)),
+    ("vision: large sinks", "vision", lambda p: p.sinks == "large"),
+    ("vision: VisionAttention's whole call", "vision", lambda p: p.full_call),
+    *[(f"vision: path {path}", "vision", lambda p, path=path: p.path == path) for path in VISION_PATHS],
+]
+
+
+@pytest.mark.parametrize("what,family,found", DISAGREEMENTS, ids=[d[0] for d in DISAGREEMENTS])
+def test_fields_that_disagree_are_drawn(what, family, found):
+    strategy = lora_problems(limits="tiny") if family == "lora" else vision_problems(limits="tiny")
+    find(strategy, found, settings=settings(database=None, max_examples=300, derandomize=True))
+
+
+@FAST
+@given(vision_problems(limits="tiny", declines=VISION_FEATURES))
+def test_declined_features_are_never_drawn(p):
+    assert p.H_kv is None and p.window is None and p.sinks is None and not p.full_call
 
 
 def test_problems_shrink_to_minimal_examples():
