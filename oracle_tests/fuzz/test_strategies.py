@@ -35,7 +35,7 @@ BAD_ARGUMENTS = [
     (lambda: cases("conv"), "Expected family='lora' or 'vision' but got family='conv'"),
     (lambda: cases("vision", ops=["step_a_q"]), "Expected ops=None or ['vision']"),
     (lambda: malformed_metadata(42, family="lora"), "Expected a strategy of problems but got problems=42"),
-    (lambda: vision_problems(declines=["gqa", "dropout"]), "Expected features from ['gqa', 'window_size', 's_aux']"),
+    (lambda: vision_problems(declines=["gqa", "dropout"]), "Expected features from ['gqa', 'window_size', 's_aux', 'softmax_scale', 'forward_metadata']"),
     (lambda: cases("vision", declines="gqa"), "Expected a list of features"),
 ]
 
@@ -287,3 +287,15 @@ def test_generated_cases_expose_sglang_0_5_12_graph_replay_bug():
                                  phases=(Phase.generate,), suppress_health_check=list(HealthCheck)))
     assert hit.problem.stale_host_ints is not None, hit
     assert check_case(new, hit, DEVICE).ok
+
+
+def test_declined_call_features_are_never_drawn():
+    """A release whose layer passes no softmax_scale and no forward_metadata (SGLang 0.5.10) gets neither."""
+    from hypothesis import given, settings
+
+    @settings(max_examples=60, derandomize=True, database=None, deadline=None)
+    @given(vision_problems(limits="tiny", declines=["softmax_scale", "forward_metadata"]))
+    def check(p):
+        assert p.softmax_scale is None and p.path == "kwargs"
+
+    check()
