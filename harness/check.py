@@ -457,8 +457,10 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
     # a result is expected
     if observed.kind == "raise":
         return Verdict(False, "contract", f"{_raised(observed)} on a valid input", expected=exp)
-    if observed.output is None:
-        return Verdict(False, "mismatch", f"target {observed.message}", expected=exp)
+    if observed.output is None:  # Note [Odd outputs]: its own bucket per reason, covered by no other
+        verdict = Verdict(False, "mismatch", f"target {observed.message}", expected=exp)
+        verdict.bucket = Bucket("mismatch", case.family, f"target {observed.message}")
+        return verdict
     call = prepared_call(case, device) if call is None else call
     if not observed.returned_inplace:
         return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
