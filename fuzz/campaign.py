@@ -169,6 +169,7 @@ class _Search:
         self.memo: dict = {}
         self.harness_error: Optional[str] = None
         self.state_error: Optional[StateError] = None  # a failed write inside Hypothesis's body
+        self.output_dropped = 0  # bytes of the target's output past its log's limit (Note [Target output])
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
         self.known_issues = known_issues  # harness.known_issues entries (None: the default file)
         self.database = database  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
@@ -299,7 +300,7 @@ class _Search:
 
     def _output_notes(self) -> list:
         """A note when the target printed more than its log keeps (Note [Target output])."""
-        dropped = getattr(self.worker, "output_dropped", 0) if self.worker is not None else 0
+        dropped = self.output_dropped + (self.worker.output_dropped if self.worker is not None else 0)
         if not dropped:
             return []
         from kernel_oracle.fuzz.worker import OUTPUT_LIMIT
@@ -315,6 +316,7 @@ class _Search:
         elif self.own_worker:
             self.worker.close()
         if self.own_worker or kill:
+            self.output_dropped += self.worker.output_dropped  # before log_to resets it
             self.worker.log_to(None)
 
     def _replay_shared(self) -> None:

@@ -173,14 +173,20 @@ def _bind(op: str, args: tuple, kwargs: dict) -> Call:
     data tensor without data (meta)."""
     info = OP_DB[op]
     sig = _entry_signature(op)
+    def refuse(why: str) -> TypeError:
+        return TypeError(f"assert_matches({op!r}, fn, ...): {why}; the signature of {op} is {info.entry}{sig} "
+                         f"(precision=, strict= and repro= are assert_matches' own)")
+
+    unknown = [k for k in kwargs if k not in sig.parameters]
+    if unknown:  # before a missing one: the misspelling is the mistake to name
+        close = [p for p in sig.parameters if p.startswith(unknown[0]) or unknown[0].startswith(p)] \
+            or difflib.get_close_matches(unknown[0], list(sig.parameters), n=1)
+        raise refuse(f"got an unexpected keyword argument {unknown[0]!r}"
+                     + (f" (did you mean {close[0]!r}?)" if close else ""))
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError as exc:
-        unknown = [k for k in kwargs if k not in sig.parameters]
-        close = difflib.get_close_matches(unknown[0], list(sig.parameters), n=1) if unknown else []
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise TypeError(f"assert_matches({op!r}, fn, ...): {exc}{hint}; the signature of {op} is "
-                        f"{info.entry}{sig} (precision=, strict= and repro= are assert_matches' own)") from None
+        raise refuse(str(exc)) from None
     given = bound.arguments
     params = info.signature.params
     call = Call(info.entry, tuple(given[p] for p in params), {k: v for k, v in given.items() if k not in params},
