@@ -424,6 +424,10 @@ class Worker:
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             code = self._reap()
             return Observed("crash", message=f"worker process died ({_exit_words(code)})")
+        except Exception as exc:  # noqa: BLE001 - bytes on the pipe that are no answer: the target wrote there
+            self.kill()
+            return Observed("crash", message=f"the worker's answer could not be read ({type(exc).__name__}); "
+                                             f"worker killed and replaced")
         if tag == "error":
             return Observed("raise", exc_type="TargetError", message=payload)
         if tag == "harness-error":

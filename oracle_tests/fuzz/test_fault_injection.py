@@ -63,6 +63,7 @@ import torch
 import kernel_oracle
 from kernel_oracle.cli import build_parser, main as cli_main
 from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
+from kernel_oracle.fuzz.state import CampaignState
 from kernel_oracle.harness.check import Case, Observed, Outcome, check_case, judge, odd_output
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 from kernel_oracle.harness.targets import Target
@@ -472,6 +473,11 @@ def test_state_json_with_bad_numbers_is_rebuilt(tmp_path, monkeypatch, field, va
     raw = json.loads(path.read_text())
     raw[field] = value
     path.write_text(json.dumps(raw))  # NaN as JSON's NaN, which Python reads back
+    state = CampaignState.open(tmp_path / "out", target=spec, op="step_a_q")
+    try:  # checked before a campaign trusts it (a NaN elapsed_s would never let --time end)
+        assert state.elapsed_s == 0.0 and state.executed == 1, (state.elapsed_s, state.executed)
+    finally:
+        state.close()
     started = time.monotonic()
     rec = _campaign(tmp_path, spec, budget=None, time_s=2.0)
     assert time.monotonic() - started < 60 and rec["summary"]["status"] == "finished"
