@@ -63,7 +63,6 @@ from kernel_oracle.reference.lora_routing import route_lora_batch
 from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
-from kernel_oracle.harness import torch_state
 from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
 from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
 from kernel_oracle.harness.text import bounded, printable
@@ -247,6 +246,8 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
     fn = target.entry(case.op)
     poison = target.poison(case.family) if target.poison is not None else contextlib.nullcontext()
     watched = watch_inputs(call)
+    from kernel_oracle.harness import torch_state  # where used: a campaign's parent never runs a target
+
     settings = torch_state.snapshot()
     try:
         try:

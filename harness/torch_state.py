@@ -20,7 +20,7 @@ refuses to read a legacy flag once the two disagree, which reads here as ``<mixe
 reduced-precision reductions, cuDNN's switches, the default dtype and device, deterministic
 algorithms (and warn-only), flush-denormal (read with a probe: ``set_flush_denormal`` only says
 whether the CPU supports it), grad mode, the CPU generator's state, and with CUDA initialised the
-CUDA generators, the current device and the current stream.  Reading them costs microseconds and
+current device with its stream and generator state.  Reading them costs microseconds and
 allocates nothing on the GPU; nothing here initialises CUDA.
 """
 
@@ -116,13 +116,8 @@ def _cuda_on() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
-def _cuda_streams() -> tuple:
-    return tuple(torch.cuda.current_stream(d) for d in range(torch.cuda.device_count()))
-
-
-def _set_cuda_streams(streams: tuple) -> None:
-    for s in streams:
-        torch.cuda.set_stream(s)
+def _stream_id(stream) -> int:
+    return stream.cuda_stream
 
 
 _MATMUL = "torch.get_float32_matmul_precision()"
@@ -166,12 +161,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("torch.get_rng_state()", torch.get_rng_state, torch.set_rng_state, _digest),
 )
 
-# read only once CUDA is initialised (reading them must not initialise it)
+# read only once CUDA is initialised (reading them must not initialise it), and only of the current
+# device (reading another device's stream or generator would make a context there); the device first,
+# so that restoring it comes before its stream and generator
 _CUDA_SETTINGS: tuple[Setting, ...] = (
-    Setting("torch.cuda.get_rng_state_all()", torch.cuda.get_rng_state_all, torch.cuda.set_rng_state_all, _digest),
     Setting("torch.cuda.current_device()", torch.cuda.current_device, torch.cuda.set_device),
-    Setting("torch.cuda.current_stream()", _cuda_streams, _set_cuda_streams,
-            lambda streams: repr(tuple(hex(s.cuda_stream) for s in streams))),
+    Setting("torch.cuda.current_stream()", torch.cuda.current_stream, torch.cuda.set_stream,
+            lambda stream: hex(_stream_id(stream))),
+    Setting("torch.cuda.get_rng_state()", torch.cuda.get_rng_state, torch.cuda.set_rng_state, _digest),
 )
 
 
@@ -191,7 +188,7 @@ def _is_mixed(value: Any) -> bool:
 
 def _same(name: str, a: Any, b: Any) -> bool:
     if name == "torch.cuda.current_stream()":
-        return tuple(s.cuda_stream for s in a) == tuple(s.cuda_stream for s in b)
+        return _stream_id(a) == _stream_id(b)
     return _equal(a, b)
 
 
