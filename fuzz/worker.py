@@ -112,7 +112,10 @@ def _die_with_parent() -> None:
 
 
 def _serve(conn, env: dict, output=None) -> None:
-    os.setsid()  # its own session and process group (Note [Worker processes])
+    try:
+        os.setsid()  # its own session and process group (Note [Worker processes])
+    except OSError:  # already a group leader (not from multiprocessing's spawn): its group is its own
+        pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     if output is not None:  # fds 1 and 2 into the parent's bounded copy (Note [Target output])

@@ -200,5 +200,6 @@ def reproduce(*, target, path: str | None = None, case_json: str | None = None, 
         call = prepared_call(case, device)
     expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call)
     observed = execute(tgt, case, device, call=call)
-    verdict = with_state_changes(case, judge(case, expected, observed, call=call, device=device))
+    verdict = with_state_changes(case, judge(case, expected, observed, call=call, device=device,
+                                             exact_errors=tgt.strict))
     return Reproduction(verdict, case, call, expected, tgt)
