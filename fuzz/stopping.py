@@ -6,8 +6,9 @@ A scheduler's SIGTERM or a Ctrl-C must end a campaign with its state and summary
 code 3, whenever it comes: while the worker starts, inside Hypothesis, during a shrink.  The handler
 (:func:`sigterm_interrupts`) raises :class:`CampaignInterrupted` and also remembers the signal in a
 :class:`Stop`, which the search loop checks before every case: a raise that lands where something
-swallows it (a ``__del__``, a finaliser, a library's broad ``except``) still stops the campaign at
-the next case, instead of the signal being lost.  Once the clean-up runs (``Stop.cleaning``), a
+swallows it (a ``__del__``, a garbage-collector callback, a library's broad ``except``) still stops
+the campaign at the next case, instead of the signal being lost; Python's report of such a
+swallowed raise (``sys.unraisablehook``) is silenced for it, so the command still prints one line.  Once the clean-up runs (``Stop.cleaning``), a
 further SIGTERM is noted, not raised, so the clean-up itself is never cut short; nothing sets SIGTERM
 to be ignored.  The command line installs a handler of its own before its first import
 (:func:`kernel_oracle.cli.main`), so a signal before the campaign starts exits 3 too.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from typing import Optional
 
@@ -63,8 +65,14 @@ def sigterm_interrupts():
         if not stop.cleaning:
             raise CampaignInterrupted(name)
 
-    old = signal.signal(signal.SIGTERM, handler)
+    def unraisable(info) -> None:  # the raise landed in a gc callback or a finaliser: the loop stops instead
+        if not isinstance(info.exc_value, CampaignInterrupted):
+            old_hook(info)
+
+    old, old_hook = signal.signal(signal.SIGTERM, handler), sys.unraisablehook
+    sys.unraisablehook = unraisable
     try:
         yield stop
     finally:
         signal.signal(signal.SIGTERM, old)
+        sys.unraisablehook = old_hook

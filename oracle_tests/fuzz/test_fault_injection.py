@@ -30,7 +30,7 @@ comes back.  Held: the behaviour was right when probed and a test keeps it so; f
 | D01 assert_matches called without batch info and size passes an always-wrong kernel | fixed | test_assert_matches_binds_its_arguments_first[missing] |
 | D02 ... called with no tensors at all | fixed | test_assert_matches_binds_its_arguments_first[nothing] |
 | D03 ... with a misspelled keyword (and extra, repeated, misplaced ones) | fixed | test_assert_matches_binds_its_arguments_first, test_an_error_outside_the_contract_table_needs_its_text |
-| D04 a target changes torch's global settings (set_float32_matmul_precision) | fixed | test_global_settings_are_restored_and_reported_once_per_setting, test_the_poison_changes_no_verdict, test_assert_matches_fails_a_kernel_that_changes_global_state |
+| D04 a target changes torch's global settings (set_float32_matmul_precision) | fixed | test_global_settings_are_restored_and_reported_once_per_setting, test_the_poison_changes_no_verdict, test_assert_matches_fails_a_kernel_that_changes_global_state, test_a_cuda_stream_and_generator_changed_by_a_kernel_are_restored (GPU) |
 | D05 a standalone script that runs the data it was given | fixed | test_the_standalone_script_holds_no_data |
 | D06 --emit-script overwrites a file and writes through a planted symlink | fixed | test_emit_script_refuses_existing_files_and_symlinks |
 | D07 assert_matches's repro directory is a fixed name under the temp dir | fixed | test_repros_go_to_a_private_directory_and_never_through_a_symlink |
@@ -41,7 +41,7 @@ comes back.  Held: the behaviour was right when probed and a test keeps it so; f
 | D12 state.json (or another state file) a directory | fixed | test_a_directory_where_a_state_file_belongs_is_exit_2 |
 | D13 --case-timeout 1e10 | fixed | test_a_wait_the_platform_cannot_take_is_refused_at_parse_time |
 | D14 a full disk loses the finding | fixed | test_a_failed_case_write_keeps_the_finding, test_a_failed_findings_write_ends_with_exit_2_and_a_summary |
-| D15 orphans of targets and killed workers; SIGTERM in the first seconds | fixed | test_no_process_outlives_the_campaign, test_sigterm_in_the_first_seconds_exits_3 |
+| D15 orphans of targets and killed workers; SIGTERM in the first seconds; SIGTERM ignored once | fixed | test_no_process_outlives_the_campaign, test_sigterm_in_the_first_seconds_exits_3, test_a_signal_whose_raise_is_swallowed_still_stops_the_campaign |
 | D16 unbounded output, ESC/BEL and 1 MB messages copied into reports | fixed | test_target_output_is_captured_and_bounded, test_reports_escape_control_characters_and_markup |
 """
 
@@ -259,6 +259,22 @@ def test_assert_matches_fails_a_kernel_that_changes_global_state():
     with pytest.raises(AssertionError, match=r"global state changed: .*torch.are_deterministic_algorithms_enabled"):
         kernel_oracle.assert_matches("step_a_q", seeds, *call.args, repro="")
     assert torch.equal(torch.get_rng_state(), rng) and not torch.are_deterministic_algorithms_enabled()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's current stream and generator need a CUDA device")
+def test_a_cuda_stream_and_generator_changed_by_a_kernel_are_restored():
+    call = kernel_oracle.materialize(LoRAProblem(op="step_a_q", **TINY), "cuda")
+    stream, rng = torch.cuda.current_stream(), torch.cuda.get_rng_state()
+
+    def switches(q, B, bi, K):
+        torch.cuda.set_stream(torch.cuda.Stream())
+        torch.cuda.manual_seed(99)
+        return ref_lora.step_a_q_fwd(q, B, bi, K)
+
+    with pytest.raises(AssertionError, match=r"global state changed: torch.cuda.current_stream\(\)"):
+        kernel_oracle.assert_matches("step_a_q", switches, *call.args, repro="")
+    assert torch.cuda.current_stream() == stream and torch.equal(torch.cuda.get_rng_state(), rng)
 
 
 # ---- D08: inputs are read-only -----------------------------------------------------------------------
@@ -621,6 +637,30 @@ def test_sigterm_in_the_first_seconds_exits_3(tmp_path, delay):
     assert len(lines) == 1 and "interrupted by SIGTERM" in lines[0], err
     if (out / "summary.json").exists():
         assert json.loads((out / "summary.json").read_text())["summary"]["status"] == "interrupted"
+
+
+def test_a_signal_whose_raise_is_swallowed_still_stops_the_campaign(monkeypatch):
+    """SIGTERM's raise lands in a garbage-collector callback, which swallows it (as one of 16 runs did,
+    leaving SIGTERM ignored): the campaign's next case stops it, and nothing is printed about it."""
+    import gc
+
+    from kernel_oracle.fuzz.stopping import CampaignInterrupted, sigterm_interrupts
+
+    def callback(phase, info):
+        if phase == "start":
+            gc.callbacks.remove(callback)
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(10_000))  # the handler runs here, inside the callback
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)  # what Python would print
+    with sigterm_interrupts() as stop:
+        gc.callbacks.append(callback)
+        gc.collect()
+        assert stop.signame == "SIGTERM"
+        with pytest.raises(CampaignInterrupted):
+            stop.check()
+    assert reported == []
 
 
 # ---- D16: output, control characters, long messages ------------------------------------------------------
