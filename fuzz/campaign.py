@@ -19,10 +19,16 @@ environment. A case that kills the worker is a ``crash`` finding, one that does 
 the per-case timeout (``case_timeout_s``; derived from the budget when not given) a ``hang``
 finding; either way a fresh worker goes on. The expected outcome and the comparison run in the
 worker too, beside the target (:func:`harness.check.check_case`): only the verdict and its
-bucket come back, and a finding's tensors are rebuilt from the seed and saved here. SIGTERM and
-SIGINT stop a campaign cleanly: the worker is ended, the state and the summary saved, and
-:class:`CampaignInterrupted` raised (the CLI prints one line and exits 3); rerunning with the same
-``out_dir`` resumes.  A finding that is a known upstream defect (:mod:`harness.known_issues`) is
+bucket come back, and a finding's tensors are rebuilt from the seed and saved here.  The worker's
+process group ends with it, and what the target prints goes to ``out_dir/target-output.log``,
+bounded (Notes [Worker processes] and [Target output] in :mod:`fuzz.worker`).  A global setting
+of torch that the target changed (restored after each call, Note [Global state]) is recorded as
+one finding per setting, apart from the case's own verdict.  SIGTERM and SIGINT stop a campaign
+cleanly at any moment (:mod:`fuzz.stopping`, Note [Stopping a campaign]): the worker is ended, the
+state and the summary saved, and :class:`CampaignInterrupted` raised (the CLI prints one line and
+exits 3); rerunning with the same ``out_dir`` resumes.  A write to ``out_dir`` that fails (a full
+disk) ends it with a summary and :class:`CampaignError` (exit 2), except a finding's case files:
+the finding is kept with a note that its tensors were not saved, and the campaign goes on.  A finding that is a known upstream defect (:mod:`harness.known_issues`) is
 marked ``known`` in the record, with its upstream link; the summary counts new and known findings.
 
 Everything on disk belongs to :class:`fuzz.state.CampaignState` (Note [Campaign state]): the lock on
@@ -37,7 +43,6 @@ Hypothesis itself deletes an example once it stops failing, so its own entries c
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
 import signal
@@ -47,7 +52,8 @@ from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, case_timeout_for
-from kernel_oracle.fuzz.state import CampaignState, GroupKey, StateError
+from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
+from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
 from kernel_oracle.harness.opinfo import FAMILY_OF
 
 __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
@@ -65,37 +71,10 @@ class _HarnessError(Exception):
     """An error of kernel-oracle itself while checking a case (never a finding of the target)."""
 
 
-class CampaignInterrupted(KeyboardInterrupt):
-    """SIGTERM or SIGINT stopped the campaign; its state and summary are saved (``record``)."""
-
-    def __init__(self, signame: str, record: Optional[dict] = None, executed: int = 0):
-        super().__init__(signame)
-        self.signame, self.record, self.executed = signame, record, executed
-
-
 def shared_findings_key(target: str, family: str) -> bytes:
     """The example-database key under which campaigns of ``target`` x ``family`` share their findings'
     cases (``Case.to_json()`` bytes, one entry per finding)."""
     return f"kernel-oracle-findings:{target}:{family}".encode()
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts():
-    """SIGTERM raises :class:`CampaignInterrupted` (SIGINT already raises KeyboardInterrupt); a second
-    signal during the clean-up is ignored.  Only the main thread can install handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise CampaignInterrupted(signal.Signals(signum).name)
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 class _Progress:
@@ -149,28 +128,29 @@ def run_campaign(config: CampaignConfig, *, worker=None, database=None) -> dict:
                             f"device={worker.device!r}")
     from kernel_oracle.harness.known_issues import KnownIssuesError, load_known_issues
 
-    try:
-        known_issues = load_known_issues()  # checked before any work: a bad file is a usage error
-    except KnownIssuesError as exc:
-        raise CampaignError(str(exc)) from None
-    try:
-        state = CampaignState.open(config.out_dir, target=str(config.target), op=config.op, seed=config.seed)
-    except StateError as exc:
-        raise CampaignError(str(exc)) from None
-    try:
-        with _sigterm_interrupts():
-            search = _Search(state, config, worker=worker, database=database, known_issues=known_issues)
+    with sigterm_interrupts() as stop:
+        try:
+            known_issues = load_known_issues()  # checked before any work: a bad file is a usage error
+        except KnownIssuesError as exc:
+            raise CampaignError(str(exc)) from None
+        try:
+            state = CampaignState.open(config.out_dir, target=str(config.target), op=config.op, seed=config.seed)
+        except StateError as exc:
+            raise CampaignError(str(exc)) from None
+        try:
+            search = _Search(state, config, worker=worker, database=database, known_issues=known_issues, stop=stop)
             return search.run()
-    finally:
-        state.close()
+        finally:
+            state.close()
 
 
 class _Search:
     """The search loop of one campaign (Note [Campaigns]); ``state`` persists everything."""
 
     def __init__(self, state: CampaignState, config: CampaignConfig, *, worker=None, database=None,
-                 known_issues: Optional[tuple] = None):
+                 known_issues: Optional[tuple] = None, stop: Optional[Stop] = None):
         self.state, self.config = state, config
+        self.stop = stop if stop is not None else Stop()
         self.target, self.op = str(config.target), config.op
         self.budget, self.time_s, self.seed, self.device = config.case_budget, config.time_s, config.seed, config.device
         self.upstream_contracts_only, self.isolate = config.upstream_contracts_only, config.isolate
@@ -188,6 +168,8 @@ class _Search:
         self.base_elapsed = state.elapsed_s
         self.memo: dict = {}
         self.harness_error: Optional[str] = None
+        self.state_error: Optional[StateError] = None  # a failed write inside Hypothesis's body
+        self.output_dropped = 0  # bytes of the target's output past its log's limit (Note [Target output])
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
         self.known_issues = known_issues  # harness.known_issues entries (None: the default file)
         self.database = database  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
@@ -222,6 +204,11 @@ class _Search:
             self.worker = Worker(self.device, case_timeout_s=self.case_timeout_s)
         else:
             self.worker.case_timeout_s = self.case_timeout_s
+        try:  # Note [Target output]: the target's prints go to this campaign's log
+            self.worker.log_to(Path(self.state.out) / TARGET_OUTPUT_LOG)
+        except OSError as exc:
+            raise CampaignError(f"--out {self.state.out}: cannot write {TARGET_OUTPUT_LOG} ({exc.strerror or exc})") \
+                from None
         try:
             return self.worker.describe(self.target, warm_up_s=self.config.warm_up_s, sources=self.config.sources)
         except WorkerError as exc:
@@ -269,27 +256,59 @@ class _Search:
             self._replay_shared()
             self._loop()
         except KeyboardInterrupt as exc:
-            signame = exc.signame if isinstance(exc, CampaignInterrupted) else "SIGINT"
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # one clean-up, even on a second Ctrl-C
-            try:
-                self._stop_worker(kill=True)
-                self.state.elapsed_s = self.elapsed()
-                self.state.save()
-                note = (f"interrupted by {signame} after {self.state.executed} cases; rerun with the same out "
-                        f"directory to resume")
-                record = self.finish([note], status="interrupted")
-            finally:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise CampaignInterrupted(signame, record, self.state.executed) from None
+            self._interrupted(exc.signame if isinstance(exc, CampaignInterrupted) else "SIGINT")
+        except StateError as exc:  # the out directory failed under us (a full disk): exit 2 with what it holds
+            self._state_failed(exc)
         finally:
             if self.bar is not None:
                 self.bar.close()
             self._stop_worker(kill=False)
         self.state.elapsed_s = self.elapsed()
         self.state.save()
-        if self.harness_error is not None:
-            return self.finish([self.harness_error], status="incomplete")
-        return self.finish()
+        notes = [self.harness_error] if self.harness_error is not None else []
+        return self.finish(notes + self._output_notes(), status="incomplete" if notes else None)
+
+    def _interrupted(self, signame: str) -> None:
+        """SIGTERM / SIGINT: end the worker, save the state and an interrupted summary, raise
+        :class:`CampaignInterrupted` (Note [Stopping a campaign])."""
+        self.stop.cleaning = True  # one clean-up: a further SIGTERM is noted, not raised
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None  # and a second Ctrl-C ignored
+        record = None
+        try:
+            self._stop_worker(kill=True)
+            self.state.elapsed_s = self.elapsed()
+            note = (f"interrupted by {signame} after {self.state.executed} cases; rerun with the same out "
+                    f"directory to resume")
+            self.state.save()
+            record = self.finish([note, *self._output_notes()], status="interrupted")
+        except StateError:  # a full disk as well: the findings written so far are what is left
+            pass
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, old)
+        raise CampaignInterrupted(signame, record, self.state.executed) from None
+
+    def _state_failed(self, exc: StateError) -> None:
+        """A write to the out directory failed: a summary if it can still be written, then
+        :class:`CampaignError` (exit 2, one line)."""
+        self._stop_worker(kill=True)
+        note = f"stopped: {exc}"
+        try:
+            self.finish([note, *self._output_notes()], status="incomplete")
+        except (OSError, StateError):
+            note += "; the summary could not be written either"
+        raise CampaignError(note) from None
+
+    def _output_notes(self) -> list:
+        """A note when the target printed more than its log keeps (Note [Target output])."""
+        dropped = self.output_dropped + (self.worker.output_dropped if self.worker is not None else 0)
+        if not dropped:
+            return []
+        from kernel_oracle.fuzz.worker import OUTPUT_LIMIT
+
+        return [f"the target printed {dropped} bytes past the {OUTPUT_LIMIT} kept in "
+                f"{Path(self.state.out) / TARGET_OUTPUT_LOG}; the rest was dropped"]
 
     def _stop_worker(self, *, kill: bool) -> None:
         if self.worker is None:
@@ -298,6 +317,9 @@ class _Search:
             self.worker.kill()
         elif self.own_worker:
             self.worker.close()
+        if self.own_worker or kill:
+            self.output_dropped += self.worker.output_dropped  # before log_to resets it
+            self.worker.log_to(None)
 
     def _replay_shared(self) -> None:
         """Run the cases other campaigns found (shared database only): each is recorded as a finding
@@ -330,6 +352,7 @@ class _Search:
     def _loop(self) -> None:
         stalled = 0
         while not self.out_of_budget() and self.harness_error is None:
+            self.stop.check()
             before = self.state.executed
             found = self._one_run()
             self.state.elapsed_s = self.elapsed()
@@ -378,6 +401,8 @@ class _Search:
                                       f"stopped: {str(exc).splitlines()[0]}")
         except Exception:  # noqa: BLE001 - the failure itself; its minimal example is in `failing`
             pass
+        if self.state_error is not None:
+            raise self.state_error
         if not failing:
             return False
         case, verdict, bucket, replaced = self._drop_flags(failing["case"], failing["verdict"], failing["bucket"])
@@ -387,7 +412,17 @@ class _Search:
         return True
 
     def _check(self, case, failing: dict, fault_shrinks: list) -> None:
-        """Hypothesis's test body: run one case; raise for a failure of a root cause not yet found."""
+        """Hypothesis's test body: run one case; raise for a failure of a root cause not yet found.  A
+        failed write to the out directory is kept for :meth:`_one_run` to raise outside Hypothesis
+        (which would take it for the target's failure)."""
+        if self.state_error is not None:
+            return
+        try:
+            self._check_case(case, failing, fault_shrinks)
+        except StateError as exc:
+            self.state_error = exc
+
+    def _check_case(self, case, failing: dict, fault_shrinks: list) -> None:
         key = case.to_json()
         if key in self.memo:
             verdict, bucket = self.memo[key]
@@ -417,6 +452,7 @@ class _Search:
         raises :class:`_HarnessError`."""
         from kernel_oracle.harness.check import Verdict, check_case, shape_class
 
+        self.stop.check()  # Note [Stopping a campaign]: a signal whose raise was swallowed stops here
         if self.local_target is not None:
             try:
                 verdict = check_case(self.local_target, case, self.device)
@@ -446,7 +482,21 @@ class _Search:
             self.state.save(force=False)
         bucket = None if verdict.ok else verdict.bucket
         self.memo[case.to_json()] = (verdict, bucket)
+        for switch, text in verdict.state_changes:  # Note [Global state]: one finding per setting
+            self._state_change(case, switch, text)
         return verdict, bucket
+
+    def _state_change(self, case, switch: str, text: str) -> None:
+        """The target changed a global setting of torch (restored already): a finding the first
+        time, one more hit of it afterwards; the case's own verdict is unaffected."""
+        from kernel_oracle.harness.check import prepared_call, state_change_verdict
+
+        verdict = state_change_verdict(case, switch, text)
+        fid = self._known(verdict.bucket)
+        if fid is not None:
+            self._hit(fid, case)
+        else:
+            self._record(case, verdict, verdict.bucket, prepared_call(case, self.device))
 
     def _drop_flags(self, case, verdict, bucket) -> tuple:
         """The finding's case without the config flags its mismatch does not need (Note [Buckets])."""
@@ -482,9 +532,14 @@ class _Search:
 
         state = self.state
         fid = state.next_finding_id(verdict.kind, case.op, case.dtype)
-        pt = state.save_case(fid, {"case": case.to_dict(), "entry": call.entry, "args": call.args,
-                                   "kwargs": call.kwargs, "inplace": call.inplace, "target": self.target,
-                                   "device": self.device}, case.to_json())
+        target = shlex.quote(self.target)
+        try:
+            pt = state.save_case(fid, {"case": case.to_dict(), "entry": call.entry, "args": call.args,
+                                       "kwargs": call.kwargs, "inplace": call.inplace, "target": self.target,
+                                       "device": self.device}, case.to_json())
+            repro, unsaved = f"kernel-oracle repro {shlex.quote(str(pt))} --targets {target}", None
+        except CaseNotSaved as exc:  # the finding is kept; its case is rebuilt from the seed instead
+            repro, unsaved = f"kernel-oracle repro --case {shlex.quote(case.to_json())} --targets {target}", str(exc)
         figures = dict(verdict.figures or {})
         figures.setdefault("where", {})
         message = verdict.message or verdict.kind
@@ -492,8 +547,10 @@ class _Search:
                    "shape_class": shape_class(case), "kind": verdict.kind,
                    "message": message.replace("\nReproduce: ", "\nReproduce (in-memory): "),
                    "figures": {k: figures.get(k) for k in ("max_abs", "max_rel", "ratio", "where")},
-                   "repro": f"kernel-oracle repro {shlex.quote(str(pt))} --targets {shlex.quote(self.target)}",
-                   "problem": case.to_dict(), "expected": verdict.expected, "bucket": bucket.to_dict()}
+                   "repro": repro, "problem": case.to_dict(), "expected": verdict.expected,
+                   "bucket": bucket.to_dict()}
+        if unsaved is not None:
+            finding["note"] = f"its tensors were not saved ({unsaved}); the repro line rebuilds the case from its seed"
         state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))
         self.buckets.append((bucket, fid))
         if self.database is not None:  # every other campaign of this target x family replays it first
@@ -538,5 +595,8 @@ class _Search:
                 add_note(record, f"{self.target}: no {feature} cases: {why}")
         for note in notes:
             add_note(record, note)
-        save(record, Path(self.state.out) / "summary.json", overwrite=True)
+        try:
+            save(record, Path(self.state.out) / "summary.json", overwrite=True)
+        except OSError as exc:
+            raise StateError(f"{Path(self.state.out) / 'summary.json'}: cannot write ({exc.strerror or exc})") from None
         return record

@@ -14,7 +14,8 @@ killed campaign's directory back through the same object (:meth:`CampaignState.r
 * ``.lock``: held with ``fcntl.flock`` while a campaign runs, so a second campaign on the same
   directory is refused (:class:`OutDirBusy`) instead of writing duplicate ids and overwriting
   ``.pt`` files; the kernel drops the lock when the process dies, even by ``kill -9``;
-* ``summary.json``: the result record (:mod:`harness.schema`, kind ``campaign``).
+* ``summary.json``: the result record (:mod:`harness.schema`, kind ``campaign``);
+* ``target-output.log``: what the target printed, bounded (:mod:`fuzz.worker`, Note [Target output]).
 
 Recovery (a campaign killed mid-write, a disk that filled up): a torn or unreadable line of
 ``findings.jsonl`` is moved, with a note saying why, to ``findings.jsonl.torn`` and the complete
@@ -22,11 +23,25 @@ lines kept; an unreadable ``state.json`` is moved to ``state.json.corrupt`` and 
 from the findings and the case files (the finding counter from the highest id on disk, so no id or
 ``.pt`` is ever reused; each finding's group counts its one case; the earlier case counts are lost
 and a note says so).  No complete finding is ever dropped.
+
+Note [Validated state]
+----------------------
+Everything read back is checked before it is used, because a resumed campaign trusts it: a NaN or
+negative ``elapsed_s`` would make a time budget never end, a count below zero or past
+:data:`MAX_COUNT` is no count.  ``state.json`` must hold finite, in-range numbers of the right type
+in every field (:func:`_checked_state`), else it is unreadable as above; each line of
+``findings.jsonl`` must be a finding with the fields and types the record needs
+(:func:`finding_problem`), else it is set aside like a torn line.  A directory (or anything but a
+regular file) where one of these files belongs is a :class:`StateError` naming it (exit 2, one
+line), as is a write that fails (a full disk: the campaign ends with what it holds), except a
+finding's case files: :meth:`CampaignState.save_case` raises :class:`CaseNotSaved` and the campaign
+keeps the finding with a note that its tensors were not saved.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 import os
 import re
@@ -36,7 +51,8 @@ from typing import Iterable, Optional
 
 from kernel_oracle.harness.schema import FINDING_KINDS
 
-__all__ = ["CampaignState", "GroupCounts", "GroupKey", "MAX_EXAMPLES", "OutDirBusy", "StateError"]
+__all__ = ["CampaignState", "CaseNotSaved", "GroupCounts", "GroupKey", "MAX_COUNT", "MAX_EXAMPLES", "OutDirBusy",
+           "STATE_FILES", "StateError", "TARGET_OUTPUT_LOG", "finding_problem"]
 
 STATE_VERSION = 2
 # the least time between two unforced writes of state.json (CampaignState.save)
@@ -44,6 +60,13 @@ SAVE_INTERVAL_S = 0.5
 # examples kept per finding besides its own (shrunk) one
 MAX_EXAMPLES = 3
 _ID_NUMBER = re.compile(r"^F(\d+)-")
+# the largest count or number of seconds state.json may hold (Note [Validated state])
+MAX_COUNT = 10**12
+# what the target printed (fuzz.worker, Note [Target output])
+TARGET_OUTPUT_LOG = "target-output.log"
+# files of an out directory (each must be a regular file when present)
+STATE_FILES = ("state.json", "findings.jsonl", ".lock", "summary.json", "findings.jsonl.torn", "state.json.corrupt",
+               "state.json.tmp", "findings.jsonl.tmp", "summary.json.tmp", TARGET_OUTPUT_LOG)
 
 
 class StateError(ValueError):
@@ -52,6 +75,62 @@ class StateError(ValueError):
 
 class OutDirBusy(StateError):
     """Another process holds the directory's lock."""
+
+
+class CaseNotSaved(StateError):
+    """A finding's case files could not be written (the finding itself is kept)."""
+
+
+def _count(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{name}={value!r} is not a count in [0, {MAX_COUNT}]")
+    return value
+
+
+def _seconds(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{name}={value!r} is not a finite number of seconds in [0, {MAX_COUNT}]")
+    return float(value)
+
+
+def _ratio(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"ratios holds {value!r}, not a finite error ratio >= 0")
+    return float(value)
+
+
+def _text(name: str, value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name}={value!r} is not a string")
+    return value
+
+
+_FINDING_TEXT = ("id", "target", "op", "kind", "message", "repro")
+_FINDING_OPTIONAL = {"dtype": str, "shape_class": str, "expected": str, "note": str, "figures": dict,
+                     "problem": (dict, type(None)), "bucket": dict, "count": int, "examples": list}
+
+
+def finding_problem(item) -> Optional[str]:
+    """Why ``item`` (a parsed line of ``findings.jsonl``) is not a finding, or None (Note [Validated state])."""
+    if not isinstance(item, dict):
+        return f"a JSON {type(item).__name__}, not a finding object"
+    missing = [k for k in _FINDING_TEXT if k not in item]
+    if missing:
+        return f"a finding lacks the fields {missing}"
+    bad = [k for k in _FINDING_TEXT if not isinstance(item[k], str)]
+    bad += [k for k, t in _FINDING_OPTIONAL.items() if k in item and not isinstance(item[k], t)]
+    if bad:
+        return f"the fields {bad} have the wrong type"
+    if not _ID_NUMBER.match(item["id"]):
+        return f"id={item['id']!r} is not a finding id (F<number>-...)"
+    if item["kind"] not in FINDING_KINDS:
+        return f"kind={item['kind']!r} is not one of {list(FINDING_KINDS)}"
+    bucket = item.get("bucket")
+    if bucket is not None and not (isinstance(bucket.get("kind"), str) and isinstance(bucket.get("cause", ""), str)
+                                   and isinstance(bucket.get("config", []), list)):
+        return "its bucket is not a bucket object"
+    return None
 
 
 @dataclass(frozen=True, order=True)
@@ -68,7 +147,7 @@ class GroupKey:
 
     @classmethod
     def from_dict(cls, d: dict) -> "GroupKey":
-        return cls(str(d["target"]), str(d["op"]), str(d["dtype"]), str(d["shape_class"]))
+        return cls(*(_text(f"key.{k}", d[k]) for k in ("target", "op", "dtype", "shape_class")))
 
 
 @dataclass
@@ -84,10 +163,32 @@ class GroupCounts:
 
     @classmethod
     def from_dict(cls, d: dict) -> "GroupCounts":
+        """Checked (Note [Validated state]): counts in range, ``passes <= cases``, finite ratios."""
         counts = {k: 0 for k in FINDING_KINDS}
-        counts.update({str(k): int(v) for k, v in (d.get("findings") or {}).items()})
-        return cls(int(d.get("cases", 0)), int(d.get("passes", 0)), [float(r) for r in d.get("ratios") or ()],
-                   counts)
+        for k, v in (d.get("findings") or {}).items():
+            if k not in FINDING_KINDS:
+                raise ValueError(f"findings[{k!r}] is not a finding kind")
+            counts[k] = _count(f"findings[{k!r}]", v)
+        cases, passes = _count("cases", d.get("cases", 0)), _count("passes", d.get("passes", 0))
+        if passes > cases:
+            raise ValueError(f"passes={passes} exceeds cases={cases}")
+        ratios = d.get("ratios") or []
+        if not isinstance(ratios, list):
+            raise ValueError(f"ratios={ratios!r} is not a list")
+        return cls(cases, passes, [_ratio(r) for r in ratios], counts)
+
+
+def _check_layout(out: Path) -> None:
+    """:class:`StateError` when something other than a regular file sits where a state file belongs,
+    or ``cases`` is not a directory (Note [Validated state])."""
+    for name in STATE_FILES:
+        p = out / name
+        if (p.exists() or p.is_symlink()) and (p.is_symlink() or not p.is_file()):
+            what = "a symlink" if p.is_symlink() else "a directory" if p.is_dir() else "not a regular file"
+            raise StateError(f"--out {out}: {name} is {what}, not a regular file; move it away or pass another --out")
+    cases = out / "cases"
+    if (cases.exists() or cases.is_symlink()) and (cases.is_symlink() or not cases.is_dir()):
+        raise StateError(f"--out {out}: cases is not a directory; move it away or pass another --out")
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -140,6 +241,7 @@ class CampaignState:
         try:
             if out.exists() and not out.is_dir():
                 raise StateError(f"--out {out}: is a file, not a directory; pass a directory")
+            _check_layout(out)
             (out / "cases").mkdir(parents=True, exist_ok=True)
             lock_fh = open(out / ".lock", "a+")
         except StateError:
@@ -204,7 +306,7 @@ class CampaignState:
             try:
                 raw = json.loads(self.state_path.read_text())
                 self._apply(raw)
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
                 raw = None
                 self._reset_counters()
@@ -226,24 +328,37 @@ class CampaignState:
         self.groups, self.hits = {}, {}
 
     def _apply(self, raw: dict) -> None:
-        """Take the counters of a parsed ``state.json`` (all or nothing: a bad field raises first)."""
+        """Take the counters of a parsed ``state.json`` (all or nothing: a bad field raises first;
+        Note [Validated state])."""
         if not isinstance(raw, dict):
             raise TypeError(f"expected a JSON object, got {type(raw).__name__}")
         groups = raw.get("groups") or []
         if isinstance(groups, dict):  # version 1 wrote "target|op|dtype|shape_class" keys: read them once, here
             groups = [{"key": dict(zip(("target", "op", "dtype", "shape_class"), k.split("|"))), **g}
                       for k, g in groups.items()]
+        if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("key"), dict)
+                                                   for g in groups):
+            raise ValueError("groups is not a list of {'key': ..., 'cases': ...} objects")
         parsed = {GroupKey.from_dict(g["key"]): GroupCounts.from_dict(g) for g in groups}
-        hits = {str(k): {"count": int(v.get("count", 1)), "examples": list(v.get("examples") or [])}
-                for k, v in (raw.get("hits") or {}).items()}
-        counters = (int(raw.get("executed", 0)), int(raw.get("runs", 0)), float(raw.get("elapsed_s", 0.0)),
-                    int(raw.get("finding_count", 0)))
-        notes = [str(n) for n in raw.get("notes") or []]
+        hits = raw.get("hits") or {}
+        if not isinstance(hits, dict) or not all(isinstance(v, dict) and isinstance(v.get("examples") or [], list)
+                                                 for v in hits.values()):
+            raise ValueError("hits is not an object of {'count': n, 'examples': [...]}")
+        hits = {str(k): {"count": _count(f"hits[{k!r}].count", v.get("count", 1)),
+                         "examples": list(v.get("examples") or [])} for k, v in hits.items()}
+        counters = (_count("executed", raw.get("executed", 0)), _count("runs", raw.get("runs", 0)),
+                    _seconds("elapsed_s", raw.get("elapsed_s", 0.0)), _count("finding_count", raw.get("finding_count", 0)))
+        notes = raw.get("notes") or []
+        if not isinstance(notes, list):
+            raise ValueError(f"notes={notes!r} is not a list")
+        for name in ("target", "op"):
+            if raw.get(name) is not None:
+                _text(name, raw[name])
         self.target = raw.get("target", self.target)
         self.op = raw.get("op", self.op)
         self.executed, self.runs, self.elapsed_s, self.finding_count = counters
         self.groups, self.hits = parsed, hits
-        self.notes = notes + self.notes
+        self.notes = [str(n) for n in notes] + self.notes
 
     def _rebuild_from_findings(self) -> None:
         for f in self.findings:
@@ -261,7 +376,11 @@ class CampaignState:
         path = self.findings_path
         if not path.exists():
             return []
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError as exc:  # read() of a directory someone else owns: say so, keep going
+            self.notes.append(f"findings.jsonl unreadable ({exc.strerror or exc}); no finding read")
+            return []
         good, bad = [], []
         lines = data.split(b"\n")
         for i, line in enumerate(lines):
@@ -269,8 +388,9 @@ class CampaignState:
                 continue
             try:
                 item = json.loads(line.decode("utf-8"))
-                if not isinstance(item, dict) or "id" not in item or "kind" not in item:
-                    raise ValueError("not a finding object")
+                why = finding_problem(item)
+                if why is not None:
+                    raise ValueError(why)
             except ValueError as exc:
                 bad.append((line, f"unreadable line {i + 1} ({type(exc).__name__}: {exc})"))
                 continue
@@ -278,16 +398,23 @@ class CampaignState:
         if bad:
             what = "; ".join(why for _, why in bad)
             if recover_on_disk:
-                with open(self.out / "findings.jsonl.torn", "ab") as fh:
-                    for line, why in bad:
-                        fh.write(f"# set aside by kernel-oracle: {why}\n".encode())
-                        fh.write(line + b"\n")
+                try:
+                    with open(self.out / "findings.jsonl.torn", "ab") as fh:
+                        for line, why in bad:
+                            fh.write(f"# set aside by kernel-oracle: {why}\n".encode())
+                            fh.write(line + b"\n")
+                except OSError as exc:
+                    raise StateError(f"{self.out / 'findings.jsonl.torn'}: cannot set torn lines aside "
+                                     f"({exc.strerror or exc})") from None
                 self.notes.append(f"findings.jsonl: {len(bad)} torn or unreadable line(s) set aside in "
                                   f"findings.jsonl.torn ({what}); {len(good)} complete finding(s) kept")
             else:
                 self.notes.append(f"findings.jsonl: skipped {len(bad)} torn or unreadable line(s) ({what})")
         if recover_on_disk and (bad or (data and not data.endswith(b"\n"))):
-            _atomic_write(path, "".join(json.dumps(f, sort_keys=True, default=str) + "\n" for f in good))
+            try:
+                _atomic_write(path, "".join(json.dumps(f, sort_keys=True, default=str) + "\n" for f in good))
+            except OSError as exc:
+                raise StateError(f"{path}: cannot rewrite it without its torn lines ({exc.strerror or exc})") from None
         return good
 
     def _highest_id_on_disk(self) -> int:
@@ -321,17 +448,25 @@ class CampaignState:
 
         self._check_writable()
         pt = self.cases_dir / f"{fid}.pt"
-        torch.save(payload, pt)
-        (self.cases_dir / f"{fid}.json").write_text(case_json + "\n")
+        try:
+            torch.save(payload, pt)
+            (self.cases_dir / f"{fid}.json").write_text(case_json + "\n")
+        except Exception as exc:  # noqa: BLE001 - torch.save raises RuntimeError for a failed write, too
+            first = (str(exc).splitlines() or [""])[0]
+            raise CaseNotSaved(f"cases/{fid}.pt not written: {type(exc).__name__}: {first}") from None
         return pt
 
     def append_finding(self, finding: dict, group: GroupKey) -> dict:
         """Append ``finding`` to ``findings.jsonl`` (flushed and fsync'ed) and count it."""
         self._check_writable()
-        with open(self.findings_path, "a") as fh:
-            fh.write(json.dumps(finding, sort_keys=True, default=str) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with open(self.findings_path, "a") as fh:
+                fh.write(json.dumps(finding, sort_keys=True, default=str) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise StateError(f"{self.findings_path}: cannot append finding {finding['id']} "
+                             f"({exc.strerror or exc})") from None
         self.findings.append(finding)
         self.group(group).findings[finding["kind"]] += 1
         self.hits.setdefault(finding["id"], {"count": 1, "examples": []})
@@ -358,7 +493,10 @@ class CampaignState:
                "finding_count": self.finding_count,
                "groups": [{"key": k.to_dict(), **g.to_dict()} for k, g in sorted(self.groups.items())],
                "hits": self.hits, "notes": self.notes}
-        _atomic_write(self.state_path, json.dumps(raw, indent=1, sort_keys=True))
+        try:
+            _atomic_write(self.state_path, json.dumps(raw, indent=1, sort_keys=True))
+        except OSError as exc:
+            raise StateError(f"{self.state_path}: cannot write ({exc.strerror or exc})") from None
 
     def _check_writable(self, allow_recovery: bool = False) -> None:
         if not self._writable and not (allow_recovery and self._lock_fh is not None):

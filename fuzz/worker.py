@@ -33,9 +33,30 @@ resolved targets are kept between cases and between campaigns that share it).
   ``COMPILE_GRACE_FACTOR`` times the case timeout, in all); an answer within it is the case's verdict
   (counted in ``slow_answers``; the compiled kernel is kept), silence past it is the hang.  The
   interpreter does not compile, so a CPU worker's case timeout is the hang.
-* The worker ignores SIGINT (a Ctrl-C reaches the whole process group: the campaign decides and ends
-  its worker) and asks Linux to kill it when its parent dies (``PR_SET_PDEATHSIG``), so a ``kill -9``
-  of the campaign leaves no orphan running a hung kernel.
+* The worker ignores SIGINT (the campaign decides and ends its worker) and asks Linux to kill it
+  when its parent dies (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the campaign leaves no orphan
+  running a hung kernel.
+
+Note [Worker processes]
+-----------------------
+No process a target starts may outlive the campaign.  Each worker calls ``os.setsid()`` first: it
+leads its own session and process group, which every child a target spawns joins (a daemonised
+grandchild, reparented to init once its parent exits, included).  Whenever a worker ends -- killed
+for a hang, replaced after a crash, closed at the campaign's end -- the whole group gets SIGKILL;
+a descendant that left the group (its own ``setsid``) is found by the token it inherited in its
+environment (``KERNEL_ORACLE_WORKER_TOKEN``, one per worker process) and killed too.  Waits on the
+pipe never exceed :data:`MAX_WAIT_S`, the longest the platform's ``poll`` takes.
+
+Note [Target output]
+--------------------
+A target's prints are not the campaign's output: the worker's file descriptors 1 and 2 (so C
+extensions' ``printf`` and Triton's compiler warnings too) are a pipe to the parent, where a thread
+copies them to the campaign's log (``out_dir/target-output.log``, :meth:`Worker.log_to`), at most
+:data:`OUTPUT_LIMIT` bytes per log and then a note; the rest is read and dropped (counted in
+``output_dropped``), so a target that prints without end neither fills the disk nor blocks.
+Without a log (a worker used on its own) the same bounded copy goes to the parent's stderr.  The
+reader is in the parent, so a target that prints while holding the GIL never stalls it; the last
+few kilobytes are kept for the message of a worker that dies while starting.
 
 This module imports only the standard library and :mod:`harness.device` at import time: the worker
 process imports it before its environment is set.
@@ -46,12 +67,17 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
+import threading
 import traceback
+import uuid
+from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.harness.device import interpreting, worker_env
 
-__all__ = ["DEFAULT_CASE_TIMEOUT_S", "STARTUP_TIMEOUT_S", "Worker", "WorkerError"]
+__all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "TOKEN_ENV", "Worker",
+           "WorkerError"]
 
 # seconds a case may take before it counts as a hang (campaigns derive a shorter one from their budget)
 DEFAULT_CASE_TIMEOUT_S = 120.0
@@ -61,6 +87,14 @@ STARTUP_TIMEOUT_S = 300.0
 # COMPILE_GRACE_MIN_S, COMPILE_GRACE_FACTOR x the case timeout)
 COMPILE_GRACE_MIN_S = 30.0
 COMPILE_GRACE_FACTOR = 4.0
+# the longest wait the platform's poll takes (milliseconds in a C int: about 24.8 days; below
+# threading.TIMEOUT_MAX): every wait on the worker's pipe is clamped to it, options refuse more
+MAX_WAIT_S = min(threading.TIMEOUT_MAX, (2**31 - 1) / 1000)
+# bytes of a target's stdout/stderr kept per log (Note [Target output])
+OUTPUT_LIMIT = 8 * 2**20
+# the environment name under which each worker process passes its token to its descendants
+TOKEN_ENV = "KERNEL_ORACLE_WORKER_TOKEN"
+_TAIL_BYTES = 4096
 
 
 class WorkerError(RuntimeError):
@@ -77,14 +111,26 @@ def _die_with_parent() -> None:
         pass
 
 
-def _serve(conn, env: dict) -> None:
+def _serve(conn, env: dict, output=None) -> None:
+    try:
+        os.setsid()  # its own session and process group (Note [Worker processes])
+    except OSError:  # already a group leader (not from multiprocessing's spawn): its group is its own
+        pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    if output is not None:  # fds 1 and 2 into the parent's bounded copy (Note [Target output])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(output.fileno(), 1)
+        os.dup2(output.fileno(), 2)
+        output.close()
     os.environ.clear()
     os.environ.update(env)  # before the first kernel import (Note [Device switch])
     from kernel_oracle.fuzz.targets import TargetError, resolve_target
+    from kernel_oracle.harness import torch_state
     from kernel_oracle.harness.check import case_from_dict, check_case, execute
 
+    baseline = torch_state.snapshot()  # before any target is imported (Note [Global state])
     warmed: dict = {}
     conn.send(("ready", os.getpid()))
     while True:
@@ -110,11 +156,87 @@ def _serve(conn, env: dict) -> None:
                 conn.send(("info", {**target.to_record(), "precisions": target.precisions(),
                                     "interpreting": interpreting(), "warm_up": warmed.get(key)}))
             elif op == "check":
-                conn.send(("verdict", check_case(target, case_from_dict(payload), device)))
+                drift = _back_to(baseline, torch_state)
+                verdict = check_case(target, case_from_dict(payload), device)
+                verdict.state_changes = drift + verdict.state_changes
+                conn.send(("verdict", verdict))
             else:
-                conn.send(("obs", execute(target, case_from_dict(payload), device)))
+                drift = _back_to(baseline, torch_state)
+                observed = execute(target, case_from_dict(payload), device)
+                observed.state_changes = drift + observed.state_changes
+                conn.send(("obs", observed))
         except Exception as exc:  # noqa: BLE001 - a harness error: reported to the parent, not fatal here
             conn.send(("harness-error", f"{type(exc).__name__}: {exc}\n" + traceback.format_exc(limit=6)))
+
+
+def _back_to(baseline: dict, torch_state) -> list:
+    """Restore the worker's start-up settings; ``(switch, text)`` of those changed since (by a target
+    at import or warm-up: nothing else of the target runs outside a checked call)."""
+    now = torch_state.snapshot()
+    drift = [(switch, f"{text} (outside a call: while the target was loaded or warmed up)")
+             for switch, text in torch_state.changes(baseline, now)]
+    if drift:
+        torch_state.restore(baseline)
+    return drift
+
+
+def _sweep(token: str) -> None:
+    """SIGKILL every process whose environment carries ``token`` (descendants of a worker that left
+    its process group; Note [Worker processes])."""
+    needle = b"\0" + f"{TOKEN_ENV}={token}".encode() + b"\0"
+    me = os.getpid()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:  # not Linux: the process group is all there is
+        return
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if needle not in b"\0" + fh.read() + b"\0":
+                    continue
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):  # gone, or another user's
+            continue
+
+
+def _end_group(pid: Optional[int], token: Optional[str]) -> None:
+    """SIGKILL the process group ``pid`` leads and the descendants that left it."""
+    if pid is not None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # no such group (yet): the worker's own kill covers it
+            pass
+    if token is not None:
+        _sweep(token)
+
+
+class _OutputPump:
+    """Copies a worker's stdout/stderr pipe to the log of :class:`Worker` (Note [Target output])."""
+
+    def __init__(self, reader, worker: "Worker"):
+        self.reader, self.worker = reader, worker
+        self.thread = threading.Thread(target=self._run, name="kernel-oracle-worker-output", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        fd = self.reader.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.worker._take_output(chunk)
+        try:
+            self.reader.close()
+        except OSError:
+            pass
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
 
 
 class Worker:
@@ -123,7 +245,8 @@ class Worker:
     ``case_timeout_s``: seconds one case may take before it is a hang; ``startup_timeout_s``: for the
     worker's imports (not counted against any case); ``compile_grace``: give a case past its timeout
     time for a compilation before calling it hung (default: when the device compiles kernels; Note
-    [Hangs and compilation])."""
+    [Hangs and compilation]).  Its process group ends with it (Note [Worker processes]); its output
+    goes to :meth:`log_to`'s file (Note [Target output])."""
 
     def __init__(self, device: str, *, case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
                  startup_timeout_s: float = STARTUP_TIMEOUT_S, compile_grace: Optional[bool] = None):
@@ -141,6 +264,13 @@ class Worker:
         self.startup_s: list[float] = []  # seconds each start took (imports), for the record
         self._ready = False
         self._launched_at = 0.0
+        self._token: Optional[str] = None
+        self._pump: Optional[_OutputPump] = None
+        self._out_lock = threading.Lock()
+        self._log = None  # the open log file (None: the parent's stderr)
+        self._log_kept = 0
+        self.output_dropped = 0  # bytes of output past OUTPUT_LIMIT since the last log_to
+        self._tail = b""
 
     @property
     def pid(self) -> Optional[int]:
@@ -150,6 +280,43 @@ class Worker:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.is_alive()
 
+    # ---- output (Note [Target output]) ----------------------------------------------------------
+    def log_to(self, path) -> None:
+        """Copy the worker's output to ``path`` from now on (appended; None: the parent's stderr),
+        at most :data:`OUTPUT_LIMIT` bytes of it; resets :attr:`output_dropped`."""
+        with self._out_lock:
+            if self._log is not None:
+                self._log.close()
+            self._log = open(Path(path), "ab") if path is not None else None
+            self._log_kept = self._log.tell() if self._log is not None else 0
+            self.output_dropped = 0
+
+    def _take_output(self, chunk: bytes) -> None:
+        with self._out_lock:
+            self._tail = (self._tail + chunk)[-_TAIL_BYTES:]
+            room = max(0, OUTPUT_LIMIT - self._log_kept)
+            kept, dropped = chunk[:room], len(chunk) - min(room, len(chunk))
+            note = b""
+            if dropped and not self.output_dropped:
+                note = (f"\n[kernel-oracle: the target's output past {OUTPUT_LIMIT} bytes is not kept]\n").encode()
+            self._log_kept += len(kept)
+            self.output_dropped += dropped
+            try:
+                if self._log is not None:
+                    self._log.write(kept + note)
+                    self._log.flush()
+                else:
+                    sys.stderr.buffer.write(kept + note)
+                    sys.stderr.flush()
+            except (OSError, ValueError, AttributeError):  # a full disk or a closed stream loses output only
+                pass
+
+    def output_tail(self) -> str:
+        """The last few kilobytes the worker printed (for the message of a worker that died)."""
+        with self._out_lock:
+            return self._tail.decode("utf-8", "replace")
+
+    # ---- the process ------------------------------------------------------------------------------
     def launch(self) -> "Worker":
         """Start the process without waiting for its imports (they run while the caller works on)."""
         if self.alive:
@@ -158,11 +325,16 @@ class Worker:
 
         self._launched_at = time.monotonic()
         self._ready = False
+        self._token = uuid.uuid4().hex
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_serve, args=(child, worker_env(self.device)), daemon=True,
+        out_reader, out_writer = self._ctx.Pipe(duplex=False)
+        env = {**worker_env(self.device), TOKEN_ENV: self._token}
+        self._proc = self._ctx.Process(target=_serve, args=(child, env, out_writer), daemon=True,
                                        name=f"kernel-oracle-worker-{self.device}")
         self._proc.start()
         child.close()
+        out_writer.close()
+        self._pump = _OutputPump(out_reader, self)
         self._conn = parent
         return self
 
@@ -176,13 +348,15 @@ class Worker:
             self.launch()
         parent = self._conn
         try:
-            if not parent.poll(self.startup_timeout_s):
+            if not parent.poll(min(self.startup_timeout_s, MAX_WAIT_S)):
                 raise WorkerError(f"the {self.device} worker did not start within {self.startup_timeout_s:g}s")
             tag, _ = parent.recv()
         except (EOFError, OSError) as exc:
             code = self._reap()
+            tail = self.output_tail().strip()
             raise WorkerError(f"the {self.device} worker died while starting ({_exit_words(code)})"
-                              + (f": {exc}" if str(exc) else "; its traceback is on stderr")) from None
+                              + (f": {exc}" if str(exc) else "")
+                              + (f"; its last output: {tail[-800:]}" if tail else "")) from None
         except BaseException:
             self.kill()
             raise
@@ -199,9 +373,9 @@ class Worker:
         ``spec``: a spec string or :class:`~kernel_oracle.harness.targets.TargetSpec`; ``sources``:
         its :class:`~kernel_oracle.harness.targets.TargetSources` (where an SGLang wheel comes from)."""
         self.start()
-        self._conn.send(("describe", str(spec), self.device, sources, warm_up_s))
+        self._send(("describe", str(spec), self.device, sources, warm_up_s))
         limit = self.startup_timeout_s + (warm_up_s or 0.0)  # the warm-up has its own time on top
-        if not self._conn.poll(limit):
+        if not self._conn.poll(min(limit, MAX_WAIT_S)):
             self.kill()
             raise WorkerError(f"resolving target {spec!r} took over {limit:g}s")
         try:
@@ -212,6 +386,15 @@ class Worker:
         if tag in ("error", "harness-error"):
             raise WorkerError(payload)
         return payload
+
+    def _send(self, msg: tuple) -> None:
+        """Send a request; one the pipe cannot carry (an unpicklable argument) is a :class:`WorkerError`."""
+        try:
+            self._conn.send(msg)
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - pickling: a bug of the caller, reported in one line
+            raise WorkerError(f"cannot send {msg[0]!r} to the worker: {type(exc).__name__}: {exc}") from None
 
     def check(self, spec, case_dict: dict, *, sources=None):
         """The :class:`harness.check.Verdict` of one case, computed in the worker beside the target
@@ -231,9 +414,10 @@ class Worker:
         grace_s = max(COMPILE_GRACE_MIN_S, COMPILE_GRACE_FACTOR * self.case_timeout_s) if self.compile_grace else 0.0
         self.start()
         try:
-            self._conn.send((op, str(spec), self.device, sources, case_dict))
-            if not self._conn.poll(self.case_timeout_s):
-                if not (grace_s > self.case_timeout_s and self._conn.poll(grace_s - self.case_timeout_s)):
+            self._send((op, str(spec), self.device, sources, case_dict))
+            if not self._conn.poll(min(self.case_timeout_s, MAX_WAIT_S)):
+                if not (grace_s > self.case_timeout_s
+                        and self._conn.poll(min(grace_s - self.case_timeout_s, MAX_WAIT_S))):
                     self.kill()
                     extra = f", nor within {grace_s:g}s with time for a compilation" if grace_s else ""
                     return Observed("hang", message=f"no answer within {self.case_timeout_s:g}s{extra}; worker "
@@ -243,6 +427,10 @@ class Worker:
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             code = self._reap()
             return Observed("crash", message=f"worker process died ({_exit_words(code)})")
+        except Exception as exc:  # noqa: BLE001 - bytes on the pipe that are no answer: the target wrote there
+            self.kill()
+            return Observed("crash", message=f"the worker's answer could not be read ({type(exc).__name__}); "
+                                             f"worker killed and replaced")
         if tag == "error":
             return Observed("raise", exc_type="TargetError", message=payload)
         if tag == "harness-error":
@@ -257,21 +445,34 @@ class Worker:
         self.kill()
         return code
 
-    def kill(self) -> None:
-        """End the process now (a hang, a crash, an interrupt); the next call starts a fresh one."""
-        if self._proc is not None:
-            self.restarts += 1
-            if self._proc.is_alive():
-                self._proc.kill()
-            self._proc.join(timeout=5)
+    def _forget(self) -> None:
+        """After the process is gone: end its group, drain its output, drop the handles."""
+        pid = self._proc.pid if self._proc is not None else None
+        _end_group(pid, self._token)
+        if self._pump is not None:
+            self._pump.join(timeout=2)  # the rest of its output reaches the log
         if self._conn is not None:
             self._conn.close()
         self._proc = None
         self._conn = None
+        self._pump = None
+        self._token = None
         self._ready = False
 
+    def kill(self) -> None:
+        """End the process and its group now (a hang, a crash, an interrupt); the next call starts a
+        fresh one."""
+        if self._proc is not None:
+            self.restarts += 1
+            _end_group(self._proc.pid, None)  # the worker and every child in its group at once
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=5)
+        self._forget()
+
     def close(self) -> None:
-        """Ask the process to exit; kill it if it does not within 5 s."""
+        """Ask the process to exit (kill it if it does not within 5 s), then end its group and
+        stop copying its output to the log."""
         if self._proc is not None and self._proc.is_alive():
             try:
                 self._conn.send(None)
@@ -281,17 +482,14 @@ class Worker:
         if self._proc is not None and self._proc.is_alive():
             self._proc.kill()
             self._proc.join(timeout=5)
-        if self._conn is not None:
-            self._conn.close()
-        self._proc = None
-        self._conn = None
-        self._ready = False
+        self._forget()
 
     def __enter__(self) -> "Worker":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+        self.log_to(None)
 
 
 def _exit_words(code: Optional[int]) -> str:

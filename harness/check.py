@@ -8,15 +8,19 @@ A :class:`Case` is a plain-data problem plus an optional :class:`~harness.mutati
    it either returns (an ``Outcome`` of kind ``result`` carrying the float64 value, the defined
    mask and the faithful same-dtype baseline in the target's fp32 precision), or raises a contract
    error (``upstream`` / ``strict`` with exact type and text from :mod:`reference.contracts`), or
-   raises something outside the table (``error``: only the type is then expected).
+   raises something outside the table (``error``: Note [Errors outside the table]).
 2. :func:`execute` runs the target on a fresh copy of the call (picklable :class:`Observed`, so it
    can run in a worker process): outputs are NaN-poisoned first where the target's API allows it
    (the ``poison_outputs`` launch option of our kernels, or a target's own ``poison`` hook); inputs that no sequence reads are NaN too (vision), so a kernel
    that leaks across sequences produces NaN; in-place outputs cannot be poisoned, so rows no segment
-   routes must come back bit-identical instead.
+   routes must come back bit-identical instead.  Around the call, torch's global settings are
+   snapshotted and restored (:mod:`harness.torch_state`, Note [Global state]) and the read-only
+   inputs copied and compared after it (:mod:`harness.input_writes`, Note [Read-only inputs]).
 3. :func:`judge` classifies: ``mismatch`` (wrong numbers on a valid input), ``contract`` (missing,
    wrong-type or wrong-text error, or an error on a valid input), ``validation-gap`` (malformed
-   metadata accepted), ``crash`` (the worker died).  Errors are scored with
+   metadata accepted), ``crash`` (the worker died); a written read-only input is a ``contract``
+   finding, a changed global setting travels in ``Verdict.state_changes`` (a campaign records each
+   setting once; :func:`with_state_changes` fails a single check on it).  Errors are scored with
    :func:`reference.tolerance.compare` against the faithful baseline of the target's dtype and
    precision.
 
@@ -30,6 +34,26 @@ hundred bytes instead of the output tensor, and no host copy or host float64 com
 campaign worker calls it per case; tensors are rebuilt and saved only for findings (from the seed,
 on the same kind of device).  :func:`execute` with ``to_host=True`` (the default) still returns the
 output on the CPU for callers that pickle or keep observations.
+
+Note [Errors outside the table]
+-------------------------------
+When the oracle raises an error that is in no contract, a target passes only by raising the same
+type with the same text on the same inputs: a type alone would let Python's own ``TypeError`` of a
+wrong call (an argument missing or misspelled) match any function called the same wrong way, a
+check that cannot fail.  The one exception is a target without our strict validation (SGLang's
+kernels, ``strict=False``): where upstream itself fails with a bare Python error (``int(None)`` for
+``max_seqlen=None``), the reference keeps that type and words its own text (docs/reference.md), so
+upstream's text is Python's and only the type is the contract (``judge(..., exact_errors=False)``).
+
+Note [Odd outputs]
+------------------
+What a target returns is the target's business and never the harness's failure: a meta tensor
+(no data to compare), a nested or sparse tensor, a ``torch.Tensor`` subclass (whose operators may
+run its own code during the comparison), a quantized tensor, a tensor on another device than its
+inputs, or no tensor at all is a ``mismatch`` with a one-line reason (:func:`odd_output`), and
+the campaign goes on.  Only a plain strided tensor with data on the inputs' device is compared.
+Text the target controls (its exception's message and type name, a returned type's name) is
+bounded and has its control characters escaped before it enters a verdict (Note [Target text]).
 """
 
 from __future__ import annotations
@@ -47,13 +71,15 @@ from kernel_oracle.reference.lora_routing import route_lora_batch
 from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
-from kernel_oracle.harness.buckets import bucket_of, target_frame
+from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
+from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
+from kernel_oracle.harness.text import bounded, printable
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.harness.problems import LoRAProblem, batch_info_of, materialize, problem_from_dict, problem_to_dict
 
 __all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute", "expected_outcome",
-           "judge", "prepared_call", "shape_class"]
+           "judge", "odd_output", "prepared_call", "shape_class", "state_change_verdict", "with_state_changes"]
 
 
 @dataclass(frozen=True)
@@ -203,7 +229,10 @@ def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=
 @dataclass
 class Observed:
     """What the target did (picklable): returned ``output`` (on the CPU; on the target's device with
-    ``execute(..., to_host=False)``), or raised, or crashed."""
+    ``execute(..., to_host=False)``), or raised, or crashed.  ``message``: the error's text, or why
+    a returned value is no output (Note [Odd outputs]), bounded (Note [Target text]);
+    ``input_writes``: the read-only inputs it changed (Note [Read-only inputs]); ``state_changes``:
+    ``(switch, text)`` of the global settings it changed (Note [Global state])."""
 
     kind: str  # "ok" | "raise" | "crash"
     output: Optional[torch.Tensor] = None
@@ -212,32 +241,82 @@ class Observed:
     exc_qualname: Optional[str] = None
     message: Optional[str] = None
     frame: Optional[str] = None  # "module:function" of the raise in the target's own code (harness.buckets)
+    input_writes: list = field(default_factory=list)
+    state_changes: list = field(default_factory=list)
 
 
 def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True) -> Observed:
     """Run ``target`` on a fresh copy of the case's call; never raises for the target's errors.
 
+    Around the call: copies of the read-only inputs (compared after it) and a snapshot of torch's
+    global settings (restored right after it, before anything is judged).
     ``to_host=False`` leaves the output on the device (Note [Verdicts beside the target])."""
     call = _copy_call(prepared_call(case, device) if call is None else call)
     fn = target.entry(case.op)
-    inplace = call.inplace
     poison = target.poison(case.family) if target.poison is not None else contextlib.nullcontext()
+    watched = watch_inputs(call)
+    from kernel_oracle.harness import torch_state  # where used: a campaign's parent never runs a target
+
+    settings = torch_state.snapshot()
     try:
-        with poison:
-            ret = fn(*call.args, **call.kwargs)
-        if device != "cpu" and torch.cuda.is_available():
-            torch.cuda.synchronize()
+        try:
+            with poison:
+                ret = fn(*call.args, **call.kwargs)
+            if device != "cpu" and torch.cuda.is_available():
+                torch.cuda.synchronize()
+        finally:
+            changed = torch_state.changes(settings, torch_state.snapshot())
+            torch_state.restore(settings)
     except Exception as exc:  # noqa: BLE001 - the target's error is the observation
-        return Observed("raise", exc_type=type(exc).__name__,
-                        exc_qualname=f"{type(exc).__module__}.{type(exc).__qualname__}", message=str(exc),
-                        frame=target_frame(exc.__traceback__))
-    if inplace is not None:
-        base = call.args[inplace]
-        same = isinstance(ret, torch.Tensor) and ret.data_ptr() == base.data_ptr() and ret.shape == base.shape
+        observed = Observed("raise", exc_type=type(exc).__name__,
+                            exc_qualname=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                            message=bounded(_text_of(exc)), frame=target_frame(exc.__traceback__))
+    else:
+        observed = _observe(ret, call, to_host)
+    observed.state_changes = changed
+    observed.input_writes = input_writes(watched)
+    return observed
+
+
+def _text_of(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception as inner:  # noqa: BLE001 - an exception whose __str__ raises still has a type
+        return f"<str() of the exception raised {type(inner).__name__}>"
+
+
+def _observe(ret, call, to_host: bool) -> Observed:
+    """The observation of a call that returned ``ret`` (the in-place output, or ``ret`` itself)."""
+    if call.inplace is not None:
+        base = call.args[call.inplace]
+        same = odd_output(ret, base) is None and ret.data_ptr() == base.data_ptr() and ret.shape == base.shape
         return Observed("ok", output=_keep(base, to_host), returned_inplace=same)
-    if not isinstance(ret, torch.Tensor):
-        return Observed("ok", output=None, returned_inplace=True, message=f"returned {type(ret).__name__}, not a tensor")
+    like = next((a for a in call.args if isinstance(a, torch.Tensor)), None)
+    odd = odd_output(ret, like)
+    if odd is not None:
+        return Observed("ok", output=None, returned_inplace=True, message=odd)
     return Observed("ok", output=_keep(ret, to_host))
+
+
+def odd_output(ret, like: Optional[torch.Tensor]) -> Optional[str]:
+    """Why ``ret`` is not an output that can be compared (Note [Odd outputs]), or None: a plain,
+    strided tensor with data, on the device of ``like`` (the call's first tensor)."""
+    if not isinstance(ret, torch.Tensor):
+        return f"returned {printable(type(ret).__name__)}, not a tensor"
+    if type(ret) is not torch.Tensor:
+        return (f"returned a {printable(type(ret).__module__)}.{printable(type(ret).__qualname__)}, a torch.Tensor "
+                f"subclass, not a plain tensor")
+    if ret.is_meta:
+        return "returned a meta tensor (a shape without data)"
+    if ret.is_nested:
+        return "returned a nested tensor, not a strided one"
+    if ret.layout != torch.strided:
+        return f"returned a tensor of layout {ret.layout}, not a strided one"
+    if ret.is_quantized:
+        return "returned a quantized tensor"
+    if like is not None and ret.device != like.device:
+        return f"returned a tensor on {ret.device}; its inputs are on {like.device}"
+    return None
 
 
 def _keep(t: torch.Tensor, to_host: bool) -> torch.Tensor:
@@ -257,13 +336,16 @@ class Verdict:
     figures: dict = field(default_factory=dict)
     expected: str = ""
     bucket: Optional[Any] = None  # harness.buckets.Bucket of a failure, from check_case
+    state_changes: list = field(default_factory=list)  # (switch, text) per global setting the target changed
 
 
-def _describe_expected(e: Outcome) -> str:
+def _describe_expected(e: Outcome, exact_errors: bool = True) -> str:
     if e.kind == "result":
         return "a result"
+    if e.kind == "error" and not exact_errors:
+        return f"{e.exc_type} (outside the contract table: its type, as upstream's own Python error)"
     if e.kind == "error":
-        return f"{e.exc_type} (outside the contract table)"
+        return f"{e.exc_type}({bounded(e.message or '', 2000)!r}) (outside the contract table: the oracle's own error)"
     return f"{e.exc_type}({e.message!r}) [{e.kind} contract {e.contract_id}]"
 
 
@@ -316,33 +398,87 @@ def _vision_locator(call):
     return locate
 
 
-def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, device="cpu", repro: str = "") -> Verdict:
-    """Classify ``observed`` against ``expected`` (see Note [Checking a case])."""
-    exp = _describe_expected(expected)
+def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, device="cpu", repro: str = "",
+          exact_errors: bool = True) -> Verdict:
+    """Classify ``observed`` against ``expected`` (see Note [Checking a case]); a case whose output
+    passes but whose target wrote a read-only input fails as a ``contract`` finding (Note
+    [Read-only inputs]); the global settings it changed travel in ``state_changes``.
+    ``exact_errors``: an error outside the contract table must have the oracle's text too (Note
+    [Errors outside the table]); False for a target without our strict validation."""
+    verdict = _classify(case, expected, observed, call=call, device=device, repro=repro, exact_errors=exact_errors)
+    if verdict.ok and observed.input_writes:
+        verdict = _input_write_verdict(case, observed.input_writes, verdict.expected)
+    verdict.state_changes = list(observed.state_changes)
+    return verdict
+
+
+def _raised(observed: Observed) -> str:
+    return f"raised {printable(observed.exc_type or '?')}({observed.message!r})"
+
+
+def _judge_error(case: Case, expected: Outcome, observed: Observed, exp: str, exact_errors: bool) -> Verdict:
+    """An error is expected: the same type and the same full text (bounded alike, Note [Target
+    text]); for an error outside the contract table of a target without our validation, the type
+    (Note [Errors outside the table])."""
+    if observed.kind == "ok":
+        if expected.kind == "strict":
+            return Verdict(False, "validation-gap",
+                           f"malformed metadata accepted ({case.mutation.kind if case.mutation else '-'}): "
+                           f"expected {exp}", expected=exp)
+        return Verdict(False, "contract", f"no error raised; expected {exp}", expected=exp)
+    same_text = observed.message == bounded(expected.message or "")
+    if observed.exc_type == expected.exc_type and (same_text or (expected.kind == "error" and not exact_errors)):
+        return Verdict(True, expected=exp)
+    return Verdict(False, "contract", f"{_raised(observed)}; expected {exp}", expected=exp)
+
+
+def _input_write_verdict(case: Case, writes: list, exp: str) -> Verdict:
+    """The target changed inputs it must only read: one finding naming the first (Note [Read-only inputs])."""
+    name = writes[0].split(":", 1)[0]
+    more = "\n  also: " + "\n  also: ".join(writes[1:8]) if len(writes) > 1 else ""
+    verdict = Verdict(False, "contract", f"wrote its read-only input {writes[0]} (only the in-place output may "
+                                         f"change){more}", expected=exp)
+    verdict.bucket = Bucket("contract", case.family, f"wrote its input {name}")
+    return verdict
+
+
+def state_change_verdict(case: Case, switch: str, text: str) -> Verdict:
+    """The finding of one global setting a target changed (Note [Global state]): kind ``contract``,
+    bucketed by the setting, whatever values it went between."""
+    verdict = Verdict(False, "contract", f"global state changed: {text} (kernel-oracle restored it after the call; "
+                                         f"a target leaves torch's process-wide settings as it found them)",
+                      expected="torch's global settings unchanged")
+    verdict.bucket = Bucket("contract", case.family, f"global state changed: {switch}")
+    return verdict
+
+
+def with_state_changes(case: Case, verdict: Verdict) -> Verdict:
+    """``verdict``, or when it passes but its target changed a global setting, the finding of the
+    first one (the single-case view of :func:`kernel_oracle.assert_matches` and ``repro``; a
+    campaign records each setting once instead)."""
+    if not verdict.ok or not verdict.state_changes:
+        return verdict
+    switch, text = verdict.state_changes[0]
+    failed = state_change_verdict(case, switch, "; ".join(t for _, t in verdict.state_changes))
+    failed.state_changes = list(verdict.state_changes)
+    return failed
+
+
+def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device, repro: str,
+              exact_errors: bool) -> Verdict:
+    """The verdict on the returned or raised value alone."""
+    exp = _describe_expected(expected, exact_errors)
     if observed.kind == "crash":
         return Verdict(False, "crash", f"target crashed: {observed.message}; expected {exp}", expected=exp)
     if expected.kind != "result":
-        if observed.kind == "ok":
-            if expected.kind == "strict":
-                return Verdict(False, "validation-gap",
-                               f"malformed metadata accepted ({case.mutation.kind if case.mutation else '-'}): "
-                               f"expected {exp}", expected=exp)
-            return Verdict(False, "contract", f"no error raised; expected {exp}", expected=exp)
-        if expected.kind == "error":
-            if observed.exc_type == expected.exc_type:
-                return Verdict(True, expected=exp)
-            return Verdict(False, "contract", f"raised {observed.exc_type}({observed.message!r}); expected {exp}",
-                           expected=exp)
-        if observed.exc_type == expected.exc_type and observed.message == expected.message:
-            return Verdict(True, expected=exp)
-        return Verdict(False, "contract", f"raised {observed.exc_type}({observed.message!r}); expected {exp}",
-                       expected=exp)
+        return _judge_error(case, expected, observed, exp, exact_errors)
     # a result is expected
     if observed.kind == "raise":
-        return Verdict(False, "contract", f"raised {observed.exc_type}({observed.message!r}) on a valid input",
-                       expected=exp)
-    if observed.output is None:
-        return Verdict(False, "mismatch", f"target {observed.message}", expected=exp)
+        return Verdict(False, "contract", f"{_raised(observed)} on a valid input", expected=exp)
+    if observed.output is None:  # Note [Odd outputs]: its own bucket per reason, covered by no other
+        verdict = Verdict(False, "mismatch", f"target {observed.message}", expected=exp)
+        verdict.bucket = Bucket("mismatch", case.family, f"target {observed.message}")
+        return verdict
     call = prepared_call(case, device) if call is None else call
     if not observed.returned_inplace:
         return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
@@ -397,7 +533,8 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     call = prepared_call(case, device, getattr(target, "metadata_helper", None))
     expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
     observed = execute(target, case, device, call=call, to_host=False)
-    verdict = judge(case, expected, observed, call=call, device=device, repro=repro)
-    if not verdict.ok:
+    verdict = judge(case, expected, observed, call=call, device=device, repro=repro,
+                    exact_errors=getattr(target, "strict", True))
+    if not verdict.ok and verdict.bucket is None:
         verdict.bucket = bucket_of(case, verdict, observed=observed, expected=expected, call=call)
     return verdict

@@ -10,20 +10,38 @@ Note [Public API]
 It is the harness's own check (:mod:`kernel_oracle.harness.check`, Note [Checking a case]) on inputs
 the caller built, not a second implementation of it:
 
-1. the float64 oracle runs on a copy of the inputs (strict validation by default).  When it raises a
-   contract error, the user's function must raise the same exception type with the same full text
-   (SPEC.md: the upstream messages are contracts); when it returns, it also yields the same-dtype
-   baseline (the oracle's faithful mode, in TF32 for ``precision="tf32"``);
-2. the user's function runs on another copy (their tensors are never modified);
+0. the arguments are bound to the op's signature first (Note [Binding the call]);
+1. the float64 oracle runs on a copy of the inputs (strict validation by default).  When it raises,
+   the user's function must raise the same exception type with the same full text: a contract
+   error (SPEC.md: the upstream messages are contracts) or any other error of the oracle on these
+   inputs (with ``strict=False``, only the type of the latter: Note [Errors outside the table] in
+   :mod:`kernel_oracle.harness.check`); when it returns, it also yields the same-dtype baseline (the oracle's faithful mode, in
+   TF32 for ``precision="tf32"``);
+2. the user's function runs on another copy (their tensors are never modified), with torch's global
+   settings restored after it and its read-only inputs compared after it (Note [Checking a case]);
 3. the verdict: :func:`kernel_oracle.reference.tolerance.compare` over the defined region only
    (``err <= K * baseline_err + floor``), rows that no segment routes bit-identical for the in-place
-   steps, shape and dtype before values.
+   steps, shape and dtype before values; a returned value that is no plain tensor with data
+   (Note [Odd outputs]), a written read-only input or a changed global setting fail it too.
 
 A failure raises :class:`AssertionError` in ``torch.testing.assert_close``'s layout plus the
 locator (token, head, segment, slot) and a ``Reproduce:`` line: the inputs are saved once with
-``torch.save`` (under ``$KERNEL_ORACLE_REPRO_DIR``, default ``<tmp>/kernel-oracle-repro``; SGLang's
+``torch.save`` (under ``$KERNEL_ORACLE_REPRO_DIR``, default a private directory this process makes
+once with ``tempfile.mkdtemp``; never written through a symlink nor over another file; SGLang's
 metadata objects as our same-field mirrors) and :func:`replay` re-runs the check from that file,
 loading it weights-only.
+
+Note [Binding the call]
+-----------------------
+A check that cannot fail is worse than none.  Called the wrong way -- an argument missing,
+misspelled, given twice, one too many -- the oracle raises Python's own ``TypeError``, and so does
+any function called the same way: comparing the two would pass a kernel that is always wrong.
+So :func:`assert_matches` binds its arguments to the op's signature before it calls anything (the
+oracle's parameters: names, order, defaults; the vision op's optional keywords
+``sequence_lengths`` and ``max_seqlen`` stay absent unless given, since their absence is a
+contract) and raises ``TypeError`` naming the argument and the signature: a usage error of the
+test.  A batch info that is a tensor, a number or a container (an argument in another one's
+place) and a data tensor without data (``device="meta"``) are usage errors too.
 
 ``strict=False`` is for third-party kernels that do not implement our strict validation (SGLang's
 own): the oracle then runs with upstream semantics (the per-call ``strict=False`` of every oracle),
@@ -36,8 +54,10 @@ For property tests, :func:`materialize` turns a problem or a case drawn from
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import importlib
+import inspect
 import io
 import os
 import pickle
@@ -48,7 +68,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from kernel_oracle.harness.check import Case, Verdict, execute, expected_outcome, judge
+from kernel_oracle.harness.check import Case, Verdict, execute, expected_outcome, judge, with_state_changes
 from kernel_oracle.harness.opinfo import OP_DB, op_info
 from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem
 from kernel_oracle.harness.problems import materialize as _materialize_problem
@@ -104,7 +124,7 @@ def assert_matches(op: str, fn: Callable[..., Any], /, *args: Any, precision: st
         raise TypeError(f"Expected strict to be True or False but got strict={strict!r}")
     if repro is not None and not isinstance(repro, str):
         raise TypeError(f"Expected repro to be a str or None but got repro={repro!r}")
-    call = Call(info.entry, tuple(args), dict(kwargs), info.inplace_arg)
+    call = _bind(op, args, kwargs)  # TypeError / ValueError: a usage error of the test, before anything runs
     verdict = _check(op, fn, call, precision=precision, strict=strict)
     if verdict.ok:
         return verdict
@@ -116,6 +136,73 @@ def assert_matches(op: str, fn: Callable[..., Any], /, *args: Any, precision: st
     if repro:
         lines.append(f"Reproduce: {repro}")
     raise AssertionError("\n".join(lines))
+
+
+# the oracles' own switches, not part of the entry point's signature
+_ORACLE_SWITCHES = ("faithful", "strict")
+
+
+class _Absent:
+    """The default of an optional keyword whose absence means something (vision's ``max_seqlen``)."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+_ABSENT = _Absent()
+# values that are never a LoRA batch info object (an argument passed in another one's place)
+_NOT_BATCH_INFO = (torch.Tensor, int, float, complex, str, bytes, list, tuple, dict, type(None))
+
+
+def _entry_signature(op: str) -> inspect.Signature:
+    """The entry point's signature (Note [Binding the call]): names, order and defaults from the op's
+    oracle, without the oracle's own switches; its ``**kwargs`` become the keywords the op's row of
+    :data:`kernel_oracle.reference.signatures.SIGNATURES` names, each optional and absent by default."""
+    info = OP_DB[op]
+    params = [p for p in inspect.signature(info.oracle).parameters.values()
+              if p.name not in _ORACLE_SWITCHES and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    named = {p.name for p in params}
+    params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=_ABSENT)
+               for k in info.signature.keywords if k not in named]
+    return inspect.Signature(params)
+
+
+def _bind(op: str, args: tuple, kwargs: dict) -> Call:
+    """The call of ``args``/``kwargs`` bound to the op's signature (Note [Binding the call]):
+    positional parameters in order, keywords only when given; ``TypeError`` naming the argument and
+    the expected signature for a missing, extra, repeated or misspelled one; ``ValueError`` for a
+    data tensor without data (meta)."""
+    info = OP_DB[op]
+    sig = _entry_signature(op)
+    def refuse(why: str) -> TypeError:
+        return TypeError(f"assert_matches({op!r}, fn, ...): {why}; the signature of {op} is {info.entry}{sig} "
+                         f"(precision=, strict= and repro= are assert_matches' own)")
+
+    unknown = [k for k in kwargs if k not in sig.parameters]
+    if unknown:  # before a missing one: the misspelling is the mistake to name
+        close = [p for p in sig.parameters if p.startswith(unknown[0]) or unknown[0].startswith(p)] \
+            or difflib.get_close_matches(unknown[0], list(sig.parameters), n=1)
+        raise refuse(f"got an unexpected keyword argument {unknown[0]!r}"
+                     + (f" (did you mean {close[0]!r}?)" if close else ""))
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise refuse(str(exc)) from None
+    given = bound.arguments
+    params = info.signature.params
+    call = Call(info.entry, tuple(given[p] for p in params), {k: v for k, v in given.items() if k not in params},
+                info.inplace_arg)
+    bi = info.signature.batch_info
+    if bi is not None and isinstance(given[bi], _NOT_BATCH_INFO):
+        raise TypeError(f"assert_matches({op!r}, fn, ...): {bi} is a {type(given[bi]).__name__}, not a batch info "
+                        f"object (LoRABatchInfo's fields: seg_indptr, weight_indices, lora_ranks, scalings, ...); "
+                        f"the signature of {op} is {info.entry}{sig}")
+    for name in info.signature.data:
+        value = given[name]
+        if isinstance(value, torch.Tensor) and value.is_meta:
+            raise ValueError(f"assert_matches({op!r}, fn, ...): {name} is a meta tensor (a shape without data), "
+                             f"which the oracle cannot compute on; pass tensors on the CPU or a GPU")
+    return call
 
 
 def _check(op: str, fn: Callable[..., Any], call: Call, *, precision: str, strict: bool) -> Verdict:
@@ -130,7 +217,7 @@ def _check(op: str, fn: Callable[..., Any], call: Call, *, precision: str, stric
     expected = expected_outcome(case, device, precision=precision, call=oracle_call)
     target = Target(_name_of(fn), {op: fn}, precision=precision, strict=strict)
     observed = execute(target, case, str(device), call=call)
-    return judge(case, expected, observed, call=call, device=str(device))
+    return with_state_changes(case, judge(case, expected, observed, call=call, device=str(device), exact_errors=strict))
 
 
 def _name_of(fn: Callable[..., Any]) -> str:
@@ -183,17 +270,45 @@ def _save_repro(op: str, fn: Callable[..., Any], call: Call, *, precision: str, 
     except Exception as exc:  # noqa: BLE001 - a repro that cannot be saved is reported, not fatal
         return f"(the inputs could not be saved: {type(exc).__name__}: {exc}; rerun this test)"
     data = buf.getvalue()
-    folder = Path(os.environ.get(REPRO_DIR_ENV) or Path(tempfile.gettempdir()) / "kernel-oracle-repro")
-    path = folder / f"{op}-{hashlib.sha256(data).hexdigest()[:16]}.pt"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            path.write_bytes(data)
+        folder = _repro_dir()
+        path = folder / f"{op}-{hashlib.sha256(data).hexdigest()[:16]}.pt"
+        _write_new(path, data)
     except OSError as exc:
-        return f"(the inputs could not be saved to {folder}: {exc}; set {REPRO_DIR_ENV} to a writable folder)"
+        return f"(the inputs could not be saved: {exc}; set {REPRO_DIR_ENV} to a writable folder)"
     spec = _importable_spec(fn)
     fn_arg = repr(spec) if spec else "<your function>"
     return f"python -c \"import kernel_oracle; kernel_oracle.replay({str(path)!r}, {fn_arg})\""
+
+
+_private_repro_dir: Optional[Path] = None  # made once per process (tempfile.mkdtemp) when REPRO_DIR_ENV is unset
+
+
+def _repro_dir() -> Path:
+    """``$KERNEL_ORACLE_REPRO_DIR`` (created if absent), else this process's private directory."""
+    global _private_repro_dir
+    chosen = os.environ.get(REPRO_DIR_ENV)
+    if chosen:
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+        return Path(chosen)
+    if _private_repro_dir is None or not _private_repro_dir.is_dir():
+        _private_repro_dir = Path(tempfile.mkdtemp(prefix="kernel-oracle-repro-"))
+    return _private_repro_dir
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file ``path`` (mode 0600), never through a symlink nor over another
+    file; a regular file already there with the same bytes is the same repro (names are content
+    hashes)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        if path.is_symlink() or not path.is_file() or path.read_bytes() != data:
+            raise FileExistsError(f"{path} exists and is not this repro (a symlink or another file); "
+                                  f"nothing was written") from None
+        return
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
 
 
 def replay(path: Union[str, os.PathLike], fn: Union[Callable[..., Any], str]) -> Verdict:

@@ -15,6 +15,11 @@ marked safe, each doing its own escaping:
   show entities literally, so the text is not entity-escaped there; ``|`` is escaped in cells);
 * ``fence``: a fenced block whose fence is longer than any backtick run in the text;
 * ``link``: ``[text](<url>)`` with the text escaped as a cell (the url is a checked https link).
+
+Before any of that, in both renderers, every text is cut past 64 kB and has its control characters
+escaped (:func:`kernel_oracle.harness.text.safe_text`, Note [Target text]): an ANSI sequence, BEL
+or a bidirectional override in a message shows as ``\x1b`` / ``\u202e`` instead of acting on the
+terminal or the page, whichever tool the record was written by.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import jinja2
 from markupsafe import Markup
 
 from kernel_oracle.harness.schema import FINDING_KINDS
+from kernel_oracle.harness.text import safe_text
 
 __all__ = ["environment", "fmt_num", "fmt_pct", "fmt_ratio", "fmt_us", "md_cell", "md_code", "md_fence", "md_link",
            "md_text", "ratio_class"]
@@ -88,18 +94,18 @@ def md_text(v: object) -> str:
     """Text for Markdown prose: raw HTML shown, not interpreted (Note [Escaping Markdown])."""
     if isinstance(v, Markup):
         return v
-    return Markup(str(v).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+    return Markup(safe_text(str(v)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
 
 
 def md_cell(v: object) -> str:
     """A value made safe for one Markdown table cell: entities, ``|`` escaped, one line."""
-    text = " ".join(str(v).splitlines())
+    text = " ".join(safe_text(str(v)).splitlines())
     return Markup(md_text(text).replace("|", "\\|"))
 
 
 def md_code(v: object, *, in_table: bool = False) -> str:
     """An inline code span holding ``v`` verbatim: delimited by more backticks than any run in it."""
-    text = " ".join(str(v).splitlines())
+    text = " ".join(safe_text(str(v)).splitlines())
     if in_table:
         text = text.replace("|", "\\|")
     fence = "`" * (_longest_backtick_run(text) + 1)
@@ -109,7 +115,7 @@ def md_code(v: object, *, in_table: bool = False) -> str:
 
 def md_fence(v: object, info: str = "text") -> str:
     """A fenced code block holding ``v`` verbatim: the fence is longer than any backtick run in it."""
-    text = str(v)
+    text = safe_text(str(v))
     fence = "`" * max(3, _longest_backtick_run(text) + 1)
     return Markup(f"{fence}{info}\n{text}\n{fence}")
 
@@ -130,10 +136,18 @@ def _finalize_markdown(value: object) -> object:
     return md_text(value)
 
 
+def _finalize_html(value: object) -> object:
+    """Every ``{{ }}`` of the HTML template: text bounded and its control characters escaped before
+    autoescaping (Note [Escaping Markdown]); markup the template built, numbers and None as they are."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return safe_text(value)
+    return value
+
+
 def environment(*, markdown: bool) -> jinja2.Environment:
     env = jinja2.Environment(autoescape=not markdown, trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             finalize=_finalize_markdown if markdown else None)
+                             finalize=_finalize_markdown if markdown else _finalize_html)
     env.filters.update(ratio=fmt_ratio, ratio_class=ratio_class, num=fmt_num, us=fmt_us, pct=fmt_pct,
                        speedup=fmt_speedup, cell=md_cell, code=md_code, fence=md_fence, md=md_text,
                        link=md_link)

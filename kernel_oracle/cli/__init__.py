@@ -6,19 +6,25 @@ Each subcommand is one module of this package exposing ``add_arguments(parser)``
 :mod:`.options` (Note [Options]).  Exit codes (SPEC.md, every subcommand): 0 clean (no new
 findings; known upstream issues do not count), 1 new findings or regressions, 2 usage or I/O error
 (one line), 3 interrupted or incomplete (a part could not run, nothing was tested).
+
+SIGTERM at any moment exits 3 with one line: :func:`main` installs its handler before it imports a
+subcommand (a campaign installs its own while it runs, Note [Stopping a campaign]), so a signal
+during the first imports is an interrupt, not a death by signal.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from typing import Optional, Sequence
 
 from kernel_oracle._version import __version__
 from kernel_oracle.cli.options import one_line_errors
 
-__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+__all__ = ["SUBCOMMANDS", "Terminated", "build_parser", "main"]
 
 # name -> one-line help; the module is kernel_oracle.cli.<name>, imported when the parser is built, so
 # it must import lightly (no Triton at module level)
@@ -49,13 +55,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the command outside a campaign's own handler."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated(signal.Signals(signum).name)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "_main", None):
-        parser.print_help(sys.stderr)
-        return 2
-    return int(args._main(args) or 0)
+    in_main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    command = "kernel-oracle"
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        command = f"kernel-oracle {args.command}" if getattr(args, "command", None) else command
+        if not getattr(args, "_main", None):
+            parser.print_help(sys.stderr)
+            return 2
+        return int(args._main(args) or 0)
+    except KeyboardInterrupt as exc:  # a signal no subcommand handled: nothing was saved
+        name = str(exc) if isinstance(exc, Terminated) else "SIGINT"
+        print(f"{command}: interrupted by {name} before any result was saved (exit 3)", file=sys.stderr)
+        return 3
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     amount = parser.add_mutually_exclusive_group()
     options.add(amount, "budget", help="cases to execute, shrinking included (default 100)")
     options.add(amount, "time", help="seconds to run")
-    parser.add_argument("--case-timeout", dest="case_timeout_s", type=options.positive_seconds, default=None,
+    parser.add_argument("--case-timeout", dest="case_timeout_s", type=options.timeout_seconds, default=None,
                         metavar="S", help="seconds one case may run before it is a hang (default: half of --time, "
                                           "between 5 and 120; 120 with --budget)")
     options.add(parser, "seed")

@@ -29,7 +29,7 @@ from typing import NoReturn, Optional
 from kernel_oracle.harness.device import DEVICE_CHOICES
 
 __all__ = ["LIMIT_PRESETS", "OPTIONS", "add", "argument", "cluster_settings", "finite_float", "non_negative_seconds",
-           "one_line_errors", "parse_list", "positive_int", "positive_seconds"]
+           "one_line_errors", "parse_list", "positive_int", "positive_seconds", "timeout_seconds", "wait_seconds"]
 
 # the size presets of kernel_oracle.fuzz.strategies.LIMITS (kept literal: building the parser imports no Hypothesis)
 LIMIT_PRESETS = ("tiny", "small", "gpu", "full")
@@ -73,6 +73,26 @@ def non_negative_seconds(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative, finite number of seconds but got {text!r}")
     return value
+
+
+def _waitable(value: float, text: str) -> float:
+    from kernel_oracle.fuzz.worker import MAX_WAIT_S  # the standard library's only: a light import
+
+    if value > MAX_WAIT_S:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_WAIT_S:.0f} seconds (the longest wait this platform "
+                                         f"takes) but got {text!r}")
+    return value
+
+
+def timeout_seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds that a wait can take (at most
+    :data:`kernel_oracle.fuzz.worker.MAX_WAIT_S`: a longer one would overflow the platform's poll)."""
+    return _waitable(positive_seconds(text), text)
+
+
+def wait_seconds(text: str) -> float:
+    """:func:`timeout_seconds`, 0 allowed (none)."""
+    return _waitable(non_negative_seconds(text), text)
 
 
 def positive_int(text: str) -> int:
@@ -153,7 +173,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
                                    help="problem sizes (default: tiny for interpreted Triton, small for the CPU "
                                         "reference, gpu on a GPU: small and tile-edge heavy with a share of full-size "
                                         "cases)")),
-    "warm_up": (("--warm-up",), dict(dest="warm_up_s", type=non_negative_seconds, default=None, metavar="S",
+    "warm_up": (("--warm-up",), dict(dest="warm_up_s", type=wait_seconds, default=None, metavar="S",
                                      help="before the clock starts, let the worker warm each target up for up to S "
                                           "seconds (harness.warmup: on CUDA our LoRA kernels' variants compile in "
                                           "parallel); 0: none")),

@@ -26,8 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "device")
     options.add(parser, "sglang_wheel")
     parser.add_argument("--emit-script", metavar="DIR", default=None,
-                        help="also write a standalone Python script and a weights-only tensor file to DIR "
-                             "that reproduce the finding with torch and the target alone")
+                        help="also write a standalone Python script, its JSON data and a weights-only tensor file "
+                             "to DIR that reproduce the finding with torch and the target alone (existing files "
+                             "and symlinks there are refused)")
+    parser.add_argument("--force", action="store_true",
+                        help="with --emit-script: replace files (or symlinks) of the same names in DIR")
 
 
 def _usage(text: str) -> int:
@@ -51,7 +54,7 @@ def _run(args: argparse.Namespace):
     name = Path(args.path).stem if args.path else "case"
     try:
         return rep, emit_script(args.emit_script, name=name, case=rep.case, call=rep.call, expected=rep.expected,
-                                target=rep.target, target_spec=str(target), verdict=rep.verdict)
+                                target=rep.target, target_spec=str(target), verdict=rep.verdict, force=args.force)
     except ScriptError as exc:
         raise ReproError(str(exc)) from None
 
@@ -61,6 +64,8 @@ def main(args: argparse.Namespace) -> int:
         return _usage("pass DIR/cases/<id>.pt or --case JSON")
     if args.path is not None and args.case is not None:
         return _usage("pass a case file or --case JSON, not both")
+    if args.force and args.emit_script is None:
+        return _usage("--force only applies with --emit-script DIR")
     from kernel_oracle.jobs.repro import ReproError
 
     try:

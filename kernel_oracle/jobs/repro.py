@@ -188,7 +188,7 @@ def reproduce(*, target, path: str | None = None, case_json: str | None = None, 
               sglang_wheel: Optional[str] = None) -> Reproduction:
     """Re-run one saved (``path``) or given (``case_json``) case on ``target`` (a spec string or
     TargetSpec) in this process on ``device``; :class:`ReproError` (one line) for bad input."""
-    from kernel_oracle.harness.check import execute, expected_outcome, judge, prepared_call
+    from kernel_oracle.harness.check import execute, expected_outcome, judge, prepared_call, with_state_changes
 
     device = _device(device)
     case, call = load_case(path=path, case_json=case_json, device=device)  # refused files stop here
@@ -200,5 +200,6 @@ def reproduce(*, target, path: str | None = None, case_json: str | None = None, 
         call = prepared_call(case, device)
     expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call)
     observed = execute(tgt, case, device, call=call)
-    verdict = judge(case, expected, observed, call=call, device=device)
+    verdict = with_state_changes(case, judge(case, expected, observed, call=call, device=device,
+                                             exact_errors=tgt.strict))
     return Reproduction(verdict, case, call, expected, tgt)

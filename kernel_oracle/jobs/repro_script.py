@@ -10,12 +10,22 @@ installing kernel-oracle.  :func:`emit_script` writes two files to ``DIR``:
   their strides and storage offsets: offsets are counted from each tensor's data pointer), the
   float64 expectation ``expected`` and its ``defined`` mask, and, for in-place steps, the rows no
   segment routes (``untouched``), which must come back bit-identical;
-* ``<name>.py``: the call's structure as JSON (scalars inline; metadata objects rebuilt as
+* ``<name>.json``: the data: the call's structure (scalars inline; metadata objects rebuilt as
   ``types.SimpleNamespace`` with the same fields: every API duck-types them), the target as
-  ``module:function``, the expected outcome (a result, or an exception type and exact text), and
-  the tolerance with its numbers inlined (SPEC.md "Tolerances": ``err <= K * err(baseline) +
-  floor`` evaluated at emit time, or the assert_close table's ``rtol``/``atol``), and the checks
-  that the suite's verdict makes.
+  ``module:function``, the expected outcome (a result, or an exception type and exact text), the
+  tolerance with its numbers inlined (SPEC.md "Tolerances": ``err <= K * err(baseline) + floor``
+  evaluated at emit time, or the assert_close table's ``rtol``/``atol``) and the case;
+* ``<name>.py``: the checks that the suite's verdict makes, reading the two files beside it.
+
+Note [The script is data]
+-------------------------
+The target spec, the case and every message come from a campaign, a case file or a command line,
+and a maintainer runs the script: none of that text may become code.  So the script is the same
+fixed text for every finding (its only varying part, the file stem, is reduced to
+``[A-Za-z0-9_.-]`` and enters only as a ``repr`` literal outside any docstring), and everything
+else travels in ``<name>.json``, read with ``json.load``.  The files are created new
+(``O_EXCL | O_NOFOLLOW``): an existing file or a planted symlink is refused, unless ``force``, which
+removes it (the link, never what it points to) and writes a fresh file.
 
 The script exits 1 when the finding reproduces, 0 when the target passes, 2 when it cannot run
 (target not importable).  A target that lives only inside kernel-oracle (a mutant, an adapter
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -121,13 +132,30 @@ def _untouched_rows(case, call) -> torch.Tensor | None:
     return untouched
 
 
+def _new_file(path: Path, force: bool):
+    """A new file at ``path`` for writing bytes (Note [The script is data]); ``ScriptError`` when
+    something is there and not ``force``."""
+    if force and (path.is_symlink() or path.exists()):
+        if path.is_dir() and not path.is_symlink():
+            raise ScriptError(f"{path} is a directory; move it away")
+        path.unlink()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except FileExistsError:
+        what = "a symlink" if path.is_symlink() else "a file"
+        raise ScriptError(f"{path} exists ({what}); pass --force to replace it or another directory") from None
+    return os.fdopen(fd, "wb")
+
+
 def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec: str,
-                verdict=None) -> tuple[Path, Path]:
-    """Write ``<name>.py`` and ``<name>.tensors.pt`` to ``out_dir``; returns both paths."""
+                verdict=None, force: bool = False) -> tuple[Path, Path]:
+    """Write ``<name>.py``, ``<name>.json`` and ``<name>.tensors.pt`` to ``out_dir`` (refusing to
+    replace a file or follow a symlink there unless ``force``); returns the script's and the
+    tensors' paths."""
     from kernel_oracle import __version__
     from kernel_oracle.harness.opinfo import OP_DB
 
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "case"
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "case"
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -148,41 +176,42 @@ def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec
         if untouched is not None:
             tensors["untouched"] = untouched
     else:
-        expect.update(type=expected.exc_type, message=None if expected.kind == "error" else expected.message,
+        expect.update(type=expected.exc_type, message=expected.message,
                       described=verdict.expected if verdict is not None else expected.kind)
     tensors = {k: (v.detach().cpu() if k in ("expected", "defined", "untouched") else v.detach())
                for k, v in tensors.items()}
     target_path, target_note = _target_path(target, target_spec, case.op)
-    tensor_file = out / f"{stem}.tensors.pt"
-    script_file = out / f"{stem}.py"
-    meta = {"op": case.op, "entry": info.entry, "inplace": info.inplace_arg, "family": case.family,
-            "case": case.to_dict(), "finding": verdict.kind if verdict is not None and not verdict.ok else None,
-            "suite_version": __version__}
-    text = _TEMPLATE.format(
-        stem=stem, version=__version__, case_line=json.dumps(case.to_dict(), sort_keys=True),
-        target=json.dumps(target_path), target_note=target_note, tensors=json.dumps(tensor_file.name),
-        meta=json.dumps(meta, indent=1, sort_keys=True), structure=json.dumps(structure, indent=1),
-        expect=json.dumps(expect, indent=1), rule_text=expect.get("text", "-"))
+    files = {suffix: out / f"{stem}{suffix}" for suffix in (".py", ".json", ".tensors.pt")}
+    data = {"target": target_path, "target_note": target_note, "tensors": files[".tensors.pt"].name,
+            "meta": {"op": case.op, "entry": info.entry, "inplace": info.inplace_arg, "family": case.family,
+                     "case": case.to_dict(), "suite_version": __version__,
+                     "finding": verdict.kind if verdict is not None and not verdict.ok else None},
+            "call": structure, "expect": expect}
+    script = _TEMPLATE.replace("@STEM@", repr(stem))
     try:
-        torch.save(tensors, tensor_file)
-        script_file.write_text(text, encoding="utf-8")
+        handles = {suffix: _new_file(path, force) for suffix, path in files.items()}
     except OSError as exc:
         raise ScriptError(f"cannot write to {out}: {exc.strerror or exc}") from None
-    return script_file, tensor_file
+    try:
+        with handles[".tensors.pt"] as fh:
+            torch.save(tensors, fh)
+        with handles[".json"] as fh:
+            fh.write(json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
+        with handles[".py"] as fh:
+            fh.write(script.encode("utf-8"))
+    except OSError as exc:
+        raise ScriptError(f"cannot write to {out}: {exc.strerror or exc}") from None
+    return files[".py"], files[".tensors.pt"]
 
 
 _TEMPLATE = '''#!/usr/bin/env python3
-r"""Standalone reproduction of a kernel-oracle case ({stem}); needs only torch and the target.
+"""Standalone reproduction of a kernel-oracle case; needs only torch and the target.
 
-Generated by kernel-oracle {version}.  Case (plain data; kernel-oracle rebuilds it with
-`kernel-oracle repro --case '<this JSON>' --target T`):
-    {case_line}
+The case, the target and what to expect are in the JSON file beside this script (STEM.json), the
+tensors in STEM.tensors.pt (weights-only); kernel-oracle rebuilds the case with
+`kernel-oracle repro --case '<the JSON's meta.case>' --targets T`.
 
-Target: {target_note}.
-Tolerance (SPEC.md "Tolerances", numbers computed from the float64 reference and the same
-computation in the output dtype): {rule_text}
-
-Run:   python {stem}.py [--target package.module:function] [--device cpu|cuda]
+Run:   python STEM.py [--target package.module:function] [--device cpu|cuda]
 Exit:  1 the finding reproduces, 0 the target passes, 2 the script cannot run.
 """
 
@@ -197,11 +226,14 @@ from pathlib import Path
 
 import torch
 
-TARGET = {target}
-TENSORS = {tensors}
-META = json.loads(r"""{meta}""")
-CALL = json.loads(r"""{structure}""")
-EXPECT = json.loads(r"""{expect}""")
+STEM = @STEM@
+with open(Path(__file__).with_name(STEM + ".json"), encoding="utf-8") as _fh:
+    DATA = json.load(_fh)
+TARGET = DATA["target"]
+TENSORS = DATA["tensors"]
+META = DATA["meta"]
+CALL = DATA["call"]
+EXPECT = DATA["expect"]
 
 
 def load_target(spec):
@@ -218,7 +250,7 @@ def load_target(spec):
         return fn
     if callable(obj) and attr:
         return obj
-    raise AttributeError(f"{{spec}} has no {{META['entry']}}")
+    raise AttributeError(f"{spec} has no {META['entry']}")
 
 
 def build(desc, tensors):
@@ -229,7 +261,7 @@ def build(desc, tensors):
     if "list" in desc:
         items = [build(d, tensors) for d in desc["list"]]
         return tuple(items) if desc["tuple"] else items
-    return types.SimpleNamespace(**{{k: build(d, tensors) for k, d in desc["fields"].items()}})
+    return types.SimpleNamespace(**{k: build(d, tensors) for k, d in desc["fields"].items()})
 
 
 def check_output(out, tensors):
@@ -238,9 +270,9 @@ def check_output(out, tensors):
     d = tensors["defined"].cpu()
     want_dtype = getattr(torch, EXPECT["out_dtype"])
     if not isinstance(out, torch.Tensor):
-        return f"returned {{type(out).__name__}}, not a tensor"
+        return f"returned {type(out).__name__}, not a tensor"
     if tuple(out.shape) != tuple(r.shape) or out.dtype != want_dtype:
-        return f"output is {{out.dtype}} {{tuple(out.shape)}}; expected {{want_dtype}} {{tuple(r.shape)}}"
+        return f"output is {out.dtype} {tuple(out.shape)}; expected {want_dtype} {tuple(r.shape)}"
     a = out.detach().cpu().to(torch.float64)
     r_out = r.to(want_dtype).to(torch.float64)
     special = d & ~torch.isfinite(r_out)  # inf/NaN where the reference in the output dtype is inf/NaN
@@ -258,9 +290,9 @@ def check_output(out, tensors):
     ratio = torch.where(over, diff / allowed.clamp_min(1e-300), torch.zeros((), dtype=torch.float64))
     ratio = torch.where(over & ~torch.isfinite(ratio), torch.full((), float("inf"), dtype=torch.float64), ratio)
     worst = tuple(int(i) for i in torch.unravel_index(torch.argmax(torch.nan_to_num(ratio, nan=float("inf"))), r.shape))
-    return (f"not close: {{n}} / {{int(d.sum())}} elements over the allowance; worst at index {{worst}}: "
-            f"got {{float(a[worst]):.6g}}, expected {{float(r[worst]):.6g}} (allowed |diff| "
-            f"{{float(allowed[worst]):.6g}}); rule: {{EXPECT['text']}}")
+    return (f"not close: {n} / {int(d.sum())} elements over the allowance; worst at index {worst}: "
+            f"got {float(a[worst]):.6g}, expected {float(r[worst]):.6g} (allowed |diff| "
+            f"{float(allowed[worst]):.6g}); rule: {EXPECT['text']}")
 
 
 def main(argv=None):
@@ -278,29 +310,31 @@ def main(argv=None):
     try:
         fn = load_target(args.target)
     except Exception as exc:  # noqa: BLE001 - one line: the script cannot run
-        print(f"error: cannot load target {{args.target}}: {{type(exc).__name__}}: {{exc}}", file=sys.stderr)
+        print(f"error: cannot load target {args.target}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     tensors = torch.load(Path(__file__).with_name(TENSORS), map_location=device, weights_only=True)
     call_args = [build(d, tensors) for d in CALL["args"]]
-    call_kwargs = {{k: build(d, tensors) for k, d in CALL["kwargs"].items()}}
+    call_kwargs = {k: build(d, tensors) for k, d in CALL["kwargs"].items()}
     inplace = META["inplace"]
     before = call_args[inplace].detach().clone() if inplace is not None else None
-    print(f"op {{META['op']}} ({{META['entry']}}) on {{args.target}}, device {{device}}")
+    print(f"op {META['op']} ({META['entry']}) on {args.target}, device {device}; target: {DATA['target_note']}")
+    if "text" in EXPECT:
+        print(f"tolerance: {EXPECT['text']}")
     try:
         ret = fn(*call_args, **call_kwargs)
         if device == "cuda":
             torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - the target's error is the observation
         if EXPECT["kind"] == "result":
-            print(f"REPRODUCED: raised {{type(exc).__name__}}({{str(exc)!r}}) on a valid input")
+            print(f"REPRODUCED: raised {type(exc).__name__}({str(exc)!r}) on a valid input")
             return 1
         if type(exc).__name__ == EXPECT["type"] and EXPECT["message"] in (None, str(exc)):
-            print(f"PASS: raised {{type(exc).__name__}}({{str(exc)!r}}) as expected")
+            print(f"PASS: raised {type(exc).__name__}({str(exc)!r}) as expected")
             return 0
-        print(f"REPRODUCED: raised {{type(exc).__name__}}({{str(exc)!r}}); expected {{EXPECT['described']}}")
+        print(f"REPRODUCED: raised {type(exc).__name__}({str(exc)!r}); expected {EXPECT['described']}")
         return 1
     if EXPECT["kind"] != "result":
-        print(f"REPRODUCED: no error raised; expected {{EXPECT['described']}}")
+        print(f"REPRODUCED: no error raised; expected {EXPECT['described']}")
         return 1
     out = ret
     if inplace is not None:
@@ -315,7 +349,7 @@ def main(argv=None):
         if not same:
             problem = "rows routed by no segment changed (must stay bit-identical)"
     if problem is not None:
-        print(f"REPRODUCED: {{problem}}")
+        print(f"REPRODUCED: {problem}")
         return 1
     print("PASS: within the tolerance")
     return 0

@@ -265,7 +265,8 @@ def test_standalone_script_rebuilds_vision_metadata_and_views(tmp_path, capsys):
                            "--emit-script", str(tmp_path / "s"))
     assert rc == 0, stdout + err
     script = tmp_path / "s" / "vision.py"
-    assert 'TARGET = "kernel_oracle.reference.vision:flashinfer_cudnn_attention"' in script.read_text()
+    data = json.loads((tmp_path / "s" / "vision.json").read_text())
+    assert data["target"] == "kernel_oracle.reference.vision:flashinfer_cudnn_attention"
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr

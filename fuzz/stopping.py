@@ -1,0 +1,78 @@
+"""How a campaign stops on a signal: SIGTERM and SIGINT end it cleanly, at any moment.
+
+Note [Stopping a campaign]
+--------------------------
+A scheduler's SIGTERM or a Ctrl-C must end a campaign with its state and summary saved and exit
+code 3, whenever it comes: while the worker starts, inside Hypothesis, during a shrink.  The handler
+(:func:`sigterm_interrupts`) raises :class:`CampaignInterrupted` and also remembers the signal in a
+:class:`Stop`, which the search loop checks before every case: a raise that lands where something
+swallows it (a ``__del__``, a garbage-collector callback, a library's broad ``except``) still stops
+the campaign at the next case, instead of the signal being lost; Python's report of such a
+swallowed raise (``sys.unraisablehook``) is silenced for it, so the command still prints one line.  Once the clean-up runs (``Stop.cleaning``), a
+further SIGTERM is noted, not raised, so the clean-up itself is never cut short; nothing sets SIGTERM
+to be ignored.  The command line installs a handler of its own before its first import
+(:func:`kernel_oracle.cli.main`), so a signal before the campaign starts exits 3 too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from typing import Optional
+
+__all__ = ["CampaignInterrupted", "Stop", "sigterm_interrupts"]
+
+
+class CampaignInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT stopped the campaign; its state and summary are saved (``record``)."""
+
+    def __init__(self, signame: str, record: Optional[dict] = None, executed: int = 0):
+        super().__init__(signame)
+        self.signame, self.record, self.executed = signame, record, executed
+
+
+class Stop:
+    """The signal that asked a campaign to stop (Note [Stopping a campaign]); ``cleaning``: the clean-up
+    runs, so a further signal is noted, not raised."""
+
+    def __init__(self) -> None:
+        self.signame: Optional[str] = None
+        self.cleaning = False
+
+    def check(self) -> None:
+        """Raise :class:`CampaignInterrupted` when a signal asked to stop (called between cases)."""
+        if self.signame is not None and not self.cleaning:
+            raise CampaignInterrupted(self.signame)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """SIGTERM raises :class:`CampaignInterrupted` (SIGINT already raises KeyboardInterrupt) and is
+    remembered in the yielded :class:`Stop`, which the search loop checks between cases, so a raise
+    that lands where something swallows it still stops the campaign at the next case (Note [Stopping
+    a campaign]).  Only the main thread can install handlers (elsewhere the yielded stop never fires)."""
+    stop = Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum, frame):
+        name = signal.Signals(signum).name
+        if stop.signame is None:
+            stop.signame = name
+        if not stop.cleaning:
+            raise CampaignInterrupted(name)
+
+    def unraisable(info) -> None:  # the raise landed in a gc callback or a finaliser: the loop stops instead
+        if not isinstance(info.exc_value, CampaignInterrupted):
+            old_hook(info)
+
+    old, old_hook = signal.signal(signal.SIGTERM, handler), sys.unraisablehook
+    sys.unraisablehook = unraisable
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        sys.unraisablehook = old_hook
