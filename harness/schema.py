@@ -73,22 +73,29 @@ class SchemaError(ValueError):
     """A result file that is malformed, of another schema, or of a newer version."""
 
 
-def git_commit() -> Optional[str]:
-    """``KERNEL_ORACLE_GIT_COMMIT`` when set (a copy of a tree whose ``.git``, if any, is not its own: the
-    GPU snapshots of scripts/gpu_snapshot.sh), else HEAD of the checkout, else ``GITHUB_SHA``."""
-    explicit = os.environ.get("KERNEL_ORACLE_GIT_COMMIT")
-    if explicit:
-        return explicit
+def git_commit(root: Optional[Path] = None) -> Optional[str]:
+    """The commit of the tree at ``root`` (default: this installed tree): its ``COMMIT`` file when there is
+    one (a copy whose ``.git``, if any, is not its own: the GPU snapshots of scripts/gpu_snapshot.sh write
+    it), else HEAD of the checkout, else ``GITHUB_SHA``."""
+    root = Path(__file__).resolve().parent.parent if root is None else Path(root)
     try:
-        root = Path(__file__).resolve().parent.parent
+        named = (root / "COMMIT").read_text().strip()
+    except OSError:
+        named = ""
+    if _is_sha(named):
+        return named
+    try:
         out = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=5)
-        sha = out.stdout.strip()
-        if out.returncode == 0 and len(sha) == 40 and all(c in "0123456789abcdef" for c in sha):
-            return sha
+        if out.returncode == 0 and _is_sha(out.stdout.strip()):
+            return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
     return os.environ.get("GITHUB_SHA") or None
+
+
+def _is_sha(text: str) -> bool:
+    return len(text) == 40 and all(c in "0123456789abcdef" for c in text)
 
 
 def environment_fingerprint(device: Optional[str] = None) -> dict:

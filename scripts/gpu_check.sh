@@ -21,8 +21,6 @@
 # workers start later): carry the same snapshot to the calls until soak-wait.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# a snapshot names its commit (the copy's .git, if any, is not the tree that was archived)
-if [ -f COMMIT ]; then export KERNEL_ORACLE_GIT_COMMIT; KERNEL_ORACLE_GIT_COMMIT=$(cat COMMIT); fi
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 STATE=/tmp/gpu-check; SOAK=$STATE/soak; mkdir -p "$STATE"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}

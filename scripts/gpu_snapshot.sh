@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A copy of HEAD for the device tool's `carry` (.gpu-snap, git-ignored): `git archive` of HEAD, the
 # commit in .gpu-snap/COMMIT (the device copy's .git is not this tree's, so results would name a stale
-# commit; scripts/gpu_check.sh exports it as KERNEL_ORACLE_GIT_COMMIT), and the wheels its setup phase
+# commit; records name it: harness.schema.git_commit), and the wheels its setup phase
 # installs offline (.whl/flashinfer, .whl/sglang-slim, .whl/cluster) when present.
 #
 #   bash scripts/gpu_snapshot.sh    # then, on the device: cd .gpu-snap && bash scripts/gpu_check.sh all

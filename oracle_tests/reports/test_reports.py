@@ -254,12 +254,17 @@ def test_html_has_one_row_per_bucket_escaped():
     assert "never shown" not in html
 
 
-def test_an_explicit_commit_names_a_copy_whose_git_is_not_its_own(monkeypatch):
-    """GPU snapshots (scripts/gpu_snapshot.sh) are copies beside a stale .git: the commit they name wins;
-    without it, a checkout's own HEAD (a 40-hex sha) or nothing."""
-    monkeypatch.setenv("KERNEL_ORACLE_GIT_COMMIT", "0123abc")
-    assert schema.git_commit() == "0123abc"
-    monkeypatch.delenv("KERNEL_ORACLE_GIT_COMMIT")
+def test_a_commit_file_names_a_copy_whose_git_is_not_its_own(monkeypatch, tmp_path):
+    """GPU snapshots (scripts/gpu_snapshot.sh) are copies beside a stale .git: the COMMIT file they carry
+    wins; a file that holds no sha is ignored; without one, a checkout's own HEAD (a 40-hex sha) or nothing."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    (tmp_path / "COMMIT").write_text(sha + "\n")
+    assert schema.git_commit(tmp_path) == sha
+    (tmp_path / "COMMIT").write_text("not a commit")
     monkeypatch.delenv("GITHUB_SHA", raising=False)
-    sha = schema.git_commit()
-    assert sha is None or (len(sha) == 40 and all(c in "0123456789abcdef" for c in sha))
+    assert schema.git_commit(tmp_path) is None  # no sha, no checkout, no GITHUB_SHA
+    monkeypatch.setenv("GITHUB_SHA", "abc")
+    assert schema.git_commit(tmp_path) == "abc"
+    monkeypatch.delenv("GITHUB_SHA")
+    head = schema.git_commit()
+    assert head is None or (len(head) == 40 and all(c in "0123456789abcdef" for c in head))
