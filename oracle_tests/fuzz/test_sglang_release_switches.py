@@ -174,9 +174,9 @@ def test_a_standalone_repro_names_the_releases_module_and_configuration(tmp_path
     rc = main(["repro", "--case", json.dumps(case), "--targets", "sglang-trt==0.5.23@lora_opti=on,cublas=on",
                "--device", DEVICE, "--emit-script", str(tmp_path)])
     assert rc == 1, capsys.readouterr()
-    script = (tmp_path / "case.py").read_text()
-    assert 'TARGET = "sglang.kernels.ops.lora.dense.trtllm_lora_temp.kv_b_lora_absorbed:step_b_q_fwd"' in script
-    assert "in the environment SGLANG_EXPERIMENTAL_LORA_OPTI=1, SGLANG_OPT_LORA_CUBLAS=1" in script
+    data = json.loads((tmp_path / "case.json").read_text())  # the script's data travels beside it, as JSON
+    assert data["target"] == "sglang.kernels.ops.lora.dense.trtllm_lora_temp.kv_b_lora_absorbed:step_b_q_fwd"
+    assert "in the environment SGLANG_EXPERIMENTAL_LORA_OPTI=1, SGLANG_OPT_LORA_CUBLAS=1" in data["target_note"]
 
 
 @pytest.mark.gpu
