@@ -53,6 +53,7 @@ from typing import Optional
 
 from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, case_timeout_for
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
+from kernel_oracle.fuzz.console import Progress
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
 from kernel_oracle.harness.opinfo import FAMILY_OF
 
@@ -75,28 +76,6 @@ def shared_findings_key(target: str, family: str) -> bytes:
     """The example-database key under which campaigns of ``target`` x ``family`` share their findings'
     cases (``Case.to_json()`` bytes, one entry per finding)."""
     return f"kernel-oracle-findings:{target}:{family}".encode()
-
-
-class _Progress:
-    def __init__(self, total: Optional[int], enabled: bool, desc: str):
-        self.bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=total, desc=desc, unit="case", dynamic_ncols=True)
-            except ImportError:  # tqdm is optional at run time: no bar, same results
-                self.bar = None
-
-    def update(self, n: int = 1, **postfix) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-            if postfix:
-                self.bar.set_postfix(**postfix, refresh=False)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def run_campaign(config: CampaignConfig, *, worker=None, database=None) -> dict:
@@ -252,7 +231,7 @@ class _Search:
             self.strategy = cases(self.family, categories=self.categories, dtypes=self.dtypes,
                                   ops=self.ops if self.family == "lora" else None, limits=self.limits,
                                   declines=tuple(self.info.get("declines") or ()) if self.family == "vision" else ())
-            self.bar = _Progress(self.budget, self.config.progress, f"fuzz {self.target} {self.op}")
+            self.bar = Progress(self.budget, self.config.progress, f"fuzz {self.target} {self.op}")
             self._replay_shared()
             self._loop()
         except KeyboardInterrupt as exc:
