@@ -11,7 +11,9 @@ A :class:`Case` is a plain-data problem plus an optional :class:`~harness.mutati
    raises something outside the table (``error``: Note [Errors outside the table]).
 2. :func:`execute` runs the target on a fresh copy of the call (picklable :class:`Observed`, so it
    can run in a worker process): outputs are NaN-poisoned first where the target's API allows it
-   (the ``poison_outputs`` launch option of our kernels, or a target's own ``poison`` hook); inputs that no sequence reads are NaN too (vision), so a kernel
+   (the ``poison_outputs`` launch option of our kernels, or a target's own ``poison`` hook; for any
+   other target ``torch.empty`` returns NaN during the call, Note [Poisoning code we do not own] in
+   :mod:`harness.fresh_outputs`); inputs that no sequence reads are NaN too (vision), so a kernel
    that leaks across sequences produces NaN; in-place outputs cannot be poisoned, so rows no segment
    routes must come back bit-identical instead.  Around the call, torch's global settings are
    snapshotted and restored (:mod:`harness.torch_state`, Note [Global state]) and the read-only
@@ -58,7 +60,6 @@ bounded and has its control characters escaped before it enters a verdict (Note 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
 from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
+from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
 from kernel_oracle.harness.text import bounded, printable
 from kernel_oracle.harness.mutations import Mutation
@@ -253,7 +255,8 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
     ``to_host=False`` leaves the output on the device (Note [Verdicts beside the target])."""
     call = _copy_call(prepared_call(case, device) if call is None else call)
     fn = target.entry(case.op)
-    poison = target.poison(case.family) if target.poison is not None else contextlib.nullcontext()
+    # our kernels poison their own outputs; code we do not own gets NaN from torch.empty (harness.fresh_outputs)
+    poison = target.poison(case.family) if target.poison is not None else nan_filled_allocations()
     watched = watch_inputs(call)
     from kernel_oracle.harness import torch_state  # where used: a campaign's parent never runs a target
 

@@ -26,6 +26,7 @@ import torch
 from kernel_oracle.fuzz.targets import resolve_target
 from kernel_oracle.harness.check import Case, Observed, expected_outcome, judge
 from kernel_oracle.harness.device import interpreting
+from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.harness.problems import LoRAProblem, batch_info_of, materialize
 
 from oracle_tests._sglang_releases import release_target
@@ -77,12 +78,14 @@ def replay_verdicts(target, op: str, dtype: str, device: str, *, graph: bool) ->
     kw = {"strict": False} if "strict" in inspect.signature(fn).parameters else {}  # no host sync in a capture
     static = materialize(_problem(op, dtype, CAPTURE["seg_lens"], CAPTURE["weight_indices"], device), device)
     host_ints = (batch_info_of(static).bs, batch_info_of(static).num_segments, batch_info_of(static).max_len)
-    out = fn(*static.args, **static.kwargs, **kw)  # compiles outside the capture
+    # rows a kernel leaves unwritten in its own torch.empty output are NaN, never an earlier call's answer
+    with nan_filled_allocations():
+        out = fn(*static.args, **static.kwargs, **kw)  # compiles outside the capture
     g = None
     if graph:
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        with torch.cuda.graph(g), nan_filled_allocations():
             out = fn(*static.args, **static.kwargs, **kw)
     verdicts = {}
     for name, (seg_lens, slots) in REPLAYS.items():
@@ -93,7 +96,8 @@ def replay_verdicts(target, op: str, dtype: str, device: str, *, graph: bool) ->
             g.replay()
             torch.cuda.synchronize()
         else:
-            out = fn(*static.args, **static.kwargs, **kw)
+            with nan_filled_allocations():
+                out = fn(*static.args, **static.kwargs, **kw)
         bi = batch_info_of(static)
         assert (bi.bs, bi.num_segments, bi.max_len) == host_ints  # stale, as in SGLang
         output = static.args[static.inplace] if static.inplace is not None else out
