@@ -95,3 +95,23 @@ def test_the_answer_comes_first(layout):
 def test_nothing_overflows_its_column(layout):
     assert not layout["wide"], "wider than their column:\n" + "\n".join(layout["wide"][:20])
     assert layout["page_width"] <= layout["window_width"], "the page scrolls sideways"
+
+
+def test_fuzz_writes_the_report_beside_its_summary(tmp_path, capsys):
+    from kernel_oracle.cli import main as cli_main
+
+    out = tmp_path / "camp"
+    cli_main(["fuzz", "--targets", "reference", "--op", "step_a_q", "--budget", "2", "--seed", "1",
+              "--out", str(out), "--quiet"])
+    printed = capsys.readouterr().out
+    assert (out / "report.html").is_file() and (out / "report.md").is_file(), printed
+    assert f"report: {out / 'report.html'} (Markdown: {out / 'report.md'})" in printed.splitlines()
+    assert 'id="headlines"' in (out / "report.html").read_text()
+
+
+def test_an_unwritable_report_is_one_line_not_a_failure(tmp_path):
+    from kernel_oracle.cli.report import report_beside
+
+    line = report_beside(tmp_path / "absent" / "summary.json")
+    assert line.startswith("report: not written (") and "\n" not in line
+    assert f"kernel-oracle report {tmp_path / 'absent' / 'summary.json'} writes it" in line
