@@ -372,25 +372,25 @@ No findings.
 {{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (`harness/known_issues.toml`): they are listed with their upstream link and do not fail the run.
 
 {% endif %}
-{{ fold_md(r.findings|length, 'findings') }}
+{{ fold_md(r.findings|length, 'findings')|safe }}
 | finding | kind | target | op | dtype | shape class | what | cases |
 |---|---|---|---|---|---|---|---:|
 {% for f in r.findings %}
 | [{{ f.id|cell }}](#{{ f.anchor }}){% if f.known %} (known){% endif %} | {{ f.kind|cell }} | {{ f.target|cell }} | {{ f.op|cell }} | {{ f.dtype|cell }} | {{ f.shape_class|cell }} | {{ f.first_line|clip(100)|cell }} | {{ f.count }} |
 {% endfor %}
-{{ unfold_md(r.findings|length) }}
+{{ unfold_md(r.findings|length)|safe }}
 
 ### Buckets
 
 One row per root cause (bucket): how many failing cases it had, the repro of its smallest example, and up to three more examples.
 
-{{ fold_md(r.findings|length, 'buckets') }}
+{{ fold_md(r.findings|length, 'buckets')|safe }}
 | bucket | finding | cases | smallest example | more examples |
 |---|---|---:|---|---|
 {% for f in r.findings %}
 | {{ f.bucket.label|clip|cell }}{% if f.known %} (known: {{ f.known|link(f.upstream) }}){% endif %} | [{{ f.id|cell }}](#{{ f.anchor }}) | {{ f.count }} | {{ (f.repro or 'no repro recorded')|code(in_table=True) }} | {% for ex in f.example_lines %}{{ ex|code(in_table=True) }}{% if not loop.last %}<br>{% endif %}{% else %}–{% endfor %} |
 {% endfor %}
-{{ unfold_md(r.findings|length) }}
+{{ unfold_md(r.findings|length)|safe }}
 {% for f in r.findings %}
 
 <a id="{{ f.anchor }}"></a>
@@ -426,13 +426,13 @@ More examples of this bucket:
 
 Informational, not findings: malformed inputs a target accepts where the reference rejects them, and what follows from it. They do not fail the run.
 
-{{ fold_md(gaps|length, 'validation gaps') }}
+{{ fold_md(gaps|length, 'validation gaps')|safe }}
 | op | malformation | consequence | dtypes | cases | example |
 |---|---|---|---|---:|---|
 {% for g in gaps %}
 | {{ g.op|cell }} | {{ g.malformation|clip|cell }} | {{ g.consequence|clip|cell }} | {{ g.dtypes|cell }} | {{ g.count }} | {{ g.example|clip|code(in_table=True) }} |
 {% endfor %}
-{{ unfold_md(gaps|length) }}
+{{ unfold_md(gaps|length)|safe }}
 
 {% endif %}
 ## Groups: target × op × dtype × shape class
@@ -440,13 +440,13 @@ Informational, not findings: malformed inputs a target accepts where the referen
 {% if not r.groups %}
 No groups.
 {% else %}
-{{ fold_md(groups|length, 'groups') }}
+{{ fold_md(groups|length, 'groups')|safe }}
 | target | op | dtype | shape class | precision | cases | passes | {% for k in FINDING_KINDS %}{{ k }} | {% endfor %}ratio max | ratio median |
 |---|---|---|---|---|---:|---:|{% for k in FINDING_KINDS %}---:|{% endfor %}---:|---:|
 {% for g in groups %}
 | {{ g.target|cell }} | {{ g.op|cell }} | {{ g.dtype|cell }} | {{ g.shape_class|cell }} | {{ g.precision or '–' }} | {{ g.cases }} | {{ g.passes }} | {% for k in FINDING_KINDS %}{{ g.findings[k] }} | {% endfor %}{{ g.ratio_max|ratio }} | {{ g.ratio_median|ratio }} |
 {% endfor %}
-{{ unfold_md(groups|length) }}
+{{ unfold_md(groups|length)|safe }}
 {% endif %}
 
 ## Benchmarks
