@@ -55,6 +55,7 @@ def shape_key(shape: Any) -> str:
     return json.dumps(shape, sort_keys=True, default=str)
 
 
+_HEADLINE_MESSAGE = 160  # characters of the first message line a built headline quotes
 _SAFE_LINK = re.compile(r"https://[^\s<>()\[\]\"'`|]+")
 
 
@@ -180,7 +181,10 @@ class Finding:
         if isinstance(given, str) and given.strip():
             return " ".join(given.split())
         cases = f"{self.count} failing case{'s' if self.count != 1 else ''}"
-        return f"{self.op} ({self.target}, {self.dtype}): {self.kind}, {cases}: {self.first_line or 'no message'}"
+        first = self.first_line or "no message"
+        if len(first) > _HEADLINE_MESSAGE:  # the card below has the whole message
+            first = first[: _HEADLINE_MESSAGE - 1] + "…"
+        return f"{self.op} ({self.target}, {self.dtype}): {self.kind}, {cases}: {first}"
 
     @classmethod
     def from_dict(cls, f: dict) -> "Finding":

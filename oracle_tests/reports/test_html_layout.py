@@ -92,6 +92,12 @@ def test_the_answer_comes_first(layout):
     assert order == sorted(order), f"headlines, by-target table, plot, cards are out of order: {order}"
 
 
+def test_a_built_headline_quotes_a_bounded_message():
+    (f,) = [f for f in Result.from_dict(_planted_record()).findings if f.op == "step_b_q"]
+    assert f.headline.startswith("step_b_q (triton, bfloat16): crash, 1 failing case: RuntimeError: xxx")
+    assert f.headline.endswith("…") and len(f.headline) < 250
+
+
 def test_nothing_overflows_its_column(layout):
     assert not layout["wide"], "wider than their column:\n" + "\n".join(layout["wide"][:20])
     assert layout["page_width"] <= layout["window_width"], "the page scrolls sideways"
