@@ -129,6 +129,17 @@ def md_link(text: object, url: Optional[str]) -> str:
     return Markup(f"[{label}](<{url}>)")
 
 
+FOLD_ROWS = 10
+"""Tables and lists longer than this are collapsed (``<details>``) in both pages."""
+
+
+def clip(v: object, n: int = 120) -> str:
+    """``v`` cut to ``n`` characters with an ellipsis: long module paths and messages in Markdown
+    table cells, whose full text the finding's own section shows."""
+    text = " ".join(str(v).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def _finalize_markdown(value: object) -> object:
     """Every ``{{ }}`` of the Markdown template: numbers as they are, text escaped unless marked safe."""
     if value is None or isinstance(value, (int, float, Markup)):
@@ -151,5 +162,6 @@ def environment(*, markdown: bool) -> jinja2.Environment:
     env.filters.update(ratio=fmt_ratio, ratio_class=ratio_class, num=fmt_num, us=fmt_us, pct=fmt_pct,
                        speedup=fmt_speedup, cell=md_cell, code=md_code, fence=md_fence, md=md_text,
                        link=md_link)
-    env.globals["FINDING_KINDS"] = FINDING_KINDS
+    env.filters["clip"] = clip
+    env.globals.update(FINDING_KINDS=FINDING_KINDS, FOLD_ROWS=FOLD_ROWS)
     return env

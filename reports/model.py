@@ -55,6 +55,7 @@ def shape_key(shape: Any) -> str:
     return json.dumps(shape, sort_keys=True, default=str)
 
 
+_HEADLINE_MESSAGE = 160  # characters of the first message line a built headline quotes
 _SAFE_LINK = re.compile(r"https://[^\s<>()\[\]\"'`|]+")
 
 
@@ -172,6 +173,19 @@ class Finding:
     def ratio(self) -> Optional[float]:
         return _num(self.figures.get("ratio"))
 
+    @property
+    def headline(self) -> str:
+        """One sentence saying what failed: the record's ``headline``, or one built from its op, kind,
+        dtypes, count and the first line of its message (records written without a headline)."""
+        given = self.raw.get("headline")
+        if isinstance(given, str) and given.strip():
+            return " ".join(given.split())
+        cases = f"{self.count} failing case{'s' if self.count != 1 else ''}"
+        first = self.first_line or "no message"
+        if len(first) > _HEADLINE_MESSAGE:  # the card below has the whole message
+            first = first[: _HEADLINE_MESSAGE - 1] + "…"
+        return f"{self.op} ({self.target}, {self.dtype}): {self.kind}, {cases}: {first}"
+
     @classmethod
     def from_dict(cls, f: dict) -> "Finding":
         contract = f.get("contract") or f.get("contract_id")
@@ -179,10 +193,18 @@ class Finding:
         if isinstance(repro, (list, tuple)):
             repro = " ".join(str(r) for r in repro)
         return cls(id=str(f["id"]), target=str(f["target"]), op=str(f["op"]),
-                   dtype=str(f.get("dtype") or "-"), shape_class=str(f.get("shape_class") or "-"),
+                   dtype=_dtypes_of(f), shape_class=str(f.get("shape_class") or "-"),
                    kind=str(f["kind"]), message=str(f.get("message") or ""), repro=str(repro or ""),
                    figures=dict(f.get("figures") or {}), contract=str(contract) if contract else None,
                    problem=f.get("problem"), raw=f)
+
+
+def _dtypes_of(f: dict) -> str:
+    """A finding's dtype(s) as one string: its ``dtypes`` list joined, else its ``dtype``, else ``-``."""
+    many = f.get("dtypes")
+    if isinstance(many, (list, tuple)) and many:
+        return ", ".join(str(d) for d in many)
+    return str(f.get("dtype") or "-")
 
 
 @dataclass
@@ -332,6 +354,43 @@ class Result:
             r["dtypes"] = ", ".join(sorted(r["dtypes"]))
             out.append(r)
         return sorted(out, key=lambda r: (r["op"], r["target"]))
+
+    @property
+    def validation_gaps(self) -> list:
+        """The record's ``validation_gaps``: malformed inputs a target accepted that the reference
+        rejects, each ``{op, malformation, consequence, dtypes, count, example}`` (informational, not
+        findings); ``dtypes`` joined to one string, absent fields as ``-``."""
+        gaps = self.raw.get("validation_gaps")
+        out = []
+        for g in gaps if isinstance(gaps, list) else []:
+            if not isinstance(g, dict):
+                continue
+            row = {k: str(g.get(k) if g.get(k) not in (None, "") else "-")
+                   for k in ("op", "malformation", "consequence", "example")}
+            row["dtypes"] = _dtypes_of(g)
+            n = g.get("count")
+            row["count"] = n if isinstance(n, int) and not isinstance(n, bool) else "-"
+            out.append(row)
+        return out
+
+    def target_rows(self) -> list:
+        """The targets table: ``name, available, strict, precision, entry_points, missing, reason``,
+        each a display string (``-`` where the record does not say); ``missing`` lists the entry
+        points a target lacks with why (``entry: reason; ...``)."""
+        rows = []
+        for t in self.targets:
+            strict = t.get("strict")
+            missing = t.get("missing") or {}
+            if isinstance(missing, dict):
+                missing = "; ".join(f"{k}: {v}" if v else str(k) for k, v in sorted(missing.items()))
+            elif isinstance(missing, (list, tuple)):
+                missing = ", ".join(str(m) for m in missing)
+            rows.append({"name": str(t.get("name") or "-"), "available": bool(t.get("available")),
+                         "strict": "-" if strict is None else ("yes" if strict else "no (lenient)"),
+                         "precision": str(t.get("precision") or "-"),
+                         "entry_points": ", ".join(str(e) for e in t.get("entry_points") or []) or "-",
+                         "missing": str(missing) or "-", "reason": str(t.get("reason") or "")})
+        return rows
 
     def finding_by_id(self, fid: str) -> Optional[Finding]:
         return next((f for f in self.findings if f.id == fid), None)

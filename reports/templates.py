@@ -59,11 +59,19 @@ a.anchor { color:var(--muted); text-decoration:none; margin-right:4px; }
 svg.plot { width:100%; height:auto; max-width:1000px; display:block; margin:4px 0 12px; }
 details summary { cursor:pointer; color:var(--accent); font-size:12.5px; }
 footer { color:var(--muted); font-size:12px; margin-top:36px; border-top:1px solid var(--line); padding-top:8px; }
-td.nowrap { white-space:nowrap; }
+td.id { min-width:9em; }
+th, td, pre, code, li, p, .meta, .headline, summary { overflow-wrap:anywhere; word-break:break-word; }
+ol.headlines { margin:6px 0 10px; padding-left:22px; }
+ol.headlines li { margin:3px 0; }
+details.fold > summary { margin:2px 0 6px; }
 code { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace; }
 """
 
-HTML = """<!DOCTYPE html>
+FOLD = """{% macro fold(n, what) %}<details class="fold"{% if n <= FOLD_ROWS %} open{% endif %}><summary>{{ n }} {{ what }}{% if n > FOLD_ROWS %}: show them{% endif %}</summary>{% endmacro %}"""
+"""``fold(n, what)`` opens a ``<details>`` around a table or list of ``n`` rows, closed when longer
+than ``FOLD_ROWS`` so the page stays short; the caller closes it with ``</details>``."""
+
+HTML = FOLD + """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -80,11 +88,13 @@ HTML = """<!DOCTYPE html>
 </div></header>
 <nav><div class="inner">
 <a href="#summary">Summary</a>
+<a href="#headlines">What failed ({{ r.findings|length }})</a>
+<a href="#by-op">By target and op</a>
+<a href="#ratios">Error ratios</a>
 {% if r.notes %}<a href="#notes">Notes ({{ r.notes|length }})</a>{% endif %}
 {% if r.raw.get('release_matrix') %}<a href="#release-matrix">Release matrix</a>{% endif %}
 <a href="#findings">Findings ({{ r.findings|length }})</a>
-<a href="#by-op">By target and op</a>
-<a href="#ratios">Error ratios</a>
+{% if r.validation_gaps %}<a href="#validation-gaps">Validation gaps ({{ r.validation_gaps|length }})</a>{% endif %}
 <a href="#groups">Groups ({{ r.groups|length }})</a>
 <a href="#benchmarks">Benchmarks ({{ r.benchmarks|length }})</a>
 <a href="#targets">Targets</a>
@@ -102,6 +112,29 @@ HTML = """<!DOCTYPE html>
 {% if r.summary.get('duration_s') is not none %}<div class="card"><div class="v">{{ r.summary['duration_s']|num }} s</div>
 <div class="l">wall time{% if r.summary.get('time_budget_s') %} (budget {{ r.summary['time_budget_s']|num }} s){% endif %}</div></div>{% endif %}
 </div>
+</section>
+<section id="headlines">
+<h2>What failed</h2>
+{% if not r.findings %}<p class="empty">No findings.</p>
+{% else %}<ol class="headlines">
+{% for f in r.findings %}<li><a href="#{{ f.anchor }}">{{ f.id }}</a>{% if f.known %} <span class="badge known">known</span>{% endif %}: <span class="headline">{{ f.headline }}</span></li>
+{% endfor %}</ol>{% endif %}
+</section>
+<section id="by-op">
+<h2>By target and op</h2>
+{% if not by_op %}<p class="empty">No cases were run.</p>{% else %}
+<table>
+<thead><tr><th>op</th><th>target</th><th>dtypes</th><th class="n">cases</th><th class="n">passes</th><th class="n">findings</th><th class="n">ratio max</th><th class="n">ratio median</th></tr></thead>
+<tbody>
+{% for row in by_op %}<tr><td>{{ row.op }}</td><td>{{ row.target }}</td><td>{{ row.dtypes }}</td><td class="n">{{ row.cases }}</td><td class="n">{{ row.passes }}</td>
+<td class="n {{ 'bad' if row.findings else '' }}">{{ row.findings }}</td>
+<td class="n {{ row.ratio_max|ratio_class }}">{{ row.ratio_max|ratio }}</td><td class="n {{ row.ratio_median|ratio_class }}">{{ row.ratio_median|ratio }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
+</section>
+<section id="ratios">
+<h2>Error ratio distributions</h2>
+<p>Each case's error against the float64 reference divided by what the tolerance rule allows (err ≤ k·err(same-dtype baseline) + floor); 1 is the limit. Points above 1 are red.</p>
+{% if plots.ratios %}{{ plots.ratios|safe }}{% else %}<p class="empty">{{ plots_unavailable or 'No error ratios were recorded.' }}</p>{% endif %}
 </section>
 {% if r.notes %}
 <section id="notes">
@@ -143,23 +176,25 @@ the last one that has it.</p>
 {% if not r.findings %}<p class="empty">No findings.</p>
 {% else %}
 {% if r.known_findings %}<p>{{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (<code>harness/known_issues.toml</code>): they are listed with their upstream link and do not fail the run.</p>{% endif %}
+{{ fold(r.findings|length, 'findings') }}
 <table>
 <thead><tr><th>finding</th><th>kind</th><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>what</th><th class="n">cases</th><th class="n">ratio</th></tr></thead>
 <tbody>
-{% for f in r.findings %}<tr><td class="nowrap"><a href="#{{ f.anchor }}">{{ f.id }}</a>{% if f.known %} <span class="badge known">known</span>{% endif %}</td><td><span class="badge kind-{{ f.kind }}">{{ f.kind }}</span></td>
+{% for f in r.findings %}<tr><td class="id"><a href="#{{ f.anchor }}">{{ f.id }}</a>{% if f.known %} <span class="badge known">known</span>{% endif %}</td><td><span class="badge kind-{{ f.kind }}">{{ f.kind }}</span></td>
 <td>{{ f.target }}</td><td>{{ f.op }}</td><td>{{ f.dtype }}</td><td>{{ f.shape_class }}</td><td>{{ f.first_line|truncate(110) }}</td>
 <td class="n">{{ f.count }}</td><td class="n {{ f.ratio|ratio_class if f.ratio is not none else 'na' }}">{{ f.ratio|ratio }}</td></tr>
-{% endfor %}</tbody></table>
+{% endfor %}</tbody></table></details>
 <h3 id="buckets">Buckets</h3>
 <p>One row per root cause (bucket): how many failing cases it had, the repro of its smallest example, and up to three more examples.</p>
+{{ fold(r.findings|length, 'buckets') }}
 <table>
 <thead><tr><th>bucket</th><th>finding</th><th class="n">cases</th><th>smallest example</th><th>more examples</th></tr></thead>
 <tbody>
 {% for f in r.findings %}<tr><td>{{ f.bucket.label }}{% if f.known %}<br><span class="badge known">known</span> {% if f.upstream %}<a href="{{ f.upstream }}">{{ f.known }}</a>{% else %}{{ f.known }}{% endif %}{% endif %}</td>
-<td class="nowrap"><a href="#{{ f.anchor }}">{{ f.id }}</a></td><td class="n">{{ f.count }}</td>
+<td class="id"><a href="#{{ f.anchor }}">{{ f.id }}</a></td><td class="n">{{ f.count }}</td>
 <td>{% if f.repro %}<code>{{ f.repro }}</code>{% else %}<span class="empty">no repro recorded</span>{% endif %}</td>
 <td>{% for ex in f.example_lines %}<code>{{ ex }}</code>{% if not loop.last %}<br>{% endif %}{% else %}–{% endfor %}</td></tr>
-{% endfor %}</tbody></table>
+{% endfor %}</tbody></table></details>
 {% for f in r.findings %}
 <article class="finding{{ ' is-known' if f.known else '' }}" id="{{ f.anchor }}">
 <h3><a class="anchor" href="#{{ f.anchor }}">#</a>{{ f.id }} <span class="badge kind-{{ f.kind }}">{{ f.kind }}</span>{% if f.known %} <span class="badge known">known</span>{% endif %}</h3>
@@ -176,32 +211,29 @@ the last one that has it.</p>
 {% if f.repro %}<pre class="repro"><code>{{ f.repro }}</code></pre>
 {% else %}<p class="empty">no repro command was recorded for this finding</p>{% endif %}
 {% if f.example_lines %}<div class="label">more examples of this bucket</div>
-<ul class="examples">{% for ex in f.example_lines %}<li><code>{{ ex }}</code></li>{% endfor %}</ul>{% endif %}
+{{ fold(f.example_lines|length, 'examples') }}<ul class="examples">{% for ex in f.example_lines %}<li><code>{{ ex }}</code></li>{% endfor %}</ul></details>{% endif %}
 {% if f.problem is not none %}<details><summary>problem (plain data)</summary><pre>{{ f.problem|tojson(indent=1) }}</pre></details>{% endif %}
 </article>
 {% endfor %}
 {% endif %}
 </section>
-<section id="by-op">
-<h2>By target and op</h2>
-{% if not by_op %}<p class="empty">No cases were run.</p>{% else %}
-<table>
-<thead><tr><th>op</th><th>target</th><th>dtypes</th><th class="n">cases</th><th class="n">passes</th><th class="n">findings</th><th class="n">ratio max</th><th class="n">ratio median</th></tr></thead>
+{% set gaps = r.validation_gaps %}
+{% if gaps %}
+<section id="validation-gaps">
+<h2>Validation gaps ({{ gaps|length }})</h2>
+<p>Informational, not findings: malformed inputs a target accepts where the reference rejects them, and what follows from it. They do not fail the run.</p>
+{{ fold(gaps|length, 'validation gaps') }}
+<table class="wrap">
+<thead><tr><th>op</th><th>malformation</th><th>consequence</th><th>dtypes</th><th class="n">cases</th><th>example</th></tr></thead>
 <tbody>
-{% for row in by_op %}<tr><td>{{ row.op }}</td><td>{{ row.target }}</td><td>{{ row.dtypes }}</td><td class="n">{{ row.cases }}</td><td class="n">{{ row.passes }}</td>
-<td class="n {{ 'bad' if row.findings else '' }}">{{ row.findings }}</td>
-<td class="n {{ row.ratio_max|ratio_class }}">{{ row.ratio_max|ratio }}</td><td class="n {{ row.ratio_median|ratio_class }}">{{ row.ratio_median|ratio }}</td></tr>
-{% endfor %}</tbody></table>{% endif %}
+{% for g in gaps %}<tr><td>{{ g.op }}</td><td>{{ g.malformation }}</td><td>{{ g.consequence }}</td><td>{{ g.dtypes }}</td><td class="n">{{ g.count }}</td><td><code>{{ g.example }}</code></td></tr>
+{% endfor %}</tbody></table></details>
 </section>
-<section id="ratios">
-<h2>Error ratio distributions</h2>
-<p>Each case's error against the float64 reference divided by what the tolerance rule allows (err ≤ k·err(same-dtype baseline) + floor); 1 is the limit. Points above 1 are red.</p>
-{% if plots.ratios %}{{ plots.ratios|safe }}{% else %}<p class="empty">{{ plots_unavailable or 'No error ratios were recorded.' }}</p>{% endif %}
-</section>
+{% endif %}
 <section id="groups">
 <h2>Groups: target × op × dtype × shape class</h2>
 {% if not r.groups %}<p class="empty">No groups.</p>{% else %}
-<details{% if groups|length <= 60 %} open{% endif %}><summary>{{ groups|length }} groups{% if groups|length > 60 %}: show them all{% endif %}</summary>
+{{ fold(groups|length, 'groups') }}
 <table>
 <thead><tr><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>precision</th><th class="n">cases</th><th class="n">passes</th>
 {% for k in FINDING_KINDS %}<th class="n">{{ k }}</th>{% endfor %}<th class="n">ratio max</th><th class="n">ratio median</th></tr></thead>
@@ -215,6 +247,7 @@ the last one that has it.</p>
 <section id="benchmarks">
 <h2>Benchmarks</h2>
 {% if not r.benchmarks %}<p class="empty">No benchmarks in this record.</p>{% else %}
+{{ fold(benches|length, 'benchmarks') }}
 <table>
 <thead><tr><th>target</th><th>op</th><th>shape</th><th>dtype</th><th class="n">median µs</th><th class="n">TB/s</th><th class="n">TFLOP/s</th><th class="n">% roofline</th>
 {% for p in peers %}<th class="n">vs {{ p }}</th>{% endfor %}</tr></thead>
@@ -222,7 +255,7 @@ the last one that has it.</p>
 {% for b in benches %}<tr><td>{{ b.target }}</td><td>{{ b.op }}</td><td>{{ b.shape }}</td><td>{{ b.dtype }}</td><td class="n">{{ b.median_us|us }}</td>
 <td class="n">{{ b.tbps|num }}</td><td class="n">{{ b.tflops|num }}</td><td class="n">{{ b.roofline_fraction|pct }}</td>
 {% for p in peers %}{% set s = b.speedup_over(p) %}<td class="n {{ '' if s is none else ('ok' if s >= 1 else 'warn') }}">{{ s|speedup }}</td>{% endfor %}</tr>
-{% endfor %}</tbody></table>
+{% endfor %}</tbody></table></details>
 <p>“vs peer”: the peer's median time divided by the target's (above 1× the target is faster).</p>
 <h3>Speed against peers</h3>
 {% if plots.bench %}{{ plots.bench|safe }}{% else %}<p class="empty">{{ plots_unavailable or 'Nothing to plot.' }}</p>{% endif %}
@@ -234,10 +267,10 @@ the last one that has it.</p>
 <h2>Targets</h2>
 {% if not r.targets %}<p class="empty">The record lists no targets.</p>{% else %}
 <table>
-<thead><tr><th>name</th><th>available</th><th>precision</th><th>entry points</th><th>reason / note</th></tr></thead>
+<thead><tr><th>name</th><th>available</th><th>strict</th><th>precision</th><th>entry points</th><th>missing entry points</th><th>reason / note</th></tr></thead>
 <tbody>
-{% for t in r.targets %}<tr><td>{{ t.get('name') }}</td><td class="{{ 'ok' if t.get('available') else 'warn' }}">{{ 'yes' if t.get('available') else 'no' }}</td>
-<td>{{ t.get('precision') or '–' }}</td><td>{{ (t.get('entry_points') or [])|join(', ') or '–' }}</td><td>{{ t.get('reason') or '' }}</td></tr>
+{% for t in r.target_rows() %}<tr><td>{{ t.name }}</td><td class="{{ 'ok' if t.available else 'warn' }}">{{ 'yes' if t.available else 'no' }}</td>
+<td>{{ t.strict }}</td><td>{{ t.precision }}</td><td>{{ t.entry_points }}</td><td class="{{ 'warn' if t.missing != '-' else '' }}">{{ t.missing }}</td><td>{{ t.reason }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
 </section>
 <section id="environment">
@@ -255,13 +288,44 @@ the last one that has it.</p>
 </html>
 """
 
-MARKDOWN = """# kernel-oracle: {{ r.kind }} run ({{ r.status }})
+MARKDOWN = """{% macro fold_md(n, what) %}{% if n > FOLD_ROWS %}<details><summary>{{ n }} {{ what }}</summary>
+
+{% endif %}{% endmacro %}{% macro unfold_md(n) %}{% if n > FOLD_ROWS %}
+
+</details>
+{% endif %}{% endmacro %}# kernel-oracle: {{ r.kind }} run ({{ r.status }})
 
 {{ r.created }} · device {{ env.get('device') or '?' }} ({{ env.get('gpu') or env.get('cpu') or '?' }}) · commit {{ (env.get('git_commit') or 'unknown')[:12]|code }} · suite {{ env.get('suite_version') or '?' }}
 
 | cases | passed | findings | worst error ratio | benchmarks |
 |---:|---:|---:|---:|---:|
 | {{ r.cases }} | {{ r.passes }} | {{ r.findings|length }}{% for k, n in r.findings_by_kind.items() if n %}{% if loop.first %} ({% endif %}{{ n }} {{ k }}{% if not loop.last %}, {% else %}){% endif %}{% endfor %}{% if r.known_findings %}; {{ r.known_findings|length }} known upstream{% endif %} | {{ r.ratio_max|ratio }} | {{ r.benchmarks|length }} |
+
+{% if r.findings %}
+
+## What failed
+
+{% for f in r.findings %}
+{{ loop.index }}. [{{ f.id|cell }}](#{{ f.anchor }}){% if f.known %} (known){% endif %}: {{ f.headline|cell }}
+{% endfor %}
+{% else %}
+
+No findings.
+{% endif %}
+
+## By target and op
+
+{% if not by_op %}
+No cases were run.
+{% else %}
+| op | target | dtypes | cases | passes | findings | ratio max | ratio median |
+|---|---|---|---:|---:|---:|---:|---:|
+{% for row in by_op %}
+| {{ row.op|cell }} | {{ row.target|cell }} | {{ row.dtypes|cell }} | {{ row.cases }} | {{ row.passes }} | {{ row.findings }} | {{ row.ratio_max|ratio }} | {{ row.ratio_median|ratio }} |
+{% endfor %}
+{% endif %}
+
+The error-ratio plot is in the HTML page beside this file.
 {% if r.notes %}
 
 ## Notes
@@ -308,21 +372,25 @@ No findings.
 {{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (`harness/known_issues.toml`): they are listed with their upstream link and do not fail the run.
 
 {% endif %}
+{{ fold_md(r.findings|length, 'findings')|safe }}
 | finding | kind | target | op | dtype | shape class | what | cases |
 |---|---|---|---|---|---|---|---:|
 {% for f in r.findings %}
-| [{{ f.id|cell }}](#{{ f.anchor }}){% if f.known %} (known){% endif %} | {{ f.kind|cell }} | {{ f.target|cell }} | {{ f.op|cell }} | {{ f.dtype|cell }} | {{ f.shape_class|cell }} | {{ f.first_line|truncate(100)|cell }} | {{ f.count }} |
+| [{{ f.id|cell }}](#{{ f.anchor }}){% if f.known %} (known){% endif %} | {{ f.kind|cell }} | {{ f.target|cell }} | {{ f.op|cell }} | {{ f.dtype|cell }} | {{ f.shape_class|cell }} | {{ f.first_line|clip(100)|cell }} | {{ f.count }} |
 {% endfor %}
+{{ unfold_md(r.findings|length)|safe }}
 
 ### Buckets
 
 One row per root cause (bucket): how many failing cases it had, the repro of its smallest example, and up to three more examples.
 
+{{ fold_md(r.findings|length, 'buckets')|safe }}
 | bucket | finding | cases | smallest example | more examples |
 |---|---|---:|---|---|
 {% for f in r.findings %}
-| {{ f.bucket.label|cell }}{% if f.known %} (known: {{ f.known|link(f.upstream) }}){% endif %} | [{{ f.id|cell }}](#{{ f.anchor }}) | {{ f.count }} | {{ (f.repro or 'no repro recorded')|code(in_table=True) }} | {% for ex in f.example_lines %}{{ ex|code(in_table=True) }}{% if not loop.last %}<br>{% endif %}{% else %}–{% endfor %} |
+| {{ f.bucket.label|clip|cell }}{% if f.known %} (known: {{ f.known|link(f.upstream) }}){% endif %} | [{{ f.id|cell }}](#{{ f.anchor }}) | {{ f.count }} | {{ (f.repro or 'no repro recorded')|code(in_table=True) }} | {% for ex in f.example_lines %}{{ ex|code(in_table=True) }}{% if not loop.last %}<br>{% endif %}{% else %}–{% endfor %} |
 {% endfor %}
+{{ unfold_md(r.findings|length)|safe }}
 {% for f in r.findings %}
 
 <a id="{{ f.anchor }}"></a>
@@ -352,28 +420,33 @@ More examples of this bucket:
 {% endfor %}
 {% endif %}
 
-## By target and op
+{% set gaps = r.validation_gaps %}
+{% if gaps %}
+## Validation gaps ({{ gaps|length }})
 
-{% if not by_op %}
-No cases were run.
-{% else %}
-| op | target | dtypes | cases | passes | findings | ratio max | ratio median |
-|---|---|---|---:|---:|---:|---:|---:|
-{% for row in by_op %}
-| {{ row.op|cell }} | {{ row.target|cell }} | {{ row.dtypes|cell }} | {{ row.cases }} | {{ row.passes }} | {{ row.findings }} | {{ row.ratio_max|ratio }} | {{ row.ratio_median|ratio }} |
+Informational, not findings: malformed inputs a target accepts where the reference rejects them, and what follows from it. They do not fail the run.
+
+{{ fold_md(gaps|length, 'validation gaps')|safe }}
+| op | malformation | consequence | dtypes | cases | example |
+|---|---|---|---|---:|---|
+{% for g in gaps %}
+| {{ g.op|cell }} | {{ g.malformation|clip|cell }} | {{ g.consequence|clip|cell }} | {{ g.dtypes|cell }} | {{ g.count }} | {{ g.example|clip|code(in_table=True) }} |
 {% endfor %}
-{% endif %}
+{{ unfold_md(gaps|length)|safe }}
 
+{% endif %}
 ## Groups: target × op × dtype × shape class
 
 {% if not r.groups %}
 No groups.
 {% else %}
+{{ fold_md(groups|length, 'groups')|safe }}
 | target | op | dtype | shape class | precision | cases | passes | {% for k in FINDING_KINDS %}{{ k }} | {% endfor %}ratio max | ratio median |
 |---|---|---|---|---|---:|---:|{% for k in FINDING_KINDS %}---:|{% endfor %}---:|---:|
 {% for g in groups %}
 | {{ g.target|cell }} | {{ g.op|cell }} | {{ g.dtype|cell }} | {{ g.shape_class|cell }} | {{ g.precision or '–' }} | {{ g.cases }} | {{ g.passes }} | {% for k in FINDING_KINDS %}{{ g.findings[k] }} | {% endfor %}{{ g.ratio_max|ratio }} | {{ g.ratio_median|ratio }} |
 {% endfor %}
+{{ unfold_md(groups|length)|safe }}
 {% endif %}
 
 ## Benchmarks
@@ -398,10 +471,10 @@ No benchmarks in this record.
 {% if not r.targets %}
 The record lists no targets.
 {% else %}
-| name | available | precision | reason / note |
-|---|---|---|---|
-{% for t in r.targets %}
-| {{ t.get('name')|cell }} | {{ 'yes' if t.get('available') else 'no' }} | {{ t.get('precision') or '–' }} | {{ (t.get('reason') or '')|cell }} |
+| name | available | strict | precision | entry points | missing entry points | reason / note |
+|---|---|---|---|---|---|---|
+{% for t in r.target_rows() %}
+| {{ t.name|cell }} | {{ 'yes' if t.available else 'no' }} | {{ t.strict }} | {{ t.precision|cell }} | {{ t.entry_points|clip|cell }} | {{ t.missing|clip(200)|cell }} | {{ t.reason|clip(200)|cell }} |
 {% endfor %}
 {% endif %}
 

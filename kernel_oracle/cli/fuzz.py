@@ -17,6 +17,7 @@ import argparse
 import sys
 
 from kernel_oracle.cli import options
+from kernel_oracle.cli.report import report_beside
 
 __all__ = ["add_arguments", "finding_line", "main"]
 
@@ -174,6 +175,7 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
     for f in record["findings"]:
         print(finding_line(f))
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl")
+    print(report_beside(f"{args.out}/summary.json"))
     if any(not f.get("known") for f in record["findings"]):
         return 1
     if record["findings"]:

@@ -13,7 +13,7 @@ import sys
 from kernel_oracle.cli import options
 from kernel_oracle.harness.schema import SchemaError
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["add_arguments", "main", "report_beside"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +39,21 @@ def main(args: argparse.Namespace) -> int:
     print(f"Markdown: {md}")
     print(f"HTML:     {html}")
     return 0
+
+
+def report_beside(summary_path) -> str:
+    """Write ``report.md`` and ``report.html`` beside a campaign's ``summary.json`` (what
+    ``kernel-oracle report SUMMARY --name report`` writes); the one line that names them, or says why
+    they could not be written (the campaign's own exit code does not depend on its report)."""
+    from pathlib import Path
+
+    from kernel_oracle.jobs.reports import write_reports
+
+    try:
+        md, html = write_reports(summary_path, Path(summary_path).parent, name="report")
+    except (SchemaError, ValueError, OSError) as exc:
+        return f"report: not written ({_one_line(exc)}); kernel-oracle report {summary_path} writes it"
+    return f"report: {html} (Markdown: {md})"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -249,7 +249,7 @@ def test_html_has_one_row_per_bucket_escaped():
     assert '<a href="https://example.org/i/1">some-issue</a>' in html
     assert '<h3 id="buckets">Buckets</h3>' in html
     f = result.findings[0]
-    assert f'<td class="nowrap"><a href="#{f.anchor}">{f.id}</a></td><td class="n">7</td>' in html
+    assert f'<td class="id"><a href="#{f.anchor}">{f.id}</a></td><td class="n">7</td>' in html
     assert "<code>step_b_v float16 &lt;b&gt;edge|case&lt;/b&gt;</code>" in html and "<b>edge" not in html
     assert "never shown" not in html
 
