@@ -31,19 +31,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-__all__ = ["CHILDREN_SHARE", "CompileOnly", "MIN_PARALLEL_S", "Precompile", "compile_only", "default_processes",
+__all__ = ["CHILDREN_SHARE", "CompileOnly", "DEFAULT_WARM_UP_S", "MIN_PARALLEL_S", "Precompile", "compile_only", "default_processes",
            "start_variants", "warm_up_target"]
 
-# children beyond this gain little (measured with 12)
-MAX_PROCESSES = 12
-# cores left to the worker and the rest of the host
-SPARE_CORES = 3
+# the default warm-up of ``fuzz --device cuda`` without ``--warm-up`` (seconds, before the clock; it ends
+# as soon as every variant is compiled or loaded, a few seconds on a warm cache)
+DEFAULT_WARM_UP_S = 120.0
 
 
-def default_processes() -> int:
-    """Children to start: the host's cores less :data:`SPARE_CORES`, at most :data:`MAX_PROCESSES`
-    (0 on a machine with too few cores to spare)."""
-    return max(0, min(MAX_PROCESSES, (os.cpu_count() or 1) - SPARE_CORES))
+def default_processes(variants: Optional[int] = None) -> int:
+    """Children to start: one per core (``os.cpu_count()``), at most one per variant (``variants``, when
+    given); 0 on a single core, where the worker compiles faster than a child that must import first.
+    The worker only waits while they compile (they run before the clock), so no core is kept back."""
+    cores = os.cpu_count() or 1
+    if cores < 2:
+        return 0
+    return cores if variants is None else max(0, min(cores, int(variants)))
 
 
 @dataclass
@@ -88,7 +91,9 @@ def start_variants(target: str, device: str, *, seconds: float, dtypes: Sequence
     ``seconds`` (Note [Parallel precompilation])."""
     from kernel_oracle.harness.device import worker_env
 
-    n = default_processes() if processes is None else int(processes)
+    from kernel_oracle.harness.warmup import variant_cases
+
+    n = default_processes(len(variant_cases(ops, dtypes))) if processes is None else int(processes)
     env = worker_env(device)
     handle = Precompile(target)
     for i in range(n):
@@ -123,10 +128,13 @@ def warm_up_target(target, spec, device, *, time_s: Optional[float], processes: 
     lora_ops = tuple(op for op in sorted(getattr(target, "entries", ())) if op != "vision")
     variants = (spec.name == "triton" and str(device).startswith("cuda") and bool(lora_ops)
                 and getattr(target, "available", True))
+    from kernel_oracle.harness.warmup import variant_cases
+
     parallel = None
-    n = default_processes() if processes is None else int(processes)
+    dtypes = warm_up_dtypes(target)
+    n = default_processes(len(variant_cases(lora_ops, dtypes))) if processes is None else int(processes)
     if variants and n > 0 and (time_s is None or time_s >= MIN_PARALLEL_S):
-        children = start_variants(str(spec), str(device), seconds=time_s or 600.0, dtypes=warm_up_dtypes(target),
+        children = start_variants(str(spec), str(device), seconds=time_s or 600.0, dtypes=dtypes,
                                   ops=lora_ops, processes=n)
         children.wait(CHILDREN_SHARE * time_s if time_s is not None else 600.0)
         parallel = children.stop()

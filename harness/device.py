@@ -14,6 +14,17 @@ import and can never be undone in that process.  Two ways to throw it, and no ot
   the reason, when kernel modules were already imported the other way.
 
 Kernels themselves only *read* the switch (:func:`kernel_oracle.kernels.interpreter.interpreting`).
+
+Note [Kernel cache]
+-------------------
+A compiled Triton kernel costs about half a second of LLVM and ptxas; a campaign that compiles what it
+meets spends its budget compiling.  So every compiling process this package starts or configures (the
+main job's and ``fuzz``'s workers, their precompilation children, a ``matrix`` row, a test session under
+the pytest plugin) keeps Triton's binaries in ``<cache_root>/triton`` (``$KERNEL_ORACLE_CACHE`` or
+``~/.cache/kernel-oracle``), one directory shared by all workers of a campaign and by later runs.  A
+``TRITON_CACHE_DIR`` the user set wins, and so does ``--triton-cache DIR`` (it sets that variable in the
+command's process, which its workers inherit).  Entries are keyed by Triton on source, signature,
+options and target, so a shared directory cannot change a result.
 """
 
 from __future__ import annotations
@@ -22,8 +33,9 @@ import os
 import sys
 from typing import Mapping, Optional
 
-__all__ = ["DEVICE_CHOICES", "configure_process", "cuda_available", "default_device", "interpreting",
-           "needs_interpreter", "resolve_device", "triton_cache_dir", "use_triton_cache", "worker_env"]
+__all__ = ["CACHE_ENV", "DEVICE_CHOICES", "cache_root", "configure_process", "cuda_available", "default_device", "interpreting",
+           "default_triton_cache", "needs_interpreter", "resolve_device", "triton_cache_dir", "use_triton_cache",
+           "worker_env"]
 
 # what ``--device`` takes in every command: auto is the GPU when torch sees one, else the CPU
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -67,12 +79,38 @@ def needs_interpreter(device) -> bool:
     return not str(device).startswith("cuda")
 
 
+# the user's cache directory (SGLang wheels, compiled kernels): ``$KERNEL_ORACLE_CACHE`` or ~/.cache/kernel-oracle
+CACHE_ENV = "KERNEL_ORACLE_CACHE"
+
+
+def cache_root(env: Optional[Mapping[str, str]] = None) -> str:
+    """``$KERNEL_ORACLE_CACHE`` of ``env`` (default: this process) or ``~/.cache/kernel-oracle``."""
+    env = os.environ if env is None else env
+    return os.path.abspath(os.path.expanduser(env.get(CACHE_ENV) or "~/.cache/kernel-oracle"))
+
+
+def default_triton_cache(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``<cache_root>/triton``, created, for a compiling process whose ``env`` names no ``TRITON_CACHE_DIR``;
+    None when one is named (the user's choice, or ``--triton-cache``) or the directory cannot be made
+    (a read-only home: Triton's own default applies)."""
+    env = os.environ if env is None else env
+    if env.get("TRITON_CACHE_DIR"):
+        return None
+    path = os.path.join(cache_root(env), "triton")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    return path
+
+
 def worker_env(device, base: Optional[Mapping[str, str]] = None, *, triton_cache=None) -> dict:
     """The environment for a child process that runs kernels on ``device`` (``base`` untouched).
 
     ``triton_cache``: a directory for Triton's compiled kernels (``TRITON_CACHE_DIR``), kept between
     runs so a fresh worker loads binaries instead of compiling (``--triton-cache DIR``); created if
-    missing, made absolute (the child may run elsewhere).  ``None`` leaves ``base``'s setting."""
+    missing, made absolute (the child may run elsewhere).  ``None`` keeps ``base``'s setting, and where
+    ``base`` has none a compiling child gets :func:`default_triton_cache` (Note [Kernel cache])."""
     env = dict(os.environ if base is None else base)
     if needs_interpreter(device):
         env["TRITON_INTERPRET"] = "1"
@@ -80,6 +118,10 @@ def worker_env(device, base: Optional[Mapping[str, str]] = None, *, triton_cache
         env.pop("TRITON_INTERPRET", None)
     if triton_cache is not None:
         env["TRITON_CACHE_DIR"] = triton_cache_dir(triton_cache)
+    elif not needs_interpreter(device):
+        default = default_triton_cache(env)
+        if default is not None:
+            env["TRITON_CACHE_DIR"] = default
     return env
 
 
@@ -108,6 +150,10 @@ def configure_process(device) -> None:
 
     Call it before anything imports a kernel module (CLI entry points, the test session)."""
     want = needs_interpreter(device)
+    if not want:
+        default = default_triton_cache()  # Note [Kernel cache]: compiled kernels persist by default
+        if default is not None:
+            os.environ["TRITON_CACHE_DIR"] = default
     if want == interpreting():
         return
     early = _imported_kernel_modules()

@@ -9,8 +9,8 @@ budget spends that budget compiling.  Runtime sizes are not specialised (``do_no
 CUDA-graph padding) and the bucketed block sizes -- a small set, which :func:`warm_up_cases` covers
 with one realistic shape each (DeepSeek-style kv_b LoRA: H=16, qk=vd=128, kv_lora_rank=512,
 R=16/64; Qwen2-VL-style vision: H=16, head dims 80/64/128), most common first.  A worker runs
-:func:`warm_up` once when it starts, outside every campaign's budget; with a persistent Triton cache
-(``harness.device.worker_env(..., triton_cache=DIR)``) a later worker only loads the binaries.
+:func:`warm_up` once when it starts, outside every campaign's budget; with the persistent kernel cache
+(``harness.device.worker_env``, Note [Kernel cache]) a later worker only loads the binaries.
 
 Only the target runs (:func:`harness.check.execute`): nothing is judged, and a target that raises
 on a warm-up case is not a finding here (the campaign will meet the case and judge it).
@@ -33,7 +33,8 @@ nothing runs on the GPU: :func:`fuzz.precompile.warm_up_target`) into Triton's d
 
 The permutation flag is a constexpr (a runtime flag makes the token-major v side markedly slower at
 256 segments), so the set holds both values; ranks up to 32 share one block (``MIN_BLOCK_R``).  The
-warm-up's cost on a cold and a warm cache is in docs/BENCHMARKS.md.  With a persistent cache (Triton's default ``~/.triton/cache``, or ``--triton-cache``) a later run loads
+warm-up's cost on a cold and a warm cache is in docs/BENCHMARKS.md.  The cache persists by default
+(``<KERNEL_ORACLE_CACHE>/triton``, Note [Kernel cache] in harness/device.py), so a later run loads
 everything.
 """
 

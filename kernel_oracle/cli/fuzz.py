@@ -85,8 +85,18 @@ def _config(args: argparse.Namespace, target, device: str):
     return CampaignConfig(target=target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
                           device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
                           progress=not args.quiet, limits=args.limits, isolate=args.isolate,
-                          case_timeout_s=args.case_timeout_s, warm_up_s=args.warm_up_s or None,
+                          case_timeout_s=args.case_timeout_s, warm_up_s=_warm_up_s(args.warm_up_s, device),
                           sglang_wheel=args.sglang_wheel)
+
+
+def _warm_up_s(requested, device: str):
+    """``--warm-up S`` (0: none); without it a CUDA campaign warms up for ``DEFAULT_WARM_UP_S`` (its
+    variants compile in parallel into the kernel cache, Note [Parallel precompilation])."""
+    from kernel_oracle.fuzz.precompile import DEFAULT_WARM_UP_S
+
+    if requested is None:
+        return DEFAULT_WARM_UP_S if str(device).startswith("cuda") else None
+    return requested or None
 
 
 def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:

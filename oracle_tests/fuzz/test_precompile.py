@@ -7,10 +7,18 @@ import pytest
 from kernel_oracle.fuzz import precompile
 
 
-@pytest.mark.parametrize("cores,expected", [(1, 0), (4, 1), (16, 12), (64, 12)])
-def test_default_processes_leave_cores_to_the_campaign(monkeypatch, cores, expected):
+@pytest.mark.parametrize("cores,variants,expected", [(1, None, 0), (4, None, 4), (16, None, 16), (16, 2172, 16),
+                                                     (64, 10, 10), (None, None, 0)])
+def test_default_processes_use_every_core_up_to_the_variants(monkeypatch, cores, variants, expected):
     monkeypatch.setattr(precompile.os, "cpu_count", lambda: cores)
-    assert precompile.default_processes() == expected
+    assert precompile.default_processes(variants) == expected
+
+
+def test_a_cuda_fuzz_campaign_warms_up_unless_told_not_to():
+    from kernel_oracle.cli.fuzz import _warm_up_s
+
+    assert _warm_up_s(None, "cuda") == _warm_up_s(None, "cuda:1") == precompile.DEFAULT_WARM_UP_S > 0
+    assert _warm_up_s(None, "cpu") is None and _warm_up_s(0.0, "cuda") is None and _warm_up_s(30.0, "cuda") == 30.0
 
 
 def test_compile_only_launches_warm_up_and_run_nothing(monkeypatch):
