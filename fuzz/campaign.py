@@ -78,7 +78,7 @@ def shared_findings_key(target: str, family: str) -> bytes:
     return f"kernel-oracle-findings:{target}:{family}".encode()
 
 
-def run_campaign(config: CampaignConfig, *, worker=None, database=None) -> dict:
+def run_campaign(config: CampaignConfig, *, worker=None, database=None, announce=None) -> dict:
     """Run (or resume) the campaign of ``config`` (Note [Campaign config]); returns the ``harness.schema``
     record it writes to ``config.out_dir/summary.json``.
 
@@ -87,7 +87,8 @@ def run_campaign(config: CampaignConfig, *, worker=None, database=None) -> dict:
     ``database``: a Hypothesis ``ExampleDatabase`` shared with other campaigns (default:
     ``out_dir/.hypothesis/``, nothing shared); findings' cases are shared through it too (Note
     [Campaigns]).  Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted`
-    on SIGTERM / SIGINT.
+    on SIGTERM / SIGINT.  ``announce``: called with the one line saying the campaign resumes or
+    starts afresh (:meth:`fuzz.state.CampaignState.opening_line`), when it does.
     """
     if not isinstance(config, CampaignConfig):
         raise CampaignError(f"Expected a CampaignConfig but got config={config!r}")
@@ -113,9 +114,12 @@ def run_campaign(config: CampaignConfig, *, worker=None, database=None) -> dict:
         except KnownIssuesError as exc:
             raise CampaignError(str(exc)) from None
         try:
-            state = CampaignState.open(config.out_dir, target=str(config.target), op=config.op, seed=config.seed)
+            state = CampaignState.open(config.out_dir, target=str(config.target), op=config.op, seed=config.seed,
+                                       identity=config.identity(), fresh=config.fresh)
         except StateError as exc:
             raise CampaignError(str(exc)) from None
+        if announce is not None and state.opened != "new":
+            announce(state.opening_line())
         try:
             search = _Search(state, config, worker=worker, database=database, known_issues=known_issues, stop=stop)
             return search.run()

@@ -36,6 +36,18 @@ regular file) where one of these files belongs is a :class:`StateError` naming i
 line), as is a write that fails (a full disk: the campaign ends with what it holds), except a
 finding's case files: :meth:`CampaignState.save_case` raises :class:`CaseNotSaved` and the campaign
 keeps the finding with a note that its tensors were not saved.
+
+Note [Campaign identity]
+------------------------
+A rerun into the same ``out_dir`` resumes, so the directory must hold *this* campaign: ``state.json``
+records its ``identity`` (the target spec, op, seed, a hash of the target's code and the suite's
+version: :mod:`fuzz.targets.identity`).  :meth:`CampaignState.open` compares it with the caller's and
+raises :class:`OtherCampaign` (one line naming ``--fresh``) when any field differs, or when the
+directory holds results without an identity (a ``state.json`` of an older layout, or findings with
+no state): their code is unknown, so they are never reported as the current code's.  ``fresh=True``
+deletes the earlier campaign's files (state, findings, cases, ``.hypothesis``, summary, logs) and
+starts at zero; :attr:`CampaignState.opened` says which of ``"new"``, ``"resumed"`` or ``"afresh"``
+happened and :attr:`CampaignState.earlier` the earlier campaign's ``(cases, findings)``.
 """
 
 from __future__ import annotations
@@ -51,7 +63,7 @@ from typing import Iterable, Optional
 
 from kernel_oracle.harness.schema import FINDING_KINDS
 
-__all__ = ["CampaignState", "CaseNotSaved", "GroupCounts", "GroupKey", "MAX_COUNT", "MAX_EXAMPLES", "OutDirBusy",
+__all__ = ["CampaignState", "CaseNotSaved", "OtherCampaign", "GroupCounts", "GroupKey", "MAX_COUNT", "MAX_EXAMPLES", "OutDirBusy",
            "STATE_FILES", "StateError", "TARGET_OUTPUT_LOG", "finding_problem"]
 
 STATE_VERSION = 2
@@ -75,6 +87,10 @@ class StateError(ValueError):
 
 class OutDirBusy(StateError):
     """Another process holds the directory's lock."""
+
+
+class OtherCampaign(StateError):
+    """The directory holds a campaign of another identity (Note [Campaign identity])."""
 
 
 class CaseNotSaved(StateError):
@@ -191,6 +207,22 @@ def _check_layout(out: Path) -> None:
         raise StateError(f"--out {out}: cases is not a directory; move it away or pass another --out")
 
 
+_IDENTITY_NAMES = {"target": "another target", "op": "another op", "seed": "another seed",
+                   "code": "target sources changed since it ran", "suite": "the suite's oracle changed since it ran"}
+
+
+def _identity_difference(held: Optional[dict], wanted: dict) -> str:
+    """Why a campaign of identity ``held`` is not the campaign ``wanted``; "" when it is."""
+    if not held:
+        return "its identity is unknown: it was written without one"
+    for key, what in _IDENTITY_NAMES.items():
+        if key in wanted and held.get(key) != wanted[key]:
+            if key in ("target", "op", "seed"):
+                return f"{what}: {key}={held.get(key)!r}, not {wanted[key]!r}"
+            return what
+    return ""
+
+
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as fh:
@@ -218,6 +250,9 @@ class CampaignState:
         self.notes: list[str] = []
         self._lock_fh = None
         self._writable = False
+        self.identity: Optional[dict] = None
+        self.opened = "new"
+        self.earlier = (0, 0)
 
     # ---- paths -----------------------------------------------------------------------------------
     @property
@@ -234,9 +269,12 @@ class CampaignState:
 
     # ---- opening ---------------------------------------------------------------------------------
     @classmethod
-    def open(cls, out_dir, *, target: str, op: str, seed: int = 0) -> "CampaignState":
+    def open(cls, out_dir, *, target: str, op: str, seed: int = 0, identity: Optional[dict] = None,
+             fresh: bool = False) -> "CampaignState":
         """Lock ``out_dir`` (created if absent) and load or recover what it holds; ``StateError``
-        when it cannot be used, :class:`OutDirBusy` when another campaign holds it."""
+        when it cannot be used, :class:`OutDirBusy` when another campaign holds it,
+        :class:`OtherCampaign` when it holds a campaign of another ``identity`` (Note [Campaign
+        identity]; ``fresh=True`` deletes that campaign's files first)."""
         out = Path(out_dir)
         try:
             if out.exists() and not out.is_dir():
@@ -249,18 +287,57 @@ class CampaignState:
         except OSError as exc:
             raise StateError(f"--out {out}: cannot write there ({exc.strerror or exc}); pass a writable "
                              f"directory") from None
+        identity = identity if identity is not None else {"target": target, "op": op, "seed": seed}
         state = cls(out, target=target, op=op, seed=seed)
         state._acquire(lock_fh)
         try:
             state._load(recover_on_disk=True)
-            if (state.target, state.op) != (target, op):
-                raise StateError(f"{out} holds a campaign of target={state.target!r} op={state.op!r}; "
-                                 f"pass another --out to fuzz target={target!r} op={op!r}")
+            held = state.executed or state.findings
+            if held:
+                state.earlier = (state.executed, len(state.findings))
+            if held and fresh:
+                state._remove_earlier()
+                earlier, state._lock_fh = state.earlier, None
+                state = cls(out, target=target, op=op, seed=seed)
+                state._lock_fh, state.opened, state.earlier = lock_fh, "afresh", earlier
+            elif held:
+                why = _identity_difference(state.identity, identity)
+                if why:
+                    raise OtherCampaign(f"{out} holds a campaign of other code ({why}); pass --fresh to start "
+                                        f"afresh or another --out")
+                state.opened = "resumed"
         except BaseException:
             state.close()
             raise
+        state.identity = identity
         state._writable = True
         return state
+
+    def _remove_earlier(self) -> None:
+        """Delete the earlier campaign's files (the lock stays; Note [Campaign identity])."""
+        import shutil
+
+        try:
+            for name in STATE_FILES:
+                if name != ".lock" and (self.out / name).exists():
+                    (self.out / name).unlink()
+            for name in ("cases", ".hypothesis"):
+                if (self.out / name).is_dir():
+                    shutil.rmtree(self.out / name)
+            self.cases_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"--out {self.out}: cannot remove the earlier campaign ({exc.strerror or exc}); "
+                             f"pass another --out") from None
+
+    def opening_line(self) -> str:
+        """The line saying what :meth:`open` did with an earlier campaign ("" for a new one)."""
+        cases, findings = self.earlier
+        if self.opened == "resumed":
+            return f"resuming: {cases} cases, {findings} findings (from {self.out})"
+        if self.opened == "afresh":
+            return (f"starting afresh in {self.out} (--fresh): the earlier campaign's {cases} cases and "
+                    f"{findings} findings were removed")
+        return ""
 
     @classmethod
     def read(cls, out_dir) -> "CampaignState":
@@ -354,6 +431,11 @@ class CampaignState:
         for name in ("target", "op"):
             if raw.get(name) is not None:
                 _text(name, raw[name])
+        identity = raw.get("identity")
+        if identity is not None and not (isinstance(identity, dict)
+                                         and all(isinstance(k, str) for k in identity)):
+            raise ValueError(f"identity={identity!r} is not an object")
+        self.identity = identity
         self.target = raw.get("target", self.target)
         self.op = raw.get("op", self.op)
         self.executed, self.runs, self.elapsed_s, self.finding_count = counters
@@ -490,7 +572,7 @@ class CampaignState:
         self._check_writable(allow_recovery=True)
         raw = {"version": STATE_VERSION, "target": self.target, "op": self.op, "seed": self.seed,
                "executed": self.executed, "runs": self.runs, "elapsed_s": round(self.elapsed_s, 3),
-               "finding_count": self.finding_count,
+               "finding_count": self.finding_count, "identity": self.identity,
                "groups": [{"key": k.to_dict(), **g.to_dict()} for k, g in sorted(self.groups.items())],
                "hits": self.hits, "notes": self.notes}
         try:
