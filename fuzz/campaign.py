@@ -55,6 +55,7 @@ from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, ca
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
+from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
 from kernel_oracle.harness.opinfo import FAMILY_OF
 
 __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
@@ -219,6 +220,10 @@ class _Search:
             excluded = {**(self.info.get("excluded_dtypes") or {}),
                         **((self.info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}
             wanted = FAMILY_OPS[self.family] if self.op in ("lora", "vision") else (self.op,)
+            try:  # Note [Entry-point signatures]: a usage error before any case
+                raise_for(self.info.get("signature_errors") or {}, wanted)
+            except EntrySignatureError as exc:
+                raise CampaignError(str(exc)) from None
             self.ops = tuple(o for o in wanted if o in entries)
             self.dtypes = tuple(d for d in ALL_DTYPES if d not in excluded
                                 and (self.wanted_dtypes is None or d in self.wanted_dtypes))

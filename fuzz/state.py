@@ -39,15 +39,11 @@ keeps the finding with a note that its tensors were not saved.
 
 Note [Campaign identity]
 ------------------------
-A rerun into the same ``out_dir`` resumes, so the directory must hold *this* campaign: ``state.json``
-records its ``identity`` (the target spec, op, seed, a hash of the target's code and the suite's
-version: :mod:`fuzz.targets.identity`).  :meth:`CampaignState.open` compares it with the caller's and
-raises :class:`OtherCampaign` (one line naming ``--fresh``) when any field differs, or when the
-directory holds results without an identity (a ``state.json`` of an older layout, or findings with
-no state): their code is unknown, so they are never reported as the current code's.  ``fresh=True``
-deletes the earlier campaign's files (state, findings, cases, ``.hypothesis``, summary, logs) and
-starts at zero; :attr:`CampaignState.opened` says which of ``"new"``, ``"resumed"`` or ``"afresh"``
-happened and :attr:`CampaignState.earlier` the earlier campaign's ``(cases, findings)``.
+A rerun into ``out_dir`` resumes, so it must hold *this* campaign: ``identity.json`` (written when it
+began; ``state.json`` has a copy) records the target spec, op, seed, target code hash and suite version
+(:mod:`fuzz.targets.identity`).  :meth:`CampaignState.open` raises :class:`OtherCampaign` (one line
+naming ``--fresh``) when a field differs or results have no identity (an older layout: unknown code,
+never reported as the current code's); ``fresh=True`` deletes the earlier campaign's files first.
 """
 
 from __future__ import annotations
@@ -61,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from kernel_oracle.fuzz.targets.identity import identity_difference
 from kernel_oracle.harness.schema import FINDING_KINDS
 
 __all__ = ["CampaignState", "CaseNotSaved", "OtherCampaign", "GroupCounts", "GroupKey", "MAX_COUNT", "MAX_EXAMPLES", "OutDirBusy",
@@ -78,7 +75,8 @@ MAX_COUNT = 10**12
 TARGET_OUTPUT_LOG = "target-output.log"
 # files of an out directory (each must be a regular file when present)
 STATE_FILES = ("state.json", "findings.jsonl", ".lock", "summary.json", "findings.jsonl.torn", "state.json.corrupt",
-               "state.json.tmp", "findings.jsonl.tmp", "summary.json.tmp", TARGET_OUTPUT_LOG)
+               "state.json.tmp", "findings.jsonl.tmp", "summary.json.tmp", TARGET_OUTPUT_LOG, "identity.json",
+               "identity.json.tmp")
 
 
 class StateError(ValueError):
@@ -207,22 +205,6 @@ def _check_layout(out: Path) -> None:
         raise StateError(f"--out {out}: cases is not a directory; move it away or pass another --out")
 
 
-_IDENTITY_NAMES = {"target": "another target", "op": "another op", "seed": "another seed",
-                   "code": "target sources changed since it ran", "suite": "the suite's oracle changed since it ran"}
-
-
-def _identity_difference(held: Optional[dict], wanted: dict) -> str:
-    """Why a campaign of identity ``held`` is not the campaign ``wanted``; "" when it is."""
-    if not held:
-        return "its identity is unknown: it was written without one"
-    for key, what in _IDENTITY_NAMES.items():
-        if key in wanted and held.get(key) != wanted[key]:
-            if key in ("target", "op", "seed"):
-                return f"{what}: {key}={held.get(key)!r}, not {wanted[key]!r}"
-            return what
-    return ""
-
-
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as fh:
@@ -251,8 +233,7 @@ class CampaignState:
         self._lock_fh = None
         self._writable = False
         self.identity: Optional[dict] = None
-        self.opened = "new"
-        self.earlier = (0, 0)
+        self.opened, self.earlier = "new", (0, 0)  # "resumed" / "afresh" and the earlier (cases, findings)
 
     # ---- paths -----------------------------------------------------------------------------------
     @property
@@ -287,43 +268,53 @@ class CampaignState:
         except OSError as exc:
             raise StateError(f"--out {out}: cannot write there ({exc.strerror or exc}); pass a writable "
                              f"directory") from None
-        identity = identity if identity is not None else {"target": target, "op": op, "seed": seed}
         state = cls(out, target=target, op=op, seed=seed)
         state._acquire(lock_fh)
         try:
             state._load(recover_on_disk=True)
             held = state.executed or state.findings
-            if held:
-                state.earlier = (state.executed, len(state.findings))
-            if held and fresh:
+            earlier = (state.executed, len(state.findings))
+            if fresh:
                 state._remove_earlier()
-                earlier, state._lock_fh = state.earlier, None
+                state._lock_fh = None
                 state = cls(out, target=target, op=op, seed=seed)
-                state._lock_fh, state.opened, state.earlier = lock_fh, "afresh", earlier
-            elif held:
-                why = _identity_difference(state.identity, identity)
-                if why:
-                    raise OtherCampaign(f"{out} holds a campaign of other code ({why}); pass --fresh to start "
-                                        f"afresh or another --out")
-                state.opened = "resumed"
+                state._lock_fh = lock_fh
+            elif held and identity is not None and (why := identity_difference(state._held_identity(), identity)):
+                raise OtherCampaign(f"{out} holds a campaign of other code ({why}); pass --fresh to start afresh "
+                                    f"or another --out")
+            elif held and (target, op) != (state.target, state.op):
+                raise StateError(f"{out} holds a campaign of target={state.target!r} op={state.op!r}; pass "
+                                 f"--fresh to start afresh or another --out")
+            state.target, state.op = target, op
+            state.opened = ("afresh" if fresh else "resumed") if held else "new"
+            state.earlier = earlier if held else (0, 0)
+            if identity is not None:
+                state.identity = identity
+                _atomic_write(out / "identity.json", json.dumps(identity, indent=1, sort_keys=True))
+        except OSError as exc:
+            state.close()
+            raise StateError(f"--out {out}: cannot write identity.json ({exc.strerror or exc})") from None
         except BaseException:
             state.close()
             raise
-        state.identity = identity
         state._writable = True
         return state
+
+    def _held_identity(self) -> Optional[dict]:
+        """``identity.json`` (kept when ``state.json`` is corrupt), else ``state.json``'s copy."""
+        try:
+            return held if isinstance(held := json.loads((self.out / "identity.json").read_text()), dict) else None
+        except (OSError, ValueError):
+            return self.identity
 
     def _remove_earlier(self) -> None:
         """Delete the earlier campaign's files (the lock stays; Note [Campaign identity])."""
         import shutil
-
         try:
-            for name in STATE_FILES:
-                if name != ".lock" and (self.out / name).exists():
-                    (self.out / name).unlink()
-            for name in ("cases", ".hypothesis"):
-                if (self.out / name).is_dir():
-                    shutil.rmtree(self.out / name)
+            for name in (n for n in STATE_FILES if n != ".lock" and (self.out / n).exists()):
+                (self.out / name).unlink()
+            for name in (n for n in ("cases", ".hypothesis") if (self.out / n).is_dir()):
+                shutil.rmtree(self.out / name)
             self.cases_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StateError(f"--out {self.out}: cannot remove the earlier campaign ({exc.strerror or exc}); "
@@ -332,18 +323,14 @@ class CampaignState:
     def opening_line(self) -> str:
         """The line saying what :meth:`open` did with an earlier campaign ("" for a new one)."""
         cases, findings = self.earlier
-        if self.opened == "resumed":
-            return f"resuming: {cases} cases, {findings} findings (from {self.out})"
-        if self.opened == "afresh":
-            return (f"starting afresh in {self.out} (--fresh): the earlier campaign's {cases} cases and "
-                    f"{findings} findings were removed")
-        return ""
+        return {"resumed": f"resuming: {cases} cases, {findings} findings (from {self.out})",
+                "afresh": f"starting afresh in {self.out} (--fresh): the earlier campaign's {cases} cases and "
+                          f"{findings} findings were removed"}.get(self.opened, "")
 
     @classmethod
     def read(cls, out_dir) -> "CampaignState":
         """The state of ``out_dir`` as it is on disk (no lock, nothing written; torn lines skipped)."""
-        state = cls(Path(out_dir), target=None, op=None)
-        state._load(recover_on_disk=False)
+        (state := cls(Path(out_dir), target=None, op=None))._load(recover_on_disk=False)
         return state
 
     def _acquire(self, fh) -> None:

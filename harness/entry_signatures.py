@@ -13,9 +13,11 @@ difference instead, from :func:`inspect.signature` alone (nothing is called):
 * a required parameter the table does not have (the harness never passes it).
 
 Extra parameters with defaults are fine, and ``*args`` / ``**kwargs`` accept anything.  A callable
-whose signature cannot be read (a C extension) is not checked.  :func:`check_entries` is the one
-place the registry (:func:`fuzz.targets.registry.resolve_target`), and through it ``fuzz``, ``run``,
-``matrix`` and the pytest plugin, use.
+whose signature cannot be read (a C extension) is not checked.  :func:`check_entries` runs in one
+place, the registry (:func:`fuzz.targets.registry.resolve_target`, used by ``fuzz``, ``run``,
+``matrix`` and the pytest plugin): a wrong entry point is dropped from the target and its problem
+kept in ``Target.signature_errors`` (and ``notes``), and a campaign asked for that op refuses with
+it (:func:`raise_for`, a usage error) before any case.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Callable, Mapping, Optional
 from kernel_oracle.harness.targets import TargetError
 from kernel_oracle.reference.signatures import SIGNATURES, Signature
 
-__all__ = ["EntrySignatureError", "check_entries", "expected_signature", "signature_problem"]
+__all__ = ["EntrySignatureError", "check_entries", "expected_signature", "raise_for", "signature_problem"]
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -64,19 +66,26 @@ def signature_problem(fn: Callable, sig: Signature) -> Optional[str]:
     return None
 
 
-def check_entries(target_name: str, entries: Mapping[str, Callable]) -> None:
-    """:class:`EntrySignatureError` for the first entry point of ``entries`` (op -> callable) whose
-    parameter list is not its op's, e.g. ``mykernels.step_a_q_fwd(x, w) does not take the parameters
-    of step_a_q: expected step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, ...)``."""
+def check_entries(target_name: str, entries: Mapping[str, Callable]) -> dict:
+    """op -> the one-line problem of each entry point of ``entries`` (op -> callable) whose parameter
+    list is not its op's, e.g. ``mykernels.step_a_q_fwd(x, w) does not take the parameters of
+    step_a_q (...): expected step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, ...)``."""
+    problems = {}
     for op, fn in entries.items():
         sig = SIGNATURES.get(op)
-        if sig is None:
-            continue
-        why = signature_problem(fn, sig)
+        why = signature_problem(fn, sig) if sig is not None else None
         if why is not None:
             try:
                 shown = f"{sig.entry}{inspect.signature(fn)}"
             except (TypeError, ValueError):
                 shown = sig.entry
-            raise EntrySignatureError(f"{target_name}.{shown} does not take the parameters of {op} ({why}): "
-                                      f"expected {expected_signature(sig)}")
+            problems[op] = (f"{target_name}.{shown} does not take the parameters of {op} ({why}): "
+                            f"expected {expected_signature(sig)}")
+    return problems
+
+
+def raise_for(problems: Mapping[str, str], ops) -> None:
+    """:class:`EntrySignatureError` with the problem of the first of ``ops`` that has one."""
+    for op in ops:
+        if op in problems:
+            raise EntrySignatureError(problems[op])

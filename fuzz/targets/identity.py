@@ -25,7 +25,7 @@ from typing import Iterable, Optional
 
 from kernel_oracle.harness.targets import TargetSources, TargetSpec
 
-__all__ = ["code_hash", "files_hash", "suite_version"]
+__all__ = ["code_hash", "files_hash", "identity_difference", "suite_version"]
 
 _HERE = Path(__file__).resolve().parent          # fuzz/targets
 
@@ -113,3 +113,19 @@ def suite_version() -> str:
     dirs = [d for d in (_package_dir("kernel_oracle.harness"), _package_dir("kernel_oracle.reference")) if d]
     files = [f for d in dirs for f in _py_files(d)] + [f for d in dirs for f in d.glob("*.toml")]
     return f"{__version__}+{files_hash(files, _HERE.parent.parent)}"
+
+
+_IDENTITY_NAMES = {"target": "another target", "op": "another op", "seed": "another seed",
+                   "code": "target sources changed since it ran", "suite": "the suite's oracle changed since it ran"}
+
+
+def identity_difference(held: Optional[dict], wanted: dict) -> str:
+    """Why a campaign of identity ``held`` is not the campaign ``wanted``; "" when it is."""
+    if not held:
+        return "its identity is unknown: it was written without one"
+    for key, what in _IDENTITY_NAMES.items():
+        if key in wanted and held.get(key) != wanted[key]:
+            if key in ("target", "op", "seed"):
+                return f"{what}: {key}={held.get(key)!r}, not {wanted[key]!r}"
+            return what
+    return ""

@@ -8,8 +8,8 @@ kinds) to a factory ``(spec, device, sources) -> Target``, together with the con
 target knows (``triton@vision_fp32=tf32``) and their valid values.  :func:`resolve_target` parses the
 spec once, refuses a configuration key or value the target does not know (a :class:`TargetError`
 listing the known ones), checks its entry points' parameter lists against the signature table
-(:func:`harness.entry_signatures.check_entries`: a :class:`TargetError` naming the entry point and
-the expected signature) and caches the target per spec, device and sources.  One module per adapter
+(:func:`harness.entry_signatures.check_entries`: a wrong one is dropped, its problem kept in
+``signature_errors``) and caches the target per spec, device and sources.  One module per adapter
 in this package registers itself (``reference``, ``triton``, ``sglang``, ``torch-varlen``,
 ``flashinfer-cudnn``, ``mutant:NAME``, ``package.module[:attr]``); the registry imports none of them.
 A resolution never raises for an unavailable target: check ``.available`` and report ``.reason``.
@@ -77,7 +77,10 @@ def resolve_target(spec: Union[str, TargetSpec], device="cpu", *, sources: Optio
                           f"{list(builtin_targets())} (or pass mutant:NAME or package.module[:attr])")
     _check_configuration(parsed)
     target = factory(parsed, str(device), sources)
-    if target.available:  # a wrong parameter list is a usage error before any case (Note [Entry-point signatures])
-        check_entries(str(parsed), target.entries)
+    if target.available:  # Note [Entry-point signatures]: a wrong parameter list is dropped, and said
+        target.signature_errors = check_entries(str(parsed), target.entries)
+        for op, why in target.signature_errors.items():
+            target.entries.pop(op)
+            target.notes[op] = why
     _CACHE[key] = target
     return target

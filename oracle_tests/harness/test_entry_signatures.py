@@ -7,10 +7,14 @@ import os
 import pytest
 
 from kernel_oracle.cli import main as cli_main
-from kernel_oracle.harness.entry_signatures import EntrySignatureError, check_entries, signature_problem
+from kernel_oracle.harness.entry_signatures import EntrySignatureError, check_entries, raise_for, signature_problem
 from kernel_oracle.reference.signatures import SIGNATURES
 
 STEP_A_Q = SIGNATURES["step_a_q"]
+
+
+def step_a_v_fwd(attn_output, A_buf, batch_info):
+    pass
 
 
 def test_the_table_s_own_parameter_list_and_harmless_variants_pass():
@@ -39,8 +43,10 @@ def test_the_table_s_own_parameter_list_and_harmless_variants_pass():
 def test_a_wrong_parameter_list_is_named(source, why):
     scope: dict = {}
     exec(source, scope)
+    problems = check_entries("mykernels", {"step_a_q": scope["step_a_q_fwd"], "step_a_v": step_a_v_fwd})
+    assert list(problems) == ["step_a_q"]
     with pytest.raises(EntrySignatureError) as info:
-        check_entries("mykernels", {"step_a_q": scope["step_a_q_fwd"]})
+        raise_for(problems, ("step_a_v", "step_a_q"))
     text = str(info.value)
     assert text.startswith("mykernels.step_a_q_fwd(") and why in text
     assert text.endswith("expected step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, ...)")

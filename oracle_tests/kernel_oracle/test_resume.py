@@ -101,6 +101,7 @@ def test_state_without_identity_is_unknown_and_fresh_removes_it(tmp_path):
     raw = json.loads((tmp_path / "state.json").read_text())
     del raw["identity"]  # a state.json of the layout without identity
     (tmp_path / "state.json").write_text(json.dumps(raw))
+    (tmp_path / "identity.json").unlink()
     (tmp_path / ".hypothesis").mkdir()
     with pytest.raises(OtherCampaign, match=r"other code \(its identity is unknown"):
         _state(tmp_path)
