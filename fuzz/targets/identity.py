@@ -27,8 +27,7 @@ from kernel_oracle.harness.targets import TargetSources, TargetSpec
 
 __all__ = ["code_hash", "files_hash", "identity_difference", "suite_version"]
 
-_HERE = Path(__file__).resolve().parent          # fuzz/targets
-
+_HERE = Path(__file__).resolve().parent  # fuzz/targets
 
 
 def files_hash(files: Iterable[Path], root: Optional[Path] = None) -> str:
@@ -50,8 +49,6 @@ def _py_files(directory: Path) -> list[Path]:
 
 
 def _package_dir(dotted: str) -> Optional[Path]:
-    import kernel_oracle.harness as harness  # noqa: F401 - the layout of the installed package
-
     spec = importlib.util.find_spec(dotted)
     if spec is None or spec.origin is None:
         return None
