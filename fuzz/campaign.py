@@ -55,6 +55,7 @@ from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, ca
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
+from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
 from kernel_oracle.harness.opinfo import FAMILY_OF
 
 __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
@@ -78,7 +79,7 @@ def shared_findings_key(target: str, family: str) -> bytes:
     return f"kernel-oracle-findings:{target}:{family}".encode()
 
 
-def run_campaign(config: CampaignConfig, *, worker=None, database=None) -> dict:
+def run_campaign(config: CampaignConfig, *, worker=None, database=None, announce=None) -> dict:
     """Run (or resume) the campaign of ``config`` (Note [Campaign config]); returns the ``harness.schema``
     record it writes to ``config.out_dir/summary.json``.
 
@@ -87,7 +88,8 @@ def run_campaign(config: CampaignConfig, *, worker=None, database=None) -> dict:
     ``database``: a Hypothesis ``ExampleDatabase`` shared with other campaigns (default:
     ``out_dir/.hypothesis/``, nothing shared); findings' cases are shared through it too (Note
     [Campaigns]).  Raises :class:`CampaignError` on usage and I/O errors, :class:`CampaignInterrupted`
-    on SIGTERM / SIGINT.
+    on SIGTERM / SIGINT.  ``announce``: called with the one line saying the campaign resumes or
+    starts afresh (:meth:`fuzz.state.CampaignState.opening_line`), when it does.
     """
     if not isinstance(config, CampaignConfig):
         raise CampaignError(f"Expected a CampaignConfig but got config={config!r}")
@@ -113,9 +115,12 @@ def run_campaign(config: CampaignConfig, *, worker=None, database=None) -> dict:
         except KnownIssuesError as exc:
             raise CampaignError(str(exc)) from None
         try:
-            state = CampaignState.open(config.out_dir, target=str(config.target), op=config.op, seed=config.seed)
+            state = CampaignState.open(config.out_dir, target=str(config.target), op=config.op, seed=config.seed,
+                                       identity=config.identity(), fresh=config.fresh)
         except StateError as exc:
             raise CampaignError(str(exc)) from None
+        if announce is not None and state.opened != "new":
+            announce(state.opening_line())
         try:
             search = _Search(state, config, worker=worker, database=database, known_issues=known_issues, stop=stop)
             return search.run()
@@ -215,6 +220,10 @@ class _Search:
             excluded = {**(self.info.get("excluded_dtypes") or {}),
                         **((self.info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}
             wanted = FAMILY_OPS[self.family] if self.op in ("lora", "vision") else (self.op,)
+            try:  # Note [Entry-point signatures]: a usage error before any case
+                raise_for(self.info.get("signature_errors") or {}, wanted)
+            except EntrySignatureError as exc:
+                raise CampaignError(str(exc)) from None
             self.ops = tuple(o for o in wanted if o in entries)
             self.dtypes = tuple(d for d in ALL_DTYPES if d not in excluded
                                 and (self.wanted_dtypes is None or d in self.wanted_dtypes))

@@ -72,6 +72,8 @@ class CampaignConfig:
     (:mod:`harness.warmup`).  ``dtypes``: fuzz only these (a cluster shard; None: every dtype the
     target supports).  ``upstream_contracts_only``: no malformed metadata.  ``progress``: a progress
     bar.  ``sglang_wheel``: a wheel or a directory of wheels for ``sglang==X.Y.Z`` targets.
+    ``fresh``: delete what ``out_dir`` holds of an earlier campaign instead of resuming it (a
+    directory of another campaign's identity is refused without it; :mod:`fuzz.state`).
     """
 
     target: Union[str, TargetSpec]
@@ -91,6 +93,7 @@ class CampaignConfig:
     warm_up_s: Optional[float] = None
     dtypes: Optional[tuple] = None
     sglang_wheel: Optional[str] = None
+    fresh: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -133,6 +136,14 @@ class CampaignConfig:
     def case_timeout(self) -> float:
         """Seconds one case may take before it is a hang."""
         return self.case_timeout_s if self.case_timeout_s is not None else case_timeout_for(self.time_s)
+
+    def identity(self) -> dict:
+        """The campaign's identity (Note [Campaign identity] in :mod:`fuzz.state`): target spec, op,
+        seed, the hash of the target's code and the suite's version."""
+        from kernel_oracle.fuzz.targets.identity import code_hash, suite_version
+
+        return {"target": str(self.target), "op": self.op, "seed": self.seed,
+                "code": code_hash(self.target, self.sources), "suite": suite_version()}
 
     @property
     def sources(self) -> TargetSources:

@@ -36,6 +36,14 @@ regular file) where one of these files belongs is a :class:`StateError` naming i
 line), as is a write that fails (a full disk: the campaign ends with what it holds), except a
 finding's case files: :meth:`CampaignState.save_case` raises :class:`CaseNotSaved` and the campaign
 keeps the finding with a note that its tensors were not saved.
+
+Note [Campaign identity]
+------------------------
+A rerun into ``out_dir`` resumes, so it must hold *this* campaign: ``identity.json`` (written when it
+began; ``state.json`` has a copy) records the target spec, op, seed, target code hash and suite version
+(:mod:`fuzz.targets.identity`).  :meth:`CampaignState.open` raises :class:`OtherCampaign` (one line
+naming ``--fresh``) when a field differs or results have no identity (an older layout: unknown code,
+never reported as the current code's); ``fresh=True`` deletes the earlier campaign's files first.
 """
 
 from __future__ import annotations
@@ -49,9 +57,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from kernel_oracle.fuzz.targets.identity import identity_difference
 from kernel_oracle.harness.schema import FINDING_KINDS
 
-__all__ = ["CampaignState", "CaseNotSaved", "GroupCounts", "GroupKey", "MAX_COUNT", "MAX_EXAMPLES", "OutDirBusy",
+__all__ = ["CampaignState", "CaseNotSaved", "OtherCampaign", "GroupCounts", "GroupKey", "MAX_COUNT", "MAX_EXAMPLES", "OutDirBusy",
            "STATE_FILES", "StateError", "TARGET_OUTPUT_LOG", "finding_problem"]
 
 STATE_VERSION = 2
@@ -66,7 +75,8 @@ MAX_COUNT = 10**12
 TARGET_OUTPUT_LOG = "target-output.log"
 # files of an out directory (each must be a regular file when present)
 STATE_FILES = ("state.json", "findings.jsonl", ".lock", "summary.json", "findings.jsonl.torn", "state.json.corrupt",
-               "state.json.tmp", "findings.jsonl.tmp", "summary.json.tmp", TARGET_OUTPUT_LOG)
+               "state.json.tmp", "findings.jsonl.tmp", "summary.json.tmp", TARGET_OUTPUT_LOG, "identity.json",
+               "identity.json.tmp")
 
 
 class StateError(ValueError):
@@ -75,6 +85,10 @@ class StateError(ValueError):
 
 class OutDirBusy(StateError):
     """Another process holds the directory's lock."""
+
+
+class OtherCampaign(StateError):
+    """The directory holds a campaign of another identity (Note [Campaign identity])."""
 
 
 class CaseNotSaved(StateError):
@@ -218,6 +232,8 @@ class CampaignState:
         self.notes: list[str] = []
         self._lock_fh = None
         self._writable = False
+        self.identity: Optional[dict] = None
+        self.opened, self.earlier = "new", (0, 0)  # "resumed" / "afresh" and the earlier (cases, findings)
 
     # ---- paths -----------------------------------------------------------------------------------
     @property
@@ -234,9 +250,12 @@ class CampaignState:
 
     # ---- opening ---------------------------------------------------------------------------------
     @classmethod
-    def open(cls, out_dir, *, target: str, op: str, seed: int = 0) -> "CampaignState":
+    def open(cls, out_dir, *, target: str, op: str, seed: int = 0, identity: Optional[dict] = None,
+             fresh: bool = False) -> "CampaignState":
         """Lock ``out_dir`` (created if absent) and load or recover what it holds; ``StateError``
-        when it cannot be used, :class:`OutDirBusy` when another campaign holds it."""
+        when it cannot be used, :class:`OutDirBusy` when another campaign holds it,
+        :class:`OtherCampaign` when it holds a campaign of another ``identity`` (Note [Campaign
+        identity]; ``fresh=True`` deletes that campaign's files first)."""
         out = Path(out_dir)
         try:
             if out.exists() and not out.is_dir():
@@ -253,20 +272,65 @@ class CampaignState:
         state._acquire(lock_fh)
         try:
             state._load(recover_on_disk=True)
-            if (state.target, state.op) != (target, op):
-                raise StateError(f"{out} holds a campaign of target={state.target!r} op={state.op!r}; "
-                                 f"pass another --out to fuzz target={target!r} op={op!r}")
+            held = state.executed or state.findings
+            earlier = (state.executed, len(state.findings))
+            if fresh:
+                state._remove_earlier()
+                state._lock_fh = None
+                state = cls(out, target=target, op=op, seed=seed)
+                state._lock_fh = lock_fh
+            elif held and identity is not None and (why := identity_difference(state._held_identity(), identity)):
+                raise OtherCampaign(f"{out} holds a campaign of other code ({why}); pass --fresh to start afresh "
+                                    f"or another --out")
+            elif held and (target, op) != (state.target, state.op):
+                raise StateError(f"{out} holds a campaign of target={state.target!r} op={state.op!r}; pass "
+                                 f"--fresh to start afresh or another --out")
+            state.target, state.op = target, op
+            state.opened = ("afresh" if fresh else "resumed") if held else "new"
+            state.earlier = earlier if held else (0, 0)
+            if identity is not None:
+                state.identity = identity
+                _atomic_write(out / "identity.json", json.dumps(identity, indent=1, sort_keys=True))
+        except OSError as exc:
+            state.close()
+            raise StateError(f"--out {out}: cannot write identity.json ({exc.strerror or exc})") from None
         except BaseException:
             state.close()
             raise
         state._writable = True
         return state
 
+    def _held_identity(self) -> Optional[dict]:
+        """``identity.json`` (kept when ``state.json`` is corrupt), else ``state.json``'s copy."""
+        try:
+            return held if isinstance(held := json.loads((self.out / "identity.json").read_text()), dict) else None
+        except (OSError, ValueError):
+            return self.identity
+
+    def _remove_earlier(self) -> None:
+        """Delete the earlier campaign's files (the lock stays; Note [Campaign identity])."""
+        import shutil
+        try:
+            for name in (n for n in STATE_FILES if n != ".lock" and (self.out / n).exists()):
+                (self.out / name).unlink()
+            for name in (n for n in ("cases", ".hypothesis") if (self.out / n).is_dir()):
+                shutil.rmtree(self.out / name)
+            self.cases_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"--out {self.out}: cannot remove the earlier campaign ({exc.strerror or exc}); "
+                             f"pass another --out") from None
+
+    def opening_line(self) -> str:
+        """The line saying what :meth:`open` did with an earlier campaign ("" for a new one)."""
+        cases, findings = self.earlier
+        return {"resumed": f"resuming: {cases} cases, {findings} findings (from {self.out})",
+                "afresh": f"starting afresh in {self.out} (--fresh): the earlier campaign's {cases} cases and "
+                          f"{findings} findings were removed"}.get(self.opened, "")
+
     @classmethod
     def read(cls, out_dir) -> "CampaignState":
         """The state of ``out_dir`` as it is on disk (no lock, nothing written; torn lines skipped)."""
-        state = cls(Path(out_dir), target=None, op=None)
-        state._load(recover_on_disk=False)
+        (state := cls(Path(out_dir), target=None, op=None))._load(recover_on_disk=False)
         return state
 
     def _acquire(self, fh) -> None:
@@ -354,6 +418,11 @@ class CampaignState:
         for name in ("target", "op"):
             if raw.get(name) is not None:
                 _text(name, raw[name])
+        identity = raw.get("identity")
+        if identity is not None and not (isinstance(identity, dict)
+                                         and all(isinstance(k, str) for k in identity)):
+            raise ValueError(f"identity={identity!r} is not an object")
+        self.identity = identity
         self.target = raw.get("target", self.target)
         self.op = raw.get("op", self.op)
         self.executed, self.runs, self.elapsed_s, self.finding_count = counters
@@ -490,7 +559,7 @@ class CampaignState:
         self._check_writable(allow_recovery=True)
         raw = {"version": STATE_VERSION, "target": self.target, "op": self.op, "seed": self.seed,
                "executed": self.executed, "runs": self.runs, "elapsed_s": round(self.elapsed_s, 3),
-               "finding_count": self.finding_count,
+               "finding_count": self.finding_count, "identity": self.identity,
                "groups": [{"key": k.to_dict(), **g.to_dict()} for k, g in sorted(self.groups.items())],
                "hits": self.hits, "notes": self.notes}
         try:

@@ -275,6 +275,7 @@ class Target:
     release: Optional[str] = None  # the upstream package's version (known issues apply per release)
     declines: dict = field(default_factory=dict)  # vision feature -> why this target does not implement it
     metadata_helper: Optional[Callable] = None  # the target's own vision metadata helper (SGLang's signature)
+    signature_errors: dict = field(default_factory=dict)  # op -> why its entry point's parameters are wrong
 
     def __post_init__(self) -> None:
         if isinstance(self.precision, dict):
@@ -340,7 +341,8 @@ class Target:
                 "precision_by_op": self.precisions(), "strict": self.strict,
                 "excluded_dtypes": dict(self.excluded_dtypes),
                 "excluded_dtypes_by_family": {f: dict(d) for f, d in self.excluded_dtypes_by_family.items()},
-                "missing": dict(self.notes), "release": self.release, "declines": dict(self.declines)}
+                "missing": dict(self.notes), "release": self.release, "declines": dict(self.declines),
+                "signature_errors": dict(self.signature_errors)}
 
 
 def unavailable(name: str, reason: str, **kw) -> Target:

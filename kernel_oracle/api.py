@@ -112,8 +112,11 @@ def assert_matches(op: str, fn: Callable[..., Any], /, *args: Any, precision: st
 
     Returns the :class:`~kernel_oracle.harness.check.Verdict` (``ratio``: error / allowance) on
     success; raises :class:`AssertionError` (Note [Public API]) when ``fn`` is wrong, and
-    ``ValueError``/``TypeError`` naming the argument when the arguments of this call are.
+    ``ValueError``/``TypeError`` naming the argument when the arguments of this call are (a weight
+    buffer and an activation in each other's positions included: :func:`_check_positions`).  Its
+    frames are hidden from pytest's traceback, so a failure shows its message first.
     """
+    __tracebackhide__ = True  # noqa: F841 - read by pytest
     info = op_info(op)  # ValueError naming the valid ops
     if not callable(fn):
         raise TypeError(f"Expected a callable with the signature of {info.entry} but got fn={fn!r}")
@@ -172,8 +175,10 @@ def _bind(op: str, args: tuple, kwargs: dict) -> Call:
     positional parameters in order, keywords only when given; ``TypeError`` naming the argument and
     the expected signature for a missing, extra, repeated or misspelled one; ``ValueError`` for a
     data tensor without data (meta)."""
+    __tracebackhide__ = True  # noqa: F841 - read by pytest
     info = OP_DB[op]
     sig = _entry_signature(op)
+
     def refuse(why: str) -> TypeError:
         return TypeError(f"assert_matches({op!r}, fn, ...): {why}; the signature of {op} is {info.entry}{sig} "
                          f"(precision=, strict= and repro= are assert_matches' own)")
@@ -202,11 +207,36 @@ def _bind(op: str, args: tuple, kwargs: dict) -> Call:
         if isinstance(value, torch.Tensor) and value.is_meta:
             raise ValueError(f"assert_matches({op!r}, fn, ...): {name} is a meta tensor (a shape without data), "
                              f"which the oracle cannot compute on; pass tensors on the CPU or a GPU")
+    _check_positions(op, given, sig)
     return call
+
+
+def _check_positions(op: str, given: dict, sig: inspect.Signature) -> None:
+    """``ValueError`` when a LoRA weight buffer (``*_buf``, ``(L, ...)`` with ``L`` the batch info's
+    slot count ``len(lora_ranks)``) and an activation sit in each other's positions: the buffer's
+    first dimension is not ``L`` and the activation's is (a malformed buffer alone is left to the
+    contract check, which judges it)."""
+    __tracebackhide__ = True  # noqa: F841 - read by pytest
+    info = OP_DB[op]
+    ranks = getattr(given.get(info.signature.batch_info or ""), "lora_ranks", None)
+    if ranks is None or not hasattr(ranks, "__len__"):
+        return
+    slots = len(ranks)
+    params = list(info.signature.params)
+    tensors = {n: v for n, v in given.items() if n in info.signature.data and isinstance(v, torch.Tensor) and v.dim() == 3}
+    for buf in (n for n in tensors if n.endswith("_buf") and tensors[n].shape[0] != slots):
+        other = next((n for n in tensors if not n.endswith("_buf") and tensors[n].shape[0] == slots), None)
+        if other is not None:
+            raise ValueError(f"assert_matches({op!r}, fn, ...): {buf} (argument {params.index(buf) + 1}) has shape "
+                             f"{tuple(tensors[buf].shape)}, but {buf} is (L, ...) with L = {slots} LoRA slots "
+                             f"(len(batch_info.lora_ranks)), and {other} (argument {params.index(other) + 1}, shape "
+                             f"{tuple(tensors[other].shape)}) has L rows: are {other} and {buf} swapped? The "
+                             f"signature of {op} is {info.entry}{sig}")
 
 
 def _check(op: str, fn: Callable[..., Any], call: Call, *, precision: str, strict: bool) -> Verdict:
     """The harness's expected_outcome / execute / judge on a call the caller built."""
+    __tracebackhide__ = True  # noqa: F841 - read by pytest
     info = OP_DB[op]
     tensors = [a for a in call.args if isinstance(a, torch.Tensor)]
     device = tensors[0].device if tensors else torch.device("cpu")

@@ -7,7 +7,9 @@ a built-in name such as ``triton`` or ``sglang``, or ``mutant`` / ``module`` for
 kinds) to a factory ``(spec, device, sources) -> Target``, together with the configuration keys that
 target knows (``triton@vision_fp32=tf32``) and their valid values.  :func:`resolve_target` parses the
 spec once, refuses a configuration key or value the target does not know (a :class:`TargetError`
-listing the known ones), and caches the target per spec, device and sources.  One module per adapter
+listing the known ones), checks its entry points' parameter lists against the signature table
+(:func:`harness.entry_signatures.check_entries`: a wrong one is dropped, its problem kept in
+``signature_errors``) and caches the target per spec, device and sources.  One module per adapter
 in this package registers itself (``reference``, ``triton``, ``sglang``, ``torch-varlen``,
 ``flashinfer-cudnn``, ``mutant:NAME``, ``package.module[:attr]``); the registry imports none of them.
 A resolution never raises for an unavailable target: check ``.available`` and report ``.reason``.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional, Union
 
+from kernel_oracle.harness.entry_signatures import check_entries
 from kernel_oracle.harness.targets import Target, TargetError, TargetSources, TargetSpec
 
 __all__ = ["Factory", "builtin_targets", "register_target", "resolve_target", "target_configuration"]
@@ -74,5 +77,10 @@ def resolve_target(spec: Union[str, TargetSpec], device="cpu", *, sources: Optio
                           f"{list(builtin_targets())} (or pass mutant:NAME or package.module[:attr])")
     _check_configuration(parsed)
     target = factory(parsed, str(device), sources)
+    if target.available:  # Note [Entry-point signatures]: a wrong parameter list is dropped, and said
+        target.signature_errors = check_entries(str(parsed), target.entries)
+        for op, why in target.signature_errors.items():
+            target.entries.pop(op)
+            target.notes[op] = why
     _CACHE[key] = target
     return target

@@ -38,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                           "between 5 and 120; 120 with --budget)")
     options.add(parser, "seed")
     options.add(parser, "device")
-    options.add(parser, "out", required=True, help="output directory; rerunning with the same DIR resumes the campaign")
+    options.add(parser, "out", required=True, help="output directory; rerunning with the same DIR resumes the "
+                                                   "campaign (the same target code, op and seed only)")
+    options.add(parser, "fresh")
     parser.add_argument("--upstream-contracts-only", action="store_true",
                         help="generate no malformed metadata (for targets without strict validation, e.g. sglang)")
     options.add(parser, "limits")
@@ -86,7 +88,7 @@ def _config(args: argparse.Namespace, target, device: str):
                           device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
                           progress=not args.quiet, limits=args.limits, isolate=args.isolate,
                           case_timeout_s=args.case_timeout_s, warm_up_s=_warm_up_s(args.warm_up_s, device),
-                          sglang_wheel=args.sglang_wheel)
+                          sglang_wheel=args.sglang_wheel, fresh=args.fresh)
 
 
 def _warm_up_s(requested, device: str):
@@ -207,7 +209,7 @@ def main(args: argparse.Namespace) -> int:
     from kernel_oracle.fuzz.campaign import CampaignError, CampaignInterrupted, run_campaign
 
     try:
-        record = run_campaign(_config(args, args.targets[0], device), database=database)
+        record = run_campaign(_config(args, args.targets[0], device), database=database, announce=print)
     except CampaignError as exc:
         return _error(f"error: {exc}")
     except CampaignInterrupted as exc:

@@ -155,6 +155,10 @@ _TARGETS_HELP = ("comma-separated target specs: reference, triton, sglang, sglan
 # name -> (flags, argparse keywords); a subcommand overrides what differs there
 OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "out": (("--out",), dict(metavar="DIR", help="output directory")),
+    "fresh": (("--fresh",), dict(action="store_true",
+                                 help="delete what --out holds of an earlier campaign (state, findings, cases, "
+                                      ".hypothesis) and start afresh; without it a rerun resumes, and a directory "
+                                      "of other code, target, op or seed is refused")),
     "seed": (("--seed",), dict(type=int, default=0, metavar="K", help="random seed")),
     "device": (("--device",), dict(choices=DEVICE_CHOICES, default="auto",
                                    help="auto: the GPU if torch sees one, else the CPU (Triton kernels under the "

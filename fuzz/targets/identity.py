@@ -1,0 +1,128 @@
+"""What code a campaign tested: a hash of the target's source files and of the suite's own.
+
+A campaign's ``--out`` can be resumed only by the same campaign (:mod:`fuzz.state`, Note [Campaign
+identity]): the same target spec, op and seed, *and* the same code, else its old findings would be
+reported as the current code's.  The hashes are taken in the calling process without importing the
+target (a target runs in a worker):
+
+* ``package.module[:attr]``: the ``.py`` files of the top-level package that holds the module (or the
+  one file of a plain module), found with :func:`importlib.util.find_spec` of the top-level name;
+* ``sglang==X.Y.Z`` (and ``sglang-trt==X.Y.Z``): the SHA-256 of the release's wheel when one is found
+  (``--sglang-wheel`` or the cache, never downloaded here), else the pinned version itself;
+* built-ins and ``mutant:NAME``: the files of our kernel package and of ``fuzz/targets``;
+* an installed ``sglang`` (no version): the installed package's files that hold the entry points.
+
+:func:`suite_version` is the package version plus a hash of the oracle's own files (``harness``,
+``reference``), so an edited oracle or comparison counts as other code too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+from typing import Iterable, Optional
+
+from kernel_oracle.harness.targets import TargetSources, TargetSpec
+
+__all__ = ["code_hash", "files_hash", "identity_difference", "suite_version"]
+
+_HERE = Path(__file__).resolve().parent  # fuzz/targets
+
+
+def files_hash(files: Iterable[Path], root: Optional[Path] = None) -> str:
+    """SHA-256 (16 hex digits) of ``files``' names (relative to ``root``) and bytes, in sorted order."""
+    h = hashlib.sha256()
+    for p in sorted(set(files)):
+        name = str(p.relative_to(root)) if root is not None and p.is_relative_to(root) else p.name
+        h.update(name.encode() + b"\0")
+        try:
+            h.update(p.read_bytes())
+        except OSError:
+            h.update(b"<unreadable>")
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _py_files(directory: Path) -> list[Path]:
+    return [p for p in directory.rglob("*.py") if "__pycache__" not in p.parts]
+
+
+def _package_dir(dotted: str) -> Optional[Path]:
+    spec = importlib.util.find_spec(dotted)
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).resolve().parent
+
+
+def _module_files(module: str) -> tuple[list[Path], Optional[Path]]:
+    top = module.split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return [], None
+    if spec.submodule_search_locations:
+        roots = [Path(p) for p in spec.submodule_search_locations]
+        return [f for r in roots for f in _py_files(r)], roots[0].parent
+    if spec.origin and Path(spec.origin).is_file():
+        return [Path(spec.origin)], Path(spec.origin).parent
+    return [], None
+
+
+def _wheel_hash(version: str, sources: Optional[TargetSources]) -> str:
+    from .sglang_wheel import LoaderError, find_wheel
+
+    try:
+        wheel = find_wheel(version, sources.sglang_wheel if sources else None, download=False)
+    except (LoaderError, OSError):
+        return f"sglang=={version}"
+    h = hashlib.sha256()
+    with open(wheel, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return "wheel:" + h.hexdigest()[:16]
+
+
+def code_hash(spec: TargetSpec, sources: Optional[TargetSources] = None) -> str:
+    """A hash of the code the target ``spec`` runs (see the module docstring); a spec whose files
+    cannot be found hashes as ``"unlocated:<spec>"`` (then only the spec identifies it)."""
+    kind = spec.kind
+    if kind == "module":
+        files, root = _module_files(spec.module)
+        return files_hash(files, root) if files else f"unlocated:{spec}"
+    if kind == "release" and spec.release:
+        return _wheel_hash(spec.release, sources)
+    if spec.base.startswith("sglang"):
+        files, root = _module_files("sglang")
+        lora = [f for f in files if "lora" in f.parts or "multimodal" in f.parts or "attention" in f.parts]
+        return files_hash(lora, root) if lora else f"unlocated:{spec}"
+    kernels = _package_dir("kernel_oracle.kernels")
+    files = (_py_files(kernels) if kernels else []) + _py_files(_HERE)
+    return files_hash(files, _HERE.parent.parent)
+
+
+def suite_version() -> str:
+    """``<package version>+<hash of harness/ and reference/>``: the oracle that judged the cases."""
+    from kernel_oracle._version import __version__
+
+    dirs = [d for d in (_package_dir("kernel_oracle.harness"), _package_dir("kernel_oracle.reference")) if d]
+    files = [f for d in dirs for f in _py_files(d)] + [f for d in dirs for f in d.glob("*.toml")]
+    return f"{__version__}+{files_hash(files, _HERE.parent.parent)}"
+
+
+_IDENTITY_NAMES = {"target": "another target", "op": "another op", "seed": "another seed",
+                   "code": "target sources changed since it ran", "suite": "the suite's oracle changed since it ran"}
+
+
+def identity_difference(held: Optional[dict], wanted: dict) -> str:
+    """Why a campaign of identity ``held`` is not the campaign ``wanted``; "" when it is."""
+    if not held:
+        return "its identity is unknown: it was written without one"
+    for key, what in _IDENTITY_NAMES.items():
+        if key in wanted and held.get(key) != wanted[key]:
+            if key in ("target", "op", "seed"):
+                return f"{what}: {key}={held.get(key)!r}, not {wanted[key]!r}"
+            return what
+    return ""

@@ -1,0 +1,116 @@
+"""Resuming a campaign's --out: visible, and only for the same campaign (fuzz.state, Note [Campaign identity])."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from oracle_tests.conftest import DEVICE
+from oracle_tests.kernel_oracle.test_faults_cli import _TARGET_SOURCE
+from kernel_oracle.cli import main as cli_main
+from kernel_oracle.fuzz.state import CampaignState, OtherCampaign
+
+
+@pytest.fixture
+def module_target(tmp_path, monkeypatch):
+    root = tmp_path / "targets"
+    pkg = root / "ko_resume_targets"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "buggy.py").write_text(_TARGET_SOURCE.format(what="BUG: the last segment is skipped.", skip=1))
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    return pkg / "buggy.py"
+
+
+def _fuzz(capsys, out, *extra):
+    rc = cli_main(["fuzz", "--targets", "ko_resume_targets.buggy", "--op", "step_a_v", "--budget", "6",
+                   "--device", DEVICE, "--out", str(out), "--limits", "tiny", "--quiet", "--no-isolate", *extra])
+    got = capsys.readouterr()
+    return rc, got.out, got.err
+
+
+def _findings(out):
+    return [json.loads(x) for x in (out / "findings.jsonl").read_text().splitlines() if x.strip()]
+
+
+def test_rerun_resumes_visibly_refuses_changed_code_and_fresh_starts_afresh(tmp_path, capsys, module_target):
+    out = tmp_path / "campaign"
+    rc, stdout, err = _fuzz(capsys, out)
+    assert rc == 1, err
+    assert "resuming:" not in stdout
+    first = _findings(out)
+    assert first and json.loads((out / "state.json").read_text())["identity"]["code"]
+
+    rc, stdout, err = _fuzz(capsys, out)  # same code: resumes, and says so
+    assert f"resuming: " in stdout and f"(from {out})" in stdout, stdout
+    assert f"{len(first)} findings" in stdout.split("resuming:")[1].splitlines()[0]
+
+    module_target.write_text(module_target.read_text() + "\n# a fix\n")  # the code changes
+    rc, stdout, err = _fuzz(capsys, out)
+    assert rc == 2
+    assert err.strip().splitlines() == [
+        f"kernel-oracle fuzz: error: {out} holds a campaign of other code (target sources changed since it ran); "
+        f"pass --fresh to start afresh or another --out"]
+
+    old_ids = {f["id"] for f in _findings(out)}
+    rc, stdout, err = _fuzz(capsys, out, "--fresh")
+    line = next(x for x in stdout.splitlines() if x.startswith("starting afresh"))
+    assert line.startswith(f"starting afresh in {out} (--fresh): the earlier campaign's ")
+    assert f"and {len(old_ids)} findings were removed" in line
+    summary = json.loads((out / "summary.json").read_text())
+    executed = summary["campaign"]["executed"]
+    assert executed <= 6 + 6, "the fresh campaign counted the earlier one's cases"  # budget plus its shrinks
+    state = json.loads((out / "state.json").read_text())
+    assert state["executed"] == executed
+
+
+def _state(out, **identity):
+    base = {"target": "triton", "op": "lora", "seed": 0, "code": "c1", "suite": "s1"}
+    return CampaignState.open(out, target="triton", op="lora", seed=0, identity={**base, **identity})
+
+
+def _one_finding(state):
+    state.append_finding({"id": state.next_finding_id("mismatch", "step_a_v", "float32"), "target": "triton",
+                          "op": "step_a_v", "kind": "mismatch", "message": "m", "repro": "r"},
+                         __import__("kernel_oracle.fuzz.state", fromlist=["GroupKey"]).GroupKey(
+                             "triton", "step_a_v", "float32", "small"))
+    state.executed = 5
+    state.save()
+    state.close()
+
+
+@pytest.mark.parametrize("changed, why", [({"code": "c2"}, "target sources changed since it ran"),
+                                          ({"suite": "s2"}, "the suite's oracle changed since it ran"),
+                                          ({"seed": 3}, "another seed: seed=0, not 3")])
+def test_state_refuses_another_identity(tmp_path, changed, why):
+    _one_finding(_state(tmp_path))
+    with pytest.raises(OtherCampaign, match="pass --fresh") as info:
+        _state(tmp_path, **changed)
+    assert f"other code ({why})" in str(info.value)
+    again = _state(tmp_path)  # the same identity resumes
+    assert again.opened == "resumed" and again.earlier == (5, 1)
+    assert again.opening_line() == f"resuming: 5 cases, 1 findings (from {tmp_path})"
+    again.close()
+
+
+def test_state_without_identity_is_unknown_and_fresh_removes_it(tmp_path):
+    _one_finding(_state(tmp_path))
+    raw = json.loads((tmp_path / "state.json").read_text())
+    del raw["identity"]  # a state.json of the layout without identity
+    (tmp_path / "state.json").write_text(json.dumps(raw))
+    (tmp_path / "identity.json").unlink()
+    (tmp_path / ".hypothesis").mkdir()
+    with pytest.raises(OtherCampaign, match=r"other code \(its identity is unknown"):
+        _state(tmp_path)
+    fresh = CampaignState.open(tmp_path, target="triton", op="lora", seed=0,
+                               identity={"target": "triton", "op": "lora", "seed": 0, "code": "c1", "suite": "s1"},
+                               fresh=True)
+    assert fresh.opened == "afresh" and fresh.findings == [] and fresh.executed == 0
+    assert not (tmp_path / "findings.jsonl").exists() and not (tmp_path / ".hypothesis").exists()
+    assert fresh.opening_line().endswith("the earlier campaign's 5 cases and 1 findings were removed")
+    fresh.save()
+    fresh.close()
+    assert json.loads((tmp_path / "state.json").read_text())["identity"]["code"] == "c1"
