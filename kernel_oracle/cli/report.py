@@ -1,4 +1,7 @@
-"""``kernel-oracle report RESULT.json [--out DIR]``: render a result file to Markdown and HTML.
+"""``kernel-oracle report RESULT.json|DIR [--out DIR]``: render a result file to Markdown and HTML.
+
+A directory stands for the record in it: a campaign's ``summary.json`` (the pages are then
+``report.md`` / ``report.html`` beside it, what ``fuzz`` writes) or the main job's ``latest.json``.
 
 Exit codes (SPEC.md): 0 written; 2 usage or I/O error -- an unreadable or invalid record, an
 ``--out`` that cannot be created or written, a ``--name`` that is not a plain file name -- with
@@ -18,7 +21,8 @@ __all__ = ["add_arguments", "main", "report_beside"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)
-    parser.add_argument("result", metavar="RESULT.json", help="a result record (campaign, pytest, bench or main run)")
+    parser.add_argument("result", metavar="RESULT.json|DIR", help="a result record (campaign, pytest, bench or main run), "
+                        "or a directory holding one (a campaign's summary.json, the main job's latest.json)")
     options.add(parser, "out", help="directory for <name>.md and <name>.html (default: beside RESULT.json)")
     parser.add_argument("--name", default=None, help="base name of the written files (default: RESULT's stem)")
     parser.add_argument("--no-plots", action="store_true", help="skip the plots (tables only; faster)")
@@ -28,7 +32,8 @@ def main(args: argparse.Namespace) -> int:
     from kernel_oracle.jobs.reports import write_reports
 
     try:
-        md, html = write_reports(args.result, args.out, name=args.name, with_plots=not args.no_plots)
+        result, name = _record_of(args.result, args.name)
+        md, html = write_reports(result, args.out, name=name, with_plots=not args.no_plots)
     except (SchemaError, ValueError) as exc:
         print(f"kernel-oracle report: error: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -39,6 +44,22 @@ def main(args: argparse.Namespace) -> int:
     print(f"Markdown: {md}")
     print(f"HTML:     {html}")
     return 0
+
+
+def _record_of(result: str, name):
+    """``(record path, page name)`` of ``result``: a directory stands for its campaign ``summary.json``
+    (pages named ``report``) or its ``latest.json``; a path that is neither is passed on (its error
+    names it); ``ValueError`` for a directory with neither."""
+    from pathlib import Path
+
+    path = Path(result)
+    if path.is_dir():
+        if (path / "summary.json").is_file():
+            return str(path / "summary.json"), name or "report"
+        if (path / "latest.json").is_file():
+            return str(path / "latest.json"), name
+        raise ValueError(f"{result} holds no summary.json (a campaign) or latest.json (the main job)")
+    return result, name
 
 
 def report_beside(summary_path) -> str:
