@@ -160,21 +160,32 @@ def test_in_process_campaigns_need_the_device_mode_already(tmp_path, monkeypatch
 
 # ---- buckets: one root cause, one finding -----------------------------------------------------------
 
-def test_one_mismatch_defect_across_ops_is_one_finding_per_dtype(tmp_path):
-    # scaling ignored in every B step: the same defect in four ops and three dtypes
-    # tiny problems on every device: the GPU preset's larger examples need more than 20 shrink steps to drop
-    # the flags (a GPU run can keep "permuted"), and this test is about buckets, not sizes
-    rec = run_campaign(CampaignConfig(target="mutant:lora_scaling_missing", op="lora", budget=40, seed=1, device=DEVICE,
-                                      out_dir=tmp_path, progress=False, shrink_allowance=20, limits="tiny"))
+def _mutant_campaign(tmp_path, name: str, budget: int) -> dict:
+    # tiny problems on every device: this is about buckets, not sizes
+    return run_campaign(CampaignConfig(target=f"mutant:{name}", op="lora", budget=budget, seed=1, device=DEVICE,
+                                       out_dir=tmp_path, progress=False, shrink_allowance=20, limits="tiny"))
+
+
+def test_one_planted_bug_is_one_finding_across_dtypes(tmp_path):
+    # step B_q leaves each segment's last row unchanged: one defect, whichever dtype, size or flags show it
+    rec = _mutant_campaign(tmp_path, "lora_step_b_q_drops_segment_end", 60)
     mismatches = [f for f in rec["findings"] if f["kind"] == "mismatch"]
-    assert mismatches and len({f["dtype"] for f in mismatches}) == len(mismatches), \
-        [f["bucket"] for f in mismatches]
-    for f in mismatches:  # the flags the defect does not need were dropped from the example
-        assert f["bucket"]["config"] == [f["dtype"]], f["bucket"]
-        assert f["bucket"]["cause"] == "everywhere"
-    failing = sum(g["cases"] - g["passes"] for g in rec["groups"])
-    assert failing > len(rec["findings"])  # more failing cases than findings: they were merged
-    assert sum(f["count"] for f in rec["findings"]) <= failing
+    assert len(mismatches) == 1, ([f["headline"] for f in mismatches], rec["notes"], rec["campaign"]["executed"])
+    f = mismatches[0]
+    assert f["op"] == "step_b_q" and f["id"].endswith("-mismatch-step_b_q")
+    assert set(f["dtypes"]) == {"float16", "bfloat16", "float32"}, f["dtypes"]
+    failing = sum(g["cases"] - g["passes"] for g in rec["groups"] if g["op"] == "step_b_q")
+    assert f["count"] == failing > 1  # every failing case of the op counted in the one finding
+    assert "segment boundary" in f["regions"], f["regions"]
+    assert f["headline"].startswith("step_b_q: the first or last row of each segment differs from the reference (")
+    assert f"; {f['count']} failing cases)" in f["headline"]
+    assert "dtype" not in f["bucket"] and "config" not in f["bucket"]
+
+
+def test_two_planted_bugs_in_two_ops_are_two_findings(tmp_path):
+    rec = _mutant_campaign(tmp_path, "lora_two_planted_bugs", 80)
+    mismatches = sorted(f["op"] for f in rec["findings"] if f["kind"] == "mismatch")
+    assert mismatches == ["step_a_v", "step_b_q"], [f["headline"] for f in rec["findings"]]
 
 
 def _lora_case(**kw):
