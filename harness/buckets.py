@@ -12,7 +12,7 @@ path serves, and is one finding with a ``dtypes`` list and a count over all of t
 
 * **crash / contract** (the target raised, or died): the exception type, its normalised message
   (:func:`normalise_message`: the first line, every number masked, whitespace collapsed, cut at
-  :data:`MESSAGE_PREFIX` characters: ``seg_lens[3]`` and ``seg_lens[7]`` are one cause, and so is a
+  :data:`MESSAGE_PREFIX` characters, whole words only: ``seg_lens[3]`` and ``seg_lens[7]`` are one cause, and so is a
   message a library cut at another length), and the top frame in the target's own code
   (:func:`target_frame`: the innermost frame of the traceback that is neither the harness, torch,
   Triton nor the standard library; ``module:function``, no line number, so a bucket survives an
@@ -76,7 +76,7 @@ TILES = (16, 32, 64, 128)
 _MAX_MESSAGE = 200
 # characters of a normalised message a bucket keys on: long enough to name the error, short enough
 # that a message cut by a library (or by us, at _MAX_MESSAGE) at another length keys the same
-MESSAGE_PREFIX = 72
+MESSAGE_PREFIX = 56
 
 _NUMBER = re.compile(r"0x[0-9a-fA-F]+|(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
@@ -92,8 +92,10 @@ def normalise_message(text: Optional[str]) -> str:
     and whitespace collapsed, cut at :data:`MESSAGE_PREFIX` characters and stripped of a trailing
     ellipsis, so ``"shape (3, 4) ..."`` cut at 80 or 120 characters is one key."""
     line = re.sub(r"#(?:[\s,x*]*#)+", "#", mask_numbers(_first_line(text)))
-    line = re.sub(r"\s+", " ", line)[:MESSAGE_PREFIX]
-    return line.rstrip(" .…").rstrip()
+    line = re.sub(r"\s+", " ", line).rstrip(" .…")
+    if len(line) > MESSAGE_PREFIX:  # whole words only: a cut inside one would key on where it fell
+        line = line[:MESSAGE_PREFIX + 1].rsplit(" ", 1)[0]
+    return line.rstrip(" .…,").rstrip()
 
 
 def _first_line(text: Optional[str]) -> str:
