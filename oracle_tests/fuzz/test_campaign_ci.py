@@ -249,8 +249,9 @@ def test_bucket_of_a_stale_graph_write_and_the_config_signature():
     exp = expected_outcome(case, "cpu", call=call)
     verdict = Verdict(False, "mismatch", "rows routed by no segment changed (must stay bit-identical): rows [4]")
     b = bucket_of(case, verdict, observed=Observed("ok", output=exp.value), expected=exp, call=call)
-    assert (b.kind, b.family, b.cause, b.config) == ("mismatch", "lora", "stale graph metadata",
-                                                    ("float32", "cuda_graph", "permuted", "empty_segment"))
+    # the region and flags describe the case; the key is the op and the failure mode
+    assert (b.kind, b.family, b.cause, b.op, b.where, b.flags) == (
+        "mismatch", "lora", "values", "step_b_q", "stale graph metadata", ("cuda_graph", "permuted", "empty_segment"))
 
 
 def test_bucket_identity_and_cover():
@@ -258,12 +259,12 @@ def test_bucket_identity_and_cover():
 
     assert mask_numbers("seg_lens[3] = 17 at 0x7ffe: float16 -1.5e-3 step_a_q (12.5%)") == \
         "seg_lens[#] = # at #: float16 # step_a_q (#%)"
-    known = Bucket("mismatch", "lora", "everywhere", "", ("float16", "permuted"))
-    assert known.covers(Bucket("mismatch", "lora", "tail tile", "", ("float16", "permuted", "rank0")))
-    assert not known.covers(Bucket("mismatch", "lora", "everywhere", "", ("float16",)))  # the flag it needs
-    assert not known.covers(Bucket("mismatch", "lora", "everywhere", "", ("bfloat16", "permuted")))
-    assert not known.covers(Bucket("mismatch", "lora", "padding", "", ("float16", "permuted")))
-    assert not known.covers(Bucket("mismatch", "vision", "everywhere", "", ("float16", "permuted")))
+    known = Bucket("mismatch", "lora", "values", "", "step_b_q", "everywhere", ("permuted",))
+    # region and flags are attributes: a case of the op in another region or config is the same root cause
+    assert known.covers(Bucket("mismatch", "lora", "values", "", "step_b_q", "tail tile", ("rank0",)))
+    assert not known.covers(Bucket("mismatch", "lora", "values", "", "step_a_v", "everywhere"))  # another op
+    assert not known.covers(Bucket("mismatch", "lora", "output", "", "step_b_q", "output"))  # a wrong shape
+    assert not known.covers(Bucket("mismatch", "vision", "values", "", "step_b_q"))
     crash = Bucket("contract", "lora", "RuntimeError: bad row #", "pkg.mod:fn")
     assert crash.covers(Bucket.from_dict(crash.to_dict())) and not crash.covers(
         Bucket("contract", "lora", "RuntimeError: bad row #", "pkg.mod:other"))
