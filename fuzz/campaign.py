@@ -53,7 +53,7 @@ from typing import Optional
 
 from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, case_timeout_for
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
-from kernel_oracle.fuzz.console import Progress
+from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
 from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
 from kernel_oracle.harness.opinfo import FAMILY_OF
@@ -332,7 +332,7 @@ class _Search:
                 continue
             fid = self._known(bucket)
             if fid is not None:
-                self._hit(fid, case)
+                self._hit(fid, case, bucket)
             else:
                 self._record(case, verdict, bucket, prepared_call(case, self.device))
         self.state.save()
@@ -429,7 +429,7 @@ class _Search:
             return
         fid = self._known(bucket)
         if fid is not None:
-            self._hit(fid, case)
+            self._hit(fid, case, bucket)
             return
         failing.update(case=case, verdict=verdict, bucket=bucket)
         raise AssertionError(bucket.label)
@@ -482,7 +482,7 @@ class _Search:
         verdict = state_change_verdict(case, switch, text)
         fid = self._known(verdict.bucket)
         if fid is not None:
-            self._hit(fid, case)
+            self._hit(fid, case, verdict.bucket)
         else:
             self._record(case, verdict, verdict.bucket, prepared_call(case, self.device))
 
@@ -494,23 +494,25 @@ class _Search:
         replaced: list = []  # the examples the variants displaced (more cases of the same bucket)
         if bucket.kind != "mismatch":
             return case, verdict, bucket, replaced
-        for flag in bucket.config[1:]:
+        for flag in bucket.flags:
             problem = without_flag(case.problem, flag)
             if problem is None or self.out_of_budget(extra=self.allowance):
                 continue
             variant = Case(problem, case.mutation)
             v_verdict, v_bucket = self.memo.get(variant.to_json()) or self._execute(variant)
-            if (not v_verdict.ok and (v_bucket.kind, v_bucket.cause) == (bucket.kind, bucket.cause)
-                    and flag not in v_bucket.config):
+            if not v_verdict.ok and v_bucket == bucket and flag not in v_bucket.flags:
                 replaced.append(case)
                 case, verdict, bucket = variant, v_verdict, v_bucket
         return case, verdict, bucket, replaced
 
-    def _hit(self, fid: str, case) -> None:
+    def _hit(self, fid: str, case, bucket=None) -> None:
+        """One more failing case of the finding ``fid`` (its dtype and region join the finding's)."""
         from kernel_oracle.harness.check import shape_class
 
         self.state.add_hit(fid, {"op": case.op, "dtype": case.dtype, "shape_class": shape_class(case),
-                                 "problem": case.to_dict()})
+                                 "problem": case.to_dict()}, region=getattr(bucket, "where", None))
+        if self.bar is not None:
+            self.bar.update(0, findings=len(self.state.findings), hits=sum(h["count"] for h in self.state.hits.values()))
 
     def _known(self, bucket) -> Optional[str]:
         return next((fid for b, fid in self.buckets if b.covers(bucket)), None)
@@ -519,7 +521,7 @@ class _Search:
         from kernel_oracle.harness.check import shape_class
 
         state = self.state
-        fid = state.next_finding_id(verdict.kind, case.op, case.dtype)
+        fid = state.next_finding_id(verdict.kind, case.op)
         target = shlex.quote(self.target)
         try:
             pt = state.save_case(fid, {"case": case.to_dict(), "entry": call.entry, "args": call.args,
@@ -541,6 +543,8 @@ class _Search:
             finding["note"] = f"its tensors were not saved ({unsaved}); the repro line rebuilds the case from its seed"
         state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))
         self.buckets.append((bucket, fid))
+        if self.config.progress:
+            print_finding(state.findings_with_hits()[-1], self.bar)
         if self.database is not None:  # every other campaign of this target x family replays it first
             self.database.save(shared_findings_key(self.target, self.family), case.to_json().encode())
         return finding

@@ -1,10 +1,16 @@
-"""What a campaign shows on the console while it runs: the progress bar."""
+"""What a campaign shows on the console while it runs: the progress bar and each finding as it is found.
+
+A finding prints once, when it is recorded: its headline (:mod:`harness.headline`), the ``Where:``
+line of its first failing element (the locator :func:`reference.tolerance.compare` puts in the
+message) and its repro line.  Later cases of the same root cause print nothing; the bar's postfix
+counts them (``hits``).  Lines go through ``tqdm.write`` while a bar is up, so they do not tear it.
+"""
 
 from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "finding_block", "print_finding", "where_line"]
 
 
 class Progress:
@@ -26,6 +32,45 @@ class Progress:
             if postfix:
                 self.bar.set_postfix(**postfix, refresh=False)
 
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def where_line(finding: dict) -> Optional[str]:
+    """``Where: token=.., head=.., segment=.., slot=..`` of the first failing element: the message's own
+    line when it has one, else the one its figures' ``where`` locator gives; None without a locator."""
+    for line in str(finding.get("message") or "").splitlines():
+        if line.startswith("Where: "):
+            return line
+    where = (finding.get("figures") or {}).get("where")
+    if isinstance(where, dict) and where:
+        return "Where: " + ", ".join(f"{k}={v}" for k, v in where.items())
+    return None
+
+
+def finding_block(finding: dict) -> str:
+    """The lines a new finding prints: ``FINDING <id>: <headline>``, its ``Where:`` line, its repro."""
+    from kernel_oracle.harness.headline import headline
+
+    lines = [f"FINDING {finding['id']}: {finding.get('headline') or headline(finding)}"]
+    where = where_line(finding)
+    if where:
+        lines.append(f"  {where}")
+    lines.append(f"  repro: {finding['repro']}")
+    return "\n".join(lines)
+
+
+def print_finding(finding: dict, bar: Optional[Progress]) -> None:
+    """Print ``finding`` now (above the progress bar, when there is one)."""
+    text = finding_block(finding)
+    if bar is not None:
+        bar.write(text)
+    else:
+        print(text, flush=True)

@@ -66,7 +66,7 @@ __all__ = ["CampaignState", "CaseNotSaved", "OtherCampaign", "GroupCounts", "Gro
 STATE_VERSION = 2
 # the least time between two unforced writes of state.json (CampaignState.save)
 SAVE_INTERVAL_S = 0.5
-# examples kept per finding besides its own (shrunk) one
+# examples kept per finding and dtype besides its own (shrunk) one
 MAX_EXAMPLES = 3
 _ID_NUMBER = re.compile(r"^F(\d+)-")
 # the largest count or number of seconds state.json may hold (Note [Validated state])
@@ -121,8 +121,19 @@ def _text(name: str, value) -> str:
 
 
 _FINDING_TEXT = ("id", "target", "op", "kind", "message", "repro")
-_FINDING_OPTIONAL = {"dtype": str, "shape_class": str, "expected": str, "note": str, "figures": dict,
+_FINDING_OPTIONAL = {"dtype": str, "dtypes": list, "regions": list, "headline": str, "shape_class": str, "expected": str, "note": str, "figures": dict,
                      "problem": (dict, type(None)), "bucket": dict, "count": int, "examples": list}
+
+
+def _region_counts(value) -> dict:
+    """``{region: cases}`` of a finding's hits (a plain list counts each region once)."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return {r: 1 for r in value}
+    if value is None:
+        return {}
+    raise ValueError(f"regions={value!r} is not an object of region -> count")
 
 
 def finding_problem(item) -> Optional[str]:
@@ -142,7 +153,8 @@ def finding_problem(item) -> Optional[str]:
         return f"kind={item['kind']!r} is not one of {list(FINDING_KINDS)}"
     bucket = item.get("bucket")
     if bucket is not None and not (isinstance(bucket.get("kind"), str) and isinstance(bucket.get("cause", ""), str)
-                                   and isinstance(bucket.get("config", []), list)):
+                                   and isinstance(bucket.get("config", []), list)
+                                   and isinstance(bucket.get("flags", []), list)):
         return "its bucket is not a bucket object"
     return None
 
@@ -228,7 +240,8 @@ class CampaignState:
         self.finding_count = 0
         self.groups: dict[GroupKey, GroupCounts] = {}
         self.findings: list[dict] = []
-        self.hits: dict[str, dict] = {}  # finding id -> {"count": n, "examples": [case dicts]}
+        # finding id -> {"count": n, "examples": [case dicts], "dtypes": [...], "regions": [...]}
+        self.hits: dict[str, dict] = {}
         self.notes: list[str] = []
         self._lock_fh = None
         self._writable = False
@@ -409,7 +422,11 @@ class CampaignState:
                                                  for v in hits.values()):
             raise ValueError("hits is not an object of {'count': n, 'examples': [...]}")
         hits = {str(k): {"count": _count(f"hits[{k!r}].count", v.get("count", 1)),
-                         "examples": list(v.get("examples") or [])} for k, v in hits.items()}
+                         "examples": list(v.get("examples") or []),
+                         "dtypes": [_text(f"hits[{k!r}].dtypes", d) for d in v.get("dtypes") or []],
+                         "regions": {_text(f"hits[{k!r}].regions", r): _count(f"hits[{k!r}].regions[{r!r}]", n)
+                                     for r, n in _region_counts(v.get("regions")).items()}}
+                for k, v in hits.items()}
         counters = (_count("executed", raw.get("executed", 0)), _count("runs", raw.get("runs", 0)),
                     _seconds("elapsed_s", raw.get("elapsed_s", 0.0)), _count("finding_count", raw.get("finding_count", 0)))
         notes = raw.get("notes") or []
@@ -507,9 +524,10 @@ class CampaignState:
         if ratio is not None and ratio == ratio and ratio != float("inf"):
             g.ratios.append(round(float(ratio), 6))
 
-    def next_finding_id(self, kind: str, op: str, dtype: str) -> str:
+    def next_finding_id(self, kind: str, op: str) -> str:
+        """``F<n>-<kind>-<op>``: one id per root cause, whichever dtypes show it (Note [Buckets])."""
         self.finding_count += 1
-        return f"F{self.finding_count:04d}-{kind}-{op}-{dtype}"
+        return f"F{self.finding_count:04d}-{kind}-{op}"
 
     def save_case(self, fid: str, payload: dict, case_json: str) -> Path:
         """Write ``cases/<fid>.pt`` (the call's tensors) and ``cases/<fid>.json`` (the case)."""
@@ -538,14 +556,23 @@ class CampaignState:
                              f"({exc.strerror or exc})") from None
         self.findings.append(finding)
         self.group(group).findings[finding["kind"]] += 1
-        self.hits.setdefault(finding["id"], {"count": 1, "examples": []})
+        where = (finding.get("bucket") or {}).get("where")
+        self.hits.setdefault(finding["id"], {"count": 1, "examples": [], "dtypes": [finding.get("dtype") or "-"],
+                                             "regions": {where: 1} if where else {}})
         return finding
 
-    def add_hit(self, fid: str, example: dict) -> None:
-        """One more case of the finding ``fid``'s bucket; the first few are kept as examples."""
+    def add_hit(self, fid: str, example: dict, region: Optional[str] = None) -> None:
+        """One more case of the finding ``fid``'s bucket (``example["dtype"]`` added to its dtypes,
+        ``region`` to its regions); the first :data:`MAX_EXAMPLES` of each dtype are kept as examples."""
         h = self.hits.setdefault(fid, {"count": 1, "examples": []})
         h["count"] += 1
-        if len(h["examples"]) < MAX_EXAMPLES:
+        dtype = str(example.get("dtype") or "-")
+        dtypes, regions = h.setdefault("dtypes", []), h.setdefault("regions", {})
+        if dtype not in dtypes:
+            dtypes.append(dtype)
+        if region:
+            regions[region] = regions.get(region, 0) + 1
+        if sum(1 for e in h["examples"] if e.get("dtype") == dtype) < MAX_EXAMPLES:
             h["examples"].append(example)
 
     def save(self, *, force: bool = True) -> None:
@@ -573,12 +600,23 @@ class CampaignState:
 
     # ---- the record --------------------------------------------------------------------------------
     def findings_with_hits(self) -> list[dict]:
-        """The findings as the record shows them: each with its bucket's ``count`` and ``examples``."""
+        """The findings as the record shows them: each with its bucket's ``count`` (failing cases over
+        all dtypes), ``examples``, ``dtypes``, ``regions`` and one-sentence ``headline``."""
+        from kernel_oracle.harness.headline import dtypes_of, headline
+
         out = []
         for f in self.findings:
             h = self.hits.get(f["id"]) or {"count": 1, "examples": []}
-            out.append({**{k: v for k, v in f.items() if k != "signature"}, "count": int(h["count"]),
-                        "examples": list(h["examples"])})
+            where = (f.get("bucket") or {}).get("where")
+            row = {**{k: v for k, v in f.items() if k != "signature"}, "count": int(h["count"]),
+                   "examples": list(h["examples"])}
+            row["dtypes"] = dtypes_of({"dtypes": [*(f.get("dtypes") or [f.get("dtype") or "-"]),
+                                                  *(h.get("dtypes") or [])]})
+            counts = _region_counts(h.get("regions"))  # most cases first: the headline names the first
+            row["regions"] = list(dict.fromkeys([*sorted(counts, key=lambda r: -counts[r]),
+                                                 *(f.get("regions") or ([where] if where else []))]))
+            row["headline"] = headline(row)
+            out.append(row)
         return out
 
     def to_record(self, *, device: str, precision=None, notes: Iterable[str] = ()) -> dict:

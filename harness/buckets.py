@@ -4,38 +4,51 @@ Note [Buckets]
 --------------
 Many failing cases share one defect; a maintainer wants one finding per defect, with a count, its
 smallest example and a few more (the way ClusterFuzz groups crashes by their crash state and
-Hypothesis by the interesting origin).  A :class:`Bucket` is that identity, and it names neither
-the op nor the case's sizes, so one root cause across the six LoRA ops is one bucket:
+Hypothesis by the interesting origin).  A :class:`Bucket` is that identity: a *root cause* is what
+would have to change in the target's code to fix the failure, so the key holds what names that code
+and nothing that names the input that happened to show it.  No bucket holds the dtype, the shape
+class, the seed, the release or the config flags: one defect shows in every dtype and size the code
+path serves, and is one finding with a ``dtypes`` list and a count over all of them.
 
-* **crash / contract** (the target raised, or died): the exception type, the first line of its
-  message with every number masked (:func:`mask_numbers`: ``seg_lens[3]`` and ``seg_lens[7]`` are
-  one cause), and the top frame in the target's own code (:func:`target_frame`: the innermost
-  frame of the traceback that is neither the harness, torch, Triton nor the standard library;
-  ``module:function``, no line number, so a bucket survives an unrelated edit of the file).  A
-  missing error is ``no error: expected <contract id>``; a dead worker is its exit status;
+* **crash / contract** (the target raised, or died): the exception type, its normalised message
+  (:func:`normalise_message`: the first line, every number masked, whitespace collapsed, cut at
+  :data:`MESSAGE_PREFIX` characters, whole words only: ``seg_lens[3]`` and ``seg_lens[7]`` are one cause, and so is a
+  message a library cut at another length), and the top frame in the target's own code
+  (:func:`target_frame`: the innermost frame of the traceback that is neither the harness, torch,
+  Triton nor the standard library; ``module:function``, no line number, so a bucket survives an
+  unrelated edit of the file).  A missing error is ``no error: expected <contract id>``; a dead
+  worker is its exit status;
 * **validation-gap**: the mutation kind that was accepted (``accepted seg_indptr_decreasing``);
 * **hang**: no answer within the case timeout;
-* **mismatch**: the *region class* where the failing elements lie and the *config signature*.
-  The region is the first of :data:`REGIONS` that holds **all** failing elements (not just the
-  worst one, so a defect that hits every row is one bucket whichever element happens to be worst):
-  ``stale graph metadata`` (rows outside every real segment, CUDA-graph padding present),
-  ``padding`` (rows no segment routes: past the segments, or of a rank-0 slot), ``beyond rank``
-  (only rows of slots whose rank is below the buffers' R, with poison planted past the rank),
-  ``segment boundary`` (first or last row of a segment of two or more), ``tail tile`` (the partial
-  last 16/32/64/128-row tile of a longer segment, or the partial last column tile), ``head``
-  (heads >= 1 only), ``slot`` (only some of the slots in use), else ``everywhere``; a wrong shape,
-  dtype or return value is ``output``.  The config signature
-  is the dtype plus the flags of :data:`CONFIG_FLAGS` the case has (``cuda_graph``, ``permuted``,
-  ``rank0``, ``empty_segment``).
+* **mismatch**: the *op* and the failure mode: ``values`` (the output has the right shape and
+  dtype and some values differ from the oracle) or ``output`` (a wrong shape, dtype or return
+  value: there are no values to compare, so it is another defect).  The op is in the key because a
+  mismatch names no frame: the op's entry point is the one piece of the target's code it points at,
+  and two defects in two ops are two findings.  The *region class* where the failing elements lie
+  (:data:`REGIONS`, see :func:`mismatch_region`) and the config flags of the case
+  (:data:`CONFIG_FLAGS`) are attributes of a finding (``Bucket.where`` / ``Bucket.flags``; the
+  finding's ``regions`` list is every region its cases showed), not part of its key: the same defect
+  shows in the tail tile of one case and everywhere in another, depending on the sizes drawn (a
+  stale host integer reads past the CUDA-graph padding in one case and garbles every row in the
+  next), so a region that split findings would split one root cause by the accident of its input.
 
-The search loop asks :meth:`Bucket.covers`: a known mismatch bucket covers a new case of the same
-dtype and region whose flags include the bucket's own, and ``everywhere`` covers the confined
-regions of a value mismatch. A finding holds only the flags its defect needs: after shrinking, the
-campaign re-runs the example without each flag (:func:`without_flag`) and keeps the variant when it
-still fails the same way (unshrunk cases carry flags at random; Hypothesis does not always drop
-them). :func:`bucket_of_record` reads the bucket a finding record carries, or derives one from its
-fields (records written before buckets, selfcheck rows), so reports and ``compare`` agree with the
-campaign that wrote the record.
+The region is the first of :data:`REGIONS` that holds **all** failing elements (not just the worst
+one): ``stale graph metadata`` (rows outside every real segment, CUDA-graph padding present),
+``padding`` (rows no segment routes: past the segments, or of a rank-0 slot), ``beyond rank`` (only
+rows of slots whose rank is below the buffers' R, with poison planted past the rank), ``segment
+boundary`` (first or last row of a segment of two or more), ``tail tile`` (the partial last
+16/32/64/128-row tile of a longer segment, or the partial last column tile), ``head`` (heads >= 1
+only), ``slot`` (only some of the slots in use), else ``everywhere``; a wrong shape, dtype or return
+value is ``output``.  It feeds the finding's headline (:mod:`harness.headline`).
+
+The search loop asks :meth:`Bucket.covers` (equal keys).  A finding's example holds only the flags
+its defect needs: after shrinking, the campaign re-runs the example without each flag
+(:func:`without_flag`) and keeps the variant when it still fails in the same bucket (unshrunk cases
+carry flags at random; Hypothesis does not always drop them).  :func:`bucket_of_record` reads the
+bucket a finding record carries, or derives one from its fields (records of any schema version,
+selfcheck rows: a stored bucket of the older shape, with ``(dtype, *flags)`` in ``config`` and the
+region as its cause, reads as the bucket above), so reports, the release matrix and ``compare``
+agree with the campaign that wrote the record.
 
 This module imports only the standard library at import time (reports read it); tensors are
 touched only inside :func:`mismatch_region` / :func:`config_signature`.
@@ -50,8 +63,9 @@ import sysconfig
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Bucket", "CONFIG_FLAGS", "REGIONS", "bucket_of", "bucket_of_record", "config_signature",
-           "describe_exit", "mask_numbers", "mismatch_region", "target_frame", "without_flag"]
+__all__ = ["Bucket", "CONFIG_FLAGS", "MESSAGE_PREFIX", "REGIONS", "bucket_of", "bucket_of_record",
+           "config_signature", "describe_exit", "mask_numbers", "mismatch_region", "normalise_message",
+           "target_frame", "without_flag"]
 
 REGIONS = ("stale graph metadata", "padding", "beyond rank", "segment boundary", "tail tile", "head", "slot",
            "everywhere", "output")
@@ -59,10 +73,10 @@ CONFIG_FLAGS = ("cuda_graph", "permuted", "rank0", "empty_segment")
 # tile heights of the kernels we know (our kernels, SGLang's, FlashInfer's): a failure confined to the
 # partial last tile of any of them is a tail-tile defect
 TILES = (16, 32, 64, 128)
-# regions a known ``everywhere`` bucket does not cover: a different defect (writes outside the
-# defined region, a wrong shape) that only shows once the values are right
-_NOT_COVERED_BY_EVERYWHERE = ("stale graph metadata", "padding", "output")
 _MAX_MESSAGE = 200
+# characters of a normalised message a bucket keys on: long enough to name the error, short enough
+# that a message cut by a library (or by us, at _MAX_MESSAGE) at another length keys the same
+MESSAGE_PREFIX = 56
 
 _NUMBER = re.compile(r"0x[0-9a-fA-F]+|(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
@@ -71,6 +85,17 @@ def mask_numbers(text: str) -> str:
     """``text`` with every number (and hex address) replaced by ``#``; numbers inside names
     (``float16``, ``step_a_q``, ``int32``) are kept."""
     return _NUMBER.sub("#", text)
+
+
+def normalise_message(text: Optional[str]) -> str:
+    """The key form of a message (Note [Buckets]): its first line, numbers masked, runs of masks
+    and whitespace collapsed, cut at :data:`MESSAGE_PREFIX` characters and stripped of a trailing
+    ellipsis, so ``"shape (3, 4) ..."`` cut at 80 or 120 characters is one key."""
+    line = re.sub(r"#(?:[\s,x*]*#)+", "#", mask_numbers(_first_line(text)))
+    line = re.sub(r"\s+", " ", line).rstrip(" .…")
+    if len(line) > MESSAGE_PREFIX:  # whole words only: a cut inside one would key on where it fell
+        line = line[:MESSAGE_PREFIX + 1].rsplit(" ", 1)[0]
+    return line.rstrip(" .…,").rstrip()
 
 
 def _first_line(text: Optional[str]) -> str:
@@ -82,45 +107,57 @@ def _first_line(text: Optional[str]) -> str:
 
 @dataclass(frozen=True)
 class Bucket:
-    """One root cause.  ``cause``: see Note [Buckets] per kind; ``frame``: the top frame in the
-    target's code (crash / contract); ``config``: ``(dtype, *flags)`` (mismatch only)."""
+    """One root cause (Note [Buckets]).  The key: ``kind``, ``family``, ``cause`` (per kind),
+    ``frame`` (the top frame in the target's code: crash / contract) and ``op`` (mismatch only).
+    ``where`` (the region class of this case) and ``flags`` (its config flags) describe the case
+    that showed it and are not compared."""
 
     kind: str
     family: str
     cause: str
     frame: str = ""
-    config: tuple = field(default=())
+    op: str = ""
+    where: str = field(default="", compare=False)
+    flags: tuple = field(default=(), compare=False)
 
     @property
     def label(self) -> str:
-        parts = [self.kind, self.family, self.cause]
+        parts = [self.kind, self.family] + ([self.op] if self.op else []) + [self.cause]
         if self.frame:
             parts.append(f"at {self.frame}")
-        if self.config:
-            parts.append("[" + ", ".join(self.config) + "]")
         return " | ".join(parts)
 
     def covers(self, other: "Bucket") -> bool:
         """Whether a case in ``other`` is an instance of this (already found) root cause."""
-        if self == other:
-            return True
-        if (self.kind, self.family, self.frame) != (other.kind, other.family, other.frame) or self.kind != "mismatch":
-            return False
-        if not self.config or not other.config or self.config[0] != other.config[0]:
-            return False  # dtypes differ
-        if not set(self.config[1:]) <= set(other.config[1:]):
-            return False
-        return self.cause == other.cause or (self.cause == "everywhere"
-                                             and other.cause not in _NOT_COVERED_BY_EVERYWHERE)
+        return self == other
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "family": self.family, "cause": self.cause, "frame": self.frame,
-                "config": list(self.config)}
+        return {"kind": self.kind, "family": self.family, "cause": self.cause, "frame": self.frame, "op": self.op,
+                "where": self.where, "flags": list(self.flags)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Bucket":
-        return cls(kind=str(d["kind"]), family=str(d.get("family") or ""), cause=str(d.get("cause") or ""),
-                   frame=str(d.get("frame") or ""), config=tuple(str(c) for c in d.get("config") or ()))
+        """A stored bucket, of this shape or the older one (``config`` = ``(dtype, *flags)``, the
+        region as a mismatch's cause, no op: the op comes from ``op``, the finding's op)."""
+        kind, cause = str(d["kind"]), str(d.get("cause") or "")
+        flags = tuple(str(c) for c in d.get("flags") or (d.get("config") or ())[1:])
+        where = str(d.get("where") or "")
+        if kind == "mismatch" and cause not in ("values", "output"):
+            where, cause = where or cause, "values"
+        elif kind == "mismatch" and not where:
+            where = "output" if cause == "output" else ""
+        elif kind in ("crash", "contract"):
+            cause = _normalise_cause(cause)
+        return cls(kind=kind, family=str(d.get("family") or ""), cause=cause, frame=str(d.get("frame") or ""),
+                   op=str(d.get("op") or "") if kind == "mismatch" else "", where=where, flags=flags)
+
+
+def _normalise_cause(cause: str) -> str:
+    """A crash / contract cause in key form: ``"Type: message"`` with the message normalised."""
+    head, sep, rest = cause.partition(": ")
+    if sep and re.fullmatch(r"[\w.]+", head):
+        return f"{head}: {normalise_message(rest)}"
+    return normalise_message(cause)
 
 
 # ---- crash and contract: the target's own frame -------------------------------------------------------------
@@ -344,17 +381,18 @@ def bucket_of(case, verdict, *, observed=None, expected=None, call=None) -> Buck
             elif verdict.figures:
                 region = mismatch_region(case, call, observed.output, expected.value, expected.defined,
                                          verdict.figures)
-        return Bucket(kind, family, region, "", config_signature(case.problem))
+        sig = config_signature(case.problem)
+        return Bucket(kind, family, "output" if region == "output" else "values", "", case.op, region, sig[1:])
     if kind == "validation-gap":
         return Bucket(kind, family, f"accepted {case.mutation.kind if case.mutation else 'valid input'}")
     if kind == "hang":
         return Bucket(kind, family, "no answer within the case timeout")
     if kind == "crash":
-        return Bucket(kind, family, mask_numbers(_first_line(observed.message if observed is not None
-                                                             else verdict.message)))
+        return Bucket(kind, family, normalise_message(observed.message if observed is not None
+                                                      else verdict.message))
     # contract
     if observed is not None and observed.kind == "raise":
-        cause = f"{observed.exc_type}: {mask_numbers(_first_line(observed.message))}"
+        cause = f"{observed.exc_type}: {normalise_message(observed.message)}"
         return Bucket(kind, family, cause, getattr(observed, "frame", None) or "")
     want = getattr(expected, "contract_id", None) or getattr(expected, "exc_type", None) or "an error"
     return Bucket(kind, family, f"no error: expected {want}")
@@ -371,16 +409,20 @@ def bucket_of_record(f: dict) -> Bucket:
     """The bucket a finding record carries, or the one its fields imply (older records, selfcheck)."""
     if isinstance(f.get("bucket"), dict):
         try:
-            return Bucket.from_dict(f["bucket"])
+            b = Bucket.from_dict(f["bucket"])
+            if b.kind == "mismatch" and not b.op:
+                import dataclasses
+
+                b = dataclasses.replace(b, op=str(f.get("op") or ""))
+            return b
         except (KeyError, TypeError):
             pass
     kind, family = str(f.get("kind")), _family_of_record(f)
     contract = f.get("contract") or f.get("contract_id")
     if contract:
         return Bucket(kind, family, f"contract {contract}")
-    cause = mask_numbers(_first_line(str(f.get("message") or "")))
-    config: tuple = ()
     if kind == "mismatch":
         problem = (f.get("problem") or {}).get("problem") if isinstance(f.get("problem"), dict) else None
-        config = config_signature(problem) if isinstance(problem, dict) else (str(f.get("dtype") or "-"),)
-    return Bucket(kind, family, cause, "", config)
+        flags = config_signature(problem)[1:] if isinstance(problem, dict) else ()
+        return Bucket(kind, family, "values", "", str(f.get("op") or ""), "", flags)
+    return Bucket(kind, family, normalise_message(str(f.get("message") or "")))

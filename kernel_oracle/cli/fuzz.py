@@ -19,7 +19,7 @@ import sys
 from kernel_oracle.cli import options
 from kernel_oracle.cli.report import report_beside
 
-__all__ = ["add_arguments", "finding_line", "main"]
+__all__ = ["add_arguments", "end_line", "finding_line", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,15 +64,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def finding_line(f: dict) -> str:
     """The console lines of one finding record: ``FINDING`` (new) or ``KNOWN`` (a known upstream issue,
-    with its id and link), its bucket's count, first message line and repro command."""
-    count = f.get("count", 1)
+    with its id and link) and its one-sentence headline; beneath it its dtypes, a few examples (op,
+    dtype, shape class) and its repro command."""
+    from kernel_oracle.harness.headline import dtypes_of, headline
+
     head = "KNOWN" if f.get("known") else "FINDING"
-    text = (f"{head} {f['id']} [{f['kind']}] {f['op']} {f.get('dtype', '-')} {f.get('shape_class', '-')}"
-            + (f" ({count} failing cases)" if isinstance(count, int) and count > 1 else "")
-            + f": {f['message'].splitlines()[0] if f['message'] else ''}")
+    text = f"{head} {f['id']}: {f.get('headline') or headline(f)}"
     if f.get("known"):
         text += f"\n  known upstream issue {f['known']}: {f.get('upstream')}"
+    text += f"\n  dtypes: {', '.join(dtypes_of(f)) or '-'}"
+    for ex in (f.get("examples") or [])[:3]:
+        if isinstance(ex, dict):
+            text += f"\n  example: {ex.get('op', '-')} {ex.get('dtype', '-')} {ex.get('shape_class', '-')}"
     return text + f"\n  repro: {f['repro']}"
+
+
+def end_line(out, findings: list, cases: int) -> str:
+    """The run's last line: what to do next (``next: kernel-oracle report DIR`` and the first new
+    finding's repro) or ``clean: N cases, no findings``."""
+    new = [f for f in findings if not f.get("known")] or findings
+    if not new:
+        return f"clean: {cases} cases, no findings"
+    return f"next: kernel-oracle report {out}\n  first finding: {new[0]['repro']}"
 
 
 def _error(text: str, code: int = 2) -> int:
@@ -134,6 +147,7 @@ def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
     for f in record["findings"]:
         print(finding_line(f))
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl; shards: {args.out}/shards/")
+    print(end_line(args.out, record["findings"], cases))
     if any(not f.get("known") for f in record["findings"]):
         return 1
     return 0 if cases else _error("tested nothing: no case ran (exit 3)", 3)
@@ -184,10 +198,11 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
         print(f"  {g['op']:>13} {g['dtype']:>9} {g['shape_class']:>13}: {g['passes']}/{g['cases']} passed"
               + (f", findings {bad}" if bad else "")
               + (f", max error ratio {g['error_ratio']['max']:.3g}" if g["error_ratio"]["max"] is not None else ""))
-    for f in record["findings"]:
+    for f in record["findings"]:  # printed when found too; here with the final dtypes, count and examples
         print(finding_line(f))
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl")
     print(report_beside(f"{args.out}/summary.json"))
+    print(end_line(args.out, record["findings"], camp["executed"]))
     if any(not f.get("known") for f in record["findings"]):
         return 1
     if record["findings"]:

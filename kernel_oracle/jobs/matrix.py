@@ -184,7 +184,10 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
             if b.frame:  # releases move modules (and are loaded under private names): compare file:function
                 b = dataclasses.replace(b, frame=b.frame.rpartition(".")[2])
             row = rows.setdefault(b.label, {"bucket": b.label, "kind": b.kind, "family": b.family, "counts": {},
-                                            "examples": {}})
+                                            "examples": {}, "headline": f.get("headline") or "", "dtypes": []})
+            for d in f.get("dtypes") or [f.get("dtype")]:  # one row per root cause, whichever dtypes show it
+                if d and d not in row["dtypes"]:
+                    row["dtypes"].append(d)
             row["counts"][run["spec"]] = row["counts"].get(run["spec"], 0) + int(f.get("count") or 1)
             row["examples"].setdefault(run["spec"], f["id"])
     for row in rows.values():

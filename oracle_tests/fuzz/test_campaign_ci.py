@@ -160,21 +160,26 @@ def test_in_process_campaigns_need_the_device_mode_already(tmp_path, monkeypatch
 
 # ---- buckets: one root cause, one finding -----------------------------------------------------------
 
-def test_one_mismatch_defect_across_ops_is_one_finding_per_dtype(tmp_path):
-    # scaling ignored in every B step: the same defect in four ops and three dtypes
-    # tiny problems on every device: the GPU preset's larger examples need more than 20 shrink steps to drop
-    # the flags (a GPU run can keep "permuted"), and this test is about buckets, not sizes
-    rec = run_campaign(CampaignConfig(target="mutant:lora_scaling_missing", op="lora", budget=40, seed=1, device=DEVICE,
-                                      out_dir=tmp_path, progress=False, shrink_allowance=20, limits="tiny"))
+def _mutant_campaign(tmp_path, name: str, budget: int, op: str = "lora") -> dict:
+    # tiny problems on every device: this is about buckets, not sizes
+    return run_campaign(CampaignConfig(target=f"mutant:{name}", op=op, budget=budget, seed=1, device=DEVICE,
+                                       out_dir=tmp_path, progress=False, shrink_allowance=20, limits="tiny"))
+
+
+def test_one_planted_bug_is_one_finding_across_dtypes(tmp_path):
+    # step B_q leaves each segment's last row unchanged: one defect, whichever dtype, size or flags show it
+    rec = _mutant_campaign(tmp_path, "lora_step_b_q_drops_segment_end", 60, op="step_b_q")
     mismatches = [f for f in rec["findings"] if f["kind"] == "mismatch"]
-    assert mismatches and len({f["dtype"] for f in mismatches}) == len(mismatches), \
-        [f["bucket"] for f in mismatches]
-    for f in mismatches:  # the flags the defect does not need were dropped from the example
-        assert f["bucket"]["config"] == [f["dtype"]], f["bucket"]
-        assert f["bucket"]["cause"] == "everywhere"
-    failing = sum(g["cases"] - g["passes"] for g in rec["groups"])
-    assert failing > len(rec["findings"])  # more failing cases than findings: they were merged
-    assert sum(f["count"] for f in rec["findings"]) <= failing
+    assert len(mismatches) == 1, ([f["headline"] for f in mismatches], rec["notes"], rec["campaign"]["executed"])
+    f = mismatches[0]
+    assert f["op"] == "step_b_q" and f["id"].endswith("-mismatch-step_b_q")
+    assert len(f["dtypes"]) >= 2 and set(f["dtypes"]) <= {"float16", "bfloat16", "float32"}, f["dtypes"]
+    failing = sum(g["cases"] - g["passes"] for g in rec["groups"] if g["op"] == "step_b_q")
+    assert f["count"] == failing > len(f["dtypes"])  # every failing case of the op counted in the one finding
+    assert "segment boundary" in f["regions"], f["regions"]
+    assert f["headline"].startswith("step_b_q: the first or last row of each segment differs from the reference")
+    assert f"; {f['count']} failing cases)" in f["headline"]
+    assert "dtype" not in f["bucket"] and "config" not in f["bucket"]
 
 
 def _lora_case(**kw):
@@ -244,8 +249,9 @@ def test_bucket_of_a_stale_graph_write_and_the_config_signature():
     exp = expected_outcome(case, "cpu", call=call)
     verdict = Verdict(False, "mismatch", "rows routed by no segment changed (must stay bit-identical): rows [4]")
     b = bucket_of(case, verdict, observed=Observed("ok", output=exp.value), expected=exp, call=call)
-    assert (b.kind, b.family, b.cause, b.config) == ("mismatch", "lora", "stale graph metadata",
-                                                    ("float32", "cuda_graph", "permuted", "empty_segment"))
+    # the region and flags describe the case; the key is the op and the failure mode
+    assert (b.kind, b.family, b.cause, b.op, b.where, b.flags) == (
+        "mismatch", "lora", "values", "step_b_q", "stale graph metadata", ("cuda_graph", "permuted", "empty_segment"))
 
 
 def test_bucket_identity_and_cover():
@@ -253,12 +259,12 @@ def test_bucket_identity_and_cover():
 
     assert mask_numbers("seg_lens[3] = 17 at 0x7ffe: float16 -1.5e-3 step_a_q (12.5%)") == \
         "seg_lens[#] = # at #: float16 # step_a_q (#%)"
-    known = Bucket("mismatch", "lora", "everywhere", "", ("float16", "permuted"))
-    assert known.covers(Bucket("mismatch", "lora", "tail tile", "", ("float16", "permuted", "rank0")))
-    assert not known.covers(Bucket("mismatch", "lora", "everywhere", "", ("float16",)))  # the flag it needs
-    assert not known.covers(Bucket("mismatch", "lora", "everywhere", "", ("bfloat16", "permuted")))
-    assert not known.covers(Bucket("mismatch", "lora", "padding", "", ("float16", "permuted")))
-    assert not known.covers(Bucket("mismatch", "vision", "everywhere", "", ("float16", "permuted")))
+    known = Bucket("mismatch", "lora", "values", "", "step_b_q", "everywhere", ("permuted",))
+    # region and flags are attributes: a case of the op in another region or config is the same root cause
+    assert known.covers(Bucket("mismatch", "lora", "values", "", "step_b_q", "tail tile", ("rank0",)))
+    assert not known.covers(Bucket("mismatch", "lora", "values", "", "step_a_v", "everywhere"))  # another op
+    assert not known.covers(Bucket("mismatch", "lora", "output", "", "step_b_q", "output"))  # a wrong shape
+    assert not known.covers(Bucket("mismatch", "vision", "values", "", "step_b_q"))
     crash = Bucket("contract", "lora", "RuntimeError: bad row #", "pkg.mod:fn")
     assert crash.covers(Bucket.from_dict(crash.to_dict())) and not crash.covers(
         Bucket("contract", "lora", "RuntimeError: bad row #", "pkg.mod:other"))

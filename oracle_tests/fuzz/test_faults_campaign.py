@@ -205,7 +205,7 @@ def test_a_corrupt_state_file_is_rebuilt_from_findings_and_case_files(tmp_path, 
     try:
         assert [f["id"] for f in state.findings] == [first["id"]]
         assert state.executed == 1 and sum(g.cases for g in state.groups.values()) == 1
-        assert state.next_finding_id("contract", "step_a_q", "float32") == "F0008-contract-step_a_q-float32"
+        assert state.next_finding_id("contract", "step_a_q") == "F0008-contract-step_a_q"
         assert any(n.startswith("state.json was unreadable (JSONDecodeError") for n in state.notes)
     finally:
         state.close()

@@ -1,0 +1,65 @@
+"""One root cause is one bucket: across dtypes, regions, flags, message lengths and releases."""
+
+from __future__ import annotations
+
+from kernel_oracle.harness.buckets import Bucket, bucket_of_record, normalise_message
+from kernel_oracle.harness.headline import headline
+from kernel_oracle.jobs.matrix import build_matrix
+
+
+def _old_record(spec_dtype: str, region: str, flags=(), op="step_b_q") -> dict:
+    # a finding line of the older schema: one dtype, the region as the mismatch's cause, flags in config
+    return {"id": f"F0001-mismatch-{op}-{spec_dtype}", "target": "t", "op": op, "dtype": spec_dtype,
+            "kind": "mismatch", "message": "Tensor-likes are not close!", "repro": "r",
+            "bucket": {"kind": "mismatch", "family": "lora", "cause": region, "frame": "",
+                       "config": [spec_dtype, *flags]}}
+
+
+def test_dtype_region_and_flags_do_not_split_a_mismatch():
+    keys = {bucket_of_record(_old_record(d, r, fl)) for d in ("float16", "bfloat16", "float32")
+            for r in ("tail tile", "segment boundary", "everywhere", "stale graph metadata")
+            for fl in ((), ("cuda_graph",), ("permuted",))}
+    assert len(keys) == 1, keys
+
+
+def test_two_ops_are_two_mismatch_buckets():
+    assert bucket_of_record(_old_record("float16", "everywhere")) != bucket_of_record(
+        _old_record("float16", "everywhere", op="step_a_v"))
+
+
+def test_a_message_cut_at_another_length_is_one_key():
+    full = ("cudnn graph cache: a cached plan for shape (3, 128, 16, 64) was reused for shape (5, 256, 16, 64) "
+            "after the workspace of 4096 bytes moved")
+    keys = {normalise_message(full[:n]) for n in (90, 120, 160, len(full))}
+    keys |= {normalise_message(full.replace("3, 128", "7, 64")[:n] + "...") for n in (100, 140)}
+    assert len(keys) == 1, keys
+    crash = [Bucket.from_dict({"kind": "crash", "family": "vision", "cause": "RuntimeError: " + full[:n]})
+             for n in (95, 130)]
+    assert crash[0] == crash[1]
+    assert normalise_message("seg_lens[3] is negative") != normalise_message("weight_indices[3] is negative")
+
+
+def test_matrix_has_one_row_per_root_cause_across_releases():
+    runs = [{"spec": f"sglang=={v}", "available": True, "cases": 50, "tested": f"sglang=={v}",
+             "findings": [_old_record(d, r, fl) for d, r, fl in findings]}
+            for v, findings in (("0.5.12", [("float16", "everywhere", ("cuda_graph",)),
+                                            ("bfloat16", "stale graph metadata", ("cuda_graph",)),
+                                            ("float32", "tail tile", ())]),
+                                ("0.5.13", [("float16", "stale graph metadata", ()), ("float32", "head", ())]),
+                                ("0.5.14", []))]
+    m = build_matrix(runs, [])
+    assert len(m["rows"]) == 1, [r["bucket"] for r in m["rows"]]
+    row = m["rows"][0]
+    assert row["introduced_in"] == "sglang==0.5.12" and row["fixed_in"] == "sglang==0.5.14"
+    assert set(row["dtypes"]) == {"float16", "bfloat16", "float32"}
+
+
+def test_headline_says_op_rows_dtypes_and_count():
+    f = {"op": "step_b_q", "kind": "mismatch", "dtypes": ["float32", "float16", "bfloat16"], "count": 37,
+         "regions": ["segment boundary"], "bucket": {"cause": "values"}, "message": "Tensor-likes are not close!"}
+    assert headline(f) == ("step_b_q: the first or last row of each segment differs from the reference "
+                           "(float16, bfloat16, float32; 37 failing cases)")
+    old = {"op": "step_a_v", "kind": "mismatch", "dtype": "float16", "message": "Tensor-likes are not close!",
+           "bucket": {"cause": "slot", "config": ["float16"]}}
+    assert headline({**old, "bucket": Bucket.from_dict({"kind": "mismatch", **old["bucket"]}).to_dict()}) == (
+        "step_a_v: the rows of some slots only differ from the reference (float16; 1 failing case)")
