@@ -86,21 +86,24 @@ def test_bucket_rule(tmp_path):
     path = tmp_path / "k.toml"
     path.write_text(textwrap.dedent("""
         [[issue]]
-        id = "tail-tile"
+        id = "step-b-q-values"
         title = "t"
         target = "x*"
         op = "*"
         kind = "mismatch"
-        bucket = "tail tile"
+        bucket = "^mismatch \\| lora \\| step_b_q \\|"
         upstream = "https://example.org/1"
         releases = ["*"]
         doc = "d"
     """))
     issues = load_known_issues(path)
-    hit = {"target": "x1", "op": "step_a_q", "kind": "mismatch", "message": "m",
-           "bucket": {"kind": "mismatch", "family": "lora", "cause": "tail tile", "frame": "", "config": ["float32"]}}
-    assert match_known(hit, issues=issues).id == "tail-tile"
-    assert match_known({**hit, "bucket": {**hit["bucket"], "cause": "everywhere"}}, issues=issues) is None
+    bucket = {"kind": "mismatch", "family": "lora", "op": "step_b_q", "cause": "values", "frame": "",
+              "where": "tail tile", "flags": ["cuda_graph"]}
+    hit = {"target": "x1", "op": "step_b_q", "kind": "mismatch", "message": "m", "bucket": bucket}
+    assert match_known(hit, issues=issues).id == "step-b-q-values"
+    # the label names the op, not the region: another op is another root cause, another region is not
+    assert match_known({**hit, "op": "step_a_q", "bucket": {**bucket, "op": "step_a_q"}}, issues=issues) is None
+    assert match_known({**hit, "bucket": {**bucket, "where": "everywhere"}}, issues=issues).id == "step-b-q-values"
 
 
 GOOD = dict(id="a-b", title="t", target="x", op="vision", kind="contract", message="m",
