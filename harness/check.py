@@ -337,6 +337,8 @@ class Verdict:
     expected: str = ""
     bucket: Optional[Any] = None  # harness.buckets.Bucket of a failure, from check_case
     state_changes: list = field(default_factory=list)  # (switch, text) per global setting the target changed
+    consequence: Optional[str] = None  # accepted malformed metadata: its class (Note [Malformed consequences])
+    rows: Optional[str] = None  # the rows that class names ("rows [3, 4]"), or None
 
 
 def _describe_expected(e: Outcome, exact_errors: bool = True) -> str:
@@ -535,6 +537,12 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     observed = execute(target, case, device, call=call, to_host=False)
     verdict = judge(case, expected, observed, call=call, device=device, repro=repro,
                     exact_errors=getattr(target, "strict", True))
+    if verdict.kind == "validation-gap":  # what it did with what it accepted (harness.malformed)
+        from kernel_oracle.harness.malformed import consequence
+
+        verdict.consequence, verdict.rows = consequence(case, call, observed, device, target.precision_for(case.op))
+        if verdict.rows:
+            verdict.message += f"; {verdict.consequence}: {verdict.rows}"
     if not verdict.ok and verdict.bucket is None:
         verdict.bucket = bucket_of(case, verdict, observed=observed, expected=expected, call=call)
     return verdict

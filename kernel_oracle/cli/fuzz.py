@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "device")
     options.add(parser, "out", required=True, help="output directory; rerunning with the same DIR resumes the campaign")
     parser.add_argument("--upstream-contracts-only", action="store_true",
-                        help="generate no malformed metadata (for targets without strict validation, e.g. sglang)")
+                        help="generate no malformed metadata at all")
+    options.add(parser, "with_malformed")
     options.add(parser, "limits")
     parser.add_argument("--no-isolate", dest="isolate", action="store_false",
                         help="run the target in this process (faster start; a crash or hang ends the campaign)")
@@ -57,6 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "seconds (harness.warmup: on CUDA our LoRA kernels' variants compile in "
                                         "parallel); default none")
     options.add(parser, "sglang_wheel")
+
+
+def gap_lines(gaps: list) -> list:
+    """The validation-gap table's console lines (:func:`kernel_oracle.harness.malformed.gap_lines`)."""
+    from kernel_oracle.harness.malformed import gap_lines as lines
+
+    return lines(gaps)
 
 
 def finding_line(f: dict) -> str:
@@ -83,7 +91,7 @@ def _config(args: argparse.Namespace, target, device: str):
 
     return CampaignConfig(target=target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
                           device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
-                          progress=not args.quiet, limits=args.limits, isolate=args.isolate,
+                          with_malformed=args.with_malformed, progress=not args.quiet, limits=args.limits, isolate=args.isolate,
                           case_timeout_s=args.case_timeout_s, warm_up_s=args.warm_up_s or None,
                           sglang_wheel=args.sglang_wheel)
 
@@ -120,6 +128,8 @@ def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
         print(f"  note: {note}")
     for f in record["findings"]:
         print(finding_line(f))
+    for line in gap_lines(record.get("validation_gaps") or []):
+        print(line)
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl; shards: {args.out}/shards/")
     if any(not f.get("known") for f in record["findings"]):
         return 1
@@ -164,6 +174,10 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
         return 2
     print(f"{camp['target']} {args.op}: {camp['executed']} cases in {camp['elapsed_s']:.1f}s "
           f"(precision {t.get('precision')}; dtypes {', '.join(camp['dtypes'])})")
+    if t.get("strict") is False and not camp.get("upstream_contracts_only"):
+        from kernel_oracle.harness.malformed import lenient_line
+
+        print(lenient_line(camp["target"], camp.get("with_malformed", False)))
     for note in record.get("notes", []):
         print(f"  note: {note}")
     for g in record["groups"]:
@@ -173,6 +187,8 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
               + (f", max error ratio {g['error_ratio']['max']:.3g}" if g["error_ratio"]["max"] is not None else ""))
     for f in record["findings"]:
         print(finding_line(f))
+    for line in gap_lines(record.get("validation_gaps") or []):
+        print(line)
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl")
     if any(not f.get("known") for f in record["findings"]):
         return 1
