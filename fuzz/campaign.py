@@ -543,8 +543,8 @@ class _Search:
                    "repro": repro, "problem": case.to_dict(), "expected": verdict.expected,
                    "bucket": bucket.to_dict()}
         if case.category == "malformed":  # Note [Malformed consequences]
-            finding["consequence"] = verdict.consequence or ("out of bounds" if verdict.kind == "crash" else None)
-            finding["rows"] = verdict.rows
+            finding.update(consequence=verdict.consequence or ("out of bounds" if verdict.kind == "crash" else None),
+                           rows=verdict.rows)
         if unsaved is not None:
             finding["note"] = f"its tensors were not saved ({unsaved}); the repro line rebuilds the case from its seed"
         state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))

@@ -74,6 +74,7 @@ from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
 from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
 from kernel_oracle.harness.text import bounded, printable
+from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.harness.problems import LoRAProblem, batch_info_of, materialize, problem_from_dict, problem_to_dict
@@ -538,9 +539,11 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     verdict = judge(case, expected, observed, call=call, device=device, repro=repro,
                     exact_errors=getattr(target, "strict", True))
     if verdict.kind == "validation-gap":  # what it did with what it accepted (harness.malformed)
-        from kernel_oracle.harness.malformed import consequence
-
-        verdict.consequence, verdict.rows = consequence(case, call, observed, device, target.precision_for(case.op))
+        clean = Case(case.problem, None)
+        clean_call = prepared_call(clean, device) if case.mutation and case.mutation.kind in SEGMENT_KINDS else None
+        verdict.consequence, verdict.rows = consequence(
+            case, call, observed, clean_call,
+            lambda: expected_outcome(clean, device, precision=target.precision_for(case.op), call=clean_call))
         if verdict.rows:
             verdict.message += f"; {verdict.consequence}: {verdict.rows}"
     if not verdict.ok and verdict.bucket is None:

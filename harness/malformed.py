@@ -54,17 +54,14 @@ SEGMENT_KINDS = ("slot_out_of_range", "negative_slot", "seg_indptr_decreasing", 
                  "seg_indptr_negative_start")
 
 
-def valid_rows(case, call, device) -> Optional[tuple]:
-    """``(unmutated Case, its call, bool row mask over the output's rows)`` of the valid part, or
-    None when the malformation has none (Note [Malformed consequences])."""
-    from kernel_oracle.harness.check import Case, prepared_call
+def valid_rows(case, call, clean_call) -> Optional[torch.Tensor]:
+    """The bool mask over the output's rows of the valid part (``clean_call``: the case's call
+    without its mutation), or None when the malformation has none (Note [Malformed consequences])."""
     from kernel_oracle.harness.problems import batch_info_of
     from kernel_oracle.reference.lora_routing import route_lora_batch
 
     if case.mutation is None or case.family != "lora" or case.mutation.kind not in SEGMENT_KINDS:
         return None
-    clean = Case(case.problem, None)
-    clean_call = prepared_call(clean, device)
     good, bad = batch_info_of(clean_call), batch_info_of(call)
     n = int(good.num_segments) if hasattr(good, "num_segments") else int(good.seg_indptr.numel()) - 1
     rows = int(clean_call.args[0].shape[0])
@@ -80,23 +77,22 @@ def valid_rows(case, call, device) -> Optional[tuple]:
         lo, hi = max(0, min(bi_[s], bi_[s + 1])), min(rows, max(bi_[s], bi_[s + 1]))
         if hi > lo:
             mask[lo:hi] = False
-    return clean, clean_call, mask
+    return mask
 
 
-def consequence(case, call, observed, device, precision: str = "ieee") -> tuple:
+def consequence(case, call, observed, clean_call, reference) -> tuple:
     """``(class, rows text or None)`` of an accepted malformed case (Note [Malformed consequences]);
-    ``observed``: the target's :class:`~harness.check.Observed` on ``call``."""
+    ``observed``: the target's :class:`~harness.check.Observed` on ``call``; ``clean_call``: the call
+    without its mutation (None where there is no valid part), ``reference()``: its expected
+    :class:`~harness.check.Outcome`."""
     if observed.kind == "crash":
         return "out of bounds", None
     if observed.kind == "raise":
         return "rejected", None
-    part = valid_rows(case, call, device)
-    if part is None or observed.output is None:
+    mask = valid_rows(case, call, clean_call) if clean_call is not None else None
+    if mask is None or observed.output is None:
         return "harmless", None
-    from kernel_oracle.harness.check import expected_outcome
-
-    clean, clean_call, mask = part
-    ref = expected_outcome(clean, device, precision=precision, call=clean_call)
+    ref = reference()
     if ref.kind != "result" or not bool(mask.any()):
         return "harmless", None
     actual = observed.output.detach().to("cpu", torch.float64)
