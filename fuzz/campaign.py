@@ -507,8 +507,7 @@ class _Search:
         if (verdict.kind != "validation-gap" or verdict.consequence not in GAP_CLASSES or self.config.with_malformed
                 or self.info.get("strict") is not False):
             return False
-        if count:
-            self.gaps.add(case, verdict, self.target)
+        self.gaps.add(case, verdict, self.target) if count else None
         return True
 
     def _hit(self, fid: str, case) -> None:
