@@ -57,6 +57,7 @@ from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
 from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
 from kernel_oracle.harness.opinfo import FAMILY_OF
+from kernel_oracle.harness.malformed import GapTable
 
 __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
            "shared_findings_key"]
@@ -158,6 +159,7 @@ class _Search:
         self.known_issues = known_issues  # harness.known_issues entries (None: the default file)
         self.database = database  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
         self.wanted_dtypes: Optional[tuple] = config.dtypes
+        self.gaps = GapTable()  # accepted malformed metadata judged a validation gap (Note [Malformed consequences])
         self.bar = None
 
     # ---- budget --------------------------------------------------------------------------------
@@ -414,7 +416,7 @@ class _Search:
         key = case.to_json()
         if key in self.memo:
             verdict, bucket = self.memo[key]
-            if not verdict.ok and self._known(bucket) is None:
+            if not verdict.ok and not self._gap(case, verdict, count=False) and self._known(bucket) is None:
                 failing.update(case=case, verdict=verdict, bucket=bucket)
                 raise AssertionError(bucket.label)
             return
@@ -425,7 +427,7 @@ class _Search:
             if fault_shrinks[0] > (CRASH_SHRINKS if failing["verdict"].kind == "crash" else HANG_SHRINKS):
                 return
         verdict, bucket = self._execute(case)
-        if verdict.ok:
+        if verdict.ok or self._gap(case, verdict):
             return
         fid = self._known(bucket)
         if fid is not None:
@@ -505,6 +507,17 @@ class _Search:
                 case, verdict, bucket = variant, v_verdict, v_bucket
         return case, verdict, bucket, replaced
 
+    def _gap(self, case, verdict, *, count: bool = True) -> bool:
+        """Whether ``verdict`` is a validation gap of a target judged on upstream contracts (no strict
+        validation, no ``with_malformed``: Note [Malformed consequences]) rather than a finding."""
+        from kernel_oracle.harness.malformed import GAP_CLASSES
+
+        if (verdict.kind != "validation-gap" or verdict.consequence not in GAP_CLASSES or self.config.with_malformed
+                or self.info.get("strict") is not False):
+            return False
+        self.gaps.add(case, verdict, self.target) if count else None
+        return True
+
     def _hit(self, fid: str, case, bucket=None) -> None:
         """One more failing case of the finding ``fid`` (its dtype and region join the finding's)."""
         from kernel_oracle.harness.check import shape_class
@@ -539,6 +552,9 @@ class _Search:
                    "figures": {k: figures.get(k) for k in ("max_abs", "max_rel", "ratio", "where")},
                    "repro": repro, "problem": case.to_dict(), "expected": verdict.expected,
                    "bucket": bucket.to_dict()}
+        if case.category == "malformed":  # Note [Malformed consequences]
+            finding.update(consequence=verdict.consequence or ("out of bounds" if verdict.kind == "crash" else None),
+                           rows=verdict.rows)
         if unsaved is not None:
             finding["note"] = f"its tensors were not saved ({unsaved}); the repro line rebuilds the case from its seed"
         state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))
@@ -568,11 +584,13 @@ class _Search:
                               "time_s": self.time_s, "executed": self.state.executed,
                               "elapsed_s": round(self.state.elapsed_s, 3), "limits": self.limits,
                               "upstream_contracts_only": self.upstream_contracts_only,
+                              "with_malformed": self.config.with_malformed,
                               "categories": list(getattr(self, "categories", ())),
                               "interpreter": bool(info.get("interpreting")), "isolated": self.isolate,
                               "case_timeout_s": self.case_timeout_s if self.isolate else None,
                               "worker_restarts": self.worker.restarts if self.worker is not None else 0,
                               "startup_s": round(self.startup_s, 3), "warm_up": info.get("warm_up")}
+        record["validation_gaps"] = self.gaps.to_list()
         record["summary"]["status"] = status or "finished"
         # upstream defects listed in harness/known_issues.toml are reported as known (Note [Known issues])
         new = mark_known(record, self.known_issues)

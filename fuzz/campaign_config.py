@@ -70,7 +70,9 @@ class CampaignConfig:
     40).  ``shrink_slack_s``: how far past ``time_s`` a finding's shrinking may go.  ``warm_up_s``:
     before the clock starts, let the worker compile the target's kernels for up to this long
     (:mod:`harness.warmup`).  ``dtypes``: fuzz only these (a cluster shard; None: every dtype the
-    target supports).  ``upstream_contracts_only``: no malformed metadata.  ``progress``: a progress
+    target supports).  ``upstream_contracts_only``: no malformed metadata.  ``with_malformed``: a target
+    without strict validation has its accepted malformed metadata counted as findings (default: listed
+    as validation gaps when harmless or rows dropped, Note [Malformed consequences]).  ``progress``: a progress
     bar.  ``sglang_wheel``: a wheel or a directory of wheels for ``sglang==X.Y.Z`` targets.
     ``fresh``: delete what ``out_dir`` holds of an earlier campaign instead of resuming it (a
     directory of another campaign's identity is refused without it; :mod:`fuzz.state`).
@@ -84,6 +86,7 @@ class CampaignConfig:
     seed: int = 0
     device: str = "cpu"
     upstream_contracts_only: bool = False
+    with_malformed: bool = False
     progress: bool = True
     limits: Optional[str] = None
     isolate: bool = True

@@ -76,6 +76,7 @@ from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
 from kernel_oracle.harness.text import bounded, printable
+from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.harness.problems import LoRAProblem, batch_info_of, materialize, problem_from_dict, problem_to_dict
@@ -340,6 +341,8 @@ class Verdict:
     expected: str = ""
     bucket: Optional[Any] = None  # harness.buckets.Bucket of a failure, from check_case
     state_changes: list = field(default_factory=list)  # (switch, text) per global setting the target changed
+    consequence: Optional[str] = None  # accepted malformed metadata: its class (Note [Malformed consequences])
+    rows: Optional[str] = None  # the rows that class names ("rows [3, 4]"), or None
 
 
 def _describe_expected(e: Outcome, exact_errors: bool = True) -> str:
@@ -538,6 +541,14 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     observed = execute(target, case, device, call=call, to_host=False)
     verdict = judge(case, expected, observed, call=call, device=device, repro=repro,
                     exact_errors=getattr(target, "strict", True))
+    if verdict.kind == "validation-gap":  # what it did with what it accepted (harness.malformed)
+        clean = Case(case.problem, None)
+        clean_call = prepared_call(clean, device) if case.mutation and case.mutation.kind in SEGMENT_KINDS else None
+        verdict.consequence, verdict.rows = consequence(
+            case, call, observed, clean_call,
+            lambda: expected_outcome(clean, device, precision=target.precision_for(case.op), call=clean_call))
+        if verdict.rows:
+            verdict.message += f"; {verdict.consequence}: {verdict.rows}"
     if not verdict.ok and verdict.bucket is None:
         verdict.bucket = bucket_of(case, verdict, observed=observed, expected=expected, call=call)
     return verdict

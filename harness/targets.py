@@ -230,6 +230,8 @@ def _head_fields(text: str, head: str) -> dict:
     if head in _RESERVED:
         raise _malformed(text, f"pass {_RESERVED[head]}")
     if not _NAME.fullmatch(head):
+        if _MODULE.fullmatch(head):  # my_kernels: no built-in name has '_' or capitals, so a module
+            return {"name": "module", "module": head, "attr": None}
         raise _malformed(text, "a built-in name is lower-case letters, digits and '-'")
     return {"name": head, "variant": RELEASE_NAMES.get(head)}
 

@@ -63,6 +63,18 @@ def _check_configuration(spec: TargetSpec) -> None:
                               + ", ".join(repr(v) for v in known[key]))
 
 
+def _importable(name: str) -> bool:
+    """Whether ``name`` is a top-level module this process can import (found, not yet imported)."""
+    import importlib.util
+
+    if not name.isidentifier():
+        return False
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def resolve_target(spec: Union[str, TargetSpec], device="cpu", *, sources: Optional[TargetSources] = None) -> Target:
     """The :class:`Target` of ``spec`` (a spec string or a :class:`TargetSpec`), cached per spec, device
     and sources; :class:`TargetError` for a malformed or unknown spec or configuration."""
@@ -72,9 +84,13 @@ def resolve_target(spec: Union[str, TargetSpec], device="cpu", *, sources: Optio
     if key in _CACHE:
         return _CACHE[key]
     factory = _FACTORIES.get(parsed.name)
+    if factory is None and parsed.kind == "builtin" and not parsed.configuration and _importable(parsed.name):
+        parsed = TargetSpec(name="module", module=parsed.name)  # a plain module name: a module target
+        factory = _FACTORIES.get("module")
     if factory is None:
         raise TargetError(f"target={str(parsed)!r} is unknown; the only built-in targets are "
-                          f"{list(builtin_targets())} (or pass mutant:NAME or package.module[:attr])")
+                          f"{list(builtin_targets())}, and it is no importable module either (tried "
+                          f"'import {parsed.name.replace('-', '_')}'; or pass mutant:NAME or package.module[:attr])")
     _check_configuration(parsed)
     target = factory(parsed, str(device), sources)
     if target.available:  # Note [Entry-point signatures]: a wrong parameter list is dropped, and said

@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                    "campaign (the same target code, op and seed only)")
     options.add(parser, "fresh")
     parser.add_argument("--upstream-contracts-only", action="store_true",
-                        help="generate no malformed metadata (for targets without strict validation, e.g. sglang)")
+                        help="generate no malformed metadata at all")
+    options.add(parser, "with_malformed")
     options.add(parser, "limits")
     parser.add_argument("--no-isolate", dest="isolate", action="store_false",
                         help="run the target in this process (faster start; a crash or hang ends the campaign)")
@@ -60,6 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "seconds (harness.warmup: on CUDA our LoRA kernels' variants compile in "
                                         "parallel); default none")
     options.add(parser, "sglang_wheel")
+
+
+def gap_lines(gaps: list) -> list:
+    """The validation-gap table's console lines (:func:`kernel_oracle.harness.malformed.gap_lines`)."""
+    from kernel_oracle.harness.malformed import gap_lines as lines
+
+    return lines(gaps)
 
 
 def finding_line(f: dict) -> str:
@@ -99,7 +107,7 @@ def _config(args: argparse.Namespace, target, device: str):
 
     return CampaignConfig(target=target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
                           device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
-                          progress=not args.quiet, limits=args.limits, isolate=args.isolate,
+                          with_malformed=args.with_malformed, progress=not args.quiet, limits=args.limits, isolate=args.isolate,
                           case_timeout_s=args.case_timeout_s, warm_up_s=_warm_up_s(args.warm_up_s, device),
                           sglang_wheel=args.sglang_wheel, fresh=args.fresh)
 
@@ -146,6 +154,8 @@ def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
         print(f"  note: {note}")
     for f in record["findings"]:
         print(finding_line(f))
+    for line in gap_lines(record.get("validation_gaps") or []):
+        print(line)
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl; shards: {args.out}/shards/")
     print(end_line(args.out, record["findings"], cases))
     if any(not f.get("known") for f in record["findings"]):
@@ -191,6 +201,10 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
         return 2
     print(f"{camp['target']} {args.op}: {camp['executed']} cases in {camp['elapsed_s']:.1f}s "
           f"(precision {t.get('precision')}; dtypes {', '.join(camp['dtypes'])})")
+    if t.get("strict") is False and not camp.get("upstream_contracts_only"):
+        from kernel_oracle.harness.malformed import lenient_line
+
+        print(lenient_line(camp["target"], camp.get("with_malformed", False)))
     for note in record.get("notes", []):
         print(f"  note: {note}")
     for g in record["groups"]:
@@ -200,6 +214,8 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
               + (f", max error ratio {g['error_ratio']['max']:.3g}" if g["error_ratio"]["max"] is not None else ""))
     for f in record["findings"]:  # printed when found too; here with the final dtypes, count and examples
         print(finding_line(f))
+    for line in gap_lines(record.get("validation_gaps") or []):
+        print(line)
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl")
     print(report_beside(f"{args.out}/summary.json"))
     print(end_line(args.out, record["findings"], camp["executed"]))

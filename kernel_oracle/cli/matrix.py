@@ -39,9 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "sglang_wheel")
     parser.add_argument("--corpus", default=None, metavar="DIR", help="the real-bug corpus (default: corpus/)")
     parser.add_argument("--no-corpus", action="store_true", help="campaigns only")
-    parser.add_argument("--with-malformed", dest="upstream_contracts_only", action="store_false",
-                        help="also generate malformed metadata (off by default: released kernels implement no "
-                             "strict validation, so every release would show the same validation gaps)")
+    options.add(parser, "with_malformed",
+                help="also generate malformed metadata and count what a release accepts as findings (off by "
+                     "default: released kernels implement no strict validation, so every release would show the "
+                     "same validation gaps)")
     options.add(parser, "quiet", deprecated=("--no-progress",), help="no progress bars")
 
 
@@ -117,7 +118,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         record = run_matrix(specs, entries=entries, op=args.op, budget=args.budget, time_s=args.time_s,
                             seed=args.seed, device=device, out=args.out, campaigns_dir=campaigns, quiet=args.quiet,
-                            upstream_contracts_only=args.upstream_contracts_only, sglang_wheel=args.sglang_wheel,
+                            upstream_contracts_only=not args.with_malformed, sglang_wheel=args.sglang_wheel,
                             log=lambda text: print(text, file=sys.stderr))
     except CampaignError as exc:
         return _error(f"error: {exc}")

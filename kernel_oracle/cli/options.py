@@ -6,7 +6,7 @@ One concept has one name in every subcommand: ``--time`` (seconds), ``--targets`
 target specs, :func:`kernel_oracle.harness.targets.parse_target_list`; the option may also be
 repeated), ``--device auto|cpu|cuda``, ``--quiet``, ``--out``, ``--seed``, ``--op``, ``--budget``,
 ``--limits``, ``--families``, ``--warm-up``, ``--triton-cache``, ``--sglang-wheel``, ``--gpus``,
-``--scheduler``, ``--db``, ``--json``.  :data:`OPTIONS` holds each one's flag, type and default;
+``--scheduler``, ``--db``, ``--json``, ``--with-malformed``.  :data:`OPTIONS` holds each one's flag, type and default;
 a subcommand adds it with :func:`add`, overriding only what differs there (its help, default or
 whether it is required).  An option only one subcommand has is defined in that subcommand's module.
 
@@ -197,6 +197,13 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "db": (("--db",), dict(default=None, metavar="redis://HOST:6379/N",
                            help="with --gpus/--scheduler: one Hypothesis example database in Redis shared by every "
                                 "shard (a failure found by one is replayed by all)")),
+    "with_malformed": (("--with-malformed",), dict(action="store_true",
+                                                   help="for a target without strict validation (sglang==X.Y.Z, a "
+                                                        "module without KERNEL_ORACLE_STRICT): count accepted "
+                                                        "malformed metadata as findings (default: judged on upstream "
+                                                        "contracts; accepted malformed metadata is listed as "
+                                                        "validation gaps unless it corrupts defined rows or reads "
+                                                        "out of bounds, which are findings always)")),
     "json": (("--json",), dict(dest="json_out", default=None, metavar="PATH", help="also write the result as JSON")),
 }
 

@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "gpus")
     options.add(parser, "scheduler")
     options.add(parser, "db")
+    options.add(parser, "with_malformed")
 
 
 class _Interrupted(KeyboardInterrupt):
@@ -62,7 +63,7 @@ def _checked(args: argparse.Namespace) -> dict:
         raise ValueError("--db needs --gpus or --scheduler (the main job's campaigns share it)")
     return dict(device=device, time_budget=args.time_s, seed=args.seed, out=args.out, targets=args.targets,
                 families=families, selfcheck=not args.no_selfcheck, quiet=args.quiet, cluster=cluster,
-                sglang_wheel=args.sglang_wheel)
+                sglang_wheel=args.sglang_wheel, with_malformed=args.with_malformed)
 
 
 def _report(result: dict) -> int:
@@ -76,6 +77,10 @@ def _report(result: dict) -> int:
           + (f" ({known} known upstream issues)" if known else "") + f", {len(rec['notes'])} notes")
     for note in rec["notes"]:
         print(f"  note: {note}")
+    from kernel_oracle.harness.malformed import gap_lines
+
+    for line in gap_lines(rec.get("validation_gaps") or []):
+        print(line)
     for f in rec["findings"]:
         if f.get("known"):
             print(f"  known: {f['id']} is upstream issue {f['known']}: {f.get('upstream')}")

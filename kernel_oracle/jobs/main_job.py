@@ -92,13 +92,16 @@ def _budget(device: str, time_budget: Optional[float]) -> float:
 def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, seed: int = 0,
                  out: str | os.PathLike = "reports/out", targets: Optional[list] = None,
                  families: tuple = FAMILIES, selfcheck: bool = True, quiet: bool = False,
-                 cluster: Optional[dict] = None, sglang_wheel: Optional[str] = None) -> dict:
+                 cluster: Optional[dict] = None, sglang_wheel: Optional[str] = None,
+                 with_malformed: bool = False) -> dict:
     """Run everything and write the reports; returns ``{"record", "json", "md", "html", "history"}``.
 
     ``device``: ``auto``, ``cpu`` or ``cuda``; ``time_budget``: seconds for the whole job (default
     :data:`DEFAULT_BUDGET_S`); ``targets``: spec strings or TargetSpecs (default: every built-in
     target available here); ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``)
-    runs the campaigns on Dask; ``sglang_wheel``: the wheels of ``sglang==X.Y.Z`` targets."""
+    runs the campaigns on Dask; ``sglang_wheel``: the wheels of ``sglang==X.Y.Z`` targets;
+    ``with_malformed``: a target without strict validation has its accepted malformed metadata counted
+    as findings (default: validation gaps, Note [Malformed consequences])."""
     from kernel_oracle.harness.device import configure_process, needs_interpreter, resolve_device
     from kernel_oracle.harness.schema import add_note, new_record
 
@@ -132,10 +135,10 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
             record["summary"]["selfcheck"] = "skipped (--no-selfcheck)"
         if cluster:
             run_cluster_part(record, device, seed, deadline, run_dir, targets, families, log,
-                             {**cluster, "sglang_wheel": sglang_wheel})
+                             {**cluster, "sglang_wheel": sglang_wheel, "with_malformed": with_malformed})
         else:
             run_campaign_part(record, device, seed, deadline, run_dir, targets, families, log, worker=worker,
-                              sglang_wheel=sglang_wheel)
+                              sglang_wheel=sglang_wheel, with_malformed=with_malformed)
     finally:
         if worker is not None:
             record["summary"]["worker"] = {"startup_s": [round(x, 2) for x in worker.startup_s],

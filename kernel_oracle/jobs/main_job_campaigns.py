@@ -77,7 +77,8 @@ WARM_UP_SHARE = 0.15
 
 
 def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
-                     upstream_contracts_only: bool = False, worker=None, sglang_wheel: Optional[str] = None) -> tuple:
+                     upstream_contracts_only: bool = False, worker=None, sglang_wheel: Optional[str] = None,
+                     with_malformed: bool = False) -> tuple:
     """Run one campaign in this process on the job's shared ``worker``; returns (record or None,
     problem or None).  A campaign that raises keeps what it saved (:func:`salvage`)."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
@@ -88,6 +89,7 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
     try:
         config = CampaignConfig(target=target, op=op, time_s=round(time_s, 1), seed=seed, device=device,
                                 out_dir=out_dir, upstream_contracts_only=upstream_contracts_only, progress=False,
+                                with_malformed=with_malformed,
                                 case_timeout_s=case_timeout_s, shrink_slack_s=SHRINK_SLACK_SHARE * share_s,
                                 warm_up_s=warm_up_s, sglang_wheel=sglang_wheel)
         record = run_campaign(config, worker=worker)
@@ -144,7 +146,8 @@ def run_cluster_part(record: dict, device: str, seed: int, deadline: float, run_
         kind = "lenient" if group[0].target in lenient else "strict"
         try:
             settings = CampaignConfig(target=group[0].target, op=group[0].op, out_dir=run_dir / f"cluster-{kind}",
-                                      device=device, time_s=round(time_s, 1), upstream_contracts_only=kind == "lenient",
+                                      device=device, time_s=round(time_s, 1),
+                                      with_malformed=bool(cluster.get("with_malformed")),
                                       shrink_slack_s=SHRINK_SLACK_SHARE * left / waves,
                                       sglang_wheel=cluster.get("sglang_wheel"))
             rec = run_cluster(group, settings, gpus=cluster.get("gpus"), scheduler=cluster.get("scheduler"),
@@ -154,13 +157,14 @@ def run_cluster_part(record: dict, device: str, seed: int, deadline: float, run_
             return
         rec.pop("campaign", None)
         merge(record, rec, seeds_key="cluster")
+        record.setdefault("validation_gaps", []).extend(rec.get("validation_gaps") or [])
         record["summary"].setdefault("campaigns", []).extend(
             {"target": s.target, "family": s.op, "seed": s.seed, "out_dir": str(run_dir)} for s in group)
 
 
 def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path,
                       specs: Optional[list], families: tuple, log, worker=None,
-                      sglang_wheel: Optional[str] = None) -> None:
+                      sglang_wheel: Optional[str] = None, with_malformed: bool = False) -> None:
     """Run every available target x family pair of ``specs`` until ``deadline`` (time.monotonic) into
     ``record``, each campaign in ``run_dir/campaign-<target>-<family>`` on the shared ``worker``."""
     from kernel_oracle.harness.schema import add_note, merge
@@ -173,8 +177,8 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         return
     targets = discover_targets(record, device, specs, log, sglang_wheel)
     pairs = [(name, fam) for name, _, fams in targets for fam in fams if fam in families]
-    # targets without strict validation (sglang, flashinfer-cudnn) get no malformed metadata: it would
-    # reach their kernels unchecked (validation gaps by construction, out-of-bounds reads at worst)
+    # targets without strict validation (sglang, flashinfer-cudnn) are judged on upstream contracts:
+    # what they accept of malformed metadata is a validation gap unless it corrupts (Note [Malformed consequences])
     lenient = {name for name, t, _ in targets if t is not None and not getattr(t, "strict", True)}
     if not pairs:
         part_failed(record, "no available target x family pair to fuzz")
@@ -194,11 +198,16 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         log(f"campaign {name} x {fam}: {share:.0f}s")
         started = time.monotonic()
         try:
+            if name in lenient:
+                from kernel_oracle.harness.malformed import lenient_line
+
+                log(lenient_line(name, with_malformed))
             rec, problem = run_one_campaign(name, fam, share_s=share, seed=seed, device=device, out_dir=out_dir,
-                                            upstream_contracts_only=name in lenient, worker=worker,
-                                            sglang_wheel=sglang_wheel)
+                                            worker=worker, sglang_wheel=sglang_wheel, with_malformed=with_malformed)
             if rec is not None:
                 merge(record, rec, seeds_key=f"campaign:{name}:{fam}")
+                record.setdefault("validation_gaps", []).extend(
+                    {**g, "target": name} for g in rec.get("validation_gaps") or [])
         except Exception as exc:  # noqa: BLE001 - our own failure around the campaign: still reported
             rec, problem = None, reason(exc)
             log(traceback.format_exc())

@@ -95,7 +95,7 @@ SELFCHECK_ROWS = [
 
 
 def _fake_campaign(target, op, *, share_s, seed, device, out_dir, upstream_contracts_only=False, worker=None,
-                   sglang_wheel=None):
+                   sglang_wheel=None, with_malformed=False):
     rec = new_record("campaign", seeds={"seed": seed}, device=device)
     add_group(rec, target=target, op="vision" if op == "vision" else "step_b_q", dtype="bfloat16",
               shape_class="prefill", cases=10, passes=9, findings={"contract": 1}, ratios=[0.2, 0.3])

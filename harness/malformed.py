@@ -1,0 +1,171 @@
+"""What a target did with malformed metadata it accepted: the consequence classes.
+
+Note [Malformed consequences]
+-----------------------------
+A target without our strict validation (``Target.strict == False``: SGLang's releases, a module
+without ``KERNEL_ORACLE_STRICT``) is judged on upstream's contracts: malformed metadata that it
+accepts is no finding by itself.  What it did with it is: :func:`consequence` compares its output
+with the float64 reference of the *valid part* of the input and names one class:
+
+* ``rejected``: it raised (the error contract then decides, as for any error);
+* ``harmless``: only the region the malformation leaves undefined differs;
+* ``rows dropped``: rows the valid part defines were left unwritten: NaN (the poison, or a fresh
+  buffer's garbage read as NaN), bit-identical to the in-place output's rows before the call, or
+  all zero where the reference is not;
+* ``defined rows changed``: rows the valid part defines hold other values (past the tolerance
+  of :func:`reference.tolerance.compare`);
+* ``out of bounds``: the worker crashed on it (a segfault, an illegal address), or on CUDA the
+  compute-sanitizer memcheck of its repro reports an access (:func:`sanitizer_command`).
+
+``defined rows changed`` and ``out of bounds`` are findings for every target (:data:`FINDING_CLASSES`);
+``harmless`` and ``rows dropped`` are validation gaps of a lenient target (an informational table).
+
+The valid part.  The reference runs on the case's problem *without* its mutation; of its output,
+the valid part keeps the rows of the segments the mutation left intact:
+
+* LoRA kinds that break one segment's metadata (``slot_out_of_range``, ``negative_slot``:
+  the segment's weight index; ``seg_indptr_decreasing``, ``seg_indptr_past_rows``,
+  ``seg_indptr_negative_start``: its bounds): a segment is intact when its weight index and both
+  its ``seg_indptr`` bounds are unchanged; the valid part is the rows the unmutated routing gives
+  the intact segments, less every row inside a broken segment's mutated bounds (a kernel may
+  legitimately write there);
+* every other kind (``max_len_too_small``, ``seg_lens_mismatch``, ``bad_max_len``: a count every
+  segment's tiling uses; ``permutation_*``, ``negative_rank``, ``metadata_dtype``,
+  ``short_metadata``, wrong data shapes or dtypes, and the vision kinds, whose offsets and lengths
+  move every later sequence's placement) has no valid part that a correct kernel must keep: such a
+  case is ``harmless`` unless it crashes (:data:`SEGMENT_KINDS` lists the kinds with one).
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from typing import Optional
+
+import torch
+
+__all__ = ["CLASSES", "FINDING_CLASSES", "GAP_CLASSES", "GapTable", "gap_lines", "lenient_line", "SEGMENT_KINDS", "consequence", "sanitizer_command",
+           "valid_rows"]
+
+CLASSES = ("rejected", "harmless", "rows dropped", "defined rows changed", "out of bounds")
+FINDING_CLASSES = ("defined rows changed", "out of bounds")
+GAP_CLASSES = ("harmless", "rows dropped")
+SEGMENT_KINDS = ("slot_out_of_range", "negative_slot", "seg_indptr_decreasing", "seg_indptr_past_rows",
+                 "seg_indptr_negative_start")
+
+
+def valid_rows(case, call, clean_call) -> Optional[torch.Tensor]:
+    """The bool mask over the output's rows of the valid part (``clean_call``: the case's call
+    without its mutation), or None when the malformation has none (Note [Malformed consequences])."""
+    from kernel_oracle.harness.problems import batch_info_of
+    from kernel_oracle.reference.lora_routing import route_lora_batch
+
+    if case.mutation is None or case.family != "lora" or case.mutation.kind not in SEGMENT_KINDS:
+        return None
+    good, bad = batch_info_of(clean_call), batch_info_of(call)
+    n = int(good.num_segments) if hasattr(good, "num_segments") else int(good.seg_indptr.numel()) - 1
+    rows = int(clean_call.args[0].shape[0])
+    route = route_lora_batch(good, num_rows=rows, num_slots=int(good.lora_ranks.numel()), max_rank=10**9,
+                             device=torch.device("cpu"), strict=False)
+    gi, bi_ = good.seg_indptr.cpu().tolist(), bad.seg_indptr.cpu().tolist()
+    gw, bw = good.weight_indices.cpu().tolist(), bad.weight_indices.cpu().tolist()
+    broken = {s for s in range(n) if gw[s] != bw[s] or gi[s] != bi_[s] or gi[s + 1] != bi_[s + 1]}
+    mask = torch.zeros(rows, dtype=torch.bool)
+    keep = torch.tensor([int(s) not in broken for s in route.segment.cpu().tolist()], dtype=torch.bool)
+    mask[route.rows.cpu()[keep]] = True
+    for s in broken:  # a broken segment's mutated bounds: a kernel may write there
+        lo, hi = max(0, min(bi_[s], bi_[s + 1])), min(rows, max(bi_[s], bi_[s + 1]))
+        if hi > lo:
+            mask[lo:hi] = False
+    return mask
+
+
+def consequence(case, call, observed, clean_call, reference) -> tuple:
+    """``(class, rows text or None)`` of an accepted malformed case (Note [Malformed consequences]);
+    ``observed``: the target's :class:`~harness.check.Observed` on ``call``; ``clean_call``: the call
+    without its mutation (None where there is no valid part), ``reference()``: its expected
+    :class:`~harness.check.Outcome`."""
+    if observed.kind == "crash":
+        return "out of bounds", None
+    if observed.kind == "raise":
+        return "rejected", None
+    mask = valid_rows(case, call, clean_call) if clean_call is not None else None
+    if mask is None or observed.output is None:
+        return "harmless", None
+    ref = reference()
+    if ref.kind != "result" or not bool(mask.any()):
+        return "harmless", None
+    actual = observed.output.detach().to("cpu", torch.float64)
+    value = ref.value.detach().to("cpu", torch.float64)
+    defined = ref.defined.to("cpu") if ref.defined is not None else torch.ones_like(value, dtype=torch.bool)
+    defined = defined.expand_as(value) if defined.shape != value.shape else defined
+    before = call.args[call.inplace].detach().to("cpu", torch.float64) if call.inplace is not None else None
+    tol = 1e-2 if actual.dtype != torch.float64 and observed.output.dtype != torch.float32 else 1e-4
+    dropped, changed = [], []
+    for r in torch.nonzero(mask).flatten().tolist():
+        d = defined[r]
+        if not bool(d.any()):
+            continue
+        a, v = actual[r][d], value[r][d]
+        if bool(torch.isnan(a).any()) or (before is not None and torch.equal(a, before[r][d])
+                                          and not torch.allclose(a, v, rtol=tol, atol=tol)) \
+                or (bool((a == 0).all()) and not bool((v == 0).all())):
+            dropped.append(r)
+        elif not torch.allclose(a, v, rtol=tol, atol=tol * (1 + float(v.abs().max()))):
+            changed.append(r)
+    if changed:
+        return "defined rows changed", f"rows {changed[:8]}" + (f" (+{len(changed) - 8})" if len(changed) > 8 else "")
+    if dropped:
+        return "rows dropped", f"rows {dropped[:8]}" + (f" (+{len(dropped) - 8})" if len(dropped) > 8 else "")
+    return "harmless", None
+
+
+def sanitizer_command(repro: str, device: str) -> Optional[list]:
+    """The ``compute-sanitizer --tool memcheck`` command line of a repro command on CUDA, or None
+    where it cannot run (no CUDA device, no compute-sanitizer on PATH): on the CPU only a crash is
+    ``out of bounds``."""
+    tool = shutil.which("compute-sanitizer")
+    if device != "cuda" or tool is None or not repro:
+        return None
+    return [tool, "--tool", "memcheck", "--error-exitcode", "99", *shlex.split(repro)]
+
+
+def lenient_line(target: str, with_malformed: bool) -> str:
+    """The one console line saying how a target without strict validation is judged."""
+    if with_malformed:
+        return f"{target} has no strict validation: accepted malformed metadata counts as findings (--with-malformed)"
+    return (f"{target} has no strict validation: judged on upstream contracts; accepted malformed metadata is listed "
+            f"as validation gaps (pass --with-malformed to count them as findings)")
+
+
+class GapTable:
+    """The validation-gap table of one campaign: one row per op x malformation x consequence."""
+
+    def __init__(self) -> None:
+        self.rows: dict = {}
+
+    def add(self, case, verdict, target: str) -> None:
+        key = (case.op, case.mutation.kind if case.mutation else "-", verdict.consequence)
+        row = self.rows.setdefault(key, {"dtypes": set(), "count": 0, "rows": verdict.rows,
+                                         "example": f"kernel-oracle repro --case {shlex.quote(case.to_json())} "
+                                                    f"--targets {shlex.quote(target)}"})
+        row["dtypes"].add(case.dtype)
+        row["count"] += 1
+
+    def to_list(self) -> list:
+        return [{"op": op, "malformation": kind, "consequence": cls, "dtypes": sorted(r["dtypes"]),
+                 "count": r["count"], "example": r["example"], "rows": r["rows"]}
+                for (op, kind, cls), r in sorted(self.rows.items())]
+
+
+def gap_lines(gaps: list, limit: int = 6) -> list:
+    """A few console lines of a validation-gap table (empty for none)."""
+    if not gaps:
+        return []
+    lines = [f"validation gaps (accepted malformed metadata, informational): {sum(g['count'] for g in gaps)} cases"]
+    for g in gaps[:limit]:
+        lines.append(f"  {g['op']} {g['malformation']}: {g['consequence']}, {g['count']}x "
+                     f"[{','.join(g['dtypes'])}]" + (f" {g['rows']}" if g.get("rows") else ""))
+    if len(gaps) > limit:
+        lines.append(f"  ... {len(gaps) - limit} more rows in summary.json (validation_gaps)")
+    return lines
