@@ -4,32 +4,28 @@ Note [Campaigns]
 ----------------
 A campaign is a sequence of Hypothesis *runs* over :func:`fuzz.strategies.cases` for one target and
 one family.  Each run searches until its first new failure, lets Hypothesis shrink it, and the
-minimal example becomes a *finding*.  A failing case whose root-cause bucket
-(:mod:`harness.buckets`: exception, masked message and target frame; or region class and config)
-is covered by an already recorded finding counts as one more hit of that finding (its ``count``
-and a few ``examples``), so the next run searches for something new: one defect is one finding,
-whichever op, size or seed shows it.  The budget (``budget`` cases, or ``time_s`` seconds) covers
-everything executed, shrinking included, plus a bounded shrink allowance so a finding is never
-left half-shrunk; the clock starts once the worker is ready (its imports and CUDA context are not
-the target's time: ``startup_s`` in the record), worker restarts after a crash or hang count.
+minimal example becomes a *finding*.  A failing case in the root-cause bucket of a recorded finding
+(:mod:`harness.buckets`, Note [Buckets]) is one more hit of it (its ``count``, ``dtypes``, regions
+and a few examples), so the next run searches for something new: one defect is one finding,
+whichever dtype, size, region or seed shows it.  The budget (``budget`` cases or ``time_s``
+seconds) covers everything executed, shrinking included, plus a bounded shrink allowance; the
+clock starts once the worker is ready (``startup_s`` in the record); worker restarts count.
 
-The target runs in an isolated worker process (:mod:`fuzz.worker`) whose environment selects the
-device's Triton mode (:func:`harness.device.worker_env`); the campaign never changes its caller's
-environment. A case that kills the worker is a ``crash`` finding, one that does not answer within
-the per-case timeout (``case_timeout_s``; derived from the budget when not given) a ``hang``
-finding; either way a fresh worker goes on. The expected outcome and the comparison run in the
-worker too, beside the target (:func:`harness.check.check_case`): only the verdict and its
-bucket come back, and a finding's tensors are rebuilt from the seed and saved here.  The worker's
-process group ends with it, and what the target prints goes to ``out_dir/target-output.log``,
-bounded (Notes [Worker processes] and [Target output] in :mod:`fuzz.worker`).  A global setting
-of torch that the target changed (restored after each call, Note [Global state]) is recorded as
-one finding per setting, apart from the case's own verdict.  SIGTERM and SIGINT stop a campaign
-cleanly at any moment (:mod:`fuzz.stopping`, Note [Stopping a campaign]): the worker is ended, the
-state and the summary saved, and :class:`CampaignInterrupted` raised (the CLI prints one line and
-exits 3); rerunning with the same ``out_dir`` resumes.  A write to ``out_dir`` that fails (a full
-disk) ends it with a summary and :class:`CampaignError` (exit 2), except a finding's case files:
-the finding is kept with a note that its tensors were not saved, and the campaign goes on.  A finding that is a known upstream defect (:mod:`harness.known_issues`) is
-marked ``known`` in the record, with its upstream link; the summary counts new and known findings.
+The target runs in an isolated worker process (:mod:`fuzz.worker`, its own process group; what the
+target prints goes to ``out_dir/target-output.log``, bounded), beside the oracle and the comparison
+(:func:`harness.check.check_case`): only the verdict and its bucket come back, and a finding's
+tensors are rebuilt from the seed and saved here.  A case that kills the worker is a ``crash``
+finding, one that does not answer within ``case_timeout_s`` a ``hang``; a fresh worker goes on.  A
+global setting of torch the target changed (restored after each call, Note [Global state]) is one
+finding per setting.  SIGTERM and SIGINT stop a campaign at any moment (:mod:`fuzz.stopping`): the
+worker is ended, state and summary saved, :class:`CampaignInterrupted` raised (exit 3); rerunning
+with the same ``out_dir`` resumes the same campaign (Note [Campaign identity] in :mod:`fuzz.state`).
+A failed write to ``out_dir`` (a full disk) ends it with a summary and :class:`CampaignError` (exit
+2), except a finding's case files: the finding is kept with a note.  A target without strict
+validation is judged on upstream contracts (Note [Malformed consequences] in :mod:`harness.malformed`):
+accepted malformed metadata that only leaves rows undefined or dropped joins the validation-gap
+table unless ``with_malformed``.  A known upstream defect (:mod:`harness.known_issues`) is marked
+``known`` with its link.
 
 Everything on disk belongs to :class:`fuzz.state.CampaignState` (Note [Campaign state]): the lock on
 ``out_dir``, ``findings.jsonl``, ``cases/``, ``state.json``, ``summary.json``, and recovery from torn
@@ -94,20 +90,7 @@ def run_campaign(config: CampaignConfig, *, worker=None, database=None, announce
     """
     if not isinstance(config, CampaignConfig):
         raise CampaignError(f"Expected a CampaignConfig but got config={config!r}")
-    from kernel_oracle.harness.device import cuda_available, interpreting, needs_interpreter
-
-    device = config.device
-    if device == "cuda" and not cuda_available():
-        raise CampaignError("device='cuda' but torch sees no GPU; pass --device cpu")
-    if not config.isolate and needs_interpreter(device) != interpreting():
-        mode = "interpreted (TRITON_INTERPRET=1)" if needs_interpreter(device) else "compiled (TRITON_INTERPRET unset)"
-        raise CampaignError(f"isolate=False runs the target in this process, whose Triton kernels are not "
-                            f"{mode} as device={device!r} needs; pass isolate=True (a worker gets the right "
-                            f"environment) or start this process with kernel_oracle.harness.device."
-                            f"configure_process({device!r})")
-    if worker is not None and (not config.isolate or worker.device != device):
-        raise CampaignError(f"worker= is a {worker.device!r} worker; it needs isolate=True and "
-                            f"device={worker.device!r}")
+    config.check_runnable(worker)
     from kernel_oracle.harness.known_issues import KnownIssuesError, load_known_issues
 
     with sigterm_interrupts() as stop:

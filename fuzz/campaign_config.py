@@ -140,6 +140,25 @@ class CampaignConfig:
         """Seconds one case may take before it is a hang."""
         return self.case_timeout_s if self.case_timeout_s is not None else case_timeout_for(self.time_s)
 
+    def check_runnable(self, worker=None) -> None:
+        """``CampaignError`` (one line) when this campaign cannot run here: CUDA asked for and absent,
+        an in-process campaign whose Triton mode is not the device's, a shared ``worker`` of another
+        device."""
+        from kernel_oracle.harness.device import cuda_available, interpreting, needs_interpreter
+
+        device = self.device
+        if device == "cuda" and not cuda_available():
+            raise CampaignError("device='cuda' but torch sees no GPU; pass --device cpu")
+        if not self.isolate and needs_interpreter(device) != interpreting():
+            mode = "interpreted (TRITON_INTERPRET=1)" if needs_interpreter(device) else "compiled (TRITON_INTERPRET unset)"
+            raise CampaignError(f"isolate=False runs the target in this process, whose Triton kernels are not "
+                                f"{mode} as device={device!r} needs; pass isolate=True (a worker gets the right "
+                                f"environment) or start this process with kernel_oracle.harness.device."
+                                f"configure_process({device!r})")
+        if worker is not None and (not self.isolate or worker.device != device):
+            raise CampaignError(f"worker= is a {worker.device!r} worker; it needs isolate=True and "
+                                f"device={worker.device!r}")
+
     def identity(self) -> dict:
         """The campaign's identity (Note [Campaign identity] in :mod:`fuzz.state`): target spec, op,
         seed, the hash of the target's code and the suite's version."""
