@@ -10,7 +10,10 @@ HTML reports render as a table: one row per finding bucket (:mod:`harness.bucket
 cause, whatever release, dtype or shape class it shows in), one column per range of releases that
 run the same code, the failing-case count in each cell (``-``: that range did not run), and the
 derived **introduced in** (the first column that has the bucket) and **fixed in** (the column after
-the last one that has it).  A bucket's target frame is compared by file and function
+the last one that has it).  A wrong-values bucket names its op (a mismatch has no frame to point at);
+buckets of one kind in several ops that fail in exactly the same columns, and not in every column
+that ran, are one row naming those ops: one change of the file introduced them and one removed
+them (SGLang 0.5.12's stale host ints, PR #28371, fail every kv_b op from 0.5.12 to 0.5.13.post1).  A bucket's target frame is compared by file and function
 (``kv_b_lora_absorbed:_max_segment_len``), since releases move their modules.
 
 Release identity: before anything runs, :func:`~kernel_oracle.fuzz.targets.sglang.release_identity`
@@ -165,6 +168,30 @@ def _history(row: dict, lanes: dict) -> dict:
     return out
 
 
+def _one_row_per_change(rows: dict) -> dict:
+    """Rows of one kind in several ops that fail in exactly the same columns, absent from at least one
+    column that ran, merged into one row (Note [Release matrix]: one code change, one row)."""
+    groups: dict[tuple, list] = {}
+    for label, row in rows.items():
+        present = tuple(sorted(s for s, n in row["counts"].items() if n))
+        if row["unlabelled"] and len(present) < len(row["counts"]):
+            groups.setdefault((row["unlabelled"], present), []).append(label)
+    for (unlabelled, _), labels in groups.items():
+        if len(labels) < 2:
+            continue
+        merged = [rows.pop(label) for label in labels]
+        ops = sorted({op for r in merged for op in r["ops"]})
+        parts = unlabelled.split(" | ")  # kind | family | [ops] | cause ...: the label with every op
+        label = " | ".join(parts[:2] + [", ".join(ops)] + parts[2:])
+        row = {**merged[0], "bucket": label, "ops": ops, "headline": " / ".join(r["headline"] for r in merged
+                                                                             if r["headline"]),
+               "dtypes": list(dict.fromkeys(d for r in merged for d in r["dtypes"])),
+               "counts": {s: sum(r["counts"].get(s, 0) for r in merged) for s in merged[0]["counts"]},
+               "examples": {s: e for r in reversed(merged) for s, e in r["examples"].items()}}
+        rows[label] = row
+    return rows
+
+
 def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
     """``runs``: ``[{spec, available, reason, cases, findings: [finding records]}]`` (plus, from
     :func:`run_matrix`, ``family``, ``lane``, ``tested``, ``members``, ``same_as``); ``corpus``:
@@ -184,7 +211,9 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
             if b.frame:  # releases move modules (and are loaded under private names): compare file:function
                 b = dataclasses.replace(b, frame=b.frame.rpartition(".")[2])
             row = rows.setdefault(b.label, {"bucket": b.label, "kind": b.kind, "family": b.family, "counts": {},
-                                            "examples": {}, "headline": f.get("headline") or "", "dtypes": []})
+                                            "examples": {}, "headline": f.get("headline") or "", "dtypes": [],
+                                            "ops": [b.op] if b.op else [], "unlabelled": b.label.replace(
+                                                f" | {b.op} |", " |") if b.op else None})
             for d in f.get("dtypes") or [f.get("dtype")]:  # one row per root cause, whichever dtypes show it
                 if d and d not in row["dtypes"]:
                     row["dtypes"].append(d)
@@ -197,6 +226,7 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
         row["history"] = _history(row, lanes)
         first = next(iter(row["history"].values()), {})
         row["introduced_in"], row["fixed_in"] = first.get("introduced_in"), first.get("fixed_in")
+    rows = _one_row_per_change(rows)
     ordered = sorted(rows.values(), key=lambda r: (specs.index(r["introduced_in"]) if r["introduced_in"] else 0,
                                                    r["kind"], r["bucket"]))
     keep = ("spec", "available", "reason", "cases", "family", "tested", "members", "identity", "same_as")

@@ -91,7 +91,7 @@ def test_bucket_rule(tmp_path):
         target = "x*"
         op = "*"
         kind = "mismatch"
-        bucket = "^mismatch \\| lora \\| step_b_q \\|"
+        bucket = '^mismatch \\| lora \\| step_b_q \\|'
         upstream = "https://example.org/1"
         releases = ["*"]
         doc = "d"

@@ -63,3 +63,25 @@ def test_headline_says_op_rows_dtypes_and_count():
            "bucket": {"cause": "slot", "config": ["float16"]}}
     assert headline({**old, "bucket": Bucket.from_dict({"kind": "mismatch", **old["bucket"]}).to_dict()}) == (
         "step_a_v: the rows of some slots only differ from the reference (float16; 1 failing case)")
+
+
+def _values_record(op: str, dtype: str = "float32") -> dict:
+    return {"id": "F1", "op": op, "kind": "mismatch", "dtype": dtype, "message": "Tensor-likes are not close!",
+            "count": 2, "bucket": {"kind": "mismatch", "family": "lora", "op": op, "cause": "values", "frame": ""}}
+
+
+def test_ops_failing_in_exactly_the_same_releases_are_one_matrix_row():
+    """PR #28371 in every kv_b op from 0.5.12 to 0.5.13 (absent in 0.5.14): one row naming the four ops;
+    a fifth op failing in every release that ran stays its own row, and so does one with another history."""
+    stale = ["step_a_q", "step_b_q", "step_a_v", "step_b_v"]
+    per_release = {"0.5.12": stale + ["q_side_fused", "v_side_fused"], "0.5.13": stale + ["q_side_fused"],
+                   "0.5.14": ["q_side_fused"]}
+    runs = [{"spec": f"sglang=={v}", "available": True, "cases": 50, "tested": f"sglang=={v}",
+             "findings": [_values_record(op) for op in ops]} for v, ops in per_release.items()]
+    rows = {r["bucket"]: r for r in build_matrix(runs, [])["rows"]}
+    assert set(rows) == {"mismatch | lora | step_a_q, step_a_v, step_b_q, step_b_v | values",
+                         "mismatch | lora | q_side_fused | values", "mismatch | lora | v_side_fused | values"}, set(rows)
+    merged = rows["mismatch | lora | step_a_q, step_a_v, step_b_q, step_b_v | values"]
+    assert (merged["introduced_in"], merged["fixed_in"]) == ("sglang==0.5.12", "sglang==0.5.14")
+    assert merged["counts"] == {"sglang==0.5.12": 8, "sglang==0.5.13": 8, "sglang==0.5.14": 0}
+    assert rows["mismatch | lora | v_side_fused | values"]["fixed_in"] == "sglang==0.5.13"

@@ -142,8 +142,7 @@ def test_reports_show_the_release_matrix():
     result = Result.from_dict(record)
     md = render_markdown(result)
     assert "## Release matrix" in md
-    assert ("| mismatch \\| lora \\| everywhere \\| [float32, cuda_graph] | 1 | 0 | sglang==0.5.12 | sglang==0.5.23 |"
-            in md)
+    assert "| mismatch \\| lora \\| step_a_q \\| values | 1 | 0 | sglang==0.5.12 | sglang==0.5.23 |" in md
     assert "| sglang-pr-28371 (https://github.com/sgl-project/sglang/pull/28371) | fixed | fails: mismatch (fails) | " \
            "passes (passes) |" in md
     html = render_html(result, with_plots=False)
