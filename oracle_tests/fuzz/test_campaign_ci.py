@@ -182,6 +182,15 @@ def test_one_planted_bug_is_one_finding_across_dtypes(tmp_path):
     assert "dtype" not in f["bucket"] and "config" not in f["bucket"]
 
 
+def test_two_planted_bugs_in_two_ops_are_two_findings(tmp_path):
+    # step B_q leaves each segment's last row unchanged and step A_v ignores the permutation
+    rec = _mutant_campaign(tmp_path, "lora_two_planted_bugs", 300, op="lora")
+    mismatches = [f for f in rec["findings"] if f["kind"] == "mismatch"]
+    assert sorted(f["op"] for f in mismatches) == ["step_a_v", "step_b_q"], [f["headline"] for f in mismatches]
+    for f in mismatches:
+        assert f["headline"].startswith(f"{f['op']}: ") and f["count"] >= 1
+
+
 def _lora_case(**kw):
     from kernel_oracle.harness.check import Case
     from kernel_oracle.harness.problems import LoRAProblem
