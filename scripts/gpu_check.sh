@@ -120,8 +120,8 @@ bench_part() {  # PART: one benchmark in its plain table mode
   record "bench-$1" "$RC" "$SECS" "$(grep -cE '^\| ' "$OUT/bench_$1.log") table lines in bench_$1.log"
 }
 
-main_job() {  # twice: a cold kernel cache (a fresh KERNEL_ORACLE_CACHE), then the same cache warm
-  local cache="$STATE/ko-cache" pass heads=""; rm -rf "$cache"
+main_job() {  # twice: a cold default kernel cache (a fresh KERNEL_ORACLE_CACHE), then the same cache warm
+  local cache="$STATE/ko-cache" pass heads="" saved=$TRITON_CACHE_DIR; rm -rf "$cache"; unset TRITON_CACHE_DIR
   for pass in cold warm; do
     KERNEL_ORACLE_CACHE="$cache" timed main-job 300 "$OUT/main_job_$pass.log" \
       python3 -m kernel_oracle run --device cuda --time 120 --out "$STATE/main-job-$pass"
@@ -146,7 +146,7 @@ print(f"{sum(c.get('cases', 0) for c in camps)} cases (triton lora {tri}, vision
 PY
 ); "
     cat "$OUT/main_job_$pass.txt"; tail -2 "$OUT/main_job_$pass.log" | cut -c1-200; done
-  record main-job "$RC" "$SECS" "$heads"
+  export TRITON_CACHE_DIR=$saved; record main-job "$RC" "$SECS" "$heads"
 }
 
 table() {
