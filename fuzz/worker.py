@@ -47,6 +47,17 @@ a descendant that left the group (its own ``setsid``) is found by the token it i
 environment (``KERNEL_ORACLE_WORKER_TOKEN``, one per worker process) and killed too.  Waits on the
 pipe never exceed :data:`MAX_WAIT_S`, the longest the platform's ``poll`` takes.
 
+Note [A broken device context]
+------------------------------
+An illegal or misaligned address, or a device-side assert, leaves the process's CUDA context broken:
+every later CUDA call fails, the oracle's and the next campaign's included.  The check raises
+:class:`harness.device.DeviceLost` when the target's own call reports it (an error of CUDA, not
+one the kernel raised), and the worker answers ``device-lost`` for any such error and exits; the
+parent ends it and returns a ``crash`` observation for the case whose call broke it (on a malformed
+input: the ``out of bounds`` consequence), and the next case starts a fresh worker.  Without this
+the broken context would be blamed on kernel-oracle ("harness error") and stop every campaign that
+shares the worker.
+
 Note [Target output]
 --------------------
 A target's prints are not the campaign's output: the worker's file descriptors 1 and 2 (so C
@@ -129,6 +140,7 @@ def _serve(conn, env: dict, output=None) -> None:
     from kernel_oracle.fuzz.targets import TargetError, resolve_target
     from kernel_oracle.harness import torch_state
     from kernel_oracle.harness.check import case_from_dict, check_case, execute
+    from kernel_oracle.harness.device import DeviceLost
 
     baseline = torch_state.snapshot()  # before any target is imported (Note [Global state])
     warmed: dict = {}
@@ -166,6 +178,11 @@ def _serve(conn, env: dict, output=None) -> None:
                 observed.state_changes = drift + observed.state_changes
                 conn.send(("obs", observed))
         except Exception as exc:  # noqa: BLE001 - a harness error: reported to the parent, not fatal here
+            from kernel_oracle.harness.device import is_device_error
+
+            if isinstance(exc, DeviceLost) or is_device_error(exc):  # Note [A broken device context]
+                conn.send(("device-lost", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+                return
             conn.send(("harness-error", f"{type(exc).__name__}: {exc}\n" + traceback.format_exc(limit=6)))
 
 
@@ -433,6 +450,10 @@ class Worker:
                                              f"worker killed and replaced")
         if tag == "error":
             return Observed("raise", exc_type="TargetError", message=payload)
+        if tag == "device-lost":
+            self.kill()
+            return Observed("crash", message=f"the target left the CUDA context broken ({payload}); worker "
+                                             f"replaced")
         if tag == "harness-error":
             raise WorkerError(f"harness error in the worker (a bug of kernel-oracle, not of the target): {payload}")
         return payload

@@ -73,6 +73,7 @@ from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
 from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
+from kernel_oracle.harness.device import DeviceLost, is_device_error
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
 from kernel_oracle.harness.text import bounded, printable
@@ -272,6 +273,9 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
             changed = torch_state.changes(settings, torch_state.snapshot())
             torch_state.restore(settings)
     except Exception as exc:  # noqa: BLE001 - the target's error is the observation
+        if is_device_error(exc):  # the CUDA context is gone: nothing more can run in this process
+            raise DeviceLost(f"{type(exc).__name__}: {_text_of(exc).splitlines()[0] if _text_of(exc) else ''}") \
+                from exc
         observed = Observed("raise", exc_type=type(exc).__name__,
                             exc_qualname=f"{type(exc).__module__}.{type(exc).__qualname__}",
                             message=bounded(_text_of(exc)), frame=target_frame(exc.__traceback__))

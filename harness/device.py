@@ -33,7 +33,7 @@ import os
 import sys
 from typing import Mapping, Optional
 
-__all__ = ["CACHE_ENV", "DEVICE_CHOICES", "cache_root", "configure_process", "cuda_available", "default_device", "interpreting",
+__all__ = ["CACHE_ENV", "DEVICE_CHOICES", "DeviceLost", "is_device_error", "cache_root", "configure_process", "cuda_available", "default_device", "interpreting",
            "default_triton_cache", "needs_interpreter", "resolve_device", "triton_cache_dir", "use_triton_cache",
            "worker_env"]
 
@@ -41,6 +41,21 @@ __all__ = ["CACHE_ENV", "DEVICE_CHOICES", "cache_root", "configure_process", "cu
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 _TRUE = ("1", "true", "yes", "on")
+
+
+class DeviceLost(RuntimeError):
+    """The target left the CUDA context broken (an illegal or misaligned address, a device-side assert):
+    every later CUDA call of the process fails, so the process that ran it must end (Note [A broken
+    device context] in :mod:`fuzz.worker`)."""
+
+
+def is_device_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is CUDA reporting a broken context (``torch.AcceleratorError``, or a
+    ``RuntimeError`` whose text starts a CUDA error), not an ordinary error a kernel raised."""
+    accelerator = getattr(sys.modules.get("torch"), "AcceleratorError", None)  # torch not imported: none
+    if accelerator is not None and isinstance(exc, accelerator):
+        return True
+    return isinstance(exc, RuntimeError) and str(exc).lstrip().startswith(("CUDA error", "CUDA driver error"))
 
 
 def interpreting(env: Optional[Mapping[str, str]] = None) -> bool:
