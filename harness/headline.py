@@ -63,7 +63,11 @@ def _what(finding: dict) -> str:
     if kind == "contract":
         return f"raises the wrong error or none: {message}"
     if kind == "validation-gap":
-        return f"accepts malformed input ({bucket.get('cause') or message})"
+        what = bucket.get("cause") or message
+        if finding.get("consequence") in ("defined rows changed", "out of bounds"):  # Note [Malformed consequences]
+            rows = f": {finding['rows']}" if finding.get("rows") else ""
+            return f"accepts malformed input ({what}) and {finding['consequence']}{rows}"
+        return f"accepts malformed input ({what})"
     if kind == "hang":
         return "does not answer within the case timeout"
     return f"{kind}: {message}" if kind != "crash" else f"crashes: {message}"

@@ -73,7 +73,7 @@ def _state(out, **identity):
 
 
 def _one_finding(state):
-    state.append_finding({"id": state.next_finding_id("mismatch", "step_a_v", "float32"), "target": "triton",
+    state.append_finding({"id": state.next_finding_id("mismatch", "step_a_v"), "target": "triton",
                           "op": "step_a_v", "kind": "mismatch", "message": "m", "repro": "r"},
                          __import__("kernel_oracle.fuzz.state", fromlist=["GroupKey"]).GroupKey(
                              "triton", "step_a_v", "float32", "small"))
