@@ -2,8 +2,11 @@
 
 ``varlen_attn`` takes k and v with their own heads (``enable_gqa``) and a ``window_size`` in
 FlashAttention's convention, the reference's (Note [Window and sinks] in
-:mod:`reference.vision_arguments`); it has no attention sinks, so the target declines ``s_aux`` (and
-refuses one, naming it, rather than ignoring it)."""
+:mod:`reference.vision_arguments`), in the torch releases that have those parameters: where it has no
+``enable_gqa`` (torch 2.11), k and v heads are repeated for the query heads that read them (query head
+h reads k/v head ``h // (H // H_kv)``, SPEC.md part 2); where it has no ``window_size``, the target
+declines the window.  It has no attention sinks, so the target declines ``s_aux`` (and refuses one,
+naming it, rather than ignoring it)."""
 
 from __future__ import annotations
 
@@ -24,7 +27,11 @@ def _torch_varlen(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
     if not str(device).startswith("cuda"):
         return unavailable("torch-varlen", "varlen_attn has no CPU kernel (aten::_flash_attention_forward is "
                                             "CUDA-only); run with --device cuda")
+    import inspect
+
     from kernel_oracle.reference.contracts import raise_contract
+
+    takes = set(inspect.signature(varlen_attn).parameters)
     from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
 
     def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,
@@ -45,8 +52,12 @@ def _torch_varlen(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
             lens = torch.tensor([int(plan.lengths[b]) for b in real], dtype=torch.int32)
             cu = torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(lens, 0, dtype=torch.int32)]).to(qq.device)
             mx = int(lens.max())
-            res = varlen_attn(qq, kk, vv, cu, cu, mx, mx, scale=plan.scale, window_size=plan.window,
-                              enable_gqa=plan.k.shape[1] != H)
+            extra = {"window_size": plan.window} if "window_size" in takes else {}
+            if "enable_gqa" in takes:
+                extra["enable_gqa"] = plan.k.shape[1] != H
+            elif plan.k.shape[1] != H:  # no enable_gqa: each k/v head once per query head that reads it
+                kk, vv = (t.repeat_interleave(H // plan.k.shape[1], dim=1) for t in (kk, vv))
+            res = varlen_attn(qq, kk, vv, cu, cu, mx, mx, scale=plan.scale, **extra)
             pos = 0
             for b in real:
                 n = int(plan.lengths[b])
@@ -59,10 +70,11 @@ def _torch_varlen(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
     return Target("torch-varlen", {"vision": flashinfer_cudnn_attention}, precision="ieee", strict=True,
                   excluded_dtypes={"float32": "varlen_attn (flash attention) supports float16 and bfloat16 only"},
                   notes={op: "torch-varlen is a vision peer only" for op in FAMILY_OPS["lora"]},
-                  declines={"s_aux": NO_SINKS})
+                  declines={"s_aux": NO_SINKS, **({} if "window_size" in takes else {"window_size": NO_WINDOW})})
 
 
 NO_SINKS = "torch's varlen_attn has no attention sinks (s_aux); pass s_aux=None"
+NO_WINDOW = "this torch's varlen_attn takes no window_size"
 
 
 register_target("torch-varlen", _torch_varlen)
