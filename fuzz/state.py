@@ -49,16 +49,16 @@ never reported as the current code's); ``fresh=True`` deletes the earlier campai
 from __future__ import annotations
 
 import json
-import math
 import time
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
 from kernel_oracle.fuzz.targets.identity import identity_difference
 from kernel_oracle.harness.schema import FINDING_KINDS
+from kernel_oracle.fuzz.state_checks import (ID_NUMBER as _ID_NUMBER, MAX_COUNT, checked_count, checked_ratio,
+                                             checked_seconds, checked_text, finding_problem, region_counts)
 
 __all__ = ["CampaignState", "CaseNotSaved", "OtherCampaign", "GroupCounts", "GroupKey", "MAX_COUNT", "MAX_EXAMPLES", "OutDirBusy",
            "STATE_FILES", "StateError", "TARGET_OUTPUT_LOG", "finding_problem"]
@@ -68,9 +68,6 @@ STATE_VERSION = 2
 SAVE_INTERVAL_S = 0.5
 # examples kept per finding and dtype besides its own (shrunk) one
 MAX_EXAMPLES = 3
-_ID_NUMBER = re.compile(r"^F(\d+)-")
-# the largest count or number of seconds state.json may hold (Note [Validated state])
-MAX_COUNT = 10**12
 # what the target printed (fuzz.worker, Note [Target output])
 TARGET_OUTPUT_LOG = "target-output.log"
 # files of an out directory (each must be a regular file when present)
@@ -95,70 +92,6 @@ class CaseNotSaved(StateError):
     """A finding's case files could not be written (the finding itself is kept)."""
 
 
-def _count(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
-        raise ValueError(f"{name}={value!r} is not a count in [0, {MAX_COUNT}]")
-    return value
-
-
-def _seconds(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 <= value <= MAX_COUNT:
-        raise ValueError(f"{name}={value!r} is not a finite number of seconds in [0, {MAX_COUNT}]")
-    return float(value)
-
-
-def _ratio(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"ratios holds {value!r}, not a finite error ratio >= 0")
-    return float(value)
-
-
-def _text(name: str, value) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{name}={value!r} is not a string")
-    return value
-
-
-_FINDING_TEXT = ("id", "target", "op", "kind", "message", "repro")
-_FINDING_OPTIONAL = {"dtype": str, "dtypes": list, "regions": list, "headline": str, "shape_class": str, "expected": str, "note": str, "figures": dict,
-                     "problem": (dict, type(None)), "bucket": dict, "count": int, "examples": list}
-
-
-def _region_counts(value) -> dict:
-    """``{region: cases}`` of a finding's hits (a plain list counts each region once)."""
-    if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, list):
-        return {r: 1 for r in value}
-    if value is None:
-        return {}
-    raise ValueError(f"regions={value!r} is not an object of region -> count")
-
-
-def finding_problem(item) -> Optional[str]:
-    """Why ``item`` (a parsed line of ``findings.jsonl``) is not a finding, or None (Note [Validated state])."""
-    if not isinstance(item, dict):
-        return f"a JSON {type(item).__name__}, not a finding object"
-    missing = [k for k in _FINDING_TEXT if k not in item]
-    if missing:
-        return f"a finding lacks the fields {missing}"
-    bad = [k for k in _FINDING_TEXT if not isinstance(item[k], str)]
-    bad += [k for k, t in _FINDING_OPTIONAL.items() if k in item and not isinstance(item[k], t)]
-    if bad:
-        return f"the fields {bad} have the wrong type"
-    if not _ID_NUMBER.match(item["id"]):
-        return f"id={item['id']!r} is not a finding id (F<number>-...)"
-    if item["kind"] not in FINDING_KINDS:
-        return f"kind={item['kind']!r} is not one of {list(FINDING_KINDS)}"
-    bucket = item.get("bucket")
-    if bucket is not None and not (isinstance(bucket.get("kind"), str) and isinstance(bucket.get("cause", ""), str)
-                                   and isinstance(bucket.get("config", []), list)
-                                   and isinstance(bucket.get("flags", []), list)):
-        return "its bucket is not a bucket object"
-    return None
-
-
 @dataclass(frozen=True, order=True)
 class GroupKey:
     """The counters' key: one group of the result record."""
@@ -173,7 +106,7 @@ class GroupKey:
 
     @classmethod
     def from_dict(cls, d: dict) -> "GroupKey":
-        return cls(*(_text(f"key.{k}", d[k]) for k in ("target", "op", "dtype", "shape_class")))
+        return cls(*(checked_text(f"key.{k}", d[k]) for k in ("target", "op", "dtype", "shape_class")))
 
 
 @dataclass
@@ -194,14 +127,14 @@ class GroupCounts:
         for k, v in (d.get("findings") or {}).items():
             if k not in FINDING_KINDS:
                 raise ValueError(f"findings[{k!r}] is not a finding kind")
-            counts[k] = _count(f"findings[{k!r}]", v)
-        cases, passes = _count("cases", d.get("cases", 0)), _count("passes", d.get("passes", 0))
+            counts[k] = checked_count(f"findings[{k!r}]", v)
+        cases, passes = checked_count("cases", d.get("cases", 0)), checked_count("passes", d.get("passes", 0))
         if passes > cases:
             raise ValueError(f"passes={passes} exceeds cases={cases}")
         ratios = d.get("ratios") or []
         if not isinstance(ratios, list):
             raise ValueError(f"ratios={ratios!r} is not a list")
-        return cls(cases, passes, [_ratio(r) for r in ratios], counts)
+        return cls(cases, passes, [checked_ratio(r) for r in ratios], counts)
 
 
 def _check_layout(out: Path) -> None:
@@ -421,20 +354,20 @@ class CampaignState:
         if not isinstance(hits, dict) or not all(isinstance(v, dict) and isinstance(v.get("examples") or [], list)
                                                  for v in hits.values()):
             raise ValueError("hits is not an object of {'count': n, 'examples': [...]}")
-        hits = {str(k): {"count": _count(f"hits[{k!r}].count", v.get("count", 1)),
+        hits = {str(k): {"count": checked_count(f"hits[{k!r}].count", v.get("count", 1)),
                          "examples": list(v.get("examples") or []),
-                         "dtypes": [_text(f"hits[{k!r}].dtypes", d) for d in v.get("dtypes") or []],
-                         "regions": {_text(f"hits[{k!r}].regions", r): _count(f"hits[{k!r}].regions[{r!r}]", n)
-                                     for r, n in _region_counts(v.get("regions")).items()}}
+                         "dtypes": [checked_text(f"hits[{k!r}].dtypes", d) for d in v.get("dtypes") or []],
+                         "regions": {checked_text(f"hits[{k!r}].regions", r): checked_count(f"hits[{k!r}].regions[{r!r}]", n)
+                                     for r, n in region_counts(v.get("regions")).items()}}
                 for k, v in hits.items()}
-        counters = (_count("executed", raw.get("executed", 0)), _count("runs", raw.get("runs", 0)),
-                    _seconds("elapsed_s", raw.get("elapsed_s", 0.0)), _count("finding_count", raw.get("finding_count", 0)))
+        counters = (checked_count("executed", raw.get("executed", 0)), checked_count("runs", raw.get("runs", 0)),
+                    checked_seconds("elapsed_s", raw.get("elapsed_s", 0.0)), checked_count("finding_count", raw.get("finding_count", 0)))
         notes = raw.get("notes") or []
         if not isinstance(notes, list):
             raise ValueError(f"notes={notes!r} is not a list")
         for name in ("target", "op"):
             if raw.get(name) is not None:
-                _text(name, raw[name])
+                checked_text(name, raw[name])
         identity = raw.get("identity")
         if identity is not None and not (isinstance(identity, dict)
                                          and all(isinstance(k, str) for k in identity)):
@@ -612,7 +545,7 @@ class CampaignState:
                    "examples": list(h["examples"])}
             row["dtypes"] = dtypes_of({"dtypes": [*(f.get("dtypes") or [f.get("dtype") or "-"]),
                                                   *(h.get("dtypes") or [])]})
-            counts = _region_counts(h.get("regions"))  # most cases first: the headline names the first
+            counts = region_counts(h.get("regions"))  # most cases first: the headline names the first
             row["regions"] = list(dict.fromkeys([*sorted(counts, key=lambda r: -counts[r]),
                                                  *(f.get("regions") or ([where] if where else []))]))
             row["headline"] = headline(row)

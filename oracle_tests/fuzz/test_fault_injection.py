@@ -319,8 +319,9 @@ def test_an_in_place_step_may_write_only_its_output():
 
 def test_a_campaign_finds_input_writes(tmp_path, monkeypatch):
     spec = _package(tmp_path, "clobber", "from kernel_oracle.reference import lora as ref\n\n"
-                                         "def step_a_q_fwd(q, B, bi, K):\n    out = ref.step_a_q_fwd(q, B, bi, K)\n"
-                                         "    bi.weight_indices.fill_(0)\n    B.zero_()\n    return out\n")
+                                         "def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head):\n"
+                                         "    out = ref.step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head)\n"
+                                         "    batch_info.weight_indices.fill_(0)\n    B_buf.zero_()\n    return out\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     rec = _campaign(tmp_path, spec)
     (f,) = rec["findings"]
@@ -564,7 +565,7 @@ def test_a_failed_case_write_keeps_the_finding(tmp_path, monkeypatch, capsys):
     rec = _campaign(tmp_path, spec, budget=4)
     assert rec["summary"]["status"] == "finished" and rec["campaign"]["executed"] >= 2
     (f,) = _findings(tmp_path / "out")
-    assert f["note"].startswith("its tensors were not saved (cases/F0001-contract-step_a_q-float32.pt not written: "
+    assert f["note"].startswith("its tensors were not saved (cases/F0001-contract-step_a_q.pt not written: "
                                 "OSError: [Errno 28] No space left on device)")
     assert not list((tmp_path / "out" / "cases").glob("*.pt"))
     argv = shlex.split(f["repro"])
@@ -578,8 +579,12 @@ def test_a_failed_findings_write_ends_with_exit_2_and_a_summary(tmp_path, monkey
     spec = _raising(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
 
-    def full(fd):
-        raise OSError(28, "No space left on device")
+    def full(fd):  # the disk fills once the campaign has started (its identity file written)
+        if (tmp_path / "out" / "identity.json").exists():
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    real_fsync = os.fsync
 
     monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(CampaignError, match=r"stopped: .*: cannot (write|append finding F0001) \(No space left"):
@@ -615,7 +620,7 @@ def test_no_process_outlives_the_campaign(tmp_path):
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in pids if _alive(p)], "a process the target started outlived the campaign"
-    assert proc.returncode == 1 and "[hang]" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "-hang-step_a_q" in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("delay", [0.5, 1.0, 2.5])

@@ -58,7 +58,6 @@ MALFORMED = {
     "mutant:": "a mutant spec is mutant:NAME (letters, digits and underscores)",
     "my_pkg..kernels": "a module spec is package.module or package.module:attr",
     "my_pkg.kernels:": "a module spec is package.module or package.module:attr",
-    "Triton": "a built-in name is lower-case letters, digits and '-'",
     "tri ton": "a spec has no spaces",
 }
 
