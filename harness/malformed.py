@@ -7,7 +7,8 @@ without ``KERNEL_ORACLE_STRICT``) is judged on upstream's contracts: malformed m
 accepts is no finding by itself.  What it did with it is: :func:`consequence` compares its output
 with the float64 reference of the *valid part* of the input and names one class:
 
-* ``rejected``: it raised (the error contract then decides, as for any error);
+* ``rejected``: it raised: for a target without strict validation any error passes (no upstream
+  contract names one for malformed metadata: ``harness.check._judge_error``);
 * ``harmless``: only the region the malformation leaves undefined differs;
 * ``rows dropped``: rows the valid part defines were left unwritten: NaN (the poison, or a fresh
   buffer's garbage read as NaN), bit-identical to the in-place output's rows before the call, or

@@ -65,6 +65,19 @@ def test_a_malformation_without_a_valid_part_is_harmless():
         assert verdict.consequence == "harmless"
 
 
+def test_any_error_on_malformed_metadata_is_rejected_by_a_lenient_target_not_by_a_strict_one():
+    """No upstream contract names the error for malformed metadata: a target without strict validation
+    that raises (an IndexError of its own indexing) rejected it and passes; ours must raise the strict text."""
+
+    def raises(*args, **kwargs):
+        raise IndexError("index 50 is out of bounds for dimension 0 with size 50")
+
+    lenient = check_case(Target("lenient", {"step_b_q": raises}, strict=False), BAD_SLOT, "cpu")
+    assert lenient.ok and lenient.consequence == "rejected", lenient
+    strict = check_case(Target("strict", {"step_b_q": raises}, strict=True), BAD_SLOT, "cpu")
+    assert not strict.ok and strict.kind == "contract" and "IndexError" in strict.message, strict
+
+
 MODULE = '''
 import copy
 import torch
