@@ -114,6 +114,20 @@ _VA = "vision/attention.py"
 _FORCE_SEG = Patch(_P, 'token_major = seg_rows > TOKEN_MAJOR_WASTE * num_rows if force == "auto" else force == "tok"',
                    "token_major = False")
 
+# step B_q leaves each segment's last row as it was (Note [Planted-bug mutants]): its output rows kept
+# around the launch and put back
+_DROPS_SEGMENT_END = (Patch(_L, '    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])\n'
+              '    return base_output',
+          '    _ip = batch_info.seg_indptr[: num_segments(batch_info) + 1].long()\n'
+          '    _ends = (_ip[1:] - 1)[_ip[1:] > _ip[:-1]]\n'
+          '    if batch_info.permutation is not None:\n'
+          '        _ends = batch_info.permutation.long()[_ends]\n'
+          '    _kept = base_output[_ends].clone()\n'
+          '    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])\n'
+          '    base_output[_ends] = _kept\n'
+          '    return base_output'),
+    Patch(_L, "\ndef step_b_q_fwd(", "\nfrom ._plan import num_segments\n\n\ndef step_b_q_fwd("))
+
 MUTANTS: tuple[Mutant, ...] = (
     # ---- LoRA ----
     Mutant("lora_ignore_permutation", "lora", "rows are read and written at their logical index; permutation ignored",
@@ -135,31 +149,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # Note [Planted-bug mutants]: one defect in one op each (the campaign must report each as ONE finding
     # across dtypes, and the two together as two): step B_q leaves each segment's last row as it was
     Mutant("lora_step_b_q_drops_segment_end", "lora", "step B_q leaves each segment's last row unchanged",
-           (Patch(_L, '    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])\n'
-                      '    return base_output',
-                  '    _ip = batch_info.seg_indptr[: num_segments(batch_info) + 1].long()\n'
-                  '    _ends = (_ip[1:] - 1)[_ip[1:] > _ip[:-1]]\n'
-                  '    if batch_info.permutation is not None:\n'
-                  '        _ends = batch_info.permutation.long()[_ends]\n'
-                  '    _kept = base_output[_ends].clone()\n'
-                  '    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])\n'
-                  '    base_output[_ends] = _kept\n'
-                  '    return base_output'),
-            Patch(_L, "\ndef step_b_q_fwd(", "\nfrom ._plan import num_segments\n\n\ndef step_b_q_fwd(")),
-           ops=("step_b_q",)),
+           _DROPS_SEGMENT_END, ops=("step_b_q",)),
     Mutant("lora_two_planted_bugs", "lora", "step B_q leaves each segment's last row unchanged, and step A_v "
            "reads rows at their logical index (permutation ignored)",
-           (Patch(_L, '    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])\n'
-                      '    return base_output',
-                  '    _ip = batch_info.seg_indptr[: num_segments(batch_info) + 1].long()\n'
-                  '    _ends = (_ip[1:] - 1)[_ip[1:] > _ip[:-1]]\n'
-                  '    if batch_info.permutation is not None:\n'
-                  '        _ends = batch_info.permutation.long()[_ends]\n'
-                  '    _kept = base_output[_ends].clone()\n'
-                  '    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])\n'
-                  '    base_output[_ends] = _kept\n'
-                  '    return base_output'),
-            Patch(_L, "\ndef step_b_q_fwd(", "\nfrom ._plan import num_segments\n\n\ndef step_b_q_fwd("),
+           (*_DROPS_SEGMENT_END,
             Patch(_L, '    p = plan("step_a_v", batch_info, S, max_len, num_slots=A_buf.shape[0], options=lora)',
                   '    p = plan("step_a_v", batch_info, S, max_len, num_slots=A_buf.shape[0], options=lora)\n'
                   '    if batch_info.permutation is not None:\n'
