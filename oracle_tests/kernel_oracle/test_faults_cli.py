@@ -176,18 +176,25 @@ def step_a_v_fwd(attn_output, A_buf, batch_info):
 '''
 
 
-@pytest.fixture
-def user_targets(tmp_path, monkeypatch):
-    """A package ``ko_fault_targets`` with a buggy (last segment skipped) and a correct step_a_v."""
+def target_package(tmp_path, monkeypatch, package: str, *, good: bool = True) -> Path:
+    """``tmp_path/targets/<package>`` with ``buggy.py`` (last segment skipped) and, with ``good``, a
+    correct ``good.py`` step_a_v, importable here and in spawned workers; returns the package folder."""
     root = tmp_path / "targets"
-    pkg = root / "ko_fault_targets"
+    pkg = root / package
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "buggy.py").write_text(_TARGET_SOURCE.format(what="BUG: the last segment is skipped.", skip=1))
-    (pkg / "good.py").write_text(_TARGET_SOURCE.format(what="Correct.", skip=0))
+    if good:
+        (pkg / "good.py").write_text(_TARGET_SOURCE.format(what="Correct.", skip=0))
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-    return root
+    return pkg
+
+
+@pytest.fixture
+def user_targets(tmp_path, monkeypatch):
+    """A package ``ko_fault_targets`` with a buggy (last segment skipped) and a correct step_a_v."""
+    return target_package(tmp_path, monkeypatch, "ko_fault_targets").parent
 
 
 def _standalone(script: Path, target_root: Path, *extra: str) -> subprocess.CompletedProcess:

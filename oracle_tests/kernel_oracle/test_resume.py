@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from oracle_tests.conftest import DEVICE
-from oracle_tests.kernel_oracle.test_faults_cli import _TARGET_SOURCE
+from oracle_tests.kernel_oracle.test_faults_cli import target_package
 from kernel_oracle.cli import main as cli_main
 from kernel_oracle.fuzz.state import CampaignState, OtherCampaign
 
 
 @pytest.fixture
 def module_target(tmp_path, monkeypatch):
-    root = tmp_path / "targets"
-    pkg = root / "ko_resume_targets"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "buggy.py").write_text(_TARGET_SOURCE.format(what="BUG: the last segment is skipped.", skip=1))
-    monkeypatch.syspath_prepend(str(root))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-    return pkg / "buggy.py"
+    return target_package(tmp_path, monkeypatch, "ko_resume_targets", good=False) / "buggy.py"
 
 
 def _fuzz(capsys, out, *extra):
