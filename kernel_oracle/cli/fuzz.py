@@ -63,13 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "sglang_wheel")
 
 
-def gap_lines(gaps: list) -> list:
-    """The validation-gap table's console lines (:func:`kernel_oracle.harness.malformed.gap_lines`)."""
-    from kernel_oracle.harness.malformed import gap_lines as lines
-
-    return lines(gaps)
-
-
 def finding_line(f: dict) -> str:
     """The console lines of one finding record: ``FINDING`` (new) or ``KNOWN`` (a known upstream issue,
     with its id and link) and its one-sentence headline; beneath it its dtypes, a few examples (op,
@@ -154,6 +147,8 @@ def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
         print(f"  note: {note}")
     for f in record["findings"]:
         print(finding_line(f))
+    from kernel_oracle.harness.malformed import gap_lines
+
     for line in gap_lines(record.get("validation_gaps") or []):
         print(line)
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl; shards: {args.out}/shards/")
@@ -214,6 +209,8 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
               + (f", max error ratio {g['error_ratio']['max']:.3g}" if g["error_ratio"]["max"] is not None else ""))
     for f in record["findings"]:  # printed when found too; here with the final dtypes, count and examples
         print(finding_line(f))
+    from kernel_oracle.harness.malformed import gap_lines
+
     for line in gap_lines(record.get("validation_gaps") or []):
         print(line)
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl")

@@ -189,6 +189,8 @@ def _one_row_per_change(rows: dict) -> dict:
                "counts": {s: sum(r["counts"].get(s, 0) for r in merged) for s in merged[0]["counts"]},
                "examples": {s: e for r in reversed(merged) for s, e in r["examples"].items()}}
         rows[label] = row
+    for row in rows.values():
+        row.pop("unlabelled", None)  # the grouping key only, not part of the record
     return rows
 
 
