@@ -399,6 +399,11 @@ def overflow_threshold(dtype: torch.dtype) -> float:
 
 
 def _argmax_index(x: torch.Tensor) -> tuple[int, ...]:
-    """Index (a tuple) of the largest element of ``x``."""
+    """Index (a tuple) of the largest element of ``x``.  Plain integer arithmetic: torch.unravel_index
+    imports torch.fx's symbolic shapes (and sympy), two seconds on a process's first mismatch."""
     flat = int(torch.argmax(x))
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), x.shape))
+    index = []
+    for size in reversed(x.shape):
+        flat, i = divmod(flat, size)
+        index.append(i)
+    return tuple(reversed(index))

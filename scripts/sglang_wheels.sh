@@ -8,8 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 releases=("$@")
-# kv_b kernels: 0.5.12, 0.5.15, 0.5.23; the vision wrapper's four versions: 0.5.10, 0.5.12, 0.5.16, 0.5.23
-[ ${#releases[@]} -eq 0 ] && releases=(0.5.10 0.5.12 0.5.15 0.5.16 0.5.23)
+# kv_b kernels: 0.5.12, 0.5.13 (the TRT-LLM-style file before its one-slot fix), 0.5.15, 0.5.23; the vision wrapper's four versions: 0.5.10, 0.5.12, 0.5.16, 0.5.23
+[ ${#releases[@]} -eq 0 ] && releases=(0.5.10 0.5.12 0.5.13 0.5.15 0.5.16 0.5.23)
 dest="${KERNEL_ORACLE_CACHE:-$HOME/.cache/kernel-oracle}/wheels"
 mkdir -p "$dest"
 py="${PYTHON:-$(command -v python3 || command -v python)}"

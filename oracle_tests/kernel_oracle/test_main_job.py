@@ -264,3 +264,46 @@ def test_salvage_reads_a_killed_campaign_through_its_state(tmp_path):
         "reference", "step_a_q", "float32", "prefill", 2, 1)
     assert g["findings"]["contract"] == 1 and [f["id"] for f in rec["findings"]] == ["F0001-contract-step_a_q-float32"]
     assert main_job_campaigns.salvage("reference", tmp_path / "absent", seed=3, device="cpu") is None
+
+
+# ---- background compilation of our kernels (Note [The main job], step 3) ----------------------------
+
+def test_our_kernels_campaigns_run_last_while_they_compile(monkeypatch, tmp_path):
+    """With background compilation the ``triton`` campaigns run after every other pair (in the targets'
+    order otherwise); without it the order is the targets' own."""
+    import time
+
+    from kernel_oracle.jobs import main_job_campaigns as mc
+    from kernel_oracle.harness.schema import new_record
+
+    monkeypatch.setattr(mc, "discover_targets", lambda record, device, specs, log, wheel=None: [
+        ("triton", None, ("lora", "vision")), ("reference", None, ("lora", "vision")), ("torch-varlen", None, ("vision",))])
+    ran = []
+    monkeypatch.setattr(mc, "run_one_campaign", lambda name, fam, **kw: ran.append((name, fam)) or ({}, None))
+    for last, first in ((("triton",), ("reference", "lora")), ((), ("triton", "lora"))):
+        ran.clear()
+        mc.run_campaign_part(new_record("main", seeds={"seed": 0}, device="cuda"), "cuda", 0, time.monotonic() + 600,
+                             tmp_path, None, ("lora", "vision"), lambda text: None, last=last)
+        assert ran[0] == first and len(ran) == 5
+        if last:
+            assert ran[-2:] == [("triton", "lora"), ("triton", "vision")]
+
+
+def test_background_compilation_only_for_our_kernels_on_cuda(monkeypatch):
+    """:func:`main_job.launch_precompile` starts children (at low priority, every core but the job's)
+    for target ``triton`` on CUDA only."""
+    from kernel_oracle.fuzz import precompile
+    from kernel_oracle.jobs import main_job
+
+    started = []
+    monkeypatch.setattr(precompile, "start_variants", lambda spec, device, **kw: started.append((spec, device, kw)) or "h")
+    monkeypatch.setattr(main_job.os, "cpu_count", lambda: 16)
+    assert main_job.launch_precompile("cpu", None, ("lora",), 120.0, {}) is None
+    assert main_job.launch_precompile("cuda", ["reference"], ("lora",), 120.0, {}) is None
+    assert started == []
+    assert main_job.launch_precompile("cuda", None, ("lora", "vision"), 120.0, {}) == "h"
+    (spec, device, kw), = started
+    assert (spec, device, kw["processes"], kw["seconds"]) == ("triton", "cuda", 16 - main_job.JOB_CORES, 120.0)
+    assert kw["nice"] > 0 and "vision" in kw["ops"] and "step_a_q" in kw["ops"]
+    monkeypatch.setattr(main_job.os, "cpu_count", lambda: 4)
+    assert main_job.launch_precompile("cuda", ["triton"], ("lora",), 120.0, {}) is None  # one core to spare
