@@ -142,6 +142,7 @@ class _Search:
         self.known_issues = known_issues  # harness.known_issues entries (None: the default file)
         self.database = database  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
         self.wanted_dtypes: Optional[tuple] = config.dtypes
+        self.memcheck_notes: list = []  # where --memcheck could not run (the summary's notes)
         self.gaps = GapTable()  # accepted malformed metadata judged a validation gap (Note [Malformed consequences])
         self.bar = None
 
@@ -228,6 +229,8 @@ class _Search:
             self.bar = Progress(self.budget, self.config.progress, f"fuzz {self.target} {self.op}")
             self._replay_shared()
             self._loop()
+            if self.config.memcheck:
+                self._memcheck_gaps()
         except KeyboardInterrupt as exc:
             self._interrupted(exc.signame if isinstance(exc, CampaignInterrupted) else "SIGINT")
         except StateError as exc:  # the out directory failed under us (a full disk): exit 2 with what it holds
@@ -239,7 +242,7 @@ class _Search:
         self.state.elapsed_s = self.elapsed()
         self.state.save()
         notes = [self.harness_error] if self.harness_error is not None else []
-        return self.finish(notes + self._output_notes(), status="incomplete" if notes else None)
+        return self.finish(notes + self.memcheck_notes + self._output_notes(), status="incomplete" if notes else None)
 
     def _interrupted(self, signame: str) -> None:
         """SIGTERM / SIGINT: end the worker, save the state and an interrupted summary, raise
@@ -500,6 +503,33 @@ class _Search:
             return False
         self.gaps.add(case, verdict, self.target) if count else None
         return True
+
+    def _memcheck_gaps(self) -> None:
+        """``--memcheck``: each validation-gap row's smallest example under compute-sanitizer's memcheck
+        (Note [Malformed consequences]); a reported access turns the row into an out-of-bounds finding.
+        Where memcheck cannot run (not CUDA, no compute-sanitizer) the campaign says so in a note."""
+        import dataclasses
+
+        from kernel_oracle.harness.check import prepared_call
+        from kernel_oracle.harness.malformed import memcheck, sanitizer_command
+
+        for key, row in sorted(self.gaps.rows.items(), key=lambda kv: kv[0]):
+            example = row["example"] + (f" --sglang-wheel {shlex.quote(str(self.config.sglang_wheel))}"
+                                        if self.config.sglang_wheel else "")
+            command = sanitizer_command(example, self.device)
+            if command is None:
+                self.memcheck_notes.append(f"--memcheck: not run (device {self.device}"
+                                           f"{'' if self.device != 'cuda' else ', no compute-sanitizer on PATH'})")
+                return
+            status, summary = memcheck(command)
+            if status == "failed":
+                self.memcheck_notes.append(f"--memcheck of {key[0]} {key[1]}: {summary}")
+            elif status == "access":
+                self.gaps.pop(key)
+                case = row["case"]
+                verdict = dataclasses.replace(row["verdict"], consequence="out of bounds",
+                                              message=f"compute-sanitizer memcheck: {summary}")
+                self._record(case, verdict, verdict.bucket, prepared_call(case, self.device))
 
     def _hit(self, fid: str, case, bucket=None) -> None:
         """One more failing case of the finding ``fid`` (its dtype and region join the finding's)."""

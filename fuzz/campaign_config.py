@@ -75,7 +75,9 @@ class CampaignConfig:
     as validation gaps when harmless or rows dropped, Note [Malformed consequences]).  ``progress``: a progress
     bar.  ``sglang_wheel``: a wheel or a directory of wheels for ``sglang==X.Y.Z`` targets.
     ``fresh``: delete what ``out_dir`` holds of an earlier campaign instead of resuming it (a
-    directory of another campaign's identity is refused without it; :mod:`fuzz.state`).
+    directory of another campaign's identity is refused without it; :mod:`fuzz.state`).  ``memcheck``:
+    on CUDA, run each validation gap's smallest example under compute-sanitizer afterwards
+    (:func:`harness.malformed.memcheck`); a reported access makes it an out-of-bounds finding.
     """
 
     target: Union[str, TargetSpec]
@@ -97,6 +99,7 @@ class CampaignConfig:
     dtypes: Optional[tuple] = None
     sglang_wheel: Optional[str] = None
     fresh: bool = False
+    memcheck: bool = False
 
     def __post_init__(self) -> None:
         try:

@@ -16,7 +16,10 @@ with the float64 reference of the *valid part* of the input and names one class:
 * ``defined rows changed``: rows the valid part defines hold other values (past the tolerance
   of :func:`reference.tolerance.compare`);
 * ``out of bounds``: the worker crashed on it (a segfault, an illegal address), or on CUDA the
-  compute-sanitizer memcheck of its repro reports an access (:func:`sanitizer_command`).
+  compute-sanitizer memcheck of its repro reports an access (``fuzz --memcheck``: after the campaign,
+  :func:`memcheck` runs the smallest example of each validation-gap row, and a row it reports
+  becomes an out-of-bounds finding; an access that neither crashes nor changes a defined row shows
+  only there).
 
 ``defined rows changed`` and ``out of bounds`` are findings for every target (:data:`FINDING_CLASSES`);
 ``harmless`` and ``rows dropped`` are validation gaps of a lenient target (an informational table).
@@ -45,7 +48,8 @@ from typing import Optional
 
 import torch
 
-__all__ = ["CLASSES", "FINDING_CLASSES", "GAP_CLASSES", "GapTable", "gap_lines", "lenient_line", "SEGMENT_KINDS", "consequence", "sanitizer_command",
+__all__ = ["CLASSES", "FINDING_CLASSES", "GAP_CLASSES", "GapTable", "MEMCHECK_TIMEOUT_S", "case_elements", "gap_lines",
+           "lenient_line", "memcheck", "SEGMENT_KINDS", "consequence", "sanitizer_command",
            "valid_rows"]
 
 CLASSES = ("rejected", "harmless", "rows dropped", "defined rows changed", "out of bounds")
@@ -150,17 +154,56 @@ class GapTable:
         self.rows: dict = {}
 
     def add(self, case, verdict, target: str) -> None:
+        """Count ``case`` in its row (op x malformation x consequence); the row's example is its smallest
+        case (:func:`case_elements`), the one a memcheck runs."""
         key = (case.op, case.mutation.kind if case.mutation else "-", verdict.consequence)
-        row = self.rows.setdefault(key, {"dtypes": set(), "count": 0, "rows": verdict.rows,
-                                         "example": f"kernel-oracle repro --case {shlex.quote(case.to_json())} "
-                                                    f"--targets {shlex.quote(target)}"})
+        row = self.rows.setdefault(key, {"dtypes": set(), "count": 0})
         row["dtypes"].add(case.dtype)
         row["count"] += 1
+        if "case" not in row or case_elements(case) < case_elements(row["case"]):
+            row.update(case=case, verdict=verdict, rows=verdict.rows,
+                       example=f"kernel-oracle repro --case {shlex.quote(case.to_json())} --targets {shlex.quote(target)}")
+
+    def pop(self, key) -> dict:
+        """Remove a row (it became a finding); returns it."""
+        return self.rows.pop(key)
 
     def to_list(self) -> list:
         return [{"op": op, "malformation": kind, "consequence": cls, "dtypes": sorted(r["dtypes"]),
                  "count": r["count"], "example": r["example"], "rows": r["rows"]}
                 for (op, kind, cls), r in sorted(self.rows.items())]
+
+
+def case_elements(case) -> int:
+    """A case's size for picking the smallest example: its rows (tokens) times heads times the widest
+    head or rank dimension."""
+    p = case.problem
+    if p.family == "lora":
+        return (sum(p.seg_lens) + getattr(p, "extra_rows", 0)) * p.H * max(p.qk, p.vd, p.C, p.R)
+    return sum(p.lengths) * p.H * p.D
+
+
+# seconds one memcheck run may take (python and torch start-up under the sanitizer, one call)
+MEMCHECK_TIMEOUT_S = 180.0
+
+
+def memcheck(command: list, timeout_s: float = MEMCHECK_TIMEOUT_S) -> tuple:
+    """Run ``command`` (from :func:`sanitizer_command`); ``("clean" | "access" | "failed", summary)``:
+    ``access`` when memcheck reports an error (exit 99), with its first error line and its summary."""
+    import subprocess
+
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return "failed", f"memcheck did not finish in {timeout_s:g} s"
+    except OSError as exc:
+        return "failed", f"memcheck could not start: {exc.strerror or exc}"
+    lines = [ln.strip("= ").strip() for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("=========")]
+    errors = [ln for ln in lines if ln and not ln.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY"))]
+    summary = next((ln for ln in lines if ln.startswith("ERROR SUMMARY")), "")
+    if done.returncode == 99:
+        return "access", "; ".join(x for x in (errors[0] if errors else "", summary) if x)
+    return "clean", summary
 
 
 def gap_lines(gaps: list, limit: int = 6) -> list:

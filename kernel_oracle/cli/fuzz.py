@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-contracts-only", action="store_true",
                         help="generate no malformed metadata at all")
     options.add(parser, "with_malformed")
+    options.add(parser, "memcheck")
     options.add(parser, "limits")
     parser.add_argument("--no-isolate", dest="isolate", action="store_false",
                         help="run the target in this process (faster start; a crash or hang ends the campaign)")
@@ -102,7 +103,7 @@ def _config(args: argparse.Namespace, target, device: str):
                           device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
                           with_malformed=args.with_malformed, progress=not args.quiet, limits=args.limits, isolate=args.isolate,
                           case_timeout_s=args.case_timeout_s, warm_up_s=_warm_up_s(args.warm_up_s, device),
-                          sglang_wheel=args.sglang_wheel, fresh=args.fresh)
+                          sglang_wheel=args.sglang_wheel, fresh=args.fresh, memcheck=args.memcheck)
 
 
 def _warm_up_s(requested, device: str):

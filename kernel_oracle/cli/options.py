@@ -197,6 +197,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "db": (("--db",), dict(default=None, metavar="redis://HOST:6379/N",
                            help="with --gpus/--scheduler: one Hypothesis example database in Redis shared by every "
                                 "shard (a failure found by one is replayed by all)")),
+    "memcheck": (("--memcheck",), dict(action="store_true",
+                                       help="on CUDA, after the campaign, run each validation gap's smallest example "
+                                            "under compute-sanitizer's memcheck; one that reports an access is an "
+                                            "out-of-bounds finding (about half a minute per gap)")),
     "with_malformed": (("--with-malformed",), dict(action="store_true",
                                                    help="for a target without strict validation (sglang==X.Y.Z, a "
                                                         "module without KERNEL_ORACLE_STRICT): count accepted "
