@@ -16,20 +16,9 @@ wrappers run as usual (validation, output allocation, launch geometry) but every
 computes and runs nothing on the GPU.  Results cannot depend on them: they only fill a cache whose
 entries Triton keys by source, signature and options.
 
-The fixed list holds 2,172 variants, far more than a campaign meets (a few hundred cases meet 60-90 of
-them, spread over the whole list), and compiling all of it takes minutes on 16 cores.  So each child
-first compiles what a campaign is likely to meet: it draws a stream of fuzz cases from the campaign's
-own strategy (:func:`fuzz.strategies.cases`, the ``gpu`` preset, every category, the same seed in every
-child) and compiles the variants they launch, then the fixed list.  In the stream, child ``i`` of ``n``
-compiles only the variants whose key (:func:`variant_key`: kernel, constexprs, ``num_warps``, tensor
-dtypes, the key Triton compiles under) hashes to ``i``, so no two children compile the same variant; in
-the list it takes cases ``i, i+n, ...``.  On the CPU of this repository's test machine the first 1,500
-cases of the stream meet 176 variants, and the 100 met most often cover 91% of them.
-
-The children never run cases on the GPU, so they may run beside campaigns: the main job starts them
-(at low priority, :data:`BACKGROUND_NICE`) when it starts and runs the campaigns of our kernels last
-(Note [The main job]); a lone ``fuzz`` campaign waits for them before its clock starts.  The figures
-(cases/s with a cold and a warm cache) are in docs/BENCHMARKS.md.
+The children run before the campaign's clock, never beside it: children that drew and executed the
+campaign's own cases would contend with it for the GPU and the host, and the job would run fewer fuzz
+cases, not more.  The figures (cases/s with a cold and a warm cache) are in docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -42,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-__all__ = ["BACKGROUND_NICE", "CHILDREN_SHARE", "CompileOnly", "DEFAULT_WARM_UP_S", "MIN_PARALLEL_S", "Precompile",
-           "STREAM_CASES", "compile_only", "default_processes", "start_variants", "variant_key", "warm_up_target"]
+__all__ = ["CHILDREN_SHARE", "CompileOnly", "DEFAULT_WARM_UP_S", "MIN_PARALLEL_S", "Precompile", "compile_only", "default_processes",
+           "start_variants", "warm_up_target"]
 
 # the default warm-up of ``fuzz --device cuda`` without ``--warm-up`` (seconds, before the clock; it ends
 # as soon as every variant is compiled or loaded, a few seconds on a warm cache)
@@ -95,19 +84,11 @@ class Precompile:
         return True
 
 
-# cases of the fuzz strategy each child draws (and compiles its share of) before the fixed list
-STREAM_CASES = 1500
-# the niceness of children started beside campaigns (the main job): they take the cores the campaigns leave
-BACKGROUND_NICE = 10
-
-
 def start_variants(target: str, device: str, *, seconds: float, dtypes: Sequence[str], ops: Sequence[str],
-                   processes: Optional[int] = None, stream: int = STREAM_CASES,
-                   nice: int = 0) -> Precompile:
-    """Start children that compile (only) what a campaign of ``ops`` (LoRA ops and ``vision``) in
-    ``dtypes`` meets: their share of ``stream`` fuzz cases, then of the LoRA variant cases of
-    :func:`harness.warmup.variant_cases`; each exits when its share is done or after ``seconds``
-    (Note [Parallel precompilation]).  ``nice``: added to the children's niceness (background work)."""
+                   processes: Optional[int] = None) -> Precompile:
+    """Start children that compile (only) the LoRA variant cases of :func:`harness.warmup.variant_cases`,
+    child ``i`` of ``n`` the cases ``i, i+n, ...``, each exiting when its share is done or after
+    ``seconds`` (Note [Parallel precompilation])."""
     from kernel_oracle.harness.device import worker_env
 
     from kernel_oracle.harness.warmup import variant_cases
@@ -118,10 +99,9 @@ def start_variants(target: str, device: str, *, seconds: float, dtypes: Sequence
     for i in range(n):
         cmd = [sys.executable, "-m", "kernel_oracle.fuzz.precompile", "--target", target, "--device", device,
                "--seconds", f"{seconds:.1f}", "--dtypes", ",".join(dtypes), "--ops", ",".join(ops),
-               "--share", f"{i}/{n}", "--stream", str(int(stream))]
+               "--share", f"{i}/{n}"]
         handle.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                             stdin=subprocess.DEVNULL, text=True,
-                                             preexec_fn=(lambda: os.nice(nice)) if nice else None))
+                                             stdin=subprocess.DEVNULL, text=True))
     return handle
 
 
@@ -145,8 +125,7 @@ def warm_up_target(target, spec, device, *, time_s: Optional[float], processes: 
 
     t0 = time.monotonic()
     spec = TargetSpec.parse(spec)
-    ops = tuple(sorted(getattr(target, "entries", ())))
-    lora_ops = tuple(op for op in ops if op != "vision")
+    lora_ops = tuple(op for op in sorted(getattr(target, "entries", ())) if op != "vision")
     variants = (spec.name == "triton" and str(device).startswith("cuda") and bool(lora_ops)
                 and getattr(target, "available", True))
     from kernel_oracle.harness.warmup import variant_cases
@@ -156,7 +135,7 @@ def warm_up_target(target, spec, device, *, time_s: Optional[float], processes: 
     n = default_processes(len(variant_cases(lora_ops, dtypes))) if processes is None else int(processes)
     if variants and n > 0 and (time_s is None or time_s >= MIN_PARALLEL_S):
         children = start_variants(str(spec), str(device), seconds=time_s or 600.0, dtypes=dtypes,
-                                  ops=ops, processes=n)
+                                  ops=lora_ops, processes=n)
         children.wait(CHILDREN_SHARE * time_s if time_s is not None else 600.0)
         parallel = children.stop()
     left = None if time_s is None else max(1.0, time_s - (time.monotonic() - t0))
@@ -164,46 +143,17 @@ def warm_up_target(target, spec, device, *, time_s: Optional[float], processes: 
     return {**result, "seconds": round(time.monotonic() - t0, 3), "parallel": parallel}
 
 
-def variant_key(name: str, kernel, args: tuple, kwargs: dict) -> str:
-    """What selects the compiled variant of a launch ``kernel[grid](*args, **kwargs)`` of the kernel
-    called ``name``: every tensor argument's dtype, every constexpr and ``num_warps`` (the rest of
-    Triton's cache key, the source, is the kernel's), as text."""
-    import inspect
-
-    import torch
-
-    fn = getattr(kernel, "fn", kernel)
-    constexprs = {p.name for p in inspect.signature(fn).parameters.values() if "constexpr" in str(p.annotation)}
-    named = {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
-    parts = [name]
-    for k, v in sorted(named.items()):
-        if isinstance(v, torch.Tensor):
-            parts.append(f"{k}:{v.dtype}")
-        elif k in constexprs or k in ("num_warps", "num_stages"):
-            parts.append(f"{k}={v!r}")
-    return ",".join(parts)
-
-
 class CompileOnly:
     """A Triton kernel whose launches ``kernel[grid](*args, **kwargs)`` compile and run nothing; each
     compiled kernel is appended to ``seen`` (when given) as (grid, num_warps, num_stages, kernel)
-    (``tools/hopper_sass.py`` reads them).  ``share`` ``(i, n)``: only the launches whose
-    :func:`variant_key` hashes to ``i`` modulo ``n`` are compiled (set on :data:`SHARE` for all)."""
+    (``tools/hopper_sass.py`` reads them)."""
 
-    def __init__(self, kernel, seen: Optional[list] = None, name: str = "") -> None:
+    def __init__(self, kernel, seen: Optional[list] = None) -> None:
         self._kernel = kernel
         self._seen = seen
-        self._name = name
 
     def __getitem__(self, grid):
         def warm(*args, **kwargs):
-            if SHARE is not None:
-                import hashlib
-
-                i, n = SHARE
-                key = variant_key(self._name, self._kernel, args, kwargs)
-                if int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) % n != i:
-                    return None  # another child's variant
             compiled = self._kernel.warmup(*args, grid=grid, **kwargs)
             if self._seen is not None:
                 self._seen.append((grid, kwargs.get("num_warps"), kwargs.get("num_stages"), compiled))
@@ -211,12 +161,8 @@ class CompileOnly:
         return warm
 
     def __getattr__(self, name):
-        attr = getattr(self._kernel, name)  # the LoRA kernels' twin family
-        return CompileOnly(attr, self._seen, f"{self._name}.generic") if name == "generic" else attr
-
-
-# (i, n) while a child compiles its share of a fuzz stream (Note [Parallel precompilation]); None: all
-SHARE: Optional[tuple] = None
+        attr = getattr(self._kernel, name)
+        return CompileOnly(attr, self._seen) if name == "generic" else attr  # the LoRA kernels' twin family
 
 
 def compile_only() -> list[str]:
@@ -228,17 +174,16 @@ def compile_only() -> list[str]:
     for module, names in ((lora_kernels, [n for n in dir(lora_kernels) if n.endswith("_kernel")]),
                           (vision_kernel, ["_vision_attn_fwd"])):
         for name in names:
-            setattr(module, name, CompileOnly(getattr(module, name), name=name))
+            setattr(module, name, CompileOnly(getattr(module, name)))
             patched.append(name)
     return patched
 
 
 def _child(args) -> int:
-    """One child of :func:`start_variants`: compile (only) its share ``I/N`` of a fuzz stream, then of
-    the variant cases, then exit (Note [Parallel precompilation])."""
-    global SHARE
+    """One child of :func:`start_variants`: compile (only) its share ``I/N`` of the variant cases, then exit."""
     deadline = time.monotonic() + args.seconds
     from kernel_oracle.fuzz.targets import resolve_target
+    from kernel_oracle.harness.check import execute
     from kernel_oracle.harness.device import configure_process
     from kernel_oracle.harness.warmup import variant_cases
 
@@ -246,57 +191,18 @@ def _child(args) -> int:
     compile_only()
     target = resolve_target(args.target, args.device)
     i, n = (int(v) for v in args.share.split("/"))
-    ops, dtypes = tuple(args.ops.split(",")), tuple(args.dtypes.split(","))
-    SHARE = (i, n)
-    compiled = _compile_stream(target, args.device, ops, dtypes, args.stream, deadline)
-    SHARE = None
-    for case in variant_cases(ops, dtypes)[i::n]:
-        if time.monotonic() >= deadline or not _compile(target, case, args.device):
+    compiled = 0
+    for case in variant_cases(tuple(args.ops.split(",")), tuple(args.dtypes.split(",")))[i::n]:
+        if time.monotonic() >= deadline:
             break
+        try:
+            execute(target, case, args.device, to_host=False)
+        except Exception as exc:  # noqa: BLE001 - nothing is judged here: the campaign meets the case and judges it
+            if "CUDA error" in str(exc):  # this child's context is gone: it can compile no more
+                break
         compiled += 1
     print(f"executed {compiled}", flush=True)
     return 0
-
-
-def _compile(target, case, device) -> bool:
-    """Run ``case`` compile-only; False when this child's CUDA context is gone (it can compile no more)."""
-    from kernel_oracle.harness.check import execute
-
-    try:
-        execute(target, case, device, to_host=False)
-    except Exception as exc:  # noqa: BLE001 - nothing is judged here: the campaign meets the case and judges it
-        if "CUDA error" in str(exc):
-            return False
-    return True
-
-
-def _compile_stream(target, device, ops, dtypes, count: int, deadline: float) -> int:
-    """Compile this child's share of the variants that ``count`` cases of the fuzz strategy (every
-    family of ``ops``, the ``gpu`` preset, every category, seed 0) launch; returns the cases run."""
-    from hypothesis import HealthCheck, Phase, given, seed, settings
-
-    from kernel_oracle.fuzz.strategies import cases
-
-    lora_ops = [op for op in ops if op != "vision"]
-    families = [f for f in ("lora", "vision") if (lora_ops if f == "lora" else "vision" in ops)]
-    if count <= 0 or not families:
-        return 0
-    done = [0]
-    alive = [True]
-    for family in families:
-        strategy = cases(family, dtypes=dtypes, ops=lora_ops if family == "lora" else None, limits="gpu")
-
-        @seed(0)
-        @settings(max_examples=max(1, count // len(families)), database=None, deadline=None,
-                  phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-        @given(strategy)
-        def run(case):
-            if alive[0] and time.monotonic() < deadline:
-                alive[0] = _compile(target, case, device)
-                done[0] += 1
-
-        run()
-    return done[0]
 
 
 def main(argv=None) -> int:
@@ -305,10 +211,7 @@ def main(argv=None) -> int:
         ap.add_argument(f"--{name}", required=True)
     ap.add_argument("--seconds", type=float, required=True)
     ap.add_argument("--share", required=True, metavar="I/N",
-                    help="compile share I of N of the fuzz stream's variants, then of the LoRA variant cases "
-                         "(harness.warmup.variant_cases), then exit")
-    ap.add_argument("--stream", type=int, default=STREAM_CASES, metavar="CASES",
-                    help=f"fuzz cases drawn before the variant cases (default {STREAM_CASES}; 0: none)")
+                    help="compile share I of N of the LoRA variant cases (harness.warmup.variant_cases), then exit")
     return _child(ap.parse_args(argv))
 
 

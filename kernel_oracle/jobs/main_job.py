@@ -20,11 +20,7 @@ On a fresh machine, within ``--time`` seconds on the best device there is:
    budget through the campaign's own bounds: its clock gets ``CAMPAIGN_SHARE`` of the slot,
    finishing a shrink at most ``SHRINK_SLACK_SHARE`` more, and a hung kernel one per-case timeout
    (at most ``CASE_TIMEOUT_SHARE`` of the slot) before its worker is killed; a campaign that still
-   runs long gets a note, and the later ones share what is left.  On CUDA, when our Triton kernels
-   are among the targets, compile-only children (:func:`launch_precompile`, Note [Parallel
-   precompilation] in fuzz/precompile.py) fill the kernel cache from the job's start, beside the
-   selfcheck and the other campaigns, and our kernels' campaigns run last, when most of what they
-   meet is compiled;
+   runs long gets a note, and the later ones share what is left;
 4. **report**: one record of kind ``"main"`` folding all of it in (:func:`harness.schema.merge`),
    written as ``<out>/latest.{json,md,html}`` (overwritten each run) and
    ``<out>/history/<UTC time>.json`` (never overwritten); each campaign keeps its own files under
@@ -82,34 +78,6 @@ def launch_worker(device: str, record: dict):
         return None
 
 
-# cores the background compilation leaves to the job itself (its process, the target worker, one spare)
-JOB_CORES = 3
-
-
-def launch_precompile(device: str, targets: Optional[list], families: tuple, budget: float, record: dict):
-    """Compile-only children for our Triton kernels (target ``triton``) for up to ``budget`` seconds,
-    started now at low priority (``fuzz.precompile.Precompile``), or None: not CUDA, ``triton`` not
-    among ``targets`` (None: every built-in target), or fewer than two cores to spare."""
-    if not str(device).startswith("cuda") or (targets is not None and "triton" not in [str(t) for t in targets]):
-        return None
-    try:
-        from kernel_oracle.fuzz.precompile import BACKGROUND_NICE, start_variants
-        from kernel_oracle.harness.opinfo import FAMILY_OPS
-        from kernel_oracle.harness.warmup import WARM_UP_DTYPES
-
-        processes = (os.cpu_count() or 1) - JOB_CORES
-        if processes < 2:
-            return None
-        ops = tuple(op for f in families for op in FAMILY_OPS[f])
-        return start_variants("triton", device, seconds=budget, dtypes=WARM_UP_DTYPES, ops=ops,
-                              processes=processes, nice=BACKGROUND_NICE)
-    except Exception as exc:  # noqa: BLE001 - reported; the campaigns compile as they go
-        from kernel_oracle.harness.schema import add_note
-
-        add_note(record, f"no background compilation ({reason(exc)}): our kernels' campaigns compile as they go")
-        return None
-
-
 def _utc_stamp() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
 
@@ -160,7 +128,6 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
     if too_late:
         add_note(record, f"in-process kernel calls of this run (the selfcheck) use the wrong Triton mode: {too_late}")
     worker = None if cluster else launch_worker(device, record)  # starts during the selfcheck
-    precompile = None if cluster else launch_precompile(device, targets, families, budget, record)
     try:
         if selfcheck:
             run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)
@@ -171,11 +138,8 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
                              {**cluster, "sglang_wheel": sglang_wheel, "with_malformed": with_malformed})
         else:
             run_campaign_part(record, device, seed, deadline, run_dir, targets, families, log, worker=worker,
-                              sglang_wheel=sglang_wheel, with_malformed=with_malformed,
-                              last=("triton",) if precompile is not None else ())
+                              sglang_wheel=sglang_wheel, with_malformed=with_malformed)
     finally:
-        if precompile is not None:
-            record["summary"]["precompile"] = precompile.stop()
         if worker is not None:
             record["summary"]["worker"] = {"startup_s": [round(x, 2) for x in worker.startup_s],
                                            "restarts": worker.restarts}

@@ -164,11 +164,9 @@ def run_cluster_part(record: dict, device: str, seed: int, deadline: float, run_
 
 def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path,
                       specs: Optional[list], families: tuple, log, worker=None,
-                      sglang_wheel: Optional[str] = None, with_malformed: bool = False,
-                      last: tuple = ()) -> None:
+                      sglang_wheel: Optional[str] = None, with_malformed: bool = False) -> None:
     """Run every available target x family pair of ``specs`` until ``deadline`` (time.monotonic) into
-    ``record``, each campaign in ``run_dir/campaign-<target>-<family>`` on the shared ``worker``; the
-    targets named in ``last`` run after the others (their kernels compile in the background meanwhile)."""
+    ``record``, each campaign in ``run_dir/campaign-<target>-<family>`` on the shared ``worker``."""
     from kernel_oracle.harness.schema import add_note, merge
 
     try:
@@ -179,7 +177,6 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         return
     targets = discover_targets(record, device, specs, log, sglang_wheel)
     pairs = [(name, fam) for name, _, fams in targets for fam in fams if fam in families]
-    pairs.sort(key=lambda pair: pair[0] in last)  # stable: the order of the targets otherwise
     # targets without strict validation (sglang, flashinfer-cudnn) are judged on upstream contracts and, as
     # in `matrix`, drawn no malformed metadata unless --with-malformed: it would reach their kernels unchecked
     # (an out-of-bounds read can leave the device context broken for every later campaign of the shared

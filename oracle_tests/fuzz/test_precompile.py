@@ -58,7 +58,7 @@ def test_variant_children_compile_their_share_and_exit():
     from kernel_oracle.harness.warmup import variant_cases
 
     handle = precompile.start_variants("triton", "cpu", seconds=120.0, dtypes=("float16",), ops=("step_a_v",),
-                                       processes=2, stream=0)
+                                       processes=2)
     assert handle.wait(110.0), "the children did not finish their share"
     done = handle.stop()
     from kernel_oracle.harness.warmup import _VARIANT_PATHS
@@ -66,56 +66,3 @@ def test_variant_children_compile_their_share_and_exit():
     paths = sum(only is None or "step_a_v" in only for _, _, only, _ in _VARIANT_PATHS)  # 6: four, two flat
     expected = paths * 3 * 2 * 2  # x rank blocks x layout families x permutation (step_a_v has no base)
     assert done["processes"] == 2 and done["cases"] == len(variant_cases(("step_a_v",), ("float16",))) == expected, done
-
-
-class _Launches:
-    """A stand-in Triton kernel: ``warmup`` records the constexpr ``BT`` it compiles."""
-
-    def __init__(self):
-        self.compiled = []
-
-    @staticmethod
-    def fn(x, BT: "tl.constexpr"):  # noqa: F821 - only the annotation's text is read
-        pass
-
-    def warmup(self, *args, grid, **kwargs):
-        self.compiled.append(kwargs["BT"])
-
-
-def test_children_sharing_a_stream_compile_each_variant_once(monkeypatch):
-    """In a fuzz stream child ``i`` of ``n`` compiles only the variants whose key hashes to ``i``
-    (:data:`precompile.SHARE`): over the children every variant is compiled exactly once, and a launch
-    with the same key in another dtype of its tensors is another variant."""
-    import torch
-
-    kernels = [_Launches() for _ in range(3)]
-    launches = [(torch.zeros(1, dtype=dtype), bt) for bt in (16, 32, 64, 128) for dtype in (torch.float16, torch.float32)]
-    for i, k in enumerate(kernels):
-        monkeypatch.setattr(precompile, "SHARE", (i, len(kernels)))
-        wrapped = precompile.CompileOnly(k, name="step_a_q_kernel")
-        for x, bt in launches + launches:  # each launch twice: still one child's
-            wrapped[(1,)](x, BT=bt)
-    per_child = [sorted(k.compiled) for k in kernels]
-    assert sum(len(c) for c in per_child) == 2 * len(launches), per_child  # each key once, in one child
-    assert sorted(bt for c in per_child for bt in c) == sorted(2 * [bt for _, bt in launches])
-    keys = {precompile.variant_key("step_a_q_kernel", kernels[0], (x,), {"BT": bt}) for x, bt in launches}
-    assert len(keys) == len(launches)
-    monkeypatch.setattr(precompile, "SHARE", None)
-    everything = _Launches()
-    for x, bt in launches:
-        precompile.CompileOnly(everything, name="step_a_q_kernel")[(1,)](x, BT=bt)
-    assert len(everything.compiled) == len(launches)  # outside a stream every launch compiles
-
-
-def test_a_stream_child_draws_the_campaign_strategy_of_every_family(monkeypatch):
-    """:func:`precompile._compile_stream` runs ``count`` cases of the fuzz strategy, split over the
-    families of the ops (the ``gpu`` preset, every category), and stops at the deadline."""
-    import time
-
-    seen = []
-    monkeypatch.setattr(precompile, "_compile", lambda target, case, device: seen.append(case) or True)
-    done = precompile._compile_stream(None, "cpu", ("step_a_q", "vision"), ("float16",), 20, time.monotonic() + 600)
-    assert done == len(seen) == 20 and {c.family for c in seen} == {"lora", "vision"}
-    assert {c.category for c in seen} - {"valid"}, "only valid cases drawn"
-    seen.clear()
-    assert precompile._compile_stream(None, "cpu", ("step_a_q",), ("float16",), 20, time.monotonic() - 1) == 0

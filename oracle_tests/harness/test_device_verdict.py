@@ -166,8 +166,7 @@ def test_warm_up_stops_at_its_time_and_a_raising_target_is_no_error():
 
 
 def test_only_our_kernels_on_cuda_get_the_variant_warm_up(monkeypatch):
-    """``warm_up_target``: the LoRA variants (compiled by children first, with a fuzz stream of every op)
-    for spec "triton" on CUDA only;
+    """``warm_up_target``: the LoRA variants (compiled by children first) for spec "triton" on CUDA only;
     the children get at most CHILDREN_SHARE of the time and the worker the rest."""
     from kernel_oracle.fuzz import precompile
     from kernel_oracle.harness.warmup import variant_cases
@@ -194,7 +193,7 @@ def test_only_our_kernels_on_cuda_get_the_variant_warm_up(monkeypatch):
     lora = tuple(op for op in ops if op != "vision")
     assert info["of"] == fixed + len(variant_cases(lora, ("bfloat16", "float32"))) and info["parallel"]["cases"] == 7
     assert [(s, d, kw["ops"], kw["dtypes"], kw["processes"]) for s, d, kw in started] == \
-        [("triton", "cuda", tuple(ops), ("float32", "bfloat16"), 3)]  # the fuzz stream has vision cases too
+        [("triton", "cuda", lora, ("float32", "bfloat16"), 3)]
     assert waited == [precompile.CHILDREN_SHARE * 40.0]
     precompile.warm_up_target(_recording_target([]), "triton", "cuda", time_s=precompile.MIN_PARALLEL_S / 2,
                               processes=3)
