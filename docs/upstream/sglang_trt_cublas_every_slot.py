@@ -15,7 +15,6 @@ path only with one resident slot), 2 when the file cannot be loaded.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import types
@@ -26,7 +25,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sglang_trt_cublas_step_b_q import load  # noqa: E402 - the sibling reproducer's loader
+from sglang_trt_cublas_step_b_q import both_paths  # noqa: E402 - the sibling reproducer's loader
 
 H, QK, VD, RANK = 2, 24, 16, 16
 SEGMENTS, SLOTS = (4, 2), (0, 1)
@@ -47,15 +46,10 @@ def inputs(device):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--wheel", required=True, help="an sglang wheel with the TRT-LLM-style kv_b file (0.5.13+)")
-    args = ap.parse_args(argv)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        paths = {cublas: load(args.wheel, cublas) for cublas in (False, True)}
-    except Exception as exc:  # noqa: BLE001 - reported, exit 2
-        print(f"cannot load the kernel file: {type(exc).__name__}: {exc}", file=sys.stderr)
+    loaded = both_paths(argv, __doc__.splitlines()[0])
+    if loaded is None:
         return 2
+    paths, device = loaded
     q, B, bi = inputs(device)
     w = B.double().view(len(SLOTS), H, QK + VD, RANK)[:, :, :QK, :]  # (slot, H, qk, rank)
     want = torch.empty(sum(SEGMENTS), H, RANK, dtype=torch.float64, device=device)

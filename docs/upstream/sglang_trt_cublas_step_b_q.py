@@ -100,16 +100,25 @@ def inputs(device):
     return x, A, base, bi
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def both_paths(argv, description: str):
+    """``--wheel W`` of ``argv``: ``({False: Triton path module, True: cuBLAS path module}, device)``,
+    or None (said on stderr) when the file cannot be loaded."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--wheel", required=True, help="an sglang wheel with the TRT-LLM-style kv_b file (0.5.13+)")
     args = ap.parse_args(argv)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         paths = {cublas: load(args.wheel, cublas) for cublas in (False, True)}
     except Exception as exc:  # noqa: BLE001 - reported, exit 2
         print(f"cannot load the kernel file: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+    return paths, "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def main(argv=None) -> int:
+    loaded = both_paths(argv, __doc__.splitlines()[0])
+    if loaded is None:
         return 2
+    paths, device = loaded
     x, A, base, bi = inputs(device)
     want = base.double().clone()
     want[:8] += 0.5 * (x[:8, :, :RANK].double() @ A[0, :RANK].double())

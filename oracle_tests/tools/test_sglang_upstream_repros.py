@@ -53,3 +53,16 @@ def test_the_cublas_step_b_q_reproducer():
     assert cublas[0] > 0.5 and cublas[1] > 0.5  # columns past the rank used, unrouted rows changed
     assert cublas_zeroed[0] < 1e-2 and cublas_zeroed[1] > 0.5  # SGLang's zeroed pool hides the first only
     assert lines[-1] == "reproduced"
+
+
+@pytest.mark.parametrize("version, code", [("0.5.13", 1), ("0.5.15", 0)])
+def test_the_cublas_every_slot_reproducer(version, code):
+    """0.5.13's cuBLAS path gives slot 1's rows slot 0's weights; from 0.5.14 it takes the fast path only
+    with one resident slot, and both paths agree with the hand computation."""
+    done = run_script("docs/upstream/sglang_trt_cublas_every_slot.py", "--wheel", str(wheel_or_skip(version)),
+                      timeout=600)
+    assert done.returncode == code, done.stdout + done.stderr
+    errors = {line.split()[0]: [float(x) for x in re.findall(r"rows (\S+?)(?:,|$)", line)]
+              for line in done.stdout.splitlines() if "path:" in line}
+    assert max(errors["Triton"]) < 1e-3 and errors["cuBLAS"][0] < 1e-3
+    assert (errors["cuBLAS"][1] > 0.5) == (code == 1)
