@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, case_timeout_for
+from kernel_oracle.fuzz.memcheck_gaps import memcheck_gaps
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
@@ -230,7 +231,7 @@ class _Search:
             self._replay_shared()
             self._loop()
             if self.config.memcheck:
-                self._memcheck_gaps()
+                memcheck_gaps(self)
         except KeyboardInterrupt as exc:
             self._interrupted(exc.signame if isinstance(exc, CampaignInterrupted) else "SIGINT")
         except StateError as exc:  # the out directory failed under us (a full disk): exit 2 with what it holds
@@ -503,33 +504,6 @@ class _Search:
             return False
         self.gaps.add(case, verdict, self.target) if count else None
         return True
-
-    def _memcheck_gaps(self) -> None:
-        """``--memcheck``: each validation-gap row's smallest example under compute-sanitizer's memcheck
-        (Note [Malformed consequences]); a reported access turns the row into an out-of-bounds finding.
-        Where memcheck cannot run (not CUDA, no compute-sanitizer) the campaign says so in a note."""
-        import dataclasses
-
-        from kernel_oracle.harness.check import prepared_call
-        from kernel_oracle.harness.malformed import memcheck, sanitizer_command
-
-        for key, row in sorted(self.gaps.rows.items(), key=lambda kv: kv[0]):
-            example = row["example"] + (f" --sglang-wheel {shlex.quote(str(self.config.sglang_wheel))}"
-                                        if self.config.sglang_wheel else "")
-            command = sanitizer_command(example, self.device)
-            if command is None:
-                self.memcheck_notes.append(f"--memcheck: not run (device {self.device}"
-                                           f"{'' if self.device != 'cuda' else ', no compute-sanitizer on PATH'})")
-                return
-            status, summary = memcheck(command)
-            if status == "failed":
-                self.memcheck_notes.append(f"--memcheck of {key[0]} {key[1]}: {summary}")
-            elif status == "access":
-                self.gaps.pop(key)
-                case = row["case"]
-                verdict = dataclasses.replace(row["verdict"], consequence="out of bounds",
-                                              message=f"compute-sanitizer memcheck: {summary}")
-                self._record(case, verdict, verdict.bucket, prepared_call(case, self.device))
 
     def _hit(self, fid: str, case, bucket=None) -> None:
         """One more failing case of the finding ``fid`` (its dtype and region join the finding's)."""
