@@ -53,6 +53,8 @@ from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSa
 from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
 from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
+from kernel_oracle.harness.buckets import without_flag
+from kernel_oracle.harness.features import with_needs
 from kernel_oracle.harness.opinfo import FAMILY_OF
 from kernel_oracle.harness.malformed import GapTable
 
@@ -457,6 +459,8 @@ class _Search:
         if self.state.executed % 10 == 0:
             self.state.elapsed_s = self.elapsed()
             self.state.save(force=False)
+        if not verdict.ok:  # Note [Needed features] in harness.features
+            verdict.bucket = with_needs(case, verdict.bucket, self._execute)
         bucket = None if verdict.ok else verdict.bucket
         self.memo[case.to_json()] = (verdict, bucket)
         for switch, text in verdict.state_changes:  # Note [Global state]: one finding per setting
@@ -477,9 +481,6 @@ class _Search:
 
     def _drop_flags(self, case, verdict, bucket) -> tuple:
         """The finding's case without the config flags its mismatch does not need (Note [Buckets])."""
-        from kernel_oracle.harness.buckets import without_flag
-        from kernel_oracle.harness.check import Case
-
         replaced: list = []  # the examples the variants displaced (more cases of the same bucket)
         if bucket.kind != "mismatch":
             return case, verdict, bucket, replaced
@@ -487,7 +488,7 @@ class _Search:
             problem = without_flag(case.problem, flag)
             if problem is None or self.out_of_budget(extra=self.allowance):
                 continue
-            variant = Case(problem, case.mutation)
+            variant = type(case)(problem, case.mutation)
             v_verdict, v_bucket = self.memo.get(variant.to_json()) or self._execute(variant)
             if not v_verdict.ok and v_bucket == bucket and flag not in v_bucket.flags:
                 replaced.append(case)

@@ -32,6 +32,11 @@ path serves, and is one finding with a ``dtypes`` list and a count over all of t
   stale host integer reads past the CUDA-graph padding in one case and garbles every row in the
   next), so a region that split findings would split one root cause by the accident of its input.
 
+Every kind's key also holds ``needs``: the features of SGLang's vision call (GQA, a window, sinks, ...)
+without which the case passes (Note [Needed features] in :mod:`harness.features`).  A wrapper that gets
+GQA wrong and one that ignores the window fail with the same symptom; what they need tells the two
+defects apart, where the config flags (which a case carries at random) would not.
+
 The region is the first of :data:`REGIONS` that holds **all** failing elements (not just the worst
 one): ``stale graph metadata`` (rows outside every real segment, CUDA-graph padding present),
 ``padding`` (rows no segment routes: past the segments, or of a rank-0 slot), ``beyond rank`` (only
@@ -109,8 +114,9 @@ def _first_line(text: Optional[str]) -> str:
 class Bucket:
     """One root cause (Note [Buckets]).  The key: ``kind``, ``family``, ``cause`` (per kind),
     ``frame`` (the top frame in the target's code: crash / contract) and ``op`` (mismatch only).
-    ``where`` (the region class of this case) and ``flags`` (its config flags) describe the case
-    that showed it and are not compared."""
+    ``needs``: the features of SGLang's vision call the failure needs (Note [Needed features] in
+    :mod:`harness.features`), also compared.  ``where`` (the region class of this case) and ``flags``
+    (its config flags) describe the case that showed it and are not compared."""
 
     kind: str
     family: str
@@ -119,12 +125,15 @@ class Bucket:
     op: str = ""
     where: str = field(default="", compare=False)
     flags: tuple = field(default=(), compare=False)
+    needs: tuple = ()
 
     @property
     def label(self) -> str:
         parts = [self.kind, self.family] + ([self.op] if self.op else []) + [self.cause]
         if self.frame:
             parts.append(f"at {self.frame}")
+        if self.needs:
+            parts.append("needs " + ", ".join(self.needs))
         return " | ".join(parts)
 
     def covers(self, other: "Bucket") -> bool:
@@ -133,7 +142,7 @@ class Bucket:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "family": self.family, "cause": self.cause, "frame": self.frame, "op": self.op,
-                "where": self.where, "flags": list(self.flags)}
+                "needs": list(self.needs), "where": self.where, "flags": list(self.flags)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Bucket":
@@ -149,7 +158,8 @@ class Bucket:
         elif kind in ("crash", "contract"):
             cause = _normalise_cause(cause)
         return cls(kind=kind, family=str(d.get("family") or ""), cause=cause, frame=str(d.get("frame") or ""),
-                   op=str(d.get("op") or "") if kind == "mismatch" else "", where=where, flags=flags)
+                   op=str(d.get("op") or "") if kind == "mismatch" else "",
+                   needs=tuple(str(n) for n in d.get("needs") or ()), where=where, flags=flags)
 
 
 def _normalise_cause(cause: str) -> str:
@@ -246,7 +256,10 @@ def without_flag(problem, flag: str):
         changes["seg_lens"] = tuple(problem.seg_lens[i] for i in keep)
         changes["weight_indices"] = tuple(problem.weight_indices[i] for i in keep)
     elif flag == "empty_segment" and "lengths" in names:
-        changes["lengths"] = tuple(n for n in problem.lengths if n)
+        keep = [i for i, n in enumerate(problem.lengths) if n]
+        changes["lengths"] = tuple(problem.lengths[i] for i in keep)
+        if getattr(problem, "gaps", ()):  # one gap per sequence: the dropped sequences' gaps go too
+            changes["gaps"] = tuple(problem.gaps[i] for i in keep)
     if not changes:
         return None
     try:

@@ -10,6 +10,8 @@ Standard library only: reports import it.
 
 from __future__ import annotations
 
+from kernel_oracle.harness.features import describe
+
 __all__ = ["REGION_WORDS", "dtypes_of", "headline"]
 
 # the rows or elements each region class of harness.buckets names, in words
@@ -74,9 +76,11 @@ def _what(finding: dict) -> str:
 
 
 def headline(finding: dict) -> str:
-    """One sentence: ``<op>: <what is wrong, where> (<dtypes>; <n> failing case(s))``."""
+    """One sentence: ``<op>: <what is wrong, where>[ <the call features it needs>] (<dtypes>; <n> failing
+    case(s))``."""
     count = finding.get("count", 1)
     count = count if isinstance(count, int) and count > 0 else 1
     dtypes = ", ".join(dtypes_of(finding)) or "-"
     cases = f"{count} failing case" + ("" if count == 1 else "s")
-    return f"{finding.get('op') or '-'}: {_what(finding)} ({dtypes}; {cases})"
+    needs = describe((finding.get("bucket") or {}).get("needs"))
+    return f"{finding.get('op') or '-'}: {_what(finding)}{' ' + needs if needs else ''} ({dtypes}; {cases})"

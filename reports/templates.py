@@ -150,12 +150,12 @@ HTML = FOLD + """<!DOCTYPE html>
 <section id="release-matrix">
 <h2>Release matrix</h2>
 <p>Each finding bucket (one root cause) per release, oldest first: failing cases found in each release's campaign
-(– : the release did not run), <b>introduced in</b> the first release that has it, <b>fixed in</b> the release after
-the last one that has it.</p>
+(– : the release did not run; <i>replay</i>: its campaign missed it, but another release's example fails there
+too), <b>introduced in</b> the first release that has it, <b>fixed in</b> the release after the last one that has it.</p>
 <table>
 <thead><tr><th>bucket</th>{% for rel in m.releases %}<th class="n">{{ rel.spec }}</th>{% endfor %}<th>introduced in</th><th>fixed in</th></tr></thead>
 <tbody>
-{% for row in m.rows %}<tr><td>{{ row.bucket }}</td>{% for rel in m.releases %}{% set n = row.counts.get(rel.spec) %}<td class="n {{ 'na' if n is none else ('bad' if n else 'ok') }}">{{ '–' if n is none else n }}</td>{% endfor %}<td>{{ row.introduced_in or '–' }}</td><td>{{ row.fixed_in or '–' }}</td></tr>
+{% for row in m.rows %}<tr><td>{{ row.bucket }}</td>{% for rel in m.releases %}{% set n = row.counts.get(rel.spec) %}{% set rp = rel.spec in (row.replayed or {}) %}<td class="n {{ 'na' if n is none else ('bad' if n or rp else 'ok') }}">{{ '–' if n is none else ('replay' if rp and not n else n) }}</td>{% endfor %}<td>{{ row.introduced_in or '–' }}</td><td>{{ row.fixed_in or '–' }}</td></tr>
 {% else %}<tr><td colspan="{{ m.releases|length + 3 }}" class="empty">No findings in any release.</td></tr>
 {% endfor %}
 <tr><td><i>cases run</i></td>{% for rel in m.releases %}<td class="n {{ '' if rel.available else 'warn' }}">{{ rel.cases if rel.available else 'unavailable' }}</td>{% endfor %}<td></td><td></td></tr>
@@ -340,12 +340,12 @@ The error-ratio plot is in the HTML page beside this file.
 
 ## Release matrix
 
-Each finding bucket (one root cause) per release, oldest first: failing cases found in each release's campaign (– : the release did not run), *introduced in* the first release that has it, *fixed in* the release after the last one that has it.
+Each finding bucket (one root cause) per release, oldest first: failing cases found in each release's campaign (– : the release did not run; *replay*: its campaign missed it, but another release's example fails there too), *introduced in* the first release that has it, *fixed in* the release after the last one that has it.
 
 | bucket | {% for rel in m.releases %}{{ rel.spec|cell }} | {% endfor %}introduced in | fixed in |
 |---|{% for rel in m.releases %}---:|{% endfor %}---|---|
 {% for row in m.rows %}
-| {{ row.bucket|cell }} | {% for rel in m.releases %}{% set n = row.counts.get(rel.spec) %}{{ '–' if n is none else n }} | {% endfor %}{{ (row.introduced_in or '–')|cell }} | {{ (row.fixed_in or '–')|cell }} |
+| {{ row.bucket|cell }} | {% for rel in m.releases %}{% set n = row.counts.get(rel.spec) %}{{ '–' if n is none else ('replay' if rel.spec in (row.replayed or {}) and not n else n) }} | {% endfor %}{{ (row.introduced_in or '–')|cell }} | {{ (row.fixed_in or '–')|cell }} |
 {% endfor %}
 | *cases run* | {% for rel in m.releases %}{{ rel.cases if rel.available else 'unavailable' }} | {% endfor %} | |
 {% if m.corpus %}

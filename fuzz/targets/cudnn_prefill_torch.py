@@ -28,8 +28,8 @@ non-paged ragged form SGLang uses), and nothing else:
 * ``causal=False`` only, non-paged only, element units only: what SGLang's wrapper calls (anything
   else raises ``NotImplementedError`` naming the argument).
 
-An offset that runs past a tensor's storage raises torch's ``as_strided`` bounds error (a
-``RuntimeError``): on the CPU an out-of-bounds read or write is an error, not garbage.  Inside the
+An offset that runs past a tensor's storage (or below it) raises an :class:`IndexError` naming the
+tensor, the sequence and the elements: on the CPU an out-of-bounds read or write is an error, not garbage.  Inside the
 storage (past a view's end, in the rest of its buffer) it reads what is there, as the GPU does.
 Scores and softmax are computed in float32 (cuDNN's ``compute_data_type``), the product with v in
 float32, the output rounded once.  An empty batch returns an empty output (cuDNN refuses null
@@ -66,9 +66,17 @@ def _lengths(name: str, t: torch.Tensor, q: torch.Tensor) -> list[int]:
     return [int(x) for x in t.reshape(-1).tolist()]
 
 
-def _window(x: torch.Tensor, offset: int, n: int) -> torch.Tensor:
-    """``n`` tokens of ``x`` starting at element ``offset`` of its data, with ``x``'s own strides."""
-    return torch.as_strided(x, (n, x.shape[1], x.shape[2]), x.stride(), x.storage_offset() + offset)
+def _window(name: str, b: int, x: torch.Tensor, offset: int, n: int) -> torch.Tensor:
+    """``n`` tokens of ``x`` starting at element ``offset`` of its data, with ``x``'s own strides;
+    an :class:`IndexError` naming the tensor, the sequence and the elements when they leave its storage."""
+    start = x.storage_offset() + offset
+    end = start + sum((size - 1) * stride for size, stride in zip((n, x.shape[1], x.shape[2]), x.stride())) + 1
+    storage = x.untyped_storage().nbytes() // x.element_size()
+    if offset < 0 or end > storage:
+        raise IndexError(f"cudnn_batch_prefill_with_kv_cache (CPU engine): sequence {b} of {name} spans elements "
+                         f"[{start}, {end}) of a storage of {storage} elements (batch_offsets_{name[0]}[{b}] = "
+                         f"{offset}): an out-of-bounds access, on a GPU a read of other memory or a fault")
+    return torch.as_strided(x, (n, x.shape[1], x.shape[2]), x.stride(), start)
 
 
 def _refuse_unsupported(q, k_cache, v_cache, *, block_tables, causal, batch_offsets_units, scales) -> None:
@@ -135,9 +143,9 @@ def cudnn_batch_prefill_with_kv_cache(q, k_cache, v_cache, scale, workspace_buff
         m = max(0, min(lens_kv[b], int(max_sequence_kv)))
         if n == 0 or m == 0:
             continue
-        ob, lb = _attend(_window(q, off_q[b], n), _window(k_cache, off_k[b], m), _window(v_cache, off_v[b], m),
-                         float(scale))
-        _window(out, off_o[b], n).copy_(ob.to(out.dtype))
+        ob, lb = _attend(_window("q", b, q, off_q[b], n), _window("k_cache", b, k_cache, off_k[b], m),
+                         _window("v_cache", b, v_cache, off_v[b], m), float(scale))
+        _window("out", b, out, off_o[b], n).copy_(ob.to(out.dtype))
         if return_lse:
             lse[b, :n] = lb
     return out, (lse if return_lse else None)

@@ -102,12 +102,16 @@ def _engine(device: str):
 CALL_FEATURES = ("softmax_scale", "window_size", "s_aux", "forward_metadata")
 
 
-def caller_declines(version, accepts: frozenset) -> dict:
+def caller_declines(version, accepts: frozenset, kv_heads: bool = True) -> dict:
     """feature -> reason for every keyword of SGLang's call that ``version``'s own ``VisionAttention`` never
-    passes its ``flashinfer_cudnn`` wrapper (``accepts``: the keywords it does pass): a wrapper that
-    ignores what its callers never give has no defect, so the harness gives it no such case."""
-    return {kw: f"sglang {version}'s VisionAttention never passes {kw} to this backend"
-            for kw in CALL_FEATURES if kw not in accepts}
+    passes its ``flashinfer_cudnn`` wrapper (``accepts``: the keywords it does pass), and GQA where its
+    ``VisionAttention`` has no ``num_kv_heads`` (``kv_heads`` False: k and v always have q's heads): a
+    wrapper that mishandles what its callers never give has no defect, so the harness gives it no such case."""
+    out = {kw: f"sglang {version}'s VisionAttention never passes {kw} to this backend"
+           for kw in CALL_FEATURES if kw not in accepts}
+    if not kv_heads:
+        out["gqa"] = f"sglang {version}'s VisionAttention has no num_kv_heads: k and v always have q's heads"
+    return out
 
 
 def vision_entry(release: ReleaseFiles, device: str):
@@ -135,6 +139,7 @@ def vision_entry(release: ReleaseFiles, device: str):
     # the release's own metadata type and builder, for callers that build forward_metadata as SGLang does
     flashinfer_cudnn_attention.metadata_type = wrapper.metadata_cls
     flashinfer_cudnn_attention.metadata_helper = wrapper.metadata_helper
+    flashinfer_cudnn_attention.kv_heads = wrapper.code.kv_heads  # its layer may pass k/v of fewer heads
     extra = f"metadata helper {wrapper.metadata_helper.__name__}" if wrapper.metadata_helper else "no metadata helper"
     described = (f"vision: {wrapper.cls.__name__} of {VISION_FILE} (class source, {extra}), loaded standalone; "
                  f"{how}")
@@ -202,7 +207,8 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
     elif vision == "release":
         try:
             fn, keywords, poison, how_v = vision_entry(release, str(device))
-            entries["vision"], declines, helper = fn, caller_declines(release.version, keywords), fn.metadata_helper
+            declines = caller_declines(release.version, keywords, fn.kv_heads)
+            entries["vision"], helper = fn, fn.metadata_helper
             reasons.append(how_v)
         except LoaderError as exc:
             notes["vision"] = str(exc)

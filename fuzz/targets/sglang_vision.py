@@ -117,7 +117,9 @@ class VisionCode:
     ``nodes``: the extracted top-level definitions in file order; ``names``: theirs; ``stand_ins``:
     the stand-in names they use; ``accepts``: the keywords the release's ``VisionAttention`` passes
     its backend; ``forward_keywords``: the named keyword parameters of the wrapper's ``forward``;
-    ``identity``: a hash of the code and of ``accepts``."""
+    ``kv_heads``: whether its ``VisionAttention`` takes ``num_kv_heads`` (0.5.11 on: k and v may have
+    fewer heads than q; before, they always have q's); ``identity``: a hash of the code, of ``accepts``
+    and of ``kv_heads``."""
 
     version: str
     nodes: tuple
@@ -126,6 +128,7 @@ class VisionCode:
     accepts: frozenset
     forward_keywords: tuple[str, ...]
     identity: str
+    kv_heads: bool = True
 
     @property
     def has_metadata_helper(self) -> bool:
@@ -261,6 +264,14 @@ def _forward_keywords(cls: ast.ClassDef) -> tuple[str, ...]:
     return ()
 
 
+def _init_parameters(cls) -> tuple[str, ...]:
+    """The parameters of a class definition's ``__init__`` (none for a missing class)."""
+    for fn in getattr(cls, "body", ()):
+        if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+            return tuple(a.arg for a in fn.args.args + fn.args.kwonlyargs)
+    return ()
+
+
 def _check_rearrange(version: str, nodes: list) -> None:
     for node in (n for top in nodes for n in ast.walk(top)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "rearrange":
@@ -287,9 +298,11 @@ def read_vision_code(release: ReleaseFiles) -> VisionCode:
     nodes, stand_ins = _closure(release.version, tree, wanted)
     _check_rearrange(release.version, nodes)
     accepts = _caller_keywords(release.version, tree)
+    kv_heads = "num_kv_heads" in _init_parameters(defs.get(CALLER))
     code = VisionCode(release.version, tuple(nodes), tuple(sorted(n for node in nodes for n in _defined(node))),
                       tuple(sorted(stand_ins)), accepts, _forward_keywords(defs[WRAPPER]),
-                      code_identity(nodes, ",".join(sorted(accepts))))
+                      code_identity(nodes, ",".join(sorted(accepts)) + ("" if kv_heads else ";no num_kv_heads")),
+                      kv_heads)
     release.loaded[key] = code
     return code
 

@@ -59,7 +59,9 @@ def _print(record: dict) -> None:
             print(f"  {c['spec']}: same code ({', '.join(c['members'])}), tested as {c['tested']}{same}")
     specs = [c["spec"] for c in columns]
     for row in record["release_matrix"]["rows"]:
-        cells = ", ".join(f"{s}: {row['counts'][s]}" for s in specs if s in row["counts"])
+        replayed = row.get("replayed") or {}
+        cells = ", ".join(f"{s}: {'replay' if s in replayed and not row['counts'][s] else row['counts'][s]}"
+                          for s in specs if s in row["counts"])
         history = "; ".join(f"{lane}: introduced in {h['introduced_in']}, fixed in {h['fixed_in'] or '-'}"
                             for lane, h in row.get("history", {}).items())
         print(f"  {row['bucket']}: {cells}; {history or 'introduced in -'}")

@@ -10,7 +10,8 @@ HTML reports render as a table: one row per finding bucket (:mod:`harness.bucket
 cause, whatever release, dtype or shape class it shows in), one column per range of releases that
 run the same code, the failing-case count in each cell (``-``: that range did not run), and the
 derived **introduced in** (the first column that has the bucket) and **fixed in** (the column after
-the last one that has it).  A wrong-values bucket names its op (a mismatch has no frame to point at);
+the last one that has it); a column whose campaign missed a bucket but fails on a replay of its example
+has it (Note [Replayed absences] in :mod:`kernel_oracle.jobs.matrix_replay`).  A wrong-values bucket names its op (a mismatch has no frame to point at);
 buckets of one kind in several ops that fail in exactly the same columns, and not in every column
 that ran, are one row naming those ops: one change of the file introduced them and one removed
 them (SGLang 0.5.12's stale host ints, PR #28371, fail every kv_b op from 0.5.12 to 0.5.13.post1).  A bucket's target frame is compared by file and function
@@ -34,7 +35,7 @@ and ``--configurations all`` into every configuration a target knows (Note [SGLa
 Campaigns generate no malformed metadata unless ``--with-malformed``: released kernels implement no
 strict validation, so those cases would only repeat the same validation gaps in every release.  A
 campaign is a random search: a bucket absent from a release within its budget is evidence, not
-proof; the corpus rows are exact.
+proof (so every absence is replayed before it reads as a fix); the corpus rows are exact.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def _history(row: dict, lanes: dict) -> dict:
     """lane -> (introduced in, fixed in) of ``row`` over that lane's columns that ran."""
     out = {}
     for lane, labels in lanes.items():
-        present = [s for s in labels if row["counts"].get(s)]
+        present = [s for s in labels if row["counts"].get(s) or s in row.get("replayed", {})]
         if not present:
             continue
         ran = [s for s in labels if s in row["counts"]]
@@ -173,7 +174,7 @@ def _one_row_per_change(rows: dict) -> dict:
     column that ran, merged into one row (Note [Release matrix]: one code change, one row)."""
     groups: dict[tuple, list] = {}
     for label, row in rows.items():
-        present = tuple(sorted(s for s, n in row["counts"].items() if n))
+        present = tuple(sorted(s for s, n in row["counts"].items() if n or s in row["replayed"]))
         if row["unlabelled"] and len(present) < len(row["counts"]):
             groups.setdefault((row["unlabelled"], present), []).append(label)
     for (unlabelled, _), labels in groups.items():
@@ -187,7 +188,8 @@ def _one_row_per_change(rows: dict) -> dict:
                                                                              if r["headline"]),
                "dtypes": list(dict.fromkeys(d for r in merged for d in r["dtypes"])),
                "counts": {s: sum(r["counts"].get(s, 0) for r in merged) for s in merged[0]["counts"]},
-               "examples": {s: e for r in reversed(merged) for s, e in r["examples"].items()}}
+               "examples": {s: e for r in reversed(merged) for s, e in r["examples"].items()},
+               "replayed": {s: e for r in reversed(merged) for s, e in r["replayed"].items()}}
         rows[label] = row
     for row in rows.values():
         row.pop("unlabelled", None)  # the grouping key only, not part of the record
@@ -199,7 +201,7 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
     :func:`run_matrix`, ``family``, ``lane``, ``tested``, ``members``, ``same_as``); ``corpus``:
     ``[{id, title, upstream, status, results: {spec: {...}}}]``.  Returns the ``release_matrix``
     section (see the Note): columns in version order, one row per bucket, introduced / fixed in."""
-    from kernel_oracle.harness.buckets import bucket_of_record
+    from kernel_oracle.jobs.matrix_replay import row_bucket
 
     runs = sorted(runs, key=lambda r: (r.get("family", ""), r.get("lane", ""), release_key(r.get("tested", r["spec"]))))
     specs = [r["spec"] for r in runs]
@@ -209,11 +211,10 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
     rows: dict[str, dict] = {}
     for run in runs:
         for f in run["findings"]:
-            b = bucket_of_record(f)
-            if b.frame:  # releases move modules (and are loaded under private names): compare file:function
-                b = dataclasses.replace(b, frame=b.frame.rpartition(".")[2])
+            b = row_bucket(f)  # releases move modules (and load them under private names): file:function
             row = rows.setdefault(b.label, {"bucket": b.label, "kind": b.kind, "family": b.family, "counts": {},
-                                            "examples": {}, "headline": f.get("headline") or "", "dtypes": [],
+                                            "replayed": {}, "examples": {}, "headline": f.get("headline") or "",
+                                            "dtypes": [],
                                             "ops": [b.op] if b.op else [], "unlabelled": b.label.replace(
                                                 f" | {b.op} |", " |") if b.op else None})
             for d in f.get("dtypes") or [f.get("dtype")]:  # one row per root cause, whichever dtypes show it
@@ -221,6 +222,10 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
                     row["dtypes"].append(d)
             row["counts"][run["spec"]] = row["counts"].get(run["spec"], 0) + int(f.get("count") or 1)
             row["examples"].setdefault(run["spec"], f["id"])
+    for run in runs:  # Note [Replayed absences]: present there, though its campaign did not meet it
+        for hit in run.get("replayed") or ():
+            if hit["bucket"] in rows:
+                rows[hit["bucket"]]["replayed"][run["spec"]] = hit["from"]
     for row in rows.values():
         for run in runs:
             if run["available"] and run["cases"] and run.get("family", row["family"]) == row["family"]:
@@ -339,7 +344,7 @@ def _campaign(column: Column, op: str, config: dict, campaigns_dir: Path, record
         raise CampaignError(f"{column.tested}: {exc}") from None
     merge(record, rec, seeds_key=f"{column.tested} {column.family}")
     t = rec["targets"][0] if rec["targets"] else {}
-    return {"available": bool(t.get("available")), "reason": t.get("reason"),
+    return {"available": bool(t.get("available")), "reason": t.get("reason"), "declines": t.get("declines") or {},
             "cases": int(rec["campaign"]["executed"]), "findings": rec["findings"]}
 
 
@@ -356,6 +361,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     from kernel_oracle.fuzz.targets import TargetSources
     from kernel_oracle.fuzz.targets.sglang import release_has_code, release_identity
     from kernel_oracle.harness.schema import new_record
+    from kernel_oracle.jobs.matrix_replay import replay_absences
 
     out = Path(out)
     campaigns_dir = Path(campaigns_dir) if campaigns_dir is not None else runs_dir(out)
@@ -378,15 +384,16 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
             corpus_by_spec[c.label] = corpus_by_spec[c.same_as]
         result = done.get(c.label) or done[c.same_as]
         runs.append({"spec": c.label, "family": c.family, "lane": c.lane, "tested": c.tested, "members": c.members,
-                     "identity": c.identity, "same_as": c.same_as, **result})
+                     "identity": c.identity, "same_as": c.same_as, "ran": c.label in done, **result})
         if log is not None:
             reused = c.same_as in done and c.label not in done
             same = f" (the same code as {c.same_as}: not run again)" if reused else ""
             log(f"{c.label}: {result['cases']} cases, {len(result['findings'])} findings{same}"
                 + ("" if result["available"] else f" (unavailable: {result['reason']})"))
+    replays = replay_absences(runs, device=device, sources=sources, log=log)  # Note [Replayed absences]
     record["release_matrix"] = build_matrix(runs, _corpus_rows(entries, corpus_by_spec, record))
     record["summary"] = {"targets": [str(s) for s in specs], "op": op, "time_s_per_target": time_s,
                          "budget_per_target": budget, "columns": len(columns),
-                         "campaigns": sum(1 for c in columns if c.label in done)}
+                         "campaigns": sum(1 for c in columns if c.label in done), "replays": replays}
     _write(record, out)
     return record

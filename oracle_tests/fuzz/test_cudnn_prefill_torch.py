@@ -102,8 +102,12 @@ def test_scale_zero_is_uniform_attention_and_zero_lengths_write_nothing():
 
 def test_out_of_bounds_is_an_error_not_garbage():
     q, k, v = (_randn(4, 1, 4, seed=s) for s in (17, 18, 19))
-    with pytest.raises(RuntimeError, match="out of bounds for storage"):
+    with pytest.raises(IndexError) as info:
         _call(q, k, v, [3], [0, 12], [8, 20], [0, 12], [0, 12])
+    assert str(info.value) == ("cudnn_batch_prefill_with_kv_cache (CPU engine): sequence 0 of k_cache spans elements "
+                               "[8, 20) of a storage of 16 elements (batch_offsets_k[0] = 8): an out-of-bounds access, "
+                               "on a GPU a read of other memory or a fault")
+    _call(q, k, v, [3], [0, 12], [4, 16], [0, 12], [0, 12])  # the last three tokens: inside the storage
 
 
 @pytest.mark.parametrize("change, error, match", [

@@ -11,6 +11,7 @@ SGLang's vision wrapper standalone] in ``kernel_oracle.fuzz.targets.sglang_visio
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 import zipfile
@@ -21,6 +22,7 @@ import torch
 from kernel_oracle.fuzz.targets import TargetSources, resolve_target
 from kernel_oracle.fuzz.targets.sglang import CALL_FEATURES, CPU_ENGINE_NOTE
 from kernel_oracle.fuzz.targets.sglang_vision import VISION_FILE, load_vision_wrapper, read_vision_code
+from kernel_oracle.fuzz.strategies import declined_in
 from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, wheel_release
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.mutations import Mutation
@@ -62,14 +64,6 @@ def _number(version: str) -> tuple:
     return tuple(int(x) for x in version.split("."))
 
 
-def _features(problem: VisionProblem) -> set:
-    """The features of SGLang's call that ``problem`` uses (a target declining one gets no such case)."""
-    used = {"forward_metadata"} if problem.path != "kwargs" else set()
-    used |= {"softmax_scale"} if problem.softmax_scale is not None else set()
-    used |= {"window_size"} if problem.window is not None else set()
-    return used | ({"s_aux"} if problem.sinks is not None else set())
-
-
 def vision_target(version: str):
     wheel_or_skip(version)
     t = resolve_target(f"sglang=={version}", "cpu")
@@ -82,7 +76,7 @@ def vision_target(version: str):
 def test_release_wrapper_matches_the_oracle(version, case, path, dtype):
     t = vision_target(version)
     problem = VisionProblem(dtype=dtype, path=path, seed=3, **VISION_CASES[case])
-    assert not _features(problem) & set(t.declines), "a call the release's callers never make"
+    assert not declined_in(dataclasses.asdict(problem), t.declines), "a call the release's callers never make"
     verdict = check_case(t, Case(problem), "cpu")
     assert verdict.ok, f"sglang=={version} {path} {dtype} [{case}]: {verdict.kind}: {verdict.message}"
 
@@ -105,9 +99,12 @@ def test_release_wrapper_raises_the_upstream_errors(version, kind):
 def test_target_declares_what_the_releases_callers_pass(version):
     t = vision_target(version)
     declined = set(CALL_FEATURES) - EXPECTED_ACCEPTS[version]
-    assert set(t.declines) == declined
+    no_kv_heads = _number(version) < (0, 5, 11)  # VisionAttention(num_kv_heads=...) exists from 0.5.11
+    assert set(t.declines) == declined | ({"gqa"} if no_kv_heads else set())
     assert all(why == f"sglang {version}'s VisionAttention never passes {kw} to this backend"
-               for kw, why in t.declines.items())
+               for kw, why in t.declines.items() if kw != "gqa")
+    if no_kv_heads:
+        assert t.declines["gqa"] == f"sglang {version}'s VisionAttention has no num_kv_heads: k and v always have q's heads"
     rec = t.to_record()
     assert rec["declines"] == t.declines
     assert CPU_ENGINE_NOTE in rec["reason"] and "on the CPU the wrapper is tested, not cuDNN" in rec["reason"]

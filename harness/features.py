@@ -1,0 +1,144 @@
+"""Which features of SGLang's vision call a failure needs: the part of a root cause the input names.
+
+Note [Needed features]
+----------------------
+A wrapper can get one feature of SGLang's call wrong and every other right: read k at q's offsets
+when k has fewer heads than q (GQA), ignore a ``window_size``, ignore the sinks.  Each such defect
+fails with the same symptom (values differ, or a read past a tensor's end), so without more the
+three are one bucket (``mismatch | vision | vision | values``), and one defect hides another.
+What tells them apart is the input: a defect of the GQA path needs GQA to show.
+
+So after a failing case, :func:`needed_features` asks, feature by feature (in :data:`FEATURES`
+order), whether the case still fails the same way (the same bucket) without it
+(:func:`without_feature`, one more case run): a feature whose removal keeps the failure is not
+needed, and the search goes on from the case without it; one whose removal makes the case pass or
+fail another way is needed.  Then each needed feature gets a second look: one defect shows as wrong
+values or as a read past a tensor's end depending on the sizes (SGLang's wrapper reads k at q's
+offsets: inside k when gaps pad it, past its end without them), so a feature whose removal turns
+the failure into another one that needs only the remaining features is not needed either (the gaps
+of a GQA case).  A failure of another defect (a case with GQA and sinks whose read past k's end
+turns, without GQA, into the ignored sinks' wrong values) needs a feature this case keeps, and
+leaves the attribution alone.  The result
+is a set of present features each of which the failure needs, given the others
+(a local minimum: the greedy delta debugging of Zeller's ddmin, one feature at a time), and it joins
+the bucket's key (:attr:`~harness.buckets.Bucket.needs`): two defects of two features are two findings,
+and a failure that needs none (a defect of every call) keys as before.
+
+A feature is removed by setting it to what SGLang's layer passes when the model does not use it:
+``H_kv`` = ``H``, no ``window_size``, no ``s_aux``, no ``softmax_scale`` (the head-dim default), no
+indptr gaps.  Failures that depend on earlier calls rather than on the case (FlashInfer's graph
+cache: :data:`STATEFUL_CAUSES`) are not attributed: their variant passes or fails for another
+reason than the feature.  LoRA problems have no such features (their config flags are
+``Bucket.flags``, which describe a case and are not compared).
+
+Standard library only at import time (reports read :data:`FEATURE_WORDS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+__all__ = ["FEATURES", "FEATURE_WORDS", "STATEFUL_CAUSES", "describe", "features_of", "needed_features",
+           "with_needs", "without_feature"]
+
+FEATURES = ("gqa", "window", "sinks", "softmax_scale", "gaps")
+FEATURE_WORDS = {
+    "gqa": "with k/v of fewer heads than q (GQA/MQA)",
+    "window": "with a window_size",
+    "sinks": "with attention sinks (s_aux)",
+    "softmax_scale": "with a softmax_scale",
+    "gaps": "with uncovered tokens between sequences",
+}
+# causes that depend on what ran before the case: a variant cannot tell which feature they need
+STATEFUL_CAUSES = ("GraphCacheHazard",)
+
+
+def _present(problem, feature: str) -> bool:
+    get = lambda name, default=None: getattr(problem, name, default)  # noqa: E731
+    if feature == "gqa":
+        return get("H_kv") is not None and get("H_kv") != get("H")
+    if feature == "window":
+        return get("window") is not None and tuple(get("window")) != (-1, -1)
+    if feature == "sinks":
+        return get("sinks") is not None
+    if feature == "softmax_scale":
+        return get("softmax_scale") is not None
+    if feature == "gaps":
+        return any(get("gaps") or ())
+    raise ValueError(f"unknown feature {feature!r}; the features are {list(FEATURES)}")
+
+
+def features_of(problem) -> tuple:
+    """The :data:`FEATURES` a vision problem (dataclass) has, in order; ``()`` for any other problem."""
+    if getattr(problem, "family", None) != "vision" or not dataclasses.is_dataclass(problem):
+        return ()
+    return tuple(f for f in FEATURES if _present(problem, f))
+
+
+_NEUTRAL = {"gqa": {"H_kv": None}, "window": {"window": None}, "sinks": {"sinks": None},
+            "softmax_scale": {"softmax_scale": None}, "gaps": {"gaps": ()}}
+
+
+def without_feature(problem, feature: str):
+    """``problem`` without ``feature`` (see the Note for what each removal sets), or None when it
+    does not have it."""
+    if feature not in _NEUTRAL:
+        raise ValueError(f"unknown feature {feature!r}; the features are {list(FEATURES)}")
+    if feature not in features_of(problem):
+        return None
+    return dataclasses.replace(problem, **_NEUTRAL[feature])
+
+
+def needed_features(case, bucket, run: Callable) -> tuple:
+    """The features of ``case`` its failure in ``bucket`` needs (Note [Needed features]; a stateful
+    cause is not attributed).
+
+    ``run(case) -> (verdict, bucket or None)`` runs one case (the campaign's, memoised and counted;
+    its buckets carry their own ``needs``).
+    A variant that cannot be built or run counts as "the feature is needed"."""
+    if _stateful(bucket):
+        return ()
+    needs = _same_failure(case, bucket, run)
+    for feature in needs:  # the second look (see the Note)
+        got = _variant(case, feature, run)
+        rest = tuple(f for f in needs if f != feature)
+        if got is not None and not _stateful(got) and set(got.needs) <= set(rest):
+            return rest
+    return needs
+
+
+def _variant(case, feature: str, run: Callable):
+    """The bucket of ``case`` without ``feature`` (None: it passes, or the harness cannot build it)."""
+    try:
+        verdict, got = run(dataclasses.replace(case, problem=without_feature(case.problem, feature)))
+    except Exception:  # noqa: BLE001 - a variant the harness cannot build says nothing about the feature
+        return None
+    return None if verdict.ok else got
+
+
+def _same_failure(case, bucket, run: Callable) -> tuple:
+    """The greedy pass: the features without which ``case`` no longer fails in ``bucket``."""
+    base = dataclasses.replace(bucket, needs=())
+    for feature in features_of(case.problem):
+        got = _variant(case, feature, run)
+        if got is not None and dataclasses.replace(got, needs=()) == base:
+            return got.needs  # the same failure without this feature: what the variant needs
+    return features_of(case.problem)
+
+
+def _stateful(bucket) -> bool:
+    return any(s in bucket.cause for s in STATEFUL_CAUSES)
+
+
+def with_needs(case, bucket, run: Callable):
+    """``bucket`` with the ``needs`` of :func:`needed_features` (unchanged for a case without features)."""
+    if bucket is None or not features_of(case.problem):
+        return bucket
+    return dataclasses.replace(bucket, needs=needed_features(case, bucket, run))
+
+
+def describe(needs) -> Optional[str]:
+    """``"with k/v of fewer heads than q (GQA/MQA)"`` for a bucket's needs, None for none."""
+    words = [FEATURE_WORDS.get(f, f) for f in needs or ()]
+    return " and ".join(words) if words else None
