@@ -459,9 +459,8 @@ class _Search:
         if self.state.executed % 10 == 0:
             self.state.elapsed_s = self.elapsed()
             self.state.save(force=False)
-        if not verdict.ok:  # Note [Needed features] in harness.features
-            verdict.bucket = with_needs(case, verdict.bucket, self._execute)
-        bucket = None if verdict.ok else verdict.bucket
+        bucket = None if verdict.ok else with_needs(case, verdict.bucket, self._execute)  # Note [Needed features]
+        verdict.bucket = bucket if bucket is not None else verdict.bucket
         self.memo[case.to_json()] = (verdict, bucket)
         for switch, text in verdict.state_changes:  # Note [Global state]: one finding per setting
             self._state_change(case, switch, text)
