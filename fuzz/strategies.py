@@ -412,18 +412,6 @@ _WINDOW = st.one_of(st.none(), st.just((-1, -1)), st.tuples(st.integers(-1, 6), 
 _SINKS = st.sampled_from((None, "normal", "large"))
 
 
-def declined_in(problem: dict, declines) -> list:
-    """The features of ``declines`` (:data:`VISION_FEATURES`) a vision problem (as a dict) uses: the
-    cases :func:`vision_problems` never draws for a target declining them (a replay of another
-    target's case checks this first)."""
-    uses = {"gqa": problem.get("H_kv") not in (None, problem.get("H")),
-            "window_size": problem.get("window") is not None or bool(problem.get("full_call")),
-            "s_aux": problem.get("sinks") is not None or bool(problem.get("full_call")),
-            "softmax_scale": problem.get("softmax_scale") is not None,
-            "forward_metadata": problem.get("path", "metadata") != "kwargs"}
-    return [f for f in VISION_FEATURES if f in set(declines) and uses[f]]
-
-
 @functools.lru_cache(maxsize=None)
 def _heads(max_heads: int, declines: tuple) -> SearchStrategy:
     """(H, H_kv) for at most ``max_heads`` query heads, a third each: MHA (H_kv None), GQA (H_kv a proper

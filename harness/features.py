@@ -39,8 +39,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-__all__ = ["FEATURES", "FEATURE_WORDS", "STATEFUL_CAUSES", "describe", "features_of", "needed_features",
-           "with_needs", "without_feature"]
+__all__ = ["FEATURES", "FEATURE_WORDS", "STATEFUL_CAUSES", "declined_in", "describe", "features_of",
+           "needed_features", "with_needs", "without_feature"]
 
 FEATURES = ("gqa", "window", "sinks", "softmax_scale", "gaps")
 FEATURE_WORDS = {
@@ -54,19 +54,34 @@ FEATURE_WORDS = {
 STATEFUL_CAUSES = ("GraphCacheHazard",)
 
 
+# what a vision problem uses, by name: the features a failure may need (FEATURES) and the keywords of
+# SGLang's call a target may decline (fuzz.strategies.VISION_FEATURES: a full call passes window_size and
+# s_aux, if only their no-op values)
+_USES = {
+    "gqa": lambda get: get("H_kv") is not None and get("H_kv") != get("H"),
+    "window": lambda get: get("window") is not None and tuple(get("window")) != (-1, -1),
+    "sinks": lambda get: get("sinks") is not None,
+    "softmax_scale": lambda get: get("softmax_scale") is not None,
+    "gaps": lambda get: any(get("gaps") or ()),
+    "window_size": lambda get: get("window") is not None or bool(get("full_call")),
+    "s_aux": lambda get: get("sinks") is not None or bool(get("full_call")),
+    "forward_metadata": lambda get: get("path", "metadata") != "kwargs",
+}
+
+
 def _present(problem, feature: str) -> bool:
-    get = lambda name, default=None: getattr(problem, name, default)  # noqa: E731
-    if feature == "gqa":
-        return get("H_kv") is not None and get("H_kv") != get("H")
-    if feature == "window":
-        return get("window") is not None and tuple(get("window")) != (-1, -1)
-    if feature == "sinks":
-        return get("sinks") is not None
-    if feature == "softmax_scale":
-        return get("softmax_scale") is not None
-    if feature == "gaps":
-        return any(get("gaps") or ())
-    raise ValueError(f"unknown feature {feature!r}; the features are {list(FEATURES)}")
+    if feature not in _USES:
+        raise ValueError(f"unknown feature {feature!r}; the features are {list(FEATURES)}")
+    if isinstance(problem, dict):
+        return bool(_USES[feature](problem.get))
+    return bool(_USES[feature](lambda name, default=None: getattr(problem, name, default)))
+
+
+def declined_in(problem, declines) -> list:
+    """The features of ``declines`` (a target's ``Target.declines``) a vision problem (dataclass or dict)
+    uses: the cases :func:`fuzz.strategies.vision_problems` never draws for that target (a replay of
+    another target's case checks this first)."""
+    return [f for f in declines if f in _USES and _present(problem, f)]
 
 
 def features_of(problem) -> tuple:

@@ -10,10 +10,10 @@ HTML reports render as a table: one row per finding bucket (:mod:`harness.bucket
 cause, whatever release, dtype or shape class it shows in), one column per range of releases that
 run the same code, the failing-case count in each cell (``-``: that range did not run), and the
 derived **introduced in** (the first column that has the bucket) and **fixed in** (the column after
-the last one that has it); a column whose campaign missed a bucket but fails on a replay of its example
-has it (Note [Replayed absences] in :mod:`kernel_oracle.jobs.matrix_replay`).  A wrong-values bucket names its op (a mismatch has no frame to point at);
-buckets of one kind in several ops that fail in exactly the same columns, and not in every column
-that ran, are one row naming those ops: one change of the file introduced them and one removed
+the last one that has it); a column whose campaign missed a bucket but fails on a replay of its
+example has it (Note [Replayed absences] in :mod:`kernel_oracle.jobs.matrix_replay`).  A wrong-values
+bucket names its op (a mismatch has no frame to point at); buckets of one kind in several ops that
+fail in exactly the same columns, and not in every column that ran, are one row naming those ops: one change of the file introduced them and one removed
 them (SGLang 0.5.12's stale host ints, PR #28371, fail every kv_b op from 0.5.12 to 0.5.13.post1).  A bucket's target frame is compared by file and function
 (``kv_b_lora_absorbed:_max_segment_len``), since releases move their modules.
 

@@ -38,10 +38,12 @@ def row_bucket(finding: dict):
     return dataclasses.replace(b, frame=b.frame.rpartition(".")[2]) if b.frame else b
 
 
-def _replayable(finding: dict, declines: dict, declined_in: Callable) -> Optional[dict]:
+def _replayable(finding: dict, declines: dict) -> Optional[dict]:
     """The finding's case as a target declining ``declines`` can be given it: a vision case whose metadata
     travels in ``forward_metadata`` goes as keywords to a release whose callers pass none (the same
     call: every release takes the keywords); None when it uses another declined feature."""
+    from kernel_oracle.harness.features import declined_in
+
     case_dict = finding["problem"]
     problem = case_dict.get("problem") or {}
     if finding.get("op") != "vision" or not declined_in(problem, declines):
@@ -99,8 +101,6 @@ def replay_absences(runs: list, *, device: str = "cpu", sources=None, check: Opt
     lack its bucket (see the Note); each confirmed one is appended to that run's ``replayed`` list
     as ``{"bucket": its row's label, "from": spec, "id": finding id}``.  ``check(spec, case_dict)`` -> the
     failing case's bucket or None (default: one worker on ``device``).  Returns the replays run."""
-    from kernel_oracle.fuzz.strategies import declined_in
-
     own = [r for r in runs if r.get("available") and r.get("cases") and r.get("ran", True)]
     buckets = {id(r): {row_bucket(f) for f in r["findings"]} for r in own}
     close = None
@@ -116,7 +116,7 @@ def replay_absences(runs: list, *, device: str = "cpu", sources=None, check: Opt
                 for dst in own:
                     if dst is src or dst.get("lane") != src.get("lane") or want in buckets[id(dst)]:
                         continue
-                    case_dict = _replayable(f, dst.get("declines") or {}, declined_in)
+                    case_dict = _replayable(f, dst.get("declines") or {})
                     if case_dict is None:
                         continue  # a case that target is never given (its callers never pass the feature)
                     if done >= MAX_REPLAYS:

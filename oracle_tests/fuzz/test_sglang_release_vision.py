@@ -11,7 +11,6 @@ SGLang's vision wrapper standalone] in ``kernel_oracle.fuzz.targets.sglang_visio
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import sys
 import zipfile
@@ -22,9 +21,9 @@ import torch
 from kernel_oracle.fuzz.targets import TargetSources, resolve_target
 from kernel_oracle.fuzz.targets.sglang import CALL_FEATURES, CPU_ENGINE_NOTE
 from kernel_oracle.fuzz.targets.sglang_vision import VISION_FILE, load_vision_wrapper, read_vision_code
-from kernel_oracle.fuzz.strategies import declined_in
 from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, wheel_release
 from kernel_oracle.harness.check import Case, check_case
+from kernel_oracle.harness.features import declined_in
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import VisionProblem, materialize
 
@@ -76,7 +75,7 @@ def vision_target(version: str):
 def test_release_wrapper_matches_the_oracle(version, case, path, dtype):
     t = vision_target(version)
     problem = VisionProblem(dtype=dtype, path=path, seed=3, **VISION_CASES[case])
-    assert not declined_in(dataclasses.asdict(problem), t.declines), "a call the release's callers never make"
+    assert not declined_in(problem, t.declines), "a call the release's callers never make"
     verdict = check_case(t, Case(problem), "cpu")
     assert verdict.ok, f"sglang=={version} {path} {dtype} [{case}]: {verdict.kind}: {verdict.message}"
 
