@@ -8,6 +8,7 @@
 #   bash scripts/gpu_check.sh soak-wait [W]  # wait up to W s (600) for them; their findings by bucket
 #   bash scripts/gpu_check.sh bench [PART..] # lora vision sglang verdicts oracle (default: all): the tables
 #   bash scripts/gpu_check.sh main-job       # kernel-oracle run --device cuda --time 120, cold then warm cache
+#   bash scripts/gpu_check.sh matrix [S]     # every release x variant x configuration, lora and vision, S s each (12)
 #   bash scripts/gpu_check.sh all [S]        # the sequence setup .. bench; ends with the table of every phase
 #   bash scripts/gpu_check.sh table          # that table alone
 #
@@ -149,6 +150,32 @@ PY
   export TRITON_CACHE_DIR=$saved; record main-job "$RC" "$SECS" "$heads"
 }
 
+matrix() {  # SGLang's release matrix: both kv_b variants under every configuration, and the vision wrapper
+  local secs=${1:-12} wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
+  rm -rf "$STATE/matrix"
+  timed matrix 580 "$OUT/matrix.log" python3 -m kernel_oracle matrix --targets sglang,sglang-trt --releases all \
+    --configurations all --op lora,vision --device cuda --time "$secs" --quiet --out "$STATE/matrix" "${wheel[@]}"
+  cp "$STATE/matrix/matrix.md" "$STATE/matrix/matrix.json" "$OUT/" 2>/dev/null
+  tail -40 "$OUT/matrix.log" | cut -c1-240
+  local head; head=$(python3 - "$STATE/matrix/matrix.json" <<'PY'
+import json, sys
+try:
+    rec = json.load(open(sys.argv[1]))
+except OSError:
+    sys.exit(print("no matrix record written"))
+m, s = rec.get("release_matrix", {}), rec.get("summary", {})
+rows = m.get("rows", [])
+f = rec.get("findings", [])
+print(f"{s.get('columns')} columns, {s.get('campaigns')} campaigns, {s.get('replays')} replays, "
+      f"{sum(g.get('cases', 0) for g in rec.get('groups', []))} cases, {len(rows)} rows; "
+      f"{len(f)} findings, {sum(1 for x in f if x.get('known'))} known")
+for r in rows:
+    print(f"   {r.get('bucket', '')[:110]} | in {r.get('introduced_in')} | fixed {r.get('fixed_in')}", file=sys.stderr)
+PY
+)
+  record matrix "$RC" "$SECS" "$head"
+}
+
 table() {
   echo "| phase | exit | seconds | result |"; echo "|---|---:|---:|---|"
   [ -f "$STATE/table.tsv" ] && awk -F'\t' '{ printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4 }' "$STATE/table.tsv"
@@ -168,6 +195,7 @@ run_all() {  # the standard sequence; each entry: PHASE ESTIMATED_SECONDS (for t
       suite) suite 440 ;;
       soak-wait) soak_wait 300 ;;
       main-job) main_job ;;
+      matrix) matrix ;;
       bench-*) bench_part "${phase#bench-}" ;;
     esac
   done 3<<'EOF'
@@ -176,6 +204,7 @@ soak-start 5
 suite 450
 soak-wait 120
 main-job 330
+matrix 420
 bench-lora 160
 bench-vision 220
 bench-sglang 260
@@ -193,6 +222,7 @@ case "${1:-}" in
   bench) shift; parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(lora vision sglang verdicts oracle)
          for p in "${parts[@]}"; do bench_part "$p"; done ;;
   main-job) main_job ;;
+  matrix) matrix "${2:-12}" ;;
   all) run_all "${2:-600}" ;;
   table) table ;;
   *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
