@@ -24,7 +24,9 @@ Checks (``--check``, default all):
 * ``window``: ``window_size`` and ``s_aux`` (sinks), which ``VisionAttention`` passes every backend from
   0.5.11: the output is the same with and without them;
 * ``softmax_scale``: (0.5.10) a ``softmax_scale`` keyword is ignored;
-* ``empty``: (from 0.5.17) ``prepare_flashinfer_cudnn_vision_attention_metadata`` on a batch of no sequences.
+* ``empty``: (from 0.5.17) ``prepare_flashinfer_cudnn_vision_attention_metadata`` on a batch of no sequences;
+* ``gqa_past_end``: ``gqa`` at a tower's size, where q's offsets put k's reads far past its end (on CUDA an
+  illegal memory access that breaks the process's CUDA context: it runs last).
 
 Exit 1 when a check reproduces, 0 when none does, 2 when the wrapper cannot be loaded.
 """
@@ -190,7 +192,33 @@ def check_empty(cls, helper, device, dtype) -> bool:
     return False
 
 
-CHECKS = {"gqa": check_gqa, "window": check_window, "softmax_scale": check_softmax_scale, "empty": check_empty}
+def check_gqa_past_end(cls, helper, device, dtype) -> bool:
+    """The GQA offsets of ``check_gqa`` at the size of a real tower: 15 query heads on 3 kv heads, 14
+    sequences of 480 tokens, no window, no sinks.  q's element offset of the last sequence is 5x k's, so
+    the engine reads keys up to four times k's size past its end: on CUDA an illegal memory access
+    where that lands outside every allocation (the process's CUDA context is then broken: run this
+    check last, or alone).  The same call with 15 kv heads first, as the control."""
+    H, D, lens = 15, 64, [480] * 14
+    T = sum(lens)
+    gen = torch.Generator().manual_seed(3)
+    for hkv in (H, 3):
+        q, k, v = (torch.randn(T, h, D, generator=gen).to(device, dtype) for h in (H, hkv, hkv))
+        try:
+            out = _call(cls, device, q, k, v, lens, (H * D, hkv * D, H * D))
+            if device == "cuda":
+                torch.cuda.synchronize()
+            ok = bool(torch.isfinite(out.float()).all())
+        except Exception as exc:  # noqa: BLE001 - the behaviour under test
+            print(f"gqa_past_end: {H} q heads, {hkv} kv heads, {len(lens)} x {lens[0]} tokens: raises "
+                  f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            return hkv < H
+        print(f"gqa_past_end: {H} q heads, {hkv} kv heads, {len(lens)} x {lens[0]} tokens: returns "
+              f"({'finite' if ok else 'non-finite'} output)")
+    return False
+
+
+CHECKS = {"gqa": check_gqa, "window": check_window, "softmax_scale": check_softmax_scale, "empty": check_empty,
+          "gqa_past_end": check_gqa_past_end}
 
 
 def main(argv=None) -> int:

@@ -12,8 +12,11 @@ On a fresh machine, within ``--time`` seconds on the best device there is:
 2. **selfcheck** (about :data:`SELFCHECK_SHARE` of the budget): the references against independent
    formulations (:mod:`kernel_oracle.jobs.main_job_selfcheck`), as target ``selfcheck``;
 3. **campaigns**: one fuzz campaign (:func:`fuzz.campaign.run_campaign`) per available target x op
-   family (:mod:`kernel_oracle.jobs.main_job_campaigns`), the rest of the budget shared equally,
-   each pair getting what the earlier ones left.  They run in this process and share ONE target
+   family (:mod:`kernel_oracle.jobs.main_job_campaigns`).  On a GPU host with cores to spare they
+   run side by side, up to :func:`kernel_oracle.jobs.side_by_side.slots` at once, each in a child
+   process with its own worker and the whole window (Note [Campaigns side by side]).  Otherwise
+   (the CPU, where the interpreter keeps each campaign's core busy) the rest of the budget is shared
+   equally, each pair getting what the earlier ones left; they run in this process and share ONE target
    worker per device (:class:`fuzz.worker.Worker`, launched before the selfcheck so its imports and
    CUDA context are paid once, in parallel, and never inside a campaign's clock; it keeps compiled
    kernels between campaigns and is replaced only after a crash or a hang).  The job keeps its
@@ -127,7 +130,10 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
     log(f"device {device}" + (" (Triton interpreter)" if device == "cpu" else "") + f", budget {budget:g}s")
     if too_late:
         add_note(record, f"in-process kernel calls of this run (the selfcheck) use the wrong Triton mode: {too_late}")
-    worker = None if cluster else launch_worker(device, record)  # starts during the selfcheck
+    from kernel_oracle.jobs.side_by_side import slots
+
+    at_once = 1 if cluster else slots(device)  # Note [Campaigns side by side]: each then starts its own worker
+    worker = None if cluster or at_once > 1 else launch_worker(device, record)  # starts during the selfcheck
     try:
         if selfcheck:
             run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)
@@ -138,7 +144,7 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
                              {**cluster, "sglang_wheel": sglang_wheel, "with_malformed": with_malformed})
         else:
             run_campaign_part(record, device, seed, deadline, run_dir, targets, families, log, worker=worker,
-                              sglang_wheel=sglang_wheel, with_malformed=with_malformed)
+                              sglang_wheel=sglang_wheel, with_malformed=with_malformed, at_once=at_once)
     finally:
         if worker is not None:
             record["summary"]["worker"] = {"startup_s": [round(x, 2) for x in worker.startup_s],

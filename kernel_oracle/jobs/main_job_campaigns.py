@@ -164,11 +164,11 @@ def run_cluster_part(record: dict, device: str, seed: int, deadline: float, run_
 
 def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run_dir: Path,
                       specs: Optional[list], families: tuple, log, worker=None,
-                      sglang_wheel: Optional[str] = None, with_malformed: bool = False) -> None:
+                      sglang_wheel: Optional[str] = None, with_malformed: bool = False, at_once: int = 1) -> None:
     """Run every available target x family pair of ``specs`` until ``deadline`` (time.monotonic) into
-    ``record``, each campaign in ``run_dir/campaign-<target>-<family>`` on the shared ``worker``."""
-    from kernel_oracle.harness.schema import add_note, merge
-
+    ``record``, each campaign in ``run_dir/campaign-<target>-<family>``: one after another on the
+    shared ``worker``, or with ``at_once`` > 1 that many at a time in child processes, each with its
+    own worker (Note [Campaigns side by side] in :mod:`kernel_oracle.jobs.side_by_side`)."""
     try:
         import kernel_oracle.fuzz.campaign  # noqa: F401 - the campaigns need it: a failed import is a failed part
     except Exception as exc:  # noqa: BLE001 - reported, never a silent pass
@@ -185,48 +185,106 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
     if not pairs:
         part_failed(record, "no available target x family pair to fuzz")
         return
-    campaigns = record["summary"].setdefault("campaigns", [])
+    for name in sorted({n for n, _ in pairs} & lenient):
+        from kernel_oracle.harness.malformed import lenient_line
+
+        log(lenient_line(name, with_malformed, drawn=with_malformed))
+    common = dict(seed=seed, device=device, sglang_wheel=sglang_wheel, with_malformed=with_malformed)
+    record["summary"]["campaigns_at_once"] = min(at_once, len(pairs))
+    if at_once > 1 and len(pairs) > 1:
+        _side_by_side(record, pairs, lenient, common, deadline, run_dir, log, at_once)
+        return
     for i, (name, fam) in enumerate(pairs):
         left = deadline - time.monotonic()
         share = left / (len(pairs) - i)
         if share < 1.0:
-            skipped = [f"{n} x {f}" for n, f in pairs[i:]]
-            part_failed(record, f"time budget exhausted: campaigns not run for {', '.join(skipped)}; "
-                                 f"pass a larger --time")
-            log(f"budget exhausted; skipped {skipped}")
+            _exhausted(record, pairs[i:], log)
             return
-        safe = name.replace(":", "_").replace("/", "_")
-        out_dir = run_dir / f"campaign-{safe}-{fam}"
+        out_dir = _out_dir(run_dir, name, fam)
         log(f"campaign {name} x {fam}: {share:.0f}s")
         started = time.monotonic()
         try:
-            if name in lenient:
-                from kernel_oracle.harness.malformed import lenient_line
-
-                log(lenient_line(name, with_malformed, drawn=with_malformed))
-            rec, problem = run_one_campaign(name, fam, share_s=share, seed=seed, device=device, out_dir=out_dir,
-                                            worker=worker, sglang_wheel=sglang_wheel, with_malformed=with_malformed,
-                                            upstream_contracts_only=name in lenient and not with_malformed)
-            if rec is not None:
-                merge(record, rec, seeds_key=f"campaign:{name}:{fam}")
-                record.setdefault("validation_gaps", []).extend(
-                    {**g, "target": name} for g in rec.get("validation_gaps") or [])
+            rec, problem = run_one_campaign(name, fam, share_s=share, out_dir=out_dir, worker=worker,
+                                            upstream_contracts_only=name in lenient and not with_malformed, **common)
         except Exception as exc:  # noqa: BLE001 - our own failure around the campaign: still reported
             rec, problem = None, reason(exc)
             log(traceback.format_exc())
-        took = time.monotonic() - started
-        rec = rec or {}
-        n_cases = sum(g["cases"] for g in rec.get("groups", []))
-        row = {"target": name, "family": fam, "share_s": round(share, 1), "took_s": round(took, 1),
-               "cases": n_cases, "findings": len(rec.get("findings", [])), "out_dir": str(out_dir)}
-        if problem:
-            row["problem"] = problem
-            part_failed(record, f"campaign {name} x {fam}: {problem}")
-        elif took > share + OVERRUN_NOTE_S:
-            add_note(record, f"campaign {name} x {fam} took {took:.0f}s of a {share:.0f}s share (a slow case or "
-                             f"shrink); the later campaigns got less time")
-        if worker is not None:
-            row["worker_restarts"] = worker.restarts
-        campaigns.append(row)
-        log(f"campaign {name} x {fam}: {n_cases} cases, {row['findings']} findings, {took:.1f}s"
-            + (f" ({problem})" if problem else ""))
+        _add_campaign(record, name, fam, share, time.monotonic() - started, rec, problem, out_dir, log,
+                      restarts=None if worker is None else worker.restarts)
+
+
+# seconds a campaign in a child process spends before its clock starts (the child's imports, then its
+# worker's imports and CUDA context), taken off its share
+CHILD_STARTUP_S = 15.0
+
+
+def _side_by_side(record: dict, pairs: list, lenient: set, common: dict, deadline: float, run_dir: Path, log,
+                  at_once: int) -> None:
+    """The pairs in child processes, ``at_once`` at a time; each starts with the time left shared among
+    the waves still to come (Note [Campaigns side by side])."""
+    from kernel_oracle.jobs.side_by_side import Call, run_side_by_side
+
+    with_malformed = common["with_malformed"]
+    calls = [Call((name, fam), run_one_campaign,
+                  dict(target=name, op=fam, out_dir=_out_dir(run_dir, name, fam),
+                       upstream_contracts_only=name in lenient and not with_malformed, **common))
+             for name, fam in pairs]
+    shares, skipped = {}, []
+
+    def before_start(call, started: int, pending: int):
+        waves = -(-pending // at_once)
+        share = (deadline - time.monotonic()) / waves - CHILD_STARTUP_S
+        if share < 1.0:
+            skipped.append(call.key)
+            share = 1.0  # still started, with the floor: its row says it ran past the budget
+        shares[call.key] = share
+        log(f"campaign {call.key[0]} x {call.key[1]}: {share:.0f}s, in a child process")
+        return Call(call.key, call.fn, {**call.kwargs, "share_s": share})
+
+    def on_done(d) -> None:
+        log(f"campaign {d.key[0]} x {d.key[1]}: ended after {d.took_s:.0f}s" + (f" ({d.problem})" if d.problem else ""))
+
+    for d in run_side_by_side(calls, at_once=at_once, before_start=before_start, on_done=on_done):
+        rec, problem = d.result if isinstance(d.result, tuple) else (d.result, d.problem)
+        if d.problem and rec is None:  # died or raised around the campaign: keep what it saved
+            rec = salvage(d.key[0], _out_dir(run_dir, *d.key), common["seed"], common["device"])
+        _add_campaign(record, d.key[0], d.key[1], shares.get(d.key, 0.0), d.took_s, rec, problem or d.problem,
+                      _out_dir(run_dir, *d.key), log, restarts=None)
+    if skipped:
+        part_failed(record, f"time budget too short for {len(skipped)} campaigns side by side: "
+                             f"{', '.join(f'{n} x {f}' for n, f in skipped)} ran with 1 s; pass a larger --time")
+
+
+def _out_dir(run_dir: Path, name: str, fam: str) -> Path:
+    return run_dir / f"campaign-{name.replace(':', '_').replace('/', '_')}-{fam}"
+
+
+def _exhausted(record: dict, pairs: list, log) -> None:
+    skipped = [f"{n} x {f}" for n, f in pairs]
+    part_failed(record, f"time budget exhausted: campaigns not run for {', '.join(skipped)}; pass a larger --time")
+    log(f"budget exhausted; skipped {skipped}")
+
+
+def _add_campaign(record: dict, name: str, fam: str, share: float, took: float, rec: Optional[dict],
+                  problem: Optional[str], out_dir: Path, log, restarts: Optional[int]) -> None:
+    """Merge one campaign's record into the job's and add its row to ``summary.campaigns``."""
+    from kernel_oracle.harness.schema import add_note, merge
+
+    if rec is not None:
+        merge(record, rec, seeds_key=f"campaign:{name}:{fam}")
+        record.setdefault("validation_gaps", []).extend({**g, "target": name} for g in rec.get("validation_gaps") or [])
+    rec = rec or {}
+    n_cases = sum(g["cases"] for g in rec.get("groups", []))
+    row = {"target": name, "family": fam, "share_s": round(share, 1), "took_s": round(took, 1),
+           "cases": n_cases, "findings": len(rec.get("findings", [])), "out_dir": str(out_dir)}
+    if problem:
+        row["problem"] = problem
+        part_failed(record, f"campaign {name} x {fam}: {problem}")
+    elif took > share + OVERRUN_NOTE_S:
+        add_note(record, f"campaign {name} x {fam} took {took:.0f}s of a {share:.0f}s share (a slow case or "
+                         f"shrink); the later campaigns got less time")
+    if restarts is not None:
+        row["worker_restarts"] = restarts
+    record["summary"].setdefault("campaigns", []).append(row)
+    log(f"campaign {name} x {fam}: {n_cases} cases, {row['findings']} findings, {took:.1f}s"
+        + (f" ({problem})" if problem else ""))

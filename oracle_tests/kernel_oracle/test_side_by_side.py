@@ -1,0 +1,118 @@
+"""Campaigns side by side (Note [Campaigns side by side]): the runner's contract, and the main job with
+its campaigns in child processes, each given the whole window (stand-in campaigns: what is measured is
+the orchestration; the GPU check measures the real campaigns, docs/BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from kernel_oracle.harness.schema import add_group, load, new_record
+from kernel_oracle.jobs import main_job_campaigns, side_by_side
+from kernel_oracle.jobs.side_by_side import Call, run_side_by_side, slots
+
+from oracle_tests.kernel_oracle.test_main_job import _run, stand_ins  # noqa: F401 - the fixture
+
+
+def pid_after(seconds: float, fail: bool = False) -> int:
+    """Sleep, then return this process's pid (or raise)."""
+    time.sleep(seconds)
+    if fail:
+        raise ValueError("planted")
+    return os.getpid()
+
+
+def dies() -> None:
+    os._exit(7)
+
+
+def test_calls_run_at_once_in_other_processes_and_come_back_in_order():
+    calls = [Call("slow", pid_after, {"seconds": 2.0}), Call("fast", pid_after, {"seconds": 0.1}),
+             Call("raises", pid_after, {"seconds": 0.1, "fail": True}), Call("dies", dies)]
+    ended = []
+    started = time.monotonic()
+    done = run_side_by_side(calls, at_once=4, on_done=lambda d: ended.append(d.key))
+    took = time.monotonic() - started
+    assert [d.key for d in done] == ["slow", "fast", "raises", "dies"]  # the order of the calls
+    assert ended.index("fast") < ended.index("slow")  # reported as each one ends
+    (slow, fast, raises, died) = done
+    assert slow.problem is None and fast.problem is None
+    assert len({slow.result, fast.result, os.getpid()}) == 3  # two children, neither of them this process
+    assert raises.result is None and raises.problem == "raised ValueError: planted"
+    assert died.result is None and died.problem == "its process ended without an answer (exit status 7)"
+    assert took < 2.0 + 20.0  # side by side: not the sum of the sleeps plus four start-ups in a row
+
+
+def test_at_once_bounds_the_running_children_and_before_start_replaces_the_call():
+    seen = []
+
+    def before_start(call, started, pending):
+        seen.append((call.key, started, pending))
+        return Call(call.key, call.fn, {**call.kwargs, "seconds": 0.0})
+
+    done = run_side_by_side([Call(k, pid_after, {"seconds": 30.0}) for k in "abc"], at_once=2,
+                            before_start=before_start)
+    assert [d.problem for d in done] == [None, None, None]  # the replacement's 0 s ran, not the 30 s
+    assert seen == [("a", 0, 3), ("b", 1, 2), ("c", 2, 1)]  # c waited for a free slot
+    with pytest.raises(ValueError, match=r"Expected at_once >= 1 but got at_once=0"):
+        run_side_by_side([], at_once=0)
+
+
+@pytest.mark.parametrize(("device", "cores", "expected"), [
+    ("cpu", 16, 1),   # the interpreter keeps each campaign's core busy
+    ("cuda", 2, 1),   # no core to spare
+    ("cuda", 16, 8),  # the H200 machine
+    ("cuda", 1, 1),
+])
+def test_slots(device, cores, expected):
+    assert slots(device, cores) == expected
+
+
+def campaign_with_pid(target, op, *, share_s, seed, device, out_dir, upstream_contracts_only=False, worker=None,
+                      sglang_wheel=None, with_malformed=False):
+    """A stand-in campaign that records the process it ran in and the share it was given."""
+    rec = new_record("campaign", seeds={"seed": seed}, device=device)
+    add_group(rec, target=target, op="vision" if op == "vision" else "step_b_q", dtype="float32",
+              shape_class="prefill", cases=10, passes=10, findings={}, ratios=[0.2])
+    rec["notes"].append(f"pid {os.getpid()} share {share_s:.1f}")
+    return rec, None
+
+
+def test_the_main_job_runs_its_campaigns_side_by_side_each_with_the_window(tmp_path, stand_ins, monkeypatch):
+    """Two campaigns at once: each in a child process of its own, each with the whole window less the
+    child's start-up (one after another, each had half of it), both merged into the one record."""
+    monkeypatch.setattr(side_by_side, "slots", lambda device, cores=None: 2)
+    monkeypatch.setattr(main_job_campaigns, "run_one_campaign", campaign_with_pid)
+    monkeypatch.setattr(main_job_campaigns, "CHILD_STARTUP_S", 1.0)
+    out = tmp_path / "out"
+    assert _run(out, "--families", "lora,vision") == 1  # the stand-in selfcheck has findings
+    rec = load(out / "latest.json")
+    assert rec["summary"]["campaigns_at_once"] == 2
+    rows = rec["summary"]["campaigns"]
+    assert [(r["target"], r["family"], r["cases"]) for r in rows] == [("reference", "lora", 10),
+                                                                     ("reference", "vision", 10)]
+    notes = [n for n in rec["notes"] if n.startswith("pid ")]
+    pids = {int(n.split()[1]) for n in notes}
+    assert len(pids) == 2 and os.getpid() not in pids
+    window = 30 * (1 - 0.15)  # --time 30 less the selfcheck's share
+    for n in notes:
+        assert float(n.split()[3]) > window / 2, n  # not a half share
+    assert not rec["summary"].get("failed_parts")
+
+
+def test_a_child_that_dies_is_a_failed_part_not_a_pass(tmp_path, stand_ins, monkeypatch):
+    monkeypatch.setattr(side_by_side, "slots", lambda device, cores=None: 2)
+    monkeypatch.setattr(main_job_campaigns, "run_one_campaign", campaign_dies)
+    monkeypatch.setattr(main_job_campaigns, "CHILD_STARTUP_S", 1.0)
+    out = tmp_path / "out"
+    assert _run(out, "--families", "lora,vision") in (1, 3)
+    rec = load(out / "latest.json")
+    failed = rec["summary"]["failed_parts"]
+    assert any("campaign reference x lora: its process ended without an answer (exit status 9)" in f for f in failed)
+    assert any("campaign reference x vision" in f for f in failed)
+
+
+def campaign_dies(target, op, **kwargs):
+    os._exit(9)
