@@ -71,20 +71,25 @@ CAMPAIGN_SHARE = 0.8
 SHRINK_SLACK_SHARE = 0.1
 # the per-case timeout is at most this share of the slot (a hang costs one timeout, then a new worker)
 CASE_TIMEOUT_SHARE = 0.25
-# on a GPU the worker first compiles a target's kernels for a few realistic shapes (harness.warmup),
-# once per target, for at most this share of the slot, taken off the campaign's clock
+# on a GPU the worker of a target that compiles kernels (COMPILING) first compiles them for a few
+# realistic shapes and every LoRA variant (harness.warmup, fuzz.precompile), once per target, for at
+# most this share of the slot, taken off the campaign's clock; side by side, where one slot is the
+# whole window, a larger share (the variants compile in parallel children before the clock starts)
 WARM_UP_SHARE = 0.15
+WARM_UP_SHARE_SIDE_BY_SIDE = 0.25
+COMPILING = ("triton",)
 
 
 def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
                      upstream_contracts_only: bool = False, worker=None, sglang_wheel: Optional[str] = None,
-                     with_malformed: bool = False) -> tuple:
+                     with_malformed: bool = False, warm_up_share: float = WARM_UP_SHARE) -> tuple:
     """Run one campaign in this process on the job's shared ``worker``; returns (record or None,
     problem or None).  A campaign that raises keeps what it saved (:func:`salvage`)."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
 
-    warm_up_s = WARM_UP_SHARE * share_s if device == "cuda" else None
-    time_s = max(1.0, (CAMPAIGN_SHARE - (WARM_UP_SHARE if warm_up_s else 0.0)) * share_s)
+    compiles = device == "cuda" and str(target).split("==")[0].split("@")[0] in COMPILING
+    warm_up_s = warm_up_share * share_s if compiles else None
+    time_s = max(1.0, (CAMPAIGN_SHARE - (warm_up_share if warm_up_s else 0.0)) * share_s)
     case_timeout_s = max(1.0, min(case_timeout_for(time_s), CASE_TIMEOUT_SHARE * share_s))
     try:
         config = CampaignConfig(target=target, op=op, time_s=round(time_s, 1), seed=seed, device=device,
@@ -215,7 +220,7 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
 
 # seconds a campaign in a child process spends before its clock starts (the child's imports, then its
 # worker's imports and CUDA context), taken off its share
-CHILD_STARTUP_S = 15.0
+CHILD_STARTUP_S = 12.0
 
 
 def _side_by_side(record: dict, pairs: list, lenient: set, common: dict, deadline: float, run_dir: Path, log,
@@ -227,7 +232,8 @@ def _side_by_side(record: dict, pairs: list, lenient: set, common: dict, deadlin
     with_malformed = common["with_malformed"]
     calls = [Call((name, fam), run_one_campaign,
                   dict(target=name, op=fam, out_dir=_out_dir(run_dir, name, fam),
-                       upstream_contracts_only=name in lenient and not with_malformed, **common))
+                       upstream_contracts_only=name in lenient and not with_malformed,
+                       warm_up_share=WARM_UP_SHARE_SIDE_BY_SIDE, **common))
              for name, fam in pairs]
     shares, skipped = {}, []
 
@@ -277,6 +283,11 @@ def _add_campaign(record: dict, name: str, fam: str, share: float, took: float, 
     n_cases = sum(g["cases"] for g in rec.get("groups", []))
     row = {"target": name, "family": fam, "share_s": round(share, 1), "took_s": round(took, 1),
            "cases": n_cases, "findings": len(rec.get("findings", [])), "out_dir": str(out_dir)}
+    camp = rec.get("campaign") or {}
+    if camp.get("warm_up"):  # what the worker compiled before the clock (the job's record drops "campaign")
+        row["warm_up"] = camp["warm_up"]
+    if camp.get("startup_s") is not None:
+        row["startup_s"] = camp["startup_s"]
     if problem:
         row["problem"] = problem
         part_failed(record, f"campaign {name} x {fam}: {problem}")

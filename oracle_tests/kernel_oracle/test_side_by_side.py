@@ -71,6 +71,7 @@ def test_slots(device, cores, expected):
 
 
 def campaign_with_pid(target, op, *, share_s, seed, device, out_dir, upstream_contracts_only=False, worker=None,
+                      warm_up_share=None,
                       sglang_wheel=None, with_malformed=False):
     """A stand-in campaign that records the process it ran in and the share it was given."""
     rec = new_record("campaign", seeds={"seed": seed}, device=device)
