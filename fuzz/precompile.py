@@ -70,7 +70,8 @@ class Precompile:
             except subprocess.TimeoutExpired:
                 p.kill()
                 out, _ = p.communicate()
-            cases += sum(int(ln.split()[1]) for ln in (out or "").splitlines() if ln.startswith("executed "))
+            counts = [int(ln.split()[1]) for ln in (out or "").splitlines() if ln.startswith("executed ")]
+            cases += counts[-1] if counts else 0  # a child prints its running count: one terminated still says
         return {"processes": len(self.procs), "cases": cases, "seconds": round(time.monotonic() - self.started, 2)}
 
     def wait(self, seconds: float) -> bool:
@@ -201,6 +202,7 @@ def _child(args) -> int:
             if "CUDA error" in str(exc):  # this child's context is gone: it can compile no more
                 break
         compiled += 1
+        print(f"executed {compiled}", flush=True)  # the running count: a child stopped at the deadline still says
     print(f"executed {compiled}", flush=True)
     return 0
 

@@ -71,13 +71,15 @@ CAMPAIGN_SHARE = 0.8
 SHRINK_SLACK_SHARE = 0.1
 # the per-case timeout is at most this share of the slot (a hang costs one timeout, then a new worker)
 CASE_TIMEOUT_SHARE = 0.25
-# on a GPU the worker of a target that compiles kernels (COMPILING) first compiles them for a few
+# on a GPU the worker of a target that compiles many kernels (COMPILING) first compiles them for a few
 # realistic shapes and every LoRA variant (harness.warmup, fuzz.precompile), once per target, for at
 # most this share of the slot, taken off the campaign's clock; side by side, where one slot is the
 # whole window, a larger share (the variants compile in parallel children before the clock starts)
 WARM_UP_SHARE = 0.15
 WARM_UP_SHARE_SIDE_BY_SIDE = 0.25
-COMPILING = ("triton",)
+# (target name, family): our LoRA kernels' many variants (Note [Specialization] in kernels/lora); the
+# worker's warm-up compiles the LoRA variants, so a vision campaign would spend its share on them
+COMPILING = (("triton", "lora"),)
 
 
 def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
@@ -87,7 +89,9 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
     problem or None).  A campaign that raises keeps what it saved (:func:`salvage`)."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
 
-    compiles = device == "cuda" and str(target).split("==")[0].split("@")[0] in COMPILING
+    from kernel_oracle.harness.opinfo import FAMILY_OF
+
+    compiles = device == "cuda" and (str(target).split("==")[0].split("@")[0], FAMILY_OF[op]) in COMPILING
     warm_up_s = warm_up_share * share_s if compiles else None
     time_s = max(1.0, (CAMPAIGN_SHARE - (warm_up_share if warm_up_s else 0.0)) * share_s)
     case_timeout_s = max(1.0, min(case_timeout_for(time_s), CASE_TIMEOUT_SHARE * share_s))

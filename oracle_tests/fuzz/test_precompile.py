@@ -66,3 +66,18 @@ def test_variant_children_compile_their_share_and_exit():
     paths = sum(only is None or "step_a_v" in only for _, _, only, _ in _VARIANT_PATHS)  # 6: four, two flat
     expected = paths * 3 * 2 * 2  # x rank blocks x layout families x permutation (step_a_v has no base)
     assert done["processes"] == 2 and done["cases"] == len(variant_cases(("step_a_v",), ("float16",))) == expected, done
+
+
+def test_a_child_stopped_at_the_deadline_still_reports_what_it_compiled():
+    """A child prints its running count after each variant; :meth:`Precompile.stop` takes each child's
+    last count (a child terminated before its final line still says how many it compiled, and the
+    running lines are not added up)."""
+    import subprocess
+    import sys
+    import time
+
+    script = "import time\nfor i in (1, 2): print(f'executed {i}', flush=True)\ntime.sleep(60)\n"
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    handle = precompile.Precompile("triton", procs=[child])
+    time.sleep(3.0)  # the two lines are out long before; the child sleeps on, as one compiling would
+    assert handle.stop()["cases"] == 2
