@@ -15,8 +15,9 @@ the field.  :func:`match_known` decides whether a finding record is one of them:
 * every regular expression the entry gives is found: ``message`` in the finding's message,
   ``bucket`` in its bucket label (:func:`kernel_oracle.harness.buckets.bucket_of_record`);
 * the release is one of the entry's ``releases`` (or it says ``*``).  The release is the argument,
-  else the finding's ``release`` field, else the version in a target name ``name==X.Y.Z``; when
-  none is known the release does not restrict the match (the installed release may be any).
+  else the finding's ``release`` field, else the version in a target name ``name==X.Y.Z`` (also before
+  a configuration: ``name==X.Y.Z@key=value,...``); when none is known the release does not restrict
+  the match (the installed release may be any).
 
 Wiring (the main job, campaigns, compare): :func:`mark_known` stores ``known`` (the entry's id) and
 ``upstream`` (its link) in each matching finding of a result record, the release taken from the
@@ -55,7 +56,8 @@ _FIELDS = ("id", "title", "target", "op", "kind", "upstream", "releases", "doc")
 _OPTIONAL = ("message", "bucket")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _OP = re.compile(r"\*|[a-z][a-z0-9_]*")  # an op name (oracle_tests/harness/test_known_issues.py checks it exists)
-_VERSION_IN_NAME = re.compile(r"==\s*([0-9][0-9A-Za-z.+-]*)$")
+# the release of a target name: sglang==0.5.23, or before a configuration, sglang-trt==0.5.13@cublas=on
+_VERSION_IN_NAME = re.compile(r"==\s*([0-9][0-9A-Za-z.+-]*)(?:@[^@]*)?$")
 
 
 class KnownIssuesError(ValueError):
@@ -170,7 +172,7 @@ def _load(path: Path) -> tuple[KnownIssue, ...]:
 
 
 def release_of(finding: dict, target_name: str, release: Optional[str] = None) -> Optional[str]:
-    """The release a finding was made on: ``release``, the finding's ``release``, or ``name==X.Y.Z``."""
+    """The release a finding was made on: ``release``, the finding's ``release``, or ``name==X.Y.Z[@...]``."""
     if release:
         return str(release)
     if finding.get("release"):

@@ -1,7 +1,8 @@
-"""Reproducer of docs/upstream/sglang_trt_cublas_step_b_q.md: the TRT-LLM-style ``step_b_q_fwd``'s cuBLAS
-fast path (``SGLANG_EXPERIMENTAL_LORA_OPTI=1`` with ``SGLANG_OPT_LORA_CUBLAS=1``) against a hand computation.
+"""Reproducer of docs/upstream/sglang_trt_cublas_step_b_q.md: the TRT-LLM-style cuBLAS fast paths
+(``SGLANG_EXPERIMENTAL_LORA_OPTI=1`` with ``SGLANG_OPT_LORA_CUBLAS=1``) against the contract.
 
     python docs/upstream/sglang_trt_cublas_step_b_q.py --wheel sglang-0.5.23-...whl     (CPU or GPU)
+    python docs/upstream/sglang_trt_cublas_step_b_q.py --wheel ... --check max_len
 
 Needs torch and triton.  The release's ``trtllm_lora_temp/kv_b_lora_absorbed.py`` and its ``kernel_utils.py``
 files are read from the wheel and executed as they are; the three other names they import from SGLang
@@ -9,11 +10,19 @@ are given here: ``lora_envs`` (the two cuBLAS switches, on or off as the check s
 ``LoRABatchInfo`` (a type annotation only) and ``is_arch_support_pdl`` (False).  Without a GPU the Triton
 path runs under the interpreter (``TRITON_INTERPRET=1``, set before triton is imported).
 
-One resident slot of rank 8 in buffers of rank 16, three segments (3, 0 and 5 rows), two rows after them
-that no segment routes.  ``step_b_q_fwd(x, A, batch_info, base)`` must add ``scaling * x[t, h, :8] @ A[0, :8]``
-to the routed rows and leave the other rows of ``base`` as they were.  The script runs the Triton path
-(switches off) and the cuBLAS path (switches on) on the same inputs.  Exit 1 when the cuBLAS path changes
-unrouted rows or differs on routed rows, 0 when it agrees, 2 when the file cannot be loaded.
+The script runs the Triton path (switches off) and the cuBLAS path (switches on) on the same inputs, one
+resident slot.  Checks (``--check``, default all):
+
+* ``rows``: one slot of rank 8 in buffers of rank 16, three segments (3, 0 and 5 rows), two rows after
+  them that no segment routes.  ``step_b_q_fwd(x, A, batch_info, base)`` must add
+  ``scaling * x[t, h, :8] @ A[0, :8]`` to the routed rows and leave the other rows of ``base`` as they
+  were; reproduced when the cuBLAS path changes unrouted rows or differs on routed rows;
+* ``max_len``: each of the four entry points with a batch info that has neither ``max_len`` nor
+  ``seg_lens``, which must raise ``ValueError('LoRA batch_info must provide max_len or seg_lens.')``
+  before any work (the Triton path's ``_max_segment_len``); reproduced when the cuBLAS path of an entry
+  point returns instead (``step_b_v_fwd`` has no cuBLAS path: both raise).
+
+Exit 1 when a check reproduces, 0 when none does, 2 when the file cannot be loaded.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ if not torch.cuda.is_available():
 
 ROWS, H, R, RANK, C = 10, 2, 16, 8, 32
 SEGMENTS = (3, 0, 5)  # rows 0-7 routed, rows 8-9 not
+QK, VD = 16, 16  # the per-head halves of B_buf's rows (step_a_q, step_b_v)
+NO_MAX_LEN = "LoRA batch_info must provide max_len or seg_lens."
 
 
 class _Switch:
@@ -100,29 +111,30 @@ def inputs(device):
     return x, A, base, bi
 
 
-def both_paths(argv, description: str):
-    """``--wheel W`` of ``argv``: ``({False: Triton path module, True: cuBLAS path module}, device)``,
-    or None (said on stderr) when the file cannot be loaded."""
+def both_paths(argv, description: str, checks=()):
+    """``--wheel W`` (and ``--check``, one of ``checks`` or all, when ``checks`` are given) of ``argv``:
+    ``({False: Triton path module, True: cuBLAS path module}, device, check)``, or None (said on stderr)
+    when the file cannot be loaded."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--wheel", required=True, help="an sglang wheel with the TRT-LLM-style kv_b file (0.5.13+)")
+    if checks:
+        ap.add_argument("--check", default="all", choices=("all", *checks))
     args = ap.parse_args(argv)
     try:
         paths = {cublas: load(args.wheel, cublas) for cublas in (False, True)}
     except Exception as exc:  # noqa: BLE001 - reported, exit 2
         print(f"cannot load the kernel file: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
-    return paths, "cuda" if torch.cuda.is_available() else "cpu"
+    return paths, "cuda" if torch.cuda.is_available() else "cpu", getattr(args, "check", "all")
 
 
-def main(argv=None) -> int:
-    loaded = both_paths(argv, __doc__.splitlines()[0])
-    if loaded is None:
-        return 2
-    paths, device = loaded
+def check_rows(paths, device) -> bool:
+    """``step_b_q_fwd`` on routed and unrouted rows, with and without columns past the rank."""
     x, A, base, bi = inputs(device)
     want = base.double().clone()
     want[:8] += 0.5 * (x[:8, :, :RANK].double() @ A[0, :RANK].double())
     bad = False
+    print("rows: one slot of rank 8 in buffers of rank 16, segments of 3, 0 and 5 rows, two unrouted rows:")
     for zeroed in (False, True):
         if zeroed:  # as SGLang's LoRA pool keeps its buffers: nothing past the adapter's rank
             print("columns past the rank zeroed in A and x (SGLang's pool zeroes them in A and B):")
@@ -134,8 +146,52 @@ def main(argv=None) -> int:
             print(f"  {'cuBLAS' if cublas else 'Triton'} path: routed rows max error {routed:.2e}, "
                   f"unrouted rows changed by up to {unrouted:.3f}")
             bad |= cublas and (routed > 1e-3 or unrouted > 0)
-    print("reproduced" if bad else "not reproduced")
-    return 1 if bad else 0
+    return bad
+
+
+def _outcome(call) -> str:
+    """What ``call()`` did: ``raises ValueError('...')`` or ``returns (shape)``."""
+    try:
+        out = call()
+    except Exception as exc:  # noqa: BLE001 - the entry point's error is the result
+        return f"raises {type(exc).__name__}({str(exc)!r})"
+    return f"returns {tuple(out.shape)}"
+
+
+def check_max_len(paths, device) -> bool:
+    """The four entry points with a batch info that has neither ``max_len`` nor ``seg_lens``."""
+    x, A, base, bi = inputs(device)
+    bi.max_len, bi.seg_lens = None, None
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(ROWS, H, QK, generator=gen).to(device)  # q_nope (S, H, qk)
+    B = torch.randn(1, H * (QK + VD), R, generator=gen).to(device) / 4  # B_buf (L, H*(qk+vd), R)
+    attn = torch.randn(ROWS, H, C, generator=gen).to(device)  # attn_output (S, H, C), contiguous
+    base_v = torch.randn(ROWS, H, VD, generator=gen).to(device)  # base_output of step B_v (S, H, vd)
+    calls = {"step_a_q": lambda m: m.step_a_q_fwd(q.clone(), B, bi, QK + VD),
+             "step_b_q": lambda m: m.step_b_q_fwd(x.clone(), A, bi, base.clone()),
+             "step_a_v": lambda m: m.step_a_v_fwd(attn.clone(), A, bi),
+             "step_b_v": lambda m: m.step_b_v_fwd(x.clone(), B, bi, base_v.clone(), QK, VD)}
+    wanted = f"raises ValueError({NO_MAX_LEN!r})"
+    bad = False
+    print("max_len: one slot, a batch info without max_len and seg_lens (must raise before any work):")
+    for op, call in calls.items():
+        got = {cublas: _outcome(lambda: call(mod)) for cublas, mod in paths.items()}
+        print(f"  {op}: Triton path {got[False]}; cuBLAS path {got[True]}")
+        bad |= got[False] == wanted and got[True] != wanted
+    return bad
+
+
+CHECKS = {"rows": check_rows, "max_len": check_max_len}
+
+
+def main(argv=None) -> int:
+    loaded = both_paths(argv, __doc__.splitlines()[0], CHECKS)
+    if loaded is None:
+        return 2
+    paths, device, which = loaded
+    hits = [name for name, fn in CHECKS.items() if which in ("all", name) and fn(paths, device)]
+    print("reproduced: " + (", ".join(hits) if hits else "none"))
+    return 1 if hits else 0
 
 
 if __name__ == "__main__":

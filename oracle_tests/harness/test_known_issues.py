@@ -68,6 +68,56 @@ def test_match_known(target, op, exc_type, message, release, expected):
     assert (got.id if got else None) == expected
 
 
+SMEM = ("out of resource: shared memory, Required: 294912, Hardware limit: 232448. Reducing block sizes or "
+        "`num_stages` may help.")
+NO_MAX_LEN = "no error raised; expected ValueError('LoRA batch_info must provide max_len or seg_lens.')"
+
+
+@pytest.mark.parametrize("target,op,release,expected", [
+    # TRT-LLM-style step_a_v in fp32 past shared memory: every release with the file, every configuration
+    ("sglang-trt==0.5.13", "step_a_v", None, "sglang-trt-step-a-v-fp32-shared-memory"),
+    ("sglang-trt==0.5.21@pdl=off", "step_a_v", None, "sglang-trt-step-a-v-fp32-shared-memory"),
+    ("sglang-trt==0.5.13.post1@cublas=on,lora_opti=on", "step_a_v", None, "sglang-trt-step-a-v-fp32-shared-memory"),
+    ("sglang-trt", "step_a_v", "0.5.12", None),  # no TRT-LLM-style file before 0.5.13
+    ("sglang==0.5.23", "step_a_v", None, None),  # the default file sizes its tiles otherwise
+])
+def test_the_trt_step_a_v_shared_memory_entry(target, op, release, expected):
+    finding = _raised_on_valid(target, op, "OutOfResources", SMEM)
+    got = match_known(finding, target, release)
+    assert (got.id if got else None) == expected
+
+
+@pytest.mark.parametrize("target,op,expected", [
+    ("sglang-trt==0.5.13@cublas=on,lora_opti=on", "step_a_q", "sglang-trt-cublas-step-a-q-no-max-len-error"),
+    ("sglang-trt==0.5.21@cublas_kv_b=on,lora_opti=on", "step_a_q", "sglang-trt-cublas-step-a-q-no-max-len-error"),
+    ("sglang-trt==0.5.14@cublas=on,lora_opti=on", "step_a_v", "sglang-trt-cublas-step-a-v-no-max-len-error"),
+    ("sglang-trt==0.5.23@cublas=on,lora_opti=on", "step_b_q", "sglang-trt-cublas-step-b-q-no-max-len-error"),
+    ("sglang-trt==0.5.23@cublas=on,lora_opti=on", "step_b_v", None),  # no cuBLAS path: a missed error is new
+    ("sglang-trt==0.5.23", "step_a_q", None),  # the Triton path raises it
+])
+def test_the_cublas_no_max_len_entries(target, op, expected):
+    finding = {"id": "F1", "target": target, "op": op, "kind": "contract", "message": NO_MAX_LEN}
+    got = match_known(finding, target)
+    assert (got.id if got else None) == expected
+
+
+@pytest.mark.parametrize("target,op,expected", [
+    ("sglang-trt==0.5.13@cublas=on,lora_opti=on", "step_a_q", "sglang-trt-0-5-13-cublas-every-slot"),
+    ("sglang-trt==0.5.13.post1@cublas_kv_b=on,lora_opti=on", "step_a_v", "sglang-trt-0-5-13-cublas-every-slot"),
+    ("sglang-trt==0.5.13@cublas=on,lora_opti=on", "step_b_q", "sglang-trt-cublas-step-b-q-every-row"),  # first
+    ("sglang-trt==0.5.13@cublas=on,lora_opti=on", "step_b_v", None),  # no cuBLAS path: another defect
+    ("sglang-trt==0.5.14@cublas=on,lora_opti=on", "step_a_q", None),  # 0.5.14 takes it with one slot only
+    ("sglang-trt==0.5.13", "step_a_v", None),  # the Triton path
+])
+def test_the_0_5_13_cublas_every_slot_entry(target, op, expected):
+    bucket = {"kind": "mismatch", "family": "lora", "op": op, "cause": "values", "frame": "", "where": "slot",
+              "flags": []}
+    finding = {"id": "F1", "target": target, "op": op, "kind": "mismatch", "message": "Tensor-likes are not close!",
+               "bucket": bucket}
+    got = match_known(finding, target)
+    assert (got.id if got else None) == expected
+
+
 def test_a_mismatch_is_never_an_empty_batch_crash():
     finding = {**_raised_on_valid("sglang==0.5.23", "step_a_v", "RuntimeError", EMPTY_MAX), "kind": "mismatch"}
     assert match_known(finding, "sglang==0.5.23") is None
@@ -79,6 +129,7 @@ def test_target_name_defaults_to_the_finding_and_release_comes_from_it():
     assert match_known({**f, "release": "0.5.15"}).id == "sglang-empty-batch-max-len-none"
     assert match_known({**f, "release": "0.6.0"}) is None
     assert release_of(f, "sglang-trt==0.5.23") == "0.5.23"
+    assert release_of(f, "sglang-trt==0.5.13.post1@cublas=on,lora_opti=on") == "0.5.13.post1"  # a configuration
     assert release_of(f, "sglang") is None
 
 

@@ -52,17 +52,27 @@ def test_the_cublas_step_b_q_reproducer():
     assert triton[0] < 1e-2 and triton[1] == 0 and triton_zeroed[1] == 0  # the Triton path follows the contract
     assert cublas[0] > 0.5 and cublas[1] > 0.5  # columns past the rank used, unrouted rows changed
     assert cublas_zeroed[0] < 1e-2 and cublas_zeroed[1] > 0.5  # SGLang's zeroed pool hides the first only
-    assert lines[-1] == "reproduced"
+    # without max_len and seg_lens the Triton path of each entry point raises; the cuBLAS path returns (no
+    # cuBLAS path in step_b_v)
+    raises = "raises ValueError('LoRA batch_info must provide max_len or seg_lens.')"
+    cublas = {"step_a_q": "returns (10, 2, 16)", "step_b_q": "returns (10, 2, 32)", "step_a_v": "returns (10, 2, 16)",
+              "step_b_v": raises}
+    outcomes = dict(re.findall(r"^  (step_\w+): Triton path (.*)$", done.stdout, re.M))
+    assert outcomes == {op: f"{raises}; cuBLAS path {got}" for op, got in cublas.items()}, done.stdout
+    assert lines[-1] == "reproduced: rows, max_len"
 
 
 @pytest.mark.parametrize("version, code", [("0.5.13", 1), ("0.5.15", 0)])
 def test_the_cublas_every_slot_reproducer(version, code):
-    """0.5.13's cuBLAS path gives slot 1's rows slot 0's weights; from 0.5.14 it takes the fast path only
-    with one resident slot, and both paths agree with the hand computation."""
+    """0.5.13's cuBLAS paths (step_a_q, step_b_q, step_a_v) give slot 1's rows slot 0's weights; from 0.5.14
+    each takes the fast path only with one resident slot, and both paths agree with the hand computation."""
     done = run_script("docs/upstream/sglang_trt_cublas_every_slot.py", "--wheel", str(wheel_or_skip(version)),
                       timeout=600)
     assert done.returncode == code, done.stdout + done.stderr
-    errors = {line.split()[0]: [float(x) for x in re.findall(r"rows (\S+?)(?:,|$)", line)]
-              for line in done.stdout.splitlines() if "path:" in line}
-    assert max(errors["Triton"]) < 1e-3 and errors["cuBLAS"][0] < 1e-3
-    assert (errors["cuBLAS"][1] > 0.5) == (code == 1)
+    errors = {(op, path): (float(a), float(b)) for op, path, a, b in re.findall(
+        r"^  (step_\w+), (\w+) path: max error on slot 0's rows (\S+), on slot 1's rows (\S+)$", done.stdout, re.M)}
+    assert {op for op, _ in errors} == {"step_a_q", "step_b_q", "step_a_v"}, done.stdout
+    for (op, path), (slot0, slot1) in errors.items():
+        assert slot0 < 1e-3, (op, path)
+        assert (slot1 > 0.5) == (code == 1 and path == "cuBLAS"), (op, path, slot1)
+    assert done.stdout.splitlines()[-1] == ("reproduced" if code else "not reproduced")
