@@ -15,8 +15,10 @@ needed, and the search goes on from the case without it; one whose removal makes
 fail another way is needed.  Then each needed feature gets a second look: one defect shows as wrong
 values or as a read past a tensor's end depending on the sizes (SGLang's wrapper reads k at q's
 offsets: inside k when gaps pad it, past its end without them), so a feature whose removal turns
-the failure into another one that needs only the remaining features is not needed either (the gaps
-of a GQA case).  A failure of another defect (a case with GQA and sinks whose read past k's end
+the failure into another one that needs only the remaining features, and that does not fail on its
+own (every other feature removed), is not needed either (the gaps of a GQA case).  A feature that
+fails on its own stays: a crash of GQA's read past k's end, which its reruns (a fresh process, other
+allocations) repeat only as wrong values, is not given to an ignored window the case also had.  A failure of another defect (a case with GQA and sinks whose read past k's end
 turns, without GQA, into the ignored sinks' wrong values) needs a feature this case keeps, and
 leaves the attribution alone.  The result
 is a set of present features each of which the failure needs, given the others
@@ -118,9 +120,23 @@ def needed_features(case, bucket, run: Callable) -> tuple:
     for feature in needs:  # the second look (see the Note)
         got = _variant(case, feature, run)
         rest = tuple(f for f in needs if f != feature)
-        if got is not None and not _stateful(got) and set(got.needs) <= set(rest):
+        if got is not None and not _stateful(got) and set(got.needs) <= set(rest) and not _fails_alone(case, feature, run):
             return rest
     return needs
+
+
+def _fails_alone(case, feature: str, run: Callable) -> bool:
+    """Whether ``case`` with ``feature`` and none of its other features fails: then the feature is a
+    defect of its own, not a feature that only moves another defect's symptom (the second look keeps it)."""
+    problem = case.problem
+    for other in features_of(case.problem):
+        if other != feature:
+            problem = without_feature(problem, other)
+    try:
+        verdict, _ = run(dataclasses.replace(case, problem=problem))
+    except Exception:  # noqa: BLE001 - a variant the harness cannot build says nothing about the feature
+        return False
+    return not verdict.ok
 
 
 def _variant(case, feature: str, run: Callable):

@@ -138,3 +138,18 @@ def test_two_defects_of_two_features_are_two_findings(tmp_path, monkeypatch):
     mismatches = [f for f in rec["findings"] if f["kind"] == "mismatch"]
     needs = sorted(tuple(f["bucket"]["needs"]) for f in mismatches)
     assert needs == [("gqa",), ("window",)], [f["bucket"] for f in rec["findings"]]
+
+
+def test_a_crash_its_reruns_do_not_repeat_stays_with_the_feature_that_fails_alone():
+    """A read past k's end crashes only where it lands outside every allocation: a case with GQA and an
+    ignored window crashed, and its reruns (a fresh worker) give GQA's wrong values instead.  Without GQA
+    the case still fails, on the window alone; but GQA alone fails too, so the crash is not the window's."""
+    crash = Bucket("crash", "vision", "the target left the CUDA context broken", "")
+    both = VisionProblem(lengths=(3, 5), H=4, H_kv=2, window=(2, 1))
+
+    def run(case):
+        p = case.problem
+        if p.H_kv is None and p.window is None:
+            return _Verdict(True), None
+        return _Verdict(False), dataclasses.replace(VALUES, needs=needed_features(case, VALUES, run))
+    assert needed_features(Case(both), crash, run) == ("gqa", "window")
