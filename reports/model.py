@@ -32,7 +32,7 @@ from kernel_oracle.harness.buckets import Bucket, bucket_of_record
 from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, validate
 from kernel_oracle.harness.schema import load as _load_json
 
-__all__ = ["Benchmark", "Finding", "Group", "Result", "load_result", "shape_key"]
+__all__ = ["Benchmark", "Finding", "Group", "Headline", "Result", "load_result", "shape_key"]
 
 def _num(x: Any) -> Optional[float]:
     if x is None or isinstance(x, bool):
@@ -263,6 +263,40 @@ class Benchmark:
                    peers=peers)
 
 
+@dataclass(frozen=True)
+class Headline:
+    """One line of "What failed": ``anchor`` and ``id`` of its first finding, ``known`` (the upstream
+    issue's id when every finding under it is known), the sentence, ``where`` (a matrix row's releases)
+    and how many findings it stands for."""
+
+    anchor: str
+    id: str
+    known: Optional[str]
+    text: str
+    where: str
+    findings: int
+
+    @property
+    def tail(self) -> str:
+        """`` (introduced in ..., fixed in ...; N findings)`` for a matrix row, else empty."""
+        if not self.where:
+            return ""
+        return f" ({self.where}; {self.findings} finding{'s' if self.findings != 1 else ''})"
+
+
+def _releases(column: Optional[str]) -> Optional[str]:
+    """``0.5.12-0.5.13.post1`` of a matrix column label (``sglang-trt==0.5.12-0.5.13.post1@pdl=on lora``)."""
+    if not column:
+        return None
+    m = re.search(r"==([^@\s]+)", column)
+    return m.group(1) if m else column
+
+
+def _all_known(findings: list) -> Optional[str]:
+    ids = {f.known for f in findings}
+    return next(iter(ids)) if len(ids) == 1 and None not in ids else ("known" if None not in ids else None)
+
+
 @dataclass
 class Result:
     kind: str
@@ -308,6 +342,30 @@ class Result:
     @property
     def known_findings(self) -> list:
         return [f for f in self.findings if f.known]
+
+    @property
+    def headlines(self) -> list:
+        """What failed, one :class:`Headline` per root cause: per finding, or, in a release matrix, per
+        row (its findings in every column of distinct code are one root cause: Note [Release matrix])."""
+        rows = (self.raw.get("release_matrix") or {}).get("rows") or []
+        members: dict = {}
+        for f in self.findings:
+            members.setdefault(f.raw.get("matrix_row") or f.id, []).append(f)
+        out = []
+        for row in rows:
+            found = members.pop(row.get("bucket"), None)
+            if not found:
+                continue
+            spans = [(_releases(h.get("introduced_in")), _releases(h.get("fixed_in")))
+                     for h in (row.get("history") or {}).values() if h.get("introduced_in")]
+            where = "; ".join(f"introduced in {i}" + (f", fixed in {x}" if x else "")
+                              for i, x in dict.fromkeys(spans))  # one per distinct history, lanes folded
+            text = " ".join(str(row.get("headline") or found[0].headline).split())
+            out.append(Headline(found[0].anchor, found[0].id, _all_known(found), text, where, len(found)))
+        for found in members.values():  # findings of no row (every finding, outside a release matrix)
+            for f in found:
+                out.append(Headline(f.anchor, f.id, f.known, f.headline, "", 1))
+        return out
 
     @property
     def findings_by_kind(self) -> dict:

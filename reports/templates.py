@@ -88,7 +88,7 @@ HTML = FOLD + """<!DOCTYPE html>
 </div></header>
 <nav><div class="inner">
 <a href="#summary">Summary</a>
-<a href="#headlines">What failed ({{ r.findings|length }})</a>
+<a href="#headlines">What failed ({{ r.headlines|length }})</a>
 <a href="#by-op">By target and op</a>
 <a href="#ratios">Error ratios</a>
 {% if r.notes %}<a href="#notes">Notes ({{ r.notes|length }})</a>{% endif %}
@@ -117,7 +117,7 @@ HTML = FOLD + """<!DOCTYPE html>
 <h2>What failed</h2>
 {% if not r.findings %}<p class="empty">No findings.</p>
 {% else %}<ol class="headlines">
-{% for f in r.findings %}<li><a href="#{{ f.anchor }}">{{ f.id }}</a>{% if f.known %} <span class="badge known">known</span>{% endif %}: <span class="headline">{{ f.headline }}</span></li>
+{% for h in r.headlines %}<li><a href="#{{ h.anchor }}">{{ h.id }}</a>{% if h.known %} <span class="badge known">known</span>{% endif %}: <span class="headline">{{ h.text }}</span>{% if h.where %} <span class="where">{{ h.tail }}</span>{% endif %}</li>
 {% endfor %}</ol>{% endif %}
 </section>
 <section id="by-op">
@@ -305,8 +305,8 @@ MARKDOWN = """{% macro fold_md(n, what) %}{% if n > FOLD_ROWS %}<details><summar
 
 ## What failed
 
-{% for f in r.findings %}
-{{ loop.index }}. [{{ f.id|cell }}](#{{ f.anchor }}){% if f.known %} (known){% endif %}: {{ f.headline|cell }}
+{% for h in r.headlines %}
+{{ loop.index }}. [{{ h.id|cell }}](#{{ h.anchor }}){% if h.known %} (known){% endif %}: {{ h.text|cell }}{{ h.tail|cell }}
 {% endfor %}
 {% else %}
 

@@ -184,7 +184,8 @@ def _one_row_per_change(rows: dict) -> dict:
         ops = sorted({op for r in merged for op in r["ops"]})
         parts = unlabelled.split(" | ")  # kind | family | [ops] | cause ...: the label with every op
         label = " | ".join(parts[:2] + [", ".join(ops)] + parts[2:])
-        row = {**merged[0], "bucket": label, "ops": ops, "headline": " / ".join(r["headline"] for r in merged
+        row = {**merged[0], "bucket": label, "ops": ops, "labels": [x for r in merged for x in r["labels"]],
+               "headline": " / ".join(r["headline"] for r in merged
                                                                              if r["headline"]),
                "dtypes": list(dict.fromkeys(d for r in merged for d in r["dtypes"])),
                "counts": {s: sum(r["counts"].get(s, 0) for r in merged) for s in merged[0]["counts"]},
@@ -212,7 +213,8 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
     for run in runs:
         for f in run["findings"]:
             b = row_bucket(f)  # releases move modules (and load them under private names): file:function
-            row = rows.setdefault(b.label, {"bucket": b.label, "kind": b.kind, "family": b.family, "counts": {},
+            row = rows.setdefault(b.label, {"bucket": b.label, "labels": [b.label], "kind": b.kind, "family": b.family,
+                                            "counts": {},
                                             "replayed": {}, "examples": {}, "headline": f.get("headline") or "",
                                             "dtypes": [],
                                             "ops": [b.op] if b.op else [], "unlabelled": b.label.replace(
@@ -239,6 +241,18 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
     keep = ("spec", "available", "reason", "cases", "family", "tested", "members", "identity", "same_as")
     return {"releases": [{k: r[k] for k in keep if k in r} | {"findings": len(r["findings"])} for r in runs],
             "rows": ordered, "corpus": corpus}
+
+
+def tag_rows(record: dict) -> None:
+    """Each finding of ``record`` gets ``matrix_row``, the label of the release-matrix row that holds it
+    (a row folds one root cause's findings of every column: the report lists rows, not findings)."""
+    from kernel_oracle.jobs.matrix_replay import row_bucket
+
+    row_of = {x: row["bucket"] for row in record["release_matrix"]["rows"] for x in row.get("labels", [row["bucket"]])}
+    for f in record["findings"]:
+        label = row_bucket(f).label
+        if label in row_of:
+            f["matrix_row"] = row_of[label]
 
 
 # ---- running it ------------------------------------------------------------------------------------------
@@ -392,6 +406,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
                 + ("" if result["available"] else f" (unavailable: {result['reason']})"))
     replays = replay_absences(runs, device=device, sources=sources, log=log)  # Note [Replayed absences]
     record["release_matrix"] = build_matrix(runs, _corpus_rows(entries, corpus_by_spec, record))
+    tag_rows(record)
     record["summary"] = {"targets": [str(s) for s in specs], "op": op, "time_s_per_target": time_s,
                          "budget_per_target": budget, "columns": len(columns),
                          "campaigns": sum(1 for c in columns if c.label in done), "replays": replays}

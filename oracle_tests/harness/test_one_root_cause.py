@@ -85,3 +85,34 @@ def test_ops_failing_in_exactly_the_same_releases_are_one_matrix_row():
     assert (merged["introduced_in"], merged["fixed_in"]) == ("sglang==0.5.12", "sglang==0.5.14")
     assert merged["counts"] == {"sglang==0.5.12": 8, "sglang==0.5.13": 8, "sglang==0.5.14": 0}
     assert rows["mismatch | lora | v_side_fused | values"]["fixed_in"] == "sglang==0.5.13"
+
+
+def test_a_matrix_report_lists_what_failed_once_per_row():
+    """The report of a release matrix leads with one line per row (one root cause), not one per finding of
+    each column: PR #28371 in four ops of two releases is eight findings and one line, which says where it
+    was introduced and fixed; a finding of no row keeps a line of its own."""
+    from kernel_oracle.harness.schema import new_record
+    from kernel_oracle.jobs.matrix import tag_rows
+    from kernel_oracle.reports.model import Result
+    from kernel_oracle.reports.render_md import render_markdown
+
+    stale = ["step_a_q", "step_b_q", "step_a_v", "step_b_v"]
+    record = new_record("main", seeds={"seed": 0}, device="cpu")
+    runs = []
+    for v, ops in {"0.5.12": stale, "0.5.13": stale, "0.5.14": []}.items():
+        found = [{**_values_record(op), "id": f"F{v}-{op}", "target": f"sglang=={v}", "repro": "r",
+                  "headline": f"{op}: values differ"} for op in ops]
+        record["findings"].extend(found)
+        runs.append({"spec": f"sglang=={v}", "available": True, "cases": 50, "tested": f"sglang=={v}",
+                     "findings": found})
+    record["findings"].append({**_values_record("step_a_q"), "id": "F-other", "target": "mine", "repro": "r",
+                               "bucket": {"kind": "contract", "family": "lora", "cause": "x", "frame": ""}})
+    record["release_matrix"] = build_matrix(runs, [])
+    tag_rows(record)
+    (line,) = Result.from_dict(record).headlines[:1]
+    assert line.findings == 8 and line.where == "introduced in 0.5.12, fixed in 0.5.14"
+    md = render_markdown(Result.from_dict(record))
+    what = md[md.index("## What failed"):md.index("## By target and op")]
+    items = [ln for ln in what.splitlines() if ln[:1].isdigit()]
+    assert len(items) == 2, what
+    assert items[0].endswith("(introduced in 0.5.12, fixed in 0.5.14; 8 findings)") and "F-other" in items[1]
