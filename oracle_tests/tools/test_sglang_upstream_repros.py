@@ -14,10 +14,11 @@ from .._scripts import load_script, run_script
 VISION = "docs/upstream/sglang_vision_wrapper_repro.py"
 
 
+# gqa_past_end: on the CPU the stand-in engine refuses the read past k's end that GQA's offsets ask for
 @pytest.mark.parametrize("version, reproduced", [
-    ("0.5.10", {"gqa", "window", "softmax_scale"}),  # 0.5.10's forward has no softmax_scale
-    ("0.5.12", {"gqa", "window"}),
-    ("0.5.23", {"gqa", "window", "empty"}),  # the metadata helper exists from 0.5.17
+    ("0.5.10", {"gqa", "window", "softmax_scale", "gqa_past_end"}),  # 0.5.10's forward has no softmax_scale
+    ("0.5.12", {"gqa", "window", "gqa_past_end"}),
+    ("0.5.23", {"gqa", "window", "empty", "gqa_past_end"}),  # the metadata helper exists from 0.5.17
 ])
 def test_the_vision_wrapper_reproducer(version, reproduced, capsys):
     wheel = str(wheel_or_skip(version))
