@@ -13,8 +13,11 @@ derived **introduced in** (the first column that has the bucket) and **fixed in*
 the last one that has it); a column whose campaign missed a bucket but fails on a replay of its
 example has it (Note [Replayed absences] in :mod:`kernel_oracle.jobs.matrix_replay`).  A wrong-values
 bucket names its op (a mismatch has no frame to point at); buckets of one kind in several ops that
-fail in exactly the same columns, and not in every column that ran, are one row naming those ops: one change of the file introduced them and one removed
-them (SGLang 0.5.12's stale host ints, PR #28371, fail every kv_b op from 0.5.12 to 0.5.13.post1).  A bucket's target frame is compared by file and function
+fail in exactly the same columns, and not in every column that ran, with examples that need the same
+config flags, are one row naming those ops: one change of the file introduced them and one removed
+them (SGLang 0.5.12's stale host ints, PR #28371, fail every kv_b op from 0.5.12 to 0.5.13.post1, each
+example needing ``cuda_graph``; 0.5.13's cuBLAS paths that apply slot 0 to every slot need none, so a
+stale-count failure met in the same columns stays a row of its own).  A bucket's target frame is compared by file and function
 (``kv_b_lora_absorbed:_max_segment_len``), since releases move their modules.
 
 Release identity: before anything runs, :func:`~kernel_oracle.fuzz.targets.sglang.release_identity`
@@ -175,9 +178,9 @@ def _one_row_per_change(rows: dict) -> dict:
     groups: dict[tuple, list] = {}
     for label, row in rows.items():
         present = tuple(sorted(s for s, n in row["counts"].items() if n or s in row["replayed"]))
-        if row["unlabelled"] and len(present) < len(row["counts"]):
-            groups.setdefault((row["unlabelled"], present), []).append(label)
-    for (unlabelled, _), labels in groups.items():
+        if row["unlabelled"] and len(present) < len(row["counts"]):  # ops whose examples need other flags
+            groups.setdefault((row["unlabelled"], present, tuple(row.get("flags", ()))), []).append(label)
+    for (unlabelled, _, _), labels in groups.items():
         if len(labels) < 2:
             continue
         merged = [rows.pop(label) for label in labels]
@@ -219,6 +222,8 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
                                             "dtypes": [],
                                             "ops": [b.op] if b.op else [], "unlabelled": b.label.replace(
                                                 f" | {b.op} |", " |") if b.op else None})
+            row.setdefault("flags", [])
+            row["flags"] = sorted(set(row["flags"]) | set(b.flags))  # what the example needs (Note [Buckets])
             for d in f.get("dtypes") or [f.get("dtype")]:  # one row per root cause, whichever dtypes show it
                 if d and d not in row["dtypes"]:
                     row["dtypes"].append(d)

@@ -116,3 +116,19 @@ def test_a_matrix_report_lists_what_failed_once_per_row():
     items = [ln for ln in what.splitlines() if ln[:1].isdigit()]
     assert len(items) == 2, what
     assert items[0].endswith("(introduced in 0.5.12, fixed in 0.5.14; 8 findings)") and "F-other" in items[1]
+
+
+def test_ops_in_the_same_columns_whose_examples_need_other_flags_are_two_rows():
+    """0.5.13's cuBLAS paths (every slot, no flag needed) and the stale host ints of a CUDA-graph batch
+    (their examples need ``cuda_graph``), met by sampling in exactly the same columns: two root causes,
+    two rows; two ops of the same flags still fold into one."""
+    def found(op, flags):
+        f = _values_record(op)
+        return {**f, "bucket": {**f["bucket"], "flags": flags}}
+
+    per_release = {"0.5.13": [found("step_a_q", []), found("step_a_v", []), found("step_b_v", ["cuda_graph"])],
+                   "0.5.14": []}
+    runs = [{"spec": f"sglang-trt=={v}", "available": True, "cases": 50, "tested": f"sglang-trt=={v}",
+             "findings": fs} for v, fs in per_release.items()]
+    rows = {r["bucket"] for r in build_matrix(runs, [])["rows"]}
+    assert rows == {"mismatch | lora | step_a_q, step_a_v | values", "mismatch | lora | step_b_v | values"}, rows
