@@ -183,7 +183,8 @@ class _Search:
             raise CampaignError(f"--out {self.state.out}: cannot write {TARGET_OUTPUT_LOG} ({exc.strerror or exc})") \
                 from None
         try:
-            return self.worker.describe(self.target, warm_up_s=self.config.warm_up_s, sources=self.config.sources)
+            return self.worker.describe(self.target, warm_up_s=self.config.warm_up_s, sources=self.config.sources,
+                                        compile_processes=self.config.compile_processes)
         except WorkerError as exc:
             raise CampaignError(str(exc)) from None
 

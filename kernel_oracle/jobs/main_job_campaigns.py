@@ -84,7 +84,8 @@ COMPILING = (("triton", "lora"),)
 
 def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
                      upstream_contracts_only: bool = False, worker=None, sglang_wheel: Optional[str] = None,
-                     with_malformed: bool = False, warm_up_share: float = WARM_UP_SHARE) -> tuple:
+                     with_malformed: bool = False, warm_up_share: float = WARM_UP_SHARE,
+                     compile_processes: Optional[int] = None) -> tuple:
     """Run one campaign in this process on the job's shared ``worker``; returns (record or None,
     problem or None).  A campaign that raises keeps what it saved (:func:`salvage`)."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
@@ -100,7 +101,7 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
                                 out_dir=out_dir, upstream_contracts_only=upstream_contracts_only, progress=False,
                                 with_malformed=with_malformed,
                                 case_timeout_s=case_timeout_s, shrink_slack_s=SHRINK_SLACK_SHARE * share_s,
-                                warm_up_s=warm_up_s, sglang_wheel=sglang_wheel)
+                                warm_up_s=warm_up_s, sglang_wheel=sglang_wheel, compile_processes=compile_processes)
         record = run_campaign(config, worker=worker)
         return record, None
     except CampaignError as exc:
@@ -231,13 +232,16 @@ def _side_by_side(record: dict, pairs: list, lenient: set, common: dict, deadlin
                   at_once: int) -> None:
     """The pairs in child processes, ``at_once`` at a time; each starts with the time left shared among
     the waves still to come (Note [Campaigns side by side])."""
-    from kernel_oracle.jobs.side_by_side import Call, run_side_by_side
+    from kernel_oracle.jobs.side_by_side import Call, run_side_by_side, spare_cores
 
     with_malformed = common["with_malformed"]
+    # the LoRA variants' compiling children get the cores the campaigns leave (on the H200 machine 16
+    # children beside six campaigns compiled 7 variants in 18 s: the host was the limit)
+    spare = spare_cores(min(at_once, len(pairs)))
     calls = [Call((name, fam), run_one_campaign,
                   dict(target=name, op=fam, out_dir=_out_dir(run_dir, name, fam),
                        upstream_contracts_only=name in lenient and not with_malformed,
-                       warm_up_share=WARM_UP_SHARE_SIDE_BY_SIDE, **common))
+                       warm_up_share=WARM_UP_SHARE_SIDE_BY_SIDE, compile_processes=spare, **common))
              for name, fam in pairs]
     shares, skipped = {}, []
 

@@ -70,14 +70,17 @@ def test_slots(device, cores, expected):
     assert slots(device, cores) == expected
 
 
+def test_spare_cores_are_what_the_running_calls_leave_and_at_least_one():
+    assert [side_by_side.spare_cores(n, 16) for n in (1, 6, 8, 9)] == [14, 4, 1, 1]
+
+
 def campaign_with_pid(target, op, *, share_s, seed, device, out_dir, upstream_contracts_only=False, worker=None,
-                      warm_up_share=None,
-                      sglang_wheel=None, with_malformed=False):
+                      warm_up_share=None, compile_processes=None, sglang_wheel=None, with_malformed=False):
     """A stand-in campaign that records the process it ran in and the share it was given."""
     rec = new_record("campaign", seeds={"seed": seed}, device=device)
     add_group(rec, target=target, op="vision" if op == "vision" else "step_b_q", dtype="float32",
               shape_class="prefill", cases=10, passes=10, findings={}, ratios=[0.2])
-    rec["notes"].append(f"pid {os.getpid()} share {share_s:.1f}")
+    rec["notes"].append(f"pid {os.getpid()} share {share_s:.1f} compile_processes {compile_processes}")
     return rec, None
 
 
@@ -100,6 +103,7 @@ def test_the_main_job_runs_its_campaigns_side_by_side_each_with_the_window(tmp_p
     window = 30 * (1 - 0.15)  # --time 30 less the selfcheck's share
     for n in notes:
         assert float(n.split()[3]) > window / 2, n  # not a half share
+        assert int(n.split()[5]) == side_by_side.spare_cores(2)  # the cores two campaigns leave compile
     assert not rec["summary"].get("failed_parts")
 
 
