@@ -117,7 +117,7 @@ HTML = FOLD + """<!DOCTYPE html>
 <h2>What failed</h2>
 {% if not r.findings %}<p class="empty">No findings.</p>
 {% else %}<ol class="headlines">
-{% for h in r.headlines %}<li><a href="#{{ h.anchor }}">{{ h.id }}</a>{% if h.known %} <span class="badge known">known</span>{% endif %}: <span class="headline">{{ h.text }}</span>{% if h.where %} <span class="where">{{ h.tail }}</span>{% endif %}</li>
+{% for h in r.headlines %}<li><a href="#{{ h.anchor }}">{{ h.id }}</a>{% if h.known %} <span class="badge known">known</span>{% endif %}: <span class="headline">{{ h.text }}</span>{% if h.tail %} <span class="where">{{ h.tail }}</span>{% endif %}</li>
 {% endfor %}</ol>{% endif %}
 </section>
 <section id="by-op">

@@ -132,3 +132,20 @@ def test_ops_in_the_same_columns_whose_examples_need_other_flags_are_two_rows():
              "findings": fs} for v, fs in per_release.items()]
     rows = {r["bucket"] for r in build_matrix(runs, [])["rows"]}
     assert rows == {"mismatch | lora | step_a_q, step_a_v | values", "mismatch | lora | step_b_v | values"}, rows
+
+
+def test_findings_of_one_known_issue_are_one_line_of_what_failed():
+    """Two findings the known-issues file names as one upstream issue (FlashInfer's empty batch in two
+    dtypes, the ignored sinks with and without a softmax_scale) are one line; another known issue and a
+    new finding keep lines of their own, and new findings are never folded."""
+    from kernel_oracle.harness.schema import new_record
+    from kernel_oracle.reports.model import Result
+
+    record = new_record("main", seeds={"seed": 0}, device="cpu")
+    for fid, known in (("F1", "empty-batch"), ("F2", None), ("F3", "empty-batch"), ("F4", "graph-cache"),
+                       ("F5", None)):
+        record["findings"].append({**_values_record("step_a_q"), "id": fid, "target": "t", "repro": "r",
+                                   "headline": f"{fid} fails", **({"known": known} if known else {})})
+    lines = Result.from_dict(record).headlines
+    assert [(h.id, h.findings, h.tail) for h in lines] == [("F1", 2, " (2 findings)"), ("F2", 1, ""),
+                                                           ("F4", 1, ""), ("F5", 1, "")]
