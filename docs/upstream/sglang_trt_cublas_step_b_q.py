@@ -68,14 +68,19 @@ def _imports(source: str) -> list:
             if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang")]
 
 
-def load(wheel: str, cublas: bool) -> types.ModuleType:
-    """The release's TRT-LLM-style kv_b file, executed as it is: each ``from sglang.X import ...`` finds
-    ``sglang.X`` in ``sys.modules`` first, a ``kernel_utils.py`` of the wheel (itself executed the same
-    way) or a module holding the names given here."""
+def load(wheel: str, cublas: bool, variant: str = "trt") -> types.ModuleType:
+    """The release's TRT-LLM-style kv_b file (``variant="default"``: the default one, which reads no
+    switch), executed as it is: each ``from sglang.X import ...`` finds ``sglang.X`` in ``sys.modules``
+    first, a ``kernel_utils.py`` of the wheel (itself executed the same way) or a module holding the names
+    given here.  A wheel without that file raises ``LookupError``."""
     zf = zipfile.ZipFile(wheel)
     names = set(zf.namelist())
-    path = next(n for n in sorted(names) if n.endswith("trtllm_lora_temp/kv_b_lora_absorbed.py")
-                or n.endswith("trtllm_lora_temp/triton_ops/kv_b_lora_absorbed.py"))
+    files = [n for n in sorted(names) if n.endswith("/kv_b_lora_absorbed.py")
+             and ("trtllm_lora_temp/" in n) == (variant == "trt")]
+    if not files:
+        raise LookupError(f"{wheel} has no {variant} kv_b_lora_absorbed.py (the TRT-LLM-style file exists from "
+                          "0.5.13, the default one from 0.5.12)")
+    path = files[0]
     given = {"lora_envs": _Envs(cublas), "LoRABatchInfo": types.SimpleNamespace, "is_arch_support_pdl": lambda: False}
 
     def execute(file: str, name: str) -> types.ModuleType:
@@ -94,7 +99,7 @@ def load(wheel: str, cublas: bool) -> types.ModuleType:
         exec(compile(source, mod.__file__, "exec"), mod.__dict__)  # noqa: S102 - the release's own file
         return mod
 
-    return execute(path, f"trt_kv_b_cublas_{'on' if cublas else 'off'}")
+    return execute(path, f"{variant}_kv_b_cublas_{'on' if cublas else 'off'}")
 
 
 def inputs(device):

@@ -77,3 +77,25 @@ def test_the_cublas_every_slot_reproducer(version, code):
         assert slot0 < 1e-3, (op, path)
         assert (slot1 > 0.5) == (code == 1 and path == "cuBLAS"), (op, path, slot1)
     assert done.stdout.splitlines()[-1] == ("reproduced" if code else "not reproduced")
+
+
+EMPTY_BATCH = "docs/upstream/sglang_kv_b_empty_batch.py"
+EMPTY_MAX = "max(): Expected reduction dim to be specified for input.numel() == 0"
+
+
+@pytest.mark.parametrize("version, variants", [("0.5.12", ("default",)), ("0.5.23", ("default", "trt"))])
+def test_the_kv_b_empty_batch_reproducer(version, variants):
+    """On an empty batch with max_len=None every entry point of each kv_b file raises torch's max() error,
+    and returns with max_len=0; 0.5.12 has no TRT-LLM-style file (exit 2)."""
+    wheel = str(wheel_or_skip(version))
+    for variant in variants:
+        done = run_script(EMPTY_BATCH, "--wheel", wheel, "--variant", variant, timeout=600)
+        assert done.returncode == 1, done.stdout + done.stderr
+        outcomes = dict(re.findall(r"^  (step_\w+): max_len=None raises RuntimeError\((.*)\); "
+                                   r"max_len=0 returns \(0, 1, \d+\)$", done.stdout, re.M))
+        assert set(outcomes) == {"step_a_q", "step_b_q", "step_a_v", "step_b_v"}, done.stdout
+        assert all(EMPTY_MAX in message for message in outcomes.values()), done.stdout
+        assert done.stdout.splitlines()[-1] == "reproduced: step_a_q, step_b_q, step_a_v, step_b_v"
+    if "trt" not in variants:
+        done = run_script(EMPTY_BATCH, "--wheel", wheel, "--variant", "trt", timeout=600)
+        assert done.returncode == 2 and "has no trt kv_b_lora_absorbed.py" in done.stderr, done.stdout + done.stderr
