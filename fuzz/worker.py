@@ -87,7 +87,7 @@ from typing import Optional
 
 from kernel_oracle.harness.device import interpreting, worker_env
 
-__all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "TOKEN_ENV", "Worker",
+__all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "TOKEN_ENV", "Worker", "die_with_parent",
            "WorkerError"]
 
 # seconds a case may take before it counts as a hang (campaigns derive a shorter one from their budget)
@@ -112,12 +112,13 @@ class WorkerError(RuntimeError):
     """The worker could not start, or could not resolve a target spec (the reason is in the text)."""
 
 
-def _die_with_parent() -> None:
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send this process ``sig`` when its parent dies (``PR_SET_PDEATHSIG``; elsewhere a no-op)."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends an idle worker
         pass
 
@@ -128,7 +129,7 @@ def _serve(conn, env: dict, output=None) -> None:
     except OSError:  # already a group leader (not from multiprocessing's spawn): its group is its own
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    die_with_parent()
     if output is not None:  # fds 1 and 2 into the parent's bounded copy (Note [Target output])
         sys.stdout.flush()
         sys.stderr.flush()

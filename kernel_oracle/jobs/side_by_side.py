@@ -14,7 +14,8 @@ Children are started with ``spawn`` (a fork of a process that has touched CUDA i
 sends back one pickled ``(result, problem)`` pair; a child that dies without answering is reported
 with its exit status, never dropped.  A KeyboardInterrupt in the parent (SIGINT, or the CLI's SIGTERM
 handler) sends SIGTERM to every running child, whose campaign saves its state (Note [Stopping a
-campaign]), waits for them, and re-raises.
+campaign]), waits for them, and re-raises; a child whose parent dies gets SIGTERM from Linux
+(``PR_SET_PDEATHSIG``) and stops the same way.
 
 On the CPU every campaign already keeps a core busy in the Triton interpreter, and a machine of two
 cores (CI) has none to spare: there :func:`slots` is 1 and the caller keeps its sequential path.
@@ -72,6 +73,11 @@ class Done:
 
 
 def _child(conn, fn, kwargs) -> None:
+    import signal
+
+    from kernel_oracle.fuzz.worker import die_with_parent
+
+    die_with_parent(signal.SIGTERM)  # the job killed: its campaign stops and saves, as on the job's own SIGTERM
     try:
         result, problem = fn(**kwargs), None
     except KeyboardInterrupt as exc:  # SIGTERM from the parent: the campaign saved what it had

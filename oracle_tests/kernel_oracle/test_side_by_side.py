@@ -121,3 +121,39 @@ def test_a_child_that_dies_is_a_failed_part_not_a_pass(tmp_path, stand_ins, monk
 
 def campaign_dies(target, op, **kwargs):
     os._exit(9)
+
+
+def mark_on_sigterm(directory: str) -> None:
+    """Say "started", then wait; SIGTERM writes "stopped" (a campaign saves its state there)."""
+    import signal
+    from pathlib import Path
+
+    def stop(signum, frame):
+        Path(directory, "stopped").write_text("")
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    Path(directory, "started").write_text("")
+    time.sleep(60)
+
+
+def test_a_child_whose_job_is_killed_is_told_to_stop(tmp_path):
+    """``kill -9`` of the job: each child gets SIGTERM from Linux (PR_SET_PDEATHSIG) and saves what it has,
+    instead of running on orphaned until its clock ends."""
+    import subprocess
+    import sys
+
+    job = subprocess.Popen([sys.executable, "-c",
+                            "from kernel_oracle.jobs.side_by_side import Call, run_side_by_side\n"
+                            "from oracle_tests.kernel_oracle.test_side_by_side import mark_on_sigterm\n"
+                            f"run_side_by_side([Call('c', mark_on_sigterm, {{'directory': {str(tmp_path)!r}}})], at_once=1)\n"],
+                           cwd=os.getcwd())
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (tmp_path / "started").exists()
+    job.kill()
+    job.wait(10)
+    while not (tmp_path / "stopped").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (tmp_path / "stopped").exists()
