@@ -68,12 +68,14 @@ def valid_rows(case, call, clean_call) -> Optional[torch.Tensor]:
     if case.mutation is None or case.family != "lora" or case.mutation.kind not in SEGMENT_KINDS:
         return None
     good, bad = batch_info_of(clean_call), batch_info_of(call)
-    n = int(good.num_segments) if hasattr(good, "num_segments") else int(good.seg_indptr.numel()) - 1
     rows = int(clean_call.args[0].shape[0])
     route = route_lora_batch(good, num_rows=rows, num_slots=int(good.lora_ranks.numel()), max_rank=10**9,
                              device=torch.device("cpu"), strict=False)
     gi, bi_ = good.seg_indptr.cpu().tolist(), bad.seg_indptr.cpu().tolist()
     gw, bw = good.weight_indices.cpu().tolist(), bad.weight_indices.cpu().tolist()
+    # every segment the metadata describes, not the host count: num_segments may be 0 with bs routing
+    # (Fields that may disagree, SPEC.md), and the routing below takes whichever of them upstream reads
+    n = min(len(gw), len(bw), len(gi) - 1, len(bi_) - 1)
     broken = {s for s in range(n) if gw[s] != bw[s] or gi[s] != bi_[s] or gi[s + 1] != bi_[s + 1]}
     mask = torch.zeros(rows, dtype=torch.bool)
     keep = torch.tensor([int(s) not in broken for s in route.segment.cpu().tolist()], dtype=torch.bool)

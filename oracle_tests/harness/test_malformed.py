@@ -125,3 +125,13 @@ def test_an_unknown_plain_name_says_it_was_tried_as_a_module(tmp_path):
     proc = _fuzz(tmp_path / "..", "no-such-target-xyz", False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "no importable module either" in proc.stderr and "'reference'" in proc.stderr
+
+
+def test_the_broken_segment_is_found_when_the_host_count_is_bs():
+    """``num_segments`` 0 with ``bs`` routing (a valid disagreement: SPEC.md, Fields that may disagree):
+    the broken segment's rows are still outside the valid part, so a kernel that reads another slot
+    there is harmless, not a corruption of defined rows (the README's plain-torch module met this)."""
+    case = Case(LoRAProblem(**LORA, eager_counts=(3, 0)), Mutation("lora", "slot_out_of_range", 0, 1))
+    verdict = check_case(_lenient(lambda out: out[0:3].add_(7.0)), case, "cpu")
+    assert verdict.kind == "validation-gap", verdict.message
+    assert (verdict.consequence, verdict.rows) == ("harmless", None)
