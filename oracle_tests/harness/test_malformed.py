@@ -88,8 +88,7 @@ def step_b_q_fwd(*args, **kwargs):
     i = next(i for i, a in enumerate(args) if hasattr(a, "weight_indices"))
     bi = args[i] = copy.copy(args[i])
     n = int(bi.lora_ranks.numel())
-    bi.weight_indices = torch.where((bi.weight_indices >= 0) & (bi.weight_indices < n), bi.weight_indices, 0)
-    bad = (bi.weight_indices < 0) | (bi.weight_indices >= n)
+    bad = (bi.weight_indices < 0) | (bi.weight_indices >= n)  # read before the clamp below
     good = [s for s in range(int(bi.seg_indptr.numel()) - 1) if not bool(bad[s])
             and int(bi.seg_indptr[s + 1]) > int(bi.seg_indptr[s])]
     bi.weight_indices = torch.where(bad, 0, bi.weight_indices)
@@ -135,3 +134,15 @@ def test_the_broken_segment_is_found_when_the_host_count_is_bs():
     verdict = check_case(_lenient(lambda out: out[0:3].add_(7.0)), case, "cpu")
     assert verdict.kind == "validation-gap", verdict.message
     assert (verdict.consequence, verdict.rows) == ("harmless", None)
+
+
+def test_rounding_of_a_low_precision_output_is_not_a_changed_row():
+    """A lenient target right everywhere but the broken segment, in float16: its defined rows differ
+    from the float64 reference by its own rounding (about 1e-3), which is not a corruption (the
+    README's plain-torch module was reported as changing defined rows for this)."""
+    case = Case(LoRAProblem(**{**LORA, "dtype": "float16"}), Mutation("lora", "slot_out_of_range", 0, 1))
+    verdict = check_case(_lenient(lambda out: out[0:3].add_(7.0)), case, "cpu")
+    assert verdict.kind == "validation-gap", verdict.message
+    assert (verdict.consequence, verdict.rows) == ("harmless", None)
+    changed = check_case(_lenient(lambda out: out[7].add_(1.0)), case, "cpu")  # still seen in float16
+    assert (changed.consequence, changed.rows) == ("defined rows changed", "rows [7]")
