@@ -13,7 +13,7 @@ from kernel_oracle.harness.schema import add_group, load, new_record
 from kernel_oracle.jobs import main_job_campaigns, side_by_side
 from kernel_oracle.jobs.side_by_side import Call, run_side_by_side, slots
 
-from oracle_tests.kernel_oracle.test_main_job import _run, stand_ins  # noqa: F401 - the fixture
+from oracle_tests.kernel_oracle.test_main_job import _run, stand_ins  # noqa: F401 - the fixture, used by name
 
 
 def pid_after(seconds: float, fail: bool = False) -> int:
@@ -84,7 +84,8 @@ def campaign_with_pid(target, op, *, share_s, seed, device, out_dir, upstream_co
     return rec, None
 
 
-def test_the_main_job_runs_its_campaigns_side_by_side_each_with_the_window(tmp_path, stand_ins, monkeypatch):
+@pytest.mark.usefixtures("stand_ins")
+def test_the_main_job_runs_its_campaigns_side_by_side_each_with_the_window(tmp_path, monkeypatch):
     """Two campaigns at once: each in a child process of its own, each with the whole window less the
     child's start-up (one after another, each had half of it), both merged into the one record."""
     monkeypatch.setattr(side_by_side, "slots", lambda device, cores=None: 2)
@@ -107,7 +108,8 @@ def test_the_main_job_runs_its_campaigns_side_by_side_each_with_the_window(tmp_p
     assert not rec["summary"].get("failed_parts")
 
 
-def test_a_child_that_dies_is_a_failed_part_not_a_pass(tmp_path, stand_ins, monkeypatch):
+@pytest.mark.usefixtures("stand_ins")
+def test_a_child_that_dies_is_a_failed_part_not_a_pass(tmp_path, monkeypatch):
     monkeypatch.setattr(side_by_side, "slots", lambda device, cores=None: 2)
     monkeypatch.setattr(main_job_campaigns, "run_one_campaign", campaign_dies)
     monkeypatch.setattr(main_job_campaigns, "CHILD_STARTUP_S", 1.0)
