@@ -31,8 +31,8 @@ the valid part keeps the rows of the segments the mutation left intact:
   the segment's weight index; ``seg_indptr_decreasing``, ``seg_indptr_past_rows``,
   ``seg_indptr_negative_start``: its bounds): a segment is intact when its weight index and both
   its ``seg_indptr`` bounds are unchanged; the valid part is the rows the unmutated routing gives
-  the intact segments, less every row inside a broken segment's mutated bounds (a kernel may
-  legitimately write there);
+  the intact segments, less every row inside a broken segment's mutated bounds, mapped through the
+  permutation when there is one (a kernel may legitimately write there);
 * every other kind (``max_len_too_small``, ``seg_lens_mismatch``, ``bad_max_len``: a count every
   segment's tiling uses; ``permutation_*``, ``negative_rank``, ``metadata_dtype``,
   ``short_metadata``, wrong data shapes or dtypes, and the vision kinds, whose offsets and lengths
@@ -80,10 +80,14 @@ def valid_rows(case, call, clean_call) -> Optional[torch.Tensor]:
     mask = torch.zeros(rows, dtype=torch.bool)
     keep = torch.tensor([int(s) not in broken for s in route.segment.cpu().tolist()], dtype=torch.bool)
     mask[route.rows.cpu()[keep]] = True
-    for s in broken:  # a broken segment's mutated bounds: a kernel may write there
-        lo, hi = max(0, min(bi_[s], bi_[s + 1])), min(rows, max(bi_[s], bi_[s + 1]))
+    perm = getattr(bad, "permutation", None)
+    perm = perm.cpu().long() if perm is not None else None
+    logical = int(perm.numel()) if perm is not None else rows
+    for s in broken:  # a broken segment's mutated bounds: a kernel may write there, through the permutation
+        lo, hi = max(0, min(bi_[s], bi_[s + 1])), min(logical, max(bi_[s], bi_[s + 1]))
         if hi > lo:
-            mask[lo:hi] = False
+            phys = perm[lo:hi] if perm is not None else torch.arange(lo, hi)
+            mask[phys[(phys >= 0) & (phys < rows)]] = False
     return mask
 
 

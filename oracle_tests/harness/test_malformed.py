@@ -146,3 +146,25 @@ def test_rounding_of_a_low_precision_output_is_not_a_changed_row():
     assert (verdict.consequence, verdict.rows) == ("harmless", None)
     changed = check_case(_lenient(lambda out: out[7].add_(1.0)), case, "cpu")  # still seen in float16
     assert (changed.consequence, changed.rows) == ("defined rows changed", "rows [7]")
+
+
+def test_a_broken_segments_rows_are_its_permuted_rows():
+    """With a permutation, a broken segment's mutated logical range maps to physical rows through it: a
+    kernel writing there is not corrupting the valid part (SGLang 0.5.23 on a decreasing seg_indptr,
+    padded for a CUDA graph, was reported as changing physical row 2, which is permutation[4])."""
+    from kernel_oracle.harness.check import prepared_call
+    from kernel_oracle.harness.malformed import valid_rows
+    from kernel_oracle.harness.problems import batch_info_of
+
+    case = Case(LoRAProblem(op="step_b_q", seg_lens=(6, 15), weight_indices=(1, 0), lora_ranks=(19, 16),
+                            scalings=(6.5, 0.0), H=2, qk=15, vd=16, C=32, R=16, extra_rows=1, permute=True,
+                            cuda_graph_pad_to=4, dtype="float32", seed=364),
+                Mutation("lora", "seg_indptr_decreasing", 3, 3))
+    call, clean = prepared_call(case, "cpu"), prepared_call(Case(case.problem, None), "cpu")
+    bad = batch_info_of(call)
+    indptr, perm = bad.seg_indptr.tolist(), bad.permutation.tolist()
+    assert indptr[1] > indptr[2]  # segment 1 runs backwards: rows indptr[2]..indptr[1] may be written
+    mask = valid_rows(case, call, clean)
+    lo, hi = indptr[2], indptr[1]
+    assert not any(bool(mask[perm[i]]) for i in range(lo, hi)), (indptr, perm, mask.nonzero().flatten().tolist())
+    assert bool(mask[perm[0]])  # segment 0 is intact
