@@ -61,6 +61,7 @@ bounded and has its control characters escaped before it enters a verdict (Note 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -276,14 +277,40 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
         if is_device_error(exc):  # the CUDA context is gone: nothing more can run in this process
             raise DeviceLost(f"{type(exc).__name__}: {_text_of(exc).splitlines()[0] if _text_of(exc) else ''}") \
                 from exc
-        observed = Observed("raise", exc_type=type(exc).__name__,
-                            exc_qualname=f"{type(exc).__module__}.{type(exc).__qualname__}",
-                            message=bounded(_text_of(exc)), frame=target_frame(exc.__traceback__))
+        observed = _observed_raise(exc)
     else:
         observed = _observe(ret, call, to_host)
     observed.state_changes = changed
     observed.input_writes = input_writes(watched)
     return observed
+
+
+def _observed_raise(exc: BaseException) -> Observed:
+    """The observation of an error the target's own code raised."""
+    return Observed("raise", exc_type=type(exc).__name__, exc_qualname=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                    message=bounded(_text_of(exc)), frame=target_frame(exc.__traceback__))
+
+
+class _HelperRaised(Exception):
+    """The target's own metadata helper raised while its call was prepared (``exc``)."""
+
+    def __init__(self, exc: BaseException):
+        super().__init__(_text_of(exc))
+        self.exc = exc
+
+
+def _guarded(helper):
+    """``helper`` with its errors marked as the target's (an SGLang release's metadata helper is the
+    release's code: its error on a valid batch is a finding, never a harness error)."""
+    if helper is None:
+        return None
+
+    def run(*args, **kwargs):
+        try:
+            return helper(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the target's error is the observation
+            raise _HelperRaised(exc) from exc
+    return run
 
 
 def _text_of(exc: BaseException) -> str:
@@ -542,9 +569,14 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     A failure carries its root-cause bucket (``verdict.bucket``), computed once here, so no caller
     needs a tensor; harness errors propagate (a campaign's worker reports them).  pytest properties,
     the bug corpus and the campaigns (in process or in their worker) all check a case with this."""
-    call = prepared_call(case, device, getattr(target, "metadata_helper", None))
-    expected = expected_outcome(case, device, precision=target.precision_for(case.op), call=call)
-    observed = execute(target, case, device, call=call, to_host=False)
+    judged, observed = case, None
+    try:
+        call = prepared_call(case, device, _guarded(getattr(target, "metadata_helper", None)))
+    except _HelperRaised as raised:  # the target's raise, judged against the same batch with our metadata
+        judged = Case(dataclasses.replace(case.problem, metadata_source="ours"), case.mutation)
+        call, observed = prepared_call(judged, device), _observed_raise(raised.exc)
+    expected = expected_outcome(judged, device, precision=target.precision_for(case.op), call=call)
+    observed = observed or execute(target, case, device, call=call, to_host=False)
     verdict = judge(case, expected, observed, call=call, device=device, repro=repro,
                     exact_errors=getattr(target, "strict", True))
     if verdict.kind == "validation-gap":  # what it did with what it accepted (harness.malformed)

@@ -147,6 +147,17 @@ def test_the_releases_metadata_helper_agrees_with_our_builder():
         assert (up.max_seqlen, up.flashinfer_max_seqlen) == (ours.max_seqlen, ours.flashinfer_max_seqlen)
 
 
+def test_the_releases_metadata_helper_raising_is_the_targets_error_not_the_harness():
+    """0.5.23's metadata helper raises on a batch of no sequences (docs/upstream/sglang_vision_metadata_empty_batch.md):
+    that is the release's code on a valid input, judged as the target's raise (a contract finding naming
+    the helper), never a harness error that would stop the campaign."""
+    case = Case(VisionProblem(lengths=(), H=4, D=16, dtype="float16", path="metadata", metadata_source="helper"))
+    verdict = check_case(vision_target("0.5.23"), case, "cpu")
+    assert not verdict.ok and verdict.kind == "contract", verdict.message
+    assert "max(): Expected reduction dim" in verdict.message
+    assert "prepare_flashinfer_cudnn_vision_attention_metadata" in verdict.bucket.frame, verdict.bucket
+
+
 # ---- the loader ----------------------------------------------------------------------------------------------
 
 def test_the_wrapper_runs_the_releases_own_lines_and_never_imports_sglang():

@@ -334,3 +334,20 @@ def test_compare_matches_records_written_before_runs_stored_known(tmp_path, monk
     cmp = compare_results(Result.from_dict(old), Result.from_dict({**rec, "findings": []}))
     assert [k for _, k, _ in cmp.fixed_upstream] == ["frob-rejects-batches"] * len(rec["findings"])
     assert not cmp.fixed_findings
+
+
+@pytest.mark.parametrize("target,frame,expected", [
+    # the release's vision metadata helper on no sequences: its own entry (from 0.5.17, where the helper exists)
+    ("sglang==0.5.23", "_kernel_oracle_sglang.v0_5_23.vision_cpu.vision:prepare_flashinfer_cudnn_vision_attention_metadata",
+     "sglang-vision-metadata-helper-empty-batch"),
+    ("sglang==0.5.16", "_kernel_oracle_sglang.v0_5_16.vision_cpu.vision:prepare_flashinfer_cudnn_vision_attention_metadata",
+     None),
+    # the same torch message from elsewhere in the vision call is neither entry (the LoRA one is LoRA's)
+    ("sglang==0.5.23", "_kernel_oracle_sglang.v0_5_23.vision_cpu.vision:forward", None),
+])
+def test_the_vision_metadata_helper_entry_is_not_the_lora_empty_batch(target, frame, expected):
+    finding = {**_raised_on_valid(target, "vision", "RuntimeError", EMPTY_MAX),
+               "bucket": {"kind": "contract", "family": "vision", "cause": "RuntimeError: " + EMPTY_MAX[:50],
+                          "frame": frame}}
+    got = match_known(finding, target, None)
+    assert (got.id if got else None) == expected
