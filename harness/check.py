@@ -18,6 +18,8 @@ A :class:`Case` is a plain-data problem plus an optional :class:`~harness.mutati
    routes must come back bit-identical instead.  Around the call, torch's global settings are
    snapshotted and restored (:mod:`harness.torch_state`, Note [Global state]) and the read-only
    inputs copied and compared after it (:mod:`harness.input_writes`, Note [Read-only inputs]).
+   A target's own vision metadata helper (an SGLang release's) runs while the call is materialised:
+   its error is the target's raise too, judged against the same batch built with our metadata.
 3. :func:`judge` classifies: ``mismatch`` (wrong numbers on a valid input), ``contract`` (missing,
    wrong-type or wrong-text error, or an error on a valid input), ``validation-gap`` (malformed
    metadata accepted), ``crash`` (the worker died); a written read-only input is a ``contract``
