@@ -87,8 +87,8 @@ from typing import Optional
 
 from kernel_oracle.harness.device import interpreting, worker_env
 
-__all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "TOKEN_ENV", "Worker", "die_with_parent",
-           "WorkerError"]
+__all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "TOKEN_ENV", "Worker",
+           "WorkerError", "die_with_parent"]
 
 # seconds a case may take before it counts as a hang (campaigns derive a shorter one from their budget)
 DEFAULT_CASE_TIMEOUT_S = 120.0

@@ -289,7 +289,8 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
 
 def _observed_raise(exc: BaseException) -> Observed:
     """The observation of an error the target's own code raised."""
-    return Observed("raise", exc_type=type(exc).__name__, exc_qualname=f"{type(exc).__module__}.{type(exc).__qualname__}",
+    return Observed("raise", exc_type=type(exc).__name__,
+                    exc_qualname=f"{type(exc).__module__}.{type(exc).__qualname__}",
                     message=bounded(_text_of(exc)), frame=target_frame(exc.__traceback__))
 
 

@@ -18,9 +18,10 @@ offsets: inside k when gaps pad it, past its end without them), so a feature who
 the failure into another one that needs only the remaining features, and that does not fail on its
 own (every other feature removed), is not needed either (the gaps of a GQA case).  A feature that
 fails on its own stays: a crash of GQA's read past k's end, which its reruns (a fresh process, other
-allocations) repeat only as wrong values, is not given to an ignored window the case also had.  A failure of another defect (a case with GQA and sinks whose read past k's end
-turns, without GQA, into the ignored sinks' wrong values) needs a feature this case keeps, and
-leaves the attribution alone.  The result
+allocations) repeat only as wrong values, is not given to an ignored window the case also had.  A
+failure of another defect (a case with GQA and sinks whose read past k's end turns, without GQA,
+into the ignored sinks' wrong values) needs a feature this case keeps, and leaves the attribution
+alone.  The result
 is a set of present features each of which the failure needs, given the others
 (a local minimum: the greedy delta debugging of Zeller's ddmin, one feature at a time), and it joins
 the bucket's key (:attr:`~harness.buckets.Bucket.needs`): two defects of two features are two findings,
@@ -120,7 +121,8 @@ def needed_features(case, bucket, run: Callable) -> tuple:
     for feature in needs:  # the second look (see the Note)
         got = _variant(case, feature, run)
         rest = tuple(f for f in needs if f != feature)
-        if got is not None and not _stateful(got) and set(got.needs) <= set(rest) and not _fails_alone(case, feature, run):
+        if (got is not None and not _stateful(got) and set(got.needs) <= set(rest)
+                and not _fails_alone(case, feature, run)):
             return rest
     return needs
 

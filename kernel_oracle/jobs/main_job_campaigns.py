@@ -91,8 +91,9 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
 
     from kernel_oracle.harness.opinfo import FAMILY_OF
+    from kernel_oracle.harness.targets import TargetSpec
 
-    compiles = device == "cuda" and (str(target).split("==")[0].split("@")[0], FAMILY_OF[op]) in COMPILING
+    compiles = device == "cuda" and (TargetSpec.parse(target).name, FAMILY_OF[op]) in COMPILING
     warm_up_s = warm_up_share * share_s if compiles else None
     time_s = max(1.0, (CAMPAIGN_SHARE - (warm_up_share if warm_up_s else 0.0)) * share_s)
     case_timeout_s = max(1.0, min(case_timeout_for(time_s), CASE_TIMEOUT_SHARE * share_s))
@@ -259,10 +260,11 @@ def _side_by_side(record: dict, pairs: list, lenient: set, common: dict, deadlin
         log(f"campaign {d.key[0]} x {d.key[1]}: ended after {d.took_s:.0f}s" + (f" ({d.problem})" if d.problem else ""))
 
     for d in run_side_by_side(calls, at_once=at_once, before_start=before_start, on_done=on_done):
-        rec, problem = d.result if isinstance(d.result, tuple) else (d.result, d.problem)
-        if d.problem and rec is None:  # died or raised around the campaign: keep what it saved
+        # run_one_campaign's (record, problem); else what the child said went wrong (and what it saved)
+        rec, problem = d.result if d.problem is None else (d.result, d.problem)
+        if rec is None:
             rec = salvage(d.key[0], _out_dir(run_dir, *d.key), common["seed"], common["device"])
-        _add_campaign(record, d.key[0], d.key[1], shares.get(d.key, 0.0), d.took_s, rec, problem or d.problem,
+        _add_campaign(record, d.key[0], d.key[1], shares.get(d.key, 0.0), d.took_s, rec, problem,
                       _out_dir(run_dir, *d.key), log, restarts=None)
     if skipped:
         part_failed(record, f"time budget too short for {len(skipped)} campaigns side by side: "

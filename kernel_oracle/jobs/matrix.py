@@ -17,8 +17,9 @@ fail in exactly the same columns, and not in every column that ran, with example
 config flags, are one row naming those ops: one change of the file introduced them and one removed
 them (SGLang 0.5.12's stale host ints, PR #28371, fail every kv_b op from 0.5.12 to 0.5.13.post1, each
 example needing ``cuda_graph``; 0.5.13's cuBLAS paths that apply slot 0 to every slot need none, so a
-stale-count failure met in the same columns stays a row of its own).  A bucket's target frame is compared by file and function
-(``kv_b_lora_absorbed:_max_segment_len``), since releases move their modules.
+stale-count failure met in the same columns stays a row of its own).  A bucket's target frame is
+compared by file and function (``kv_b_lora_absorbed:_max_segment_len``), since releases move their
+modules.
 
 Release identity: before anything runs, :func:`~kernel_oracle.fuzz.targets.sglang.release_identity`
 hashes the code each spec's campaign would run (the kv_b kernel file and its helpers, or the vision
@@ -179,7 +180,7 @@ def _one_row_per_change(rows: dict) -> dict:
     for label, row in rows.items():
         present = tuple(sorted(s for s, n in row["counts"].items() if n or s in row["replayed"]))
         if row["unlabelled"] and len(present) < len(row["counts"]):  # ops whose examples need other flags
-            groups.setdefault((row["unlabelled"], present, tuple(row.get("flags", ()))), []).append(label)
+            groups.setdefault((row["unlabelled"], present, tuple(row["flags"])), []).append(label)
     for (unlabelled, _, _), labels in groups.items():
         if len(labels) < 2:
             continue
@@ -217,12 +218,10 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
         for f in run["findings"]:
             b = row_bucket(f)  # releases move modules (and load them under private names): file:function
             row = rows.setdefault(b.label, {"bucket": b.label, "labels": [b.label], "kind": b.kind, "family": b.family,
-                                            "counts": {},
-                                            "replayed": {}, "examples": {}, "headline": f.get("headline") or "",
-                                            "dtypes": [],
+                                            "counts": {}, "replayed": {}, "examples": {}, "flags": [],
+                                            "headline": f.get("headline") or "", "dtypes": [],
                                             "ops": [b.op] if b.op else [], "unlabelled": b.label.replace(
                                                 f" | {b.op} |", " |") if b.op else None})
-            row.setdefault("flags", [])
             row["flags"] = sorted(set(row["flags"]) | set(b.flags))  # what the example needs (Note [Buckets])
             for d in f.get("dtypes") or [f.get("dtype")]:  # one row per root cause, whichever dtypes show it
                 if d and d not in row["dtypes"]:
