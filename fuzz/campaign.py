@@ -205,6 +205,7 @@ class _Search:
             # the worker's start-up (imports, a CUDA context) is not the target's time: the clock starts now
             self.startup_s = time.monotonic() - self.started
             self.started = time.monotonic()
+            self.time_s = self.config.clock_s(self.started, self.base_elapsed)
             entries = set(self.info.get("entry_points") or ())
             excluded = {**(self.info.get("excluded_dtypes") or {}),
                         **((self.info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}

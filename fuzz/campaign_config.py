@@ -103,6 +103,7 @@ class CampaignConfig:
     fresh: bool = False
     memcheck: bool = False
     compile_processes: Optional[int] = None
+    ends_at: Optional[float] = None
 
     def __post_init__(self) -> None:
         try:
@@ -120,6 +121,8 @@ class CampaignConfig:
             _finite_positive("time_s", self.time_s)
         if self.case_timeout_s is not None:
             _finite_positive("case_timeout_s", self.case_timeout_s)
+        if self.ends_at is not None:
+            _finite_positive("ends_at", self.ends_at)
         if self.device not in DEVICES:
             raise CampaignError(f"device={self.device!r} is invalid; the only valid values are 'cpu', 'cuda'")
         slack = self.shrink_slack_s
@@ -148,6 +151,14 @@ class CampaignConfig:
     def case_timeout(self) -> float:
         """Seconds one case may take before it is a hang."""
         return self.case_timeout_s if self.case_timeout_s is not None else case_timeout_for(self.time_s)
+
+    def clock_s(self, starts: float, elapsed: float = 0.0) -> Optional[float]:
+        """The clock's seconds when it starts at ``starts`` (``time.monotonic()``) after ``elapsed``
+        seconds of an earlier run of this campaign: ``time_s``, capped at ``ends_at`` (at least 1 s)."""
+        if self.ends_at is None:
+            return self.time_s
+        left = elapsed + max(1.0, self.ends_at - starts)
+        return left if self.time_s is None else min(self.time_s, left)
 
     def check_runnable(self, worker=None) -> None:
         """``CampaignError`` (one line) when this campaign cannot run here: CUDA asked for and absent,

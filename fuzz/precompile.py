@@ -1,4 +1,5 @@
-"""Compile our LoRA kernels' variants in parallel child processes before a campaign's clock starts.
+"""Compile our LoRA kernels' variants in parallel child processes: before a campaign's clock, or beside
+the main job's campaigns.
 
 Note [Parallel precompilation]
 ------------------------------
@@ -16,9 +17,14 @@ wrappers run as usual (validation, output allocation, launch geometry) but every
 computes and runs nothing on the GPU.  Results cannot depend on them: they only fill a cache whose
 entries Triton keys by source, signature and options.
 
-The children run before the campaign's clock, never beside it: children that drew and executed the
-campaign's own cases would contend with it for the GPU and the host, and the job would run fewer fuzz
-cases, not more.  The figures (cases/s with a cold and a warm cache) are in docs/BENCHMARKS.md.
+For one campaign (``fuzz``) the children run before the clock, never beside it: a campaign alone
+keeps a core busy and its cases would wait for the compilers.  The main job on a GPU host runs its
+campaigns side by side and starts no warm-up in them: :func:`kernel_oracle.jobs.main_job_campaigns.
+precompile_beside` starts one child per core at the job's start and lets them run through the whole
+window at the lowest CPU priority (:data:`BESIDE_NICE`), so they take only the cycles the campaigns
+leave; our LoRA campaign compiles a variant it meets first itself, and loads every one a child
+compiled before it (the list runs most common first).  What they compiled is the job record's
+``summary.precompile``; the cases per second with a cold and a warm cache are in docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-__all__ = ["CHILDREN_SHARE", "CompileOnly", "DEFAULT_WARM_UP_S", "MIN_PARALLEL_S", "Precompile", "compile_only", "default_processes",
+__all__ = ["BESIDE_NICE", "CHILDREN_SHARE", "CompileOnly", "DEFAULT_WARM_UP_S", "MIN_PARALLEL_S", "Precompile", "compile_only", "default_processes",
            "start_variants", "warm_up_target"]
 
 # the default warm-up of ``fuzz --device cuda`` without ``--warm-up`` (seconds, before the clock; it ends
@@ -86,10 +92,10 @@ class Precompile:
 
 
 def start_variants(target: str, device: str, *, seconds: float, dtypes: Sequence[str], ops: Sequence[str],
-                   processes: Optional[int] = None) -> Precompile:
+                   processes: Optional[int] = None, nice: int = 0) -> Precompile:
     """Start children that compile (only) the LoRA variant cases of :func:`harness.warmup.variant_cases`,
     child ``i`` of ``n`` the cases ``i, i+n, ...``, each exiting when its share is done or after
-    ``seconds`` (Note [Parallel precompilation])."""
+    ``seconds`` (Note [Parallel precompilation]); ``nice``: their CPU priority, added to this process's."""
     from kernel_oracle.harness.device import worker_env
 
     from kernel_oracle.harness.warmup import variant_cases
@@ -100,12 +106,15 @@ def start_variants(target: str, device: str, *, seconds: float, dtypes: Sequence
     for i in range(n):
         cmd = [sys.executable, "-m", "kernel_oracle.fuzz.precompile", "--target", target, "--device", device,
                "--seconds", f"{seconds:.1f}", "--dtypes", ",".join(dtypes), "--ops", ",".join(ops),
-               "--share", f"{i}/{n}"]
+               "--share", f"{i}/{n}", "--nice", str(int(nice))]
         handle.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                              stdin=subprocess.DEVNULL, text=True))
     return handle
 
 
+# the CPU priority of the children compiling beside the main job's campaigns (the lowest): they take
+# only the cycles the campaigns leave
+BESIDE_NICE = 19
 # children need seconds of imports before they compile anything: a shorter warm-up starts none
 MIN_PARALLEL_S = 20.0
 # the share of a warm-up's time the children may take; the rest loads (or compiles) in the worker (on a
@@ -182,7 +191,14 @@ def compile_only() -> list[str]:
 
 def _child(args) -> int:
     """One child of :func:`start_variants`: compile (only) its share ``I/N`` of the variant cases, then exit."""
+    import signal
+
+    from kernel_oracle.fuzz.worker import die_with_parent
+
     deadline = time.monotonic() + args.seconds
+    die_with_parent(signal.SIGTERM)  # a killed job or worker leaves no compiler running
+    if args.nice:
+        os.nice(args.nice)
     from kernel_oracle.fuzz.targets import resolve_target
     from kernel_oracle.harness.check import execute
     from kernel_oracle.harness.device import configure_process
@@ -214,6 +230,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, required=True)
     ap.add_argument("--share", required=True, metavar="I/N",
                     help="compile share I of N of the LoRA variant cases (harness.warmup.variant_cases), then exit")
+    ap.add_argument("--nice", type=int, default=0, help="lower this child's CPU priority by N first")
     return _child(ap.parse_args(argv))
 
 

@@ -10,7 +10,9 @@ On a fresh machine, within ``--time`` seconds on the best device there is:
    nothing heavy at import time), and the target worker gets :func:`harness.device.worker_env` of
    the device whatever this process has;
 2. **selfcheck** (about :data:`SELFCHECK_SHARE` of the budget): the references against independent
-   formulations (:mod:`kernel_oracle.jobs.main_job_selfcheck`), as target ``selfcheck``;
+   formulations (:mod:`kernel_oracle.jobs.main_job_selfcheck`), as target ``selfcheck``; where the
+   campaigns run side by side it runs in a thread of this process beside them (their children's
+   start-up and first cases overlap it), and its rows come first in the record all the same;
 3. **campaigns**: one fuzz campaign (:func:`fuzz.campaign.run_campaign`) per available target x op
    family (:mod:`kernel_oracle.jobs.main_job_campaigns`).  On a GPU host with cores to spare they
    run side by side, up to :func:`kernel_oracle.jobs.side_by_side.slots` at once, each in a child
@@ -55,7 +57,7 @@ from typing import Optional
 
 from kernel_oracle.jobs.main_job_campaigns import FAMILIES, run_campaign_part, run_cluster_part
 from kernel_oracle.jobs.main_job_record import part_failed, reason
-from kernel_oracle.jobs.main_job_selfcheck import run_selfcheck_part
+from kernel_oracle.jobs.main_job_selfcheck import SelfcheckBeside, run_selfcheck_part
 
 __all__ = ["DEFAULT_BUDGET_S", "FAMILIES", "REPORT_RESERVE_S", "SELFCHECK_SHARE", "check_out", "launch_worker",
            "run_main_job"]
@@ -134,11 +136,14 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
 
     at_once = 1 if cluster else slots(device)  # Note [Campaigns side by side]: each then starts its own worker
     worker = None if cluster or at_once > 1 else launch_worker(device, record)  # starts during the selfcheck
+    beside = None
     try:
-        if selfcheck:
-            run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)
-        else:
+        if not selfcheck:
             record["summary"]["selfcheck"] = "skipped (--no-selfcheck)"
+        elif at_once > 1:  # the campaigns' children start (and then fuzz) while this process selfchecks
+            beside = SelfcheckBeside(device, seed, budget * SELFCHECK_SHARE, log)
+        else:
+            run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)
         if cluster:
             run_cluster_part(record, device, seed, deadline, run_dir, targets, families, log,
                              {**cluster, "sglang_wheel": sglang_wheel, "with_malformed": with_malformed})
@@ -150,6 +155,8 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
             record["summary"]["worker"] = {"startup_s": [round(x, 2) for x in worker.startup_s],
                                            "restarts": worker.restarts}
             worker.close()
+    if beside is not None:
+        beside.fold_into(record)
     record["summary"]["duration_s"] = round(time.monotonic() - t0, 1)
     result = _write(record, Path(out), stamp)
     log(f"done in {time.monotonic() - t0:.1f}s")

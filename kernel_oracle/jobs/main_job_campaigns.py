@@ -10,6 +10,7 @@ exit 3), never a silent pass; a killed campaign keeps what it saved (:func:`salv
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from pathlib import Path
@@ -17,9 +18,9 @@ from typing import Optional
 
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 
-__all__ = ["CAMPAIGN_SHARE", "CASE_TIMEOUT_SHARE", "FALLBACK_TARGETS", "FAMILIES", "OVERRUN_NOTE_S",
-           "SHRINK_SLACK_SHARE", "WARM_UP_SHARE", "discover_targets", "run_campaign_part", "run_cluster_part",
-           "run_one_campaign", "salvage"]
+__all__ = ["CAMPAIGN_SHARE", "CASE_TIMEOUT_SHARE", "FALLBACK_TARGETS", "FAMILIES", "FINISH_S", "OVERRUN_NOTE_S",
+           "SHRINK_SLACK_SHARE", "WARM_UP_SHARE", "discover_targets", "precompile_beside", "run_campaign_part",
+           "run_cluster_part", "run_one_campaign", "salvage"]
 
 FALLBACK_TARGETS = ("reference", "triton")
 FAMILIES = ("lora", "vision")
@@ -73,10 +74,9 @@ SHRINK_SLACK_SHARE = 0.1
 CASE_TIMEOUT_SHARE = 0.25
 # on a GPU the worker of a target that compiles many kernels (COMPILING) first compiles them for a few
 # realistic shapes and every LoRA variant (harness.warmup, fuzz.precompile), once per target, for at
-# most this share of the slot, taken off the campaign's clock; side by side, where one slot is the
-# whole window, a larger share (the variants compile in parallel children before the clock starts)
+# most this share of the slot, taken off the campaign's clock (one campaign after another; side by
+# side the variants compile beside the campaigns instead: precompile_beside)
 WARM_UP_SHARE = 0.15
-WARM_UP_SHARE_SIDE_BY_SIDE = 0.25
 # (target name, family): our LoRA kernels' many variants (Note [Specialization] in kernels/lora); the
 # worker's warm-up compiles the LoRA variants, so a vision campaign would spend its share on them
 COMPILING = (("triton", "lora"),)
@@ -84,25 +84,30 @@ COMPILING = (("triton", "lora"),)
 
 def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
                      upstream_contracts_only: bool = False, worker=None, sglang_wheel: Optional[str] = None,
-                     with_malformed: bool = False, warm_up_share: float = WARM_UP_SHARE,
-                     compile_processes: Optional[int] = None) -> tuple:
+                     with_malformed: bool = False, warm_up_share: Optional[float] = WARM_UP_SHARE,
+                     compile_processes: Optional[int] = None, ends_at: Optional[float] = None) -> tuple:
     """Run one campaign in this process on the job's shared ``worker``; returns (record or None,
-    problem or None).  A campaign that raises keeps what it saved (:func:`salvage`)."""
+    problem or None).  A campaign that raises keeps what it saved (:func:`salvage`).  ``ends_at``
+    (``time.monotonic()``): the clock runs until then, less only what the worker's start took
+    (``CampaignConfig.ends_at``), instead of :data:`CAMPAIGN_SHARE` of ``share_s``; ``warm_up_share``
+    None: no warm-up (the variants compile beside the campaigns, :func:`precompile_beside`)."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
 
     from kernel_oracle.harness.opinfo import FAMILY_OF
     from kernel_oracle.harness.targets import TargetSpec
 
     compiles = device == "cuda" and (TargetSpec.parse(target).name, FAMILY_OF[op]) in COMPILING
-    warm_up_s = warm_up_share * share_s if compiles else None
-    time_s = max(1.0, (CAMPAIGN_SHARE - (warm_up_share if warm_up_s else 0.0)) * share_s)
+    warm_up_s = warm_up_share * share_s if compiles and warm_up_share else None
+    time_s = max(1.0, share_s if ends_at is not None else
+                 (CAMPAIGN_SHARE - (warm_up_share if warm_up_s else 0.0)) * share_s)
     case_timeout_s = max(1.0, min(case_timeout_for(time_s), CASE_TIMEOUT_SHARE * share_s))
     try:
         config = CampaignConfig(target=target, op=op, time_s=round(time_s, 1), seed=seed, device=device,
                                 out_dir=out_dir, upstream_contracts_only=upstream_contracts_only, progress=False,
                                 with_malformed=with_malformed,
                                 case_timeout_s=case_timeout_s, shrink_slack_s=SHRINK_SLACK_SHARE * share_s,
-                                warm_up_s=warm_up_s, sglang_wheel=sglang_wheel, compile_processes=compile_processes)
+                                warm_up_s=warm_up_s, sglang_wheel=sglang_wheel, compile_processes=compile_processes,
+                                ends_at=ends_at)
         record = run_campaign(config, worker=worker)
         return record, None
     except CampaignError as exc:
@@ -203,7 +208,7 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
     common = dict(seed=seed, device=device, sglang_wheel=sglang_wheel, with_malformed=with_malformed)
     record["summary"]["campaigns_at_once"] = min(at_once, len(pairs))
     if at_once > 1 and len(pairs) > 1:
-        _side_by_side(record, pairs, lenient, common, deadline, run_dir, log, at_once)
+        _side_by_side(record, pairs, targets, lenient, common, deadline, run_dir, log, at_once)
         return
     for i, (name, fam) in enumerate(pairs):
         left = deadline - time.monotonic()
@@ -225,41 +230,51 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
 
 
 # seconds a campaign in a child process spends before its clock starts (the child's imports, then its
-# worker's imports and CUDA context), taken off its share
+# worker's imports and CUDA context): a window shorter than this and a second runs no campaign
 CHILD_STARTUP_S = 12.0
+# seconds after a side-by-side campaign's clock for its summary, its answer and the merge (a shrink in
+# progress has SHRINK_SLACK_SHARE of the window on top)
+FINISH_S = 3.0
 
 
-def _side_by_side(record: dict, pairs: list, lenient: set, common: dict, deadline: float, run_dir: Path, log,
-                  at_once: int) -> None:
-    """The pairs in child processes, ``at_once`` at a time; each starts with the time left shared among
-    the waves still to come (Note [Campaigns side by side])."""
-    from kernel_oracle.jobs.side_by_side import Call, run_side_by_side, spare_cores
+def _side_by_side(record: dict, pairs: list, targets: list, lenient: set, common: dict, deadline: float,
+                  run_dir: Path, log, at_once: int) -> None:
+    """The pairs in child processes, ``at_once`` at a time; each gets the time left shared among the
+    waves still to come, and its clock ends at the end of that share less the shrink slack and
+    :data:`FINISH_S`, however long its start took (Note [Campaigns side by side])."""
+    from kernel_oracle.harness.targets import TargetSpec
+    from kernel_oracle.jobs.side_by_side import Call, run_side_by_side
 
     with_malformed = common["with_malformed"]
-    # the LoRA variants' compiling children get the cores the campaigns leave (on the H200 machine 16
-    # children beside six campaigns compiled 7 variants in 18 s: the host was the limit)
-    spare = spare_cores(min(at_once, len(pairs)))
+    precompile = precompile_beside(targets, pairs, common["device"], deadline - time.monotonic(), log)
     calls = [Call((name, fam), run_one_campaign,
                   dict(target=name, op=fam, out_dir=_out_dir(run_dir, name, fam),
                        upstream_contracts_only=name in lenient and not with_malformed,
-                       warm_up_share=WARM_UP_SHARE_SIDE_BY_SIDE, compile_processes=spare, **common))
+                       warm_up_share=None if precompile is not None and (TargetSpec.parse(name).name, fam) in COMPILING
+                       else WARM_UP_SHARE, **common))
              for name, fam in pairs]
     shares, skipped = {}, []
 
     def before_start(call, started: int, pending: int):
-        waves = -(-pending // at_once)
-        share = (deadline - time.monotonic()) / waves - CHILD_STARTUP_S
-        if share < 1.0:
+        now = time.monotonic()
+        window = (deadline - now) / -(-pending // at_once)
+        if window - CHILD_STARTUP_S < 1.0:
             skipped.append(call.key)
-            share = 1.0  # still started, with the floor: its row says it ran past the budget
-        shares[call.key] = share
-        log(f"campaign {call.key[0]} x {call.key[1]}: {share:.0f}s, in a child process")
-        return Call(call.key, call.fn, {**call.kwargs, "share_s": share})
+            window = CHILD_STARTUP_S + 1.0  # still started, with the floor: its row says it ran past the budget
+        shares[call.key] = window
+        log(f"campaign {call.key[0]} x {call.key[1]}: {window:.0f}s, in a child process")
+        ends_at = now + max(CHILD_STARTUP_S + 1.0, (1 - SHRINK_SLACK_SHARE) * window - FINISH_S)
+        return Call(call.key, call.fn, {**call.kwargs, "share_s": window, "ends_at": ends_at})
 
     def on_done(d) -> None:
         log(f"campaign {d.key[0]} x {d.key[1]}: ended after {d.took_s:.0f}s" + (f" ({d.problem})" if d.problem else ""))
 
-    for d in run_side_by_side(calls, at_once=at_once, before_start=before_start, on_done=on_done):
+    try:
+        dones = run_side_by_side(calls, at_once=at_once, before_start=before_start, on_done=on_done)
+    finally:
+        if precompile is not None:
+            record["summary"]["precompile"] = {"target": precompile.target, **precompile.stop()}
+    for d in dones:
         # run_one_campaign's (record, problem); else what the child said went wrong (and what it saved)
         rec, problem = d.result if d.problem is None else (d.result, d.problem)
         if rec is None:
@@ -268,7 +283,30 @@ def _side_by_side(record: dict, pairs: list, lenient: set, common: dict, deadlin
                       _out_dir(run_dir, *d.key), log, restarts=None)
     if skipped:
         part_failed(record, f"time budget too short for {len(skipped)} campaigns side by side: "
-                             f"{', '.join(f'{n} x {f}' for n, f in skipped)} ran with 1 s; pass a larger --time")
+                             f"{', '.join(f'{n} x {f}' for n, f in skipped)} ran past it; pass a larger --time")
+
+
+def precompile_beside(targets: list, pairs: list, device: str, seconds: float, log):
+    """On CUDA, when a COMPILING pair is among ``pairs``: start one child per core that compiles (only)
+    its LoRA variants for up to ``seconds``, beside the campaigns at the lowest CPU priority
+    (Note [Parallel precompilation] in :mod:`fuzz.precompile`); returns the running
+    :class:`~kernel_oracle.fuzz.precompile.Precompile`, or None.  ``targets``: discover_targets's."""
+    from kernel_oracle.fuzz.precompile import BESIDE_NICE, start_variants
+    from kernel_oracle.harness.targets import TargetSpec
+    from kernel_oracle.harness.warmup import variant_cases, warm_up_dtypes
+
+    if device != "cuda":
+        return None
+    for name, target, _ in targets:
+        if target is None or not any((name, fam) in pairs and (TargetSpec.parse(name).name, fam) in COMPILING
+                                     for fam in FAMILIES):
+            continue
+        ops, dtypes = tuple(op for op in sorted(target.entries) if op != "vision"), warm_up_dtypes(target)
+        n = os.cpu_count() or 1
+        log(f"{name}: compiling its {len(variant_cases(ops, dtypes))} LoRA kernel variants in {n} processes "
+            f"(nice {BESIDE_NICE}) beside the campaigns")
+        return start_variants(name, device, seconds=seconds, dtypes=dtypes, ops=ops, processes=n, nice=BESIDE_NICE)
+    return None
 
 
 def _out_dir(run_dir: Path, name: str, fam: str) -> Path:

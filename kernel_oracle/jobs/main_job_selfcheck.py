@@ -9,12 +9,14 @@ a failed row a finding whose repro is the ``kernel-oracle selfcheck`` command th
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 
-__all__ = ["SELFCHECK_FIRST_CASES", "SELFCHECK_MAX_CASES", "SELFCHECK_MAX_ROUNDS", "run_selfcheck_part"]
+__all__ = ["SELFCHECK_FIRST_CASES", "SELFCHECK_MAX_CASES", "SELFCHECK_MAX_ROUNDS", "SelfcheckBeside",
+           "run_selfcheck_part"]
 
 # selfcheck rounds: random variations per (op, dtype) in the first round, doubling while time allows
 SELFCHECK_FIRST_CASES = 4
@@ -101,3 +103,36 @@ def _selfcheck_row(record: dict, row: dict, device: str, cases: int, seed: int, 
         "contract": case[len("error:"):].split("#")[0] if case.startswith("error:") else None,
     })
     return 1
+
+
+class SelfcheckBeside:
+    """:func:`run_selfcheck_part` in a thread of this process, started now, into a record of its own
+    (the campaigns' part writes the job's record meanwhile); :meth:`fold_into` waits for it and puts
+    its targets, groups and findings first in the job's record, as where it runs first."""
+
+    def __init__(self, device: str, seed: int, time_s: float, log) -> None:
+        from kernel_oracle.harness.schema import new_record
+
+        self.part = new_record("main", device=device)
+        self.part["summary"] = {}
+        self.thread = threading.Thread(target=self._run, args=(device, seed, time_s, log), name="selfcheck",
+                                       daemon=True)  # an interrupted job does not wait for it
+        self.thread.start()
+
+    def _run(self, device: str, seed: int, time_s: float, log) -> None:
+        try:
+            run_selfcheck_part(self.part, device, seed, time_s, log)
+        except Exception as exc:  # noqa: BLE001 - reported, never a silent pass
+            part_failed(self.part, f"selfcheck failed: {reason(exc)}")
+
+    def fold_into(self, record: dict) -> None:
+        self.thread.join()
+        part = self.part
+        for key in ("targets", "groups", "findings"):
+            record[key][:0] = part[key]
+        record["notes"][:0] = part["notes"]
+        failed = part["summary"].pop("failed_parts", [])
+        record["summary"]["failed_parts"] = failed + record["summary"].get("failed_parts", [])
+        if not record["summary"]["failed_parts"]:
+            del record["summary"]["failed_parts"]
+        record["summary"].update(part["summary"])

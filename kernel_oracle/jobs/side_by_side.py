@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Callable, Optional
 
-__all__ = ["CORES_PER_CALL", "Call", "Done", "run_side_by_side", "slots", "spare_cores"]
+__all__ = ["CORES_PER_CALL", "Call", "Done", "run_side_by_side", "slots"]
 
 # a campaign process and its worker process take turns, but both are busy part of the time
 CORES_PER_CALL = 2
@@ -44,11 +44,6 @@ def slots(device: str, cores: Optional[int] = None) -> int:
     if device != "cuda":
         return 1
     return max(1, (cores if cores is not None else os.cpu_count() or 1) // CORES_PER_CALL)
-
-
-def spare_cores(running: int, cores: Optional[int] = None) -> int:
-    """The cores ``running`` calls side by side leave to other work (at least 1)."""
-    return max(1, (cores if cores is not None else os.cpu_count() or 1) - CORES_PER_CALL * running)
 
 
 @dataclass(frozen=True)

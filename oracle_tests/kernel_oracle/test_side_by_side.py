@@ -4,6 +4,7 @@ the orchestration; the GPU check measures the real campaigns, docs/BENCHMARKS.md
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -70,24 +71,45 @@ def test_slots(device, cores, expected):
     assert slots(device, cores) == expected
 
 
-def test_spare_cores_are_what_the_running_calls_leave_and_at_least_one():
-    assert [side_by_side.spare_cores(n, 16) for n in (1, 6, 8, 9)] == [14, 4, 1, 1]
-
-
 def campaign_with_pid(target, op, *, share_s, seed, device, out_dir, upstream_contracts_only=False, worker=None,
-                      warm_up_share=None, compile_processes=None, sglang_wheel=None, with_malformed=False):
-    """A stand-in campaign that records the process it ran in and the share it was given."""
+                      warm_up_share=None, sglang_wheel=None, with_malformed=False, ends_at=None):
+    """A stand-in campaign that records the process it ran in, when it started and how long its clock
+    may run (until ``ends_at``)."""
     rec = new_record("campaign", seeds={"seed": seed}, device=device)
     add_group(rec, target=target, op="vision" if op == "vision" else "step_b_q", dtype="float32",
               shape_class="prefill", cases=10, passes=10, findings={}, ratios=[0.2])
-    rec["notes"].append(f"pid {os.getpid()} share {share_s:.1f} compile_processes {compile_processes}")
+    now = time.monotonic()
+    rec["notes"].append(f"pid {os.getpid()} started {now:.3f} clock {ends_at - now:.1f} share {share_s:.1f}")
     return rec, None
+
+
+def slow_selfcheck(marks: list):
+    """The stand-in selfcheck, each round 1.5 s long; ``marks`` gets (start, end) of the whole."""
+    from oracle_tests.kernel_oracle.test_main_job import SELFCHECK_ROWS, _fake_selfcheck
+
+    mod = _fake_selfcheck(SELFCHECK_ROWS)
+    fast = mod.run_selfcheck
+
+    def run_selfcheck(device, cases, seed):
+        if not marks:
+            marks.append(time.monotonic())
+        time.sleep(1.5)
+        marks[1:] = [time.monotonic()]
+        return fast(device, cases, seed)
+    mod.run_selfcheck = run_selfcheck
+    return mod
 
 
 @pytest.mark.usefixtures("stand_ins")
 def test_the_main_job_runs_its_campaigns_side_by_side_each_with_the_window(tmp_path, monkeypatch):
-    """Two campaigns at once: each in a child process of its own, each with the whole window less the
-    child's start-up (one after another, each had half of it), both merged into the one record."""
+    """Two campaigns at once: each in a child process of its own, started while the selfcheck runs in
+    the job's process, each clock running to the job's deadline less the shrink slack and the finish
+    (one after another, each had half of the window; after the selfcheck, the window less it), and both
+    merged into the one record after the selfcheck's rows."""
+    import sys
+
+    marks: list = []
+    monkeypatch.setitem(sys.modules, "kernel_oracle.jobs.selfcheck", slow_selfcheck(marks))
     monkeypatch.setattr(side_by_side, "slots", lambda device, cores=None: 2)
     monkeypatch.setattr(main_job_campaigns, "run_one_campaign", campaign_with_pid)
     monkeypatch.setattr(main_job_campaigns, "CHILD_STARTUP_S", 1.0)
@@ -101,11 +123,51 @@ def test_the_main_job_runs_its_campaigns_side_by_side_each_with_the_window(tmp_p
     notes = [n for n in rec["notes"] if n.startswith("pid ")]
     pids = {int(n.split()[1]) for n in notes}
     assert len(pids) == 2 and os.getpid() not in pids
-    window = 30 * (1 - 0.15)  # --time 30 less the selfcheck's share
-    for n in notes:
-        assert float(n.split()[3]) > window / 2, n  # not a half share
-        assert int(n.split()[5]) == side_by_side.spare_cores(2)  # the cores two campaigns leave compile
-    assert not rec["summary"].get("failed_parts")
+    started_at, selfcheck_end = [float(n.split()[3]) for n in notes], marks[1]
+    assert max(started_at) < selfcheck_end, "the campaigns waited for the selfcheck"
+    slack = main_job_campaigns.SHRINK_SLACK_SHARE * 30 + main_job_campaigns.FINISH_S
+    for n in notes:  # --time 30, no report reserve: each clock may run to about 30 s less the slack
+        clock = float(n.split()[5])
+        assert 30 - slack - 8 < clock <= 30 - slack, n
+    assert rec["targets"][0]["name"] == "selfcheck" and rec["groups"][0]["target"] == "selfcheck"
+    assert rec["summary"]["selfcheck"]["rounds"] and not rec["summary"].get("failed_parts")
+
+
+def test_a_campaign_clock_stops_at_ends_at_whatever_its_time_s(tmp_path):
+    """``CampaignConfig.ends_at`` caps the clock, which starts once the worker is ready."""
+    from kernel_oracle.fuzz.campaign import CampaignConfig, run_campaign
+
+    started = time.monotonic()
+    config = CampaignConfig(target="reference", op="step_a_q", out_dir=tmp_path / "c", time_s=120.0, seed=3,
+                            device="cpu", isolate=False, progress=False, ends_at=started + 2.0)
+    assert config.clock_s(started) == 2.0 and config.clock_s(started + 10.0) == 1.0  # at least 1 s
+    assert config.clock_s(started, elapsed=5.0) == 7.0
+    assert dataclasses.replace(config, ends_at=None).clock_s(started) == 120.0
+    rec = run_campaign(config)
+    assert rec["campaign"]["time_s"] <= 2.0 and rec["campaign"]["executed"] > 0
+    assert time.monotonic() - started < 60
+
+
+def test_the_variants_compile_beside_side_by_side_campaigns_on_cuda_only(monkeypatch):
+    """Side by side on CUDA our LoRA campaign gets no warm-up: one compiling child per core runs beside
+    the campaigns at the lowest priority; on the CPU, or without our LoRA campaign, none starts."""
+    from kernel_oracle.fuzz import precompile
+    from kernel_oracle.fuzz.targets import resolve_target
+
+    started = []
+    monkeypatch.setattr(precompile, "start_variants", lambda *a, **k: started.append((a, k)) or "handle")
+    triton = resolve_target("triton", "cpu")
+    targets = [("triton", triton, ("lora", "vision")), ("reference", resolve_target("reference", "cpu"), ("lora",))]
+    pairs = [("triton", "lora"), ("triton", "vision"), ("reference", "lora")]
+    beside = main_job_campaigns.precompile_beside
+    assert beside(targets, pairs, "cpu", 90.0, print) is None
+    assert beside(targets, [p for p in pairs if p != ("triton", "lora")], "cuda", 90.0, print) is None
+    assert not started
+    assert beside(targets, pairs, "cuda", 90.0, print) == "handle"
+    (args, kwargs), = started
+    assert args == ("triton", "cuda") and kwargs["seconds"] == 90.0
+    assert kwargs["processes"] == (os.cpu_count() or 1) and kwargs["nice"] == precompile.BESIDE_NICE == 19
+    assert set(kwargs["ops"]) == set(triton.entries) - {"vision"}
 
 
 @pytest.mark.usefixtures("stand_ins")
