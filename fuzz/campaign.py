@@ -173,14 +173,14 @@ class _Search:
                     "interpreting": interpreting()}
         from kernel_oracle.fuzz.worker import Worker, WorkerError
 
-        self.worker = self.worker or Worker(self.device, case_timeout_s=self.case_timeout_s)
+        c = self.config
+        self.worker = self.worker or Worker(self.device, case_timeout_s=self.case_timeout_s, yield_waits=c.shares_gpu)
         self.worker.case_timeout_s = self.case_timeout_s
         try:  # Note [Target output]: the target's prints go to this campaign's log
             self.worker.log_to(Path(self.state.out) / TARGET_OUTPUT_LOG)
         except OSError as exc:
             raise CampaignError(f"--out {self.state.out}: cannot write {TARGET_OUTPUT_LOG} ({exc.strerror or exc})") \
                 from None
-        c = self.config
         try:
             return self.worker.describe(self.target, warm_up_s=c.warm_up_s, sources=c.sources,
                                         compile_processes=c.compile_processes)

@@ -80,6 +80,12 @@ class CampaignConfig:
     directory of another campaign's identity is refused without it; :mod:`fuzz.state`).  ``memcheck``:
     on CUDA, run each validation gap's smallest example under compute-sanitizer afterwards
     (:func:`harness.malformed.memcheck`); a reported access makes it an out-of-bounds finding.
+    ``ends_at``: a ``time.monotonic()`` instant (the clock is system-wide, so another process's value
+    holds here) past which the clock does not run: once the worker is ready the clock gets ``time_s``
+    or what is left until ``ends_at``, whichever is less.  The main job's campaigns side by side take
+    it (Note [Campaigns side by side]): their start-up and warm-up vary, the job's deadline does not.
+    ``shares_gpu``: other processes share the GPU and the host, so the worker's CUDA waits give up the
+    core (Note [Shared GPU waits] in harness/device.py).
     """
 
     target: Union[str, TargetSpec]
@@ -104,6 +110,7 @@ class CampaignConfig:
     memcheck: bool = False
     compile_processes: Optional[int] = None
     ends_at: Optional[float] = None
+    shares_gpu: bool = False
 
     def __post_init__(self) -> None:
         try:

@@ -123,7 +123,7 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def _serve(conn, env: dict, output=None) -> None:
+def _serve(conn, env: dict, output=None, yield_waits: bool = False) -> None:
     try:
         os.setsid()  # its own session and process group (Note [Worker processes])
     except OSError:  # already a group leader (not from multiprocessing's spawn): its group is its own
@@ -138,6 +138,10 @@ def _serve(conn, env: dict, output=None) -> None:
         output.close()
     os.environ.clear()
     os.environ.update(env)  # before the first kernel import (Note [Device switch])
+    if yield_waits:  # before torch's CUDA context (Note [Shared GPU waits] in harness/device.py)
+        from kernel_oracle.harness.device import yield_while_waiting
+
+        yield_while_waiting()
     from kernel_oracle.fuzz.targets import TargetError, resolve_target
     from kernel_oracle.harness import torch_state
     from kernel_oracle.harness.check import case_from_dict, check_case, execute
@@ -264,12 +268,15 @@ class Worker:
     ``case_timeout_s``: seconds one case may take before it is a hang; ``startup_timeout_s``: for the
     worker's imports (not counted against any case); ``compile_grace``: give a case past its timeout
     time for a compilation before calling it hung (default: when the device compiles kernels; Note
-    [Hangs and compilation]).  Its process group ends with it (Note [Worker processes]); its output
-    goes to :meth:`log_to`'s file (Note [Target output])."""
+    [Hangs and compilation]); ``yield_waits``: its CUDA waits give up the core (other processes share
+    the GPU and the host: Note [Shared GPU waits] in harness/device.py).  Its process group ends with it
+    (Note [Worker processes]); its output goes to :meth:`log_to`'s file (Note [Target output])."""
 
     def __init__(self, device: str, *, case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
-                 startup_timeout_s: float = STARTUP_TIMEOUT_S, compile_grace: Optional[bool] = None):
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S, compile_grace: Optional[bool] = None,
+                 yield_waits: bool = False):
         self.device = device
+        self.yield_waits = bool(yield_waits)
         self.case_timeout_s = float(case_timeout_s)
         self.startup_timeout_s = float(startup_timeout_s)
         self._ctx = mp.get_context("spawn")
@@ -348,7 +355,7 @@ class Worker:
         parent, child = self._ctx.Pipe()
         out_reader, out_writer = self._ctx.Pipe(duplex=False)
         env = {**worker_env(self.device), TOKEN_ENV: self._token}
-        self._proc = self._ctx.Process(target=_serve, args=(child, env, out_writer), daemon=True,
+        self._proc = self._ctx.Process(target=_serve, args=(child, env, out_writer, self.yield_waits), daemon=True,
                                        name=f"kernel-oracle-worker-{self.device}")
         self._proc.start()
         child.close()

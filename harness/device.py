@@ -35,7 +35,7 @@ from typing import Mapping, Optional
 
 __all__ = ["CACHE_ENV", "DEVICE_CHOICES", "DeviceLost", "is_device_error", "cache_root", "configure_process", "cuda_available", "default_device", "interpreting",
            "default_triton_cache", "needs_interpreter", "resolve_device", "triton_cache_dir", "use_triton_cache",
-           "worker_env"]
+           "worker_env", "yield_while_waiting"]
 
 # what ``--device`` takes in every command: auto is the GPU when torch sees one, else the CPU
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -191,3 +191,35 @@ def use_triton_cache(path) -> str:
     directory = triton_cache_dir(path)
     os.environ["TRITON_CACHE_DIR"] = directory
     return directory
+
+
+def yield_while_waiting() -> bool:
+    """Make this process's CUDA waits block and give up the core instead of spinning; call it before
+    torch creates its CUDA context.  True when set; False where there is no CUDA driver.
+
+    Note [Shared GPU waits]
+    -----------------------
+    A process with one CUDA context on a host of many cores spins while it waits for the device
+    (CUDA's default schedule).  The main job's campaigns side by side are six such processes
+    time-slicing one GPU: each waits most of the time, so about six cores spin for nothing while the
+    children compiling our LoRA variants beside them (Note [Parallel precompilation]) get what is
+    left.  Their workers therefore ask the driver for blocking waits on every visible device's
+    primary context (``CU_CTX_SCHED_BLOCKING_SYNC``, the context torch's runtime calls use); a wait
+    then costs a wake-up of microseconds on cases of milliseconds.  The flag only changes how the host
+    waits, never what runs on the device.
+    """
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return False
+    ok = count.value > 0
+    for i in range(count.value):
+        dev = ctypes.c_int(0)
+        ok = ok and cuda.cuDeviceGet(ctypes.byref(dev), i) == 0
+        ok = ok and cuda.cuDevicePrimaryCtxSetFlags_v2(dev, 0x04) == 0  # CU_CTX_SCHED_BLOCKING_SYNC
+    return ok

@@ -85,12 +85,14 @@ COMPILING = (("triton", "lora"),)
 def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
                      upstream_contracts_only: bool = False, worker=None, sglang_wheel: Optional[str] = None,
                      with_malformed: bool = False, warm_up_share: Optional[float] = WARM_UP_SHARE,
-                     compile_processes: Optional[int] = None, ends_at: Optional[float] = None) -> tuple:
+                     compile_processes: Optional[int] = None, ends_at: Optional[float] = None,
+                     shares_gpu: bool = False) -> tuple:
     """Run one campaign in this process on the job's shared ``worker``; returns (record or None,
     problem or None).  A campaign that raises keeps what it saved (:func:`salvage`).  ``ends_at``
     (``time.monotonic()``): the clock runs until then, less only what the worker's start took
     (``CampaignConfig.ends_at``), instead of :data:`CAMPAIGN_SHARE` of ``share_s``; ``warm_up_share``
-    None: no warm-up (the variants compile beside the campaigns, :func:`precompile_beside`)."""
+    None: no warm-up (the variants compile beside the campaigns, :func:`precompile_beside`);
+    ``shares_gpu``: see ``CampaignConfig``."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
 
     from kernel_oracle.harness.opinfo import FAMILY_OF
@@ -107,7 +109,7 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
                                 with_malformed=with_malformed,
                                 case_timeout_s=case_timeout_s, shrink_slack_s=SHRINK_SLACK_SHARE * share_s,
                                 warm_up_s=warm_up_s, sglang_wheel=sglang_wheel, compile_processes=compile_processes,
-                                ends_at=ends_at)
+                                ends_at=ends_at, shares_gpu=shares_gpu)
         record = run_campaign(config, worker=worker)
         return record, None
     except CampaignError as exc:
@@ -251,7 +253,7 @@ def _side_by_side(record: dict, pairs: list, targets: list, lenient: set, common
                   dict(target=name, op=fam, out_dir=_out_dir(run_dir, name, fam),
                        upstream_contracts_only=name in lenient and not with_malformed,
                        warm_up_share=None if precompile is not None and (TargetSpec.parse(name).name, fam) in COMPILING
-                       else WARM_UP_SHARE, **common))
+                       else WARM_UP_SHARE, shares_gpu=True, **common))
              for name, fam in pairs]
     shares, skipped = {}, []
 

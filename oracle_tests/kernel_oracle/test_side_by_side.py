@@ -72,14 +72,15 @@ def test_slots(device, cores, expected):
 
 
 def campaign_with_pid(target, op, *, share_s, seed, device, out_dir, upstream_contracts_only=False, worker=None,
-                      warm_up_share=None, sglang_wheel=None, with_malformed=False, ends_at=None):
+                      warm_up_share=None, sglang_wheel=None, with_malformed=False, ends_at=None, shares_gpu=False):
     """A stand-in campaign that records the process it ran in, when it started and how long its clock
     may run (until ``ends_at``)."""
     rec = new_record("campaign", seeds={"seed": seed}, device=device)
     add_group(rec, target=target, op="vision" if op == "vision" else "step_b_q", dtype="float32",
               shape_class="prefill", cases=10, passes=10, findings={}, ratios=[0.2])
     now = time.monotonic()
-    rec["notes"].append(f"pid {os.getpid()} started {now:.3f} clock {ends_at - now:.1f} share {share_s:.1f}")
+    rec["notes"].append(f"pid {os.getpid()} started {now:.3f} clock {ends_at - now:.1f} share {share_s:.1f} "
+                        f"shares_gpu {shares_gpu}")
     return rec, None
 
 
@@ -129,6 +130,7 @@ def test_the_main_job_runs_its_campaigns_side_by_side_each_with_the_window(tmp_p
     for n in notes:  # --time 30, no report reserve: each clock may run to about 30 s less the slack
         clock = float(n.split()[5])
         assert 30 - slack - 8 < clock <= 30 - slack, n
+        assert n.endswith("shares_gpu True"), n  # their workers' waits give up the core
     assert rec["targets"][0]["name"] == "selfcheck" and rec["groups"][0]["target"] == "selfcheck"
     assert rec["summary"]["selfcheck"]["rounds"] and not rec["summary"].get("failed_parts")
 
