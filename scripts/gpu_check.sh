@@ -54,10 +54,10 @@ triton.__version__, 'kernel-oracle', kernel_oracle.__version__, torch.cuda.get_d
   record setup "$RC" $(( $(date +%s) - start )) "$head"
 }
 
-suite() {
-  timed suite "${1:-560}" "$OUT/suite.log" python3 -m pytest oracle_tests -q -p no:cacheprovider --durations=30 -rfEs
+suite() {  # -v: each result line names its test, so a run stopped at its limit still names its failures
+  timed suite "${1:-560}" "$OUT/suite.log" python3 -m pytest oracle_tests -v -p no:cacheprovider --durations=30 -rfEs
   local last; last=$(grep -E " in [0-9.]+s( |$)" "$OUT/suite.log" | tail -1 | sed 's/=//g; s/^ *//')
-  grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -30 | cut -c1-200
+  grep -oE "(FAILED|ERROR) oracle_tests/[^ ]+" "$OUT/suite.log" | sort -u | head -60 | cut -c1-200
   record suite "$RC" "$SECS" "${last:-no pytest summary line (see suite.log)}"
 }
 

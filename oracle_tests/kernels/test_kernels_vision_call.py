@@ -2,7 +2,7 @@
 loop (pointer loads, descriptor loads, a split head dim; each exact-fp32 level; the folded scale), and
 the launch cache keyed on the window and the sinks (Note [GQA, window and sinks] in
 kernels.vision._kernel; Note [Launch cache] in kernels.vision.attention).  Small shapes: the
-interpreter runs these on the CPU in a few seconds."""
+interpreter runs these on the CPU in a few seconds; on a GPU host they run on the GPU (``DEVICE``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from kernel_oracle.harness.problems import VisionProblem, materialize_vision
 from kernel_oracle.kernels.options import options
 from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
+
+from ..conftest import DEVICE
 
 # GQA (4 query heads on 2), a window of keys i-5 .. i+2, sinks; sequences across 16-key blocks
 CALL = VisionProblem(lengths=(21, 0, 9), H=4, H_kv=2, D=24, window=(5, 2), sinks="normal", seed=61)
@@ -37,7 +39,7 @@ PATHS = [
 
 
 def _check(problem: VisionProblem, vision: dict, config) -> None:
-    call = materialize_vision(problem, "cpu")
+    call = materialize_vision(problem, DEVICE)
     extra = {} if config is None else {"config": config}
     with options(vision=vision, poison_outputs=True):
         out = kv.flashinfer_cudnn_attention(*call.args, **call.kwargs, **extra)
@@ -58,11 +60,11 @@ def test_gqa_window_sinks_on_every_path(name, fields, vision, config):
 def test_cache_keys_the_window_and_the_sinks():
     """The same metadata with another window, other sinks or sinks edited in place is another launch:
     a hit would replay the first call's window or read the first call's sinks."""
-    call = materialize_vision(dataclasses.replace(CALL, window=None, sinks=None), "cpu")
+    call = materialize_vision(dataclasses.replace(CALL, window=None, sinks=None), DEVICE)
     args, kwargs = call.args, call.kwargs
     kv.clear_launch_cache()
     first = kv.flashinfer_cudnn_attention(*args, **kwargs)
-    sinks = torch.full((4,), 2.0)
+    sinks = torch.full((4,), 2.0, device=DEVICE)
     for extra in ({"window_size": (1, 1)}, {"s_aux": sinks}):
         out = kv.flashinfer_cudnn_attention(*args, **kwargs, **extra)
         want = flashinfer_cudnn_oracle(*args, **kwargs, **extra)
@@ -79,7 +81,7 @@ def test_cache_keys_the_window_and_the_sinks():
 
 def test_kv_heads_that_do_not_divide_are_refused():
     """Strict or not, the kernel needs a head mapping: H_kv must divide H."""
-    call = materialize_vision(VisionProblem(lengths=(5, 3), H=4), "cpu")
+    call = materialize_vision(VisionProblem(lengths=(5, 3), H=4), DEVICE)
     q, k, v = call.args[:3]
     with pytest.raises(ValueError, match="k has 3 heads, which do not divide q's 4"):
         kv.flashinfer_cudnn_attention(q, k[:, :3], v[:, :3], *call.args[3:], **call.kwargs, strict=False)
