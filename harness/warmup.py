@@ -20,7 +20,7 @@ Note [Variant warm-up]
 A few realistic shapes are not enough for our LoRA kernels: what selects a compiled kernel there is
 the path (segment-major, or token-major with a 64- or 256-wide segment compare or a binary search),
 the rank block (32, 64, 128), the layout family (aligned or generic), the permutation flag, the
-dtype, the base dtype and the op (and the flat grid, and the fused q side's tile height) -- 2,172
+dtype, the base dtype and the op (and the flat grid, and the fused q side's tile height) -- 2,896
 variants, of which a GPU campaign meets a new one every few cases (a launch recorder over 2,000 cases
 of the "gpu" preset meets 140-160 distinct variants, and more the longer it runs).  At about half a
 second of LLVM and ptxas each, a campaign that compiled them as it met them would spend most of its
@@ -40,6 +40,7 @@ everything.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Optional, Sequence
 
@@ -104,6 +105,9 @@ _VARIANT_PATHS = (
     ((1,) * 300, 8, ("q_side_fused",), "binary search, fused-q tiles of 37 rows per slot"),
 )
 _VARIANT_RANKS = (32, 64, 128)  # BLOCK_R buckets (kernels.lora._launch.MIN_BLOCK_R and up)
+# the rank block of a buffer rank past 128 (the fuzzer's tile edge 129 of the "gpu" preset's ranks, about one
+# case in 300): every other dimension again, after all of the above
+_RARE_RANKS = (256,)
 _VARIANT_LAYOUTS = (dict(H=2, qk=63, vd=47, C=129),  # sizes off 8 elements: the generic family
                     dict(H=2, qk=64, vd=48, C=128))  # everything 16-byte aligned: the aligned family
 _BASE_OPS = ("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")  # ops with a base_output
@@ -112,26 +116,22 @@ _BASE_OPS = ("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")  # ops with
 def variant_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) -> list[Case]:
     """One LoRA case per compiled variant of our LoRA kernels that a campaign meets (Note [Variant
     warm-up]): path x rank block x layout family x permutation x dtype x base dtype (the same, or fp32)
-    x op, most common first, so a time limit cuts the rarest.  2,172 cases for every op and dtype."""
+    x op, most common first, so a time limit cuts the rarest.  2,896 cases for every op and dtype."""
     lora_ops = [op for op in ops if op != "vision"]
     out: list[Case] = []
-    for seg_lens, n_slots, only, _ in _VARIANT_PATHS:
-        slots = tuple(i % n_slots for i in range(len(seg_lens)))
-        for R in _VARIANT_RANKS:
-            ranks = tuple(R if w % 2 == 0 else R // 2 for w in range(n_slots))
-            scalings = tuple(1.0 if w % 2 == 0 else 0.5 for w in range(n_slots))
-            for dims in _VARIANT_LAYOUTS:
-                for permute in (False, True):
-                    for dtype in dtypes:
-                        for op in lora_ops:
-                            if only is not None and op not in only:
-                                continue
-                            bases = (None, "float32") if op in _BASE_OPS and dtype != "float32" else (None,)
-                            for base in bases:
-                                out.append(Case(LoRAProblem(op=op, seg_lens=seg_lens, weight_indices=slots,
-                                                            lora_ranks=ranks, scalings=scalings, R=R,
-                                                            permute=permute, dtype=dtype, base_dtype=base, seed=1,
-                                                            **dims)))
+    for rank_blocks in (_VARIANT_RANKS, _RARE_RANKS):
+        for seg_lens, n_slots, only, _ in _VARIANT_PATHS:
+            slots = tuple(i % n_slots for i in range(len(seg_lens)))
+            for R in rank_blocks:
+                ranks = tuple(R if w % 2 == 0 else R // 2 for w in range(n_slots))
+                scalings = tuple(1.0 if w % 2 == 0 else 0.5 for w in range(n_slots))
+                for dims, permute, dtype, op in itertools.product(_VARIANT_LAYOUTS, (False, True), dtypes, lora_ops):
+                    if only is not None and op not in only:
+                        continue
+                    bases = (None, "float32") if op in _BASE_OPS and dtype != "float32" else (None,)
+                    out.extend(Case(LoRAProblem(op=op, seg_lens=seg_lens, weight_indices=slots, lora_ranks=ranks,
+                                                scalings=scalings, R=R, permute=permute, dtype=dtype, base_dtype=base,
+                                                seed=1, **dims)) for base in bases)
     return out
 
 

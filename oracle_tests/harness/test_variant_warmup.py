@@ -90,7 +90,8 @@ def test_small_ranks_share_a_variant_and_a_permutation_has_its_own(op, recorded)
     assert len(set(recorded)) == 3
 
 
-def test_variant_cases_are_distinct_variants_that_cover_fuzzed_launches(recorded):
+@pytest.mark.parametrize("draws", [5, 6])  # seed 6 draws a buffer rank of 129 (a rank block of 256)
+def test_variant_cases_are_distinct_variants_that_cover_fuzzed_launches(recorded, draws):
     """Each case of :func:`variant_cases` launches a variant no other case launches, and every launch of
     a GPU campaign's fuzzed cases (the ``gpu`` preset, every category) is one of them: the warm-up
     leaves a campaign nothing to compile."""
@@ -102,7 +103,7 @@ def test_variant_cases_are_distinct_variants_that_cover_fuzzed_launches(recorded
     warm = set(recorded)
     recorded.clear()
 
-    @seed(5)
+    @seed(draws)
     @settings(max_examples=300, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(cases("lora", limits="gpu"))
