@@ -61,8 +61,7 @@ from kernel_oracle.harness.malformed import GapTable
 __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
            "shared_findings_key"]
 
-# shrink attempts after a crash (each one restarts the worker) and after a hang (each one waits out
-# the case timeout, then restarts the worker)
+# shrink attempts after a crash (each restarts the worker) and a hang (each waits out the case timeout first)
 CRASH_SHRINKS = 8
 HANG_SHRINKS = 0
 # examples per Hypothesis run when the campaign is time-boxed (--time)

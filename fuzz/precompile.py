@@ -193,7 +193,7 @@ def _child(args) -> int:
     """One child of :func:`start_variants`: compile (only) its share ``I/N`` of the variant cases, then exit."""
     import signal
 
-    from kernel_oracle.fuzz.worker import die_with_parent
+    from kernel_oracle.fuzz.stopping import die_with_parent
 
     deadline = time.monotonic() + args.seconds
     die_with_parent(signal.SIGTERM)  # a killed job or worker leaves no compiler running

@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import Optional
 
-__all__ = ["CampaignInterrupted", "Stop", "sigterm_interrupts"]
+__all__ = ["CampaignInterrupted", "Stop", "die_with_parent", "sigterm_interrupts"]
 
 
 class CampaignInterrupted(KeyboardInterrupt):
@@ -76,3 +76,14 @@ def sigterm_interrupts():
     finally:
         signal.signal(signal.SIGTERM, old)
         sys.unraisablehook = old_hook
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send this process ``sig`` when its parent dies (``PR_SET_PDEATHSIG``; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: a worker's pipe still ends it when its parent goes
+        pass

@@ -85,10 +85,11 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.fuzz.stopping import die_with_parent
 from kernel_oracle.harness.device import interpreting, worker_env
 
 __all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "TOKEN_ENV", "Worker",
-           "WorkerError", "die_with_parent"]
+           "WorkerError"]
 
 # seconds a case may take before it counts as a hang (campaigns derive a shorter one from their budget)
 DEFAULT_CASE_TIMEOUT_S = 120.0
@@ -110,17 +111,6 @@ _TAIL_BYTES = 4096
 
 class WorkerError(RuntimeError):
     """The worker could not start, or could not resolve a target spec (the reason is in the text)."""
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask Linux to send this process ``sig`` when its parent dies (``PR_SET_PDEATHSIG``; elsewhere a no-op)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends an idle worker
-        pass
 
 
 def _serve(conn, env: dict, output=None, yield_waits: bool = False) -> None:

@@ -75,7 +75,7 @@ class Done:
 def _child(conn, fn, kwargs) -> None:
     import signal
 
-    from kernel_oracle.fuzz.worker import die_with_parent
+    from kernel_oracle.fuzz.stopping import die_with_parent
 
     die_with_parent(signal.SIGTERM)  # the job killed: its campaign stops and saves, as on the job's own SIGTERM
     try:

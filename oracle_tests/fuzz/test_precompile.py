@@ -61,10 +61,11 @@ def test_variant_children_compile_their_share_and_exit():
                                        processes=2)
     assert handle.wait(110.0), "the children did not finish their share"
     done = handle.stop()
-    from kernel_oracle.harness.warmup import _VARIANT_PATHS
+    from kernel_oracle.harness.warmup import _RARE_RANKS, _VARIANT_PATHS, _VARIANT_RANKS
 
     paths = sum(only is None or "step_a_v" in only for _, _, only, _ in _VARIANT_PATHS)  # 6: four, two flat
-    expected = paths * 3 * 2 * 2  # x rank blocks x layout families x permutation (step_a_v has no base)
+    # x rank blocks x layout families x permutation (step_a_v has no base)
+    expected = paths * len(_VARIANT_RANKS + _RARE_RANKS) * 2 * 2
     assert done["processes"] == 2 and done["cases"] == len(variant_cases(("step_a_v",), ("float16",))) == expected, done
 
 
