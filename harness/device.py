@@ -212,7 +212,8 @@ def yield_while_waiting() -> bool:
 
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
+        set_flags = cuda.cuDevicePrimaryCtxSetFlags_v2  # CUDA 11 on
+    except (OSError, AttributeError):  # no driver, or one too old: CUDA's default waits
         return False
     count = ctypes.c_int(0)
     if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
@@ -221,5 +222,5 @@ def yield_while_waiting() -> bool:
     for i in range(count.value):
         dev = ctypes.c_int(0)
         ok = ok and cuda.cuDeviceGet(ctypes.byref(dev), i) == 0
-        ok = ok and cuda.cuDevicePrimaryCtxSetFlags_v2(dev, 0x04) == 0  # CU_CTX_SCHED_BLOCKING_SYNC
+        ok = ok and set_flags(dev, 0x04) == 0  # CU_CTX_SCHED_BLOCKING_SYNC
     return ok

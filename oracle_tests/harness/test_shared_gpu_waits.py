@@ -49,3 +49,16 @@ def test_without_a_cuda_driver_nothing_is_set(monkeypatch):
         raise OSError(f"{name}: cannot open shared object file")
     monkeypatch.setattr(ctypes, "CDLL", no_driver)
     assert device.yield_while_waiting() is False
+
+
+def test_a_driver_without_the_call_is_left_alone(monkeypatch):
+    """A driver older than CUDA 11 has no ``cuDevicePrimaryCtxSetFlags_v2``: no flag, no crash."""
+    import ctypes
+
+    from kernel_oracle.harness import device
+
+    class OldDriver:
+        def __getattr__(self, name):
+            raise AttributeError(f"undefined symbol: {name}")
+    monkeypatch.setattr(ctypes, "CDLL", lambda name, *a, **k: OldDriver())
+    assert device.yield_while_waiting() is False
