@@ -181,8 +181,7 @@ class _Search:
             raise CampaignError(f"--out {self.state.out}: cannot write {TARGET_OUTPUT_LOG} ({exc.strerror or exc})") \
                 from None
         try:
-            return self.worker.describe(self.target, warm_up_s=c.warm_up_s, sources=c.sources,
-                                        compile_processes=c.compile_processes)
+            return self.worker.describe(self.target, warm_up_s=c.warm_up_s, sources=c.sources)
         except WorkerError as exc:
             raise CampaignError(str(exc)) from None
 

@@ -69,9 +69,7 @@ class CampaignConfig:
     ``shrink_allowance``: cases a shrink may take past the budget (None: half the budget, at least
     40).  ``shrink_slack_s``: how far past ``time_s`` a finding's shrinking may go.  ``warm_up_s``:
     before the clock starts, let the worker compile the target's kernels for up to this long
-    (:mod:`harness.warmup`); ``compile_processes``: the child processes that compile our LoRA kernels'
-    variants in that warm-up (None: one per core, :func:`fuzz.precompile.default_processes`; fewer when
-    other campaigns share the host).  ``dtypes``: fuzz only these (a cluster shard; None: every dtype the
+    (:mod:`harness.warmup`).  ``dtypes``: fuzz only these (a cluster shard; None: every dtype the
     target supports).  ``upstream_contracts_only``: no malformed metadata.  ``with_malformed``: a target
     without strict validation has its accepted malformed metadata counted as findings (default: listed
     as validation gaps when harmless or rows dropped, Note [Malformed consequences]).  ``progress``: a progress
@@ -108,7 +106,6 @@ class CampaignConfig:
     sglang_wheel: Optional[str] = None
     fresh: bool = False
     memcheck: bool = False
-    compile_processes: Optional[int] = None
     ends_at: Optional[float] = None
     shares_gpu: bool = False
 
@@ -135,9 +132,6 @@ class CampaignConfig:
         slack = self.shrink_slack_s
         if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not (math.isfinite(slack) and slack >= 0):
             raise CampaignError(f"Expected a non-negative finite number of seconds but got shrink_slack_s={slack!r}")
-        procs = self.compile_processes
-        if procs is not None and (isinstance(procs, bool) or not isinstance(procs, int) or procs < 0):
-            raise CampaignError(f"Expected a non-negative int or None but got compile_processes={procs!r}")
         if self.sglang_wheel is not None and not isinstance(self.sglang_wheel, str):
             raise CampaignError(f"Expected sglang_wheel to be a path string or None but got "
                                 f"sglang_wheel={self.sglang_wheel!r}")

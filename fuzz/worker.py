@@ -156,11 +156,11 @@ def _serve(conn, env: dict, output=None, yield_waits: bool = False) -> None:
         key = (spec, device, sources)
         try:
             if op == "describe":
-                warm_s, processes = payload
+                warm_s = payload
                 if warm_s and key not in warmed and not interpreting():
                     from kernel_oracle.fuzz.precompile import warm_up_target
 
-                    warmed[key] = warm_up_target(target, spec, device, time_s=warm_s, processes=processes)
+                    warmed[key] = warm_up_target(target, spec, device, time_s=warm_s)
                 conn.send(("info", {**target.to_record(), "precisions": target.precisions(),
                                     "interpreting": interpreting(), "warm_up": warmed.get(key)}))
             elif op == "check":
@@ -382,16 +382,14 @@ class Worker:
         self._ready = True
         self.startup_s.append(time.monotonic() - self._launched_at)
 
-    def describe(self, spec, *, warm_up_s: Optional[float] = None, sources=None,
-                 compile_processes: Optional[int] = None) -> dict:
+    def describe(self, spec, *, warm_up_s: Optional[float] = None, sources=None) -> dict:
         """The target's ``to_record()`` as the worker resolves it, plus ``precisions`` (op -> fp32
         precision), ``interpreting`` and ``warm_up`` (the result of :func:`harness.warmup.warm_up`,
         run once per target for up to ``warm_up_s`` seconds when the worker compiles kernels).
         ``spec``: a spec string or :class:`~kernel_oracle.harness.targets.TargetSpec`; ``sources``:
-        its :class:`~kernel_oracle.harness.targets.TargetSources` (where an SGLang wheel comes from);
-        ``compile_processes``: the warm-up's compiling children (None: one per core)."""
+        its :class:`~kernel_oracle.harness.targets.TargetSources` (where an SGLang wheel comes from)."""
         self.start()
-        self._send(("describe", str(spec), self.device, sources, (warm_up_s, compile_processes)))
+        self._send(("describe", str(spec), self.device, sources, warm_up_s))
         limit = self.startup_timeout_s + (warm_up_s or 0.0)  # the warm-up has its own time on top
         if not self._conn.poll(min(limit, MAX_WAIT_S)):
             self.kill()

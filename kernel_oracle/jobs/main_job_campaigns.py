@@ -19,8 +19,8 @@ from typing import Optional
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 
 __all__ = ["CAMPAIGN_SHARE", "CASE_TIMEOUT_SHARE", "FALLBACK_TARGETS", "FAMILIES", "FINISH_S", "OVERRUN_NOTE_S",
-           "SHRINK_SLACK_SHARE", "WARM_UP_SHARE", "discover_targets", "precompile_beside", "run_campaign_part",
-           "run_cluster_part", "run_one_campaign", "salvage"]
+           "SHRINK_SLACK_SHARE", "WARM_UP_SHARE", "compiling", "discover_targets", "precompile_beside",
+           "run_campaign_part", "run_cluster_part", "run_one_campaign", "salvage"]
 
 FALLBACK_TARGETS = ("reference", "triton")
 FAMILIES = ("lora", "vision")
@@ -82,11 +82,17 @@ WARM_UP_SHARE = 0.15
 COMPILING = (("triton", "lora"),)
 
 
+def compiling(target, family: str) -> bool:
+    """Is ``target`` (a spec string or TargetSpec) x ``family`` one of the COMPILING pairs?"""
+    from kernel_oracle.harness.targets import TargetSpec
+
+    return (TargetSpec.parse(target).name, family) in COMPILING
+
+
 def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
                      upstream_contracts_only: bool = False, worker=None, sglang_wheel: Optional[str] = None,
                      with_malformed: bool = False, warm_up_share: Optional[float] = WARM_UP_SHARE,
-                     compile_processes: Optional[int] = None, ends_at: Optional[float] = None,
-                     shares_gpu: bool = False) -> tuple:
+                     ends_at: Optional[float] = None, shares_gpu: bool = False) -> tuple:
     """Run one campaign in this process on the job's shared ``worker``; returns (record or None,
     problem or None).  A campaign that raises keeps what it saved (:func:`salvage`).  ``ends_at``
     (``time.monotonic()``): the clock runs until then, less only what the worker's start took
@@ -96,9 +102,8 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
 
     from kernel_oracle.harness.opinfo import FAMILY_OF
-    from kernel_oracle.harness.targets import TargetSpec
 
-    compiles = device == "cuda" and (TargetSpec.parse(target).name, FAMILY_OF[op]) in COMPILING
+    compiles = device == "cuda" and compiling(target, FAMILY_OF[op])
     warm_up_s = warm_up_share * share_s if compiles and warm_up_share else None
     time_s = max(1.0, share_s if ends_at is not None else
                  (CAMPAIGN_SHARE - (warm_up_share if warm_up_s else 0.0)) * share_s)
@@ -108,8 +113,8 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
                                 out_dir=out_dir, upstream_contracts_only=upstream_contracts_only, progress=False,
                                 with_malformed=with_malformed,
                                 case_timeout_s=case_timeout_s, shrink_slack_s=SHRINK_SLACK_SHARE * share_s,
-                                warm_up_s=warm_up_s, sglang_wheel=sglang_wheel, compile_processes=compile_processes,
-                                ends_at=ends_at, shares_gpu=shares_gpu)
+                                warm_up_s=warm_up_s, sglang_wheel=sglang_wheel, ends_at=ends_at,
+                                shares_gpu=shares_gpu)
         record = run_campaign(config, worker=worker)
         return record, None
     except CampaignError as exc:
@@ -244,7 +249,6 @@ def _side_by_side(record: dict, pairs: list, targets: list, lenient: set, common
     """The pairs in child processes, ``at_once`` at a time; each gets the time left shared among the
     waves still to come, and its clock ends at the end of that share less the shrink slack and
     :data:`FINISH_S`, however long its start took (Note [Campaigns side by side])."""
-    from kernel_oracle.harness.targets import TargetSpec
     from kernel_oracle.jobs.side_by_side import Call, run_side_by_side
 
     with_malformed = common["with_malformed"]
@@ -252,8 +256,8 @@ def _side_by_side(record: dict, pairs: list, targets: list, lenient: set, common
     calls = [Call((name, fam), run_one_campaign,
                   dict(target=name, op=fam, out_dir=_out_dir(run_dir, name, fam),
                        upstream_contracts_only=name in lenient and not with_malformed,
-                       warm_up_share=None if precompile is not None and (TargetSpec.parse(name).name, fam) in COMPILING
-                       else WARM_UP_SHARE, shares_gpu=True, **common))
+                       warm_up_share=None if precompile is not None and compiling(name, fam) else WARM_UP_SHARE,
+                       shares_gpu=True, **common))
              for name, fam in pairs]
     shares, skipped = {}, []
 
@@ -294,14 +298,12 @@ def precompile_beside(targets: list, pairs: list, device: str, seconds: float, l
     (Note [Parallel precompilation] in :mod:`fuzz.precompile`); returns the running
     :class:`~kernel_oracle.fuzz.precompile.Precompile`, or None.  ``targets``: discover_targets's."""
     from kernel_oracle.fuzz.precompile import BESIDE_NICE, start_variants
-    from kernel_oracle.harness.targets import TargetSpec
     from kernel_oracle.harness.warmup import variant_cases, warm_up_dtypes
 
     if device != "cuda":
         return None
     for name, target, _ in targets:
-        if target is None or not any((name, fam) in pairs and (TargetSpec.parse(name).name, fam) in COMPILING
-                                     for fam in FAMILIES):
+        if target is None or not any((name, fam) in pairs and compiling(name, fam) for fam in FAMILIES):
             continue
         ops, dtypes = tuple(op for op in sorted(target.entries) if op != "vision"), warm_up_dtypes(target)
         n = os.cpu_count() or 1

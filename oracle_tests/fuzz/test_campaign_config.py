@@ -36,7 +36,6 @@ BAD = {
     "shrink_slack_s": (-1.0, "Expected a non-negative finite number of seconds but got shrink_slack_s=-1.0"),
     "target": ("triton@", "Expected a target spec such as "),
     "sglang_wheel": (3, "Expected sglang_wheel to be a path string or None but got sglang_wheel=3"),
-    "compile_processes": (-2, "Expected a non-negative int or None but got compile_processes=-2"),
 }
 
 
