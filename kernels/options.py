@@ -216,7 +216,11 @@ class VisionOptions:
     * ``fold_scale``: Note [Folded scale]: the softmax scale folded into one FMA per logit where that
       is exact (``False`` scales the logits first);
     * ``direct_launch``: Note [Direct launch]: warm calls relaunch the compiled kernel without
-      Triton's per-call work.
+      Triton's per-call work;
+    * ``kernel``: ``"triton"`` the portable Triton kernel (interpreter, every GPU); ``"gluon"`` the
+      warp-specialized Hopper kernel (Note [Gluon Hopper kernel] in :mod:`kernels.vision._gluon`) where
+      it runs (sm_90, fp16/bf16, no window or sinks, head dims up to 128, TMA-readable layouts), the
+      Triton kernel elsewhere; the planned launch says which (``VisionLaunch.kernel``).
 
     A launch is planned under the options in force and keeps them: the launch cache and the repeated
     call are keyed on them (Note [Launch cache] in :mod:`kernels.vision.attention`).
@@ -226,12 +230,14 @@ class VisionOptions:
     fp32_exact: int = 2
     fold_scale: bool = True
     direct_launch: bool = True
+    kernel: str = "triton"
 
     def __post_init__(self) -> None:
         _exactly_one_of("VisionOptions", "split_head_dim", self.split_head_dim, (None, False, True))
         _exactly_one_of("VisionOptions", "fp32_exact", self.fp32_exact, (0, 1, 2))
         _is_bool("VisionOptions", "fold_scale", self.fold_scale)
         _is_bool("VisionOptions", "direct_launch", self.direct_launch)
+        _one_of("VisionOptions", "kernel", self.kernel, ("triton", "gluon"))
 
 
 _SECTIONS = {"lora": LoRAOptions, "vision": VisionOptions}

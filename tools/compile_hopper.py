@@ -126,6 +126,38 @@ def compile_lora(op: str, dtype: str, path: str, align: int, perm, nslot=None):
                           options=dict(num_warps=warps, num_stages=2))
 
 
+# (dtype, head dim, value head dim[, grouped key/value heads[, folded scale]]): the Gluon Hopper kernel's variants
+# (Note [Gluon Hopper kernel]): the power-of-two head dims, both split ones (80 = 64 + 16; 72 = 64 + 16 with 8
+# columns past the data), GQA and an unfolded (negative) scale.
+GLUON_VARIANTS = (("bfloat16", 128, 128), ("float16", 64, 64), ("bfloat16", 80, 80), ("float16", 72, 72),
+                  ("bfloat16", 128, 128, True, False), ("bfloat16", 96, 64, False, True))
+
+
+def compile_gluon(dtype: str, d: int, dv: int, gqa: bool = False, fold: bool = True):
+    """The compiled Gluon kernel of one variant, with the constexprs, blocks and launch options
+    ``kernels.vision._gluon.gluon_arguments`` gives a contiguous launch."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from kernel_oracle.kernels.vision import _gluon as G
+    from kernel_oracle.kernels.vision._config import head_dim_split
+
+    fn = G._gluon_attn_fwd
+    (da, db), (dva, dvb) = head_dim_split(d, True), head_dim_split(dv, True)
+    cfg = G.gluon_config(d, dv, 2)
+    const = dict(D=d, DV=dv, DA=da, DB=db, DVA=dva, DVB=dvb, BLOCK_N=cfg.block_n, STAGES=cfg.stages, GQA=gqa,
+                 FOLD=fold, ALIGN=8)
+    missing = [a for a, p in zip(fn.arg_names, fn.params) if p.is_constexpr and a not in const]
+    if missing:
+        raise TypeError(f"compile_gluon gives no value for the constexpr(s) {missing}")
+    sig = {name: "i32" for name in fn.arg_names}
+    sig.update({n: f"*{_TRITON_TYPES[dtype]}" for n in ("Q", "K", "V", "O")}, TABLE="*i32", qk_scale="fp32")
+    sig.update({k: "constexpr" for k in const})
+    return triton.compile(GluonASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=G.GLUON_WARPS, maxnreg=G.GLUON_MAXNREG))
+
+
 def main(argv=None) -> int:
     from kernel_oracle.kernels.interpreter import interpreting
 
@@ -133,7 +165,8 @@ def main(argv=None) -> int:
         print("TRITON_INTERPRET=1: nothing is compiled; run without it")
         return 2
     failed = 0
-    for build, variants in ((compile_variant, VARIANTS), (compile_lora, LORA_VARIANTS)):
+    for build, variants in ((compile_variant, VARIANTS), (compile_lora, LORA_VARIANTS),
+                            (compile_gluon, GLUON_VARIANTS)):
         for variant in variants:
             try:
                 k = build(*variant)

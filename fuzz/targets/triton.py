@@ -90,10 +90,12 @@ def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton",
     return Target(name, entries, precision=precision, strict=True, poison=poison, notes=notes)
 
 
-# the configuration ``triton@vision_fp32=ieee|tf32,lora_early_reads=on|off`` (Note [Precision of our kernels];
-# Note [Early reads] in kernels.lora._kernels)
+# the configuration ``triton@vision_fp32=ieee|tf32,lora_early_reads=on|off,vision_kernel=triton|gluon`` (Note
+# [Precision of our kernels]; Note [Early reads] in kernels.lora._kernels; Note [Gluon Hopper kernel] in
+# kernels.vision._gluon: the Hopper kernel where it runs, the Triton kernel elsewhere)
 VISION_FP32 = ("ieee", "tf32")
 ON_OFF = ("on", "off")
+VISION_KERNELS = ("triton", "gluon")
 
 
 def _with_options(fn, package: str, changes: dict):
@@ -111,14 +113,19 @@ def _with_options(fn, package: str, changes: dict):
 
 
 def triton_target(spec: TargetSpec, device: str, sources: TargetSources) -> Target:
-    """``triton[@vision_fp32=ieee|tf32,lora_early_reads=on|off]``: our kernels, as configured."""
+    """``triton[@vision_fp32=ieee|tf32,lora_early_reads=on|off,vision_kernel=triton|gluon]``: our kernels, as
+    configured."""
     vision_fp32 = spec.option("vision_fp32")
     t = kernels_target(device, name=str(spec), **({} if vision_fp32 is None else {"vision_fp32": vision_fp32}))
-    if spec.option("lora_early_reads") == "on":
-        changes = {"lora": {"early_reads": True}}
-        t.entries = {op: (_with_options(fn, KERNELS_PACKAGE, changes) if op in FAMILY_OPS["lora"] else fn)
-                     for op, fn in t.entries.items()}
+    for family, changes in (("lora", {"lora": {"early_reads": True}} if spec.option("lora_early_reads") == "on"
+                             else None),
+                            ("vision", {"vision": {"kernel": spec.option("vision_kernel")}}
+                             if spec.option("vision_kernel") not in (None, "triton") else None)):
+        if changes:
+            t.entries = {op: (_with_options(fn, KERNELS_PACKAGE, changes) if op in FAMILY_OPS[family] else fn)
+                         for op, fn in t.entries.items()}
     return t
 
 
-register_target("triton", triton_target, configuration={"vision_fp32": VISION_FP32, "lora_early_reads": ON_OFF})
+register_target("triton", triton_target, configuration={"vision_fp32": VISION_FP32, "lora_early_reads": ON_OFF,
+                                                        "vision_kernel": VISION_KERNELS})

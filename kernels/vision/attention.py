@@ -145,6 +145,9 @@ class VisionLaunch:
     config: KernelConfig
     precision: str
     options: VisionOptions = VisionOptions()
+    # the kernel this launch runs: "triton", or "gluon" (Note [Gluon Hopper kernel]; a call whose pointers TMA
+    # cannot read runs the Triton kernel on the same 128-row block table, under ``config``)
+    kernel: str = "triton"
     # [the direct launch function (``DirectLaunch.launch``, Note [Direct launch] in kernels.vision._direct),
     # False where there is none]: built after the first launch, shared by the launch cache's copy of this object
     _direct: list = field(default_factory=lambda: [None], compare=False, repr=False)
@@ -179,9 +182,13 @@ class VisionLaunch:
         if self.num_blocks and H:
             direct = self._direct[0]
             if not (direct and direct(q3, k3, v3, out)):
-                kernel = launch_attention(q3, k3, v3, out, self.table, self.num_blocks, plan.scale, self.config,
-                                          self.precision, self.options, window=plan.window, sinks=plan.sinks)
-                if direct is None:
+                gluon = self.kernel == "gluon" and not any(t.data_ptr() % 16 for t in (q3, k3, v3, out))
+                if gluon:
+                    kernel = _gluon().launch_gluon(q3, k3, v3, out, self.table, self.num_blocks, plan.scale)
+                else:
+                    kernel = launch_attention(q3, k3, v3, out, self.table, self.num_blocks, plan.scale, self.config,
+                                              self.precision, self.options, window=plan.window, sinks=plan.sinks)
+                if direct is None and gluon == (self.kernel == "gluon"):  # built from the planned kernel only
                     launcher = self._direct_launcher(kernel, q3, k3, v3, out)
                     self._direct[0] = launcher.launch if launcher is not None else False
         if plan.reshape_batch is not None:
@@ -197,7 +204,17 @@ class VisionLaunch:
             return None
         plan = self.plan
 
+        def jit_launch(o):
+            if self.kernel == "gluon":
+                return _gluon().launch_gluon(q3, k3, v3, o, self.table, self.num_blocks, plan.scale)
+            return launch_attention(q3, k3, v3, o, self.table, self.num_blocks, plan.scale, self.config,
+                                    self.precision, self.options, window=plan.window, sinks=plan.sinks)
+
         def make():
+            if self.kernel == "gluon":
+                G = _gluon()
+                grid, args, _ = G.gluon_arguments(q3, k3, v3, out, self.table, self.num_blocks, plan.scale)
+                return _direct.DirectLaunch(kernel, grid, args, G._gluon_attn_fwd.arg_names, 4)
             grid, args, _ = attention_arguments(q3, k3, v3, out, self.table, self.num_blocks, plan.scale,
                                                 self.config, self.precision, self.options, window=plan.window,
                                                 sinks=plan.sinks)
@@ -205,8 +222,7 @@ class VisionLaunch:
 
         def run_both(direct):
             jit_out, direct_out = torch.full_like(out, float("nan")), torch.full_like(out, float("nan"))
-            launch_attention(q3, k3, v3, jit_out, self.table, self.num_blocks, plan.scale, self.config, self.precision,
-                             self.options, window=plan.window, sinks=plan.sinks)
+            jit_launch(jit_out)
             return jit_out, (direct_out if direct(q3, k3, v3, direct_out) else None)
 
         return _direct.verified(kernel, make, run_both)
@@ -217,7 +233,8 @@ def plan_attention(q, k, v, cu_seqlens, bsz=None, seq_len=None, softmax_scale=No
     """Resolve (contract + strict validation) and build the block table; see :class:`VisionLaunch`.
 
     Takes the forward's arguments; extra keywords: ``strict`` (None = the ambient setting),
-    ``fp32_precision`` ("ieee" or "tf32"), ``config`` (a :class:`KernelConfig`, for benchmarks).  The
+    ``fp32_precision`` ("ieee" or "tf32"), ``config`` (a :class:`KernelConfig` of the Triton kernel, for
+    benchmarks; it plans the Triton kernel whatever ``VisionOptions.kernel`` says).  The
     launch keeps the vision options in force (``with options(vision={...}):``, :mod:`kernels.options`).
     """
     return _plan(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs, current_options().vision)
@@ -231,13 +248,25 @@ def _plan(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs: dict, vi
     config = kwargs.pop("config", None)
     plan = resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata, strict=strict, **kwargs)
     _check_runnable(plan, precision)
+    kernel = "triton"
+    if vision.kernel == "gluon" and config is None and not _gluon().gluon_unsupported(plan.q, plan.k, plan.v,
+                                                                                        plan.window, plan.sinks):
+        kernel = "gluon"  # Note [Gluon Hopper kernel]: 128 query rows a block, the Triton kernel's config beside
+        config = KernelConfig(_gluon().GLUON_BLOCK_M, 64, 8, 3)
     if config is None:
         d_tiles = sum(head_dim_split(plan.q.shape[2], False))
         dv_tiles = sum(head_dim_split(plan.v.shape[2], False))
         splits = any(head_dim_split(x, True)[1] > 0 for x in (plan.q.shape[2], plan.v.shape[2]))
         config = default_config(d_tiles, dv_tiles, plan.q.element_size(), has_tma(plan.q.device), splits)
     table = _block_table(plan, config.block_m)
-    return VisionLaunch(plan, table.to(plan.q.device), int(table.shape[0]), config, precision, vision)
+    return VisionLaunch(plan, table.to(plan.q.device), int(table.shape[0]), config, precision, vision, kernel)
+
+
+def _gluon():
+    """:mod:`kernels.vision._gluon`, imported where a launch asks for it (it needs triton's Gluon)."""
+    from . import _gluon as module
+
+    return module
 
 
 def flashinfer_cudnn_attention(q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, forward_metadata=None,

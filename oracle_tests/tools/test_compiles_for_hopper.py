@@ -27,8 +27,8 @@ def test_our_kernels_compile_for_sm90():
     done = subprocess.run([sys.executable, str(ROOT / "tools/compile_hopper.py")], env=env,
                           capture_output=True, text=True, timeout=600)
     compile_hopper = load_script("tools/compile_hopper.py")
-    LORA_VARIANTS, VARIANTS = compile_hopper.LORA_VARIANTS, compile_hopper.VARIANTS
+    LORA_VARIANTS, VARIANTS, GLUON = compile_hopper.LORA_VARIANTS, compile_hopper.VARIANTS, compile_hopper.GLUON_VARIANTS
 
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
-    assert done.returncode == 0 and len(lines) == len(VARIANTS) + len(LORA_VARIANTS), \
+    assert done.returncode == 0 and len(lines) == len(VARIANTS) + len(LORA_VARIANTS) + len(GLUON), \
         done.stdout + done.stderr[-3000:]
