@@ -10,6 +10,9 @@
   sync per call) -- what the first layer of a vision tower pays for a new batch's metadata;
 * ``triton (warm call)``: the same entry point called again with the same metadata, as every later
   layer calls it (a launch-cache hit: no resolution, no sync).  The bars are judged on this column;
+* ``gluon warm call``: the same warm call on the Gluon Hopper kernel (``VisionOptions(kernel="gluon")``,
+  Note [Gluon Hopper kernel]) where it runs (sm_90, fp16/bf16), with its largest difference from the Triton
+  kernel's output;
 * ``varlen_attn``: ``torch.nn.attention.varlen.varlen_attn`` (absent before torch 2.10: skipped);
 * ``sdpa loop``: ``scaled_dot_product_attention`` once per sequence;
 * ``flashinfer-cudnn``: the real engine behind SGLang's ``flashinfer_cudnn`` backend (target
@@ -104,6 +107,10 @@ def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="
     torch.testing.assert_close(call(), out, rtol=0, atol=0)  # a miss, then ...
     torch.testing.assert_close(call(), out, rtol=0, atol=0)  # ... a hit: the same output
     rec["triton_call_warm_ms"] = timed(call)
+    gluon = _gluon_call(q, k, v, md)
+    if gluon is not None:  # Note [Gluon Hopper kernel]: the warm call with VisionOptions(kernel="gluon")
+        rec["max_abs_diff_gluon_vs_triton"] = float((gluon().float() - out.float()).abs().max())
+        rec["gluon_call_warm_ms"] = timed(gluon)
     varlen = _varlen()
     if varlen is not None:
         cu_dev = cu.to(device=device, dtype=torch.int32)
@@ -142,6 +149,23 @@ def bench_shape(name, lens, H, D, *, sweep=False, dtype=torch.bfloat16, device="
     return rec
 
 
+def _gluon_call(q, k, v, md):
+    """The warm entry-point call on the Gluon Hopper kernel, or None where a launch would not run it
+    (the reason to stderr)."""
+    from kernel_oracle.kernels.options import options
+    from kernel_oracle.kernels.vision import flashinfer_cudnn_attention, plan_attention
+
+    with options(vision={"kernel": "gluon"}) as opts:
+        if plan_attention(q, k, v, None, forward_metadata=md).kernel != "gluon":
+            print("gluon column skipped: this layout or device runs the Triton kernel", file=sys.stderr)
+            return None
+
+    def call():
+        with options(opts):
+            return flashinfer_cudnn_attention(q, k, v, None, None, None, forward_metadata=md)
+    return call
+
+
 def _flashinfer_cudnn(device):
     """The engine binding of target ``flashinfer-cudnn``, or None (the reason goes to stderr once)."""
     from kernel_oracle.fuzz.targets.flashinfer_cudnn import ENGINES
@@ -177,7 +201,8 @@ def bar(r) -> str:
 
 
 def render(records) -> str:
-    cols = (("triton_call_warm", "warm call"), ("triton_call_cold", "cold call"), ("triton_launch", "planned"),
+    cols = (("triton_call_warm", "warm call"), ("gluon_call_warm", "gluon warm call"), ("triton_call_cold", "cold call"),
+            ("triton_launch", "planned"),
             ("varlen", "varlen_attn"), ("sdpa_loop", "sdpa loop"), ("flashinfer_cudnn", "flashinfer-cudnn"),
             ("cudnn_engine", "cudnn engine"))
     lines = ["| shape | H | D | " + " | ".join(f"{c} TFLOP/s (ms)" for _, c in cols)

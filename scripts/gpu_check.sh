@@ -72,10 +72,11 @@ soak_start() {
   }
   start triton-lora --targets triton --op lora
   start triton-vision --targets triton --op vision
+  start gluon-vision --targets triton@vision_kernel=gluon --op vision
   local wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
   start sglang-0.5.23 --targets sglang==0.5.23 --op lora --upstream-contracts-only "${wheel[@]}"
   start sglang-trt-0.5.23 --targets sglang-trt==0.5.23 --op lora --upstream-contracts-only "${wheel[@]}"
-  record soak-start 0 0 "4 campaigns of $secs s started: triton lora, triton vision, sglang(-trt)==0.5.23 lora"
+  record soak-start 0 0 "5 campaigns of $secs s started: triton lora, triton vision (Triton and Gluon kernels), sglang(-trt)==0.5.23 lora"
 }
 
 soak_wait() {

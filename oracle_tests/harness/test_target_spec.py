@@ -79,11 +79,12 @@ def test_a_target_list_splits_on_commas_outside_configurations():
 
 
 def test_unknown_configuration_keys_and_values_are_refused_with_the_known_ones():
-    assert target_configuration("triton") == {"vision_fp32": ("ieee", "tf32"), "lora_early_reads": ("on", "off")}
+    assert target_configuration("triton") == {"vision_fp32": ("ieee", "tf32"), "lora_early_reads": ("on", "off"),
+                                              "vision_kernel": ("triton", "gluon")}
     with pytest.raises(TargetError) as info:
         resolve_target("triton@pdl=off", "cpu")
     assert str(info.value) == ("target 'triton@pdl=off': configuration key 'pdl' is unknown; the only valid keys are "
-                               "['lora_early_reads', 'vision_fp32']")
+                               "['lora_early_reads', 'vision_fp32', 'vision_kernel']")
     with pytest.raises(TargetError) as info:
         resolve_target("triton@vision_fp32=bf16", "cpu")
     assert str(info.value) == ("target 'triton@vision_fp32=bf16': vision_fp32='bf16' is invalid; the only valid values "
