@@ -24,14 +24,23 @@ FlashAttention-3's forward schedule out by hand in Gluon (``triton.experimental.
   written to shared memory.
 
 Varlen follows Note [Schedule] of :mod:`kernels.vision._kernel` (the same block table, 128 rows a
-block): each program builds device-side tensor descriptors for its sequence and head, an ``(n, D)``
-tensor at the sequence's first token, so TMA reads rows past the sequence as zero (never the next
+block): each program builds device-side tensor descriptors for its sequence and head (Note [Descriptors
+where they are used]), an ``(n, D)`` tensor at the sequence's first token, so TMA reads rows past the sequence as zero (never the next
 sequence's tokens, whose non-finite values would reach the PV product) and the TMA store of the
 output clips rows past ``n``.  A head dim that is not a power of two is cut into two power-of-two
 tiles (:func:`~kernels.vision._config.head_dim_split`, 80 = 64 + 16): two products for QK^T and two
 accumulators for PV.  Grouped key/value heads read head ``h // kv_group``.  The logits of the last key
 block are masked past ``n``; the softmax scale (times log2 e) is folded into the exp2's FMA when it
 is not negative.
+
+Note [Descriptors where they are used]
+--------------------------------------
+A device-side descriptor is written to global scratch by the first warp of the partition that builds
+it, which then fences it for the tensor-map proxy (release, then its own acquire).  Another warp reading
+through it would need an acquire fence of its own, which Gluon does not expose, and without one the TMA
+unit may use a stale copy of a tensor map at that address (scratch is reused from launch to launch).  So
+every partition builds the descriptors it uses: the producer those of q, k and v, each consumer those of
+its output.
 
 What runs here is chosen by :class:`~kernels.options.VisionOptions` (``kernel="gluon"``) and
 :func:`gluon_unsupported` says where it cannot (fp32, windows, sinks, head dims over 128, a device
@@ -61,6 +70,7 @@ GLUON_BLOCK_M = 2 * WG_ROWS.value  # query rows per program: the block table's b
 # registers a thread over 384 threads is the register file, from which setmaxnreg gives each consumer 240
 GLUON_WARPS = 4
 GLUON_MAXNREG = 168
+PRODUCER_REGS = gl.constexpr(24)
 _MAX_SMEM = 227 * 1024  # sm_90's shared memory per block
 _LOG2E = 1.4426950408889634
 # the TMA copies are async_copy_global_to_shared / async_copy_shared_to_global in triton 3.6 (the H200's),
@@ -85,19 +95,30 @@ def _operand_a(n):
 
 
 @gluon.jit
-def _produce(descs, smem, bars, n, m0, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-             SPLIT_D: gl.constexpr, SPLIT_DV: gl.constexpr, W: gl.constexpr):
-    """The producer warp: both consumers' query tiles, then each key and value block into its stage."""
-    qd_a, qd_b, kd_a, kd_b, vd_a, vd_b, od_a, od_b = descs
+def _produce(bases, strides, smem, bars, n, m0, D: gl.constexpr, DV: gl.constexpr, DA: gl.constexpr,
+             DB: gl.constexpr, DVA: gl.constexpr, DVB: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """The producer warp: both consumers' query tiles, then each key and value block into its stage.  It
+    builds the descriptors it reads through itself (Note [Descriptors where they are used])."""
+    q_base, k_base, v_base, o_base = bases
+    s_qt, s_kt, s_vt, s_ot = strides
     qs_a, qs_b, ks_a, ks_b, vs_a, vs_b, os_a, os_b = smem
     q_bar, k_ready, v_ready, k_empty, v_empty, turn = bars
-    q_bytes: gl.constexpr = qd_a.block_type.nbytes + (qd_b.block_type.nbytes if SPLIT_D else 0)
-    k_bytes: gl.constexpr = kd_a.block_type.nbytes + (kd_b.block_type.nbytes if SPLIT_D else 0)
-    v_bytes: gl.constexpr = vd_a.block_type.nbytes + (vd_b.block_type.nbytes if SPLIT_DV else 0)
+    dtype: gl.constexpr = qs_a.dtype
+    qd_a = _descriptor(q_base, n, D, s_qt, WG_ROWS, DA, dtype)
+    kd_a = _descriptor(k_base, n, D, s_kt, BLOCK_N, DA, dtype)
+    vd_a = _descriptor(v_base, n, DV, s_vt, BLOCK_N, DVA, dtype)
+    if DB > 0:
+        qd_b = _descriptor(q_base + DA, n, D - DA, s_qt, WG_ROWS, DB, dtype)
+        kd_b = _descriptor(k_base + DA, n, D - DA, s_kt, BLOCK_N, DB, dtype)
+    if DVB > 0:
+        vd_b = _descriptor(v_base + DVA, n, DV - DVA, s_vt, BLOCK_N, DVB, dtype)
+    q_bytes: gl.constexpr = WG_ROWS * (DA + DB) * dtype.primitive_bitwidth // 8
+    k_bytes: gl.constexpr = BLOCK_N * (DA + DB) * dtype.primitive_bitwidth // 8
+    v_bytes: gl.constexpr = BLOCK_N * (DVA + DVB) * dtype.primitive_bitwidth // 8
     for w in gl.static_range(2):
         mbarrier.expect(q_bar.index(w), q_bytes)
         _tma_load(qd_a, [m0 + w * WG_ROWS, 0], q_bar.index(w), qs_a.index(w))
-        if SPLIT_D:
+        if DB > 0:
             _tma_load(qd_b, [m0 + w * WG_ROWS, 0], q_bar.index(w), qs_b.index(w))
     for j in range(gl.cdiv(n, BLOCK_N)):
         s = j % STAGES
@@ -105,12 +126,12 @@ def _produce(descs, smem, bars, n, m0, BLOCK_N: gl.constexpr, STAGES: gl.constex
         mbarrier.wait(k_empty.index(s), empty_phase)
         mbarrier.expect(k_ready.index(s), k_bytes)
         _tma_load(kd_a, [j * BLOCK_N, 0], k_ready.index(s), ks_a.index(s))
-        if SPLIT_D:
+        if DB > 0:
             _tma_load(kd_b, [j * BLOCK_N, 0], k_ready.index(s), ks_b.index(s))
         mbarrier.wait(v_empty.index(s), empty_phase)
         mbarrier.expect(v_ready.index(s), v_bytes)
         _tma_load(vd_a, [j * BLOCK_N, 0], v_ready.index(s), vs_a.index(s))
-        if SPLIT_DV:
+        if DVB > 0:
             _tma_load(vd_b, [j * BLOCK_N, 0], v_ready.index(s), vs_b.index(s))
 
 
@@ -142,25 +163,32 @@ def _softmax(S, m_i, l_i, qk_scale, limit, MASK: gl.constexpr, FOLD: gl.constexp
 
 
 @gluon.jit
-def _consume(descs, smem, bars, n, m0, qk_scale, DVA: gl.constexpr, DVB: gl.constexpr, BLOCK_N: gl.constexpr,
-             STAGES: gl.constexpr,
-             SPLIT_D: gl.constexpr, SPLIT_DV: gl.constexpr, W: gl.constexpr, FOLD: gl.constexpr):
+def _consume(bases, strides, smem, bars, n, m0, qk_scale, DV: gl.constexpr, DVA: gl.constexpr, DVB: gl.constexpr,
+             DB: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, W: gl.constexpr, FOLD: gl.constexpr):
     """Consumer warpgroup ``W``: query rows ``m0 + 64 W`` to ``m0 + 64 W + 63`` against every key block,
     then the normalized output through a TMA store (rows past ``n`` clipped)."""
-    qd_a, qd_b, kd_a, kd_b, vd_a, vd_b, od_a, od_b = descs
+    q_base, k_base, v_base, o_base = bases
+    s_qt, s_kt, s_vt, s_ot = strides
     qs_a, qs_b, ks_a, ks_b, vs_a, vs_b, os_a, os_b = smem
     q_bar, k_ready, v_ready, k_empty, v_empty, turn = bars
-    dtype: gl.constexpr = qd_a.dtype
+    SPLIT_D: gl.constexpr = DB > 0
+    SPLIT_DV: gl.constexpr = DVB > 0
+    dtype: gl.constexpr = qs_a.dtype
+    # the output's descriptors, built by the warpgroup that stores through them (Note [Descriptors where
+    # they are used]), before the key loop so that their writes are long done by the store
+    od_a = _descriptor(o_base, n, DV, s_ot, WG_ROWS, DVA, dtype)
+    if SPLIT_DV:
+        od_b = _descriptor(o_base + DVA, n, DV - DVA, s_ot, WG_ROWS, DVB, dtype)
     s_layout: gl.constexpr = _mma_layout(BLOCK_N)
     oa_layout: gl.constexpr = _mma_layout(DVA)
-    ob_layout: gl.constexpr = _mma_layout(DVB)
+    ob_layout: gl.constexpr = _mma_layout(DVB if SPLIT_DV else DVA)
     NPV: gl.constexpr = 2 if SPLIT_DV else 1  # PV products in flight while block j's QK^T is awaited
 
     s_zero = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout)
     m_i = gl.full([WG_ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([WG_ROWS], gl.float32, gl.SliceLayout(1, s_layout))
     acc_a = gl.zeros([WG_ROWS, DVA], gl.float32, oa_layout)
-    acc_b = gl.zeros([WG_ROWS, DVB], gl.float32, ob_layout)
+    acc_b = gl.zeros([WG_ROWS, DVB if SPLIT_DV else DVA], gl.float32, ob_layout)
     q_a = qs_a.index(W)
     q_b = qs_b.index(W)
     mbarrier.wait(q_bar.index(W), 0)
@@ -194,7 +222,8 @@ def _consume(descs, smem, bars, n, m0, qk_scale, DVA: gl.constexpr, DVB: gl.cons
         mbarrier.wait(v_ready.index(sp), prev_phase)
         acc_a = warpgroup_mma(gl.convert_layout(p16, _operand_a(DVA)), vs_a.index(sp), acc_a, is_async=True)
         if SPLIT_DV:
-            acc_b = warpgroup_mma(gl.convert_layout(p16, _operand_a(DVB)), vs_b.index(sp), acc_b, is_async=True)
+            acc_b = warpgroup_mma(gl.convert_layout(p16, _operand_a(DVB)), vs_b.index(sp), acc_b,
+                                  is_async=True)
         mbarrier.arrive(turn.index(1 - W), count=1)
         S = warpgroup_mma_wait(num_outstanding=NPV, deps=(S,))
         mbarrier.arrive(k_empty.index(s), count=1)
@@ -237,19 +266,19 @@ def _consume(descs, smem, bars, n, m0, qk_scale, DVA: gl.constexpr, DVB: gl.cons
 
 
 @gluon.jit
-def _consume_second(descs, smem, bars, n, m0, qk_scale, DVA: gl.constexpr, DVB: gl.constexpr, BLOCK_N: gl.constexpr,
-             STAGES: gl.constexpr,
-                    SPLIT_D: gl.constexpr, SPLIT_DV: gl.constexpr, W: gl.constexpr, FOLD: gl.constexpr):
+def _consume_second(bases, strides, smem, bars, n, m0, qk_scale, D: gl.constexpr, DV: gl.constexpr,
+                    DA: gl.constexpr, DB: gl.constexpr, DVA: gl.constexpr, DVB: gl.constexpr, BLOCK_N: gl.constexpr,
+                    STAGES: gl.constexpr, FOLD: gl.constexpr):
     """Worker-partition entry of consumer warpgroup 1 (the workers share one argument list)."""
-    _consume(descs, smem, bars, n, m0, qk_scale, DVA, DVB, BLOCK_N, STAGES, SPLIT_D, SPLIT_DV, 1, FOLD)
+    _consume(bases, strides, smem, bars, n, m0, qk_scale, DV, DVA, DVB, DB, BLOCK_N, STAGES, 1, FOLD)
 
 
 @gluon.jit
-def _produce_entry(descs, smem, bars, n, m0, qk_scale, DVA: gl.constexpr, DVB: gl.constexpr, BLOCK_N: gl.constexpr,
-             STAGES: gl.constexpr,
-                   SPLIT_D: gl.constexpr, SPLIT_DV: gl.constexpr, W: gl.constexpr, FOLD: gl.constexpr):
+def _produce_entry(bases, strides, smem, bars, n, m0, qk_scale, D: gl.constexpr, DV: gl.constexpr,
+                   DA: gl.constexpr, DB: gl.constexpr, DVA: gl.constexpr, DVB: gl.constexpr, BLOCK_N: gl.constexpr,
+                   STAGES: gl.constexpr, FOLD: gl.constexpr):
     """Worker-partition entry of the producer warp."""
-    _produce(descs, smem, bars, n, m0, BLOCK_N, STAGES, SPLIT_D, SPLIT_DV, W)
+    _produce(bases, strides, smem, bars, n, m0, D, DV, DA, DB, DVA, DVB, BLOCK_N, STAGES)
 
 
 @gluon.jit
@@ -295,36 +324,19 @@ def _gluon_attn_fwd(Q, K, V, O, TABLE, stride_qt, stride_qh, stride_kt, stride_k
     DB_T: gl.constexpr = DB if SPLIT_D else DA  # the second tile's width (unused, one tile, when not split)
     DVB_T: gl.constexpr = DVB if SPLIT_DV else DVA
 
-    qd_a = _descriptor(q_base, n, D, s_qt, WG_ROWS, DA, dtype)
-    kd_a = _descriptor(k_base, n, D, s_kt, BLOCK_N, DA, dtype)
-    vd_a = _descriptor(v_base, n, DV, s_vt, BLOCK_N, DVA, dtype)
-    od_a = _descriptor(o_base, n, DV, s_ot, WG_ROWS, DVA, dtype)
+    qs_a = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DA], _smem_layout(WG_ROWS, DA, dtype))
+    ks_a = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DA], _smem_layout(BLOCK_N, DA, dtype))
+    vs_a = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DVA], _smem_layout(BLOCK_N, DVA, dtype))
+    os_a = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DVA], _smem_layout(WG_ROWS, DVA, dtype))
     if SPLIT_D:
-        qd_b = _descriptor(q_base + DA, n, D - DA, s_qt, WG_ROWS, DB_T, dtype)
-        kd_b = _descriptor(k_base + DA, n, D - DA, s_kt, BLOCK_N, DB_T, dtype)
-    else:
-        qd_b = qd_a
-        kd_b = kd_a
-    if SPLIT_DV:
-        vd_b = _descriptor(v_base + DVA, n, DV - DVA, s_vt, BLOCK_N, DVB_T, dtype)
-        od_b = _descriptor(o_base + DVA, n, DV - DVA, s_ot, WG_ROWS, DVB_T, dtype)
-    else:
-        vd_b = vd_a
-        od_b = od_a
-
-    qs_a = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DA], qd_a.layout)
-    ks_a = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DA], kd_a.layout)
-    vs_a = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DVA], vd_a.layout)
-    os_a = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DVA], od_a.layout)
-    if SPLIT_D:
-        qs_b = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DB_T], qd_b.layout)
-        ks_b = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DB_T], kd_b.layout)
+        qs_b = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DB_T], _smem_layout(WG_ROWS, DB_T, dtype))
+        ks_b = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DB_T], _smem_layout(BLOCK_N, DB_T, dtype))
     else:
         qs_b = qs_a
         ks_b = ks_a
     if SPLIT_DV:
-        vs_b = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DVB_T], vd_b.layout)
-        os_b = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DVB_T], od_b.layout)
+        vs_b = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DVB_T], _smem_layout(BLOCK_N, DVB_T, dtype))
+        os_b = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DVB_T], _smem_layout(WG_ROWS, DVB_T, dtype))
     else:
         vs_b = vs_a
         os_b = os_a
@@ -344,14 +356,19 @@ def _gluon_attn_fwd(Q, K, V, O, TABLE, stride_qt, stride_qh, stride_kt, stride_k
         mbarrier.init(k_empty.index(s), count=2)  # both consumers release a stage
         mbarrier.init(v_empty.index(s), count=2)
 
-    descs = (qd_a, qd_b, kd_a, kd_b, vd_a, vd_b, od_a, od_b)
+    bases = (q_base, k_base, v_base, o_base)
+    strides = (s_qt, s_kt, s_vt, s_ot)
     smem = (qs_a, qs_b, ks_a, ks_b, vs_a, vs_b, os_a, os_b)
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty, turn)
+    # the argument tuples are written inline: a tuple bound to a name first turns its constexprs into tensors
+    # (triton 3.6)
     gl.warp_specialize([
-        (_consume, (descs, smem, bars, n, m0, qk_scale, DVA, DVB_T, BLOCK_N, STAGES, SPLIT_D, SPLIT_DV, 0, FOLD)),
-        (_consume_second, (descs, smem, bars, n, m0, qk_scale, DVA, DVB_T, BLOCK_N, STAGES, SPLIT_D, SPLIT_DV, 1, FOLD)),
-        (_produce_entry, (descs, smem, bars, n, m0, qk_scale, DVA, DVB_T, BLOCK_N, STAGES, SPLIT_D, SPLIT_DV, 2, FOLD)),
-    ], [4, 1], [240, 24])
+        (_consume, (bases, strides, smem, bars, n, m0, qk_scale, DV, DVA, DVB, DB, BLOCK_N, STAGES, 0, FOLD)),
+        (_consume_second, (bases, strides, smem, bars, n, m0, qk_scale, D, DV, DA, DB, DVA, DVB, BLOCK_N, STAGES,
+                           FOLD)),
+        (_produce_entry, (bases, strides, smem, bars, n, m0, qk_scale, D, DV, DA, DB, DVA, DVB, BLOCK_N, STAGES,
+                          FOLD)),
+    ], [4, 1], [240, PRODUCER_REGS])
 
 
 class GluonConfig:
