@@ -26,12 +26,12 @@ FlashAttention-3's forward schedule out by hand in Gluon (``triton.experimental.
 Varlen follows Note [Schedule] of :mod:`kernels.vision._kernel` (the same block table, 128 rows a
 block): each program builds device-side tensor descriptors for its sequence and head (Note [Descriptors
 where they are used]), an ``(n, D)`` tensor at the sequence's first token, so TMA reads rows past the sequence as zero (never the next
-sequence's tokens, whose non-finite values would reach the PV product) and the TMA store of the
-output clips rows past ``n``.  A head dim that is not a power of two is cut into two power-of-two
+sequence's tokens, whose non-finite values would reach the PV product); the output is written with
+masked stores of the rows below ``n``.  A head dim that is not a power of two is cut into two power-of-two
 tiles (:func:`~kernels.vision._config.head_dim_split`, 80 = 64 + 16): two products for QK^T and two
 accumulators for PV.  Grouped key/value heads read head ``h // kv_group``.  The logits of the last key
 block are masked past ``n``; the softmax scale (times log2 e) is folded into the exp2's FMA when it
-is not negative.
+is positive.
 
 Note [Descriptors where they are used]
 --------------------------------------
@@ -39,8 +39,8 @@ A device-side descriptor is written to global scratch by the first warp of the p
 it, which then fences it for the tensor-map proxy (release, then its own acquire).  Another warp reading
 through it would need an acquire fence of its own, which Gluon does not expose, and without one the TMA
 unit may use a stale copy of a tensor map at that address (scratch is reused from launch to launch).  So
-every partition builds the descriptors it uses: the producer those of q, k and v, each consumer those of
-its output.
+the producer, one warp, builds the descriptors of q, k and v it loads through, and the consumers write the
+output with masked pointer stores (a TMA store of a consumer's tile is issued from two of its warps).
 
 What runs here is chosen by :class:`~kernels.options.VisionOptions` (``kernel="gluon"``) and
 :func:`gluon_unsupported` says where it cannot (fp32, windows, sinks, head dims over 128, a device
@@ -53,7 +53,6 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -73,10 +72,9 @@ GLUON_MAXNREG = 168
 PRODUCER_REGS = gl.constexpr(24)
 _MAX_SMEM = 227 * 1024  # sm_90's shared memory per block
 _LOG2E = 1.4426950408889634
-# the TMA copies are async_copy_global_to_shared / async_copy_shared_to_global in triton 3.6 (the H200's),
-# async_load / async_store from 3.7 on (where the old names raise)
+# the TMA load is async_copy_global_to_shared in triton 3.6 (the H200's), async_load from 3.7 on (where the old
+# name raises)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 
 @gluon.constexpr_function
@@ -101,7 +99,7 @@ def _produce(bases, strides, smem, bars, n, m0, D: gl.constexpr, DV: gl.constexp
     builds the descriptors it reads through itself (Note [Descriptors where they are used])."""
     q_base, k_base, v_base, o_base = bases
     s_qt, s_kt, s_vt, s_ot = strides
-    qs_a, qs_b, ks_a, ks_b, vs_a, vs_b, os_a, os_b = smem
+    qs_a, qs_b, ks_a, ks_b, vs_a, vs_b = smem
     q_bar, k_ready, v_ready, k_empty, v_empty, turn = bars
     dtype: gl.constexpr = qs_a.dtype
     qd_a = _descriptor(q_base, n, D, s_qt, WG_ROWS, DA, dtype)
@@ -147,14 +145,15 @@ def _softmax(S, m_i, l_i, qk_scale, limit, MASK: gl.constexpr, FOLD: gl.constexp
     ``limit`` masked when ``MASK``; returns (p fp32, new max, new sum, the accumulator's rescale factor),
     all in the base-2 scaled domain."""
     s_layout: gl.constexpr = _mma_layout(BLOCK_N)
+    if not FOLD:  # scaled before the mask: -inf times a negative scale would be +inf
+        S = S * qk_scale
     if MASK:
         cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         S = gl.where(gl.expand_dims(cols < limit, 0), S, float("-inf"))
-    if FOLD:  # scale >= 0: the maximum of the raw logits scales, and the scale folds into the exp2's FMA
+    if FOLD:  # scale > 0: the maximum of the raw logits scales, and the scale folds into the exp2's FMA
         m_new = gl.maximum(m_i, gl.max(S, axis=1) * qk_scale)
         p = gl.exp2(S * qk_scale - gl.expand_dims(m_new, 1))
     else:
-        S = S * qk_scale
         m_new = gl.maximum(m_i, gl.max(S, axis=1))
         p = gl.exp2(S - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
@@ -166,19 +165,14 @@ def _softmax(S, m_i, l_i, qk_scale, limit, MASK: gl.constexpr, FOLD: gl.constexp
 def _consume(bases, strides, smem, bars, n, m0, qk_scale, DV: gl.constexpr, DVA: gl.constexpr, DVB: gl.constexpr,
              DB: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, W: gl.constexpr, FOLD: gl.constexpr):
     """Consumer warpgroup ``W``: query rows ``m0 + 64 W`` to ``m0 + 64 W + 63`` against every key block,
-    then the normalized output through a TMA store (rows past ``n`` clipped)."""
+    then the normalized output (rows below ``n``)."""
     q_base, k_base, v_base, o_base = bases
     s_qt, s_kt, s_vt, s_ot = strides
-    qs_a, qs_b, ks_a, ks_b, vs_a, vs_b, os_a, os_b = smem
+    qs_a, qs_b, ks_a, ks_b, vs_a, vs_b = smem
     q_bar, k_ready, v_ready, k_empty, v_empty, turn = bars
     SPLIT_D: gl.constexpr = DB > 0
     SPLIT_DV: gl.constexpr = DVB > 0
     dtype: gl.constexpr = qs_a.dtype
-    # the output's descriptors, built by the warpgroup that stores through them (Note [Descriptors where
-    # they are used]), before the key loop so that their writes are long done by the store
-    od_a = _descriptor(o_base, n, DV, s_ot, WG_ROWS, DVA, dtype)
-    if SPLIT_DV:
-        od_b = _descriptor(o_base + DVA, n, DV - DVA, s_ot, WG_ROWS, DVB, dtype)
     s_layout: gl.constexpr = _mma_layout(BLOCK_N)
     oa_layout: gl.constexpr = _mma_layout(DVA)
     ob_layout: gl.constexpr = _mma_layout(DVB if SPLIT_DV else DVA)
@@ -251,18 +245,33 @@ def _consume(bases, strides, smem, bars, n, m0, qk_scale, DV: gl.constexpr, DVA:
     acc_a, acc_b = warpgroup_mma_wait(num_outstanding=0, deps=(acc_a, acc_b))
     mbarrier.arrive(v_empty.index(last % STAGES), count=1)
 
-    # normalize and store through shared memory (the TMA store writes rows below n only)
-    row = m0 + W * WG_ROWS
+    # normalize and store: masked pointer stores of rows below n (Note [Descriptors where they are used])
+    row0 = m0 + W * WG_ROWS
     o_a = acc_a / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, oa_layout)), 1)
-    os_a.index(W).store(o_a.to(dtype))
+    _store_rows(o_base, o_a.to(dtype), row0, n, s_ot, 0, DV, DVA)
     if SPLIT_DV:
         o_b = acc_b / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, ob_layout)), 1)
-        os_b.index(W).store(o_b.to(dtype))
-    fence_async_shared()
-    _tma_store(od_a, [row, 0], os_a.index(W))
-    if SPLIT_DV:
-        _tma_store(od_b, [row, 0], os_b.index(W))
-    tma.store_wait(pendings=0)
+        _store_rows(o_base, o_b.to(dtype), row0, n, s_ot, DVA, DV, DVB)
+
+
+@gluon.constexpr_function
+def _store_layout(cols):
+    """16-byte vectors along a row, a warp over whole rows: coalesced stores of a (64, cols) 16-bit tile."""
+    per_row = min(32, max(cols // 8, 1))
+    return gl.BlockedLayout([1, 8], [32 // per_row, per_row], [4, 1], [1, 0])
+
+
+@gluon.jit
+def _store_rows(o_base, tile, row0, n, stride, col0, DV: gl.constexpr, COLS: gl.constexpr):
+    """``tile`` (64, COLS) at rows ``row0 ..`` and columns ``col0 ..`` of the sequence's output: rows from
+    ``n`` on and columns from ``DV`` on are not written."""
+    layout: gl.constexpr = _store_layout(COLS)
+    tile = gl.convert_layout(tile, layout)
+    rows = row0 + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
+    cols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+    offs = gl.expand_dims(rows.to(gl.int64) * stride, 1) + gl.expand_dims(cols, 0)
+    mask = gl.expand_dims(rows < n, 1) & gl.expand_dims(cols < DV, 0)
+    gl.store(o_base + offs, tile, mask=mask)
 
 
 @gluon.jit
@@ -284,7 +293,7 @@ def _produce_entry(bases, strides, smem, bars, n, m0, qk_scale, D: gl.constexpr,
 @gluon.jit
 def _descriptor(base, rows, cols, stride, BLOCK_ROWS: gl.constexpr, BLOCK_COLS: gl.constexpr, dtype: gl.constexpr):
     """A (rows, cols) tensor at ``base`` with row stride ``stride``, read and written in
-    (BLOCK_ROWS, BLOCK_COLS) boxes; TMA reads past its edges as zero and clips stores there."""
+    (BLOCK_ROWS, BLOCK_COLS) boxes; TMA reads past its edges as zero."""
     return tma.make_tensor_descriptor(base, shape=[rows, cols], strides=[stride, 1],
                                       block_shape=[BLOCK_ROWS, BLOCK_COLS],
                                       layout=_smem_layout(BLOCK_ROWS, BLOCK_COLS, dtype))
@@ -327,7 +336,6 @@ def _gluon_attn_fwd(Q, K, V, O, TABLE, stride_qt, stride_qh, stride_kt, stride_k
     qs_a = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DA], _smem_layout(WG_ROWS, DA, dtype))
     ks_a = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DA], _smem_layout(BLOCK_N, DA, dtype))
     vs_a = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DVA], _smem_layout(BLOCK_N, DVA, dtype))
-    os_a = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DVA], _smem_layout(WG_ROWS, DVA, dtype))
     if SPLIT_D:
         qs_b = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DB_T], _smem_layout(WG_ROWS, DB_T, dtype))
         ks_b = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DB_T], _smem_layout(BLOCK_N, DB_T, dtype))
@@ -336,10 +344,8 @@ def _gluon_attn_fwd(Q, K, V, O, TABLE, stride_qt, stride_qh, stride_kt, stride_k
         ks_b = ks_a
     if SPLIT_DV:
         vs_b = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, DVB_T], _smem_layout(BLOCK_N, DVB_T, dtype))
-        os_b = gl.allocate_shared_memory(dtype, [2, WG_ROWS, DVB_T], _smem_layout(WG_ROWS, DVB_T, dtype))
     else:
         vs_b = vs_a
-        os_b = os_a
 
     q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -358,7 +364,7 @@ def _gluon_attn_fwd(Q, K, V, O, TABLE, stride_qt, stride_qh, stride_kt, stride_k
 
     bases = (q_base, k_base, v_base, o_base)
     strides = (s_qt, s_kt, s_vt, s_ot)
-    smem = (qs_a, qs_b, ks_a, ks_b, vs_a, vs_b, os_a, os_b)
+    smem = (qs_a, qs_b, ks_a, ks_b, vs_a, vs_b)
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty, turn)
     # the argument tuples are written inline: a tuple bound to a name first turns its constexprs into tensors
     # (triton 3.6)
@@ -385,8 +391,9 @@ class GluonConfig:
 
 
 def _smem_bytes(d_tiles: int, dv_tiles: int, elem: int, block_n: int, stages: int) -> int:
-    """Shared memory of one program: q and out tiles of both consumers, the key/value stages, barriers."""
-    return elem * (GLUON_BLOCK_M * (d_tiles + dv_tiles) + stages * block_n * (d_tiles + dv_tiles)) + 1024
+    """Shared memory of one program: both consumers' query tiles, the key/value stages, the output tile's
+    layout conversion (one warpgroup's) and the barriers."""
+    return elem * (GLUON_BLOCK_M * d_tiles + stages * block_n * (d_tiles + dv_tiles) + WG_ROWS.value * dv_tiles) + 1024
 
 
 def gluon_config(d: int, dv: int, elem: int) -> GluonConfig:
@@ -442,7 +449,7 @@ def gluon_arguments(q, k, v, out, table, num_blocks: int, scale: float) -> tuple
                 stride_ot=out.stride(0) // align, stride_oh=out.stride(1) // align,
                 qk_scale=qk_scale, kv_group=H // max(k.shape[1], 1),
                 D=D, DV=DV, DA=DA, DB=DB, DVA=DVA, DVB=DVB, BLOCK_N=cfg.block_n, STAGES=cfg.stages,
-                GQA=k.shape[1] != H, FOLD=qk_scale >= 0, ALIGN=align)
+                GQA=k.shape[1] != H, FOLD=qk_scale > 0, ALIGN=align)  # a zero scale times -inf is NaN
     return (num_blocks, H), args, dict(num_warps=GLUON_WARPS, maxnreg=GLUON_MAXNREG)
 
 
