@@ -69,6 +69,8 @@ from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 from kernel_oracle.harness.targets import Target
 from kernel_oracle.reference import lora as ref_lora
 
+from oracle_tests.conftest import DEVICE
+
 # segments (3, 2) -> slots (0, 1): a tiny valid LoRA problem of each op
 TINY = dict(seg_lens=(3, 2), weight_indices=(0, 1), lora_ranks=(8, 4), scalings=(1.0, 0.5), H=2, qk=16, vd=16,
             C=32, R=8, dtype="float32", seed=1)
@@ -88,8 +90,10 @@ def _package(root: Path, name: str, body: str) -> str:
 
 
 def _campaign(tmp_path, spec: str, op: str = "step_a_q", **kw) -> dict:
-    config = dict(target=spec, op=op, budget=6, seed=0, device="cpu", out_dir=tmp_path / "out", progress=False,
-                  shrink_allowance=2, isolate=False, limits="tiny")
+    """A tiny campaign of ``spec``: in this process on the session's device (whose Triton mode this process
+    has), or with ``isolate=True`` in a CPU worker."""
+    config = dict(target=spec, op=op, budget=6, seed=0, device="cpu" if kw.get("isolate") else DEVICE,
+                  out_dir=tmp_path / "out", progress=False, shrink_allowance=2, isolate=False, limits="tiny")
     return run_campaign(CampaignConfig(**{**config, **kw}))
 
 
@@ -423,7 +427,7 @@ def test_the_standalone_script_holds_no_data(tmp_path, monkeypatch):
     spec = _package(tmp_path, "hostile", f"def step_a_q_fwd(*a):\n    raise RuntimeError({_HOSTILE!r})\n\n"
                                          f"step_a_q_fwd.__qualname__ = {_HOSTILE!r}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    rep = reproduce(target=spec, path=str(_case_file(tmp_path)), device="cpu")
+    rep = reproduce(target=spec, path=str(_case_file(tmp_path)), device=DEVICE)  # in this process
     script, _ = emit_script(tmp_path / "s", name="case", case=rep.case, call=rep.call, expected=rep.expected,
                             target=rep.target, target_spec=spec, verdict=rep.verdict)
     text = script.read_text()
@@ -443,7 +447,7 @@ def test_emit_script_refuses_existing_files_and_symlinks(tmp_path, capsys):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     (out / f"{pt.stem}.py").symlink_to(victim)
-    argv = ("repro", pt, "--targets", "reference", "--device", "cpu", "--emit-script", out)
+    argv = ("repro", pt, "--targets", "reference", "--device", DEVICE, "--emit-script", out)
     rc, stdout, err = _cli(capsys, *argv)
     assert rc == 2 and err.count("\n") == 1 and "exists (a symlink); pass --force" in err, err
     assert victim.read_text() == "keep me" and not (out / f"{pt.stem}.tensors.pt").exists()
@@ -532,7 +536,7 @@ def test_a_directory_where_a_state_file_belongs_is_exit_2(tmp_path, capsys, name
     else:
         (out / name).mkdir()
     rc, stdout, err = _cli(capsys, "fuzz", "--targets", "reference", "--op", "step_a_q", "--budget", 1, "--device",
-                           "cpu", "--no-isolate", "--quiet", "--out", out)
+                           DEVICE, "--no-isolate", "--quiet", "--out", out)
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert f"{name} is" in err and "move it away or pass another --out" in err
 
@@ -572,7 +576,7 @@ def test_a_failed_case_write_keeps_the_finding(tmp_path, monkeypatch, capsys):
     assert argv[:3] == ["kernel-oracle", "repro", "--case"]
     monkeypatch.undo()
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert _cli(capsys, *argv[1:], "--device", "cpu")[0] == 1  # the line reproduces it from the seed
+    assert _cli(capsys, *argv[1:], "--device", DEVICE)[0] == 1  # the line reproduces it from the seed
 
 
 def test_a_failed_findings_write_ends_with_exit_2_and_a_summary(tmp_path, monkeypatch):
@@ -756,7 +760,7 @@ def test_a_planted_case_file_in_a_campaign_runs_nothing(tmp_path, capsys):
     torch.save({"case": {}, "entry": "step_a_q_fwd", "args": (RunsShell(),), "kwargs": {}},
                out / "cases" / "F0001-mismatch-step_a_q-float32.pt")
     rc, _, err = _cli(capsys, "repro", out / "cases" / "F0001-mismatch-step_a_q-float32.pt", "--targets", "reference",
-                      "--device", "cpu")
+                      "--device", DEVICE)
     assert rc == 2 and "was refused" in err and not (tmp_path / "pwned").exists()
 
 
@@ -764,7 +768,7 @@ def test_repro_lines_quote_shell_metacharacters(tmp_path, monkeypatch):
     spec = _raising(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "o u;$(touch PWN)`touch PWN2`'q\""
-    rec = run_campaign(CampaignConfig(target=spec, op="step_a_q", budget=2, device="cpu", out_dir=out, progress=False,
+    rec = run_campaign(CampaignConfig(target=spec, op="step_a_q", budget=2, device=DEVICE, out_dir=out, progress=False,
                                       shrink_allowance=0, isolate=False, limits="tiny"))
     (f,) = rec["findings"]
     printed = subprocess.run(["sh", "-c", f["repro"].replace("kernel-oracle repro", "printf '%s\\n'", 1)],
