@@ -12,7 +12,10 @@ On a fresh machine, within ``--time`` seconds on the best device there is:
 2. **selfcheck** (about :data:`SELFCHECK_SHARE` of the budget): the references against independent
    formulations (:mod:`kernel_oracle.jobs.main_job_selfcheck`), as target ``selfcheck``; where the
    campaigns run side by side it runs in a thread of this process beside them (their children's
-   start-up and first cases overlap it), and its rows come first in the record all the same;
+   start-up and first cases overlap it), and its rows come first in the record all the same; before
+   campaigns that run after it, it stops once it has used :data:`SELFCHECK_MAX_SHARE` of the time to
+   the campaigns' deadline (its first round may run past its share, but a loaded machine would
+   otherwise leave the campaigns nothing), and an unfinished first round is a failed part;
 3. **campaigns**: one fuzz campaign (:func:`fuzz.campaign.run_campaign`) per available target x op
    family (:mod:`kernel_oracle.jobs.main_job_campaigns`).  On a GPU host with cores to spare they
    run side by side, up to :func:`kernel_oracle.jobs.side_by_side.slots` at once, each in a child
@@ -59,12 +62,14 @@ from kernel_oracle.jobs.main_job_campaigns import FAMILIES, run_campaign_part, r
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 from kernel_oracle.jobs.main_job_selfcheck import SelfcheckBeside, run_selfcheck_part
 
-__all__ = ["DEFAULT_BUDGET_S", "FAMILIES", "REPORT_RESERVE_S", "SELFCHECK_SHARE", "check_out", "launch_worker",
-           "run_main_job"]
+__all__ = ["DEFAULT_BUDGET_S", "FAMILIES", "REPORT_RESERVE_S", "SELFCHECK_MAX_SHARE", "SELFCHECK_SHARE", "check_out",
+           "launch_worker", "run_main_job"]
 
 # seconds: a few minutes on the CPU interpreter; a GPU gets through far more cases in the same time
 DEFAULT_BUDGET_S = {"cpu": 180.0, "cuda": 300.0}
 SELFCHECK_SHARE = 0.15
+# the most of the time to the campaigns' deadline a selfcheck before them may take, however slow its round
+SELFCHECK_MAX_SHARE = 0.5
 # kept back from the campaigns for writing and rendering the report (matplotlib start-up included)
 REPORT_RESERVE_S = 6.0
 
@@ -143,7 +148,8 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
         elif at_once > 1:  # the campaigns' children start (and then fuzz) while this process selfchecks
             beside = SelfcheckBeside(device, seed, budget * SELFCHECK_SHARE, log)
         else:
-            run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log)
+            run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log,
+                               stop_at=t0 + max(budget * SELFCHECK_SHARE, SELFCHECK_MAX_SHARE * (deadline - t0)))
         if cluster:
             run_cluster_part(record, device, seed, deadline, run_dir, targets, families, log,
                              {**cluster, "sglang_wheel": sglang_wheel, "with_malformed": with_malformed})

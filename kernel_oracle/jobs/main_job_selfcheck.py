@@ -5,13 +5,25 @@ dtype) (:func:`kernel_oracle.jobs.selfcheck.run_selfcheck`); later rounds take a
 twice the variations while the last round's pace says they fit, keeping only their random rows, so
 nothing is counted twice.  Each row becomes a case of target ``selfcheck`` in the job's record, and
 a failed row a finding whose repro is the ``kernel-oracle selfcheck`` command that shows it.
+
+A round runs whole past the share when it must (round 0 is what the references' trust rests on), but
+with ``stop_at`` it stops between two checks at that time: on a loaded machine round 0 can take many
+times its share, and the campaigns after it would get nothing.  A round 0 stopped so is a failed part
+(the references it did not reach went unchecked); a later round stopped so keeps its rows.
+
+On the CPU the checks run on one intra-op thread of torch: their tensors are small, so a second thread
+only adds waiting, which a busy machine makes long (measured on 2 cores, round 0 with one random case:
+0.7 s on one thread or two when quiet, twice the CPU time on two; beside four busy processes 1.7-1.9 s
+on one thread, 6-29 s on two).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import traceback
+from typing import Optional
 
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 
@@ -36,13 +48,16 @@ def _selfcheck_shape_class(row: dict) -> str:
     return case if len(case) <= 48 else case[:45] + "..."
 
 
-def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log) -> None:
+def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log,
+                       stop_at: Optional[float] = None) -> None:
     """Run selfcheck rounds on ``device`` for about ``time_s`` seconds into ``record`` (its groups,
-    findings and ``summary.selfcheck``); ``log(text)`` reports progress."""
+    findings and ``summary.selfcheck``); ``log(text)`` reports progress; ``stop_at``
+    (``time.monotonic()``): a round stops at the first check that ends past it (None: every round
+    runs whole)."""
     from kernel_oracle.harness.schema import add_target
 
     try:
-        from kernel_oracle.jobs.selfcheck import run_selfcheck
+        from kernel_oracle.jobs.selfcheck import iter_selfcheck, run_selfcheck
     except Exception as exc:  # noqa: BLE001 - reported, never a silent pass
         part_failed(record, f"selfcheck unavailable: {reason(exc)}")
         add_target(record, name="selfcheck", available=False, reason=f"import failed: {reason(exc)}")
@@ -51,7 +66,7 @@ def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log)
     started = time.monotonic()
     deadline = started + time_s
     rounds, n_fail, n_rows = [], 0, 0
-    cases = SELFCHECK_FIRST_CASES if time_s >= 15 else 1  # a round cannot be interrupted: small first
+    cases = SELFCHECK_FIRST_CASES if time_s >= 15 else 1  # a round runs whole unless stop_at: small first
     add_target(record, name="selfcheck", available=True, precision="ieee",
                reason="the references against independent formulations (kernel_oracle.independent)")
     while True:
@@ -59,26 +74,71 @@ def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log)
         log(f"selfcheck round {len(rounds)}: {cases} random cases per (op, dtype), seed {round_seed}")
         t_round = time.monotonic()
         try:
-            rows = list(run_selfcheck(device=device, cases=cases, seed=round_seed))
+            with _one_thread_on_cpu(device):
+                if stop_at is None:
+                    rows, stopped = list(run_selfcheck(device=device, cases=cases, seed=round_seed)), False
+                else:
+                    rows, stopped = _until(iter_selfcheck(device=device, cases=cases, seed=round_seed), stop_at)
         except Exception as exc:  # noqa: BLE001
             part_failed(record, f"selfcheck failed: {reason(exc)}")
             record["targets"][-1]["reason"] = f"run failed: {reason(exc)}"
             log(f"selfcheck failed:\n{traceback.format_exc()}")
             return
         took = time.monotonic() - t_round
+        if stopped and not rounds:
+            last = rows[-1] if rows else {}
+            part_failed(record, f"selfcheck stopped at {took:.0f}s (its share {time_s:.0f}s) with its first round "
+                                f"unfinished after {len(rows)} checks ({last.get('op', '-')} {last.get('dtype', '-')}"
+                                f"): the references past them went unchecked, leaving the campaigns their time; "
+                                f"pass a larger --time")
+            log(record["notes"][-1])
         if rounds:
             rows = [r for r in rows if str(r.get("case") or "").startswith("random-")]
         rounds.append({"seed": round_seed, "cases": cases, "rows": len(rows), "seconds": round(took, 2)})
+        if stopped:
+            rounds[-1]["stopped"] = True
         n_rows += len(rows)
         for row in rows:
             n_fail += _selfcheck_row(record, row, device, cases, round_seed, n_fail)
         left = deadline - time.monotonic()
-        if left < 2 * took or len(rounds) >= SELFCHECK_MAX_ROUNDS:
+        if stopped or left < 2 * took or len(rounds) >= SELFCHECK_MAX_ROUNDS:
             break
         cases = min(cases * 2, SELFCHECK_MAX_CASES)
     record["summary"]["selfcheck"] = {"rows": n_rows, "failed": n_fail, "rounds": rounds,
                                       "seconds": round(time.monotonic() - started, 1)}
     log(f"selfcheck: {n_rows} rows in {len(rounds)} round(s), {n_fail} failed, {time.monotonic() - started:.1f}s")
+
+
+def _until(rows, stop_at: float) -> tuple[list, bool]:
+    """The rows of the iterable ``rows`` until ``time.monotonic()`` passes ``stop_at`` (checked after
+    each row; one more row tells whether any were left), and whether it stopped before the end."""
+    it, out = iter(rows), []
+    for row in it:
+        out.append(row)
+        if time.monotonic() >= stop_at:
+            more = next(it, None)
+            if more is None:
+                return out, False
+            out.append(more)
+            return out, True
+    return out, False
+
+
+@contextlib.contextmanager
+def _one_thread_on_cpu(device: str):
+    """torch's intra-op threads at 1 while the checks run on the CPU (the module's docstring says why),
+    then back to what they were."""
+    if device != "cpu":
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _selfcheck_row(record: dict, row: dict, device: str, cases: int, seed: int, n_fail: int) -> int:

@@ -31,7 +31,7 @@ from typing import Iterator
 
 import torch
 
-__all__ = ["random_samples", "run_selfcheck", "summarize"]
+__all__ = ["iter_selfcheck", "random_samples", "run_selfcheck", "summarize"]
 
 _DTYPE_NAME = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
                torch.float64: "float64"}
@@ -134,27 +134,36 @@ def run_selfcheck(device: str = "auto", cases: int = 2, seed: int = 0) -> list[d
     dict per check (keys documented in the module docstring); an exception inside a check becomes
     a failed row, never an abort.
     """
-    from kernel_oracle.harness.opinfo import OP_DB
+    return list(iter_selfcheck(device, cases, seed))
 
+
+def iter_selfcheck(device: str = "auto", cases: int = 2, seed: int = 0) -> Iterator[dict]:
+    """:func:`run_selfcheck`'s rows, in the same order, each as soon as its check is done (a caller
+    with a deadline stops between two checks, :func:`kernel_oracle.jobs.main_job_selfcheck.run_selfcheck_part`).
+    Bad arguments raise at the call, before any check."""
     if isinstance(cases, bool) or not isinstance(cases, int) or cases < 0:
         raise ValueError(f"Expected cases to be a non-negative int but got cases={cases!r}")
     from kernel_oracle.harness.device import resolve_device
 
-    device = resolve_device(device)
-    rows: list[dict] = []
+    return _rows(resolve_device(device), cases, seed)
+
+
+def _rows(device: str, cases: int, seed: int) -> Iterator[dict]:
+    from kernel_oracle.harness.opinfo import OP_DB
+
     for info in OP_DB.values():
         entry = info.reference
         for dtype in info.dtypes:
             samples = [*info.sample_inputs(device, dtype), *random_samples(info, dtype, cases, seed)]
             for sample in samples:
                 try:
-                    rows.extend(_check_sample(info, entry, sample, dtype, device))
+                    rows = _check_sample(info, entry, sample, dtype, device)
                 except Exception as exc:  # noqa: BLE001 - report it as a failed case
-                    rows.append(_row(info, _DTYPE_NAME[dtype], sample.name, False, None, None, None,
-                                     f"raised {type(exc).__name__}: {exc}; problem={sample.problem!r}"))
+                    rows = [_row(info, _DTYPE_NAME[dtype], sample.name, False, None, None, None,
+                                 f"raised {type(exc).__name__}: {exc}; problem={sample.problem!r}")]
+                yield from rows
         for i, err in enumerate(info.error_inputs(device)):
-            rows.append(_check_error(info, entry, i, err, device))
-    return rows
+            yield _check_error(info, entry, i, err, device)
 
 
 def summarize(rows: list[dict]) -> str:

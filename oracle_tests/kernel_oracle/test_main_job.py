@@ -21,7 +21,8 @@ from kernel_oracle.harness.schema import add_finding, add_group, load, new_recor
 from oracle_tests.conftest import HAS_CUDA
 
 BUDGET_S = 20  # the reference target only, both families: the whole test stays under a minute
-# the budget is a target: a selfcheck round cannot be interrupted, and a loaded 2-core CI box is slow
+# the budget is a target: the worker's start and a campaign's last case or shrink run past it, and a
+# loaded 2-core CI box is slow (the selfcheck, however slow, stops at half the campaigns' time)
 SLACK_S = 30
 
 
@@ -81,6 +82,7 @@ def _fake_selfcheck(rows):
         fixed = [r for r in rows if not r["case"].startswith("random-")]
         return fixed + [{**rows[0], "case": "random-0", "ratio": 0.2}]
     mod.run_selfcheck = run_selfcheck
+    mod.iter_selfcheck = lambda device, cases, seed: iter(mod.run_selfcheck(device, cases, seed))
     return mod
 
 
@@ -178,6 +180,29 @@ def test_a_job_whose_findings_are_all_known_exits_0(tmp_path, stand_ins, monkeyp
     known.write_text("[[issue]\n")  # a bad file is a usage error, before any work
     assert _run(tmp_path / "other", "--families", "vision") == 2
     assert f"{known}: not valid TOML" in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+def test_a_selfcheck_slower_than_the_budget_leaves_the_campaigns_their_time(tmp_path, stand_ins, monkeypatch):
+    """A selfcheck round that would never end (a loaded machine): it stops between two checks at half the
+    time to the campaigns' deadline, an unfinished first round is a failed part, and the campaign runs."""
+    mod = _fake_selfcheck(SELFCHECK_ROWS)
+
+    def iter_selfcheck(device, cases, seed):
+        for _ in range(600):  # 30 s of checks
+            time.sleep(0.05)
+            yield {**SELFCHECK_ROWS[0], "case": "random-0"}
+    mod.iter_selfcheck = iter_selfcheck
+    monkeypatch.setitem(sys.modules, "kernel_oracle.jobs.selfcheck", mod)
+    started = time.monotonic()
+    assert _run(tmp_path / "out", "--families", "vision", "--time", "4") == 1  # the campaign's finding
+    assert time.monotonic() - started < 30
+    rec = load(tmp_path / "out" / "latest.json")
+    (stopped,) = [p for p in rec["summary"]["failed_parts"] if p.startswith("selfcheck stopped")]
+    assert "first round unfinished" in stopped and "pass a larger --time" in stopped
+    (round_0,) = rec["summary"]["selfcheck"]["rounds"]
+    assert round_0["stopped"] and round_0["rows"] < 600
+    (camp,) = rec["summary"]["campaigns"]  # the selfcheck took half of the 4 s to the deadline, past its 0.6-s share
+    assert camp["family"] == "vision" and 1.0 <= camp["share_s"] <= 2.0 and "problem" not in camp
 
 
 def test_unavailable_parts_are_never_a_pass(tmp_path, monkeypatch, capsys):
