@@ -97,10 +97,10 @@ def _produce(bases, strides, smem, bars, n, m0, D: gl.constexpr, DV: gl.constexp
              DB: gl.constexpr, DVA: gl.constexpr, DVB: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """The producer warp: both consumers' query tiles, then each key and value block into its stage.  It
     builds the descriptors it reads through itself (Note [Descriptors where they are used])."""
-    q_base, k_base, v_base, o_base = bases
-    s_qt, s_kt, s_vt, s_ot = strides
+    q_base, k_base, v_base = bases[0], bases[1], bases[2]
+    s_qt, s_kt, s_vt = strides[0], strides[1], strides[2]
     qs_a, qs_b, ks_a, ks_b, vs_a, vs_b = smem
-    q_bar, k_ready, v_ready, k_empty, v_empty, turn = bars
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars[0], bars[1], bars[2], bars[3], bars[4]
     dtype: gl.constexpr = qs_a.dtype
     qd_a = _descriptor(q_base, n, D, s_qt, WG_ROWS, DA, dtype)
     kd_a = _descriptor(k_base, n, D, s_kt, BLOCK_N, DA, dtype)
@@ -166,8 +166,7 @@ def _consume(bases, strides, smem, bars, n, m0, qk_scale, DV: gl.constexpr, DVA:
              DB: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, W: gl.constexpr, FOLD: gl.constexpr):
     """Consumer warpgroup ``W``: query rows ``m0 + 64 W`` to ``m0 + 64 W + 63`` against every key block,
     then the normalized output (rows below ``n``)."""
-    q_base, k_base, v_base, o_base = bases
-    s_qt, s_kt, s_vt, s_ot = strides
+    o_base, s_ot = bases[3], strides[3]
     qs_a, qs_b, ks_a, ks_b, vs_a, vs_b = smem
     q_bar, k_ready, v_ready, k_empty, v_empty, turn = bars
     SPLIT_D: gl.constexpr = DB > 0

@@ -18,14 +18,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import kernel_oracle.kernels.vision as kv
 import pytest
 import torch
 import triton
-
-import kernel_oracle.kernels.vision as kv
 from kernel_oracle.kernels.options import OptionsError, VisionOptions, options
 from kernel_oracle.kernels.vision import _direct
 from kernel_oracle.kernels.vision._gluon import gluon_unsupported
+
 from oracle_tests._vision_cases import (
     EDGE_CASES_BEYOND_OPINFO,
     HEAD_DIMS,
