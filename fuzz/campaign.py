@@ -11,21 +11,21 @@ whichever dtype, size, region or seed shows it.  The budget (``budget`` cases or
 seconds) covers everything executed, shrinking included, plus a bounded shrink allowance; the
 clock starts once the worker is ready (``startup_s`` in the record); worker restarts count.
 
-The target runs in an isolated worker process (:mod:`fuzz.worker`, its own process group; what the
-target prints goes to ``out_dir/target-output.log``, bounded), beside the oracle and the comparison
-(:func:`harness.check.check_case`): only the verdict and its bucket come back, and a finding's
-tensors are rebuilt from the seed and saved here.  A case that kills the worker is a ``crash``
-finding, one that does not answer within ``case_timeout_s`` a ``hang``; a fresh worker goes on.  A
-global setting of torch the target changed (restored after each call, Note [Global state]) is one
-finding per setting.  SIGTERM and SIGINT stop a campaign at any moment (:mod:`fuzz.stopping`): the
-worker is ended, state and summary saved, :class:`CampaignInterrupted` raised (exit 3); rerunning
-with the same ``out_dir`` resumes the same campaign (Note [Campaign identity] in :mod:`fuzz.state`).
-A failed write to ``out_dir`` (a full disk) ends it with a summary and :class:`CampaignError` (exit
-2), except a finding's case files: the finding is kept with a note.  A target without strict
-validation is judged on upstream contracts (Note [Malformed consequences] in :mod:`harness.malformed`):
-accepted malformed metadata that only leaves rows undefined or dropped joins the validation-gap
-table unless ``with_malformed``.  A known upstream defect (:mod:`harness.known_issues`) is marked
-``known`` with its link.
+The target runs in an isolated worker process (:mod:`fuzz.worker`, its own process group; what the target
+prints goes to ``out_dir/target-output.log``, bounded), beside the oracle and the comparison
+(:func:`harness.check.check_case`): only the verdict and its bucket come back, and a finding's tensors
+are rebuilt from the seed and saved here.  A case that kills the worker is a ``crash`` finding; one that
+does not answer within ``case_timeout_s``, nor on a retry with a longer wait, a ``hang``
+(Note [Confirmed hangs] in :mod:`fuzz.hangs`: an answer on the retry is the verdict); a fresh worker goes
+on.  A global setting of torch the target changed (restored after each call, Note [Global state]) is one
+finding per setting.  SIGTERM and SIGINT stop a campaign at any moment (:mod:`fuzz.stopping`): the worker
+is ended, state and summary saved, :class:`CampaignInterrupted` raised (exit 3); rerunning with the same
+``out_dir`` resumes the same campaign (Note [Campaign identity] in :mod:`fuzz.state`).  A failed write to
+``out_dir`` (a full disk) ends it with a summary and :class:`CampaignError` (exit 2), except a finding's
+case files: the finding is kept with a note.  A target without strict validation is judged on upstream
+contracts (Note [Malformed consequences] in :mod:`harness.malformed`): accepted malformed metadata that
+only leaves rows undefined or dropped joins the validation-gap table unless ``with_malformed``.  A known
+upstream defect (:mod:`harness.known_issues`) is marked ``known`` with its link.
 
 Everything on disk belongs to :class:`fuzz.state.CampaignState` (Note [Campaign state]): the lock on
 ``out_dir``, ``findings.jsonl``, ``cases/``, ``state.json``, ``summary.json``, and recovery from torn
@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, case_timeout_for
+from kernel_oracle.fuzz.hangs import confirmed_check
 from kernel_oracle.fuzz.memcheck_gaps import memcheck_gaps
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress, print_finding
@@ -61,7 +62,7 @@ from kernel_oracle.harness.malformed import GapTable
 __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
            "shared_findings_key"]
 
-# shrink attempts after a crash (each restarts the worker) and a hang (each waits out the case timeout first)
+# shrink attempts after a crash (each restarts the worker) and a hang (each waits out the case timeout and a retry)
 CRASH_SHRINKS = 8
 HANG_SHRINKS = 0
 # examples per Hypothesis run when the campaign is time-boxed (--time)
@@ -440,7 +441,7 @@ class _Search:
             from kernel_oracle.fuzz.worker import WorkerError
 
             try:
-                answer = self.worker.check(self.target, case.to_dict(), sources=self.config.sources)
+                answer = confirmed_check(self, case)  # a silent case is tried again (Note [Confirmed hangs])
             except WorkerError as exc:
                 raise _HarnessError(str(exc)) from None
             if isinstance(answer, Verdict):

@@ -168,6 +168,8 @@ class CampaignState:
         self.target, self.op, self.seed = target, op, seed
         self.executed = 0
         self.runs = 0
+        # silent cases retried with a longer wait, and those the retry answered (Note [Confirmed hangs])
+        self.hang_retries = self.slow_cases = 0
         self._saved_at = float("-inf")
         self.elapsed_s = 0.0
         self.finding_count = 0
@@ -335,6 +337,7 @@ class CampaignState:
 
     def _reset_counters(self) -> None:
         self.executed, self.runs, self.elapsed_s, self.finding_count = 0, 0, 0.0, 0
+        self.hang_retries = self.slow_cases = 0
         self.groups, self.hits = {}, {}
 
     def _apply(self, raw: dict) -> None:
@@ -362,6 +365,7 @@ class CampaignState:
                 for k, v in hits.items()}
         counters = (checked_count("executed", raw.get("executed", 0)), checked_count("runs", raw.get("runs", 0)),
                     checked_seconds("elapsed_s", raw.get("elapsed_s", 0.0)), checked_count("finding_count", raw.get("finding_count", 0)))
+        retries = tuple(checked_count(name, raw.get(name, 0)) for name in ("hang_retries", "slow_cases"))
         notes = raw.get("notes") or []
         if not isinstance(notes, list):
             raise ValueError(f"notes={notes!r} is not a list")
@@ -376,6 +380,7 @@ class CampaignState:
         self.target = raw.get("target", self.target)
         self.op = raw.get("op", self.op)
         self.executed, self.runs, self.elapsed_s, self.finding_count = counters
+        self.hang_retries, self.slow_cases = retries
         self.groups, self.hits = parsed, hits
         self.notes = [str(n) for n in notes] + self.notes
 
@@ -520,6 +525,7 @@ class CampaignState:
         raw = {"version": STATE_VERSION, "target": self.target, "op": self.op, "seed": self.seed,
                "executed": self.executed, "runs": self.runs, "elapsed_s": round(self.elapsed_s, 3),
                "finding_count": self.finding_count, "identity": self.identity,
+               "hang_retries": self.hang_retries, "slow_cases": self.slow_cases,
                "groups": [{"key": k.to_dict(), **g.to_dict()} for k, g in sorted(self.groups.items())],
                "hits": self.hits, "notes": self.notes}
         try:
@@ -558,6 +564,7 @@ class CampaignState:
         from kernel_oracle.harness.schema import add_finding, add_group, add_note, new_record
 
         record = new_record("campaign", seeds={"seed": self.seed, "runs": self.runs}, device=device)
+        record["summary"].update(hang_retries=self.hang_retries, slow_cases=self.slow_cases)  # Note [Confirmed hangs]
         for key, g in sorted(self.groups.items()):
             add_group(record, target=key.target, op=key.op, dtype=key.dtype, shape_class=key.shape_class,
                       cases=g.cases, passes=g.passes, findings=g.findings, ratios=g.ratios,

@@ -25,7 +25,8 @@ resolved targets are kept between cases and between campaigns that share it).
   parent's).
 * **Faults**: no answer within ``case_timeout_s`` is a ``hang`` observation, a broken pipe a
   ``crash`` one (with the exit status in words); either way the worker is killed and the next case
-  starts a fresh one.
+  starts a fresh one.  Before a campaign reports a new hang it runs the case once more with a longer
+  wait (``check(..., wait_s=)``; Note [Confirmed hangs] in :mod:`fuzz.hangs`).
 * **Hangs and compilation**: on a GPU the first call of a new kernel specialization compiles it,
   which takes seconds (more on a busy host): measured on the H200, a 120-second main job beside a
   soak reported our vision kernel as hung after 4.8 s.  So a worker that compiles is not killed at
@@ -412,31 +413,40 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - pickling: a bug of the caller, reported in one line
             raise WorkerError(f"cannot send {msg[0]!r} to the worker: {type(exc).__name__}: {exc}") from None
 
-    def check(self, spec, case_dict: dict, *, sources=None):
+    def check(self, spec, case_dict: dict, *, sources=None, wait_s: Optional[float] = None):
         """The :class:`harness.check.Verdict` of one case, computed in the worker beside the target
         (:func:`harness.check.check_case`: only the verdict and its bucket travel back), or an
         ``Observed`` of kind ``hang`` / ``crash`` (the worker is then gone); a harness error raises
-        :class:`WorkerError`."""
-        return self._ask("check", spec, case_dict, sources)
+        :class:`WorkerError`.  ``wait_s``: wait this long for the answer instead of :attr:`case_wait_s`
+        (a campaign's retry of a silent case, Note [Confirmed hangs] in :mod:`fuzz.hangs`)."""
+        return self._ask("check", spec, case_dict, sources, wait_s)
 
     def run(self, spec, case_dict: dict, *, sources=None):
         """``Observed`` of one case (the output copied back); a hang or a crash is an observation."""
         return self._ask("run", spec, case_dict, sources)
 
-    def _ask(self, op: str, spec, case_dict: dict, sources):
+    @property
+    def case_wait_s(self) -> float:
+        """The longest a case is waited for: the case timeout, or a compiling worker's time for a
+        compilation (Note [Hangs and compilation])."""
+        return max(self.case_timeout_s, self._grace_s())
+
+    def _grace_s(self) -> float:
+        return max(COMPILE_GRACE_MIN_S, COMPILE_GRACE_FACTOR * self.case_timeout_s) if self.compile_grace else 0.0
+
+    def _ask(self, op: str, spec, case_dict: dict, sources, wait_s: Optional[float] = None):
         from kernel_oracle.harness.check import Observed
 
         # Note [Hangs and compilation]: a compiling worker gets time for a compilation before a hang
-        grace_s = max(COMPILE_GRACE_MIN_S, COMPILE_GRACE_FACTOR * self.case_timeout_s) if self.compile_grace else 0.0
+        timeout_s, grace_s = (self.case_timeout_s, self._grace_s()) if wait_s is None else (float(wait_s), 0.0)
         self.start()
         try:
             self._send((op, str(spec), self.device, sources, case_dict))
-            if not self._conn.poll(min(self.case_timeout_s, MAX_WAIT_S)):
-                if not (grace_s > self.case_timeout_s
-                        and self._conn.poll(min(grace_s - self.case_timeout_s, MAX_WAIT_S))):
+            if not self._conn.poll(min(timeout_s, MAX_WAIT_S)):
+                if not (grace_s > timeout_s and self._conn.poll(min(grace_s - timeout_s, MAX_WAIT_S))):
                     self.kill()
                     extra = f", nor within {grace_s:g}s with time for a compilation" if grace_s else ""
-                    return Observed("hang", message=f"no answer within {self.case_timeout_s:g}s{extra}; worker "
+                    return Observed("hang", message=f"no answer within {timeout_s:g}s{extra}; worker "
                                                     f"killed and replaced")
                 self.slow_answers += 1
             tag, payload = self._conn.recv()

@@ -19,7 +19,8 @@ path serves, and is one finding with a ``dtypes`` list and a count over all of t
   unrelated edit of the file).  A missing error is ``no error: expected <contract id>``; a dead
   worker is its exit status;
 * **validation-gap**: the mutation kind that was accepted (``accepted seg_indptr_decreasing``);
-* **hang**: no answer within the case timeout;
+* **hang**: no answer within the case timeout (a campaign first retries such a case with a longer
+  wait: Note [Confirmed hangs] in :mod:`fuzz.hangs`); the waits are in the finding's message, not the key;
 * **mismatch**: the *op* and the failure mode: ``values`` (the output has the right shape and
   dtype and some values differ from the oracle) or ``output`` (a wrong shape, dtype or return
   value: there are no values to compare, so it is another defect).  The op is in the key because a

@@ -43,6 +43,7 @@ comes back.  Held: the behaviour was right when probed and a test keeps it so; f
 | D14 a full disk loses the finding | fixed | test_a_failed_case_write_keeps_the_finding, test_a_failed_findings_write_ends_with_exit_2_and_a_summary |
 | D15 orphans of targets and killed workers; SIGTERM in the first seconds; SIGTERM ignored once | fixed | test_no_process_outlives_the_campaign, test_sigterm_in_the_first_seconds_exits_3, test_a_signal_whose_raise_is_swallowed_still_stops_the_campaign |
 | D16 unbounded output, ESC/BEL and 1 MB messages copied into reports | fixed | test_target_output_is_captured_and_bounded, test_reports_escape_control_characters_and_markup |
+| D17 a correct case slower than a 1-s case timeout on a loaded host reported as a hang | fixed | test_hang_confirmation.py::test_a_case_slower_than_its_timeout_is_judged_by_its_retry, test_a_true_hang_is_one_finding_whose_message_says_both_waits, test_past_the_retry_limit_a_hang_is_reported_unconfirmed, test_without_time_for_a_retry_a_hang_is_reported_unconfirmed |
 """
 
 from __future__ import annotations

@@ -101,11 +101,12 @@ def test_a_hang_is_a_finding_and_the_worker_is_replaced(tmp_path, monkeypatch):
                                       out_dir=tmp_path / "out", progress=False))
     took = time.monotonic() - started
     assert [f["kind"] for f in rec["findings"]] == ["hang"]
-    assert rec["findings"][0]["message"].startswith("target hung: no answer within 1s")
+    assert rec["findings"][0]["message"].startswith("target hung: no answer within 1s, nor within 10s on a retry")
     assert rec["groups"][0]["findings"]["hang"] == 1
     assert rec["campaign"]["worker_restarts"] >= 1 and rec["campaign"]["case_timeout_s"] == 1.0
-    # the budget holds: start-up, then at most the budget plus one case timeout and a restart
-    assert took < rec["campaign"]["startup_s"] + 3.0 + 1.0 + 15.0, took
+    # the budget holds: start-up, then at most the budget plus one case timeout, its retry (10 s: Note
+    # [Confirmed hangs]) and the restarts
+    assert took < rec["campaign"]["startup_s"] + 3.0 + 1.0 + 10.0 + 15.0, took
     worker_pid = int((tmp_path / "marker").read_text())
     assert not _alive(worker_pid)
 
