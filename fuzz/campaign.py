@@ -53,6 +53,7 @@ from kernel_oracle.fuzz.memcheck_gaps import memcheck_gaps
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
+from kernel_oracle.fuzz.stream import TIME_CHUNK_EXAMPLES, run_seed
 from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
 from kernel_oracle.harness.buckets import without_flag
 from kernel_oracle.harness.features import with_needs
@@ -65,8 +66,6 @@ __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF"
 # shrink attempts after a crash (each restarts the worker) and a hang (each waits out the case timeout and a retry)
 CRASH_SHRINKS = 8
 HANG_SHRINKS = 0
-# examples per Hypothesis run when the campaign is time-boxed (--time)
-TIME_CHUNK_EXAMPLES = 25
 
 
 class _HarnessError(Exception):
@@ -197,7 +196,8 @@ class _Search:
     def run(self) -> dict:
         from kernel_oracle.harness.buckets import bucket_of_record
         from kernel_oracle.harness.opinfo import FAMILY_OPS
-        from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases, default_limits
+        from kernel_oracle.fuzz.strategies import default_limits
+        from kernel_oracle.fuzz.stream import campaign_strategy
 
         try:
             self.info = self._describe()
@@ -205,30 +205,25 @@ class _Search:
             self.startup_s = time.monotonic() - self.started
             self.started = time.monotonic()
             self.time_s = self.config.clock_s(self.started, self.base_elapsed)
-            entries = set(self.info.get("entry_points") or ())
-            excluded = {**(self.info.get("excluded_dtypes") or {}),
-                        **((self.info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}
             wanted = FAMILY_OPS[self.family] if self.op in ("lora", "vision") else (self.op,)
             try:  # Note [Entry-point signatures]: a usage error before any case
                 raise_for(self.info.get("signature_errors") or {}, wanted)
             except EntrySignatureError as exc:
                 raise CampaignError(str(exc)) from None
-            self.ops = tuple(o for o in wanted if o in entries)
-            self.dtypes = tuple(d for d in ALL_DTYPES if d not in excluded
-                                and (self.wanted_dtypes is None or d in self.wanted_dtypes))
             if self.limits is None:
                 self.limits = default_limits(self.device, self.config.target.name)
-            self.categories = ("valid", "partial", "upstream") + (
-                () if self.upstream_contracts_only else ("malformed",))
+            # Note [The campaign's own stream]: the strategy and the run seeds the precompile children predict
+            self.ops, self.dtypes, self.strategy = campaign_strategy(
+                self.info, self.family, self.op, self.limits, upstream_contracts_only=self.upstream_contracts_only,
+                wanted_dtypes=self.wanted_dtypes)
             self.buckets = [(bucket_of_record(f), f["id"]) for f in self.state.findings]
-            if not self.info.get("available", True) or not self.ops or not self.dtypes:
+            if not self.info.get("available", True) or self.strategy is None:
+                excluded = {**(self.info.get("excluded_dtypes") or {}),
+                            **((self.info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}
                 why = (self.info.get("reason") if not self.info.get("available", True)
                        else f"no {self.family} entry point ({self.info.get('missing') or {}})" if not self.ops
                        else f"none of dtypes {list(self.wanted_dtypes or ())} is supported ({dict(excluded)})")
                 return self.finish([f"target {self.target!r} unavailable for {self.op}: {why}"])
-            self.strategy = cases(self.family, categories=self.categories, dtypes=self.dtypes,
-                                  ops=self.ops if self.family == "lora" else None, limits=self.limits,
-                                  declines=tuple(self.info.get("declines") or ()) if self.family == "vision" else ())
             self.bar = Progress(self.budget, self.config.progress, f"fuzz {self.target} {self.op}")
             self._replay_shared()
             self._loop()
@@ -353,7 +348,7 @@ class _Search:
 
         self.state.runs += 1
         self.state.save(force=False)
-        run_seed = self.seed * 1_000_003 + self.state.runs
+        seed = run_seed(self.seed, self.state.runs)
         failing: dict = {}  # the latest (= most shrunk) new failure of this run
         fault_shrinks = [0]
         # a time-boxed campaign runs Hypothesis in short chunks so the budget is checked between them:
@@ -367,7 +362,7 @@ class _Search:
                             else DirectoryBasedExampleDatabase(str(self.state.out / ".hypothesis"))),
                   suppress_health_check=list(HealthCheck), print_blob=False,
                   phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
-        @hseed(run_seed)
+        @hseed(seed)
         @given(self.strategy)
         def body(case):
             self._check(case, failing, fault_shrinks)

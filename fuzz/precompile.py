@@ -22,8 +22,10 @@ keeps a core busy and its cases would wait for the compilers.  The main job on a
 campaigns side by side and starts no warm-up in them: :func:`kernel_oracle.jobs.main_job_campaigns.
 precompile_beside` starts one child per core at the job's start and lets them run through the whole
 window at the lowest CPU priority (:data:`BESIDE_NICE`), so they take only the cycles the campaigns
-leave; our LoRA campaign compiles a variant it meets first itself, and loads every one a child
-compiled before it (the list runs most common first).  What they compiled is the job record's
+leave.  They first compile the cases our LoRA campaign is about to run, child ``i`` of ``n`` its runs
+``i+1, i+1+n, ...`` (Note [The campaign's own stream] in :mod:`fuzz.stream`: while no case fails, a
+campaign's cases are known before it draws them), then the variant list; the campaign compiles a
+variant itself only where it reaches it before a child did, and loads every other one.  What they compiled is the job record's
 ``summary.precompile``; the cases per second with a cold and a warm cache are in docs/BENCHMARKS.md.
 """
 
@@ -92,10 +94,12 @@ class Precompile:
 
 
 def start_variants(target: str, device: str, *, seconds: float, dtypes: Sequence[str], ops: Sequence[str],
-                   processes: Optional[int] = None, nice: int = 0) -> Precompile:
+                   processes: Optional[int] = None, nice: int = 0, stream=None) -> Precompile:
     """Start children that compile (only) the LoRA variant cases of :func:`harness.warmup.variant_cases`,
     child ``i`` of ``n`` the cases ``i, i+n, ...``, each exiting when its share is done or after
-    ``seconds`` (Note [Parallel precompilation]); ``nice``: their CPU priority, added to this process's."""
+    ``seconds`` (Note [Parallel precompilation]); ``nice``: their CPU priority, added to this process's;
+    ``stream``: a :class:`~kernel_oracle.fuzz.stream.CampaignStream` whose runs ``i+1, i+1+n, ...`` child
+    ``i`` compiles first (Note [The campaign's own stream])."""
     from kernel_oracle.harness.device import worker_env
 
     from kernel_oracle.harness.warmup import variant_cases
@@ -107,6 +111,9 @@ def start_variants(target: str, device: str, *, seconds: float, dtypes: Sequence
         cmd = [sys.executable, "-m", "kernel_oracle.fuzz.precompile", "--target", target, "--device", device,
                "--seconds", f"{seconds:.1f}", "--dtypes", ",".join(dtypes), "--ops", ",".join(ops),
                "--share", f"{i}/{n}", "--nice", str(int(nice))]
+        if stream is not None:
+            cmd += ["--stream-seed", str(stream.seed), "--stream-limits", stream.limits,
+                    "--stream-runs", str(stream.runs)] + (["--upstream-only"] if stream.upstream_contracts_only else [])
         handle.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                              stdin=subprocess.DEVNULL, text=True))
     return handle
@@ -202,14 +209,13 @@ def _child(args) -> int:
     from kernel_oracle.fuzz.targets import resolve_target
     from kernel_oracle.harness.check import execute
     from kernel_oracle.harness.device import configure_process
-    from kernel_oracle.harness.warmup import variant_cases
 
     configure_process(args.device)
     compile_only()
     target = resolve_target(args.target, args.device)
     i, n = (int(v) for v in args.share.split("/"))
     compiled = 0
-    for case in variant_cases(tuple(args.ops.split(",")), tuple(args.dtypes.split(",")))[i::n]:
+    for case in _child_cases(args, target, i, n):
         if time.monotonic() >= deadline:
             break
         try:
@@ -223,6 +229,19 @@ def _child(args) -> int:
     return 0
 
 
+def _child_cases(args, target, i: int, n: int):
+    """Child ``i`` of ``n``'s cases: with ``--stream-seed``, its runs of the campaign's own stream (Note [The
+    campaign's own stream]) first; then its share of the variant cases."""
+    from kernel_oracle.harness.warmup import variant_cases
+
+    if args.stream_seed is not None:
+        from kernel_oracle.fuzz.stream import CampaignStream
+
+        stream = CampaignStream(args.stream_seed, args.stream_limits, args.upstream_only, args.stream_runs)
+        yield from stream.cases(target.to_record(), "lora", range(i + 1, stream.runs + 1, n))
+    yield from variant_cases(tuple(args.ops.split(",")), tuple(args.dtypes.split(",")))[i::n]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="one precompilation child (Note [Parallel precompilation])")
     for name in ("target", "device", "dtypes", "ops"):
@@ -231,6 +250,11 @@ def main(argv=None) -> int:
     ap.add_argument("--share", required=True, metavar="I/N",
                     help="compile share I of N of the LoRA variant cases (harness.warmup.variant_cases), then exit")
     ap.add_argument("--nice", type=int, default=0, help="lower this child's CPU priority by N first")
+    ap.add_argument("--stream-seed", type=int, default=None,
+                    help="first compile this child's runs of the LoRA campaign of this seed (fuzz.stream)")
+    ap.add_argument("--stream-limits", default="gpu", help="that campaign's size preset")
+    ap.add_argument("--stream-runs", type=int, default=0, help="how many of its runs to predict")
+    ap.add_argument("--upstream-only", action="store_true", help="that campaign draws no malformed metadata")
     return _child(ap.parse_args(argv))
 
 

@@ -252,7 +252,9 @@ def _side_by_side(record: dict, pairs: list, targets: list, lenient: set, common
     from kernel_oracle.jobs.side_by_side import Call, run_side_by_side
 
     with_malformed = common["with_malformed"]
-    precompile = precompile_beside(targets, pairs, common["device"], deadline - time.monotonic(), log)
+    precompile = precompile_beside(targets, pairs, common["device"], deadline - time.monotonic(), log,
+                                   seed=common["seed"], upstream_contracts_only=not with_malformed and any(
+                                       name in lenient and compiling(name, fam) for name, fam in pairs))
     calls = [Call((name, fam), run_one_campaign,
                   dict(target=name, op=fam, out_dir=_out_dir(run_dir, name, fam),
                        upstream_contracts_only=name in lenient and not with_malformed,
@@ -292,12 +294,16 @@ def _side_by_side(record: dict, pairs: list, targets: list, lenient: set, common
                              f"{', '.join(f'{n} x {f}' for n, f in skipped)} ran past it; pass a larger --time")
 
 
-def precompile_beside(targets: list, pairs: list, device: str, seconds: float, log):
+def precompile_beside(targets: list, pairs: list, device: str, seconds: float, log, *, seed: int = 0,
+                      upstream_contracts_only: bool = False):
     """On CUDA, when a COMPILING pair is among ``pairs``: start one child per core that compiles (only)
-    its LoRA variants for up to ``seconds``, beside the campaigns at the lowest CPU priority
-    (Note [Parallel precompilation] in :mod:`fuzz.precompile`); returns the running
+    the cases its LoRA campaign of ``seed`` is about to run (Note [The campaign's own stream] in
+    :mod:`fuzz.stream`), then its LoRA variants, for up to ``seconds``, beside the campaigns at the lowest
+    CPU priority (Note [Parallel precompilation] in :mod:`fuzz.precompile`); returns the running
     :class:`~kernel_oracle.fuzz.precompile.Precompile`, or None.  ``targets``: discover_targets's."""
     from kernel_oracle.fuzz.precompile import BESIDE_NICE, start_variants
+    from kernel_oracle.fuzz.strategies import default_limits
+    from kernel_oracle.fuzz.stream import CampaignStream
     from kernel_oracle.harness.warmup import variant_cases, warm_up_dtypes
 
     if device != "cuda":
@@ -307,9 +313,12 @@ def precompile_beside(targets: list, pairs: list, device: str, seconds: float, l
             continue
         ops, dtypes = tuple(op for op in sorted(target.entries) if op != "vision"), warm_up_dtypes(target)
         n = os.cpu_count() or 1
-        log(f"{name}: compiling its {len(variant_cases(ops, dtypes))} LoRA kernel variants in {n} processes "
-            f"(nice {BESIDE_NICE}) beside the campaigns")
-        return start_variants(name, device, seconds=seconds, dtypes=dtypes, ops=ops, processes=n, nice=BESIDE_NICE)
+        stream = CampaignStream(seed, default_limits(device, name), upstream_contracts_only)
+        log(f"{name}: compiling the first {stream.runs} runs of its LoRA campaign, then its "
+            f"{len(variant_cases(ops, dtypes))} LoRA kernel variants, in {n} processes (nice {BESIDE_NICE}) beside "
+            f"the campaigns")
+        return start_variants(name, device, seconds=seconds, dtypes=dtypes, ops=ops, processes=n, nice=BESIDE_NICE,
+                              stream=stream)
     return None
 
 

@@ -12,8 +12,9 @@ campaign that compiles kernels (our Triton LoRA kernels) gets N times the time t
 The children start while the job's process runs the selfcheck, and each clock runs to the job's
 deadline less the time to finish a shrink and write (``CampaignConfig.ends_at``), however long the
 child's imports and CUDA context took.  Their workers wait for the GPU without spinning (Note [Shared
-GPU waits] in harness/device.py), and the cores they leave compile our LoRA kernels' variants at the
-lowest priority (:func:`kernel_oracle.jobs.main_job_campaigns.precompile_beside`).
+GPU waits] in harness/device.py), and the cores they leave compile, at the lowest priority, the cases our
+LoRA campaign is about to run and then its kernels' variants
+(:func:`kernel_oracle.jobs.main_job_campaigns.precompile_beside`).
 
 Children are started with ``spawn`` (a fork of a process that has touched CUDA is not safe) and each
 sends back one pickled ``(result, problem)`` pair; a child that dies without answering is reported

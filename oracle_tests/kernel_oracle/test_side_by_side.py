@@ -155,8 +155,10 @@ def test_a_campaign_clock_stops_at_ends_at_whatever_its_time_s(tmp_path):
 
 def test_the_variants_compile_beside_side_by_side_campaigns_on_cuda_only(monkeypatch):
     """Side by side on CUDA our LoRA campaign gets no warm-up: one compiling child per core runs beside
-    the campaigns at the lowest priority; on the CPU, or without our LoRA campaign, none starts."""
+    the campaigns at the lowest priority, the campaign's own stream first; on the CPU, or without our LoRA
+    campaign, none starts."""
     from kernel_oracle.fuzz import precompile
+    from kernel_oracle.fuzz.stream import CampaignStream
     from kernel_oracle.fuzz.targets import resolve_target
 
     started = []
@@ -168,11 +170,13 @@ def test_the_variants_compile_beside_side_by_side_campaigns_on_cuda_only(monkeyp
     assert beside(targets, pairs, "cpu", 90.0, print) is None
     assert beside(targets, [p for p in pairs if p != ("triton", "lora")], "cuda", 90.0, print) is None
     assert not started
-    assert beside(targets, pairs, "cuda", 90.0, print) == "handle"
+    assert beside(targets, pairs, "cuda", 90.0, print, seed=5) == "handle"
     (args, kwargs), = started
     assert args == ("triton", "cuda") and kwargs["seconds"] == 90.0
     assert kwargs["processes"] == (os.cpu_count() or 1) and kwargs["nice"] == precompile.BESIDE_NICE == 19
     assert set(kwargs["ops"]) == set(triton.entries) - {"vision"}
+    # the children first compile what the LoRA campaign of the job's seed will run (Note [The campaign's own stream])
+    assert kwargs["stream"] == CampaignStream(5, "gpu", upstream_contracts_only=False)
 
 
 @pytest.mark.usefixtures("stand_ins")
