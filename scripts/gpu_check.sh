@@ -145,8 +145,8 @@ tri = sum(c.get("cases", 0) for c in camps if c.get("target") == "triton" and c.
 vis = sum(c.get("cases", 0) for c in camps if c.get("family") == "vision")
 pre = rec.get("summary", {}).get("precompile") or {}
 print(f"{sum(c.get('cases', 0) for c in camps)} cases (triton lora {tri}, vision {vis}); warm-up "
-      f"{sum(w.get('seconds', 0) for w in ws):.0f} s; beside: {pre.get('cases', 0)} variants in "
-      f"{pre.get('processes', 0)} processes, {pre.get('seconds', 0):.0f} s")
+      f"{sum(w.get('seconds', 0) for w in ws):.0f} s; beside: {pre.get('cases', 0)} cases compiled (the LoRA "
+      f"campaign's stream, then variants) in {pre.get('processes', 0)} processes, {pre.get('seconds', 0):.0f} s")
 PY
 ); "
     cat "$OUT/main_job_$pass.txt"; tail -2 "$OUT/main_job_$pass.log" | cut -c1-200; done
