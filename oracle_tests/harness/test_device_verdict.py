@@ -323,3 +323,11 @@ def test_triton_cache_option_reaches_the_worker(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--triton-cache afile: is a file, not a directory" in bad.stderr
+
+
+def test_a_cpu_child_runs_one_intra_op_thread_unless_told():
+    """A CPU worker's small cases run faster on one thread (harness.device.worker_env); a user's own
+    OMP_NUM_THREADS wins, and a GPU worker's is left as it is."""
+    assert worker_env("cpu", {"PATH": "/bin"})["OMP_NUM_THREADS"] == "1"
+    assert worker_env("cpu", {"PATH": "/bin", "OMP_NUM_THREADS": "4"})["OMP_NUM_THREADS"] == "4"
+    assert "OMP_NUM_THREADS" not in worker_env("cuda", {"PATH": "/bin"})
