@@ -67,7 +67,8 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
     from kernel_oracle.harness.opinfo import FAMILY_OPS
 
     entries = set(info.get("entry_points") or ())
-    excluded = {**(info.get("excluded_dtypes") or {}), **((info.get("excluded_dtypes_by_family") or {}).get(family) or {})}
+    excluded = {**(info.get("excluded_dtypes") or {}),
+                **((info.get("excluded_dtypes_by_family") or {}).get(family) or {})}
     wanted = FAMILY_OPS[family] if op in ("lora", "vision") else (op,)
     ops = tuple(o for o in wanted if o in entries)
     dtypes = tuple(d for d in ALL_DTYPES if d not in excluded and (wanted_dtypes is None or d in wanted_dtypes))

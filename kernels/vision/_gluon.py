@@ -25,13 +25,13 @@ FlashAttention-3's forward schedule out by hand in Gluon (``triton.experimental.
 
 Varlen follows Note [Schedule] of :mod:`kernels.vision._kernel` (the same block table, 128 rows a
 block): each program builds device-side tensor descriptors for its sequence and head (Note [Descriptors
-where they are used]), an ``(n, D)`` tensor at the sequence's first token, so TMA reads rows past the sequence as zero (never the next
-sequence's tokens, whose non-finite values would reach the PV product); the output is written with
-masked stores of the rows below ``n``.  A head dim that is not a power of two is cut into two power-of-two
-tiles (:func:`~kernels.vision._config.head_dim_split`, 80 = 64 + 16): two products for QK^T and two
-accumulators for PV.  Grouped key/value heads read head ``h // kv_group``.  The logits of the last key
-block are masked past ``n``; the softmax scale (times log2 e) is folded into the exp2's FMA when it
-is positive.
+where they are used]), an ``(n, D)`` tensor at the sequence's first token, so TMA reads rows past the
+sequence as zero (never the next sequence's tokens, whose non-finite values would reach the PV product);
+the output is written with masked stores of the rows below ``n``.  A head dim that is not a power of two
+is cut into two power-of-two tiles (:func:`~kernels.vision._config.head_dim_split`, 80 = 64 + 16): two
+products for QK^T and two accumulators for PV.  Grouped key/value heads read head ``h // kv_group``.
+The logits of the last key block are masked past ``n``; the softmax scale (times log2 e) is folded into
+the exp2's FMA when it is positive.
 
 Note [Descriptors where they are used]
 --------------------------------------
@@ -61,7 +61,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ._config import head_dim_split
 
-__all__ = ["GLUON_BLOCK_M", "GLUON_MAXNREG", "GLUON_WARPS", "GluonConfig", "gluon_arguments", "gluon_config", "gluon_unsupported", "launch_gluon"]
+__all__ = ["GLUON_BLOCK_M", "GLUON_MAXNREG", "GLUON_WARPS", "GluonConfig", "gluon_arguments", "gluon_config",
+           "gluon_unsupported", "launch_gluon"]
 
 WG_ROWS = gl.constexpr(64)  # query rows per consumer warpgroup (wgmma: 16 rows a warp, 4 warps)
 GLUON_BLOCK_M = 2 * WG_ROWS.value  # query rows per program: the block table's block_m

@@ -202,9 +202,9 @@ def _check_on_gluon(args, kwargs, baseline, repro):
     """The launch is planned on the Gluon kernel and meets the tolerance rule (poisoned output, float64
     oracle, untouched tokens: ``check_against_oracle``)."""
     with options(**GLUON):
+        rest = {k: v for k, v in kwargs.items() if k not in ("softmax_scale", "forward_metadata")}
         launch = kv.plan_attention(*args[:4], softmax_scale=kwargs.get("softmax_scale"),
-                                   forward_metadata=kwargs.get("forward_metadata"),
-                                   **{k: v for k, v in kwargs.items() if k not in ("softmax_scale", "forward_metadata")})
+                                   forward_metadata=kwargs.get("forward_metadata"), **rest)
         assert launch.kernel == "gluon", "the case should run on the Gluon kernel"
         check_against_oracle(args, kwargs, baseline_mode=baseline, repro=repro)
 
