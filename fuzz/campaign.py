@@ -197,7 +197,7 @@ class _Search:
         from kernel_oracle.harness.buckets import bucket_of_record
         from kernel_oracle.harness.opinfo import FAMILY_OPS
         from kernel_oracle.fuzz.strategies import default_limits
-        from kernel_oracle.fuzz.stream import campaign_strategy
+        from kernel_oracle.fuzz.stream import campaign_strategy, excluded_dtypes
 
         try:
             self.info = self._describe()
@@ -218,11 +218,10 @@ class _Search:
                 wanted_dtypes=self.wanted_dtypes)
             self.buckets = [(bucket_of_record(f), f["id"]) for f in self.state.findings]
             if not self.info.get("available", True) or self.strategy is None:
-                excluded = {**(self.info.get("excluded_dtypes") or {}),
-                            **((self.info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}
                 why = (self.info.get("reason") if not self.info.get("available", True)
                        else f"no {self.family} entry point ({self.info.get('missing') or {}})" if not self.ops
-                       else f"none of dtypes {list(self.wanted_dtypes or ())} is supported ({dict(excluded)})")
+                       else f"none of dtypes {list(self.wanted_dtypes or ())} is supported "
+                            f"({excluded_dtypes(self.info, self.family)})")
                 return self.finish([f"target {self.target!r} unavailable for {self.op}: {why}"])
             self.bar = Progress(self.budget, self.config.progress, f"fuzz {self.target} {self.op}")
             self._replay_shared()

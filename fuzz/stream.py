@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-__all__ = ["PREDICTED_RUNS", "TIME_CHUNK_EXAMPLES", "CampaignStream", "campaign_strategy", "predicted_run", "run_seed"]
+__all__ = ["PREDICTED_RUNS", "TIME_CHUNK_EXAMPLES", "CampaignStream", "campaign_strategy", "excluded_dtypes",
+           "predicted_run", "run_seed"]
 
 # examples per Hypothesis run of a time-boxed campaign: its budget is checked between runs (once the time is
 # spent, examples return at once but Hypothesis would keep generating them)
@@ -67,8 +68,7 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
     from kernel_oracle.harness.opinfo import FAMILY_OPS
 
     entries = set(info.get("entry_points") or ())
-    excluded = {**(info.get("excluded_dtypes") or {}),
-                **((info.get("excluded_dtypes_by_family") or {}).get(family) or {})}
+    excluded = excluded_dtypes(info, family)
     wanted = FAMILY_OPS[family] if op in ("lora", "vision") else (op,)
     ops = tuple(o for o in wanted if o in entries)
     dtypes = tuple(d for d in ALL_DTYPES if d not in excluded and (wanted_dtypes is None or d in wanted_dtypes))
@@ -78,6 +78,12 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
     strategy = cases(family, categories=categories, dtypes=dtypes, ops=ops if family == "lora" else None, limits=limits,
                      declines=tuple(info.get("declines") or ()) if family == "vision" else ())
     return ops, dtypes, strategy
+
+
+def excluded_dtypes(info: dict, family: str) -> dict:
+    """dtype -> reason, for the dtypes the target that ``info`` describes does not take in ``family``
+    (``Target.excluded_for`` on the target's record)."""
+    return {**(info.get("excluded_dtypes") or {}), **((info.get("excluded_dtypes_by_family") or {}).get(family) or {})}
 
 
 def predicted_run(strategy, seed: int, run: int, examples: int = TIME_CHUNK_EXAMPLES) -> list:

@@ -49,6 +49,8 @@ other than sm_90, layouts TMA cannot read): there the Triton kernel runs.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -188,7 +190,7 @@ def _consume(bases, strides, smem, bars, n, m0, qk_scale, DV: gl.constexpr, DVA:
     mbarrier.wait(q_bar.index(W), 0)
     num_blocks = gl.cdiv(n, BLOCK_N)
 
-    # block 0: its QK^T and softmax (no PV product yet)
+    # block 0: its QK^T and softmax (its PV product is issued with block 1's QK^T, or after the loop)
     _wait_turn(turn, 0, W)
     mbarrier.wait(k_ready.index(0), 0)
     S = warpgroup_mma(q_a, ks_a.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -377,17 +379,12 @@ def _gluon_attn_fwd(Q, K, V, O, TABLE, stride_qt, stride_qh, stride_kt, stride_k
     ], [4, 1], [240, PRODUCER_REGS])
 
 
-class GluonConfig:
+class GluonConfig(NamedTuple):
     """The Gluon kernel's blocks: 128 query rows a program (two warpgroups of 64), ``block_n`` keys a
     stage, ``stages`` key/value stages."""
 
-    __slots__ = ("block_n", "stages")
-
-    def __init__(self, block_n: int, stages: int):
-        self.block_n, self.stages = block_n, stages
-
-    def __repr__(self) -> str:
-        return f"GluonConfig(block_n={self.block_n}, stages={self.stages})"
+    block_n: int
+    stages: int
 
 
 def _smem_bytes(d_tiles: int, dv_tiles: int, elem: int, block_n: int, stages: int) -> int:

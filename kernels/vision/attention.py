@@ -249,10 +249,11 @@ def _plan(q, k, v, cu_seqlens, softmax_scale, forward_metadata, kwargs: dict, vi
     plan = resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale, forward_metadata, strict=strict, **kwargs)
     _check_runnable(plan, precision)
     kernel = "triton"
-    if vision.kernel == "gluon" and config is None and not _gluon().gluon_unsupported(plan.q, plan.k, plan.v,
-                                                                                        plan.window, plan.sinks):
-        kernel = "gluon"  # Note [Gluon Hopper kernel]: 128 query rows a block, the Triton kernel's config beside
-        config = KernelConfig(_gluon().GLUON_BLOCK_M, 64, 8, 3)
+    if vision.kernel == "gluon" and config is None:
+        G = _gluon()
+        if not G.gluon_unsupported(plan.q, plan.k, plan.v, plan.window, plan.sinks):
+            kernel = "gluon"  # Note [Gluon Hopper kernel]: 128 query rows a block, the Triton kernel's config beside
+            config = KernelConfig(G.GLUON_BLOCK_M, 64, 8, 3)
     if config is None:
         d_tiles = sum(head_dim_split(plan.q.shape[2], False))
         dv_tiles = sum(head_dim_split(plan.v.shape[2], False))
