@@ -91,8 +91,8 @@ def _package(root: Path, name: str, body: str) -> str:
 
 
 def _campaign(tmp_path, spec: str, op: str = "step_a_q", **kw) -> dict:
-    """A tiny campaign of ``spec``: in this process on the session's device (whose Triton mode this process
-    has), or with ``isolate=True`` in a CPU worker."""
+    """A tiny campaign of ``spec``: in this process on the suite's device (conftest ``DEVICE``, whose Triton
+    mode this process has), or with ``isolate=True`` in a CPU worker."""
     config = dict(target=spec, op=op, budget=6, seed=0, device="cpu" if kw.get("isolate") else DEVICE,
                   out_dir=tmp_path / "out", progress=False, shrink_allowance=2, isolate=False, limits="tiny")
     return run_campaign(CampaignConfig(**{**config, **kw}))
