@@ -20,6 +20,7 @@ on one thread, 6-29 s on two).
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 import traceback
@@ -57,7 +58,7 @@ def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log,
     from kernel_oracle.harness.schema import add_target
 
     try:
-        from kernel_oracle.jobs.selfcheck import iter_selfcheck, run_selfcheck
+        from kernel_oracle.jobs.selfcheck import iter_selfcheck
     except Exception as exc:  # noqa: BLE001 - reported, never a silent pass
         part_failed(record, f"selfcheck unavailable: {reason(exc)}")
         add_target(record, name="selfcheck", available=False, reason=f"import failed: {reason(exc)}")
@@ -75,10 +76,8 @@ def run_selfcheck_part(record: dict, device: str, seed: int, time_s: float, log,
         t_round = time.monotonic()
         try:
             with _one_thread_on_cpu(device):
-                if stop_at is None:
-                    rows, stopped = list(run_selfcheck(device=device, cases=cases, seed=round_seed)), False
-                else:
-                    rows, stopped = _until(iter_selfcheck(device=device, cases=cases, seed=round_seed), stop_at)
+                rows, stopped = _until(iter_selfcheck(device=device, cases=cases, seed=round_seed),
+                                       math.inf if stop_at is None else stop_at)
         except Exception as exc:  # noqa: BLE001
             part_failed(record, f"selfcheck failed: {reason(exc)}")
             record["targets"][-1]["reason"] = f"run failed: {reason(exc)}"
