@@ -581,8 +581,8 @@ class _Search:
         for d, why in {**(info.get("excluded_dtypes") or {}),
                        **((info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}.items():
             add_note(record, f"{self.target}: {d} not fuzzed: {why}")
-        if self.family == "vision":
-            for feature, why in (info.get("declines") or {}).items():
+        for feature, why in (info.get("declines") or {}).items():
+            if feature.startswith("lora.") == (self.family == "lora"):  # LoRA declines contracts, vision features
                 add_note(record, f"{self.target}: no {feature} cases: {why}")
         for note in notes:
             add_note(record, note)

@@ -331,7 +331,7 @@ _SEG_LENS_DRIFT = {True: st.sampled_from((None, "rolled", "longer", "shorter")),
 
 
 @_named("lora_problems")
-def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permute, big):
+def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permute, big, declines=()):
     lim = limits
     op = draw(_as_strategy(ops))
     dtype = draw(_as_strategy(dtypes))
@@ -357,8 +357,11 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
     pad = draw(_pad(n))
     # under CUDA graph, half the time the host ints are stale capture-time values
     stale = None if pad is None else draw(_stale(n, max(lens, default=0)))
-    with_max_len = draw(_TRUE_FIRST)
-    with_seg_lens = True if not with_max_len else draw(_TRUE_FIRST)
+    # a target that declines the missing-max_len contract reads neither length: every batch gives both, so
+    # that no partial or malformed case built from it (a dropped max_len) expects that contract
+    declined = "lora.missing_max_len" in declines
+    with_max_len = True if declined else draw(_TRUE_FIRST)
+    with_seg_lens = True if declined or not with_max_len else draw(_TRUE_FIRST)
     # Note [Fields that disagree] (eager mode: under CUDA graph the host ints are stale_host_ints')
     eager = draw(_eager_counts(n)) if pad is None else None
     slack = draw(_MAX_LEN_SLACK) if pad is None and with_max_len else 0
@@ -377,17 +380,21 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
         with_max_len=with_max_len, with_seg_lens=with_seg_lens, dtype=dtype, base_dtype=base_dtype,
         strided=draw(_BOOLS), offset_views=draw(_BOOLS), poison_beyond_rank=poison,
         seed=draw(_SEED), stale_host_ints=stale, eager_counts=eager, max_len_slack=slack, seg_lens_drift=drift,
+        is_prefill=draw(_BOOLS),
     )
 
 
 def lora_problems(*, ops: Sequence[str] | SearchStrategy = LORA_OPS,
                   dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, limits: str | Limits = "small",
                   min_segments: int = 0, max_segments: Optional[int] = None,
-                  permute: bool | None | SearchStrategy = None, big: bool = False) -> SearchStrategy:
+                  permute: bool | None | SearchStrategy = None, big: bool = False,
+                  declines: Sequence[str] = ()) -> SearchStrategy:
     """kv_b LoRA problems: segments 0..``max_segments`` (lengths 0..limits, rarely big ones when
     ``big``), 1..L slots, ranks 0..R (mixed, some above R), scalings incl. 0 / negative / non-unit,
     permutation or not, CUDA-graph padding, strided / offset views, half / fp32 base_output, and
-    for step B a poison beyond each slot's rank."""
+    for step B a poison beyond each slot's rank; ``declines``: contracts of :data:`LORA_FEATURES` the
+    target does not have (``lora.missing_max_len``: every batch gives ``max_len``)."""
+    declines = _check_features(declines, LORA_FEATURES)
     ops = _check_choices("ops", ops, LORA_OPS)
     dtypes = _check_choices("dtypes", dtypes, tuple(DTYPES))
     lim = _limits(limits)
@@ -395,9 +402,10 @@ def lora_problems(*, ops: Sequence[str] | SearchStrategy = LORA_OPS,
     _check_bool_or_none("permute", permute)
     if not isinstance(big, bool):
         raise InvalidArgument(f"Expected a bool but got big={big!r}")
-    return _with_realistic_share(limits, _lora_problems(ops, dtypes, lim, min_segments, max_segments, permute, big),
+    return _with_realistic_share(limits, _lora_problems(ops, dtypes, lim, min_segments, max_segments, permute, big,
+                                                        declines),
                                  lambda real: _lora_problems(ops, dtypes, real, min_segments, max_segments, permute,
-                                                             big))
+                                                             big, declines))
 
 
 # ---- vision problems -----------------------------------------------------------------------------
@@ -408,6 +416,9 @@ _SOFTMAX_SCALE = st.one_of(st.none(), st.sampled_from((0.3, 1.0, 0.05)))
 # features of SGLang's vision call a target may decline (Note [Targets] in harness.targets: ``declines``):
 # grouped key/value heads, a local window, attention sinks
 VISION_FEATURES = ("gqa", "window_size", "s_aux", "softmax_scale", "forward_metadata")
+# what a LoRA target may decline: an upstream contract of the kv_b files that its code path does not have
+# (SGLang's triton_v2 correction reads no max_len)
+LORA_FEATURES = ("lora.missing_max_len",)
 _WINDOW = st.one_of(st.none(), st.just((-1, -1)), st.tuples(st.integers(-1, 6), st.integers(-1, 6)))
 _SINKS = st.sampled_from((None, "normal", "large"))
 
@@ -488,12 +499,12 @@ def vision_problems(*, dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, limi
                                                                big, declines))
 
 
-def _check_features(declines) -> tuple[str, ...]:
+def _check_features(declines, features: tuple = VISION_FEATURES) -> tuple[str, ...]:
     if isinstance(declines, str) or not isinstance(declines, (tuple, list, set, frozenset)):
-        raise InvalidArgument(f"Expected a list of features from {list(VISION_FEATURES)} but got declines={declines!r}")
-    bad = [f for f in declines if f not in VISION_FEATURES]
+        raise InvalidArgument(f"Expected a list of features from {list(features)} but got declines={declines!r}")
+    bad = [f for f in declines if f not in features]
     if bad:
-        raise InvalidArgument(f"Expected features from {list(VISION_FEATURES)} but got declines={sorted(declines)!r} "
+        raise InvalidArgument(f"Expected features from {list(features)} but got declines={sorted(declines)!r} "
                               f"(unknown: {bad})")
     return tuple(sorted(declines))
 
@@ -543,12 +554,18 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
           limits: str | Limits = "small", big: bool = False, declines: Sequence[str] = ()) -> SearchStrategy:
     """Every kind of case of one family: valid problems, partial metadata, upstream-contract
     breakers and malformed metadata (drop ``"malformed"`` for upstream-contract-only campaigns);
-    ``declines``: vision features (:data:`VISION_FEATURES`) the target does not implement."""
+    ``declines``: what the target does not implement, vision features (:data:`VISION_FEATURES`) or
+    LoRA contracts (:data:`LORA_FEATURES`: a target declining every upstream LoRA contract gets no
+    ``"upstream"`` case)."""
     if family not in ("lora", "vision"):
         raise InvalidArgument(f"Expected family='lora' or 'vision' but got family={family!r}")
     categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
     if family == "lora":
-        problems = lora_problems(ops=ops if ops is not None else LORA_OPS, dtypes=dtypes, limits=limits, big=big)
+        declines = _check_features(declines, LORA_FEATURES)
+        if set(LORA_FEATURES) <= set(declines):
+            categories = tuple(c for c in categories if c != "upstream")
+        problems = lora_problems(ops=ops if ops is not None else LORA_OPS, dtypes=dtypes, limits=limits, big=big,
+                                 declines=declines)
     else:
         if ops is not None and tuple(ops) != ("vision",):
             raise InvalidArgument(f"Expected ops=None or ['vision'] for family='vision' but got ops={ops!r}")

@@ -76,7 +76,7 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
         return ops, dtypes, None
     categories = ("valid", "partial", "upstream") + (() if upstream_contracts_only else ("malformed",))
     strategy = cases(family, categories=categories, dtypes=dtypes, ops=ops if family == "lora" else None, limits=limits,
-                     declines=tuple(info.get("declines") or ()) if family == "vision" else ())
+                     declines=tuple(info.get("declines") or ()))
     return ops, dtypes, strategy
 
 

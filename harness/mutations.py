@@ -116,6 +116,20 @@ def _l_drop(field: str):
     return m
 
 
+def _l_drop_max_len(call, index, amount):
+    """Partial metadata stays valid: without ``max_len`` the tile count is ``max(seg_lens)``, so
+    ``seg_lens`` that drifted shorter than a segment beside ``max_len`` (valid there) are raised to the
+    segments' own lengths where they fall short."""
+    bi = _bi(call)
+    bi.max_len = None
+    lens = bi.seg_lens
+    if isinstance(lens, torch.Tensor) and lens.numel():
+        k = min(lens.numel(), bi.seg_indptr.numel() - 1)
+        own = (bi.seg_indptr[1:k + 1] - bi.seg_indptr[:k]).to(lens.dtype)
+        if k and int(lens.max()) < int(own.max()):
+            bi.seg_lens = torch.cat([torch.maximum(lens[:k], own), lens[k:]])
+
+
 def _l_drop_lengths(call, index, amount):
     bi = _bi(call)
     bi.max_len = None
@@ -242,7 +256,7 @@ def _l_bad_count(call, index, amount):
 
 LORA_KINDS: dict[str, tuple[str, Callable]] = {
     # partial metadata (may stay valid)
-    "drop_max_len": ("partial", _l_drop("max_len")),
+    "drop_max_len": ("partial", _l_drop_max_len),
     "drop_seg_lens": ("partial", _l_drop("seg_lens")),
     "drop_permutation": ("partial", _l_drop("permutation")),
     # upstream contract: neither max_len nor seg_lens (alone, and beating a strict error)

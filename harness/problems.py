@@ -106,6 +106,8 @@ class LoRAProblem:
     eager_counts: Optional[tuple[int, int]] = None
     max_len_slack: int = 0
     seg_lens_drift: Optional[str] = None
+    # the forward is a prefill (LoRABatchInfo.is_prefill; the triton_v2 path plans decode and prefill apart)
+    is_prefill: bool = False
     family: str = field(default="lora", init=False)
 
     @property
@@ -315,7 +317,8 @@ def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call
                               permutation=perm, cuda_graph_pad_to=p.cuda_graph_pad_to,
                               with_max_len=p.with_max_len, with_seg_lens=p.with_seg_lens,
                               stale_host_ints=p.stale_host_ints, eager_counts=p.eager_counts,
-                              max_len_slack=p.max_len_slack, seg_lens_drift=p.seg_lens_drift, device=device)
+                              max_len_slack=p.max_len_slack, seg_lens_drift=p.seg_lens_drift,
+                              is_prefill=p.is_prefill, device=device)
     dims = {"qk": qk, "vd": vd, "C": C, "R": R}
     values: dict[str, Any] = {
         "B_buf": _randn(gen, (L, H * (qk + vd), R), dt, device, scale=qk ** -0.5),

@@ -8,9 +8,10 @@ A target is named by a spec string, parsed once into a frozen, hashable :class:`
 spec                                   kind        fields
 =====================================  ==========  ==========================================
 ``reference``, ``triton``, ...         builtin     ``name``
-``sglang`` / ``sglang-trt``            builtin     ``name``, ``variant`` (the installed release)
+``sglang`` / ``-trt`` / ``-v2``       builtin     ``name``, ``variant`` (the installed release)
 ``sglang==0.5.23``                     release     ``name="sglang"``, ``release``, ``variant="default"``
 ``sglang-trt==0.5.23``                 release     ``name="sglang-trt"``, ``release``, ``variant="trt"``
+``sglang-v2==0.5.23``                  release     ``name="sglang-v2"``, ``release``, ``variant="v2"``
 ``mutant:lora_wrong_slot``             mutant      ``name="mutant"``, ``mutant``
 ``package.module`` / ``pkg.mod:attr``  module      ``name="module"``, ``module``, ``attr``
 =====================================  ==========  ==========================================
@@ -43,7 +44,9 @@ declares what the comparison needs to be fair:
   :meth:`Target.excluded_for` gives both together;
 * ``poison``: an optional ``family -> context manager`` that makes the target allocate its fresh
   outputs full of NaN (our vision kernel's hook);
-* ``declines``: features of SGLang's vision call it does not take, feature -> reason (``"gqa"``,
+* ``declines``: what of the family's contract its code path does not have, feature -> reason: for
+  LoRA an upstream contract id of the kv_b files (``"lora.missing_max_len"``: SGLang's ``triton_v2``
+  correction reads no ``max_len``); for vision the features of SGLang's call it does not take (``"gqa"``,
   ``"window_size"``, ``"s_aux"``, ``"softmax_scale"``, ``"forward_metadata"``:
   :data:`kernel_oracle.fuzz.strategies.VISION_FEATURES`): it is given no case of them and its record says
   why.  A target that takes an argument and ignores it declares nothing, and fails.  An SGLang release's
@@ -79,7 +82,7 @@ class TargetError(ValueError):
 # fp32 matmul precisions a target may declare (the faithful oracle modes of reference.tolerance)
 PRECISIONS = ("ieee", "tf32", "tf32-rne", "tf32-trunc")
 # the names that take a published release (``NAME==X.Y.Z``), and the kernel variant each one selects
-RELEASE_NAMES = {"sglang": "default", "sglang-trt": "trt"}
+RELEASE_NAMES = {"sglang": "default", "sglang-trt": "trt", "sglang-v2": "v2"}
 SPEC_EXAMPLES = ("'reference'", "'triton'", "'sglang==0.5.23'", "'mutant:NAME'", "'package.module[:attr]'")
 
 _NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
@@ -141,7 +144,7 @@ class TargetSpec:
         if not _NAME.fullmatch(self.name) or self.attr is not None:
             return "a built-in name is lower-case letters, digits and '-'"
         if self.release is not None and self.name not in RELEASE_NAMES:
-            return f"only {' and '.join(RELEASE_NAMES)} take ==RELEASE"
+            return f"only {', '.join(RELEASE_NAMES)} take ==RELEASE"
         if self.release is not None and not _VERSION_TOKEN.fullmatch(self.release):
             return "the release after '==' is empty or has characters a version never has"
         if self.variant is not None and self.variant != RELEASE_NAMES.get(self.name):
@@ -220,7 +223,7 @@ def _head_fields(text: str, head: str) -> dict:
     if "==" in head:
         name, _, release = head.partition("==")
         if name not in RELEASE_NAMES:
-            raise _malformed(text, f"only {' and '.join(RELEASE_NAMES)} take ==RELEASE")
+            raise _malformed(text, f"only {', '.join(RELEASE_NAMES)} take ==RELEASE")
         return {"name": name, "release": release, "variant": RELEASE_NAMES[name]}
     module, colon, attr = head.partition(":")
     if colon or "." in module:
@@ -275,7 +278,7 @@ class Target:
     notes: dict = field(default_factory=dict)  # op -> why it is missing
     status: Optional[Callable[[], str]] = None  # a live ``reason`` (e.g. an engine's fallback note)
     release: Optional[str] = None  # the upstream package's version (known issues apply per release)
-    declines: dict = field(default_factory=dict)  # vision feature -> why this target does not implement it
+    declines: dict = field(default_factory=dict)  # feature or contract -> why this target does not implement it
     metadata_helper: Optional[Callable] = None  # the target's own vision metadata helper (SGLang's signature)
     signature_errors: dict = field(default_factory=dict)  # op -> why its entry point's parameters are wrong
 

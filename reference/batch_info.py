@@ -117,7 +117,8 @@ def _stale(values: Sequence[int], pad_to: Optional[int], padded: int, longest: i
 
 @dataclass
 class LoRABatchInfo:
-    """Mirror of SGLang's ``LoRABatchInfo`` (same field names, order and defaults)."""
+    """Mirror of SGLang's ``LoRABatchInfo``: every field any release 0.5.12 - 0.5.23 has, with its name
+    and default (``oracle_tests/reference/test_batch_info_fields.py`` reads each release's class)."""
 
     use_cuda_graph: bool
     bs: int
@@ -128,12 +129,13 @@ class LoRABatchInfo:
     scalings: torch.Tensor
     max_len: Optional[int]
     seg_lens: Optional[torch.Tensor]
-    permutation: Optional[torch.Tensor]
+    permutation: Optional[torch.Tensor] = None  # a default from 0.5.23 (earlier releases: required)
     expected_tokens: Optional[int] = None
     has_active_lora: bool = False
     req_seg_indptr: Optional[torch.Tensor] = None
     req_weight_indices: Optional[torch.Tensor] = None
     moe_lora_info: object = None
+    is_prefill: bool = False  # 0.5.23: the forward is a prefill (the triton_v2 path picks its plan by it)
 
 
 _INT32_MAX = 2**31 - 1
@@ -161,6 +163,7 @@ def make_lora_batch_info(
     eager_counts: Optional[Sequence[int]] = None,
     max_len_slack: int = 0,
     seg_lens_drift: Optional[str] = None,
+    is_prefill: bool = False,
     device: torch.device | str = "cpu",
 ) -> LoRABatchInfo:
     """Build a well-formed batch info from per-segment lengths.
@@ -185,7 +188,8 @@ def make_lora_batch_info(
     hold that many segments, the ones past the real count stale leftovers of an earlier batch (one row
     each, after the routed rows, on slots 0, 1, ...) that upstream never reads.  ``max_len_slack``:
     ``max_len`` that much above the longest segment.  ``seg_lens_drift`` (:data:`SEG_LENS_DRIFTS`):
-    ``seg_lens`` that disagree with ``seg_indptr`` within the contract.
+    ``seg_lens`` that disagree with ``seg_indptr`` within the contract.  ``is_prefill``: the
+    forward is a prefill (the kv_b kernels do not read it; SGLang's triton_v2 path plans by it).
     """
     seg_lens, weight_indices = _checked_segments(seg_lens, weight_indices, lora_ranks)
     n = len(seg_lens)
@@ -222,4 +226,5 @@ def make_lora_batch_info(
         permutation=perm,
         expected_tokens=indptr[n],
         has_active_lora=True,
+        is_prefill=bool(is_prefill),
     )

@@ -2,7 +2,7 @@
 # A copy of HEAD for the device tool's `carry` (.gpu-snap, git-ignored): `git archive` of HEAD, the
 # commit in .gpu-snap/COMMIT (the device copy's .git is not this tree's, so results would name a stale
 # commit; records name it: harness.schema.git_commit), and the wheels its setup phase
-# installs offline (.whl/flashinfer, .whl/sglang-slim, .whl/cluster) when present.
+# installs offline (.whl/flashinfer, .whl/sglang-slim, .whl/cluster, .whl/v2deps) when present.
 #
 #   bash scripts/gpu_snapshot.sh    # then, on the device: cd .gpu-snap && bash scripts/gpu_check.sh all
 set -euo pipefail
@@ -11,7 +11,7 @@ rm -rf .gpu-snap && mkdir .gpu-snap
 git archive HEAD | tar -x -C .gpu-snap
 git rev-parse HEAD > .gpu-snap/COMMIT
 mkdir -p .gpu-snap/.whl
-for d in flashinfer sglang-slim cluster; do
+for d in flashinfer sglang-slim cluster v2deps; do
   if [ -d ".whl/$d" ]; then cp -r ".whl/$d" .gpu-snap/.whl/; fi
 done
 echo "snapshot of $(cut -c1-12 .gpu-snap/COMMIT): $(du -sh .gpu-snap | cut -f1)"

@@ -39,19 +39,20 @@ import re
 from typing import Optional
 
 from kernel_oracle.harness.opinfo import FAMILY_OPS
-from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
+from kernel_oracle.harness.targets import RELEASE_NAMES, Target, TargetSources, TargetSpec, unavailable
 
 from .adapter import entries_from, import_module, third_party
 from .flashinfer_cudnn import ENGINE_DTYPES_REASON, FlashInferCudnn, shared_engine
 from .registry import register_target
 from .sglang_switches import CONFIGURATION, ReleaseConfiguration, hardware_pdl, switches_read, unknown_switch_note
 from .sglang_switches import PDL_READ, declared_switches
+from .sglang_v2 import ALIGNER_NOTE, CPU_NOTE, V2_DECLINES, V2Corrections, load_v2, locate_v2, v2_identity
 from .sglang_vision import VISION_FILE, load_vision_wrapper, read_vision_code
 from .sglang_wheel import (LoaderError, ReleaseFiles, find_wheel, installed_release, kernel_files, kernel_identity,
                            load_kernel_module, locate_kernels, module_name, switch_module, wheel_release)
 
 __all__ = ["CPU_ENGINE_NOTE", "release_has_code", "release_identity", "release_target", "sglang_target",
-           "vision_entry"]
+           "v2_target", "vision_entry"]
 
 _SGLANG_VISION = "sglang.srt.layers.attention.vision"
 _VERSION = re.compile(r"\d+(\.\d+)*([.-]?(a|b|rc|post|dev)\d*)*")
@@ -234,9 +235,37 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
     return t
 
 
+def v2_target(name: str, release: ReleaseFiles, device, config: ReleaseConfiguration = ReleaseConfiguration()) -> Target:
+    """The :class:`Target` of ``release``'s ``triton_v2`` kv_b path (Note [The v2 kv_b path])."""
+    import torch
+
+    refusal = _pdl_refusal(config, str(device))
+    if refusal is not None:
+        return unavailable(name, refusal)
+    try:
+        module = load_v2(release, config)
+    except LoaderError as exc:
+        return unavailable(name, str(exc))
+    corrections = V2Corrections(module, device, config)
+    notes: dict = {}
+    entries = entries_from(corrections, FAMILY_OPS["lora"], notes)
+    t = third_party(name, entries, notes, triton_code=True, strict=False, precision=None, device=device)
+    how = [f"sglang {release.version}: {module_name(locate_v2(release))} (the triton_v2 backend's absorbed-MLA "
+           f"correction) with its runner, routes and grouped kernels, loaded standalone from the {release.origin}",
+           ALIGNER_NOTE]
+    if torch.device(device).type != "cuda":
+        how.append(CPU_NOTE)
+    if config != ReleaseConfiguration():
+        how.append(f"configuration: {config.describe()}")
+    t.reason = "; ".join(how)
+    t.release = str(release.version)
+    t.declines = dict(V2_DECLINES)
+    return t
+
+
 def sglang_target(spec: TargetSpec, device: str, sources: TargetSources) -> Target:
-    """``sglang`` / ``sglang-trt``: the installed release; ``...==X.Y.Z``: the release's wheel (Note
-    [SGLang targets])."""
+    """``sglang`` / ``sglang-trt`` / ``sglang-v2``: the installed release; ``...==X.Y.Z``: the release's
+    wheel (Note [SGLang targets])."""
     name = str(spec)
     config = ReleaseConfiguration.from_spec(spec)
     if spec.release is None:
@@ -244,6 +273,8 @@ def sglang_target(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
             release = installed_release()
         except LoaderError as exc:
             return unavailable(name, str(exc))
+        if spec.variant == "v2":
+            return v2_target(name, release, device, config)
         return release_target(name, release, spec.variant, device, try_import=True, config=config,
                               vision="installed" if spec.name == "sglang" else "none")
     if not _VERSION.fullmatch(spec.release):
@@ -253,6 +284,8 @@ def sglang_target(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
         release = wheel_release(find_wheel(spec.release, sources.sglang_wheel))
     except LoaderError as exc:
         return unavailable(name, str(exc))
+    if spec.variant == "v2":
+        return v2_target(name, release, device, config)
     return release_target(name, release, spec.variant, device, config=config,
                           vision="release" if spec.name == "sglang" else "none")
 
@@ -262,12 +295,14 @@ def release_has_code(spec, family: str, sources: Optional[TargetSources] = None)
     variant; the vision wrapper for ``sglang``); None when that is unknown (not a release spec, or no
     wheel here)."""
     parsed = TargetSpec.parse(spec)
-    if parsed.release is None or parsed.name not in ("sglang", "sglang-trt"):
+    if parsed.release is None or parsed.name not in RELEASE_NAMES:
         return None
     try:
         release = wheel_release(find_wheel(parsed.release, (sources or TargetSources()).sglang_wheel, download=False))
     except LoaderError:
         return None
+    if parsed.variant == "v2":
+        return family == "lora" and locate_v2(release) is not None
     if family == "vision":
         if parsed.name != "sglang":
             return False
@@ -286,10 +321,17 @@ def release_identity(spec, family: str, device: str = "cpu", sources: Optional[T
     for vision, the engine's kind.  Two specs with the same identity run the same code on the same
     calls.  None: not a release spec, no wheel, or no such code in the release."""
     parsed = TargetSpec.parse(spec)
-    if parsed.release is None or parsed.name not in ("sglang", "sglang-trt"):
+    if parsed.release is None or parsed.name not in RELEASE_NAMES:
         return None
     try:
         release = wheel_release(find_wheel(parsed.release, (sources or TargetSources()).sglang_wheel))
+        if parsed.variant == "v2":
+            entry = locate_v2(release) if family == "lora" else None
+            if entry is None:
+                return None
+            config = ReleaseConfiguration.from_spec(parsed)
+            pdl = config.pdl if config.pdl is not None else hardware_pdl()
+            return f"v2 {v2_identity(release, entry)} pdl={int(pdl)}"
         if family == "vision":
             engine = "cpu" if str(device).startswith("cpu") else "cuda"
             return f"vision {read_vision_code(release).identity} on the {engine} engine" \
@@ -313,3 +355,4 @@ def release_identity(spec, family: str, device: str = "cpu", sources: Optional[T
 
 register_target("sglang", sglang_target)
 register_target("sglang-trt", sglang_target, configuration=CONFIGURATION)
+register_target("sglang-v2", sglang_target, configuration={"pdl": CONFIGURATION["pdl"]})

@@ -295,11 +295,18 @@ def _helper_file(release: ReleaseFiles, module: str) -> Optional[str]:
 
 
 def load_kernel_module(release: ReleaseFiles, path: str, variant: str,
-                       config: ReleaseConfiguration = ReleaseConfiguration()) -> types.ModuleType:
+                       config: ReleaseConfiguration = ReleaseConfiguration(), *,
+                       own_file: Optional[Callable[[ReleaseFiles, str], Optional[str]]] = None,
+                       stand_ins: Optional[dict] = None, also: tuple = ()) -> types.ModuleType:
     """Execute ``path`` of ``release`` as ``_kernel_oracle_sglang.<release>.<variant>[.<config>].<file>``,
-    its ``sglang`` imports answered by the release's helper files and :data:`STAND_INS` (see the
-    Note) under ``config``.  Raises :class:`LoaderError` (one line) when an import has no answer or
-    the file fails to run."""
+    its ``sglang`` imports answered by the release's own files (``own_file(release, module)``: the
+    file that ``from <module> import ...`` loads as a real module, or None; default: the
+    ``kernel_utils.py`` helpers) and by stand-ins (``stand_ins``: name -> factory, default
+    :data:`STAND_INS`; see the Note) under ``config``; the files ``also`` are loaded beside it, into the
+    same modules (a code path whose entry file does not import all it runs).  Raises
+    :class:`LoaderError` (one line) when an import has no answer or a file fails to run."""
+    own_file = own_file or _helper_file
+    stand_ins = STAND_INS if stand_ins is None else stand_ins
     key = (path, variant, config)
     if key in release.loaded:
         return release.loaded[key]
@@ -312,15 +319,15 @@ def load_kernel_module(release: ReleaseFiles, path: str, variant: str,
         if not fromlist:
             raise ImportError(f"`import {mod}` in a kernel file: only `from sglang... import name` can be answered "
                               f"standalone")
-        helper = _helper_file(release, mod)
+        helper = own_file(release, mod)
         if helper is not None:
             return load(helper)
         stand_in = types.ModuleType(f"{prefix}.stand_in.{mod}")
         for name in fromlist:
-            if name not in STAND_INS:
+            if name not in stand_ins:
                 raise ImportError(f"`from {mod} import {name}`: the standalone loader has no stand-in for {name!r} "
-                                  f"(known: {sorted(STAND_INS)})")
-            setattr(stand_in, name, STAND_INS[name](release, config, mod))
+                                  f"(known: {sorted(stand_ins)})")
+            setattr(stand_in, name, stand_ins[name](release, config, mod))
         return stand_in
 
     real_import = builtins.__import__
@@ -354,6 +361,8 @@ def load_kernel_module(release: ReleaseFiles, path: str, variant: str,
         return mod
 
     mod = load(path)
+    for extra in also:
+        load(extra)
     release.loaded[key] = mod
     return mod
 
@@ -423,7 +432,7 @@ def kernel_identity(release: ReleaseFiles, path: str) -> str:
 
 def write_slim_wheel(wheel: str | os.PathLike, dest_dir: str | os.PathLike) -> Path:
     """A copy of ``wheel`` holding only what the suite reads (the kv_b kernel files, their helper files,
-    :data:`SLIM_EXTRAS` and the dist-info metadata): ``sglang-X.Y.Z-kernels.whl``, a few hundred kB
+    the triton_v2 path's files, :data:`SLIM_EXTRAS` and the dist-info metadata): ``sglang-X.Y.Z-kernels.whl``, a few hundred kB
     instead of 40 MB, for carrying to a GPU machine without a registry.  It is read like the full
     wheel (the loader never installs either)."""
     rel = wheel_release(wheel)
@@ -432,6 +441,9 @@ def write_slim_wheel(wheel: str | os.PathLike, dest_dir: str | os.PathLike) -> P
         raise LoaderError(f"{wheel}: sglang {rel.version} has neither kv_b LoRA kernels nor a vision module to keep")
     keep = set(found.values())
     keep |= {n for n in rel.names if n.endswith("/" + HELPER_FILE) and any(n.rsplit("/", 1)[0] in p for p in keep)}
+    from .sglang_v2 import v2_slim_files  # the triton_v2 path's files (it imports this module)
+
+    keep |= set(v2_slim_files(rel))
     keep |= {n for n in rel.names if n in SLIM_EXTRAS or re.fullmatch(r"sglang-[^/]+\.dist-info/METADATA", n)}
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)

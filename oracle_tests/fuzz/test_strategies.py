@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, find, given, settings
 from kernel_oracle.harness.check import Case, case_from_dict, expected_outcome
 from kernel_oracle.fuzz.targets.mutants import Mutant, MutantError, Patch, apply_patches
 from kernel_oracle.harness.mutations import LORA_KINDS, VISION_KINDS, Mutation, MutationError
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, materialize
+from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, batch_info_of, materialize
 from kernel_oracle.fuzz.strategies import (VISION_FEATURES, InvalidArgument, cases, lora_problems, malformed_metadata,
                                             partial_metadata, upstream_contract_cases, vision_problems)
 from kernel_oracle.harness.problems import VISION_PATHS
@@ -244,7 +244,7 @@ def test_stale_host_ints_only_under_cuda_graph_and_within_bounds(p):
     assert p.cuda_graph_pad_to is not None
     assert 0 <= bs <= max(len(p.seg_lens) - 1, 0) and 0 <= num <= max(len(p.seg_lens) - 1, 0)
     assert max_len >= max(p.seg_lens, default=0)
-    bi = materialize(p).args[2]
+    bi = batch_info_of(materialize(p))
     assert (bi.bs, bi.num_segments) == (bs, num)
     assert bi.max_len == (max_len if p.with_max_len else None)
 
