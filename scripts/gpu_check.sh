@@ -45,7 +45,8 @@ setup() {  # FlashInfer's wheels into /tmp/site, the cluster wheels where presen
   else echo "setup: no .whl/flashinfer: the flashinfer-cudnn target stays unavailable"; fi
   local v2=(.whl/v2deps/*.whl)  # msgspec and pydantic: SGLang 0.5.23's triton_v2 files import them (sglang-v2)
   if [ ${#v2[@]} -gt 0 ] && ! python3 -c "import msgspec, pydantic" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site "${v2[@]}" >>"$OUT/setup.log" 2>&1 || RC=2
+    python3 -m pip install -q --no-index --find-links .whl/v2deps --target /tmp/site msgspec pydantic \
+      >"$OUT/setup-v2deps.log" 2>&1 || { tail -3 "$OUT/setup-v2deps.log"; RC=2; }
   fi
   if [ ${#cl[@]} -gt 0 ]; then  # dask and distributed for --gpus (made by pip download: docs/scaling.md)
     python3 -m pip install -q --no-index --find-links .whl/cluster dask distributed || RC=2
