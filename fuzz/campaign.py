@@ -142,6 +142,8 @@ class _Search:
         self.output_dropped = 0  # bytes of the target's output past its log's limit (Note [Target output])
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
         self.known_issues = known_issues  # harness.known_issues entries (None: the default file)
+        self.avoid: list = []  # known issues with a trigger found by this campaign (Note [Known-issue triggers])
+        self.known_skipped: dict = {}  # known issue id -> cases not run for setting its trigger off
         self.database = database  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
         self.wanted_dtypes: Optional[tuple] = config.dtypes
         self.memcheck_notes: list = []  # where --memcheck could not run (the summary's notes)
@@ -405,6 +407,8 @@ class _Search:
             return
         if self.out_of_budget(extra=self.allowance if failing else 0):
             return
+        if self._known_trigger(case):  # a known issue this campaign has found already: spend the time elsewhere
+            return
         if failing and failing["verdict"].kind in ("crash", "hang"):
             fault_shrinks[0] += 1  # each costs a fresh worker (and a hang its timeout): shrink briefly
             if fault_shrinks[0] > (CRASH_SHRINKS if failing["verdict"].kind == "crash" else HANG_SHRINKS):
@@ -511,6 +515,28 @@ class _Search:
     def _known(self, bucket) -> Optional[str]:
         return next((fid for b, fid in self.buckets if b.covers(bucket)), None)
 
+    def _known_trigger(self, case) -> bool:
+        """Whether ``case`` sets off the trigger of a known upstream issue this campaign has recorded
+        (Note [Known-issue triggers]); such a case is not run, only counted in ``known_skipped``."""
+        if not self.avoid:
+            return False
+        from kernel_oracle.harness.triggers import trigger_holds
+
+        data = case.to_dict()
+        for issue in self.avoid:
+            if trigger_holds(issue.trigger, data):
+                self.known_skipped[issue.id] = self.known_skipped.get(issue.id, 0) + 1
+                return True
+        return False
+
+    def _avoid_if_known(self, finding: dict) -> None:
+        """After recording ``finding``: when it is a known issue with a trigger, stop running its trigger."""
+        from kernel_oracle.harness.known_issues import match_known
+
+        issue = match_known(finding, self.target, self.info.get("release"), issues=self.known_issues)
+        if issue is not None and issue.trigger is not None and issue not in self.avoid:
+            self.avoid.append(issue)
+
     def _record(self, case, verdict, bucket, call) -> dict:
         from kernel_oracle.harness.check import shape_class
 
@@ -540,6 +566,7 @@ class _Search:
             finding["note"] = f"its tensors were not saved ({unsaved}); the repro line rebuilds the case from its seed"
         state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))
         self.buckets.append((bucket, fid))
+        self._avoid_if_known(finding)
         if self.config.progress:
             print_finding(state.findings_with_hits()[-1], self.bar)
         if self.database is not None:  # every other campaign of this target x family replays it first
@@ -575,7 +602,9 @@ class _Search:
         record["summary"]["status"] = status or "finished"
         # upstream defects listed in harness/known_issues.toml are reported as known (Note [Known issues])
         new = mark_known(record, self.known_issues)
-        record["summary"].update(new_findings=new, known_findings=len(record["findings"]) - new)
+        record["summary"].update(new_findings=new, known_findings=len(record["findings"]) - new,
+                                 known_skipped=dict(self.known_skipped),
+                                 known_cases=sum(f.get("count", 1) for f in record["findings"] if f.get("known")))
         if info:  # the target ran in the worker's Triton mode, not necessarily this process's
             record["environment"]["triton_interpret"] = bool(info.get("interpreting"))
         for d, why in {**(info.get("excluded_dtypes") or {}),

@@ -45,6 +45,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
 # standard library only at import time (reports and compare read this; no torch)
 from kernel_oracle.harness.buckets import bucket_of_record
 from kernel_oracle.harness.schema import FINDING_KINDS
+from kernel_oracle.harness.triggers import TRIGGERS, trigger_holds
 
 __all__ = ["DEFAULT_PATH", "ENV_VAR", "KnownIssue", "KnownIssuesError", "load_known_issues", "mark_known",
            "match_known", "target_release"]
@@ -53,7 +54,7 @@ DEFAULT_PATH = Path(__file__).with_name("known_issues.toml")
 # names a known-issues file used instead of DEFAULT_PATH (read by the campaign's and the job's process)
 ENV_VAR = "KERNEL_ORACLE_KNOWN_ISSUES"
 _FIELDS = ("id", "title", "target", "op", "kind", "upstream", "releases", "doc")
-_OPTIONAL = ("message", "bucket")
+_OPTIONAL = ("message", "bucket", "trigger")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _OP = re.compile(r"\*|[a-z][a-z0-9_]*")  # an op name (oracle_tests/harness/test_known_issues.py checks it exists)
 # the release of a target name: sglang==0.5.23, or before a configuration, sglang-trt==0.5.13@cublas=on
@@ -78,6 +79,7 @@ class KnownIssue:
     doc: str
     message: Optional[str] = None
     bucket: Optional[str] = None
+    trigger: Optional[str] = None  # a name of harness.triggers.TRIGGERS (Note [Known-issue triggers])
 
     def applies_to(self, release: Optional[str]) -> bool:
         return release is None or "*" in self.releases or release in self.releases
@@ -93,6 +95,8 @@ class KnownIssue:
         if self.message is not None and not re.search(self.message, str(finding.get("message") or "")):
             return False
         if self.bucket is not None and not re.search(self.bucket, bucket_of_record(finding).label):
+            return False
+        if self.trigger is not None and not trigger_holds(self.trigger, finding.get("problem") or {}):
             return False
         return True
 
@@ -122,17 +126,20 @@ def _entry(raw: object, where: str) -> KnownIssue:
     if not isinstance(releases, list) or not releases or not all(isinstance(r, str) and r for r in releases):
         raise KnownIssuesError(f"{where}: Expected releases to be a non-empty list of version strings (or ['*']) "
                                f"but got releases={releases!r}")
-    if "message" not in raw and "bucket" not in raw:
-        raise KnownIssuesError(f"{where}: give a matching rule: message (a regex of the finding's message) "
-                               "or bucket (a regex of its bucket label)")
-    for f in _OPTIONAL:
+    if "message" not in raw and "bucket" not in raw and "trigger" not in raw:
+        raise KnownIssuesError(f"{where}: give a matching rule: message (a regex of the finding's message), "
+                               "bucket (a regex of its bucket label) or trigger (a name of harness/triggers.py)")
+    if "trigger" in raw and raw["trigger"] not in TRIGGERS:
+        raise KnownIssuesError(f"{where}: trigger={raw['trigger']!r} is unknown; the only valid values are "
+                               f"{sorted(TRIGGERS)}")
+    for f in ("message", "bucket"):
         if f in raw:
             try:
                 re.compile(raw[f])
             except re.error as exc:
                 raise KnownIssuesError(f"{where}: {f}={raw[f]!r} is not a regular expression ({exc})") from None
     return KnownIssue(raw["id"], raw["title"], raw["target"], raw["op"], raw["kind"], raw["upstream"],
-                      tuple(releases), raw["doc"], raw.get("message"), raw.get("bucket"))
+                      tuple(releases), raw["doc"], raw.get("message"), raw.get("bucket"), raw.get("trigger"))
 
 
 def load_known_issues(path: Optional[Path | str] = None) -> tuple[KnownIssue, ...]:
