@@ -256,6 +256,13 @@ def without_flag(problem, flag: str):
                 if n and not (flag == "rank0" and 0 <= w < len(ranks) and ranks[w] == 0)]
         changes["seg_lens"] = tuple(problem.seg_lens[i] for i in keep)
         changes["weight_indices"] = tuple(problem.weight_indices[i] for i in keep)
+        # the batch counts describe the segments: fewer segments, counts that still fit them
+        if getattr(problem, "eager_counts", None) is not None:
+            changes["eager_counts"] = None
+        stale = getattr(problem, "stale_host_ints", None)
+        if stale is not None:
+            top = max(len(keep) - 1, 0)
+            changes["stale_host_ints"] = (min(stale[0], top), min(stale[1], top), stale[2])
     elif flag == "empty_segment" and "lengths" in names:
         keep = [i for i, n in enumerate(problem.lengths) if n]
         changes["lengths"] = tuple(problem.lengths[i] for i in keep)

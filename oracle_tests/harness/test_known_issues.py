@@ -6,6 +6,7 @@ raises on a valid input), so a change of that wording that would silently stop t
 
 from __future__ import annotations
 
+import os
 import json
 import re
 import textwrap
@@ -177,7 +178,7 @@ def _toml(**fields) -> str:
     (dict(upstream="http://x"), "upstream='http://x' must be an https link"),
     (dict(releases=[]), "Expected releases to be a non-empty list of version strings (or ['*']) but got releases=[]"),
     (dict(message="("), "message='(' is not a regular expression"),
-    (dict(message=None), "give a matching rule: message (a regex of the finding's message) or bucket"),
+    (dict(message=None), "give a matching rule: message (a regex of the finding's message), bucket"),
     (dict(colour="red"), "unknown fields ['colour']"),
     (dict(doc=None), "missing fields ['doc']"),
 ])
@@ -351,3 +352,81 @@ def test_the_vision_metadata_helper_entry_is_not_the_lora_empty_batch(target, fr
                           "frame": frame}}
     got = match_known(finding, target, None)
     assert (got.id if got else None) == expected
+
+
+# ---- triggers (Note [Known-issue triggers]) --------------------------------------------------------------------
+
+RANK_BUG = '''
+from kernel_oracle.reference import lora
+
+def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head):
+    out = lora.step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head)
+    n = int(batch_info.weight_indices.numel())
+    lens = batch_info.seg_indptr[1:n + 1] - batch_info.seg_indptr[:n]
+    used = batch_info.weight_indices[lens > 0].long()
+    if bool((batch_info.lora_ranks[used] > B_buf.shape[-1]).any()):  # the planted defect: a routed rank above R
+        out.add_(1.0)
+    return out
+'''
+
+TRIGGERED = '''
+[[issue]]
+id = "rank-bug"
+title = "a planted defect of ranks above the buffer"
+target = "rankbug"
+op = "step_a_q"
+kind = "mismatch"
+{rule}
+upstream = "https://example.org/rank-bug"
+releases = ["*"]
+doc = "this test"
+'''
+
+
+def _campaign(tmp_path, rule: str) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "rankbug.py").write_text(RANK_BUG)
+    issues = tmp_path / "issues.toml"
+    issues.write_text(TRIGGERED.format(rule=rule))
+    env = {**os.environ, "KERNEL_ORACLE_KNOWN_ISSUES": str(issues),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    out = tmp_path / f"out-{abs(hash(rule))}"
+    proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", "rankbug", "--op", "step_a_q",
+                           "--budget", "800", "--seed", "3", "--device", "cpu", "--quiet", "--out", str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # every finding is known
+    return json.loads((out / "summary.json").read_text())["summary"]
+
+
+def test_a_triggered_known_issue_stops_eating_the_budget(tmp_path):
+    with_trigger = _campaign(tmp_path, 'trigger = "lora_rank_above_buffer"')
+    assert with_trigger["known_findings"] == 1 and with_trigger["known_skipped"]["rank-bug"] >= 5, with_trigger
+    assert with_trigger["known_cases"] <= 3, with_trigger  # the finding, and at most its shrinking's replays
+    # without a trigger every case that sets the defect off is run and counted against the issue
+    message_only = _campaign(tmp_path, 'message = "not close"')
+    assert message_only["known_skipped"] == {}
+    assert message_only["known_cases"] >= with_trigger["known_cases"] + 5, (message_only, with_trigger)
+
+
+def test_a_trigger_must_hold_for_the_finding_to_match():
+    from kernel_oracle.harness.known_issues import KnownIssue
+
+    issue = KnownIssue("rank-bug", "t", "rankbug", "step_a_q", "mismatch", "https://example.org", ("*",), "d",
+                       trigger="lora_rank_above_buffer")
+    problem = {"family": "lora", "R": 16, "lora_ranks": [16, 20], "seg_lens": [3, 0], "weight_indices": [0, 1]}
+    finding = {"target": "rankbug", "op": "step_a_q", "kind": "mismatch", "message": "x",
+               "problem": {"problem": problem, "mutation": None}}
+    assert not issue.matches(finding, "rankbug")  # slot 1 has rank 20 but routes no row
+    problem["seg_lens"] = [3, 1]
+    assert issue.matches(finding, "rankbug")
+
+
+def test_an_unknown_trigger_is_refused(tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text(TRIGGERED.format(rule='trigger = "no_such_trigger"'))
+    with pytest.raises(KnownIssuesError, match=r"trigger='no_such_trigger' is unknown; the only valid values are "
+                                               r"\['lora_rank_above_buffer'\]"):
+        load_known_issues(path)
