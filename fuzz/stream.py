@@ -76,7 +76,8 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
         return ops, dtypes, None
     categories = ("valid", "partial", "upstream") + (() if upstream_contracts_only else ("malformed",))
     strategy = cases(family, categories=categories, dtypes=dtypes, ops=ops if family == "lora" else None, limits=limits,
-                     declines=tuple(info.get("declines") or ()))
+                     declines=tuple(d for d in info.get("declines") or ()
+                                    if d.startswith("lora.") == (family == "lora")))
     return ops, dtypes, strategy
 
 

@@ -408,6 +408,8 @@ def bucket_of(case, verdict, *, observed=None, expected=None, call=None) -> Buck
         return Bucket(kind, family, f"accepted {case.mutation.kind if case.mutation else 'valid input'}")
     if kind == "hang":
         return Bucket(kind, family, "no answer within the case timeout")
+    if kind == "stream":  # one root cause per fused side: the step-B input read after its block was reused
+        return Bucket(kind, family, f"{case.op}: step B read a block the side stream reused")
     if kind == "crash":
         return Bucket(kind, family, normalise_message(observed.message if observed is not None
                                                       else verdict.message))

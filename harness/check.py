@@ -512,6 +512,8 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
     exp = _describe_expected(expected, exact_errors)
     if observed.kind == "crash":
         return Verdict(False, "crash", f"target crashed: {observed.message}; expected {exp}", expected=exp)
+    if observed.kind == "raise" and observed.exc_type == "StreamOrderingHazard":  # a stream-ordering finding
+        return Verdict(False, "stream", f"stream-ordering hazard: {observed.message}", expected=exp)
     if expected.kind != "result":
         return _judge_error(case, expected, observed, exp, exact_errors)
     # a result is expected

@@ -65,7 +65,7 @@ __all__ = [
 
 SCHEMA = "kernel-oracle/result"
 SCHEMA_VERSION = 1
-FINDING_KINDS = ("mismatch", "contract", "validation-gap", "crash", "hang")
+FINDING_KINDS = ("mismatch", "contract", "validation-gap", "crash", "hang", "stream")
 RECORD_KINDS = ("campaign", "pytest", "bench", "main")
 
 

@@ -159,6 +159,8 @@ too), <b>introduced in</b> the first release that has it, <b>fixed in</b> the re
 {% else %}<tr><td colspan="{{ m.releases|length + 3 }}" class="empty">No findings in any release.</td></tr>
 {% endfor %}
 <tr><td><i>cases run</i></td>{% for rel in m.releases %}<td class="n {{ '' if rel.available else 'warn' }}">{{ rel.cases if rel.available else 'unavailable' }}</td>{% endfor %}<td></td><td></td></tr>
+<tr><td><i>of them to known issues (skipped)</i></td>{% for rel in m.releases %}<td class="n">{{ rel.known_cases|default(0) }} ({{ rel.known_skipped|default(0) }})</td>{% endfor %}<td></td><td></td></tr>
+<tr><td><i>validation gaps</i></td>{% for rel in m.releases %}<td class="n">{{ rel.validation_gaps|default(0) }}</td>{% endfor %}<td></td><td></td></tr>
 </tbody></table>
 {% if m.corpus %}
 <h3>Real-bug corpus</h3>
@@ -348,6 +350,8 @@ Each finding bucket (one root cause) per release, oldest first: failing cases fo
 | {{ row.bucket|cell }} | {% for rel in m.releases %}{% set n = row.counts.get(rel.spec) %}{{ '–' if n is none else ('replay' if rel.spec in (row.replayed or {}) and not n else n) }} | {% endfor %}{{ (row.introduced_in or '–')|cell }} | {{ (row.fixed_in or '–')|cell }} |
 {% endfor %}
 | *cases run* | {% for rel in m.releases %}{{ rel.cases if rel.available else 'unavailable' }} | {% endfor %} | |
+| *of them to known issues (skipped)* | {% for rel in m.releases %}{{ rel.known_cases|default(0) }} ({{ rel.known_skipped|default(0) }}) | {% endfor %} | |
+| *validation gaps* | {% for rel in m.releases %}{{ rel.validation_gaps|default(0) }} | {% endfor %} | |
 {% if m.corpus %}
 
 Real-bug corpus (expected outcome in parentheses):

@@ -35,6 +35,7 @@ is one line.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Optional
 
@@ -46,10 +47,12 @@ from .flashinfer_cudnn import ENGINE_DTYPES_REASON, FlashInferCudnn, shared_engi
 from .registry import register_target
 from .sglang_switches import CONFIGURATION, ReleaseConfiguration, hardware_pdl, switches_read, unknown_switch_note
 from .sglang_switches import PDL_READ, declared_switches
+from .sglang_two_stream import TWO_STREAM_FILE, TwoStreamCorrections, load_two_stream
 from .sglang_v2 import ALIGNER_NOTE, CPU_NOTE, V2_DECLINES, V2Corrections, load_v2, locate_v2, v2_identity
 from .sglang_vision import VISION_FILE, load_vision_wrapper, read_vision_code
-from .sglang_wheel import (LoaderError, ReleaseFiles, find_wheel, installed_release, kernel_files, kernel_identity,
-                           load_kernel_module, locate_kernels, module_name, switch_module, wheel_release)
+from .sglang_wheel import (LoaderError, ReleaseFiles, code_identity, find_wheel, installed_release, kernel_files,
+                           kernel_identity, load_kernel_module, locate_kernels, module_name, switch_module,
+                           wheel_release)
 
 __all__ = ["CPU_ENGINE_NOTE", "release_has_code", "release_identity", "release_target", "sglang_target",
            "v2_target", "vision_entry"]
@@ -171,6 +174,23 @@ def _kernel_module(release: ReleaseFiles, variant: str, config: ReleaseConfigura
     return mod, how + (f"; {note}" if note else "")
 
 
+def _two_stream_entries(release: ReleaseFiles, config: ReleaseConfiguration, device: str) -> tuple:
+    """``({op: callable}, how)`` of the TRT-LLM-style fused sides from the release's two-stream MLA correction
+    (Note [The two-stream kv_b correction]); ``({}, None)`` where the release has none."""
+    if TWO_STREAM_FILE not in release.names or not config.master:  # the MLA forward calls it under lora_opti only
+        return {}, None
+    path = locate_kernels(release)["trt"]
+    try:
+        corrections = TwoStreamCorrections(load_two_stream(release, path, config))
+    except LoaderError as exc:
+        return {}, f"no fused sides: {exc}"
+    gate = ("open for decode batches: prepare on a side stream, apply on the current one, allocator pressure "
+            "between and after" if device.startswith("cuda") else "closed (no CUDA streams here): its serial path")
+    return ({"q_side_fused": corrections.q_side_fused_fwd, "v_side_fused": corrections.v_side_fused_fwd},
+            f"fused sides: {module_name(TWO_STREAM_FILE)} (the DeepSeek MLA forward's kv_b correction), two-stream "
+            f"gate {gate}")
+
+
 def _pdl_refusal(config: ReleaseConfiguration, device: str) -> Optional[str]:
     """Why ``pdl=on`` cannot run here (None when it can, or when PDL is not forced on)."""
     if config.pdl and not hardware_pdl():
@@ -193,9 +213,15 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
     try:
         mod, how = _kernel_module(release, variant, config, try_import=try_import)
         entries.update(entries_from(mod, FAMILY_OPS["lora"], notes))
+        reasons.append(how)
+        if variant == "trt":
+            fused, how_fused = _two_stream_entries(release, config, str(device))
+            entries.update(fused)
+            for op in fused:
+                notes.pop(op, None)
+            reasons.append(how_fused) if how_fused else None
         for op, why in list(notes.items()):
             notes[op] = f"{why} (SGLang defines the four split steps only)"
-        reasons.append(how)
     except LoaderError as exc:
         if vision != "release":
             return unavailable(name, str(exc))
@@ -235,7 +261,8 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
     return t
 
 
-def v2_target(name: str, release: ReleaseFiles, device, config: ReleaseConfiguration = ReleaseConfiguration()) -> Target:
+def v2_target(name: str, release: ReleaseFiles, device,
+              config: ReleaseConfiguration = ReleaseConfiguration()) -> Target:
     """The :class:`Target` of ``release``'s ``triton_v2`` kv_b path (Note [The v2 kv_b path])."""
     import torch
 
@@ -350,7 +377,10 @@ def release_identity(spec, family: str, device: str = "cpu", sources: Optional[T
               for r in sorted(reads) if r.startswith("lora_envs.")]
     if PDL_READ in reads:
         values.append(f"pdl={int(config.pdl if config.pdl is not None else hardware_pdl())}")
-    return f"{parsed.variant} {kernel_identity(release, path)} " + ",".join(values)
+    fused = ""
+    if parsed.variant == "trt" and config.master and TWO_STREAM_FILE in release.names:  # the fused sides' file
+        fused = f" fused {code_identity(ast.parse(release.read(TWO_STREAM_FILE)).body)}"
+    return f"{parsed.variant} {kernel_identity(release, path)}{fused} " + ",".join(values)
 
 
 register_target("sglang", sglang_target)

@@ -55,7 +55,7 @@ from typing import Callable, Optional
 from .sglang_switches import LoraEnvs, ReleaseConfiguration, declared_switches, hardware_pdl
 
 __all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "ReleaseFiles", "STAND_INS", "cache_dir", "code_identity",
-           "find_wheel", "installed_release", "kernel_files", "kernel_identity", "load_kernel_module",
+           "find_wheel", "helper_file", "installed_release", "kernel_files", "kernel_identity", "load_kernel_module",
            "locate_kernels", "switch_module", "wheel_release", "write_slim_wheel"]
 
 # SPEC.md's table, newest layout first: variant -> the kernel file's path in each layout
@@ -288,7 +288,7 @@ def imported_sglang_names(source: str) -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
-def _helper_file(release: ReleaseFiles, module: str) -> Optional[str]:
+def helper_file(release: ReleaseFiles, module: str) -> Optional[str]:
     """The release's own helper file that ``from <module> import ...`` names, or None (a stand-in)."""
     file = module.replace(".", "/") + ".py"
     return file if file in release.names and file.rsplit("/", 1)[-1] == HELPER_FILE else None
@@ -305,7 +305,7 @@ def load_kernel_module(release: ReleaseFiles, path: str, variant: str,
     :data:`STAND_INS`; see the Note) under ``config``; the files ``also`` are loaded beside it, into the
     same modules (a code path whose entry file does not import all it runs).  Raises
     :class:`LoaderError` (one line) when an import has no answer or a file fails to run."""
-    own_file = own_file or _helper_file
+    own_file = own_file or helper_file
     stand_ins = STAND_INS if stand_ins is None else stand_ins
     key = (path, variant, config)
     if key in release.loaded:
@@ -398,7 +398,7 @@ def kernel_files(release: ReleaseFiles, path: str) -> list[str]:
             continue
         out.append(file)
         todo.extend(h for mod, _ in imported_sglang_names(release.read(file))
-                    if (h := _helper_file(release, mod)) is not None)
+                    if (h := helper_file(release, mod)) is not None)
     return out
 
 
@@ -421,7 +421,7 @@ def kernel_identity(release: ReleaseFiles, path: str) -> str:
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "sglang":
                 names.extend(a.name for a in node.names)
-                helper = _helper_file(release, node.module)
+                helper = helper_file(release, node.module)
                 if helper is not None:
                     helpers.append(kernel_identity(release, helper))
             else:

@@ -40,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", default=None, metavar="DIR", help="the real-bug corpus (default: corpus/)")
     parser.add_argument("--no-corpus", action="store_true", help="campaigns only")
     options.add(parser, "with_malformed",
-                help="also generate malformed metadata and count what a release accepts as findings (off by "
-                     "default: released kernels implement no strict validation, so every release would show the "
-                     "same validation gaps)")
+                help="count every malformed input a release accepts as a finding (default: judged by consequence: "
+                     "defined rows changed or out-of-bounds memory are findings, rejected or harmless inputs are "
+                     "the validation-gap counts of each column)")
     options.add(parser, "quiet", deprecated=("--no-progress",), help="no progress bars")
 
 
@@ -120,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         record = run_matrix(specs, entries=entries, op=args.op, budget=args.budget, time_s=args.time_s,
                             seed=args.seed, device=device, out=args.out, campaigns_dir=campaigns, quiet=args.quiet,
-                            upstream_contracts_only=not args.with_malformed, sglang_wheel=args.sglang_wheel,
+                            with_malformed=args.with_malformed, sglang_wheel=args.sglang_wheel,
                             log=lambda text: print(text, file=sys.stderr))
     except CampaignError as exc:
         return _error(f"error: {exc}")

@@ -200,10 +200,10 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         return
     targets = discover_targets(record, device, specs, log, sglang_wheel)
     pairs = [(name, fam) for name, _, fams in targets for fam in fams if fam in families]
-    # targets without strict validation (sglang, flashinfer-cudnn) are judged on upstream contracts and, as
-    # in `matrix`, drawn no malformed metadata unless --with-malformed: it would reach their kernels unchecked
-    # (an out-of-bounds read can leave the device context broken for every later campaign of the shared
-    # worker); `kernel-oracle fuzz` classifies what they do with it (Note [Malformed consequences])
+    # targets without strict validation (sglang, flashinfer-cudnn) are judged on upstream contracts and, as in
+    # `fuzz` and `matrix`, on what they do with malformed metadata (Note [Malformed consequences]): defined rows
+    # changed or out-of-bounds memory are findings, the rest validation gaps (a worker whose CUDA context an
+    # out-of-bounds access broke is replaced: Note [A broken device context])
     lenient = {name for name, t, _ in targets if t is not None and not getattr(t, "strict", True)}
     if not pairs:
         part_failed(record, "no available target x family pair to fuzz")
@@ -211,7 +211,7 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
     for name in sorted({n for n, _ in pairs} & lenient):
         from kernel_oracle.harness.malformed import lenient_line
 
-        log(lenient_line(name, with_malformed, drawn=with_malformed))
+        log(lenient_line(name, with_malformed))
     common = dict(seed=seed, device=device, sglang_wheel=sglang_wheel, with_malformed=with_malformed)
     record["summary"]["campaigns_at_once"] = min(at_once, len(pairs))
     if at_once > 1 and len(pairs) > 1:
@@ -228,7 +228,7 @@ def run_campaign_part(record: dict, device: str, seed: int, deadline: float, run
         started = time.monotonic()
         try:
             rec, problem = run_one_campaign(name, fam, share_s=share, out_dir=out_dir, worker=worker,
-                                            upstream_contracts_only=name in lenient and not with_malformed, **common)
+                                            **common)
         except Exception as exc:  # noqa: BLE001 - our own failure around the campaign: still reported
             rec, problem = None, reason(exc)
             log(traceback.format_exc())
@@ -253,11 +253,9 @@ def _side_by_side(record: dict, pairs: list, targets: list, lenient: set, common
 
     with_malformed = common["with_malformed"]
     precompile = precompile_beside(targets, pairs, common["device"], deadline - time.monotonic(), log,
-                                   seed=common["seed"], upstream_contracts_only=not with_malformed and any(
-                                       name in lenient and compiling(name, fam) for name, fam in pairs))
+                                   seed=common["seed"], upstream_contracts_only=False)
     calls = [Call((name, fam), run_one_campaign,
                   dict(target=name, op=fam, out_dir=_out_dir(run_dir, name, fam),
-                       upstream_contracts_only=name in lenient and not with_malformed,
                        warm_up_share=None if precompile is not None and compiling(name, fam) else WARM_UP_SHARE,
                        shares_gpu=True, **common))
              for name, fam in pairs]

@@ -1,0 +1,88 @@
+"""The fused sides of SGLang's TRT-LLM-style kv_b path as the MLA forward runs them (``deepseek_mla_correction.py``):
+target ``sglang-trt==X.Y.Z@lora_opti=on`` (Note [The two-stream kv_b correction]).
+
+* the release's file is loaded standalone and gives ``q_side_fused`` / ``v_side_fused`` only under
+  ``lora_opti=on`` (the forward calls it only then); its identity joins the release identity;
+* both sides against the float64 oracle: the serial path on the CPU, the two-stream schedule on a GPU;
+* a step B that reads its input after the side stream reused the block is a finding of kind
+  ``stream`` (planted: a handle whose tensor is freed before apply), and a verdict of that kind.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel_oracle.fuzz.targets.sglang import release_identity
+from kernel_oracle.fuzz.targets.sglang_two_stream import StreamOrderingHazard, two_stream_call
+from kernel_oracle.harness.check import Case, check_case
+from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.targets import Target
+
+from oracle_tests._sglang_releases import release_target
+from oracle_tests.conftest import DEVICE
+
+SPEC = "sglang-trt==0.5.23@lora_opti=on"
+CASES = {
+    "decode batch, two slots": dict(seg_lens=(1, 1, 1, 1), weight_indices=(0, 1, 1, 0), lora_ranks=(16, 8)),
+    "tile edges, permuted": dict(seg_lens=(15, 17), weight_indices=(1, 0), lora_ranks=(16, 16), permute=True),
+    "unrouted rows, strided": dict(seg_lens=(3, 2), weight_indices=(0, 1), lora_ranks=(16, 4), extra_rows=3,
+                                   strided=True),
+}
+
+
+def test_the_fused_sides_come_only_with_lora_opti():
+    on, off = release_target(SPEC, DEVICE), release_target("sglang-trt==0.5.23", DEVICE)
+    assert {"q_side_fused", "v_side_fused"} <= set(on.entries)
+    assert not {"q_side_fused", "v_side_fused"} & set(off.entries)
+    assert "sglang.srt.lora.trtllm_lora_temp.deepseek_mla_correction" in on.reason
+    gate = "open for decode batches" if DEVICE.startswith("cuda") else "closed (no CUDA streams here)"
+    assert f"two-stream gate {gate}" in on.reason
+    # the fused sides' file is part of what the lora_opti=on column runs: 0.5.21 and 0.5.22 differ there only
+    assert release_identity("sglang-trt==0.5.21@lora_opti=on", "lora") != \
+        release_identity("sglang-trt==0.5.22@lora_opti=on", "lora")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("op", ["q_side_fused", "v_side_fused"])
+def test_the_fused_sides_match_the_oracle(op, case, dtype):
+    p = LoRAProblem(op=op, dtype=dtype, H=2, qk=16, vd=16, C=32, R=16, scalings=(1.0, -0.5), seed=5, **CASES[case])
+    verdict = check_case(release_target(SPEC, DEVICE), Case(p), DEVICE)
+    assert verdict.ok, f"{SPEC} {op} {dtype} [{case}]: {verdict.kind}: {verdict.message}"
+
+
+def test_a_hazard_is_a_finding_of_kind_stream():
+    def hazard(*args, **kwargs):
+        raise StreamOrderingHazard("q_side_fused: 3 output elements (first at (0, 0, 0)) are NaN ...")
+
+    p = LoRAProblem(op="q_side_fused", seg_lens=(2,), weight_indices=(0,), lora_ranks=(4,), scalings=(1.0,), R=4)
+    verdict = check_case(Target("planted", {"q_side_fused": hazard}, strict=False), Case(p), "cpu")
+    assert not verdict.ok and verdict.kind == "stream"
+    assert verdict.message.startswith("stream-ordering hazard: q_side_fused: 3 output elements")
+    assert verdict.bucket.cause == "q_side_fused: step B read a block the side stream reused"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the two-stream schedule needs CUDA streams")
+def test_the_schedule_catches_a_step_b_that_reads_a_freed_side_stream_block():
+    """Planted: prepare allocates on the side stream and apply reads that tensor after the current stream
+    slept, without record_stream, like the shipped file; the handle is dropped right after apply."""
+    side = torch.cuda.Stream()
+    out = torch.zeros(1 << 16, device="cuda")
+
+    def prepare():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            a = torch.ones(1 << 16, device="cuda")
+        return a, side
+
+    def apply(handle):
+        torch.cuda.current_stream().wait_stream(handle[-1])
+        torch.cuda._sleep(4_000_000)  # step B is late: the freed block is refilled before it reads
+        return out.add_(handle[0])
+
+    def serial(o):
+        return o.add_(1.0)
+
+    with pytest.raises(StreamOrderingHazard, match="NaN under the two-stream schedule but not on the serial path"):
+        two_stream_call(prepare, apply, serial, out, "planted")
