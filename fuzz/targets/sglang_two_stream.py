@@ -2,16 +2,16 @@
 
 Note [The two-stream kv_b correction]
 -------------------------------------
-From 0.5.13 ``sglang/srt/lora/trtllm_lora_temp/deepseek_mla_correction.py`` composes the TRT-LLM-style
-kv_b steps for the MLA forward, which calls it when ``SGLANG_EXPERIMENTAL_LORA_OPTI`` is on:
-``kv_b_lora_q_prepare(attn, q_nope)`` makes the side stream wait for the current one and runs ``step_a_q_fwd`` on it (its output is allocated there); the forward's base
-BMM runs meanwhile on the current stream; ``kv_b_lora_q_apply(attn, q_nope, q_nope_out, handle)``
-makes the current stream wait for the side stream and runs ``step_b_q_fwd``; the same for v.  The
-handle's tensor is read on the current stream and never ``record_stream``-ed to it, so once the
-handle is dropped the caching allocator may give its block to the next allocation on the side
-stream while ``step_b`` has not read it yet.  SGLang's own side-stream users all wait for the
-current stream first (read from 0.5.23), which orders that reuse; ``lora_overlap_alloc_stream`` in
-the same package documents the hazard for its other LoRA ops.
+From 0.5.13 ``sglang/srt/lora/trtllm_lora_temp/deepseek_mla_correction.py`` composes the TRT-LLM-style kv_b
+steps for the MLA forward, which calls it when ``SGLANG_EXPERIMENTAL_LORA_OPTI`` is on:
+``kv_b_lora_q_prepare(attn, q_nope)`` makes the side stream wait for the current one and runs
+``step_a_q_fwd`` on it (its output is allocated there); the forward's base BMM runs meanwhile on the current
+stream; ``kv_b_lora_q_apply(attn, q_nope, q_nope_out, handle)`` makes the current stream wait for the side
+stream and runs ``step_b_q_fwd``; the same for v. The handle's tensor is read on the current stream and
+never ``record_stream``-ed to it, so once the handle is dropped the caching allocator may give its block to
+the next allocation on the side stream while ``step_b`` has not read it yet. SGLang's own side-stream users
+all wait for the current stream first (read from 0.5.23), which orders that reuse;
+``lora_overlap_alloc_stream`` in the same package documents the hazard for its other LoRA ops.
 
 The target ``sglang-trt==X.Y.Z@lora_opti=on`` gets ``q_side_fused`` / ``v_side_fused`` from that
 file, executed as shipped (:func:`load_two_stream`: the release's own kv_b file and helpers; the
