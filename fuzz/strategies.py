@@ -372,11 +372,16 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
     poison = None
     if op in ("step_b_q", "step_b_v"):
         poison = draw(_POISON)
+    extra = draw(_ints(0, lim.max_extra_rows))
+    # under CUDA graph the padded tail may hold an earlier, larger batch's segments (over padding rows)
+    tail = pad is not None and pad > n and not perm and draw(_BOOLS)
+    if tail:
+        extra = max(extra, pad - n)
     return LoRAProblem(
         op=op, seg_lens=tuple(lens), weight_indices=slots, lora_ranks=ranks, scalings=scal,
         H=draw(_ints(1, lim.heads)), qk=draw(edge_biased_dims(lim.qk_dims)),
         vd=draw(edge_biased_dims(lim.v_dims)), C=draw(edge_biased_dims(lim.kv_lora_ranks)), R=R,
-        extra_rows=draw(_ints(0, lim.max_extra_rows)), permute=perm, cuda_graph_pad_to=pad,
+        extra_rows=extra, permute=perm, cuda_graph_pad_to=pad, graph_tail=tail,
         with_max_len=with_max_len, with_seg_lens=with_seg_lens, dtype=dtype, base_dtype=base_dtype,
         strided=draw(_BOOLS), offset_views=draw(_BOOLS), poison_beyond_rank=poison,
         seed=draw(_SEED), stale_host_ints=stale, eager_counts=eager, max_len_slack=slack, seg_lens_drift=drift,

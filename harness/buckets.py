@@ -248,6 +248,8 @@ def without_flag(problem, flag: str):
         changes["cuda_graph_pad_to"] = None
         if "stale_host_ints" in names:
             changes["stale_host_ints"] = None
+        if getattr(problem, "graph_tail", False):
+            changes["graph_tail"] = False
     elif flag == "permuted" and "permute" in names:
         changes["permute"] = False
     elif flag in ("empty_segment", "rank0") and "seg_lens" in names:
@@ -259,6 +261,9 @@ def without_flag(problem, flag: str):
         # the batch counts describe the segments: fewer segments, counts that still fit them
         if getattr(problem, "eager_counts", None) is not None:
             changes["eager_counts"] = None
+        pad = getattr(problem, "cuda_graph_pad_to", None)
+        if getattr(problem, "graph_tail", False) and pad is not None and problem.extra_rows < pad - len(keep):
+            changes["graph_tail"] = False  # the longer stale tail would not fit the padding rows
         stale = getattr(problem, "stale_host_ints", None)
         if stale is not None:
             top = max(len(keep) - 1, 0)

@@ -108,7 +108,18 @@ class LoRAProblem:
     seg_lens_drift: Optional[str] = None
     # the forward is a prefill (LoRABatchInfo.is_prefill; the triton_v2 path plans decode and prefill apart)
     is_prefill: bool = False
+    # CUDA graph: the padded tail holds an earlier, larger batch's segments over padding rows (make_lora_batch_info)
+    graph_tail: bool = False
     family: str = field(default="lora", init=False)
+
+    @property
+    def tail_rows(self) -> range:
+        """The padding rows the stale graph tail covers (``graph_tail``): after the live rows, one per
+        padded segment; empty otherwise."""
+        if not self.graph_tail or self.cuda_graph_pad_to is None:
+            return range(0)
+        start = sum(self.seg_lens)
+        return range(start, start + self.cuda_graph_pad_to - len(self.seg_lens))
 
     @property
     def L(self) -> int:
@@ -318,7 +329,7 @@ def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call
                               with_max_len=p.with_max_len, with_seg_lens=p.with_seg_lens,
                               stale_host_ints=p.stale_host_ints, eager_counts=p.eager_counts,
                               max_len_slack=p.max_len_slack, seg_lens_drift=p.seg_lens_drift,
-                              is_prefill=p.is_prefill, device=device)
+                              is_prefill=p.is_prefill, graph_tail=p.graph_tail, device=device)
     dims = {"qk": qk, "vd": vd, "C": C, "R": R}
     values: dict[str, Any] = {
         "B_buf": _randn(gen, (L, H * (qk + vd), R), dt, device, scale=qk ** -0.5),

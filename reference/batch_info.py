@@ -84,8 +84,9 @@ def _checked_segments(seg_lens, weight_indices, lora_ranks) -> tuple[list[int], 
 def _segments(seg_lens: list[int], weight_indices: list[int], padded: int, num_slots: int,
               stale_tail: bool) -> tuple[list[int], list[int], list[int]]:
     """(lengths, slots, seg_indptr) of ``padded`` segments: the real ones, then zero-length padding on slot
-    0 (CUDA graph), or with ``stale_tail`` the leftovers of a larger eager batch, one row each on slots
-    0, 1, ... (never read: upstream processes ``num_segments or bs`` segments)."""
+    0 (CUDA graph), or with ``stale_tail`` the leftovers of a larger earlier batch, one row each on slots
+    0, 1, ... (eager: never read, upstream processes ``num_segments or bs`` segments; CUDA graph: read,
+    over padding rows)."""
     extra = padded - len(seg_lens)
     lens = seg_lens + [1 if stale_tail else 0] * extra
     slots = weight_indices + ([i % max(num_slots, 1) for i in range(extra)] if stale_tail else [0] * extra)
@@ -164,6 +165,7 @@ def make_lora_batch_info(
     max_len_slack: int = 0,
     seg_lens_drift: Optional[str] = None,
     is_prefill: bool = False,
+    graph_tail: bool = False,
     device: torch.device | str = "cpu",
 ) -> LoRABatchInfo:
     """Build a well-formed batch info from per-segment lengths.
@@ -190,6 +192,10 @@ def make_lora_batch_info(
     ``max_len`` that much above the longest segment.  ``seg_lens_drift`` (:data:`SEG_LENS_DRIFTS`):
     ``seg_lens`` that disagree with ``seg_indptr`` within the contract.  ``is_prefill``: the
     forward is a prefill (the kv_b kernels do not read it; SGLang's triton_v2 path plans by it).
+    ``graph_tail``: CUDA-graph mode only: the padded segments past the live ones still hold an earlier,
+    larger batch's values (the replay rewrites only the live part of the captured tensors): one row
+    each, after the live rows, on slots 0, 1, ...; upstream launches them, and the rows they cover are
+    padding, whose values no contract fixes (the checks leave them out).
     """
     seg_lens, weight_indices = _checked_segments(seg_lens, weight_indices, lora_ranks)
     n = len(seg_lens)
@@ -207,7 +213,10 @@ def make_lora_batch_info(
             raise ValueError(f"cuda_graph_pad_to={cuda_graph_pad_to} is smaller than the {n} segments; "
                              f"pass cuda_graph_pad_to >= {n}")
         padded = cuda_graph_pad_to
-    lens, slots, indptr = _segments(seg_lens, weight_indices, padded, len(lora_ranks), eager_counts is not None)
+    if graph_tail and cuda_graph_pad_to is None:
+        raise ValueError("graph_tail=True describes a replayed CUDA graph; pass cuda_graph_pad_to as well")
+    lens, slots, indptr = _segments(seg_lens, weight_indices, padded, len(lora_ranks),
+                                    eager_counts is not None or graph_tail)
     max_len = max(seg_lens, default=0) + max_len_slack
     given_lens = _drifted(seg_lens, seg_lens_drift, with_max_len) + lens[n:]
     if stale_host_ints is not None:

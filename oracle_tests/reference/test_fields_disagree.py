@@ -4,6 +4,7 @@ same batch with agreeing copies; strict validation rejects only what upstream wo
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -72,3 +73,45 @@ def test_seg_lens_that_miss_a_segment_without_max_len_are_rejected():
 def test_builder_names_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_lora_batch_info((3, 0, 5), (0, 1, 1), (16, 8), (1.0, 1.0), **kwargs)
+
+
+# ---- a replayed CUDA graph whose padded tail holds an earlier batch's segments ----------------------------------
+
+def _tail_problem(op: str) -> "LoRAProblem":
+    from kernel_oracle.harness.problems import LoRAProblem
+
+    return LoRAProblem(op=op, seg_lens=(3, 2), weight_indices=(1, 0), lora_ranks=(8, 8), scalings=(1.0, 0.5), R=8,
+                       cuda_graph_pad_to=4, graph_tail=True, extra_rows=2, stale_host_ints=(1, 1, 3), seed=3)
+
+
+def test_the_stale_tail_routes_padding_rows_only():
+    from kernel_oracle.harness.problems import batch_info_of, materialize
+
+    p = _tail_problem("step_b_q")
+    bi = batch_info_of(materialize(p))
+    assert bi.seg_indptr.tolist() == [0, 3, 5, 6, 7] and bi.weight_indices.tolist() == [1, 0, 0, 1]
+    assert list(p.tail_rows) == [5, 6]
+
+
+def test_a_kernel_that_moves_a_stale_segment_onto_a_live_row_fails_one_that_skips_the_tail_passes():
+    from kernel_oracle.harness.check import Case, check_case
+    from kernel_oracle.harness.targets import Target
+    from kernel_oracle.reference import lora
+
+    def skips_tail(q_lora_a, A_buf, bi, base):  # processes the live segments only: right on every defined row
+        live = copy.copy(bi)
+        live.use_cuda_graph, live.bs, live.num_segments = False, 2, 2
+        return lora.step_b_q_fwd(q_lora_a, A_buf, live, base)
+
+    def shifts_tail(q_lora_a, A_buf, bi, base):  # the tail's segments land on rows 0 and 1: live rows change
+        out = skips_tail(q_lora_a, A_buf, bi, base)
+        moved = copy.copy(bi)
+        moved.use_cuda_graph, moved.bs, moved.num_segments = False, 2, 2
+        moved.seg_indptr = torch.tensor([0, 1, 2], dtype=torch.int32)
+        moved.weight_indices = bi.weight_indices[2:]
+        return lora.step_b_q_fwd(q_lora_a, A_buf, moved, out)
+
+    case = Case(_tail_problem("step_b_q"))
+    assert check_case(Target("skips", {"step_b_q": skips_tail}, strict=False), case, "cpu").ok
+    bad = check_case(Target("shifts", {"step_b_q": shifts_tail}, strict=False), case, "cpu")
+    assert not bad.ok and bad.kind == "mismatch", bad
