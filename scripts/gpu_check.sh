@@ -4,11 +4,11 @@
 #
 #   bash scripts/gpu_check.sh setup          # offline installs of the carried wheels, this checkout editable
 #   bash scripts/gpu_check.sh suite [T]      # the pytest suite on the GPU, stopped after T s (560): time, failures
-#   bash scripts/gpu_check.sh soak-start [S] # detached S-second fuzz campaigns (600): ours, sglang(-trt)==0.5.23
+#   bash scripts/gpu_check.sh soak-start [S] # detached S-second fuzz campaigns (600): ours, 0.5.23's three kv_b codes
 #   bash scripts/gpu_check.sh soak-wait [W]  # wait up to W s (600) for them; their findings by bucket
 #   bash scripts/gpu_check.sh bench [PART..] # lora vision sglang verdicts oracle (default: all): the tables
 #   bash scripts/gpu_check.sh main-job       # kernel-oracle run --device cuda --time 120, cold then warm cache
-#   bash scripts/gpu_check.sh matrix [S]     # every release x variant x configuration, lora and vision, S s each (12)
+#   bash scripts/gpu_check.sh matrix [S]     # every release x kv_b code x configuration, lora and vision, S s each (10)
 #   bash scripts/gpu_check.sh all [S]        # the sequence setup .. bench; ends with the table of every phase
 #   bash scripts/gpu_check.sh table          # that table alone
 #
@@ -79,9 +79,10 @@ soak_start() {
   start triton-vision --targets triton --op vision
   start gluon-vision --targets triton@vision_kernel=gluon --op vision
   local wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
-  start sglang-0.5.23 --targets sglang==0.5.23 --op lora --upstream-contracts-only "${wheel[@]}"
-  start sglang-trt-0.5.23 --targets sglang-trt==0.5.23 --op lora --upstream-contracts-only "${wheel[@]}"
-  record soak-start 0 0 "5 campaigns of $secs s started: triton lora, triton vision (Triton and Gluon kernels), sglang(-trt)==0.5.23 lora"
+  start sglang-0.5.23 --targets sglang==0.5.23 --op lora "${wheel[@]}"
+  start sglang-trt-0.5.23 --targets sglang-trt==0.5.23@lora_opti=on --op lora "${wheel[@]}"
+  start sglang-v2-0.5.23 --targets sglang-v2==0.5.23 --op lora "${wheel[@]}"
+  record soak-start 0 0 "6 campaigns of $secs s started: triton lora, triton vision (Triton and Gluon kernels), the three kv_b codes of sglang 0.5.23 (two-stream fused sides)"
 }
 
 soak_wait() {
@@ -158,10 +159,10 @@ PY
   export TRITON_CACHE_DIR=$saved; record main-job "$RC" "$SECS" "$heads"
 }
 
-matrix() {  # SGLang's release matrix: both kv_b variants under every configuration, and the vision wrapper
-  local secs=${1:-12} wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
+matrix() {  # SGLang's release matrix: the three kv_b codes under every configuration, and the vision wrapper
+  local secs=${1:-10} wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
   rm -rf "$STATE/matrix"
-  timed matrix 580 "$OUT/matrix.log" python3 -m kernel_oracle matrix --targets sglang,sglang-trt --releases all \
+  timed matrix 580 "$OUT/matrix.log" python3 -m kernel_oracle matrix --targets sglang,sglang-trt,sglang-v2 --releases all \
     --configurations all --op lora,vision --device cuda --time "$secs" --quiet --out "$STATE/matrix" "${wheel[@]}"
   cp "$STATE/matrix/matrix.md" "$STATE/matrix/matrix.json" "$OUT/" 2>/dev/null
   tail -40 "$OUT/matrix.log" | cut -c1-240
@@ -177,6 +178,9 @@ f = rec.get("findings", [])
 print(f"{s.get('columns')} columns, {s.get('campaigns')} campaigns, {s.get('replays')} replays, "
       f"{sum(g.get('cases', 0) for g in rec.get('groups', []))} cases, {len(rows)} rows; "
       f"{len(f)} findings, {sum(1 for x in f if x.get('known'))} known")
+for c in m.get("releases", []):  # where each column's cases went: known issues (and skipped), validation gaps
+    print(f"   column {c.get('spec')}: {c.get('cases')} cases, {c.get('known_cases', 0)} to known issues "
+          f"({c.get('known_skipped', 0)} skipped), {c.get('validation_gaps', 0)} gaps", file=sys.stderr)
 for r in rows:
     print(f"   {r.get('bucket', '')[:110]} | in {r.get('introduced_in')} | fixed {r.get('fixed_in')}", file=sys.stderr)
 PY
