@@ -86,3 +86,55 @@ def test_the_schedule_catches_a_step_b_that_reads_a_freed_side_stream_block():
 
     with pytest.raises(StreamOrderingHazard, match="NaN under the two-stream schedule but not on the serial path"):
         two_stream_call(prepare, apply, serial, out, "planted")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and streams need a CUDA device")
+def test_layers_captured_in_a_graph_match_the_serial_path_on_replay():
+    """As SGLang runs decode: several layers' prepare / base BMM / apply captured in one CUDA graph (the side
+    stream's step-A outputs come from the graph's pool, freed when each layer's handle goes), replayed on new
+    inputs; every layer's output equals the release's serial path on the same inputs."""
+    from kernel_oracle.reference.batch_info import make_lora_batch_info
+
+    mod = release_target(SPEC, "cuda").entries["q_side_fused"].__self__.module
+    S, H, qk, vd, C, R, L, layers = 16, 4, 32, 32, 64, 16, 2, 3
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    bi = make_lora_batch_info([4, 4, 4, 4], [0, 1, 1, 0], [16, 8], [1.0, 0.5], cuda_graph_pad_to=4, device="cuda")
+    attns = [_attn(torch.randn(L, R, C, generator=gen, device="cuda") / 4,
+                             torch.randn(L, H * (qk + vd), R, generator=gen, device="cuda") / 4, bi, qk, vd, H)
+             for _ in range(layers)]
+    w_kc = torch.randn(H, qk, C, generator=gen, device="cuda") / 8
+    q_nope = torch.zeros(S, H, qk, device="cuda")
+    outs: list = []
+
+    def forward():
+        outs.clear()
+        for attn in attns:
+            handle = mod.kv_b_lora_q_prepare(attn, q_nope)
+            out = torch.bmm(q_nope.transpose(0, 1), w_kc).transpose(0, 1)  # the base BMM, on the current stream
+            outs.append(mod.kv_b_lora_q_apply(attn, q_nope, out, handle))
+
+    capture = torch.cuda.Stream()
+    with torch.cuda.stream(capture):
+        forward()  # warm-up on the capture stream: the side stream and the kernels exist before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=capture):
+        forward()
+    for step in range(3):
+        q_nope.copy_(torch.randn(S, H, qk, generator=gen, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, attn in enumerate(attns):
+            base = torch.bmm(q_nope.transpose(0, 1), w_kc).transpose(0, 1)
+            serial = mod.apply_q_correction(attn, q_nope, base.clone())
+            torch.cuda.synchronize()
+            assert torch.equal(outs[i], serial), f"replay {step}, layer {i}: the graph's output differs from serial"
+
+
+def _attn(A_buf, B_buf, batch_info, qk, vd, heads):
+    """The attention module the correction reads (its ``kv_b_proj`` with buffers and batch info)."""
+    import types
+
+    layer = types.SimpleNamespace(set_lora=True, A_buffer=A_buf, B_buffer=B_buf,
+                                  lora_backend=types.SimpleNamespace(batch_info=batch_info))
+    return types.SimpleNamespace(kv_b_proj=layer, qk_nope_head_dim=qk, v_head_dim=vd, num_local_heads=heads)
