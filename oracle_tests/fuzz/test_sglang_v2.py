@@ -141,3 +141,49 @@ def test_the_problem_field_reaches_the_batch_info():
     assert batch_info_of(materialize(p, "cpu")).is_prefill is True
     assert make_lora_batch_info([1], [0], [4], [1.0]).is_prefill is False  # SGLang's default
     assert torch.equal(token_slots(make_lora_batch_info([], [], [4], [1.0]), 0, "cpu"), torch.empty(0, dtype=torch.int32))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and the decode side stream need a CUDA device")
+def test_decode_layers_captured_in_a_graph_match_the_oracle_on_replay():
+    """As SGLang's decode graph runs it: the batch bound before capture (graph mode), several layers of prepare
+    (shrink on the side stream) / base BMM / apply captured in one graph, replayed for new inputs and new
+    per-token slots written into the bound buffer; every layer equals the float64 oracle's q side."""
+    from kernel_oracle.reference import lora
+
+    corr = release_target(SPEC, "cuda").entries["q_side_fused"].__self__
+    S, H, qk, vd, C, R, L, layers = 16, 4, 32, 32, 64, 16, 3, 3
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    bi = make_lora_batch_info([4, 4, 4, 4], [0, 1, 2, 0], [16, 8, 0], [1.0, 0.5, 2.0], cuda_graph_pad_to=4,
+                              device="cuda")
+    bufs = [(torch.randn(L, R, C, generator=gen, device="cuda") / 4,
+             torch.randn(L, H * (qk + vd), R, generator=gen, device="cuda") / 4) for _ in range(layers)]
+    q_nope = torch.zeros(S, H, qk, device="cuda")
+    base = torch.zeros(S, H, C, device="cuda")
+    capture = torch.cuda.Stream()
+    with torch.cuda.stream(capture):
+        runner = corr._runner(bi, S, L)  # bound before capture, as the backend binds a batch before replay
+        attns = [corr._attn(runner, A, B, qk, vd) for A, B in bufs]
+        outs: list = []
+
+        def forward():
+            outs.clear()
+            for attn in attns:
+                prepared = corr._prepare(attn, q_nope, "q")
+                outs.append(corr._apply(prepared, base.clone()))
+
+        forward()  # warm-up: the workspace's graph buffers and the side stream exist before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=capture):
+        forward()
+    for step, slots in enumerate(([0, 1, 2, 0], [2, 2, 1, 1], [1, 0, 0, 2])):
+        live = make_lora_batch_info([4, 4, 4, 4], slots, [16, 8, 0], [1.0, 0.5, 2.0], device="cuda")
+        runner._token_slots.copy_(token_slots(live, S, "cuda"))  # the backend rewrites the bound buffer
+        q_nope.copy_(torch.randn(S, H, qk, generator=gen, device="cuda"))
+        base.copy_(torch.randn(S, H, C, generator=gen, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, (A, B) in enumerate(bufs):
+            want = lora.q_side_fused_fwd(q_nope.double(), B.double(), A.double(), live, base.double().clone(), qk + vd)
+            err = (outs[i].double() - want).abs().max()
+            assert float(err) < 5e-2, f"replay {step}, layer {i}: max error {float(err)} (TF32 products)"
