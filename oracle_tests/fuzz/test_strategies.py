@@ -93,7 +93,7 @@ DISAGREEMENTS = [
 @pytest.mark.parametrize("what,family,found", DISAGREEMENTS, ids=[d[0] for d in DISAGREEMENTS])
 def test_fields_that_disagree_are_drawn(what, family, found):
     strategy = lora_problems(limits="tiny") if family == "lora" else vision_problems(limits="tiny")
-    find(strategy, found, settings=settings(database=None, max_examples=300, derandomize=True))
+    find(strategy, found, settings=settings(database=None, max_examples=1000, derandomize=True))
 
 
 @FAST
