@@ -79,7 +79,7 @@ import torch
 from kernel_oracle.reference.lora_routing import num_segments
 
 from .sglang_switches import ReleaseConfiguration
-from .sglang_wheel import STAND_INS, LoaderError, ReleaseFiles, code_identity, imported_sglang_names
+from .sglang_wheel import STAND_INS, LoaderError, ReleaseFiles, code_identity, import_closure
 
 __all__ = ["MISSING_PACKAGES_HINT", "V2_DECLINES", "V2_ENTRY", "V2Corrections", "load_v2", "locate_v2", "token_slots",
            "v2_files", "v2_identity", "v2_slim_files"]
@@ -129,15 +129,7 @@ def v2_files(release: ReleaseFiles, entry: str) -> list[str]:
     """``entry``, the runner beside it, and every file of ``release`` they load as a module, recursively
     (module-level and function-level ``from sglang... import``), in load order."""
     runner = entry.rsplit("/", 1)[0] + "/" + RUNNER_FILE
-    out, todo = [], [entry] + ([runner] if runner in release.names else [])
-    while todo:
-        file = todo.pop(0)
-        if file in out:
-            continue
-        out.append(file)
-        todo.extend(f for mod, _ in imported_sglang_names(release.read(file))
-                    if (f := _own_file(release, mod)) is not None)
-    return out
+    return import_closure(release, [entry] + ([runner] if runner in release.names else []), _own_file)
 
 
 # ---- stand-ins -----------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from typing import Callable, Optional
 from .sglang_switches import LoraEnvs, ReleaseConfiguration, declared_switches, hardware_pdl
 
 __all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "ReleaseFiles", "STAND_INS", "cache_dir", "code_identity",
-           "find_wheel", "helper_file", "installed_release", "kernel_files", "kernel_identity", "load_kernel_module",
+           "find_wheel", "helper_file", "import_closure", "installed_release", "kernel_files", "kernel_identity", "load_kernel_module",
            "locate_kernels", "switch_module", "wheel_release", "write_slim_wheel"]
 
 # SPEC.md's table, newest layout first: variant -> the kernel file's path in each layout
@@ -389,17 +389,24 @@ def code_identity(nodes, extra: str = "") -> str:
     return h.hexdigest()[:16]
 
 
-def kernel_files(release: ReleaseFiles, path: str) -> list[str]:
-    """``path`` and the helper files of ``release`` it loads, recursively (the code a kernel target runs)."""
-    out, todo = [], [path]
+def import_closure(release: ReleaseFiles, roots: list, own_file=None) -> list[str]:
+    """``roots`` and every file of ``release`` they load as a module (``own_file(release, module)``, default
+    :func:`helper_file`), recursively through their ``from sglang... import`` statements, in load order."""
+    own_file = own_file or helper_file
+    out, todo = [], list(roots)
     while todo:
         file = todo.pop(0)
         if file in out:
             continue
         out.append(file)
         todo.extend(h for mod, _ in imported_sglang_names(release.read(file))
-                    if (h := helper_file(release, mod)) is not None)
+                    if (h := own_file(release, mod)) is not None)
     return out
+
+
+def kernel_files(release: ReleaseFiles, path: str) -> list[str]:
+    """``path`` and the helper files of ``release`` it loads, recursively (the code a kernel target runs)."""
+    return import_closure(release, [path])
 
 
 def switch_module(release: ReleaseFiles, path: str) -> Optional[str]:
