@@ -501,13 +501,16 @@ class CampaignState:
 
     def add_hit(self, fid: str, example: dict, region: Optional[str] = None) -> None:
         """One more case of the finding ``fid``'s bucket (``example["dtype"]`` added to its dtypes,
-        ``region`` to its regions); the first :data:`MAX_EXAMPLES` of each dtype are kept as examples."""
+        ``example["op"]`` to its ops, ``region`` to its regions); the first :data:`MAX_EXAMPLES` of each dtype are kept as examples."""
         h = self.hits.setdefault(fid, {"count": 1, "examples": []})
         h["count"] += 1
         dtype = str(example.get("dtype") or "-")
         dtypes, regions = h.setdefault("dtypes", []), h.setdefault("regions", {})
         if dtype not in dtypes:
             dtypes.append(dtype)
+        ops = h.setdefault("ops", [])
+        if example.get("op") and example["op"] not in ops:
+            ops.append(str(example["op"]))
         if region:
             regions[region] = regions.get(region, 0) + 1
         if sum(1 for e in h["examples"] if e.get("dtype") == dtype) < MAX_EXAMPLES:
@@ -551,6 +554,7 @@ class CampaignState:
                    "examples": list(h["examples"])}
             row["dtypes"] = dtypes_of({"dtypes": [*(f.get("dtypes") or [f.get("dtype") or "-"]),
                                                   *(h.get("dtypes") or [])]})
+            row["ops"] = list(dict.fromkeys([str(f.get("op") or "-"), *(h.get("ops") or [])]))
             counts = region_counts(h.get("regions"))  # most cases first: the headline names the first
             row["regions"] = list(dict.fromkeys([*sorted(counts, key=lambda r: -counts[r]),
                                                  *(f.get("regions") or ([where] if where else []))]))

@@ -10,14 +10,17 @@ and nothing that names the input that happened to show it.  No bucket holds the 
 class, the seed, the release or the config flags: one defect shows in every dtype and size the code
 path serves, and is one finding with a ``dtypes`` list and a count over all of them.
 
-* **crash / contract** (the target raised, or died): the exception type, its normalised message
+* **contract**: the contract that did not hold (``contract lora.missing_max_len``), whatever the target
+  did instead: no error, another type, another text, or a crash deep in its own code are one root cause
+  (the missing check), not one finding per wrong error.  Only an error raised on a valid input, where
+  no contract is at stake, keys as a crash does;
+* **crash** (the target raised on a valid input, or died): the exception type, its normalised message
   (:func:`normalise_message`: the first line, every number masked, whitespace collapsed, cut at
   :data:`MESSAGE_PREFIX` characters, whole words only: ``seg_lens[3]`` and ``seg_lens[7]`` are one cause, and so is a
   message a library cut at another length), and the top frame in the target's own code
   (:func:`target_frame`: the innermost frame of the traceback that is neither the harness, torch,
   Triton nor the standard library; ``module:function``, no line number, so a bucket survives an
-  unrelated edit of the file).  A missing error is ``no error: expected <contract id>``; a dead
-  worker is its exit status;
+  unrelated edit of the file).  A dead worker is its exit status;
 * **validation-gap**: the mutation kind that was accepted (``accepted seg_indptr_decreasing``);
 * **hang**: no answer within the case timeout (a campaign first retries such a case with a longer
   wait: Note [Confirmed hangs] in :mod:`fuzz.hangs`); the waits are in the finding's message, not the key;
@@ -404,12 +407,16 @@ def bucket_of(case, verdict, *, observed=None, expected=None, call=None) -> Buck
     if kind == "crash":
         return Bucket(kind, family, normalise_message(observed.message if observed is not None
                                                       else verdict.message))
-    # contract
-    if observed is not None and observed.kind == "raise":
+    # contract: the contract that did not hold, whatever the target did instead (Note [Buckets])
+    contract = getattr(expected, "contract_id", None)
+    if contract:
+        return Bucket(kind, family, f"contract {contract}")
+    if getattr(expected, "kind", None) == "error":
+        return Bucket(kind, family, f"contract {expected.exc_type} (the oracle's own error)")
+    if observed is not None and observed.kind == "raise":  # an error on a valid input: no contract names it
         cause = f"{observed.exc_type}: {normalise_message(observed.message)}"
         return Bucket(kind, family, cause, getattr(observed, "frame", None) or "")
-    want = getattr(expected, "contract_id", None) or getattr(expected, "exc_type", None) or "an error"
-    return Bucket(kind, family, f"no error: expected {want}")
+    return Bucket(kind, family, f"no error: expected {getattr(expected, 'exc_type', None) or 'an error'}")
 
 
 def _family_of_record(f: dict) -> str:
@@ -419,8 +426,25 @@ def _family_of_record(f: dict) -> str:
     return str(fam or f.get("op") or "-")
 
 
+_EXPECTED_CONTRACT = re.compile(r"\[(?:upstream|strict) contract ([\w.]+)\]")
+# a contract bucket keyed on what the target did rather than on the contract (records written before)
+_OLD_CONTRACT_KEY = re.compile(r"no error: expected |[\w.]+: ")
+
+
+def _expected_contract(f: dict) -> Optional[str]:
+    """The contract id a contract finding's ``expected`` text names (``... [upstream contract ID]``)."""
+    found = _EXPECTED_CONTRACT.search(str(f.get("expected") or ""))
+    return found.group(1) if found else None
+
+
 def bucket_of_record(f: dict) -> Bucket:
-    """The bucket a finding record carries, or the one its fields imply (older records, selfcheck)."""
+    """The bucket a finding record carries, or the one its fields imply (older records, selfcheck).  A
+    contract finding keys on the contract its ``expected`` names, also in records whose stored bucket
+    keyed on the text of the wrong error (``no error: expected ...`` or ``Type: message``)."""
+    stored = f.get("bucket") if isinstance(f.get("bucket"), dict) else None
+    contract = _expected_contract(f) if f.get("kind") == "contract" else None
+    if contract and (stored is None or _OLD_CONTRACT_KEY.match(str(stored.get("cause") or ""))):
+        return Bucket("contract", str((stored or {}).get("family") or _family_of_record(f)), f"contract {contract}")
     if isinstance(f.get("bucket"), dict):
         try:
             b = Bucket.from_dict(f["bucket"])

@@ -10,6 +10,8 @@ Standard library only: reports import it.
 
 from __future__ import annotations
 
+import re
+
 from kernel_oracle.harness.features import describe
 
 __all__ = ["REGION_WORDS", "dtypes_of", "headline"]
@@ -26,6 +28,7 @@ REGION_WORDS = {
     "everywhere": "every row",
 }
 _DTYPE_ORDER = ("float16", "bfloat16", "float32", "float64")
+_CONTRACT = re.compile(r"\[(upstream|strict) contract ([\w.]+)\]")
 
 
 def dtypes_of(finding: dict) -> list:
@@ -63,7 +66,12 @@ def _what(finding: dict) -> str:
         verb = "differ" if _where(finding).startswith(("rows", "heads", "the rows", "the CUDA")) else "differs"
         return f"{_where(finding)} {verb} from the reference{_elsewhere(finding)}"
     if kind == "contract":
-        return f"raises the wrong error or none: {message}"
+        found = _CONTRACT.search(str(finding.get("expected") or ""))
+        if found is None:
+            return f"raises the wrong error or none: {message}"
+        happened = message.split("; expected ", 1)[0]
+        wanted = str(finding["expected"])[:found.start()].rstrip()
+        return f"breaks the {found.group(1)} contract {found.group(2)}, {wanted}: {happened}"
     if kind == "validation-gap":
         what = bucket.get("cause") or message
         if finding.get("consequence") in ("defined rows changed", "out of bounds"):  # Note [Malformed consequences]
@@ -76,11 +84,13 @@ def _what(finding: dict) -> str:
 
 
 def headline(finding: dict) -> str:
-    """One sentence: ``<op>: <what is wrong, where>[ <the call features it needs>] (<dtypes>; <n> failing
-    case(s))``."""
+    """One sentence: ``<op>[, <more ops>]: <what is wrong, where>[ <the call features it needs>] (<dtypes>;
+    <n> failing case(s))``; a root cause that is no op's alone (a broken contract, a crash) lists every op
+    its cases showed it in (``ops``)."""
     count = finding.get("count", 1)
     count = count if isinstance(count, int) and count > 0 else 1
     dtypes = ", ".join(dtypes_of(finding)) or "-"
     cases = f"{count} failing case" + ("" if count == 1 else "s")
     needs = describe((finding.get("bucket") or {}).get("needs"))
-    return f"{finding.get('op') or '-'}: {_what(finding)}{' ' + needs if needs else ''} ({dtypes}; {cases})"
+    ops = ", ".join(dict.fromkeys([str(finding.get("op") or "-"), *(str(o) for o in finding.get("ops") or ())]))
+    return f"{ops}: {_what(finding)}{' ' + needs if needs else ''} ({dtypes}; {cases})"
