@@ -55,7 +55,6 @@ from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
 from kernel_oracle.fuzz.stream import TIME_CHUNK_EXAMPLES, run_seed
 from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
-from kernel_oracle.harness.buckets import without_flag
 from kernel_oracle.harness.features import with_needs
 from kernel_oracle.harness.opinfo import FAMILY_OF
 from kernel_oracle.harness.malformed import GapTable
@@ -66,10 +65,19 @@ __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF"
 # shrink attempts after a crash (each restarts the worker) and a hang (each waits out the case timeout and a retry)
 CRASH_SHRINKS = 8
 HANG_SHRINKS = 0
+# cases one finding's minimisation may run (Note [Minimal examples] in harness.simplify)
+MINIMISE_CASES = 48
 
 
 class _HarnessError(Exception):
     """An error of kernel-oracle itself while checking a case (never a finding of the target)."""
+
+
+def _as_found(case, verdict):
+    """The case a failure is recorded with: the valid neighbour of a malformed case that shows its failure
+    too (Note [One defect through malformed input] in :mod:`harness.through_malformed`), else the case."""
+    valid = getattr(verdict, "valid_problem", None)
+    return type(case)(valid, None) if valid is not None else case
 
 
 def shared_findings_key(target: str, family: str) -> bytes:
@@ -378,9 +386,10 @@ class _Search:
             raise self.state_error
         if not failing:
             return False
-        case, verdict, bucket, replaced = self._drop_flags(failing["case"], failing["verdict"], failing["bucket"])
-        fid = self._record(case, verdict, bucket, prepared_call(case, self.device))["id"]
-        for other in replaced:
+        least = self._minimise(failing["case"], failing["verdict"], failing["bucket"])
+        fid = self._record(least.case, least.verdict, least.bucket, prepared_call(least.case, self.device),
+                           depends_on=least.depends_on)["id"]
+        for other in least.replaced:
             self._hit(fid, other)
         return True
 
@@ -400,7 +409,7 @@ class _Search:
         if key in self.memo:
             verdict, bucket = self.memo[key]
             if not verdict.ok and not self._gap(case, verdict, count=False) and self._known(bucket) is None:
-                failing.update(case=case, verdict=verdict, bucket=bucket)
+                failing.update(case=_as_found(case, verdict), verdict=verdict, bucket=bucket)
                 raise AssertionError(bucket.label)
             return
         if self.out_of_budget(extra=self.allowance if failing else 0):
@@ -412,9 +421,10 @@ class _Search:
         verdict, bucket = self._execute(case)
         if verdict.ok or self._gap(case, verdict):
             return
+        case = _as_found(case, verdict)
         fid = self._known(bucket)
         if fid is not None:
-            self._hit(fid, case, bucket)
+            self._hit(fid, case, bucket, seen_through=verdict.seen_through)
             return
         failing.update(case=case, verdict=verdict, bucket=bucket)
         raise AssertionError(bucket.label)
@@ -472,21 +482,31 @@ class _Search:
         else:
             self._record(case, verdict, verdict.bucket, prepared_call(case, self.device))
 
-    def _drop_flags(self, case, verdict, bucket) -> tuple:
-        """The finding's case without the config flags its mismatch does not need (Note [Buckets])."""
-        replaced: list = []  # the examples the variants displaced (more cases of the same bucket)
-        if bucket.kind != "mismatch":
-            return case, verdict, bucket, replaced
-        for flag in bucket.flags:
-            problem = without_flag(case.problem, flag)
-            if problem is None or self.out_of_budget(extra=self.allowance):
-                continue
-            variant = type(case)(problem, case.mutation)
-            v_verdict, v_bucket = self.memo.get(variant.to_json()) or self._execute(variant)
-            if not v_verdict.ok and v_bucket == bucket and flag not in v_bucket.flags:
-                replaced.append(case)
-                case, verdict, bucket = variant, v_verdict, v_bucket
-        return case, verdict, bucket, replaced
+    def _minimise(self, case, verdict, bucket):
+        """The finding's smallest example and what its defect depends on (Note [Minimal examples] in
+        :mod:`harness.simplify`); each variant (and each case its needed features cost, Note [Needed
+        features]) is a case of the budget's shrink allowance, :data:`MINIMISE_CASES` at most.  A crash
+        or a hang is kept as shrunk (each variant would cost a fresh worker or a timeout)."""
+        from kernel_oracle.harness.simplify import Minimal, minimise
+
+        if bucket.kind in ("crash", "hang"):
+            return Minimal(case, verdict, bucket, [], [])
+        start = self.state.executed
+
+        def run(variant):
+            if variant.to_json() in self.memo:
+                result = self.memo[variant.to_json()]
+            elif self.out_of_budget(extra=self.allowance) or self.state.executed - start >= MINIMISE_CASES:
+                return None
+            else:
+                try:
+                    result = self._execute(variant)
+                except _HarnessError:  # a variant the problem's own rules refuse: not the target's failure
+                    return None
+            # a validation gap of the informational table is no instance of the finding (nor a pass)
+            return (result[0], None) if self._gap(variant, result[0], count=False) else result
+
+        return minimise(case, verdict, bucket, run)
 
     def _gap(self, case, verdict, *, count: bool = True) -> bool:
         """Whether ``verdict`` is a validation gap of a target judged on upstream contracts (no strict
@@ -499,19 +519,23 @@ class _Search:
         self.gaps.add(case, verdict, self.target) if count else None
         return True
 
-    def _hit(self, fid: str, case, bucket=None) -> None:
-        """One more failing case of the finding ``fid`` (its dtype and region join the finding's)."""
+    def _hit(self, fid: str, case, bucket=None, *, seen_through: Optional[str] = None) -> None:
+        """One more failing case of the finding ``fid`` (its dtype and region join the finding's;
+        ``seen_through``: the mutation of the malformed case that showed it, Note [One defect through
+        malformed input])."""
         from kernel_oracle.harness.check import shape_class
 
-        self.state.add_hit(fid, {"op": case.op, "dtype": case.dtype, "shape_class": shape_class(case),
-                                 "problem": case.to_dict()}, region=getattr(bucket, "where", None))
+        example = {"op": case.op, "dtype": case.dtype, "shape_class": shape_class(case), "problem": case.to_dict()}
+        if seen_through:
+            example["seen_through"] = seen_through
+        self.state.add_hit(fid, example, region=getattr(bucket, "where", None))
         if self.bar is not None:
             self.bar.update(0, findings=len(self.state.findings), hits=sum(h["count"] for h in self.state.hits.values()))
 
     def _known(self, bucket) -> Optional[str]:
         return next((fid for b, fid in self.buckets if b.covers(bucket)), None)
 
-    def _record(self, case, verdict, bucket, call) -> dict:
+    def _record(self, case, verdict, bucket, call, *, depends_on=()) -> dict:
         from kernel_oracle.harness.check import shape_class
 
         state = self.state
@@ -533,6 +557,10 @@ class _Search:
                    "figures": {k: figures.get(k) for k in ("max_abs", "max_rel", "ratio", "where")},
                    "repro": repro, "problem": case.to_dict(), "expected": verdict.expected,
                    "bucket": bucket.to_dict()}
+        if depends_on:  # Note [Minimal examples]
+            finding["depends_on"] = list(depends_on)
+        if verdict.seen_through:  # Note [One defect through malformed input]
+            finding["malformed_sightings"] = {verdict.seen_through: 1}
         if case.category == "malformed":  # Note [Malformed consequences]
             finding.update(consequence=verdict.consequence or ("out of bounds" if verdict.kind == "crash" else None),
                            rows=verdict.rows)

@@ -511,6 +511,9 @@ class CampaignState:
         ops = h.setdefault("ops", [])
         if example.get("op") and example["op"] not in ops:
             ops.append(str(example["op"]))
+        if example.get("seen_through"):  # Note [One defect through malformed input]
+            seen = h.setdefault("malformed_sightings", {})
+            seen[str(example["seen_through"])] = seen.get(str(example["seen_through"]), 0) + 1
         if region:
             regions[region] = regions.get(region, 0) + 1
         if sum(1 for e in h["examples"] if e.get("dtype") == dtype) < MAX_EXAMPLES:
@@ -555,6 +558,11 @@ class CampaignState:
             row["dtypes"] = dtypes_of({"dtypes": [*(f.get("dtypes") or [f.get("dtype") or "-"]),
                                                   *(h.get("dtypes") or [])]})
             row["ops"] = list(dict.fromkeys([str(f.get("op") or "-"), *(h.get("ops") or [])]))
+            seen = dict(f.get("malformed_sightings") or {})
+            for kind, n in (h.get("malformed_sightings") or {}).items():
+                seen[kind] = seen.get(kind, 0) + int(n)
+            if seen:
+                row["malformed_sightings"] = seen
             counts = region_counts(h.get("regions"))  # most cases first: the headline names the first
             row["regions"] = list(dict.fromkeys([*sorted(counts, key=lambda r: -counts[r]),
                                                  *(f.get("regions") or ([where] if where else []))]))

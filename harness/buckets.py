@@ -51,9 +51,9 @@ only), ``slot`` (only some of the slots in use), else ``everywhere``; a wrong sh
 value is ``output``.  It feeds the finding's headline (:mod:`harness.headline`).
 
 The search loop asks :meth:`Bucket.covers` (equal keys).  A finding's example holds only the flags
-its defect needs: after shrinking, the campaign re-runs the example without each flag
-(:func:`without_flag`) and keeps the variant when it still fails in the same bucket (unshrunk cases
-carry flags at random; Hypothesis does not always drop them).  :func:`bucket_of_record` reads the
+its defect needs: after shrinking, the campaign minimises it (Note [Minimal examples] in
+:mod:`harness.simplify`: without each flag, segment, row or head it does not need, kept while it
+fails in the same bucket).  :func:`bucket_of_record` reads the
 bucket a finding record carries, or derives one from its fields (records of any schema version,
 selfcheck rows: a stored bucket of the older shape, with ``(dtype, *flags)`` in ``config`` and the
 region as its cause, reads as the bucket above), so reports, the release matrix and ``compare``
@@ -74,7 +74,7 @@ from typing import Optional
 
 __all__ = ["Bucket", "CONFIG_FLAGS", "MESSAGE_PREFIX", "REGIONS", "bucket_of", "bucket_of_record",
            "config_signature", "describe_exit", "mask_numbers", "mismatch_region", "normalise_message",
-           "target_frame", "without_flag"]
+           "target_frame"]
 
 REGIONS = ("stale graph metadata", "padding", "beyond rank", "segment boundary", "tail tile", "head", "slot",
            "everywhere", "output")
@@ -235,41 +235,6 @@ def config_signature(problem) -> tuple:
     if any(n == 0 for n in seg_lens):
         flags.append("empty_segment")
     return (str(get("dtype") or "-"), *flags)
-
-
-def without_flag(problem, flag: str):
-    """``problem`` without the config ``flag`` (:data:`CONFIG_FLAGS`), or None when it has no such
-    variant.  The campaign re-runs a finding's case without each of its flags and keeps only the flags
-    the failure needs, so a bucket names the config of the defect, not the accidents of one example."""
-    import dataclasses
-
-    if not dataclasses.is_dataclass(problem):
-        return None
-    names = {f.name for f in dataclasses.fields(problem)}
-    changes: dict = {}
-    if flag == "cuda_graph" and "cuda_graph_pad_to" in names:
-        changes["cuda_graph_pad_to"] = None
-        if "stale_host_ints" in names:
-            changes["stale_host_ints"] = None
-    elif flag == "permuted" and "permute" in names:
-        changes["permute"] = False
-    elif flag in ("empty_segment", "rank0") and "seg_lens" in names:
-        ranks = problem.lora_ranks
-        keep = [i for i, (n, w) in enumerate(zip(problem.seg_lens, problem.weight_indices))
-                if n and not (flag == "rank0" and 0 <= w < len(ranks) and ranks[w] == 0)]
-        changes["seg_lens"] = tuple(problem.seg_lens[i] for i in keep)
-        changes["weight_indices"] = tuple(problem.weight_indices[i] for i in keep)
-    elif flag == "empty_segment" and "lengths" in names:
-        keep = [i for i, n in enumerate(problem.lengths) if n]
-        changes["lengths"] = tuple(problem.lengths[i] for i in keep)
-        if getattr(problem, "gaps", ()):  # one gap per sequence: the dropped sequences' gaps go too
-            changes["gaps"] = tuple(problem.gaps[i] for i in keep)
-    if not changes:
-        return None
-    try:
-        return dataclasses.replace(problem, **changes)
-    except (TypeError, ValueError):
-        return None
 
 
 def _failing_mask(output, value, defined, figures: dict):

@@ -3,7 +3,8 @@
 A maintainer reads the headline first (console, report, matrix): ``step_b_q: the first or last row
 of each segment differs from the reference (float16, bfloat16, float32; 37 failing cases)``.  It is
 built from the finding record alone (its op, kind, bucket, ``regions``: the region classes of its
-cases, the most frequent first, ``dtypes`` and ``count``),
+cases, the most frequent first, ``depends_on``: the metadata its minimal example needs, ``dtypes`` and
+``count``),
 so a record of any schema version gets one (a record with a single ``dtype`` lists that dtype).
 Standard library only: reports import it.
 """
@@ -56,6 +57,17 @@ def _elsewhere(finding: dict) -> str:
     return f", and in other cases {', '.join(rest)}" if rest else ""
 
 
+def _depends(finding: dict) -> str:
+    """``; it depends on the permutation`` for the features the finding's minimal example needs (Note
+    [Minimal examples] in :mod:`harness.simplify`: without them it passes)."""
+    from kernel_oracle.harness.simplify import FEATURES
+
+    named = [FEATURES[f] for f in finding.get("depends_on") or () if f in FEATURES]
+    if not named:
+        return ""
+    return "; it depends on " + (named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1])
+
+
 def _what(finding: dict) -> str:
     kind = str(finding.get("kind") or "")
     bucket = finding.get("bucket") or {}
@@ -64,7 +76,7 @@ def _what(finding: dict) -> str:
         if bucket.get("cause") == "output" or "output" in (finding.get("regions") or ()):
             return "the output's shape, dtype or return value is wrong"
         verb = "differ" if _where(finding).startswith(("rows", "heads", "the rows", "the CUDA")) else "differs"
-        return f"{_where(finding)} {verb} from the reference{_elsewhere(finding)}"
+        return f"{_where(finding)} {verb} from the reference{_elsewhere(finding)}{_depends(finding)}"
     if kind == "contract":
         found = _CONTRACT.search(str(finding.get("expected") or ""))
         if found is None:

@@ -75,6 +75,10 @@ def finding_line(f: dict) -> str:
     if f.get("known"):
         text += f"\n  known upstream issue {f['known']}: {f.get('upstream')}"
     text += f"\n  dtypes: {', '.join(dtypes_of(f)) or '-'}"
+    seen = f.get("malformed_sightings") or {}
+    if seen:  # the same defect, shown by malformed inputs too (Note [One defect through malformed input])
+        text += "\n  also seen through malformed metadata: " + ", ".join(
+            f"{kind} ({n} case{'s' if n != 1 else ''})" for kind, n in seen.items())
     for ex in (f.get("examples") or [])[:3]:
         if isinstance(ex, dict):
             text += f"\n  example: {ex.get('op', '-')} {ex.get('dtype', '-')} {ex.get('shape_class', '-')}"
