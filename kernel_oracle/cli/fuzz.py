@@ -66,9 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def finding_line(f: dict) -> str:
     """The console lines of one finding record: ``FINDING`` (new) or ``KNOWN`` (a known upstream issue,
-    with its id and link) and its one-sentence headline; beneath it its dtypes, a few examples (op,
-    dtype, shape class) and its repro command."""
-    from kernel_oracle.harness.headline import dtypes_of, headline
+    with its id and link) and its one-sentence headline; beneath it its dtypes, its smallest example
+    in words and what it expected, two more examples and its repro command."""
+    from kernel_oracle.harness.headline import dtypes_of, example_text, headline
 
     head = "KNOWN" if f.get("known") else "FINDING"
     text = f"{head} {f['id']}: {f.get('headline') or headline(f)}"
@@ -79,9 +79,12 @@ def finding_line(f: dict) -> str:
     if seen:  # the same defect, shown by malformed inputs too (Note [One defect through malformed input])
         text += "\n  also seen through malformed metadata: " + ", ".join(
             f"{kind} ({n} case{'s' if n != 1 else ''})" for kind, n in seen.items())
-    for ex in (f.get("examples") or [])[:3]:
+    text += f"\n  smallest example: {example_text(f)}"
+    if f.get("expected"):
+        text += f"\n  expected: {f['expected']}"
+    for ex in (f.get("examples") or [])[:2]:
         if isinstance(ex, dict):
-            text += f"\n  example: {ex.get('op', '-')} {ex.get('dtype', '-')} {ex.get('shape_class', '-')}"
+            text += f"\n  also: {example_text(ex)}"
     return text + f"\n  repro: {f['repro']}"
 
 
