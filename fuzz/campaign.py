@@ -511,10 +511,9 @@ class _Search:
     def _gap(self, case, verdict, *, count: bool = True) -> bool:
         """Whether ``verdict`` is a validation gap of a target judged on upstream contracts (no strict
         validation, no ``with_malformed``: Note [Malformed consequences]) rather than a finding."""
-        from kernel_oracle.harness.malformed import GAP_CLASSES
+        from kernel_oracle.harness.malformed import in_gap_table
 
-        if (verdict.kind != "validation-gap" or verdict.consequence not in GAP_CLASSES or self.config.with_malformed
-                or self.info.get("strict") is not False):
+        if not in_gap_table(verdict, self.info.get("strict"), self.config.with_malformed):
             return False
         self.gaps.add(case, verdict, self.target) if count else None
         return True

@@ -49,7 +49,7 @@ from typing import Optional
 import torch
 
 __all__ = ["CLASSES", "FINDING_CLASSES", "GAP_CLASSES", "GapTable", "MEMCHECK_TIMEOUT_S", "broken_segments",
-           "case_elements", "gap_lines",
+           "case_elements", "gap_lines", "in_gap_table",
            "lenient_line", "memcheck", "SEGMENT_KINDS", "consequence", "sanitizer_command",
            "valid_rows"]
 
@@ -86,6 +86,15 @@ def valid_rows(case, call, clean_call) -> Optional[torch.Tensor]:
             phys = perm[lo:hi] if perm is not None else torch.arange(lo, hi)
             mask[phys[(phys >= 0) & (phys < rows)]] = False
     return mask
+
+
+def in_gap_table(verdict, strict: Optional[bool], with_malformed: bool = False) -> bool:
+    """Whether a failing ``verdict`` is a row of the validation-gap table rather than a finding: accepted
+    malformed metadata whose consequence is ``harmless`` or ``rows dropped``, on a target without strict
+    validation (``strict`` False), unless ``with_malformed`` counts every gap.  The one rule of
+    ``kernel-oracle fuzz`` and of the pytest plugin's properties."""
+    return (not verdict.ok and verdict.kind == "validation-gap" and verdict.consequence in GAP_CLASSES
+            and strict is False and not with_malformed)
 
 
 def broken_segments(call, clean_call) -> set:

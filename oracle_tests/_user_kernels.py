@@ -20,6 +20,8 @@ PLANTS = {
     "drops_segment_end": "step_b_q leaves each segment's last row unchanged",
     "ignores_permutation": "step_b_q reads and writes rows at their logical index",
     "ignores_scaling": "step_b_q adds the delta without the slot's scaling",
+    "corrupts_on_bad_slot": "step_b_q adds 1 to every row when a weight index is outside the slots (right "
+                            "on every valid batch: a defect only malformed metadata shows)",
 }
 
 SOURCE = '''"""kv_b LoRA steps A and B of the q side in plain torch (SGLang's signatures)."""
@@ -60,6 +62,10 @@ def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head):
 
 def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output):
     R = A_buf.shape[1]
+    has_lengths = batch_info.max_len is not None or batch_info.seg_lens is not None  # the upstream contract first
+    slots = batch_info.weight_indices.tolist()
+    if PLANT == "corrupts_on_bad_slot" and has_lengths and any(not 0 <= w < A_buf.shape[0] for w in slots):
+        return base_output.add_(1.0)
     for rows, slot, rank, scaling in _segments(batch_info, "b"):
         r = min(R, rank)
         if r <= 0 or rows.numel() == 0:
