@@ -49,6 +49,7 @@ from typing import Optional
 
 from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, case_timeout_for
 from kernel_oracle.fuzz.hangs import confirmed_check
+from kernel_oracle.fuzz.known_cases import name_known_findings
 from kernel_oracle.fuzz.memcheck_gaps import memcheck_gaps
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress, print_finding
@@ -234,6 +235,7 @@ class _Search:
             self.bar = Progress(self.budget, self.config.progress, f"fuzz {self.target} {self.op}")
             self._replay_shared()
             self._loop()
+            name_known_findings(self)  # Note [Known cases]
             if self.config.memcheck:
                 memcheck_gaps(self)
         except KeyboardInterrupt as exc:
@@ -456,8 +458,11 @@ class _Search:
                 what = "hung" if answer.kind == "hang" else "crashed"
                 verdict = Verdict(False, answer.kind, f"target {what}: {answer.message}")
                 verdict.bucket = bucket_of(case, verdict, observed=answer)
+        from kernel_oracle.harness.malformed import in_gap_table
+
         group = GroupKey(self.target, case.op, case.dtype, shape_class(case))
-        self.state.count_case(group, passed=verdict.ok, ratio=verdict.ratio)
+        self.state.count_case(group, passed=verdict.ok, ratio=verdict.ratio,
+                              gap=in_gap_table(verdict, self.info.get("strict"), self.config.with_malformed))
         if self.bar is not None:
             self.bar.update(1, findings=len(self.state.findings))
         if self.state.executed % 10 == 0:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kernel_oracle.harness.buckets import Bucket, bucket_of_record
-from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, validate
+from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, SELFCHECK_TARGET, validate
 from kernel_oracle.harness.schema import load as _load_json
 
 __all__ = ["Benchmark", "Finding", "Group", "Headline", "Result", "load_result", "shape_key"]
@@ -77,6 +77,7 @@ class Group:
     ratio_max: Optional[float]
     ratio_median: Optional[float]
     ratios: list
+    gaps: int = 0  # cases of the validation-gap table: neither passed nor failed
 
     @property
     def key(self) -> tuple:
@@ -98,7 +99,8 @@ class Group:
         return cls(target=str(g["target"]), op=str(g["op"]), dtype=str(g["dtype"]),
                    shape_class=str(g["shape_class"]), precision=g.get("precision"),
                    cases=int(g.get("cases", 0)), passes=int(g.get("passes", 0)), findings=counts,
-                   ratio_max=_num(er.get("max")), ratio_median=_num(er.get("median")), ratios=values)
+                   ratio_max=_num(er.get("max")), ratio_median=_num(er.get("median")), ratios=values,
+                   gaps=int(g.get("gaps", 0) or 0))
 
 
 @dataclass
@@ -355,6 +357,21 @@ class Result:
     @property
     def passes(self) -> int:
         return sum(g.passes for g in self.groups)
+
+    @property
+    def gaps(self) -> int:
+        """Cases of the validation-gap table: accepted malformed metadata, neither passed nor failed."""
+        return sum(g.gaps for g in self.groups)
+
+    @property
+    def selfcheck_rows(self) -> int:
+        """The main job's selfcheck rows (the references against their independent formulations)."""
+        return sum(g.cases for g in self.groups if g.target == SELFCHECK_TARGET)
+
+    @property
+    def fuzz_cases(self) -> int:
+        """Cases run on targets: every case but the selfcheck rows."""
+        return self.cases - self.selfcheck_rows
 
     @property
     def new_findings(self) -> list:

@@ -74,6 +74,8 @@ def finding_line(f: dict) -> str:
     text = f"{head} {f['id']}: {f.get('headline') or headline(f)}"
     if f.get("known"):
         text += f"\n  known upstream issue {f['known']}: {f.get('upstream')}"
+    for entry in f.get("corpus") or ():  # Note [Known cases]
+        text += f"\n  matches corpus entry {entry['id']}: {entry['title']} ({entry['upstream']})"
     text += f"\n  dtypes: {', '.join(dtypes_of(f)) or '-'}"
     seen = f.get("malformed_sightings") or {}
     if seen:  # the same defect, shown by malformed inputs too (Note [One defect through malformed input])
@@ -105,8 +107,9 @@ def _error(text: str, code: int = 2) -> int:
 def _config(args: argparse.Namespace, target, device: str):
     """The campaign configuration of ``args`` for ``target`` (the first shard's, on a cluster)."""
     from kernel_oracle.fuzz.campaign_config import CampaignConfig
+    from kernel_oracle.jobs.bug_corpus import known_cases_for
 
-    return CampaignConfig(target=target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
+    return CampaignConfig(known_cases=known_cases_for(target), target=target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
                           device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
                           with_malformed=args.with_malformed, progress=not args.quiet, limits=args.limits, isolate=args.isolate,
                           case_timeout_s=args.case_timeout_s, warm_up_s=_warm_up_s(args.warm_up_s, device),
@@ -213,6 +216,7 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
     for g in record["groups"]:
         bad = {k: v for k, v in g["findings"].items() if v}
         print(f"  {g['op']:>13} {g['dtype']:>9} {g['shape_class']:>13}: {g['passes']}/{g['cases']} passed"
+              + (f", {g['gaps']} validation gaps" if g.get("gaps") else "")
               + (f", findings {bad}" if bad else "")
               + (f", max error ratio {g['error_ratio']['max']:.3g}" if g["error_ratio"]["max"] is not None else ""))
     for f in record["findings"]:  # printed when found too; here with the final dtypes, count and examples

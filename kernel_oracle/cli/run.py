@@ -68,12 +68,18 @@ def _checked(args: argparse.Namespace) -> dict:
 
 def _report(result: dict) -> int:
     """Print the job's summary and where its reports are; the exit code."""
+    from kernel_oracle.harness.schema import SELFCHECK_TARGET
+
     rec = result["record"]
     cases = sum(g["cases"] for g in rec["groups"])
-    passes = sum(g["passes"] for g in rec["groups"])
+    fuzz = [g for g in rec["groups"] if g["target"] != SELFCHECK_TARGET]
+    rows = [g for g in rec["groups"] if g["target"] == SELFCHECK_TARGET]
+    gaps = sum(int(g.get("gaps", 0)) for g in fuzz)
     new = [f for f in rec["findings"] if not f.get("known")]
     known = len(rec["findings"]) - len(new)
-    print(f"{cases} cases, {passes} passed, {len(rec['findings'])} findings"
+    print(f"{sum(g['cases'] for g in fuzz)} fuzz cases ({sum(g['passes'] for g in fuzz)} passed"
+          + (f", {gaps} validation gaps" if gaps else "") + f"), {sum(g['cases'] for g in rows)} selfcheck rows "
+          f"({sum(g['passes'] for g in rows)} passed), {len(rec['findings'])} findings"
           + (f" ({known} known upstream issues)" if known else "") + f", {len(rec['notes'])} notes")
     for note in rec["notes"]:
         print(f"  note: {note}")

@@ -25,6 +25,13 @@ def test_a_correct_module_is_clean(tmp_path, monkeypatch):
     rec = _campaign(tmp_path, monkeypatch, "")
     assert rec["findings"] == [], [f["headline"] for f in rec["findings"]]
     assert rec["validation_gaps"], "a module without strict validation accepts malformed metadata: gaps, listed"
+    # its gaps are not failed cases: every case passed or is a gap (the report said "8919 of 10142 passed")
+    cases, passes, gaps = (sum(g[k] for g in rec["groups"]) for k in ("cases", "passes", "gaps"))
+    assert gaps == sum(g["count"] for g in rec["validation_gaps"]) and passes + gaps == cases, (cases, passes, gaps)
+    from kernel_oracle.reports.model import Result
+
+    model = Result.from_dict(rec)
+    assert (model.fuzz_cases, model.passes + model.gaps, model.selfcheck_rows) == (cases, cases, 0)
 
 
 @pytest.mark.parametrize("plant, kind, op", [("no_max_len_check", "contract", None),
