@@ -47,10 +47,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, case_timeout_for
+from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, HarnessError, case_timeout_for
 from kernel_oracle.fuzz.hangs import confirmed_check
 from kernel_oracle.fuzz.known_cases import name_known_findings
 from kernel_oracle.fuzz.memcheck_gaps import memcheck_gaps
+from kernel_oracle.fuzz.minimal_examples import minimal_example
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
@@ -66,12 +67,6 @@ __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF"
 # shrink attempts after a crash (each restarts the worker) and a hang (each waits out the case timeout and a retry)
 CRASH_SHRINKS = 8
 HANG_SHRINKS = 0
-# cases one finding's minimisation may run (Note [Minimal examples] in harness.simplify)
-MINIMISE_CASES = 48
-
-
-class _HarnessError(Exception):
-    """An error of kernel-oracle itself while checking a case (never a finding of the target)."""
 
 
 def _as_found(case, verdict):
@@ -378,7 +373,7 @@ class _Search:
 
         try:
             body()
-        except _HarnessError as exc:
+        except HarnessError as exc:
             if not failing:  # a bug of ours, not the target's: say so and stop rather than report it
                 self.harness_error = (f"harness error (a bug of kernel-oracle, not of the target), campaign "
                                       f"stopped: {str(exc).splitlines()[0]}")
@@ -388,7 +383,7 @@ class _Search:
             raise self.state_error
         if not failing:
             return False
-        least = self._minimise(failing["case"], failing["verdict"], failing["bucket"])
+        least = minimal_example(self, failing["case"], failing["verdict"], failing["bucket"])
         fid = self._record(least.case, least.verdict, least.bucket, prepared_call(least.case, self.device),
                            depends_on=least.depends_on)["id"]
         for other in least.replaced:
@@ -434,7 +429,7 @@ class _Search:
     def _execute(self, case) -> tuple:
         """Run and count one case: ``(verdict, bucket or None)``, remembered for Hypothesis's replays.
         The verdict is computed beside the target (in the worker, on its device); a harness error
-        raises :class:`_HarnessError`."""
+        raises :class:`HarnessError`."""
         from kernel_oracle.harness.check import Verdict, check_case, shape_class
 
         self.stop.check()  # Note [Stopping a campaign]: a signal whose raise was swallowed stops here
@@ -442,14 +437,14 @@ class _Search:
             try:
                 verdict = check_case(self.local_target, case, self.device)
             except Exception as exc:  # noqa: BLE001 - ours, not the target's (its errors are observations)
-                raise _HarnessError(f"{type(exc).__name__}: {exc}") from exc
+                raise HarnessError(f"{type(exc).__name__}: {exc}") from exc
         else:
             from kernel_oracle.fuzz.worker import WorkerError
 
             try:
                 answer = confirmed_check(self, case)  # a silent case is tried again (Note [Confirmed hangs])
             except WorkerError as exc:
-                raise _HarnessError(str(exc)) from None
+                raise HarnessError(str(exc)) from None
             if isinstance(answer, Verdict):
                 verdict = answer
             else:  # the worker hung or died: an Observed of kind "hang" / "crash"
@@ -486,32 +481,6 @@ class _Search:
             self._hit(fid, case, verdict.bucket)
         else:
             self._record(case, verdict, verdict.bucket, prepared_call(case, self.device))
-
-    def _minimise(self, case, verdict, bucket):
-        """The finding's smallest example and what its defect depends on (Note [Minimal examples] in
-        :mod:`harness.simplify`); each variant (and each case its needed features cost, Note [Needed
-        features]) is a case of the budget's shrink allowance, :data:`MINIMISE_CASES` at most.  A crash
-        or a hang is kept as shrunk (each variant would cost a fresh worker or a timeout)."""
-        from kernel_oracle.harness.simplify import Minimal, minimise
-
-        if bucket.kind in ("crash", "hang"):
-            return Minimal(case, verdict, bucket, [], [])
-        start = self.state.executed
-
-        def run(variant):
-            if variant.to_json() in self.memo:
-                result = self.memo[variant.to_json()]
-            elif self.out_of_budget(extra=self.allowance) or self.state.executed - start >= MINIMISE_CASES:
-                return None
-            else:
-                try:
-                    result = self._execute(variant)
-                except _HarnessError:  # a variant the problem's own rules refuse: not the target's failure
-                    return None
-            # a validation gap of the informational table is no instance of the finding (nor a pass)
-            return (result[0], None) if self._gap(variant, result[0], count=False) else result
-
-        return minimise(case, verdict, bucket, run)
 
     def _gap(self, case, verdict, *, count: bool = True) -> bool:
         """Whether ``verdict`` is a validation gap of a target judged on upstream contracts (no strict

@@ -25,8 +25,8 @@ from typing import Optional, Union
 from kernel_oracle.harness.opinfo import FAMILY_OF
 from kernel_oracle.harness.targets import TargetError, TargetSources, TargetSpec
 
-__all__ = ["CampaignConfig", "CampaignError", "DEFAULT_BUDGET", "MAX_CASE_TIMEOUT_S", "MIN_CASE_TIMEOUT_S",
-           "SHRINK_SLACK_S", "case_timeout_for"]
+__all__ = ["CampaignConfig", "CampaignError", "DEFAULT_BUDGET", "HarnessError", "MAX_CASE_TIMEOUT_S",
+           "MIN_CASE_TIMEOUT_S", "SHRINK_SLACK_S", "case_timeout_for"]
 
 # cases a campaign runs when given neither a budget nor a time
 DEFAULT_BUDGET = 100
@@ -41,6 +41,10 @@ DEVICES = ("cpu", "cuda")
 
 class CampaignError(ValueError):
     """A usage or I/O error of a campaign (exit code 2 in the CLI)."""
+
+
+class HarnessError(Exception):
+    """An error of kernel-oracle itself while checking a case (never a finding of the target)."""
 
 
 def case_timeout_for(time_s: Optional[float]) -> float:

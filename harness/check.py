@@ -550,7 +550,8 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
         if verdict.consequence == "defined rows changed" and not getattr(target, "strict", True):
             from kernel_oracle.harness.through_malformed import valid_failure  # Note [One defect through malformed input]
 
-            shown = valid_failure(case, call, clean_call, lambda c: check_case(target, c, device, repro=repro))
+            shown = valid_failure(case, call, clean_call,
+                                  lambda problem: check_case(target, Case(problem, None), device, repro=repro))
             if shown is not None:
                 return shown
     if not verdict.ok and verdict.bucket is None:

@@ -51,9 +51,9 @@ def valid_neighbours(problem, broken: set) -> Iterator:
 
 
 def valid_failure(case, call, clean_call, check: Callable) -> Optional[object]:
-    """The failing verdict of the first valid neighbour of the malformed ``case`` (``check(case) ->
-    Verdict``), marked ``seen_through`` with the mutation's kind, or None when every neighbour passes."""
-    from kernel_oracle.harness.check import Case
+    """The failing verdict of the first valid neighbour of the malformed ``case`` (``check(problem) ->
+    Verdict`` of the problem without a mutation), marked ``seen_through`` with the mutation's kind, or
+    None when every neighbour passes."""
     from kernel_oracle.harness.malformed import broken_segments
 
     if clean_call is None or case.mutation is None:
@@ -63,7 +63,7 @@ def valid_failure(case, call, clean_call, check: Callable) -> Optional[object]:
         if i >= MAX_NEIGHBOURS:
             break
         try:
-            verdict = check(Case(problem, None))
+            verdict = check(problem)
         except (ValueError, TypeError, IndexError):  # a neighbour the problem's own rules refuse: skip it
             continue
         if not verdict.ok:
