@@ -33,7 +33,7 @@ from kernel_oracle.harness.buckets import Bucket, bucket_of_record
 from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, SELFCHECK_TARGET, validate
 from kernel_oracle.harness.schema import load as _load_json
 
-__all__ = ["Benchmark", "Finding", "Group", "Headline", "Result", "load_result", "shape_key"]
+__all__ = ["Benchmark", "Finding", "Group", "Headline", "Result", "load_result", "record_path", "shape_key"]
 
 def _num(x: Any) -> Optional[float]:
     if x is None or isinstance(x, bool):
@@ -493,8 +493,25 @@ class Result:
         return next((f for f in self.findings if f.id == fid), None)
 
 
+def record_path(path: str | Path) -> tuple:
+    """``(record file, page name or None)`` of a result given as a file or a directory: a directory stands
+    for its campaign ``summary.json`` (pages named ``report``, what ``fuzz`` writes beside it) or the
+    main job's ``latest.json``; ``ValueError`` for a directory with neither.  What ``report`` and
+    ``compare`` both take."""
+    p = Path(path)
+    if p.is_dir():
+        if (p / "summary.json").is_file():
+            return p / "summary.json", "report"
+        if (p / "latest.json").is_file():
+            return p / "latest.json", None
+        raise ValueError(f"{path} holds no summary.json (a campaign) or latest.json (the main job)")
+    return p, None
+
+
 def load_result(path: str | Path) -> Result:
-    """Read and validate a result file (:class:`reports.schema.SchemaError` on a bad one)."""
+    """Read and validate a result file, or the record a directory holds (:func:`record_path`);
+    :class:`reports.schema.SchemaError` on a bad one."""
+    path = record_path(path)[0]
     return Result.from_dict(_load_json(path), source=str(path))
 
 

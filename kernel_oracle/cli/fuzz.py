@@ -26,16 +26,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kernel_oracle.harness.opinfo import FAMILY_OF
 
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
-    options.add(parser, "targets", deprecated=("--target",), required=True,
+    options.add(parser, "targets", required=True,
                 help="the target spec (several, comma-separated, with --gpus/--scheduler); "
                      + options.OPTIONS["targets"][1]["help"])
     options.add(parser, "op", required=True, choices=sorted(FAMILY_OF))
     amount = parser.add_mutually_exclusive_group()
-    options.add(amount, "budget", help="cases to execute, shrinking included (default 100)")
+    options.add(amount, "cases", help="cases to execute, shrinking included (default 100)")
     options.add(amount, "time", help="seconds to run")
     parser.add_argument("--case-timeout", dest="case_timeout_s", type=options.timeout_seconds, default=None,
                         metavar="S", help="seconds one case may run before it is a hang (default: half of --time, "
-                                          "between 5 and 120; 120 with --budget)")
+                                          "between 5 and 120; 120 with --cases)")
     options.add(parser, "seed")
     options.add(parser, "device")
     options.add(parser, "out", required=True, help="output directory; rerunning with the same DIR resumes the "
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "limits")
     parser.add_argument("--no-isolate", dest="isolate", action="store_false",
                         help="run the target in this process (faster start; a crash or hang ends the campaign)")
-    options.add(parser, "quiet", deprecated=("--no-progress",), help="no progress bar")
+    options.add(parser, "quiet", help="no progress bar")
     options.add(parser, "gpus")
     options.add(parser, "scheduler")
     options.add(parser, "db", help="one Hypothesis example database in Redis shared by every worker: a failure "
@@ -109,7 +109,7 @@ def _config(args: argparse.Namespace, target, device: str):
     from kernel_oracle.fuzz.campaign_config import CampaignConfig
     from kernel_oracle.jobs.bug_corpus import known_cases_for
 
-    return CampaignConfig(known_cases=known_cases_for(target), target=target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
+    return CampaignConfig(known_cases=known_cases_for(target), target=target, op=args.op, budget=args.cases, time_s=args.time_s, seed=args.seed,
                           device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
                           with_malformed=args.with_malformed, progress=not args.quiet, limits=args.limits, isolate=args.isolate,
                           case_timeout_s=args.case_timeout_s, warm_up_s=_warm_up_s(args.warm_up_s, device),

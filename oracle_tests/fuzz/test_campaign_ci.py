@@ -129,9 +129,9 @@ def test_usage_errors(tmp_path):
         run_campaign(CampaignConfig(target="refrence", op="lora", budget=1, out_dir=tmp_path))
     # --no-isolate runs the target in this process: on this machine's device (a "cpu" one would flip
     # this GPU session's Triton switch, or be refused once kernels are imported compiled)
-    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "x"),
+    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--cases", "1", "--out", str(tmp_path / "x"),
                      "--device", DEVICE, "--quiet", "--no-isolate"]) == 0
-    assert cli_main(["fuzz", "--targets", "sglang", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "y"),
+    assert cli_main(["fuzz", "--targets", "sglang", "--op", "lora", "--cases", "1", "--out", str(tmp_path / "y"),
                      "--quiet"]) == (0 if "sglang" in sys.modules else 2)
 
 
@@ -308,6 +308,6 @@ def test_a_harness_error_stops_the_campaign_and_is_never_a_finding(tmp_path, mon
     assert rec["findings"] == [] and rec["summary"]["status"] == "incomplete"
     assert rec["notes"][-1].startswith("harness error (a bug of kernel-oracle, not of the target), campaign stopped: "
                                        "ValueError: materialize failed for ")
-    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--budget", "5", "--device", DEVICE,
+    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--cases", "5", "--device", DEVICE,
                      "--no-isolate", "--quiet", "--out", str(tmp_path / "b")]) == 3
     assert capsys.readouterr().err.startswith("kernel-oracle fuzz: incomplete: harness error")

@@ -105,7 +105,7 @@ def step_b_q_fwd(*args, **kwargs):
 def _fuzz(tmp_path, name, corrupt, *extra, budget="60"):
     (tmp_path / f"{name}.py").write_text(f"CORRUPT = {corrupt}\n" + MODULE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", name, "--op", "step_b_q", "--budget", budget,
+    cmd = [sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", name, "--op", "step_b_q", "--cases", budget,
            "--device", "cpu", "--quiet", "--out", str(tmp_path / f"out-{name}"), *extra]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 

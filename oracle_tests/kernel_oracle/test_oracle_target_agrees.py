@@ -29,7 +29,7 @@ def _pytest(folder: Path, name: str):
 
 def _fuzz(folder: Path, name: str):
     return subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", name, "--op", "lora",
-                           "--budget", "300", "--device", "cpu", "--quiet", "--out", str(folder / "out")],
+                           "--cases", "300", "--device", "cpu", "--quiet", "--out", str(folder / "out")],
                           cwd=folder, env=_ENV, capture_output=True, text=True, timeout=600)
 
 

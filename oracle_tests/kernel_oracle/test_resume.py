@@ -18,7 +18,7 @@ def module_target(tmp_path, monkeypatch):
 
 
 def _fuzz(capsys, out, *extra):
-    rc = cli_main(["fuzz", "--targets", "ko_resume_targets.buggy", "--op", "step_a_v", "--budget", "6",
+    rc = cli_main(["fuzz", "--targets", "ko_resume_targets.buggy", "--op", "step_a_v", "--cases", "6",
                    "--device", DEVICE, "--out", str(out), "--limits", "tiny", "--quiet", "--no-isolate", *extra])
     got = capsys.readouterr()
     return rc, got.out, got.err
