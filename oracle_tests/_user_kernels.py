@@ -18,6 +18,7 @@ PLANTS = {
     "": "correct",
     "no_max_len_check": "no missing-max_len ValueError: both steps run on without a longest length",
     "drops_segment_end": "step_b_q leaves each segment's last row unchanged",
+    "step_a_drops_segment_end": "step_a_q leaves each segment's last row zero",
     "ignores_permutation": "step_b_q reads and writes rows at their logical index",
     "ignores_scaling": "step_b_q adds the delta without the slot's scaling",
     "corrupts_on_bad_slot": "step_b_q adds 1 to every row when a weight index is outside the slots (right "
@@ -38,7 +39,7 @@ def _segments(bi, op):
     ranks, scalings = bi.lora_ranks.tolist(), bi.scalings.tolist()
     for b in range(count):
         start, end = indptr[b], indptr[b + 1]
-        if op == "b" and PLANT == "drops_segment_end" and end > start:
+        if PLANT == ("drops_segment_end" if op == "b" else "step_a_drops_segment_end") and end > start:
             end -= 1
         rows = torch.arange(start, end)
         if bi.permutation is not None and not (op == "b" and PLANT == "ignores_permutation"):
