@@ -369,9 +369,17 @@ class Result:
         return sum(g.cases for g in self.groups if g.target == SELFCHECK_TARGET)
 
     @property
+    def selfcheck_passes(self) -> int:
+        return sum(g.passes for g in self.groups if g.target == SELFCHECK_TARGET)
+
+    @property
     def fuzz_cases(self) -> int:
         """Cases run on targets: every case but the selfcheck rows."""
         return self.cases - self.selfcheck_rows
+
+    @property
+    def fuzz_passes(self) -> int:
+        return self.passes - self.selfcheck_passes
 
     @property
     def new_findings(self) -> list:

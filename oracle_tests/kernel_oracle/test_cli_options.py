@@ -126,3 +126,26 @@ def test_compare_takes_a_directory_as_report_does(tmp_path, capsys):
     assert cli_main(["compare", str(job), str(job)]) == 0, capsys.readouterr().err
     assert cli_main(["compare", str(tmp_path), str(job)]) == 2
     assert "holds no summary.json (a campaign) or latest.json (the main job)" in capsys.readouterr().err
+
+
+def test_the_main_jobs_summary_counts_selfcheck_rows_apart_from_fuzz_cases(capsys):
+    """The main job printed "23437 cases": 11120 selfcheck rows added to 12317 fuzz cases; and a validation
+    gap is neither a passed nor a failed case."""
+    from kernel_oracle.cli.run import _report
+    from kernel_oracle.harness.schema import SELFCHECK_TARGET, add_group
+    from kernel_oracle.reports.model import Result
+    from oracle_tests._sample_record import sample_record
+
+    rec = sample_record("main", findings=False)  # 96 fuzz cases, all passed
+    add_group(rec, target="triton", op="step_a_q", dtype="float16", shape_class="malformed", cases=10, passes=6, gaps=4)
+    add_group(rec, target=SELFCHECK_TARGET, op="step_a_q", dtype="float32", shape_class="sample", cases=7, passes=7)
+    _report({"record": rec, "json": "j", "md": "m", "html": "h", "history": "y"})
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("106 fuzz cases (102 passed, 4 validation gaps), 7 selfcheck rows (7 passed), 0 findings")
+    model = Result.from_dict(rec)
+    assert (model.fuzz_cases, model.selfcheck_rows, model.gaps) == (106, 7, 4)
+    from kernel_oracle.reports.render_md import render_markdown
+
+    md = render_markdown(model)
+    assert "| cases | passed | validation gaps | selfcheck rows | findings |" in md
+    assert "| 106 | 102 | 4 | 7 (7 passed) | 0 |" in md
