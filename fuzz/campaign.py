@@ -47,15 +47,16 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, case_timeout_for
+from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, HarnessError, case_timeout_for
 from kernel_oracle.fuzz.hangs import confirmed_check
+from kernel_oracle.fuzz.known_cases import name_known_findings
 from kernel_oracle.fuzz.memcheck_gaps import memcheck_gaps
+from kernel_oracle.fuzz.minimal_examples import minimal_example
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
 from kernel_oracle.fuzz.stream import TIME_CHUNK_EXAMPLES, run_seed
 from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
-from kernel_oracle.harness.buckets import without_flag
 from kernel_oracle.harness.features import with_needs
 from kernel_oracle.harness.opinfo import FAMILY_OF
 from kernel_oracle.harness.malformed import GapTable
@@ -68,8 +69,11 @@ CRASH_SHRINKS = 8
 HANG_SHRINKS = 0
 
 
-class _HarnessError(Exception):
-    """An error of kernel-oracle itself while checking a case (never a finding of the target)."""
+def _as_found(case, verdict):
+    """The case a failure is recorded with: the valid neighbour of a malformed case that shows its failure
+    too (Note [One defect through malformed input] in :mod:`harness.through_malformed`), else the case."""
+    valid = getattr(verdict, "valid_problem", None)
+    return type(case)(valid, None) if valid is not None else case
 
 
 def shared_findings_key(target: str, family: str) -> bytes:
@@ -228,6 +232,7 @@ class _Search:
             self.bar = Progress(self.budget, self.config.progress, f"fuzz {self.target} {self.op}")
             self._replay_shared()
             self._loop()
+            name_known_findings(self)  # Note [Known cases]
             if self.config.memcheck:
                 memcheck_gaps(self)
         except KeyboardInterrupt as exc:
@@ -370,7 +375,7 @@ class _Search:
 
         try:
             body()
-        except _HarnessError as exc:
+        except HarnessError as exc:
             if not failing:  # a bug of ours, not the target's: say so and stop rather than report it
                 self.harness_error = (f"harness error (a bug of kernel-oracle, not of the target), campaign "
                                       f"stopped: {str(exc).splitlines()[0]}")
@@ -380,9 +385,10 @@ class _Search:
             raise self.state_error
         if not failing:
             return False
-        case, verdict, bucket, replaced = self._drop_flags(failing["case"], failing["verdict"], failing["bucket"])
-        fid = self._record(case, verdict, bucket, prepared_call(case, self.device))["id"]
-        for other in replaced:
+        least = minimal_example(self, failing["case"], failing["verdict"], failing["bucket"])
+        fid = self._record(least.case, least.verdict, least.bucket, prepared_call(least.case, self.device),
+                           depends_on=least.depends_on)["id"]
+        for other in least.replaced:
             self._hit(fid, other)
         return True
 
@@ -402,7 +408,7 @@ class _Search:
         if key in self.memo:
             verdict, bucket = self.memo[key]
             if not verdict.ok and not self._gap(case, verdict, count=False) and self._known(bucket) is None:
-                failing.update(case=case, verdict=verdict, bucket=bucket)
+                failing.update(case=_as_found(case, verdict), verdict=verdict, bucket=bucket)
                 raise AssertionError(bucket.label)
             return
         if self.out_of_budget(extra=self.allowance if failing else 0):
@@ -416,9 +422,10 @@ class _Search:
         verdict, bucket = self._execute(case)
         if verdict.ok or self._gap(case, verdict):
             return
+        case = _as_found(case, verdict)
         fid = self._known(bucket)
         if fid is not None:
-            self._hit(fid, case, bucket)
+            self._hit(fid, case, bucket, seen_through=verdict.seen_through)
             return
         failing.update(case=case, verdict=verdict, bucket=bucket)
         raise AssertionError(bucket.label)
@@ -426,7 +433,7 @@ class _Search:
     def _execute(self, case) -> tuple:
         """Run and count one case: ``(verdict, bucket or None)``, remembered for Hypothesis's replays.
         The verdict is computed beside the target (in the worker, on its device); a harness error
-        raises :class:`_HarnessError`."""
+        raises :class:`HarnessError`."""
         from kernel_oracle.harness.check import Verdict, check_case, shape_class
 
         self.stop.check()  # Note [Stopping a campaign]: a signal whose raise was swallowed stops here
@@ -434,14 +441,14 @@ class _Search:
             try:
                 verdict = check_case(self.local_target, case, self.device)
             except Exception as exc:  # noqa: BLE001 - ours, not the target's (its errors are observations)
-                raise _HarnessError(f"{type(exc).__name__}: {exc}") from exc
+                raise HarnessError(f"{type(exc).__name__}: {exc}") from exc
         else:
             from kernel_oracle.fuzz.worker import WorkerError
 
             try:
                 answer = confirmed_check(self, case)  # a silent case is tried again (Note [Confirmed hangs])
             except WorkerError as exc:
-                raise _HarnessError(str(exc)) from None
+                raise HarnessError(str(exc)) from None
             if isinstance(answer, Verdict):
                 verdict = answer
             else:  # the worker hung or died: an Observed of kind "hang" / "crash"
@@ -450,8 +457,11 @@ class _Search:
                 what = "hung" if answer.kind == "hang" else "crashed"
                 verdict = Verdict(False, answer.kind, f"target {what}: {answer.message}")
                 verdict.bucket = bucket_of(case, verdict, observed=answer)
+        from kernel_oracle.harness.malformed import in_gap_table
+
         group = GroupKey(self.target, case.op, case.dtype, shape_class(case))
-        self.state.count_case(group, passed=verdict.ok, ratio=verdict.ratio)
+        self.state.count_case(group, passed=verdict.ok, ratio=verdict.ratio,
+                              gap=in_gap_table(verdict, self.info.get("strict"), self.config.with_malformed))
         if self.bar is not None:
             self.bar.update(1, findings=len(self.state.findings))
         if self.state.executed % 10 == 0:
@@ -476,39 +486,26 @@ class _Search:
         else:
             self._record(case, verdict, verdict.bucket, prepared_call(case, self.device))
 
-    def _drop_flags(self, case, verdict, bucket) -> tuple:
-        """The finding's case without the config flags its mismatch does not need (Note [Buckets])."""
-        replaced: list = []  # the examples the variants displaced (more cases of the same bucket)
-        if bucket.kind != "mismatch":
-            return case, verdict, bucket, replaced
-        for flag in bucket.flags:
-            problem = without_flag(case.problem, flag)
-            if problem is None or self.out_of_budget(extra=self.allowance):
-                continue
-            variant = type(case)(problem, case.mutation)
-            v_verdict, v_bucket = self.memo.get(variant.to_json()) or self._execute(variant)
-            if not v_verdict.ok and v_bucket == bucket and flag not in v_bucket.flags:
-                replaced.append(case)
-                case, verdict, bucket = variant, v_verdict, v_bucket
-        return case, verdict, bucket, replaced
-
     def _gap(self, case, verdict, *, count: bool = True) -> bool:
         """Whether ``verdict`` is a validation gap of a target judged on upstream contracts (no strict
         validation, no ``with_malformed``: Note [Malformed consequences]) rather than a finding."""
-        from kernel_oracle.harness.malformed import GAP_CLASSES
+        from kernel_oracle.harness.malformed import in_gap_table
 
-        if (verdict.kind != "validation-gap" or verdict.consequence not in GAP_CLASSES or self.config.with_malformed
-                or self.info.get("strict") is not False):
+        if not in_gap_table(verdict, self.info.get("strict"), self.config.with_malformed):
             return False
         self.gaps.add(case, verdict, self.target) if count else None
         return True
 
-    def _hit(self, fid: str, case, bucket=None) -> None:
-        """One more failing case of the finding ``fid`` (its dtype and region join the finding's)."""
+    def _hit(self, fid: str, case, bucket=None, *, seen_through: Optional[str] = None) -> None:
+        """One more failing case of the finding ``fid`` (its dtype and region join the finding's;
+        ``seen_through``: the mutation of the malformed case that showed it, Note [One defect through
+        malformed input])."""
         from kernel_oracle.harness.check import shape_class
 
-        self.state.add_hit(fid, {"op": case.op, "dtype": case.dtype, "shape_class": shape_class(case),
-                                 "problem": case.to_dict()}, region=getattr(bucket, "where", None))
+        example = {"op": case.op, "dtype": case.dtype, "shape_class": shape_class(case), "problem": case.to_dict()}
+        if seen_through:
+            example["seen_through"] = seen_through
+        self.state.add_hit(fid, example, region=getattr(bucket, "where", None))
         if self.bar is not None:
             self.bar.update(0, findings=len(self.state.findings), hits=sum(h["count"] for h in self.state.hits.values()))
 
@@ -537,7 +534,7 @@ class _Search:
         if issue is not None and issue.trigger is not None and issue not in self.avoid:
             self.avoid.append(issue)
 
-    def _record(self, case, verdict, bucket, call) -> dict:
+    def _record(self, case, verdict, bucket, call, *, depends_on=()) -> dict:
         from kernel_oracle.harness.check import shape_class
 
         state = self.state
@@ -559,6 +556,10 @@ class _Search:
                    "figures": {k: figures.get(k) for k in ("max_abs", "max_rel", "ratio", "where")},
                    "repro": repro, "problem": case.to_dict(), "expected": verdict.expected,
                    "bucket": bucket.to_dict()}
+        if depends_on:  # Note [Minimal examples]
+            finding["depends_on"] = list(depends_on)
+        if verdict.seen_through:  # Note [One defect through malformed input]
+            finding["malformed_sightings"] = {verdict.seen_through: 1}
         if case.category == "malformed":  # Note [Malformed consequences]
             finding.update(consequence=verdict.consequence or ("out of bounds" if verdict.kind == "crash" else None),
                            rows=verdict.rows)

@@ -25,8 +25,8 @@ from typing import Optional, Union
 from kernel_oracle.harness.opinfo import FAMILY_OF
 from kernel_oracle.harness.targets import TargetError, TargetSources, TargetSpec
 
-__all__ = ["CampaignConfig", "CampaignError", "DEFAULT_BUDGET", "MAX_CASE_TIMEOUT_S", "MIN_CASE_TIMEOUT_S",
-           "SHRINK_SLACK_S", "case_timeout_for"]
+__all__ = ["CampaignConfig", "CampaignError", "DEFAULT_BUDGET", "HarnessError", "MAX_CASE_TIMEOUT_S",
+           "MIN_CASE_TIMEOUT_S", "SHRINK_SLACK_S", "case_timeout_for"]
 
 # cases a campaign runs when given neither a budget nor a time
 DEFAULT_BUDGET = 100
@@ -41,6 +41,10 @@ DEVICES = ("cpu", "cuda")
 
 class CampaignError(ValueError):
     """A usage or I/O error of a campaign (exit code 2 in the CLI)."""
+
+
+class HarnessError(Exception):
+    """An error of kernel-oracle itself while checking a case (never a finding of the target)."""
 
 
 def case_timeout_for(time_s: Optional[float]) -> float:
@@ -83,7 +87,9 @@ class CampaignConfig:
     or what is left until ``ends_at``, whichever is less.  The main job's campaigns side by side take
     it (Note [Campaigns side by side]): their start-up and warm-up vary, the job's deadline does not.
     ``shares_gpu``: other processes share the GPU and the host, so the worker's CUDA waits give up the
-    core (Note [Shared GPU waits] in harness/device.py).
+    core (Note [Shared GPU waits] in harness/device.py).  ``known_cases``: ``(label, Case)`` pairs of
+    the real-bug corpus's entries for this target, run after the search to name the findings they
+    show (Note [Known cases] in :mod:`fuzz.known_cases`).
     """
 
     target: Union[str, TargetSpec]
@@ -108,6 +114,7 @@ class CampaignConfig:
     memcheck: bool = False
     ends_at: Optional[float] = None
     shares_gpu: bool = False
+    known_cases: tuple = ()
 
     def __post_init__(self) -> None:
         try:
@@ -116,6 +123,7 @@ class CampaignConfig:
             raise CampaignError(str(exc)) from None
         object.__setattr__(self, "out_dir", Path(self.out_dir))
         object.__setattr__(self, "dtypes", tuple(self.dtypes) if self.dtypes else None)
+        object.__setattr__(self, "known_cases", tuple(self.known_cases))
         if self.op not in FAMILY_OF:
             raise CampaignError(f"op={self.op!r} is unknown; the only valid values are {sorted(FAMILY_OF)}")
         budget = self.budget

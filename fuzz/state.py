@@ -115,10 +115,11 @@ class GroupCounts:
     passes: int = 0
     ratios: list = field(default_factory=list)
     findings: dict = field(default_factory=lambda: {k: 0 for k in FINDING_KINDS})
+    gaps: int = 0  # accepted malformed metadata of the validation-gap table: neither passed nor failed
 
     def to_dict(self) -> dict:
         return {"cases": self.cases, "passes": self.passes, "ratios": list(self.ratios),
-                "findings": dict(self.findings)}
+                "findings": dict(self.findings), "gaps": self.gaps}
 
     @classmethod
     def from_dict(cls, d: dict) -> "GroupCounts":
@@ -129,12 +130,13 @@ class GroupCounts:
                 raise ValueError(f"findings[{k!r}] is not a finding kind")
             counts[k] = checked_count(f"findings[{k!r}]", v)
         cases, passes = checked_count("cases", d.get("cases", 0)), checked_count("passes", d.get("passes", 0))
-        if passes > cases:
-            raise ValueError(f"passes={passes} exceeds cases={cases}")
+        gaps = checked_count("gaps", d.get("gaps", 0))
+        if passes + gaps > cases:
+            raise ValueError(f"passes={passes} and gaps={gaps} exceed cases={cases}")
         ratios = d.get("ratios") or []
         if not isinstance(ratios, list):
             raise ValueError(f"ratios={ratios!r} is not a list")
-        return cls(cases, passes, [checked_ratio(r) for r in ratios], counts)
+        return cls(cases, passes, [checked_ratio(r) for r in ratios], counts, gaps)
 
 
 def _check_layout(out: Path) -> None:
@@ -452,13 +454,16 @@ class CampaignState:
     def group(self, key: GroupKey) -> GroupCounts:
         return self.groups.setdefault(key, GroupCounts())
 
-    def count_case(self, key: GroupKey, *, passed: bool, ratio: Optional[float]) -> None:
-        """One executed case of group ``key``."""
+    def count_case(self, key: GroupKey, *, passed: bool, ratio: Optional[float], gap: bool = False) -> None:
+        """One executed case of group ``key``; ``gap``: a row of the validation-gap table (accepted
+        malformed metadata judged harmless: not a failed case, nor a passed one)."""
         self.executed += 1
         g = self.group(key)
         g.cases += 1
         if passed:
             g.passes += 1
+        elif gap:
+            g.gaps += 1
         if ratio is not None and ratio == ratio and ratio != float("inf"):
             g.ratios.append(round(float(ratio), 6))
 
@@ -501,13 +506,19 @@ class CampaignState:
 
     def add_hit(self, fid: str, example: dict, region: Optional[str] = None) -> None:
         """One more case of the finding ``fid``'s bucket (``example["dtype"]`` added to its dtypes,
-        ``region`` to its regions); the first :data:`MAX_EXAMPLES` of each dtype are kept as examples."""
+        ``example["op"]`` to its ops, ``region`` to its regions); the first :data:`MAX_EXAMPLES` of each dtype are kept as examples."""
         h = self.hits.setdefault(fid, {"count": 1, "examples": []})
         h["count"] += 1
         dtype = str(example.get("dtype") or "-")
         dtypes, regions = h.setdefault("dtypes", []), h.setdefault("regions", {})
         if dtype not in dtypes:
             dtypes.append(dtype)
+        ops = h.setdefault("ops", [])
+        if example.get("op") and example["op"] not in ops:
+            ops.append(str(example["op"]))
+        if example.get("seen_through"):  # Note [One defect through malformed input]
+            seen = h.setdefault("malformed_sightings", {})
+            seen[str(example["seen_through"])] = seen.get(str(example["seen_through"]), 0) + 1
         if region:
             regions[region] = regions.get(region, 0) + 1
         if sum(1 for e in h["examples"] if e.get("dtype") == dtype) < MAX_EXAMPLES:
@@ -551,6 +562,12 @@ class CampaignState:
                    "examples": list(h["examples"])}
             row["dtypes"] = dtypes_of({"dtypes": [*(f.get("dtypes") or [f.get("dtype") or "-"]),
                                                   *(h.get("dtypes") or [])]})
+            row["ops"] = list(dict.fromkeys([str(f.get("op") or "-"), *(h.get("ops") or [])]))
+            seen = dict(f.get("malformed_sightings") or {})
+            for kind, n in (h.get("malformed_sightings") or {}).items():
+                seen[kind] = seen.get(kind, 0) + int(n)
+            if seen:
+                row["malformed_sightings"] = seen
             counts = region_counts(h.get("regions"))  # most cases first: the headline names the first
             row["regions"] = list(dict.fromkeys([*sorted(counts, key=lambda r: -counts[r]),
                                                  *(f.get("regions") or ([where] if where else []))]))
@@ -567,7 +584,7 @@ class CampaignState:
         record["summary"].update(hang_retries=self.hang_retries, slow_cases=self.slow_cases)  # Note [Confirmed hangs]
         for key, g in sorted(self.groups.items()):
             add_group(record, target=key.target, op=key.op, dtype=key.dtype, shape_class=key.shape_class,
-                      cases=g.cases, passes=g.passes, findings=g.findings, ratios=g.ratios,
+                      cases=g.cases, passes=g.passes, gaps=g.gaps, findings=g.findings, ratios=g.ratios,
                       precision=precision.get(key.op) if isinstance(precision, dict) else precision)
         for f in self.findings_with_hits():
             add_finding(record, f)

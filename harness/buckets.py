@@ -10,14 +10,17 @@ and nothing that names the input that happened to show it.  No bucket holds the 
 class, the seed, the release or the config flags: one defect shows in every dtype and size the code
 path serves, and is one finding with a ``dtypes`` list and a count over all of them.
 
-* **crash / contract** (the target raised, or died): the exception type, its normalised message
+* **contract**: the contract that did not hold (``contract lora.missing_max_len``), whatever the target
+  did instead: no error, another type, another text, or a crash deep in its own code are one root cause
+  (the missing check), not one finding per wrong error.  Only an error raised on a valid input, where
+  no contract is at stake, keys as a crash does;
+* **crash** (the target raised on a valid input, or died): the exception type, its normalised message
   (:func:`normalise_message`: the first line, every number masked, whitespace collapsed, cut at
   :data:`MESSAGE_PREFIX` characters, whole words only: ``seg_lens[3]`` and ``seg_lens[7]`` are one cause, and so is a
   message a library cut at another length), and the top frame in the target's own code
   (:func:`target_frame`: the innermost frame of the traceback that is neither the harness, torch,
   Triton nor the standard library; ``module:function``, no line number, so a bucket survives an
-  unrelated edit of the file).  A missing error is ``no error: expected <contract id>``; a dead
-  worker is its exit status;
+  unrelated edit of the file).  A dead worker is its exit status;
 * **validation-gap**: the mutation kind that was accepted (``accepted seg_indptr_decreasing``);
 * **hang**: no answer within the case timeout (a campaign first retries such a case with a longer
   wait: Note [Confirmed hangs] in :mod:`fuzz.hangs`); the waits are in the finding's message, not the key;
@@ -48,9 +51,9 @@ only), ``slot`` (only some of the slots in use), else ``everywhere``; a wrong sh
 value is ``output``.  It feeds the finding's headline (:mod:`harness.headline`).
 
 The search loop asks :meth:`Bucket.covers` (equal keys).  A finding's example holds only the flags
-its defect needs: after shrinking, the campaign re-runs the example without each flag
-(:func:`without_flag`) and keeps the variant when it still fails in the same bucket (unshrunk cases
-carry flags at random; Hypothesis does not always drop them).  :func:`bucket_of_record` reads the
+its defect needs: after shrinking, the campaign minimises it (Note [Minimal examples] in
+:mod:`harness.simplify`: without each flag, segment, row or head it does not need, kept while it
+fails in the same bucket).  :func:`bucket_of_record` reads the
 bucket a finding record carries, or derives one from its fields (records of any schema version,
 selfcheck rows: a stored bucket of the older shape, with ``(dtype, *flags)`` in ``config`` and the
 region as its cause, reads as the bucket above), so reports, the release matrix and ``compare``
@@ -71,7 +74,7 @@ from typing import Optional
 
 __all__ = ["Bucket", "CONFIG_FLAGS", "MESSAGE_PREFIX", "REGIONS", "bucket_of", "bucket_of_record",
            "config_signature", "describe_exit", "mask_numbers", "mismatch_region", "normalise_message",
-           "target_frame", "without_flag"]
+           "target_frame"]
 
 REGIONS = ("stale graph metadata", "padding", "beyond rank", "segment boundary", "tail tile", "head", "slot",
            "everywhere", "output")
@@ -234,53 +237,6 @@ def config_signature(problem) -> tuple:
     return (str(get("dtype") or "-"), *flags)
 
 
-def without_flag(problem, flag: str):
-    """``problem`` without the config ``flag`` (:data:`CONFIG_FLAGS`), or None when it has no such
-    variant.  The campaign re-runs a finding's case without each of its flags and keeps only the flags
-    the failure needs, so a bucket names the config of the defect, not the accidents of one example."""
-    import dataclasses
-
-    if not dataclasses.is_dataclass(problem):
-        return None
-    names = {f.name for f in dataclasses.fields(problem)}
-    changes: dict = {}
-    if flag == "cuda_graph" and "cuda_graph_pad_to" in names:
-        changes["cuda_graph_pad_to"] = None
-        if "stale_host_ints" in names:
-            changes["stale_host_ints"] = None
-        if getattr(problem, "graph_tail", False):
-            changes["graph_tail"] = False
-    elif flag == "permuted" and "permute" in names:
-        changes["permute"] = False
-    elif flag in ("empty_segment", "rank0") and "seg_lens" in names:
-        ranks = problem.lora_ranks
-        keep = [i for i, (n, w) in enumerate(zip(problem.seg_lens, problem.weight_indices))
-                if n and not (flag == "rank0" and 0 <= w < len(ranks) and ranks[w] == 0)]
-        changes["seg_lens"] = tuple(problem.seg_lens[i] for i in keep)
-        changes["weight_indices"] = tuple(problem.weight_indices[i] for i in keep)
-        # the batch counts describe the segments: fewer segments, counts that still fit them
-        if getattr(problem, "eager_counts", None) is not None:
-            changes["eager_counts"] = None
-        pad = getattr(problem, "cuda_graph_pad_to", None)
-        if getattr(problem, "graph_tail", False) and pad is not None and problem.extra_rows < pad - len(keep):
-            changes["graph_tail"] = False  # the longer stale tail would not fit the padding rows
-        stale = getattr(problem, "stale_host_ints", None)
-        if stale is not None:
-            top = max(len(keep) - 1, 0)
-            changes["stale_host_ints"] = (min(stale[0], top), min(stale[1], top), stale[2])
-    elif flag == "empty_segment" and "lengths" in names:
-        keep = [i for i, n in enumerate(problem.lengths) if n]
-        changes["lengths"] = tuple(problem.lengths[i] for i in keep)
-        if getattr(problem, "gaps", ()):  # one gap per sequence: the dropped sequences' gaps go too
-            changes["gaps"] = tuple(problem.gaps[i] for i in keep)
-    if not changes:
-        return None
-    try:
-        return dataclasses.replace(problem, **changes)
-    except (TypeError, ValueError):
-        return None
-
-
 def _failing_mask(output, value, defined, figures: dict):
     """Elements the comparison failed: non-finite ones if any, else ``|a - r| > max_abs / ratio``."""
     import torch
@@ -418,12 +374,16 @@ def bucket_of(case, verdict, *, observed=None, expected=None, call=None) -> Buck
     if kind == "crash":
         return Bucket(kind, family, normalise_message(observed.message if observed is not None
                                                       else verdict.message))
-    # contract
-    if observed is not None and observed.kind == "raise":
+    # contract: the contract that did not hold, whatever the target did instead (Note [Buckets])
+    contract = getattr(expected, "contract_id", None)
+    if contract:
+        return Bucket(kind, family, f"contract {contract}")
+    if getattr(expected, "kind", None) == "error":
+        return Bucket(kind, family, f"contract {expected.exc_type} (the oracle's own error)")
+    if observed is not None and observed.kind == "raise":  # an error on a valid input: no contract names it
         cause = f"{observed.exc_type}: {normalise_message(observed.message)}"
         return Bucket(kind, family, cause, getattr(observed, "frame", None) or "")
-    want = getattr(expected, "contract_id", None) or getattr(expected, "exc_type", None) or "an error"
-    return Bucket(kind, family, f"no error: expected {want}")
+    return Bucket(kind, family, f"no error: expected {getattr(expected, 'exc_type', None) or 'an error'}")
 
 
 def _family_of_record(f: dict) -> str:
@@ -433,8 +393,25 @@ def _family_of_record(f: dict) -> str:
     return str(fam or f.get("op") or "-")
 
 
+_EXPECTED_CONTRACT = re.compile(r"\[(?:upstream|strict) contract ([\w.]+)\]")
+# a contract bucket keyed on what the target did rather than on the contract (records written before)
+_OLD_CONTRACT_KEY = re.compile(r"no error: expected |[\w.]+: ")
+
+
+def _expected_contract(f: dict) -> Optional[str]:
+    """The contract id a contract finding's ``expected`` text names (``... [upstream contract ID]``)."""
+    found = _EXPECTED_CONTRACT.search(str(f.get("expected") or ""))
+    return found.group(1) if found else None
+
+
 def bucket_of_record(f: dict) -> Bucket:
-    """The bucket a finding record carries, or the one its fields imply (older records, selfcheck)."""
+    """The bucket a finding record carries, or the one its fields imply (older records, selfcheck).  A
+    contract finding keys on the contract its ``expected`` names, also in records whose stored bucket
+    keyed on the text of the wrong error (``no error: expected ...`` or ``Type: message``)."""
+    stored = f.get("bucket") if isinstance(f.get("bucket"), dict) else None
+    contract = _expected_contract(f) if f.get("kind") == "contract" else None
+    if contract and (stored is None or _OLD_CONTRACT_KEY.match(str(stored.get("cause") or ""))):
+        return Bucket("contract", str((stored or {}).get("family") or _family_of_record(f)), f"contract {contract}")
     if isinstance(f.get("bucket"), dict):
         try:
             b = Bucket.from_dict(f["bucket"])

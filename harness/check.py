@@ -71,7 +71,6 @@ from typing import Any, Optional
 import torch
 
 from kernel_oracle.reference.contracts import CONTRACTS
-from kernel_oracle.reference.lora_routing import route_lora_batch
 from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
@@ -80,10 +79,11 @@ from kernel_oracle.harness.device import DeviceLost, is_device_error
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
 from kernel_oracle.harness.text import bounded, printable
+from kernel_oracle.harness.locators import expected_at, lora_locator, vision_locator
 from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
-from kernel_oracle.harness.problems import LoRAProblem, batch_info_of, materialize, problem_from_dict, problem_to_dict
+from kernel_oracle.harness.problems import LoRAProblem, materialize, problem_from_dict, problem_to_dict
 
 __all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute", "expected_outcome",
            "judge", "odd_output", "prepared_call", "shape_class", "state_change_verdict", "with_state_changes"]
@@ -382,6 +382,10 @@ class Verdict:
     state_changes: list = field(default_factory=list)  # (switch, text) per global setting the target changed
     consequence: Optional[str] = None  # accepted malformed metadata: its class (Note [Malformed consequences])
     rows: Optional[str] = None  # the rows that class names ("rows [3, 4]"), or None
+    # the mutation kind of a malformed case whose failure a valid neighbour shows too: the verdict is
+    # the neighbour's (Note [One defect through malformed input] in harness.through_malformed)
+    seen_through: Optional[str] = None
+    valid_problem: Optional[Any] = None  # that valid neighbour's problem, the case a campaign records
 
 
 def _describe_expected(e: Outcome, exact_errors: bool = True) -> str:
@@ -392,55 +396,6 @@ def _describe_expected(e: Outcome, exact_errors: bool = True) -> str:
     if e.kind == "error":
         return f"{e.exc_type}({bounded(e.message or '', 2000)!r}) (outside the contract table: the oracle's own error)"
     return f"{e.exc_type}({e.message!r}) [{e.kind} contract {e.contract_id}]"
-
-
-def _lora_locator(case: Case, call):
-    bi = batch_info_of(call)
-    try:
-        route = route_lora_batch(bi, num_rows=call.args[0].shape[0], num_slots=int(bi.lora_ranks.numel()),
-                                 max_rank=10**9, device=torch.device("cpu"), strict=False)
-    except Exception:
-        route = None
-
-    def locate(index):
-        t, h = int(index[0]), int(index[1])
-        where = {"token": t, "head": h, "segment": None, "slot": None}
-        if route is not None:
-            hit = torch.nonzero(route.rows == t).flatten()
-            if hit.numel():
-                where["segment"] = int(route.segment[hit[0]])
-                where["slot"] = int(route.slot[hit[0]])
-        return where
-    return locate, route
-
-
-def _vision_locator(call):
-    from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
-
-    c = _copy_call(call)
-    try:
-        plan = resolve_flashinfer_cudnn(*c.args[:4], c.kwargs.get("softmax_scale"), c.kwargs.get("forward_metadata"),
-                                        strict=False, **{k: v for k, v in c.kwargs.items()
-                                                         if k not in ("softmax_scale", "forward_metadata")})
-    except Exception:
-        plan = None
-    four_d = call.args[0].dim() == 4
-
-    def locate(index):
-        if four_d:
-            t = int(index[0]) * call.args[0].shape[1] + int(index[1])
-            h = int(index[2])
-        else:
-            t, h = int(index[0]), int(index[1])
-        where = {"token": t, "head": h, "segment": None, "slot": None}
-        if plan is not None:
-            for b in range(plan.num_sequences):
-                o, n = int(plan.o_start[b]), int(plan.lengths[b])
-                if n > 0 and o <= t < o + n:
-                    where["segment"] = b
-                    break
-        return where
-    return locate
 
 
 def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, device="cpu", repro: str = "",
@@ -532,9 +487,9 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
     if not observed.returned_inplace:
         return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
     if case.family == "lora":
-        locate, route = _lora_locator(case, call)
+        locate, route = lora_locator(call)
     else:
-        locate, route = _vision_locator(call), None
+        locate, route = vision_locator(call), None
     actual = observed.output  # compared where it is (compare moves the reference there)
     cmp = compare(actual, expected.value, expected.defined, family=case.family,
                   baseline=None if expected.baseline is None else list(expected.baseline),
@@ -542,7 +497,7 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
                   overflow_alternate=expected.overflow_alternate)
     figures = {"max_abs": cmp.err, "max_rel": cmp.worst_rel, "ratio": cmp.ratio, "where": cmp.where}
     if not cmp.ok:
-        return Verdict(False, "mismatch", cmp.message, cmp.ratio, figures, exp)
+        return Verdict(False, "mismatch", cmp.message, cmp.ratio, figures, expected_at(actual, expected.value, cmp, call))
     inplace = call.inplace
     if inplace is not None and route is not None:  # unrouted rows must be bit-identical
         before = call.args[inplace].detach().to(actual.device)
@@ -563,7 +518,9 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
             return Verdict(False, "mismatch",
                            f"rows routed by no segment changed (must stay bit-identical): rows {bad[:8]}"
                            + (f"\nReproduce: {repro}" if repro else ""),
-                           float("inf"), {"max_abs": None, "max_rel": None, "ratio": None, "where": where}, exp)
+                           float("inf"), {"max_abs": None, "max_rel": None, "ratio": None, "where": where},
+                           f"rows {bad[:8]} of base_output unchanged (bit-identical to before the call: no "
+                           f"segment routes them)")
     return Verdict(True, ratio=cmp.ratio, figures=figures, expected=exp)
 
 
@@ -597,6 +554,13 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
             lambda: expected_outcome(clean, device, precision=target.precision_for(case.op), call=clean_call))
         if verdict.rows:
             verdict.message += f"; {verdict.consequence}: {verdict.rows}"
+        if verdict.consequence == "defined rows changed" and not getattr(target, "strict", True):
+            from kernel_oracle.harness.through_malformed import valid_failure  # Note [One defect through malformed input]
+
+            shown = valid_failure(case, call, clean_call,
+                                  lambda problem: check_case(target, Case(problem, None), device, repro=repro))
+            if shown is not None:
+                return shown
     if not verdict.ok and verdict.bucket is None:
         verdict.bucket = bucket_of(case, verdict, observed=observed, expected=expected, call=call)
     return verdict

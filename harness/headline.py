@@ -3,16 +3,19 @@
 A maintainer reads the headline first (console, report, matrix): ``step_b_q: the first or last row
 of each segment differs from the reference (float16, bfloat16, float32; 37 failing cases)``.  It is
 built from the finding record alone (its op, kind, bucket, ``regions``: the region classes of its
-cases, the most frequent first, ``dtypes`` and ``count``),
+cases, the most frequent first, ``depends_on``: the metadata its minimal example needs, ``dtypes`` and
+``count``),
 so a record of any schema version gets one (a record with a single ``dtype`` lists that dtype).
 Standard library only: reports import it.
 """
 
 from __future__ import annotations
 
+import re
+
 from kernel_oracle.harness.features import describe
 
-__all__ = ["REGION_WORDS", "dtypes_of", "headline"]
+__all__ = ["REGION_WORDS", "dtypes_of", "example_text", "headline"]
 
 # the rows or elements each region class of harness.buckets names, in words
 REGION_WORDS = {
@@ -26,6 +29,7 @@ REGION_WORDS = {
     "everywhere": "every row",
 }
 _DTYPE_ORDER = ("float16", "bfloat16", "float32", "float64")
+_CONTRACT = re.compile(r"\[(upstream|strict) contract ([\w.]+)\]")
 
 
 def dtypes_of(finding: dict) -> list:
@@ -53,6 +57,17 @@ def _elsewhere(finding: dict) -> str:
     return f", and in other cases {', '.join(rest)}" if rest else ""
 
 
+def _depends(finding: dict) -> str:
+    """``; it depends on the permutation`` for the features the finding's minimal example needs (Note
+    [Minimal examples] in :mod:`harness.simplify`: without them it passes)."""
+    from kernel_oracle.harness.simplify import FEATURES
+
+    named = [FEATURES[f] for f in finding.get("depends_on") or () if f in FEATURES]
+    if not named:
+        return ""
+    return "; it depends on " + (named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1])
+
+
 def _what(finding: dict) -> str:
     kind = str(finding.get("kind") or "")
     bucket = finding.get("bucket") or {}
@@ -61,9 +76,14 @@ def _what(finding: dict) -> str:
         if bucket.get("cause") == "output" or "output" in (finding.get("regions") or ()):
             return "the output's shape, dtype or return value is wrong"
         verb = "differ" if _where(finding).startswith(("rows", "heads", "the rows", "the CUDA")) else "differs"
-        return f"{_where(finding)} {verb} from the reference{_elsewhere(finding)}"
+        return f"{_where(finding)} {verb} from the reference{_elsewhere(finding)}{_depends(finding)}"
     if kind == "contract":
-        return f"raises the wrong error or none: {message}"
+        found = _CONTRACT.search(str(finding.get("expected") or ""))
+        if found is None:
+            return f"raises the wrong error or none: {message}"
+        happened = message.split("; expected ", 1)[0]
+        wanted = str(finding["expected"])[:found.start()].rstrip()
+        return f"breaks the {found.group(1)} contract {found.group(2)}, {wanted}: {happened}"
     if kind == "validation-gap":
         what = bucket.get("cause") or message
         if finding.get("consequence") in ("defined rows changed", "out of bounds"):  # Note [Malformed consequences]
@@ -76,11 +96,66 @@ def _what(finding: dict) -> str:
 
 
 def headline(finding: dict) -> str:
-    """One sentence: ``<op>: <what is wrong, where>[ <the call features it needs>] (<dtypes>; <n> failing
-    case(s))``."""
+    """One sentence: ``<op>[, <more ops>]: <what is wrong, where>[ <the call features it needs>] (<dtypes>;
+    <n> failing case(s))``; a root cause that is no op's alone (a broken contract, a crash) lists every op
+    its cases showed it in (``ops``)."""
     count = finding.get("count", 1)
     count = count if isinstance(count, int) and count > 0 else 1
     dtypes = ", ".join(dtypes_of(finding)) or "-"
     cases = f"{count} failing case" + ("" if count == 1 else "s")
     needs = describe((finding.get("bucket") or {}).get("needs"))
-    return f"{finding.get('op') or '-'}: {_what(finding)}{' ' + needs if needs else ''} ({dtypes}; {cases})"
+    ops = ", ".join(dict.fromkeys([str(finding.get("op") or "-"), *(str(o) for o in finding.get("ops") or ())]))
+    return f"{ops}: {_what(finding)}{' ' + needs if needs else ''} ({dtypes}; {cases})"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _lora_text(p: dict) -> str:
+    lens = [int(n) for n in p.get("seg_lens") or ()]
+    slots, ranks, scal = p.get("weight_indices") or (), p.get("lora_ranks") or (), p.get("scalings") or ()
+    parts = [f"{_plural(len(lens), 'segment')} of {lens} rows" if lens else "no segment",
+             f"slots {list(slots)}" if slots else "",
+             f"ranks {list(ranks)} (R={p.get('R')})", f"scalings {[round(float(x), 4) for x in scal]}",
+             f"H={p.get('H')}"]
+    extras = [("permuted", p.get("permute")), (f"CUDA-graph padding to {p.get('cuda_graph_pad_to')}",
+                                                p.get("cuda_graph_pad_to") is not None),
+              (f"stale host ints {p.get('stale_host_ints')}", p.get("stale_host_ints") is not None),
+              (f"eager counts {p.get('eager_counts')}", p.get("eager_counts") is not None),
+              (f"seg_lens {p.get('seg_lens_drift')}", p.get("seg_lens_drift")),
+              ("no max_len", p.get("with_max_len") is False), ("no seg_lens", p.get("with_seg_lens") is False),
+              (f"{p.get('extra_rows')} unrouted rows", p.get("extra_rows")),
+              (f"poison past the rank ({p.get('poison_beyond_rank')})", p.get("poison_beyond_rank"))]
+    return ", ".join([x for x in parts if x] + [words for words, on in extras if on])
+
+
+def _vision_text(p: dict) -> str:
+    lens = [int(n) for n in p.get("lengths") or ()]
+    parts = [f"{_plural(len(lens), 'sequence')} of {lens} tokens" if lens else "no sequence",
+             f"H={p.get('H')}" + (f", H_kv={p.get('H_kv')}" if p.get("H_kv") is not None else ""),
+             f"D={p.get('D')}"]
+    extras = [(f"v/o shifted by {p.get('v_shift')}/{p.get('o_shift')} tokens", p.get("v_shift") or p.get("o_shift")),
+              (f"gaps {list(p.get('gaps') or ())}", p.get("gaps")), (f"window {p.get('window')}", p.get("window")),
+              (f"sinks ({p.get('sinks')})", p.get("sinks")),
+              (f"softmax_scale {p.get('softmax_scale')}", p.get("softmax_scale") is not None),
+              (f"metadata via {p.get('path')}", p.get("path") not in (None, "metadata"))]
+    return ", ".join(parts + [words for words, on in extras if on])
+
+
+def example_text(example: dict) -> str:
+    """One example of a finding in words a reader can rebuild it from: ``step_b_q float32: 1 segment of
+    [2] rows, slots [0], ranks [16] (R=16), scalings [1.0], H=1, permuted``, and its mutation.
+    ``example``: a finding record or one of its ``examples`` (``problem``: the case as a dict)."""
+    case = example.get("problem") if isinstance(example.get("problem"), dict) else {}
+    p = case.get("problem") if isinstance(case.get("problem"), dict) else {}
+    op, dtype = example.get("op") or p.get("op") or "-", example.get("dtype") or p.get("dtype") or "-"
+    if not p:
+        return f"{op} {dtype} {example.get('shape_class') or '-'}"
+    text = f"{op} {dtype}: " + (_lora_text(p) if p.get("family", "lora") == "lora" else _vision_text(p))
+    m = case.get("mutation")
+    if isinstance(m, dict) and m.get("kind"):
+        text += f"; mutation {m['kind']} (index {m.get('index', 0)}, amount {m.get('amount', 1)})"
+    if example.get("seen_through"):
+        text += f"; seen through malformed metadata ({example['seen_through']})"
+    return text

@@ -48,7 +48,8 @@ from typing import Optional
 
 import torch
 
-__all__ = ["CLASSES", "FINDING_CLASSES", "GAP_CLASSES", "GapTable", "MEMCHECK_TIMEOUT_S", "case_elements", "gap_lines",
+__all__ = ["CLASSES", "FINDING_CLASSES", "GAP_CLASSES", "GapTable", "MEMCHECK_TIMEOUT_S", "broken_segments",
+           "case_elements", "gap_lines", "in_gap_table",
            "lenient_line", "memcheck", "SEGMENT_KINDS", "consequence", "sanitizer_command",
            "valid_rows"]
 
@@ -71,12 +72,8 @@ def valid_rows(case, call, clean_call) -> Optional[torch.Tensor]:
     rows = int(clean_call.args[0].shape[0])
     route = route_lora_batch(good, num_rows=rows, num_slots=int(good.lora_ranks.numel()), max_rank=10**9,
                              device=torch.device("cpu"), strict=False)
-    gi, bi_ = good.seg_indptr.cpu().tolist(), bad.seg_indptr.cpu().tolist()
-    gw, bw = good.weight_indices.cpu().tolist(), bad.weight_indices.cpu().tolist()
-    # every segment the metadata describes, not the host count: num_segments may be 0 with bs routing
-    # (Fields that may disagree, SPEC.md), and the routing below takes whichever of them upstream reads
-    n = min(len(gw), len(bw), len(gi) - 1, len(bi_) - 1)
-    broken = {s for s in range(n) if gw[s] != bw[s] or gi[s] != bi_[s] or gi[s + 1] != bi_[s + 1]}
+    bi_ = bad.seg_indptr.cpu().tolist()
+    broken = broken_segments(call, clean_call)
     mask = torch.zeros(rows, dtype=torch.bool)
     keep = torch.tensor([int(s) not in broken for s in route.segment.cpu().tolist()], dtype=torch.bool)
     mask[route.rows.cpu()[keep]] = True
@@ -89,6 +86,29 @@ def valid_rows(case, call, clean_call) -> Optional[torch.Tensor]:
             phys = perm[lo:hi] if perm is not None else torch.arange(lo, hi)
             mask[phys[(phys >= 0) & (phys < rows)]] = False
     return mask
+
+
+def in_gap_table(verdict, strict: Optional[bool], with_malformed: bool = False) -> bool:
+    """Whether a failing ``verdict`` is a row of the validation-gap table rather than a finding: accepted
+    malformed metadata whose consequence is ``harmless`` or ``rows dropped``, on a target without strict
+    validation (``strict`` False), unless ``with_malformed`` counts every gap.  The one rule of
+    ``kernel-oracle fuzz`` and of the pytest plugin's properties."""
+    return (not verdict.ok and verdict.kind == "validation-gap" and verdict.consequence in GAP_CLASSES
+            and strict is False and not with_malformed)
+
+
+def broken_segments(call, clean_call) -> set:
+    """The segments whose weight index or ``seg_indptr`` bounds differ between the malformed ``call``
+    and its valid part ``clean_call`` (the same problem without the mutation)."""
+    from kernel_oracle.harness.problems import batch_info_of
+
+    good, bad = batch_info_of(clean_call), batch_info_of(call)
+    gi, bi_ = good.seg_indptr.cpu().tolist(), bad.seg_indptr.cpu().tolist()
+    gw, bw = good.weight_indices.cpu().tolist(), bad.weight_indices.cpu().tolist()
+    # every segment the metadata describes, not the host count: num_segments may be 0 with bs routing
+    # (Fields that may disagree, SPEC.md), and the routing takes whichever of them upstream reads
+    n = min(len(gw), len(bw), len(gi) - 1, len(bi_) - 1)
+    return {s for s in range(n) if gw[s] != bw[s] or gi[s] != bi_[s] or gi[s + 1] != bi_[s + 1]}
 
 
 def consequence(case, call, observed, clean_call, reference) -> tuple:

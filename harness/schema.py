@@ -10,7 +10,8 @@ One JSON object per run (pytest-benchmark's storage shape)::
       "created": "2026-11-30T01:23:45Z",
       "environment": {torch, triton, cuda, cudnn, device, cpu, python, git_commit, suite_version, ...},
       "seeds": {...},
-      "groups": [ {target, op, dtype, shape_class, precision, cases, passes,
+      "groups": [ {target, op, dtype, shape_class, precision, cases, passes, gaps (optional: cases of the
+                   validation-gap table, neither passed nor failed),
                    findings: {mismatch, contract, validation-gap, crash, hang},
                    error_ratio: {max, median, values?}} ],
       "findings": [ {id, target, op, dtype, shape_class, kind, message, figures: {max_abs, max_rel,
@@ -49,6 +50,7 @@ __all__ = [
     "FINDING_KINDS",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "SELFCHECK_TARGET",
     "SchemaError",
     "add_benchmark",
     "add_finding",
@@ -67,6 +69,9 @@ SCHEMA = "kernel-oracle/result"
 SCHEMA_VERSION = 1
 FINDING_KINDS = ("mismatch", "contract", "validation-gap", "crash", "hang", "stream")
 RECORD_KINDS = ("campaign", "pytest", "bench", "main")
+# the target of the main job's selfcheck rows (the references against their independent formulations):
+# rows, not fuzz cases, counted apart from them
+SELFCHECK_TARGET = "selfcheck"
 
 
 class SchemaError(ValueError):
@@ -148,8 +153,10 @@ def new_record(kind: str, *, seeds: Optional[dict] = None, device: Optional[str]
 
 
 def add_group(record: dict, *, target: str, op: str, dtype: str, shape_class: str, cases: int, passes: int,
-              findings: Optional[dict] = None, ratios: Iterable[float] = (), precision: Optional[str] = None) -> dict:
-    """Append (or merge into) the group ``target x op x dtype x shape_class``."""
+              findings: Optional[dict] = None, ratios: Iterable[float] = (), precision: Optional[str] = None,
+              gaps: int = 0) -> dict:
+    """Append (or merge into) the group ``target x op x dtype x shape_class``; ``gaps``: its cases of the
+    validation-gap table (neither passed nor failed)."""
     ratios = [float(r) for r in ratios]
     counts = {k: 0 for k in FINDING_KINDS}
     for k, v in (findings or {}).items():
@@ -160,13 +167,14 @@ def add_group(record: dict, *, target: str, op: str, dtype: str, shape_class: st
         if (g["target"], g["op"], g["dtype"], g["shape_class"]) == (target, op, dtype, shape_class):
             g["cases"] += cases
             g["passes"] += passes
+            g["gaps"] = int(g.get("gaps", 0)) + int(gaps)
             for k in FINDING_KINDS:
                 g["findings"][k] += counts[k]
             g["error_ratio"]["values"].extend(ratios)
             _summarise(g)
             return g
     g = {"target": target, "op": op, "dtype": dtype, "shape_class": shape_class, "precision": precision,
-         "cases": cases, "passes": passes, "findings": counts, "error_ratio": {"values": ratios}}
+         "cases": cases, "passes": passes, "gaps": int(gaps), "findings": counts, "error_ratio": {"values": ratios}}
     _summarise(g)
     record["groups"].append(g)
     return g
@@ -233,7 +241,7 @@ def merge(into: dict, other: dict, *, seeds_key: Optional[str] = None) -> dict:
             values = [v for v in (er.get("max"), er.get("median")) if v is not None]
         add_group(into, target=g["target"], op=g["op"], dtype=g["dtype"], shape_class=g["shape_class"],
                   cases=int(g.get("cases", 0)), passes=int(g.get("passes", 0)), findings=g.get("findings"),
-                  ratios=values, precision=g.get("precision"))
+                  ratios=values, precision=g.get("precision"), gaps=int(g.get("gaps", 0)))
     seen = {f["id"] for f in into["findings"]}
     for f in other["findings"]:
         f = dict(f)

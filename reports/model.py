@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kernel_oracle.harness.buckets import Bucket, bucket_of_record
-from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, validate
+from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, SELFCHECK_TARGET, validate
 from kernel_oracle.harness.schema import load as _load_json
 
-__all__ = ["Benchmark", "Finding", "Group", "Headline", "Result", "load_result", "shape_key"]
+__all__ = ["Benchmark", "Finding", "Group", "Headline", "Result", "load_result", "record_path", "shape_key"]
 
 def _num(x: Any) -> Optional[float]:
     if x is None or isinstance(x, bool):
@@ -77,6 +77,7 @@ class Group:
     ratio_max: Optional[float]
     ratio_median: Optional[float]
     ratios: list
+    gaps: int = 0  # cases of the validation-gap table: neither passed nor failed
 
     @property
     def key(self) -> tuple:
@@ -98,7 +99,8 @@ class Group:
         return cls(target=str(g["target"]), op=str(g["op"]), dtype=str(g["dtype"]),
                    shape_class=str(g["shape_class"]), precision=g.get("precision"),
                    cases=int(g.get("cases", 0)), passes=int(g.get("passes", 0)), findings=counts,
-                   ratio_max=_num(er.get("max")), ratio_median=_num(er.get("median")), ratios=values)
+                   ratio_max=_num(er.get("max")), ratio_median=_num(er.get("median")), ratios=values,
+                   gaps=int(g.get("gaps", 0) or 0))
 
 
 @dataclass
@@ -357,6 +359,29 @@ class Result:
         return sum(g.passes for g in self.groups)
 
     @property
+    def gaps(self) -> int:
+        """Cases of the validation-gap table: accepted malformed metadata, neither passed nor failed."""
+        return sum(g.gaps for g in self.groups)
+
+    @property
+    def selfcheck_rows(self) -> int:
+        """The main job's selfcheck rows (the references against their independent formulations)."""
+        return sum(g.cases for g in self.groups if g.target == SELFCHECK_TARGET)
+
+    @property
+    def selfcheck_passes(self) -> int:
+        return sum(g.passes for g in self.groups if g.target == SELFCHECK_TARGET)
+
+    @property
+    def fuzz_cases(self) -> int:
+        """Cases run on targets: every case but the selfcheck rows."""
+        return self.cases - self.selfcheck_rows
+
+    @property
+    def fuzz_passes(self) -> int:
+        return self.passes - self.selfcheck_passes
+
+    @property
     def new_findings(self) -> list:
         """The findings that are not known upstream issues."""
         return [f for f in self.findings if not f.known]
@@ -476,8 +501,25 @@ class Result:
         return next((f for f in self.findings if f.id == fid), None)
 
 
+def record_path(path: str | Path) -> tuple:
+    """``(record file, page name or None)`` of a result given as a file or a directory: a directory stands
+    for its campaign ``summary.json`` (pages named ``report``, what ``fuzz`` writes beside it) or the
+    main job's ``latest.json``; ``ValueError`` for a directory with neither.  What ``report`` and
+    ``compare`` both take."""
+    p = Path(path)
+    if p.is_dir():
+        if (p / "summary.json").is_file():
+            return p / "summary.json", "report"
+        if (p / "latest.json").is_file():
+            return p / "latest.json", None
+        raise ValueError(f"{path} holds no summary.json (a campaign) or latest.json (the main job)")
+    return p, None
+
+
 def load_result(path: str | Path) -> Result:
-    """Read and validate a result file (:class:`reports.schema.SchemaError` on a bad one)."""
+    """Read and validate a result file, or the record a directory holds (:func:`record_path`);
+    :class:`reports.schema.SchemaError` on a bad one."""
+    path = record_path(path)[0]
     return Result.from_dict(_load_json(path), source=str(path))
 
 

@@ -103,8 +103,8 @@ HTML = FOLD + """<!DOCTYPE html>
 <main>
 <section id="summary">
 <div class="cards">
-<div class="card"><div class="v">{{ r.cases }}</div><div class="l">cases run</div></div>
-<div class="card"><div class="v">{{ r.passes }}</div><div class="l">passed{% if r.cases %} ({{ (r.passes / r.cases)|pct }}){% endif %}</div></div>
+<div class="card"><div class="v">{{ r.fuzz_cases }}</div><div class="l">cases run{% if r.selfcheck_rows %} (and {{ r.selfcheck_rows }} selfcheck rows){% endif %}</div></div>
+<div class="card"><div class="v">{{ r.fuzz_passes }}</div><div class="l">passed{% if r.fuzz_cases %} ({{ (r.fuzz_passes / r.fuzz_cases)|pct }}){% endif %}{% if r.gaps %}; {{ r.gaps }} validation gaps (accepted malformed metadata, not failures){% endif %}{% if r.selfcheck_rows %}; selfcheck {{ r.selfcheck_passes }} of {{ r.selfcheck_rows }}{% endif %}</div></div>
 <div class="card"><div class="v">{{ r.findings|length }}</div><div class="l">findings:
 {% for k, n in r.findings_by_kind.items() if n %}{{ n }} {{ k }}{% if not loop.last %}, {% endif %}{% else %}none{% endfor %}{% if r.known_findings %}; {{ r.known_findings|length }} known upstream{% endif %}</div></div>
 <div class="card"><div class="v">{{ r.ratio_max|ratio }}</div><div class="l">worst error ratio (≤ 1 passes)</div></div>
@@ -299,9 +299,9 @@ MARKDOWN = """{% macro fold_md(n, what) %}{% if n > FOLD_ROWS %}<details><summar
 
 {{ r.created }} · device {{ env.get('device') or '?' }} ({{ env.get('gpu') or env.get('cpu') or '?' }}) · commit {{ (env.get('git_commit') or 'unknown')[:12]|code }} · suite {{ env.get('suite_version') or '?' }}
 
-| cases | passed | findings | worst error ratio | benchmarks |
-|---:|---:|---:|---:|---:|
-| {{ r.cases }} | {{ r.passes }} | {{ r.findings|length }}{% for k, n in r.findings_by_kind.items() if n %}{% if loop.first %} ({% endif %}{{ n }} {{ k }}{% if not loop.last %}, {% else %}){% endif %}{% endfor %}{% if r.known_findings %}; {{ r.known_findings|length }} known upstream{% endif %} | {{ r.ratio_max|ratio }} | {{ r.benchmarks|length }} |
+| cases | passed | validation gaps | selfcheck rows | findings | worst error ratio | benchmarks |
+|---:|---:|---:|---:|---:|---:|---:|
+| {{ r.fuzz_cases }} | {{ r.fuzz_passes }} | {{ r.gaps }} | {{ r.selfcheck_rows }}{% if r.selfcheck_rows %} ({{ r.selfcheck_passes }} passed){% endif %} | {{ r.findings|length }}{% for k, n in r.findings_by_kind.items() if n %}{% if loop.first %} ({% endif %}{{ n }} {{ k }}{% if not loop.last %}, {% else %}){% endif %}{% endfor %}{% if r.known_findings %}; {{ r.known_findings|length }} known upstream{% endif %} | {{ r.ratio_max|ratio }} | {{ r.benchmarks|length }} |
 
 {% if r.findings %}
 

@@ -120,7 +120,7 @@ bench_part() {  # PART: one benchmark in its plain table mode
     sglang) cmd=(python3 -m kernel_oracle.benchmarks.sglang_gpu --wheels .whl/sglang-slim --json "$OUT/sglang_gpu.json") ;;
     verdicts) cmd=(python3 -m kernel_oracle.benchmarks.gpu_verdicts --json "$OUT/gpu_verdicts.json") ;;
     oracle) cmd=(python3 -m kernel_oracle bench --device cuda --targets triton,reference --time 15 --main-time 0
-                 --out "$OUT/oracle_bench.json") ;;
+                 --out "$OUT") ;;  # writes $OUT/oracle-bench.json
     *) echo "bench: unknown part $1 (lora vision sglang verdicts oracle)"; return 2 ;;
   esac
   timed "bench-$1" 560 "$OUT/bench_$1.log" "${cmd[@]}"

@@ -6,7 +6,8 @@ reported as the current code's.  The hashes are taken in the calling process wit
 target (a target runs in a worker):
 
 * ``package.module[:attr]``: the ``.py`` files of the top-level package that holds the module (or the
-  one file of a plain module), found with :func:`importlib.util.find_spec` of the top-level name;
+  one file of a plain module), found where the worker imports it: the current directory first, then
+  ``sys.path`` (:func:`.user_modules.find_spec` of the top-level name);
 * ``sglang==X.Y.Z`` (and ``sglang-trt==X.Y.Z``): the SHA-256 of the release's wheel when one is found
   (``--sglang-wheel`` or the cache, never downloaded here), else the pinned version itself;
 * built-ins and ``mutant:NAME``: the files of our kernel package and of ``fuzz/targets``;
@@ -56,11 +57,9 @@ def _package_dir(dotted: str) -> Optional[Path]:
 
 
 def _module_files(module: str) -> tuple[list[Path], Optional[Path]]:
-    top = module.split(".")[0]
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        spec = None
+    from .user_modules import find_spec
+
+    spec = find_spec(module)  # the current directory first, as the import in the worker (Note [Modules beside the user])
     if spec is None:
         return [], None
     if spec.submodule_search_locations:

@@ -1,6 +1,7 @@
 """Targets given as ``package.module`` or ``package.module:attr``: anything exporting SGLang's entry points.
 
-``attr`` may be an object with the entry points, a class (instantiated without arguments), or a bare
+The module is searched in the current directory first, then on ``sys.path`` (Note [Modules beside
+the user] in :mod:`.user_modules`).  ``attr`` may be an object with the entry points, a class (instantiated without arguments), or a bare
 function (then the vision forward).  A module declares ``KERNEL_ORACLE_STRICT = True`` when it
 implements our strict validation and ``KERNEL_ORACLE_PRECISION`` (``"ieee"``/``"tf32"``) when it
 knows its fp32 matmul precision.
@@ -13,8 +14,9 @@ import inspect
 from kernel_oracle.harness.opinfo import entry_names
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
-from .adapter import entries_from, import_module, third_party
+from .adapter import entries_from, third_party
 from .registry import register_target
+from .user_modules import import_module
 
 
 def _module_target(parsed: TargetSpec, device: str, sources: TargetSources) -> Target:

@@ -64,15 +64,11 @@ def _check_configuration(spec: TargetSpec) -> None:
 
 
 def _importable(name: str) -> bool:
-    """Whether ``name`` is a top-level module this process can import (found, not yet imported)."""
-    import importlib.util
+    """Whether ``name`` is a top-level module this process can import: in the current directory or on
+    ``sys.path`` (found, not yet imported; Note [Modules beside the user])."""
+    from .user_modules import find_spec
 
-    if not name.isidentifier():
-        return False
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
+    return name.isidentifier() and find_spec(name) is not None
 
 
 def resolve_target(spec: Union[str, TargetSpec], device="cpu", *, sources: Optional[TargetSources] = None) -> Target:
@@ -88,9 +84,12 @@ def resolve_target(spec: Union[str, TargetSpec], device="cpu", *, sources: Optio
         parsed = TargetSpec(name="module", module=parsed.name)  # a plain module name: a module target
         factory = _FACTORIES.get("module")
     if factory is None:
+        from .user_modules import where_looked
+
         raise TargetError(f"target={str(parsed)!r} is unknown; the only built-in targets are "
                           f"{list(builtin_targets())}, and it is no importable module either (tried "
-                          f"'import {parsed.name.replace('-', '_')}'; or pass mutant:NAME or package.module[:attr])")
+                          f"'import {parsed.name.replace('-', '_')}': {where_looked(parsed.name.replace('-', '_'))}; "
+                          f"or pass mutant:NAME or package.module[:attr])")
     _check_configuration(parsed)
     target = factory(parsed, str(device), sources)
     if target.available:  # Note [Entry-point signatures]: a wrong parameter list is dropped, and said

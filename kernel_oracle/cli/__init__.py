@@ -42,14 +42,15 @@ SUBCOMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # no abbreviations: a prefix (--target for --targets) would be a second spelling (Note [Options])
     parser = argparse.ArgumentParser(prog="kernel-oracle", description="differential testing of SGLang's kv_b LoRA "
-                                     "and vision-attention kernels against float64 oracles")
+                                     "and vision-attention kernels against float64 oracles", allow_abbrev=False)
     one_line_errors(parser)  # e.g. unrecognized arguments: one line, exit 2
     parser.add_argument("--version", action="version", version=f"kernel-oracle {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
         module = importlib.import_module(f"{__name__}.{name}")
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         module.add_arguments(p)
         p.set_defaults(_main=module.main)
     return parser

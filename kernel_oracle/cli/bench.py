@@ -15,6 +15,7 @@ from kernel_oracle.cli import options
 __all__ = ["add_arguments", "main"]
 
 DEFAULT_TARGETS = "triton,reference"
+RECORD_NAME = "oracle-bench.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,23 +23,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "device")
     options.add(parser, "targets", help=f"target specs to measure (default {DEFAULT_TARGETS}); "
                                         + options.OPTIONS["targets"][1]["help"])
-    options.add(parser, "families")
-    options.add(parser, "time", deprecated=("--seconds",), default=20.0,
+    options.add(parser, "op", default="lora,vision", help="comma-separated op families (default lora,vision)")
+    options.add(parser, "time", default=20.0,
                 help="timed seconds of each target x family campaign (default 20)")
     options.add(parser, "limits", default="tiny",
                 help="size preset of the timed campaigns (fuzz.strategies.LIMITS; default tiny: small shapes)")
-    parser.add_argument("--warmup-cases", type=int, default=10, metavar="N",
-                        help="cases of the untimed warm-up campaign per target x family (default 10; 0: none)")
-    options.add(parser, "warm_up", deprecated=("--warm-up-s",),
+    options.add(parser, "cases", type=options.non_negative_int, default=10,
+                help="cases of the untimed warm-up campaign per target x family before its timed one (default 10; "
+                     "0: none)")
+    options.add(parser, "warm_up",
                 help="seconds the worker may spend on its untimed warm-up per target before the first campaign "
                      "(harness.warmup: our LoRA kernels' variants compiled in parallel on CUDA); default 300 on "
                      "CUDA, none on the CPU; 0: none")
-    options.argument(parser, "--main-time", deprecated=("--main-budget",), dest="main_time",
-                     type=options.non_negative_seconds, default=120.0, metavar="S",
-                     help="--time of the measured main job (default 120; 0: do not run it)")
+    parser.add_argument("--main-time", dest="main_time_s", type=options.non_negative_seconds, default=120.0,
+                        metavar="S", help="--time of the measured main job (default 120; 0: do not run it)")
     options.add(parser, "seed")
-    options.add(parser, "out", default="reports/out/oracle-bench.json", metavar="FILE",
-                help="where the record goes (default reports/out/oracle-bench.json)")
+    options.add(parser, "out", default="reports/out",
+                help=f"the directory the record goes to, as {RECORD_NAME} (default reports/out)")
     options.add(parser, "quiet", help="no progress lines")
 
 
@@ -51,22 +52,20 @@ def main(args: argparse.Namespace) -> int:
     from kernel_oracle.harness.device import resolve_device
     from kernel_oracle.harness.schema import save
     from kernel_oracle.harness.targets import parse_target_list
-    from kernel_oracle.jobs.bench import DEFAULT_WARM_UP_S, FAMILIES, run_bench
+    from kernel_oracle.jobs.bench import DEFAULT_WARM_UP_S, run_bench
 
     try:
         device = resolve_device(args.device)
         targets = args.targets or parse_target_list(DEFAULT_TARGETS)
-        families = options.parse_list(args.families, "--families", FAMILIES)
+        families = options.families(args.op)
         warm_up_s = args.warm_up_s if args.warm_up_s is not None else DEFAULT_WARM_UP_S if device == "cuda" else 0.0
-        if args.warmup_cases < 0:
-            raise ValueError(f"--warmup-cases {args.warmup_cases}: pass a non-negative number of cases")
-        out = Path(args.out)
-        if out.is_dir():
-            raise ValueError(f"--out {out}: is a directory; pass a file name")
+        out = Path(args.out) / RECORD_NAME
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            raise ValueError(f"--out {args.out}: is a file; pass a directory")
     except ValueError as exc:
         return _usage(str(exc))
-    record = run_bench(device=device, targets=targets, families=families, seconds=args.time_s, limits=args.limits,
-                       warmup_cases=args.warmup_cases, main_budget=args.main_time, seed=args.seed, quiet=args.quiet,
+    record = run_bench(device=device, targets=targets, families=families, time_s=args.time_s, limits=args.limits,
+                       warmup_cases=args.cases, main_time_s=args.main_time_s, seed=args.seed, quiet=args.quiet,
                        warm_up_s=warm_up_s)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

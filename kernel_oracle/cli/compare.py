@@ -1,4 +1,5 @@
-"""``kernel-oracle compare BASELINE CURRENT``: exit 1 on a regression, 0 otherwise, 2 on usage or I/O
+"""``kernel-oracle compare BASELINE CURRENT`` (each a result record, or a directory holding one, as
+``report`` takes it): exit 1 on a regression, 0 otherwise, 2 on usage or I/O
 errors (one line on stderr, nothing on stdout; NaN and infinite thresholds are usage errors).
 
 See Note [Regressions] in :mod:`reports.compare` for what counts.
@@ -45,8 +46,9 @@ def _ratio(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)
-    parser.add_argument("baseline", metavar="BASELINE", help="result record of the reference run (e.g. main's)")
-    parser.add_argument("current", metavar="CURRENT", help="result record of the run under test")
+    parser.add_argument("baseline", metavar="BASELINE", help="result record of the reference run (e.g. main's), or "
+                        "a directory holding one (a campaign's summary.json, the main job's latest.json)")
+    parser.add_argument("current", metavar="CURRENT", help="result record of the run under test, or its directory")
     parser.add_argument("--max-ratio-growth", type=_factor, default=DEFAULT_MAX_RATIO_GROWTH, metavar="FACTOR",
                         help=f"a group's max error ratio may grow this many times (default {DEFAULT_MAX_RATIO_GROWTH:g})")
     parser.add_argument("--ratio-floor", type=_ratio, default=DEFAULT_RATIO_FLOOR, metavar="RATIO",

@@ -26,16 +26,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kernel_oracle.harness.opinfo import FAMILY_OF
 
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
-    options.add(parser, "targets", deprecated=("--target",), required=True,
+    options.add(parser, "targets", required=True,
                 help="the target spec (several, comma-separated, with --gpus/--scheduler); "
                      + options.OPTIONS["targets"][1]["help"])
     options.add(parser, "op", required=True, choices=sorted(FAMILY_OF))
     amount = parser.add_mutually_exclusive_group()
-    options.add(amount, "budget", help="cases to execute, shrinking included (default 100)")
+    options.add(amount, "cases", help="cases to execute, shrinking included (default 100)")
     options.add(amount, "time", help="seconds to run")
     parser.add_argument("--case-timeout", dest="case_timeout_s", type=options.timeout_seconds, default=None,
                         metavar="S", help="seconds one case may run before it is a hang (default: half of --time, "
-                                          "between 5 and 120; 120 with --budget)")
+                                          "between 5 and 120; 120 with --cases)")
     options.add(parser, "seed")
     options.add(parser, "device")
     options.add(parser, "out", required=True, help="output directory; rerunning with the same DIR resumes the "
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "limits")
     parser.add_argument("--no-isolate", dest="isolate", action="store_false",
                         help="run the target in this process (faster start; a crash or hang ends the campaign)")
-    options.add(parser, "quiet", deprecated=("--no-progress",), help="no progress bar")
+    options.add(parser, "quiet", help="no progress bar")
     options.add(parser, "gpus")
     options.add(parser, "scheduler")
     options.add(parser, "db", help="one Hypothesis example database in Redis shared by every worker: a failure "
@@ -66,18 +66,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def finding_line(f: dict) -> str:
     """The console lines of one finding record: ``FINDING`` (new) or ``KNOWN`` (a known upstream issue,
-    with its id and link) and its one-sentence headline; beneath it its dtypes, a few examples (op,
-    dtype, shape class) and its repro command."""
-    from kernel_oracle.harness.headline import dtypes_of, headline
+    with its id and link) and its one-sentence headline; beneath it its dtypes, its smallest example
+    in words and what it expected, two more examples and its repro command."""
+    from kernel_oracle.harness.headline import dtypes_of, example_text, headline
 
     head = "KNOWN" if f.get("known") else "FINDING"
     text = f"{head} {f['id']}: {f.get('headline') or headline(f)}"
     if f.get("known"):
         text += f"\n  known upstream issue {f['known']}: {f.get('upstream')}"
+    for entry in f.get("corpus") or ():  # Note [Known cases]
+        text += f"\n  matches corpus entry {entry['id']}: {entry['title']} ({entry['upstream']})"
     text += f"\n  dtypes: {', '.join(dtypes_of(f)) or '-'}"
-    for ex in (f.get("examples") or [])[:3]:
+    seen = f.get("malformed_sightings") or {}
+    if seen:  # the same defect, shown by malformed inputs too (Note [One defect through malformed input])
+        text += "\n  also seen through malformed metadata: " + ", ".join(
+            f"{kind} ({n} case{'s' if n != 1 else ''})" for kind, n in seen.items())
+    text += f"\n  smallest example: {example_text(f)}"
+    if f.get("expected"):
+        text += f"\n  expected: {f['expected']}"
+    for ex in (f.get("examples") or [])[:2]:
         if isinstance(ex, dict):
-            text += f"\n  example: {ex.get('op', '-')} {ex.get('dtype', '-')} {ex.get('shape_class', '-')}"
+            text += f"\n  also: {example_text(ex)}"
     return text + f"\n  repro: {f['repro']}"
 
 
@@ -98,8 +107,9 @@ def _error(text: str, code: int = 2) -> int:
 def _config(args: argparse.Namespace, target, device: str):
     """The campaign configuration of ``args`` for ``target`` (the first shard's, on a cluster)."""
     from kernel_oracle.fuzz.campaign_config import CampaignConfig
+    from kernel_oracle.jobs.bug_corpus import known_cases_for
 
-    return CampaignConfig(target=target, op=args.op, budget=args.budget, time_s=args.time_s, seed=args.seed,
+    return CampaignConfig(known_cases=known_cases_for(target), target=target, op=args.op, budget=args.cases, time_s=args.time_s, seed=args.seed,
                           device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
                           with_malformed=args.with_malformed, progress=not args.quiet, limits=args.limits, isolate=args.isolate,
                           case_timeout_s=args.case_timeout_s, warm_up_s=_warm_up_s(args.warm_up_s, device),
@@ -206,6 +216,7 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
     for g in record["groups"]:
         bad = {k: v for k, v in g["findings"].items() if v}
         print(f"  {g['op']:>13} {g['dtype']:>9} {g['shape_class']:>13}: {g['passes']}/{g['cases']} passed"
+              + (f", {g['gaps']} validation gaps" if g.get("gaps") else "")
               + (f", findings {bad}" if bad else "")
               + (f", max error ratio {g['error_ratio']['max']:.3g}" if g["error_ratio"]["max"] is not None else ""))
     for f in record["findings"]:  # printed when found too; here with the final dtypes, count and examples

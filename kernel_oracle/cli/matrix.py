@@ -19,7 +19,7 @@ __all__ = ["add_arguments", "main"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
-    options.add(parser, "targets", deprecated=("--target",), required=True,
+    options.add(parser, "targets", required=True,
                 help="a target per release, comma-separated or repeated: sglang==X.Y.Z, sglang-trt==X.Y.Z (or any "
                      "spec); with --releases, sglang and sglang-trt stand for every release given there")
     options.add(parser, "op", default="lora", help="lora, vision, lora,vision or one LoRA op (default lora)")
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "on and off); specs that run the same code path are tested once")
     amount = parser.add_mutually_exclusive_group()
     options.add(amount, "time", help="seconds of fuzzing per distinct code (default 60)")
-    options.add(amount, "budget", help="cases per distinct code instead of --time")
+    options.add(amount, "cases", help="cases per distinct code instead of --time")
     options.add(parser, "seed", help="the same seed for every release")
     options.add(parser, "device")
     options.add(parser, "out", default="reports/matrix",
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help="count every malformed input a release accepts as a finding (default: judged by consequence: "
                      "defined rows changed or out-of-bounds memory are findings, rejected or harmless inputs are "
                      "the validation-gap counts of each column)")
-    options.add(parser, "quiet", deprecated=("--no-progress",), help="no progress bars")
+    options.add(parser, "quiet", help="no progress bars")
 
 
 def _error(text: str, code: int = 2) -> int:
@@ -118,7 +118,7 @@ def main(args: argparse.Namespace) -> int:
         return _error(f"error: {exc}")
     campaigns = runs_dir(args.out)
     try:
-        record = run_matrix(specs, entries=entries, op=args.op, budget=args.budget, time_s=args.time_s,
+        record = run_matrix(specs, entries=entries, op=args.op, budget=args.cases, time_s=args.time_s,
                             seed=args.seed, device=device, out=args.out, campaigns_dir=campaigns, quiet=args.quiet,
                             with_malformed=args.with_malformed, sglang_wheel=args.sglang_wheel,
                             log=lambda text: print(text, file=sys.stderr))

@@ -3,7 +3,7 @@
 Prints the kill table (mutant, family, killed, examples until the kill, seconds, finding kind) and
 optionally writes it as JSON.  Exit codes (SPEC.md): 0 every mutant killed, 1 a mutant survived (or
 could not be built: its anchor no longer occurs in the kernels -- update it), 2 usage or I/O error
-(an unknown mutant, ``--max-examples`` below 1, ``--device cuda`` without a GPU, a ``--json`` path
+(an unknown mutant, ``--cases`` below 1, ``--device cuda`` without a GPU, a ``--json`` path
 that cannot be written; one line, no traceback), 3 interrupted (Ctrl-C: the table so far is printed).
 """
 
@@ -19,16 +19,12 @@ from kernel_oracle.cli import options
 
 __all__ = ["add_arguments", "kill_table", "main"]
 
-FAMILIES = ("lora", "vision")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)
     parser.add_argument("names", nargs="*", metavar="MUTANT", help="mutants to check (default: all)")
-    options.add(parser, "families", deprecated=("--family",),
-                help="comma-separated families of the mutants to check (default lora,vision)")
-    parser.add_argument("--max-examples", type=int, default=100, metavar="N",
-                        help="examples per mutant before it counts as surviving (default 100)")
+    options.add(parser, "op", default="lora,vision",
+                help="comma-separated op families of the mutants to check (default lora,vision)")
+    options.add(parser, "cases", default=100, help="cases per mutant before it counts as surviving (default 100)")
     options.add(parser, "device")
     options.add(parser, "json", help="write the table as JSON")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
@@ -66,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
     try:
-        families = options.parse_list(args.families, "--families", FAMILIES)
+        families = options.families(args.op)
         device = resolve_device(args.device)
         configure_process(device)  # before any kernel import
     except (ValueError, RuntimeError) as exc:
@@ -82,8 +78,6 @@ def main(args: argparse.Namespace) -> int:
         names = [get_mutant(n).name for n in args.names] or [m.name for m in MUTANTS if m.family in families]
     except MutantError as exc:
         return usage(str(exc))
-    if args.max_examples < 1:
-        return usage(f"Expected --max-examples >= 1 but got {args.max_examples}")
     if not names:
         return usage("no mutant selected; `kernel-oracle mutants --list` shows them")
     if args.json_out:
@@ -94,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         for name in names:
-            r = check_mutant(name, max_examples=args.max_examples, device=device)
+            r = check_mutant(name, max_examples=args.cases, device=device)
             results.append(r)
             print(f"{name}: {'killed after ' + str(r.examples) + ' examples (' + str(r.kind) + ')' if r.killed else 'SURVIVED' if not r.error else 'ERROR ' + r.error}",
                   file=sys.stderr, flush=True)

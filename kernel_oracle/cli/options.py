@@ -2,18 +2,17 @@
 
 Note [Options]
 --------------
-One concept has one name in every subcommand: ``--time`` (seconds), ``--targets`` (comma-separated
-target specs, :func:`kernel_oracle.harness.targets.parse_target_list`; the option may also be
-repeated), ``--device auto|cpu|cuda``, ``--quiet``, ``--out``, ``--seed``, ``--op``, ``--budget``,
-``--limits``, ``--families``, ``--warm-up``, ``--triton-cache``, ``--sglang-wheel``, ``--gpus``,
-``--scheduler``, ``--db``, ``--json``, ``--with-malformed``.  :data:`OPTIONS` holds each one's flag, type and default;
-a subcommand adds it with :func:`add`, overriding only what differs there (its help, default or
-whether it is required).  An option only one subcommand has is defined in that subcommand's module.
-
-A spelling a subcommand used before (``--target``, ``--time-budget``, ``--seconds``,
-``--no-progress``, ...) is passed to :func:`add` as ``deprecated``: it still works, prints one line
-on stderr (``kernel-oracle fuzz: --target is deprecated; pass --targets``) and is left out of the
-help and of usage errors, which name the current spelling.
+One concept has one name in every subcommand, and no other: ``--op`` (the op family, or one LoRA op;
+a comma-separated list where a command runs several families), ``--cases`` (a number of cases: a
+campaign's, a selfcheck's variations, a mutant's examples, a warm-up's), ``--time`` (seconds),
+``--targets`` (comma-separated target specs, :func:`kernel_oracle.harness.targets.parse_target_list`;
+the option may also be repeated), ``--out`` (where the results go: a directory), ``--json`` (also
+write the result as one JSON file), ``--device auto|cpu|cuda``, ``--quiet``, ``--seed``, ``--limits``,
+``--warm-up``, ``--triton-cache``, ``--sglang-wheel``, ``--gpus``, ``--scheduler``, ``--db``,
+``--with-malformed``.  :data:`OPTIONS` holds each one's flag, type and default; a subcommand adds it
+with :func:`add`, overriding only what differs there (its help, default or whether it is required).
+An option only one subcommand has is defined in that subcommand's module.  The tool has not been
+released, so a spelling that changed is gone rather than kept as an alias.
 
 Usage errors (SPEC.md: exit 2, one line, no traceback): :func:`one_line_errors` makes a parser
 print ``kernel-oracle CMD: error: ...`` and a pointer to ``--help`` instead of argparse's usage block.
@@ -28,11 +27,14 @@ from typing import NoReturn, Optional
 
 from kernel_oracle.harness.device import DEVICE_CHOICES
 
-__all__ = ["LIMIT_PRESETS", "OPTIONS", "add", "argument", "cluster_settings", "finite_float", "non_negative_seconds",
-           "one_line_errors", "parse_list", "positive_int", "positive_seconds", "timeout_seconds", "wait_seconds"]
+__all__ = ["FAMILIES", "LIMIT_PRESETS", "OPTIONS", "add", "cluster_settings", "families", "finite_float",
+           "non_negative_seconds", "non_negative_int", "one_line_errors", "parse_list", "positive_int",
+           "positive_seconds", "timeout_seconds", "wait_seconds"]
 
 # the size presets of kernel_oracle.fuzz.strategies.LIMITS (kept literal: building the parser imports no Hypothesis)
 LIMIT_PRESETS = ("tiny", "small", "gpu", "full")
+# the op families a --op list of the main job, bench and mutants names
+FAMILIES = ("lora", "vision")
 
 
 def one_line_errors(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +109,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer but got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more but got {text!r}")
+    return value
+
+
 def parse_list(value: str, name: str, allowed: Optional[tuple] = None) -> list[str]:
     """The items of a comma-separated option value; ``ValueError`` naming the option when it names
     nothing or an item outside ``allowed``."""
@@ -134,20 +147,6 @@ class _TargetList(argparse.Action):
         setattr(namespace, self.dest, list(getattr(namespace, self.dest, None) or []) + specs)
 
 
-class _Deprecated:
-    """Mixed into an option's action when it keeps old spellings: those print a one-line hint (once
-    per command line, however often the old spelling is repeated)."""
-
-    deprecated: tuple = ()
-    _hinted = None  # the namespace of the command line that got the hint
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string in self.deprecated and self._hinted is not namespace:
-            self._hinted = namespace
-            sys.stderr.write(f"{parser.prog}: {option_string} is deprecated; pass {self.option_strings[0]}\n")
-        super().__call__(parser, namespace, values, option_string)  # type: ignore[misc]
-
-
 _TARGETS_HELP = ("comma-separated target specs: reference, triton, sglang, sglang-trt, sglang==X.Y.Z, "
                  "sglang-trt==X.Y.Z, torch-varlen, flashinfer-cudnn, mutant:NAME or package.module[:attr], each "
                  "optionally with @key=value[,key=value...] (e.g. triton@vision_fp32=tf32)")
@@ -165,14 +164,12 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
                                         "interpreter)")),
     "time": (("--time",), dict(dest="time_s", type=positive_seconds, default=None, metavar="S",
                                help="wall-clock seconds")),
-    "budget": (("--budget",), dict(type=positive_int, default=None, metavar="N",
-                                   help="cases to execute, shrinking included")),
+    "cases": (("--cases",), dict(type=positive_int, default=None, metavar="N",
+                                 help="cases to execute, shrinking included")),
     "targets": (("--targets",), dict(dest="targets", action=_TargetList, default=None, metavar="SPEC[,SPEC...]",
                                      help=_TARGETS_HELP)),
     "quiet": (("--quiet",), dict(action="store_true", help="no progress output")),
     "op": (("--op",), dict(metavar="OP", help="lora, vision or one LoRA op (step_a_q ... v_side_fused)")),
-    "families": (("--families",), dict(default="lora,vision", metavar="LIST",
-                                       help="comma-separated op families (default lora,vision)")),
     "limits": (("--limits",), dict(choices=LIMIT_PRESETS, default=None,
                                    help="problem sizes (default: tiny for interpreted Triton, small for the CPU "
                                         "reference, gpu on a GPU: small and tile-edge heavy with a share of full-size "
@@ -212,22 +209,16 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
 }
 
 
-def add(container, name: str, *, deprecated: tuple = (), **overrides) -> argparse.Action:
+def add(container, name: str, **overrides) -> argparse.Action:
     """Add option ``name`` of :data:`OPTIONS` to ``container`` (a parser or an argument group), with
-    ``overrides`` of its keywords; ``deprecated``: old spellings that still work (Note [Options])."""
+    ``overrides`` of its keywords."""
     flags, kwargs = OPTIONS[name]
-    return argument(container, *flags, deprecated=deprecated, **{**kwargs, **overrides})
+    return container.add_argument(*flags, **{**kwargs, **overrides})
 
 
-def argument(container, *flags: str, deprecated: tuple = (), **kwargs) -> argparse.Action:
-    """``container.add_argument(*flags, **kwargs)`` for an option one subcommand has, with its old
-    spellings ``deprecated`` as :func:`add` keeps them."""
-    action = container.add_argument(*flags, *deprecated, **kwargs)
-    if deprecated:
-        action.option_strings = list(flags)  # help and usage errors name the current spelling only
-        action.__class__ = type(f"Deprecated{type(action).__name__}", (_Deprecated, type(action)),
-                                {"deprecated": tuple(deprecated)})
-    return action
+def families(value: str) -> list[str]:
+    """The op families of a ``--op`` list (``lora,vision``); ``ValueError`` naming the option."""
+    return parse_list(value, "--op", FAMILIES)
 
 
 def cluster_settings(args: argparse.Namespace) -> Optional[dict]:

@@ -47,19 +47,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _record_of(result: str, name):
-    """``(record path, page name)`` of ``result``: a directory stands for its campaign ``summary.json``
-    (pages named ``report``) or its ``latest.json``; a path that is neither is passed on (its error
-    names it); ``ValueError`` for a directory with neither."""
-    from pathlib import Path
+    """``(record path, page name)`` of ``result`` (:func:`kernel_oracle.reports.model.record_path`)."""
+    from kernel_oracle.reports.model import record_path
 
-    path = Path(result)
-    if path.is_dir():
-        if (path / "summary.json").is_file():
-            return str(path / "summary.json"), name or "report"
-        if (path / "latest.json").is_file():
-            return str(path / "latest.json"), name
-        raise ValueError(f"{result} holds no summary.json (a campaign) or latest.json (the main job)")
-    return result, name
+    path, page = record_path(result)
+    return str(path), name or page
 
 
 def report_beside(summary_path) -> str:

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)
     parser.add_argument("path", nargs="?", help="a saved case, DIR/cases/<id>.pt (or its .json)")
     parser.add_argument("--case", default=None, help="the case as JSON ({'problem': ..., 'mutation': ...})")
-    options.add(parser, "targets", deprecated=("--target",), required=True, metavar="SPEC",
+    options.add(parser, "targets", required=True, metavar="SPEC",
                 help="the target to run it on (one spec)")
     options.add(parser, "device")
     options.add(parser, "sglang_wheel")

@@ -16,20 +16,17 @@ from kernel_oracle.cli import options
 
 __all__ = ["add_arguments", "main"]
 
-FAMILIES = ("lora", "vision")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
     options.add(parser, "device")
-    options.add(parser, "time", deprecated=("--time-budget",),
+    options.add(parser, "time",
                 help="wall-clock budget of the whole job (default 180 s on CPU, 300 s on GPU)")
     options.add(parser, "seed", help="seed of the selfcheck and of every campaign")
     options.add(parser, "out", default="reports/out",
                 help="where latest.{json,md,html}, history/ and runs/ go (default reports/out)")
     options.add(parser, "targets", help="target specs to fuzz (default: every built-in target that is available "
                                         "here); " + options.OPTIONS["targets"][1]["help"])
-    options.add(parser, "families", help="comma-separated op families to fuzz (default: lora,vision)")
+    options.add(parser, "op", default="lora,vision", help="comma-separated op families to fuzz (default: lora,vision)")
     parser.add_argument("--no-selfcheck", action="store_true", help="skip the references' selfcheck")
     options.add(parser, "quiet", help="no progress lines")
     options.add(parser, "triton_cache")
@@ -52,7 +49,7 @@ def _checked(args: argparse.Namespace) -> dict:
     from kernel_oracle.harness.known_issues import load_known_issues
     from kernel_oracle.jobs.main_job import check_out
 
-    families = tuple(options.parse_list(args.families, "--families", FAMILIES))
+    families = tuple(options.families(args.op))
     device = resolve_device(args.device)
     load_known_issues()  # a bad $KERNEL_ORACLE_KNOWN_ISSUES file: KnownIssuesError, a ValueError
     check_out(args.out)
@@ -61,19 +58,25 @@ def _checked(args: argparse.Namespace) -> dict:
     cluster = options.cluster_settings(args)
     if cluster is None and args.db is not None:
         raise ValueError("--db needs --gpus or --scheduler (the main job's campaigns share it)")
-    return dict(device=device, time_budget=args.time_s, seed=args.seed, out=args.out, targets=args.targets,
+    return dict(device=device, time_s=args.time_s, seed=args.seed, out=args.out, targets=args.targets,
                 families=families, selfcheck=not args.no_selfcheck, quiet=args.quiet, cluster=cluster,
                 sglang_wheel=args.sglang_wheel, with_malformed=args.with_malformed)
 
 
 def _report(result: dict) -> int:
     """Print the job's summary and where its reports are; the exit code."""
+    from kernel_oracle.harness.schema import SELFCHECK_TARGET
+
     rec = result["record"]
     cases = sum(g["cases"] for g in rec["groups"])
-    passes = sum(g["passes"] for g in rec["groups"])
+    fuzz = [g for g in rec["groups"] if g["target"] != SELFCHECK_TARGET]
+    rows = [g for g in rec["groups"] if g["target"] == SELFCHECK_TARGET]
+    gaps = sum(int(g.get("gaps", 0)) for g in fuzz)
     new = [f for f in rec["findings"] if not f.get("known")]
     known = len(rec["findings"]) - len(new)
-    print(f"{cases} cases, {passes} passed, {len(rec['findings'])} findings"
+    print(f"{sum(g['cases'] for g in fuzz)} fuzz cases ({sum(g['passes'] for g in fuzz)} passed"
+          + (f", {gaps} validation gaps" if gaps else "") + f"), {sum(g['cases'] for g in rows)} selfcheck rows "
+          f"({sum(g['passes'] for g in rows)} passed), {len(rec['findings'])} findings"
           + (f" ({known} known upstream issues)" if known else "") + f", {len(rec['notes'])} notes")
     for note in rec["notes"]:
         print(f"  note: {note}")

@@ -18,15 +18,12 @@ __all__ = ["add_arguments", "main"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)
     options.add(parser, "device", help="where the references run (auto: cuda when available)")
-    parser.add_argument("--cases", type=int, default=2, metavar="N",
-                        help="random variations per (op, dtype) on top of the sample inputs (default 2)")
+    options.add(parser, "cases", type=options.non_negative_int, default=2,
+                help="random variations per (op, dtype) on top of the sample inputs (default 2; 0: the samples only)")
     options.add(parser, "seed", help="seed of the random variations")
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.cases < 0:
-        print(f"kernel-oracle selfcheck: error: --cases={args.cases} is invalid; pass 0 or more", file=sys.stderr)
-        return 2
     from kernel_oracle.jobs.selfcheck import run_selfcheck, summarize
 
     try:

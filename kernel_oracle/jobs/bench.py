@@ -8,7 +8,7 @@ run, with the command and the environment in the record:
 * **campaign throughput**: cases per second of a time-boxed campaign, per target and op family, at
   small shapes (``--limits tiny`` by default; ``--limits gpu`` for the GPU campaigns' own mix).  One
   worker per device serves every campaign (as in a job); it is started, and each target warmed up by
-  a short untimed campaign (``--warmup-cases``: imports, CUDA context, Triton compilations), before
+  a short untimed campaign (``--cases``: imports, CUDA context, Triton compilations), before
   the clock starts, so the figure is the steady state a long job sees.  Start-up and warm-up seconds
   are recorded beside it.
 * **the main job's fuzz cases**: ``kernel-oracle run --device D --time T`` in a fresh process, as a
@@ -31,10 +31,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["DEFAULT_TARGETS", "DEFAULT_WARM_UP_S", "FAMILIES", "main_job_counts", "run_bench"]
+__all__ = ["DEFAULT_TARGETS", "DEFAULT_WARM_UP_S", "main_job_counts", "run_bench"]
 
 DEFAULT_TARGETS = ("triton", "reference")
-FAMILIES = ("lora", "vision")
 # seconds the worker's warm-up may take per target on CUDA (Note [Variant warm-up] in harness.warmup)
 DEFAULT_WARM_UP_S = 300.0
 
@@ -70,7 +69,7 @@ def _run_main_job(device: str, budget: float, seed: int, log) -> dict:
         return out
 
 
-def _measure(worker, target, fam: str, tmp: Path, index: int, *, device: str, seconds: float, limits: str,
+def _measure(worker, target, fam: str, tmp: Path, index: int, *, device: str, time_s: float, limits: str,
              warmup_cases: int, seed: int, warm_up_s: Optional[float]) -> tuple[dict, dict]:
     """One target x family: the untimed warm-up campaign, then the timed one; ``(row, record)``.
     Raises :class:`~kernel_oracle.fuzz.campaign_config.CampaignError` when a campaign cannot run."""
@@ -85,7 +84,7 @@ def _measure(worker, target, fam: str, tmp: Path, index: int, *, device: str, se
                                                warm_up_s=warm_up_s or None), worker=worker)
         warm_s = time.monotonic() - t0
         row["worker_warm_up"] = warm_rec.get("campaign", {}).get("warm_up")
-    rec = run_campaign(CampaignConfig(target=target, op=fam, time_s=seconds, seed=seed, device=device,
+    rec = run_campaign(CampaignConfig(target=target, op=fam, time_s=time_s, seed=seed, device=device,
                                       out_dir=tmp / f"timed-{index}", progress=False, limits=limits), worker=worker)
     camp = rec.get("campaign", {})
     executed, elapsed = int(camp.get("executed") or 0), float(camp.get("elapsed_s") or 0.0)
@@ -115,12 +114,12 @@ def _add_row(record: dict, row: dict, rec: dict, limits: str, log) -> None:
         + ")")
 
 
-def run_bench(*, device: str, targets: list, families: list, seconds: float, limits: str, warmup_cases: int,
-              main_budget: float, seed: int, quiet: bool = False, warm_up_s: Optional[float] = None) -> dict:
+def run_bench(*, device: str, targets: list, families: list, time_s: float, limits: str, warmup_cases: int,
+              main_time_s: float, seed: int, quiet: bool = False, warm_up_s: Optional[float] = None) -> dict:
     """Measure (Note [Benchmarking the oracle]) and return the ``bench`` record (not saved).
 
-    ``targets``: spec strings or TargetSpecs; ``seconds``: the timed campaign of each target x
-    family; ``main_budget``: seconds of the measured main job (0: none)."""
+    ``targets``: spec strings or TargetSpecs; ``time_s``: the timed campaign of each target x
+    family; ``main_time_s``: seconds of the measured main job (0: none)."""
     from kernel_oracle.fuzz.campaign import CampaignError
     from kernel_oracle.fuzz.worker import Worker, WorkerError
     from kernel_oracle.harness.schema import add_note, new_record
@@ -147,7 +146,7 @@ def run_bench(*, device: str, targets: list, families: list, seconds: float, lim
             pairs = [(t, f) for t in targets for f in families] if not failed else []
             for target, fam in pairs:
                 try:
-                    row, rec = _measure(worker, target, fam, Path(tmp), len(rows), device=device, seconds=seconds,
+                    row, rec = _measure(worker, target, fam, Path(tmp), len(rows), device=device, time_s=time_s,
                                         limits=limits, warmup_cases=warmup_cases, seed=seed, warm_up_s=warm_up_s)
                 except CampaignError as exc:
                     failed.append(f"{target} x {fam}: {exc}")
@@ -158,14 +157,14 @@ def run_bench(*, device: str, targets: list, families: list, seconds: float, lim
     finally:
         worker.close()
     main_job = None
-    if main_budget > 0:
-        main_job = _run_main_job(device, main_budget, seed, log)
+    if main_time_s > 0:
+        main_job = _run_main_job(device, main_time_s, seed, log)
         log(f"main job: {main_job.get('fuzz_cases')} fuzz cases of {main_job.get('cases')} in "
             f"{main_job['wall_s']}s, exit {main_job['exit_code']}")
         if main_job.get("failed_campaigns") or "error" in main_job:
             failed.append(f"main job: {main_job.get('failed_campaigns') or main_job.get('error')}")
     record["summary"]["oracle_bench"] = {"device": device, "worker_startup_s": startup, "limits": limits,
-                                         "seconds_per_campaign": seconds, "warmup_cases": warmup_cases,
+                                         "seconds_per_campaign": time_s, "warmup_cases": warmup_cases,
                                          "campaigns": rows, "main_job": main_job, "failed": failed,
                                          "duration_s": round(time.monotonic() - t_start, 1)}
     for text in failed:

@@ -32,7 +32,8 @@ from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, problem_from_dict
 
-__all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "load_corpus", "load_entry", "run_entry"]
+__all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "known_cases_for", "load_corpus", "load_entry",
+           "run_entry"]
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus"  # the repository's corpus/ folder
 _FIELDS = {"id", "title", "upstream", "target", "device", "status", "buggy", "fixed", "expect", "message_contains",
@@ -176,3 +177,20 @@ def run_entry(entry: Entry, target, device: Optional[str] = None) -> EntryOutcom
         if not verdict.ok:
             return EntryOutcome(True, verdict.kind, verdict.message or "", i)
     return EntryOutcome(False, None, "", None)
+
+
+def known_cases_for(spec, directory: str | Path | None = None) -> tuple:
+    """``(label, Case)`` of every corpus case whose entry tests the target ``spec`` (its name and
+    configuration: ``sglang==0.5.12`` gets the ``sglang`` entries), the ``known_cases`` a campaign names
+    its findings by (Note [Known cases] in :mod:`kernel_oracle.fuzz.known_cases`); none when the corpus
+    is not at hand (an installed copy without the repository)."""
+    from kernel_oracle.harness.targets import TargetSpec
+
+    parsed = TargetSpec.parse(spec)
+    configuration = ",".join(f"{k}={v}" for k, v in parsed.configuration)
+    try:
+        entries = load_corpus(directory)
+    except CorpusError:
+        return ()
+    return tuple(({"id": e.id, "title": e.title, "upstream": e.upstream}, case) for e in entries
+                 if e.target == parsed.name and e.configuration == configuration for case in e.cases)

@@ -92,21 +92,21 @@ def _utc_stamp() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
 
 
-def _budget(device: str, time_budget: Optional[float]) -> float:
-    budget = float(time_budget if time_budget is not None else DEFAULT_BUDGET_S[device])
+def _budget(device: str, time_s: Optional[float]) -> float:
+    budget = float(time_s if time_s is not None else DEFAULT_BUDGET_S[device])
     if not math.isfinite(budget) or budget <= 0:
         raise ValueError(f"--time {budget:g}: pass a positive, finite number of seconds")
     return budget
 
 
-def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, seed: int = 0,
+def run_main_job(*, device: str = "auto", time_s: Optional[float] = None, seed: int = 0,
                  out: str | os.PathLike = "reports/out", targets: Optional[list] = None,
                  families: tuple = FAMILIES, selfcheck: bool = True, quiet: bool = False,
                  cluster: Optional[dict] = None, sglang_wheel: Optional[str] = None,
                  with_malformed: bool = False) -> dict:
     """Run everything and write the reports; returns ``{"record", "json", "md", "html", "history"}``.
 
-    ``device``: ``auto``, ``cpu`` or ``cuda``; ``time_budget``: seconds for the whole job (default
+    ``device``: ``auto``, ``cpu`` or ``cuda``; ``time_s``: seconds for the whole job (default
     :data:`DEFAULT_BUDGET_S`); ``targets``: spec strings or TargetSpecs (default: every built-in
     target available here); ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``)
     runs the campaigns on Dask; ``sglang_wheel``: the wheels of ``sglang==X.Y.Z`` targets;
@@ -121,7 +121,7 @@ def run_main_job(*, device: str = "auto", time_budget: Optional[float] = None, s
         too_late = None
     except RuntimeError as exc:  # campaigns still run right: their worker gets its own environment
         too_late = str(exc)
-    budget = _budget(device, time_budget)
+    budget = _budget(device, time_s)
     t0 = time.monotonic()
     deadline = t0 + max(budget - REPORT_RESERVE_S, budget * 0.5)
 

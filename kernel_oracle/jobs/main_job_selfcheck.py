@@ -142,14 +142,14 @@ def _one_thread_on_cpu(device: str):
 
 def _selfcheck_row(record: dict, row: dict, device: str, cases: int, seed: int, n_fail: int) -> int:
     """Add one selfcheck row to its group (and as a finding when it failed); returns 1 if it failed."""
-    from kernel_oracle.harness.schema import add_finding, add_group
+    from kernel_oracle.harness.schema import SELFCHECK_TARGET, add_finding, add_group
 
     op, dtype, case = str(row.get("op")), str(row.get("dtype")), str(row.get("case") or "")
     shape_class = _selfcheck_shape_class(row)
     ratio = row.get("ratio")
     ratios = [float(ratio)] if isinstance(ratio, (int, float)) else []
     passed = bool(row.get("passed"))
-    add_group(record, target="selfcheck", op=op, dtype=dtype, shape_class=shape_class, cases=1,
+    add_group(record, target=SELFCHECK_TARGET, op=op, dtype=dtype, shape_class=shape_class, cases=1,
               passes=int(passed), findings=None if passed else {"mismatch": 1}, ratios=ratios)
     if passed:
         return 0

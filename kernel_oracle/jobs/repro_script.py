@@ -29,7 +29,7 @@ removes it (the link, never what it points to) and writes a fresh file.
 
 The script exits 1 when the finding reproduces, 0 when the target passes, 2 when it cannot run
 (target not importable).  A target that lives only inside kernel-oracle (a mutant, an adapter
-closure) gets no default ``TARGET``; the script then asks for ``--target module:function``.
+closure) gets no default ``TARGET``; the script then asks for ``--targets module:function``.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _target_path(target, spec, op: str) -> tuple[str | None, str]:
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if not module or "<locals>" in qualname or "<lambda>" in qualname or module.startswith("kernels_mutant_"):
         return None, (f"target {spec!r} exists only inside kernel-oracle ({module}.{qualname}); "
-                      "pass --target module:function of the kernel to test")
+                      "pass --targets module:function of the kernel to test")
     origin = getattr(sys.modules.get(module), "__kernel_oracle_origin__", None)
     if origin:  # a release's own file, loaded standalone from its wheel: name the module as the release does
         configuration = target.reason.partition("configuration: ")[2]
@@ -211,7 +211,7 @@ The case, the target and what to expect are in the JSON file beside this script 
 tensors in STEM.tensors.pt (weights-only); kernel-oracle rebuilds the case with
 `kernel-oracle repro --case '<the JSON's meta.case>' --targets T`.
 
-Run:   python STEM.py [--target package.module:function] [--device cpu|cuda]
+Run:   python STEM.py [--targets package.module:function] [--device cpu|cuda]
 Exit:  1 the finding reproduces, 0 the target passes, 2 the script cannot run.
 """
 
@@ -297,14 +297,14 @@ def check_output(out, tensors):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default=TARGET, help="package.module[:attr] (default: %(default)s)")
+    parser.add_argument("--targets", dest="target", default=TARGET, help="package.module[:attr] (default: %(default)s)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None)
     args = parser.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels on the CPU: the interpreter
     if not args.target:
-        print("error: this target exists only inside kernel-oracle; pass --target package.module:function",
+        print("error: this target exists only inside kernel-oracle; pass --targets package.module:function",
               file=sys.stderr)
         return 2
     try:

@@ -11,7 +11,11 @@ Options (group "kernel-oracle"), each with an ini twin for a project's pytest co
 
 * ``--oracle-target TARGET`` (repeatable; ini ``oracle_targets``; default ``reference`` and
   ``triton``): parametrizes every test that takes the ``oracle_target`` fixture (``fuzz_target`` is
-  the same fixture under our suite's older name).  TARGET is a built-in name (``reference``,
+  the same fixture under our suite's older name).  Given on the command line, it also deselects every
+  test that takes no target: ``pytest oracle_tests --oracle-target my_kernels`` runs the differential
+  tests of ``my_kernels`` only, each with ``target=my_kernels`` in its id, and judges it as
+  ``kernel-oracle fuzz`` does (a validation gap of a module without strict validation is no failure:
+  :func:`kernel_oracle.harness.malformed.in_gap_table`).  TARGET is a built-in name (``reference``,
   ``triton``, ``sglang``, ``torch-varlen``, ``flashinfer-cudnn``, ``mutant:NAME``) or
   ``package.module[:attr]``.  A target that is unavailable is skipped *with its reason* (never
   silently passed); the terminal summary lists each selected target with its entry points, fp32
@@ -260,6 +264,19 @@ def selected_targets(config) -> list[str]:
     return list(config.getoption("--oracle-target") or config.getini("oracle_targets") or DEFAULT_TARGETS)
 
 
+def pytest_collection_modifyitems(config, items):
+    """``--oracle-target`` on the command line runs the tests of that target only (Note [pytest plugin]):
+    every collected test that takes no target is deselected, and the header says how many."""
+    if not config.getoption("--oracle-target"):
+        return
+    keep = [item for item in items if "oracle_target_name" in getattr(item, "fixturenames", ())]
+    dropped = [item for item in items if "oracle_target_name" not in getattr(item, "fixturenames", ())]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+    config._oracle_deselected = len(dropped)
+
+
 def pytest_generate_tests(metafunc):
     if "oracle_target_name" in metafunc.fixturenames:
         names = selected_targets(metafunc.config)
@@ -316,6 +333,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         if t.status is not None:
             line += f"; {t.status()}"
         tr.write_line(line)
+
+
+def pytest_report_collectionfinish(config, items):
+    dropped = getattr(config, "_oracle_deselected", 0)
+    if dropped:
+        return (f"kernel-oracle: --oracle-target runs the {len(items)} tests that take a target; {dropped} others "
+                f"deselected (run without --oracle-target for the whole suite)")
+    return None
 
 
 def pytest_report_header(config):

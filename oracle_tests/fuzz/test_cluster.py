@@ -198,7 +198,7 @@ def test_gpus_on_a_cpu_only_machine_is_one_line_and_exit_2(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU; the message is for CPU-only machines")
     proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", "reference", "--op", "lora",
-                           "--budget", "1", "--out", str(tmp_path / "o"), "--gpus", "2"],
+                           "--cases", "1", "--out", str(tmp_path / "o"), "--gpus", "2"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stdout == ""
@@ -208,7 +208,7 @@ def test_gpus_on_a_cpu_only_machine_is_one_line_and_exit_2(tmp_path):
 
 def test_a_plain_fuzz_run_imports_no_dask(tmp_path):
     code = ("import sys; from kernel_oracle.cli import main; "
-            "rc = main(['fuzz', '--targets', 'reference', '--op', 'vision', '--budget', '2', '--out', sys.argv[1], "
+            "rc = main(['fuzz', '--targets', 'reference', '--op', 'vision', '--cases', '2', '--out', sys.argv[1], "
             "'--quiet', '--device', 'cpu']); "
             "bad = [m for m in ('dask', 'distributed', 'redis') if m in sys.modules]; "
             "print(rc, bad)")
@@ -264,7 +264,7 @@ def test_fuzz_and_run_take_a_scheduler_and_a_shared_db(client, redis_url, tmp_pa
     from kernel_oracle.harness.schema import load
 
     addr = client.scheduler.address
-    rc = cli_main(["fuzz", "--targets", TARGET, "--op", "step_a_q", "--budget", "20", "--seeds", "2",
+    rc = cli_main(["fuzz", "--targets", TARGET, "--op", "step_a_q", "--cases", "20", "--seeds", "2",
                    "--dtypes", "float32", "--device", "cpu", "--no-isolate", "--limits", "tiny", "--quiet",
                    "--scheduler", addr, "--db", redis_url, "--out", str(tmp_path / "fuzz")])
     out = capsys.readouterr().out
@@ -272,7 +272,7 @@ def test_fuzz_and_run_take_a_scheduler_and_a_shared_db(client, redis_url, tmp_pa
     summary = load(tmp_path / "fuzz" / "summary.json")
     assert [s["seed"] for s in summary["campaign"]["shards"]] == [0, 1]
     assert any(f["kind"] == "mismatch" for f in summary["findings"]) and "FINDING" in out
-    rc = cli_main(["run", "--scheduler", addr, "--targets", "reference", "--families", "vision", "--device", "cpu",
+    rc = cli_main(["run", "--scheduler", addr, "--targets", "reference", "--op", "vision", "--device", "cpu",
                    "--time", "12", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "run")])
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -301,7 +301,7 @@ def test_an_unreachable_redis_is_one_line_and_exit_2(tmp_path, capsys):
     from kernel_oracle.cli import main as cli_main
 
     port = _free_port()  # nothing listens there
-    rc = cli_main(["fuzz", "--targets", "reference", "--op", "vision", "--budget", "1", "--device", "cpu",
+    rc = cli_main(["fuzz", "--targets", "reference", "--op", "vision", "--cases", "1", "--device", "cpu",
                    "--quiet", "--db", f"redis://127.0.0.1:{port}/0", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1

@@ -536,7 +536,7 @@ def test_a_directory_where_a_state_file_belongs_is_exit_2(tmp_path, capsys, name
         (out / name).write_text("")
     else:
         (out / name).mkdir()
-    rc, stdout, err = _cli(capsys, "fuzz", "--targets", "reference", "--op", "step_a_q", "--budget", 1, "--device",
+    rc, stdout, err = _cli(capsys, "fuzz", "--targets", "reference", "--op", "step_a_q", "--cases", 1, "--device",
                            DEVICE, "--no-isolate", "--quiet", "--out", out)
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert f"{name} is" in err and "move it away or pass another --out" in err

@@ -151,7 +151,7 @@ def test_one_raise_with_varying_numbers_is_one_contract_finding(tmp_path, monkey
 def test_kill_9_mid_campaign_then_resume(tmp_path, monkeypatch):
     spec = _raising(tmp_path)
     out = tmp_path / "out"
-    proc = subprocess.Popen(_fuzz_cmd("--targets", spec, "--op", "lora", "--budget", "100000", "--out", out),
+    proc = subprocess.Popen(_fuzz_cmd("--targets", spec, "--op", "lora", "--cases", "100000", "--out", out),
                             env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(out / "findings.jsonl")
@@ -242,7 +242,7 @@ def test_a_second_campaign_on_the_same_out_is_refused(tmp_path, capsys):
         with pytest.raises(CampaignError, match=rf"another campaign \(pid {os.getpid()}\) is using it"):
             run_campaign(CampaignConfig(target="reference", op="lora", budget=1, device="cpu", out_dir=out,
                                         progress=False))
-        assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--budget", "1", "--device", "cpu",
+        assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--cases", "1", "--device", "cpu",
                          "--out", str(out), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert err == (f"kernel-oracle fuzz: error: --out {out}: another campaign (pid {os.getpid()}) is using "
@@ -323,7 +323,7 @@ def test_a_signal_stops_cleanly_with_exit_3_and_no_orphan(tmp_path, sig):
 def test_sigterm_to_the_main_job_ends_its_campaign_and_worker(tmp_path):
     spec = _sleepy(tmp_path)
     cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", "cpu", "--time", "120", "--targets",
-           spec, "--families", "lora", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "out")]
+           spec, "--op", "lora", "--no-selfcheck", "--quiet", "--out", str(tmp_path / "out")]
     proc = subprocess.Popen(cmd, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -347,22 +347,22 @@ def test_fuzz_exit_codes(tmp_path, capsys):
     def fuzz(*args):
         return cli_main(["fuzz", "--device", DEVICE, "--quiet", "--no-isolate", *map(str, args)])
 
-    assert fuzz("--targets", "reference", "--op", "step_a_q", "--budget", "2", "--out", tmp_path / "clean") == 0
-    assert fuzz("--targets", "mutant:lora_drifted_error_message", "--op", "step_a_q", "--budget", "25",
+    assert fuzz("--targets", "reference", "--op", "step_a_q", "--cases", "2", "--out", tmp_path / "clean") == 0
+    assert fuzz("--targets", "mutant:lora_drifted_error_message", "--op", "step_a_q", "--cases", "25",
                 "--out", tmp_path / "findings") == 1
     capsys.readouterr()
     # 2, in one line: --out a file or unwritable, a target with nothing to test, option values
     (tmp_path / "file").write_text("")
-    assert fuzz("--targets", "reference", "--op", "lora", "--budget", "1", "--out", tmp_path / "file") == 2
+    assert fuzz("--targets", "reference", "--op", "lora", "--cases", "1", "--out", tmp_path / "file") == 2
     assert capsys.readouterr().err == (f"kernel-oracle fuzz: error: --out {tmp_path / 'file'}: is a file, not a "
                                        f"directory; pass a directory\n")
-    assert fuzz("--targets", "reference", "--op", "lora", "--budget", "1", "--out", "/proc/kernel-oracle-x") == 2
+    assert fuzz("--targets", "reference", "--op", "lora", "--cases", "1", "--out", "/proc/kernel-oracle-x") == 2
     err = capsys.readouterr().err
     assert err.startswith("kernel-oracle fuzz: error: --out /proc/kernel-oracle-x: cannot write there") and \
         err.count("\n") == 1
-    assert fuzz("--targets", "os:system", "--op", "lora", "--budget", "2", "--out", tmp_path / "os") == 2
+    assert fuzz("--targets", "os:system", "--op", "lora", "--cases", "2", "--out", tmp_path / "os") == 2
     assert "unavailable for lora: no lora entry point" in capsys.readouterr().err
-    for option, value, why in (("--budget", "0", "expected at least 1 case"), ("--time", "nan", "finite"),
+    for option, value, why in (("--cases", "0", "expected at least 1 case"), ("--time", "nan", "finite"),
                                ("--time", "inf", "finite"), ("--time", "-1", "positive"),
                                ("--case-timeout", "nan", "finite")):
         with pytest.raises(SystemExit) as exc:

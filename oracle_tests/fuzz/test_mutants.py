@@ -34,7 +34,7 @@ def _check(name: str, tmp_path):
     if interpreting() or "malformed" not in get_mutant(name).categories:
         return check_mutant(name, max_examples=MAX_EXAMPLES)
     out = tmp_path / "kill.json"
-    proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "mutants", name, "--max-examples", str(MAX_EXAMPLES),
+    proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "mutants", name, "--cases", str(MAX_EXAMPLES),
                            "--json", str(out)], capture_output=True, text=True, timeout=900)
     assert out.is_file(), f"kernel-oracle mutants {name} exited {proc.returncode}: {proc.stderr[-3000:]}"
     (result,) = json.loads(out.read_text())

@@ -313,7 +313,7 @@ def test_triton_cache_option_reaches_the_worker(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     env.pop("TRITON_CACHE_DIR", None)
     cmd = [sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", "cache_probe_pkg.probe", "--op", "step_a_q",
-           "--budget", "2", "--device", "cpu", "--quiet", "--upstream-contracts-only"]
+           "--cases", "2", "--device", "cpu", "--quiet", "--upstream-contracts-only"]
     proc = subprocess.run(cmd + ["--out", str(tmp_path / "out"), "--triton-cache", "tc"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -61,7 +61,7 @@ def test_fuzz_refuses_a_module_with_a_wrong_signature_before_any_case(tmp_path, 
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     out = tmp_path / "out"
-    rc = cli_main(["fuzz", "--targets", "ko_sig_targets.bad", "--op", "step_a_q", "--budget", "50",
+    rc = cli_main(["fuzz", "--targets", "ko_sig_targets.bad", "--op", "step_a_q", "--cases", "50",
                    "--device", "cpu", "--out", str(out), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2

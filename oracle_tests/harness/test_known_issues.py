@@ -232,7 +232,7 @@ def _fuzz_raiser(tmp_path, monkeypatch, name: str, text: str, known_message: str
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(_known_file(tmp_path, known_message)))
     out = tmp_path / f"out-{name}"
-    code = cli_main(["fuzz", "--targets", f"{pkg}.target", "--op", "step_a_q", "--budget", "3", "--seed", "1",
+    code = cli_main(["fuzz", "--targets", f"{pkg}.target", "--op", "step_a_q", "--cases", "3", "--seed", "1",
                      "--out", str(out), "--device", DEVICE, "--quiet", "--no-isolate"])
     return code, json.loads((out / "summary.json").read_text()), out
 
@@ -266,7 +266,7 @@ def test_a_bad_known_issues_file_is_a_usage_error(tmp_path, monkeypatch, capsys)
     bad = tmp_path / "bad.toml"
     bad.write_text("[[issue]\n")
     monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(bad))
-    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--budget", "1", "--out", str(tmp_path / "o"),
+    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--cases", "1", "--out", str(tmp_path / "o"),
                      "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}: not valid TOML" in err

@@ -25,16 +25,19 @@ BAD_SLOT = Case(LoRAProblem(**LORA), Mutation("lora", "slot_out_of_range", 0, 1)
 
 def _lenient(after):
     """A target without strict validation: the reference on the call with its weight indices clamped
-    into range (what a kernel reading slot 0 for a bad index computes), then ``after(output)``."""
+    into range (what a kernel reading slot 0 for a bad index computes), then, on a bad index only,
+    ``after(output)``."""
 
     def step_b_q_fwd(*args, **kwargs):
         args = list(args)  # the in-place output stays the harness's; the batch info becomes a clamped copy
         i = next(i for i, a in enumerate(args) if hasattr(a, "weight_indices"))
         bi = args[i] = copy.copy(args[i])
         slots = int(bi.lora_ranks.numel())
+        bad = bool(((bi.weight_indices < 0) | (bi.weight_indices >= slots)).any())
         bi.weight_indices = torch.where((bi.weight_indices >= 0) & (bi.weight_indices < slots), bi.weight_indices, 0)
         out = lora.step_b_q_fwd(*args, **kwargs)
-        after(out)
+        if bad:  # what the malformation makes it do (on a valid batch it is right)
+            after(out)
         return out
 
     return Target("planted", {"step_b_q": step_b_q_fwd}, precision="ieee", strict=False)
@@ -102,7 +105,7 @@ def step_b_q_fwd(*args, **kwargs):
 def _fuzz(tmp_path, name, corrupt, *extra, budget="60"):
     (tmp_path / f"{name}.py").write_text(f"CORRUPT = {corrupt}\n" + MODULE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", name, "--op", "step_b_q", "--budget", budget,
+    cmd = [sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", name, "--op", "step_b_q", "--cases", budget,
            "--device", "cpu", "--quiet", "--out", str(tmp_path / f"out-{name}"), *extra]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernel_oracle.harness.buckets import Bucket, bucket_of_record, normalise_message
+from kernel_oracle.harness.buckets import Bucket, bucket_of, bucket_of_record, normalise_message
 from kernel_oracle.harness.headline import headline
 from kernel_oracle.jobs.matrix import build_matrix
 
@@ -149,3 +149,52 @@ def test_findings_of_one_known_issue_are_one_line_of_what_failed():
     lines = Result.from_dict(record).headlines
     assert [(h.id, h.findings, h.tail) for h in lines] == [("F1", 2, " (2 findings)"), ("F2", 1, ""),
                                                            ("F4", 1, ""), ("F5", 1, "")]
+
+
+def test_a_broken_contract_is_one_bucket_whatever_the_target_did_instead():
+    """A module without the missing-max_len check: no error in one case, an IndexError of its own loop in
+    another, a RuntimeError of torch.arange in a third; one root cause (the missing check), one bucket."""
+    from kernel_oracle.harness.check import Case, Observed, Outcome, Verdict
+    from kernel_oracle.harness.problems import LoRAProblem
+
+    case = Case(LoRAProblem("step_a_q", (3, 2), (0, 1), (4, 4), (1.0, 1.0), with_max_len=False, with_seg_lens=False))
+    expected = Outcome("upstream", "ValueError", "LoRA batch_info must provide max_len or seg_lens.",
+                       "lora.missing_max_len")
+    did = [Observed("ok"), Observed("raise", exc_type="IndexError", message="list index out of range", frame="m:f"),
+           Observed("raise", exc_type="IndexError", message="index 47 is out of bounds for dimension 0 with size 47",
+                    frame="m:g"),
+           Observed("raise", exc_type="RuntimeError", message="upper bound and lower bound inconsistent with step sign")]
+    keys = {bucket_of(case, Verdict(False, "contract", "-"), observed=o, expected=expected) for o in did}
+    assert keys == {Bucket("contract", "lora", "contract lora.missing_max_len")}, keys
+    # records written while buckets keyed on the wrong error's text read as the same root cause
+    exp = "ValueError('LoRA batch_info must provide max_len or seg_lens.') [upstream contract lora.missing_max_len]"
+    old = [{"kind": "contract", "op": "step_a_q", "expected": exp,
+            "bucket": {"kind": "contract", "family": "lora", "cause": cause, "frame": "m:f"}}
+           for cause in ("no error: expected lora.missing_max_len", "IndexError: list index out of range")]
+    assert {bucket_of_record(f) for f in old} == keys
+    # a contract finding of another kind keeps its own key (a read-only input written while raising right)
+    wrote = {**old[0], "bucket": {"kind": "contract", "family": "lora", "cause": "wrote its input q_nope"}}
+    assert bucket_of_record(wrote).cause == "wrote its input q_nope"
+
+
+def test_an_error_on_a_valid_input_keys_on_what_was_raised():
+    from kernel_oracle.harness.check import Case, Observed, Outcome, Verdict
+    from kernel_oracle.harness.problems import LoRAProblem
+
+    case = Case(LoRAProblem("step_a_q", (3,), (0,), (4,), (1.0,)))
+    keys = {bucket_of(case, Verdict(False, "contract", "-"), expected=Outcome("result"),
+                      observed=Observed("raise", exc_type=t, message=m, frame="m:f"))
+            for t, m in (("IndexError", "index 3 is out of bounds"), ("TypeError", "bad operand"))}
+    assert len(keys) == 2
+
+
+def test_a_contract_headline_names_the_contract_and_every_op_it_showed_in():
+    f = {"op": "step_a_q", "ops": ["step_a_q", "step_b_q"], "kind": "contract", "dtypes": ["float32"], "count": 9,
+         "message": "no error raised; expected ValueError('LoRA batch_info must provide max_len or seg_lens.') "
+                    "[upstream contract lora.missing_max_len]",
+         "expected": "ValueError('LoRA batch_info must provide max_len or seg_lens.') "
+                     "[upstream contract lora.missing_max_len]",
+         "bucket": {"kind": "contract", "cause": "contract lora.missing_max_len"}}
+    assert headline(f) == ("step_a_q, step_b_q: breaks the upstream contract lora.missing_max_len, "
+                           "ValueError('LoRA batch_info must provide max_len or seg_lens.'): no error raised "
+                           "(float32; 9 failing cases)")

@@ -306,8 +306,11 @@ def test_plugin_loads_in_another_project_with_namespaced_options(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "TARGET reference ['q_side_fused', 'step_a_q', 'step_a_v', 'step_b_q', 'step_b_v', 'v_side_fused', " \
            "'vision']" in proc.stdout
-    assert "MAX_EXAMPLES 100" in proc.stdout  # Hypothesis's default: the plugin loaded no profile
     assert "kernel-oracle targets" in proc.stdout
+    # --oracle-target runs the tests that take a target, and says so; the project's others are deselected
+    assert "1 others deselected" in proc.stdout and "1 deselected" in proc.stdout, proc.stdout[-2000:]
+    proc = _pytest_in(tmp_path, "-k", "profile")
+    assert "MAX_EXAMPLES 100" in proc.stdout  # Hypothesis's default: the plugin loaded no profile
     proc = _pytest_in(tmp_path, "--oracle-profile", "ci", "-k", "profile")
     assert "MAX_EXAMPLES 12" in proc.stdout, proc.stdout[-2000:]
 

@@ -12,11 +12,11 @@ from oracle_tests.conftest import DEVICE
 
 
 def test_bench_measures_campaign_throughput_into_a_record(tmp_path, capsys):
-    out = tmp_path / "bench.json"
-    code = cli_main(["bench", "--device", DEVICE, "--targets", "reference,no_such_pkg.kernels", "--families", "lora",
-                     "--time", "3", "--warmup-cases", "2", "--main-time", "0", "--out", str(out), "--quiet"])
+    out = tmp_path / "bench"
+    code = cli_main(["bench", "--device", DEVICE, "--targets", "reference,no_such_pkg.kernels", "--op", "lora",
+                     "--time", "3", "--cases", "2", "--main-time", "0", "--out", str(out), "--quiet"])
     assert code == 0, capsys.readouterr()
-    rec = load(out)
+    rec = load(out / "oracle-bench.json")  # --out is a directory, as in every command
     assert rec["kind"] == "bench" and rec["environment"]["device"] == DEVICE
     bench = rec["summary"]["oracle_bench"]
     assert bench["worker_startup_s"] > 0 and bench["limits"] == "tiny" and bench["main_job"] is None
@@ -45,25 +45,26 @@ def test_main_job_counts_fuzz_cases_and_failed_campaigns():
 
 
 @pytest.mark.parametrize("argv, text", [
-    (["--families", "lora,audio"], "--families 'lora,audio': ['audio'] unknown; the only valid values are ['lora', 'vision']"),
+    (["--op", "lora,audio"], "--op 'lora,audio': ['audio'] unknown; the only valid values are ['lora', 'vision']"),
     (["--time", "0"], "argument --time: expected a positive, finite number of seconds but got '0'"),
     (["--main-time", "nan"], "argument --main-time: expected a non-negative, finite number of seconds but got 'nan'"),
     (["--limits", "huge"], "argument --limits: invalid choice: 'huge'"),
     (["--targets", ","], "argument --targets: ',' names no target; pass a comma-separated list of specs"),
-    (["--warmup-cases", "-1"], "--warmup-cases -1: pass a non-negative number of cases"),
+    (["--cases", "-1"], "argument --cases: expected 0 or more but got '-1'"),
     (["--warm-up", "-1"], "argument --warm-up: expected a non-negative, finite number of seconds but got '-1'"),
 ])
 def test_usage_errors_exit_2_in_one_line(argv, text, tmp_path, capsys):
     try:
-        code = cli_main(["bench", "--device", "cpu", "--out", str(tmp_path / "b.json"), *argv])
+        code = cli_main(["bench", "--device", "cpu", "--out", str(tmp_path / "b"), *argv])
     except SystemExit as exc:  # argparse's own usage errors
         code = exc.code
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"kernel-oracle bench: error: {text}") and err.count("\n") == 1, err
-    assert not (tmp_path / "b.json").exists()
+    assert not (tmp_path / "b").exists()
 
 
-def test_out_must_be_a_file(tmp_path, capsys):
-    assert cli_main(["bench", "--device", "cpu", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"kernel-oracle bench: error: --out {tmp_path}: is a directory; pass a file name\n"
+def test_out_is_a_directory_as_in_every_command(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert cli_main(["bench", "--device", "cpu", "--out", str(tmp_path / "file")]) == 2
+    assert capsys.readouterr().err == f"kernel-oracle bench: error: --out {tmp_path / 'file'}: is a file; pass a directory\n"

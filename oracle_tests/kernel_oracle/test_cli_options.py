@@ -1,5 +1,6 @@
 """The command line's options (Note [Options] in ``kernel_oracle.cli.options``): one name per concept
-in every subcommand, and the old spellings still accepted with a one-line hint."""
+in every subcommand (the op family ``--op``, a case count ``--cases``, the results' directory ``--out``,
+``--targets``, ``--time``), and no other spelling."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def test_every_subcommand_is_a_module_of_the_cli_package():
 
 
 # one concept, one spelling: the old names must not be options of any subcommand
-RETIRED = ("--target", "--time-budget", "--seconds", "--no-progress", "--main-budget", "--warm-up-s", "--family")
+RETIRED = ("--target", "--time-budget", "--seconds", "--no-progress", "--main-budget", "--warm-up-s", "--family",
+           "--families", "--budget", "--max-examples", "--warmup-cases")
 
 
 def test_one_name_per_concept_across_subcommands():
@@ -57,39 +59,47 @@ def test_targets_are_parsed_once_into_specs():
                             TargetSpec.parse("reference")]
 
 
-# (subcommand, argv with the old spelling, the same with the new one, the hint on stderr)
-ALIASES = [
-    ("run", ["--time-budget", "60"], ["--time", "60"], "--time-budget is deprecated; pass --time"),
-    ("fuzz", ["--target", "reference", "--op", "lora", "--out", "o"], ["--targets", "reference", "--op", "lora",
-                                                                       "--out", "o"],
-     "--target is deprecated; pass --targets"),
-    ("fuzz", ["--targets", "reference", "--op", "lora", "--out", "o", "--no-progress"],
-     ["--targets", "reference", "--op", "lora", "--out", "o", "--quiet"], "--no-progress is deprecated; pass --quiet"),
-    ("matrix", ["--target", "sglang==0.5.12", "--target", "sglang==0.5.23"], ["--targets", "sglang==0.5.12,sglang==0.5.23"],
-     "--target is deprecated; pass --targets"),
-    ("matrix", ["--targets", "sglang==0.5.23", "--no-progress"], ["--targets", "sglang==0.5.23", "--quiet"],
-     "--no-progress is deprecated; pass --quiet"),
-    ("repro", ["x.pt", "--target", "triton"], ["x.pt", "--targets", "triton"], "--target is deprecated; pass --targets"),
-    ("bench", ["--seconds", "5"], ["--time", "5"], "--seconds is deprecated; pass --time"),
-    ("bench", ["--warm-up-s", "0"], ["--warm-up", "0"], "--warm-up-s is deprecated; pass --warm-up"),
-    ("bench", ["--main-budget", "0"], ["--main-time", "0"], "--main-budget is deprecated; pass --main-time"),
-    ("mutants", ["--family", "lora"], ["--families", "lora"], "--family is deprecated; pass --families"),
-]
+# (subcommand, the rest of a valid command line) of every retired spelling a command had
+RETIRED_USES = [("run", ["--time-budget", "60"]), ("run", ["--families", "lora"]),
+                ("fuzz", ["--target", "reference", "--op", "lora", "--out", "o"]),
+                ("fuzz", ["--targets", "reference", "--op", "lora", "--out", "o", "--budget", "5"]),
+                ("fuzz", ["--targets", "reference", "--op", "lora", "--out", "o", "--no-progress"]),
+                ("matrix", ["--targets", "sglang==0.5.23", "--budget", "5"]), ("repro", ["x.pt", "--target", "triton"]),
+                ("bench", ["--seconds", "5"]), ("bench", ["--warmup-cases", "2"]), ("bench", ["--families", "lora"]),
+                ("bench", ["--main-budget", "0"]), ("mutants", ["--max-examples", "5"]), ("mutants", ["--family", "lora"])]
 
 
-@pytest.mark.parametrize("command, old, new, hint", ALIASES,
-                         ids=[f"{c}-{o[0] if o[0].startswith('--') else o[1]}{'-' + o[-1] if 'progress' in o[-1] else ''}"
-                              for c, o, _, _ in ALIASES])
-def test_an_old_spelling_still_works_with_a_one_line_hint(capsys, command, old, new, hint):
-    parser = build_parser()
-    want = parser.parse_args([command, *new])
-    assert capsys.readouterr().err == ""
-    got = parser.parse_args([command, *old])
-    assert capsys.readouterr().err == f"kernel-oracle {command}: {hint}\n"
-    assert vars(got) == vars(want)
+@pytest.mark.parametrize("command, argv", RETIRED_USES, ids=[f"{c}-{next(a for a in v if a in RETIRED)}"
+                                                             for c, v in RETIRED_USES])
+def test_a_retired_spelling_is_an_unknown_option(capsys, command, argv):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([command, *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    # refused: unknown, or (without the option it replaced) a required option missing; never a prefix match
+    assert err.count("\n") == 1 and ("unrecognized arguments" in err or "required: --targets" in err), err
 
 
-def test_an_old_spelling_is_left_out_of_help_and_usage_errors(capsys):
+@pytest.mark.parametrize("command, argv, dest, value", [
+    ("fuzz", ["--targets", "reference", "--op", "lora", "--out", "o", "--cases", "5"], "cases", 5),
+    ("matrix", ["--targets", "sglang==0.5.23", "--cases", "5"], "cases", 5),
+    ("selfcheck", ["--cases", "3"], "cases", 3),
+    ("mutants", ["--cases", "7"], "cases", 7),
+    ("bench", ["--cases", "2"], "cases", 2),
+    ("run", ["--op", "lora"], "op", "lora"),
+    ("bench", ["--op", "vision"], "op", "vision"),
+    ("mutants", ["--op", "lora"], "op", "lora"),
+    ("matrix", ["--targets", "sglang==0.5.23", "--op", "lora,vision"], "op", "lora,vision"),
+    ("bench", ["--out", "reports/out"], "out", "reports/out"),
+    ("run", ["--time", "9"], "time_s", 9.0),
+    ("bench", ["--time", "9"], "time_s", 9.0),
+    ("fuzz", ["--targets", "reference", "--op", "lora", "--out", "o", "--time", "9"], "time_s", 9.0),
+])
+def test_one_spelling_per_concept(command, argv, dest, value):
+    assert getattr(build_parser().parse_args([command, *argv]), dest) == value
+
+
+def test_help_and_usage_errors_name_the_one_spelling(capsys):
     help_text = _subparsers()["fuzz"].format_help()
     assert "--targets" in help_text and "--target " not in help_text and "--no-progress" not in help_text
     with pytest.raises(SystemExit) as exc:
@@ -98,3 +108,44 @@ def test_an_old_spelling_is_left_out_of_help_and_usage_errors(capsys):
     err = capsys.readouterr().err
     assert err.startswith("kernel-oracle fuzz: error: the following arguments are required: --targets ")
     assert "--target " not in err and err.count("\n") == 1
+
+
+def test_compare_takes_a_directory_as_report_does(tmp_path, capsys):
+    """``report`` and ``compare`` name a result the same way: a record file, or the directory holding one
+    (a campaign's summary.json, the main job's latest.json)."""
+    from kernel_oracle.cli import main as cli_main
+    from kernel_oracle.harness.schema import save
+    from oracle_tests._sample_record import sample_record
+
+    campaign, job = tmp_path / "campaign", tmp_path / "job"
+    campaign.mkdir()
+    job.mkdir()
+    save(sample_record("campaign", findings=False), campaign / "summary.json")
+    save(sample_record("main", findings=False), job / "latest.json")
+    assert cli_main(["compare", str(campaign), str(campaign / "summary.json")]) == 0, capsys.readouterr().err
+    assert cli_main(["compare", str(job), str(job)]) == 0, capsys.readouterr().err
+    assert cli_main(["compare", str(tmp_path), str(job)]) == 2
+    assert "holds no summary.json (a campaign) or latest.json (the main job)" in capsys.readouterr().err
+
+
+def test_the_main_jobs_summary_counts_selfcheck_rows_apart_from_fuzz_cases(capsys):
+    """The main job printed "23437 cases": 11120 selfcheck rows added to 12317 fuzz cases; and a validation
+    gap is neither a passed nor a failed case."""
+    from kernel_oracle.cli.run import _report
+    from kernel_oracle.harness.schema import SELFCHECK_TARGET, add_group
+    from kernel_oracle.reports.model import Result
+    from oracle_tests._sample_record import sample_record
+
+    rec = sample_record("main", findings=False)  # 96 fuzz cases, all passed
+    add_group(rec, target="triton", op="step_a_q", dtype="float16", shape_class="malformed", cases=10, passes=6, gaps=4)
+    add_group(rec, target=SELFCHECK_TARGET, op="step_a_q", dtype="float32", shape_class="sample", cases=7, passes=7)
+    _report({"record": rec, "json": "j", "md": "m", "html": "h", "history": "y"})
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("106 fuzz cases (102 passed, 4 validation gaps), 7 selfcheck rows (7 passed), 0 findings")
+    model = Result.from_dict(rec)
+    assert (model.fuzz_cases, model.selfcheck_rows, model.gaps) == (106, 7, 4)
+    from kernel_oracle.reports.render_md import render_markdown
+
+    md = render_markdown(model)
+    assert "| cases | passed | validation gaps | selfcheck rows | findings |" in md
+    assert "| 106 | 102 | 4 | 7 (7 passed) | 0 |" in md

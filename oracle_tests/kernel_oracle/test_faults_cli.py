@@ -237,7 +237,7 @@ def test_campaign_finding_reproduces_and_runs_standalone(tmp_path, capsys, user_
 
 def test_standalone_script_of_a_clean_case(tmp_path, capsys, user_targets):
     """A clean case: the script passes on the correct kernel and, with the float64 expectation and the
-    tolerance inlined, still catches the buggy one (``--target``)."""
+    tolerance inlined, still catches the buggy one (``--targets``)."""
     path = _save_case(tmp_path / "clean.pt", LORA_CASE)
     rc, stdout, err = _cli(capsys, "repro", str(path), "--targets", "ko_fault_targets.good", "--device", DEVICE,
                            "--emit-script", str(tmp_path / "s"))
@@ -245,7 +245,7 @@ def test_standalone_script_of_a_clean_case(tmp_path, capsys, user_targets):
     proc = _standalone(tmp_path / "s" / "clean.py", user_targets)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS: within the tolerance" in proc.stdout
-    proc = _standalone(tmp_path / "s" / "clean.py", user_targets, "--target", "ko_fault_targets.buggy")
+    proc = _standalone(tmp_path / "s" / "clean.py", user_targets, "--targets", "ko_fault_targets.buggy")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "REPRODUCED: not close" in proc.stdout
 
@@ -354,11 +354,11 @@ def test_compare_json_written_on_success(tmp_path, capsys, record):
 
 @pytest.mark.parametrize("argv, contains", [
     (["mutants", "no_such_mutant"], "no_such_mutant"),
-    (["mutants", "--max-examples", "0"], "--max-examples >= 1"),
-    (["mutants", "--max-examples", "nan"], "--max-examples"),
+    (["mutants", "--cases", "0"], "expected at least 1 case but got '0'"),
+    (["mutants", "--cases", "nan"], "--cases"),
     (["mutants", "--json", "/proc/x/table.json"], "/proc/x"),
-    (["mutants", "--families", "audio"], "--families"),
-    (["selfcheck", "--cases", "-1"], "--cases=-1"),
+    (["mutants", "--op", "audio"], "--op"),
+    (["selfcheck", "--cases", "-1"], "argument --cases: expected 0 or more but got '-1'"),
     (["selfcheck", "--cases", "inf"], "--cases"),
     (["selfcheck", "--seed", "nan"], "--seed"),
     (["selfcheck", "--device", "tpu"], "--device"),
@@ -455,13 +455,13 @@ def test_standalone_script_on_the_gpu(tmp_path, capsys, case):
 
 @pytest.mark.parametrize("argv, contains", [
     (["fuzz", "--op", "lora", "--out", "/tmp/never-written"], "the following arguments are required: --target"),
-    (["fuzz", "--targets", "reference", "--op", "lora", "--out", "/tmp/never-written", "--budget", "0"], "--budget"),
+    (["fuzz", "--targets", "reference", "--op", "lora", "--out", "/tmp/never-written", "--cases", "0"], "--cases"),
     (["fuzz", "--targets", "reference", "--op", "lora", "--out", "/tmp/never-written", "--time", "nan"], "--time"),
     (["run", "--device", "tpu"], "--device"),
     (["run", "--time", "soon"], "--time"),
     (["matrix", "--op", "lora"], "the following arguments are required: --target"),
     (["bench", "--device", "tpu"], "--device"),
-    (["bench", "--warmup-cases", "many"], "--warmup-cases"),
+    (["bench", "--cases", "many"], "--cases"),
 ], ids=["fuzz-no-target", "fuzz-zero-budget", "fuzz-nan-time", "run-bad-device", "run-bad-budget",
         "matrix-no-target", "bench-bad-device", "bench-bad-warmup"])
 def test_argparse_errors_of_fuzz_run_matrix_and_bench_are_one_line(capsys, argv, contains):

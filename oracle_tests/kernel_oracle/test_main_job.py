@@ -31,7 +31,7 @@ SLACK_S = 30
 def test_real_run_on_cpu(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", "cpu", "--time", str(BUDGET_S),
-           "--targets", "reference", "--families", "lora,vision", "--seed", "1", "--out", str(out)]
+           "--targets", "reference", "--op", "lora,vision", "--seed", "1", "--out", str(out)]
     started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUDGET_S + 60)
     took = time.monotonic() - started
@@ -161,14 +161,14 @@ def test_a_job_whose_findings_are_all_known_exits_0(tmp_path, stand_ins, monkeyp
     passing = [r for r in SELFCHECK_ROWS if r["passed"]]
     monkeypatch.setitem(sys.modules, "kernel_oracle.jobs.selfcheck", _fake_selfcheck(passing))
     out = tmp_path / "out"
-    assert _run(out, "--families", "vision") == 1  # the campaign's contract finding is new
+    assert _run(out, "--op", "vision") == 1  # the campaign's contract finding is new
     known = tmp_path / "known.toml"
     known.write_text('[[issue]]\nid = "wrong-text"\ntitle = "t"\ntarget = "reference"\nop = "vision"\n'
                      'kind = "contract"\nmessage = "^wrong text$"\nupstream = "https://example.org/9"\n'
                      'releases = ["*"]\ndoc = "d"\n')
     monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(known))
     capsys.readouterr()
-    assert _run(out, "--families", "vision") == 0
+    assert _run(out, "--op", "vision") == 0
     rec = load(out / "latest.json")
     assert [(f["known"], f["upstream"]) for f in rec["findings"]] == [("wrong-text", "https://example.org/9")]
     assert (rec["summary"]["new_findings"], rec["summary"]["known_findings"]) == (0, 1)
@@ -178,7 +178,7 @@ def test_a_job_whose_findings_are_all_known_exits_0(tmp_path, stand_ins, monkeyp
     assert '<a href="https://example.org/9">wrong-text</a>' in (out / "latest.html").read_text()
     assert "[wrong-text](<https://example.org/9>)" in (out / "latest.md").read_text()
     known.write_text("[[issue]\n")  # a bad file is a usage error, before any work
-    assert _run(tmp_path / "other", "--families", "vision") == 2
+    assert _run(tmp_path / "other", "--op", "vision") == 2
     assert f"{known}: not valid TOML" in capsys.readouterr().err and not (tmp_path / "other").exists()
 
 
@@ -194,7 +194,7 @@ def test_a_selfcheck_slower_than_the_budget_leaves_the_campaigns_their_time(tmp_
     mod.iter_selfcheck = iter_selfcheck
     monkeypatch.setitem(sys.modules, "kernel_oracle.jobs.selfcheck", mod)
     started = time.monotonic()
-    assert _run(tmp_path / "out", "--families", "vision", "--time", "4") == 1  # the campaign's finding
+    assert _run(tmp_path / "out", "--op", "vision", "--time", "4") == 1  # the campaign's finding
     assert time.monotonic() - started < 30
     rec = load(tmp_path / "out" / "latest.json")
     (stopped,) = [p for p in rec["summary"]["failed_parts"] if p.startswith("selfcheck stopped")]
@@ -223,7 +223,7 @@ def test_unavailable_parts_are_never_a_pass(tmp_path, monkeypatch, capsys):
 
 def test_a_failing_campaign_is_reported(tmp_path, stand_ins, monkeypatch):
     monkeypatch.setattr(main_job_campaigns, "run_one_campaign", lambda *a, **k: (None, "exited with status 3: boom"))
-    assert _run(tmp_path / "out", "--families", "vision") == 1
+    assert _run(tmp_path / "out", "--op", "vision") == 1
     rec = load(tmp_path / "out" / "latest.json")
     assert rec["summary"]["failed_parts"] == ["campaign reference x vision: exited with status 3: boom"]
 
@@ -239,7 +239,7 @@ def _exit(argv) -> int:
 def test_usage_errors(tmp_path, capsys):
     assert _exit(["run", "--time", "0", "--out", str(tmp_path)]) == 2
     assert "positive, finite number of seconds" in capsys.readouterr().err
-    assert cli_main(["run", "--families", "lora,audio", "--out", str(tmp_path)]) == 2
+    assert cli_main(["run", "--op", "lora,audio", "--out", str(tmp_path)]) == 2
     if not torch.cuda.is_available():
         assert cli_main(["run", "--device", "cuda", "--out", str(tmp_path)]) == 2
         assert "torch sees no CUDA device" in capsys.readouterr().err
@@ -258,17 +258,6 @@ def test_usage_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("kernel-oracle run: --out /proc/kernel-oracle-test: cannot write there")
     assert err.count("\n") == 1
-
-
-def test_the_old_time_budget_spelling_still_works_with_a_hint(tmp_path, stand_ins, capsys):
-    parser = argparse.ArgumentParser(prog="kernel-oracle run")
-    run_command.add_arguments(parser)
-    args = parser.parse_args(["--time-budget", "30", "--device", "cpu", "--targets", "reference", "--quiet",
-                              "--out", str(tmp_path / "out")])
-    assert args.time_s == 30.0
-    assert capsys.readouterr().err == "kernel-oracle run: --time-budget is deprecated; pass --time\n"
-    assert run_command.main(args) == 1  # the stand-ins' findings: the job ran with that budget
-    assert load(tmp_path / "out" / "latest.json")["summary"]["time_budget_s"] == 30.0
 
 
 def test_salvage_reads_a_killed_campaign_through_its_state(tmp_path):

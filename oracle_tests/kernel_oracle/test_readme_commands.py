@@ -2,7 +2,7 @@
 
 The README's ``bash`` blocks are run line by line in order, on the CPU, each with a tiny budget
 (``--time`` 3 s for a campaign, 2 s per matrix campaign, 40 s for the main job, which needs that to
-reach every part; ``--cases`` 1), and every path under ``runs/`` or
+reach every part; ``--cases`` 1 for a campaign), and every path under ``runs/`` or
 ``reports/out`` lands in a temporary directory (the same one for every line, so ``report runs/mine``
 reads what ``fuzz ... --out runs/mine`` wrote).  ``my_kernels``, the README's stand-in for the
 reader's module, is a module that re-exports the example project's plain-torch kernels
@@ -63,7 +63,7 @@ def tiny(argv: list[str], tmp: Path) -> list[str]:
     for i, arg in enumerate(argv):
         if i and argv[i - 1] == "--time":
             arg = TIME[argv[0]]
-        elif i and argv[i - 1] == "--cases":
+        elif i and argv[i - 1] == "--cases" and argv[0] in TIME:  # a campaign's cases (a mutant needs its own)
             arg = "1"
         elif arg.startswith(OUT_PREFIXES):
             arg = str(tmp / arg)

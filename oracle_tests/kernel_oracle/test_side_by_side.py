@@ -118,7 +118,7 @@ def test_the_main_job_runs_its_campaigns_side_by_side_each_with_the_window(tmp_p
     monkeypatch.setattr(side_by_side, "slots", lambda device, cores=None: 2)
     monkeypatch.setattr(main_job_campaigns, "run_one_campaign", campaign_with_pid)
     monkeypatch.setattr(main_job_campaigns, "CHILD_STARTUP_S", 1.0)
-    assert _run(out, "--families", "lora,vision", "--time", "60") == 1  # the stand-in selfcheck has findings
+    assert _run(out, "--op", "lora,vision", "--time", "60") == 1  # the stand-in selfcheck has findings
     rec = load(out / "latest.json")
     assert rec["summary"]["campaigns_at_once"] == 2
     rows = rec["summary"]["campaigns"]
@@ -185,7 +185,7 @@ def test_a_child_that_dies_is_a_failed_part_not_a_pass(tmp_path, monkeypatch):
     monkeypatch.setattr(main_job_campaigns, "run_one_campaign", campaign_dies)
     monkeypatch.setattr(main_job_campaigns, "CHILD_STARTUP_S", 1.0)
     out = tmp_path / "out"
-    assert _run(out, "--families", "lora,vision") in (1, 3)
+    assert _run(out, "--op", "lora,vision") in (1, 3)
     rec = load(out / "latest.json")
     failed = rec["summary"]["failed_parts"]
     assert any("campaign reference x lora: its process ended without an answer (exit status 9)" in f for f in failed)

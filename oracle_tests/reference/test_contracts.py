@@ -4,7 +4,7 @@ Note [Contract tests]
 ---------------------
 Every error row of ``harness.opinfo.OP_DB`` (a valid sample, the mutations that break it, the exact
 error) runs through ONE test, :func:`test_error_inputs`, against every target selected with
-``--target`` (default: the reference and our Triton kernels): a target that implements strict
+``--oracle-target`` (default: the reference and our Triton kernels): a target that implements strict
 validation must raise the contract's exact type and full text for every row, a target that does
 not (third-party code) for the upstream rows.  :func:`test_strict_off` runs the rows on the
 reference with strict validation off: upstream errors still fire; strict ones must not.  The

@@ -107,7 +107,7 @@ def test_fuzz_writes_the_report_beside_its_summary(tmp_path, capsys):
     from kernel_oracle.cli import main as cli_main
 
     out = tmp_path / "camp"
-    cli_main(["fuzz", "--targets", "reference", "--op", "step_a_q", "--budget", "2", "--seed", "1",
+    cli_main(["fuzz", "--targets", "reference", "--op", "step_a_q", "--cases", "2", "--seed", "1",
               "--out", str(out), "--quiet"])
     printed = capsys.readouterr().out
     assert (out / "report.html").is_file() and (out / "report.md").is_file(), printed
