@@ -385,6 +385,12 @@ class _Search:
             raise self.state_error
         if not failing:
             return False
+        if self._triggered_issue(failing["case"], failing["verdict"], failing["bucket"]) is not None:
+            # a known upstream issue with a trigger: its Hypothesis-shrunk example is enough, and minimising it
+            # would spend cases on it (Note [Known-issue triggers])
+            self._record(failing["case"], failing["verdict"], failing["bucket"],
+                         prepared_call(failing["case"], self.device))
+            return True
         least = minimal_example(self, failing["case"], failing["verdict"], failing["bucket"])
         fid = self._record(least.case, least.verdict, least.bucket, prepared_call(least.case, self.device),
                            depends_on=least.depends_on)["id"]
@@ -525,6 +531,15 @@ class _Search:
                 self.known_skipped[issue.id] = self.known_skipped.get(issue.id, 0) + 1
                 return True
         return False
+
+    def _triggered_issue(self, case, verdict, bucket):
+        """The known issue with a trigger that a failure of ``case`` is, or None."""
+        from kernel_oracle.harness.known_issues import match_known
+
+        finding = {"target": self.target, "op": case.op, "kind": verdict.kind, "message": verdict.message or "",
+                   "problem": case.to_dict(), "bucket": bucket.to_dict()}
+        issue = match_known(finding, self.target, self.info.get("release"), issues=self.known_issues)
+        return issue if issue is not None and issue.trigger is not None else None
 
     def _avoid_if_known(self, finding: dict) -> None:
         """After recording ``finding``: when it is a known issue with a trigger, stop running its trigger."""

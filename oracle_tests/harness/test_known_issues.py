@@ -395,7 +395,7 @@ def _campaign(tmp_path, rule: str) -> dict:
            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     out = tmp_path / f"out-{abs(hash(rule))}"
     proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", "rankbug", "--op", "step_a_q",
-                           "--budget", "800", "--seed", "3", "--device", "cpu", "--quiet", "--out", str(out)],
+                           "--cases", "800", "--seed", "3", "--device", "cpu", "--quiet", "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # every finding is known
     return json.loads((out / "summary.json").read_text())["summary"]
