@@ -13,7 +13,10 @@ path serves, and is one finding with a ``dtypes`` list and a count over all of t
 * **contract**: the contract that did not hold (``contract lora.missing_max_len``), whatever the target
   did instead: no error, another type, another text, or a crash deep in its own code are one root cause
   (the missing check), not one finding per wrong error.  Only an error raised on a valid input, where
-  no contract is at stake, keys as a crash does;
+  no contract is at stake, keys as a crash does.  The wrong error a contract case raised travels
+  along (``Bucket.also``, not compared): :meth:`Bucket.covers` takes a target that raises the same
+  error on valid inputs and in place of a contract's error as one root cause (a raise in a shared
+  helper), whichever of the two it met first;
 * **crash** (the target raised on a valid input, or died): the exception type, its normalised message
   (:func:`normalise_message`: the first line, every number masked, whitespace collapsed, cut at
   :data:`MESSAGE_PREFIX` characters, whole words only: ``seg_lens[3]`` and ``seg_lens[7]`` are one cause, and so is a
@@ -130,6 +133,8 @@ class Bucket:
     where: str = field(default="", compare=False)
     flags: tuple = field(default=(), compare=False)
     needs: tuple = ()
+    # a broken contract's wrong error (``Type: message at module:function``), when the target raised one
+    also: str = field(default="", compare=False)
 
     @property
     def label(self) -> str:
@@ -140,13 +145,26 @@ class Bucket:
             parts.append("needs " + ", ".join(self.needs))
         return " | ".join(parts)
 
+    @property
+    def raised(self) -> str:
+        """The error the target raised, in key form, where the bucket knows one: a broken contract's wrong
+        error (``also``), or the error of a contract bucket keyed on what was raised (a valid input's)."""
+        if self.kind != "contract":
+            return ""
+        if self.cause.startswith(("contract ", "no error: ", "wrote its input ", "global state changed: ")):
+            return self.also
+        return f"{self.cause} at {self.frame}"
+
     def covers(self, other: "Bucket") -> bool:
-        """Whether a case in ``other`` is an instance of this (already found) root cause."""
-        return self == other
+        """Whether a case in ``other`` is an instance of this (already found) root cause: equal keys, or
+        one error the target raises whatever the input (on a valid input and in place of a contract's
+        error: one raise in a shared helper, not two defects)."""
+        return self == other or (self.kind == other.kind == "contract" and self.family == other.family
+                                 and bool(self.raised) and self.raised == other.raised)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "family": self.family, "cause": self.cause, "frame": self.frame, "op": self.op,
-                "needs": list(self.needs), "where": self.where, "flags": list(self.flags)}
+                "also": self.also, "needs": list(self.needs), "where": self.where, "flags": list(self.flags)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Bucket":
@@ -163,7 +181,8 @@ class Bucket:
             cause = _normalise_cause(cause)
         return cls(kind=kind, family=str(d.get("family") or ""), cause=cause, frame=str(d.get("frame") or ""),
                    op=str(d.get("op") or "") if kind == "mismatch" else "",
-                   needs=tuple(str(n) for n in d.get("needs") or ()), where=where, flags=flags)
+                   needs=tuple(str(n) for n in d.get("needs") or ()), where=where, flags=flags,
+                   also=str(d.get("also") or ""))
 
 
 def _normalise_cause(cause: str) -> str:
@@ -376,8 +395,10 @@ def bucket_of(case, verdict, *, observed=None, expected=None, call=None) -> Buck
                                                       else verdict.message))
     # contract: the contract that did not hold, whatever the target did instead (Note [Buckets])
     contract = getattr(expected, "contract_id", None)
+    raised = (f"{observed.exc_type}: {normalise_message(observed.message)} at {getattr(observed, 'frame', None) or ''}"
+              if observed is not None and observed.kind == "raise" else "")
     if contract:
-        return Bucket(kind, family, f"contract {contract}")
+        return Bucket(kind, family, f"contract {contract}", also=raised)
     if getattr(expected, "kind", None) == "error":
         return Bucket(kind, family, f"contract {expected.exc_type} (the oracle's own error)")
     if observed is not None and observed.kind == "raise":  # an error on a valid input: no contract names it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kernel_oracle.reference import independent as ind
@@ -39,7 +40,9 @@ def test_cli_exit_code(capsys):
     assert cli_main(["selfcheck", "--device", "cpu", "--cases", "0"]) == 0
     out = capsys.readouterr().out
     assert "checks passed" in out and "max ratio" in out
-    assert cli_main(["selfcheck", "--device", "cpu", "--cases", "-1"]) == 2
+    with pytest.raises(SystemExit) as exc:  # argparse's usage error: one line, exit 2
+        cli_main(["selfcheck", "--device", "cpu", "--cases", "-1"])
+    assert exc.value.code == 2 and "argument --cases: expected 0 or more but got '-1'" in capsys.readouterr().err
 
 
 def test_random_samples_are_reproducible():
