@@ -79,6 +79,7 @@ from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
 from kernel_oracle.harness.device import DeviceLost, is_device_error
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
+from kernel_oracle.harness.target_raises import signals_noted
 from kernel_oracle.harness.text import bounded, printable
 from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
 from kernel_oracle.harness.mutations import Mutation
@@ -267,15 +268,18 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
 
     settings = torch_state.snapshot()
     try:
-        try:
-            with poison:
-                ret = fn(*call.args, **call.kwargs)
-            if device != "cpu" and torch.cuda.is_available():
-                torch.cuda.synchronize()
-        finally:
-            changed = torch_state.changes(settings, torch_state.snapshot())
-            torch_state.restore(settings)
-    except Exception as exc:  # noqa: BLE001 - the target's error is the observation
+        with signals_noted() as noted:  # Note [The target's BaseException]
+            try:
+                with poison:
+                    ret = fn(*call.args, **call.kwargs)
+                if device != "cpu" and torch.cuda.is_available():
+                    torch.cuda.synchronize()
+            finally:
+                changed = torch_state.changes(settings, torch_state.snapshot())
+                torch_state.restore(settings)
+    except BaseException as exc:  # noqa: BLE001 - the target's raise is the observation; a signal's is not
+        if not noted.targets(exc):
+            raise
         if is_device_error(exc):  # the CUDA context is gone: nothing more can run in this process
             raise DeviceLost(f"{type(exc).__name__}: {_text_of(exc).splitlines()[0] if _text_of(exc) else ''}") \
                 from exc
@@ -309,10 +313,13 @@ def _guarded(helper):
         return None
 
     def run(*args, **kwargs):
-        try:
-            return helper(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - the target's error is the observation
-            raise _HelperRaised(exc) from exc
+        with signals_noted() as noted:  # Note [The target's BaseException]
+            try:
+                return helper(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - the target's error is the observation
+                if not noted.targets(exc):
+                    raise
+                raise _HelperRaised(exc) from exc
     return run
 
 

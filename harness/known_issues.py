@@ -37,13 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
-    import tomli as tomllib  # type: ignore[no-redef]
-
 # standard library only at import time (reports and compare read this; no torch)
 from kernel_oracle.harness.buckets import bucket_of_record
+from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
 from kernel_oracle.harness.schema import FINDING_KINDS
 
 __all__ = ["DEFAULT_PATH", "ENV_VAR", "KnownIssue", "KnownIssuesError", "load_known_issues", "mark_known",
@@ -151,12 +147,12 @@ def _default() -> tuple[KnownIssue, ...]:
 
 
 def _load(path: Path) -> tuple[KnownIssue, ...]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    try:  # bounded: Note [Files as data]
+        data = loads_toml(read_text(path), str(path))
     except OSError as exc:
         raise KnownIssuesError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise KnownIssuesError(f"{path}: not valid TOML ({exc})") from None
+    except DataFileError as exc:
+        raise KnownIssuesError(str(exc)) from None
     extra = sorted(set(data) - {"issue"})
     if extra:
         raise KnownIssuesError(f"{path}: unknown top-level keys {extra}; entries are [[issue]] tables")

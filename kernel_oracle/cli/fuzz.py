@@ -169,6 +169,9 @@ def _prepare(args: argparse.Namespace):
     cluster = options.cluster_settings(args)
     if cluster is not None:
         return cluster, None, None
+    for flag, given in (("--seeds", args.seeds != 1), ("--dtypes", args.dtypes is not None)):
+        if given:  # their shards exist only on a cluster: without one they would be ignored
+            raise ValueError(f"{flag} shards a campaign over --gpus or --scheduler; pass one of those, or drop {flag}")
     if len(args.targets) != 1:
         raise ValueError(f"--targets names {len(args.targets)} targets; a campaign fuzzes one (pass --gpus or "
                          "--scheduler to run several as shards)")
