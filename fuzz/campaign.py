@@ -93,11 +93,11 @@ def run_campaign(config: CampaignConfig, *, worker=None, database=None, announce
     if not isinstance(config, CampaignConfig):
         raise CampaignError(f"Expected a CampaignConfig but got config={config!r}")
     config.check_runnable(worker)
-    from kernel_oracle.harness.known_issues import KnownIssuesError, load_known_issues
+    from kernel_oracle.harness.known_issues import KnownIssuesError, known_issues_path, load_known_issues
 
     with sigterm_interrupts() as stop:
         try:
-            known_issues = load_known_issues()  # checked before any work: a bad file is a usage error
+            known_issues = (known_issues_path(), load_known_issues())  # checked before any work: a usage error
         except KnownIssuesError as exc:
             raise CampaignError(str(exc)) from None
         try:
@@ -141,7 +141,8 @@ class _Search:
         self.state_error: Optional[StateError] = None  # a failed write inside Hypothesis's body
         self.output_dropped = 0  # bytes of the target's output past its log's limit (Note [Target output])
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
-        self.known_issues = known_issues  # harness.known_issues entries (None: the default file)
+        # (the file, its harness.known_issues entries), or None: the file known_issues_path names
+        self.known_issues = known_issues
         self.database = database  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
         self.wanted_dtypes: Optional[tuple] = config.dtypes
         self.memcheck_notes: list = []  # where --memcheck could not run (the summary's notes)
@@ -573,8 +574,9 @@ class _Search:
                               "startup_s": round(self.startup_s, 3), "warm_up": info.get("warm_up")}
         record["validation_gaps"] = self.gaps.to_list()
         record["summary"]["status"] = status or "finished"
-        # upstream defects listed in harness/known_issues.toml are reported as known (Note [Known issues])
-        new = mark_known(record, self.known_issues)
+        # upstream defects of the known-issues file are reported as known, the file named (Note [Known issues])
+        source, issues = self.known_issues or (None, None)
+        new = mark_known(record, issues, source=source)
         record["summary"].update(new_findings=new, known_findings=len(record["findings"]) - new)
         if info:  # the target ran in the worker's Triton mode, not necessarily this process's
             record["environment"]["triton_interpret"] = bool(info.get("interpreting"))
