@@ -17,13 +17,14 @@ A :class:`Case` is a plain-data problem plus an optional :class:`~harness.mutati
    that leaks across sequences produces NaN; in-place outputs cannot be poisoned, so rows no segment
    routes must come back bit-identical instead.  Around the call, torch's global settings are
    snapshotted and restored (:mod:`harness.torch_state`, Note [Global state]) and the read-only
-   inputs copied and compared after it (:mod:`harness.input_writes`, Note [Read-only inputs]).
+   inputs copied and compared after it (:mod:`harness.input_writes`, Note [Read-only inputs]), and so are
+   the buffers around strided arguments (:mod:`harness.view_gaps`, Note [Writes outside a view]).
    A target's own vision metadata helper (an SGLang release's) runs while the call is materialised:
    its error is the target's raise too, judged against the same batch built with our metadata.
 3. :func:`judge` classifies: ``mismatch`` (wrong numbers on a valid input), ``contract`` (missing,
    wrong-type or wrong-text error, or an error on a valid input), ``validation-gap`` (malformed
-   metadata accepted), ``crash`` (the worker died); a written read-only input is a ``contract``
-   finding, a changed global setting travels in ``Verdict.state_changes`` (a campaign records each
+   metadata accepted), ``crash`` (the worker died); a written read-only input or a write outside an
+   argument's view is a ``contract`` finding, a changed global setting travels in ``Verdict.state_changes`` (a campaign records each
    setting once; :func:`with_state_changes` fails a single check on it).  Errors are scored with
    :func:`reference.tolerance.compare` against the faithful baseline of the target's dtype and
    precision.
@@ -71,7 +72,6 @@ from typing import Any, Optional
 import torch
 
 from kernel_oracle.reference.contracts import CONTRACTS
-from kernel_oracle.reference.lora_routing import route_lora_batch
 from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
@@ -79,12 +79,14 @@ from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
 from kernel_oracle.harness.device import DeviceLost, is_device_error
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
+from kernel_oracle.harness.view_gaps import watch as watch_gaps, writes as gap_writes
 from kernel_oracle.harness.target_raises import signals_noted
 from kernel_oracle.harness.text import bounded, printable
+from kernel_oracle.harness.locators import lora_locator, vision_locator
 from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
-from kernel_oracle.harness.problems import LoRAProblem, batch_info_of, materialize, problem_from_dict, problem_to_dict
+from kernel_oracle.harness.problems import LoRAProblem, materialize, problem_from_dict, problem_to_dict
 
 __all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute", "expected_outcome",
            "judge", "odd_output", "prepared_call", "shape_class", "state_change_verdict", "with_state_changes"]
@@ -239,7 +241,8 @@ class Observed:
     """What the target did (picklable): returned ``output`` (on the CPU; on the target's device with
     ``execute(..., to_host=False)``), or raised, or crashed.  ``message``: the error's text, or why
     a returned value is no output (Note [Odd outputs]), bounded (Note [Target text]);
-    ``input_writes``: the read-only inputs it changed (Note [Read-only inputs]); ``state_changes``:
+    ``input_writes``: the read-only inputs it changed (Note [Read-only inputs]); ``gap_writes``: the
+    arguments whose buffers it wrote outside their views (Note [Writes outside a view]); ``state_changes``:
     ``(switch, text)`` of the global settings it changed (Note [Global state])."""
 
     kind: str  # "ok" | "raise" | "crash"
@@ -250,6 +253,7 @@ class Observed:
     message: Optional[str] = None
     frame: Optional[str] = None  # "module:function" of the raise in the target's own code (harness.buckets)
     input_writes: list = field(default_factory=list)
+    gap_writes: list = field(default_factory=list)  # buffers written outside their views (Note [Writes outside a view])
     state_changes: list = field(default_factory=list)
 
 
@@ -263,7 +267,7 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
     fn = target.entry(case.op)
     # our kernels poison their own outputs; code we do not own gets NaN from torch.empty (harness.fresh_outputs)
     poison = target.poison(case.family) if target.poison is not None else nan_filled_allocations()
-    watched = watch_inputs(call)
+    watched, gaps = watch_inputs(call), watch_gaps(call)
     from kernel_oracle.harness import torch_state  # where used: a campaign's parent never runs a target
 
     settings = torch_state.snapshot()
@@ -288,6 +292,7 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
         observed = _observe(ret, call, to_host)
     observed.state_changes = changed
     observed.input_writes = input_writes(watched)
+    observed.gap_writes = gap_writes(gaps)
     return observed
 
 
@@ -396,55 +401,6 @@ def _describe_expected(e: Outcome, exact_errors: bool = True) -> str:
     return f"{e.exc_type}({e.message!r}) [{e.kind} contract {e.contract_id}]"
 
 
-def _lora_locator(case: Case, call):
-    bi = batch_info_of(call)
-    try:
-        route = route_lora_batch(bi, num_rows=call.args[0].shape[0], num_slots=int(bi.lora_ranks.numel()),
-                                 max_rank=10**9, device=torch.device("cpu"), strict=False)
-    except Exception:
-        route = None
-
-    def locate(index):
-        t, h = int(index[0]), int(index[1])
-        where = {"token": t, "head": h, "segment": None, "slot": None}
-        if route is not None:
-            hit = torch.nonzero(route.rows == t).flatten()
-            if hit.numel():
-                where["segment"] = int(route.segment[hit[0]])
-                where["slot"] = int(route.slot[hit[0]])
-        return where
-    return locate, route
-
-
-def _vision_locator(call):
-    from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
-
-    c = _copy_call(call)
-    try:
-        plan = resolve_flashinfer_cudnn(*c.args[:4], c.kwargs.get("softmax_scale"), c.kwargs.get("forward_metadata"),
-                                        strict=False, **{k: v for k, v in c.kwargs.items()
-                                                         if k not in ("softmax_scale", "forward_metadata")})
-    except Exception:
-        plan = None
-    four_d = call.args[0].dim() == 4
-
-    def locate(index):
-        if four_d:
-            t = int(index[0]) * call.args[0].shape[1] + int(index[1])
-            h = int(index[2])
-        else:
-            t, h = int(index[0]), int(index[1])
-        where = {"token": t, "head": h, "segment": None, "slot": None}
-        if plan is not None:
-            for b in range(plan.num_sequences):
-                o, n = int(plan.o_start[b]), int(plan.lengths[b])
-                if n > 0 and o <= t < o + n:
-                    where["segment"] = b
-                    break
-        return where
-    return locate
-
-
 def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, device="cpu", repro: str = "",
           exact_errors: bool = True) -> Verdict:
     """Classify ``observed`` against ``expected`` (see Note [Checking a case]); a case whose output
@@ -455,6 +411,8 @@ def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, devic
     verdict = _classify(case, expected, observed, call=call, device=device, repro=repro, exact_errors=exact_errors)
     if verdict.ok and observed.input_writes:
         verdict = _input_write_verdict(case, observed.input_writes, verdict.expected)
+    if verdict.ok and observed.gap_writes:
+        verdict = _gap_write_verdict(case, observed.gap_writes, verdict.expected)
     verdict.state_changes = list(observed.state_changes)
     return verdict
 
@@ -488,6 +446,16 @@ def _input_write_verdict(case: Case, writes: list, exp: str) -> Verdict:
     verdict = Verdict(False, "contract", f"wrote its read-only input {writes[0]} (only the in-place output may "
                                          f"change){more}", expected=exp)
     verdict.bucket = Bucket("contract", case.family, f"wrote its input {name}")
+    return verdict
+
+
+def _gap_write_verdict(case: Case, writes: list, exp: str) -> Verdict:
+    """The target wrote memory outside an argument's view: one finding naming it (Note [Writes outside a view])."""
+    name = writes[0].split(":", 1)[0]
+    more = "\n  also: " + "\n  also: ".join(writes[1:8]) if len(writes) > 1 else ""
+    verdict = Verdict(False, "contract", f"wrote outside the view of {writes[0]} (a kernel writes only the elements "
+                                         f"of its output view; the rest of the buffer is other data){more}", expected=exp)
+    verdict.bucket = Bucket("contract", case.family, f"wrote outside the view of {name}")
     return verdict
 
 
@@ -532,9 +500,9 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
     if not observed.returned_inplace:
         return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
     if case.family == "lora":
-        locate, route = _lora_locator(case, call)
+        locate, route = lora_locator(call)
     else:
-        locate, route = _vision_locator(call), None
+        locate, route = vision_locator(call), None
     actual = observed.output  # compared where it is (compare moves the reference there)
     cmp = compare(actual, expected.value, expected.defined, family=case.family,
                   baseline=None if expected.baseline is None else list(expected.baseline),
