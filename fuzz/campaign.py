@@ -200,6 +200,9 @@ class _Search:
         from kernel_oracle.fuzz.strategies import default_limits
         from kernel_oracle.fuzz.stream import campaign_strategy, excluded_dtypes
 
+        from kernel_oracle.fuzz.process_tree import InProcess
+
+        children = InProcess() if not self.isolate else None  # Note [Worker processes]: the in-process case
         try:
             self.info = self._describe()
             # the worker's start-up (imports, a CUDA context) is not the target's time: the clock starts now
@@ -237,6 +240,8 @@ class _Search:
             if self.bar is not None:
                 self.bar.close()
             self._stop_worker(kill=False)
+            if children is not None:
+                children.end()
         self.state.elapsed_s = self.elapsed()
         self.state.save()
         notes = [self.harness_error] if self.harness_error is not None else []

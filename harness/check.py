@@ -75,6 +75,7 @@ from kernel_oracle.reference.contracts import CONTRACTS
 from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
+from kernel_oracle.harness import oracle_integrity
 from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
 from kernel_oracle.harness.device import DeviceLost, is_device_error
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
@@ -281,6 +282,7 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
             finally:
                 changed = torch_state.changes(settings, torch_state.snapshot())
                 torch_state.restore(settings)
+                changed += oracle_integrity.replaced()  # Note [The oracle's own code]: put back where it can
     except BaseException as exc:  # noqa: BLE001 - the target's raise is the observation; a signal's is not
         if not noted.targets(exc):
             raise
@@ -460,8 +462,14 @@ def _gap_write_verdict(case: Case, writes: list, exp: str) -> Verdict:
 
 
 def state_change_verdict(case: Case, switch: str, text: str) -> Verdict:
-    """The finding of one global setting a target changed (Note [Global state]): kind ``contract``,
+    """The finding of one global setting a target changed (Note [Global state]), or of something of the
+    oracle's it replaced (switches ``oracle: ...``, Note [The oracle's own code]): kind ``contract``,
     bucketed by the setting, whatever values it went between."""
+    if switch.startswith("oracle: "):
+        verdict = Verdict(False, "contract", f"replaced what the oracle runs: {text}; the verdicts computed while it "
+                                             f"was replaced are void", expected="the oracle's own code unchanged")
+        verdict.bucket = Bucket("contract", case.family, f"replaced the oracle's {switch[len('oracle: '):]}")
+        return verdict
     verdict = Verdict(False, "contract", f"global state changed: {text} (kernel-oracle restored it after the call; "
                                          f"a target leaves torch's process-wide settings as it found them)",
                       expected="torch's global settings unchanged")
@@ -568,3 +576,6 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     if not verdict.ok and verdict.bucket is None:
         verdict.bucket = bucket_of(case, verdict, observed=observed, expected=expected, call=call)
     return verdict
+
+
+oracle_integrity.baseline()  # Note [The oracle's own code]: taken here, before this process imports any target
