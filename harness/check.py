@@ -216,7 +216,11 @@ def _poison_unread_vision(call) -> None:
 
 
 def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=None) -> Outcome:
-    """What a correct target does on ``case`` (see Note [Checking a case])."""
+    """What a correct target does on ``case`` (see Note [Checking a case]); ``precision``: the target's
+    fp32 precision for this op (``Target.precision_for(op)``)."""
+    if not isinstance(precision, str):  # a target's per-op dict passed whole (the bench's crash)
+        raise TypeError(f"Expected precision to be one op's precision string but got precision={precision!r}; "
+                        f"pass target.precision_for(op)")
     call = prepared_call(case, device) if call is None else call
     try:
         with strict_validation(True):

@@ -15,8 +15,10 @@ costs a few milliseconds per call (measured on the 2-core CI host: 2 ms for the 
 for a full dispatcher scan).  So the check is chosen, against a baseline taken once per process before any
 target is imported (:func:`baseline`: when :mod:`harness.check` is first imported):
 
-* **Python**: every callable of ``torch``, ``torch.nn.functional``, ``torch.linalg``, ``torch.special``,
-  ``torch.functional``, ``torch.Tensor``, ``builtins`` and ``math``, and every function, class (with its
+* **Python**: the callables of ``torch``, ``torch.nn.functional``, ``torch.linalg``, ``torch.special``,
+  ``torch.functional``, ``torch.Tensor``, ``builtins`` and ``math`` that the oracle's sources call by name
+  (:func:`_called_names`: ``torch.bmm(``, ``.softmax(``, ``max(``; every operator of ``torch.Tensor``),
+  so a target's own logging around ``torch.save`` is no finding, and every function, class (with its
   methods) and table (a module-level dict's entries) of the oracle's and the judge's own modules
   (``kernel_oracle.reference.*``, ``kernel_oracle.harness.*``): the object, and for a Python function its
   ``__code__``, defaults and keyword defaults; a module replaced in ``sys.modules`` too;
@@ -38,6 +40,8 @@ says that every later verdict is void.
 from __future__ import annotations
 
 import builtins
+import functools
+import importlib.util
 import math
 import re
 import sys
@@ -58,7 +62,28 @@ _TORCH_NAMESPACES = (torch, torch.nn.functional, torch.linalg, torch.special, to
 _TORCH_CLASSES = (torch.Tensor,)
 # modules a callable of torch's namespaces may come from (typing helpers torch re-exports)
 _TORCH_OWN = ("torch", "typing", "typing_extensions")
+_CALLED = {"torch": re.compile(r"\b(?:torch|F)\.(?:nn\.functional\.|linalg\.|special\.|functional\.)?(\w+)\s*\("),
+           "method": re.compile(r"\.(\w+)\s*\("),
+           "plain": re.compile(r"(?:(?<![\w.])|\bmath\.)(\w+)\s*\(")}
 _KERNEL_LINE = re.compile(r"^(?P<key>[A-Za-z0-9_\[\]]+): registered at (?P<loc>.*?) :: ", re.M)
+
+
+@functools.lru_cache(maxsize=1)
+def _called_names() -> dict:
+    """The names the oracle's and the judge's sources call (Note [The oracle's own code]), read once from the
+    files of ``reference/`` and ``harness/``: kind (``torch``, ``method``, ``plain``) -> names."""
+    text = ""
+    for package in _OWN:
+        spec = importlib.util.find_spec(package)
+        for folder in (spec.submodule_search_locations or ()) if spec else ():
+            text += "".join(p.read_text(encoding="utf-8", errors="replace") for p in Path(folder).glob("*.py"))
+    return {kind: frozenset(pattern.findall(text)) for kind, pattern in _CALLED.items()}
+
+
+def _watched_attr(owner: Any, attr: str) -> bool:
+    if owner in _TORCH_CLASSES:  # its methods, and its operators (a + b, a @ b)
+        return attr in _called_names()["method"] or (attr.startswith("__") and attr.endswith("__"))
+    return attr in _called_names()["torch" if owner in _TORCH_NAMESPACES else "plain"]
 
 
 def _function_state(value: Any) -> tuple:
@@ -91,6 +116,8 @@ def _foreign(value: Any) -> bool:
 def _entries(owner: Any, own: bool, torch_namespace: bool = False) -> dict:
     out = {}
     for attr, value in list(vars(owner).items()):
+        if not own and not _watched_attr(owner, attr):
+            continue
         if torch_namespace and _foreign(value):
             continue  # already replaced when the baseline was taken: the foreign check names it, never put back
         if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
@@ -181,7 +208,7 @@ def _foreign_callables() -> list:
     for owner in _TORCH_NAMESPACES + _TORCH_CLASSES:
         label = owner.__name__ if isinstance(owner, types.ModuleType) else f"torch.{owner.__name__}"
         for attr, value in list(vars(owner).items()):
-            if _foreign(value):
+            if _watched_attr(owner, attr) and _foreign(value):
                 out.append((f"{_SWITCH}{label}.{attr}", f"{label}.{attr} is {_name_of(value)}, not torch's"))
     return out
 

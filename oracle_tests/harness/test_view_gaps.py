@@ -100,3 +100,4 @@ def test_a_campaign_reports_the_probe(tmp_path, monkeypatch):
     findings = json.loads((out / "summary.json").read_text())["findings"]
     assert any("wrote outside the view of base_output" in f["message"] for f in findings), \
         [f["message"][:120] for f in findings]
+

@@ -67,3 +67,14 @@ def test_usage_errors_exit_2_in_one_line(argv, text, tmp_path, capsys):
 def test_out_must_be_a_file(tmp_path, capsys):
     assert cli_main(["bench", "--device", "cpu", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"kernel-oracle bench: error: --out {tmp_path}: is a directory; pass a file name\n"
+
+
+def test_expected_outcome_refuses_a_targets_whole_precision_table():
+    """``bench sglang`` passed ``target.precision`` (a dict per op) and crashed with AttributeError deep in the
+    check; a wrong precision is refused naming the fix."""
+    from kernel_oracle.harness.check import Case, expected_outcome
+    from kernel_oracle.harness.problems import LoRAProblem
+
+    with pytest.raises(TypeError, match=r"pass target\.precision_for\(op\)"):
+        expected_outcome(Case(LoRAProblem(op="step_a_q", seg_lens=(2,), weight_indices=(0,), lora_ranks=(4,),
+                                           scalings=(1.0,))), "cpu", precision={"step_a_q": "ieee"})
