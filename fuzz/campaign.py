@@ -50,6 +50,7 @@ from typing import Optional
 from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, case_timeout_for
 from kernel_oracle.fuzz.hangs import confirmed_check
 from kernel_oracle.fuzz.memcheck_gaps import memcheck_gaps
+from kernel_oracle.fuzz.process_tree import InProcess
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
@@ -141,8 +142,7 @@ class _Search:
         self.state_error: Optional[StateError] = None  # a failed write inside Hypothesis's body
         self.output_dropped = 0  # bytes of the target's output past its log's limit (Note [Target output])
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
-        # (the file, its harness.known_issues entries), or None: the file known_issues_path names
-        self.known_issues = known_issues
+        self.known_issues = known_issues  # (the file, its harness.known_issues entries); None: known_issues_path's
         self.database = database  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
         self.wanted_dtypes: Optional[tuple] = config.dtypes
         self.memcheck_notes: list = []  # where --memcheck could not run (the summary's notes)
@@ -163,8 +163,10 @@ class _Search:
         """The target as the process that runs it sees it (``to_record()`` + ``interpreting``)."""
         if not self.isolate:
             from kernel_oracle.fuzz.targets import TargetError, resolve_target
+            from kernel_oracle.harness import oracle_integrity
             from kernel_oracle.harness.device import interpreting
 
+            oracle_integrity.rebase()  # what this process's caller changed is not the target's doing
             try:
                 self.local_target = resolve_target(self.config.target, self.device, sources=self.config.sources)
             except TargetError as exc:
@@ -200,9 +202,7 @@ class _Search:
         from kernel_oracle.fuzz.strategies import default_limits
         from kernel_oracle.fuzz.stream import campaign_strategy, excluded_dtypes
 
-        from kernel_oracle.fuzz.process_tree import InProcess
-
-        children = InProcess() if not self.isolate else None  # Note [Worker processes]: the in-process case
+        children = InProcess(active=not self.isolate)  # Note [Worker processes]: the in-process case
         try:
             self.info = self._describe()
             # the worker's start-up (imports, a CUDA context) is not the target's time: the clock starts now
@@ -240,8 +240,7 @@ class _Search:
             if self.bar is not None:
                 self.bar.close()
             self._stop_worker(kill=False)
-            if children is not None:
-                children.end()
+            children.end()
         self.state.elapsed_s = self.elapsed()
         self.state.save()
         notes = [self.harness_error] if self.harness_error is not None else []

@@ -138,13 +138,17 @@ def end_tree(root: int, *, only=None, seconds: float = END_TREE_S) -> int:
 
 class InProcess:
     """The processes a target started in this process (``--no-isolate``): this process becomes their
-    subreaper while the campaign runs, and :meth:`end` kills every descendant started since."""
+    subreaper while the campaign runs, and :meth:`end` kills every descendant started since (nothing
+    when not ``active``: the target runs in a worker)."""
 
-    def __init__(self) -> None:
-        self.since = now_ticks()
-        self.reaping = become_subreaper()
+    def __init__(self, active: bool = True) -> None:
+        self.active = active
+        self.since = now_ticks() if active else 0
+        self.reaping = become_subreaper() if active else False
 
     def end(self) -> int:
+        if not self.active:
+            return 0
         def started_since(pid: int) -> bool:
             st = _stat(pid)
             return st is not None and st[2] >= self.since

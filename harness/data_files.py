@@ -116,7 +116,7 @@ def read_text(path: PathLike, what: str = "") -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise DataFileError(f"{source}: not a UTF-8 text file") from None
+        raise DataFileError(f"{source}: not a text file (not UTF-8)") from None
 
 
 def write_text(path: PathLike, text: str) -> Path:

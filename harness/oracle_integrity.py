@@ -13,7 +13,8 @@ imports into, or check that what the reference runs is still the original.  The 
 round trip of its tensors between processes and, on a GPU, a second CUDA context per worker; the second
 costs a few milliseconds per call (measured on the 2-core CI host: 2 ms for the fingerprint below, 85 ms
 for a full dispatcher scan).  So the check is chosen, against a baseline taken once per process before any
-target is imported (:func:`baseline`: when :mod:`harness.check` is first imported):
+target is imported (:func:`baseline`: when :mod:`harness.check` is first imported; an in-process campaign
+takes it again before it loads its target, :func:`rebase`):
 
 * **Python**: the callables of ``torch``, ``torch.nn.functional``, ``torch.linalg``, ``torch.special``,
   ``torch.functional``, ``torch.Tensor``, ``builtins`` and ``math`` that the oracle's sources call by name
@@ -43,6 +44,7 @@ import builtins
 import functools
 import importlib.util
 import math
+import operator
 import re
 import sys
 import types
@@ -52,7 +54,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional
 
-__all__ = ["FULL_EVERY", "baseline", "replaced"]
+__all__ = ["FULL_EVERY", "baseline", "rebase", "replaced"]
 
 # calls between two full dispatcher scans (a C++ registration made during a call is found within this many)
 FULL_EVERY = 200
@@ -123,8 +125,27 @@ def _entries(owner: Any, own: bool, torch_namespace: bool = False) -> dict:
         if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
             out[attr] = _function_state(value)
         elif own and isinstance(value, dict) and attr.isupper() and not attr.startswith("_"):  # OP_DB, CONTRACTS
-            out[attr] = (value, tuple((k, id(v)) for k, v in value.items()))
+            out[attr] = (value, tuple((k, id(v)) for k, v in value.items()), dict(value))
     return out
+
+
+_STATE_OF = operator.attrgetter("__code__", "__defaults__", "__kwdefaults__")
+
+
+def _fast(owner: Any, entries: dict) -> tuple:
+    """What a per-call check compares in C loops: the attribute names, their objects, and the state
+    (code, defaults) of the Python functions among them."""
+    attrs = tuple(entries)
+    funcs = [s[0] for s in entries.values() if len(s) == 4]
+    tables = [(s[0], s[1]) for s in entries.values() if len(s) == 3]
+    return attrs, [s[0] for s in entries.values()], funcs, list(map(_STATE_OF, funcs)), tables
+
+
+def _unchanged(owner: Any, fast: tuple) -> bool:
+    attrs, values, funcs, states, tables = fast
+    now = vars(owner)
+    return (list(map(now.get, attrs)) == values and list(map(_STATE_OF, funcs)) == states
+            and all(tuple(zip(t, map(id, t.values()))) == items for t, items in tables))
 
 
 class _Baseline:
@@ -134,16 +155,22 @@ class _Baseline:
     def __init__(self) -> None:
         self.entries = {label: (owner, _entries(owner, label.startswith(_OWN), label.startswith("torch")))
                         for owner, label in _watched()}
+        self.fast = {label: _fast(owner, entries) for label, (owner, entries) in self.entries.items()}
         self.modules = {label: owner for owner, label in _watched() if isinstance(owner, types.ModuleType)}
         self.calls = 0
+        self.module_count = len(sys.modules)
         self.registered = _library_registrations()
         self.reported: set = set()
 
     def refresh_new_modules(self) -> None:
         """Modules of ours imported since (a lazy import): watched from now on."""
+        if len(sys.modules) == self.module_count:
+            return
+        self.module_count = len(sys.modules)
         for owner, label in _watched():
             if label not in self.entries:
                 self.entries[label] = (owner, _entries(owner, label.startswith(_OWN)))
+                self.fast[label] = _fast(owner, self.entries[label][1])
                 if isinstance(owner, types.ModuleType):
                     self.modules[label] = owner
 
@@ -158,6 +185,15 @@ def baseline() -> _Baseline:
     if _BASELINE is None:
         _BASELINE = _Baseline()
     return _BASELINE
+
+
+def rebase() -> None:
+    """Take the Python part of the baseline again, now (an in-process campaign, before it loads its target:
+    what its caller set up -- a test's monkeypatch -- is the caller's, not the target's)."""
+    global _BASELINE
+    old = baseline()
+    _BASELINE = _Baseline()
+    _BASELINE.reported, _BASELINE.calls = old.reported, old.calls
 
 
 def _library_registrations() -> int:
@@ -177,13 +213,19 @@ def _python_changes(base: _Baseline) -> list:
             out.append((f"{_SWITCH}{label}", f"the module {label} was replaced in sys.modules (put back)"))
             sys.modules[label] = module
     for label, (owner, entries) in base.entries.items():
+        if _unchanged(owner, base.fast[label]):  # the common case, in C loops: nothing to name
+            continue
         now = vars(owner)
         for attr, state in entries.items():
             value = now.get(attr)
-            if len(state) == 2 and isinstance(state[0], dict):  # a table
+            if len(state) == 3:  # a table: its entries put back
                 if value is state[0] and tuple((k, id(v)) for k, v in value.items()) == state[1]:
                     continue
-                out.append((f"{_SWITCH}{label}.{attr}", f"{label}.{attr}, a table the oracle reads, was changed"))
+                out.append((f"{_SWITCH}{label}.{attr}", f"{label}.{attr}, a table the oracle reads, was changed "
+                                                        f"(put back)"))
+                state[0].clear()
+                state[0].update(state[2])
+                setattr(owner, attr, state[0])
                 continue
             if value is not None and _function_state(value) == state:
                 continue
@@ -205,12 +247,21 @@ def _put_back(owner: Any, attr: str, state: tuple) -> None:
 def _foreign_callables() -> list:
     """Callables of torch's namespaces that are not torch's (Note [The oracle's own code])."""
     out = []
-    for owner in _TORCH_NAMESPACES + _TORCH_CLASSES:
-        label = owner.__name__ if isinstance(owner, types.ModuleType) else f"torch.{owner.__name__}"
-        for attr, value in list(vars(owner).items()):
-            if _watched_attr(owner, attr) and _foreign(value):
+    for owner, label, attrs in _torch_watched():
+        now = vars(owner)
+        for attr in attrs:
+            value = now.get(attr)
+            if _foreign(value):
                 out.append((f"{_SWITCH}{label}.{attr}", f"{label}.{attr} is {_name_of(value)}, not torch's"))
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_watched() -> tuple:
+    """``(owner, label, names)`` of torch's namespaces: the names of them the oracle calls."""
+    return tuple((owner, owner.__name__ if isinstance(owner, types.ModuleType) else f"torch.{owner.__name__}",
+                  tuple(a for a in list(vars(owner)) if _watched_attr(owner, a)))
+                 for owner in _TORCH_NAMESPACES + _TORCH_CLASSES)
 
 
 def _torch_locations() -> tuple:
