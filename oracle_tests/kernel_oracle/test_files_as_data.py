@@ -110,11 +110,14 @@ def test_a_report_planted_as_a_symlink_is_not_written_through(tmp_path, capsys, 
     assert outside.read_text() == "precious" and not (out / name).is_symlink()
 
 
-def test_the_main_jobs_latest_json_planted_as_a_symlink_is_replaced(tmp_path):
+@pytest.mark.parametrize("planted", ["latest.json", "latest.json.tmp"])
+def test_the_main_jobs_record_is_not_written_through_a_planted_symlink(tmp_path, planted):
+    """Its temporary file was a fixed name beside it (``latest.json.tmp``): a symlink there was written
+    through before the rename."""
     outside = tmp_path / "outside.json"
     outside.write_text("precious")
     (tmp_path / "out").mkdir()
-    os.symlink(outside, tmp_path / "out" / "latest.json")
+    os.symlink(outside, tmp_path / "out" / planted)
     save(new_record("main", seeds={"seed": 0}, device="cpu"), tmp_path / "out" / "latest.json", overwrite=True)
     assert outside.read_text() == "precious" and not (tmp_path / "out" / "latest.json").is_symlink()
 
