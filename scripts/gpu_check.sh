@@ -108,7 +108,7 @@ PY
 }
 
 repro_runs() {  # SCRIPT: the invocations of one reproducer of docs/upstream/ (one per line: its arguments)
-  local w; w() { ls .whl/sglang-slim/sglang-"$1"-*.whl ~/.cache/kernel-oracle/wheels/sglang-"$1"-*.whl 2>/dev/null | head -1; }
+  local w; w() { ls "$PWD"/.whl/sglang-slim/sglang-"$1"-*.whl ~/.cache/kernel-oracle/wheels/sglang-"$1"-*.whl 2>/dev/null | head -1; }
   local cuda=cpu; python3 -c "import flashinfer.prefill" 2>/dev/null && cuda=cuda  # the real engine needs FlashInfer
   case "$(basename "$1")" in
     sglang_kv_b_empty_batch.py) echo "--wheel $(w 0.5.23) --variant default"; echo "--wheel $(w 0.5.23) --variant trt" ;;
