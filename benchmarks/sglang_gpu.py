@@ -134,7 +134,7 @@ def graph_replay(spec: str, op: str, dtype: str, sources) -> list[dict]:
         torch.cuda.synchronize()
         got = (captured.args[inplace] if inplace is not None else out).detach().cpu().clone()
         case = Case(p)
-        expected = expected_outcome(case, "cuda", precision=t.precision, call=call)
+        expected = expected_outcome(case, "cuda", precision=t.precision_for(op), call=call)
         v = judge(case, expected, Observed("ok", output=got), call=call, device="cuda")
         rows.append(dict(target=spec, check="graph", op=op, dtype=dtype, case=f"replay {k}: {len(lens)} segments",
                          ok=v.ok, detail="" if v.ok else f"{v.kind}: {(v.message or '').splitlines()[0]}"))

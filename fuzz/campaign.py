@@ -52,6 +52,7 @@ from kernel_oracle.fuzz.hangs import confirmed_check
 from kernel_oracle.fuzz.known_cases import name_known_findings
 from kernel_oracle.fuzz.memcheck_gaps import memcheck_gaps
 from kernel_oracle.fuzz.minimal_examples import minimal_example
+from kernel_oracle.fuzz.process_tree import InProcess
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
@@ -97,11 +98,11 @@ def run_campaign(config: CampaignConfig, *, worker=None, database=None, announce
     if not isinstance(config, CampaignConfig):
         raise CampaignError(f"Expected a CampaignConfig but got config={config!r}")
     config.check_runnable(worker)
-    from kernel_oracle.harness.known_issues import KnownIssuesError, load_known_issues
+    from kernel_oracle.harness.known_issues import KnownIssuesError, known_issues_path, load_known_issues
 
     with sigterm_interrupts() as stop:
         try:
-            known_issues = load_known_issues()  # checked before any work: a bad file is a usage error
+            known_issues = (known_issues_path(), load_known_issues())  # checked before any work: a usage error
         except KnownIssuesError as exc:
             raise CampaignError(str(exc)) from None
         try:
@@ -145,7 +146,7 @@ class _Search:
         self.state_error: Optional[StateError] = None  # a failed write inside Hypothesis's body
         self.output_dropped = 0  # bytes of the target's output past its log's limit (Note [Target output])
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
-        self.known_issues = known_issues  # harness.known_issues entries (None: the default file)
+        self.known_issues = known_issues  # (the file, its harness.known_issues entries); None: known_issues_path's
         self.avoid: list = []  # known issues with a trigger found by this campaign (Note [Known-issue triggers])
         self.known_skipped: dict = {}  # known issue id -> cases not run for setting its trigger off
         self.database = database  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
@@ -168,8 +169,10 @@ class _Search:
         """The target as the process that runs it sees it (``to_record()`` + ``interpreting``)."""
         if not self.isolate:
             from kernel_oracle.fuzz.targets import TargetError, resolve_target
+            from kernel_oracle.harness import oracle_integrity
             from kernel_oracle.harness.device import interpreting
 
+            oracle_integrity.rebase()  # what this process's caller changed is not the target's doing
             try:
                 self.local_target = resolve_target(self.config.target, self.device, sources=self.config.sources)
             except TargetError as exc:
@@ -205,6 +208,7 @@ class _Search:
         from kernel_oracle.fuzz.strategies import default_limits
         from kernel_oracle.fuzz.stream import campaign_strategy, excluded_dtypes
 
+        children = InProcess(active=not self.isolate)  # Note [Worker processes]: the in-process case
         try:
             self.info = self._describe()
             # the worker's start-up (imports, a CUDA context) is not the target's time: the clock starts now
@@ -243,6 +247,7 @@ class _Search:
             if self.bar is not None:
                 self.bar.close()
             self._stop_worker(kill=False)
+            children.end()
         self.state.elapsed_s = self.elapsed()
         self.state.save()
         notes = [self.harness_error] if self.harness_error is not None else []
@@ -532,20 +537,24 @@ class _Search:
                 return True
         return False
 
+    def _issues(self):
+        """The known-issue entries this campaign matches against (None: the default file's)."""
+        return self.known_issues[1] if self.known_issues else None
+
     def _triggered_issue(self, case, verdict, bucket):
         """The known issue with a trigger that a failure of ``case`` is, or None."""
         from kernel_oracle.harness.known_issues import match_known
 
         finding = {"target": self.target, "op": case.op, "kind": verdict.kind, "message": verdict.message or "",
                    "problem": case.to_dict(), "bucket": bucket.to_dict()}
-        issue = match_known(finding, self.target, self.info.get("release"), issues=self.known_issues)
+        issue = match_known(finding, self.target, self.info.get("release"), issues=self._issues())
         return issue if issue is not None and issue.trigger is not None else None
 
     def _avoid_if_known(self, finding: dict) -> None:
         """After recording ``finding``: when it is a known issue with a trigger, stop running its trigger."""
         from kernel_oracle.harness.known_issues import match_known
 
-        issue = match_known(finding, self.target, self.info.get("release"), issues=self.known_issues)
+        issue = match_known(finding, self.target, self.info.get("release"), issues=self._issues())
         if issue is not None and issue.trigger is not None and issue not in self.avoid:
             self.avoid.append(issue)
 
@@ -616,8 +625,9 @@ class _Search:
                               "startup_s": round(self.startup_s, 3), "warm_up": info.get("warm_up")}
         record["validation_gaps"] = self.gaps.to_list()
         record["summary"]["status"] = status or "finished"
-        # upstream defects listed in harness/known_issues.toml are reported as known (Note [Known issues])
-        new = mark_known(record, self.known_issues)
+        # upstream defects of the known-issues file are reported as known, the file named (Note [Known issues])
+        source, issues = self.known_issues or (None, None)
+        new = mark_known(record, issues, source=source)
         record["summary"].update(new_findings=new, known_findings=len(record["findings"]) - new,
                                  known_skipped=dict(self.known_skipped),
                                  known_cases=sum(f.get("count", 1) for f in record["findings"] if f.get("known")))

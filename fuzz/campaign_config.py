@@ -140,6 +140,11 @@ class CampaignConfig:
         slack = self.shrink_slack_s
         if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not (math.isfinite(slack) and slack >= 0):
             raise CampaignError(f"Expected a non-negative finite number of seconds but got shrink_slack_s={slack!r}")
+        for flag in ("with_malformed", "memcheck"):  # both act on malformed metadata, which the other generates none of
+            if getattr(self, flag) and self.upstream_contracts_only:
+                raise CampaignError(f"{flag}=True (--{flag.replace('_', '-')}) acts on malformed metadata, but "
+                                    f"upstream_contracts_only=True (--upstream-contracts-only) generates none; pass "
+                                    f"one of them")
         if self.sglang_wheel is not None and not isinstance(self.sglang_wheel, str):
             raise CampaignError(f"Expected sglang_wheel to be a path string or None but got "
                                 f"sglang_wheel={self.sglang_wheel!r}")

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from kernel_oracle.fuzz.targets.identity import identity_difference
+from kernel_oracle.harness.data_files import MAX_BYTES, loads_json, read_text
 from kernel_oracle.harness.schema import FINDING_KINDS
 from kernel_oracle.fuzz.state_checks import (ID_NUMBER as _ID_NUMBER, MAX_COUNT, checked_count, checked_ratio,
                                              checked_seconds, checked_text, finding_problem, region_counts)
@@ -253,7 +254,8 @@ class CampaignState:
     def _held_identity(self) -> Optional[dict]:
         """``identity.json`` (kept when ``state.json`` is corrupt), else ``state.json``'s copy."""
         try:
-            return held if isinstance(held := json.loads((self.out / "identity.json").read_text()), dict) else None
+            held = loads_json(read_text(self.out / "identity.json"), str(self.out / "identity.json"))
+            return held if isinstance(held, dict) else None
         except (OSError, ValueError):
             return self.identity
 
@@ -318,7 +320,7 @@ class CampaignState:
         raw = None
         if self.state_path.exists():
             try:
-                raw = json.loads(self.state_path.read_text())
+                raw = loads_json(read_text(self.state_path), "state.json")  # bounded: Note [Files as data]
                 self._apply(raw)
             except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
@@ -403,17 +405,21 @@ class CampaignState:
         if not path.exists():
             return []
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
         except OSError as exc:  # read() of a directory someone else owns: say so, keep going
             self.notes.append(f"findings.jsonl unreadable ({exc.strerror or exc}); no finding read")
             return []
+        if len(data) > MAX_BYTES:  # Note [Files as data]: not a campaign's file; nothing of it is used
+            raise StateError(f"--out {self.out}: findings.jsonl holds more than {MAX_BYTES} bytes, which no campaign "
+                             f"writes; move it away or pass another --out")
         good, bad = [], []
         lines = data.split(b"\n")
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
-                item = json.loads(line.decode("utf-8"))
+                item = loads_json(line, f"line {i + 1}")  # bounded: Note [Files as data]
                 why = finding_problem(item)
                 if why is not None:
                     raise ValueError(why)

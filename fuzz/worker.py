@@ -34,19 +34,13 @@ resolved targets are kept between cases and between campaigns that share it).
   ``COMPILE_GRACE_FACTOR`` times the case timeout, in all); an answer within it is the case's verdict
   (counted in ``slow_answers``; the compiled kernel is kept), silence past it is the hang.  The
   interpreter does not compile, so a CPU worker's case timeout is the hang.
-* The worker ignores SIGINT (the campaign decides and ends its worker) and asks Linux to kill it
-  when its parent dies (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the campaign leaves no orphan
-  running a hung kernel.
+* The worker ignores SIGINT (the campaign decides and ends its worker) and ends with its campaign, even
+  on ``kill -9`` (Note [Worker processes]), so no orphan keeps running a hung kernel.
 
-Note [Worker processes]
------------------------
-No process a target starts may outlive the campaign.  Each worker calls ``os.setsid()`` first: it
-leads its own session and process group, which every child a target spawns joins (a daemonised
-grandchild, reparented to init once its parent exits, included).  Whenever a worker ends -- killed
-for a hang, replaced after a crash, closed at the campaign's end -- the whole group gets SIGKILL;
-a descendant that left the group (its own ``setsid``) is found by the token it inherited in its
-environment (``KERNEL_ORACLE_WORKER_TOKEN``, one per worker process) and killed too.  Waits on the
-pipe never exceed :data:`MAX_WAIT_S`, the longest the platform's ``poll`` takes.
+Note [Worker processes] (in :mod:`fuzz.process_tree`): the process a campaign starts is the guardian of
+the worker's whole tree; it forks the process that serves, and ends every process below it -- whatever
+its session or environment -- when that one exits, when the campaign asks, or when the campaign dies.
+Waits on the pipe never exceed :data:`MAX_WAIT_S`, the longest the platform's ``poll`` takes.
 
 Note [A broken device context]
 ------------------------------
@@ -82,15 +76,14 @@ import signal
 import sys
 import threading
 import traceback
-import uuid
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.fuzz.process_tree import END_TREE_S, guard
 from kernel_oracle.fuzz.stopping import die_with_parent
 from kernel_oracle.harness.device import interpreting, worker_env
 
-__all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "TOKEN_ENV", "Worker",
-           "WorkerError"]
+__all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "Worker", "WorkerError"]
 
 # seconds a case may take before it counts as a hang (campaigns derive a shorter one from their budget)
 DEFAULT_CASE_TIMEOUT_S = 120.0
@@ -105,8 +98,6 @@ COMPILE_GRACE_FACTOR = 4.0
 MAX_WAIT_S = min(threading.TIMEOUT_MAX, (2**31 - 1) / 1000)
 # bytes of a target's stdout/stderr kept per log (Note [Target output])
 OUTPUT_LIMIT = 8 * 2**20
-# the environment name under which each worker process passes its token to its descendants
-TOKEN_ENV = "KERNEL_ORACLE_WORKER_TOKEN"
 _TAIL_BYTES = 4096
 
 
@@ -120,7 +111,8 @@ def _serve(conn, env: dict, output=None, yield_waits: bool = False) -> None:
     except OSError:  # already a group leader (not from multiprocessing's spawn): its group is its own
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with_parent()
+    if not guard(serving_only=(conn,)):  # from here on, the serving process (Note [Worker processes])
+        die_with_parent()
     if output is not None:  # fds 1 and 2 into the parent's bounded copy (Note [Target output])
         sys.stdout.flush()
         sys.stderr.flush()
@@ -184,46 +176,51 @@ def _serve(conn, env: dict, output=None, yield_waits: bool = False) -> None:
 
 
 def _back_to(baseline: dict, torch_state) -> list:
-    """Restore the worker's start-up settings; ``(switch, text)`` of those changed since (by a target
-    at import or warm-up: nothing else of the target runs outside a checked call)."""
+    """Restore the worker's start-up settings and what the oracle runs (Note [The oracle's own code]);
+    ``(switch, text)`` of those changed since (by a target at import or warm-up: nothing else of the
+    target runs outside a checked call), before the next case's oracle runs."""
+    from kernel_oracle.harness import oracle_integrity
+
     now = torch_state.snapshot()
-    drift = [(switch, f"{text} (outside a call: while the target was loaded or warmed up)")
-             for switch, text in torch_state.changes(baseline, now)]
-    if drift:
+    changed = torch_state.changes(baseline, now)
+    if changed:
         torch_state.restore(baseline)
-    return drift
+    return [(switch, f"{text} (outside a call: while the target was loaded or warmed up)")
+            for switch, text in changed + oracle_integrity.replaced()]
 
 
-def _sweep(token: str) -> None:
-    """SIGKILL every process whose environment carries ``token`` (descendants of a worker that left
-    its process group; Note [Worker processes])."""
-    needle = b"\0" + f"{TOKEN_ENV}={token}".encode() + b"\0"
-    me = os.getpid()
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:  # not Linux: the process group is all there is
+def _end_group(pid: Optional[int], ask_first: bool = True) -> None:
+    """End the worker ``pid`` and its tree: SIGTERM asks its guardian to end every process below it
+    (Note [Worker processes]) and is waited for; then SIGKILL to its process group, whatever is left."""
+    if pid is None:
         return
-    for pid in pids:
-        if pid == me:
-            continue
+    if ask_first:
+        import time
+
         try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                if needle not in b"\0" + fh.read() + b"\0":
-                    continue
-            os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError):  # gone, or another user's
-            continue
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + END_TREE_S + 2
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.01)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # no such group (yet): the worker's own kill covers it
+        pass
 
 
-def _end_group(pid: Optional[int], token: Optional[str]) -> None:
-    """SIGKILL the process group ``pid`` leads and the descendants that left it."""
-    if pid is not None:
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie awaiting its join does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
         try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):  # no such group (yet): the worker's own kill covers it
-            pass
-    if token is not None:
-        _sweep(token)
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
 
 
 class _OutputPump:
@@ -260,7 +257,7 @@ class Worker:
     worker's imports (not counted against any case); ``compile_grace``: give a case past its timeout
     time for a compilation before calling it hung (default: when the device compiles kernels; Note
     [Hangs and compilation]); ``yield_waits``: its CUDA waits give up the core (other processes share
-    the GPU and the host: Note [Shared GPU waits] in harness/device.py).  Its process group ends with it
+    the GPU and the host: Note [Shared GPU waits] in harness/device.py).  Its process tree ends with it
     (Note [Worker processes]); its output goes to :meth:`log_to`'s file (Note [Target output])."""
 
     def __init__(self, device: str, *, case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
@@ -281,7 +278,6 @@ class Worker:
         self.startup_s: list[float] = []  # seconds each start took (imports), for the record
         self._ready = False
         self._launched_at = 0.0
-        self._token: Optional[str] = None
         self._pump: Optional[_OutputPump] = None
         self._out_lock = threading.Lock()
         self._log = None  # the open log file (None: the parent's stderr)
@@ -342,10 +338,9 @@ class Worker:
 
         self._launched_at = time.monotonic()
         self._ready = False
-        self._token = uuid.uuid4().hex
         parent, child = self._ctx.Pipe()
         out_reader, out_writer = self._ctx.Pipe(duplex=False)
-        env = {**worker_env(self.device), TOKEN_ENV: self._token}
+        env = worker_env(self.device)  # nothing that tells a target it is under test
         self._proc = self._ctx.Process(target=_serve, args=(child, env, out_writer, self.yield_waits), daemon=True,
                                        name=f"kernel-oracle-worker-{self.device}")
         self._proc.start()
@@ -478,7 +473,7 @@ class Worker:
     def _forget(self) -> None:
         """After the process is gone: end its group, drain its output, drop the handles."""
         pid = self._proc.pid if self._proc is not None else None
-        _end_group(pid, self._token)
+        _end_group(pid, ask_first=False)  # already ended: stragglers of its group, if any
         if self._pump is not None:
             self._pump.join(timeout=2)  # the rest of its output reaches the log
         if self._conn is not None:
@@ -486,7 +481,6 @@ class Worker:
         self._proc = None
         self._conn = None
         self._pump = None
-        self._token = None
         self._ready = False
 
     def kill(self) -> None:
@@ -494,7 +488,7 @@ class Worker:
         fresh one."""
         if self._proc is not None:
             self.restarts += 1
-            _end_group(self._proc.pid, None)  # the worker and every child in its group at once
+            _end_group(self._proc.pid)  # its guardian ends the worker's tree (Note [Worker processes])
             if self._proc.is_alive():
                 self._proc.kill()
             self._proc.join(timeout=5)
@@ -510,6 +504,7 @@ class Worker:
             except (OSError, BrokenPipeError):
                 pass
         if self._proc is not None and self._proc.is_alive():
+            _end_group(self._proc.pid)
             self._proc.kill()
             self._proc.join(timeout=5)
         self._forget()

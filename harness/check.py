@@ -17,13 +17,14 @@ A :class:`Case` is a plain-data problem plus an optional :class:`~harness.mutati
    that leaks across sequences produces NaN; in-place outputs cannot be poisoned, so rows no segment
    routes must come back bit-identical instead.  Around the call, torch's global settings are
    snapshotted and restored (:mod:`harness.torch_state`, Note [Global state]) and the read-only
-   inputs copied and compared after it (:mod:`harness.input_writes`, Note [Read-only inputs]).
+   inputs copied and compared after it (:mod:`harness.input_writes`, Note [Read-only inputs]), and so are
+   the buffers around strided arguments (:mod:`harness.view_gaps`, Note [Writes outside a view]).
    A target's own vision metadata helper (an SGLang release's) runs while the call is materialised:
    its error is the target's raise too, judged against the same batch built with our metadata.
 3. :func:`judge` classifies: ``mismatch`` (wrong numbers on a valid input), ``contract`` (missing,
    wrong-type or wrong-text error, or an error on a valid input), ``validation-gap`` (malformed
-   metadata accepted), ``crash`` (the worker died); a written read-only input is a ``contract``
-   finding, a changed global setting travels in ``Verdict.state_changes`` (a campaign records each
+   metadata accepted), ``crash`` (the worker died); a written read-only input or a write outside an
+   argument's view is a ``contract`` finding, a changed global setting travels in ``Verdict.state_changes`` (a campaign records each
    setting once; :func:`with_state_changes` fails a single check on it).  Errors are scored with
    :func:`reference.tolerance.compare` against the faithful baseline of the target's dtype and
    precision.
@@ -74,10 +75,13 @@ from kernel_oracle.reference.contracts import CONTRACTS
 from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
+from kernel_oracle.harness import oracle_integrity
 from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
 from kernel_oracle.harness.device import DeviceLost, is_device_error
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
+from kernel_oracle.harness.view_gaps import watch as watch_gaps, writes as gap_writes
+from kernel_oracle.harness.target_raises import signals_noted
 from kernel_oracle.harness.text import bounded, printable
 from kernel_oracle.harness.locators import expected_at, lora_locator, vision_locator
 from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
@@ -212,7 +216,11 @@ def _poison_unread_vision(call) -> None:
 
 
 def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=None) -> Outcome:
-    """What a correct target does on ``case`` (see Note [Checking a case])."""
+    """What a correct target does on ``case`` (see Note [Checking a case]); ``precision``: the target's
+    fp32 precision for this op (``Target.precision_for(op)``)."""
+    if not isinstance(precision, str):  # a target's per-op dict passed whole (the bench's crash)
+        raise TypeError(f"Expected precision to be one op's precision string but got precision={precision!r}; "
+                        f"pass target.precision_for(op)")
     call = prepared_call(case, device) if call is None else call
     try:
         with strict_validation(True):
@@ -243,7 +251,8 @@ class Observed:
     """What the target did (picklable): returned ``output`` (on the CPU; on the target's device with
     ``execute(..., to_host=False)``), or raised, or crashed.  ``message``: the error's text, or why
     a returned value is no output (Note [Odd outputs]), bounded (Note [Target text]);
-    ``input_writes``: the read-only inputs it changed (Note [Read-only inputs]); ``state_changes``:
+    ``input_writes``: the read-only inputs it changed (Note [Read-only inputs]); ``gap_writes``: the
+    arguments whose buffers it wrote outside their views (Note [Writes outside a view]); ``state_changes``:
     ``(switch, text)`` of the global settings it changed (Note [Global state])."""
 
     kind: str  # "ok" | "raise" | "crash"
@@ -254,6 +263,7 @@ class Observed:
     message: Optional[str] = None
     frame: Optional[str] = None  # "module:function" of the raise in the target's own code (harness.buckets)
     input_writes: list = field(default_factory=list)
+    gap_writes: list = field(default_factory=list)  # buffers written outside their views (Note [Writes outside a view])
     state_changes: list = field(default_factory=list)
 
 
@@ -267,20 +277,24 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
     fn = target.entry(case.op)
     # our kernels poison their own outputs; code we do not own gets NaN from torch.empty (harness.fresh_outputs)
     poison = target.poison(case.family) if target.poison is not None else nan_filled_allocations()
-    watched = watch_inputs(call)
+    watched, gaps = watch_inputs(call), watch_gaps(call)
     from kernel_oracle.harness import torch_state  # where used: a campaign's parent never runs a target
 
     settings = torch_state.snapshot()
     try:
-        try:
-            with poison:
-                ret = fn(*call.args, **call.kwargs)
-            if device != "cpu" and torch.cuda.is_available():
-                torch.cuda.synchronize()
-        finally:
-            changed = torch_state.changes(settings, torch_state.snapshot())
-            torch_state.restore(settings)
-    except Exception as exc:  # noqa: BLE001 - the target's error is the observation
+        with signals_noted() as noted:  # Note [The target's BaseException]
+            try:
+                with poison:
+                    ret = fn(*call.args, **call.kwargs)
+                if device != "cpu" and torch.cuda.is_available():
+                    torch.cuda.synchronize()
+            finally:
+                changed = torch_state.changes(settings, torch_state.snapshot())
+                torch_state.restore(settings)
+                changed += oracle_integrity.replaced()  # Note [The oracle's own code]: put back where it can
+    except BaseException as exc:  # noqa: BLE001 - the target's raise is the observation; a signal's is not
+        if not noted.targets(exc):
+            raise
         if is_device_error(exc):  # the CUDA context is gone: nothing more can run in this process
             raise DeviceLost(f"{type(exc).__name__}: {_text_of(exc).splitlines()[0] if _text_of(exc) else ''}") \
                 from exc
@@ -289,6 +303,7 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
         observed = _observe(ret, call, to_host)
     observed.state_changes = changed
     observed.input_writes = input_writes(watched)
+    observed.gap_writes = gap_writes(gaps)
     return observed
 
 
@@ -314,10 +329,13 @@ def _guarded(helper):
         return None
 
     def run(*args, **kwargs):
-        try:
-            return helper(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - the target's error is the observation
-            raise _HelperRaised(exc) from exc
+        with signals_noted() as noted:  # Note [The target's BaseException]
+            try:
+                return helper(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - the target's error is the observation
+                if not noted.targets(exc):
+                    raise
+                raise _HelperRaised(exc) from exc
     return run
 
 
@@ -408,6 +426,8 @@ def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, devic
     verdict = _classify(case, expected, observed, call=call, device=device, repro=repro, exact_errors=exact_errors)
     if verdict.ok and observed.input_writes:
         verdict = _input_write_verdict(case, observed.input_writes, verdict.expected)
+    if verdict.ok and observed.gap_writes:
+        verdict = _gap_write_verdict(case, observed.gap_writes, verdict.expected)
     verdict.state_changes = list(observed.state_changes)
     return verdict
 
@@ -444,9 +464,25 @@ def _input_write_verdict(case: Case, writes: list, exp: str) -> Verdict:
     return verdict
 
 
+def _gap_write_verdict(case: Case, writes: list, exp: str) -> Verdict:
+    """The target wrote memory outside an argument's view: one finding naming it (Note [Writes outside a view])."""
+    name = writes[0].split(":", 1)[0]
+    more = "\n  also: " + "\n  also: ".join(writes[1:8]) if len(writes) > 1 else ""
+    verdict = Verdict(False, "contract", f"wrote outside the view of {writes[0]} (a kernel writes only the elements "
+                                         f"of its output view; the rest of the buffer is other data){more}", expected=exp)
+    verdict.bucket = Bucket("contract", case.family, f"wrote outside the view of {name}")
+    return verdict
+
+
 def state_change_verdict(case: Case, switch: str, text: str) -> Verdict:
-    """The finding of one global setting a target changed (Note [Global state]): kind ``contract``,
+    """The finding of one global setting a target changed (Note [Global state]), or of something of the
+    oracle's it replaced (switches ``oracle: ...``, Note [The oracle's own code]): kind ``contract``,
     bucketed by the setting, whatever values it went between."""
+    if switch.startswith("oracle: "):
+        verdict = Verdict(False, "contract", f"replaced what the oracle runs: {text}; the verdicts computed while it "
+                                             f"was replaced are void", expected="the oracle's own code unchanged")
+        verdict.bucket = Bucket("contract", case.family, f"replaced the oracle's {switch[len('oracle: '):]}")
+        return verdict
     verdict = Verdict(False, "contract", f"global state changed: {text} (kernel-oracle restored it after the call; "
                                          f"a target leaves torch's process-wide settings as it found them)",
                       expected="torch's global settings unchanged")
@@ -564,3 +600,6 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
     if not verdict.ok and verdict.bucket is None:
         verdict.bucket = bucket_of(case, verdict, observed=observed, expected=expected, call=call)
     return verdict
+
+
+oracle_integrity.baseline()  # Note [The oracle's own code]: taken here, before this process imports any target

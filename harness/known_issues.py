@@ -9,9 +9,11 @@ is clean.  :data:`DEFAULT_PATH` (checked in beside this module) lists them, one 
 each; every entry is checked when the file is loaded, and an error names the file, the entry and
 the field.  :func:`match_known` decides whether a finding record is one of them:
 
-* the target name matches the entry's ``target`` pattern (``fnmatch``: ``sglang*`` covers
-  ``sglang``, ``sglang-trt`` and ``sglang==0.5.23``), the op is the entry's (or it says ``*``) and
-  the kind is the entry's;
+* the target is one of the upstream :data:`FAMILIES` (its name before ``==`` or ``@``: ``sglang``,
+  ``sglang-trt``, ``flashinfer-cudnn``, ``torch-varlen``), never a user's module, whatever its name
+  (``sglang_mine`` is no release), and its name matches the entry's ``target`` pattern (``fnmatch``:
+  ``sglang*`` covers ``sglang``, ``sglang-trt`` and ``sglang==0.5.23``); the op is the entry's (an op,
+  or a family: ``lora`` covers every LoRA op) and the kind is the entry's;
 * every regular expression the entry gives is found: ``message`` in the finding's message,
   ``bucket`` in its bucket label (:func:`kernel_oracle.harness.buckets.bucket_of_record`);
 * the release is one of the entry's ``releases`` (or it says ``*``).  The release is the argument,
@@ -24,7 +26,12 @@ Wiring (the main job, campaigns, compare): :func:`mark_known` stores ``known`` (
 record's targets table (a target's ``release``: SGLang's release, FlashInfer's version); the run
 exits 0 when every finding is known; ``compare`` reports a baseline finding that matched an entry
 and is gone from the new run as fixed upstream.  ``$KERNEL_ORACLE_KNOWN_ISSUES`` names another file
-to use instead of the checked-in one (a project's own list, or a test's).
+to use instead of the checked-in one (a project's own list, or a test's); the record names the file
+used (``summary.known_issues_file``) and so does every line that says findings are known.
+
+A known-issues file can hide a bug, so an entry must be narrow: its ``target`` pattern starts with one
+of the :data:`FAMILIES` (a catch-all such as ``*`` or ``s*`` is refused when the file is loaded, in one
+line naming the entry) and its ``op`` names an op or a family, never ``*``.
 """
 
 from __future__ import annotations
@@ -37,18 +44,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
-    import tomli as tomllib  # type: ignore[no-redef]
-
 # standard library only at import time (reports and compare read this; no torch)
 from kernel_oracle.harness.buckets import bucket_of_record
+from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
 from kernel_oracle.harness.schema import FINDING_KINDS
 from kernel_oracle.harness.triggers import TRIGGERS, trigger_holds
 
-__all__ = ["DEFAULT_PATH", "ENV_VAR", "KnownIssue", "KnownIssuesError", "load_known_issues", "mark_known",
-           "match_known", "target_release"]
+__all__ = ["DEFAULT_PATH", "ENV_VAR", "FAMILIES", "KnownIssue", "KnownIssuesError", "family_of",
+           "known_issues_path", "load_known_issues", "mark_known", "match_known", "target_release"]
 
 DEFAULT_PATH = Path(__file__).with_name("known_issues.toml")
 # names a known-issues file used instead of DEFAULT_PATH (read by the campaign's and the job's process)
@@ -56,7 +59,11 @@ ENV_VAR = "KERNEL_ORACLE_KNOWN_ISSUES"
 _FIELDS = ("id", "title", "target", "op", "kind", "upstream", "releases", "doc")
 _OPTIONAL = ("message", "bucket", "trigger")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-_OP = re.compile(r"\*|[a-z][a-z0-9_]*")  # an op name (oracle_tests/harness/test_known_issues.py checks it exists)
+_OP = re.compile(r"[a-z][a-z0-9_]*")  # an op or family name (oracle_tests/harness/test_known_issues.py checks it exists)
+# the upstream targets a known issue may be of: built-in target names (a test checks them against the
+# registry); a target's family is its name before "==" or "@"
+FAMILIES = ("sglang", "sglang-trt", "sglang-v2", "flashinfer-cudnn", "torch-varlen")
+_OP_FAMILIES = ("lora", "vision")
 # the release of a target name: sglang==0.5.23, or before a configuration, sglang-trt==0.5.13@cublas=on
 _VERSION_IN_NAME = re.compile(r"==\s*([0-9][0-9A-Za-z.+-]*)(?:@[^@]*)?$")
 
@@ -86,9 +93,10 @@ class KnownIssue:
 
     def matches(self, finding: dict, target_name: str, release: Optional[str] = None) -> bool:
         """Whether ``finding`` (a finding record) of ``target_name`` at ``release`` is this issue."""
-        if not fnmatch.fnmatchcase(target_name, self.target):
-            return False
-        if self.op != "*" and str(finding.get("op")) != self.op:
+        if family_of(target_name) not in FAMILIES or not fnmatch.fnmatchcase(target_name, self.target):
+            return False  # a user's module is no release, whatever its name
+        op = str(finding.get("op"))
+        if op != self.op and not (self.op in _OP_FAMILIES and _op_family(op) == self.op):
             return False
         if str(finding.get("kind")) != self.kind or not self.applies_to(release):
             return False
@@ -99,6 +107,22 @@ class KnownIssue:
         if self.trigger is not None and not trigger_holds(self.trigger, finding.get("problem") or {}):
             return False
         return True
+
+
+def family_of(target_name: str) -> str:
+    """The family of a target name: the name before ``==`` or ``@`` (``sglang-trt==0.5.23@x=on`` ->
+    ``sglang-trt``); a module spec is its own family (and none of :data:`FAMILIES`)."""
+    return re.split(r"==|@", target_name, maxsplit=1)[0]
+
+
+def _op_family(op: str) -> str:
+    return "vision" if op == "vision" else "lora"  # every other op is a kv_b LoRA step
+
+
+def _narrow_target(pattern: str) -> bool:
+    """Whether ``pattern`` starts with one of :data:`FAMILIES` followed by its end, a wildcard, ``==`` or
+    ``@`` (``sglang*``, ``sglang-trt==*``; not ``*``, ``s*`` or ``sgl?ng``)."""
+    return any(pattern == f or (pattern.startswith(f) and pattern[len(f)] in "*=@") for f in FAMILIES)
 
 
 def _entry(raw: object, where: str) -> KnownIssue:
@@ -116,8 +140,13 @@ def _entry(raw: object, where: str) -> KnownIssue:
             raise KnownIssuesError(f"{where}: Expected {f} to be a string but got {f}={raw[f]!r}")
     if not _ID.fullmatch(raw["id"]):
         raise KnownIssuesError(f"{where}: id={raw['id']!r} must be lower-case words joined by '-'")
-    if not _OP.fullmatch(raw["op"]):
-        raise KnownIssuesError(f"{where}: op={raw['op']!r} must be an op name such as 'step_a_q' or 'vision', or '*'")
+    if not _OP.fullmatch(raw["op"]):  # Note [Known issues]: an entry names its op
+        raise KnownIssuesError(f"{where}: op={raw['op']!r} must be an op name such as 'step_a_q' or 'vision', or a "
+                               f"family ('lora': every LoRA op); a catch-all could hide a bug of any op")
+    if not _narrow_target(raw["target"]):
+        raise KnownIssuesError(f"{where}: target={raw['target']!r} must start with an upstream target's name "
+                               f"({', '.join(FAMILIES)}), e.g. 'sglang==*'; a catch-all could hide a bug of any "
+                               f"target, a user's own included")
     if raw["kind"] not in FINDING_KINDS:
         raise KnownIssuesError(f"{where}: kind={raw['kind']!r}; the only valid values are {list(FINDING_KINDS)}")
     if not raw["upstream"].startswith("https://"):
@@ -142,14 +171,15 @@ def _entry(raw: object, where: str) -> KnownIssue:
                       tuple(releases), raw["doc"], raw.get("message"), raw.get("bucket"), raw.get("trigger"))
 
 
+def known_issues_path() -> Path:
+    """The file :func:`load_known_issues` reads: ``$KERNEL_ORACLE_KNOWN_ISSUES``, else :data:`DEFAULT_PATH`."""
+    return Path(os.environ[ENV_VAR]) if os.environ.get(ENV_VAR) else DEFAULT_PATH
+
+
 def load_known_issues(path: Optional[Path | str] = None) -> tuple[KnownIssue, ...]:
-    """Every entry of ``path`` (default ``$KERNEL_ORACLE_KNOWN_ISSUES``, else :data:`DEFAULT_PATH`),
-    checked; raises :class:`KnownIssuesError`."""
-    if path is None and os.environ.get(ENV_VAR):
-        path = os.environ[ENV_VAR]
-    if path is None:
-        return _default()
-    return _load(Path(path))
+    """Every entry of ``path`` (default :func:`known_issues_path`), checked; raises :class:`KnownIssuesError`."""
+    path = known_issues_path() if path is None else Path(path)
+    return _default() if path == DEFAULT_PATH else _load(path)
 
 
 @functools.lru_cache(maxsize=1)
@@ -158,12 +188,12 @@ def _default() -> tuple[KnownIssue, ...]:
 
 
 def _load(path: Path) -> tuple[KnownIssue, ...]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    try:  # bounded: Note [Files as data]
+        data = loads_toml(read_text(path), str(path))
     except OSError as exc:
         raise KnownIssuesError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise KnownIssuesError(f"{path}: not valid TOML ({exc})") from None
+    except DataFileError as exc:
+        raise KnownIssuesError(str(exc)) from None
     extra = sorted(set(data) - {"issue"})
     if extra:
         raise KnownIssuesError(f"{path}: unknown top-level keys {extra}; entries are [[issue]] tables")
@@ -209,11 +239,14 @@ def target_release(record: dict, target_name: str) -> Optional[str]:
     return None
 
 
-def mark_known(record: dict, issues: Optional[Sequence[KnownIssue]] = None) -> int:
+def mark_known(record: dict, issues: Optional[Sequence[KnownIssue]] = None, source: Optional[Path | str] = None) -> int:
     """Mark each finding of the result ``record`` that is a known issue: ``known`` = the entry's id,
     ``upstream`` = its link (a finding that no longer matches loses both); returns how many findings
-    are new (not known).  The release of each finding is its target's (:func:`target_release`)."""
+    are new (not known).  The release of each finding is its target's (:func:`target_release`).
+    ``record["summary"]["known_issues_file"]`` names the file the entries came from (``source``; by
+    default :func:`known_issues_path`)."""
     issues = load_known_issues() if issues is None else issues
+    record.setdefault("summary", {})["known_issues_file"] = str(source if source is not None else known_issues_path())
     new = 0
     for f in record.get("findings") or ():
         name = str(f.get("target") or "")

@@ -65,6 +65,10 @@ class Mutation:
         if self.kind not in table:
             raise MutationError(f"kind={self.kind!r} is not a {self.family} mutation; the only valid values are "
                                 f"{sorted(table)}")
+        for name in ("index", "amount"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise MutationError(f"Expected {name} to be an int but got {name}={value!r}")
         if self.amount < 1:
             raise MutationError(f"Expected amount >= 1 but got amount={self.amount}")
 

@@ -46,6 +46,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from kernel_oracle.harness.data_files import DataFileError, loads_json, read_text, write_text
+
 __all__ = [
     "FINDING_KINDS",
     "SCHEMA",
@@ -310,10 +312,7 @@ def save(record: dict, path: str | os.PathLike, *, overwrite: bool = False) -> P
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; results are never overwritten: pass another path or overwrite=True")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
-    tmp.replace(path)
-    return path
+    return write_text(path, json.dumps(record, indent=1, sort_keys=True, default=str))  # Note [Files as data]
 
 
 def load(path: str | os.PathLike) -> dict:
@@ -321,8 +320,8 @@ def load(path: str | os.PathLike) -> dict:
     if not path.is_file():
         raise SchemaError(f"{path}: no such result file; pass the path of a JSON record "
                           f"(e.g. reports/out/latest.json, written by `kernel-oracle run`)")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    try:  # bounded: Note [Files as data]
+        data = loads_json(read_text(path), str(path))
+    except DataFileError as exc:
+        raise SchemaError(str(exc)) from None
     return validate(data, source=str(path))

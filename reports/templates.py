@@ -177,7 +177,7 @@ too), <b>introduced in</b> the first release that has it, <b>fixed in</b> the re
 <h2>Findings ({{ r.findings|length }})</h2>
 {% if not r.findings %}<p class="empty">No findings.</p>
 {% else %}
-{% if r.known_findings %}<p>{{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (<code>harness/known_issues.toml</code>): they are listed with their upstream link and do not fail the run.</p>{% endif %}
+{% if r.known_findings %}<p>{{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (<code>{{ r.summary.get('known_issues_file') or 'harness/known_issues.toml' }}</code>): they are listed with their upstream link and do not fail the run.</p>{% endif %}
 {{ fold(r.findings|length, 'findings') }}
 <table>
 <thead><tr><th>finding</th><th>kind</th><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>what</th><th class="n">cases</th><th class="n">ratio</th></tr></thead>
@@ -373,7 +373,7 @@ Real-bug corpus (expected outcome in parentheses):
 No findings.
 {% else %}
 {% if r.known_findings %}
-{{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (`harness/known_issues.toml`): they are listed with their upstream link and do not fail the run.
+{{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (`{{ r.summary.get('known_issues_file') or 'harness/known_issues.toml' }}`): they are listed with their upstream link and do not fail the run.
 
 {% endif %}
 {{ fold_md(r.findings|length, 'findings')|safe }}

@@ -6,7 +6,8 @@
 #   bash scripts/gpu_check.sh suite [T]      # the pytest suite on the GPU, stopped after T s (560): time, failures
 #   bash scripts/gpu_check.sh soak-start [S] # detached S-second fuzz campaigns (600): ours, 0.5.23's three kv_b codes
 #   bash scripts/gpu_check.sh soak-wait [W]  # wait up to W s (600) for them; their findings by bucket
-#   bash scripts/gpu_check.sh bench [PART..] # lora vision sglang verdicts oracle (default: all): the tables
+#   bash scripts/gpu_check.sh bench [PART..] # lora vision sglang verdicts oracle (default: all): the tables; sglang
+#                                            also runs every standalone reproducer of docs/upstream/
 #   bash scripts/gpu_check.sh main-job       # kernel-oracle run --device cuda --time 120, cold then warm cache
 #   bash scripts/gpu_check.sh matrix [S]     # every release x kv_b code x configuration, lora and vision, S s each (10)
 #   bash scripts/gpu_check.sh all [S]        # the sequence setup .. bench; ends with the table of every phase
@@ -112,6 +113,49 @@ PY
   record soak-wait "$([ "${head##*, }" = "0 new findings" ] && echo 0 || echo 1)" $(( $(date +%s) - start )) "$head"
 }
 
+repro_runs() {  # SCRIPT: the invocations of one reproducer of docs/upstream/ (one per line: its arguments)
+  local w; w() { ls "$PWD"/.whl/sglang-slim/sglang-"$1"-*.whl ~/.cache/kernel-oracle/wheels/sglang-"$1"-*.whl 2>/dev/null | head -1; }
+  local cuda=cpu; python3 -c "import flashinfer.prefill" 2>/dev/null && cuda=cuda  # the real engine needs FlashInfer
+  case "$(basename "$1")" in
+    sglang_kv_b_empty_batch.py) echo "--wheel $(w 0.5.23) --variant default"; echo "--wheel $(w 0.5.23) --variant trt" ;;
+    sglang_trt_cublas_every_slot.py) echo "--wheel $(w 0.5.13)"; echo "--wheel $(w 0.5.15)" ;;
+    sglang_trt_cublas_step_b_q.py) echo "--wheel $(w 0.5.23)" ;;
+    sglang_vision_wrapper_repro.py) echo "--wheel $(w 0.5.23) --device $cuda" ;;
+    triton_hopper_ws.py|triton_split_pv.py) echo "" ;;
+    *) echo "UNKNOWN" ;;
+  esac
+}
+
+upstream_repros() {  # every standalone reproducer of docs/upstream/ on this GPU, as a user runs it: exit 0 (not
+  # reproduced) or 1 (reproduced) is a run; 2, a traceback, a timeout or an import of kernel_oracle is a failure
+  local f args rc ran=0 bad="" log="$OUT/upstream_repros.log"; : >"$log"
+  for f in docs/upstream/*.py; do
+    while IFS= read -r args; do
+      if [ "$args" = UNKNOWN ]; then bad+=" $(basename "$f")(no invocation in gpu_check.sh)"; continue; fi
+      echo "== $f $args" >>"$log"
+      # shellcheck disable=SC2086
+      (cd "$(dirname "$f")" && env -u PYTHONPATH timeout 300 python3 - "$(basename "$f")" $args <<'PY') >>"$log" 2>&1
+import os, runpy, sys
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.getcwd())
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+    code = 0
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+if any(m == "kernel_oracle" or m.startswith("kernel_oracle.") for m in sys.modules):
+    print("FAILED: the reproducer imported kernel_oracle (it must need torch, triton and the wheel only)")
+    code = 2
+sys.exit(code)
+PY
+      rc=$?; echo "== exit $rc" >>"$log"
+      if [ "$rc" -le 1 ]; then ran=$((ran + 1)); else bad+=" $(basename "$f")[$args](exit $rc)"; fi
+    done < <(repro_runs "$f")
+  done
+  REPROS="upstream reproducers: $ran runs${bad:+; FAILED:$bad}"
+  echo "$REPROS"; [ -z "$bad" ]
+}
+
 bench_part() {  # PART: one benchmark in its plain table mode
   local cmd
   case "$1" in
@@ -123,9 +167,12 @@ bench_part() {  # PART: one benchmark in its plain table mode
                  --out "$OUT") ;;  # writes $OUT/oracle-bench.json
     *) echo "bench: unknown part $1 (lora vision sglang verdicts oracle)"; return 2 ;;
   esac
+  T_PART=$(date +%s)
   timed "bench-$1" 560 "$OUT/bench_$1.log" "${cmd[@]}"
   grep -E "^\|" "$OUT/bench_$1.log" | tail -20 | cut -c1-220
-  record "bench-$1" "$RC" "$SECS" "$(grep -cE '^\| ' "$OUT/bench_$1.log") table lines in bench_$1.log"
+  local extra=""  # the sglang part also runs every standalone reproducer of docs/upstream/ (upstream_repros.log)
+  if [ "$1" = sglang ]; then upstream_repros || { [ "$RC" -eq 0 ] && RC=1; }; extra="; $REPROS"; SECS=$(( $(date +%s) - T_PART )); fi
+  record "bench-$1" "$RC" "$SECS" "$(grep -cE '^\| ' "$OUT/bench_$1.log") table lines in bench_$1.log$extra"
 }
 
 main_job() {  # twice: a cold default kernel cache (a fresh KERNEL_ORACLE_CACHE), then the same cache warm
@@ -219,7 +266,7 @@ main-job 330
 matrix 420
 bench-lora 160
 bench-vision 220
-bench-sglang 260
+bench-sglang 420
 bench-verdicts 160
 bench-oracle 240
 EOF

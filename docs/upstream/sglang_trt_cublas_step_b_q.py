@@ -29,10 +29,15 @@ from __future__ import annotations
 
 import argparse
 import ast
+import atexit
+import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 import types
 import zipfile
+from pathlib import Path
 
 import torch
 
@@ -72,7 +77,8 @@ def load(wheel: str, cublas: bool, variant: str = "trt") -> types.ModuleType:
     """The release's TRT-LLM-style kv_b file (``variant="default"``: the default one, which reads no
     switch), executed as it is: each ``from sglang.X import ...`` finds ``sglang.X`` in ``sys.modules``
     first, a ``kernel_utils.py`` of the wheel (itself executed the same way) or a module holding the names
-    given here.  A wheel without that file raises ``LookupError``."""
+    given here.  Each file is written to a temporary folder and imported from there: compiled for a GPU,
+    Triton's ``@jit`` reads a kernel's source from its file.  A wheel without that file raises ``LookupError``."""
     zf = zipfile.ZipFile(wheel)
     names = set(zf.namelist())
     files = [n for n in sorted(names) if n.endswith("/kv_b_lora_absorbed.py")
@@ -82,6 +88,9 @@ def load(wheel: str, cublas: bool, variant: str = "trt") -> types.ModuleType:
                           "0.5.13, the default one from 0.5.12)")
     path = files[0]
     given = {"lora_envs": _Envs(cublas), "LoRABatchInfo": types.SimpleNamespace, "is_arch_support_pdl": lambda: False}
+
+    root = Path(tempfile.mkdtemp(prefix="sglang-kv-b-"))
+    atexit.register(shutil.rmtree, root, True)
 
     def execute(file: str, name: str) -> types.ModuleType:
         source = zf.read(file).decode()
@@ -93,10 +102,13 @@ def load(wheel: str, cublas: bool, variant: str = "trt") -> types.ModuleType:
                 sys.modules[imported] = types.ModuleType(imported)
                 for item in items:
                     setattr(sys.modules[imported], item, given[item])
-        mod = types.ModuleType(name)
-        mod.__file__ = f"{wheel}/{file}"
+        path = root / file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod  # triton looks a kernel's module up by name
-        exec(compile(source, mod.__file__, "exec"), mod.__dict__)  # noqa: S102 - the release's own file
+        spec.loader.exec_module(mod)  # the release's own file, as it is
         return mod
 
     return execute(path, f"{variant}_kv_b_cublas_{'on' if cublas else 'off'}")

@@ -8,6 +8,7 @@ from typing import Optional
 
 from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.opinfo import entry_names
+from kernel_oracle.harness.target_raises import signals_noted
 from kernel_oracle.harness.targets import Target
 
 __all__ = ["BF16_REASON", "entries_from", "import_module", "third_party"]
@@ -33,10 +34,13 @@ def entries_from(obj, ops=None, notes=None) -> dict:
 
 def import_module(name: str):
     """``(module, None)``, or ``(None, why)`` when importing ``name`` fails (the reason is reported)."""
-    try:
-        return importlib.import_module(name), None
-    except Exception as exc:  # noqa: BLE001 - the reason is reported, not swallowed
-        return None, f"import {name} failed: {type(exc).__name__}: {exc}"
+    with signals_noted() as noted:  # an exit() at import is the module's failure too (Note [The target's BaseException])
+        try:
+            return importlib.import_module(name), None
+        except BaseException as exc:  # noqa: BLE001 - the reason is reported, not swallowed
+            if not noted.targets(exc):
+                raise
+            return None, f"import {name} failed: {type(exc).__name__}: {exc}"
 
 
 def third_party(name: str, entries: dict, notes: dict, *, triton_code: bool, strict: bool,

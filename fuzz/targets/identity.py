@@ -5,9 +5,10 @@ identity]): the same target spec, op and seed, *and* the same code, else its old
 reported as the current code's.  The hashes are taken in the calling process without importing the
 target (a target runs in a worker):
 
-* ``package.module[:attr]``: the ``.py`` files of the top-level package that holds the module (or the
-  one file of a plain module), found where the worker imports it: the current directory first, then
-  ``sys.path`` (:func:`.user_modules.find_spec` of the top-level name);
+* ``package.module[:attr]``: the module's import closure (:mod:`fuzz.targets.import_closure`, Note
+  [Import closure]: every module it imports outside the standard library and the suite's dependencies,
+  compiled extensions with the sources beside them) and the ``.py`` files of its top-level package, found
+  where the worker imports it: the current directory first, then ``sys.path`` (:func:`.user_modules.find_spec`);
 * ``sglang==X.Y.Z`` (and ``sglang-trt==X.Y.Z``): the SHA-256 of the release's wheel when one is found
   (``--sglang-wheel`` or the cache, never downloaded here), else the pinned version itself;
 * built-ins and ``mutant:NAME``: the files of our kernel package and of ``fuzz/targets``;
@@ -35,7 +36,7 @@ def files_hash(files: Iterable[Path], root: Optional[Path] = None) -> str:
     """SHA-256 (16 hex digits) of ``files``' names (relative to ``root``) and bytes, in sorted order."""
     h = hashlib.sha256()
     for p in sorted(set(files)):
-        name = str(p.relative_to(root)) if root is not None and p.is_relative_to(root) else p.name
+        name = str(p.relative_to(root)) if root is not None and p.is_relative_to(root) else str(p)
         h.update(name.encode() + b"\0")
         try:
             h.update(p.read_bytes())
@@ -89,7 +90,10 @@ def code_hash(spec: TargetSpec, sources: Optional[TargetSources] = None) -> str:
     cannot be found hashes as ``"unlocated:<spec>"`` (then only the spec identifies it)."""
     kind = spec.kind
     if kind == "module":
+        from .import_closure import closure_files
+
         files, root = _module_files(spec.module)
+        files = sorted(set(files) | set(closure_files(spec.module)))
         return files_hash(files, root) if files else f"unlocated:{spec}"
     if kind == "release" and spec.release:
         return _wheel_hash(spec.release, sources)

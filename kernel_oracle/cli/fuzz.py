@@ -1,7 +1,7 @@
 """``kernel-oracle fuzz``: run (or resume) a fuzzing campaign against one target.
 
 Exit codes (SPEC.md): 0 cases ran and found nothing new (every finding, if any, is a known upstream
-issue of ``harness/known_issues.toml``), 1 new findings, 2 usage or I/O error (one line: a
+issue of the known-issues file, which it names), 1 new findings, 2 usage or I/O error (one line: a
 bad option, ``--out`` a file or unwritable or held by another campaign, a target that cannot run
 this op here), 3 interrupted (SIGTERM / SIGINT: state saved, rerun to resume) or nothing tested.
 The library API is :func:`fuzz.campaign.run_campaign` of a :class:`fuzz.campaign_config.CampaignConfig`;
@@ -179,6 +179,9 @@ def _prepare(args: argparse.Namespace):
     cluster = options.cluster_settings(args)
     if cluster is not None:
         return cluster, None, None
+    for flag, given in (("--seeds", args.seeds != 1), ("--dtypes", args.dtypes is not None)):
+        if given:  # their shards exist only on a cluster: without one they would be ignored
+            raise ValueError(f"{flag} shards a campaign over --gpus or --scheduler; pass one of those, or drop {flag}")
     if len(args.targets) != 1:
         raise ValueError(f"--targets names {len(args.targets)} targets; a campaign fuzzes one (pass --gpus or "
                          "--scheduler to run several as shards)")
@@ -231,7 +234,8 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
     if any(not f.get("known") for f in record["findings"]):
         return 1
     if record["findings"]:
-        print(f"all {len(record['findings'])} findings are known upstream issues (harness/known_issues.toml)")
+        print(f"all {len(record['findings'])} findings are known upstream issues "
+              f"({record['summary'].get('known_issues_file') or 'harness/known_issues.toml'})")
     if record["summary"].get("status") == "incomplete":
         return _error(f"incomplete: {record['notes'][-1]} (exit 3)", 3)
     if camp["executed"] == 0:

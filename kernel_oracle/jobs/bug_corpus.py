@@ -23,12 +23,12 @@ naming the file and the field (a typo must not silently drop a case's defining p
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.harness.check import Case, check_case
+from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, problem_from_dict
 
@@ -108,10 +108,12 @@ def _problem(path: Path, i: int, d: dict):
 def load_entry(path: str | Path) -> Entry:
     """Read and validate one corpus file."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    try:  # bounded: Note [Files as data] in harness/data_files.py
+        data = loads_toml(read_text(path), str(path))
+    except OSError as exc:
         raise CorpusError(f"{path}: {type(exc).__name__}: {exc}") from None
+    except DataFileError as exc:
+        raise CorpusError(str(exc)) from None
     unknown, missing = sorted(set(data) - _FIELDS), sorted(_REQUIRED - set(data))
     if unknown or missing:
         raise CorpusError(f"{path}: unknown fields {unknown}, missing fields {missing}; the fields are "

@@ -200,7 +200,7 @@ def check_out(path) -> None:
 
 
 def _mark_known(record: dict) -> None:
-    """Mark the findings that are known upstream defects (harness/known_issues.toml) and count them."""
+    """Mark the findings that are known upstream defects (the known-issues file, named in the record) and count them."""
     from kernel_oracle.harness.known_issues import KnownIssuesError, mark_known
 
     try:

@@ -326,6 +326,7 @@ def _corpus_rows(entries, corpus_by_spec: dict, record: dict) -> list:
 
 
 def _write(record: dict, out: Path) -> None:
+    from kernel_oracle.harness.data_files import write_text
     from kernel_oracle.harness.schema import save
     from kernel_oracle.reports.model import Result
     from kernel_oracle.reports.render_html import render_html
@@ -333,8 +334,8 @@ def _write(record: dict, out: Path) -> None:
 
     path = save(record, out / "matrix.json", overwrite=True)
     result = Result.from_dict(record, source=str(path))
-    (out / "matrix.md").write_text(render_markdown(result), encoding="utf-8")
-    (out / "matrix.html").write_text(render_html(result, with_plots=False), encoding="utf-8")
+    write_text(out / "matrix.md", render_markdown(result))  # never through a symlink: Note [Files as data]
+    write_text(out / "matrix.html", render_html(result, with_plots=False))
 
 
 def runs_dir(out) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+from kernel_oracle.harness.data_files import write_text
 from kernel_oracle.harness.schema import SchemaError
 
 __all__ = ["write_reports"]
@@ -36,6 +37,6 @@ def write_reports(result_path: str | Path, out_dir: str | Path | None = None, *,
     out.mkdir(parents=True, exist_ok=True)
     stem = name or result_path.stem
     md, html = out / f"{stem}.md", out / f"{stem}.html"
-    md.write_text(render_markdown(result), encoding="utf-8")
-    html.write_text(render_html(result, with_plots=with_plots), encoding="utf-8")
+    write_text(md, render_markdown(result))  # never through a symlink: Note [Files as data]
+    write_text(html, render_html(result, with_plots=with_plots))
     return md, html

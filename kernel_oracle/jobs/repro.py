@@ -20,11 +20,12 @@ The file written by campaigns (``fuzz/campaign.py``: ``torch.save`` of ``{"case"
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
+
+from kernel_oracle.harness.data_files import loads_json, read_text
 
 __all__ = ["Reproduction", "ReproError", "SAFE_TYPES", "load_case", "load_case_file", "reproduce"]
 
@@ -112,7 +113,7 @@ def _case_from(data: object, source: str):
     if not isinstance(data, dict) or "problem" not in data:
         raise ReproError(f"{source} is not a case: expected {{'problem': ..., 'mutation': ...}}, got "
                          f"{type(data).__name__}")
-    try:
+    try:  # every field typed and sizes bounded (harness.problems.problem_from_dict)
         return case_from_dict(data)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise ReproError(f"{source} is not a valid case: {type(exc).__name__}: {_first_line(exc)}") from None
@@ -132,17 +133,16 @@ def load_case(*, path: str | None = None, case_json: str | None = None, device: 
                              f"is entry {saved['entry']!r}")
         return case, Call(saved["entry"], saved["args"], saved["kwargs"], saved["inplace"])
     if path is not None:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
+        try:  # bounded: Note [Files as data] in harness/data_files.py
+            data = loads_json(read_text(path), str(path))
         except OSError as exc:
             raise ReproError(f"cannot read {path}: {exc.strerror or exc}") from None
-        except (ValueError, UnicodeDecodeError) as exc:
+        except ValueError as exc:
             raise ReproError(f"{path} is not JSON: {_first_line(exc)}") from None
         return _case_from(data, str(path)), None
     if case_json is not None:
         try:
-            data = json.loads(case_json)
+            data = loads_json(case_json, "--case")
         except ValueError as exc:
             raise ReproError(f"--case is not JSON: {_first_line(exc)}") from None
         return _case_from(data, "--case"), None
@@ -197,7 +197,10 @@ def reproduce(*, target, path: str | None = None, case_json: str | None = None, 
         raise ReproError(f"target {str(target)!r} has no entry point for op {case.op!r}; it has "
                          f"{sorted(tgt.entries)}")
     if call is None:
-        call = prepared_call(case, device)
+        try:  # a case given as data may describe no call at all: it is refused in one line
+            call = prepared_call(case, device)
+        except Exception as exc:  # noqa: BLE001 - a bad case, never a traceback
+            raise ReproError(f"the case cannot be built: {type(exc).__name__}: {_first_line(exc)}") from None
     expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call)
     observed = execute(tgt, case, device, call=call)
     verdict = with_state_changes(case, judge(case, expected, observed, call=call, device=device,

@@ -13,6 +13,8 @@ from kernel_oracle.fuzz.campaign import CampaignConfig, run_campaign
 from kernel_oracle.fuzz.stream import TIME_CHUNK_EXAMPLES, CampaignStream, campaign_strategy, predicted_run
 from kernel_oracle.fuzz.targets import resolve_target
 
+from oracle_tests.conftest import DEVICE
+
 
 def _unique(jsons: list) -> list:
     seen: set = set()
@@ -31,11 +33,12 @@ def test_a_campaign_runs_the_stream_predicted_for_it(tmp_path, monkeypatch, seed
         return original(self, case)
 
     monkeypatch.setattr(campaign_module._Search, "_execute", recorded)
+    # in this process, on the session's device (a GPU session compiles Triton: a CPU campaign here is refused)
     rec = run_campaign(CampaignConfig(target="reference", op="lora", out_dir=tmp_path / "c", time_s=6.0, seed=seed,
-                                      progress=False, isolate=False))
+                                      progress=False, isolate=False, device=DEVICE))
     assert not rec["findings"] and len(executed) > 2 * TIME_CHUNK_EXAMPLES, (len(executed), rec["findings"][:1])
     stream = CampaignStream(seed, rec["campaign"]["limits"], upstream_contracts_only=False)
-    info, predicted, run = resolve_target("reference", "cpu").to_record(), [], 0
+    info, predicted, run = resolve_target("reference", DEVICE).to_record(), [], 0
     while len(_unique(predicted)) < len(executed) and run < 10 * len(executed):  # a run's repeats run once
         run += 1
         predicted += [case.to_json() for case in stream.cases(info, "lora", (run,))]

@@ -39,7 +39,7 @@ def test_checked_in_file_loads_and_names_real_ops_kinds_and_docs():
                                       "sglang-empty-batch-max-len-none"}
     ops = {op for family in FAMILY_OPS.values() for op in family}
     for issue in issues:
-        assert issue.op == "*" or issue.op in ops, issue
+        assert issue.op in ops or issue.op in FAMILY_OPS, issue
         assert issue.kind in FINDING_KINDS
         assert issue.upstream.startswith("https://github.com/")
 
@@ -140,8 +140,8 @@ def test_bucket_rule(tmp_path):
         [[issue]]
         id = "step-b-q-values"
         title = "t"
-        target = "x*"
-        op = "*"
+        target = "sglang*"
+        op = "lora"
         kind = "mismatch"
         bucket = '^mismatch \\| lora \\| step_b_q \\|'
         upstream = "https://example.org/1"
@@ -151,14 +151,14 @@ def test_bucket_rule(tmp_path):
     issues = load_known_issues(path)
     bucket = {"kind": "mismatch", "family": "lora", "op": "step_b_q", "cause": "values", "frame": "",
               "where": "tail tile", "flags": ["cuda_graph"]}
-    hit = {"target": "x1", "op": "step_b_q", "kind": "mismatch", "message": "m", "bucket": bucket}
+    hit = {"target": "sglang==1.0", "op": "step_b_q", "kind": "mismatch", "message": "m", "bucket": bucket}
     assert match_known(hit, issues=issues).id == "step-b-q-values"
     # the label names the op, not the region: another op is another root cause, another region is not
     assert match_known({**hit, "op": "step_a_q", "bucket": {**bucket, "op": "step_a_q"}}, issues=issues) is None
     assert match_known({**hit, "bucket": {**bucket, "where": "everywhere"}}, issues=issues).id == "step-b-q-values"
 
 
-GOOD = dict(id="a-b", title="t", target="x", op="vision", kind="contract", message="m",
+GOOD = dict(id="a-b", title="t", target="flashinfer-cudnn", op="vision", kind="contract", message="m",
             upstream="https://example.org", releases=["1.0"], doc="d")
 
 
@@ -173,7 +173,13 @@ def _toml(**fields) -> str:
 @pytest.mark.parametrize("change,error", [
     (dict(kind="boom"), "kind='boom'; the only valid values are ['mismatch', 'contract', 'validation-gap', 'crash', "
                         "'hang', 'stream']"),
-    (dict(op="Step A"), "op='Step A' must be an op name such as 'step_a_q' or 'vision', or '*'"),
+    (dict(op="Step A"), "op='Step A' must be an op name such as 'step_a_q' or 'vision', or a family ('lora': every "
+                        "LoRA op); a catch-all could hide a bug of any op"),
+    # catch-alls (Note [Known issues]): an entry names an upstream target's family and an op
+    (dict(op="*"), "op='*' must be an op name such as 'step_a_q' or 'vision', or a family"),
+    *((dict(target=t), f"target={t!r} must start with an upstream target's name (sglang, sglang-trt, sglang-v2, flashinfer-cudnn, "
+                       f"torch-varlen), e.g. 'sglang==*'; a catch-all could hide a bug of any target")
+      for t in ("*", "s*", "sgl?ng==*", "sglang_mine", "my_kernels", "[s]glang")),
     (dict(id="A B"), "id='A B' must be lower-case words joined by '-'"),
     (dict(upstream="http://x"), "upstream='http://x' must be an https link"),
     (dict(releases=[]), "Expected releases to be a non-empty list of version strings (or ['*']) but got releases=[]"),
@@ -206,34 +212,43 @@ def test_default_path_is_the_checked_in_file():
 
 
 # ---- wiring: campaigns, the fuzz CLI, compare (Note [Known issues]) -----------------------------------------------
-# a user target whose step_a_q raises on every call: each case is a contract finding carrying this text
+# a release whose step_a_q raises on every call: each case is a contract finding carrying this text (known
+# issues are of upstream targets only, so the raiser is the kv_b file of a made-up SGLang wheel)
 _RAISER = ("def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head):\n"
-           "    raise RuntimeError({text!r})\n")
+           "    raise RuntimeError({text!r})\n\n# step_b_v_fwd: not in this release\n")
 
 
-def _known_file(tmp_path, message: str):
+def _known_file(tmp_path, message: str, target: str = "sglang==*"):
     path = tmp_path / "known.toml"
     path.write_text(_toml(id="frob-rejects-batches", title="the frobnicator rejects every batch",
-                          target="knownish_*", op="step_a_q", kind="contract", message=message,
+                          target=target, op="step_a_q", kind="contract", message=message,
                           upstream="https://example.org/frob/issues/7", releases=["*"], doc="this test"))
     return path
 
 
+def raiser_wheel(folder, version: str, text: str):
+    """An SGLang wheel of ``version`` whose kv_b file's step_a_q raises ``RuntimeError(text)``."""
+    import zipfile
+
+    wheel = folder / f"sglang-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("sglang/srt/lora/triton_ops/kv_b_lora_absorbed.py", _RAISER.format(text=text))
+        z.writestr(f"sglang-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    return wheel
+
+
 def _fuzz_raiser(tmp_path, monkeypatch, name: str, text: str, known_message: str):
-    """``kernel-oracle fuzz`` against a module whose step_a_q raises ``text``, with a known-issues file
+    """``kernel-oracle fuzz`` against a release whose step_a_q raises ``text``, with a known-issues file
     (through $KERNEL_ORACLE_KNOWN_ISSUES) whose one entry matches messages by ``known_message``."""
     from kernel_oracle.cli import main as cli_main
     from oracle_tests.conftest import DEVICE
 
-    pkg = f"knownish_{name}_{tmp_path.name}"  # one package per test: imported modules are cached
-    (tmp_path / pkg).mkdir()
-    (tmp_path / pkg / "__init__.py").write_text("")
-    (tmp_path / pkg / "target.py").write_text(_RAISER.format(text=text))
-    monkeypatch.syspath_prepend(str(tmp_path))
+    version = f"9.9.{abs(hash((name, tmp_path.name))) % 10**6}"  # one release per test: loaded modules are cached
+    wheel = raiser_wheel(tmp_path, version, text)
     monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(_known_file(tmp_path, known_message)))
     out = tmp_path / f"out-{name}"
-    code = cli_main(["fuzz", "--targets", f"{pkg}.target", "--op", "step_a_q", "--cases", "3", "--seed", "1",
-                     "--out", str(out), "--device", DEVICE, "--quiet", "--no-isolate"])
+    code = cli_main(["fuzz", "--targets", f"sglang=={version}", "--sglang-wheel", str(wheel), "--op", "step_a_q",
+                     "--cases", "3", "--seed", "1", "--out", str(out), "--device", DEVICE, "--quiet", "--no-isolate"])
     return code, json.loads((out / "summary.json").read_text()), out
 
 
@@ -249,6 +264,9 @@ def test_a_campaign_whose_findings_are_all_known_exits_0_and_marks_them(tmp_path
     out = capsys.readouterr().out
     assert "KNOWN F0001-contract-step_a_q" in out and "FINDING " not in out
     assert "known upstream issue frob-rejects-batches: https://example.org/frob/issues/7" in out
+    # the file used is named, in the output and the record (not the checked-in one's name)
+    known = str(tmp_path / "known.toml")
+    assert f"are known upstream issues ({known})" in out and rec["summary"]["known_issues_file"] == known
 
 
 def test_a_new_finding_still_exits_1(tmp_path, monkeypatch, capsys):
@@ -285,6 +303,7 @@ def test_reports_show_known_findings_with_their_link(tmp_path, monkeypatch):
     md = render_markdown(result)
     fid = rec["findings"][0]["id"]
     assert f"### {fid} (contract, known)" in md
+    assert f"known upstream issues (`{tmp_path / 'known.toml'}`)" in md  # the file used, named
     assert "**Known upstream issue** [frob-rejects-batches](<https://example.org/frob/issues/7>)" in md
     html = render_html(result, with_plots=False)
     assert '<a href="https://example.org/frob/issues/7">frob-rejects-batches</a>' in html
@@ -354,74 +373,111 @@ def test_the_vision_metadata_helper_entry_is_not_the_lora_empty_batch(target, fr
     assert (got.id if got else None) == expected
 
 
+# ---- a known-issues file cannot hide a user's bug (Note [Known issues]) -------------------------------------------
+
+@pytest.mark.parametrize("target", ["sglang_mine", "sglang_mine.kernels", "sglang_mine:Kernels", "sglangx",
+                                    "mutant:lora_wrong_slot", "my_pkg.sglang"])
+def test_a_users_module_never_matches_a_release_pattern(target):
+    """The checked-in ``sglang*`` entry matched a user's module ``sglang_mine``: its bug was "known upstream"."""
+    finding = _raised_on_valid(target, "step_a_v", "RuntimeError", EMPTY_MAX)
+    assert match_known(finding, target, "0.5.23") is None
+    assert match_known(finding, "sglang==0.5.23").id == "sglang-empty-batch-max-len-none"  # the release still is
+
+
+def test_a_catch_all_file_is_refused_before_any_case(tmp_path, monkeypatch, capsys):
+    """A $KERNEL_ORACLE_KNOWN_ISSUES file with a catch-all entry made a bug of the user's own module
+    "known upstream" and the run exit 0: it is refused in one line, exit 2, before --out is touched."""
+    from kernel_oracle.cli import main as cli_main
+
+    path = tmp_path / "all.toml"
+    path.write_text(_toml(**{**GOOD, "target": "*", "op": "*", "message": "."}))
+    monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(path))
+    assert cli_main(["fuzz", "--targets", "reference", "--op", "lora", "--cases", "1", "--out", str(tmp_path / "o"),
+                     "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path} [[issue]] #1 ('a-b'): op='*' must be an op name" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_families_are_built_in_targets():
+    from kernel_oracle.fuzz.targets import builtin_targets
+    from kernel_oracle.harness.known_issues import FAMILIES
+
+    assert set(FAMILIES) <= set(builtin_targets())
+
+
 # ---- triggers (Note [Known-issue triggers]) --------------------------------------------------------------------
-
-RANK_BUG = '''
-from kernel_oracle.reference import lora
-
-def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head):
-    out = lora.step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head)
-    n = int(batch_info.weight_indices.numel())
-    lens = batch_info.seg_indptr[1:n + 1] - batch_info.seg_indptr[:n]
-    used = batch_info.weight_indices[lens > 0].long()
-    if bool((batch_info.lora_ranks[used] > B_buf.shape[-1]).any()):  # the planted defect: a routed rank above R
-        out.add_(1.0)
-    return out
-'''
 
 TRIGGERED = '''
 [[issue]]
-id = "rank-bug"
-title = "a planted defect of ranks above the buffer"
-target = "rankbug"
-op = "step_a_q"
+id = "rank-above-width"
+title = "the triton_v2 shrink writes past its output for a routed rank above the buffer's"
+target = "sglang-v2*"
+op = "lora"
 kind = "mismatch"
 {rule}
-upstream = "https://example.org/rank-bug"
+upstream = "https://example.org/rank-above-width"
+releases = ["*"]
+doc = "this test"
+
+[[issue]]
+id = "rank-above-width-crash"
+title = "the same write past the allocation"
+target = "sglang-v2*"
+op = "lora"
+kind = "crash"
+{rule}
+upstream = "https://example.org/rank-above-width"
 releases = ["*"]
 doc = "this test"
 '''
 
 
 def _campaign(tmp_path, rule: str) -> dict:
+    """A campaign of SGLang 0.5.23's triton_v2 ``step_a_q`` (its real rank-above-width defect: wrong rows, or a
+    crash where the write leaves the allocation) against a known-issues file of that defect matched by ``rule``."""
     import json
     import subprocess
     import sys
 
-    (tmp_path / "rankbug.py").write_text(RANK_BUG)
-    issues = tmp_path / "issues.toml"
+    from oracle_tests._sglang_releases import release_files
+    from oracle_tests.conftest import DEVICE
+
+    pytest.importorskip("msgspec", reason="SGLang 0.5.23's v2 files import msgspec (requirements-cpu.txt has it)")
+    release_files("0.5.23")
+    issues = tmp_path / f"issues-{abs(hash(rule))}.toml"
     issues.write_text(TRIGGERED.format(rule=rule))
-    env = {**os.environ, "KERNEL_ORACLE_KNOWN_ISSUES": str(issues),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "KERNEL_ORACLE_KNOWN_ISSUES": str(issues)}
     out = tmp_path / f"out-{abs(hash(rule))}"
-    proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", "rankbug", "--op", "step_a_q",
-                           "--cases", "800", "--seed", "3", "--device", "cpu", "--quiet", "--out", str(out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # every finding is known
-    return json.loads((out / "summary.json").read_text())["summary"]
+    proc = subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", "sglang-v2==0.5.23", "--op",
+                           "step_a_q", "--cases", "400", "--seed", "3", "--device", DEVICE, "--quiet", "--out", str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    summary = json.loads((out / "summary.json").read_text())["summary"]
+    assert summary["known_findings"] >= 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return summary
 
 
 def test_a_triggered_known_issue_stops_eating_the_budget(tmp_path):
     with_trigger = _campaign(tmp_path, 'trigger = "lora_rank_above_buffer"')
-    assert with_trigger["known_findings"] == 1 and with_trigger["known_skipped"]["rank-bug"] >= 5, with_trigger
-    assert with_trigger["known_cases"] <= 3, with_trigger  # the finding, and at most its shrinking's replays
-    # without a trigger every case that sets the defect off is run and counted against the issue
-    message_only = _campaign(tmp_path, 'message = "not close"')
-    assert message_only["known_skipped"] == {}
-    assert message_only["known_cases"] > with_trigger["known_cases"], (message_only, with_trigger)
+    assert sum(with_trigger["known_skipped"].values()) >= 1, with_trigger
+    assert with_trigger["known_cases"] <= 3, with_trigger  # the finding and at most its shrinking's replays
+    # matched by its text alone, every case that sets the defect off is run and counted against the issue
+    text_only = _campaign(tmp_path, 'message = "worker process died|not close"')
+    assert text_only["known_skipped"] == {}
+    assert text_only["known_cases"] > with_trigger["known_cases"], (text_only, with_trigger)
 
 
 def test_a_trigger_must_hold_for_the_finding_to_match():
     from kernel_oracle.harness.known_issues import KnownIssue
 
-    issue = KnownIssue("rank-bug", "t", "rankbug", "step_a_q", "mismatch", "https://example.org", ("*",), "d",
-                       trigger="lora_rank_above_buffer")
+    issue = KnownIssue("rank-above-width", "t", "sglang-v2*", "step_a_q", "mismatch", "https://example.org", ("*",),
+                       "d", trigger="lora_rank_above_buffer")
     problem = {"family": "lora", "R": 16, "lora_ranks": [16, 20], "seg_lens": [3, 0], "weight_indices": [0, 1]}
-    finding = {"target": "rankbug", "op": "step_a_q", "kind": "mismatch", "message": "x",
+    finding = {"target": "sglang-v2==0.5.23", "op": "step_a_q", "kind": "mismatch", "message": "x",
                "problem": {"problem": problem, "mutation": None}}
-    assert not issue.matches(finding, "rankbug")  # slot 1 has rank 20 but routes no row
+    assert not issue.matches(finding, "sglang-v2==0.5.23")  # slot 1 has rank 20 but routes no row
     problem["seg_lens"] = [3, 1]
-    assert issue.matches(finding, "rankbug")
+    assert issue.matches(finding, "sglang-v2==0.5.23")
 
 
 def test_an_unknown_trigger_is_refused(tmp_path):

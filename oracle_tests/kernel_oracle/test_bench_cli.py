@@ -68,3 +68,14 @@ def test_out_is_a_directory_as_in_every_command(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert cli_main(["bench", "--device", "cpu", "--out", str(tmp_path / "file")]) == 2
     assert capsys.readouterr().err == f"kernel-oracle bench: error: --out {tmp_path / 'file'}: is a file; pass a directory\n"
+
+
+def test_expected_outcome_refuses_a_targets_whole_precision_table():
+    """``bench sglang`` passed ``target.precision`` (a dict per op) and crashed with AttributeError deep in the
+    check; a wrong precision is refused naming the fix."""
+    from kernel_oracle.harness.check import Case, expected_outcome
+    from kernel_oracle.harness.problems import LoRAProblem
+
+    with pytest.raises(TypeError, match=r"pass target\.precision_for\(op\)"):
+        expected_outcome(Case(LoRAProblem(op="step_a_q", seg_lens=(2,), weight_indices=(0,), lora_ranks=(4,),
+                                           scalings=(1.0,))), "cpu", precision={"step_a_q": "ieee"})

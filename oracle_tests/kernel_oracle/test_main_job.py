@@ -97,11 +97,11 @@ SELFCHECK_ROWS = [
 
 
 def _fake_campaign(target, op, *, share_s, seed, device, out_dir, upstream_contracts_only=False, worker=None,
-                   sglang_wheel=None, with_malformed=False):
+                   sglang_wheel=None, with_malformed=False, finding_target=None):
     rec = new_record("campaign", seeds={"seed": seed}, device=device)
     add_group(rec, target=target, op="vision" if op == "vision" else "step_b_q", dtype="bfloat16",
               shape_class="prefill", cases=10, passes=9, findings={"contract": 1}, ratios=[0.2, 0.3])
-    add_finding(rec, {"id": "f-0001", "target": target, "op": "vision", "kind": "contract",
+    add_finding(rec, {"id": "f-0001", "target": finding_target or target, "op": "vision", "kind": "contract",
                       "message": "wrong text", "repro": f"kernel-oracle repro {out_dir}/cases/f-0001.pt"})
     return rec, None
 
@@ -155,15 +155,18 @@ def test_job_merges_parts_and_keeps_history(tmp_path, stand_ins, capsys):
 
 
 def test_a_job_whose_findings_are_all_known_exits_0(tmp_path, stand_ins, monkeypatch, capsys):
-    """Every finding a known upstream issue (a known-issues file through $KERNEL_ORACLE_KNOWN_ISSUES):
+    """Every finding a known upstream issue (a known-issues file through $KERNEL_ORACLE_KNOWN_ISSUES; known
+    issues are of upstream targets, so the campaign stand-in's finding is a release's):
     exit 0, each finding marked known with its link in the record and the reports; with the checked-in
     file the same job exits 1."""
     passing = [r for r in SELFCHECK_ROWS if r["passed"]]
     monkeypatch.setitem(sys.modules, "kernel_oracle.jobs.selfcheck", _fake_selfcheck(passing))
+    monkeypatch.setattr(main_job_campaigns, "run_one_campaign",
+                        lambda *a, **kw: _fake_campaign(*a, **kw, finding_target="sglang==0.5.23"))
     out = tmp_path / "out"
     assert _run(out, "--op", "vision") == 1  # the campaign's contract finding is new
     known = tmp_path / "known.toml"
-    known.write_text('[[issue]]\nid = "wrong-text"\ntitle = "t"\ntarget = "reference"\nop = "vision"\n'
+    known.write_text('[[issue]]\nid = "wrong-text"\ntitle = "t"\ntarget = "sglang==*"\nop = "vision"\n'
                      'kind = "contract"\nmessage = "^wrong text$"\nupstream = "https://example.org/9"\n'
                      'releases = ["*"]\ndoc = "d"\n')
     monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(known))

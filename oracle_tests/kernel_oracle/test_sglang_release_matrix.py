@@ -113,7 +113,8 @@ def test_the_matrix_runs_each_distinct_code_once(tmp_path):
     labels = [c["spec"] for c in m["releases"]]
     assert labels == ["sglang==0.5.12 lora", "sglang==0.5.15-0.5.16 lora", "sglang==0.5.12-0.5.15 vision",
                       "sglang==0.5.16 vision"]
-    assert record["summary"]["campaigns"] == 4 and all(c["cases"] for c in m["releases"])
+    assert record["summary"]["campaigns"] == 4 and all(c["cases"] for c in m["releases"]), \
+        (m["releases"], record.get("notes"))
     pr = next(c for c in m["corpus"] if c["id"] == "sglang-pr-28371")
     assert pr["results"]["sglang==0.5.12 lora"] == {"outcome": "fails: mismatch", "expected": "fails",
                                                     "as_expected": True}

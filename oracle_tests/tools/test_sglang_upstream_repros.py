@@ -102,3 +102,18 @@ def test_the_kv_b_empty_batch_reproducer(version, variants):
     if "trt" not in variants:
         done = run_script(EMPTY_BATCH, "--wheel", wheel, "--variant", "trt", timeout=600)
         assert done.returncode == 2 and "has no trt kv_b_lora_absorbed.py" in done.stderr, done.stdout + done.stderr
+
+
+def test_the_kv_b_loader_imports_the_release_files_from_files_on_disk():
+    """Compiled for a GPU, Triton's ``@jit`` reads a kernel's source from its file ("@jit functions should be
+    defined in a Python file": every kv_b reproducer failed on the H200 when the loader exec'd the text)."""
+    import inspect
+    from pathlib import Path
+
+    repro = load_script("docs/upstream/sglang_trt_cublas_step_b_q.py")
+    for variant in ("default", "trt"):
+        mod = repro.load(str(wheel_or_skip("0.5.23")), False, variant)
+        path = Path(inspect.getsourcefile(mod.step_a_q_fwd))
+        assert path.is_file() and "def step_a_q_fwd(" in path.read_text()
+        kernels = [v for v in vars(mod).values() if hasattr(v, "fn") and callable(getattr(v, "fn"))]
+        assert kernels and all(Path(inspect.getsourcefile(k.fn)).is_file() for k in kernels)
