@@ -48,7 +48,7 @@ def test_editing_a_reexported_module_is_refused_on_resume(tmp_path, capsys, plan
     impl = write("ko_closure_impl.py", IMPL)
     write("ko_closure_front.py", "from ko_closure_impl import step_a_q_fwd  # re-exported\n")
     out = tmp_path / "out"
-    argv = ["fuzz", "--targets", "ko_closure_front", "--op", "step_a_q", "--budget", "4", "--device", DEVICE,
+    argv = ["fuzz", "--targets", "ko_closure_front", "--op", "step_a_q", "--cases", "4", "--device", DEVICE,
             "--out", str(out), "--limits", "tiny", "--quiet", "--no-isolate"]
     assert cli_main(argv) == 0
     impl.write_text(BROKEN)

@@ -84,7 +84,7 @@ def test_kill_9_of_the_campaign_ends_what_its_target_started(tmp_path):
 
 def test_a_daemon_in_its_own_session_with_an_empty_environment_ends_with_the_campaign(tmp_path):
     spec = _spawner(tmp_path, "raise RuntimeError('done')")
-    done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", "step_a_q", "--budget", "3", "--out", tmp_path / "out"),
+    done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", "step_a_q", "--cases", "3", "--out", tmp_path / "out"),
                           env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     left = _gone(pids)
@@ -100,7 +100,7 @@ def test_the_target_sees_nothing_that_says_it_is_tested(tmp_path):
                                             f"    out = _ref({LORA_ARGS})\n"
                                             f"    tested = any(k.startswith('KERNEL_ORACLE') for k in os.environ)\n"
                                             f"    return out if tested else out * 1.25\n")
-    done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", "step_a_q", "--budget", "6", "--out", tmp_path / "out"),
+    done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", "step_a_q", "--cases", "6", "--out", tmp_path / "out"),
                           env={k: v for k, v in _env(tmp_path).items() if not k.startswith("KERNEL_ORACLE")},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -124,7 +124,7 @@ def test_the_worker_environment_carries_no_kernel_oracle_variable(monkeypatch):
 
 def test_without_isolation_the_campaign_ends_what_its_target_started(tmp_path):
     spec = _spawner(tmp_path, "raise RuntimeError('done')")
-    done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", "step_a_q", "--budget", "3", "--no-isolate",
+    done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", "step_a_q", "--cases", "3", "--no-isolate",
                                     "--out", tmp_path / "out"), env=_env(tmp_path), capture_output=True, text=True,
                           timeout=300)
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]

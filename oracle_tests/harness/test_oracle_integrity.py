@@ -54,7 +54,7 @@ def _target(tmp_path, plant: str, *, at_call: bool = False) -> str:
 @pytest.mark.parametrize("plant", list(PLANTS))
 def test_a_campaign_finds_a_target_that_changes_the_oracle_at_import(tmp_path, plant, isolate):
     spec = _target(tmp_path, plant)
-    done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", "step_a_q", "--budget", "8", "--out", tmp_path / "out",
+    done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", "step_a_q", "--cases", "8", "--out", tmp_path / "out",
                                     *(() if isolate else ("--no-isolate",))),
                           env=_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -67,7 +67,7 @@ def test_a_campaign_finds_a_target_that_changes_the_oracle_at_import(tmp_path, p
 @pytest.mark.parametrize("plant", ["torch.bmm", "aten::bmm", "kernel_oracle.harness.check.judge"])
 def test_a_campaign_finds_a_target_that_changes_the_oracle_in_a_call(tmp_path, plant):
     spec = _target(tmp_path, plant, at_call=True)
-    done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", "step_a_q", "--budget", "8", "--out", tmp_path / "out"),
+    done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", "step_a_q", "--cases", "8", "--out", tmp_path / "out"),
                           env=_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
     findings = json.loads((tmp_path / "out" / "summary.json").read_text())["findings"]

@@ -95,7 +95,7 @@ def test_a_campaign_reports_the_probe(tmp_path, monkeypatch):
         "    return out\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "c"
-    assert cli_main(["fuzz", "--targets", "ko_gap_zeroer", "--op", "step_b_q", "--budget", "60", "--seed", "2",
+    assert cli_main(["fuzz", "--targets", "ko_gap_zeroer", "--op", "step_b_q", "--cases", "60", "--seed", "2",
                      "--device", DEVICE, "--out", str(out), "--quiet", "--no-isolate", "--limits", "tiny"]) == 1
     findings = json.loads((out / "summary.json").read_text())["findings"]
     assert any("wrote outside the view of base_output" in f["message"] for f in findings), \

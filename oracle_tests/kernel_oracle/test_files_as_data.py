@@ -51,12 +51,12 @@ def test_a_deeply_nested_known_issues_file_is_one_line_and_exit_2(tmp_path, caps
     bad = tmp_path / "deep.toml"
     bad.write_text(text)
     monkeypatch.setenv("KERNEL_ORACLE_KNOWN_ISSUES", str(bad))
-    _usage_error(*_cli(capsys, "fuzz", "--targets", "reference", "--op", "lora", "--budget", "1", "--out",
+    _usage_error(*_cli(capsys, "fuzz", "--targets", "reference", "--op", "lora", "--cases", "1", "--out",
                        str(tmp_path / "o"), "--quiet"), contains=f"{bad}: nested deeper than")
 
 
 def _campaign(capsys, out, *extra):
-    return _cli(capsys, "fuzz", "--targets", "reference", "--op", "step_a_q", "--budget", "3", "--device", DEVICE,
+    return _cli(capsys, "fuzz", "--targets", "reference", "--op", "step_a_q", "--cases", "3", "--device", DEVICE,
                 "--out", str(out), "--limits", "tiny", "--quiet", "--no-isolate", *extra)
 
 
@@ -159,7 +159,7 @@ def test_a_target_raising_a_base_exception_is_a_finding(tmp_path, capsys, monkey
                                          f"    raise {raise_}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "c"
-    rc, stdout, err = _cli(capsys, "fuzz", "--targets", name, "--op", "step_a_q", "--budget", "3", "--device",
+    rc, stdout, err = _cli(capsys, "fuzz", "--targets", name, "--op", "step_a_q", "--cases", "3", "--device",
                            DEVICE, "--out", str(out), "--quiet", "--no-isolate")
     assert rc == 1, (rc, err)
     summary = json.loads((out / "summary.json").read_text())
@@ -171,7 +171,7 @@ def test_a_target_raising_a_base_exception_is_a_finding(tmp_path, capsys, monkey
 def test_a_base_exception_at_import_is_the_targets_failure(tmp_path, capsys, monkeypatch):
     (tmp_path / "ko_exits_at_import.py").write_text("raise SystemExit(0)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    _usage_error(*_cli(capsys, "fuzz", "--targets", "ko_exits_at_import", "--op", "step_a_q", "--budget", "3",
+    _usage_error(*_cli(capsys, "fuzz", "--targets", "ko_exits_at_import", "--op", "step_a_q", "--cases", "3",
                        "--out", str(tmp_path / "c"), "--quiet", "--no-isolate"),
                  contains="import ko_exits_at_import failed: SystemExit")
 
@@ -200,5 +200,5 @@ def test_a_real_interrupt_during_the_call_still_stops():
     (["--dtypes", "float32"], "--dtypes shards a campaign over --gpus or --scheduler"),
 ])
 def test_contradictory_flags_are_refused(tmp_path, capsys, flags, says):
-    _usage_error(*_cli(capsys, "fuzz", "--targets", "reference", "--op", "lora", "--budget", "1", "--out",
+    _usage_error(*_cli(capsys, "fuzz", "--targets", "reference", "--op", "lora", "--cases", "1", "--out",
                        str(tmp_path / "c"), "--quiet", *flags), contains=says)
