@@ -4,7 +4,7 @@ Note [What runs on the GPU]
 ---------------------------
 The interpreter cannot run bf16 or CUDA graphs, so three things about SGLang's published kernels
 (loaded standalone from wheels in ``--wheels DIR``: no registry needed on the GPU machine; slim
-wheels from ``python -m kernel_oracle.fuzz.targets.sglang_wheel --slim DIR WHEEL...`` suffice) are
+wheels from ``python -m kernel_oracle.fuzz.targets.sglang_slim DIR WHEEL...`` suffice) are
 checked here:
 
 1. **differential, every dtype**: the edge cases of ``oracle_tests/fuzz/test_sglang_release.py`` (tile

@@ -2,39 +2,36 @@
 
 Note [Campaigns]
 ----------------
-A campaign is a sequence of Hypothesis *runs* over :func:`fuzz.strategies.cases` for one target and
-one family.  Each run searches until its first new failure, lets Hypothesis shrink it, and the
-minimal example becomes a *finding*.  A failing case in the root-cause bucket of a recorded finding
-(:mod:`harness.buckets`, Note [Buckets]) is one more hit of it (its ``count``, ``dtypes``, regions
-and a few examples), so the next run searches for something new: one defect is one finding,
-whichever dtype, size, region or seed shows it.  The budget (``budget`` cases or ``time_s``
-seconds) covers everything executed, shrinking included, plus a bounded shrink allowance; the
-clock starts once the worker is ready (``startup_s`` in the record); worker restarts count.
+A campaign is a sequence of Hypothesis *runs* over :func:`fuzz.strategies.cases` for one target and one family. Each
+run searches until its first new failure, lets Hypothesis shrink it, and the minimal example becomes a *finding*. A
+failing case in the root-cause bucket of a recorded finding (:mod:`harness.buckets`, Note [Buckets]) is one more hit
+of it (its ``count``, ``dtypes``, regions and a few examples), so the next run searches for something new: one
+defect is one finding, whichever dtype, size, region or seed shows it. The budget (``budget`` cases or ``time_s``
+seconds) covers everything executed, shrinking included, plus a bounded shrink allowance; the clock starts once the
+worker is ready (``startup_s`` in the record); worker restarts count.
 
-The target runs in an isolated worker process (:mod:`fuzz.worker`, its own process group; what the target
-prints goes to ``out_dir/target-output.log``, bounded), beside the oracle and the comparison
-(:func:`harness.check.check_case`): only the verdict and its bucket come back, and a finding's tensors
-are rebuilt from the seed and saved here.  A case that kills the worker is a ``crash`` finding; one that
-does not answer within ``case_timeout_s``, nor on a retry with a longer wait, a ``hang``
-(Note [Confirmed hangs] in :mod:`fuzz.hangs`: an answer on the retry is the verdict); a fresh worker goes
-on.  A global setting of torch the target changed (restored after each call, Note [Global state]) is one
-finding per setting.  SIGTERM and SIGINT stop a campaign at any moment (:mod:`fuzz.stopping`): the worker
-is ended, state and summary saved, :class:`CampaignInterrupted` raised (exit 3); rerunning with the same
-``out_dir`` resumes the same campaign (Note [Campaign identity] in :mod:`fuzz.state`).  A failed write to
-``out_dir`` (a full disk) ends it with a summary and :class:`CampaignError` (exit 2), except a finding's
-case files: the finding is kept with a note.  A target without strict validation is judged on upstream
-contracts (Note [Malformed consequences] in :mod:`harness.malformed`): accepted malformed metadata that
-only leaves rows undefined or dropped joins the validation-gap table unless ``with_malformed``.  A known
-upstream defect (:mod:`harness.known_issues`) is marked ``known`` with its link.
+The target runs in an isolated worker process (:mod:`fuzz.worker`, its own process group; what the target prints
+goes to ``out_dir/target-output.log``, bounded), beside the oracle and the comparison
+(:func:`harness.check.check_case`): only the verdict and its bucket come back, and a finding's tensors are rebuilt
+from the seed and saved here. A case that kills the worker is a ``crash`` finding; one that does not answer within
+``case_timeout_s``, nor on a retry with a longer wait, a ``hang`` (Note [Confirmed hangs] in :mod:`fuzz.hangs`: an
+answer on the retry is the verdict); a fresh worker goes on. A global setting of torch the target changed (restored
+after each call, Note [Global state]) is one finding per setting. SIGTERM and SIGINT stop a campaign at any moment
+(:mod:`fuzz.stopping`): the worker is ended, state and summary saved, :class:`CampaignInterrupted` raised (exit 3);
+rerunning with the same ``out_dir`` resumes the same campaign (Note [Campaign identity] in :mod:`fuzz.state`). A
+failed write to ``out_dir`` (a full disk) ends it with a summary and :class:`CampaignError` (exit 2), except a
+finding's case files: the finding is kept with a note. A target without strict validation is judged on upstream
+contracts (Note [Malformed consequences] in :mod:`harness.malformed`): accepted malformed metadata that only leaves
+rows undefined or dropped joins the validation-gap table unless ``with_malformed``. A known upstream defect
+(:mod:`harness.known_issues`) is marked ``known`` with its link.
 
-Everything on disk belongs to :class:`fuzz.state.CampaignState` (Note [Campaign state]): the lock on
-``out_dir``, ``findings.jsonl``, ``cases/``, ``state.json``, ``summary.json``, and recovery from torn
-files; Hypothesis's example database is ``out_dir/.hypothesis/`` (a killed shrink resumes from its
-best example), or the ``database`` passed in (:mod:`fuzz.cluster` passes one Redis database to every
-worker).  With a passed database, each finding's case is also saved there under
-:func:`shared_findings_key` and every campaign of the same target and family replays those cases
-first, so a failure found by one worker is replayed (and recorded) by all others, whatever their seed;
-Hypothesis itself deletes an example once it stops failing, so its own entries cannot carry that.
+Everything on disk belongs to :class:`fuzz.state.CampaignState` (Note [Campaign state]): the lock on ``out_dir``,
+``findings.jsonl``, ``cases/``, ``state.json``, ``summary.json``, and recovery from torn files; Hypothesis's example
+database is ``out_dir/.hypothesis/`` (a killed shrink resumes from its best example), or the ``database`` passed in
+(:mod:`fuzz.cluster` passes one Redis database to every worker). With a passed database, each finding's case is also
+saved there under :func:`shared_findings_key` and every campaign of the same target and family replays those cases
+first, so a failure found by one worker is replayed (and recorded) by all others, whatever their seed; Hypothesis
+itself deletes an example once it stops failing, so its own entries cannot carry that.
 """
 
 from __future__ import annotations
@@ -49,6 +46,7 @@ from typing import Optional
 
 from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, HarnessError, case_timeout_for
 from kernel_oracle.fuzz.hangs import confirmed_check
+from kernel_oracle.fuzz.known_avoidance import KnownAvoidance
 from kernel_oracle.fuzz.known_cases import name_known_findings
 from kernel_oracle.fuzz.memcheck_gaps import memcheck_gaps
 from kernel_oracle.fuzz.minimal_examples import minimal_example
@@ -56,7 +54,7 @@ from kernel_oracle.fuzz.process_tree import InProcess
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
-from kernel_oracle.fuzz.stream import TIME_CHUNK_EXAMPLES, run_seed
+from kernel_oracle.fuzz.stream import TIME_CHUNK_EXAMPLES, left_out_notes, run_seed
 from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
 from kernel_oracle.harness.features import with_needs
 from kernel_oracle.harness.opinfo import FAMILY_OF
@@ -129,26 +127,20 @@ class _Search:
         self.target, self.op = str(config.target), config.op
         self.budget, self.time_s, self.seed, self.device = config.case_budget, config.time_s, config.seed, config.device
         self.upstream_contracts_only, self.isolate = config.upstream_contracts_only, config.isolate
-        self.family = config.family
-        self.limits = config.limits
-        self.case_timeout_s = config.case_timeout
+        self.family, self.limits, self.case_timeout_s = config.family, config.limits, config.case_timeout
         self.shrink_slack_s = config.shrink_slack_s
         self.allowance = (config.shrink_allowance if config.shrink_allowance is not None
                           else max(40, (self.budget or 200) // 2))
-        self.worker, self.own_worker = worker, worker is None
-        self.local_target = None
+        self.worker, self.own_worker, self.local_target = worker, worker is None, None
         self.info: dict = {}
-        self.started = time.monotonic()
-        self.startup_s = 0.0
-        self.base_elapsed = state.elapsed_s
+        self.started, self.startup_s, self.base_elapsed = time.monotonic(), 0.0, state.elapsed_s
         self.memo: dict = {}
         self.harness_error: Optional[str] = None
         self.state_error: Optional[StateError] = None  # a failed write inside Hypothesis's body
         self.output_dropped = 0  # bytes of the target's output past its log's limit (Note [Target output])
         self.buckets: list = []  # (Bucket, finding id) of the recorded findings
         self.known_issues = known_issues  # (the file, its harness.known_issues entries); None: known_issues_path's
-        self.avoid: list = []  # known issues with a trigger found by this campaign (Note [Known-issue triggers])
-        self.known_skipped: dict = {}  # known issue id -> cases not run for setting its trigger off
+        self.known = KnownAvoidance(None, config.target, None)  # Note [Known-issue triggers]: run() sets it up
         self.database = database  # a shared Hypothesis ExampleDatabase (None: out_dir/.hypothesis/)
         self.wanted_dtypes: Optional[tuple] = config.dtypes
         self.memcheck_notes: list = []  # where --memcheck could not run (the summary's notes)
@@ -211,6 +203,8 @@ class _Search:
         children = InProcess(active=not self.isolate)  # Note [Worker processes]: the in-process case
         try:
             self.info = self._describe()
+            self.known = KnownAvoidance(self.known_issues[1] if self.known_issues else None, self.target,
+                                        self.info.get("release"))
             # the worker's start-up (imports, a CUDA context) is not the target's time: the clock starts now
             self.startup_s = time.monotonic() - self.started
             self.started = time.monotonic()
@@ -390,11 +384,9 @@ class _Search:
             raise self.state_error
         if not failing:
             return False
-        if self._triggered_issue(failing["case"], failing["verdict"], failing["bucket"]) is not None:
-            # a known upstream issue with a trigger: its Hypothesis-shrunk example is enough, and minimising it
-            # would spend cases on it (Note [Known-issue triggers])
-            self._record(failing["case"], failing["verdict"], failing["bucket"],
-                         prepared_call(failing["case"], self.device))
+        case, verdict, bucket = failing["case"], failing["verdict"], failing["bucket"]
+        if self.known.issue_of(case, verdict, bucket) is not None:  # Note [Known-issue triggers]: not minimised
+            self._record(case, verdict, bucket, prepared_call(case, self.device))
             return True
         least = minimal_example(self, failing["case"], failing["verdict"], failing["bucket"])
         fid = self._record(least.case, least.verdict, least.bucket, prepared_call(least.case, self.device),
@@ -424,7 +416,7 @@ class _Search:
             return
         if self.out_of_budget(extra=self.allowance if failing else 0):
             return
-        if self._known_trigger(case):  # a known issue this campaign has found already: spend the time elsewhere
+        if self.known.skips(case):  # a known issue this campaign has found already: spend the time elsewhere
             return
         if failing and failing["verdict"].kind in ("crash", "hang"):
             fault_shrinks[0] += 1  # each costs a fresh worker (and a hang its timeout): shrink briefly
@@ -523,41 +515,6 @@ class _Search:
     def _known(self, bucket) -> Optional[str]:
         return next((fid for b, fid in self.buckets if b.covers(bucket)), None)
 
-    def _known_trigger(self, case) -> bool:
-        """Whether ``case`` sets off the trigger of a known upstream issue this campaign has recorded
-        (Note [Known-issue triggers]); such a case is not run, only counted in ``known_skipped``."""
-        if not self.avoid:
-            return False
-        from kernel_oracle.harness.triggers import trigger_holds
-
-        data = case.to_dict()
-        for issue in self.avoid:
-            if trigger_holds(issue.trigger, data):
-                self.known_skipped[issue.id] = self.known_skipped.get(issue.id, 0) + 1
-                return True
-        return False
-
-    def _issues(self):
-        """The known-issue entries this campaign matches against (None: the default file's)."""
-        return self.known_issues[1] if self.known_issues else None
-
-    def _triggered_issue(self, case, verdict, bucket):
-        """The known issue with a trigger that a failure of ``case`` is, or None."""
-        from kernel_oracle.harness.known_issues import match_known
-
-        finding = {"target": self.target, "op": case.op, "kind": verdict.kind, "message": verdict.message or "",
-                   "problem": case.to_dict(), "bucket": bucket.to_dict()}
-        issue = match_known(finding, self.target, self.info.get("release"), issues=self._issues())
-        return issue if issue is not None and issue.trigger is not None else None
-
-    def _avoid_if_known(self, finding: dict) -> None:
-        """After recording ``finding``: when it is a known issue with a trigger, stop running its trigger."""
-        from kernel_oracle.harness.known_issues import match_known
-
-        issue = match_known(finding, self.target, self.info.get("release"), issues=self._issues())
-        if issue is not None and issue.trigger is not None and issue not in self.avoid:
-            self.avoid.append(issue)
-
     def _record(self, case, verdict, bucket, call, *, depends_on=()) -> dict:
         from kernel_oracle.harness.check import shape_class
 
@@ -591,7 +548,7 @@ class _Search:
             finding["note"] = f"its tensors were not saved ({unsaved}); the repro line rebuilds the case from its seed"
         state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))
         self.buckets.append((bucket, fid))
-        self._avoid_if_known(finding)
+        self.known.recorded(finding)
         if self.config.progress:
             print_finding(state.findings_with_hits()[-1], self.bar)
         if self.database is not None:  # every other campaign of this target x family replays it first
@@ -629,17 +586,11 @@ class _Search:
         source, issues = self.known_issues or (None, None)
         new = mark_known(record, issues, source=source)
         record["summary"].update(new_findings=new, known_findings=len(record["findings"]) - new,
-                                 known_skipped=dict(self.known_skipped),
+                                 known_skipped=dict(self.known.skipped),
                                  known_cases=sum(f.get("count", 1) for f in record["findings"] if f.get("known")))
         if info:  # the target ran in the worker's Triton mode, not necessarily this process's
             record["environment"]["triton_interpret"] = bool(info.get("interpreting"))
-        for d, why in {**(info.get("excluded_dtypes") or {}),
-                       **((info.get("excluded_dtypes_by_family") or {}).get(self.family) or {})}.items():
-            add_note(record, f"{self.target}: {d} not fuzzed: {why}")
-        for feature, why in (info.get("declines") or {}).items():
-            if feature.startswith("lora.") == (self.family == "lora"):  # LoRA declines contracts, vision features
-                add_note(record, f"{self.target}: no {feature} cases: {why}")
-        for note in notes:
+        for note in [*left_out_notes(info, self.target, self.family), *notes]:
             add_note(record, note)
         try:
             save(record, Path(self.state.out) / "summary.json", overwrite=True)

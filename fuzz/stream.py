@@ -81,6 +81,14 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
     return ops, dtypes, strategy
 
 
+def left_out_notes(info: dict, target: str, family: str) -> list:
+    """The record's notes on what the campaign of ``family`` on the target ``info`` describes leaves out:
+    the dtypes it excludes, and what it declines (LoRA: upstream contracts; vision: features of the call)."""
+    notes = [f"{target}: {d} not fuzzed: {why}" for d, why in excluded_dtypes(info, family).items()]
+    return notes + [f"{target}: no {feature} cases: {why}" for feature, why in (info.get("declines") or {}).items()
+                    if feature.startswith("lora.") == (family == "lora")]
+
+
 def excluded_dtypes(info: dict, family: str) -> dict:
     """dtype -> reason, for the dtypes the target that ``info`` describes does not take in ``family``
     (``Target.excluded_for`` on the target's record)."""

@@ -121,9 +121,8 @@ def _l_drop(field: str):
 
 
 def _l_drop_max_len(call, index, amount):
-    """Partial metadata stays valid: without ``max_len`` the tile count is ``max(seg_lens)``, so
-    ``seg_lens`` that drifted shorter than a segment beside ``max_len`` (valid there) are raised to the
-    segments' own lengths where they fall short."""
+    """Partial metadata stays valid: ``seg_lens`` that drifted shorter beside ``max_len`` (valid there) are
+    raised to the segments' own lengths, as the tile count is now ``max(seg_lens)``."""
     bi = _bi(call)
     bi.max_len = None
     lens = bi.seg_lens

@@ -38,7 +38,7 @@ def _segments(bi, op):
     indptr, slots = bi.seg_indptr.tolist(), bi.weight_indices.tolist()
     ranks, scalings = bi.lora_ranks.tolist(), bi.scalings.tolist()
     for b in range(count):
-        start, end = indptr[b], indptr[b + 1]
+        start, end = max(indptr[b], 0), indptr[b + 1]  # a negative bound must not wrap to the last rows
         if PLANT == ("drops_segment_end" if op == "b" else "step_a_drops_segment_end") and end > start:
             end -= 1
         rows = torch.arange(start, end)

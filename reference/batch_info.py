@@ -82,7 +82,7 @@ def _checked_segments(seg_lens, weight_indices, lora_ranks) -> tuple[list[int], 
 
 
 def _segments(seg_lens: list[int], weight_indices: list[int], padded: int, num_slots: int,
-              stale_tail: bool) -> tuple[list[int], list[int], list[int]]:
+              stale_tail) -> tuple[list[int], list[int], list[int]]:
     """(lengths, slots, seg_indptr) of ``padded`` segments: the real ones, then zero-length padding on slot
     0 (CUDA graph), or with ``stale_tail`` the leftovers of a larger earlier batch, one row each on slots
     0, 1, ... (eager: never read, upstream processes ``num_segments or bs`` segments; CUDA graph: read,
@@ -190,12 +190,8 @@ def make_lora_batch_info(
     hold that many segments, the ones past the real count stale leftovers of an earlier batch (one row
     each, after the routed rows, on slots 0, 1, ...) that upstream never reads.  ``max_len_slack``:
     ``max_len`` that much above the longest segment.  ``seg_lens_drift`` (:data:`SEG_LENS_DRIFTS`):
-    ``seg_lens`` that disagree with ``seg_indptr`` within the contract.  ``is_prefill``: the
-    forward is a prefill (the kv_b kernels do not read it; SGLang's triton_v2 path plans by it).
-    ``graph_tail``: CUDA-graph mode only: the padded segments past the live ones still hold an earlier,
-    larger batch's values (the replay rewrites only the live part of the captured tensors): one row
-    each, after the live rows, on slots 0, 1, ...; upstream launches them, and the rows they cover are
-    padding, whose values no contract fixes (the checks leave them out).
+    ``seg_lens`` that disagree with ``seg_indptr`` within the contract.  ``graph_tail`` (CUDA graph): the padded
+    tail holds an earlier, larger batch's segments, one row each after the live rows (``LoRAProblem.tail_rows``).
     """
     seg_lens, weight_indices = _checked_segments(seg_lens, weight_indices, lora_ranks)
     n = len(seg_lens)
@@ -208,15 +204,12 @@ def make_lora_batch_info(
         padded = max(n, bs, num)
     if isinstance(max_len_slack, bool) or not isinstance(max_len_slack, int) or max_len_slack < 0:
         raise ValueError(f"Expected max_len_slack to be a non-negative int but got max_len_slack={max_len_slack!r}")
-    if cuda_graph_pad_to is not None:
-        if cuda_graph_pad_to < n:
-            raise ValueError(f"cuda_graph_pad_to={cuda_graph_pad_to} is smaller than the {n} segments; "
-                             f"pass cuda_graph_pad_to >= {n}")
-        padded = cuda_graph_pad_to
-    if graph_tail and cuda_graph_pad_to is None:
-        raise ValueError("graph_tail=True describes a replayed CUDA graph; pass cuda_graph_pad_to as well")
-    lens, slots, indptr = _segments(seg_lens, weight_indices, padded, len(lora_ranks),
-                                    eager_counts is not None or graph_tail)
+    if (cuda_graph_pad_to is not None and cuda_graph_pad_to < n) or (graph_tail and cuda_graph_pad_to is None):
+        raise ValueError("graph_tail=True describes a replayed CUDA graph; pass cuda_graph_pad_to as well"
+                         if cuda_graph_pad_to is None else f"cuda_graph_pad_to={cuda_graph_pad_to} is smaller than the "
+                         f"{n} segments; pass cuda_graph_pad_to >= {n}")
+    padded = cuda_graph_pad_to if cuda_graph_pad_to is not None else padded
+    lens, slots, indptr = _segments(seg_lens, weight_indices, padded, len(lora_ranks), eager_counts or graph_tail)
     max_len = max(seg_lens, default=0) + max_len_slack
     given_lens = _drifted(seg_lens, seg_lens_drift, with_max_len) + lens[n:]
     if stale_host_ints is not None:

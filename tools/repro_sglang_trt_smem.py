@@ -2,7 +2,7 @@
 memory than a Hopper block may have.
 
 ``python tools/repro_sglang_trt_smem.py WHEEL [WHEEL ...]`` (a CUDA machine; each WHEEL a release's wheel
-or its slim one, ``python -m kernel_oracle.fuzz.targets.sglang_wheel --slim``; 0.5.13 and later have the
+or its slim one, ``python -m kernel_oracle.fuzz.targets.sglang_slim``; 0.5.13 and later have the
 file).  Only the wheel loader is ours (it answers the kernel file's sglang imports); the call is built by
 hand, no harness, oracle or campaign.  The wrapper sizes the rank tile as ``next_power_of_2(R)`` with a
 256-wide K tile and a 16-row S tile, which fp32 cannot fit past R=64: on the H200, fp32 R=65 C=64 and fp32

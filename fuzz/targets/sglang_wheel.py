@@ -56,7 +56,7 @@ from .sglang_switches import LoraEnvs, ReleaseConfiguration, declared_switches, 
 
 __all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "ReleaseFiles", "STAND_INS", "cache_dir", "code_identity",
            "find_wheel", "helper_file", "import_closure", "installed_release", "kernel_files", "kernel_identity", "load_kernel_module",
-           "locate_kernels", "switch_module", "wheel_release", "write_slim_wheel"]
+           "locate_kernels", "switch_module", "wheel_release"]
 
 # SPEC.md's table, newest layout first: variant -> the kernel file's path in each layout
 KNOWN_KERNEL_FILES = {
@@ -435,34 +435,3 @@ def kernel_identity(release: ReleaseFiles, path: str) -> str:
                 body.append(node)
         release.loaded[key] = code_identity(body, ",".join(sorted(names) + sorted(helpers)))
     return release.loaded[key]
-
-
-def write_slim_wheel(wheel: str | os.PathLike, dest_dir: str | os.PathLike) -> Path:
-    """A copy of ``wheel`` holding only what the suite reads (the kv_b kernel files, their helper files,
-    the triton_v2 path's files, :data:`SLIM_EXTRAS` and the dist-info metadata): ``sglang-X.Y.Z-kernels.whl``, a few hundred kB
-    instead of 40 MB, for carrying to a GPU machine without a registry.  It is read like the full
-    wheel (the loader never installs either)."""
-    rel = wheel_release(wheel)
-    found = locate_kernels(rel)
-    if not found and not set(SLIM_EXTRAS) & set(rel.names):
-        raise LoaderError(f"{wheel}: sglang {rel.version} has neither kv_b LoRA kernels nor a vision module to keep")
-    keep = set(found.values())
-    keep |= {n for n in rel.names if n.endswith("/" + HELPER_FILE) and any(n.rsplit("/", 1)[0] in p for p in keep)}
-    from .sglang_v2 import v2_slim_files  # the triton_v2 path's files (it imports this module)
-
-    keep |= set(v2_slim_files(rel))
-    keep |= {n for n in rel.names if n in SLIM_EXTRAS or re.fullmatch(r"sglang-[^/]+\.dist-info/METADATA", n)}
-    dest = Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    out = dest / f"sglang-{rel.version}-kernels.whl"
-    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for n in sorted(keep):
-            zf.writestr(n, src.read(n))
-    return out
-
-
-if __name__ == "__main__":  # python -m kernel_oracle.fuzz.targets.sglang_wheel --slim DEST WHEEL...
-    if len(sys.argv) < 4 or sys.argv[1] != "--slim":
-        raise SystemExit("usage: python -m kernel_oracle.fuzz.targets.sglang_wheel --slim DEST_DIR WHEEL [WHEEL...]")
-    for w in sys.argv[3:]:
-        print(write_slim_wheel(w, sys.argv[2]))

@@ -74,12 +74,17 @@ def import_module(name: str):
     here = _in_current_directory(name.split(".")[0])
     if here is not None and (not sys.path or sys.path[0] != here):
         sys.path.insert(0, here)
-    try:
-        return importlib.import_module(name), None
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing and (name == missing or name.startswith(missing + ".")):  # the target itself, not one it imports
-            return None, f"import {name} failed: ModuleNotFoundError: {exc}; {where_looked(name)}"
-        return None, f"import {name} failed: ModuleNotFoundError: {exc}"
-    except Exception as exc:  # noqa: BLE001 - the reason is reported, not swallowed
-        return None, f"import {name} failed: {type(exc).__name__}: {exc}"
+    from kernel_oracle.harness.target_raises import signals_noted
+
+    with signals_noted() as noted:  # an exit() at import is its failure too (Note [The target's BaseException])
+        try:
+            return importlib.import_module(name), None
+        except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if missing and (name == missing or name.startswith(missing + ".")):  # the target, not one it imports
+                return None, f"import {name} failed: ModuleNotFoundError: {exc}; {where_looked(name)}"
+            return None, f"import {name} failed: ModuleNotFoundError: {exc}"
+        except BaseException as exc:  # noqa: BLE001 - the reason is reported, not swallowed
+            if not noted.targets(exc):
+                raise
+            return None, f"import {name} failed: {type(exc).__name__}: {exc}"
