@@ -10,20 +10,19 @@ defect is one finding, whichever dtype, size, region or seed shows it. The budge
 seconds) covers everything executed, shrinking included, plus a bounded shrink allowance; the clock starts once the
 worker is ready (``startup_s`` in the record); worker restarts count.
 
-The target runs in an isolated worker process (:mod:`fuzz.worker`, its own process group; what the target prints
-goes to ``out_dir/target-output.log``, bounded), beside the oracle and the comparison
-(:func:`harness.check.check_case`): only the verdict and its bucket come back, and a finding's tensors are rebuilt
-from the seed and saved here. A case that kills the worker is a ``crash`` finding; one that does not answer within
-``case_timeout_s``, nor on a retry with a longer wait, a ``hang`` (Note [Confirmed hangs] in :mod:`fuzz.hangs`: an
-answer on the retry is the verdict); a fresh worker goes on. A global setting of torch the target changed (restored
-after each call, Note [Global state]) is one finding per setting. SIGTERM and SIGINT stop a campaign at any moment
-(:mod:`fuzz.stopping`): the worker is ended, state and summary saved, :class:`CampaignInterrupted` raised (exit 3);
-rerunning with the same ``out_dir`` resumes the same campaign (Note [Campaign identity] in :mod:`fuzz.state`). A
-failed write to ``out_dir`` (a full disk) ends it with a summary and :class:`CampaignError` (exit 2), except a
-finding's case files: the finding is kept with a note. A target without strict validation is judged on upstream
-contracts (Note [Malformed consequences] in :mod:`harness.malformed`): accepted malformed metadata that only leaves
-rows undefined or dropped joins the validation-gap table unless ``with_malformed``. A known upstream defect
-(:mod:`harness.known_issues`) is marked ``known`` with its link.
+The target runs in an isolated worker process (:mod:`fuzz.worker`, its own process group; what the target prints goes
+to ``out_dir/target-output.log``, bounded), beside the oracle and the comparison (:func:`harness.check.check_case`):
+only the verdict and its bucket come back, and a finding's tensors are rebuilt from the seed and saved here. A case
+that kills the worker is a ``crash`` finding; one that does not answer within ``case_timeout_s``, nor on a retry with a
+longer wait, a ``hang`` (Note [Confirmed hangs] in :mod:`fuzz.hangs`: an answer on the retry is the verdict); a fresh
+worker goes on. A global setting of torch the target changed (restored after each call, Note [Global state]) is one
+finding per setting. SIGTERM and SIGINT stop a campaign at any moment (:mod:`fuzz.stopping`): the worker is ended,
+state and summary saved, :class:`CampaignInterrupted` raised (exit 3); rerunning with the same ``out_dir`` resumes the
+same campaign (Note [Campaign identity] in :mod:`fuzz.state`). A failed write to ``out_dir`` (a full disk) ends it with
+a summary and :class:`CampaignError` (exit 2), except a finding's case files: the finding is kept with a note. A target
+without strict validation is judged on upstream contracts (Note [Malformed consequences] in :mod:`harness.malformed`):
+accepted malformed metadata that only leaves rows undefined or dropped joins the validation-gap table unless
+``with_malformed``. A known upstream defect (:mod:`harness.known_issues`) is ``known``, with its link.
 
 Everything on disk belongs to :class:`fuzz.state.CampaignState` (Note [Campaign state]): the lock on ``out_dir``,
 ``findings.jsonl``, ``cases/``, ``state.json``, ``summary.json``, and recovery from torn files; Hypothesis's example
@@ -55,6 +54,7 @@ from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSa
 from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
 from kernel_oracle.fuzz.stream import TIME_CHUNK_EXAMPLES, left_out_notes, run_seed
+from kernel_oracle.harness import oracle_integrity
 from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
 from kernel_oracle.harness.features import with_needs
 from kernel_oracle.harness.opinfo import FAMILY_OF
@@ -131,7 +131,7 @@ class _Search:
         self.shrink_slack_s = config.shrink_slack_s
         self.allowance = (config.shrink_allowance if config.shrink_allowance is not None
                           else max(40, (self.budget or 200) // 2))
-        self.worker, self.own_worker, self.local_target = worker, worker is None, None
+        self.worker, self.own_worker, self.local_target, self.prior_oracle = worker, worker is None, None, None
         self.info: dict = {}
         self.started, self.startup_s, self.base_elapsed = time.monotonic(), 0.0, state.elapsed_s
         self.memo: dict = {}
@@ -161,10 +161,9 @@ class _Search:
         """The target as the process that runs it sees it (``to_record()`` + ``interpreting``)."""
         if not self.isolate:
             from kernel_oracle.fuzz.targets import TargetError, resolve_target
-            from kernel_oracle.harness import oracle_integrity
             from kernel_oracle.harness.device import interpreting
 
-            oracle_integrity.rebase()  # what this process's caller changed is not the target's doing
+            self.prior_oracle = oracle_integrity.rebase()  # what this process's caller changed is not the target's
             try:
                 self.local_target = resolve_target(self.config.target, self.device, sources=self.config.sources)
             except TargetError as exc:
@@ -242,6 +241,8 @@ class _Search:
                 self.bar.close()
             self._stop_worker(kill=False)
             children.end()
+            if self.prior_oracle is not None:  # the caller's baseline again (Note [The oracle's own code])
+                oracle_integrity.restore(self.prior_oracle)
         self.state.elapsed_s = self.elapsed()
         self.state.save()
         notes = [self.harness_error] if self.harness_error is not None else []

@@ -419,9 +419,9 @@ def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, devic
     [Errors outside the table]); False for a target without our strict validation."""
     verdict = _classify(case, expected, observed, call=call, device=device, repro=repro, exact_errors=exact_errors)
     if verdict.ok and observed.input_writes:
-        verdict = _input_write_verdict(case, observed.input_writes, verdict.expected)
+        verdict = _write_verdict(case, observed.input_writes, verdict.expected, outside_view=False)
     if verdict.ok and observed.gap_writes:
-        verdict = _gap_write_verdict(case, observed.gap_writes, verdict.expected)
+        verdict = _write_verdict(case, observed.gap_writes, verdict.expected, outside_view=True)
     verdict.state_changes = list(observed.state_changes)
     return verdict
 
@@ -448,23 +448,17 @@ def _judge_error(case: Case, expected: Outcome, observed: Observed, exp: str, ex
     return Verdict(False, "contract", f"{_raised(observed)}; expected {exp}", expected=exp)
 
 
-def _input_write_verdict(case: Case, writes: list, exp: str) -> Verdict:
-    """The target changed inputs it must only read: one finding naming the first (Note [Read-only inputs])."""
+def _write_verdict(case: Case, writes: list, exp: str, *, outside_view: bool) -> Verdict:
+    """The target changed memory it must only read: its read-only inputs (Note [Read-only inputs]) or the
+    buffer around an argument's view (Note [Writes outside a view]); one finding naming the first."""
     name = writes[0].split(":", 1)[0]
     more = "\n  also: " + "\n  also: ".join(writes[1:8]) if len(writes) > 1 else ""
-    verdict = Verdict(False, "contract", f"wrote its read-only input {writes[0]} (only the in-place output may "
-                                         f"change){more}", expected=exp)
-    verdict.bucket = Bucket("contract", case.family, f"wrote its input {name}")
-    return verdict
-
-
-def _gap_write_verdict(case: Case, writes: list, exp: str) -> Verdict:
-    """The target wrote memory outside an argument's view: one finding naming it (Note [Writes outside a view])."""
-    name = writes[0].split(":", 1)[0]
-    more = "\n  also: " + "\n  also: ".join(writes[1:8]) if len(writes) > 1 else ""
-    verdict = Verdict(False, "contract", f"wrote outside the view of {writes[0]} (a kernel writes only the elements "
-                                         f"of its output view; the rest of the buffer is other data){more}", expected=exp)
-    verdict.bucket = Bucket("contract", case.family, f"wrote outside the view of {name}")
+    what, why = (("outside the view of", "a kernel writes only the elements of its output view; the rest of the "
+                  "buffer is other data") if outside_view else ("its read-only input", "only the in-place output "
+                                                                "may change"))
+    verdict = Verdict(False, "contract", f"wrote {what} {writes[0]} ({why}){more}", expected=exp)
+    verdict.bucket = Bucket("contract", case.family, f"wrote {'outside the view of' if outside_view else 'its input'} "
+                                                     f"{name}")
     return verdict
 
 

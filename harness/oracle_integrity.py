@@ -54,7 +54,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional
 
-__all__ = ["FULL_EVERY", "baseline", "rebase", "replaced"]
+__all__ = ["FULL_EVERY", "baseline", "rebase", "replaced", "restore"]
 
 # calls between two full dispatcher scans (a C++ registration made during a call is found within this many)
 FULL_EVERY = 200
@@ -187,13 +187,24 @@ def baseline() -> _Baseline:
     return _BASELINE
 
 
-def rebase() -> None:
+def rebase() -> _Baseline:
     """Take the Python part of the baseline again, now (an in-process campaign, before it loads its target:
-    what its caller set up -- a test's monkeypatch -- is the caller's, not the target's)."""
+    what its caller set up -- a test's monkeypatch -- is the caller's, not the target's); returns the
+    baseline it replaces, which :func:`restore` puts back when the campaign ends (else the caller's patch,
+    undone by the caller, would read as a replacement and be put back in every later check)."""
     global _BASELINE
     old = baseline()
     _BASELINE = _Baseline()
     _BASELINE.reported, _BASELINE.calls = old.reported, old.calls
+    return old
+
+
+def restore(prior: _Baseline) -> None:
+    """The baseline from before :func:`rebase` again (the campaign that took it has ended)."""
+    global _BASELINE
+    if _BASELINE is not None:
+        prior.reported, prior.calls = _BASELINE.reported, _BASELINE.calls
+    _BASELINE = prior
 
 
 def _library_registrations() -> int:

@@ -112,3 +112,22 @@ def test_assert_matches_detects_a_change_made_before_kernel_oracle_was_loaded(pl
 
 def test_a_right_kernel_changes_nothing():
     assert kernel_oracle.assert_matches("step_a_q", kernel_oracle.reference.lora.step_a_q_fwd, *_call().args).ok
+
+
+def test_a_caller_patch_during_an_in_process_campaign_is_not_put_back_after_it(tmp_path, monkeypatch):
+    """An in-process campaign takes the baseline again with its caller's patches in place (a test's
+    monkeypatch is the caller's, not the target's), and gives the caller's baseline back when it ends: else
+    the undone patch reads as a replacement and later checks put the patched object back."""
+    import kernel_oracle.harness.check as check
+    from kernel_oracle.fuzz.campaign import CampaignConfig, run_campaign
+    from kernel_oracle.harness import oracle_integrity
+
+    oracle_integrity.baseline()
+    original = check.judge
+    with monkeypatch.context() as patch:
+        patch.setattr(check, "judge", lambda *a, **k: original(*a, **k))
+        run_campaign(CampaignConfig(target="reference", op="step_a_q", budget=2, device=DEVICE,
+                                    out_dir=tmp_path / "out", progress=False, isolate=False))
+    assert check.judge is original
+    assert oracle_integrity.replaced() == []  # the caller's baseline: nothing replaced
+    assert check.judge is original
