@@ -241,8 +241,7 @@ class _Search:
                 self.bar.close()
             self._stop_worker(kill=False)
             children.end()
-            if self.prior_oracle is not None:  # the caller's baseline again (Note [The oracle's own code])
-                oracle_integrity.restore(self.prior_oracle)
+            oracle_integrity.restore(self.prior_oracle)  # the caller's baseline (Note [The oracle's own code])
         self.state.elapsed_s = self.elapsed()
         self.state.save()
         notes = [self.harness_error] if self.harness_error is not None else []

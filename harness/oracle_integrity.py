@@ -199,9 +199,12 @@ def rebase() -> _Baseline:
     return old
 
 
-def restore(prior: _Baseline) -> None:
-    """The baseline from before :func:`rebase` again (the campaign that took it has ended)."""
+def restore(prior: Optional[_Baseline]) -> None:
+    """The baseline from before :func:`rebase` again (the campaign that took it has ended); None: no
+    rebase was taken (an isolated campaign), nothing to do."""
     global _BASELINE
+    if prior is None:
+        return
     if _BASELINE is not None:
         prior.reported, prior.calls = _BASELINE.reported, _BASELINE.calls
     _BASELINE = prior
