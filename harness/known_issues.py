@@ -5,8 +5,11 @@ Note [Known issues]
 Some findings are real defects of code we test but do not own (FlashInfer's empty-batch limitation,
 its graph-cache key, SGLang's empty batch with ``max_len=None``).  A user running the suite on an
 unmodified upstream must be able to tell them from new ones, and a run whose findings are all known
-is clean.  :data:`DEFAULT_PATH` (checked in beside this module) lists them, one ``[[issue]]`` table
-each; every entry is checked when the file is loaded, and an error names the file, the entry and
+is clean.  :data:`DEFAULT_PATH` (checked in beside this module) is the registry of upstream defects
+(Note [Defect registry] in :mod:`kernel_oracle.harness.defects`): each ``[[defect]]`` record lists the
+rules that recognise its findings, ``[[defect.issue]]`` tables whose link and doc are the defect's; a
+file of one's own may list top-level ``[[issue]]`` tables instead, each with its ``upstream`` and
+``doc``.  Every entry is checked when the file is loaded, and an error names the file, the entry and
 the field.  :func:`match_known` decides whether a finding record is one of them:
 
 * the target is one of the upstream :data:`FAMILIES` (its name before ``==`` or ``@``: ``sglang``,
@@ -47,13 +50,14 @@ from typing import Optional, Sequence
 # standard library only at import time (reports and compare read this; no torch)
 from kernel_oracle.harness.buckets import bucket_of_record
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
+from kernel_oracle.harness.defects import REGISTRY, Defect, DefectError, parse_defects
 from kernel_oracle.harness.schema import FINDING_KINDS
 from kernel_oracle.harness.triggers import TRIGGERS, trigger_holds
 
 __all__ = ["DEFAULT_PATH", "ENV_VAR", "FAMILIES", "KnownIssue", "KnownIssuesError", "family_of",
            "known_issues_path", "load_known_issues", "mark_known", "match_known", "target_release"]
 
-DEFAULT_PATH = Path(__file__).with_name("known_issues.toml")
+DEFAULT_PATH = REGISTRY  # the defect registry (Note [Defect registry] in harness/defects.py)
 # names a known-issues file used instead of DEFAULT_PATH (read by the campaign's and the job's process)
 ENV_VAR = "KERNEL_ORACLE_KNOWN_ISSUES"
 _FIELDS = ("id", "title", "target", "op", "kind", "upstream", "releases", "doc")
@@ -171,6 +175,16 @@ def _entry(raw: object, where: str) -> KnownIssue:
                       tuple(releases), raw["doc"], raw.get("message"), raw.get("bucket"), raw.get("trigger"))
 
 
+def _inherit(raw: object, defect: Optional[Defect], where: str) -> object:
+    """A ``[[defect.issue]]`` table with its defect's ``upstream`` and ``doc`` (given nowhere else)."""
+    if defect is None or not isinstance(raw, dict):
+        return raw
+    given = sorted(set(raw) & {"upstream", "doc"})
+    if given:
+        raise KnownIssuesError(f"{where}: {given} come from the [[defect]] record {defect.id!r}; remove them here")
+    return {**raw, "upstream": defect.upstream, "doc": defect.doc_line()}
+
+
 def known_issues_path() -> Path:
     """The file :func:`load_known_issues` reads: ``$KERNEL_ORACLE_KNOWN_ISSUES``, else :data:`DEFAULT_PATH`."""
     return Path(os.environ[ENV_VAR]) if os.environ.get(ENV_VAR) else DEFAULT_PATH
@@ -194,12 +208,20 @@ def _load(path: Path) -> tuple[KnownIssue, ...]:
         raise KnownIssuesError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except DataFileError as exc:
         raise KnownIssuesError(str(exc)) from None
-    extra = sorted(set(data) - {"issue"})
+    extra = sorted(set(data) - {"issue", "defect"})
     if extra:
-        raise KnownIssuesError(f"{path}: unknown top-level keys {extra}; entries are [[issue]] tables")
-    issues = tuple(_entry(raw, f"{path} [[issue]] #{i + 1}" + (f" ({raw.get('id')!r})" if isinstance(raw, dict)
-                                                                else ""))
-                   for i, raw in enumerate(data.get("issue", [])))
+        raise KnownIssuesError(f"{path}: unknown top-level keys {extra}; entries are [[issue]] tables (or "
+                               f"[[defect]] records with [[defect.issue]] tables)")
+    try:
+        defects = parse_defects(data, path)
+    except DefectError as exc:
+        raise KnownIssuesError(str(exc)) from None
+    named = [(raw, f"{path} [[issue]] #{i + 1}", None) for i, raw in enumerate(data.get("issue", []))]
+    for d in defects:  # Note [Defect registry]: a defect's rules take its link and documents
+        named += [(raw, f"{path} [[defect]] {d.id!r} [[defect.issue]] #{j + 1}", d) for j, raw in enumerate(d.issues)]
+    issues = tuple(_entry(_inherit(raw, defect, where), where + (f" ({raw.get('id')!r})" if isinstance(raw, dict)
+                                                                 else ""))
+                   for raw, where, defect in named)
     seen: set = set()
     for issue in issues:
         if issue.id in seen:

@@ -2,9 +2,11 @@
 
 Note [Bug corpus]
 -----------------
-A fuzzer that never met a real bug proves little.  Each entry of ``corpus/`` is one upstream defect:
-its issue or pull request, the releases that have it (``buggy``) and those that fixed it
-(``fixed``; empty while ``status = "known"``), the device it needs, the finding kind it must
+A fuzzer that never met a real bug proves little.  Each entry of ``corpus/`` is the test of one upstream
+defect of the registry (Note [Defect registry] in :mod:`kernel_oracle.harness.defects`: the ``[[defect]]``
+whose ``corpus`` is the entry's id gives its title, link and status, ``fixed`` when the defect names a
+release without it, else ``known``): the releases it is measured failing on (``buggy``) and passing on
+(``fixed``; empty while the status is ``known``), the device it needs, the finding kind it must
 produce (``expect``, optionally ``message_contains``), optionally the target ``configuration``
 it needs (``lora_opti=on,cublas=on``: the entry runs on ``sglang-trt==X.Y.Z@lora_opti=on,cublas=on``),
 and one or more minimal cases as plain problem dicts
@@ -17,7 +19,9 @@ entry's releases and cases are exact either way).
 ``oracle_tests/kernel_oracle/test_bug_corpus.py`` requires every entry to fail as expected on each buggy release
 and pass on each fixed one; ``kernel-oracle matrix`` runs them beside its campaigns.  Entries are
 validated when loaded: an unknown field or a problem key the harness does not know is an error
-naming the file and the field (a typo must not silently drop a case's defining parameter).
+naming the file and the field (a typo must not silently drop a case's defining parameter).  A folder
+given to ``--corpus`` other than the installed corpus holds self-contained entries: each also gives its
+``title``, ``upstream`` and ``status``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Optional
 
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
+from kernel_oracle.harness.defects import REGISTRY, Defect, defect_of_corpus, load_defects
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, problem_from_dict
 
@@ -47,6 +52,7 @@ CORPUS_DIR = _corpus_dir()
 _FIELDS = {"id", "title", "upstream", "target", "device", "status", "buggy", "fixed", "expect", "message_contains",
            "cases", "configuration", "reach"}
 _REQUIRED = _FIELDS - {"message_contains", "configuration", "reach"}
+_FROM_DEFECT = {"title", "upstream", "status"}  # a registry entry's, from its defect
 _KINDS = ("mismatch", "contract", "validation-gap", "crash")
 
 
@@ -113,8 +119,17 @@ def _problem(path: Path, i: int, d: dict):
         raise CorpusError(f"{path}: cases[{i}].problem is invalid: {exc}") from None
 
 
-def load_entry(path: str | Path) -> Entry:
-    """Read and validate one corpus file."""
+def _in_corpus_dir(path: Path) -> bool:
+    try:
+        return path.parent.resolve() == CORPUS_DIR.resolve()
+    except OSError:
+        return False
+
+
+def load_entry(path: str | Path, defect: Optional[Defect] = None) -> Entry:
+    """Read and validate one corpus file; one of :data:`CORPUS_DIR` takes its title, link and status from
+    its ``defect`` of the registry (by default the defect naming it: Note [Defect registry] in
+    :mod:`kernel_oracle.harness.defects`), any other file gives them."""
     path = Path(path)
     try:  # bounded: Note [Files as data] in harness/data_files.py
         data = loads_toml(read_text(path), str(path))
@@ -122,6 +137,16 @@ def load_entry(path: str | Path) -> Entry:
         raise CorpusError(f"{path}: {type(exc).__name__}: {exc}") from None
     except DataFileError as exc:
         raise CorpusError(str(exc)) from None
+    if defect is None and _in_corpus_dir(path):
+        defect = defect_of_corpus(path.stem)
+        if defect is None:
+            raise CorpusError(f"{path}: no [[defect]] of the registry ({REGISTRY}) names it; add its defect there "
+                              f"with corpus = {path.stem!r}")
+    if defect is not None:
+        given = sorted(set(data) & _FROM_DEFECT)
+        if given:
+            raise CorpusError(f"{path}: {given} come from the registry's defect {defect.id!r}; remove them here")
+        data = {**data, "title": defect.title, "upstream": defect.upstream, "status": defect.status}
     unknown, missing = sorted(set(data) - _FIELDS), sorted(_REQUIRED - set(data))
     if unknown or missing:
         raise CorpusError(f"{path}: unknown fields {unknown}, missing fields {missing}; the fields are "
@@ -171,8 +196,12 @@ def _configuration(path: Path, text) -> str:
 
 
 def load_corpus(directory: str | Path | None = None) -> list[Entry]:
-    """Every entry of ``directory`` (default: :data:`CORPUS_DIR`, the installed corpus), sorted by id."""
+    """Every entry of ``directory``, sorted by id: by default the entries the registry's defects name (in
+    :data:`CORPUS_DIR`, the installed corpus), else every ``*.toml`` file of ``directory``."""
     directory = Path(directory) if directory is not None else CORPUS_DIR
+    if directory.is_dir() and directory.resolve() == CORPUS_DIR.resolve():
+        return sorted((load_entry(directory / f"{d.corpus}.toml", d) for d in load_defects() if d.corpus),
+                      key=lambda e: e.id)
     if not directory.is_dir():
         raise CorpusError(f"corpus directory {directory} does not exist; pass --corpus DIR (a folder of "
                           f"corpus entries)")
