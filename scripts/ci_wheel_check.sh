@@ -7,7 +7,9 @@
 #   3. both import, from the venv: `import kernels` is HF's, `import kernel_oracle.kernels` is ours;
 #   4. pytest loads our plugin through its pytest11 entry point (`--oracle-target` in `pytest --help`);
 #   5. examples/external_tests runs with that venv from a folder outside the checkout, and must
-#      catch its planted bug (one test expects the AssertionError, one is a strict xfail).
+#      catch its planted bug (one test expects the AssertionError, one is a strict xfail);
+#   6. the real-bug corpus `kernel-oracle matrix` runs is installed with the wheel: the venv loads every
+#      entry of the checkout's corpus/ from its own kernel_oracle/corpus.
 # Exit 0 when all hold; the first failure stops it with its reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ say() { echo "[wheel-check $(date -u +%H:%M:%S)] $*"; }
 pins() { grep -E "^$1==" "$REPO/requirements-cpu.txt"; }
 quiet() { "$@" > "$WORK/log.txt" 2>&1 || { tail -40 "$WORK/log.txt"; echo "failed: $*"; exit 1; }; }
 
-say "1/5 building the wheel from the working tree"
+say "1/6 building the wheel from the working tree"
 mkdir -p "$WORK/src" "$WORK/dist"
 git ls-files -z --cached --others --exclude-standard \
   | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$WORK/src"
@@ -27,7 +29,7 @@ quiet "$PY" -m pip wheel --no-deps --no-build-isolation "$WORK/src" -w "$WORK/di
 WHEEL=$(ls "$WORK"/dist/kernel_oracle-*.whl)
 say "built $(basename "$WHEEL")"
 
-say "2/5 fresh venv: the wheel, Hugging Face's kernels, $(pins torch), $(pins triton)"
+say "2/6 fresh venv: the wheel, Hugging Face's kernels, $(pins torch), $(pins triton)"
 BASE=$("$PY" -c "import sys; print(sys.base_prefix)")/bin/python3
 "$BASE" -m venv "$WORK/venv"
 VPY="$WORK/venv/bin/python"
@@ -40,7 +42,7 @@ cd "$WORK/elsewhere"
 unset PYTHONPATH
 export TRITON_INTERPRET=1  # a CPU machine: Triton kernels (ours, imported below) run interpreted
 
-say "3/5 both packages import from the venv"
+say "3/6 both packages import from the venv"
 "$VPY" - "$REPO" "$WORK/venv" <<'EOF'
 import importlib.metadata as md, os, sys
 repo, venv = (os.path.realpath(p) + os.sep for p in sys.argv[1:3])
@@ -59,15 +61,28 @@ import torch
 print(f"kernels {md.version('kernels')} and kernel-oracle {md.version('kernel-oracle')} side by side (torch {torch.__version__})")
 EOF
 
-say "4/5 pytest loads the plugin through its entry point"
+say "4/6 pytest loads the plugin through its entry point"
 "$VPY" -m pytest --help -p no:cacheprovider > "$WORK/help.txt"
 grep -q -- "--oracle-target" "$WORK/help.txt" || { echo "pytest --help lacks --oracle-target"; exit 1; }
 grep -q -- "--oracle-record" "$WORK/help.txt" || { echo "pytest --help lacks --oracle-record"; exit 1; }
 
-say "5/5 examples/external_tests against the installed wheel"
+say "5/6 examples/external_tests against the installed wheel"
 cp -r "$REPO/examples/external_tests" "$WORK/elsewhere/project"
 cd "$WORK/elsewhere/project"
 "$VPY" -m pytest -q -p no:cacheprovider --oracle-record "$WORK/record/" | tee "$WORK/example.txt"
 grep -Eq "^[0-9]+ passed, 1 xfailed" "$WORK/example.txt" || { echo "expected passes and 1 xfailed (the planted bug)"; exit 1; }
 ls "$WORK"/record/pytest-*.json >/dev/null
+say "6/6 the real-bug corpus from the installed wheel"
+"$VPY" - "$REPO" "$WORK/venv" <<'EOF'
+import os, sys
+from pathlib import Path
+repo, venv = Path(sys.argv[1]), os.path.realpath(sys.argv[2]) + os.sep
+from kernel_oracle.jobs.bug_corpus import CORPUS_DIR, known_cases_for, load_corpus
+assert os.path.realpath(CORPUS_DIR).startswith(venv), f"corpus read from {CORPUS_DIR}, not the venv"
+want = sorted(p.stem for p in (repo / "corpus").glob("*.toml"))
+got = [e.id for e in load_corpus()]
+assert got == want, f"installed corpus {got} differs from the checkout's {want}"
+assert known_cases_for("sglang==0.5.12"), "no known cases for sglang==0.5.12 from the installed corpus"
+print(f"{len(got)} corpus entries from {CORPUS_DIR}")
+EOF
 say "ok: wheel, HF kernels and the example project all work together"

@@ -11,8 +11,12 @@ target (a target runs in a worker):
   where the worker imports it: the current directory first, then ``sys.path`` (:func:`.user_modules.find_spec`);
 * ``sglang==X.Y.Z`` (and ``sglang-trt==X.Y.Z``): the SHA-256 of the release's wheel when one is found
   (``--sglang-wheel`` or the cache, never downloaded here), else the pinned version itself;
-* built-ins and ``mutant:NAME``: the files of our kernel package and of ``fuzz/targets``;
-* an installed ``sglang`` (no version): the installed package's files that hold the entry points.
+* an installed ``sglang`` (no version): the installed package's files that hold the entry points;
+* the other built-ins and ``mutant:NAME``: what :data:`BUILTIN_CODE` names for the target, our packages'
+  files (``reference``: the oracle's package; ``triton`` and mutants: our kernels and the reference
+  their entry points fall back on), our adapter's files, and the installed versions of the distributions
+  whose code it calls (``flashinfer-cudnn``: FlashInfer and cuDNN; ``torch-varlen``: torch).  An edit of
+  our kernels changes the identity of the targets that run them and of no other.
 
 :func:`suite_version` is the package version plus a hash of the oracle's own files (``harness``,
 ``reference``), so an edited oracle or comparison counts as other code too.
@@ -21,13 +25,15 @@ target (a target runs in a worker):
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
 from kernel_oracle.harness.targets import TargetSources, TargetSpec
 
-__all__ = ["code_hash", "files_hash", "identity_difference", "suite_version"]
+__all__ = ["BUILTIN_CODE", "BuiltinCode", "code_hash", "files_hash", "identity_difference", "suite_version"]
 
 _HERE = Path(__file__).resolve().parent  # fuzz/targets
 
@@ -71,6 +77,46 @@ def _module_files(module: str) -> tuple[list[Path], Optional[Path]]:
     return [], None
 
 
+@dataclass(frozen=True)
+class BuiltinCode:
+    """What a built-in target runs: our ``packages`` (import names), our adapter ``modules`` (files of
+    ``fuzz/targets``) and the installed ``distributions`` whose code it calls (hashed by version)."""
+
+    packages: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    distributions: tuple[str, ...] = ()
+
+
+_REF, _KERNELS = "kernel_oracle.reference", "kernel_oracle.kernels"
+# built-in target name (or "mutant") -> the code its identity hashes
+BUILTIN_CODE = {
+    "reference": BuiltinCode((_REF,), ("reference.py", "adapter.py")),
+    "triton": BuiltinCode((_KERNELS, _REF), ("triton.py", "adapter.py")),
+    "mutant": BuiltinCode((_KERNELS, _REF), ("mutants.py", "triton.py", "adapter.py")),
+    # our wrapper semantics resolve the metadata with the reference's contract code, then call the engine
+    "flashinfer-cudnn": BuiltinCode((_REF,), ("flashinfer_cudnn.py",),
+                                    ("flashinfer-python", "nvidia-cudnn-frontend", "nvidia-cudnn-cu12",
+                                     "nvidia-cudnn-cu13")),
+    "torch-varlen": BuiltinCode((_REF,), ("torch_varlen.py",), ("torch",)),
+}
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _builtin_hash(code: BuiltinCode) -> str:
+    files = [f for p in code.packages if (d := _package_dir(p)) for f in _py_files(d)]
+    files += [_HERE / m for m in code.modules]
+    h = hashlib.sha256(files_hash(files, _HERE.parent.parent).encode())
+    for dist in code.distributions:
+        h.update(f"\0{dist}=={_dist_version(dist)}".encode())
+    return h.hexdigest()[:16]
+
+
 def _wheel_hash(version: str, sources: Optional[TargetSources]) -> str:
     from .sglang_wheel import LoaderError, find_wheel
 
@@ -101,7 +147,10 @@ def code_hash(spec: TargetSpec, sources: Optional[TargetSources] = None) -> str:
         files, root = _module_files("sglang")
         lora = [f for f in files if "lora" in f.parts or "multimodal" in f.parts or "attention" in f.parts]
         return files_hash(lora, root) if lora else f"unlocated:{spec}"
-    kernels = _package_dir("kernel_oracle.kernels")
+    code = BUILTIN_CODE.get("mutant" if kind == "mutant" else spec.name)
+    if code is not None:
+        return _builtin_hash(code)
+    kernels = _package_dir(_KERNELS)  # a built-in registered without an entry: every adapter and our kernels
     files = (_py_files(kernels) if kernels else []) + _py_files(_HERE)
     return files_hash(files, _HERE.parent.parent)
 

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "out", default="reports/matrix",
                 help="writes DIR/matrix.{json,md,html}; campaigns go under DIR/runs/<UTC time>/")
     options.add(parser, "sglang_wheel")
-    parser.add_argument("--corpus", default=None, metavar="DIR", help="the real-bug corpus (default: corpus/)")
+    parser.add_argument("--corpus", default=None, metavar="DIR", help="a folder of corpus entries (default: the installed corpus)")
     parser.add_argument("--no-corpus", action="store_true", help="campaigns only")
     options.add(parser, "with_malformed",
                 help="count every malformed input a release accepts as a finding (default: judged by consequence: "

@@ -23,6 +23,7 @@ naming the file and the field (a typo must not silently drop a case's defining p
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -35,7 +36,14 @@ from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, problem_f
 __all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "known_cases_for", "load_corpus", "load_entry",
            "run_entry"]
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus"  # the repository's corpus/ folder
+
+def _corpus_dir() -> Path:
+    """The folder of package ``kernel_oracle.corpus`` (the repository's ``corpus/``; in a wheel, installed
+    beside the code), found with :mod:`importlib.resources` as an installed copy lays it out."""
+    return Path(str(importlib.resources.files("kernel_oracle.corpus")))
+
+
+CORPUS_DIR = _corpus_dir()
 _FIELDS = {"id", "title", "upstream", "target", "device", "status", "buggy", "fixed", "expect", "message_contains",
            "cases", "configuration", "reach"}
 _REQUIRED = _FIELDS - {"message_contains", "configuration", "reach"}
@@ -163,11 +171,11 @@ def _configuration(path: Path, text) -> str:
 
 
 def load_corpus(directory: str | Path | None = None) -> list[Entry]:
-    """Every entry of ``directory`` (default: the repository's ``corpus/``), sorted by id."""
+    """Every entry of ``directory`` (default: :data:`CORPUS_DIR`, the installed corpus), sorted by id."""
     directory = Path(directory) if directory is not None else CORPUS_DIR
     if not directory.is_dir():
-        raise CorpusError(f"corpus directory {directory} does not exist; pass --corpus DIR (the repository's "
-                          f"corpus/ folder)")
+        raise CorpusError(f"corpus directory {directory} does not exist; pass --corpus DIR (a folder of "
+                          f"corpus entries)")
     return [load_entry(p) for p in sorted(directory.glob("*.toml"))]
 
 
@@ -184,8 +192,8 @@ def run_entry(entry: Entry, target, device: Optional[str] = None) -> EntryOutcom
 def known_cases_for(spec, directory: str | Path | None = None) -> tuple:
     """``(label, Case)`` of every corpus case whose entry tests the target ``spec`` (its name and
     configuration: ``sglang==0.5.12`` gets the ``sglang`` entries), the ``known_cases`` a campaign names
-    its findings by (Note [Known cases] in :mod:`kernel_oracle.fuzz.known_cases`); none when the corpus
-    is not at hand (an installed copy without the repository)."""
+    its findings by (Note [Known cases] in :mod:`kernel_oracle.fuzz.known_cases`); none when ``directory``
+    is not a corpus folder."""
     from kernel_oracle.harness.targets import TargetSpec
 
     parsed = TargetSpec.parse(spec)
