@@ -3,8 +3,8 @@ engine, FlashInfer's ``cudnn_batch_prefill_with_kv_cache`` (cuDNN SDPA).
 
 Note [The flashinfer-cudnn target]
 ----------------------------------
-SGLang's ``VisionFlashInferAttention.forward`` is a thin wrapper: resolve the metadata (SPEC.md
-part 2, the six upstream messages in order: :func:`reference.vision_metadata.resolve_flashinfer_cudnn`
+SGLang's ``VisionFlashInferAttention.forward`` is a thin wrapper: resolve the metadata
+(docs/semantics.md#error-contracts-and-their-order, the six upstream messages in order: :func:`reference.vision_metadata.resolve_flashinfer_cudnn`
 with ``strict=False``, which raises exactly what SGLang raises), flatten 4-D inputs, split the
 ``3*(B+1)`` packed **element** indptrs into qk / v / o views shaped ``(B+1,1,1,1)``, and call
 the engine with ``actual_seq_lens_q = actual_seq_lens_kv = sequence_lengths`` as ``(B,1,1,1)``,
