@@ -57,10 +57,11 @@ def _rtol(dtype: torch.dtype) -> float:
 
 
 def _slots(gen, tokens: int, loras: int) -> torch.Tensor:
-    """Per-token slots: mostly live, some -1, one past ``loras`` (unrouted too)."""
+    """Per-token slots in a random order: every slot, -1 and one past ``loras`` (both unrouted) at least once
+    (``tokens >= loras + 2``), the rest random."""
     s = torch.randint(-1, loras, (tokens,), generator=gen, dtype=torch.int32)
-    s[tokens // 2] = loras
-    return s
+    s[: loras + 2] = torch.arange(-1, loras + 1, dtype=torch.int32)
+    return s[torch.randperm(tokens, generator=gen)]
 
 
 def _mla_route(prims, slots: torch.Tensor, heads: int, loras: int, **kw):
@@ -161,7 +162,10 @@ def _shrink_call(name: str, dtype: torch.dtype, seed: int):
     if o.get("ranks"):
         kw["lora_ranks"] = torch.tensor([R, 5], dtype=torch.int32)[:L]
     if o.get("pair_to_row"):
-        kw["pair_to_row"] = torch.randint(-1, T + 2, (P,), generator=gen, dtype=torch.int32)
+        rows = torch.randint(0, T, (P,), generator=gen, dtype=torch.int32)
+        live = (pair_slots >= 0) & (pair_slots < L)
+        rows[live.nonzero()[:2, 0]] = torch.tensor([-1, T + 1], dtype=torch.int32)  # routed pairs off the input
+        kw["pair_to_row"] = rows
     rows = T if (o.get("token_input") or o.get("pair_to_row")) else P
     x = torch.randn(rows, K * (stack if kw["windowed"] else 1), generator=gen).to(dtype)
     w = (torch.randn(L * H // div, N, K, generator=gen) / 4).to(dtype)
