@@ -16,7 +16,7 @@
 * ``varlen_attn``: ``torch.nn.attention.varlen.varlen_attn`` (absent before torch 2.10: skipped);
 * ``sdpa loop``: ``scaled_dot_product_attention`` once per sequence;
 * ``flashinfer-cudnn``: the real engine behind SGLang's ``flashinfer_cudnn`` backend (target
-  ``flashinfer-cudnn``, :mod:`fuzz.flashinfer_cudnn`) called as SGLang calls it, wrapper included
+  ``flashinfer-cudnn``, :mod:`kernel_oracle.fuzz.targets.flashinfer_cudnn`) called as SGLang calls it, wrapper included
   (metadata checks with their host syncs, then FlashInfer's cuDNN prefill); ``cudnn engine``: the
   FlashInfer call alone with the wrapper's work done once.  Skipped, with the target's reason,
   where FlashInfer or the cuDNN frontend is missing (scripts/flashinfer_wheels.sh installs them).

@@ -10,7 +10,7 @@ checked here:
 1. **differential, every dtype**: the edge cases of ``oracle_tests/fuzz/test_sglang_release.py`` (tile
    edges, rank 0, permutation, odd dims, strided views, stale host ints) for the four split steps in
    fp32 (TF32: the target's declared precision), fp16 and bf16, against the oracle;
-2. **CUDA-graph capture and replay** (SPEC.md, Routing): a graph is captured for one batch (one
+2. **CUDA-graph capture and replay** (docs/semantics.md#cuda-graph-host-ints): a graph is captured for one batch (one
    segment, host ints ``bs = num_segments = 1``, ``max_len`` an upper bound, padded to ``PAD``
    segments) and replayed for others (more segments, rotated slots, other lengths within the bound):
    only the device tensors are rewritten in place before each replay, and each replay's output is

@@ -25,8 +25,8 @@ runs the reference on it (a result, an upstream contract error or a strict-valid
 
 Note [Fields that disagree]
 ---------------------------
-Upstream's metadata is redundant, and a valid batch may have its copies disagree (SPEC.md "Fields that
-may disagree"); an implementation that reads the wrong copy passes every batch whose copies agree.
+Upstream's metadata is redundant, and a valid batch may have its copies disagree
+(docs/semantics.md#fields-that-may-disagree); an implementation that reads the wrong copy passes every batch whose copies agree.
 So the strategies draw them apart, each as often as they agree: LoRA ``num_segments`` vs ``bs`` in
 eager mode (more and fewer segments than requests, ``num_segments=0``; stale leftovers of a larger
 batch past the real segments), ``seg_lens`` vs ``seg_indptr`` (a stale order, longer, or shorter
@@ -284,7 +284,7 @@ _MAX_LEN_SLACK = st.one_of(st.just(0), st.integers(1, 3), st.sampled_from((15, 1
 @functools.lru_cache(maxsize=4096)  # Note [Strategy objects]; keyed by data: bounded
 def stale_host_ints(n: int, longest: int) -> SearchStrategy:
     """CUDA-graph host ints ``(bs, num_segments, max_len)`` as a graph captured for another batch left
-    them (SPEC.md, Routing): ``bs``/``num_segments`` smaller than the ``n`` replayed
+    them (docs/semantics.md#cuda-graph-host-ints): ``bs``/``num_segments`` smaller than the ``n`` replayed
     segments (0 included), ``max_len`` an upper bound above the longest replayed segment."""
     below = st.integers(0, max(n - 1, 0))
     return st.tuples(below, below, _MAX_LEN_SLACK.map(lambda d: longest + d))

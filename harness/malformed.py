@@ -106,7 +106,7 @@ def broken_segments(call, clean_call) -> set:
     gi, bi_ = good.seg_indptr.cpu().tolist(), bad.seg_indptr.cpu().tolist()
     gw, bw = good.weight_indices.cpu().tolist(), bad.weight_indices.cpu().tolist()
     # every segment the metadata describes, not the host count: num_segments may be 0 with bs routing
-    # (Fields that may disagree, SPEC.md), and the routing takes whichever of them upstream reads
+    # (docs/semantics.md#fields-that-may-disagree), and the routing takes whichever of them upstream reads
     n = min(len(gw), len(bw), len(gi) - 1, len(bi_) - 1)
     return {s for s in range(n) if gw[s] != bw[s] or gi[s] != bi_[s] or gi[s + 1] != bi_[s + 1]}
 

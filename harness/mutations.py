@@ -175,8 +175,7 @@ def _l_seg_indptr_decreasing(call, index, amount):
 
 def _l_seg_lens_mismatch(call, index, amount):
     """seg_lens shorter than the longest segment with max_len None: the tile count then drops rows (a
-    seg_lens that disagrees with seg_indptr but covers every segment is valid: SPEC.md "Fields that may
-    disagree")."""
+    seg_lens that disagrees with seg_indptr but covers every segment is valid: docs/semantics.md#fields-that-may-disagree)."""
     bi = _bi(call)
     n = _n(bi)
     if not n:

@@ -103,7 +103,7 @@ class LoRAProblem:
     # CUDA-graph replay with stale capture-time host ints (bs, num_segments, max_len): see
     # reference.batch_info.make_lora_batch_info (None: the real counts, as before)
     stale_host_ints: Optional[tuple[int, int, int]] = None
-    # eager batches whose redundant fields disagree within the contract (SPEC.md "Fields that may disagree";
+    # eager batches whose redundant fields disagree within the contract (docs/semantics.md#fields-that-may-disagree;
     # reference.batch_info.make_lora_batch_info): (bs, num_segments), max_len above the longest segment,
     # seg_lens that disagree with seg_indptr (None, 0, None: as before)
     eager_counts: Optional[tuple[int, int]] = None
@@ -143,7 +143,7 @@ class VisionProblem:
     ``path`` (:data:`VISION_PATHS`): where the metadata travels.  ``max_seqlen_kind``: ``"int"``,
     ``"cpu_tensor"`` or ``"device_tensor"``.  ``four_d``: pass (batch, T/batch, H, D) inputs.
     ``H_kv``: key/value heads (None: ``H``; GQA/MQA when fewer, ``H % H_kv == 0``).  ``gaps``: uncovered
-    tokens after each sequence (its indptr gap exceeds its length: SPEC.md "Fields that may disagree").
+    tokens after each sequence (its indptr gap exceeds its length: docs/semantics.md#fields-that-may-disagree).
     ``metadata_source``: ``"ours"`` (:func:`prepare_flashinfer_cudnn_metadata`) or ``"helper"`` (the
     release's metadata helper, SGLang's signature; our stand-in when the target offers none).
     ``window``: the ``window_size`` passed (None: not passed); ``sinks``: ``s_aux`` drawn ``"normal"`` or
@@ -357,7 +357,7 @@ def materialize_lora(p: LoRAProblem, device: str | torch.device = "cpu") -> Call
 # where the vision metadata travels (VisionProblem.path): forward_metadata with packed indptrs, the kwargs
 # path, forward_metadata without packed indptrs (the kwargs then carry them), and forward_metadata with
 # packed indptrs beside kwargs that disagree with it (stale values, or the Nones SGLang's VisionAttention
-# passes when its caller gives none): upstream reads forward_metadata then (SPEC.md "Fields that may disagree")
+# passes when its caller gives none): upstream reads forward_metadata then (docs/semantics.md#fields-that-may-disagree)
 VISION_PATHS = ("metadata", "kwargs", "metadata_without_packed", "metadata_and_kwargs", "metadata_and_none")
 METADATA_SOURCES = ("ours", "helper")
 SINKS = {"normal": 0.0, "large": 6.0}  # s_aux ~ N(offset, 1): "large" dominates every row's denominator

@@ -38,7 +38,7 @@ declares what the comparison needs to be fair:
   metadata cases are then validation gaps by construction; ``--upstream-contracts-only`` skips them);
 * ``excluded_dtypes``: dtype -> reason; a third-party Triton target run under the interpreter is not
   tested in bfloat16, because the interpreter computes bf16 arithmetic on raw bit patterns
-  (SPEC.md "Where it runs") and we cannot neutralise that inside code we do not own;
+  (docs/semantics.md#where-the-triton-interpreter-is-wrong) and we cannot neutralise that inside code we do not own;
   ``excluded_dtypes_by_family``: family -> {dtype: reason} for one family only (an SGLang release's
   vision wrapper runs on cuDNN SDPA, which takes no float32, while its kv_b kernels do):
   :meth:`Target.excluded_for` gives both together;

@@ -13,7 +13,7 @@ the caller built, not a second implementation of it:
 0. the arguments are bound to the op's signature first (Note [Binding the call]);
 1. the float64 oracle runs on a copy of the inputs (strict validation by default).  When it raises,
    the user's function must raise the same exception type with the same full text: a contract
-   error (SPEC.md: the upstream messages are contracts) or any other error of the oracle on these
+   error (docs/semantics.md#error-contracts-and-their-order: the upstream messages are contracts) or any other error of the oracle on these
    inputs (with ``strict=False``, only the type of the latter: Note [Errors outside the table] in
    :mod:`kernel_oracle.harness.check`); when it returns, it also yields the same-dtype baseline (the oracle's faithful mode, in
    TF32 for ``precision="tf32"``);

@@ -3,8 +3,8 @@
 Note [Interpreter workarounds]
 ------------------------------
 Without a GPU the kernels run under ``TRITON_INTERPRET=1`` (set before any kernel module is
-imported; ``oracle_tests/conftest.py`` does it).  The interpreter (triton 3.9, SPEC.md "Where it
-runs") stores bfloat16 as raw 16-bit integers, so on bf16 tiles
+imported; ``oracle_tests/conftest.py`` does it).  The interpreter (triton 3.9,
+docs/semantics.md#where-the-triton-interpreter-is-wrong) stores bfloat16 as raw 16-bit integers, so on bf16 tiles
 
 * ``tl.dot``, ``+ - * /``, comparisons and ``tl.sum`` compute on the bit patterns, and
 * the fp32 -> bf16 cast truncates instead of rounding to nearest even.
@@ -16,7 +16,7 @@ Our kernels therefore take two constexpr switches computed here, at wrapper leve
   accumulation produces, up to summation order);
 * ``FIX_BF16``: convert between fp32 and bf16 on the bit patterns only (:func:`cast_rounded`,
   :func:`rounded_f32`, :func:`to_f32`: integer arithmetic, exact under the interpreter), so that
-  stores and the rounding points of SPEC.md part 1 round to nearest even as on a GPU.  The
+  stores and the rounding points of docs/semantics.md#math-and-rounding-points round to nearest even as on a GPU.  The
   interpreter's own float conversion also mangles subnormals (1e-40 -> 1.01e-39), which this avoids.
 
 Both are False on a GPU, so compiled kernels carry none of it.  Each defect is demonstrated by a

@@ -17,7 +17,7 @@ from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, find_wheel, whe
 
 from .conftest import REQUIRE_ENV, REQUIRED
 
-# the releases the suite reads (SPEC.md, "Where SGLang keeps these kernels"): kv_b kernels, and every one
+# the releases the suite reads (docs/semantics.md#where-sglang-keeps-the-kernels): kv_b kernels, and every one
 # of the four versions of the vision wrapper (0.5.10 | 0.5.11 - 0.5.15.post1 | 0.5.16 | 0.5.17 - 0.5.23)
 RELEASES = ("0.5.12", "0.5.15", "0.5.23")
 VISION_RELEASES = ("0.5.10", "0.5.12", "0.5.15", "0.5.16", "0.5.23")

@@ -6,6 +6,8 @@
 * :mod:`reference.batch_info`, :mod:`reference.vision_metadata` - metadata types and builders
 * :mod:`reference.lora_routing` - segment routing and strict validation shared with the kernels
 * :mod:`reference.strict` - the strict-validation switch
+* :mod:`reference.grouped_route`, :mod:`reference.grouped_lora` - the aligned-route contract and float64
+  references of SGLang's grouped LoRA primitives (``build_route``, ``grouped_lora_a`` / ``_b``, 0.5.23+)
 """
 
 from kernel_oracle.reference.batch_info import LoRABatchInfo, make_lora_batch_info

@@ -23,7 +23,7 @@ import torch
 
 __all__ = ["SEG_LENS_DRIFTS", "LoRABatchInfo", "make_lora_batch_info"]
 
-# how seg_lens may disagree with seg_indptr in a valid batch (SPEC.md "Fields that may disagree"): upstream
+# how seg_lens may disagree with seg_indptr in a valid batch (docs/semantics.md#fields-that-may-disagree): upstream
 # reads seg_indptr for the bounds and seg_lens only as the tile count when max_len is None
 #   rolled:  a stale order of the right lengths (same sum, same maximum: valid with or without max_len)
 #   longer:  every length one more (the maximum covers the longest segment: valid with or without max_len)
@@ -178,13 +178,13 @@ def make_lora_batch_info(
     replays a captured graph for a smaller batch.  ``bs`` and ``num_segments`` stay the real count.
 
     ``stale_host_ints``: ``(bs, num_segments, max_len)``, CUDA-graph mode only: the host ints as a
-    graph captured for another batch left them (SPEC.md, Routing): ``bs`` and ``num_segments`` at
+    graph captured for another batch left them (docs/semantics.md#cuda-graph-host-ints): ``bs`` and ``num_segments`` at
     most the padded count (typically smaller than the replayed batch: they must not limit it),
     ``max_len`` an upper bound at least the longest segment (ignored when ``with_max_len=False``).
     Only device tensors describe the replayed batch.  SGLang 0.5.12 launched ``bs`` programs and
     guarded with ``num_segments`` here, skipping segments (fixed by PR #28371).
 
-    Fields that may disagree in a valid eager batch (SPEC.md "Fields that may disagree"):
+    Fields that may disagree in a valid eager batch (docs/semantics.md#fields-that-may-disagree):
     ``eager_counts``: ``(bs, num_segments)`` with ``num_segments or bs`` the real segment count (more or
     fewer requests than segments, or ``num_segments=0``); when either exceeds it, the metadata tensors
     hold that many segments, the ones past the real count stale leftovers of an earlier batch (one row

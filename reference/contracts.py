@@ -7,8 +7,7 @@ through :func:`raise_contract` and tests assert through :func:`expected_message`
 same :data:`CONTRACTS` entry.  Each entry says
 
 * ``origin``: ``"upstream"`` (SGLang's exact text and type; never edited) or ``"strict"`` (our own
-  validation, only for inputs that upstream would silently accept: see SPEC.md "Beyond the upstream
-  contracts");
+  validation, only for inputs that upstream would silently accept: see docs/semantics.md#strict-validation);
 * ``api``: which entry points raise it (``"lora"`` = every kv_b LoRA step, ``"vision"`` = the
   ``flashinfer_cudnn`` forward);
 * ``order``: for upstream vision contracts, the position in SGLang's resolution order.
@@ -173,7 +172,7 @@ CONTRACTS: Mapping[str, Contract] = _table(
              "{field} has shape {got}, expected {expected}; {why}", "vision", _S),
     Contract("vision.strict.operand_layout", ValueError,
              "{field} is a {got}: {why}; pass {field}.contiguous()", "vision", _S),
-    # grouped-query attention (SPEC.md part 2): H_kv key/value heads, H % H_kv == 0
+    # grouped-query attention (docs/semantics.md#vision-attention): H_kv key/value heads, H % H_kv == 0
     Contract("vision.strict.kv_heads", ValueError,
              "k has {got} heads, which do not divide q's {heads}; grouped-query attention needs H % H_kv == 0 "
              "(query head h attends key/value head h // (H // H_kv)): pass k and v with a divisor of {heads} heads",

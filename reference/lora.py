@@ -1,4 +1,4 @@
-"""Pure-torch references for the kv_b LoRA steps of absorbed MLA (SPEC.md part 1).
+"""Pure-torch references for the kv_b LoRA steps of absorbed MLA (docs/semantics.md#kv_b-lora-steps).
 
 Two layers:
 

@@ -2,7 +2,7 @@
 
 Note [Routing]
 --------------
-Every LoRA step routes rows the same way (SPEC.md part 1), so routing is computed once, here, and
+Every LoRA step routes rows the same way (docs/semantics.md#kv_b-lora-steps), so routing is computed once, here, and
 shared by the reference, the Triton kernels' wrappers and the fuzzer's expected outcomes:
 
 1. upstream contract: neither ``max_len`` nor ``seg_lens`` -> the exact upstream ``ValueError``,
@@ -36,7 +36,7 @@ __all__ = ["LoRARouting", "SlotGroup", "max_segment_len", "num_segments", "route
 def num_segments(batch_info) -> int:
     """The segments a launch processes: ``num_segments or bs``; under ``use_cuda_graph`` every one of
     the ``weight_indices.shape[0]`` segments, because the host ints are capture-time values that may be
-    stale (smaller than the replayed batch) and must not limit it (SPEC.md, Routing)."""
+    stale (smaller than the replayed batch) and must not limit it (docs/semantics.md#cuda-graph-host-ints)."""
     n = int(batch_info.num_segments or batch_info.bs)
     wi = getattr(batch_info, "weight_indices", None)
     if getattr(batch_info, "use_cuda_graph", False) and isinstance(wi, torch.Tensor) and wi.dim() == 1:
@@ -153,7 +153,7 @@ def _check_values(batch_info, n: int, indptr: torch.Tensor, num_rows: int, num_s
     longest = int(lens.max())
     seg_lens = getattr(batch_info, "seg_lens", None)
     if seg_lens is not None and getattr(batch_info, "max_len", None) is None:
-        # seg_lens may disagree with seg_indptr (SPEC.md "Fields that may disagree"): upstream reads it only
+        # seg_lens may disagree with seg_indptr (docs/semantics.md#fields-that-may-disagree): upstream reads it only
         # for the tile count when max_len is None, which must then cover the longest segment
         given = _cpu_long(seg_lens)[:n]
         if int(given.max()) < longest:

@@ -1,4 +1,4 @@
-"""The tolerance rule (SPEC.md "Tolerances") and one failure-message layout.
+"""The tolerance rule (docs/semantics.md#tolerance-rule) and one failure-message layout.
 
 Note [Tolerance rule]
 ---------------------

@@ -1,4 +1,4 @@
-"""Pure-torch reference for SGLang's ``flashinfer_cudnn`` vision attention (SPEC.md part 2).
+"""Pure-torch reference for SGLang's ``flashinfer_cudnn`` vision attention (docs/semantics.md#vision-attention).
 
 Non-causal softmax attention confined to each packed sequence.  ``flashinfer_cudnn_oracle`` returns
 the float64 output (or, with ``faithful=True``, the same computation with a flash kernel's rounding

@@ -4,7 +4,7 @@ Note [Window and sinks]
 -----------------------
 ``VisionAttention.forward`` (``sglang/srt/layers/attention/vision.py``) calls its backend with
 ``attention_mask``, ``output_ws``, ``window_size`` and ``s_aux`` on every call, whatever the backend;
-each one that changes the function is part of the vision op (SPEC.md part 2), and a backend that takes
+each one that changes the function is part of the vision op (docs/semantics.md#vision-attention), and a backend that takes
 one and ignores it computes another function.  What the reference implements:
 
 * ``window_size = (left, right)``: local attention within each sequence, FlashAttention's convention

@@ -243,7 +243,7 @@ def select_metadata(cu_seqlens, forward_metadata, kwargs) -> tuple[object, objec
 
 def resolve_flashinfer_cudnn(q, k, v, cu_seqlens, softmax_scale=None, forward_metadata=None, *,
                              strict: Optional[bool] = None, **kwargs) -> VisionPlan:
-    """SGLang's resolution order (SPEC.md part 2), then strict validation, as a plan."""
+    """SGLang's resolution order (docs/semantics.md#error-contracts-and-their-order), then strict validation, as a plan."""
     strict = resolve_strict(strict)
     sequence_lengths, packed, max_seqlen = select_metadata(cu_seqlens, forward_metadata, kwargs)
     reshape_batch = None

@@ -9,7 +9,8 @@
 #   bash scripts/gpu_check.sh bench [PART..] # lora vision sglang verdicts oracle (default: all): the tables; sglang
 #                                            also runs every standalone reproducer of docs/upstream/
 #   bash scripts/gpu_check.sh main-job       # kernel-oracle run --device cuda --time 120, cold then warm cache
-#   bash scripts/gpu_check.sh matrix [S]     # every release x kv_b code x configuration, lora and vision, S s each (10)
+#   bash scripts/gpu_check.sh matrix [S]     # every release x kv_b code x configuration, lora and vision, and every
+#                                            # staged FlashInfer release (flashinfer-cudnn@engine=V), S s each (10)
 #   bash scripts/gpu_check.sh all [S]        # the sequence setup .. bench; ends with the table of every phase
 #   bash scripts/gpu_check.sh table          # that table alone
 #
@@ -39,11 +40,16 @@ timed() {  # PHASE TIMEOUT LOG COMMAND...: run COMMAND into LOG; sets RC and SEC
   [ "$RC" -eq 124 ] && echo "$phase: stopped after $limit s"
 }
 
-setup() {  # FlashInfer's wheels into /tmp/site, the cluster wheels where present, the checkout editable
-  shopt -s nullglob; local fi=(.whl/flashinfer/*.whl) cl=(.whl/cluster/*.whl) start; start=$(date +%s); RC=0
-  if [ ${#fi[@]} -gt 0 ]; then
-    SITE=/tmp/site PYTHON=python3 bash scripts/flashinfer_wheels.sh install .whl/flashinfer || RC=2
-  else echo "setup: no .whl/flashinfer: the flashinfer-cudnn target stays unavailable"; fi
+setup() {  # FlashInfer's releases (0.6.18 also into /tmp/site), the cluster wheels where present, the checkout editable
+  shopt -s nullglob; local fi=(.whl/flashinfer/*/flashinfer_python-*.whl) cl=(.whl/cluster/*.whl) start
+  start=$(date +%s); RC=0
+  for w in "${fi[@]}"; do  # .whl/flashinfer/VERSION: flashinfer-cudnn@engine=VERSION (scripts/flashinfer_wheels.sh)
+    local ver; ver=$(basename "$(dirname "$w")")
+    env $([ "$ver" = 0.6.18 ] && echo SITE=/tmp/site) PYTHON=python3 bash scripts/flashinfer_wheels.sh install \
+      .whl/flashinfer "$ver" || RC=2
+  done
+  [ ${#fi[@]} -gt 0 ] || echo "setup: no .whl/flashinfer/VERSION: the flashinfer-cudnn target stays unavailable"
+  ls -d /tmp/flashinfer-sites/*/flashinfer 2>/dev/null | sed 's|^|setup: FlashInfer release ready: |' || true
   local v2=(.whl/v2deps/*.whl)  # msgspec and pydantic: SGLang 0.5.23's triton_v2 files import them (sglang-v2)
   if [ ${#v2[@]} -gt 0 ] && ! python3 -c "import msgspec, pydantic" 2>/dev/null; then
     python3 -m pip install -q --no-index --find-links .whl/v2deps --target /tmp/site msgspec pydantic \
@@ -209,7 +215,7 @@ PY
 matrix() {  # SGLang's release matrix: the three kv_b codes under every configuration, and the vision wrapper
   local secs=${1:-10} wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
   rm -rf "$STATE/matrix"
-  timed matrix 580 "$OUT/matrix.log" python3 -m kernel_oracle matrix --targets sglang,sglang-trt,sglang-v2 --releases all \
+  timed matrix 580 "$OUT/matrix.log" python3 -m kernel_oracle matrix --targets sglang,sglang-trt,sglang-v2,flashinfer-cudnn --releases all \
     --configurations all --op lora,vision --device cuda --time "$secs" --quiet --out "$STATE/matrix" "${wheel[@]}"
   cp "$STATE/matrix/matrix.md" "$STATE/matrix/matrix.json" "$OUT/" 2>/dev/null
   tail -40 "$OUT/matrix.log" | cut -c1-240

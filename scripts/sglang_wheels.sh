@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fill the wheel cache with the SGLang releases the suite reads (SPEC.md, "Where SGLang keeps these
-# kernels"), so oracle_tests/fuzz/test_sglang_release*.py and test_bug_corpus.py run the real kernels and wrappers.
+# Fill the wheel cache with the SGLang releases the suite reads
+# (docs/semantics.md#where-sglang-keeps-the-kernels), so oracle_tests/fuzz/test_sglang_release*.py and test_bug_corpus.py run the real kernels and wrappers.
 # Wheels go to ${KERNEL_ORACLE_CACHE:-~/.cache/kernel-oracle}/wheels; a wheel already there (or in
 # the repository's .whl/sglang/, which is git-ignored) is not fetched again.  Only the wheel is
 # fetched (--no-deps): the suite reads its kernel files and never installs it.

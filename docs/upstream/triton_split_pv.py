@@ -140,7 +140,7 @@ GPU_VARIANTS += [(300, 64, 80, True, True, bm, bn, w, st, 2, dt)
 GPU_VARIANTS += [(n, 64, dv, True, True, bm, bn, w, st, 2, "bf16", True)
                  for n in (300, 512) for dv in (80, 72)
                  for bm, bn, w, st in ((128, 128, 8, 3), (64, 64, 4, 2), (128, 64, 8, 3), (128, 64, 8, 1))]
-# under the interpreter: small, one block shape, fp16 (its bf16 arithmetic is wrong, SPEC.md); 40 tokens end
+# under the interpreter: small, one block shape, fp16 (its bf16 arithmetic is wrong, docs/semantics.md#where-the-triton-interpreter-is-wrong); 40 tokens end
 # with a masked block of 16, with 2 heads
 CPU_VARIANTS = [(n, 16, 24, split, rescale, 16, 16, 1, 1, 1 + (n == 40), "fp16")
                 for n in (32, 40) for split, rescale in itertools.product((False, True), (False, True))]

@@ -14,7 +14,7 @@ from kernel_oracle.harness.targets import Target
 __all__ = ["BF16_REASON", "entries_from", "import_module", "third_party"]
 
 BF16_REASON = ("third-party Triton code under the Triton interpreter: the interpreter computes bf16 "
-               "arithmetic on raw bit patterns (SPEC.md), which is not the target's fault")
+               "arithmetic on raw bit patterns (docs/semantics.md#where-the-triton-interpreter-is-wrong), which is not the target's fault")
 
 
 def entries_from(obj, ops=None, notes=None) -> dict:

@@ -3,8 +3,8 @@ engine, FlashInfer's ``cudnn_batch_prefill_with_kv_cache`` (cuDNN SDPA).
 
 Note [The flashinfer-cudnn target]
 ----------------------------------
-SGLang's ``VisionFlashInferAttention.forward`` is a thin wrapper: resolve the metadata (SPEC.md
-part 2, the six upstream messages in order: :func:`reference.vision_metadata.resolve_flashinfer_cudnn`
+SGLang's ``VisionFlashInferAttention.forward`` is a thin wrapper: resolve the metadata
+(docs/semantics.md#error-contracts-and-their-order, the six upstream messages in order: :func:`reference.vision_metadata.resolve_flashinfer_cudnn`
 with ``strict=False``, which raises exactly what SGLang raises), flatten 4-D inputs, split the
 ``3*(B+1)`` packed **element** indptrs into qk / v / o views shaped ``(B+1,1,1,1)``, and call
 the engine with ``actual_seq_lens_q = actual_seq_lens_kv = sequence_lengths`` as ``(B,1,1,1)``,
@@ -55,6 +55,7 @@ import torch
 from kernel_oracle.harness.opinfo import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, unavailable
 
+from .flashinfer_engines import ENGINE_RELEASES, select_engine
 from .registry import register_target
 
 __all__ = ["DECLINES", "ENGINE_DTYPES_REASON", "GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn",
@@ -362,9 +363,14 @@ def shared_engine(device) -> tuple[Optional[FlashInferCudnn], str]:
     return ENGINES[key], ""
 
 
-def flashinfer_cudnn_target(device):
-    """The :class:`~kernel_oracle.harness.targets.Target`, or an unavailable one that says why."""
-    name = "flashinfer-cudnn"
+def flashinfer_cudnn_target(device, spec=None):
+    """The :class:`~kernel_oracle.harness.targets.Target` of ``spec`` (``flashinfer-cudnn`` or
+    ``flashinfer-cudnn@engine=VERSION``: Note [Engine versions]), or an unavailable one that says why."""
+    name = str(spec) if spec is not None else "flashinfer-cudnn"
+    version = dict(spec.configuration).get("engine") if spec is not None else None
+    why = select_engine(version) if version else ""
+    if why:
+        return unavailable(name, why)
     engine, why = shared_engine(device)
     if engine is None:
         return unavailable(name, why)
@@ -378,4 +384,5 @@ def flashinfer_cudnn_target(device):
     return t
 
 
-register_target("flashinfer-cudnn", lambda spec, device, sources: flashinfer_cudnn_target(device))
+register_target("flashinfer-cudnn", lambda spec, device, sources: flashinfer_cudnn_target(device, spec),
+                configuration={"engine": tuple(ENGINE_RELEASES)})

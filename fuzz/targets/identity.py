@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from kernel_oracle.harness.targets import TargetSources, TargetSpec
+from .flashinfer_engines import engine_site
 
 __all__ = ["BUILTIN_CODE", "BuiltinCode", "code_hash", "files_hash", "identity_difference", "suite_version"]
 
@@ -94,26 +95,34 @@ BUILTIN_CODE = {
     "triton": BuiltinCode((_KERNELS, _REF), ("triton.py", "adapter.py")),
     "mutant": BuiltinCode((_KERNELS, _REF), ("mutants.py", "triton.py", "adapter.py")),
     # our wrapper semantics resolve the metadata with the reference's contract code, then call the engine
-    "flashinfer-cudnn": BuiltinCode((_REF,), ("flashinfer_cudnn.py",),
+    "flashinfer-cudnn": BuiltinCode((_REF,), ("flashinfer_cudnn.py", "flashinfer_engines.py"),
                                     ("flashinfer-python", "nvidia-cudnn-frontend", "nvidia-cudnn-cu12",
                                      "nvidia-cudnn-cu13")),
     "torch-varlen": BuiltinCode((_REF,), ("torch_varlen.py",), ("torch",)),
 }
 
 
-def _dist_version(name: str) -> str:
+def _dist_version(name: str, path: Optional[list] = None) -> str:
+    """The installed version of distribution ``name`` (in the folders ``path`` only, when given)."""
+    if path is not None:
+        found = [d.version for d in importlib.metadata.distributions(name=name, path=path)]
+        return found[0] if found else "absent"
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return "absent"
 
 
-def _builtin_hash(code: BuiltinCode) -> str:
+def _builtin_hash(code: BuiltinCode, spec: Optional[TargetSpec] = None) -> str:
+    """``flashinfer-cudnn@engine=V`` reads its distributions' versions in V's own folder (Note [Engine
+    versions] in :mod:`.flashinfer_engines`), not in the environment's."""
     files = [f for p in code.packages if (d := _package_dir(p)) for f in _py_files(d)]
     files += [_HERE / m for m in code.modules]
     h = hashlib.sha256(files_hash(files, _HERE.parent.parent).encode())
+    engine = dict(spec.configuration).get("engine") if spec is not None else None
+    path = [str(engine_site(engine))] if engine else None
     for dist in code.distributions:
-        h.update(f"\0{dist}=={_dist_version(dist)}".encode())
+        h.update(f"\0{dist}=={_dist_version(dist, path)}".encode())
     return h.hexdigest()[:16]
 
 
@@ -149,7 +158,7 @@ def code_hash(spec: TargetSpec, sources: Optional[TargetSources] = None) -> str:
         return files_hash(lora, root) if lora else f"unlocated:{spec}"
     code = BUILTIN_CODE.get("mutant" if kind == "mutant" else spec.name)
     if code is not None:
-        return _builtin_hash(code)
+        return _builtin_hash(code, spec)
     kernels = _package_dir(_KERNELS)  # a built-in registered without an entry: every adapter and our kernels
     files = (_py_files(kernels) if kernels else []) + _py_files(_HERE)
     return files_hash(files, _HERE.parent.parent)

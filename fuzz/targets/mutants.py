@@ -20,7 +20,7 @@ contract cases), which keeps the whole table within the CPU budget.
 
 Note [Wrong-field mutants]
 --------------------------
-One mutant per pair of redundant fields (SPEC.md "Fields that may disagree"; Note [Fields that disagree]
+One mutant per pair of redundant fields (docs/semantics.md#fields-that-may-disagree; Note [Fields that disagree]
 in :mod:`fuzz.strategies`) reads the copy upstream does not read: eager ``bs`` for ``num_segments``,
 ``seg_lens`` for the ``seg_indptr`` bounds, the longest segment for ``max_len``'s tile count, the indptr
 gaps for ``sequence_lengths``, the kwargs for ``forward_metadata``.  Each computes right whenever the

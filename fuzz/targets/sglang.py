@@ -5,7 +5,7 @@ Note [SGLang targets]
 ---------------------
 * ``sglang`` / ``sglang-trt``: the installed release.  Its files are found through the
   distribution's metadata (never by importing it: :mod:`.sglang_wheel`), the kv_b kernel file by
-  SPEC.md's module table, then by a search for the entry points.  The file is imported the normal
+  the module table of docs/semantics.md#where-sglang-keeps-the-kernels, then by a search for the entry points.  The file is imported the normal
   way when SGLang's heavy imports work here; when they fail (torch and triton alone), it is loaded
   standalone by the same loader as a wheel, and the record says which.  ``sglang`` adds the vision
   backend when it imports and builds (it needs CUDA and FlashInfer; the note says why not).

@@ -72,6 +72,7 @@ import dataclasses
 import importlib.util
 import threading
 import types
+import typing
 from typing import Optional
 
 import torch
@@ -81,8 +82,8 @@ from kernel_oracle.reference.lora_routing import num_segments
 from .sglang_switches import ReleaseConfiguration
 from .sglang_wheel import STAND_INS, LoaderError, ReleaseFiles, code_identity, import_closure
 
-__all__ = ["MISSING_PACKAGES_HINT", "V2_DECLINES", "V2_ENTRY", "V2Corrections", "load_v2", "locate_v2", "token_slots",
-           "v2_files", "v2_identity", "v2_slim_files"]
+__all__ = ["MISSING_PACKAGES_HINT", "V2_DECLINES", "V2_ENTRY", "V2Corrections", "V2Primitives", "load_v2", "locate_v2",
+           "token_slots", "v2_files", "v2_identity", "v2_primitives", "v2_slim_files"]
 
 V2_ENTRY = "sglang/srt/lora/dense/mla_correction.py"
 V2_MARK = "def prepare_q_correction("
@@ -320,6 +321,33 @@ class _HostTorch(types.ModuleType):
 
     def __getattr__(self, name):
         return _HostCuda if name == "cuda" else getattr(torch, name)
+
+
+class V2Primitives(typing.NamedTuple):
+    """The grouped kernels of one release's v2 path, as the release defines them (:func:`v2_primitives`)."""
+
+    build_route: typing.Callable  # routing.build_route(token_slots, *, group_ids, groups_per_slot, max_loras, ...)
+    grouped_lora_a: typing.Callable  # lora_a.grouped_lora_a(input, weight, output, routing, *, config, ...)
+    grouped_lora_b: typing.Callable  # lora_b.grouped_lora_b(bridge, weight, destination, routing, *, geometry, ...)
+    slice_geometry: typing.Callable  # lora_b.slice_geometry(offsets, block_size_n, device, out_offsets=None)
+
+
+def v2_primitives(module: types.ModuleType, device) -> V2Primitives:
+    """``build_route``, ``grouped_lora_a`` and ``grouped_lora_b`` of the release whose v2 module
+    :func:`load_v2` gave, and the ``slice_geometry`` that ``grouped_lora_b`` needs.  Off CUDA the
+    release's ``slice_geometry`` refuses the device, so the one given builds the same table with the
+    release's own ``_geometry_inputs`` / ``_build_geometry`` on the host (as the target does, Note)."""
+    routing, lora_a, lora_b = (_sibling(module, stem) for stem in ("routing", "lora_a", "lora_b"))
+    geometry = lora_b.slice_geometry
+    if torch.device(device).type != "cuda":
+        build = types.FunctionType(lora_b._build_geometry.__code__, {**lora_b.__dict__, "torch": _HostTorch()},
+                                   "_build_geometry")
+
+        def geometry(offsets, block_size_n, device, out_offsets=None):
+            rows, columns = lora_b._geometry_inputs(offsets, block_size_n, out_offsets)
+            return build(rows, block_size_n, torch.device(device), columns)
+
+    return V2Primitives(routing.build_route, lora_a.grouped_lora_a, lora_b.grouped_lora_b, geometry)
 
 
 class V2Corrections:

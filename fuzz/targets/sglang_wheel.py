@@ -4,7 +4,7 @@ Note [Loading SGLang's kernels standalone]
 ------------------------------------------
 The kv_b LoRA kernels of every SGLang release are one Python file (``kv_b_lora_absorbed.py``, a
 default and a TRT-LLM-style variant) that needs only torch, triton, a ``kernel_utils`` helper file
-beside it, and a few names from the rest of SGLang (SPEC.md, "Where SGLang keeps these kernels").
+beside it, and a few names from the rest of SGLang (docs/semantics.md#where-sglang-keeps-the-kernels).
 Importing it through the package runs ``sglang/__init__`` and ``sglang.srt.lora.utils``, which pull
 in transformers, pydantic, zmq, aiohttp and more; on a machine with torch and triton alone that
 import fails.  So a release is tested without installing it:
@@ -12,7 +12,7 @@ import fails.  So a release is tested without installing it:
 1. **files**: a :class:`ReleaseFiles` lists a release's files and reads them without importing
    anything: a wheel (a zip; :func:`find_wheel` takes it from ``--sglang-wheel``, the cache, or
    ``pip download --no-deps``) or an installed distribution (``importlib.metadata``'s ``files()``);
-2. **locate**: :func:`locate_kernels` tries SPEC.md's module table first, then searches the
+2. **locate**: :func:`locate_kernels` tries the module table of docs/semantics.md#where-sglang-keeps-the-kernels first, then searches the
    release's ``sglang/**.py`` files for ``def step_a_q_fwd(``; the path says the variant
    (``trtllm_lora_temp`` -> ``trt``);
 3. **load**: :func:`load_kernel_module` executes the file under a private module name
@@ -58,7 +58,7 @@ __all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "ReleaseFiles", "STAND_INS", "ca
            "find_wheel", "helper_file", "import_closure", "installed_release", "kernel_files", "kernel_identity", "load_kernel_module",
            "locate_kernels", "switch_module", "wheel_release"]
 
-# SPEC.md's table, newest layout first: variant -> the kernel file's path in each layout
+# the table of docs/semantics.md#where-sglang-keeps-the-kernels, newest layout first: variant -> the kernel file's path in each layout
 KNOWN_KERNEL_FILES = {
     "default": ("sglang/kernels/ops/lora/dense/kv_b_lora_absorbed.py",  # 0.5.23
                 "sglang/kernels/ops/gemm/kv_b_lora_absorbed.py",  # 0.5.17 - 0.5.19
@@ -219,7 +219,7 @@ def _pip_download(version: str, dest: Path, looked: list) -> Path:
 # ---- locating the kernels ------------------------------------------------------------------------
 
 def locate_kernels(release: ReleaseFiles) -> dict[str, str]:
-    """``variant -> kernel file`` of ``release`` (``default``, ``trt``): SPEC.md's table first, then a
+    """``variant -> kernel file`` of ``release`` (``default``, ``trt``): the table of docs/semantics.md#where-sglang-keeps-the-kernels first, then a
     search of its ``sglang/**.py`` files for the entry points.  Empty when it has none."""
     names = set(release.names)
     found = {}

@@ -4,7 +4,7 @@
 FlashAttention's convention, the reference's (Note [Window and sinks] in
 :mod:`reference.vision_arguments`), in the torch releases that have those parameters: where it has no
 ``enable_gqa`` (torch 2.11), k and v heads are repeated for the query heads that read them (query head
-h reads k/v head ``h // (H // H_kv)``, SPEC.md part 2); where it has no ``window_size``, the target
+h reads k/v head ``h // (H // H_kv)``, docs/semantics.md#vision-attention); where it has no ``window_size``, the target
 declines the window.  It has no attention sinks, so the target declines ``s_aux`` (and refuses one,
 naming it, rather than ignoring it)."""
 

@@ -3,7 +3,7 @@
 Each subcommand is one module of this package exposing ``add_arguments(parser)`` and
 ``main(args) -> int``; it parses and prints, and the work itself lives in :mod:`kernel_oracle.jobs`,
 :mod:`kernel_oracle.fuzz` or :mod:`kernel_oracle.reports`.  Shared options are defined once in
-:mod:`.options` (Note [Options]).  Exit codes (SPEC.md, every subcommand): 0 clean (no new
+:mod:`.options` (Note [Options]).  Exit codes (docs/semantics.md#exit-codes, every subcommand): 0 clean (no new
 findings; known upstream issues do not count), 1 new findings or regressions, 2 usage or I/O error
 (one line), 3 interrupted or incomplete (a part could not run, nothing was tested).
 

@@ -19,7 +19,7 @@ RECORD_NAME = "oracle-bench.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
+    options.one_line_errors(parser)  # a usage error: one line, exit 2 (docs/semantics.md#exit-codes)
     options.add(parser, "device")
     options.add(parser, "targets", help=f"target specs to measure (default {DEFAULT_TARGETS}); "
                                         + options.OPTIONS["targets"][1]["help"])

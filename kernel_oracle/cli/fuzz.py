@@ -1,6 +1,6 @@
 """``kernel-oracle fuzz``: run (or resume) a fuzzing campaign against one target.
 
-Exit codes (SPEC.md): 0 cases ran and found nothing new (every finding, if any, is a known upstream
+Exit codes (docs/semantics.md#exit-codes): 0 cases ran and found nothing new (every finding, if any, is a known upstream
 issue of the known-issues file, which it names), 1 new findings, 2 usage or I/O error (one line: a
 bad option, ``--out`` a file or unwritable or held by another campaign, a target that cannot run
 this op here), 3 interrupted (SIGTERM / SIGINT: state saved, rerun to resume) or nothing tested.
@@ -25,7 +25,7 @@ __all__ = ["add_arguments", "end_line", "finding_line", "main"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kernel_oracle.harness.opinfo import FAMILY_OF
 
-    options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
+    options.one_line_errors(parser)  # a usage error: one line, exit 2 (docs/semantics.md#exit-codes)
     options.add(parser, "targets", required=True,
                 help="the target spec (several, comma-separated, with --gpus/--scheduler); "
                      + options.OPTIONS["targets"][1]["help"])

@@ -1,7 +1,7 @@
 """``kernel-oracle matrix``: several releases side by side, each finding bucket per release
 (:mod:`kernel_oracle.jobs.matrix`, Note [Release matrix]).
 
-Exit codes (SPEC.md): 0 nothing found anywhere and every corpus entry as recorded; 1 findings, or a
+Exit codes (docs/semantics.md#exit-codes): 0 nothing found anywhere and every corpus entry as recorded; 1 findings, or a
 corpus entry that does not fail on a buggy release or does not pass on a fixed one; 2 usage error;
 3 nothing tested (every target unavailable or no case ran).
 """
@@ -18,7 +18,7 @@ __all__ = ["add_arguments", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
+    options.one_line_errors(parser)  # a usage error: one line, exit 2 (docs/semantics.md#exit-codes)
     options.add(parser, "targets", required=True,
                 help="a target per release, comma-separated or repeated: sglang==X.Y.Z, sglang-trt==X.Y.Z (or any "
                      "spec); with --releases, sglang and sglang-trt stand for every release given there")

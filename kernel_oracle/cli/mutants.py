@@ -1,7 +1,7 @@
 """``kernel-oracle mutants``: does the suite kill every planted kernel bug?
 
 Prints the kill table (mutant, family, killed, examples until the kill, seconds, finding kind) and
-optionally writes it as JSON.  Exit codes (SPEC.md): 0 every mutant killed, 1 a mutant survived (or
+optionally writes it as JSON.  Exit codes (docs/semantics.md#exit-codes): 0 every mutant killed, 1 a mutant survived (or
 could not be built: its anchor no longer occurs in the kernels -- update it), 2 usage or I/O error
 (an unknown mutant, ``--cases`` below 1, ``--device cuda`` without a GPU, a ``--json`` path
 that cannot be written; one line, no traceback), 3 interrupted (Ctrl-C: the table so far is printed).

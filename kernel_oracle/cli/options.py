@@ -14,7 +14,7 @@ with :func:`add`, overriding only what differs there (its help, default or wheth
 An option only one subcommand has is defined in that subcommand's module.  The tool has not been
 released, so a spelling that changed is gone rather than kept as an alias.
 
-Usage errors (SPEC.md: exit 2, one line, no traceback): :func:`one_line_errors` makes a parser
+Usage errors (docs/semantics.md#exit-codes: exit 2, one line, no traceback): :func:`one_line_errors` makes a parser
 print ``kernel-oracle CMD: error: ...`` and a pointer to ``--help`` instead of argparse's usage block.
 """
 

@@ -3,7 +3,7 @@
 A directory stands for the record in it: a campaign's ``summary.json`` (the pages are then
 ``report.md`` / ``report.html`` beside it, what ``fuzz`` writes) or the main job's ``latest.json``.
 
-Exit codes (SPEC.md): 0 written; 2 usage or I/O error -- an unreadable or invalid record, an
+Exit codes (docs/semantics.md#exit-codes): 0 written; 2 usage or I/O error -- an unreadable or invalid record, an
 ``--out`` that cannot be created or written, a ``--name`` that is not a plain file name -- with
 one line on stderr and no traceback.
 """

@@ -2,7 +2,7 @@
 (:mod:`kernel_oracle.jobs.repro`, Note [Case files hold no code]); ``--emit-script DIR`` also writes
 a standalone reproduction (:mod:`kernel_oracle.jobs.repro_script`).
 
-Exit codes (SPEC.md): 1 the finding reproduces, 0 the target now passes, 2 usage or I/O error
+Exit codes (docs/semantics.md#exit-codes): 1 the finding reproduces, 0 the target now passes, 2 usage or I/O error
 (one line, no traceback), 3 interrupted.
 """
 

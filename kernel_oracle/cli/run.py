@@ -1,7 +1,7 @@
 """``kernel-oracle run``: parse, check every option before any work, run the main job, print where
 the reports are (:mod:`kernel_oracle.jobs.main_job`, Note [The main job]).
 
-Exit codes (SPEC.md): 0 clean, 1 new findings, 2 usage or I/O error (one line), 3 incomplete (a
+Exit codes (docs/semantics.md#exit-codes): 0 clean, 1 new findings, 2 usage or I/O error (one line), 3 incomplete (a
 part could not run, nothing was tested) or interrupted (SIGTERM / SIGINT).
 """
 
@@ -17,7 +17,7 @@ from kernel_oracle.cli import options
 __all__ = ["add_arguments", "main"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    options.one_line_errors(parser)  # a usage error: one line, exit 2 (SPEC.md)
+    options.one_line_errors(parser)  # a usage error: one line, exit 2 (docs/semantics.md#exit-codes)
     options.add(parser, "device")
     options.add(parser, "time",
                 help="wall-clock budget of the whole job (default 180 s on CPU, 300 s on GPU)")

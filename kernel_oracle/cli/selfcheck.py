@@ -1,7 +1,7 @@
 """``kernel-oracle selfcheck``: the references against independent formulations, and every contract
 (:mod:`kernel_oracle.jobs.selfcheck`, Note [Selfcheck]).
 
-Exit codes (SPEC.md): 0 every check passed, 1 a check failed, 2 usage error (one line), 3
+Exit codes (docs/semantics.md#exit-codes): 0 every check passed, 1 a check failed, 2 usage error (one line), 3
 interrupted or nothing checked.
 """
 

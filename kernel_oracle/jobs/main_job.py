@@ -41,7 +41,7 @@ case is 3 too.  A killed campaign keeps what it saved (``main_job_campaigns.salv
 directory back through :class:`fuzz.state.CampaignState`).  Other notes (a dtype a target does not
 support) are shown but do not fail the run.  An unavailable *target* (SGLang not installed, no GPU
 for a GPU-only peer) is not a failure: the targets table says why it was skipped.  Exit codes follow
-SPEC.md: 0 clean, 1 new findings (a finding that is a known upstream defect of
+docs/semantics.md#exit-codes: 0 clean, 1 new findings (a finding that is a known upstream defect of
 ``harness/known_issues.toml`` is reported as known, with its link, and does not count), 2 usage or
 I/O error (one line, checked before any work by the CLI: ``--out`` a file or unwritable, a bad
 option, ``nan``/``inf`` seconds, a bad ``$KERNEL_ORACLE_KNOWN_ISSUES`` file), 3 incomplete or

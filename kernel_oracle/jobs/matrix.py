@@ -54,6 +54,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.fuzz.targets.flashinfer_engines import ENGINE_RELEASES
+
 __all__ = ["CONFIGURATION_VARIANTS", "Column", "build_matrix", "expand_targets", "op_families", "plan_columns",
            "release_key", "run_matrix", "runs_dir"]
 
@@ -61,7 +63,8 @@ __all__ = ["CONFIGURATION_VARIANTS", "Column", "build_matrix", "expand_targets",
 # identities merge those that do not differ on a given machine (pdl=on where PDL is the default)
 CONFIGURATION_VARIANTS = {"sglang-trt": ("", "lora_opti=on", "lora_opti=on,cublas=on", "lora_opti=on,cublas_kv_b=on",
                                          "lora_opti=off,cublas=on", "pdl=off", "pdl=on"),
-                          "sglang-v2": ("", "pdl=off", "pdl=on")}
+                          "sglang-v2": ("", "pdl=off", "pdl=on"),
+                          "flashinfer-cudnn": tuple(f"engine={v}" for v in ENGINE_RELEASES)}  # Note [Engine versions]
 
 
 def release_key(spec) -> tuple:

@@ -13,7 +13,7 @@ installing kernel-oracle.  :func:`emit_script` writes two files to ``DIR``:
 * ``<name>.json``: the data: the call's structure (scalars inline; metadata objects rebuilt as
   ``types.SimpleNamespace`` with the same fields: every API duck-types them), the target as
   ``module:function``, the expected outcome (a result, or an exception type and exact text), the
-  tolerance with its numbers inlined (SPEC.md "Tolerances": ``err <= K * err(baseline) + floor``
+  tolerance with its numbers inlined (docs/semantics.md#tolerance-rule: ``err <= K * err(baseline) + floor``
   evaluated at emit time, or the assert_close table's ``rtol``/``atol``) and the case;
 * ``<name>.py``: the checks that the suite's verdict makes, reading the two files beside it.
 

@@ -1,4 +1,4 @@
-"""Our Triton kernels for the kv_b LoRA steps of absorbed MLA (SPEC.md part 1).
+"""Our Triton kernels for the kv_b LoRA steps of absorbed MLA (docs/semantics.md#kv_b-lora-steps).
 
 Same names, signatures, in-place behaviour and error contracts as :mod:`reference.lora`; every
 entry point also takes keyword-only ``strict=None`` (see :mod:`reference.strict`).

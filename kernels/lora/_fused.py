@@ -1,4 +1,4 @@
-"""The fused kv_b LoRA kernels: step A then step B per tile, the intermediate in registers (SPEC.md part 1; the
+"""The fused kv_b LoRA kernels: step A then step B per tile, the intermediate in registers (docs/semantics.md#kv_b-lora-steps; the
 Notes in :mod:`kernels.lora._kernels`).
 
 The two sides share their body: the start under PDL (:func:`_pdl_start`), the route, slot, rank and early wait

@@ -1,4 +1,4 @@
-"""Triton kernels of the kv_b LoRA steps (SPEC.md part 1): their design, and the six kernels by name.
+"""Triton kernels of the kv_b LoRA steps (docs/semantics.md#kv_b-lora-steps): their design, and the six kernels by name.
 
 The kernels live by role: :mod:`._route` (which rows and slot a tile holds), :mod:`._tiles` (loads, dot operands,
 the in-place epilogue), :mod:`._families` (the two compiled families of each kernel), :mod:`._split` (the four
@@ -29,7 +29,7 @@ in-place outputs stay bit-identical).  Every operand along the rank axis is mask
 both sides, so values beyond a slot's rank (in step-B inputs or in the weights) never contribute.
 
 Precision: loads keep the data dtype and ``tl.dot`` accumulates in fp32 (``DOT_PREC``: TF32 for
-fp32 activations, as upstream; ``"ieee"`` for upcast tiles).  Rounding points as SPEC.md: step-A
+fp32 activations, as upstream; ``"ieee"`` for upcast tiles).  Rounding points as docs/semantics.md#math-and-rounding-points: step-A
 results are cast to the activation dtype; the scaled step-B delta is cast to the activation dtype
 (split) or to ``base_output``'s dtype (fused), then added to ``base`` in fp32 and stored in
 ``base``'s dtype.  ``UPCAST`` (interpreter, or weights of another dtype than the activations) turns

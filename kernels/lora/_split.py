@@ -1,5 +1,5 @@
-"""The split kv_b LoRA steps: step A into a fresh (S,H,R) output, step B in place into base_output (SPEC.md part
-1; the Notes in :mod:`kernels.lora._kernels`)."""
+"""The split kv_b LoRA steps: step A into a fresh (S,H,R) output, step B in place into base_output (docs/semantics.md#kv_b-lora-steps;
+the Notes in :mod:`kernels.lora._kernels`)."""
 
 from __future__ import annotations
 

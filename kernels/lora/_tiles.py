@@ -47,7 +47,7 @@ def base_blocks4(rows, c_lo, offs, BLOCK: tl.constexpr, stride, sel, hi):
 @triton.jit
 def scaled_delta(mid, w, s, base_ptr, DOT_PREC: tl.constexpr, FIX_BF16: tl.constexpr):
     """The fused sides' scaled second product ``mid @ w * s`` (BT, block) in fp32, rounded to the base's
-    dtype (SPEC.md's rounding point of the fused delta)."""
+    dtype (the rounding point of the fused delta, docs/semantics.md#math-and-rounding-points)."""
     d = tl.dot(mid, w, input_precision=DOT_PREC) * s
     return rounded_f32(d, base_ptr.dtype.element_ty, FIX_BF16)
 

@@ -1,7 +1,7 @@
 """Size limits of the product: no file over 600 lines, no function over 80 lines outside @triton.jit.
 
-Long pieces hide repetition and mix jobs (STYLE.md: "a function that needs 200 lines is two
-objects"); Triton kernel bodies are exempt, because a kernel is one function by construction.  The
+Long pieces hide repetition and mix jobs (docs/semantics.md#design-rules: a function that needs more is two
+pieces); Triton kernel bodies are exempt, because a kernel is one function by construction.  The
 scan covers the installed packages and the tools; tests have their own limit (800 lines a file).
 """
 

@@ -36,7 +36,7 @@ def _findings(out):
 @pytest.mark.parametrize("target", ["reference", "triton"])
 def test_short_campaign_finds_nothing(target, op, tmp_path):
     # on this machine's device: a "cpu" campaign on a GPU machine would test its Triton interpreter
-    # (3.6 on the H200, not the 3.9 whose defects SPEC.md lists and our kernels work around)
+    # (3.6 on the H200, not the 3.9 whose defects docs/semantics.md#where-the-triton-interpreter-is-wrong lists and our kernels work around)
     rec = run_campaign(CampaignConfig(target=target, op=op, budget=BUDGET[target], seed=7, device=DEVICE,
                                       out_dir=tmp_path, progress=False))
     assert rec["kind"] == "campaign" and rec["findings"] == [], rec["findings"]

@@ -1,5 +1,5 @@
 """Differential tests against the real engine: FlashInfer's cuDNN prefill behind SGLang's wrapper
-semantics (target ``flashinfer-cudnn``, :mod:`fuzz.flashinfer_cudnn`).
+semantics (target ``flashinfer-cudnn``, :mod:`kernel_oracle.fuzz.targets.flashinfer_cudnn`).
 
 The same cases as our kernel's tests (oracle_tests/_vision_cases.py), run on the engine with a
 NaN-poisoned output buffer against the float64 oracle under the tolerance rule, plus a three-way
@@ -11,7 +11,7 @@ it says so, and the GPU tests skip with the target's own reason.  On the CPU the
 documented call semantics (:func:`_model_engine`).
 
 Note [One graph key per layout]: FlashInfer replays a cached cuDNN graph for any call with the same
-key, whatever the strides or v's head dim (see fuzz/flashinfer_cudnn.py), and the target refuses
+key, whatever the strides or v's head dim (see fuzz/targets/flashinfer_cudnn.py), and the target refuses
 such a call.  Cases whose layout differs from the contiguous one therefore get a head count no other
 case uses (:data:`OWN_KEY_HEADS`), so each builds its own graph.
 """

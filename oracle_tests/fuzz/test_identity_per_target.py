@@ -66,5 +66,30 @@ def test_a_reference_edit_changes_every_target_that_runs_it(copies):
                                           ("torch", "torch-varlen")])
 def test_another_engine_version_changes_only_its_target(copies, monkeypatch, dist, target):
     before = _hashes()
-    monkeypatch.setattr(identity, "_dist_version", lambda name: "9.9.9" if name == dist else REAL_DIST(name))
+    monkeypatch.setattr(identity, "_dist_version",
+                        lambda name, path=None: "9.9.9" if name == dist else REAL_DIST(name, path))
     assert _changed(before, _hashes()) == {target}
+
+
+def _plant_engine(root: Path, version: str, frontend: str) -> None:
+    """A FlashInfer release folder as scripts/flashinfer_wheels.sh leaves it: the dist-info of each wheel."""
+    for dist, v in (("flashinfer_python", version), ("nvidia_cudnn_frontend", frontend)):
+        info = root / version / f"{dist}-{v}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {v}\n")
+
+
+def test_each_engine_release_is_an_identity_of_its_own_read_in_its_folder(tmp_path, monkeypatch):
+    from kernel_oracle.fuzz.targets.flashinfer_engines import SITES_ENV
+
+    monkeypatch.setenv(SITES_ENV, str(tmp_path))
+    _plant_engine(tmp_path, "0.6.18", "1.28.0")
+    _plant_engine(tmp_path, "0.7.4", "1.32.0")
+    old, new = (identity.code_hash(TargetSpec.parse(f"flashinfer-cudnn@engine={v}")) for v in ("0.6.18", "0.7.4"))
+    assert old != new
+    assert identity._dist_version("flashinfer-python", [str(tmp_path / "0.7.4")]) == "0.7.4"
+    before = new
+    shutil.rmtree(tmp_path / "0.7.4" / "nvidia_cudnn_frontend-1.32.0.dist-info")
+    _plant_engine(tmp_path / "x", "0.7.4", "1.33.0")  # a reinstall with another frontend
+    shutil.move(str(tmp_path / "x" / "0.7.4" / "nvidia_cudnn_frontend-1.33.0.dist-info"), str(tmp_path / "0.7.4"))
+    assert identity.code_hash(TargetSpec.parse("flashinfer-cudnn@engine=0.7.4")) != before

@@ -130,7 +130,7 @@ def test_an_unknown_plain_name_says_it_was_tried_as_a_module(tmp_path):
 
 
 def test_the_broken_segment_is_found_when_the_host_count_is_bs():
-    """``num_segments`` 0 with ``bs`` routing (a valid disagreement: SPEC.md, Fields that may disagree):
+    """``num_segments`` 0 with ``bs`` routing (a valid disagreement: docs/semantics.md#fields-that-may-disagree):
     the broken segment's rows are still outside the valid part, so a kernel that reads another slot
     there is harmless, not a corruption of defined rows (the README's plain-torch module met this)."""
     case = Case(LoRAProblem(**LORA, eager_counts=(3, 0)), Mutation("lora", "slot_out_of_range", 0, 1))

@@ -3,7 +3,7 @@ mutants, selfcheck.
 
 Every bad input a user or a CI artifact can hand these commands -- a case file that would run code,
 a truncated or random one, an unwritable output path, a NaN threshold -- must end in exit code 2
-and one line on stderr (SPEC.md "Exit codes"), never a traceback, never an "OK" followed by a
+and one line on stderr (docs/semantics.md#exit-codes), never a traceback, never an "OK" followed by a
 failure.  Also here: a case file written by a real campaign reads back, its standalone script
 (``repro --emit-script``) runs without kernel-oracle, and the Markdown report shows hostile text
 verbatim instead of interpreting it.

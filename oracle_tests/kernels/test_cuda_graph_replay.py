@@ -1,4 +1,4 @@
-"""CUDA graphs as SGLang uses them (issue 12.3; SPEC.md, Routing): capture once, replay other batches.
+"""CUDA graphs as SGLang uses them (issue 12.3; docs/semantics.md#cuda-graph-host-ints): capture once, replay other batches.
 
 SGLang captures a decode graph with one batch and replays it for later batches by writing their batch
 info into the *same device tensors* (``seg_indptr``, ``seg_lens``, ``weight_indices``, ``lora_ranks``,

@@ -3,7 +3,7 @@
 Note [Canaries]
 ---------------
 Each canary runs a tiny kernel under the interpreter and asserts the WRONG result that the defect
-produces (SPEC.md "Where it runs"; upstream triton-lang/triton #11584, #10945, #4972).  When a
+produces (docs/semantics.md#where-the-triton-interpreter-is-wrong; upstream triton-lang/triton #11584, #10945, #4972).  When a
 canary fails, Triton fixed that defect: remove the matching workaround (``UPCAST`` /
 ``FIX_BF16`` switches, :mod:`kernels.interpreter`) and the canary.  On a GPU the canaries are
 skipped (the defect is the interpreter's).

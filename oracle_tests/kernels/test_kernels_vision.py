@@ -1,7 +1,7 @@
 """Differential and contract tests of the Triton vision attention (``kernels.vision``).
 
 Every case draws fresh random data (never zeros), runs the kernel with the output poisoned (NaN),
-and compares the covered tokens with the float64 oracle under SPEC.md's tolerance rule, the
+and compares the covered tokens with the float64 oracle under the tolerance rule (docs/semantics.md#tolerance-rule), the
 baseline being the faithful same-dtype oracle; tokens no sequence covers must still be NaN
 (nothing written outside the sequences, bucket padding included).  Contract errors are the vision
 OpInfo's error inputs, run on this kernel (target ``triton``) by the generic ``test_error_inputs``

@@ -8,7 +8,7 @@ error) runs through ONE test, :func:`test_error_inputs`, against every target se
 validation must raise the contract's exact type and full text for every row, a target that does
 not (third-party code) for the upstream rows.  :func:`test_strict_off` runs the rows on the
 reference with strict validation off: upstream errors still fire; strict ones must not.  The
-remaining tests check the table (no text twice, SPEC.md's upstream messages verbatim, resolution
+remaining tests check the table (no text twice, the upstream messages of docs/semantics.md verbatim, resolution
 order) and the ordering rules between checks, composing the same mutations.
 """
 
@@ -25,7 +25,7 @@ from kernel_oracle.harness.problems import VisionProblem
 from kernel_oracle.reference.contracts import CONTRACTS, contract, strict_contracts, upstream_contracts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SPEC = REPO_ROOT.parent / "shared" / "SPEC.md"
+SEMANTICS = REPO_ROOT / "docs" / "semantics.md"
 
 
 # every row, as data: (op, error input)
@@ -98,10 +98,10 @@ def test_origins_and_types():
 
 
 def _spec_upstream_messages(text: str) -> list[tuple[str, str, int | None]]:
-    """(exception type, message, order) for every upstream message SPEC.md documents."""
+    """(exception type, message, order) for every upstream message docs/semantics.md documents."""
     found = [(m.group(1), m.group(2), None) for m in re.finditer(r'`(ValueError|RuntimeError)\("([^"]+)"\)`', text)]
     section = re.search(r"Resolution order and exact errors \(all `(\w+)`\).*?\n(.*?)\n\n", text, re.S)
-    assert section, "SPEC.md lost its 'Resolution order and exact errors' list"
+    assert section, "docs/semantics.md lost its 'Resolution order and exact errors' list"
     exc = section.group(1)
     items = re.split(r"\n(?=\d+\. )", section.group(2).strip())
     for item in items:
@@ -113,17 +113,15 @@ def _spec_upstream_messages(text: str) -> list[tuple[str, str, int | None]]:
 
 
 def test_spec_upstream_messages_verbatim():
-    if not SPEC.is_file():
-        pytest.skip(f"SPEC.md not found at {SPEC} (it lives in the shared folder beside the checkout)")
-    documented = _spec_upstream_messages(SPEC.read_text())
-    assert len(documented) == 7, f"expected SPEC.md's 7 upstream messages, parsed {documented}"
+    documented = _spec_upstream_messages(SEMANTICS.read_text())
+    assert len(documented) == 7, f"expected the 7 upstream messages of docs/semantics.md, parsed {documented}"
     table = {c.template: c for c in upstream_contracts()}
     for exc, message, order in documented:
-        assert message in table, f"SPEC.md's upstream message is not in the contract table verbatim: {message!r}"
+        assert message in table, f"docs/semantics.md's upstream message is not in the contract table verbatim: {message!r}"
         row = table[message]
-        assert row.exc_type.__name__ == exc, f"{row.id}: SPEC.md says {exc}"
-        assert row.order == order, f"{row.id}: SPEC.md puts it at step {order}, the table at {row.order}"
-    assert len(table) == len(documented), "the table has upstream rows that SPEC.md does not document"
+        assert row.exc_type.__name__ == exc, f"{row.id}: docs/semantics.md says {exc}"
+        assert row.order == order, f"{row.id}: docs/semantics.md puts it at step {order}, the table at {row.order}"
+    assert len(table) == len(documented), "the table has upstream rows that docs/semantics.md does not document"
 
 
 # ---- ordering between checks -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Redundant metadata that disagrees within the contract (SPEC.md "Fields that may disagree"): the
+"""Redundant metadata that disagrees within the contract (docs/semantics.md#fields-that-may-disagree): the
 reference reads the field upstream reads, so a valid batch whose copies disagree has the output of the
 same batch with agreeing copies; strict validation rejects only what upstream would get wrong."""
 

@@ -1,5 +1,5 @@
 """SGLang's whole vision call in the reference: GQA/MQA, k's tokens from q's offsets, windows, sinks,
-(b, s, H, D) rows, indptr gaps, every metadata path and the release's helper (SPEC.md part 2; Note
+(b, s, H, D) rows, indptr gaps, every metadata path and the release's helper (docs/semantics.md#vision-attention; Note
 [Grouped-query attention] in reference.vision_metadata, Note [Window and sinks] in
 reference.vision_arguments).  Each definition is checked against a formulation written out here."""
 

@@ -1,0 +1,138 @@
+"""FlashInfer releases as an axis of the vision engine (Note [Engine versions]).
+
+Each case runs in a fresh interpreter (one process holds one FlashInfer) over planted engine folders:
+fake ``flashinfer`` / ``cudnn`` packages that only carry a version, so what is checked is which
+release a process gets, not what the engine computes (that needs a GPU and the real wheels)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from kernel_oracle.fuzz.targets import TargetError, resolve_target
+from kernel_oracle.fuzz.targets.flashinfer_engines import ENGINE_RELEASES, SITES_ENV
+from kernel_oracle.jobs.matrix import expand_targets
+
+
+def _plant(root, version, *, holds=None, cudnn="1.0"):
+    """An engine folder ``root/version`` whose flashinfer says ``holds`` (default: ``version``)."""
+    for name, v in (("flashinfer", holds or version), ("cudnn", cudnn)):
+        pkg = root / version / name
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text(f"__version__ = {v!r}\n")
+
+
+def _run(root, code: str) -> dict:
+    """``code`` (which sets ``out``) in a fresh interpreter with the engine folders under ``root``."""
+    prog = "import json\n" + textwrap.dedent(code) + "\nprint(json.dumps(out))\n"
+    env = {**os.environ, SITES_ENV: str(root)}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_named_release_is_the_one_this_process_imports(tmp_path):
+    _plant(tmp_path, "0.6.18")
+    _plant(tmp_path, "0.7.4", cudnn="1.32.0")
+    out = _run(tmp_path, """
+        from kernel_oracle.fuzz.targets.flashinfer_engines import select_engine
+        why = select_engine("0.7.4")
+        import flashinfer, cudnn
+        out = {"why": why, "fi": flashinfer.__version__, "cudnn": cudnn.__version__, "file": flashinfer.__file__,
+               "again": select_engine("0.7.4")}
+    """)
+    assert out["why"] == "" and out["again"] == ""
+    assert (out["fi"], out["cudnn"]) == ("0.7.4", "1.32.0")
+    assert out["file"].startswith(str(tmp_path / "0.7.4"))
+
+
+def test_a_second_release_in_one_process_is_refused_naming_both(tmp_path):
+    _plant(tmp_path, "0.6.18")
+    _plant(tmp_path, "0.7.4")
+    out = _run(tmp_path, """
+        from kernel_oracle.fuzz.targets.flashinfer_engines import select_engine
+        out = {"first": select_engine("0.6.18"), "second": select_engine("0.7.4")}
+    """)
+    assert out["first"] == ""
+    assert out["second"].startswith("engine=0.7.4: this process already imported FlashInfer 0.6.18 from ")
+    assert "leave --no-isolate off" in out["second"]
+
+
+def test_a_folder_holding_another_release_is_refused(tmp_path):
+    _plant(tmp_path, "0.7.4", holds="0.7.3")
+    out = _run(tmp_path, """
+        from kernel_oracle.fuzz.targets.flashinfer_engines import select_engine
+        out = {"why": select_engine("0.7.4")}
+    """)
+    assert out["why"] == (f"engine=0.7.4: {tmp_path / '0.7.4'} holds FlashInfer 0.7.3; reinstall it with "
+                          "scripts/flashinfer_wheels.sh")
+
+
+def test_a_cudnn_frontend_from_elsewhere_is_refused(tmp_path):
+    _plant(tmp_path, "0.7.4")
+    other = tmp_path / "elsewhere" / "cudnn"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("__version__ = '1.28.0'\n")
+    out = _run(tmp_path, f"""
+        import sys
+        sys.path.insert(0, {str(other.parent)!r})
+        import cudnn
+        from kernel_oracle.fuzz.targets.flashinfer_engines import select_engine
+        out = {{"why": select_engine("0.7.4")}}
+    """)
+    assert out["why"].startswith("engine=0.7.4: this process already imported cudnn 1.28.0 from ")
+
+
+def test_a_release_not_installed_names_the_commands_that_install_it(tmp_path):
+    out = _run(tmp_path, """
+        from kernel_oracle.fuzz.targets.flashinfer_engines import select_engine
+        import sys
+        out = {"why": select_engine("0.7.4"), "imported": "flashinfer" in sys.modules}
+    """)
+    assert out["why"] == (f"engine=0.7.4: FlashInfer 0.7.4 is not installed in {tmp_path / '0.7.4'} (where a "
+                          "registry is reachable: bash scripts/flashinfer_wheels.sh download .whl/flashinfer 0.7.4; "
+                          "then, on the GPU machine: bash scripts/flashinfer_wheels.sh install .whl/flashinfer 0.7.4)")
+    assert out["imported"] is False
+
+
+def test_the_target_takes_only_the_known_releases():
+    assert set(ENGINE_RELEASES) >= {"0.6.18", "0.7.4"}
+    with pytest.raises(TargetError, match=r"engine"):
+        resolve_target("flashinfer-cudnn@engine=0.5.0", "cpu")
+
+
+def test_the_target_with_an_engine_says_why_it_cannot_run_here(tmp_path, monkeypatch):
+    monkeypatch.setenv(SITES_ENV, str(tmp_path))  # nothing installed: refused before any import
+    t = resolve_target("flashinfer-cudnn@engine=0.7.4", "cpu")
+    assert not t.available and t.name == "flashinfer-cudnn@engine=0.7.4"
+    assert "FlashInfer 0.7.4 is not installed in" in t.reason
+
+
+def test_the_matrix_gives_every_engine_release_a_column():
+    cols = expand_targets(["flashinfer-cudnn"], configurations=True)
+    assert cols == [f"flashinfer-cudnn@engine={v}" for v in ENGINE_RELEASES]
+
+
+def test_the_wheels_script_reads_the_pins_of_a_release():
+    here = os.path.dirname(__file__)
+    engines = os.path.join(here, "..", "..", "fuzz", "targets", "flashinfer_engines.py")
+    done = subprocess.run([sys.executable, engines, "wheels", "0.7.4"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == list(ENGINE_RELEASES["0.7.4"])
+    bad = subprocess.run([sys.executable, engines, "wheels", "9.9"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "usage:" in bad.stderr
+
+
+def test_a_known_flashinfer_issue_holds_only_in_the_releases_it_lists():
+    from kernel_oracle.harness.known_issues import match_known
+
+    finding = {"op": "vision", "kind": "contract", "message": "cuDNN: CUDNN_STATUS_BAD_PARAM_NULL_POINTER"}
+    on = {v: match_known(finding, f"flashinfer-cudnn@engine={v}", v) for v in ("0.6.18", "0.7.4")}
+    assert on["0.6.18"] is not None and on["0.6.18"].id == "flashinfer-cudnn-empty-batch"
+    assert on["0.7.4"] is None  # not rechecked on 0.7.4: a finding there is new
+    assert match_known(finding, "flashinfer-cudnn", "0.6.18").id == "flashinfer-cudnn-empty-batch"
