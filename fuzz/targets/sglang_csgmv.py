@@ -33,8 +33,8 @@ from typing import Callable, Optional
 
 from .sglang_wheel import STAND_INS, LoaderError, ReleaseFiles, code_identity, load_kernel_module, module_name
 
-__all__ = ["CSGMV_FILES", "CSGMV_STAND_INS", "CsgmvConfiguration", "CsgmvKernels", "csgmv_identity", "load_csgmv",
-           "locate_csgmv"]
+__all__ = ["CSGMV_FILES", "CSGMV_STAND_INS", "CsgmvConfiguration", "CsgmvKernels", "csgmv_identity", "csgmv_slim_files",
+           "load_csgmv", "locate_csgmv"]
 
 # entry -> the file's path in each layout, newest first
 CSGMV_FILES = {
@@ -150,6 +150,18 @@ def _tuning_files(release: ReleaseFiles, found: dict) -> list[str]:
     return [f"{folder}/{TUNING_FILE}"] if f"{folder}/{TUNING_FILE}" in release.names else []
 
 
+def _config_files(release: ReleaseFiles, found: dict) -> list[str]:
+    """The tuned block configs (``csgmv_configs/**.json``) beside the release's tuning-config file."""
+    folders = [t.rsplit("/", 1)[0] + "/" + CONFIG_FOLDER for t in _tuning_files(release, found)]
+    return [n for n in release.names if n.endswith(".json") and any(n.startswith(f) for f in folders)]
+
+
+def csgmv_slim_files(release: ReleaseFiles) -> list[str]:
+    """What a slim wheel keeps of the csgmv code: the two files, the tuning-config file and its configs."""
+    found = locate_csgmv(release)
+    return [*found.values(), *_tuning_files(release, found), *_config_files(release, found)] if found else []
+
+
 @dataclass
 class CsgmvKernels:
     """One release's two entry points under one configuration.  ``identity``: :func:`csgmv_identity`;
@@ -170,11 +182,8 @@ def load_csgmv(release: ReleaseFiles, config: CsgmvConfiguration = CsgmvConfigur
     if not found:
         raise LoaderError(f"sglang {release.version} has no chunked SGMV LoRA kernels (no "
                           f"{ENTRY_POINTS['shrink']} / {ENTRY_POINTS['expand']})")
-    for tuning in _tuning_files(release, found):  # the tuned block configs are read beside the file
-        folder = tuning.rsplit("/", 1)[0] + "/" + CONFIG_FOLDER
-        for name in release.names:
-            if name.startswith(folder) and name.endswith(".json"):
-                release.disk(name)
+    for name in _config_files(release, found):  # the tuned block configs are read beside the tuning file
+        release.disk(name)
     modules = {entry: load_kernel_module(release, path, "csgmv", config, own_file=_tuning_file,
                                          stand_ins=CSGMV_STAND_INS)
                for entry, path in found.items()}
