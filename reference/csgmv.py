@@ -82,9 +82,10 @@ class CsgmvExpected:
         if not bool(bad.any()):
             return None
         row, col = (int(i) for i in bad.nonzero()[0])
+        rows = sorted(set(bad.nonzero()[:, 0].tolist()))
         return (f"{int(bad.sum())} of {int(self.defined.sum())} defined entries differ; first at row {row}, "
                 f"column {col}: got {float(a[row, col])!r}, expected {float(self.value[row, col])!r} "
-                f"(allowed {float(allowed[row, col]):.3g}); rows differing: {sorted(set(bad.nonzero()[:, 0].tolist()))}")
+                f"(allowed {float(allowed[row, col]):.3g}); rows differing: {rows}")
 
 
 def csgmv_segments(batch_info) -> list[tuple[int, int, int]]:

@@ -33,8 +33,8 @@ from typing import Callable, Optional
 
 from .sglang_wheel import STAND_INS, LoaderError, ReleaseFiles, code_identity, load_kernel_module, module_name
 
-__all__ = ["CSGMV_FILES", "CSGMV_STAND_INS", "CsgmvConfiguration", "CsgmvKernels", "csgmv_identity", "csgmv_slim_files",
-           "load_csgmv", "locate_csgmv"]
+__all__ = ["CSGMV_FILES", "CSGMV_STAND_INS", "CsgmvConfiguration", "CsgmvEnvs", "CsgmvKernels", "csgmv_identity",
+           "csgmv_slim_files", "load_csgmv", "locate_csgmv"]
 
 # entry -> the file's path in each layout, newest first
 CSGMV_FILES = {

@@ -21,10 +21,10 @@ import functools
 import pytest
 import torch
 
-from kernel_oracle.fuzz.targets.sglang_csgmv import (CSGMV_FILES, CsgmvConfiguration, csgmv_identity, load_csgmv,
-                                                     locate_csgmv)
+from kernel_oracle.fuzz.targets.sglang_csgmv import (CSGMV_FILES, CsgmvConfiguration, CsgmvEnvs, csgmv_identity,
+                                                     load_csgmv, locate_csgmv)
 from kernel_oracle.fuzz.targets.sglang_slim import write_slim_wheel
-from kernel_oracle.fuzz.targets.sglang_wheel import wheel_release
+from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, ReleaseFiles, wheel_release
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.reference.csgmv import expand_reference, shrink_reference
 
@@ -88,6 +88,33 @@ def test_a_slim_wheel_keeps_the_csgmv_code(tmp_path):
     assert load_csgmv(slim).how.startswith("sglang 0.5.23: sglang.kernels.ops.lora.dense.chunked_sgmv_shrink and ")
 
 
+def test_the_loader_names_what_it_loaded_and_refuses_in_one_line():
+    how = kernels("0.5.12").how
+    assert how.startswith("sglang 0.5.12: sglang.srt.lora.triton_ops.chunked_sgmv_shrink and "
+                          "sglang.srt.lora.triton_ops.chunked_sgmv_expand, loaded standalone from the wheel ")
+    assert how.endswith("; SGLANG_ENABLE_LORA_CSGMV_SPLIT_K=0, SGLANG_ENABLE_DETERMINISTIC_INFERENCE=0")
+    empty = ReleaseFiles("9.9.9", "nowhere", (), lambda n: "", lambda n: None)
+    with pytest.raises(LoaderError) as info:
+        load_csgmv(empty)
+    assert str(info.value) == ("sglang 9.9.9 has no chunked SGMV LoRA kernels (no chunked_sgmv_lora_shrink_forward / "
+                               "chunked_sgmv_lora_expand_forward)")
+    envs = CsgmvEnvs(CsgmvConfiguration(split_k=True))
+    assert envs.SGLANG_ENABLE_LORA_CSGMV_SPLIT_K.get() and not envs.SGLANG_ENABLE_DETERMINISTIC_INFERENCE.get()
+    with pytest.raises(AttributeError, match=r"has no 'SGLANG_OTHER' \(it answers \["):
+        envs.SGLANG_OTHER
+
+
+@pytest.mark.parametrize("version", ("0.5.11", "0.5.23"))
+def test_tuned_block_configs_follow_the_device_name(version, monkeypatch):
+    """The release's own lora_tuning_config.py reads csgmv_configs/ beside it: an H200 gets its tuned blocks,
+    the CPU (no such config) the defaults."""
+    monkeypatch.delenv("SGLANG_LORA_CONFIG_DIR", raising=False)
+    args = dict(K=1024, R=64, num_slices=1, chunk_size=16)
+    h200 = kernels(version, CsgmvConfiguration(device_name="NVIDIA H200")).expand.__globals__["get_lora_expand_config"]
+    assert h200(**args) == {"BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1, "maxnreg": 128}
+    assert kernels(version).expand.__globals__["get_lora_expand_config"](**args) == {"BLOCK_N": 64, "BLOCK_K": 16}
+
+
 # ---- every release against the oracle ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("version", ALL_RELEASES)
@@ -145,13 +172,13 @@ def test_expand_into_a_view_of_a_wider_output(version):
     before_call = wide.clone()
     run_expand(k, c, wide[:, 4:4 + out_dim])
     if before(version, STRIDE_FIX):
-        alias = before_call.view(-1)[4:4 + S * out_dim].view(S, out_dim)  # the block 0.5.10 reads and writes
-        want = before_call.clone()
-        got = expand_reference(c.h, c.b, c.batch_info, c.offsets, c.max_slice_size, alias)
-        want.view(-1)[4:4 + S * out_dim] = got.value.view(-1).float()
-        _check(dataclasses.replace(got, value=want.double(), defined=torch.ones_like(want, dtype=torch.bool),
-                                   magnitude=torch.cat([got.magnitude.view(-1), torch.zeros(S * 8)]).view(S, -1)
-                                   .roll(4)), wide, f"sglang {version}: contiguous indexing of the view")
+        block = slice(4, 4 + S * out_dim)  # the flat block 0.5.10 reads and writes: (S, OUTPUT_DIM) from the view
+        got = expand_reference(c.h, c.b, c.batch_info, c.offsets, c.max_slice_size,
+                               before_call.view(-1)[block].view(S, out_dim))
+        want, magnitude = before_call.double(), before_call.double().abs()
+        want.view(-1)[block], magnitude.view(-1)[block] = got.value.view(-1), got.magnitude.view(-1)
+        modelled = dataclasses.replace(got, value=want, magnitude=magnitude, defined=torch.ones_like(wide, dtype=bool))
+        _check(modelled, wide, f"sglang {version}: contiguous indexing of the view")
         assert not torch.equal(wide[:, :4], before_call[:, :4])  # it writes outside the view
         return
     want = expand_reference(c.h, c.b, c.batch_info, c.offsets, c.max_slice_size, before_call[:, 4:4 + out_dim])

@@ -95,7 +95,8 @@ def test_defined_region_and_untouched_rows():
     untouched = [1, 3, 4, 6]
     assert torch.equal(ex.value[untouched], base[untouched].double())
     assert not torch.equal(ex.value[[5, 0, 2]], base[[5, 0, 2]].double())
-    assert torch.equal(expand_reference(h, b, bi, offsets, 20).value[untouched], torch.zeros(4, 30, dtype=torch.float64))
+    fresh = expand_reference(h, b, bi, offsets, 20)
+    assert torch.equal(fresh.value[untouched], torch.zeros(4, 30, dtype=torch.float64))
 
 
 def test_segments_processed_eagerly_and_under_cuda_graph():
@@ -167,7 +168,8 @@ def test_inputs_outside_the_contract_raise_value_error_with_the_fix():
                                "pass the same offsets (the CPU copy is the layer's metadata)")
     with pytest.raises(ValueError, match=r"^the csgmv kernels read batch_info.permutation"):
         shrink_reference(c.x, c.a, dataclasses.replace(c.batch_info, permutation=None), 3)
-    with pytest.raises(ValueError, match=r"^permutation\[\d+:\d+\] holds rows outside 0\.\.9; pass physical rows of x$"):
+    outside = r"^permutation\[\d+:\d+\] holds rows outside 0\.\.9; pass physical rows of x$"
+    with pytest.raises(ValueError, match=outside):
         shrink_reference(c.x[:10].contiguous(), c.a, c.batch_info, 3)
 
 
