@@ -138,6 +138,22 @@ def test_release_matches_the_oracle_on_ragged_batches(version):
                    f"{tag}: shrink, split_k=3")
 
 
+@pytest.mark.parametrize("version", [group[0] for group in SHARED_CODE])
+def test_each_code_on_wider_chunks_and_a_rank_above_the_buffer(version):
+    """Chunks of 32 rows (BLOCK_M 32, full tiles) and a slot whose rank exceeds the buffers' R (the kernels
+    clamp it to R), per distinct code."""
+    k = kernels(version)
+    for slices in (2, 3):
+        c = random_case(40 + slices, slices, tokens=100, chunk=32)
+        assert 32 in (c.batch_info.seg_indptr[1:] - c.batch_info.seg_indptr[:-1]).tolist()
+        ranks = c.batch_info.lora_ranks
+        c.batch_info.lora_ranks = torch.where(ranks == ranks.max(), ranks + 4, ranks)
+        tag = f"sglang {version}, {slices} slices, chunk 32, rank {int(ranks.max()) + 4} > R"
+        _check(shrink_reference(c.x, c.a, c.batch_info, slices), run_shrink(k, c), f"{tag}: shrink")
+        _check(expand_reference(c.h, c.b, c.batch_info, c.offsets, c.max_slice_size, c.base),
+               run_expand(k, c, c.base.clone()), f"{tag}: expand")
+
+
 @pytest.mark.parametrize("version", ALL_RELEASES)
 def test_graph_replay_with_stale_host_ints(version):
     """Captured for a 2-request, 1-segment batch, replayed for 4 segments (9 padded).  From 0.5.14 every device
