@@ -168,6 +168,8 @@ def test_graph_replay_with_stale_host_ints(version):
     if not before(version, GRAPH_FIX):
         _check(want_s, shrink, f"sglang {version}: shrink at replay")
         _check(want_e, expand, f"sglang {version}: expand at replay")
+        if not before(version, SPLIT_K_SINCE):  # the split-K partials and reduce at replay (partials NaN-poisoned)
+            _check(want_s, run_shrink(k, c, split_k=2), f"sglang {version}: split-K shrink at replay")
         return
     launched = dataclasses.replace(c.batch_info, use_cuda_graph=False, num_segments=1)  # what the old grid covers
     _check(shrink_reference(c.x, c.a, launched, 3), shrink, f"sglang {version}: shrink as the old grid runs it")
