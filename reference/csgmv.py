@@ -38,7 +38,7 @@ device ones) raise ``ValueError`` here: they are outside every release's contrac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
