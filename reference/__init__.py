@@ -2,6 +2,7 @@
 
 * :mod:`reference.lora` - the six LoRA steps (SGLang signatures) and their float64/faithful oracles
 * :mod:`reference.vision` - the vision attention forward and its oracle
+* :mod:`reference.csgmv` - the chunked SGMV shrink/expand oracle of SGLang's csgmv backend (docs/csgmv.md)
 * :mod:`reference.contracts` - the one table of every error the suite raises
 * :mod:`reference.batch_info`, :mod:`reference.vision_metadata` - metadata types and builders
 * :mod:`reference.lora_routing` - segment routing and strict validation shared with the kernels

@@ -8,8 +8,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 releases=("$@")
-# kv_b kernels: 0.5.12, 0.5.13 (the TRT-LLM-style file before its one-slot fix), 0.5.15, 0.5.23; the vision wrapper's four versions: 0.5.10, 0.5.12, 0.5.16, 0.5.23
-[ ${#releases[@]} -eq 0 ] && releases=(0.5.10 0.5.12 0.5.13 0.5.15 0.5.16 0.5.23)
+# every release from 0.5.10 (oracle_tests/_sglang_releases.py ALL_RELEASES): the csgmv kernels are tested in each
+# (docs/csgmv.md); the kv_b and vision tests read 0.5.10, 0.5.12, 0.5.13, 0.5.15, 0.5.16 and 0.5.23 of them
+[ ${#releases[@]} -eq 0 ] && releases=(0.5.10 0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 0.5.15.post1
+  0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23)
 dest="${KERNEL_ORACLE_CACHE:-$HOME/.cache/kernel-oracle}/wheels"
 mkdir -p "$dest"
 py="${PYTHON:-$(command -v python3 || command -v python)}"

@@ -11,6 +11,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from .sglang_csgmv import csgmv_slim_files
 from .sglang_v2 import v2_slim_files
 from .sglang_wheel import HELPER_FILE, SLIM_EXTRAS, LoaderError, locate_kernels, wheel_release
 
@@ -19,9 +20,9 @@ __all__ = ["write_slim_wheel"]
 
 def write_slim_wheel(wheel: str | os.PathLike, dest_dir: str | os.PathLike) -> Path:
     """A copy of ``wheel`` holding only what the suite reads (the kv_b kernel files, their helper files,
-    the triton_v2 path's files, :data:`SLIM_EXTRAS` and the dist-info metadata): ``sglang-X.Y.Z-kernels.whl``, a few hundred kB
-    instead of 40 MB, for carrying to a GPU machine without a registry.  It is read like the full
-    wheel (the loader never installs either)."""
+    the triton_v2 path's files, the csgmv files, :data:`SLIM_EXTRAS` and the dist-info metadata):
+    ``sglang-X.Y.Z-kernels.whl``, a few hundred kB instead of 40 MB, for carrying to a GPU machine without
+    a registry.  It is read like the full wheel (the loader never installs either)."""
     rel = wheel_release(wheel)
     found = locate_kernels(rel)
     if not found and not set(SLIM_EXTRAS) & set(rel.names):
@@ -29,6 +30,7 @@ def write_slim_wheel(wheel: str | os.PathLike, dest_dir: str | os.PathLike) -> P
     keep = set(found.values())
     keep |= {n for n in rel.names if n.endswith("/" + HELPER_FILE) and any(n.rsplit("/", 1)[0] in p for p in keep)}
     keep |= set(v2_slim_files(rel))
+    keep |= set(csgmv_slim_files(rel))
     keep |= {n for n in rel.names if n in SLIM_EXTRAS or re.fullmatch(r"sglang-[^/]+\.dist-info/METADATA", n)}
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)

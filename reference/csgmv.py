@@ -1,0 +1,211 @@
+"""Float64 oracle of SGLang's chunked SGMV LoRA kernels (``--lora-backend csgmv``, its default backend).
+
+Note [csgmv semantics]
+----------------------
+SGLang's csgmv backend computes a LoRA delta in two launches (docs/csgmv.md has the per-release
+detail).  Tokens are grouped by adapter slot and cut into *segments* of at most ``max_len`` rows
+(the chunk size, a power of two: 16, 32 or 128); one program handles one segment (``BLOCK_M =
+max_len``), so a segment longer than ``max_len`` is outside the contract.  Shapes:
+
+* ``x`` (S, K): the layer input, one row per token; ``weights`` (L, N, K) with ``N = num_slices * R``:
+  the A matrices of the L slots, stacked per slice (q/k/v: 3, gate/up: 2, others 1).
+* shrink output (S, N): for each processed segment of slot ``w`` with rank ``r = lora_ranks[w] > 0``,
+  the rows ``p = permutation[t]`` (t in ``seg_indptr[b] .. seg_indptr[b+1]``) get
+  ``out[p, c] = sum_k x[p, k] * weights[w, c, k]`` for the columns ``c < min(N, r * num_slices)``:
+  the slices of a rank-r adapter are packed, slice i at columns ``i*r .. (i+1)*r``.  No scaling
+  here.  Every other entry is unwritten (a fresh ``torch.empty``): *undefined*.
+* expand: ``x`` (S, num_slices * R) is the shrink output, ``weights`` (L, OUTPUT_DIM, R) the B
+  matrices, ``slice_offsets`` (num_slices + 1,) the output columns of each slice (ragged: q wider
+  than k and v).  For those rows and each slice i with columns ``lo .. hi``:
+  ``out[p, n] += scalings[w] * sum_{k < r'} x[p, i*r' + k] * weights[w, n, k]`` with
+  ``r' = min(R, r)``.  ``out`` is ``base_output`` (accumulated in place; it may be a view of a wider
+  projection) or fresh zeros (S, OUTPUT_DIM): every entry is defined, rows no segment routes keep
+  their value.
+
+Which segments a launch processes: eagerly ``batch_info.num_segments``; under ``use_cuda_graph``
+every one of the ``weight_indices.shape[0]`` device segments, because the host ints ``bs``,
+``num_segments`` and ``max_len`` are the values the graph was captured with and may be stale for the
+replayed batch (the padded tail is zero-length segments, which do nothing).  Zero-length segments
+and rank-0 slots do nothing.  A physical row routed more than once is a race upstream: undefined.
+
+The error contracts upstream raises before any launch (exact type and text, :data:`CSGMV_CONTRACTS`):
+bare ``assert`` on contiguity, ranks and widths (``AssertionError`` with no text), and from 0.5.22
+``ValueError("split_k must be positive")``.  Inputs the kernels silently mishandle (a segment
+longer than ``max_len``, ``max_slice_size`` below a slice's width, CPU offsets that disagree with the
+device ones) raise ``ValueError`` here: they are outside every release's contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+__all__ = ["CSGMV_CONTRACTS", "CsgmvExpected", "csgmv_segments", "expand_reference", "shrink_reference"]
+
+# contract id -> (exception type, exact upstream text); ``asserts`` are bare ``assert`` statements
+CSGMV_CONTRACTS = {
+    "asserts": (AssertionError, ""),
+    "split_k": (ValueError, "split_k must be positive"),  # 0.5.22+
+}
+
+
+def _upstream(contract: str):
+    exc_type, text = CSGMV_CONTRACTS[contract]
+    return exc_type(text) if text else exc_type()
+
+
+@dataclass(frozen=True)
+class CsgmvExpected:
+    """The oracle's answer for one launch.  ``value``: float64, the output's shape; ``defined``: bool,
+    True where the contract fixes the value (compare there only); ``magnitude``: float64, the sum of
+    the absolute terms behind each entry (``|x| @ |w|``, plus ``|base|``): the scale of any rounding
+    error, so the tolerance is exact arithmetic's bound and needs no tuning."""
+
+    value: torch.Tensor
+    defined: torch.Tensor
+    magnitude: torch.Tensor
+    terms: int  # the longest dot product behind an entry (K for shrink, the rank for expand)
+
+    def mismatch(self, actual: torch.Tensor, unit: Optional[float] = None) -> Optional[str]:
+        """None when ``actual`` agrees over the defined region, else one line saying where and by how much.
+        ``unit``: the rounding unit of the arithmetic (default: ``actual.dtype``'s epsilon; pass 2**-10 for
+        TF32 matmuls).  Allowed: ``(terms + 2) * unit * magnitude + tiny`` per entry (the worst case of a
+        sum of ``terms`` products, the scaling and the cast)."""
+        if tuple(actual.shape) != tuple(self.value.shape):
+            return f"shape {tuple(actual.shape)} != expected {tuple(self.value.shape)}"
+        unit = torch.finfo(actual.dtype).eps if unit is None else unit
+        a = actual.detach().to("cpu", torch.float64)
+        allowed = (self.terms + 2) * unit * self.magnitude + torch.finfo(actual.dtype).tiny
+        bad = self.defined & ~((a - self.value).abs() <= allowed)  # NaN is never within the bound
+        if not bool(bad.any()):
+            return None
+        row, col = (int(i) for i in bad.nonzero()[0])
+        rows = sorted(set(bad.nonzero()[:, 0].tolist()))
+        return (f"{int(bad.sum())} of {int(self.defined.sum())} defined entries differ; first at row {row}, "
+                f"column {col}: got {float(a[row, col])!r}, expected {float(self.value[row, col])!r} "
+                f"(allowed {float(allowed[row, col]):.3g}); rows differing: {rows}")
+
+
+def csgmv_segments(batch_info) -> list[tuple[int, int, int]]:
+    """``(start, end, slot)`` of every segment a launch processes (see the Note): eagerly the first
+    ``num_segments``, under CUDA graph all ``weight_indices.shape[0]``.  Raises ValueError for a
+    segment longer than ``max_len`` (the program's row tile) or metadata too short to hold the count."""
+    slots = [int(v) for v in batch_info.weight_indices.tolist()]
+    indptr = [int(v) for v in batch_info.seg_indptr.tolist()]
+    n = len(slots) if batch_info.use_cuda_graph else int(batch_info.num_segments)
+    if n > len(slots) or n + 1 > len(indptr):
+        raise ValueError(f"batch_info describes {n} segments but weight_indices has {len(slots)} and seg_indptr "
+                         f"{len(indptr)} entries; pass one slot per segment and num_segments + 1 bounds")
+    out = [(indptr[b], indptr[b + 1], slots[b]) for b in range(n)]
+    longest = max((e - s for s, e, _ in out), default=0)
+    if longest > int(batch_info.max_len or 0):
+        raise ValueError(f"a segment has {longest} rows but max_len (the kernels' row tile, BLOCK_M) is "
+                         f"{batch_info.max_len}: the rows past it are never computed; cut segments to at most "
+                         f"max_len rows, as SGLang's chunking does")
+    return out
+
+
+def _routed(batch_info, S: int) -> tuple[list[tuple[torch.Tensor, int]], torch.Tensor]:
+    """``[(physical rows, slot)]`` of every processed non-empty segment whose slot has a positive rank,
+    and the bool (S,) mask of rows routed more than once (a race upstream: undefined)."""
+    perm = batch_info.permutation
+    if perm is None:
+        raise ValueError("the csgmv kernels read batch_info.permutation (logical row -> physical row); pass "
+                         "torch.arange(S) for rows in order")
+    perm = perm.to("cpu", torch.int64)
+    ranks = [int(r) for r in batch_info.lora_ranks.tolist()]
+    groups, counts = [], torch.zeros(S, dtype=torch.int64)
+    for start, end, slot in csgmv_segments(batch_info):
+        if end <= start or ranks[slot] <= 0:
+            continue
+        rows = perm[start:end]
+        if int(rows.min()) < 0 or int(rows.max()) >= S:
+            raise ValueError(f"permutation[{start}:{end}] holds rows outside 0..{S - 1}; pass physical rows of x")
+        counts.index_add_(0, rows, torch.ones_like(rows))
+        groups.append((rows, slot))
+    return groups, counts > 1
+
+
+def _check_split_k(split_k: Optional[int]) -> None:
+    if split_k is not None and split_k < 1:
+        raise _upstream("split_k")
+
+
+def shrink_reference(x: torch.Tensor, weights: torch.Tensor, batch_info, num_slices: int,
+                     split_k: Optional[int] = None) -> CsgmvExpected:
+    """The oracle of ``chunked_sgmv_lora_shrink_forward(x, weights, batch_info, num_slices, split_k)``.
+
+    ``x`` (S, K) contiguous; ``weights`` (L, num_slices * R, K) contiguous; the result is (S, N).
+    ``split_k`` only changes the summation order (fp32 partials, then a reduce): the same value."""
+    _check_split_k(split_k)
+    if not (x.is_contiguous() and weights.is_contiguous() and x.dim() == 2 and weights.dim() == 3
+            and x.shape[-1] == weights.shape[2]):
+        raise _upstream("asserts")
+    S, N = x.shape[0], weights.shape[1]
+    x64, w64 = x.detach().to("cpu", torch.float64), weights.detach().to("cpu", torch.float64)
+    value = torch.zeros(S, N, dtype=torch.float64)
+    magnitude = torch.zeros_like(value)
+    defined = torch.zeros(S, N, dtype=torch.bool)
+    groups, repeated = _routed(batch_info, S)
+    ranks = batch_info.lora_ranks.tolist()
+    for rows, slot in groups:
+        n = min(N, int(ranks[slot]) * num_slices)
+        w = w64[slot, :n]
+        value[rows, :n] = x64[rows] @ w.T
+        magnitude[rows, :n] = x64[rows].abs() @ w.abs().T
+        defined[rows, :n] = True
+    defined[repeated] = False
+    return CsgmvExpected(value, defined, magnitude, terms=x.shape[1])
+
+
+def _offsets(slice_offsets: torch.Tensor, slice_offsets_cpu: Optional[torch.Tensor], max_slice_size: int) -> list:
+    """The slice bounds the kernels use: the CPU copy where given (0.5.22+ builds its grid from it), which
+    must equal the device offsets; else the device offsets, each slice at most ``max_slice_size`` wide."""
+    offsets = [int(v) for v in slice_offsets.tolist()]
+    if slice_offsets_cpu is not None:
+        cpu = [int(v) for v in slice_offsets_cpu.tolist()]
+        if cpu != offsets:
+            raise ValueError(f"slice_offsets_cpu={cpu} disagrees with slice_offsets={offsets}; pass the same "
+                             f"offsets (the CPU copy is the layer's metadata)")
+        return offsets
+    widest = max((hi - lo for lo, hi in zip(offsets, offsets[1:])), default=0)
+    if widest > max_slice_size:
+        raise ValueError(f"a slice is {widest} columns wide but max_slice_size={max_slice_size}: the grid never "
+                         f"reaches its last columns; pass max_slice_size >= {widest}")
+    return offsets
+
+
+def expand_reference(x: torch.Tensor, weights: torch.Tensor, batch_info, slice_offsets: torch.Tensor,
+                     max_slice_size: int, base_output: Optional[torch.Tensor] = None,
+                     slice_offsets_cpu: Optional[torch.Tensor] = None) -> CsgmvExpected:
+    """The oracle of ``chunked_sgmv_lora_expand_forward(x, weights, batch_info, slice_offsets,
+    max_slice_size, base_output, slice_offsets_cpu)``.
+
+    ``x`` (S, num_slices * R) contiguous; ``weights`` (L, OUTPUT_DIM, R) contiguous; the result has
+    ``base_output``'s shape (it is accumulated in place) or (S, OUTPUT_DIM) (fresh zeros)."""
+    num_slices = len(slice_offsets) - 1
+    if not (x.is_contiguous() and weights.is_contiguous() and x.dim() == 2 and weights.dim() == 3
+            and x.shape[1] == num_slices * weights.shape[2]):
+        raise _upstream("asserts")
+    offsets = _offsets(slice_offsets, slice_offsets_cpu, max_slice_size)
+    S, R = x.shape[0], weights.shape[2]
+    x64, w64 = x.detach().to("cpu", torch.float64), weights.detach().to("cpu", torch.float64)
+    if base_output is None:
+        value = torch.zeros(S, weights.shape[1], dtype=torch.float64)
+    else:
+        value = base_output.detach().to("cpu", torch.float64).clone()
+    magnitude = value.abs()
+    groups, repeated = _routed(batch_info, S)
+    ranks, scalings = batch_info.lora_ranks.tolist(), batch_info.scalings.tolist()
+    for rows, slot in groups:
+        r, scale = min(R, int(ranks[slot])), float(scalings[slot])
+        for i, (lo, hi) in enumerate(zip(offsets, offsets[1:])):
+            xs, w = x64[rows, i * r:(i + 1) * r], w64[slot, lo:hi, :r]
+            value[rows, lo:hi] += scale * (xs @ w.T)
+            magnitude[rows, lo:hi] += abs(scale) * (xs.abs() @ w.abs().T)
+    defined = torch.ones(value.shape, dtype=torch.bool)
+    defined[repeated] = False
+    return CsgmvExpected(value, defined, magnitude, terms=R)
+
