@@ -28,7 +28,7 @@ h3 { font-size:15px; margin:0 0 6px; }
          border:1px solid transparent; white-space:nowrap; }
 .status-clean { background:var(--okbg); color:var(--ok); }
 .status-findings { background:var(--badbg); color:var(--bad); }
-.status-incomplete, .status-empty, .status-known { background:var(--warnbg); color:var(--warn); }
+.status-incomplete, .status-empty, .status-known, .status-interrupted { background:var(--warnbg); color:var(--warn); }
 .known { background:var(--warnbg); color:var(--warn); }
 article.finding.is-known { border-left-color:#f59e0b; }
 .kind-mismatch { background:#fee2e2; color:#991b1b; }

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "main"]
 
@@ -45,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _usage(text: str) -> int:
     print(f"kernel-oracle bench: error: {text}", file=sys.stderr)
-    return 2
+    return run_outcome(usage_error=True).exit_code
 
 
 def main(args: argparse.Namespace) -> int:
@@ -81,4 +82,5 @@ def main(args: argparse.Namespace) -> int:
         print(f"main job ({mj['command']}): {mj.get('fuzz_cases')} fuzz cases, {mj.get('cases')} cases, "
               f"exit {mj['exit_code']}")
     print(f"record: {out}")
-    return 1 if bench["failed"] else 0
+    # a campaign or the main job that failed under measurement is a finding of the bench
+    return run_outcome(new_findings=len(bench["failed"])).exit_code

@@ -26,6 +26,7 @@ import sys
 from typing import NoReturn, Optional
 
 from kernel_oracle.harness.device import DEVICE_CHOICES
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["FAMILIES", "LIMIT_PRESETS", "OPTIONS", "add", "cluster_settings", "families", "finite_float",
            "non_negative_seconds", "non_negative_int", "one_line_errors", "parse_list", "positive_int",
@@ -43,7 +44,7 @@ def one_line_errors(parser: argparse.ArgumentParser) -> None:
     def error(message: str) -> NoReturn:
         text = " ".join(str(message).split())
         sys.stderr.write(f"{parser.prog}: error: {text} (see {parser.prog} --help)\n")
-        sys.exit(2)
+        sys.exit(run_outcome(usage_error=True).exit_code)
 
     parser.error = error  # type: ignore[method-assign]
 

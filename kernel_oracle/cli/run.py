@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "main"]
 
@@ -92,15 +93,12 @@ def _report(result: dict) -> int:
     print(f"HTML:     {result['html']}")
     print(f"history:  {result['history']}")
     failed = rec["summary"].get("failed_parts") or []
-    if new:
-        return 1
-    if failed:
+    outcome = run_outcome(new_findings=len(new), known_findings=known, incomplete=bool(failed), tested=cases > 0)
+    if outcome.verdict == "incomplete":
         print(f"incomplete: {len(failed)} part(s) could not run (exit 3)")
-        return 3
-    if cases == 0:
+    elif outcome.verdict == "empty":
         print("incomplete: no case ran (exit 3)")
-        return 3
-    return 0
+    return outcome.exit_code
 
 
 def main(args: argparse.Namespace) -> int:
@@ -108,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
         job = _checked(args)
     except ValueError as exc:  # usage errors only: everything in _checked runs before any work
         print(f"kernel-oracle run: {exc}", file=sys.stderr)
-        return 2
+        return run_outcome(usage_error=True).exit_code
     from kernel_oracle.jobs.main_job import run_main_job
 
     def on_sigterm(signum, frame):
@@ -122,10 +120,10 @@ def main(args: argparse.Namespace) -> int:
         signame = getattr(exc, "signame", "SIGINT")
         print(f"kernel-oracle run: interrupted by {signame}; no report written (campaign files kept under "
               f"{Path(args.out) / 'runs'})", file=sys.stderr)
-        return 3
+        return run_outcome(interrupted=True).exit_code
     except OSError as exc:
         print(f"kernel-oracle run: error: cannot write the report: {exc}", file=sys.stderr)
-        return 2
+        return run_outcome(usage_error=True).exit_code
     finally:
         signal.signal(signal.SIGTERM, old)
     return _report(result)
