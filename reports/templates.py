@@ -110,7 +110,7 @@ HTML = FOLD + """<!DOCTYPE html>
 <div class="card"><div class="v">{{ r.ratio_max|ratio }}</div><div class="l">worst error ratio (≤ 1 passes)</div></div>
 <div class="card"><div class="v">{{ r.benchmarks|length }}</div><div class="l">benchmarks</div></div>
 {% if r.summary.get('duration_s') is not none %}<div class="card"><div class="v">{{ r.summary['duration_s']|num }} s</div>
-<div class="l">wall time{% if r.summary.get('time_budget_s') %} (budget {{ r.summary['time_budget_s']|num }} s){% endif %}</div></div>{% endif %}
+<div class="l">wall time{% if r.summary.get('time_s') %} (budget {{ r.summary['time_s']|num }} s){% endif %}</div></div>{% endif %}
 </div>
 </section>
 <section id="headlines">

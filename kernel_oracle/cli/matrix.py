@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.cli import options
+from kernel_oracle.fuzz.time_budget import DEFAULT_TIME_S
 from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "main"]
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="all: every configuration each target knows (sglang-trt: the cuBLAS switches, PDL "
                              "on and off); specs that run the same code path are tested once")
     amount = parser.add_mutually_exclusive_group()
-    options.add(amount, "time", help="seconds of fuzzing per distinct code (default 60)")
+    options.add(amount, "time", help=f"seconds of fuzzing per distinct code (default {DEFAULT_TIME_S['matrix']:g})")
     options.add(amount, "cases", help="cases per distinct code instead of --time")
     options.add(parser, "seed", help="the same seed for every release")
     options.add(parser, "device")

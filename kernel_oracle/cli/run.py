@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
+from kernel_oracle.fuzz.time_budget import DEFAULT_TIME_S
 from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "main"]
@@ -21,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (docs/semantics.md#exit-codes)
     options.add(parser, "device")
     options.add(parser, "time",
-                help="wall-clock budget of the whole job (default 180 s on CPU, 300 s on GPU)")
+                help=f"wall-clock budget of the whole job (default {DEFAULT_TIME_S['run']['cpu']:g} s on CPU, "
+                     f"{DEFAULT_TIME_S['run']['cuda']:g} s on GPU)")
     options.add(parser, "seed", help="seed of the selfcheck and of every campaign")
     options.add(parser, "out", default="reports/out",
                 help="where latest.{json,md,html}, history/ and runs/ go (default reports/out)")
