@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+from kernel_oracle.fuzz.time_budget import TimeBudgetError, check_time_s
 from kernel_oracle.harness.opinfo import FAMILY_OF
 from kernel_oracle.harness.targets import TargetError, TargetSources, TargetSpec
 
@@ -55,8 +56,10 @@ def case_timeout_for(time_s: Optional[float]) -> float:
 
 
 def _finite_positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise CampaignError(f"Expected a positive finite number of seconds but got {name}={value!r}")
+    try:
+        check_time_s(value, name)  # the one check of a number of seconds (Note [Time budget])
+    except TimeBudgetError as exc:
+        raise CampaignError(str(exc)) from None
 
 
 @dataclass(frozen=True)

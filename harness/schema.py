@@ -19,7 +19,7 @@ One JSON object per run (pytest-benchmark's storage shape)::
       "benchmarks": [ {target, op, shape, dtype, median_us, bytes, flops, tbps, tflops, peers: {...}} ],
       "targets": [ {name, available, reason, entry_points, precision} ],
       "notes": [ "selfcheck unavailable: ...", ... ],          (optional, added in place, v1)
-      "summary": {duration_s, time_budget_s, status, ...},     (optional, free-form, v1)
+      "summary": {duration_s, time_s, status, ...},     (optional, free-form, v1)
     }
 
 ``notes`` and ``summary`` are optional additions that version-1 readers ignore, so they do not bump

@@ -42,5 +42,5 @@ def sample_record(kind: str = "main", *, findings: bool = True) -> dict:
     add_benchmark(rec, {"target": "triton", "op": "vision", "shape": "images_d80", "dtype": "bfloat16",
                         "median_us": 310.0, "flops": 1.5e11, "bytes": 9e7, "ceiling_tbps": 4.8,
                         "ceiling_tflops": 989.0, "peers": {"torch_sdpa": 280.0}})
-    rec["summary"] = {"duration_s": 12.5, "time_budget_s": 180}
+    rec["summary"] = {"duration_s": 12.5, "time_s": 180}
     return rec

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kernel_oracle.harness.buckets import Bucket, bucket_of_record
+from kernel_oracle.harness.outcome import run_outcome
 from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, SELFCHECK_TARGET, validate
 from kernel_oracle.harness.schema import load as _load_json
 
@@ -428,17 +429,16 @@ class Result:
 
     @property
     def status(self) -> str:
-        """``findings`` (new ones) / ``known`` (every finding a known upstream issue) / ``incomplete``
-        (notes but no findings) / ``empty`` (nothing ran) / ``clean``."""
-        if self.new_findings or (not self.findings and any(g.failures for g in self.groups)):
-            return "findings"
-        if self.findings:
-            return "known"
-        if self.notes:
-            return "incomplete"
-        if not self.cases and not self.benchmarks:
-            return "empty"
-        return "clean"
+        """The badge: the verdict of :func:`kernel_oracle.harness.outcome.run_outcome` for this record, the
+        same the command that wrote it exited with: ``findings`` (new ones, or failed cases), ``interrupted``,
+        ``incomplete`` (a failed part, or a campaign that stopped short), ``empty`` (nothing ran), ``known``
+        (every finding a known upstream issue) or ``clean``."""
+        new = len(self.new_findings) or int(not self.findings and any(g.failures for g in self.groups))
+        status = self.summary.get("status")
+        return run_outcome(new_findings=new, known_findings=len(self.findings) - len(self.new_findings),
+                           interrupted=status == "interrupted",
+                           incomplete=status == "incomplete" or bool(self.summary.get("failed_parts")),
+                           tested=bool(self.cases or self.benchmarks)).verdict
 
     def by_target_op(self) -> list:
         """Groups rolled up per (target, op): cases, passes, findings, ratio max and median of maxima."""

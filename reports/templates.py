@@ -28,7 +28,7 @@ h3 { font-size:15px; margin:0 0 6px; }
          border:1px solid transparent; white-space:nowrap; }
 .status-clean { background:var(--okbg); color:var(--ok); }
 .status-findings { background:var(--badbg); color:var(--bad); }
-.status-incomplete, .status-empty, .status-known { background:var(--warnbg); color:var(--warn); }
+.status-incomplete, .status-empty, .status-known, .status-interrupted { background:var(--warnbg); color:var(--warn); }
 .known { background:var(--warnbg); color:var(--warn); }
 article.finding.is-known { border-left-color:#f59e0b; }
 .kind-mismatch { background:#fee2e2; color:#991b1b; }
@@ -110,7 +110,7 @@ HTML = FOLD + """<!DOCTYPE html>
 <div class="card"><div class="v">{{ r.ratio_max|ratio }}</div><div class="l">worst error ratio (≤ 1 passes)</div></div>
 <div class="card"><div class="v">{{ r.benchmarks|length }}</div><div class="l">benchmarks</div></div>
 {% if r.summary.get('duration_s') is not none %}<div class="card"><div class="v">{{ r.summary['duration_s']|num }} s</div>
-<div class="l">wall time{% if r.summary.get('time_budget_s') %} (budget {{ r.summary['time_budget_s']|num }} s){% endif %}</div></div>{% endif %}
+<div class="l">wall time{% if r.summary.get('time_s') %} (budget {{ r.summary['time_s']|num }} s){% endif %}</div></div>{% endif %}
 </div>
 </section>
 <section id="headlines">

@@ -5,7 +5,8 @@ Each subcommand is one module of this package exposing ``add_arguments(parser)``
 :mod:`kernel_oracle.fuzz` or :mod:`kernel_oracle.reports`.  Shared options are defined once in
 :mod:`.options` (Note [Options]).  Exit codes (docs/semantics.md#exit-codes, every subcommand): 0 clean (no new
 findings; known upstream issues do not count), 1 new findings or regressions, 2 usage or I/O error
-(one line), 3 interrupted or incomplete (a part could not run, nothing was tested).
+(one line), 3 interrupted or incomplete (a part could not run, nothing was tested); every
+subcommand decides it with :func:`kernel_oracle.harness.outcome.run_outcome`.
 
 SIGTERM at any moment exits 3 with one line: :func:`main` installs its handler before it imports a
 subcommand (a campaign installs its own while it runs, Note [Stopping a campaign]), so a signal
@@ -23,6 +24,7 @@ from typing import Optional, Sequence
 
 from kernel_oracle._version import __version__
 from kernel_oracle.cli.options import one_line_errors
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["SUBCOMMANDS", "Terminated", "build_parser", "main"]
 
@@ -74,12 +76,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = f"kernel-oracle {args.command}" if getattr(args, "command", None) else command
         if not getattr(args, "_main", None):
             parser.print_help(sys.stderr)
-            return 2
+            return run_outcome(usage_error=True).exit_code
         return int(args._main(args) or 0)
     except KeyboardInterrupt as exc:  # a signal no subcommand handled: nothing was saved
         name = str(exc) if isinstance(exc, Terminated) else "SIGINT"
         print(f"{command}: interrupted by {name} before any result was saved (exit 3)", file=sys.stderr)
-        return 3
+        return run_outcome(interrupted=True).exit_code
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old)

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
+from kernel_oracle.fuzz.time_budget import DEFAULT_TIME_S
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "main"]
 
@@ -24,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "targets", help=f"target specs to measure (default {DEFAULT_TARGETS}); "
                                         + options.OPTIONS["targets"][1]["help"])
     options.add(parser, "op", default="lora,vision", help="comma-separated op families (default lora,vision)")
-    options.add(parser, "time", default=20.0,
-                help="timed seconds of each target x family campaign (default 20)")
+    options.add(parser, "time", help=f"timed seconds of each target x family campaign (default "
+                                     f"{DEFAULT_TIME_S['bench']:g})")
     options.add(parser, "limits", default="tiny",
                 help="size preset of the timed campaigns (fuzz.strategies.LIMITS; default tiny: small shapes)")
     options.add(parser, "cases", type=options.non_negative_int, default=10,
@@ -35,8 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help="seconds the worker may spend on its untimed warm-up per target before the first campaign "
                      "(harness.warmup: our LoRA kernels' variants compiled in parallel on CUDA); default 300 on "
                      "CUDA, none on the CPU; 0: none")
-    parser.add_argument("--main-time", dest="main_time_s", type=options.non_negative_seconds, default=120.0,
-                        metavar="S", help="--time of the measured main job (default 120; 0: do not run it)")
+    parser.add_argument("--main-time", dest="main_time_s", type=options.non_negative_seconds,
+                        default=DEFAULT_TIME_S["bench_main_job"], metavar="S",
+                        help=f"--time of the measured main job (default {DEFAULT_TIME_S['bench_main_job']:g}; 0: do "
+                             "not run it)")
     options.add(parser, "seed")
     options.add(parser, "out", default="reports/out",
                 help=f"the directory the record goes to, as {RECORD_NAME} (default reports/out)")
@@ -45,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _usage(text: str) -> int:
     print(f"kernel-oracle bench: error: {text}", file=sys.stderr)
-    return 2
+    return run_outcome(usage_error=True).exit_code
 
 
 def main(args: argparse.Namespace) -> int:
@@ -81,4 +85,5 @@ def main(args: argparse.Namespace) -> int:
         print(f"main job ({mj['command']}): {mj.get('fuzz_cases')} fuzz cases, {mj.get('cases')} cases, "
               f"exit {mj['exit_code']}")
     print(f"record: {out}")
-    return 1 if bench["failed"] else 0
+    # a campaign or the main job that failed under measurement is a finding of the bench
+    return run_outcome(new_findings=len(bench["failed"])).exit_code

@@ -12,6 +12,7 @@ import json
 import sys
 
 from kernel_oracle.cli import options
+from kernel_oracle.harness.outcome import run_outcome
 from kernel_oracle.cli.options import finite_float
 from kernel_oracle.harness.schema import SchemaError
 from kernel_oracle.reports.compare import (DEFAULT_MAX_RATIO_GROWTH, DEFAULT_MAX_SLOWDOWN, DEFAULT_RATIO_FLOOR,
@@ -68,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
         thresholds = Thresholds(args.max_ratio_growth, args.ratio_floor, args.max_slowdown)
     except (SchemaError, ValueError, OSError) as exc:
         print(f"kernel-oracle compare: error: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return run_outcome(usage_error=True).exit_code
     result = compare_results(baseline, current, thresholds)
     as_json = json.dumps(result.to_dict(), indent=1, default=str)
     if args.json_out and args.json_out != "-":
@@ -80,12 +81,13 @@ def main(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"kernel-oracle compare: error: cannot write --json {args.json_out}: {exc.strerror or exc}",
                   file=sys.stderr)
-            return 2
+            return run_outcome(usage_error=True).exit_code
     if args.json_out == "-":
         print(as_json)
     else:
         sys.stdout.write(result.format_text(thresholds))
-    return 1 if result.regressed else 0
+    return run_outcome(new_findings=len(result.new_findings), known_findings=len(result.new_known),
+                       regressions=len(result.ratio_growth) + len(result.slowdowns)).exit_code
 
 
 def _one_line(exc: BaseException) -> str:

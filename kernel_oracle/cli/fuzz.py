@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Optional
 
 from kernel_oracle.cli import options
 from kernel_oracle.cli.report import report_beside
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "end_line", "finding_line", "main"]
 
@@ -99,9 +101,16 @@ def end_line(out, findings: list, cases: int) -> str:
     return f"next: kernel-oracle report {out}\n  first finding: {new[0]['repro']}"
 
 
-def _error(text: str, code: int = 2) -> int:
+def _error(text: str, code: Optional[int] = None) -> int:
+    """Print ``text`` as one line; ``code``, or the usage-error exit code."""
     print(f"kernel-oracle fuzz: {text}", file=sys.stderr)
-    return code
+    return run_outcome(usage_error=True).exit_code if code is None else code
+
+
+def _outcome(findings: list, *, tested: bool, incomplete: bool = False):
+    """The run's outcome: a finding that is a known upstream issue does not count as new."""
+    new = sum(1 for f in findings if not f.get("known"))
+    return run_outcome(new_findings=new, known_findings=len(findings) - new, incomplete=incomplete, tested=tested)
 
 
 def _config(args: argparse.Namespace, target, device: str):
@@ -164,9 +173,10 @@ def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
         print(line)
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl; shards: {args.out}/shards/")
     print(end_line(args.out, record["findings"], cases))
-    if any(not f.get("known") for f in record["findings"]):
-        return 1
-    return 0 if cases else _error("tested nothing: no case ran (exit 3)", 3)
+    outcome = _outcome(record["findings"], tested=cases > 0)
+    if outcome.verdict == "empty":
+        return _error("tested nothing: no case ran (exit 3)", outcome.exit_code)
+    return outcome.exit_code
 
 
 def _prepare(args: argparse.Namespace):
@@ -207,7 +217,7 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
     if not t.get("available", True) or not camp["ops"]:
         for note in record.get("notes", []):
             _error(note)
-        return 2
+        return run_outcome(usage_error=True).exit_code
     print(f"{camp['target']} {args.op}: {camp['executed']} cases in {camp['elapsed_s']:.1f}s "
           f"(precision {t.get('precision')}; dtypes {', '.join(camp['dtypes'])})")
     if t.get("strict") is False and not camp.get("upstream_contracts_only"):
@@ -231,16 +241,16 @@ def _print_campaign(args: argparse.Namespace, record: dict) -> int:
     print(f"summary: {args.out}/summary.json; findings: {args.out}/findings.jsonl")
     print(report_beside(f"{args.out}/summary.json"))
     print(end_line(args.out, record["findings"], camp["executed"]))
-    if any(not f.get("known") for f in record["findings"]):
-        return 1
-    if record["findings"]:
+    outcome = _outcome(record["findings"], tested=camp["executed"] > 0,
+                       incomplete=record["summary"].get("status") == "incomplete")
+    if outcome.verdict != "findings" and record["findings"]:
         print(f"all {len(record['findings'])} findings are known upstream issues "
               f"({record['summary'].get('known_issues_file') or 'harness/known_issues.toml'})")
-    if record["summary"].get("status") == "incomplete":
-        return _error(f"incomplete: {record['notes'][-1]} (exit 3)", 3)
-    if camp["executed"] == 0:
-        return _error("tested nothing: no case ran (exit 3)", 3)
-    return 0
+    if outcome.verdict == "incomplete":
+        return _error(f"incomplete: {record['notes'][-1]} (exit 3)", outcome.exit_code)
+    if outcome.verdict == "empty":
+        return _error("tested nothing: no case ran (exit 3)", outcome.exit_code)
+    return outcome.exit_code
 
 
 def main(args: argparse.Namespace) -> int:
@@ -259,5 +269,5 @@ def main(args: argparse.Namespace) -> int:
     except CampaignInterrupted as exc:
         n = len((exc.record or {}).get("findings") or [])
         return _error(f"interrupted by {exc.signame} after {exc.executed} cases ({n} findings); state saved in "
-                      f"{args.out}; rerun the same command to resume", 3)
+                      f"{args.out}; rerun the same command to resume", run_outcome(interrupted=True).exit_code)
     return _print_campaign(args, record)

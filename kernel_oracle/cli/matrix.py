@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Optional
 
 from kernel_oracle.cli import options
+from kernel_oracle.fuzz.time_budget import DEFAULT_TIME_S
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "main"]
 
@@ -30,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="all: every configuration each target knows (sglang-trt: the cuBLAS switches, PDL "
                              "on and off); specs that run the same code path are tested once")
     amount = parser.add_mutually_exclusive_group()
-    options.add(amount, "time", help="seconds of fuzzing per distinct code (default 60)")
+    options.add(amount, "time", help=f"seconds of fuzzing per distinct code (default {DEFAULT_TIME_S['matrix']:g})")
     options.add(amount, "cases", help="cases per distinct code instead of --time")
     options.add(parser, "seed", help="the same seed for every release")
     options.add(parser, "device")
@@ -46,9 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "quiet", help="no progress bars")
 
 
-def _error(text: str, code: int = 2) -> int:
+def _error(text: str, code: Optional[int] = None) -> int:
     print(f"kernel-oracle matrix: {text}", file=sys.stderr)
-    return code
+    return run_outcome(usage_error=True).exit_code if code is None else code
 
 
 def _print(record: dict) -> None:
@@ -127,12 +130,15 @@ def main(args: argparse.Namespace) -> int:
     except CampaignInterrupted as exc:
         during = ((exc.record or {}).get("campaign") or {}).get("target")
         return _error(f"interrupted by {exc.signame}" + (f" during {during}" if during else "")
-                      + f"; campaigns are under {campaigns}", 3)
+                      + f"; campaigns are under {campaigns}", run_outcome(interrupted=True).exit_code)
     _print(record)
     print(f"report: {Path(args.out) / 'matrix.md'}, {Path(args.out) / 'matrix.html'}")
     releases = record["release_matrix"]["releases"]
-    if not any(r["available"] and r["cases"] for r in releases):
-        return _error("tested nothing: no target was available or ran a case (exit 3)", 3)
     corpus = record["release_matrix"]["corpus"]
-    bad_corpus = any(r["as_expected"] is False for c in corpus for r in c["results"].values())
-    return 1 if record["findings"] or bad_corpus else 0
+    # a release's findings are what the matrix is for: known upstream issues count here too
+    outcome = run_outcome(new_findings=len(record["findings"]),
+                          regressions=sum(r["as_expected"] is False for c in corpus for r in c["results"].values()),
+                          tested=any(r["available"] and r["cases"] for r in releases))
+    if outcome.verdict == "empty":
+        return _error("tested nothing: no target was available or ran a case (exit 3)", outcome.exit_code)
+    return outcome.exit_code

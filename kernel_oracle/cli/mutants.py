@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "kill_table", "main"]
 
@@ -59,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
 
     def usage(msg: str) -> int:
         print(f"kernel-oracle mutants: error: {msg}", file=sys.stderr)
-        return 2
+        return run_outcome(usage_error=True).exit_code
 
     try:
         families = options.families(args.op)
@@ -73,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     if args.list:
         for m in MUTANTS:
             print(f"{m.name:34} {m.family:7} {m.description}")
-        return 0
+        return run_outcome().exit_code
     try:
         names = [get_mutant(n).name for n in args.names] or [m.name for m in MUTANTS if m.family in families]
     except MutantError as exc:
@@ -104,5 +105,6 @@ def main(args: argparse.Namespace) -> int:
             return usage(f"cannot write --json {args.json_out}: {exc.strerror or exc}")
     if interrupted:
         print(f"kernel-oracle mutants: interrupted after {len(results)} of {len(names)} mutants", file=sys.stderr)
-        return 3
-    return 0 if all(r.killed for r in results) else 1
+    # a surviving mutant (or one that could not run) is a finding of the suite
+    return run_outcome(new_findings=sum(not r.killed for r in results), interrupted=interrupted,
+                       tested=bool(results)).exit_code

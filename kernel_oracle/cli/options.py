@@ -4,7 +4,8 @@ Note [Options]
 --------------
 One concept has one name in every subcommand, and no other: ``--op`` (the op family, or one LoRA op;
 a comma-separated list where a command runs several families), ``--cases`` (a number of cases: a
-campaign's, a selfcheck's variations, a mutant's examples, a warm-up's), ``--time`` (seconds),
+campaign's, a selfcheck's variations, a mutant's examples, a warm-up's), ``--time`` (seconds, as
+``args.time_s``: Note [Time budget] in :mod:`kernel_oracle.fuzz.time_budget`),
 ``--targets`` (comma-separated target specs, :func:`kernel_oracle.harness.targets.parse_target_list`;
 the option may also be repeated), ``--out`` (where the results go: a directory), ``--json`` (also
 write the result as one JSON file), ``--device auto|cpu|cuda``, ``--quiet``, ``--seed``, ``--limits``,
@@ -26,6 +27,8 @@ import sys
 from typing import NoReturn, Optional
 
 from kernel_oracle.harness.device import DEVICE_CHOICES
+from kernel_oracle.fuzz.time_budget import parse_time_s
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["FAMILIES", "LIMIT_PRESETS", "OPTIONS", "add", "cluster_settings", "families", "finite_float",
            "non_negative_seconds", "non_negative_int", "one_line_errors", "parse_list", "positive_int",
@@ -43,7 +46,7 @@ def one_line_errors(parser: argparse.ArgumentParser) -> None:
     def error(message: str) -> NoReturn:
         text = " ".join(str(message).split())
         sys.stderr.write(f"{parser.prog}: error: {text} (see {parser.prog} --help)\n")
-        sys.exit(2)
+        sys.exit(run_outcome(usage_error=True).exit_code)
 
     parser.error = error  # type: ignore[method-assign]
 
@@ -162,7 +165,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "device": (("--device",), dict(choices=DEVICE_CHOICES, default="auto",
                                    help="auto: the GPU if torch sees one, else the CPU (Triton kernels under the "
                                         "interpreter)")),
-    "time": (("--time",), dict(dest="time_s", type=positive_seconds, default=None, metavar="S",
+    # the time budget: one name (time_s), one check, defaults in one table (Note [Time budget])
+    "time": (("--time",), dict(dest="time_s", type=parse_time_s, default=None, metavar="S",
                                help="wall-clock seconds")),
     "cases": (("--cases",), dict(type=positive_int, default=None, metavar="N",
                                  help="cases to execute, shrinking included")),

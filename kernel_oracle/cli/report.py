@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from kernel_oracle.cli import options
+from kernel_oracle.harness.outcome import run_outcome
 from kernel_oracle.harness.schema import SchemaError
 
 __all__ = ["add_arguments", "main", "report_beside"]
@@ -36,14 +37,14 @@ def main(args: argparse.Namespace) -> int:
         md, html = write_reports(result, args.out, name=name, with_plots=not args.no_plots)
     except (SchemaError, ValueError) as exc:
         print(f"kernel-oracle report: error: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return run_outcome(usage_error=True).exit_code
     except OSError as exc:
         where = exc.filename or args.out or args.result
         print(f"kernel-oracle report: error: {where}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return run_outcome(usage_error=True).exit_code
     print(f"Markdown: {md}")
     print(f"HTML:     {html}")
-    return 0
+    return run_outcome().exit_code
 
 
 def _record_of(result: str, name):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "main"]
 
@@ -35,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _usage(text: str) -> int:
     print(f"kernel-oracle repro: error: {text}", file=sys.stderr)
-    return 2
+    return run_outcome(usage_error=True).exit_code
 
 
 def _run(args: argparse.Namespace):
@@ -74,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
         return _usage(str(exc))
     except KeyboardInterrupt:
         print("kernel-oracle repro: interrupted; no verdict", file=sys.stderr)
-        return 3
+        return run_outcome(interrupted=True).exit_code
     verdict, target = rep.verdict, str(args.targets[0])
     print(f"case: {rep.case!r}")
     print(f"expected: {verdict.expected}")
@@ -82,6 +83,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"standalone script: {written[0]} (tensors: {written[1]}); run: python {written[0]}")
     if verdict.ok:
         print(f"PASS on {target}" + (f" (error ratio {verdict.ratio:.3g})" if verdict.ratio is not None else ""))
-        return 0
-    print(f"REPRODUCED [{verdict.kind}] on {target}:\n{verdict.message}")
-    return 1
+    else:
+        print(f"REPRODUCED [{verdict.kind}] on {target}:\n{verdict.message}")
+    return run_outcome(new_findings=0 if verdict.ok else 1).exit_code

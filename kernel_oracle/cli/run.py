@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
+from kernel_oracle.fuzz.time_budget import DEFAULT_TIME_S
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "main"]
 
@@ -20,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (docs/semantics.md#exit-codes)
     options.add(parser, "device")
     options.add(parser, "time",
-                help="wall-clock budget of the whole job (default 180 s on CPU, 300 s on GPU)")
+                help=f"wall-clock budget of the whole job (default {DEFAULT_TIME_S['run']['cpu']:g} s on CPU, "
+                     f"{DEFAULT_TIME_S['run']['cuda']:g} s on GPU)")
     options.add(parser, "seed", help="seed of the selfcheck and of every campaign")
     options.add(parser, "out", default="reports/out",
                 help="where latest.{json,md,html}, history/ and runs/ go (default reports/out)")
@@ -92,15 +95,12 @@ def _report(result: dict) -> int:
     print(f"HTML:     {result['html']}")
     print(f"history:  {result['history']}")
     failed = rec["summary"].get("failed_parts") or []
-    if new:
-        return 1
-    if failed:
+    outcome = run_outcome(new_findings=len(new), known_findings=known, incomplete=bool(failed), tested=cases > 0)
+    if outcome.verdict == "incomplete":
         print(f"incomplete: {len(failed)} part(s) could not run (exit 3)")
-        return 3
-    if cases == 0:
+    elif outcome.verdict == "empty":
         print("incomplete: no case ran (exit 3)")
-        return 3
-    return 0
+    return outcome.exit_code
 
 
 def main(args: argparse.Namespace) -> int:
@@ -108,7 +108,7 @@ def main(args: argparse.Namespace) -> int:
         job = _checked(args)
     except ValueError as exc:  # usage errors only: everything in _checked runs before any work
         print(f"kernel-oracle run: {exc}", file=sys.stderr)
-        return 2
+        return run_outcome(usage_error=True).exit_code
     from kernel_oracle.jobs.main_job import run_main_job
 
     def on_sigterm(signum, frame):
@@ -122,10 +122,10 @@ def main(args: argparse.Namespace) -> int:
         signame = getattr(exc, "signame", "SIGINT")
         print(f"kernel-oracle run: interrupted by {signame}; no report written (campaign files kept under "
               f"{Path(args.out) / 'runs'})", file=sys.stderr)
-        return 3
+        return run_outcome(interrupted=True).exit_code
     except OSError as exc:
         print(f"kernel-oracle run: error: cannot write the report: {exc}", file=sys.stderr)
-        return 2
+        return run_outcome(usage_error=True).exit_code
     finally:
         signal.signal(signal.SIGTERM, old)
     return _report(result)

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from kernel_oracle.cli import options
+from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "main"]
 
@@ -30,12 +31,13 @@ def main(args: argparse.Namespace) -> int:
         rows = run_selfcheck(args.device, args.cases, args.seed)
     except ValueError as exc:
         print(f"kernel-oracle selfcheck: error: {exc}", file=sys.stderr)
-        return 2
+        return run_outcome(usage_error=True).exit_code
     except KeyboardInterrupt:
         print("kernel-oracle selfcheck: interrupted; no verdict", file=sys.stderr)
-        return 3
-    if not rows:
+        return run_outcome(interrupted=True).exit_code
+    outcome = run_outcome(new_findings=sum(not r["passed"] for r in rows), tested=bool(rows))
+    if outcome.verdict == "empty":
         print("kernel-oracle selfcheck: nothing was checked", file=sys.stderr)
-        return 3
-    print(summarize(rows))
-    return 0 if all(r["passed"] for r in rows) else 1
+    else:
+        print(summarize(rows))
+    return outcome.exit_code

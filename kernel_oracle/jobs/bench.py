@@ -48,18 +48,18 @@ def main_job_counts(record: dict) -> dict:
             "failed_parts": list(record.get("summary", {}).get("failed_parts") or [])}
 
 
-def _run_main_job(device: str, budget: float, seed: int, log) -> dict:
+def _run_main_job(device: str, time_s: float, seed: int, log) -> dict:
     """``kernel-oracle run`` in a fresh process (the user's view: imports and start-up included)."""
     with tempfile.TemporaryDirectory(prefix="kernel-oracle-bench-") as tmp:
-        cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", device, "--time", f"{budget:g}",
+        cmd = [sys.executable, "-m", "kernel_oracle", "run", "--device", device, "--time", f"{time_s:g}",
                "--seed", str(seed), "--out", tmp, "--quiet"]
         log(f"main job: {' '.join(cmd[1:])}")
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget * 3 + 300)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_s * 3 + 300)
         wall = time.monotonic() - t0
         latest = Path(tmp) / "latest.json"
-        out = {"command": f"kernel-oracle run --device {device} --time {budget:g} --seed {seed}",
-               "time_budget_s": budget, "exit_code": proc.returncode, "wall_s": round(wall, 1)}
+        out = {"command": f"kernel-oracle run --device {device} --time {time_s:g} --seed {seed}",
+               "time_s": time_s, "exit_code": proc.returncode, "wall_s": round(wall, 1)}
         if latest.is_file():
             rec = json.loads(latest.read_text())
             out.update(main_job_counts(rec))
@@ -114,12 +114,16 @@ def _add_row(record: dict, row: dict, rec: dict, limits: str, log) -> None:
         + ")")
 
 
-def run_bench(*, device: str, targets: list, families: list, time_s: float, limits: str, warmup_cases: int,
+def run_bench(*, device: str, targets: list, families: list, time_s: Optional[float], limits: str, warmup_cases: int,
               main_time_s: float, seed: int, quiet: bool = False, warm_up_s: Optional[float] = None) -> dict:
     """Measure (Note [Benchmarking the oracle]) and return the ``bench`` record (not saved).
 
     ``targets``: spec strings or TargetSpecs; ``time_s``: the timed campaign of each target x
-    family; ``main_time_s``: seconds of the measured main job (0: none)."""
+    family (None: its default, Note [Time budget]); ``main_time_s``: seconds of the measured main job
+    (0: none)."""
+    from kernel_oracle.fuzz.time_budget import resolve_time_s
+
+    time_s = resolve_time_s(time_s, "bench")
     from kernel_oracle.fuzz.campaign import CampaignError
     from kernel_oracle.fuzz.worker import Worker, WorkerError
     from kernel_oracle.harness.schema import add_note, new_record
@@ -164,7 +168,7 @@ def run_bench(*, device: str, targets: list, families: list, time_s: float, limi
         if main_job.get("failed_campaigns") or "error" in main_job:
             failed.append(f"main job: {main_job.get('failed_campaigns') or main_job.get('error')}")
     record["summary"]["oracle_bench"] = {"device": device, "worker_startup_s": startup, "limits": limits,
-                                         "seconds_per_campaign": time_s, "warmup_cases": warmup_cases,
+                                         "time_s": time_s, "warmup_cases": warmup_cases,
                                          "campaigns": rows, "main_job": main_job, "failed": failed,
                                          "duration_s": round(time.monotonic() - t_start, 1)}
     for text in failed:

@@ -51,22 +51,20 @@ interrupted (SIGTERM / SIGINT end the running campaign, which saves its state, a
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.fuzz.time_budget import resolve_time_s
 from kernel_oracle.jobs.main_job_campaigns import FAMILIES, run_campaign_part, run_cluster_part
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 from kernel_oracle.jobs.main_job_selfcheck import SelfcheckBeside, run_selfcheck_part
 
-__all__ = ["DEFAULT_BUDGET_S", "FAMILIES", "REPORT_RESERVE_S", "SELFCHECK_MAX_SHARE", "SELFCHECK_SHARE", "check_out",
+__all__ = ["FAMILIES", "REPORT_RESERVE_S", "SELFCHECK_MAX_SHARE", "SELFCHECK_SHARE", "check_out",
            "launch_worker", "run_main_job"]
 
-# seconds: a few minutes on the CPU interpreter; a GPU gets through far more cases in the same time
-DEFAULT_BUDGET_S = {"cpu": 180.0, "cuda": 300.0}
 SELFCHECK_SHARE = 0.15
 # the most of the time to the campaigns' deadline a selfcheck before them may take, however slow its round
 SELFCHECK_MAX_SHARE = 0.5
@@ -92,13 +90,6 @@ def _utc_stamp() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
 
 
-def _budget(device: str, time_s: Optional[float]) -> float:
-    budget = float(time_s if time_s is not None else DEFAULT_BUDGET_S[device])
-    if not math.isfinite(budget) or budget <= 0:
-        raise ValueError(f"--time {budget:g}: pass a positive, finite number of seconds")
-    return budget
-
-
 def run_main_job(*, device: str = "auto", time_s: Optional[float] = None, seed: int = 0,
                  out: str | os.PathLike = "reports/out", targets: Optional[list] = None,
                  families: tuple = FAMILIES, selfcheck: bool = True, quiet: bool = False,
@@ -106,9 +97,9 @@ def run_main_job(*, device: str = "auto", time_s: Optional[float] = None, seed: 
                  with_malformed: bool = False) -> dict:
     """Run everything and write the reports; returns ``{"record", "json", "md", "html", "history"}``.
 
-    ``device``: ``auto``, ``cpu`` or ``cuda``; ``time_s``: seconds for the whole job (default
-    :data:`DEFAULT_BUDGET_S`); ``targets``: spec strings or TargetSpecs (default: every built-in
-    target available here); ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``)
+    ``device``: ``auto``, ``cpu`` or ``cuda``; ``time_s``: seconds for the whole job (default: the
+    ``run`` row of :data:`kernel_oracle.fuzz.time_budget.DEFAULT_TIME_S`); ``targets``: spec strings or
+    TargetSpecs (default: every built-in target available here); ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``)
     runs the campaigns on Dask; ``sglang_wheel``: the wheels of ``sglang==X.Y.Z`` targets;
     ``with_malformed``: a target without strict validation has its accepted malformed metadata counted
     as findings (default: validation gaps, Note [Malformed consequences])."""
@@ -121,20 +112,20 @@ def run_main_job(*, device: str = "auto", time_s: Optional[float] = None, seed: 
         too_late = None
     except RuntimeError as exc:  # campaigns still run right: their worker gets its own environment
         too_late = str(exc)
-    budget = _budget(device, time_s)
+    time_s = resolve_time_s(time_s, "run", device)
     t0 = time.monotonic()
-    deadline = t0 + max(budget - REPORT_RESERVE_S, budget * 0.5)
+    deadline = t0 + max(time_s - REPORT_RESERVE_S, time_s * 0.5)
 
     def log(text: str) -> None:
         if not quiet:
-            print(f"[{time.monotonic() - t0:6.1f}s / {budget:g}s] {text}", file=sys.stderr, flush=True)
+            print(f"[{time.monotonic() - t0:6.1f}s / {time_s:g}s] {text}", file=sys.stderr, flush=True)
 
     stamp = _utc_stamp()
     run_dir = Path(out) / "runs" / stamp
     record = new_record("main", seeds={"seed": seed}, device=device)
-    record["summary"] = {"time_budget_s": budget, "device": device, "run_dir": str(run_dir),
+    record["summary"] = {"time_s": time_s, "device": device, "run_dir": str(run_dir),
                          "triton_interpret": needs_interpreter(device)}
-    log(f"device {device}" + (" (Triton interpreter)" if device == "cpu" else "") + f", budget {budget:g}s")
+    log(f"device {device}" + (" (Triton interpreter)" if device == "cpu" else "") + f", budget {time_s:g}s")
     if too_late:
         add_note(record, f"in-process kernel calls of this run (the selfcheck) use the wrong Triton mode: {too_late}")
     from kernel_oracle.jobs.side_by_side import slots
@@ -146,10 +137,10 @@ def run_main_job(*, device: str = "auto", time_s: Optional[float] = None, seed: 
         if not selfcheck:
             record["summary"]["selfcheck"] = "skipped (--no-selfcheck)"
         elif at_once > 1:  # the campaigns' children start (and then fuzz) while this process selfchecks
-            beside = SelfcheckBeside(device, seed, budget * SELFCHECK_SHARE, log)
+            beside = SelfcheckBeside(device, seed, time_s * SELFCHECK_SHARE, log)
         else:
-            run_selfcheck_part(record, device, seed, budget * SELFCHECK_SHARE, log,
-                               stop_at=t0 + max(budget * SELFCHECK_SHARE, SELFCHECK_MAX_SHARE * (deadline - t0)))
+            run_selfcheck_part(record, device, seed, time_s * SELFCHECK_SHARE, log,
+                               stop_at=t0 + max(time_s * SELFCHECK_SHARE, SELFCHECK_MAX_SHARE * (deadline - t0)))
         if cluster:
             run_cluster_part(record, device, seed, deadline, run_dir, targets, families, log,
                              {**cluster, "sglang_wheel": sglang_wheel, "with_malformed": with_malformed})

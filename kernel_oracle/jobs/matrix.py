@@ -394,12 +394,13 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     from kernel_oracle.fuzz.targets import TargetSources
     from kernel_oracle.fuzz.targets.sglang import release_has_code, release_identity
     from kernel_oracle.harness.schema import new_record
+    from kernel_oracle.fuzz.time_budget import resolve_time_s
     from kernel_oracle.jobs.matrix_replay import replay_absences
 
     out = Path(out)
     campaigns_dir = Path(campaigns_dir) if campaigns_dir is not None else runs_dir(out)
-    if budget is None and time_s is None:
-        time_s = 60.0
+    if budget is None or time_s is not None:  # cases alone, or a time: given or the default (Note [Time budget])
+        time_s = resolve_time_s(time_s, "matrix")
     sources = TargetSources(sglang_wheel=sglang_wheel)
     families = op_families(op)
     columns = plan_columns(specs, families, lambda s, f: release_identity(s, f, device, sources),
@@ -426,7 +427,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     replays = replay_absences(runs, device=device, sources=sources, log=log)  # Note [Replayed absences]
     record["release_matrix"] = build_matrix(runs, _corpus_rows(entries, corpus_by_spec, record))
     tag_rows(record)
-    record["summary"] = {"targets": [str(s) for s in specs], "op": op, "time_s_per_target": time_s,
+    record["summary"] = {"targets": [str(s) for s in specs], "op": op, "time_s": time_s,
                          "budget_per_target": budget, "columns": len(columns),
                          "campaigns": sum(1 for c in columns if c.label in done), "replays": replays}
     _write(record, out)

@@ -45,7 +45,7 @@ def test_real_run_on_cpu(tmp_path):
     assert load(history) == rec
     assert rec["kind"] == "main" and rec["environment"]["device"] == "cpu"
     assert rec["environment"]["triton_interpret"] is True
-    assert rec["summary"]["time_budget_s"] == BUDGET_S
+    assert rec["summary"]["time_s"] == BUDGET_S
     targets = {g["target"] for g in rec["groups"]}
     assert "reference" in targets or rec["summary"].get("failed_parts"), "the campaign ran nothing, silently"
     # one worker for the whole job: started once, before the campaigns' clocks, shared by both
