@@ -13,6 +13,11 @@ cd "$(dirname "$0")/.."
 rm -rf .gpu-snap && mkdir .gpu-snap
 git archive HEAD | tar -x -C .gpu-snap
 git rev-parse HEAD > .gpu-snap/COMMIT
+if [ ! -d .whl/v2deps ]; then  # sglang-v2's imports with their own requirements (typing_extensions among them)
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl/v2deps msgspec pydantic || echo "gpu_snapshot: no .whl/v2deps (no registry): sglang-v2 needs msgspec, pydantic"
+fi
 mkdir -p .gpu-snap/.whl
 for d in flashinfer/0.6.18 sglang-slim cluster v2deps; do
   if [ -d ".whl/$d" ]; then mkdir -p ".gpu-snap/.whl/$(dirname "$d")" && cp -r ".whl/$d" ".gpu-snap/.whl/$d"; fi

@@ -129,7 +129,9 @@ def main(args: argparse.Namespace) -> int:
         return _error(f"error: {exc}")
     except CampaignInterrupted as exc:
         during = ((exc.record or {}).get("campaign") or {}).get("target")
+        written = "release_matrix" in (exc.record or {})  # the columns that ran, without fix claims
         return _error(f"interrupted by {exc.signame}" + (f" during {during}" if during else "")
+                      + (f"; the columns that ran: {Path(args.out) / 'matrix.md'}" if written else "")
                       + f"; campaigns are under {campaigns}", run_outcome(interrupted=True).exit_code)
     _print(record)
     print(f"report: {Path(args.out) / 'matrix.md'}, {Path(args.out) / 'matrix.html'}")

@@ -168,8 +168,9 @@ def expand_targets(specs: list, *, releases: Optional[list] = None, configuratio
 
 # ---- the matrix (pure data: records in, table out) ------------------------------------------------------
 
-def _history(row: dict, lanes: dict) -> dict:
-    """lane -> (introduced in, fixed in) of ``row`` over that lane's columns that ran."""
+def _history(row: dict, lanes: dict, replayed: bool = True) -> dict:
+    """lane -> (introduced in, fixed in) of ``row`` over that lane's columns that ran; without the
+    replays (``replayed`` false: an interrupted matrix) an absence proves no fix, so "fixed in" is None."""
     out = {}
     for lane, labels in lanes.items():
         present = [s for s in labels if row["counts"].get(s) or s in row.get("replayed", {})]
@@ -177,7 +178,7 @@ def _history(row: dict, lanes: dict) -> dict:
             continue
         ran = [s for s in labels if s in row["counts"]]
         later = [s for s in ran if labels.index(s) > labels.index(present[-1])]
-        out[lane] = {"introduced_in": present[0], "fixed_in": later[0] if later else None}
+        out[lane] = {"introduced_in": present[0], "fixed_in": later[0] if later and replayed else None}
     return out
 
 
@@ -209,11 +210,12 @@ def _one_row_per_change(rows: dict) -> dict:
     return rows
 
 
-def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
+def build_matrix(runs: list[dict], corpus: list[dict], *, replayed: bool = True) -> dict:
     """``runs``: ``[{spec, available, reason, cases, findings: [finding records]}]`` (plus, from
     :func:`run_matrix`, ``family``, ``lane``, ``tested``, ``members``, ``same_as``); ``corpus``:
     ``[{id, title, upstream, status, results: {spec: {...}}}]``.  Returns the ``release_matrix``
-    section (see the Note): columns in version order, one row per bucket, introduced / fixed in."""
+    section (see the Note): columns in version order, one row per bucket, introduced / fixed in
+    (``replayed`` false: the absences were not replayed, so no row claims a fix)."""
     from kernel_oracle.jobs.matrix_replay import row_bucket
 
     runs = sorted(runs, key=lambda r: (r.get("family", ""), r.get("lane", ""), release_key(r.get("tested", r["spec"]))))
@@ -244,7 +246,7 @@ def build_matrix(runs: list[dict], corpus: list[dict]) -> dict:
         for run in runs:
             if run["available"] and run["cases"] and run.get("family", row["family"]) == row["family"]:
                 row["counts"].setdefault(run["spec"], 0)
-        row["history"] = _history(row, lanes)
+        row["history"] = _history(row, lanes, replayed)
         first = next(iter(row["history"].values()), {})
         row["introduced_in"], row["fixed_in"] = first.get("introduced_in"), first.get("fixed_in")
     rows = _one_row_per_change(rows)
@@ -390,12 +392,13 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     ``specs`` (strings or TargetSpecs) and ``op`` (``lora``, ``vision``, one LoRA op, or a comma list
     of families), folded into one record of kind ``main`` with its ``release_matrix``, written as
     ``out/matrix.{json,md,html}``; campaigns go under ``campaigns_dir`` (default :func:`runs_dir`).
-    Returns the record; raises ``CampaignError`` naming the spec, and ``CampaignInterrupted``."""
+    Returns the record; raises ``CampaignError`` naming the spec, and ``CampaignInterrupted`` (SIGTERM or
+    SIGINT) after writing the matrix of the columns that ran, its ``record``."""
+    from kernel_oracle.fuzz.campaign import CampaignInterrupted
     from kernel_oracle.fuzz.targets import TargetSources
     from kernel_oracle.fuzz.targets.sglang import release_has_code, release_identity
-    from kernel_oracle.harness.schema import new_record
     from kernel_oracle.fuzz.time_budget import resolve_time_s
-    from kernel_oracle.jobs.matrix_replay import replay_absences
+    from kernel_oracle.harness.schema import add_note, new_record
 
     out = Path(out)
     campaigns_dir = Path(campaigns_dir) if campaigns_dir is not None else runs_dir(out)
@@ -409,6 +412,26 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     config = dict(budget=budget, time_s=time_s, seed=seed, device=device, progress=not quiet,
                   with_malformed=with_malformed, sglang_wheel=sglang_wheel)
     runs, corpus_by_spec, done = [], {}, {}
+    replays = None
+    try:
+        replays = _run_columns(columns, families, op, config, campaigns_dir, record, entries, device, sources,
+                               runs, corpus_by_spec, done, log)
+    except KeyboardInterrupt as exc:  # SIGTERM / SIGINT: the columns that ran are written, then the stop goes on
+        signame = getattr(exc, "signame", None) or (str(exc) or "SIGINT")
+        add_note(record, f"interrupted by {signame}: {len(runs)} of {len(columns)} columns ran"
+                         + ("" if replays is not None else "; absences not replayed, so no row claims a fix"))
+        _finish(record, specs, op, time_s, budget, columns, done, runs, entries, corpus_by_spec, replays, out)
+        raise CampaignInterrupted(signame, record=record) from None
+    _finish(record, specs, op, time_s, budget, columns, done, runs, entries, corpus_by_spec, replays, out)
+    return record
+
+
+def _run_columns(columns, families, op, config, campaigns_dir, record, entries, device, sources, runs,
+                 corpus_by_spec, done, log) -> int:
+    """Each column's campaign and corpus (appended to ``runs``, ``corpus_by_spec``, ``done`` as they end, so
+    an interruption keeps them), then the replays of absences; returns the replays run."""
+    from kernel_oracle.jobs.matrix_replay import replay_absences
+
     for c in columns:
         row_op = op if len(families) == 1 else c.family
         if c.same_as is None or c.same_as not in done:
@@ -424,11 +447,16 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
             same = f" (the same code as {c.same_as}: not run again)" if reused else ""
             log(f"{c.label}: {result['cases']} cases, {len(result['findings'])} findings{same}"
                 + ("" if result["available"] else f" (unavailable: {result['reason']})"))
-    replays = replay_absences(runs, device=device, sources=sources, log=log)  # Note [Replayed absences]
-    record["release_matrix"] = build_matrix(runs, _corpus_rows(entries, corpus_by_spec, record))
+    return replay_absences(runs, device=device, sources=sources, log=log)  # Note [Replayed absences]
+
+
+def _finish(record, specs, op, time_s, budget, columns, done, runs, entries, corpus_by_spec, replays, out) -> None:
+    """The matrix of the columns in ``runs`` into ``record``, written under ``out``; ``replays`` None: the
+    replays did not finish (no fix claimed)."""
+    record["release_matrix"] = build_matrix(runs, _corpus_rows(entries, corpus_by_spec, record),
+                                            replayed=replays is not None)
     tag_rows(record)
     record["summary"] = {"targets": [str(s) for s in specs], "op": op, "time_s": time_s,
                          "budget_per_target": budget, "columns": len(columns),
                          "campaigns": sum(1 for c in columns if c.label in done), "replays": replays}
     _write(record, out)
-    return record

@@ -166,6 +166,10 @@ def test_decode_layers_captured_in_a_graph_match_the_oracle_on_replay():
         outs: list = []
 
         def forward():
+            # SGLang's decode graph runner clears the per-forward route cache at the start of every forward it
+            # warms up or captures (``reset_routing_cache``), so the route is built inside the graph from the
+            # bound slot buffer; without it the capture would bake in the warm-up's route
+            runner.reset_routes()
             outs.clear()
             for attn in attns:
                 prepared = corr._prepare(attn, q_nope, "q")

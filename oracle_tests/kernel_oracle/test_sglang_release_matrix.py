@@ -122,3 +122,55 @@ def test_the_matrix_runs_each_distinct_code_once(tmp_path):
     scale = next(c for c in m["corpus"] if c["id"] == "sglang-vision-0-5-10-ignores-softmax-scale")
     assert scale["results"]["sglang==0.5.12-0.5.15 vision"]["outcome"] == "passes"
     assert (tmp_path / "matrix.md").read_text().count("sglang==0.5.15-0.5.16 lora") >= 1
+
+
+def test_without_the_replays_no_row_claims_a_fix():
+    """An absence is a fix only once the finding's example passes there (Note [Replayed absences]): a matrix
+    whose replays did not run keeps "introduced in" and claims no "fixed in"."""
+    cols = _plan(["sglang==0.5.12", "sglang==0.5.14"])
+    runs = [{"spec": c.label, "lane": c.lane, "family": c.family, "tested": c.tested, "members": c.members,
+             "available": True, "reason": "", "cases": 30,
+             "findings": [_finding("F1", c.tested)] if c.tested == "sglang==0.5.12" else []} for c in cols]
+    (row,) = build_matrix(runs, [], replayed=False)["rows"]
+    assert (row["introduced_in"], row["fixed_in"]) == ("sglang==0.5.12", None)
+    assert build_matrix(runs, [])["rows"][0]["fixed_in"] == "sglang==0.5.14"
+
+
+@pytest.mark.parametrize("stop_in", ["campaign", "replays"])
+def test_an_interrupted_matrix_writes_the_columns_that_ran(tmp_path, monkeypatch, stop_in):
+    """SIGTERM in the second column's campaign, or in the replays after every column: the matrix of the
+    columns that ran is written (the finding of the first kept, no fix claimed, a note saying so) and the
+    interruption still reaches the caller."""
+    import json
+
+    from kernel_oracle.fuzz.campaign import CampaignInterrupted
+    from kernel_oracle.jobs import matrix as matrix_job
+    from kernel_oracle.jobs import matrix_replay
+
+    monkeypatch.setattr(matrix_job, "plan_columns", lambda specs, families, identity, applies=None: _plan(specs))
+    started = []
+
+    def campaign(column, op, config, campaigns_dir, record):
+        started.append(column.label)
+        if len(started) == 2 and stop_in == "campaign":
+            raise CampaignInterrupted("SIGTERM")
+        findings = [_finding("F1", column.tested)] if len(started) == 1 else []
+        return {"available": True, "reason": "", "declines": {}, "cases": 9, "findings": findings,
+                "known_cases": 0, "known_skipped": 0, "validation_gaps": 0}
+
+    def replays(runs, **kw):
+        raise CampaignInterrupted("SIGTERM")
+
+    monkeypatch.setattr(matrix_job, "_campaign", campaign)
+    monkeypatch.setattr(matrix_replay, "replay_absences", replays)
+    with pytest.raises(CampaignInterrupted) as exc:
+        run_matrix(["sglang==0.5.12", "sglang==0.5.14"], entries=[], budget=9, device="cpu", out=tmp_path,
+                   quiet=True)
+    written = json.loads((tmp_path / "matrix.json").read_text())
+    ran = 1 if stop_in == "campaign" else 2
+    assert [r["spec"] for r in written["release_matrix"]["releases"]] == ["sglang==0.5.12", "sglang==0.5.14"][:ran]
+    (row,) = written["release_matrix"]["rows"]
+    assert (row["introduced_in"], row["fixed_in"]) == ("sglang==0.5.12", None)
+    assert any(f"{ran} of 2 columns ran" in n and "no row claims a fix" in n for n in written["notes"]), \
+        written["notes"]
+    assert exc.value.record["release_matrix"] == written["release_matrix"]
