@@ -9,8 +9,9 @@
 #   bash scripts/gpu_check.sh bench [PART..] # lora vision sglang verdicts oracle (default: all): the tables; sglang
 #                                            also runs every standalone reproducer of docs/upstream/
 #   bash scripts/gpu_check.sh main-job       # kernel-oracle run --device cuda --time 120, cold then warm cache
-#   bash scripts/gpu_check.sh matrix [S]     # every release x kv_b code x configuration, lora and vision, and every
-#                                            # staged FlashInfer release (flashinfer-cudnn@engine=V), S s each (10)
+#   bash scripts/gpu_check.sh matrix [S] [L] # every release x kv_b code x configuration, lora and vision, and every
+#                                            # staged FlashInfer release (flashinfer-cudnn@engine=V), S s each (10),
+#                                            # stopped after L s (580)
 #   bash scripts/gpu_check.sh all [S]        # the sequence setup .. bench; ends with the table of every phase
 #   bash scripts/gpu_check.sh table          # that table alone
 #
@@ -125,7 +126,7 @@ repro_runs() {  # SCRIPT: the invocations of one reproducer of docs/upstream/ (o
   case "$(basename "$1")" in
     sglang_kv_b_empty_batch.py) echo "--wheel $(w 0.5.23) --variant default"; echo "--wheel $(w 0.5.23) --variant trt" ;;
     sglang_trt_cublas_every_slot.py) echo "--wheel $(w 0.5.13)"; echo "--wheel $(w 0.5.15)" ;;
-    sglang_trt_cublas_step_b_q.py) echo "--wheel $(w 0.5.23)" ;;
+    sglang_trt_cublas_step_b_q.py|sglang_v2_lora_a_rank_above_width.py) echo "--wheel $(w 0.5.23)" ;;
     sglang_vision_wrapper_repro.py) echo "--wheel $(w 0.5.23) --device $cuda" ;;
     triton_hopper_ws.py|triton_split_pv.py) echo "" ;;
     *) echo "UNKNOWN" ;;
@@ -212,10 +213,11 @@ PY
   export TRITON_CACHE_DIR=$saved; record main-job "$RC" "$SECS" "$heads"
 }
 
-matrix() {  # SGLang's release matrix: the three kv_b codes under every configuration, and the vision wrapper
-  local secs=${1:-10} wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
+matrix() {  # SGLang's release matrix: the three kv_b codes under every configuration, and the vision wrapper;
+  # stopped (SIGTERM) after LIMIT s it writes the columns that ran, with no fix claimed
+  local secs=${1:-10} limit=${2:-580} wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
   rm -rf "$STATE/matrix"
-  timed matrix 580 "$OUT/matrix.log" python3 -m kernel_oracle matrix --targets sglang,sglang-trt,sglang-v2,flashinfer-cudnn --releases all \
+  timed matrix "$limit" "$OUT/matrix.log" python3 -m kernel_oracle matrix --targets sglang,sglang-trt,sglang-v2,flashinfer-cudnn --releases all \
     --configurations all --op lora,vision --device cuda --time "$secs" --quiet --out "$STATE/matrix" "${wheel[@]}"
   cp "$STATE/matrix/matrix.md" "$STATE/matrix/matrix.json" "$OUT/" 2>/dev/null
   tail -40 "$OUT/matrix.log" | cut -c1-240
@@ -287,7 +289,7 @@ case "${1:-}" in
   bench) shift; parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(lora vision sglang verdicts oracle)
          for p in "${parts[@]}"; do bench_part "$p"; done ;;
   main-job) main_job ;;
-  matrix) matrix "${2:-12}" ;;
+  matrix) matrix "${2:-12}" "${3:-580}" ;;
   all) run_all "${2:-600}" ;;
   table) table ;;
   *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
