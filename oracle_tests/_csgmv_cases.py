@@ -7,6 +7,7 @@ Shapes are kept to one or two Triton programs per segment: the interpreter runs 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -17,6 +18,10 @@ from kernel_oracle.reference.batch_info import LoRABatchInfo
 # slice layouts: num_slices -> output offsets (ragged: q wider than k and v; gate and up equal)
 SLICE_OFFSETS = {1: (0, 24), 2: (0, 20, 40), 3: (0, 40, 56, 72)}
 K_IN, R_MAX, SLOTS = 48, 8, 3
+# releases that run the same csgmv code (syntax trees, import paths aside): its first release runs it
+CODE_GROUPS = (("0.5.10",), ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1"),
+               ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
+               ("0.5.22", "0.5.23"))
 
 
 @dataclass
@@ -80,10 +85,13 @@ def chunked_segments(token_slots: Sequence[int], chunk: int) -> tuple[list[int],
 
 def random_case(seed: int, num_slices: int, *, tokens: int = 20, unrouted: int = 2, chunk: int = 16,
                 graph_pad_to: Optional[int] = None, host_ints: Optional[tuple[int, int]] = None,
-                dtype: torch.dtype = torch.float32) -> CsgmvCase:
+                dtype: torch.dtype = torch.float32, k_in: int = K_IN, r_max: int = R_MAX,
+                offsets: Optional[Sequence[int]] = None, device="cpu") -> CsgmvCase:
     """A random ragged batch: ``tokens`` routed rows over three slots of ranks (R, r < R, 0) in a random
     order and scalings, one zero-length segment, ``unrouted`` physical rows no segment names (at random
-    places), a random physical order."""
+    places), a random physical order.  ``k_in``, ``r_max`` and the slice ``offsets`` (default
+    ``SLICE_OFFSETS[num_slices]``) size it; every tensor, metadata included, lives on ``device``."""
+    R_MAX, K_IN = r_max, k_in  # noqa: N806 (the module's defaults, overridden for this case)
     g = torch.Generator().manual_seed(seed)
     ranks = [R_MAX, int(torch.randint(1, R_MAX, (1,), generator=g)), 0]
     ranks = [ranks[i] for i in torch.randperm(SLOTS, generator=g).tolist()]
@@ -96,13 +104,21 @@ def random_case(seed: int, num_slices: int, *, tokens: int = 20, unrouted: int =
     S = tokens + unrouted
     physical = torch.randperm(S, generator=g).tolist()  # logical token t lives at physical row physical[t]
     permutation = [physical[t] for t in perm]
-    bi = batch_info(lens, slots, ranks, scalings, permutation, chunk=chunk, graph_pad_to=graph_pad_to,
-                    host_ints=host_ints)
-    out_dim = SLICE_OFFSETS[num_slices][-1]
+    bi = on_device(batch_info(lens, slots, ranks, scalings, permutation, chunk=chunk, graph_pad_to=graph_pad_to,
+                              host_ints=host_ints), device)
+    offsets = tuple(offsets or SLICE_OFFSETS[num_slices])
+    assert len(offsets) == num_slices + 1, (offsets, num_slices)
+    out_dim = offsets[-1]
 
     def rnd(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=g) * scale).to(dtype)
+        return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dtype)
 
     return CsgmvCase(bi, num_slices, x=rnd(S, K_IN), a=rnd(SLOTS, num_slices * R_MAX, K_IN, scale=K_IN ** -0.5),
                      h=rnd(S, num_slices * R_MAX), b=rnd(SLOTS, out_dim, R_MAX, scale=R_MAX ** -0.5),
-                     base=rnd(S, out_dim), offsets=torch.tensor(SLICE_OFFSETS[num_slices], dtype=torch.int32))
+                     base=rnd(S, out_dim), offsets=torch.tensor(offsets, dtype=torch.int32, device=device))
+
+
+def on_device(bi: LoRABatchInfo, device) -> LoRABatchInfo:
+    """``bi`` with its tensors on ``device`` (host ints stay ints)."""
+    return dataclasses.replace(bi, **{f.name: getattr(bi, f.name).to(device) for f in dataclasses.fields(bi)
+                                      if isinstance(getattr(bi, f.name), torch.Tensor)})

@@ -28,16 +28,14 @@ from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, ReleaseFiles, w
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.reference.csgmv import expand_reference, shrink_reference
 
-from oracle_tests._csgmv_cases import batch_info, random_case
+from oracle_tests._csgmv_cases import CODE_GROUPS, batch_info, random_case
 from oracle_tests._sglang_releases import ALL_RELEASES, release_files, wheel_or_skip
 from oracle_tests.conftest import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the CPU interpreter run; GPU shapes are another suite")
 
-# which releases run the same csgmv code (syntax trees, import paths aside), and where the files live
-SHARED_CODE = (("0.5.10",), ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1"),
-               ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"),
-               ("0.5.22", "0.5.23"))
+SHARED_CODE = CODE_GROUPS
+# where the files live
 LAYOUT_SINCE = {"0.5.10": 2, "0.5.16": 1, "0.5.22": 0}  # release -> index in CSGMV_FILES' tuples from then on
 GRAPH_FIX, STRIDE_FIX, SPLIT_K_SINCE = "0.5.14", "0.5.11", "0.5.22"
 
