@@ -7,7 +7,8 @@
 #   bash scripts/gpu_check.sh soak-start [S] # detached S-second fuzz campaigns (600): ours, 0.5.23's three kv_b codes
 #   bash scripts/gpu_check.sh soak-wait [W]  # wait up to W s (600) for them; their findings by bucket
 #   bash scripts/gpu_check.sh bench [PART..] # lora vision sglang verdicts oracle (default: all): the tables; sglang
-#                                            also runs every standalone reproducer of docs/upstream/
+#                                            also runs every standalone reproducer of docs/upstream/ (repros:
+#                                            those alone)
 #   bash scripts/gpu_check.sh main-job       # kernel-oracle run --device cuda --time 120, cold then warm cache
 #   bash scripts/gpu_check.sh matrix [S] [L] # every release x kv_b code x configuration, lora and vision, and every
 #                                            # staged FlashInfer release (flashinfer-cudnn@engine=V), S s each (10),
@@ -172,7 +173,9 @@ bench_part() {  # PART: one benchmark in its plain table mode
     verdicts) cmd=(python3 -m kernel_oracle.benchmarks.gpu_verdicts --json "$OUT/gpu_verdicts.json") ;;
     oracle) cmd=(python3 -m kernel_oracle bench --device cuda --targets triton,reference --time 15 --main-time 0
                  --out "$OUT") ;;  # writes $OUT/oracle-bench.json
-    *) echo "bench: unknown part $1 (lora vision sglang verdicts oracle)"; return 2 ;;
+    repros) T_PART=$(date +%s); RC=0; upstream_repros || RC=1
+            record bench-repros "$RC" $(( $(date +%s) - T_PART )) "$REPROS"; return ;;
+    *) echo "bench: unknown part $1 (lora vision sglang verdicts oracle repros)"; return 2 ;;
   esac
   T_PART=$(date +%s)
   timed "bench-$1" 560 "$OUT/bench_$1.log" "${cmd[@]}"
