@@ -57,7 +57,7 @@ from kernel_oracle.fuzz.stream import TIME_CHUNK_EXAMPLES, left_out_notes, run_s
 from kernel_oracle.harness import oracle_integrity
 from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
 from kernel_oracle.harness.features import with_needs
-from kernel_oracle.harness.opinfo import FAMILY_OF
+from kernel_oracle.harness.families import FAMILY_OF
 from kernel_oracle.harness.malformed import GapTable
 
 __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
@@ -195,7 +195,7 @@ class _Search:
     # ---- the loop ------------------------------------------------------------------------------
     def run(self) -> dict:
         from kernel_oracle.harness.buckets import bucket_of_record
-        from kernel_oracle.harness.opinfo import FAMILY_OPS
+        from kernel_oracle.harness.families import FAMILY_OPS
         from kernel_oracle.fuzz.strategies import default_limits
         from kernel_oracle.fuzz.stream import campaign_strategy, excluded_dtypes
 
@@ -208,7 +208,7 @@ class _Search:
             self.startup_s = time.monotonic() - self.started
             self.started = time.monotonic()
             self.time_s = self.config.clock_s(self.started, self.base_elapsed)
-            wanted = FAMILY_OPS[self.family] if self.op in ("lora", "vision") else (self.op,)
+            wanted = FAMILY_OPS[self.family] if self.op in FAMILY_OPS else (self.op,)
             try:  # Note [Entry-point signatures]: a usage error before any case
                 raise_for(self.info.get("signature_errors") or {}, wanted)
             except EntrySignatureError as exc:

@@ -65,11 +65,11 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
     dtypes it does not exclude (of ``wanted_dtypes``, None: all), malformed metadata unless
     ``upstream_contracts_only``; the strategy is None where no op or no dtype is left."""
     from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases
-    from kernel_oracle.harness.opinfo import FAMILY_OPS
+    from kernel_oracle.harness.families import FAMILY_OPS
 
     entries = set(info.get("entry_points") or ())
     excluded = excluded_dtypes(info, family)
-    wanted = FAMILY_OPS[family] if op in ("lora", "vision") else (op,)
+    wanted = FAMILY_OPS[family] if op in FAMILY_OPS else (op,)
     ops = tuple(o for o in wanted if o in entries)
     dtypes = tuple(d for d in ALL_DTYPES if d not in excluded and (wanted_dtypes is None or d in wanted_dtypes))
     if not ops or not dtypes:

@@ -51,6 +51,7 @@ from typing import Optional, Sequence
 from kernel_oracle.harness.buckets import bucket_of_record
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
 from kernel_oracle.harness.defects import REGISTRY, Defect, DefectError, parse_defects
+from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS
 from kernel_oracle.harness.schema import FINDING_KINDS
 from kernel_oracle.harness.triggers import TRIGGERS, trigger_holds
 
@@ -67,7 +68,6 @@ _OP = re.compile(r"[a-z][a-z0-9_]*")  # an op or family name (oracle_tests/harne
 # the upstream targets a known issue may be of: built-in target names (a test checks them against the
 # registry); a target's family is its name before "==" or "@"
 FAMILIES = ("sglang", "sglang-trt", "sglang-v2", "flashinfer-cudnn", "torch-varlen")
-_OP_FAMILIES = ("lora", "vision")
 # the release of a target name: sglang==0.5.23, or before a configuration, sglang-trt==0.5.13@cublas=on
 _VERSION_IN_NAME = re.compile(r"==\s*([0-9][0-9A-Za-z.+-]*)(?:@[^@]*)?$")
 
@@ -100,7 +100,7 @@ class KnownIssue:
         if family_of(target_name) not in FAMILIES or not fnmatch.fnmatchcase(target_name, self.target):
             return False  # a user's module is no release, whatever its name
         op = str(finding.get("op"))
-        if op != self.op and not (self.op in _OP_FAMILIES and _op_family(op) == self.op):
+        if op != self.op and not (self.op in FAMILY_OPS and FAMILY_OF.get(op) == self.op):
             return False
         if str(finding.get("kind")) != self.kind or not self.applies_to(release):
             return False
@@ -117,10 +117,6 @@ def family_of(target_name: str) -> str:
     """The family of a target name: the name before ``==`` or ``@`` (``sglang-trt==0.5.23@x=on`` ->
     ``sglang-trt``); a module spec is its own family (and none of :data:`FAMILIES`)."""
     return re.split(r"==|@", target_name, maxsplit=1)[0]
-
-
-def _op_family(op: str) -> str:
-    return "vision" if op == "vision" else "lora"  # every other op is a kv_b LoRA step
 
 
 def _narrow_target(pattern: str) -> bool:

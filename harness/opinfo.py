@@ -21,7 +21,8 @@ kernels by default), and the upstream rows against the other targets too; ``kern
 selfcheck`` runs them against the reference.
 
 Everything else derives from this database: the targets' entry points (:func:`entry_names`,
-:data:`FAMILY_OPS`), the campaigns' op names (:data:`FAMILY_OF`), the strategies' LoRA ops and the
+:data:`FAMILY_OPS`), the campaigns' op names (:data:`FAMILY_OF`; both live views of the families
+registry, :mod:`harness.families`), the strategies' LoRA ops and the
 selfcheck.  Adding an op is one row of :data:`reference.signatures.SIGNATURES`, its oracle and
 kernel, and its entry here.
 
@@ -38,11 +39,11 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from kernel_oracle.reference import lora as ref_lora
-from kernel_oracle.reference import vision as ref_vision
 from kernel_oracle.reference._helpers import describe_layout, describe_tensor
 from kernel_oracle.reference.contracts import CONTRACTS, contract
-from kernel_oracle.reference.signatures import FAMILIES, Signature, signature
+from kernel_oracle.reference.signatures import Signature, signature
 
+from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS, get_family
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem, batch_info_of, materialize
 
@@ -116,8 +117,6 @@ class ErrorInput:
         return f"{self.contract_id}<-{'+'.join(m.kind for m in self.mutations)}"
 
 
-_REFERENCE_MODULES = {"lora": ref_lora, "vision": ref_vision}
-
 
 @dataclass(frozen=True)
 class OpInfo:
@@ -164,12 +163,12 @@ class OpInfo:
 
     @property
     def oracle(self) -> Callable:
-        return getattr(_REFERENCE_MODULES[self.family], self.signature.oracle, None)
+        return getattr(get_family(self.family).resolve("reference"), self.signature.oracle, None)
 
     @property
     def reference(self) -> Callable:
         """The reference's drop-in entry point (SGLang's signature)."""
-        return getattr(_REFERENCE_MODULES[self.family], self.signature.entry, None)
+        return getattr(get_family(self.family).resolve("reference"), self.signature.entry, None)
 
 
 # ---- LoRA edge cases -----------------------------------------------------------------------------
@@ -512,10 +511,18 @@ VISION_OPINFO = OpInfo(
 
 OP_DB = {info.name: info for info in (*LORA_OPINFOS, VISION_OPINFO)}
 
-# family -> its ops in a stable order
-FAMILY_OPS = {family: tuple(i.name for i in OP_DB.values() if i.family == family) for family in FAMILIES}
-# op or family name -> family (what a campaign's ``op`` may be)
-FAMILY_OF = {**{family: family for family in FAMILIES}, **{i.name: i.family for i in OP_DB.values()}}
+
+
+def _check_families() -> None:
+    """Every op of the database belongs to a registered family that lists it, in the database's order."""
+    for fam in {info.family for info in OP_DB.values()}:
+        ours = tuple(i.name for i in OP_DB.values() if i.family == fam)
+        if fam not in FAMILY_OPS or FAMILY_OPS[fam] != ours:
+            raise ValueError(f"the op database's {fam!r} ops {list(ours)} differ from the registered family's "
+                             f"{list(FAMILY_OPS.get(fam, ()))}; register_family({fam!r}) with ops={ours!r}")
+
+
+_check_families()
 
 
 def entry_names() -> dict[str, str]:

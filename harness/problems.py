@@ -40,6 +40,8 @@ from kernel_oracle.reference.signatures import Signature, signature, signature_o
 from kernel_oracle.reference.vision_metadata import (VisionAttentionMetadata, prepare_flashinfer_cudnn_metadata,
                                                      prepare_flashinfer_cudnn_vision_attention_metadata)
 
+from kernel_oracle.harness.families import FAMILY_OPS, family_names, get_family
+
 __all__ = [
     "Call",
     "DTYPES",
@@ -505,9 +507,10 @@ def problem_from_dict(d: dict):
         raise TypeError(f"Expected a problem as a dict but got {type(d).__name__}")
     d = dict(d)
     family = d.pop("family", None)
-    cls = {"lora": LoRAProblem, "vision": VisionProblem}.get(family) if isinstance(family, str) else None
+    cls = get_family(family).resolve("problem") if isinstance(family, str) and family in FAMILY_OPS else None
     if cls is None:
-        raise ValueError(f"family={family!r} is unknown; the only valid values are 'lora', 'vision'")
+        raise ValueError(f"family={family!r} is unknown; the only valid values are "
+                         + ", ".join(map(repr, family_names())))
     hints = _field_types(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     kwargs = {k: _checked_field(k, hints[k], v) for k, v in d.items() if k in names}

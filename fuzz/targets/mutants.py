@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.families import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
 from .registry import register_target
@@ -91,8 +91,9 @@ class Mutant:
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9_]+", self.name):
             raise MutantError(f"mutant name {self.name!r} must be lower-case letters, digits and underscores")
-        if self.family not in ("lora", "vision"):
-            raise MutantError(f"mutant {self.name!r}: family={self.family!r}; the only valid values are lora, vision")
+        if self.family not in FAMILY_OPS:
+            raise MutantError(f"mutant {self.name!r}: family={self.family!r}; the only valid values are "
+                              + ", ".join(FAMILY_OPS))
         if not self.patches:
             raise MutantError(f"mutant {self.name!r} has no patches")
 

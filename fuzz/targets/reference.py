@@ -1,8 +1,11 @@
-"""Target ``reference``: our pure-torch oracles, called like any target (strict, exact fp32)."""
+"""Target ``reference``: our pure-torch oracles, called like any target (strict, exact fp32).
+
+Its entry points are every registered family's reference module's (:mod:`kernel_oracle.harness.families`:
+a family's ``reference`` field), in registration order."""
 
 from __future__ import annotations
 
-from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.families import families
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec
 
 from .adapter import entries_from
@@ -10,9 +13,9 @@ from .registry import register_target
 
 
 def reference_target(spec: TargetSpec, device: str, sources: TargetSources) -> Target:
-    from kernel_oracle.reference import lora, vision
-
-    entries = {**entries_from(lora, FAMILY_OPS["lora"]), **entries_from(vision, FAMILY_OPS["vision"])}
+    entries = {}
+    for family in families():
+        entries.update(entries_from(family.resolve("reference"), family.ops))
     return Target("reference", entries, precision="ieee", strict=True)
 
 

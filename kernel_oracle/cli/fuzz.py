@@ -25,13 +25,13 @@ __all__ = ["add_arguments", "end_line", "finding_line", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from kernel_oracle.harness.opinfo import FAMILY_OF
+    from kernel_oracle.harness.families import op_choices
 
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (docs/semantics.md#exit-codes)
     options.add(parser, "targets", required=True,
                 help="the target spec (several, comma-separated, with --gpus/--scheduler); "
                      + options.OPTIONS["targets"][1]["help"])
-    options.add(parser, "op", required=True, choices=sorted(FAMILY_OF))
+    options.add(parser, "op", required=True, choices=op_choices())
     amount = parser.add_mutually_exclusive_group()
     options.add(amount, "cases", help="cases to execute, shrinking included (default 100)")
     options.add(amount, "time", help="seconds to run")
@@ -141,7 +141,7 @@ def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
     from kernel_oracle.fuzz.cluster import ClusterError, plan_shards, run_cluster
     from kernel_oracle.fuzz.strategies import ALL_DTYPES
     from kernel_oracle.harness.device import resolve_device
-    from kernel_oracle.harness.opinfo import FAMILY_OF, FAMILY_OPS
+    from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS
 
     try:
         dtypes = options.parse_list(args.dtypes, "--dtypes", ALL_DTYPES) if args.dtypes else None
@@ -199,7 +199,7 @@ def _prepare(args: argparse.Namespace):
     database = None
     if args.db:
         from kernel_oracle.fuzz.cluster import open_database
-        from kernel_oracle.harness.opinfo import FAMILY_OF
+        from kernel_oracle.harness.families import FAMILY_OF
 
         database = open_database(args.db, str(args.targets[0]), FAMILY_OF[args.op])
     if not args.isolate:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
+from kernel_oracle.harness.families import family_names
 from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "kill_table", "main"]
@@ -23,8 +24,8 @@ __all__ = ["add_arguments", "kill_table", "main"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)
     parser.add_argument("names", nargs="*", metavar="MUTANT", help="mutants to check (default: all)")
-    options.add(parser, "op", default="lora,vision",
-                help="comma-separated op families of the mutants to check (default lora,vision)")
+    options.add(parser, "op", default=",".join(family_names()),
+                help=f"comma-separated op families of the mutants to check (default {','.join(family_names())})")
     options.add(parser, "cases", default=100, help="cases per mutant before it counts as surviving (default 100)")
     options.add(parser, "device")
     options.add(parser, "json", help="write the table as JSON")

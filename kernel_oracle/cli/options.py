@@ -27,17 +27,16 @@ import sys
 from typing import NoReturn, Optional
 
 from kernel_oracle.harness.device import DEVICE_CHOICES
+from kernel_oracle.harness.families import family_names
 from kernel_oracle.fuzz.time_budget import parse_time_s
 from kernel_oracle.harness.outcome import run_outcome
 
-__all__ = ["FAMILIES", "LIMIT_PRESETS", "OPTIONS", "add", "cluster_settings", "families", "finite_float",
+__all__ = ["LIMIT_PRESETS", "OPTIONS", "add", "cluster_settings", "families", "finite_float",
            "non_negative_seconds", "non_negative_int", "one_line_errors", "parse_list", "positive_int",
            "positive_seconds", "timeout_seconds", "wait_seconds"]
 
 # the size presets of kernel_oracle.fuzz.strategies.LIMITS (kept literal: building the parser imports no Hypothesis)
 LIMIT_PRESETS = ("tiny", "small", "gpu", "full")
-# the op families a --op list of the main job, bench and mutants names
-FAMILIES = ("lora", "vision")
 
 
 def one_line_errors(parser: argparse.ArgumentParser) -> None:
@@ -221,8 +220,9 @@ def add(container, name: str, **overrides) -> argparse.Action:
 
 
 def families(value: str) -> list[str]:
-    """The op families of a ``--op`` list (``lora,vision``); ``ValueError`` naming the option."""
-    return parse_list(value, "--op", FAMILIES)
+    """The op families of a ``--op`` list (``lora,vision``): any registered family
+    (:mod:`kernel_oracle.harness.families`); ``ValueError`` naming the option."""
+    return parse_list(value, "--op", family_names())
 
 
 def cluster_settings(args: argparse.Namespace) -> Optional[dict]:

@@ -35,8 +35,9 @@ from typing import Optional
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
 from kernel_oracle.harness.defects import REGISTRY, Defect, defect_of_corpus, load_defects
+from kernel_oracle.harness.families import family_names, get_family
 from kernel_oracle.harness.mutations import Mutation
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, problem_from_dict
+from kernel_oracle.harness.problems import problem_from_dict
 
 __all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "known_cases_for", "load_corpus", "load_entry",
            "run_entry"]
@@ -105,9 +106,10 @@ class EntryOutcome:
 
 
 def _problem(path: Path, i: int, d: dict):
-    if not isinstance(d, dict) or d.get("family") not in ("lora", "vision"):
-        raise CorpusError(f"{path}: cases[{i}].problem needs family = 'lora' or 'vision' (got {d!r})")
-    cls = LoRAProblem if d["family"] == "lora" else VisionProblem
+    if not isinstance(d, dict) or d.get("family") not in family_names():
+        raise CorpusError(f"{path}: cases[{i}].problem needs family = "
+                          f"{' or '.join(map(repr, family_names()))} (got {d!r})")
+    cls = get_family(d["family"]).resolve("problem")
     known = {f.name for f in dataclasses.fields(cls) if f.init} | {"family"}
     unknown = sorted(set(d) - known)
     if unknown:

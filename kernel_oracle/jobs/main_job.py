@@ -58,11 +58,12 @@ from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.fuzz.time_budget import resolve_time_s
-from kernel_oracle.jobs.main_job_campaigns import FAMILIES, run_campaign_part, run_cluster_part
+from kernel_oracle.harness.families import family_names
+from kernel_oracle.jobs.main_job_campaigns import run_campaign_part, run_cluster_part
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 from kernel_oracle.jobs.main_job_selfcheck import SelfcheckBeside, run_selfcheck_part
 
-__all__ = ["FAMILIES", "REPORT_RESERVE_S", "SELFCHECK_MAX_SHARE", "SELFCHECK_SHARE", "check_out",
+__all__ = ["REPORT_RESERVE_S", "SELFCHECK_MAX_SHARE", "SELFCHECK_SHARE", "check_out",
            "launch_worker", "run_main_job"]
 
 SELFCHECK_SHARE = 0.15
@@ -92,14 +93,15 @@ def _utc_stamp() -> str:
 
 def run_main_job(*, device: str = "auto", time_s: Optional[float] = None, seed: int = 0,
                  out: str | os.PathLike = "reports/out", targets: Optional[list] = None,
-                 families: tuple = FAMILIES, selfcheck: bool = True, quiet: bool = False,
+                 families: Optional[tuple] = None, selfcheck: bool = True, quiet: bool = False,
                  cluster: Optional[dict] = None, sglang_wheel: Optional[str] = None,
                  with_malformed: bool = False) -> dict:
     """Run everything and write the reports; returns ``{"record", "json", "md", "html", "history"}``.
 
     ``device``: ``auto``, ``cpu`` or ``cuda``; ``time_s``: seconds for the whole job (default: the
     ``run`` row of :data:`kernel_oracle.fuzz.time_budget.DEFAULT_TIME_S`); ``targets``: spec strings or
-    TargetSpecs (default: every built-in target available here); ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``)
+    TargetSpecs (default: every built-in target available here); ``families``: family names (default:
+    every registered family, :mod:`kernel_oracle.harness.families`); ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``)
     runs the campaigns on Dask; ``sglang_wheel``: the wheels of ``sglang==X.Y.Z`` targets;
     ``with_malformed``: a target without strict validation has its accepted malformed metadata counted
     as findings (default: validation gaps, Note [Malformed consequences])."""
@@ -107,6 +109,7 @@ def run_main_job(*, device: str = "auto", time_s: Optional[float] = None, seed: 
     from kernel_oracle.harness.schema import add_note, new_record
 
     device = resolve_device(device)
+    families = tuple(families) if families is not None else family_names()
     try:
         configure_process(device)  # before anything imports a kernel module (Note [The main job])
         too_late = None

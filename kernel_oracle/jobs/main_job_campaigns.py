@@ -16,14 +16,14 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.harness.families import family_names, get_family
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 
-__all__ = ["CAMPAIGN_SHARE", "CASE_TIMEOUT_SHARE", "FALLBACK_TARGETS", "FAMILIES", "FINISH_S", "OVERRUN_NOTE_S",
+__all__ = ["CAMPAIGN_SHARE", "CASE_TIMEOUT_SHARE", "FALLBACK_TARGETS", "FINISH_S", "OVERRUN_NOTE_S",
            "SHRINK_SLACK_SHARE", "WARM_UP_SHARE", "compiling", "discover_targets", "precompile_beside",
            "run_campaign_part", "run_cluster_part", "run_one_campaign", "salvage"]
 
 FALLBACK_TARGETS = ("reference", "triton")
-FAMILIES = ("lora", "vision")
 # a campaign this many seconds past its share gets a note (the next ones had less time)
 OVERRUN_NOTE_S = 5.0
 
@@ -40,7 +40,7 @@ def discover_targets(record: dict, device: str, specs: Optional[list], log,
     except Exception as exc:  # noqa: BLE001
         add_note(record, f"fuzz.targets unavailable ({reason(exc)}): fuzzing {list(specs or FALLBACK_TARGETS)} "
                          f"without availability checks")
-        return [(name, None, FAMILIES) for name in (specs or FALLBACK_TARGETS)]
+        return [(name, None, family_names()) for name in (specs or FALLBACK_TARGETS)]
     out = []
     for spec in specs or builtin_targets():
         try:
@@ -61,7 +61,7 @@ def discover_targets(record: dict, device: str, specs: Optional[list], log,
             if specs:  # asked for by name: say so loudly
                 part_failed(record, f"target {spec!r} is unavailable: {t.reason}")
             continue
-        families = tuple(f for f in FAMILIES if t.ops(f))
+        families = tuple(f for f in family_names() if t.ops(f))
         out.append((spec, t, families))
     return out
 
@@ -77,16 +77,15 @@ CASE_TIMEOUT_SHARE = 0.25
 # most this share of the slot, taken off the campaign's clock (one campaign after another; side by
 # side the variants compile beside the campaigns instead: precompile_beside)
 WARM_UP_SHARE = 0.15
-# (target name, family): our LoRA kernels' many variants (Note [Specialization] in kernels/lora); the
-# worker's warm-up compiles the LoRA variants, so a vision campaign would spend its share on them
-COMPILING = (("triton", "lora"),)
 
 
 def compiling(target, family: str) -> bool:
-    """Is ``target`` (a spec string or TargetSpec) x ``family`` one of the COMPILING pairs?"""
+    """Does ``target`` (a spec string or TargetSpec) compile many kernel variants for ``family`` (the
+    family record's ``compiling_targets``: our LoRA kernels, Note [Specialization] in kernels/lora)?  The
+    worker's warm-up compiles those variants, so only that family's campaign spends its share on them."""
     from kernel_oracle.harness.targets import TargetSpec
 
-    return (TargetSpec.parse(target).name, family) in COMPILING
+    return TargetSpec.parse(target).name in get_family(family).compiling_targets
 
 
 def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device: str, out_dir: Path,
@@ -101,7 +100,7 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
     ``shares_gpu``: see ``CampaignConfig``."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
 
-    from kernel_oracle.harness.opinfo import FAMILY_OF
+    from kernel_oracle.harness.families import FAMILY_OF
 
     compiles = device == "cuda" and compiling(target, FAMILY_OF[op])
     warm_up_s = warm_up_share * share_s if compiles and warm_up_share else None
@@ -307,7 +306,7 @@ def precompile_beside(targets: list, pairs: list, device: str, seconds: float, l
     if device != "cuda":
         return None
     for name, target, _ in targets:
-        if target is None or not any((name, fam) in pairs and compiling(name, fam) for fam in FAMILIES):
+        if target is None or not any((name, fam) in pairs and compiling(name, fam) for fam in family_names()):
             continue
         ops, dtypes = tuple(op for op in sorted(target.entries) if op != "vision"), warm_up_dtypes(target)
         n = os.cpu_count() or 1

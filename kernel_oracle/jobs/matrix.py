@@ -349,16 +349,17 @@ def runs_dir(out) -> Path:
 
 
 def op_families(op: str) -> list:
-    """The op families of ``--op``: ``lora``, ``vision``, one LoRA op (its family) or a comma list of
-    families; ``ValueError`` naming the valid values otherwise."""
-    from kernel_oracle.harness.opinfo import FAMILY_OPS
+    """The op families of ``--op``: a registered family (``lora``, ``vision``), one op of a family (that
+    family) or a comma list of families; ``ValueError`` naming the valid values otherwise."""
+    from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS, get_family
 
     parts = [p.strip() for p in str(op).split(",") if p.strip()]
-    if len(parts) == 1 and parts[0] in FAMILY_OPS["lora"]:
-        return ["lora"]
+    if len(parts) == 1 and parts[0] in FAMILY_OF and parts[0] not in FAMILY_OPS:
+        return [FAMILY_OF[parts[0]]]
     if not parts or any(p not in FAMILY_OPS for p in parts) or len(set(parts)) != len(parts):
-        raise ValueError(f"--op {op!r}: pass lora, vision, lora,vision or one LoRA op "
-                         f"({', '.join(FAMILY_OPS['lora'])})")
+        single = " or ".join(f"one {get_family(f).label} op ({', '.join(ops)})"
+                             for f, ops in FAMILY_OPS.items() if ops != (f,))
+        raise ValueError(f"--op {op!r}: pass {', '.join(FAMILY_OPS)}, {','.join(FAMILY_OPS)} or {single}")
     return parts
 
 

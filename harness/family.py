@@ -1,0 +1,170 @@
+"""The families registry: one :class:`Family` record per kernel family.
+
+Note [Families registry]
+------------------------
+A kernel family (``lora``: the kv_b LoRA steps; ``vision``: the flashinfer_cudnn attention) is one
+frozen :class:`Family` record: its name, its ops in a stable order, a label for reports, and where
+the rest of the suite finds its pieces, as import paths (``"package.module"`` or
+``"package.module:attr"``) resolved only when asked (:meth:`Family.resolve`), so this module imports
+nothing but the standard library and no layer below the harness has to know it.
+
+:func:`register_family` adds a record (a second record of the same name is refused),
+:func:`get_family` looks one up, :func:`families` lists them in registration order, and
+:data:`FAMILY_OPS` / :data:`FAMILY_OF` are live read-only views of the registry (family -> its ops;
+family or op -> family).  The built-in records register themselves in :mod:`.families`, which is
+what consumers import; this module imports no record.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+__all__ = ["FAMILY_OF", "FAMILY_OPS", "Family", "FamilyError", "families", "family_names", "get_family",
+           "op_choices", "register_family", "unregister_family"]
+
+
+class FamilyError(ValueError):
+    """A malformed, duplicate or unknown family (a ``ValueError``: a usage error where a user named it)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kernel family.
+
+    ``ops``: its op names in a stable order (each a row of ``reference.signatures.SIGNATURES`` for a
+    family the harness checks); ``label``: how reports name it; ``reference``: the module of its
+    float64 oracles and drop-in entry points; ``kernels``: our Triton module of its entry points
+    (None: none); ``problem``: ``"module:Class"`` of its plain-data problem; ``strategies``:
+    ``"module:function"`` of its Hypothesis problem strategy; ``benchmark``: the module of its
+    benchmark shapes (None: none); ``compiling_targets``: the target names whose campaigns of this
+    family compile many kernel variants first (the main job warms them up)."""
+
+    name: str
+    ops: tuple[str, ...]
+    label: str
+    reference: str
+    problem: str
+    strategies: str
+    kernels: str | None = None
+    benchmark: str | None = None
+    compiling_targets: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier() or self.name != self.name.lower():
+            raise FamilyError(f"Family: name={self.name!r}; pass a lower-case identifier such as 'lora'")
+        if not isinstance(self.ops, tuple) or not self.ops or not all(isinstance(o, str) and o for o in self.ops):
+            raise FamilyError(f"Family {self.name!r}: ops={self.ops!r}; pass a non-empty tuple of op names")
+        if len(set(self.ops)) != len(self.ops):
+            raise FamilyError(f"Family {self.name!r}: ops={self.ops!r} repeat a name")
+
+    def resolve(self, what: str):
+        """The object an import-path field names (``what``: ``"reference"``, ``"problem"``, ...): a module
+        for ``"package.module"``, its attribute for ``"package.module:attr"``; None where the field is None."""
+        path = getattr(self, what)
+        if path is None:
+            return None
+        module, _, attr = path.partition(":")
+        obj = importlib.import_module(module)
+        return getattr(obj, attr) if attr else obj
+
+    def contracts(self) -> tuple[str, ...]:
+        """The ids of the contract table's rows whose entry points are this family's."""
+        from kernel_oracle.reference.contracts import CONTRACTS
+
+        return tuple(c.id for c in CONTRACTS.values() if c.api == self.name)
+
+
+_REGISTRY: dict[str, Family] = {}
+
+
+def register_family(family: Family) -> Family:
+    """Add ``family``; :class:`FamilyError` naming it when a family of that name or an op of it is
+    already registered.  Returns ``family``."""
+    if not isinstance(family, Family):
+        raise FamilyError(f"register_family: expected a Family but got {family!r}")
+    if family.name in _REGISTRY:
+        raise FamilyError(f"register_family: family {family.name!r} is already registered; "
+                          f"unregister_family({family.name!r}) first to replace it")
+    taken = {op: f.name for f in _REGISTRY.values() for op in (f.name, *f.ops)}
+    clash = sorted({*family.ops, family.name} & set(taken))
+    if clash:
+        raise FamilyError(f"register_family: family {family.name!r} names {clash}, which family "
+                          f"{taken[clash[0]]!r} already has")
+    _REGISTRY[family.name] = family
+    return family
+
+
+def unregister_family(name: str) -> Family:
+    """Remove the family ``name`` and return its record (a test's toy family, a plug-in replaced)."""
+    try:
+        return _REGISTRY.pop(name)
+    except KeyError:
+        raise FamilyError(f"unregister_family: family {name!r} is not registered") from None
+
+
+def get_family(name: str) -> Family:
+    """The record of family ``name``; :class:`FamilyError` naming the registered ones otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise FamilyError(f"family={name!r} is unknown; the only valid values are {list(_REGISTRY)}") from None
+
+
+def families() -> tuple[Family, ...]:
+    """Every registered record, in registration order."""
+    return tuple(_REGISTRY.values())
+
+
+def family_names() -> tuple[str, ...]:
+    """Every registered family's name, in registration order (``("lora", "vision")`` built in)."""
+    return tuple(_REGISTRY)
+
+
+def op_choices() -> tuple[str, ...]:
+    """What ``--op`` of one campaign may name, sorted: every family and every op."""
+    return tuple(sorted(FAMILY_OF))
+
+
+class _FamilyOps(Mapping):
+    """family name -> its ops, read from the registry at each access."""
+
+    def __getitem__(self, name: str) -> tuple[str, ...]:
+        return _REGISTRY[name].ops
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(_REGISTRY))
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+    def __repr__(self) -> str:
+        return f"FAMILY_OPS({dict(self)!r})"
+
+
+class _FamilyOf(Mapping):
+    """family name or op name -> its family, read from the registry at each access."""
+
+    def _table(self) -> dict[str, str]:
+        table = {f.name: f.name for f in _REGISTRY.values()}
+        table.update({op: f.name for f in _REGISTRY.values() for op in f.ops})
+        return table
+
+    def __getitem__(self, name: str) -> str:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __repr__(self) -> str:
+        return f"FAMILY_OF({self._table()!r})"
+
+
+# family -> its ops in a stable order
+FAMILY_OPS: Mapping[str, tuple[str, ...]] = _FamilyOps()
+# op or family name -> family (what a campaign's ``op`` may be)
+FAMILY_OF: Mapping[str, str] = _FamilyOf()

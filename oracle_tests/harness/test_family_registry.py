@@ -1,0 +1,91 @@
+"""The families registry (harness.family, harness.families): one record per kernel family, looked up by
+name, listed in registration order, refused twice."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_oracle.harness.families import (FAMILY_OF, FAMILY_OPS, Family, FamilyError, families, family_names,
+                                            get_family, op_choices, register_family, unregister_family)
+from kernel_oracle.harness.opinfo import OP_DB
+from kernel_oracle.reference.contracts import CONTRACTS
+
+
+def _toy(name: str = "toy", ops: tuple = ("toy_op",)) -> Family:
+    return Family(name=name, ops=ops, label="toy", reference="kernel_oracle.reference.vision",
+                  problem="kernel_oracle.harness.problems:VisionProblem",
+                  strategies="kernel_oracle.fuzz.strategies:vision_problems")
+
+
+@pytest.fixture
+def toy():
+    """A third family, registered for one test and removed after it."""
+    record = register_family(_toy())
+    try:
+        yield record
+    finally:
+        unregister_family(record.name)
+
+
+def test_the_builtin_families_are_lora_then_vision():
+    assert family_names() == ("lora", "vision")
+    assert [f.name for f in families()] == ["lora", "vision"]
+
+
+@pytest.mark.parametrize("name", ["lora", "vision"])
+def test_each_builtin_family_has_the_ops_of_the_op_database(name):
+    # the op database grouped by family, in its order: what each family's ops were before the registry
+    assert get_family(name).ops == tuple(i.name for i in OP_DB.values() if i.family == name)
+
+
+def test_the_builtin_records_resolve_their_pieces():
+    from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+    from kernel_oracle.reference import lora, vision
+
+    assert get_family("lora").resolve("reference") is lora
+    assert get_family("vision").resolve("reference") is vision
+    assert get_family("lora").resolve("problem") is LoRAProblem
+    assert get_family("vision").resolve("problem") is VisionProblem
+    assert set(get_family("lora").contracts()) == {c.id for c in CONTRACTS.values() if c.api == "lora"}
+    assert get_family("vision").contracts() and all(c.startswith("vision.") for c in get_family("vision").contracts())
+
+
+def test_a_registered_family_round_trips(toy):
+    assert get_family("toy") is toy
+    assert families()[-1] is toy and family_names()[-1] == "toy"
+    assert FAMILY_OPS["toy"] == ("toy_op",)
+    assert FAMILY_OF["toy_op"] == "toy" and FAMILY_OF["toy"] == "toy"
+    assert {"toy", "toy_op"} <= set(op_choices())
+
+
+def test_an_unregistered_family_is_gone():
+    register_family(_toy())
+    assert unregister_family("toy").name == "toy"
+    assert "toy" not in family_names() and "toy" not in FAMILY_OPS and "toy_op" not in FAMILY_OF
+    with pytest.raises(FamilyError, match="family='toy' is unknown; the only valid values are"):
+        get_family("toy")
+
+
+def test_a_duplicate_registration_is_refused_naming_the_family(toy):
+    with pytest.raises(FamilyError, match=r"family 'toy' is already registered"):
+        register_family(_toy())
+    with pytest.raises(FamilyError, match=r"family 'lora' is already registered"):
+        register_family(get_family("lora"))
+    assert families().count(toy) == 1
+
+
+def test_a_family_reusing_another_familys_op_is_refused(toy):
+    with pytest.raises(FamilyError, match=r"family 'toy2' names \['toy_op'\], which family 'toy' already has"):
+        register_family(_toy("toy2", ("toy_op",)))
+    assert "toy2" not in family_names()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(name="Toy"), "lower-case identifier"),
+    (dict(ops=()), "non-empty tuple"),
+    (dict(ops=("a", "a")), "repeat a name"),
+])
+def test_a_malformed_record_says_why(kwargs, message):
+    fields = dict(name="toy", ops=("toy_op",), label="toy", reference="m", problem="m:P", strategies="m:s")
+    with pytest.raises(FamilyError, match=message):
+        Family(**{**fields, **kwargs})
