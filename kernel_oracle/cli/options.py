@@ -27,7 +27,6 @@ import sys
 from typing import NoReturn, Optional
 
 from kernel_oracle.harness.device import DEVICE_CHOICES
-from kernel_oracle.harness.families import family_names
 from kernel_oracle.fuzz.time_budget import parse_time_s
 from kernel_oracle.harness.outcome import run_outcome
 
@@ -222,6 +221,8 @@ def add(container, name: str, **overrides) -> argparse.Action:
 def families(value: str) -> list[str]:
     """The op families of a ``--op`` list (``lora,vision``): any registered family
     (:mod:`kernel_oracle.harness.families`); ``ValueError`` naming the option."""
+    from kernel_oracle.harness.families import family_names  # imports torch: not before main()'s SIGTERM handler
+
     return parse_list(value, "--op", family_names())
 
 
