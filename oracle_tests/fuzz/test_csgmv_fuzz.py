@@ -103,9 +103,11 @@ def test_an_unknown_release_or_switch_is_said_in_one_line():
 
 def _planted(spec, device, sources) -> Target:
     """sglang-csgmv==0.5.23 with a planted defect (``@defect=...``): the shrink leaves its first routed row
-    at zero, or the expand adds its delta twice (the scaling doubled); ``none``: the kernels as they are."""
-    real = resolve_target("sglang-csgmv==0.5.23", device)
-    shrink, expand, defect = real.entries["csgmv_shrink"], real.entries["csgmv_expand"], spec.option("defect")
+    at zero, or the expand adds its delta twice (the scaling doubled); ``none``: the kernels as they are;
+    ``undeclined``: 0.5.12 as it is, without declining its known stale-host-ints difference."""
+    defect = spec.option("defect")
+    real = resolve_target("sglang-csgmv==0.5.12" if defect == "undeclined" else "sglang-csgmv==0.5.23", device)
+    shrink, expand = real.entries["csgmv_shrink"], real.entries["csgmv_expand"]
 
     def dropped_row(x, weights, batch_info, num_slices, split_k=None):
         out = shrink(x, weights, batch_info, num_slices, split_k)
@@ -120,8 +122,9 @@ def _planted(spec, device, sources) -> Target:
 
     entries = {"csgmv_shrink": dropped_row if defect == "row" else shrink,
                "csgmv_expand": doubled if defect == "scaling" else expand}
+    declines = {k: v for k, v in real.declines.items() if not (defect == "undeclined" and k.endswith("host_ints"))}
     return Target(str(spec), entries, precision="ieee", strict=False, excluded_dtypes=dict(real.excluded_dtypes),
-                  declines=dict(real.declines), release=real.release)
+                  declines=declines, release=real.release)
 
 
 @pytest.fixture
@@ -130,9 +133,10 @@ def planted(monkeypatch):
     from kernel_oracle.fuzz.targets import registry
 
     wheel_or_skip("0.5.23")
+    wheel_or_skip("0.5.12")
     monkeypatch.setattr(registry, "_FACTORIES", dict(registry._FACTORIES))
     monkeypatch.setattr(registry, "_CONFIGURATION", dict(registry._CONFIGURATION))
-    register_target("csgmv-planted", _planted, configuration={"defect": ("row", "scaling", "none")})
+    register_target("csgmv-planted", _planted, configuration={"defect": ("row", "scaling", "none", "undeclined")})
 
 
 @pytest.mark.parametrize("defect, op", [("row", "csgmv_shrink"), ("scaling", "csgmv_expand"), ("none", None)])
@@ -141,3 +145,11 @@ def test_a_campaign_catches_a_planted_defect_and_nothing_else(planted, defect, o
                                       device="cpu", out_dir=tmp_path, progress=False, isolate=False))
     found = {(f["kind"], f["op"]) for f in rec["findings"]}
     assert found == ({("mismatch", op)} if op else set()), [f["message"] for f in rec["findings"]]
+
+
+def test_an_old_release_shows_its_known_difference_where_not_declined(planted, tmp_path):
+    """The strategy reaches the stale-host-ints replay: 0.5.12 fails there unless its target declines it."""
+    rec = run_campaign(CampaignConfig(target="csgmv-planted@defect=undeclined", op="csgmv", budget=60, seed=2,
+                                      device="cpu", out_dir=tmp_path, progress=False, isolate=False))
+    assert rec["findings"] and {f["kind"] for f in rec["findings"]} == {"mismatch"}
+    assert all(f["problem"]["problem"]["stale_host_ints"] for f in rec["findings"])
