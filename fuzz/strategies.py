@@ -562,8 +562,12 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
     ``declines``: what the target does not implement, vision features (:data:`VISION_FEATURES`) or
     LoRA contracts (:data:`LORA_FEATURES`: a target declining every upstream LoRA contract gets no
     ``"upstream"`` case)."""
+    if family == "csgmv":  # valid problems only: its metadata mutations are not written (fuzz.strategies_csgmv)
+        from kernel_oracle.fuzz.strategies_csgmv import csgmv_problems
+
+        return csgmv_problems(ops=ops, dtypes=dtypes, declines=declines).map(Case)
     if family not in ("lora", "vision"):
-        raise InvalidArgument(f"Expected family='lora' or 'vision' but got family={family!r}")
+        raise InvalidArgument(f"Expected family='lora', 'vision' or 'csgmv' but got family={family!r}")
     categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
     if family == "lora":
         declines = _check_features(declines, LORA_FEATURES)

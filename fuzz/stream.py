@@ -75,10 +75,17 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
     if not ops or not dtypes:
         return ops, dtypes, None
     categories = ("valid", "partial", "upstream") + (() if upstream_contracts_only else ("malformed",))
-    strategy = cases(family, categories=categories, dtypes=dtypes, ops=ops if family == "lora" else None, limits=limits,
-                     declines=tuple(d for d in info.get("declines") or ()
-                                    if d.startswith("lora.") == (family == "lora")))
+    strategy = cases(family, categories=categories, dtypes=dtypes, ops=ops if family != "vision" else None,
+                     limits=limits, declines=tuple(d for d in info.get("declines") or () if _declined_in(family, d)))
     return ops, dtypes, strategy
+
+
+def _declined_in(family: str, feature: str) -> bool:
+    """Whether a target's declined ``feature`` belongs to ``family``: LoRA and csgmv name theirs with their
+    family's prefix (``lora.``, ``csgmv.``), vision with none."""
+    if family in ("lora", "csgmv"):
+        return feature.startswith(family + ".")
+    return not feature.startswith(("lora.", "csgmv."))
 
 
 def left_out_notes(info: dict, target: str, family: str) -> list:
@@ -86,7 +93,7 @@ def left_out_notes(info: dict, target: str, family: str) -> list:
     the dtypes it excludes, and what it declines (LoRA: upstream contracts; vision: features of the call)."""
     notes = [f"{target}: {d} not fuzzed: {why}" for d, why in excluded_dtypes(info, family).items()]
     return notes + [f"{target}: no {feature} cases: {why}" for feature, why in (info.get("declines") or {}).items()
-                    if feature.startswith("lora.") == (family == "lora")]
+                    if _declined_in(family, feature)]
 
 
 def excluded_dtypes(info: dict, family: str) -> dict:

@@ -87,6 +87,7 @@ from kernel_oracle.harness.locators import expected_at, lora_locator, vision_loc
 from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
+from kernel_oracle.harness.problem_csgmv import csgmv_mismatch
 from kernel_oracle.harness.problems import LoRAProblem, materialize, problem_from_dict, problem_to_dict
 
 __all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute", "expected_outcome",
@@ -146,7 +147,7 @@ def shape_class(case: Case) -> str:
         if max(lens) <= 1:
             return "decode"
         return "prefill-large" if max(lens) >= 256 else "prefill"
-    lens = [n for n in p.lengths if n]
+    lens = [n for n in getattr(p, "lengths", None) or getattr(p, "seg_lens", ()) if n]
     if not lens:
         return "empty"
     return "long" if max(lens) >= 1024 else "ragged"
@@ -162,7 +163,7 @@ class Outcome:
     contract_id: Optional[str] = None
     value: Optional[torch.Tensor] = None
     defined: Optional[torch.Tensor] = None
-    baseline: Optional[tuple] = None  # the faithful oracle's baselines (reference.tolerance, Note [Baseline orders])
+    baseline: Optional[tuple] = None  # the faithful oracle's (Note [Baseline orders]); csgmv: (CsgmvExpected, mode)
     out_dtype: Optional[torch.dtype] = None
     overflow_alternate: Optional[torch.Tensor] = None  # the LoRA oracle's (Note [Range at rounding points])
 
@@ -229,6 +230,8 @@ def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=
     inplace = call.inplace  # from the op's signature
     out_dtype = call.args[inplace].dtype if inplace is not None else call.args[0].dtype
     faithful = precision if (precision.startswith("tf32") and call.args[0].dtype == torch.float32) else True
+    if case.family == "csgmv":  # an exact-arithmetic bound of its own (Note [csgmv semantics] in reference/csgmv.py)
+        return Outcome("result", value=ref.value, defined=ref.defined, out_dtype=out_dtype, baseline=(ref, faithful))
     with strict_validation(True):
         base = _run_oracle(case, call, faithful=faithful)
     defined, tail = ref.defined, getattr(case.problem, "tail_rows", range(0))
@@ -510,6 +513,9 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
     call = prepared_call(case, device) if call is None else call
     if not observed.returned_inplace:
         return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
+    if case.family == "csgmv":  # the oracle's own bound is the comparison (harness.problem_csgmv.csgmv_mismatch)
+        why = csgmv_mismatch(expected.baseline, observed.output, expected.out_dtype, repro)
+        return Verdict(True, expected=exp) if why is None else Verdict(False, "mismatch", why, float("inf"), expected=exp)
     if case.family == "lora":
         locate, route = lora_locator(call)
     else:

@@ -21,8 +21,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
-__all__ = ["FAMILY_OF", "FAMILY_OPS", "Family", "FamilyError", "families", "family_names", "get_family",
-           "op_choices", "register_family", "unregister_family"]
+__all__ = ["FAMILY_OF", "FAMILY_OPS", "Family", "FamilyError", "default_family_names", "families", "family_names",
+           "get_family", "op_choices", "register_family", "unregister_family"]
 
 
 class FamilyError(ValueError):
@@ -39,7 +39,9 @@ class Family:
     (None: none); ``problem``: ``"module:Class"`` of its plain-data problem; ``strategies``:
     ``"module:function"`` of its Hypothesis problem strategy; ``benchmark``: the module of its
     benchmark shapes (None: none); ``compiling_targets``: the target names whose campaigns of this
-    family compile many kernel variants first (the main job warms them up)."""
+    family compile many kernel variants first (the main job warms them up); ``by_default``: whether
+    the commands that take every family unless told (``run`` and the main job, ``mutants``,
+    ``bench``) take this one (False: only where ``--op`` names it)."""
 
     name: str
     ops: tuple[str, ...]
@@ -50,6 +52,7 @@ class Family:
     kernels: str | None = None
     benchmark: str | None = None
     compiling_targets: tuple[str, ...] = field(default=())
+    by_default: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier() or self.name != self.name.lower():
@@ -120,6 +123,11 @@ def families() -> tuple[Family, ...]:
 def family_names() -> tuple[str, ...]:
     """Every registered family's name, in registration order (``("lora", "vision")`` built in)."""
     return tuple(_REGISTRY)
+
+
+def default_family_names() -> tuple[str, ...]:
+    """The names of the families taken where no ``--op`` names any (``by_default``), in registration order."""
+    return tuple(name for name, f in _REGISTRY.items() if f.by_default)
 
 
 def op_choices() -> tuple[str, ...]:

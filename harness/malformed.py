@@ -204,6 +204,8 @@ def case_elements(case) -> int:
     p = case.problem
     if p.family == "lora":
         return (sum(p.seg_lens) + getattr(p, "extra_rows", 0)) * p.H * max(p.qk, p.vd, p.C, p.R)
+    if callable(getattr(p, "sizes", None)):  # a family whose problem states its own size (csgmv)
+        return p.sizes()[1]
     return sum(p.lengths) * p.H * p.D
 
 

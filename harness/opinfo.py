@@ -47,8 +47,8 @@ from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS, get_family
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem, batch_info_of, materialize
 
-__all__ = ["ErrorInput", "FAMILY_OF", "FAMILY_OPS", "OpInfo", "Sample", "OP_DB", "LORA_OPINFOS", "VISION_OPINFO",
-           "entry_names", "op_info"]
+__all__ = ["CSGMV_OPINFOS", "ErrorInput", "FAMILY_OF", "FAMILY_OPS", "OpInfo", "Sample", "OP_DB", "LORA_OPINFOS",
+           "VISION_OPINFO", "entry_names", "op_info"]
 
 
 @dataclass
@@ -509,7 +509,23 @@ VISION_OPINFO = OpInfo(
     contracts=tuple(c.id for c in CONTRACTS.values() if c.api == "vision" and c.origin == "upstream"),
 )
 
-OP_DB = {info.name: info for info in (*LORA_OPINFOS, VISION_OPINFO)}
+def _no_samples(device: str, dtype: torch.dtype) -> Iterator[Sample]:
+    return iter(())
+
+
+def _no_errors(device: str) -> Iterator[ErrorInput]:
+    return iter(())
+
+
+# csgmv: fuzzed through its strategy (kernel_oracle.fuzz.strategies_csgmv); its selfcheck samples, error inputs
+# and contract rows are not written yet, so the selfcheck has no csgmv rows
+CSGMV_OPINFOS = tuple(
+    OpInfo(signature=signature(op), dtypes=_FLOATS, sample_inputs=_no_samples, exhaustive_inputs=_no_samples,
+           error_inputs=_no_errors)
+    for op in ("csgmv_shrink", "csgmv_expand")
+)
+
+OP_DB = {info.name: info for info in (*LORA_OPINFOS, VISION_OPINFO, *CSGMV_OPINFOS)}
 
 
 

@@ -486,7 +486,9 @@ def materialize(problem, device: str | torch.device = "cpu", metadata_helper=Non
         return materialize_lora(problem, device)
     if isinstance(problem, VisionProblem):
         return materialize_vision(problem, device, metadata_helper)
-    raise TypeError(f"Expected a LoRAProblem or VisionProblem but got {type(problem).__name__}")
+    if callable(getattr(problem, "materialize", None)):  # a family whose problem builds its own call (csgmv)
+        return problem.materialize(device)
+    raise TypeError(f"Expected a LoRAProblem, VisionProblem or CsgmvProblem but got {type(problem).__name__}")
 
 
 def problem_to_dict(problem) -> dict:
@@ -553,6 +555,8 @@ def _check_sizes(p) -> None:
         sizes = {"seg_lens": min(p.seg_lens, default=0), "extra_rows": p.extra_rows,
                  **{k: getattr(p, k) for k in ("H", "qk", "vd", "C", "R")}}
         elements = p.L * p.H * (p.qk + p.vd) * p.R + p.L * p.R * p.C + p.S * p.H * (p.qk + p.vd + p.C + p.R)
+    elif callable(getattr(p, "sizes", None)):  # a family whose problem states its own (csgmv)
+        sizes, elements = p.sizes()
     else:
         sizes = {"lengths": min(p.lengths, default=0), "gaps": min(p.gaps, default=0), "H": p.H, "D": p.D,
                  "v_shift": p.v_shift, "o_shift": p.o_shift, "extra_tokens": p.extra_tokens, "batch": p.batch}

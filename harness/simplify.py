@@ -131,7 +131,9 @@ def simplifications(case) -> Iterator:
         for m in _plainer_mutations(case.mutation):
             yield type(case)(case.problem, m)
     p = case.problem
-    for variant in (_lora_simplifications(p) if p.family == "lora" else _vision_simplifications(p)):
+    own = getattr(p, "simplifications", None)  # a family whose problem knows its own (csgmv)
+    for variant in (own() if callable(own) else
+                    _lora_simplifications(p) if p.family == "lora" else _vision_simplifications(p)):
         if variant is not None and variant != p:
             yield type(case)(variant, case.mutation)
 
@@ -147,6 +149,8 @@ def features(case) -> Iterator:
                     "rank": _replace(p, lora_ranks=tuple(p.R for _ in p.lora_ranks)),
                     "scaling": _replace(p, scalings=tuple(1.0 for _ in p.scalings)),
                     "cuda graph": _replace(p, cuda_graph_pad_to=None, stale_host_ints=None, graph_tail=False)}
+    elif callable(getattr(p, "feature_variants", None)):  # a family whose problem knows its own (csgmv)
+        variants = p.feature_variants()
     else:
         variants = {"offsets": _replace(p, v_shift=0, o_shift=0)}
     for name, variant in variants.items():

@@ -12,6 +12,7 @@ spec                                   kind        fields
 ``sglang==0.5.23``                     release     ``name="sglang"``, ``release``, ``variant="default"``
 ``sglang-trt==0.5.23``                 release     ``name="sglang-trt"``, ``release``, ``variant="trt"``
 ``sglang-v2==0.5.23``                  release     ``name="sglang-v2"``, ``release``, ``variant="v2"``
+``sglang-csgmv==0.5.23``               release     ``name="sglang-csgmv"``, ``release``, ``variant="csgmv"``
 ``mutant:lora_wrong_slot``             mutant      ``name="mutant"``, ``mutant``
 ``package.module`` / ``pkg.mod:attr``  module      ``name="module"``, ``module``, ``attr``
 =====================================  ==========  ==========================================
@@ -82,7 +83,7 @@ class TargetError(ValueError):
 # fp32 matmul precisions a target may declare (the faithful oracle modes of reference.tolerance)
 PRECISIONS = ("ieee", "tf32", "tf32-rne", "tf32-trunc")
 # the names that take a published release (``NAME==X.Y.Z``), and the kernel variant each one selects
-RELEASE_NAMES = {"sglang": "default", "sglang-trt": "trt", "sglang-v2": "v2"}
+RELEASE_NAMES = {"sglang": "default", "sglang-trt": "trt", "sglang-v2": "v2", "sglang-csgmv": "csgmv"}
 SPEC_EXAMPLES = ("'reference'", "'triton'", "'sglang==0.5.23'", "'mutant:NAME'", "'package.module[:attr]'")
 
 _NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")

@@ -45,6 +45,7 @@ import time
 from typing import Optional, Sequence
 
 from kernel_oracle.harness.check import Case, execute
+from kernel_oracle.harness.families import FAMILY_OPS
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 
 __all__ = ["WARM_UP_DTYPES", "warm_up", "warm_up_cases"]
@@ -67,7 +68,7 @@ def warm_up_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) ->
     """The fixed warm-up cases of ``ops`` in ``dtypes``: every op and dtype of the first batch, then
     the next batch, so a time limit cuts the rarest variants first."""
     out: list[Case] = []
-    lora_ops = [op for op in ops if op != "vision"]
+    lora_ops = [op for op in ops if op in FAMILY_OPS["lora"]]  # (csgmv has no warm-up cases)
     for seg_lens, slots, ranks, extra in _LORA_BATCHES:
         for dtype in dtypes:
             for op in lora_ops:
@@ -117,7 +118,7 @@ def variant_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) ->
     """One LoRA case per compiled variant of our LoRA kernels that a campaign meets (Note [Variant
     warm-up]): path x rank block x layout family x permutation x dtype x base dtype (the same, or fp32)
     x op, most common first, so a time limit cuts the rarest.  2,896 cases for every op and dtype."""
-    lora_ops = [op for op in ops if op != "vision"]
+    lora_ops = [op for op in ops if op in FAMILY_OPS["lora"]]  # (csgmv has no warm-up cases)
     out: list[Case] = []
     for rank_blocks in (_VARIANT_RANKS, _RARE_RANKS):
         for seg_lens, n_slots, only, _ in _VARIANT_PATHS:

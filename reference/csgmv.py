@@ -42,7 +42,8 @@ from typing import Optional
 
 import torch
 
-__all__ = ["CSGMV_CONTRACTS", "CsgmvExpected", "csgmv_segments", "expand_reference", "shrink_reference"]
+__all__ = ["CSGMV_CONTRACTS", "CsgmvExpected", "chunked_sgmv_lora_expand_forward", "chunked_sgmv_lora_shrink_forward",
+           "csgmv_segments", "expand_reference", "shrink_reference"]
 
 # contract id -> (exception type, exact upstream text); ``asserts`` are bare ``assert`` statements
 CSGMV_CONTRACTS = {
@@ -209,3 +210,28 @@ def expand_reference(x: torch.Tensor, weights: torch.Tensor, batch_info, slice_o
     defined[repeated] = False
     return CsgmvExpected(value, defined, magnitude, terms=R)
 
+
+
+# ---- drop-in entry points (the ``reference`` target) ------------------------------------------------------------
+
+def chunked_sgmv_lora_shrink_forward(x: torch.Tensor, weights: torch.Tensor, batch_info, num_slices: int,
+                                     split_k: Optional[int] = None) -> torch.Tensor:
+    """SGLang's shrink signature answered by the oracle: a fresh ``torch.empty`` (S, N) of ``x``'s dtype
+    with the defined entries written (rounded once from float64) and the rest left unwritten, as upstream."""
+    want = shrink_reference(x, weights, batch_info, num_slices, split_k)
+    out = torch.empty(tuple(want.value.shape), dtype=x.dtype, device=x.device)
+    defined = want.defined.to(x.device)
+    out[defined] = want.value.to(device=x.device, dtype=x.dtype)[defined]
+    return out
+
+
+def chunked_sgmv_lora_expand_forward(x: torch.Tensor, weights: torch.Tensor, batch_info, slice_offsets: torch.Tensor,
+                                     max_slice_size: int, base_output: Optional[torch.Tensor] = None,
+                                     slice_offsets_cpu: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """SGLang's expand signature answered by the oracle: ``base_output`` (S, >= OUTPUT_DIM) updated in place
+    and returned, or fresh zeros (S, OUTPUT_DIM) of ``x``'s dtype; rows routed twice are left as they were."""
+    want = expand_reference(x, weights, batch_info, slice_offsets, max_slice_size, base_output, slice_offsets_cpu)
+    out = torch.zeros(tuple(want.value.shape), dtype=x.dtype, device=x.device) if base_output is None else base_output
+    defined = want.defined.to(out.device)
+    out[defined] = want.value.to(device=out.device, dtype=out.dtype)[defined]
+    return out

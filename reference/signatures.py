@@ -2,7 +2,7 @@
 
 Note [Signatures]
 -----------------
-Every op (the six kv_b LoRA steps and the vision attention forward) is one row of
+Every op (the six kv_b LoRA steps, the vision attention forward and the csgmv shrink and expand) is one row of
 :data:`SIGNATURES`: its name, family, SGLang's entry-point name, the name of its reference oracle,
 its positional parameters in SGLang's order and which of them play which part:
 
@@ -11,6 +11,8 @@ its positional parameters in SGLang's order and which of them play which part:
 * ``batch_info`` (LoRA): the ``LoRABatchInfo`` parameter, and ``routing_weight``: the weight buffer
   whose ``L`` is the slot count and whose ``R`` is the buffer rank (``B_buf (L, H*FULL_K, R)`` or
   ``A_buf (L, R, C)``);
+* for csgmv, ``batch_info`` and ``routing_weight`` (``weights``) as for LoRA, and ``indptrs`` the
+  ``slice_offsets`` tensor of the expand (integer metadata, no data tensor);
 * ``metadata`` (vision): the keyword carrying ``forward_metadata``, and ``indptrs``: the positional
   parameter that carries the packed indptrs on the kwargs path;
 * ``sizes``: Python-int parameters (head dims, ``bsz``, ``seq_len``); every other positional
@@ -32,7 +34,7 @@ from typing import Mapping, Optional
 
 __all__ = ["FAMILIES", "SIGNATURES", "Signature", "ops_of", "signature", "signature_of_entry"]
 
-FAMILIES = ("lora", "vision")
+FAMILIES = ("lora", "vision", "csgmv")
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,13 @@ SIGNATURES: dict[str, Signature] = {s.op: s for s in (
               keywords=("softmax_scale", "forward_metadata", "sequence_lengths", "max_seqlen", "window_size", "s_aux",
                         "attention_mask", "output_ws"),
               metadata="forward_metadata", indptrs="cu_seqlens", sizes=("bsz", "seq_len")),
+    Signature("csgmv_shrink", "csgmv", "chunked_sgmv_lora_shrink_forward", "shrink_reference",
+              ("x", "weights", "batch_info", "num_slices"), keywords=("split_k",),
+              batch_info="batch_info", routing_weight="weights", sizes=("num_slices",)),
+    Signature("csgmv_expand", "csgmv", "chunked_sgmv_lora_expand_forward", "expand_reference",
+              ("x", "weights", "batch_info", "slice_offsets", "max_slice_size", "base_output"),
+              keywords=("slice_offsets_cpu",), batch_info="batch_info", routing_weight="weights",
+              indptrs="slice_offsets", sizes=("max_slice_size",), inplace="base_output"),
 )}
 
 _BY_ENTRY = {s.entry: s for s in SIGNATURES.values()}

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
-from kernel_oracle.harness.families import family_names
+from kernel_oracle.harness.families import default_family_names
 from kernel_oracle.fuzz.time_budget import DEFAULT_TIME_S
 from kernel_oracle.harness.outcome import run_outcome
 
@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "device")
     options.add(parser, "targets", help=f"target specs to measure (default {DEFAULT_TARGETS}); "
                                         + options.OPTIONS["targets"][1]["help"])
-    options.add(parser, "op", default=",".join(family_names()),
-                help=f"comma-separated op families (default {','.join(family_names())})")
+    options.add(parser, "op", default=",".join(default_family_names()),
+                help=f"comma-separated op families (default {','.join(default_family_names())})")
     options.add(parser, "time", help=f"timed seconds of each target x family campaign (default "
                                      f"{DEFAULT_TIME_S['bench']:g})")
     options.add(parser, "limits", default="tiny",

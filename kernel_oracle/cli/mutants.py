@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
-from kernel_oracle.harness.families import family_names
+from kernel_oracle.harness.families import default_family_names
 from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "kill_table", "main"]
@@ -24,8 +24,9 @@ __all__ = ["add_arguments", "kill_table", "main"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)
     parser.add_argument("names", nargs="*", metavar="MUTANT", help="mutants to check (default: all)")
-    options.add(parser, "op", default=",".join(family_names()),
-                help=f"comma-separated op families of the mutants to check (default {','.join(family_names())})")
+    options.add(parser, "op", default=",".join(default_family_names()),
+                help=f"comma-separated op families of the mutants to check "
+                     f"(default {','.join(default_family_names())})")
     options.add(parser, "cases", default=100, help="cases per mutant before it counts as surviving (default 100)")
     options.add(parser, "device")
     options.add(parser, "json", help="write the table as JSON")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
-from kernel_oracle.harness.families import family_names
+from kernel_oracle.harness.families import default_family_names
 from kernel_oracle.fuzz.time_budget import DEFAULT_TIME_S
 from kernel_oracle.harness.outcome import run_outcome
 
@@ -30,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help="where latest.{json,md,html}, history/ and runs/ go (default reports/out)")
     options.add(parser, "targets", help="target specs to fuzz (default: every built-in target that is available "
                                         "here); " + options.OPTIONS["targets"][1]["help"])
-    options.add(parser, "op", default=",".join(family_names()),
-                help=f"comma-separated op families to fuzz (default: {','.join(family_names())})")
+    options.add(parser, "op", default=",".join(default_family_names()),
+                help=f"comma-separated op families to fuzz (default: {','.join(default_family_names())})")
     parser.add_argument("--no-selfcheck", action="store_true", help="skip the references' selfcheck")
     options.add(parser, "quiet", help="no progress lines")
     options.add(parser, "triton_cache")

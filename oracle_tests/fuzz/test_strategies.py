@@ -32,7 +32,7 @@ BAD_ARGUMENTS = [
     (lambda: lora_problems(permute="yes"), "Expected True, False, None or a strategy but got permute='yes'"),
     (lambda: vision_problems(paths=["socket"]), "Expected values from"),
     (lambda: vision_problems(min_sequences=3, max_sequences=1), "min_sequences=3 is larger than max_sequences=1"),
-    (lambda: cases("conv"), "Expected family='lora' or 'vision' but got family='conv'"),
+    (lambda: cases("conv"), "Expected family='lora', 'vision' or 'csgmv' but got family='conv'"),
     (lambda: cases("vision", ops=["step_a_q"]), "Expected ops=None or ['vision']"),
     (lambda: malformed_metadata(42, family="lora"), "Expected a strategy of problems but got problems=42"),
     (lambda: vision_problems(declines=["gqa", "dropout"]), "Expected features from ['gqa', 'window_size', 's_aux', 'softmax_scale', 'forward_metadata']"),

@@ -146,7 +146,7 @@ def test_warm_up_runs_every_op_and_dtype_at_realistic_sizes():
     calls: list = []
     info = warm_up(_recording_target(calls), "cpu", time_s=None)
     assert info["complete"] and info["cases"] == info["of"] == len(calls) and not info["errors"]
-    ops = {op for ops in FAMILY_OPS.values() for op in ops}
+    ops = {op for fam in ("lora", "vision") for op in FAMILY_OPS[fam]}  # csgmv has no warm-up cases: no kernels of ours
     dtypes = {torch.bfloat16, torch.float32}  # float16 excluded by the target
     assert {(op, dt) for op, dt, _ in calls} == {(op, dt) for op in ops for dt in dtypes}
     assert max(s[0] for op, _, s in calls if op != "vision") >= 400  # realistic token counts

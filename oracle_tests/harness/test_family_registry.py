@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_oracle.harness.families import (FAMILY_OF, FAMILY_OPS, Family, FamilyError, families, family_names,
-                                            get_family, op_choices, register_family, unregister_family)
+from kernel_oracle.harness.families import (FAMILY_OF, FAMILY_OPS, Family, FamilyError, default_family_names, families,
+                                            family_names, get_family, op_choices, register_family, unregister_family)
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.reference.contracts import CONTRACTS
 
@@ -27,12 +27,14 @@ def toy():
         unregister_family(record.name)
 
 
-def test_the_builtin_families_are_lora_then_vision():
-    assert family_names() == ("lora", "vision")
-    assert [f.name for f in families()] == ["lora", "vision"]
+def test_the_builtin_families_are_lora_vision_then_csgmv():
+    assert family_names() == ("lora", "vision", "csgmv")
+    assert [f.name for f in families()] == ["lora", "vision", "csgmv"]
+    # csgmv is fuzzed where --op names it; run, mutants and bench take the other two unless told
+    assert default_family_names() == ("lora", "vision")
 
 
-@pytest.mark.parametrize("name", ["lora", "vision"])
+@pytest.mark.parametrize("name", ["lora", "vision", "csgmv"])
 def test_each_builtin_family_has_the_ops_of_the_op_database(name):
     # the op database grouped by family, in its order: what each family's ops were before the registry
     assert get_family(name).ops == tuple(i.name for i in OP_DB.values() if i.family == name)
@@ -48,6 +50,12 @@ def test_the_builtin_records_resolve_their_pieces():
     assert get_family("vision").resolve("problem") is VisionProblem
     assert set(get_family("lora").contracts()) == {c.id for c in CONTRACTS.values() if c.api == "lora"}
     assert get_family("vision").contracts() and all(c.startswith("vision.") for c in get_family("vision").contracts())
+    from kernel_oracle.harness.problem_csgmv import CsgmvProblem
+    from kernel_oracle.reference import csgmv
+
+    assert get_family("csgmv").resolve("reference") is csgmv
+    assert get_family("csgmv").resolve("problem") is CsgmvProblem
+    assert callable(get_family("csgmv").resolve("strategies"))
 
 
 def test_a_registered_family_round_trips(toy):

@@ -51,7 +51,7 @@ MALFORMED = {
     "triton@a=1,a=2": "configuration key 'a' is given twice",
     "triton@A=1": "configuration A='1' is not key=value with a lower-case key and a value of letters, digits "
                   "and '_.+-'",
-    "torch==2.13": "only sglang, sglang-trt, sglang-v2 take ==RELEASE",
+    "torch==2.13": "only sglang, sglang-trt, sglang-v2, sglang-csgmv take ==RELEASE",
     "sglang==": "the release after '==' is empty or has characters a version never has",
     "mutant": "pass mutant:NAME",
     "module": "pass package.module[:attr]",

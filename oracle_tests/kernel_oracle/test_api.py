@@ -304,8 +304,8 @@ def _pytest_in(tmp_path, *args: str) -> subprocess.CompletedProcess:
 def test_plugin_loads_in_another_project_with_namespaced_options(tmp_path):
     proc = _pytest_in(tmp_path, "--oracle-target", "reference", "--oracle-device", "cpu")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "TARGET reference ['q_side_fused', 'step_a_q', 'step_a_v', 'step_b_q', 'step_b_v', 'v_side_fused', " \
-           "'vision']" in proc.stdout
+    assert "TARGET reference ['csgmv_expand', 'csgmv_shrink', 'q_side_fused', 'step_a_q', 'step_a_v', 'step_b_q', " \
+           "'step_b_v', 'v_side_fused', 'vision']" in proc.stdout
     assert "kernel-oracle targets" in proc.stdout
     # --oracle-target runs the tests that take a target, and says so; the project's others are deselected
     assert "1 others deselected" in proc.stdout and "1 deselected" in proc.stdout, proc.stdout[-2000:]

@@ -38,7 +38,14 @@ def test_fuzz_op_choices_list_a_registered_family_and_its_ops(toy):
 
 def test_fuzz_op_choices_lack_an_unregistered_family():
     assert "toy" not in _op_action("fuzz").choices
-    assert set(_op_action("fuzz").choices) >= {"lora", "vision", "step_a_q", "v_side_fused"}
+    assert set(_op_action("fuzz").choices) >= {"lora", "vision", "step_a_q", "v_side_fused", "csgmv", "csgmv_expand"}
+
+
+def test_a_family_off_by_default_is_taken_only_where_named():
+    """csgmv (by_default=False) is a --op choice everywhere but no command's default."""
+    assert options.families("lora,csgmv") == ["lora", "csgmv"]
+    for command in ("run", "mutants", "bench"):
+        assert "csgmv" not in _op_action(command).default.split(","), command
 
 
 def test_an_op_list_takes_a_registered_family(toy):
@@ -48,7 +55,7 @@ def test_an_op_list_takes_a_registered_family(toy):
 
 
 def test_an_op_list_refuses_an_unregistered_family():
-    with pytest.raises(ValueError, match=r"\['toy'\] unknown; the only valid values are \['lora', 'vision'\]"):
+    with pytest.raises(ValueError, match=r"\['toy'\] unknown; the only valid values are \['lora', 'vision', 'csgmv'\]"):
         options.families("toy")
     assert _op_action("run").default == "lora,vision"
 
@@ -86,5 +93,5 @@ def test_the_mutant_table_takes_a_registered_family(toy):
 
     patches = MUTANTS[0].patches
     assert Mutant("toy_mutant", "toy", "a toy family's planted bug", patches).family == "toy"
-    with pytest.raises(MutantError, match="family='nope'; the only valid values are lora, vision, toy"):
+    with pytest.raises(MutantError, match="family='nope'; the only valid values are lora, vision, csgmv, toy"):
         Mutant("nope_mutant", "nope", "no such family", patches)

@@ -1,0 +1,18 @@
+"""The ``csgmv`` family's record: SGLang's chunked SGMV LoRA shrink and expand (its default LoRA backend)."""
+
+from __future__ import annotations
+
+from kernel_oracle.reference.signatures import ops_of
+
+from kernel_oracle.harness.family import Family
+
+CSGMV = Family(
+    name="csgmv",
+    ops=ops_of("csgmv"),  # csgmv_shrink, csgmv_expand
+    label="csgmv LoRA",
+    reference="kernel_oracle.reference.csgmv",
+    problem="kernel_oracle.harness.problem_csgmv:CsgmvProblem",
+    strategies="kernel_oracle.fuzz.strategies_csgmv:csgmv_problems",
+    # fuzzed where --op names it: no kernels of ours, mutants, benchmark or corpus yet (docs/csgmv.md#fuzzing)
+    by_default=False,
+)
