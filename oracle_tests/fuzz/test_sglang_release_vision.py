@@ -163,12 +163,13 @@ def test_the_releases_metadata_helper_raising_is_the_targets_error_not_the_harne
 def test_the_wrapper_runs_the_releases_own_lines_and_never_imports_sglang():
     from kernel_oracle.fuzz.targets.cudnn_prefill_torch import cudnn_batch_prefill_with_kv_cache
 
+    before = set(sys.modules)  # a reproducer test in this worker may have loaded wheel files under sglang names
     vision_target("0.5.23")
     cls = load_vision_wrapper(release_files("0.5.23"), cudnn_batch_prefill_with_kv_cache, "cpu-test").cls
     path = inspect.getsourcefile(cls.forward)
     assert path.endswith(VISION_FILE)
     assert "batch_offsets_k=indptr_qk" in inspect.getsource(cls.forward)  # the release's text, not ours
-    assert not [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]
+    assert not [m for m in set(sys.modules) - before if m == "sglang" or m.startswith("sglang.")]
 
 
 def test_identities_group_the_releases_that_run_the_same_wrapper():
