@@ -80,6 +80,13 @@ class Family:
 
 
 _REGISTRY: dict[str, Family] = {}
+_OF: dict[str, str] = {}  # family or op name -> family, rebuilt at each (un)registration: read per case
+
+
+def _reindex() -> None:
+    _OF.clear()
+    _OF.update({f.name: f.name for f in _REGISTRY.values()})
+    _OF.update({op: f.name for f in _REGISTRY.values() for op in f.ops})
 
 
 def register_family(family: Family) -> Family:
@@ -96,15 +103,18 @@ def register_family(family: Family) -> Family:
         raise FamilyError(f"register_family: family {family.name!r} names {clash}, which family "
                           f"{taken[clash[0]]!r} already has")
     _REGISTRY[family.name] = family
+    _reindex()
     return family
 
 
 def unregister_family(name: str) -> Family:
     """Remove the family ``name`` and return its record (a test's toy family, a plug-in replaced)."""
     try:
-        return _REGISTRY.pop(name)
+        family = _REGISTRY.pop(name)
     except KeyError:
         raise FamilyError(f"unregister_family: family {name!r} is not registered") from None
+    _reindex()
+    return family
 
 
 def get_family(name: str) -> Family:
@@ -152,24 +162,19 @@ class _FamilyOps(Mapping):
 
 
 class _FamilyOf(Mapping):
-    """family name or op name -> its family, read from the registry at each access."""
-
-    def _table(self) -> dict[str, str]:
-        table = {f.name: f.name for f in _REGISTRY.values()}
-        table.update({op: f.name for f in _REGISTRY.values() for op in f.ops})
-        return table
+    """family name or op name -> its family: the registry's index, current after every (un)registration."""
 
     def __getitem__(self, name: str) -> str:
-        return self._table()[name]
+        return _OF[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._table())
+        return iter(tuple(_OF))
 
     def __len__(self) -> int:
-        return len(self._table())
+        return len(_OF)
 
     def __repr__(self) -> str:
-        return f"FAMILY_OF({self._table()!r})"
+        return f"FAMILY_OF({_OF!r})"
 
 
 # family -> its ops in a stable order

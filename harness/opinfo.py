@@ -509,6 +509,7 @@ VISION_OPINFO = OpInfo(
     contracts=tuple(c.id for c in CONTRACTS.values() if c.api == "vision" and c.origin == "upstream"),
 )
 
+
 def _no_samples(device: str, dtype: torch.dtype) -> Iterator[Sample]:
     return iter(())
 
@@ -526,7 +527,6 @@ CSGMV_OPINFOS = tuple(
 )
 
 OP_DB = {info.name: info for info in (*LORA_OPINFOS, VISION_OPINFO, *CSGMV_OPINFOS)}
-
 
 
 def _check_families() -> None:

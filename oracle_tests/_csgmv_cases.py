@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from kernel_oracle.fuzz.strategies_csgmv import chunked
 from kernel_oracle.reference.batch_info import LoRABatchInfo
 
 # slice layouts: num_slices -> output offsets (ragged: q wider than k and v; gate and up equal)
@@ -65,24 +66,6 @@ def batch_info(seg_lens: Sequence[int], slots: Sequence[int], ranks: Sequence[in
         max_len=chunk, seg_lens=None, permutation=torch.tensor(list(permutation), dtype=torch.int32))
 
 
-def chunked_segments(token_slots: Sequence[int], chunk: int) -> tuple[list[int], list[int], list[int]]:
-    """(seg_lens, slots, permutation) as the csgmv backend builds them: a stable sort of the tokens by slot,
-    each slot's run cut into chunks of at most ``chunk`` rows."""
-    perm = sorted(range(len(token_slots)), key=lambda t: token_slots[t])
-    lens, slots = [], []
-    run_start = 0
-    while run_start < len(perm):
-        slot = token_slots[perm[run_start]]
-        run_end = run_start
-        while run_end < len(perm) and token_slots[perm[run_end]] == slot:
-            run_end += 1
-        for s in range(run_start, run_end, chunk):
-            lens.append(min(chunk, run_end - s))
-            slots.append(slot)
-        run_start = run_end
-    return lens, slots, perm
-
-
 def random_case(seed: int, num_slices: int, *, tokens: int = 20, unrouted: int = 2, chunk: int = 16,
                 graph_pad_to: Optional[int] = None, host_ints: Optional[tuple[int, int]] = None,
                 dtype: torch.dtype = torch.float32, k_in: int = K_IN, r_max: int = R_MAX,
@@ -97,7 +80,7 @@ def random_case(seed: int, num_slices: int, *, tokens: int = 20, unrouted: int =
     ranks = [ranks[i] for i in torch.randperm(SLOTS, generator=g).tolist()]
     scalings = [round(float(v), 3) for v in (torch.rand(SLOTS, generator=g) * 2 - 0.5)]
     token_slots = torch.randint(0, SLOTS, (tokens,), generator=g).tolist()
-    lens, slots, perm = chunked_segments(token_slots, chunk)
+    lens, slots, perm = chunked(token_slots, chunk)  # as the csgmv backend cuts its batch
     at = int(torch.randint(0, len(lens) + 1, (1,), generator=g))
     lens.insert(at, 0)
     slots.insert(at, int(torch.randint(0, SLOTS, (1,), generator=g)))
