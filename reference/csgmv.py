@@ -69,16 +69,19 @@ class CsgmvExpected:
     magnitude: torch.Tensor
     terms: int  # the longest dot product behind an entry (K for shrink, the rank for expand)
 
-    def mismatch(self, actual: torch.Tensor, unit: Optional[float] = None) -> Optional[str]:
+    def mismatch(self, actual: torch.Tensor, unit: Optional[float] = None,
+                 allowed: Optional[torch.Tensor] = None) -> Optional[str]:
         """None when ``actual`` agrees over the defined region, else one line saying where and by how much.
         ``unit``: the rounding unit of the arithmetic (default: ``actual.dtype``'s epsilon; pass 2**-10 for
         TF32 matmuls).  Allowed: ``(terms + 2) * unit * magnitude + tiny`` per entry (the worst case of a
-        sum of ``terms`` products, the scaling and the cast)."""
+        sum of ``terms`` products, the scaling and the cast), or the float64 bound ``allowed`` given (the
+        output's shape) where the caller knows the arithmetic more closely."""
         if tuple(actual.shape) != tuple(self.value.shape):
             return f"shape {tuple(actual.shape)} != expected {tuple(self.value.shape)}"
         unit = torch.finfo(actual.dtype).eps if unit is None else unit
         a = actual.detach().to("cpu", torch.float64)
-        allowed = (self.terms + 2) * unit * self.magnitude + torch.finfo(actual.dtype).tiny
+        if allowed is None:
+            allowed = (self.terms + 2) * unit * self.magnitude + torch.finfo(actual.dtype).tiny
         bad = self.defined & ~((a - self.value).abs() <= allowed)  # NaN is never within the bound
         if not bool(bad.any()):
             return None
