@@ -81,11 +81,12 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
 
 
 def _declined_in(family: str, feature: str) -> bool:
-    """Whether a target's declined ``feature`` belongs to ``family``: LoRA and csgmv name theirs with their
-    family's prefix (``lora.``, ``csgmv.``), vision with none."""
-    if family in ("lora", "csgmv"):
-        return feature.startswith(family + ".")
-    return not feature.startswith(("lora.", "csgmv."))
+    """Whether a target's declined ``feature`` belongs to ``family``: a feature named with a registered
+    family's prefix (``lora.``, ``csgmv.``) is that family's; vision names its features with none."""
+    from kernel_oracle.harness.families import FAMILY_OPS
+
+    owner = feature.partition(".")[0]
+    return owner == family if owner in FAMILY_OPS else family == "vision"
 
 
 def left_out_notes(info: dict, target: str, family: str) -> list:
