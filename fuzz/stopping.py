@@ -11,7 +11,12 @@ the campaign at the next case, instead of the signal being lost; Python's report
 swallowed raise (``sys.unraisablehook``) is silenced for it, so the command still prints one line.  Once the clean-up runs (``Stop.cleaning``), a
 further SIGTERM is noted, not raised, so the clean-up itself is never cut short; nothing sets SIGTERM
 to be ignored.  The command line installs a handler of its own before its first import
-(:func:`kernel_oracle.cli.main`), so a signal before the campaign starts exits 3 too.
+(:func:`kernel_oracle.cli.main`), so a signal before the campaign starts exits 3 too.  That handler
+raises as well, and its raise can land in the same places, plus one more: inside an import (torch,
+numpy and triton each catch broad exceptions while they load).  So it also notes the signal
+(:func:`note_signal`): a campaign that starts later takes the note over (:func:`take_signal`) and stops
+before its first case, and a command that ends, or fails on a half-imported module, with a note no one
+took exits 3 with the one interrupt line.
 """
 
 from __future__ import annotations
@@ -22,7 +27,20 @@ import sys
 import threading
 from typing import Optional
 
-__all__ = ["CampaignInterrupted", "Stop", "die_with_parent", "sigterm_interrupts"]
+__all__ = ["CampaignInterrupted", "Stop", "die_with_parent", "note_signal", "sigterm_interrupts", "take_signal"]
+
+_NOTED: dict = {}  # "signame": the signal the command line's handler saw and no campaign has taken over
+
+
+def note_signal(name: str) -> None:
+    """The command line's handler saw signal ``name``; its raise may have been swallowed (Note [Stopping a
+    campaign]).  The first signal is kept."""
+    _NOTED.setdefault("signame", name)
+
+
+def take_signal() -> Optional[str]:
+    """The noted signal, if any, handed over to the caller, who now owns stopping on it (None: none)."""
+    return _NOTED.pop("signame", None)
 
 
 class CampaignInterrupted(KeyboardInterrupt):
@@ -54,6 +72,7 @@ def sigterm_interrupts():
     that lands where something swallows it still stops the campaign at the next case (Note [Stopping
     a campaign]).  Only the main thread can install handlers (elsewhere the yielded stop never fires)."""
     stop = Stop()
+    stop.signame = take_signal()  # a signal before the campaign whose raise something swallowed: stop at once
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return

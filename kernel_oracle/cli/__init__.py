@@ -10,7 +10,10 @@ subcommand decides it with :func:`kernel_oracle.harness.outcome.run_outcome`.
 
 SIGTERM at any moment exits 3 with one line: :func:`main` installs its handler before it imports a
 subcommand (a campaign installs its own while it runs, Note [Stopping a campaign]), so a signal
-during the first imports is an interrupt, not a death by signal.
+during the first imports is an interrupt, not a death by signal.  The handler also notes the signal,
+because its raise may land inside a library's import that swallows it: a campaign takes the note
+over and stops before its first case, and a command that returns, or fails on the half-imported
+module, with the note still there exits 3 with the same line.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Optional, Sequence
 
 from kernel_oracle._version import __version__
 from kernel_oracle.cli.options import one_line_errors
+from kernel_oracle.fuzz.stopping import note_signal, take_signal
 from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["SUBCOMMANDS", "Terminated", "build_parser", "main"]
@@ -63,7 +67,14 @@ class Terminated(KeyboardInterrupt):
 
 
 def _terminate(signum, frame) -> None:
-    raise Terminated(signal.Signals(signum).name)
+    name = signal.Signals(signum).name
+    note_signal(name)  # kept where the raise below is swallowed (Note [Stopping a campaign])
+    raise Terminated(name)
+
+
+def _interrupted(command: str, name: str) -> int:
+    print(f"{command}: interrupted by {name} before any result was saved (exit 3)", file=sys.stderr)
+    return run_outcome(interrupted=True).exit_code
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -76,15 +87,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = f"kernel-oracle {args.command}" if getattr(args, "command", None) else command
         if not getattr(args, "_main", None):
             parser.print_help(sys.stderr)
-            return run_outcome(usage_error=True).exit_code
-        return int(args._main(args) or 0)
+            code = run_outcome(usage_error=True).exit_code
+        elif take_signal() is not None:  # a raise swallowed by an import above: nothing runs
+            raise Terminated("SIGTERM")
+        else:
+            code = int(args._main(args) or 0)
     except KeyboardInterrupt as exc:  # a signal no subcommand handled: nothing was saved
-        name = str(exc) if isinstance(exc, Terminated) else "SIGINT"
-        print(f"{command}: interrupted by {name} before any result was saved (exit 3)", file=sys.stderr)
-        return run_outcome(interrupted=True).exit_code
+        take_signal()
+        return _interrupted(command, str(exc) if isinstance(exc, Terminated) else "SIGINT")
+    except Exception:  # a failure that follows a swallowed SIGTERM (a half-imported module) is the interrupt
+        name = take_signal()
+        if name is None:
+            raise
+        return _interrupted(command, name)
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old)
+    name = take_signal()  # noted, its raise swallowed, and no campaign took it over
+    return code if name is None else _interrupted(command, name)
 
 
 if __name__ == "__main__":

@@ -111,6 +111,7 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:  # usage errors only: everything in _checked runs before any work
         print(f"kernel-oracle run: {exc}", file=sys.stderr)
         return run_outcome(usage_error=True).exit_code
+    from kernel_oracle.fuzz.stopping import take_signal
     from kernel_oracle.jobs.main_job import run_main_job
 
     def on_sigterm(signum, frame):
@@ -119,6 +120,8 @@ def main(args: argparse.Namespace) -> int:
 
     old = signal.signal(signal.SIGTERM, on_sigterm)
     try:
+        if take_signal() is not None:  # noted by the command line while this imported (Note [Stopping a campaign])
+            raise _Interrupted("SIGTERM")
         result = run_main_job(**job)
     except KeyboardInterrupt as exc:
         signame = getattr(exc, "signame", "SIGINT")

@@ -673,6 +673,56 @@ def test_a_signal_whose_raise_is_swallowed_still_stops_the_campaign(monkeypatch)
     assert reported == []
 
 
+# a command line whose SIGTERM lands inside a library's broad ``except`` (as torch's, numpy's and triton's imports
+# have), at the moment ``where`` names; ``then_fail``: the half-imported library fails what comes next
+_SWALLOWED = """import importlib, os, signal, sys, time, types
+import kernel_oracle.cli as cli
+import kernel_oracle.fuzz.campaign as campaign
+where, then_fail = sys.argv[1], sys.argv[2] == "1"
+
+def swallow():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises in here
+    except BaseException:
+        pass
+    if then_fail:
+        raise ImportError("cannot load module more than once per process")
+
+def importing(name, *args):
+    if where == "import" and name == "kernel_oracle.cli.fuzz":
+        swallow()
+    return importlib.import_module(name, *args)
+
+def starting(*args, **kwargs):
+    swallow()
+    return run_campaign(*args, **kwargs)
+
+cli.importlib = types.SimpleNamespace(import_module=importing)
+if where == "campaign":
+    run_campaign, campaign.run_campaign = campaign.run_campaign, starting
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("where, then_fail", [("import", False), ("import", True), ("campaign", False),
+                                              ("campaign", True)])
+def test_a_sigterm_swallowed_before_the_campaign_still_exits_3(tmp_path, where, then_fail):
+    """The command line's own raise is swallowed: the command still exits 3 with the one interrupt line, soon,
+    and a campaign it reaches stops before its first case with its state saved (Note [Stopping a campaign])."""
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _SWALLOWED, where, str(int(then_fail)), "fuzz", "--device", "cpu",
+                           "--quiet", "--targets", "reference", "--op", "lora", "--time", "60", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3 and time.monotonic() - t0 < 40, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "interrupted by SIGTERM" in lines[0], proc.stderr[-2000:]
+    if where == "campaign" and not then_fail:
+        summary = json.loads((out / "summary.json").read_text())["summary"]
+        assert summary["status"] == "interrupted" and "after 0 cases" in lines[0], (summary, lines)
+
+
 # ---- D16: output, control characters, long messages ------------------------------------------------------
 
 _LOUD = """import os, sys
