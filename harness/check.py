@@ -87,7 +87,6 @@ from kernel_oracle.harness.locators import expected_at, lora_locator, vision_loc
 from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
-from kernel_oracle.harness.problem_csgmv import csgmv_mismatch
 from kernel_oracle.harness.problems import LoRAProblem, materialize, problem_from_dict, problem_to_dict
 
 __all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute", "expected_outcome",
@@ -212,6 +211,14 @@ def _poison_unread_vision(call) -> None:
         v3[~read_v.to(v3.device)] = float("nan")
 
 
+def _own_bound(case: Case):
+    """The problem's own comparison, ``mismatch(baseline, actual, out_dtype, repro) -> reason or None``, for a
+    family whose oracle states an exact-arithmetic bound of its own (csgmv: ``CsgmvProblem.mismatch``); None:
+    the tolerance rule (:func:`kernel_oracle.reference.tolerance.compare`) judges it."""
+    own = getattr(case.problem, "mismatch", None)
+    return own if callable(own) else None
+
+
 def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=None) -> Outcome:
     """What a correct target does on ``case`` (see Note [Checking a case]); ``precision``: the target's
     fp32 precision for this op (``Target.precision_for(op)``)."""
@@ -230,7 +237,7 @@ def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=
     inplace = call.inplace  # from the op's signature
     out_dtype = call.args[inplace].dtype if inplace is not None else call.args[0].dtype
     faithful = precision if (precision.startswith("tf32") and call.args[0].dtype == torch.float32) else True
-    if case.family == "csgmv":  # an exact-arithmetic bound of its own (Note [csgmv semantics] in reference/csgmv.py)
+    if _own_bound(case) is not None:  # its verdict is the oracle's own bound: what that bound reads is kept
         return Outcome("result", value=ref.value, defined=ref.defined, out_dtype=out_dtype, baseline=(ref, faithful))
     with strict_validation(True):
         base = _run_oracle(case, call, faithful=faithful)
@@ -513,8 +520,9 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
     call = prepared_call(case, device) if call is None else call
     if not observed.returned_inplace:
         return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
-    if case.family == "csgmv":  # the oracle's own bound is the comparison (harness.problem_csgmv.csgmv_mismatch)
-        why = csgmv_mismatch(expected.baseline, observed.output, expected.out_dtype, repro)
+    own_bound = _own_bound(case)
+    if own_bound is not None:  # the oracle's own bound is the comparison
+        why = own_bound(expected.baseline, observed.output, expected.out_dtype, repro)
         return Verdict(True, expected=exp) if why is None else Verdict(False, "mismatch", why, float("inf"), expected=exp)
     if case.family == "lora":
         locate, route = lora_locator(call)
