@@ -211,14 +211,6 @@ def _poison_unread_vision(call) -> None:
         v3[~read_v.to(v3.device)] = float("nan")
 
 
-def _own_bound(case: Case):
-    """The problem's own comparison, ``mismatch(baseline, actual, out_dtype, repro) -> reason or None``, for a
-    family whose oracle states an exact-arithmetic bound of its own (csgmv: ``CsgmvProblem.mismatch``); None:
-    the tolerance rule (:func:`kernel_oracle.reference.tolerance.compare`) judges it."""
-    own = getattr(case.problem, "mismatch", None)
-    return own if callable(own) else None
-
-
 def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=None) -> Outcome:
     """What a correct target does on ``case`` (see Note [Checking a case]); ``precision``: the target's
     fp32 precision for this op (``Target.precision_for(op)``)."""
@@ -237,7 +229,7 @@ def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=
     inplace = call.inplace  # from the op's signature
     out_dtype = call.args[inplace].dtype if inplace is not None else call.args[0].dtype
     faithful = precision if (precision.startswith("tf32") and call.args[0].dtype == torch.float32) else True
-    if _own_bound(case) is not None:  # its verdict is the oracle's own bound: what that bound reads is kept
+    if callable(getattr(case.problem, "mismatch", None)):  # its own bound judges it (CsgmvProblem.mismatch)
         return Outcome("result", value=ref.value, defined=ref.defined, out_dtype=out_dtype, baseline=(ref, faithful))
     with strict_validation(True):
         base = _run_oracle(case, call, faithful=faithful)
@@ -520,9 +512,8 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
     call = prepared_call(case, device) if call is None else call
     if not observed.returned_inplace:
         return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
-    own_bound = _own_bound(case)
-    if own_bound is not None:  # the oracle's own bound is the comparison
-        why = own_bound(expected.baseline, observed.output, expected.out_dtype, repro)
+    if callable(getattr(case.problem, "mismatch", None)):  # its oracle's own bound, not the tolerance rule
+        why = case.problem.mismatch(expected.baseline, observed.output, expected.out_dtype, repro)
         return Verdict(True, expected=exp) if why is None else Verdict(False, "mismatch", why, float("inf"), expected=exp)
     if case.family == "lora":
         locate, route = lora_locator(call)
