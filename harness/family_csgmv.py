@@ -13,6 +13,6 @@ CSGMV = Family(
     reference="kernel_oracle.reference.csgmv",
     problem="kernel_oracle.harness.problem_csgmv:CsgmvProblem",
     strategies="kernel_oracle.fuzz.strategies_csgmv:csgmv_problems",
-    # fuzzed where --op names it: no kernels of ours, mutants, benchmark or corpus yet (docs/csgmv.md#fuzzing)
+    # fuzzed where --op names it: no kernels of ours, mutants or benchmark yet (docs/csgmv.md#fuzzing)
     by_default=False,
 )

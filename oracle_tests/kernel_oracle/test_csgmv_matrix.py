@@ -72,15 +72,23 @@ def test_a_csgmv_release_has_csgmv_code_and_no_other_family():
 
 
 def test_the_matrix_runs_one_campaign_per_distinct_code(tmp_path):
-    """0.5.14 and 0.5.15 run the same csgmv code: two campaigns for three releases, each column counted."""
-    for v in ("0.5.13", "0.5.14", "0.5.15"):
+    """0.5.14 and 0.5.15 run the same csgmv code: two campaigns for three releases, each column counted, and
+    the csgmv corpus entry judged per column (it fails before 0.5.14, as it says)."""
+    from kernel_oracle.jobs.bug_corpus import load_corpus
+
+    for v in ("0.5.13.post1", "0.5.14", "0.5.15"):
         release_files(v)
-    record = run_matrix(["sglang-csgmv==0.5.15", "sglang-csgmv==0.5.13", "sglang-csgmv==0.5.14"], entries=[],
-                        op="csgmv", budget=2, device="cpu", out=tmp_path, quiet=True)
+    entries = [e for e in load_corpus() if e.id in ("sglang-csgmv-pr-28371", "sglang-pr-28371")]
+    record = run_matrix(["sglang-csgmv==0.5.15", "sglang-csgmv==0.5.13.post1", "sglang-csgmv==0.5.14"],
+                        entries=entries, op="csgmv", budget=2, device="cpu", out=tmp_path, quiet=True)
     m = record["release_matrix"]
     assert [(c["spec"], c["members"]) for c in m["releases"]] == [
-        ("sglang-csgmv==0.5.13", ["sglang-csgmv==0.5.13"]),
+        ("sglang-csgmv==0.5.13.post1", ["sglang-csgmv==0.5.13.post1"]),
         ("sglang-csgmv==0.5.14-0.5.15", ["sglang-csgmv==0.5.14", "sglang-csgmv==0.5.15"])]
     assert record["summary"]["campaigns"] == 2 and all(c["available"] and c["cases"] for c in m["releases"]), \
         (m["releases"], record.get("notes"))
     assert m["rows"] == []
+    (pr,) = m["corpus"]  # the kv_b entry is another target's
+    assert pr["id"] == "sglang-csgmv-pr-28371" and pr["results"] == {
+        "sglang-csgmv==0.5.13.post1": {"outcome": "fails: mismatch", "expected": "fails", "as_expected": True},
+        "sglang-csgmv==0.5.14-0.5.15": {"outcome": "passes", "expected": "passes", "as_expected": True}}
