@@ -96,7 +96,8 @@ _REF, _KERNELS = "kernel_oracle.reference", "kernel_oracle.kernels"
 BUILTIN_CODE = {
     "reference": BuiltinCode((_REF,), ("reference.py", "adapter.py")),
     "triton": BuiltinCode((_KERNELS, _REF), ("triton.py", "adapter.py")),
-    "mutant": BuiltinCode((_KERNELS, _REF), ("mutants.py", "triton.py", "adapter.py")),
+    "mutant": BuiltinCode((_KERNELS, _REF), ("mutants.py", "mutant_data.py", "mutants_csgmv.py", "triton.py",
+                                             "adapter.py")),
     # our wrapper semantics resolve the metadata with the reference's contract code, then call the engine
     "flashinfer-cudnn": BuiltinCode((_REF,), ("flashinfer_cudnn.py", "flashinfer_engines.py"),
                                     ("flashinfer-python", "nvidia-cudnn-frontend", "nvidia-cudnn-cu12",
