@@ -35,6 +35,15 @@ def test_every_release_expands_and_only_0_5_22_on_take_the_switches():
     assert specs[-6:] == ["sglang-csgmv==0.5.22", *switched[:2], "sglang-csgmv==0.5.23", *switched[2:]]
 
 
+def test_releases_all_finds_every_cached_release_with_csgmv_code():
+    """``--releases all`` keeps the releases whose csgmv code the matrix can identify: every cached one."""
+    for v in ALL_RELEASES:
+        release_files(v)
+    specs = _specs(_args("--targets", "sglang-csgmv", "--releases", "all"), "cpu")
+    assert set(specs) >= {f"sglang-csgmv=={v}" for v in ALL_RELEASES}
+    assert all(release_identity(s, "csgmv").startswith("csgmv ") for s in specs)
+
+
 def test_the_columns_are_the_four_codes_and_the_configured_lanes():
     for v in ALL_RELEASES:
         release_files(v)
