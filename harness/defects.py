@@ -10,8 +10,9 @@ Every upstream defect this project tracks is one ``[[defect]]`` table of the che
 ``id``          unique, lower-case words joined by '-'
 ``title``       one line
 ``family``      the upstream code that has it: an upstream target family (``sglang``, ``sglang-trt``,
-                ``sglang-v2``, ``flashinfer-cudnn``) or ``triton-compiler`` (met through our own kernels)
-``op``          the op or op family it is of (``step_b_q``, ``lora``, ``vision``)
+                ``sglang-v2``, ``sglang-csgmv``, ``flashinfer-cudnn``) or ``triton-compiler`` (met through our
+                own kernels)
+``op``          the op or op family it is of (``step_b_q``, ``lora``, ``vision``, ``csgmv``)
 ``upstream``    https link: the issue or pull request, else the upstream code that has the defect
 ``introduced``  the earliest release of the family known to have it (measured or read from the wheels)
 ``fixed``       the earliest release known not to have it; "" while every release has it
@@ -49,7 +50,7 @@ __all__ = ["DEFECT_FAMILIES", "REGISTRY", "Defect", "DefectError", "defect_of_co
            "upstream_index"]
 
 REGISTRY = Path(__file__).with_name("known_issues.toml")
-DEFECT_FAMILIES = ("sglang", "sglang-trt", "sglang-v2", "flashinfer-cudnn", "triton-compiler")
+DEFECT_FAMILIES = ("sglang", "sglang-trt", "sglang-v2", "sglang-csgmv", "flashinfer-cudnn", "triton-compiler")
 _REQUIRED = ("id", "title", "family", "op", "upstream", "introduced", "fixed")
 _OPTIONAL = ("doc", "draft", "reproducers", "corpus", "issue")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")

@@ -13,6 +13,8 @@ CSGMV = Family(
     reference="kernel_oracle.reference.csgmv",
     problem="kernel_oracle.harness.problem_csgmv:CsgmvProblem",
     strategies="kernel_oracle.fuzz.strategies_csgmv:csgmv_problems",
-    # fuzzed where --op names it: no kernels of ours, mutants, benchmark or corpus yet (docs/csgmv.md#fuzzing)
+    # taken where --op names it (fuzz, matrix, mutants): no kernels of ours and no benchmark, so `run` and
+    # `bench` have nothing of it to run by default; its mutants patch a release's files and need its wheel
+    # (docs/csgmv.md#fuzzing)
     by_default=False,
 )

@@ -11,6 +11,9 @@ target (a target runs in a worker):
   where the worker imports it: the current directory first, then ``sys.path`` (:func:`.user_modules.find_spec`);
 * ``sglang==X.Y.Z`` (and ``sglang-trt==X.Y.Z``): the SHA-256 of the release's wheel when one is found
   (``--sglang-wheel`` or the cache, never downloaded here), else the pinned version itself;
+* ``sglang-csgmv==X.Y.Z@...``: the release's csgmv files and the switches as its configuration sets them
+  (Note [csgmv run identity] in :mod:`.sglang_csgmv_identity`) when the wheel is found, else the pinned
+  version and the configuration;
 * an installed ``sglang`` (no version): the installed package's files that hold the entry points;
 * the other built-ins and ``mutant:NAME``: what :data:`BUILTIN_CODE` names for the target, our packages'
   files (``reference``: the oracle's package; ``triton`` and mutants: our kernels and the reference
@@ -93,7 +96,8 @@ _REF, _KERNELS = "kernel_oracle.reference", "kernel_oracle.kernels"
 BUILTIN_CODE = {
     "reference": BuiltinCode((_REF,), ("reference.py", "adapter.py")),
     "triton": BuiltinCode((_KERNELS, _REF), ("triton.py", "adapter.py")),
-    "mutant": BuiltinCode((_KERNELS, _REF), ("mutants.py", "triton.py", "adapter.py")),
+    "mutant": BuiltinCode((_KERNELS, _REF), ("mutants.py", "mutant_data.py", "mutants_csgmv.py", "triton.py",
+                                             "adapter.py")),
     # our wrapper semantics resolve the metadata with the reference's contract code, then call the engine
     "flashinfer-cudnn": BuiltinCode((_REF,), ("flashinfer_cudnn.py", "flashinfer_engines.py"),
                                     ("flashinfer-python", "nvidia-cudnn-frontend", "nvidia-cudnn-cu12",
@@ -126,6 +130,17 @@ def _builtin_hash(code: BuiltinCode, spec: Optional[TargetSpec] = None) -> str:
     return h.hexdigest()[:16]
 
 
+def _csgmv_hash(spec: TargetSpec, sources: Optional[TargetSources]) -> str:
+    from .sglang_csgmv_identity import csgmv_code_hash, csgmv_configuration
+    from .sglang_wheel import LoaderError, find_wheel, wheel_release
+
+    try:
+        release = wheel_release(find_wheel(spec.release, sources.sglang_wheel if sources else None, download=False))
+        return csgmv_code_hash(release, csgmv_configuration(spec))
+    except (LoaderError, OSError):
+        return f"unlocated:{spec}"
+
+
 def _wheel_hash(version: str, sources: Optional[TargetSources]) -> str:
     from .sglang_wheel import LoaderError, find_wheel
 
@@ -151,7 +166,7 @@ def code_hash(spec: TargetSpec, sources: Optional[TargetSources] = None) -> str:
         files = sorted(set(files) | set(closure_files(spec.module)))
         return files_hash(files, root) if files else f"unlocated:{spec}"
     if kind == "release" and spec.release:
-        return _wheel_hash(spec.release, sources)
+        return _csgmv_hash(spec, sources) if spec.variant == "csgmv" else _wheel_hash(spec.release, sources)
     if spec.base.startswith("sglang"):
         files, root = _module_files("sglang")
         lora = [f for f in files if "lora" in f.parts or "multimodal" in f.parts or "attention" in f.parts]

@@ -1,9 +1,12 @@
-"""Mutation testing: realistic bugs planted in *copies* of our kernels; the suite must kill them all.
+"""Mutation testing: realistic bugs planted in *copies* of kernels; the suite must kill them all.
 
 Note [Mutants]
 --------------
-A :class:`Mutant` is data: a name, the family it breaks, a one-line description, and textual
-:class:`Patch` es (file under ``kernels/``, an anchor that must occur, its replacement).  Building a
+A :class:`Mutant` is data (:mod:`.mutant_data`): a name, the family it breaks, a one-line description,
+and textual :class:`Patch` es (a file of its ``source``, an anchor that must occur, its replacement).
+The LoRA and vision mutants patch our kernels (``source="kernels"``, files under ``kernels/``); the
+csgmv mutants patch a copy of a release's own csgmv files (Note [csgmv mutants] in
+:mod:`.mutants_csgmv`), and :func:`mutant_target` builds each from its source.  Building a kernels
 mutant copies the whole ``kernels`` package to a temporary directory under a fresh package name
 (``kernels_mutant_<name>``), applies the patches there -- the real kernels are never touched -- and
 imports the copy, so relative imports, Triton's source inspection and the interpreter all behave
@@ -36,66 +39,20 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from kernel_oracle.harness.families import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
+from .mutant_data import Mutant, MutantError, Patch, apply_patches
+from .mutants_csgmv import CSGMV_MUTANTS, csgmv_mutant_target
 from .registry import register_target
 from .triton import KERNELS_PACKAGE, kernels_target
 
-__all__ = ["CONTROLS", "MUTANTS", "Mutant", "MutantError", "Patch", "build_mutant", "get_mutant", "mutant_target"]
+__all__ = ["CONTROLS", "MUTANTS", "Mutant", "MutantError", "Patch", "apply_patches", "build_mutant", "get_mutant",
+           "mutant_target"]
 
 KERNELS_DIR = Path(importlib.import_module(KERNELS_PACKAGE).__file__).resolve().parent
-
-
-class MutantError(RuntimeError):
-    """A mutant whose anchor no longer occurs in the kernel source (update the mutant)."""
-
-
-@dataclass(frozen=True)
-class Patch:
-    """Replace ``anchor`` by ``replacement`` in ``kernels/<path>``; ``count``: how many occurrences
-    (None = all of them; there must be at least one, and at least ``count``).  ``anchor`` and
-    ``replacement`` may be equal-length tuples of alternatives (the first anchor that occurs wins),
-    for kernels that are mid-rewrite."""
-
-    path: str
-    anchor: str | tuple[str, ...]
-    replacement: str | tuple[str, ...]
-    count: Optional[int] = None
-
-    def pairs(self) -> list[tuple[str, str]]:
-        anchors = (self.anchor,) if isinstance(self.anchor, str) else tuple(self.anchor)
-        repls = (self.replacement,) if isinstance(self.replacement, str) else tuple(self.replacement)
-        if len(anchors) != len(repls):
-            raise MutantError(f"patch of kernels/{self.path}: {len(anchors)} anchors but {len(repls)} replacements")
-        return list(zip(anchors, repls))
-
-
-@dataclass(frozen=True)
-class Mutant:
-    name: str
-    family: str
-    description: str
-    patches: tuple[Patch, ...]
-    categories: tuple[str, ...] = ("valid",)
-    ops: Optional[tuple[str, ...]] = None  # LoRA ops to search (None: all of the family)
-    # the fp32 precision the copy declares for its family's ops (None: as our kernels), and the dtypes
-    # searched (None: all): a TF32 mutant emulates the tensor cores on the interpreter, fp32 only
-    precision: Optional[str] = None
-    dtypes: Optional[tuple[str, ...]] = None
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"[a-z0-9_]+", self.name):
-            raise MutantError(f"mutant name {self.name!r} must be lower-case letters, digits and underscores")
-        if self.family not in FAMILY_OPS:
-            raise MutantError(f"mutant {self.name!r}: family={self.family!r}; the only valid values are "
-                              + ", ".join(FAMILY_OPS))
-        if not self.patches:
-            raise MutantError(f"mutant {self.name!r} has no patches")
 
 
 _KR, _KT, _KS, _KF = "lora/_route.py", "lora/_tiles.py", "lora/_split.py", "lora/_fused.py"
@@ -274,6 +231,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (Patch(_VA, "softmax_scale, forward_metadata, strict=strict, **kwargs)",
                   "softmax_scale, forward_metadata, strict=False, **kwargs)"),),
            categories=("malformed",)),
+    # ---- csgmv: patched copies of a release's own files (Note [csgmv mutants] in .mutants_csgmv) ----
+    *CSGMV_MUTANTS,
 )
 
 # Controls: changes the suite must NOT flag (equivalent behaviour under the rule); searched like mutants,
@@ -306,29 +265,13 @@ def get_mutant(name: str) -> Mutant:
         raise MutantError(f"mutant {name!r} is unknown; the only valid names are {sorted(_BY_NAME)}") from None
 
 
-def apply_patches(mutant: Mutant, files: dict[str, str]) -> dict[str, str]:
-    """``files`` (relative path -> source) with the mutant's patches applied; raises on a missing anchor."""
-    out = dict(files)
-    for p in mutant.patches:
-        if p.path not in out:
-            raise MutantError(f"mutant {mutant.name!r}: kernels/{p.path} does not exist; update the mutant")
-        src = out[p.path]
-        for anchor, replacement in p.pairs():
-            n = src.count(anchor)
-            if n and (p.count is None or n >= p.count):
-                out[p.path] = src.replace(anchor, replacement, -1 if p.count is None else p.count)
-                break
-        else:
-            raise MutantError(f"mutant {mutant.name!r}: anchor not found in kernels/{p.path} "
-                              f"(the kernel changed; update the mutant's anchor): {p.anchor!r}")
-    return out
-
-
 def build_mutant(name: str) -> str:
     """Copy ``kernels`` with the mutant's patches as package ``kernels_mutant_<name>``; return its name."""
     if name in _BUILT:
         return _BUILT[name]
     mutant = get_mutant(name)
+    if mutant.source != "kernels":
+        raise MutantError(f"mutant {name!r} patches {mutant.source}, not our kernels: resolve mutant:{name} instead")
     pkg = f"kernels_mutant_{mutant.name}"
     dest = _tmp_root() / pkg
     if dest.exists():
@@ -348,6 +291,8 @@ def mutant_target(spec: TargetSpec, device: str = "cpu", sources: TargetSources 
     """The :class:`Target` of ``mutant:<name>``."""
     spec = TargetSpec.parse(spec)
     name = spec.mutant
+    if name in _BY_NAME and _BY_NAME[name].source == "sglang-csgmv":
+        return csgmv_mutant_target(_BY_NAME[name], spec, device, sources)
     try:
         pkg = build_mutant(name)
     except MutantError as exc:

@@ -47,6 +47,8 @@ from .flashinfer_cudnn import ENGINE_DTYPES_REASON, FlashInferCudnn, shared_engi
 from .registry import register_target
 from .sglang_switches import CONFIGURATION, ReleaseConfiguration, hardware_pdl, switches_read, unknown_switch_note
 from .sglang_switches import PDL_READ, declared_switches
+from .sglang_csgmv import locate_csgmv
+from .sglang_csgmv_identity import csgmv_configuration, csgmv_configuration_applies, csgmv_run_identity
 from .sglang_two_stream import TWO_STREAM_FILE, TwoStreamCorrections, load_two_stream
 from .sglang_v2 import ALIGNER_NOTE, CPU_NOTE, V2_DECLINES, V2Corrections, load_v2, locate_v2, v2_identity
 from .sglang_vision import VISION_FILE, load_vision_wrapper, read_vision_code
@@ -54,7 +56,7 @@ from .sglang_wheel import (LoaderError, ReleaseFiles, code_identity, find_wheel,
                            kernel_identity, load_kernel_module, locate_kernels, module_name, switch_module,
                            wheel_release)
 
-__all__ = ["CPU_ENGINE_NOTE", "release_has_code", "release_identity", "release_target", "sglang_target",
+__all__ = ["CPU_ENGINE_NOTE", "configuration_applies", "release_has_code", "release_identity", "release_target", "sglang_target",
            "v2_target", "vision_entry"]
 
 _SGLANG_VISION = "sglang.srt.layers.attention.vision"
@@ -330,6 +332,8 @@ def release_has_code(spec, family: str, sources: Optional[TargetSources] = None)
         return None
     if parsed.variant == "v2":
         return family == "lora" and locate_v2(release) is not None
+    if parsed.variant == "csgmv":
+        return family == "csgmv" and bool(locate_csgmv(release))
     if family == "vision":
         if parsed.name != "sglang":
             return False
@@ -343,9 +347,9 @@ def release_has_code(spec, family: str, sources: Optional[TargetSources] = None)
 
 def release_identity(spec, family: str, device: str = "cpu", sources: Optional[TargetSources] = None) -> Optional[str]:
     """What a ``family`` campaign on the release target ``spec`` runs, as one string: the identity of
-    its code (:func:`~.sglang_wheel.kernel_identity`, :attr:`~.sglang_vision.VisionCode.identity`)
-    and, for the kv_b kernels, every switch as the file reads it under the spec's configuration;
-    for vision, the engine's kind.  Two specs with the same identity run the same code on the same
+    its code (:func:`~.sglang_wheel.kernel_identity`, :attr:`~.sglang_vision.VisionCode.identity`,
+    :func:`~.sglang_csgmv_identity.csgmv_run_identity`) and, for the kv_b and csgmv kernels, every
+    switch as the files read it under the spec's configuration; for vision, the engine's kind.  Two specs with the same identity run the same code on the same
     calls.  None: not a release spec, no wheel, or no such code in the release."""
     parsed = TargetSpec.parse(spec)
     if parsed.release is None or parsed.name not in RELEASE_NAMES:
@@ -359,6 +363,10 @@ def release_identity(spec, family: str, device: str = "cpu", sources: Optional[T
             config = ReleaseConfiguration.from_spec(parsed)
             pdl = config.pdl if config.pdl is not None else hardware_pdl()
             return f"v2 {v2_identity(release, entry)} pdl={int(pdl)}"
+        if parsed.variant == "csgmv":
+            if family != "csgmv" or not locate_csgmv(release):
+                return None
+            return csgmv_run_identity(release, csgmv_configuration(parsed))
         if family == "vision":
             engine = "cpu" if str(device).startswith("cpu") else "cuda"
             return f"vision {read_vision_code(release).identity} on the {engine} engine" \
@@ -381,6 +389,20 @@ def release_identity(spec, family: str, device: str = "cpu", sources: Optional[T
     if parsed.variant == "trt" and config.master and TWO_STREAM_FILE in release.names:  # the fused sides' file
         fused = f" fused {code_identity(ast.parse(release.read(TWO_STREAM_FILE)).body)}"
     return f"{parsed.variant} {kernel_identity(release, path)}{fused} " + ",".join(values)
+
+
+def configuration_applies(spec, sources: Optional[TargetSources] = None) -> bool:
+    """Whether the configuration of the release spec ``spec`` sets only switches its code reads: False
+    only for an ``sglang-csgmv`` release whose csgmv files read none of them (before 0.5.22: Note [csgmv
+    run identity]); True for every other spec, and where the wheel is not here."""
+    parsed = TargetSpec.parse(spec)
+    if parsed.release is None or parsed.variant != "csgmv" or not parsed.configuration:
+        return True
+    try:
+        release = wheel_release(find_wheel(parsed.release, (sources or TargetSources()).sglang_wheel, download=False))
+    except LoaderError:
+        return True
+    return csgmv_configuration_applies(release, parsed)
 
 
 register_target("sglang", sglang_target)

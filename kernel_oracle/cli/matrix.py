@@ -23,15 +23,18 @@ __all__ = ["add_arguments", "main"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (docs/semantics.md#exit-codes)
     options.add(parser, "targets", required=True,
-                help="a target per release, comma-separated or repeated: sglang==X.Y.Z, sglang-trt==X.Y.Z (or any "
-                     "spec); with --releases, sglang and sglang-trt stand for every release given there")
-    options.add(parser, "op", default="lora", help="lora, vision, lora,vision or one LoRA op (default lora)")
+                help="a target per release, comma-separated or repeated: sglang==X.Y.Z, sglang-trt==X.Y.Z, "
+                     "sglang-csgmv==X.Y.Z (or any spec); with --releases, sglang, sglang-trt and sglang-csgmv "
+                     "stand for every release given there")
+    options.add(parser, "op", default="lora",
+                help="lora, vision, csgmv, a comma list of them or one op of a family (default lora)")
     parser.add_argument("--releases", default=None, metavar="all|X.Y.Z[,X.Y.Z...]",
-                        help="the releases of each target named without one (sglang, sglang-trt); all: every "
-                             "release with a wheel in --sglang-wheel or the cache that has the op's code")
+                        help="the releases of each target named without one (sglang, sglang-trt, sglang-csgmv); all: "
+                             "every release with a wheel in --sglang-wheel or the cache that has the op's code")
     parser.add_argument("--configurations", choices=("all",), default=None,
                         help="all: every configuration each target knows (sglang-trt: the cuBLAS switches, PDL "
-                             "on and off); specs that run the same code path are tested once")
+                             "on and off; sglang-csgmv: split_k=on and deterministic=on where the release reads "
+                             "them); specs that run the same code path are tested once")
     amount = parser.add_mutually_exclusive_group()
     options.add(amount, "time", help=f"seconds of fuzzing per distinct code (default {DEFAULT_TIME_S['matrix']:g})")
     options.add(amount, "cases", help="cases per distinct code instead of --time")
@@ -85,7 +88,7 @@ def _release_list(text, sglang_wheel) -> list:
 
 def _specs(args, device: str) -> list:
     from kernel_oracle.fuzz.targets import TargetSources
-    from kernel_oracle.fuzz.targets.sglang import release_identity
+    from kernel_oracle.fuzz.targets.sglang import configuration_applies, release_identity
     from kernel_oracle.jobs.matrix import expand_targets, op_families
 
     families = op_families(args.op)
@@ -96,7 +99,8 @@ def _specs(args, device: str) -> list:
                          "(bash scripts/sglang_wheels.sh fetches them)")
     return expand_targets(args.targets, releases=releases, configurations=args.configurations == "all",
                           available=lambda s: any(release_identity(s, f, device, sources) for f in families)
-                          if args.releases == "all" else True)
+                          if args.releases == "all" else True,
+                          applies=lambda s: configuration_applies(s, sources))
 
 
 def main(args: argparse.Namespace) -> int:

@@ -64,6 +64,8 @@ __all__ = ["CONFIGURATION_VARIANTS", "Column", "build_matrix", "expand_targets",
 CONFIGURATION_VARIANTS = {"sglang-trt": ("", "lora_opti=on", "lora_opti=on,cublas=on", "lora_opti=on,cublas_kv_b=on",
                                          "lora_opti=off,cublas=on", "pdl=off", "pdl=on"),
                           "sglang-v2": ("", "pdl=off", "pdl=on"),
+                          # Note [csgmv run identity]: 0.5.22+ read both switches, earlier releases neither
+                          "sglang-csgmv": ("", "split_k=on", "deterministic=on"),
                           "flashinfer-cudnn": tuple(f"engine={v}" for v in ENGINE_RELEASES)}  # Note [Engine versions]
 
 
@@ -143,10 +145,11 @@ def plan_columns(specs: list, families: list, identity, applies=None) -> list:
 
 
 def expand_targets(specs: list, *, releases: Optional[list] = None, configurations: bool = False,
-                   available=None) -> list:
+                   available=None, applies=None) -> list:
     """``specs`` with ``releases`` (versions) applied to each name without one (``sglang`` ->
     ``sglang==V`` for every V that ``available(spec)`` allows) and, with ``configurations``, every
-    configuration of :data:`CONFIGURATION_VARIANTS` added to each spec without one."""
+    configuration of :data:`CONFIGURATION_VARIANTS` added to each spec without one where
+    ``applies(spec)`` allows it (a release whose code reads the configuration's switches)."""
     from kernel_oracle.harness.targets import RELEASE_NAMES, TargetSpec
 
     out = []
@@ -161,7 +164,10 @@ def expand_targets(specs: list, *, releases: Optional[list] = None, configuratio
         for s in out:
             for conf in (("",) if s.configuration else CONFIGURATION_VARIANTS.get(s.name, ("",))):
                 pairs = tuple(tuple(kv.split("=", 1)) for kv in conf.split(",") if kv)
-                expanded.append(dataclasses.replace(s, configuration=pairs) if pairs else s)
+                if not pairs:
+                    expanded.append(s)
+                elif applies is None or applies(str(dataclasses.replace(s, configuration=pairs))):
+                    expanded.append(dataclasses.replace(s, configuration=pairs))
         out = expanded
     return [str(s) for s in dict.fromkeys(out)]
 

@@ -29,6 +29,10 @@ def test_corpus_holds_the_known_upstream_entries():
     assert cublas.spec("0.5.23") == "sglang-trt==0.5.23@cublas=on,lora_opti=on" and cublas.reach
     empty = next(e for e in ENTRIES if e.id == "sglang-empty-batch-max-len-none")
     assert empty.status == "known" and "0.5.23" in empty.buggy and not empty.fixed
+    csgmv = next(e for e in ENTRIES if e.id == "sglang-csgmv-pr-28371")
+    assert (csgmv.buggy, csgmv.fixed, csgmv.family) == (("0.5.10", "0.5.11", "0.5.13.post1"),
+                                                        ("0.5.14", "0.5.16", "0.5.22", "0.5.23"), "csgmv")
+    assert [c.problem.op for c in csgmv.cases] == ["csgmv_shrink", "csgmv_expand"]
 
 
 @pytest.mark.parametrize("entry, release, want", RELEASE_RUNS)
