@@ -43,7 +43,7 @@ def random_samples(info, dtype: torch.dtype, cases: int, seed: int) -> Iterator:
     from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 
     rng = random.Random(f"selfcheck-{seed}-{info.name}-{_DTYPE_NAME[dtype]}")
-    if info.family not in ("lora", "vision"):  # csgmv: no independent oracle here yet (docs/csgmv.md#fuzzing)
+    if info.family not in ("lora", "vision"):  # csgmv: kernel_oracle.jobs.selfcheck_csgmv
         return
     for i in range(cases):
         if info.family == "lora":
@@ -154,6 +154,8 @@ def _rows(device: str, cases: int, seed: int) -> Iterator[dict]:
     from kernel_oracle.harness.opinfo import OP_DB
 
     for info in OP_DB.values():
+        if info.family == "csgmv":  # its own oracle, bound and independent formulation: jobs/selfcheck_csgmv.py
+            continue
         entry = info.reference
         for dtype in info.dtypes:
             samples = [*info.sample_inputs(device, dtype), *random_samples(info, dtype, cases, seed)]
