@@ -109,9 +109,9 @@ def _metadata_errors(op: str) -> Iterator:
                      runs_without_strict=False)
     yield ErrorInput(s(op), _m("seg_indptr_negative_start"), "csgmv.strict.seg_indptr_start", dict(value=-1),
                      runs_without_strict=False)
-    # seg_indptr (0, 3, 5) -> (0, -1, 5)
+    # seg_indptr (0, 3, 5) -> (0, 3, 2)
     yield ErrorInput(s(op), _m("seg_indptr_decreasing"), "csgmv.strict.seg_indptr_decreasing",
-                     dict(index=1, value=-1, prev_index=0, prev=0, length=-1))
+                     dict(index=2, value=2, prev_index=1, prev=3, length=-1))
     yield ErrorInput(s(op), _m("max_len_too_small"), "csgmv.strict.max_len_too_small", dict(longest=3, value=2))
     yield ErrorInput(s(op), _m("slot_out_of_range"), "csgmv.strict.slot_out_of_range",
                      dict(index=0, value=2, slots=2), runs_without_strict=False)
@@ -140,5 +140,5 @@ def csgmv_errors(op: str):
         yield ErrorInput(s(op), _m("max_slice_size_too_small"), "csgmv.strict.max_slice_size",
                          dict(widest=10, value=9))
         yield ErrorInput(s(op, cpu_offsets=True), _m("slice_offsets_cpu_mismatch"), "csgmv.strict.offsets_cpu",
-                         dict(cpu=[0, 10, 17], offsets=[0, 10, 16]))
+                         dict(cpu=[0, 10, 15], offsets=[0, 10, 16]))
     return gen
