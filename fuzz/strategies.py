@@ -562,10 +562,11 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
     ``declines``: what the target does not implement, vision features (:data:`VISION_FEATURES`) or
     LoRA contracts (:data:`LORA_FEATURES`: a target declining every upstream LoRA contract gets no
     ``"upstream"`` case)."""
-    if family == "csgmv":  # valid problems only: its metadata mutations are not written (fuzz.strategies_csgmv)
-        from kernel_oracle.fuzz.strategies_csgmv import csgmv_problems
+    if family == "csgmv":  # its own problems, mutation kinds and declines (fuzz.strategies_csgmv)
+        from kernel_oracle.fuzz.strategies_csgmv import CASE_CATEGORIES, csgmv_cases
 
-        return csgmv_problems(ops=ops, dtypes=dtypes, declines=declines).map(Case)
+        return csgmv_cases(ops=ops, dtypes=dtypes, declines=declines,
+                           categories=tuple(c for c in categories if c in CASE_CATEGORIES))
     if family not in ("lora", "vision"):
         raise InvalidArgument(f"Expected family='lora', 'vision' or 'csgmv' but got family={family!r}")
     categories = _check_choices("categories", categories, ("valid", *CATEGORIES))

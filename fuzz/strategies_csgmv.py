@@ -12,6 +12,12 @@ about 30 ms, and a launch has a program per segment (times the slices and column
 
 What a target ``declines`` (``Target.declines``: an SGLang release's call sites never reach it, or the
 release is known to differ there; docs/csgmv.md) is not drawn: :data:`CSGMV_FEATURES`.
+
+:func:`csgmv_cases` adds the metadata mutations of :mod:`kernel_oracle.harness.mutations_csgmv` (upstream
+contract breakers and malformed metadata) to those problems, one category per branch so each gets an even
+share.  A target declining ``csgmv.unchecked_bounds`` (SGLang's: its kernels address memory outside a tensor
+on them, heap corruption included) is never given the kinds of ``UNCHECKED_BOUNDS``, and one declining
+``csgmv.split_k`` no ``split_k`` below 1.
 """
 
 from __future__ import annotations
@@ -21,9 +27,12 @@ from typing import Sequence
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from kernel_oracle.harness.check import Case
+from kernel_oracle.harness.mutations import Mutation, kinds
+from kernel_oracle.harness.mutations_csgmv import UNCHECKED_BOUNDS, UNCHECKED_BOUNDS_FEATURE
 from kernel_oracle.harness.problem_csgmv import CSGMV_OPS, CsgmvProblem
 
-__all__ = ["CHUNKS", "CSGMV_FEATURES", "csgmv_problems", "chunked"]
+__all__ = ["CASE_CATEGORIES", "CHUNKS", "CSGMV_FEATURES", "chunked", "csgmv_cases", "csgmv_problems"]
 
 CHUNKS = (16, 32, 128)
 # feature -> what a problem without it lacks
@@ -32,7 +41,10 @@ CSGMV_FEATURES = {
     "csgmv.output_view": "an expand into a column view of a wider projection",
     "csgmv.split_k": "the shrink's split_k keyword",
     "csgmv.slice_offsets_cpu": "the expand's slice_offsets_cpu keyword",
+    UNCHECKED_BOUNDS_FEATURE: "malformed metadata that makes the kernels address memory outside a tensor (a "
+                              "permutation row at or past x.shape[0], a slot or segment bound past its tensor)",
 }
+CASE_CATEGORIES = ("valid", "upstream", "malformed")
 
 
 def chunked(token_slots: Sequence[int], chunk: int) -> tuple[list[int], list[int], list[int]]:
@@ -123,3 +135,37 @@ def csgmv_problems(*, ops: Sequence[str] | None = None, dtypes: Sequence[str] = 
         raise InvalidArgument(f"Expected ops from {list(CSGMV_OPS)}, dtypes and declines from "
                               f"{list(CSGMV_FEATURES)} but got ops={ops!r}, dtypes={dtypes!r}, declines={declines!r}")
     return _problem(ops, tuple(dtypes), frozenset(declines))
+
+
+def _mutation_kinds(category: str, declines: frozenset) -> tuple[str, ...]:
+    out = kinds("csgmv", (category,))
+    if UNCHECKED_BOUNDS_FEATURE in declines:
+        out = [k for k in out if k not in UNCHECKED_BOUNDS]
+    if "csgmv.split_k" in declines:
+        out = [k for k in out if k != "split_k_below_one"]
+    return tuple(out)
+
+
+@st.composite
+def _mutated(draw, problems, kind_list: tuple) -> Case:
+    problem = draw(problems)
+    return Case(problem, Mutation("csgmv", draw(st.sampled_from(kind_list)), draw(st.integers(0, 7)),
+                                  draw(st.integers(1, 3))))
+
+
+def csgmv_cases(*, ops: Sequence[str] | None = None, dtypes: Sequence[str] = ("float32", "float16", "bfloat16"),
+                declines: Sequence[str] = (), categories: Sequence[str] = CASE_CATEGORIES) -> st.SearchStrategy:
+    """Cases (problem + mutation) of ``categories`` (:data:`CASE_CATEGORIES`): valid problems, upstream
+    contract breakers, malformed metadata; nothing a target ``declines`` (Note [csgmv strategy])."""
+    bad = [c for c in categories if c not in CASE_CATEGORIES]
+    if bad or not categories:
+        raise InvalidArgument(f"Expected categories from {list(CASE_CATEGORIES)} but got categories={categories!r}")
+    problems = csgmv_problems(ops=ops, dtypes=dtypes, declines=declines)
+    parts = [problems.map(Case)] if "valid" in categories else []
+    for category in (c for c in categories if c != "valid"):
+        kind_list = _mutation_kinds(category, frozenset(declines))
+        if kind_list:
+            parts.append(_mutated(problems, kind_list))
+    if not parts:
+        raise InvalidArgument(f"categories={categories!r} leave no csgmv case for declines={sorted(declines)}")
+    return st.one_of(*parts)

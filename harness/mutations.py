@@ -18,16 +18,15 @@ never by position.  Each *kind* belongs to one category:
   reject it; a target that accepts it has a validation gap).
 
 The expected outcome is never hand-written here: :func:`harness.check.expected_outcome` runs the
-reference (the oracle of contracts too) on the mutated call (an error input adds the exact text
-it expects).  ``index`` picks a segment / sequence
-/ row (taken modulo the available count, so any int is valid and shrinks towards 0) and
-``amount`` a magnitude (>= 1).  A kind that cannot apply to a call (no segments to break) leaves
-it unchanged; the reference then simply expects a result.
+reference (the oracle of contracts too) on the mutated call (an error input adds the exact text it
+expects).  ``index`` picks a segment / sequence / row (taken modulo the available count, so any int
+is valid and shrinks towards 0) and ``amount`` a magnitude (>= 1).  A kind that cannot apply to a
+call (no segments to break) leaves it unchanged; the reference then simply expects a result.
 
-:data:`LORA_KINDS` / :data:`VISION_KINDS` are the kinds the fuzzer draws (:func:`kinds`);
-:data:`ERROR_INPUT_KINDS` holds kinds only error inputs use (data tensors of the wrong shape or
-dtype, metadata on the wrong device, ...): keeping them out of the drawn tables keeps every
-campaign's draws as they were.
+:data:`LORA_KINDS` / :data:`VISION_KINDS` / ``CSGMV_KINDS`` (:mod:`harness.mutations_csgmv`) are the kinds the
+fuzzer draws (:func:`kinds`); :data:`ERROR_INPUT_KINDS` holds
+kinds only error inputs use (data tensors of the wrong shape or dtype, metadata on the wrong device,
+...): keeping them out of the drawn tables keeps every campaign's draws as they were.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from typing import Callable
 
 import torch
 
+from kernel_oracle.harness.mutations_csgmv import CSGMV_ERROR_INPUT_KINDS, CSGMV_KINDS
 from kernel_oracle.harness.problems import Call, batch_info_of
 
 __all__ = ["CATEGORIES", "ERROR_INPUT_KINDS", "LORA_KINDS", "Mutation", "MutationError", "VISION_KINDS", "kinds"]
@@ -61,7 +61,7 @@ class Mutation:
     def __post_init__(self) -> None:
         table = _ALL.get(self.family)
         if table is None:
-            raise MutationError(f"family={self.family!r} is unknown; the only valid values are lora, vision")
+            raise MutationError(f"family={self.family!r} is unknown; the only valid values are {', '.join(_ALL)}")
         if self.kind not in table:
             raise MutationError(f"kind={self.kind!r} is not a {self.family} mutation; the only valid values are "
                                 f"{sorted(table)}")
@@ -475,7 +475,7 @@ VISION_KINDS: dict[str, tuple[str, Callable]] = {
     "metadata_dtype": ("malformed", _v_metadata_dtype),
 }
 
-_TABLES = {"lora": LORA_KINDS, "vision": VISION_KINDS}
+_TABLES = {"lora": LORA_KINDS, "vision": VISION_KINDS, "csgmv": CSGMV_KINDS}
 
 
 # ---- kinds only error inputs use (not drawn by the fuzzer) ---------------------------------------
@@ -485,33 +485,25 @@ def _l_bad_num_segments(call, index, amount):
     bi.num_segments = float(bi.num_segments)  # not an int
 
 
-def _l_metadata_device(call, index, amount):
-    """A metadata tensor on the ``meta`` device (stands in for another GPU than the data's)."""
-    bi = _bi(call)
-    name = _LORA_DTYPE_FIELDS[index % len(_LORA_DTYPE_FIELDS)][0]
-    t = getattr(bi, name)
-    if t is not None:
-        setattr(bi, name, t.to("meta"))
-
-
-def _l_metadata_rank(call, index, amount):
-    bi = _bi(call)
-    name = _LORA_DTYPE_FIELDS[index % len(_LORA_DTYPE_FIELDS)][0]
-    t = getattr(bi, name)
-    if t is not None:
-        setattr(bi, name, t.reshape(1, -1))
+def _l_metadata_changed(change):
+    """A metadata tensor (``index`` picks it) changed: on the ``meta`` device (stands in for another GPU
+    than the data's), or 2-D."""
+    def m(call, index, amount):
+        bi = _bi(call)
+        name = _LORA_DTYPE_FIELDS[index % len(_LORA_DTYPE_FIELDS)][0]
+        if getattr(bi, name) is not None:
+            setattr(bi, name, change(getattr(bi, name)))
+    return m
 
 
 def _v_indptrs_none(call, index, amount):
     _set_indptrs(call, None)
 
 
-def _v_window_not_pair(call, index, amount):
-    call.kwargs["window_size"] = (3,)
-
-
-def _v_window_not_ints(call, index, amount):
-    call.kwargs["window_size"] = (1.5, 2)
+def _v_window(value):
+    def m(call, index, amount):
+        call.kwargs["window_size"] = value
+    return m
 
 
 def _v_sinks_wrong_heads(call, index, amount):
@@ -571,18 +563,19 @@ _DATA_KINDS: dict[str, tuple[str, Callable]] = {
 ERROR_INPUT_KINDS: dict[str, dict[str, tuple[str, Callable]]] = {
     "lora": {
         "bad_num_segments": ("malformed", _l_bad_num_segments),
-        "metadata_device": ("malformed", _l_metadata_device),
-        "metadata_rank": ("malformed", _l_metadata_rank),
+        "metadata_device": ("malformed", _l_metadata_changed(lambda t: t.to("meta"))),
+        "metadata_rank": ("malformed", _l_metadata_changed(lambda t: t.reshape(1, -1))),
         **_DATA_KINDS,
     },
     "vision": {
         "indptrs_none": ("upstream", _v_indptrs_none),
-        "window_not_pair": ("malformed", _v_window_not_pair),
-        "window_not_ints": ("malformed", _v_window_not_ints),
+        "window_not_pair": ("malformed", _v_window((3,))),
+        "window_not_ints": ("malformed", _v_window((1.5, 2))),
         "sinks_wrong_heads": ("malformed", _v_sinks_wrong_heads),
         "attention_mask_given": ("malformed", _v_attention_mask),
         **_DATA_KINDS,
     },
+    "csgmv": CSGMV_ERROR_INPUT_KINDS,
 }
 _ALL = {family: {**table, **ERROR_INPUT_KINDS[family]} for family, table in _TABLES.items()}
 
@@ -591,7 +584,7 @@ def kinds(family: str, categories=CATEGORIES) -> list[str]:
     """The fuzzer's mutation kinds of ``family`` in the given categories, in table order (the
     :data:`ERROR_INPUT_KINDS` are not drawn)."""
     if family not in _TABLES:
-        raise MutationError(f"family={family!r} is unknown; the only valid values are lora, vision")
+        raise MutationError(f"family={family!r} is unknown; the only valid values are {', '.join(_TABLES)}")
     bad = [c for c in categories if c not in CATEGORIES]
     if bad:
         raise MutationError(f"categories {bad} are unknown; the only valid values are {list(CATEGORIES)}")

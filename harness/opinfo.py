@@ -31,7 +31,6 @@ An OpInfo checks itself on construction and says why when it is inconsistent.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
@@ -45,77 +44,12 @@ from kernel_oracle.reference.signatures import Signature, signature
 
 from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS, get_family
 from kernel_oracle.harness.mutations import Mutation
-from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem, batch_info_of, materialize
+from kernel_oracle.harness.opinfo_csgmv import csgmv_errors, csgmv_samples
+from kernel_oracle.harness.opinfo_rows import ErrorInput, Sample
+from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, batch_info_of
 
 __all__ = ["CSGMV_OPINFOS", "ErrorInput", "FAMILY_OF", "FAMILY_OPS", "OpInfo", "Sample", "OP_DB", "LORA_OPINFOS",
            "VISION_OPINFO", "entry_names", "op_info"]
-
-
-@dataclass
-class Sample:
-    """A problem (plain data) and a short name for test ids."""
-
-    problem: object
-    name: str
-
-    def call(self, device) -> Call:
-        return materialize(self.problem, device)
-
-
-@dataclass(frozen=True)
-class ErrorInput:
-    """A valid ``sample`` broken by ``mutation`` (one :class:`Mutation`, or several applied in
-    order) that must raise ``contract_id`` with ``fields`` (a dict, or a function of the broken
-    call for values that depend on its tensors).
-
-    ``runs_without_strict``: with strict validation off the call runs (metadata upstream accepts);
-    False for inputs that upstream code answers with an error of its own (wrong data shapes or
-    dtypes, metadata on another device)."""
-
-    sample: Sample
-    mutation: Mutation | tuple[Mutation, ...]
-    contract_id: str
-    fields: dict | Callable[[Call], dict] = field(default_factory=dict)
-    runs_without_strict: bool = True
-
-    def __post_init__(self) -> None:
-        if self.contract_id not in CONTRACTS:
-            raise ValueError(f"ErrorInput: contract_id={self.contract_id!r} is not in the contract table")
-        family = self.sample.problem.family
-        wrong = [m for m in self.mutations if m.family != family]
-        if wrong or not self.mutations:
-            raise ValueError(f"ErrorInput {self.contract_id}: expected one or more {family} mutations but got "
-                             f"mutation={self.mutation!r}")
-
-    @property
-    def mutations(self) -> tuple[Mutation, ...]:
-        return self.mutation if isinstance(self.mutation, tuple) else (self.mutation,)
-
-    def call(self, device, dtype: Optional[str] = None) -> Call:
-        """The broken call (``dtype``: another dtype name for the sample's data)."""
-        sample = self.sample
-        if dtype is not None:
-            sample = Sample(dataclasses.replace(sample.problem, dtype=dtype), sample.name)
-        call = sample.call(device)
-        for m in self.mutations:
-            m.apply(call)
-        return call
-
-    def build(self, device, dtype: Optional[str] = None) -> tuple[Call, str]:
-        """The broken call and the exact message it must raise."""
-        call = self.call(device, dtype)
-        fields = self.fields(call) if callable(self.fields) else self.fields
-        return call, contract(self.contract_id).message(**fields)
-
-    @property
-    def origin(self) -> str:
-        return contract(self.contract_id).origin
-
-    @property
-    def name(self) -> str:
-        """A short id: the contract and the mutation kinds."""
-        return f"{self.contract_id}<-{'+'.join(m.kind for m in self.mutations)}"
-
 
 
 @dataclass(frozen=True)
@@ -510,19 +444,12 @@ VISION_OPINFO = OpInfo(
 )
 
 
-def _no_samples(device: str, dtype: torch.dtype) -> Iterator[Sample]:
-    return iter(())
-
-
-def _no_errors(device: str) -> Iterator[ErrorInput]:
-    return iter(())
-
-
-# csgmv: fuzzed through its strategy (kernel_oracle.fuzz.strategies_csgmv); its selfcheck samples, error inputs
-# and contract rows are not written yet, so the selfcheck has no csgmv rows
+# csgmv: hand-picked samples and one error input per contract row (harness/opinfo_csgmv.py); the fuzzer draws
+# its problems through its strategy (kernel_oracle.fuzz.strategies_csgmv)
 CSGMV_OPINFOS = tuple(
-    OpInfo(signature=signature(op), dtypes=_FLOATS, sample_inputs=_no_samples, exhaustive_inputs=_no_samples,
-           error_inputs=_no_errors)
+    OpInfo(signature=signature(op), dtypes=_FLOATS, sample_inputs=csgmv_samples(op),
+           exhaustive_inputs=csgmv_samples(op), error_inputs=csgmv_errors(op),
+           contracts=tuple(c.id for c in CONTRACTS.values() if c.api == "csgmv" and c.origin == "upstream"))
     for op in ("csgmv_shrink", "csgmv_expand")
 )
 

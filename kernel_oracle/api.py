@@ -70,6 +70,7 @@ import torch
 
 from kernel_oracle.harness.check import Case, Verdict, execute, expected_outcome, judge, with_state_changes
 from kernel_oracle.harness.opinfo import OP_DB, op_info
+from kernel_oracle.harness.problem_csgmv import CsgmvProblem
 from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem
 from kernel_oracle.harness.problems import materialize as _materialize_problem
 from kernel_oracle.harness.targets import PRECISIONS, Target
@@ -78,11 +79,11 @@ from kernel_oracle.reference.vision_metadata import VisionAttentionMetadata
 
 __all__ = ["OPS", "PRECISIONS", "REPRO_DIR_ENV", "Verdict", "assert_matches", "materialize", "replay"]
 
-# step_a_q, step_b_q, step_a_v, step_b_v, q_side_fused, v_side_fused, vision (csgmv: fuzzed, not yet in this API)
-OPS = tuple(op for op, info in OP_DB.items() if info.family != "csgmv")
+# step_a_q, step_b_q, step_a_v, step_b_v, q_side_fused, v_side_fused, vision, csgmv_shrink, csgmv_expand
+OPS = tuple(OP_DB)
 REPRO_DIR_ENV = "KERNEL_ORACLE_REPRO_DIR"
 
-Problem = Union[LoRAProblem, VisionProblem]
+Problem = Union[LoRAProblem, VisionProblem, CsgmvProblem]
 
 
 @dataclass(frozen=True)
@@ -196,8 +197,9 @@ def _bind(op: str, args: tuple, kwargs: dict) -> Call:
         raise refuse(str(exc)) from None
     given = bound.arguments
     params = info.signature.params
-    call = Call(info.entry, tuple(given[p] for p in params), {k: v for k, v in given.items() if k not in params},
-                info.inplace_arg)
+    args = tuple(given[p] for p in params)
+    inplace = info.inplace_arg if info.inplace_arg is None or args[info.inplace_arg] is not None else None
+    call = Call(info.entry, args, {k: v for k, v in given.items() if k not in params}, inplace)  # None: fresh output
     bi = info.signature.batch_info
     if bi is not None and isinstance(given[bi], _NOT_BATCH_INFO):
         raise TypeError(f"assert_matches({op!r}, fn, ...): {bi} is a {type(given[bi]).__name__}, not a batch info "
@@ -373,7 +375,7 @@ def materialize(problem: Union[Problem, Case], device: Union[str, torch.device] 
     The same problem gives the same bytes on every run (the tensors come from its ``seed``)."""
     if isinstance(problem, Case):
         return problem.call(device)
-    if not isinstance(problem, (LoRAProblem, VisionProblem)):
-        raise TypeError("Expected a LoRAProblem, VisionProblem or Case (from kernel_oracle.strategies) but got "
-                        f"problem={problem!r}")
+    if not isinstance(problem, (LoRAProblem, VisionProblem, CsgmvProblem)):
+        raise TypeError("Expected a LoRAProblem, VisionProblem, CsgmvProblem or Case (from kernel_oracle.strategies) "
+                        f"but got problem={problem!r}")
     return _materialize_problem(problem, device)

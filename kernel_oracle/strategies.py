@@ -12,6 +12,7 @@ They draw plain data -- problems and cases, never tensors -- so failures shrink 
         call = kernel_oracle.materialize(problem, "cuda")
         kernel_oracle.assert_matches(problem.op, my_step_a_q, *call.args, **call.kwargs)
 
+``csgmv_problems(ops=..., dtypes=...)`` draws SGLang's chunked SGMV batches (:class:`CsgmvProblem`).
 ``cases(family, categories=...)`` adds partial, upstream-contract and malformed metadata (a
 :class:`Case` is a problem plus a mutation; ``materialize(case)`` applies it), and
 ``assert_matches`` then demands the exact contract error where the oracle raises one.
@@ -21,8 +22,11 @@ from __future__ import annotations
 
 from kernel_oracle.fuzz.strategies import (LIMITS, InvalidArgument, Limits, cases, lora_problems, malformed_metadata,
                                            partial_metadata, upstream_contract_cases, vision_problems)
+from kernel_oracle.fuzz.strategies_csgmv import csgmv_problems
 from kernel_oracle.harness.check import Case
+from kernel_oracle.harness.problem_csgmv import CsgmvProblem
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 
-__all__ = ["Case", "InvalidArgument", "LIMITS", "Limits", "LoRAProblem", "VisionProblem", "cases", "lora_problems",
-           "malformed_metadata", "partial_metadata", "upstream_contract_cases", "vision_problems"]
+__all__ = ["Case", "CsgmvProblem", "InvalidArgument", "LIMITS", "Limits", "LoRAProblem", "VisionProblem", "cases",
+           "csgmv_problems", "lora_problems", "malformed_metadata", "partial_metadata", "upstream_contract_cases",
+           "vision_problems"]

@@ -9,7 +9,8 @@ same :data:`CONTRACTS` entry.  Each entry says
 * ``origin``: ``"upstream"`` (SGLang's exact text and type; never edited) or ``"strict"`` (our own
   validation, only for inputs that upstream would silently accept: see docs/semantics.md#strict-validation);
 * ``api``: which entry points raise it (``"lora"`` = every kv_b LoRA step, ``"vision"`` = the
-  ``flashinfer_cudnn`` forward);
+  ``flashinfer_cudnn`` forward, ``"csgmv"`` = the chunked SGMV shrink and expand, whose rows live in
+  :mod:`reference.contracts_csgmv` and join the table here);
 * ``order``: for upstream vision contracts, the position in SGLang's resolution order.
 
 Strict messages name the field, the offending index and value, and suggest the fix (Hypothesis /
@@ -18,9 +19,10 @@ pytest-benchmark style: "pass X rather than Y").
 
 from __future__ import annotations
 
-import string
-from dataclasses import dataclass
 from typing import Mapping
+
+from kernel_oracle.reference.contract_row import Contract, ContractError
+from kernel_oracle.reference.contracts_csgmv import CSGMV_ROWS
 
 __all__ = [
     "Contract",
@@ -32,48 +34,6 @@ __all__ = [
     "upstream_contracts",
     "strict_contracts",
 ]
-
-
-class ContractError(ValueError):
-    """Raised when the contract table itself is used wrongly (unknown id, missing field)."""
-
-
-@dataclass(frozen=True)
-class Contract:
-    """One row of the contract table.
-
-    ``template`` is a :meth:`str.format` template; its fields are the keyword arguments that
-    :func:`raise_contract` needs.  Upstream rows with no fields are the literal upstream text.
-    """
-
-    id: str
-    exc_type: type
-    template: str
-    api: str
-    origin: str  # "upstream" | "strict"
-    order: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.origin not in ("upstream", "strict"):
-            raise ContractError(f"contract {self.id!r}: origin must be 'upstream' or 'strict', got {self.origin!r}")
-        if self.api not in ("lora", "vision"):
-            raise ContractError(f"contract {self.id!r}: api must be 'lora' or 'vision', got {self.api!r}")
-        if self.origin == "strict" and self.exc_type is not ValueError:
-            raise ContractError(f"contract {self.id!r}: strict validation raises ValueError, not {self.exc_type.__name__}")
-
-    @property
-    def fields(self) -> tuple[str, ...]:
-        return tuple(name for _, name, _, _ in string.Formatter().parse(self.template) if name)
-
-    def message(self, **fields: object) -> str:
-        missing = set(self.fields) - set(fields)
-        extra = set(fields) - set(self.fields)
-        if missing or extra:
-            raise ContractError(
-                f"contract {self.id!r} takes fields {sorted(self.fields)}; "
-                f"missing={sorted(missing)} unexpected={sorted(extra)}"
-            )
-        return self.template.format(**fields)
 
 
 def _table(*rows: Contract) -> Mapping[str, Contract]:
@@ -186,6 +146,8 @@ CONTRACTS: Mapping[str, Contract] = _table(
              "(FlashAttention's convention), e.g. (-1, -1) for full attention", "vision", _S),
     Contract("vision.strict.unsupported_argument", ValueError,
              "{field}={got} is not supported: {why}", "vision", _S),
+    # ---- csgmv: upstream and strict rows (reference/contracts_csgmv.py) ----
+    *CSGMV_ROWS,
 )
 
 

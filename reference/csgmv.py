@@ -28,11 +28,15 @@ every one of the ``weight_indices.shape[0]`` device segments, because the host i
 replayed batch (the padded tail is zero-length segments, which do nothing).  Zero-length segments
 and rank-0 slots do nothing.  A physical row routed more than once is a race upstream: undefined.
 
-The error contracts upstream raises before any launch (exact type and text, :data:`CSGMV_CONTRACTS`):
-bare ``assert`` on contiguity, ranks and widths (``AssertionError`` with no text), and from 0.5.22
-``ValueError("split_k must be positive")``.  Inputs the kernels silently mishandle (a segment
+The error contracts upstream raises before any launch (exact type and text, the ``csgmv.assert`` and
+``csgmv.split_k`` rows of :mod:`reference.contracts_csgmv`): bare ``assert`` on contiguity, ranks and
+widths (``AssertionError`` with no text), and from 0.5.22 ``ValueError("split_k must be positive")``.
+Metadata the kernels read unchecked (slots, segment bounds and permutation rows out of range, a segment
 longer than ``max_len``, ``max_slice_size`` below a slice's width, CPU offsets that disagree with the
-device ones) raise ``ValueError`` here: they are outside every release's contract.
+device ones, ...) raise the ``csgmv.strict.*`` rows under strict validation (on by default;
+Note [csgmv strict validation] in :mod:`reference.csgmv_strict`).  With it off the oracle models what
+the kernels do where that is defined: a long segment loses its rows past ``max_len``, slice columns the
+grid may not reach are undefined.
 """
 
 from __future__ import annotations
@@ -42,19 +46,16 @@ from typing import Optional
 
 import torch
 
+from kernel_oracle.reference.contracts import contract, raise_contract
+from kernel_oracle.reference.csgmv_strict import check_batch_info, check_slices, processed_count
+from kernel_oracle.reference.strict import resolve_strict
+
 __all__ = ["CSGMV_CONTRACTS", "CsgmvExpected", "chunked_sgmv_lora_expand_forward", "chunked_sgmv_lora_shrink_forward",
            "csgmv_segments", "expand_reference", "shrink_reference"]
 
-# contract id -> (exception type, exact upstream text); ``asserts`` are bare ``assert`` statements
-CSGMV_CONTRACTS = {
-    "asserts": (AssertionError, ""),
-    "split_k": (ValueError, "split_k must be positive"),  # 0.5.22+
-}
-
-
-def _upstream(contract: str):
-    exc_type, text = CSGMV_CONTRACTS[contract]
-    return exc_type(text) if text else exc_type()
+# contract id -> (exception type, exact upstream text): the upstream rows of reference/contracts_csgmv.py
+CSGMV_CONTRACTS = {name: (contract(f"csgmv.{row}").exc_type, contract(f"csgmv.{row}").template)
+                   for name, row in (("asserts", "assert"), ("split_k", "split_k"))}
 
 
 @dataclass(frozen=True)
@@ -94,31 +95,19 @@ class CsgmvExpected:
 
 def csgmv_segments(batch_info) -> list[tuple[int, int, int]]:
     """``(start, end, slot)`` of every segment a launch processes (see the Note): eagerly the first
-    ``num_segments``, under CUDA graph all ``weight_indices.shape[0]``.  Raises ValueError for a
-    segment longer than ``max_len`` (the program's row tile) or metadata too short to hold the count."""
+    ``num_segments``, under CUDA graph all ``weight_indices.shape[0]``.  A segment longer than ``max_len``
+    (which strict validation rejects) is cut to its first ``max_len`` rows: the program's row tile, the
+    rows past it are never computed."""
     slots = [int(v) for v in batch_info.weight_indices.tolist()]
     indptr = [int(v) for v in batch_info.seg_indptr.tolist()]
-    n = len(slots) if batch_info.use_cuda_graph else int(batch_info.num_segments)
-    if n > len(slots) or n + 1 > len(indptr):
-        raise ValueError(f"batch_info describes {n} segments but weight_indices has {len(slots)} and seg_indptr "
-                         f"{len(indptr)} entries; pass one slot per segment and num_segments + 1 bounds")
-    out = [(indptr[b], indptr[b + 1], slots[b]) for b in range(n)]
-    longest = max((e - s for s, e, _ in out), default=0)
-    if longest > int(batch_info.max_len or 0):
-        raise ValueError(f"a segment has {longest} rows but max_len (the kernels' row tile, BLOCK_M) is "
-                         f"{batch_info.max_len}: the rows past it are never computed; cut segments to at most "
-                         f"max_len rows, as SGLang's chunking does")
-    return out
+    tile = int(batch_info.max_len)
+    return [(indptr[b], min(indptr[b + 1], indptr[b] + tile), slots[b]) for b in range(processed_count(batch_info))]
 
 
 def _routed(batch_info, S: int) -> tuple[list[tuple[torch.Tensor, int]], torch.Tensor]:
     """``[(physical rows, slot)]`` of every processed non-empty segment whose slot has a positive rank,
     and the bool (S,) mask of rows routed more than once (a race upstream: undefined)."""
-    perm = batch_info.permutation
-    if perm is None:
-        raise ValueError("the csgmv kernels read batch_info.permutation (logical row -> physical row); pass "
-                         "torch.arange(S) for rows in order")
-    perm = perm.to("cpu", torch.int64)
+    perm = batch_info.permutation.to("cpu", torch.int64)
     ranks = [int(r) for r in batch_info.lora_ranks.tolist()]
     groups, counts = [], torch.zeros(S, dtype=torch.int64)
     for start, end, slot in csgmv_segments(batch_info):
@@ -126,7 +115,8 @@ def _routed(batch_info, S: int) -> tuple[list[tuple[torch.Tensor, int]], torch.T
             continue
         rows = perm[start:end]
         if int(rows.min()) < 0 or int(rows.max()) >= S:
-            raise ValueError(f"permutation[{start}:{end}] holds rows outside 0..{S - 1}; pass physical rows of x")
+            raise ValueError(f"permutation[{start}:{end}] holds rows outside 0..{S - 1}, which the kernels would read "
+                             f"and write unchecked: the oracle has no value for that (strict validation names the row)")
         counts.index_add_(0, rows, torch.ones_like(rows))
         groups.append((rows, slot))
     return groups, counts > 1
@@ -134,19 +124,22 @@ def _routed(batch_info, S: int) -> tuple[list[tuple[torch.Tensor, int]], torch.T
 
 def _check_split_k(split_k: Optional[int]) -> None:
     if split_k is not None and split_k < 1:
-        raise _upstream("split_k")
+        raise_contract("csgmv.split_k")
 
 
 def shrink_reference(x: torch.Tensor, weights: torch.Tensor, batch_info, num_slices: int,
-                     split_k: Optional[int] = None) -> CsgmvExpected:
+                     split_k: Optional[int] = None, *, strict: Optional[bool] = None) -> CsgmvExpected:
     """The oracle of ``chunked_sgmv_lora_shrink_forward(x, weights, batch_info, num_slices, split_k)``.
 
     ``x`` (S, K) contiguous; ``weights`` (L, num_slices * R, K) contiguous; the result is (S, N).
-    ``split_k`` only changes the summation order (fp32 partials, then a reduce): the same value."""
+    ``split_k`` only changes the summation order (fp32 partials, then a reduce): the same value.
+    ``strict``: validate the batch info first (Note [csgmv strict validation]; None: the ambient setting)."""
     _check_split_k(split_k)
     if not (x.is_contiguous() and weights.is_contiguous() and x.dim() == 2 and weights.dim() == 3
             and x.shape[-1] == weights.shape[2]):
-        raise _upstream("asserts")
+        raise_contract("csgmv.assert")
+    if resolve_strict(strict):
+        check_batch_info(x, weights, batch_info)
     S, N = x.shape[0], weights.shape[1]
     x64, w64 = x.detach().to("cpu", torch.float64), weights.detach().to("cpu", torch.float64)
     value = torch.zeros(S, N, dtype=torch.float64)
@@ -164,36 +157,36 @@ def shrink_reference(x: torch.Tensor, weights: torch.Tensor, batch_info, num_sli
     return CsgmvExpected(value, defined, magnitude, terms=x.shape[1])
 
 
-def _offsets(slice_offsets: torch.Tensor, slice_offsets_cpu: Optional[torch.Tensor], max_slice_size: int) -> list:
-    """The slice bounds the kernels use: the CPU copy where given (0.5.22+ builds its grid from it), which
-    must equal the device offsets; else the device offsets, each slice at most ``max_slice_size`` wide."""
+def _reached(slice_offsets: torch.Tensor, slice_offsets_cpu: Optional[torch.Tensor], max_slice_size: int) -> list:
+    """``(lo, hi, reached)`` of each slice, for strict validation off: the grid reaches columns ``lo ..
+    reached`` for sure; the rest of the slice depends on the block size (``max_slice_size`` below the
+    width), and no column is sure where the CPU copy (0.5.22+'s grid) disagrees with the device offsets."""
     offsets = [int(v) for v in slice_offsets.tolist()]
     if slice_offsets_cpu is not None:
-        cpu = [int(v) for v in slice_offsets_cpu.tolist()]
-        if cpu != offsets:
-            raise ValueError(f"slice_offsets_cpu={cpu} disagrees with slice_offsets={offsets}; pass the same "
-                             f"offsets (the CPU copy is the layer's metadata)")
-        return offsets
-    widest = max((hi - lo for lo, hi in zip(offsets, offsets[1:])), default=0)
-    if widest > max_slice_size:
-        raise ValueError(f"a slice is {widest} columns wide but max_slice_size={max_slice_size}: the grid never "
-                         f"reaches its last columns; pass max_slice_size >= {widest}")
-    return offsets
+        same = [int(v) for v in slice_offsets_cpu.tolist()] == offsets
+        return [(lo, hi, hi if same else lo) for lo, hi in zip(offsets, offsets[1:])]
+    return [(lo, hi, min(hi, lo + int(max_slice_size))) for lo, hi in zip(offsets, offsets[1:])]
 
 
 def expand_reference(x: torch.Tensor, weights: torch.Tensor, batch_info, slice_offsets: torch.Tensor,
                      max_slice_size: int, base_output: Optional[torch.Tensor] = None,
-                     slice_offsets_cpu: Optional[torch.Tensor] = None) -> CsgmvExpected:
+                     slice_offsets_cpu: Optional[torch.Tensor] = None, *,
+                     strict: Optional[bool] = None) -> CsgmvExpected:
     """The oracle of ``chunked_sgmv_lora_expand_forward(x, weights, batch_info, slice_offsets,
     max_slice_size, base_output, slice_offsets_cpu)``.
 
     ``x`` (S, num_slices * R) contiguous; ``weights`` (L, OUTPUT_DIM, R) contiguous; the result has
-    ``base_output``'s shape (it is accumulated in place) or (S, OUTPUT_DIM) (fresh zeros)."""
+    ``base_output``'s shape (it is accumulated in place) or (S, OUTPUT_DIM) (fresh zeros).
+    ``strict``: validate the batch info and the slices first (Note [csgmv strict validation]; None: the
+    ambient setting); off, columns the grid may not reach are undefined."""
     num_slices = len(slice_offsets) - 1
     if not (x.is_contiguous() and weights.is_contiguous() and x.dim() == 2 and weights.dim() == 3
             and x.shape[1] == num_slices * weights.shape[2]):
-        raise _upstream("asserts")
-    offsets = _offsets(slice_offsets, slice_offsets_cpu, max_slice_size)
+        raise_contract("csgmv.assert")
+    if resolve_strict(strict):
+        check_batch_info(x, weights, batch_info)
+        check_slices(x, weights, slice_offsets, max_slice_size, slice_offsets_cpu)
+    slices = _reached(slice_offsets, slice_offsets_cpu, max_slice_size)
     S, R = x.shape[0], weights.shape[2]
     x64, w64 = x.detach().to("cpu", torch.float64), weights.detach().to("cpu", torch.float64)
     if base_output is None:
@@ -203,13 +196,14 @@ def expand_reference(x: torch.Tensor, weights: torch.Tensor, batch_info, slice_o
     magnitude = value.abs()
     groups, repeated = _routed(batch_info, S)
     ranks, scalings = batch_info.lora_ranks.tolist(), batch_info.scalings.tolist()
+    defined = torch.ones(value.shape, dtype=torch.bool)
     for rows, slot in groups:
         r, scale = min(R, int(ranks[slot])), float(scalings[slot])
-        for i, (lo, hi) in enumerate(zip(offsets, offsets[1:])):
+        for i, (lo, hi, reached) in enumerate(slices):
             xs, w = x64[rows, i * r:(i + 1) * r], w64[slot, lo:hi, :r]
             value[rows, lo:hi] += scale * (xs @ w.T)
             magnitude[rows, lo:hi] += abs(scale) * (xs.abs() @ w.abs().T)
-    defined = torch.ones(value.shape, dtype=torch.bool)
+            defined[rows, reached:hi] = False
     defined[repeated] = False
     return CsgmvExpected(value, defined, magnitude, terms=R)
 
@@ -218,10 +212,10 @@ def expand_reference(x: torch.Tensor, weights: torch.Tensor, batch_info, slice_o
 # ---- drop-in entry points (the ``reference`` target) ------------------------------------------------------------
 
 def chunked_sgmv_lora_shrink_forward(x: torch.Tensor, weights: torch.Tensor, batch_info, num_slices: int,
-                                     split_k: Optional[int] = None) -> torch.Tensor:
+                                     split_k: Optional[int] = None, *, strict: Optional[bool] = None) -> torch.Tensor:
     """SGLang's shrink signature answered by the oracle: a fresh ``torch.empty`` (S, N) of ``x``'s dtype
     with the defined entries written (rounded once from float64) and the rest left unwritten, as upstream."""
-    want = shrink_reference(x, weights, batch_info, num_slices, split_k)
+    want = shrink_reference(x, weights, batch_info, num_slices, split_k, strict=strict)
     out = torch.empty(tuple(want.value.shape), dtype=x.dtype, device=x.device)
     defined = want.defined.to(x.device)
     out[defined] = want.value.to(device=x.device, dtype=x.dtype)[defined]
@@ -230,10 +224,12 @@ def chunked_sgmv_lora_shrink_forward(x: torch.Tensor, weights: torch.Tensor, bat
 
 def chunked_sgmv_lora_expand_forward(x: torch.Tensor, weights: torch.Tensor, batch_info, slice_offsets: torch.Tensor,
                                      max_slice_size: int, base_output: Optional[torch.Tensor] = None,
-                                     slice_offsets_cpu: Optional[torch.Tensor] = None) -> torch.Tensor:
+                                     slice_offsets_cpu: Optional[torch.Tensor] = None, *,
+                                     strict: Optional[bool] = None) -> torch.Tensor:
     """SGLang's expand signature answered by the oracle: ``base_output`` (S, >= OUTPUT_DIM) updated in place
     and returned, or fresh zeros (S, OUTPUT_DIM) of ``x``'s dtype; rows routed twice are left as they were."""
-    want = expand_reference(x, weights, batch_info, slice_offsets, max_slice_size, base_output, slice_offsets_cpu)
+    want = expand_reference(x, weights, batch_info, slice_offsets, max_slice_size, base_output, slice_offsets_cpu,
+                            strict=strict)
     out = torch.zeros(tuple(want.value.shape), dtype=x.dtype, device=x.device) if base_output is None else base_output
     defined = want.defined.to(out.device)
     out[defined] = want.value.to(device=out.device, dtype=out.dtype)[defined]

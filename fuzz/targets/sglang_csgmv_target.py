@@ -14,13 +14,16 @@ CSGMV_FEATURES`) the keywords its entry points do not take (``split_k``, ``slice
 their signatures) and the two known per-release differences (docs/csgmv.md, each asserted exactly by
 ``oracle_tests/fuzz/test_sglang_csgmv.py``), so a campaign does not report them again as new findings:
 before 0.5.14 CUDA-graph replay with stale host ints (SGLang PR #28371), and 0.5.10's expand, which
-indexes ``base_output`` as a contiguous block.
+indexes ``base_output`` as a contiguous block.  Every release declines ``csgmv.unchecked_bounds``: malformed
+metadata that makes its kernels address memory outside a tensor (a permutation row at or past
+``x.shape[0]`` is written to: heap corruption) is an unchecked precondition, not a defect, and is never sent.
 """
 
 from __future__ import annotations
 
 import inspect
 
+from kernel_oracle.harness.mutations_csgmv import UNCHECKED_BOUNDS_FEATURE
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
 from .adapter import third_party
@@ -45,7 +48,10 @@ def _before(version: str, fix: str) -> bool:
 
 def csgmv_declines(version: str, shrink, expand) -> dict:
     """feature -> why, for what ``version``'s entry points ``shrink`` / ``expand`` are given no case of."""
-    out = {}
+    out = {UNCHECKED_BOUNDS_FEATURE: "an unchecked precondition, not a defect: the kernels read and write the rows "
+                                     "the batch info names without bounds checks, so a permutation row at or past "
+                                     "x.shape[0] (or a slot, segment bound or count past its tensor) addresses memory "
+                                     "outside the tensors (heap corruption); never sent"}
     if "split_k" not in inspect.signature(shrink).parameters:
         out["csgmv.split_k"] = f"sglang {version}'s shrink takes no split_k (0.5.22+)"
     if "slice_offsets_cpu" not in inspect.signature(expand).parameters:

@@ -2,8 +2,8 @@
 
 Note [Selfcheck]
 ----------------
-Before the suite trusts the references as oracles, it checks them: every OpInfo's sample inputs
-plus ``cases`` random variations per (op, dtype) run through
+Before the suite trusts the references as oracles, it checks them: every lora and vision OpInfo's
+sample inputs plus ``cases`` random variations per (op, dtype) run through
 
 * the float64 oracle, against :mod:`kernel_oracle.independent` (a formulation sharing no code with
   the reference): rows with ``dtype="float64"`` (the inputs come from each dtype's samples);
@@ -15,7 +15,10 @@ plus ``cases`` random variations per (op, dtype) run through
 
 :func:`run_selfcheck` returns plain dicts (the main job builds on them), one per check, with keys
 
-``op`` (OpInfo name), ``family`` (``"lora"``/``"vision"``), ``dtype`` (``"float16"``, ...,
+The csgmv ops, whose oracle carries its own bound, are checked by
+:mod:`kernel_oracle.jobs.selfcheck_csgmv` (Note [csgmv selfcheck]); their rows come last, in the same format.
+
+``op`` (OpInfo name), ``family`` (``"lora"``/``"vision"``/``"csgmv"``), ``dtype`` (``"float16"``, ...,
 ``"float64"`` or ``"-"`` for error rows), ``case`` (sample name, ``random-<i>`` or
 ``error:<contract id>#<i>``), ``passed`` (bool), ``err`` (greatest absolute error over the defined
 region, float; None for error rows), ``allowed`` (the error the rule allows; None for error rows),
@@ -43,7 +46,7 @@ def random_samples(info, dtype: torch.dtype, cases: int, seed: int) -> Iterator:
     from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 
     rng = random.Random(f"selfcheck-{seed}-{info.name}-{_DTYPE_NAME[dtype]}")
-    if info.family not in ("lora", "vision"):  # csgmv: no independent oracle here yet (docs/csgmv.md#fuzzing)
+    if info.family not in ("lora", "vision"):  # csgmv: kernel_oracle.jobs.selfcheck_csgmv
         return
     for i in range(cases):
         if info.family == "lora":
@@ -154,6 +157,8 @@ def _rows(device: str, cases: int, seed: int) -> Iterator[dict]:
     from kernel_oracle.harness.opinfo import OP_DB
 
     for info in OP_DB.values():
+        if info.family == "csgmv":  # its own oracle, bound and independent formulation: jobs/selfcheck_csgmv.py
+            continue
         entry = info.reference
         for dtype in info.dtypes:
             samples = [*info.sample_inputs(device, dtype), *random_samples(info, dtype, cases, seed)]
@@ -166,6 +171,9 @@ def _rows(device: str, cases: int, seed: int) -> Iterator[dict]:
                 yield from rows
         for i, err in enumerate(info.error_inputs(device)):
             yield _check_error(info, entry, i, err, device)
+    from kernel_oracle.jobs.selfcheck_csgmv import csgmv_rows
+
+    yield from csgmv_rows(device, cases, seed)  # Note [csgmv selfcheck]
 
 
 def summarize(rows: list[dict]) -> str:

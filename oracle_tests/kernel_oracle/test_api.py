@@ -20,6 +20,8 @@ from hypothesis import given, settings
 
 import kernel_oracle
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+from kernel_oracle.harness.opinfo import OP_DB
+from kernel_oracle.reference import csgmv as ref_csgmv
 from kernel_oracle.reference import lora as ref_lora
 from kernel_oracle.reference.contracts import contract
 from kernel_oracle.reference.vision import flashinfer_cudnn_attention
@@ -27,7 +29,8 @@ from kernel_oracle.reference.vision import flashinfer_cudnn_attention
 REFERENCE = {"step_a_q": ref_lora.step_a_q_fwd, "step_b_q": ref_lora.step_b_q_fwd,
              "step_a_v": ref_lora.step_a_v_fwd, "step_b_v": ref_lora.step_b_v_fwd,
              "q_side_fused": ref_lora.q_side_fused_fwd, "v_side_fused": ref_lora.v_side_fused_fwd,
-             "vision": flashinfer_cudnn_attention}
+             "vision": flashinfer_cudnn_attention, "csgmv_shrink": ref_csgmv.chunked_sgmv_lora_shrink_forward,
+             "csgmv_expand": ref_csgmv.chunked_sgmv_lora_expand_forward}
 
 # segments (5, 0, 3) -> slots (0, 1, 1), ranks (16, 4), permuted rows, 2 unrouted rows
 LORA = dict(seg_lens=(5, 0, 3), weight_indices=(0, 1, 1), lora_ranks=(16, 4), scalings=(1.0, -0.5), permute=True,
@@ -49,6 +52,11 @@ def _buggy_step_a_q(q_nope, B_buf, batch_info, full_k):
 
 @pytest.mark.parametrize("op", kernel_oracle.OPS)
 def test_reference_matches_on_every_op(op):
+    if OP_DB[op].family == "csgmv":  # every opinfo sample (S <= 12), judged by the oracle's own bound
+        for sample in OP_DB[op].sample_inputs("cpu", torch.float32):
+            call = kernel_oracle.materialize(sample.problem)
+            assert kernel_oracle.assert_matches(op, REFERENCE[op], *call.args, **call.kwargs).ok, sample.name
+        return
     call = kernel_oracle.materialize(_problem(op))
     verdict = kernel_oracle.assert_matches(op, REFERENCE[op], *call.args, **call.kwargs)
     assert verdict.ok and verdict.ratio is not None and verdict.ratio <= 1.0
@@ -224,8 +232,28 @@ def test_materialize_applies_a_cases_mutation_and_rejects_other_things():
     case = Case(_problem("step_a_q"), Mutation("lora", kind, 0, 1))
     mutated, plain = kernel_oracle.materialize(case), kernel_oracle.materialize(case.problem)
     assert (mutated.args[2].max_len, mutated.args[2].seg_lens) != (plain.args[2].max_len, plain.args[2].seg_lens)
-    with pytest.raises(TypeError, match="Expected a LoRAProblem, VisionProblem or Case"):
+    sample = next(OP_DB["csgmv_shrink"].sample_inputs("cpu", torch.float32))  # x (3, 32), weights (1, 8, 32)
+    csgmv = Case(sample.problem, Mutation("csgmv", "permutation_out_of_range", 0, 1))
+    assert isinstance(sample.problem, kernel_oracle.strategies.CsgmvProblem)
+    assert kernel_oracle.materialize(sample.problem).args[2].permutation.tolist() == [0, 1, 2]
+    assert kernel_oracle.materialize(csgmv).args[2].permutation.tolist() == [3, 1, 2]
+    with pytest.raises(TypeError) as info:
         kernel_oracle.materialize({"op": "step_a_q"})
+    assert str(info.value) == ("Expected a LoRAProblem, VisionProblem, CsgmvProblem or Case (from "
+                               "kernel_oracle.strategies) but got problem={'op': 'step_a_q'}")
+
+
+def test_a_csgmv_row_off_by_a_little_is_caught():
+    """Planted defect: the shrink's first routed row 0.1 % off (x (3, 32), weights (1, 8, 32))."""
+    def off(x, weights, batch_info, num_slices, split_k=None):
+        out = ref_csgmv.chunked_sgmv_lora_shrink_forward(x, weights, batch_info, num_slices, split_k)
+        out[int(batch_info.permutation[0])] *= 1.001
+        return out
+
+    call = kernel_oracle.materialize(next(OP_DB["csgmv_shrink"].sample_inputs("cpu", torch.float32)).problem)
+    with pytest.raises(AssertionError) as info:
+        kernel_oracle.assert_matches("csgmv_shrink", off, *call.args, **call.kwargs, repro="-")
+    assert str(info.value).startswith("output: 8 of 24 defined entries differ; first at row 0, column 0: ")
 
 
 # ---- strategies in a user's property test ----------------------------------------------------------
