@@ -562,13 +562,15 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
     ``declines``: what the target does not implement, vision features (:data:`VISION_FEATURES`) or
     LoRA contracts (:data:`LORA_FEATURES`: a target declining every upstream LoRA contract gets no
     ``"upstream"`` case)."""
-    if family == "csgmv":  # its own problems, mutation kinds and declines (fuzz.strategies_csgmv)
-        from kernel_oracle.fuzz.strategies_csgmv import CASE_CATEGORIES, csgmv_cases
+    from kernel_oracle.harness.families import family_names, get_family
 
-        return csgmv_cases(ops=ops, dtypes=dtypes, declines=declines,
-                           categories=tuple(c for c in categories if c in CASE_CATEGORIES))
-    if family not in ("lora", "vision"):
-        raise InvalidArgument(f"Expected family='lora', 'vision' or 'csgmv' but got family={family!r}")
+    names = family_names()
+    if family not in names or (get_family(family).cases is None and family not in ("lora", "vision")):
+        listed = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
+        raise InvalidArgument(f"Expected family={listed} but got family={family!r}")
+    record = get_family(family)
+    if record.cases is not None:  # a family with its own case strategy (its record's ``cases``)
+        return record.resolve("cases")(ops=ops, dtypes=dtypes, declines=declines, categories=categories)
     categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
     if family == "lora":
         declines = _check_features(declines, LORA_FEATURES)

@@ -32,7 +32,7 @@ from kernel_oracle.harness.mutations import Mutation, kinds
 from kernel_oracle.harness.mutations_csgmv import UNCHECKED_BOUNDS, UNCHECKED_BOUNDS_FEATURE
 from kernel_oracle.harness.problem_csgmv import CSGMV_OPS, CsgmvProblem
 
-__all__ = ["CASE_CATEGORIES", "CHUNKS", "CSGMV_FEATURES", "chunked", "csgmv_cases", "csgmv_problems"]
+__all__ = ["CASE_CATEGORIES", "CHUNKS", "CSGMV_FEATURES", "chunked", "csgmv_cases", "csgmv_problems", "family_cases"]
 
 CHUNKS = (16, 32, 128)
 # feature -> what a problem without it lacks
@@ -169,3 +169,11 @@ def csgmv_cases(*, ops: Sequence[str] | None = None, dtypes: Sequence[str] = ("f
     if not parts:
         raise InvalidArgument(f"categories={categories!r} leave no csgmv case for declines={sorted(declines)}")
     return st.one_of(*parts)
+
+
+def family_cases(*, ops: Sequence[str] | None, dtypes, declines: Sequence[str],
+                 categories: Sequence[str]) -> st.SearchStrategy:
+    """The family record's ``cases``: :func:`csgmv_cases` of the asked categories it has
+    (:data:`CASE_CATEGORIES`)."""
+    return csgmv_cases(ops=ops, dtypes=dtypes, declines=declines,
+                       categories=tuple(c for c in categories if c in CASE_CATEGORIES))

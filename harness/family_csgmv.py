@@ -13,6 +13,9 @@ CSGMV = Family(
     reference="kernel_oracle.reference.csgmv",
     problem="kernel_oracle.harness.problem_csgmv:CsgmvProblem",
     strategies="kernel_oracle.fuzz.strategies_csgmv:csgmv_problems",
+    cases="kernel_oracle.fuzz.strategies_csgmv:family_cases",
+    selfcheck="kernel_oracle.jobs.selfcheck_csgmv:csgmv_rows",
+    mismatch="kernel_oracle.harness.problem_csgmv:csgmv_mismatch",
     # taken where --op names it (fuzz, matrix, mutants): no kernels of ours and no benchmark, so `run` and
     # `bench` have nothing of it to run by default; its mutants patch a release's files and need its wheel
     # (docs/csgmv.md#fuzzing)

@@ -139,11 +139,6 @@ class CsgmvProblem:
         """Its call on ``device``: :func:`materialize_csgmv`."""
         return materialize_csgmv(self, device)
 
-    @staticmethod
-    def mismatch(bound: tuple, actual: torch.Tensor, out_dtype: torch.dtype, repro: str = "") -> Optional[str]:
-        """Its verdict is its oracle's own bound, not the tolerance rule: :func:`csgmv_mismatch`."""
-        return csgmv_mismatch(bound, actual, out_dtype, repro)
-
 
 def _ranked(rows: tuple[int, ...]) -> tuple[int, ...]:
     """``rows`` renumbered 0 .. len - 1 in their order of size (the same relative order, no gaps)."""

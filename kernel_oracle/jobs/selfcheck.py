@@ -13,10 +13,11 @@ sample inputs plus ``cases`` random variations per (op, dtype) run through
 * every error input of the OpInfo database (a sample broken by its mutations): the exact
   exception type and full text (rows with ``dtype="-"``).
 
-:func:`run_selfcheck` returns plain dicts (the main job builds on them), one per check, with keys
+A family whose record names its own ``selfcheck`` rows (csgmv, whose oracle carries its own bound:
+:mod:`kernel_oracle.jobs.selfcheck_csgmv`, Note [csgmv selfcheck]) is checked by them; their rows come
+last, in the same format.
 
-The csgmv ops, whose oracle carries its own bound, are checked by
-:mod:`kernel_oracle.jobs.selfcheck_csgmv` (Note [csgmv selfcheck]); their rows come last, in the same format.
+:func:`run_selfcheck` returns plain dicts (the main job builds on them), one per check, with keys
 
 ``op`` (OpInfo name), ``family`` (``"lora"``/``"vision"``/``"csgmv"``), ``dtype`` (``"float16"``, ...,
 ``"float64"`` or ``"-"`` for error rows), ``case`` (sample name, ``random-<i>`` or
@@ -46,7 +47,7 @@ def random_samples(info, dtype: torch.dtype, cases: int, seed: int) -> Iterator:
     from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 
     rng = random.Random(f"selfcheck-{seed}-{info.name}-{_DTYPE_NAME[dtype]}")
-    if info.family not in ("lora", "vision"):  # csgmv: kernel_oracle.jobs.selfcheck_csgmv
+    if info.family not in ("lora", "vision"):  # a family with its own selfcheck rows (its record's ``selfcheck``)
         return
     for i in range(cases):
         if info.family == "lora":
@@ -156,8 +157,11 @@ def iter_selfcheck(device: str = "auto", cases: int = 2, seed: int = 0) -> Itera
 def _rows(device: str, cases: int, seed: int) -> Iterator[dict]:
     from kernel_oracle.harness.opinfo import OP_DB
 
+    from kernel_oracle.harness.families import families
+
+    own = [f for f in families() if f.selfcheck is not None]  # a family whose record names its own rows
     for info in OP_DB.values():
-        if info.family == "csgmv":  # its own oracle, bound and independent formulation: jobs/selfcheck_csgmv.py
+        if info.family in {f.name for f in own}:
             continue
         entry = info.reference
         for dtype in info.dtypes:
@@ -171,9 +175,8 @@ def _rows(device: str, cases: int, seed: int) -> Iterator[dict]:
                 yield from rows
         for i, err in enumerate(info.error_inputs(device)):
             yield _check_error(info, entry, i, err, device)
-    from kernel_oracle.jobs.selfcheck_csgmv import csgmv_rows
-
-    yield from csgmv_rows(device, cases, seed)  # Note [csgmv selfcheck]
+    for family in own:  # csgmv: Note [csgmv selfcheck] in kernel_oracle/jobs/selfcheck_csgmv.py
+        yield from family.resolve("selfcheck")(device, cases, seed)
 
 
 def summarize(rows: list[dict]) -> str:

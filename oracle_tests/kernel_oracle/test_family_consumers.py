@@ -1,6 +1,8 @@
 """A family registered at run time (a toy third one, removed after each test) reaches every consumer that
 reads the families registry: the command line's --op choices and defaults, matrix's --op, the main
-job's families and warm-up rule, the problems read from files and the mutant table."""
+job's families and warm-up rule, the problems read from files and the mutant table; and a record's own
+``cases``, ``selfcheck`` rows and ``mismatch`` comparison are what the strategies, the selfcheck and the
+verdict use."""
 
 from __future__ import annotations
 
@@ -95,3 +97,77 @@ def test_the_mutant_table_takes_a_registered_family(toy):
     assert Mutant("toy_mutant", "toy", "a toy family's planted bug", patches).family == "toy"
     with pytest.raises(MutantError, match="family='nope'; the only valid values are lora, vision, csgmv, toy"):
         Mutant("nope_mutant", "nope", "no such family", patches)
+
+
+def _planted_cases(*, ops, dtypes, declines, categories):
+    """A record's ``cases``: records what it was asked and draws one marker."""
+    import hypothesis.strategies as st
+
+    return st.just(("planted cases", ops, tuple(dtypes), tuple(declines), tuple(categories)))
+
+
+def _planted_selfcheck(device, cases, seed):
+    yield {"op": "toy_op", "family": "toy", "case": f"planted {device} {cases} {seed}", "passed": True}
+
+
+def _planted_mismatch(baseline, actual, out_dtype, repro=""):
+    return "a planted comparison"
+
+
+def test_a_records_own_cases_are_what_cases_draws():
+    """``cases(family)`` hands a family with its own ``cases`` everything asked, and draws what it returns."""
+    from hypothesis import find
+
+    from kernel_oracle.fuzz.strategies import cases
+
+    record = register_family(Family(name="toy", ops=("toy_op",), label="toy",
+                                    reference="kernel_oracle.reference.vision",
+                                    problem="kernel_oracle.harness.problems:VisionProblem",
+                                    strategies="kernel_oracle.fuzz.strategies:vision_problems",
+                                    cases=f"{__name__}:_planted_cases"))
+    try:
+        drawn = find(cases("toy", ops=("toy_op",), dtypes=("float32",), declines=("x",), categories=("valid",)),
+                     lambda _: True)
+    finally:
+        unregister_family(record.name)
+    assert drawn == ("planted cases", ("toy_op",), ("float32",), ("x",), ("valid",))
+
+
+def test_a_records_own_selfcheck_rows_come_after_the_generic_loop(monkeypatch):
+    import kernel_oracle.harness.families as registry
+    import kernel_oracle.harness.opinfo as opinfo
+    from kernel_oracle.jobs.selfcheck import run_selfcheck
+
+    toy = Family(name="toy", ops=("toy_op",), label="toy", reference="kernel_oracle.reference.vision",
+                 problem="kernel_oracle.harness.problems:VisionProblem",
+                 strategies="kernel_oracle.fuzz.strategies:vision_problems", selfcheck=f"{__name__}:_planted_selfcheck")
+    monkeypatch.setattr(registry, "families", lambda: (toy,))
+    monkeypatch.setattr(opinfo, "OP_DB", {})  # no generic rows: only what the record names
+    assert [r["case"] for r in run_selfcheck("cpu", cases=3, seed=5)] == ["planted cpu 3 5"]
+
+
+def test_a_records_own_comparison_judges_its_outputs():
+    """The csgmv record's ``mismatch`` is what judges a csgmv output: a record whose comparison always objects
+    fails the reference itself, and the real record passes it."""
+    import dataclasses
+
+    from kernel_oracle.fuzz.targets import resolve_target
+    from kernel_oracle.harness.check import Case, check_case
+    from kernel_oracle.harness.families import families, get_family
+    from kernel_oracle.harness.problem_csgmv import CsgmvProblem
+
+    problem = CsgmvProblem(op="csgmv_shrink", seg_lens=(3, 2), weight_indices=(0, 1), lora_ranks=(4, 2),
+                           scalings=(1.0, 0.5), permutation=(0, 1, 2, 3, 4), num_slices=1, slice_offsets=(0, 8),
+                           K=16, R=4, max_len=16, dtype="float32", seed=3)
+    target = resolve_target("reference")
+    assert check_case(target, Case(problem)).ok
+    order = [f.name for f in families()]
+    real = unregister_family("csgmv")
+    try:
+        register_family(dataclasses.replace(real, mismatch=f"{__name__}:_planted_mismatch"))
+        verdict = check_case(target, Case(problem))
+    finally:
+        unregister_family("csgmv")
+        register_family(real)
+    assert [f.name for f in families()] == order and get_family("csgmv") is real
+    assert not verdict.ok and "a planted comparison" in verdict.message
