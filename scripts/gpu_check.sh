@@ -10,7 +10,8 @@
 #                                            also runs every standalone reproducer of docs/upstream/ (repros:
 #                                            those alone)
 #   bash scripts/gpu_check.sh main-job       # kernel-oracle run --device cuda --time 120, cold then warm cache
-#   bash scripts/gpu_check.sh matrix [S] [L] # every release x kv_b code x configuration, lora and vision, and every
+#   bash scripts/gpu_check.sh matrix [S] [L] # every release x kv_b and csgmv code x configuration, lora, vision and
+#                                            # csgmv, and every
 #                                            # staged FlashInfer release (flashinfer-cudnn@engine=V), S s each (10),
 #                                            # stopped after L s (580)
 #   bash scripts/gpu_check.sh all [S]        # the sequence setup .. bench; ends with the table of every phase
@@ -216,12 +217,12 @@ PY
   export TRITON_CACHE_DIR=$saved; record main-job "$RC" "$SECS" "$heads"
 }
 
-matrix() {  # SGLang's release matrix: the three kv_b codes under every configuration, and the vision wrapper;
+matrix() {  # SGLang's release matrix: the three kv_b codes and csgmv under every configuration, and the vision wrapper;
   # stopped (SIGTERM) after LIMIT s it writes the columns that ran, with no fix claimed
   local secs=${1:-10} limit=${2:-580} wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
   rm -rf "$STATE/matrix"
-  timed matrix "$limit" "$OUT/matrix.log" python3 -m kernel_oracle matrix --targets sglang,sglang-trt,sglang-v2,flashinfer-cudnn --releases all \
-    --configurations all --op lora,vision --device cuda --time "$secs" --quiet --out "$STATE/matrix" "${wheel[@]}"
+  timed matrix "$limit" "$OUT/matrix.log" python3 -m kernel_oracle matrix --targets sglang,sglang-trt,sglang-v2,sglang-csgmv,flashinfer-cudnn \
+    --releases all --configurations all --op lora,vision,csgmv --device cuda --time "$secs" --quiet --out "$STATE/matrix" "${wheel[@]}"
   cp "$STATE/matrix/matrix.md" "$STATE/matrix/matrix.json" "$OUT/" 2>/dev/null
   tail -40 "$OUT/matrix.log" | cut -c1-240
   local head; head=$(python3 - "$STATE/matrix/matrix.json" <<'PY'

@@ -342,15 +342,15 @@ def release_has_code(spec, family: str, sources: Optional[TargetSources] = None)
         except LoaderError:
             return False
         return True
-    return parsed.variant in locate_kernels(release)
+    return family == "lora" and parsed.variant in locate_kernels(release)
 
 
 def release_identity(spec, family: str, device: str = "cpu", sources: Optional[TargetSources] = None) -> Optional[str]:
     """What a ``family`` campaign on the release target ``spec`` runs, as one string: the identity of
     its code (:func:`~.sglang_wheel.kernel_identity`, :attr:`~.sglang_vision.VisionCode.identity`,
     :func:`~.sglang_csgmv_identity.csgmv_run_identity`) and, for the kv_b and csgmv kernels, every
-    switch as the files read it under the spec's configuration; for vision, the engine's kind.  Two specs with the same identity run the same code on the same
-    calls.  None: not a release spec, no wheel, or no such code in the release."""
+    switch as the files read it under the spec's configuration; for vision, the engine's kind.  Two
+    specs with the same identity run the same code on the same calls.  None: not a release spec, no wheel, or no such code in the release."""
     parsed = TargetSpec.parse(spec)
     if parsed.release is None or parsed.name not in RELEASE_NAMES:
         return None

@@ -80,6 +80,13 @@ def test_a_csgmv_release_has_csgmv_code_and_no_other_family():
     assert release_identity("sglang-csgmv==0.5.10", "lora") is None
 
 
+@pytest.mark.parametrize("spec", ["sglang==0.5.23", "sglang-trt==0.5.23", "sglang-v2==0.5.23"])
+def test_a_kv_b_release_spec_has_no_csgmv_code(spec):
+    """One matrix over every target and family (``--op lora,vision,csgmv``): the kv_b specs get no csgmv column."""
+    release_files("0.5.23")
+    assert release_has_code(spec, "csgmv") is False
+
+
 def test_the_matrix_runs_one_campaign_per_distinct_code(tmp_path):
     """0.5.14 and 0.5.15 run the same csgmv code: two campaigns for three releases, each column counted, and
     the csgmv corpus entry judged per column (it fails before 0.5.14, as it says)."""
