@@ -516,12 +516,6 @@ def _check_features(declines, features: tuple = VISION_FEATURES) -> tuple[str, .
 
 # ---- cases (problem + mutation) ------------------------------------------------------------------
 
-def _family_of(problems: SearchStrategy, family: Optional[str]) -> str:
-    if family not in ("lora", "vision"):
-        raise InvalidArgument(f"Expected family='lora' or 'vision' but got family={family!r}")
-    return family
-
-
 @_named("mutated_cases")
 def _mutated(draw, problems, family, kind_list):
     problem = draw(problems)
@@ -533,7 +527,8 @@ def _mutated(draw, problems, family, kind_list):
 def _mutated_cases(problems, family: str, categories: tuple) -> SearchStrategy:
     if not isinstance(problems, SearchStrategy):
         raise InvalidArgument(f"Expected a strategy of problems but got problems={problems!r}")
-    family = _family_of(problems, family)
+    if family not in ("lora", "vision"):  # the families whose cases the mutation tables draw here
+        raise InvalidArgument(f"Expected family='lora' or 'vision' but got family={family!r}")
     return _mutated(problems, family, tuple(kinds(family, categories)))
 
 
@@ -559,34 +554,42 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
           limits: str | Limits = "small", big: bool = False, declines: Sequence[str] = ()) -> SearchStrategy:
     """Every kind of case of one family: valid problems, partial metadata, upstream-contract
     breakers and malformed metadata (drop ``"malformed"`` for upstream-contract-only campaigns);
-    ``declines``: what the target does not implement, vision features (:data:`VISION_FEATURES`) or
-    LoRA contracts (:data:`LORA_FEATURES`: a target declining every upstream LoRA contract gets no
-    ``"upstream"`` case)."""
+    ``declines``: what the target does not implement (:data:`VISION_FEATURES`, :data:`LORA_FEATURES`, a
+    family's own).  The family's record names the strategy (``Family.cases``: :func:`lora_cases`,
+    :func:`vision_cases`, csgmv's own)."""
     from kernel_oracle.harness.families import family_names, get_family
 
     names = family_names()
-    if family not in names or (get_family(family).cases is None and family not in ("lora", "vision")):
+    if family not in names or get_family(family).cases is None:
         listed = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
         raise InvalidArgument(f"Expected family={listed} but got family={family!r}")
-    record = get_family(family)
-    if record.cases is not None:  # a family with its own case strategy (its record's ``cases``)
-        return record.resolve("cases")(ops=ops, dtypes=dtypes, declines=declines, categories=categories)
-    categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
-    if family == "lora":
-        declines = _check_features(declines, LORA_FEATURES)
-        if set(LORA_FEATURES) <= set(declines):
-            categories = tuple(c for c in categories if c != "upstream")
-        problems = lora_problems(ops=ops if ops is not None else LORA_OPS, dtypes=dtypes, limits=limits, big=big,
-                                 declines=declines)
-    else:
-        if ops is not None and tuple(ops) != ("vision",):
-            raise InvalidArgument(f"Expected ops=None or ['vision'] for family='vision' but got ops={ops!r}")
-        problems = vision_problems(dtypes=dtypes, limits=limits, big=big, declines=declines)
-    parts = []
-    if "valid" in categories:
-        parts.append(problems.map(Case))
-    # one branch per category, so each gets an even share (malformed has many more kinds than upstream)
-    for category in (c for c in categories if c != "valid"):
-        parts.append(_mutated_cases(problems, family, (category,)))
-    return st.one_of(*parts)
+    return get_family(family).resolve("cases")(ops=ops, dtypes=dtypes, declines=declines, categories=categories,
+                                               limits=limits, big=big)
 
+
+def _cases_of(problems: SearchStrategy, family: str, categories: tuple) -> SearchStrategy:
+    # one branch per category, so each gets an even share (malformed has many more kinds than upstream)
+    parts = [problems.map(Case)] if "valid" in categories else []
+    return st.one_of(*parts, *(_mutated_cases(problems, family, (c,)) for c in categories if c != "valid"))
+
+
+def lora_cases(*, ops: Optional[Sequence[str]], dtypes, declines: Sequence[str], categories: Sequence[str],
+               limits: str | Limits = "small", big: bool = False) -> SearchStrategy:
+    """The ``lora`` record's ``cases``: :func:`lora_problems` and the mutation tables' LoRA kinds; a target
+    declining every upstream contract (:data:`LORA_FEATURES`) gets no ``"upstream"`` case."""
+    categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
+    declines = _check_features(declines, LORA_FEATURES)
+    if set(LORA_FEATURES) <= set(declines):
+        categories = tuple(c for c in categories if c != "upstream")
+    problems = lora_problems(ops=ops if ops is not None else LORA_OPS, dtypes=dtypes, limits=limits, big=big,
+                             declines=declines)
+    return _cases_of(problems, "lora", categories)
+
+
+def vision_cases(*, ops: Optional[Sequence[str]], dtypes, declines: Sequence[str], categories: Sequence[str],
+                 limits: str | Limits = "small", big: bool = False) -> SearchStrategy:
+    """The ``vision`` record's ``cases``: :func:`vision_problems` and the mutation tables' vision kinds."""
+    categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
+    if ops is not None and tuple(ops) != ("vision",):
+        raise InvalidArgument(f"Expected ops=None or ['vision'] for family='vision' but got ops={ops!r}")
+    return _cases_of(vision_problems(dtypes=dtypes, limits=limits, big=big, declines=declines), "vision", categories)

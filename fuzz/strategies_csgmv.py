@@ -172,8 +172,9 @@ def csgmv_cases(*, ops: Sequence[str] | None = None, dtypes: Sequence[str] = ("f
 
 
 def family_cases(*, ops: Sequence[str] | None, dtypes, declines: Sequence[str],
-                 categories: Sequence[str]) -> st.SearchStrategy:
+                 categories: Sequence[str], limits: object = "small", big: bool = False) -> st.SearchStrategy:
     """The family record's ``cases``: :func:`csgmv_cases` of the asked categories it has
-    (:data:`CASE_CATEGORIES`)."""
+    (:data:`CASE_CATEGORIES`); ``limits`` and ``big`` are the LoRA and vision size knobs, which csgmv's
+    strategy does not take (its serving widths are drawn from its own tables, Note [csgmv strategy])."""
     return csgmv_cases(ops=ops, dtypes=dtypes, declines=declines,
                        categories=tuple(c for c in categories if c in CASE_CATEGORIES))

@@ -341,7 +341,7 @@ def mismatch_region(case, call, output, value, defined, figures: dict) -> str:
         if routed and getattr(problem, "poison_beyond_rank", None) and R is not None and all(
                 0 < ranks[slot[t]] < R for t in rows):
             return "beyond rank"
-    else:
+    elif case.family == "vision":
         from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
 
         kw = {k: v for k, v in call.kwargs.items() if k not in ("softmax_scale", "forward_metadata")}
@@ -357,6 +357,8 @@ def mismatch_region(case, call, output, value, defined, figures: dict) -> str:
                 if 0 <= o + i < S:
                     seg[o + i], pos[o + i] = b, i
         region = _row_region(rows, seg, pos, seg_len, False)
+    else:  # a family whose rows this module does not structure
+        return "everywhere"
     if region is not None:
         return region
     if _column_tail(cols, width):

@@ -84,11 +84,11 @@ from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as 
 from kernel_oracle.harness.view_gaps import watch as watch_gaps, writes as gap_writes
 from kernel_oracle.harness.target_raises import signals_noted
 from kernel_oracle.harness.text import bounded, printable
-from kernel_oracle.harness.locators import expected_at, lora_locator, vision_locator
+from kernel_oracle.harness.locators import expected_at
 from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
-from kernel_oracle.harness.problems import LoRAProblem, materialize, problem_from_dict, problem_to_dict
+from kernel_oracle.harness.problems import materialize, problem_from_dict, problem_to_dict
 
 __all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute", "expected_outcome",
            "judge", "odd_output", "prepared_call", "shape_class", "state_change_verdict", "with_state_changes"]
@@ -139,18 +139,7 @@ def shape_class(case: Case) -> str:
     """A coarse class for grouping results: the mutation category or the problem's shape."""
     if case.mutation is not None:
         return case.mutation.category
-    p = case.problem
-    if isinstance(p, LoRAProblem):
-        lens = [n for n in p.seg_lens if n]
-        if not lens:
-            return "empty"
-        if max(lens) <= 1:
-            return "decode"
-        return "prefill-large" if max(lens) >= 256 else "prefill"
-    lens = [n for n in getattr(p, "lengths", None) or getattr(p, "seg_lens", ()) if n]
-    if not lens:
-        return "empty"
-    return "long" if max(lens) >= 1024 else "ragged"
+    return case.problem.shape_class()  # each family's problem knows its own
 
 
 # ---- expected outcome ----------------------------------------------------------------------------
@@ -181,35 +170,10 @@ def prepared_call(case: Case, device, metadata_helper=None):
     """The call both the oracle and the target see: materialised (``metadata_helper``: the target's own
     vision metadata helper), mutated, unread inputs poisoned."""
     call = case.call(device, metadata_helper)
-    if case.family == "vision" and case.category == "valid":
-        _poison_unread_vision(call)
+    poison = getattr(case.problem, "poison_unread", None)  # a family whose calls have inputs no output reads
+    if poison is not None and case.category == "valid":
+        poison(call)
     return call
-
-
-def _poison_unread_vision(call) -> None:
-    """NaN into q/k/v tokens that no sequence reads (valid calls only): a leak shows up as NaN."""
-    from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
-
-    c = _copy_call(call)
-    try:
-        plan = resolve_flashinfer_cudnn(*c.args[:4], c.kwargs.get("softmax_scale"), c.kwargs.get("forward_metadata"),
-                                        strict=True, **{k: v for k, v in c.kwargs.items()
-                                                        if k not in ("softmax_scale", "forward_metadata")})
-    except Exception:
-        return
-    q, k, v = call.args[:3]
-    q3, k3, v3 = (x.flatten(0, 1) if x.dim() == 4 else x for x in (q, k, v))
-    read_qk = torch.zeros(q3.shape[0], dtype=torch.bool)
-    read_v = torch.zeros(v3.shape[0], dtype=torch.bool)
-    for b in range(plan.num_sequences):
-        n = int(plan.lengths[b])
-        if n > 0:
-            read_qk[int(plan.qk_start[b]):int(plan.qk_start[b]) + n] = True
-            read_v[int(plan.v_start[b]):int(plan.v_start[b]) + n] = True
-    with torch.no_grad():
-        q3[~read_qk.to(q3.device)] = float("nan")
-        k3[~read_qk.to(k3.device)] = float("nan")
-        v3[~read_v.to(v3.device)] = float("nan")
 
 
 def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=None) -> Outcome:
@@ -516,10 +480,7 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
     if (own := get_family(case.family).resolve("mismatch")) is not None:  # its oracle's own bound (csgmv)
         why = own(expected.baseline, observed.output, expected.out_dtype, repro)
         return Verdict(True, expected=exp) if why is None else Verdict(False, "mismatch", why, float("inf"), expected=exp)
-    if case.family == "lora":
-        locate, route = lora_locator(call)
-    else:
-        locate, route = vision_locator(call), None
+    locate, route = get_family(case.family).resolve("locator")(call)  # the family's own words for an element
     actual = observed.output  # compared where it is (compare moves the reference there)
     cmp = compare(actual, expected.value, expected.defined, family=case.family,
                   baseline=None if expected.baseline is None else list(expected.baseline),

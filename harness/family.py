@@ -38,14 +38,15 @@ class Family:
     float64 oracles and drop-in entry points; ``kernels``: our Triton module of its entry points
     (None: none); ``problem``: ``"module:Class"`` of its plain-data problem; ``strategies``:
     ``"module:function"`` of its Hypothesis problem strategy; ``benchmark``: the module of its
-    benchmark shapes (None: none); ``cases``: ``"module:function"`` of its own case strategy,
-    ``f(*, ops, dtypes, declines, categories)``, which draws the categories it has among those asked
-    (None: :func:`kernel_oracle.fuzz.strategies.cases` builds them from the problem strategy and the
-    mutation tables); ``selfcheck``: ``"module:function"`` of its own selfcheck rows, ``f(device, cases,
+    benchmark shapes (None: none); ``cases``: ``"module:function"`` of its case strategy,
+    ``f(*, ops, dtypes, declines, categories, limits, big)``, which draws the categories it has among those
+    asked (:func:`kernel_oracle.fuzz.strategies.cases` calls it; None: the family has no cases to fuzz); ``selfcheck``: ``"module:function"`` of its own selfcheck rows, ``f(device, cases,
     seed)`` (None: the generic loop of :mod:`kernel_oracle.jobs.selfcheck`); ``mismatch``:
     ``"module:function"`` of its oracle's own comparison, ``f(baseline, actual, out_dtype, repro)`` -> the
     reason or None, which judges a returned output in place of the tolerance rule (None: the tolerance rule,
-    :func:`kernel_oracle.reference.tolerance.compare`); ``compiling_targets``: the target names whose campaigns of this
+    :func:`kernel_oracle.reference.tolerance.compare`); ``locator``: ``"module:function"``, ``f(call)`` ->
+    ``(locate, route)``, the family's words for an output element in a mismatch message (needed where
+    ``mismatch`` is None); ``compiling_targets``: the target names whose campaigns of this
     family compile many kernel variants first (the main job warms them up); ``by_default``: whether
     the commands that take every family unless told (``run`` and the main job, ``mutants``,
     ``bench``) take this one (False: only where ``--op`` names it)."""
@@ -61,6 +62,7 @@ class Family:
     cases: str | None = None
     selfcheck: str | None = None
     mismatch: str | None = None
+    locator: str | None = None
     compiling_targets: tuple[str, ...] = field(default=())
     by_default: bool = True
 

@@ -13,6 +13,8 @@ LORA = Family(
     reference="kernel_oracle.reference.lora",
     problem="kernel_oracle.harness.problems:LoRAProblem",
     strategies="kernel_oracle.fuzz.strategies:lora_problems",
+    cases="kernel_oracle.fuzz.strategies:lora_cases",
+    locator="kernel_oracle.harness.locators:lora_locator",
     kernels="kernel_oracle.kernels.lora",
     benchmark="kernel_oracle.benchmarks.bench_lora",
     # our Triton kernels specialize into many variants (Note [Specialization] in kernels/lora)

@@ -13,6 +13,8 @@ VISION = Family(
     reference="kernel_oracle.reference.vision",
     problem="kernel_oracle.harness.problems:VisionProblem",
     strategies="kernel_oracle.fuzz.strategies:vision_problems",
+    cases="kernel_oracle.fuzz.strategies:vision_cases",
+    locator="kernel_oracle.harness.locators:vision_locator",
     kernels="kernel_oracle.kernels.vision",
     benchmark="kernel_oracle.benchmarks.bench_vision",
 )

@@ -143,6 +143,17 @@ def _vision_text(p: dict) -> str:
     return ", ".join(parts + [words for words, on in extras if on])
 
 
+def _fields_text(p: dict) -> str:
+    """A problem of a family without words of its own (below): every field that is set, as ``name value``."""
+    return ", ".join(f"{k} {list(v) if isinstance(v, (list, tuple)) else v}" for k, v in p.items()
+                     if k not in ("family", "op", "dtype") and v not in (None, False, (), []))
+
+
+# the words of the families whose problems have their own (this module stays standard-library only, so it
+# reads no family record: the records import torch); any other family's problem is listed field by field
+_TEXTS = {"lora": _lora_text, "vision": _vision_text}
+
+
 def example_text(example: dict) -> str:
     """One example of a finding in words a reader can rebuild it from: ``step_b_q float32: 1 segment of
     [2] rows, slots [0], ranks [16] (R=16), scalings [1.0], H=1, permuted``, and its mutation.
@@ -152,7 +163,7 @@ def example_text(example: dict) -> str:
     op, dtype = example.get("op") or p.get("op") or "-", example.get("dtype") or p.get("dtype") or "-"
     if not p:
         return f"{op} {dtype} {example.get('shape_class') or '-'}"
-    text = f"{op} {dtype}: " + (_lora_text(p) if p.get("family", "lora") == "lora" else _vision_text(p))
+    text = f"{op} {dtype}: " + _TEXTS.get(p.get("family", "lora"), _fields_text)(p)
     m = case.get("mutation")
     if isinstance(m, dict) and m.get("kind"):
         text += f"; mutation {m['kind']} (index {m.get('index', 0)}, amount {m.get('amount', 1)})"

@@ -42,7 +42,8 @@ def lora_locator(call):
 
 
 def vision_locator(call):
-    """``locate(index)`` of a vision call: the token, head and sequence (as ``segment``) of an output index."""
+    """``(locate, None)`` of a vision call: ``locate(index)`` names the token, head and sequence (as ``segment``) of
+    an output index; a vision call has no routing."""
     from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
 
     c = copy.deepcopy(call)
@@ -68,7 +69,7 @@ def vision_locator(call):
                     where["segment"] = b
                     break
         return where
-    return locate
+    return locate, None
 
 
 def expected_at(actual: torch.Tensor, value: Optional[torch.Tensor], cmp, call) -> str:

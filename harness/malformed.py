@@ -201,12 +201,7 @@ class GapTable:
 def case_elements(case) -> int:
     """A case's size for picking the smallest example: its rows (tokens) times heads times the widest
     head or rank dimension."""
-    p = case.problem
-    if p.family == "lora":
-        return (sum(p.seg_lens) + getattr(p, "extra_rows", 0)) * p.H * max(p.qk, p.vd, p.C, p.R)
-    if callable(getattr(p, "sizes", None)):  # a family whose problem states its own size (csgmv)
-        return p.sizes()[1]
-    return sum(p.lengths) * p.H * p.D
+    return case.problem.example_size()  # each family's problem knows its own
 
 
 # seconds one memcheck run may take (python and torch start-up under the sanitizer, one call)

@@ -32,6 +32,7 @@ from kernel_oracle.reference.batch_info import LoRABatchInfo
 from kernel_oracle.reference.signatures import signature
 
 from kernel_oracle.harness.problems import Call, _generator, _randn, dtype_of
+from kernel_oracle.harness.problem_variants import length_class
 
 __all__ = ["BASES", "CSGMV_OPS", "CsgmvProblem", "csgmv_mismatch", "materialize_csgmv"]
 
@@ -135,9 +136,17 @@ class CsgmvProblem:
                 "scaling": without(scalings=tuple(1.0 for _ in self.scalings)),
                 "cuda graph": without(use_cuda_graph=False, graph_pad_to=None, stale_host_ints=None)}
 
-    def materialize(self, device="cpu"):
-        """Its call on ``device``: :func:`materialize_csgmv`."""
+    def materialize(self, device="cpu", metadata_helper=None):
+        """Its call on ``device``: :func:`materialize_csgmv` (no metadata helper: csgmv takes the batch info)."""
         return materialize_csgmv(self, device)
+
+    def example_size(self) -> int:
+        """Its size when the smallest example of a finding is picked: the elements of its tensors."""
+        return self.sizes()[1]
+
+    def shape_class(self) -> str:
+        """A coarse class for grouping results: ``empty``, ``ragged``, ``long`` (a segment of 1024 rows or more)."""
+        return length_class(self.seg_lens)
 
 
 def _ranked(rows: tuple[int, ...]) -> tuple[int, ...]:

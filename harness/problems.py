@@ -25,11 +25,8 @@ scheme of a device (records and saved cases carry it); a finding is replayed fro
 
 from __future__ import annotations
 
-import dataclasses
-import functools
+import copy
 import itertools
-import math
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -40,7 +37,10 @@ from kernel_oracle.reference.signatures import Signature, signature, signature_o
 from kernel_oracle.reference.vision_metadata import (VisionAttentionMetadata, prepare_flashinfer_cudnn_metadata,
                                                      prepare_flashinfer_cudnn_vision_attention_metadata)
 
-from kernel_oracle.harness.families import FAMILY_OPS, family_names, get_family
+from kernel_oracle.harness.families import family_names
+from kernel_oracle.harness.problem_dict import problem_from_dict, problem_to_dict  # noqa: F401 (re-exported)
+from kernel_oracle.harness.problem_variants import (length_class, lora_feature_variants, lora_simplifications,
+                                                    vision_feature_variants, vision_simplifications)
 
 __all__ = [
     "Call",
@@ -134,6 +134,42 @@ class LoRAProblem:
     def S(self) -> int:
         return sum(self.seg_lens) + self.extra_rows
 
+    # the hooks every family's problem has (docs/architecture.md, "Adding a kernel family")
+    def materialize(self, device: str | torch.device = "cpu", metadata_helper=None) -> "Call":
+        """Its call on ``device``: :func:`materialize_lora` (no metadata helper: LoRA targets take the batch info)."""
+        return materialize_lora(self, device)
+
+    def sizes(self) -> tuple[dict, int]:
+        """(size name -> its smallest value, how many elements its tensors hold): the bounds of a problem
+        read from a file (:func:`problem_from_dict`)."""
+        sizes = {"seg_lens": min(self.seg_lens, default=0), "extra_rows": self.extra_rows,
+                 **{k: getattr(self, k) for k in ("H", "qk", "vd", "C", "R")}}
+        return sizes, (self.L * self.H * (self.qk + self.vd) * self.R + self.L * self.R * self.C
+                       + self.S * self.H * (self.qk + self.vd + self.C + self.R))
+
+    def example_size(self) -> int:
+        """Its size when the smallest example of a finding is picked: rows times heads times the widest head or
+        rank dimension."""
+        return (sum(self.seg_lens) + self.extra_rows) * self.H * max(self.qk, self.vd, self.C, self.R)
+
+    def shape_class(self) -> str:
+        """A coarse class for grouping results: ``empty``, ``decode`` (one-row segments), ``prefill``,
+        ``prefill-large`` (a segment of 256 rows or more)."""
+        lens = [n for n in self.seg_lens if n]
+        if not lens:
+            return "empty"
+        if max(lens) <= 1:
+            return "decode"
+        return "prefill-large" if max(lens) >= 256 else "prefill"
+
+    def simplifications(self):
+        """Plainer variants, the most worth keeping first (Note [Minimal examples] in harness/simplify.py)."""
+        return lora_simplifications(self)
+
+    def feature_variants(self) -> dict:
+        """feature of ``harness.simplify.FEATURES`` -> this problem without it (None where it has none)."""
+        return lora_feature_variants(self)
+
 
 @dataclass(frozen=True)
 class VisionProblem:
@@ -189,6 +225,38 @@ class VisionProblem:
     @property
     def kv_heads(self) -> int:
         return self.H if self.H_kv is None else self.H_kv
+
+    # the hooks every family's problem has (docs/architecture.md, "Adding a kernel family")
+    def materialize(self, device: str | torch.device = "cpu", metadata_helper=None) -> "Call":
+        """Its call on ``device``: :func:`materialize_vision` (``metadata_helper``: a target's own)."""
+        return materialize_vision(self, device, metadata_helper)
+
+    def sizes(self) -> tuple[dict, int]:
+        """(size name -> its smallest value, how many elements its tensors hold): the bounds of a problem
+        read from a file (:func:`problem_from_dict`)."""
+        return ({"lengths": min(self.lengths, default=0), "gaps": min(self.gaps, default=0), "H": self.H, "D": self.D,
+                 "v_shift": self.v_shift, "o_shift": self.o_shift, "extra_tokens": self.extra_tokens,
+                 "batch": self.batch}, 6 * max(self.T, 0) * self.H * self.D)
+
+    def example_size(self) -> int:
+        """Its size when the smallest example of a finding is picked: tokens times heads times head dimension."""
+        return sum(self.lengths) * self.H * self.D
+
+    def poison_unread(self, call) -> None:
+        """NaN into the q/k/v tokens no sequence of a valid call reads, so a leak shows as NaN."""
+        _poison_unread_vision(call)
+
+    def shape_class(self) -> str:
+        """A coarse class for grouping results: ``empty``, ``ragged``, ``long`` (a sequence of 1024 tokens or more)."""
+        return length_class(self.lengths)
+
+    def simplifications(self):
+        """Plainer variants, the most worth keeping first (Note [Minimal examples] in harness/simplify.py)."""
+        return vision_simplifications(self)
+
+    def feature_variants(self) -> dict:
+        """feature of ``harness.simplify.FEATURES`` -> this problem without it (None where it has none)."""
+        return vision_feature_variants(self)
 
 
 @dataclass
@@ -482,88 +550,33 @@ def materialize_vision(p: VisionProblem, device: str | torch.device = "cpu", met
 def materialize(problem, device: str | torch.device = "cpu", metadata_helper=None) -> Call:
     """The call of ``problem`` on ``device``; ``metadata_helper``: a vision target's own metadata helper
     (:func:`materialize_vision`)."""
-    if isinstance(problem, LoRAProblem):
-        return materialize_lora(problem, device)
-    if isinstance(problem, VisionProblem):
-        return materialize_vision(problem, device, metadata_helper)
-    if callable(getattr(problem, "materialize", None)):  # a family whose problem builds its own call (csgmv)
-        return problem.materialize(device)
-    raise TypeError(f"Expected a LoRAProblem, VisionProblem or CsgmvProblem but got {type(problem).__name__}")
+    if not callable(getattr(problem, "materialize", None)):
+        raise TypeError(f"Expected a problem of a registered family ({', '.join(family_names())}) but got "
+                        f"{type(problem).__name__}")
+    return problem.materialize(device, metadata_helper)
 
 
-def problem_to_dict(problem) -> dict:
-    d = {k: v for k, v in dataclasses.asdict(problem).items()}
-    d["family"] = problem.family
-    return d
+def _poison_unread_vision(call) -> None:
+    """NaN into q/k/v tokens that no sequence reads (valid calls only): a leak shows up as NaN."""
+    from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
 
-
-# the most elements a problem's tensors may hold in all (a case read from a file or a command line is
-# data: absurd sizes are refused before anything is allocated)
-MAX_ELEMENTS = 2**31
-
-
-def problem_from_dict(d: dict):
-    """The problem of ``d`` (:func:`problem_to_dict`'s form), every field checked against its declared
-    type and the sizes bounded; ``ValueError`` / ``TypeError`` naming the field (Note [Problems])."""
-    if not isinstance(d, dict):
-        raise TypeError(f"Expected a problem as a dict but got {type(d).__name__}")
-    d = dict(d)
-    family = d.pop("family", None)
-    cls = get_family(family).resolve("problem") if isinstance(family, str) and family in FAMILY_OPS else None
-    if cls is None:
-        raise ValueError(f"family={family!r} is unknown; the only valid values are "
-                         + ", ".join(map(repr, family_names())))
-    hints = _field_types(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    kwargs = {k: _checked_field(k, hints[k], v) for k, v in d.items() if k in names}
-    problem = cls(**kwargs)
-    _check_sizes(problem)
-    return problem
-
-
-@functools.lru_cache(maxsize=None)
-def _field_types(cls) -> dict:
-    return typing.get_type_hints(cls)
-
-
-def _checked_field(name: str, hint, value):
-    """``value`` as field ``name`` of type ``hint`` takes it (lists become tuples), or ``TypeError``."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is typing.Union:  # Optional[X]
-        if value is None and type(None) in args:
-            return None
-        (hint,) = [a for a in args if a is not type(None)]
-        return _checked_field(name, hint, value)
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise TypeError(f"Expected {name} to be a list but got {name}={value!r}")
-        kinds = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
-        if len(kinds) != len(value):
-            raise TypeError(f"Expected {name} to hold {len(kinds)} values but got {name}={value!r}")
-        return tuple(_checked_field(f"{name}[{i}]", k, v) for i, (k, v) in enumerate(zip(kinds, value)))
-    ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-          bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str)}[hint](value)
-    if not ok:
-        raise TypeError(f"Expected {name} to be a finite {hint.__name__} but got {name}={value!r}")
-    return value
-
-
-def _check_sizes(p) -> None:
-    """``ValueError`` for a negative size, or tensors of more than :data:`MAX_ELEMENTS` elements."""
-    if isinstance(p, LoRAProblem):
-        sizes = {"seg_lens": min(p.seg_lens, default=0), "extra_rows": p.extra_rows,
-                 **{k: getattr(p, k) for k in ("H", "qk", "vd", "C", "R")}}
-        elements = p.L * p.H * (p.qk + p.vd) * p.R + p.L * p.R * p.C + p.S * p.H * (p.qk + p.vd + p.C + p.R)
-    elif callable(getattr(p, "sizes", None)):  # a family whose problem states its own (csgmv)
-        sizes, elements = p.sizes()
-    else:
-        sizes = {"lengths": min(p.lengths, default=0), "gaps": min(p.gaps, default=0), "H": p.H, "D": p.D,
-                 "v_shift": p.v_shift, "o_shift": p.o_shift, "extra_tokens": p.extra_tokens, "batch": p.batch}
-        elements = 6 * max(p.T, 0) * p.H * p.D
-    bad = next(((k, v) for k, v in sizes.items() if v < 0), None)
-    if bad is not None:
-        raise ValueError(f"{bad[0]}={getattr(p, bad[0])!r} is negative; sizes are 0 or more")
-    if elements > MAX_ELEMENTS:
-        raise ValueError(f"the problem's tensors would hold {elements} elements, more than the {MAX_ELEMENTS} "
-                         f"a case may have")
+    c = copy.deepcopy(call)
+    try:
+        plan = resolve_flashinfer_cudnn(*c.args[:4], c.kwargs.get("softmax_scale"), c.kwargs.get("forward_metadata"),
+                                        strict=True, **{k: v for k, v in c.kwargs.items()
+                                                        if k not in ("softmax_scale", "forward_metadata")})
+    except Exception:
+        return
+    q, k, v = call.args[:3]
+    q3, k3, v3 = (x.flatten(0, 1) if x.dim() == 4 else x for x in (q, k, v))
+    read_qk = torch.zeros(q3.shape[0], dtype=torch.bool)
+    read_v = torch.zeros(v3.shape[0], dtype=torch.bool)
+    for b in range(plan.num_sequences):
+        n = int(plan.lengths[b])
+        if n > 0:
+            read_qk[int(plan.qk_start[b]):int(plan.qk_start[b]) + n] = True
+            read_v[int(plan.v_start[b]):int(plan.v_start[b]) + n] = True
+    with torch.no_grad():
+        q3[~read_qk.to(q3.device)] = float("nan")
+        k3[~read_qk.to(k3.device)] = float("nan")
+        v3[~read_v.to(v3.device)] = float("nan")

@@ -48,68 +48,6 @@ FEATURES = {
 }
 
 
-def _replace(problem, **changes):
-    changed = {k: v for k, v in changes.items() if getattr(problem, k) != v}
-    return dataclasses.replace(problem, **changed) if changed else None
-
-
-def _lora_without_segment(p, b: int):
-    keep = [i for i in range(len(p.seg_lens)) if i != b]
-    # the host counts described the segments there were; the padding must still hold the real ones
-    return dataclasses.replace(p, seg_lens=tuple(p.seg_lens[i] for i in keep),
-                               weight_indices=tuple(p.weight_indices[i] for i in keep),
-                               eager_counts=None, stale_host_ints=None, graph_tail=False)
-
-
-def _shorter(n: int) -> list:
-    return sorted({x for x in (1, 2, n // 2, n - 1) if 0 < x < n})
-
-
-def _lora_simplifications(p) -> Iterator:
-    for b in reversed(range(len(p.seg_lens))):
-        yield _lora_without_segment(p, b)
-    for b, n in enumerate(p.seg_lens):
-        for m in _shorter(n):
-            yield dataclasses.replace(p, seg_lens=p.seg_lens[:b] + (m,) + p.seg_lens[b + 1:], eager_counts=None,
-                                      stale_host_ints=None)
-    yield _replace(p, H=1)
-    yield _replace(p, extra_rows=0)
-    yield _replace(p, seg_lens_drift=None, eager_counts=None, max_len_slack=0)
-    yield _replace(p, with_max_len=True)
-    yield _replace(p, stale_host_ints=None)
-    yield _replace(p, graph_tail=False)
-    yield _replace(p, strided=False, offset_views=False)
-    yield _replace(p, poison_beyond_rank=None)
-    yield _replace(p, base_dtype=None)
-    order = list(dict.fromkeys(w for w in p.weight_indices if 0 <= w < len(p.lora_ranks)))
-    if order and len(order) == len(set(p.weight_indices)) and order != list(range(len(p.lora_ranks))):
-        # only the slots the segments use, numbered 0.. in order of first use
-        yield dataclasses.replace(p, weight_indices=tuple(order.index(w) for w in p.weight_indices),
-                                  lora_ranks=tuple(p.lora_ranks[w] for w in order),
-                                  scalings=tuple(p.scalings[w] for w in order))
-
-
-def _vision_without_sequence(p, b: int):
-    keep = [i for i in range(len(p.lengths)) if i != b]
-    gaps = tuple(p.gaps[i] for i in keep) if p.gaps else ()
-    return dataclasses.replace(p, lengths=tuple(p.lengths[i] for i in keep), gaps=gaps)
-
-
-def _vision_simplifications(p) -> Iterator:
-    for b in reversed(range(len(p.lengths))):
-        yield _vision_without_sequence(p, b)
-    for b, n in enumerate(p.lengths):
-        for m in _shorter(n):
-            yield dataclasses.replace(p, lengths=p.lengths[:b] + (m,) + p.lengths[b + 1:])
-    yield _replace(p, H=1, H_kv=None)
-    yield _replace(p, extra_tokens=0)
-    yield _replace(p, four_d=False, batch=1)
-    yield _replace(p, layout="contiguous")
-    yield _replace(p, sequence_lengths_4d=False, max_seqlen_kind="int")
-    yield _replace(p, full_call=False)
-    yield _replace(p, logit_scale=1.0)
-
-
 def _plainer_mutations(m) -> Iterator:
     """Mutations plainer than ``m``: for a malformed one, each upstream-contract and partial-metadata kind
     of its family (``drop_max_len_and_seg_lens`` says "missing max_len" plainer than a broken indptr
@@ -131,9 +69,7 @@ def simplifications(case) -> Iterator:
         for m in _plainer_mutations(case.mutation):
             yield type(case)(case.problem, m)
     p = case.problem
-    own = getattr(p, "simplifications", None)  # a family whose problem knows its own (csgmv)
-    for variant in (own() if callable(own) else
-                    _lora_simplifications(p) if p.family == "lora" else _vision_simplifications(p)):
+    for variant in p.simplifications():  # each family's problem knows its own
         if variant is not None and variant != p:
             yield type(case)(variant, case.mutation)
 
@@ -141,19 +77,7 @@ def simplifications(case) -> Iterator:
 def features(case) -> Iterator:
     """``(feature, variant)`` of every feature of :data:`FEATURES` that ``case`` has, the variant
     without it (Note [Minimal examples])."""
-    p = case.problem
-    if p.family == "lora":
-        slot = p.weight_indices[0] if p.weight_indices else 0
-        variants = {"permutation": _replace(p, permute=False),
-                    "slot": _replace(p, weight_indices=tuple(slot for _ in p.weight_indices)),
-                    "rank": _replace(p, lora_ranks=tuple(p.R for _ in p.lora_ranks)),
-                    "scaling": _replace(p, scalings=tuple(1.0 for _ in p.scalings)),
-                    "cuda graph": _replace(p, cuda_graph_pad_to=None, stale_host_ints=None, graph_tail=False)}
-    elif callable(getattr(p, "feature_variants", None)):  # a family whose problem knows its own (csgmv)
-        variants = p.feature_variants()
-    else:
-        variants = {"offsets": _replace(p, v_shift=0, o_shift=0)}
-    for name, variant in variants.items():
+    for name, variant in case.problem.feature_variants().items():  # each family's problem knows its own
         if variant is not None:
             yield name, type(case)(variant, case.mutation)
 

@@ -99,11 +99,11 @@ def test_the_mutant_table_takes_a_registered_family(toy):
         Mutant("nope_mutant", "nope", "no such family", patches)
 
 
-def _planted_cases(*, ops, dtypes, declines, categories):
+def _planted_cases(*, ops, dtypes, declines, categories, limits, big):
     """A record's ``cases``: records what it was asked and draws one marker."""
     import hypothesis.strategies as st
 
-    return st.just(("planted cases", ops, tuple(dtypes), tuple(declines), tuple(categories)))
+    return st.just(("planted cases", ops, tuple(dtypes), tuple(declines), tuple(categories), limits, big))
 
 
 def _planted_selfcheck(device, cases, seed):
@@ -126,11 +126,11 @@ def test_a_records_own_cases_are_what_cases_draws():
                                     strategies="kernel_oracle.fuzz.strategies:vision_problems",
                                     cases=f"{__name__}:_planted_cases"))
     try:
-        drawn = find(cases("toy", ops=("toy_op",), dtypes=("float32",), declines=("x",), categories=("valid",)),
-                     lambda _: True)
+        drawn = find(cases("toy", ops=("toy_op",), dtypes=("float32",), declines=("x",), categories=("valid",),
+                           limits="medium", big=True), lambda _: True)
     finally:
         unregister_family(record.name)
-    assert drawn == ("planted cases", ("toy_op",), ("float32",), ("x",), ("valid",))
+    assert drawn == ("planted cases", ("toy_op",), ("float32",), ("x",), ("valid",), "medium", True)
 
 
 def test_a_records_own_selfcheck_rows_come_after_the_generic_loop(monkeypatch):
@@ -171,3 +171,52 @@ def test_a_records_own_comparison_judges_its_outputs():
         register_family(real)
     assert [f.name for f in families()] == order and get_family("csgmv") is real
     assert not verdict.ok and "a planted comparison" in verdict.message
+
+
+def test_the_shared_modules_read_each_family_from_its_problem_and_record():
+    """materialize, the size bounds, the example size, the shape class, the simplifications and the feature
+    variants of a problem are its own methods, and the verdict's element locator its record's: a planted
+    problem class and record are what the shared modules call."""
+    from kernel_oracle.harness.check import shape_class
+    from kernel_oracle.harness.malformed import case_elements
+    from kernel_oracle.harness.problem_dict import _check_sizes
+    from kernel_oracle.harness.problems import materialize
+    from kernel_oracle.harness.simplify import features, simplifications
+
+    class Planted:
+        family = "toy"
+
+        def materialize(self, device, metadata_helper=None):
+            return ("called", device, metadata_helper)
+
+        def sizes(self):
+            return {"n": -1}, 0
+
+        def example_size(self):
+            return 42
+
+        def shape_class(self):
+            return "planted"
+
+        def simplifications(self):
+            return iter(("smaller",))
+
+        def feature_variants(self):
+            return {"permutation": "plainer"}
+
+    p, case = Planted(), type("C", (), {})()
+    case.problem, case.mutation = p, None
+    assert materialize(p, "cpu", "helper") == ("called", "cpu", "helper")
+    with pytest.raises(ValueError, match="n=.* is negative"):
+        _check_sizes(type("P", (Planted,), {"n": -1})())
+    assert case_elements(case) == 42
+    assert shape_class(type("K", (), {"mutation": None, "problem": p})()) == "planted"
+    assert [type(c).__name__ for c in simplifications(_CaseLike(p))] == ["_CaseLike"]
+    assert [(n, c.problem) for n, c in features(_CaseLike(p))] == [("permutation", "plainer")]
+
+
+class _CaseLike:
+    """What simplify reads of a case: the problem and the mutation, rebuilt by its type."""
+
+    def __init__(self, problem, mutation=None):
+        self.problem, self.mutation = problem, mutation
