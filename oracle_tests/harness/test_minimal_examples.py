@@ -119,3 +119,17 @@ def test_a_malformation_that_alone_breaks_rows_stays_a_validation_gap(user_targe
     verdict = check_case(target, Case(problem, Mutation("lora", "seg_indptr_past_rows", 0, 2)), "cpu")
     assert verdict.seen_through is None
     assert verdict.ok or verdict.kind == "validation-gap"
+
+
+def test_an_example_of_a_family_without_words_of_its_own_lists_its_fields():
+    """A csgmv example is its own fields (segments, slots, ranks, the graph padding), not a vision problem's
+    words read from fields it does not have ("no sequence, H=None, D=None")."""
+    from kernel_oracle.harness.headline import example_text
+    from kernel_oracle.harness.problem_csgmv import CsgmvProblem
+    from kernel_oracle.harness.problems import problem_to_dict
+
+    p = CsgmvProblem(op="csgmv_shrink", seg_lens=(3, 0, 2), weight_indices=(0, 1, 0), lora_ranks=(8, 0),
+                     scalings=(1.0, 0.5), permutation=(4, 3, 2, 1, 0), use_cuda_graph=True, graph_pad_to=5)
+    text = example_text({"op": p.op, "dtype": p.dtype, "problem": {"problem": problem_to_dict(p)}})
+    assert text.startswith("csgmv_shrink float32: seg_lens [3, 0, 2], weight_indices [0, 1, 0], lora_ranks [8, 0]")
+    assert "graph_pad_to 5" in text and "use_cuda_graph True" in text and "sequence" not in text
