@@ -32,7 +32,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
     import tomli as tomllib  # type: ignore[no-redef]
 
-__all__ = ["DataFileError", "MAX_BYTES", "MAX_DEPTH", "loads_json", "loads_toml", "read_text", "write_text"]
+__all__ = ["DataFileError", "MAX_BYTES", "MAX_DEPTH", "loads_json", "loads_toml", "read_text", "write_bytes", "write_text"]
 
 # the largest file read back (a long campaign's findings.jsonl holds a few MB)
 MAX_BYTES = 256 * 2**20
@@ -122,11 +122,17 @@ def read_text(path: PathLike, what: str = "") -> str:
 def write_text(path: PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` through a new file renamed over it: a symlink at ``path`` is replaced,
     never followed (Note [Files as data]).  ``OSError`` when the directory cannot take it."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` as :func:`write_text` does: through a new file of a name no other writer
+    has (processes writing one path at once each rename a whole file over it), renamed over ``path``."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:

@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from kernel_oracle.harness.data_files import write_bytes
+
 from .sglang_switches import LoraEnvs, ReleaseConfiguration, declared_switches, hardware_pdl
 
 __all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "ReleaseFiles", "STAND_INS", "cache_dir", "code_identity",
@@ -124,9 +126,7 @@ def wheel_release(path: str | os.PathLike) -> ReleaseFiles:
         data = zf.read(name)
         if not target.exists() or target.read_bytes() != data:
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(".tmp")
-            tmp.write_bytes(data)
-            tmp.replace(target)
+            write_bytes(target, data)  # a temporary file of its own: pytest workers extract one release at once
         return target
 
     return ReleaseFiles(version, f"wheel {path}", names, read, disk)
