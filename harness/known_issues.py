@@ -13,7 +13,7 @@ file of one's own may list top-level ``[[issue]]`` tables instead, each with its
 the field.  :func:`match_known` decides whether a finding record is one of them:
 
 * the target is one of the upstream :data:`FAMILIES` (its name before ``==`` or ``@``: ``sglang``,
-  ``sglang-trt``, ``flashinfer-cudnn``, ``torch-varlen``), never a user's module, whatever its name
+  ``sglang-trt``, ``sglang-v2``, ``sglang-csgmv``, ``flashinfer-cudnn``, ``torch-varlen``), never a user's module, whatever its name
   (``sglang_mine`` is no release), and its name matches the entry's ``target`` pattern (``fnmatch``:
   ``sglang*`` covers ``sglang``, ``sglang-trt`` and ``sglang==0.5.23``); the op is the entry's (an op,
   or a family: ``lora`` covers every LoRA op) and the kind is the entry's;
@@ -53,6 +53,7 @@ from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_tex
 from kernel_oracle.harness.defects import REGISTRY, Defect, DefectError, parse_defects
 from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS
 from kernel_oracle.harness.schema import FINDING_KINDS
+from kernel_oracle.harness.targets import RELEASE_NAMES
 from kernel_oracle.harness.triggers import TRIGGERS, trigger_holds
 
 __all__ = ["DEFAULT_PATH", "ENV_VAR", "FAMILIES", "KnownIssue", "KnownIssuesError", "family_of",
@@ -67,7 +68,8 @@ _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _OP = re.compile(r"[a-z][a-z0-9_]*")  # an op or family name (oracle_tests/harness/test_known_issues.py checks it exists)
 # the upstream targets a known issue may be of: built-in target names (a test checks them against the
 # registry); a target's family is its name before "==" or "@"
-FAMILIES = ("sglang", "sglang-trt", "sglang-v2", "flashinfer-cudnn", "torch-varlen")
+# the upstream target names: every SGLang release kind (harness/targets.RELEASE_NAMES) and the other upstream codes
+FAMILIES = (*RELEASE_NAMES, "flashinfer-cudnn", "torch-varlen")
 # the release of a target name: sglang==0.5.23, or before a configuration, sglang-trt==0.5.13@cublas=on
 _VERSION_IN_NAME = re.compile(r"==\s*([0-9][0-9A-Za-z.+-]*)(?:@[^@]*)?$")
 

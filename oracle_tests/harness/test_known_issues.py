@@ -177,8 +177,8 @@ def _toml(**fields) -> str:
                         "LoRA op); a catch-all could hide a bug of any op"),
     # catch-alls (Note [Known issues]): an entry names an upstream target's family and an op
     (dict(op="*"), "op='*' must be an op name such as 'step_a_q' or 'vision', or a family"),
-    *((dict(target=t), f"target={t!r} must start with an upstream target's name (sglang, sglang-trt, sglang-v2, flashinfer-cudnn, "
-                       f"torch-varlen), e.g. 'sglang==*'; a catch-all could hide a bug of any target")
+    *((dict(target=t), f"target={t!r} must start with an upstream target's name (sglang, sglang-trt, sglang-v2, sglang-csgmv, "
+                       f"flashinfer-cudnn, torch-varlen), e.g. 'sglang==*'; a catch-all could hide a bug of any target")
       for t in ("*", "s*", "sgl?ng==*", "sglang_mine", "my_kernels", "[s]glang")),
     (dict(id="A B"), "id='A B' must be lower-case words joined by '-'"),
     (dict(upstream="http://x"), "upstream='http://x' must be an https link"),
@@ -486,3 +486,22 @@ def test_an_unknown_trigger_is_refused(tmp_path):
     with pytest.raises(KnownIssuesError, match=r"trigger='no_such_trigger' is unknown; the only valid values are "
                                                r"\['lora_rank_above_buffer'\]"):
         load_known_issues(path)
+
+
+def test_a_rule_may_name_sglangs_csgmv_kernels():
+    """sglang-csgmv is an upstream target kind like the kv_b ones: a rule naming it matches its findings, and
+    a file's rule of that target loads."""
+    from kernel_oracle.harness.known_issues import KnownIssue
+
+    issue = KnownIssue("csgmv-x", "t", "sglang-csgmv==*", "csgmv", "mismatch", "https://example.org", ("0.5.12",), "d")
+    finding = {"target": "sglang-csgmv==0.5.12", "op": "csgmv_shrink", "kind": "mismatch", "message": "x"}
+    assert issue.matches(finding, "sglang-csgmv==0.5.12")
+    assert not issue.matches({**finding, "target": "sglang_csgmv_mine"}, "sglang_csgmv_mine")
+
+
+def test_a_csgmv_rule_in_a_file_loads(tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text('[[issue]]\nid = "csgmv-x"\ntitle = "t"\ntarget = "sglang-csgmv*"\nop = "csgmv_expand"\n'
+                    'kind = "mismatch"\nmessage = "differ"\nupstream = "https://example.org"\nreleases = ["*"]\ndoc = "d"\n')
+    (issue,) = load_known_issues(path)
+    assert issue.target == "sglang-csgmv*"
