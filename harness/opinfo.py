@@ -31,7 +31,9 @@ An OpInfo checks itself on construction and says why when it is inconsistent.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
@@ -62,6 +64,9 @@ class OpInfo:
     exhaustive_inputs: Callable[[str, torch.dtype], Iterator[Sample]]
     error_inputs: Callable[[str], Iterator[ErrorInput]]
     contracts: tuple[str, ...] = field(default=())
+    # a random well-formed problem for the selfcheck, ``f(op, rng, dtype name)`` (None: the family's record
+    # names its own selfcheck rows)
+    random_inputs: Optional[Callable[[str, random.Random, str], object]] = None
 
     def __post_init__(self) -> None:
         for what in ("oracle", "reference"):
@@ -422,6 +427,38 @@ def _vision_data_errors() -> Iterator[ErrorInput]:
 
 
 
+def random_lora_problem(op: str, rng: random.Random, dtype: str) -> LoRAProblem:
+    """A random well-formed LoRA problem of the selfcheck (Note [Selfcheck] in kernel_oracle/jobs/selfcheck.py)."""
+    R = rng.choice((8, 16, 32))
+    L = rng.randint(1, 3)
+    n = rng.randint(1, 6)
+    lens = tuple(rng.choice((0, 1, 1, 2, 3, 5, 8, 13)) for _ in range(n))
+    p = LoRAProblem(
+        op=op, seg_lens=lens, weight_indices=tuple(rng.randrange(L) for _ in range(n)),
+        lora_ranks=tuple(rng.choice((0, 1, R // 2, R, R + 8)) for _ in range(L)),
+        scalings=tuple(round(rng.uniform(-2.0, 2.0), 3) for _ in range(L)),
+        H=rng.randint(1, 3), qk=rng.choice((16, 24, 48)), vd=rng.choice((16, 40)), C=rng.choice((32, 48, 64)),
+        R=R, extra_rows=rng.randint(0, 3), permute=rng.random() < 0.5,
+        cuda_graph_pad_to=(n + rng.randint(0, 4) if rng.random() < 0.3 else None),
+        with_max_len=rng.random() < 0.7, strided=rng.random() < 0.25,
+        dtype=dtype, seed=rng.randrange(2**31),
+    )
+    return p if p.with_max_len or p.with_seg_lens else dataclasses.replace(p, with_max_len=True)
+
+
+def random_vision_problem(op: str, rng: random.Random, dtype: str) -> VisionProblem:
+    """A random well-formed vision problem of the selfcheck (Note [Selfcheck] in kernel_oracle/jobs/selfcheck.py)."""
+    return VisionProblem(
+        lengths=tuple(rng.choice((0, 1, 3, 7, 16, 24)) for _ in range(rng.randint(1, 4))),
+        H=rng.randint(1, 3), D=rng.choice((8, 16, 24, 32)), dtype=dtype,
+        layout=rng.choice(("contiguous", "v_strided")), v_shift=rng.randint(0, 2), o_shift=rng.randint(0, 2),
+        extra_tokens=rng.randint(0, 3), path=rng.choice(("metadata", "kwargs")),
+        max_seqlen_kind=rng.choice(("int", "cpu_tensor", "device_tensor")), four_d=rng.random() < 0.3,
+        softmax_scale=(None if rng.random() < 0.6 else round(rng.uniform(0.05, 0.5), 3)),
+        seed=rng.randrange(2**31),
+    )
+
+
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 LORA_OPINFOS = tuple(
@@ -431,6 +468,7 @@ LORA_OPINFOS = tuple(
         exhaustive_inputs=_lora_samples(op, LORA_EXHAUSTIVE_CASES),
         error_inputs=_lora_errors(op),
         contracts=("lora.missing_max_len",),
+        random_inputs=random_lora_problem,
     )
     for op in ref_lora.LORA_OPS
 )
@@ -441,6 +479,7 @@ VISION_OPINFO = OpInfo(
     exhaustive_inputs=_vision_samples(VISION_EXHAUSTIVE_CASES),
     error_inputs=_vision_errors,
     contracts=tuple(c.id for c in CONTRACTS.values() if c.api == "vision" and c.origin == "upstream"),
+    random_inputs=random_vision_problem,
 )
 
 

@@ -2,8 +2,8 @@
 
 Note [Selfcheck]
 ----------------
-Before the suite trusts the references as oracles, it checks them: every lora and vision OpInfo's
-sample inputs plus ``cases`` random variations per (op, dtype) run through
+Before the suite trusts the references as oracles, it checks them: every OpInfo's sample inputs plus
+``cases`` random variations per (op, dtype) (its ``random_inputs``) run through
 
 * the float64 oracle, against :mod:`kernel_oracle.independent` (a formulation sharing no code with
   the reference): rows with ``dtype="float64"`` (the inputs come from each dtype's samples);
@@ -29,7 +29,6 @@ region, float; None for error rows), ``allowed`` (the error the rule allows; Non
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import Iterator
 
@@ -42,42 +41,15 @@ _DTYPE_NAME = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float
 
 
 def random_samples(info, dtype: torch.dtype, cases: int, seed: int) -> Iterator:
-    """``cases`` random, well-formed problems for ``info`` (deterministic in ``seed``)."""
+    """``cases`` random, well-formed problems for ``info`` (deterministic in ``seed``): its OpInfo's
+    ``random_inputs``; none for a family with its own selfcheck rows (its record's ``selfcheck``)."""
     from kernel_oracle.harness.opinfo import Sample
-    from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 
     rng = random.Random(f"selfcheck-{seed}-{info.name}-{_DTYPE_NAME[dtype]}")
-    if info.family not in ("lora", "vision"):  # a family with its own selfcheck rows (its record's ``selfcheck``)
+    if info.random_inputs is None:
         return
     for i in range(cases):
-        if info.family == "lora":
-            R = rng.choice((8, 16, 32))
-            L = rng.randint(1, 3)
-            n = rng.randint(1, 6)
-            lens = tuple(rng.choice((0, 1, 1, 2, 3, 5, 8, 13)) for _ in range(n))
-            p = LoRAProblem(
-                op=info.name, seg_lens=lens, weight_indices=tuple(rng.randrange(L) for _ in range(n)),
-                lora_ranks=tuple(rng.choice((0, 1, R // 2, R, R + 8)) for _ in range(L)),
-                scalings=tuple(round(rng.uniform(-2.0, 2.0), 3) for _ in range(L)),
-                H=rng.randint(1, 3), qk=rng.choice((16, 24, 48)), vd=rng.choice((16, 40)), C=rng.choice((32, 48, 64)),
-                R=R, extra_rows=rng.randint(0, 3), permute=rng.random() < 0.5,
-                cuda_graph_pad_to=(n + rng.randint(0, 4) if rng.random() < 0.3 else None),
-                with_max_len=rng.random() < 0.7, strided=rng.random() < 0.25,
-                dtype=_DTYPE_NAME[dtype], seed=rng.randrange(2**31),
-            )
-        else:
-            p = VisionProblem(
-                lengths=tuple(rng.choice((0, 1, 3, 7, 16, 24)) for _ in range(rng.randint(1, 4))),
-                H=rng.randint(1, 3), D=rng.choice((8, 16, 24, 32)), dtype=_DTYPE_NAME[dtype],
-                layout=rng.choice(("contiguous", "v_strided")), v_shift=rng.randint(0, 2), o_shift=rng.randint(0, 2),
-                extra_tokens=rng.randint(0, 3), path=rng.choice(("metadata", "kwargs")),
-                max_seqlen_kind=rng.choice(("int", "cpu_tensor", "device_tensor")), four_d=rng.random() < 0.3,
-                softmax_scale=(None if rng.random() < 0.6 else round(rng.uniform(0.05, 0.5), 3)),
-                seed=rng.randrange(2**31),
-            )
-        if p.family == "lora" and not p.with_max_len and not p.with_seg_lens:
-            p = dataclasses.replace(p, with_max_len=True)
-        yield Sample(p, f"random-{i}")
+        yield Sample(info.random_inputs(info.name, rng, _DTYPE_NAME[dtype]), f"random-{i}")
 
 
 def _row(info, dtype: str, case: str, passed: bool, err, allowed, ratio, message: str) -> dict:
