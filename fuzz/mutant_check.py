@@ -12,6 +12,7 @@ from typing import Optional
 
 from kernel_oracle.harness.check import check_case
 
+from .stream import declined_in_family
 from .strategies import ALL_DTYPES, cases
 from .targets import resolve_target
 from .targets.mutants import get_mutant
@@ -53,11 +54,9 @@ def check_mutant(name: str, *, max_examples: int = 80, device: Optional[str] = N
     if not target.available:
         return KillResult(name, mutant.family, mutant.description, False, 0, 0.0, error=target.reason)
     ops = mutant.ops if mutant.ops is not None else target.ops(mutant.family)
-    # the ops of a family with several (a mutant searched only in its own op); what the target declines,
-    # for the families whose targets decline features (our LoRA kernels decline none)
-    strategy = cases(mutant.family, categories=mutant.categories, dtypes=target.dtypes(ALL_DTYPES),
-                     ops=ops if mutant.family != "vision" else None, limits=limits,
-                     declines=tuple(target.declines) if mutant.family != "lora" else ())
+    # the mutant's own op where it names one; what the target declines of the mutant's family
+    strategy = cases(mutant.family, categories=mutant.categories, dtypes=target.dtypes(ALL_DTYPES), ops=ops,
+                     limits=limits, declines=tuple(d for d in target.declines if declined_in_family(mutant.family, d)))
     state = {"n": 0, "verdict": None, "case": None}
 
     @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-__all__ = ["PREDICTED_RUNS", "TIME_CHUNK_EXAMPLES", "CampaignStream", "campaign_strategy", "excluded_dtypes",
-           "predicted_run", "run_seed"]
+__all__ = ["PREDICTED_RUNS", "TIME_CHUNK_EXAMPLES", "CampaignStream", "campaign_strategy", "declined_in_family",
+           "excluded_dtypes", "predicted_run", "run_seed"]
 
 # examples per Hypothesis run of a time-boxed campaign: its budget is checked between runs (once the time is
 # spent, examples return at once but Hypothesis would keep generating them)
@@ -75,12 +75,12 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
     if not ops or not dtypes:
         return ops, dtypes, None
     categories = ("valid", "partial", "upstream") + (() if upstream_contracts_only else ("malformed",))
-    strategy = cases(family, categories=categories, dtypes=dtypes, ops=ops if family != "vision" else None,
-                     limits=limits, declines=tuple(d for d in info.get("declines") or () if _declined_in(family, d)))
+    strategy = cases(family, categories=categories, dtypes=dtypes, ops=ops, limits=limits,
+                     declines=tuple(d for d in info.get("declines") or () if declined_in_family(family, d)))
     return ops, dtypes, strategy
 
 
-def _declined_in(family: str, feature: str) -> bool:
+def declined_in_family(family: str, feature: str) -> bool:
     """Whether a target's declined ``feature`` belongs to ``family``: a feature named with a registered
     family's prefix (``lora.``, ``csgmv.``) is that family's; vision names its features with none."""
     from kernel_oracle.harness.families import FAMILY_OPS
@@ -94,7 +94,7 @@ def left_out_notes(info: dict, target: str, family: str) -> list:
     the dtypes it excludes, and what it declines (LoRA: upstream contracts; vision: features of the call)."""
     notes = [f"{target}: {d} not fuzzed: {why}" for d, why in excluded_dtypes(info, family).items()]
     return notes + [f"{target}: no {feature} cases: {why}" for feature, why in (info.get("declines") or {}).items()
-                    if _declined_in(family, feature)]
+                    if declined_in_family(family, feature)]
 
 
 def excluded_dtypes(info: dict, family: str) -> dict:
