@@ -32,7 +32,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
     import tomli as tomllib  # type: ignore[no-redef]
 
-__all__ = ["DataFileError", "MAX_BYTES", "MAX_DEPTH", "loads_json", "loads_toml", "read_text", "write_bytes", "write_text"]
+__all__ = ["DataFileError", "MAX_BYTES", "MAX_DEPTH", "loads_json", "loads_toml", "read_text", "write_bytes",
+           "write_text"]
 
 # the largest file read back (a long campaign's findings.jsonl holds a few MB)
 MAX_BYTES = 256 * 2**20

@@ -40,8 +40,9 @@ class Family:
     ``"module:function"`` of its Hypothesis problem strategy; ``benchmark``: the module of its
     benchmark shapes (None: none); ``cases``: ``"module:function"`` of its case strategy,
     ``f(*, ops, dtypes, declines, categories, limits, big)``, which draws the categories it has among those
-    asked (:func:`kernel_oracle.fuzz.strategies.cases` calls it; None: the family has no cases to fuzz); ``selfcheck``: ``"module:function"`` of its own selfcheck rows, ``f(device, cases,
-    seed)`` (None: the generic loop of :mod:`kernel_oracle.jobs.selfcheck`); ``mismatch``:
+    asked (:func:`kernel_oracle.fuzz.strategies.cases` calls it; None: the family has no cases to fuzz);
+    ``selfcheck``: ``"module:function"`` of its own selfcheck rows, ``f(device, cases, seed)`` (None: the
+    generic loop of :mod:`kernel_oracle.jobs.selfcheck`); ``mismatch``:
     ``"module:function"`` of its oracle's own comparison, ``f(baseline, actual, out_dtype, repro)`` -> the
     reason or None, which judges a returned output in place of the tolerance rule (None: the tolerance rule,
     :func:`kernel_oracle.reference.tolerance.compare`); ``locator``: ``"module:function"``, ``f(call)`` ->

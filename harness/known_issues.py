@@ -13,8 +13,8 @@ file of one's own may list top-level ``[[issue]]`` tables instead, each with its
 the field.  :func:`match_known` decides whether a finding record is one of them:
 
 * the target is one of the upstream :data:`FAMILIES` (its name before ``==`` or ``@``: ``sglang``,
-  ``sglang-trt``, ``sglang-v2``, ``sglang-csgmv``, ``flashinfer-cudnn``, ``torch-varlen``), never a user's module, whatever its name
-  (``sglang_mine`` is no release), and its name matches the entry's ``target`` pattern (``fnmatch``:
+  ``sglang-trt``, ``sglang-v2``, ``sglang-csgmv``, ``flashinfer-cudnn``, ``torch-varlen``), never a user's
+  module, whatever its name (``sglang_mine`` is no release), and its name matches the entry's ``target`` pattern (``fnmatch``:
   ``sglang*`` covers ``sglang``, ``sglang-trt`` and ``sglang==0.5.23``); the op is the entry's (an op,
   or a family: ``lora`` covers every LoRA op) and the kind is the entry's;
 * every regular expression the entry gives is found: ``message`` in the finding's message,
@@ -66,9 +66,9 @@ _FIELDS = ("id", "title", "target", "op", "kind", "upstream", "releases", "doc")
 _OPTIONAL = ("message", "bucket", "trigger")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _OP = re.compile(r"[a-z][a-z0-9_]*")  # an op or family name (oracle_tests/harness/test_known_issues.py checks it exists)
-# the upstream targets a known issue may be of: built-in target names (a test checks them against the
-# registry); a target's family is its name before "==" or "@"
-# the upstream target names: every SGLang release kind (harness/targets.RELEASE_NAMES) and the other upstream codes
+# the upstream targets a known issue may be of: every SGLang release kind (harness/targets.RELEASE_NAMES) and
+# the other built-in upstream codes (a test checks them against the registry); a target's family is its name
+# before "==" or "@"
 FAMILIES = (*RELEASE_NAMES, "flashinfer-cudnn", "torch-varlen")
 # the release of a target name: sglang==0.5.23, or before a configuration, sglang-trt==0.5.13@cublas=on
 _VERSION_IN_NAME = re.compile(r"==\s*([0-9][0-9A-Za-z.+-]*)(?:@[^@]*)?$")

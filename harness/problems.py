@@ -150,7 +150,7 @@ class LoRAProblem:
     def example_size(self) -> int:
         """Its size when the smallest example of a finding is picked: rows times heads times the widest head or
         rank dimension."""
-        return (sum(self.seg_lens) + self.extra_rows) * self.H * max(self.qk, self.vd, self.C, self.R)
+        return self.S * self.H * max(self.qk, self.vd, self.C, self.R)
 
     def shape_class(self) -> str:
         """A coarse class for grouping results: ``empty``, ``decode`` (one-row segments), ``prefill``,

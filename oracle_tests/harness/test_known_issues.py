@@ -177,8 +177,9 @@ def _toml(**fields) -> str:
                         "LoRA op); a catch-all could hide a bug of any op"),
     # catch-alls (Note [Known issues]): an entry names an upstream target's family and an op
     (dict(op="*"), "op='*' must be an op name such as 'step_a_q' or 'vision', or a family"),
-    *((dict(target=t), f"target={t!r} must start with an upstream target's name (sglang, sglang-trt, sglang-v2, sglang-csgmv, "
-                       f"flashinfer-cudnn, torch-varlen), e.g. 'sglang==*'; a catch-all could hide a bug of any target")
+    *((dict(target=t), f"target={t!r} must start with an upstream target's name (sglang, sglang-trt, sglang-v2, "
+                       f"sglang-csgmv, flashinfer-cudnn, torch-varlen), e.g. 'sglang==*'; a catch-all could hide a bug "
+                       f"of any target")
       for t in ("*", "s*", "sgl?ng==*", "sglang_mine", "my_kernels", "[s]glang")),
     (dict(id="A B"), "id='A B' must be lower-case words joined by '-'"),
     (dict(upstream="http://x"), "upstream='http://x' must be an https link"),
@@ -502,6 +503,7 @@ def test_a_rule_may_name_sglangs_csgmv_kernels():
 def test_a_csgmv_rule_in_a_file_loads(tmp_path):
     path = tmp_path / "k.toml"
     path.write_text('[[issue]]\nid = "csgmv-x"\ntitle = "t"\ntarget = "sglang-csgmv*"\nop = "csgmv_expand"\n'
-                    'kind = "mismatch"\nmessage = "differ"\nupstream = "https://example.org"\nreleases = ["*"]\ndoc = "d"\n')
+                    'kind = "mismatch"\nmessage = "differ"\nupstream = "https://example.org"\nreleases = ["*"]\n'
+                    'doc = "d"\n')
     (issue,) = load_known_issues(path)
     assert issue.target == "sglang-csgmv*"

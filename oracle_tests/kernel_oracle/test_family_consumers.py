@@ -175,8 +175,7 @@ def test_a_records_own_comparison_judges_its_outputs():
 
 def test_the_shared_modules_read_each_family_from_its_problem_and_record():
     """materialize, the size bounds, the example size, the shape class, the simplifications and the feature
-    variants of a problem are its own methods, and the verdict's element locator its record's: a planted
-    problem class and record are what the shared modules call."""
+    variants of a problem are its own methods: a planted problem class is what the shared modules call."""
     from kernel_oracle.harness.check import shape_class
     from kernel_oracle.harness.malformed import case_elements
     from kernel_oracle.harness.problem_dict import _check_sizes
@@ -204,14 +203,13 @@ def test_the_shared_modules_read_each_family_from_its_problem_and_record():
         def feature_variants(self):
             return {"permutation": "plainer"}
 
-    p, case = Planted(), type("C", (), {})()
-    case.problem, case.mutation = p, None
+    p = Planted()
     assert materialize(p, "cpu", "helper") == ("called", "cpu", "helper")
     with pytest.raises(ValueError, match="n=.* is negative"):
         _check_sizes(type("P", (Planted,), {"n": -1})())
-    assert case_elements(case) == 42
-    assert shape_class(type("K", (), {"mutation": None, "problem": p})()) == "planted"
-    assert [type(c).__name__ for c in simplifications(_CaseLike(p))] == ["_CaseLike"]
+    assert case_elements(_CaseLike(p)) == 42
+    assert shape_class(_CaseLike(p)) == "planted"
+    assert [c.problem for c in simplifications(_CaseLike(p))] == ["smaller"]
     assert [(n, c.problem) for n, c in features(_CaseLike(p))] == [("permutation", "plainer")]
 
 
