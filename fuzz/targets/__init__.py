@@ -14,7 +14,7 @@ from kernel_oracle.harness.targets import Target, TargetError, TargetSources, Ta
 
 from . import (flashinfer_cudnn, module_spec, mutants, reference, sglang, sglang_csgmv_target,  # noqa: F401 - register
                torch_varlen, triton)
-from .registry import builtin_targets, register_target, resolve_target, target_configuration
+from .registry import builtin_targets, register_target, resolve_target, serves, target_configuration
 
 __all__ = ["Target", "TargetError", "TargetSources", "TargetSpec", "builtin_targets", "register_target",
-           "resolve_target", "target_configuration", "unavailable"]
+           "resolve_target", "serves", "target_configuration", "unavailable"]

@@ -385,4 +385,4 @@ def flashinfer_cudnn_target(device, spec=None):
 
 
 register_target("flashinfer-cudnn", lambda spec, device, sources: flashinfer_cudnn_target(device, spec),
-                configuration={"engine": tuple(ENGINE_RELEASES)})
+                configuration={"engine": tuple(ENGINE_RELEASES)}, families=("vision",))

@@ -23,23 +23,36 @@ from kernel_oracle.harness import oracle_integrity
 from kernel_oracle.harness.entry_signatures import check_entries
 from kernel_oracle.harness.targets import Target, TargetError, TargetSources, TargetSpec
 
-__all__ = ["Factory", "builtin_targets", "register_target", "resolve_target", "target_configuration"]
+__all__ = ["Factory", "builtin_targets", "register_target", "resolve_target", "serves", "target_configuration"]
 
 Factory = Callable[[TargetSpec, str, TargetSources], Target]
 _FACTORIES: dict[str, Factory] = {}
 _CONFIGURATION: dict[str, dict[str, tuple[str, ...]]] = {}
+_FAMILIES: dict[str, tuple[str, ...]] = {}
 _KINDS = ("mutant", "module")  # registry names of the spec kinds that are not built-in names
 _CACHE: dict = {}
 
 
-def register_target(name: str, factory: Factory, *, configuration: Optional[Mapping[str, tuple]] = None) -> None:
+def register_target(name: str, factory: Factory, *, configuration: Optional[Mapping[str, tuple]] = None,
+                    families: Optional[tuple] = None) -> None:
     """Make specs named ``name`` resolve through ``factory(spec, device, sources)``; ``configuration``:
-    key -> its valid values, the ``@key=value`` items this target knows (none by default)."""
+    key -> its valid values, the ``@key=value`` items this target knows (none by default); ``families``:
+    the only op families the target can serve, where that is known before it is resolved (a vision
+    peer: ``("vision",)``), so a plan leaves the other families out without importing the peer."""
     if not name or ":" in name or "." in name or "=" in name:
         raise TargetError(f"register_target: name={name!r}; pass a built-in name such as 'triton', or "
                           f"{' / '.join(map(repr, _KINDS))} for those kinds of spec")
     _FACTORIES[name] = factory
     _CONFIGURATION[name] = {str(k): tuple(str(v) for v in values) for k, values in (configuration or {}).items()}
+    if families is not None:
+        _FAMILIES[name] = tuple(families)
+
+
+def serves(spec: Union[str, TargetSpec], family: str) -> Optional[bool]:
+    """False when the target of ``spec`` was registered with ``families`` that leave ``family`` out;
+    None when that is known only once it is resolved."""
+    families = _FAMILIES.get(TargetSpec.parse(spec).name)
+    return None if families is None or family in families else False
 
 
 def builtin_targets() -> tuple[str, ...]:

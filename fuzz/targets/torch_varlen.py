@@ -77,4 +77,4 @@ NO_SINKS = "torch's varlen_attn has no attention sinks (s_aux); pass s_aux=None"
 NO_WINDOW = "this torch's varlen_attn takes no window_size"
 
 
-register_target("torch-varlen", _torch_varlen)
+register_target("torch-varlen", _torch_varlen, families=("vision",))

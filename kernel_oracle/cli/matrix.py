@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     amount = parser.add_mutually_exclusive_group()
     options.add(amount, "time", help=f"seconds of fuzzing per distinct code (default {DEFAULT_TIME_S['matrix']:g})")
     options.add(amount, "cases", help="cases per distinct code instead of --time")
+    parser.add_argument("--regression-cases", type=options.positive_int, default=None, metavar="N",
+                        help="at most N cases in each column whose releases are all older than the newest one "
+                             "(default: the matrix's regression budget; the newest release's columns, and targets "
+                             "that are no release, get the whole --time or --cases)")
     options.add(parser, "seed", help="the same seed for every release")
     options.add(parser, "device")
     options.add(parser, "out", default="reports/matrix",
@@ -58,7 +62,12 @@ def _error(text: str, code: Optional[int] = None) -> int:
 
 
 def _print(record: dict) -> None:
-    columns = record["release_matrix"]["releases"]
+    columns, summary = record["release_matrix"]["releases"], record["summary"]
+    if summary.get("current_share") is not None:  # Note [Matrix budget]
+        print(f"  cases: {summary['current_cases']} in the newest release's code ({summary['current_share']:.0%}), "
+              f"{summary['regression_cases']} in older releases' (regression budget)")
+    for label in summary.get("failed_columns") or ():
+        print(f"  {label}: ran nothing ({next(c['failed'] for c in columns if c['spec'] == label)})")
     for c in columns:
         if len(c.get("members") or ()) > 1 or c.get("same_as"):
             same = f"; the same code as {c['same_as']}" if c.get("same_as") else ""
@@ -128,7 +137,8 @@ def main(args: argparse.Namespace) -> int:
         record = run_matrix(specs, entries=entries, op=args.op, budget=args.cases, time_s=args.time_s,
                             seed=args.seed, device=device, out=args.out, campaigns_dir=campaigns, quiet=args.quiet,
                             with_malformed=args.with_malformed, sglang_wheel=args.sglang_wheel,
-                            log=lambda text: print(text, file=sys.stderr))
+                            log=lambda text: print(text, file=sys.stderr),
+                            **({} if args.regression_cases is None else {"regression_cases": args.regression_cases}))
     except CampaignError as exc:
         return _error(f"error: {exc}")
     except CampaignInterrupted as exc:
@@ -144,7 +154,8 @@ def main(args: argparse.Namespace) -> int:
     # a release's findings are what the matrix is for: known upstream issues count here too
     outcome = run_outcome(new_findings=len(record["findings"]),
                           regressions=sum(r["as_expected"] is False for c in corpus for r in c["results"].values()),
-                          tested=any(r["available"] and r["cases"] for r in releases))
+                          tested=any(r["available"] and r["cases"] for r in releases),
+                          incomplete=bool(record["summary"].get("failed_columns")))
     if outcome.verdict == "empty":
         return _error("tested nothing: no target was available or ran a case (exit 3)", outcome.exit_code)
     return outcome.exit_code

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.fuzz.targets.flashinfer_engines import ENGINE_RELEASES
+from kernel_oracle.jobs.matrix_columns import REGRESSION_CASES, case_split
 
 __all__ = ["CONFIGURATION_VARIANTS", "Column", "build_matrix", "expand_targets", "op_families", "plan_columns",
            "release_key", "run_matrix", "runs_dir"]
@@ -259,7 +260,7 @@ def build_matrix(runs: list[dict], corpus: list[dict], *, replayed: bool = True)
     ordered = sorted(rows.values(), key=lambda r: (specs.index(r["introduced_in"]) if r["introduced_in"] else 0,
                                                    r["kind"], r["bucket"]))
     keep = ("spec", "available", "reason", "cases", "family", "tested", "members", "identity", "same_as",
-            "known_cases", "known_skipped", "validation_gaps")
+            "known_cases", "known_skipped", "validation_gaps", "current", "failed")
     return {"releases": [{k: r[k] for k in keep if k in r} | {"findings": len(r["findings"])} for r in runs],
             "rows": ordered, "corpus": corpus}
 
@@ -369,16 +370,10 @@ def op_families(op: str) -> list:
     return parts
 
 
-def _campaign(column: Column, op: str, config: dict, campaigns_dir: Path, record: dict) -> dict:
-    """One campaign of ``column`` (its oldest member), merged into ``record``; its run row."""
-    from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
+def _column_run(record: dict, rec: dict, column: Column) -> dict:
+    """The run row of ``column`` from its campaign record ``rec``, merged into ``record``."""
     from kernel_oracle.harness.schema import merge
 
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{column.tested}-{column.family}")
-    try:
-        rec = run_campaign(CampaignConfig(target=column.tested, op=op, out_dir=campaigns_dir / slug, **config))
-    except CampaignError as exc:
-        raise CampaignError(f"{column.tested}: {exc}") from None
     merge(record, rec, seeds_key=f"{column.tested} {column.family}")
     t = rec["targets"][0] if rec["targets"] else {}
     summary = rec.get("summary") or {}
@@ -393,7 +388,7 @@ def _campaign(column: Column, op: str, config: dict, campaigns_dir: Path, record
 def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional[int] = None,
                time_s: Optional[float] = None, seed: int = 0, device: str = "cpu", out="reports/matrix",
                campaigns_dir=None, quiet: bool = False, with_malformed: bool = False,
-               sglang_wheel: Optional[str] = None, log=None) -> dict:
+               sglang_wheel: Optional[str] = None, log=None, regression_cases: int = REGRESSION_CASES) -> dict:
     """One campaign (:class:`~kernel_oracle.fuzz.campaign_config.CampaignConfig`, the same seed for
     every release) and the corpus ``entries`` per column of distinct code (Note [Release matrix]) of
     ``specs`` (strings or TargetSpecs) and ``op`` (``lora``, ``vision``, one LoRA op, or a comma list
@@ -403,7 +398,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     SIGINT) after writing the matrix of the columns that ran, its ``record``."""
     from kernel_oracle.fuzz.campaign import CampaignInterrupted
     from kernel_oracle.fuzz.targets import TargetSources
-    from kernel_oracle.fuzz.targets.sglang import release_has_code, release_identity
+    from kernel_oracle.fuzz.targets.sglang import release_identity
     from kernel_oracle.fuzz.time_budget import resolve_time_s
     from kernel_oracle.harness.schema import add_note, new_record
 
@@ -414,7 +409,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     sources = TargetSources(sglang_wheel=sglang_wheel)
     families = op_families(op)
     columns = plan_columns(specs, families, lambda s, f: release_identity(s, f, device, sources),
-                           applies=lambda s, f: release_has_code(s, f, sources) if len(families) > 1 else None)
+                           applies=lambda s, f: _applies(s, f, sources, len(families) > 1))
     record = new_record("main", seeds={"seed": seed}, device=device)
     config = dict(budget=budget, time_s=time_s, seed=seed, device=device, progress=not quiet,
                   with_malformed=with_malformed, sglang_wheel=sglang_wheel)
@@ -422,7 +417,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     replays = None
     try:
         replays = _run_columns(columns, families, op, config, campaigns_dir, record, entries, device, sources,
-                               runs, corpus_by_spec, done, log)
+                               runs, corpus_by_spec, done, log, regression_cases)
     except KeyboardInterrupt as exc:  # SIGTERM / SIGINT: the columns that ran are written, then the stop goes on
         signame = getattr(exc, "signame", None) or (str(exc) or "SIGINT")
         add_note(record, f"interrupted by {signame}: {len(runs)} of {len(columns)} columns ran"
@@ -434,27 +429,57 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
 
 
 def _run_columns(columns, families, op, config, campaigns_dir, record, entries, device, sources, runs,
-                 corpus_by_spec, done, log) -> int:
-    """Each column's campaign and corpus (appended to ``runs``, ``corpus_by_spec``, ``done`` as they end, so
-    an interruption keeps them), then the replays of absences; returns the replays run."""
+                 corpus_by_spec, done, log, regression_cases: int = REGRESSION_CASES) -> int:
+    """Each column's campaign (Note [Matrix budget]: side by side on a GPU) and corpus (appended to
+    ``runs``, ``corpus_by_spec``, ``done`` as they end, so an interruption keeps them), then the
+    replays of absences; returns the replays run."""
+    from kernel_oracle.harness.schema import add_note
+    from kernel_oracle.jobs.matrix_columns import failed_row, is_current, newest_release, run_campaigns
     from kernel_oracle.jobs.matrix_replay import replay_absences
+    from kernel_oracle.jobs.side_by_side import slots
 
-    for c in columns:
-        row_op = op if len(families) == 1 else c.family
-        if c.same_as is None or c.same_as not in done:
-            done[c.label] = _campaign(c, row_op, config, campaigns_dir, record)
-            corpus_by_spec[c.label] = _corpus_results(entries, c, device, sources, record)
-        else:
-            corpus_by_spec[c.label] = corpus_by_spec[c.same_as]
-        result = done.get(c.label) or done[c.same_as]
+    newest = newest_release([m for c in columns for m in c.members])
+
+    def append(c: Column, result: dict) -> None:
+        reused = c.label not in done
         runs.append({"spec": c.label, "family": c.family, "lane": c.lane, "tested": c.tested, "members": c.members,
-                     "identity": c.identity, "same_as": c.same_as, "ran": c.label in done, **result})
+                     "identity": c.identity, "same_as": c.same_as, "ran": not reused,
+                     "current": is_current(c.members, newest), **result})
         if log is not None:
-            reused = c.same_as in done and c.label not in done
             same = f" (the same code as {c.same_as}: not run again)" if reused else ""
             log(f"{c.label}: {result['cases']} cases, {len(result['findings'])} findings{same}"
                 + ("" if result["available"] else f" (unavailable: {result['reason']})"))
+
+    def on_record(c: Column, rec: Optional[dict], problem: Optional[str]) -> None:
+        if rec is None:
+            add_note(record, f"{c.label}: {problem}")
+            done[c.label] = failed_row(problem or "no record")
+        else:
+            done[c.label] = _column_run(record, rec, c)
+            corpus_by_spec[c.label] = _corpus_results(entries, c, device, sources, record)
+        append(c, done[c.label])
+
+    distinct = [c for c in columns if c.same_as is None]
+    run_campaigns(distinct, lambda c: op if len(families) == 1 else c.family, config, campaigns_dir, device=device,
+                  at_once=slots(device), newest=newest, regression_cases=regression_cases, on_record=on_record)
+    for c in columns:
+        if c.same_as is not None:
+            done_as = done.get(c.same_as)
+            if done_as is not None:
+                corpus_by_spec[c.label] = corpus_by_spec.get(c.same_as, {})
+                append(c, done_as)
     return replay_absences(runs, device=device, sources=sources, log=log)  # Note [Replayed absences]
+
+
+def _applies(spec: str, family: str, sources, several: bool) -> Optional[bool]:
+    """Whether ``spec`` is a column of ``family``: never for a target registered for other families (a
+    vision peer has no LoRA column); with several families, only where its release has that code."""
+    from kernel_oracle.fuzz.targets import serves
+    from kernel_oracle.fuzz.targets.sglang import release_has_code
+
+    if serves(spec, family) is False:
+        return False
+    return release_has_code(spec, family, sources) if several else None
 
 
 def _finish(record, specs, op, time_s, budget, columns, done, runs, entries, corpus_by_spec, replays, out) -> None:
@@ -465,5 +490,6 @@ def _finish(record, specs, op, time_s, budget, columns, done, runs, entries, cor
     tag_rows(record)
     record["summary"] = {"targets": [str(s) for s in specs], "op": op, "time_s": time_s,
                          "budget_per_target": budget, "columns": len(columns),
-                         "campaigns": sum(1 for c in columns if c.label in done), "replays": replays}
+                         "campaigns": sum(1 for r in runs if r.get("ran") and not r.get("failed")), "replays": replays,
+                         "failed_columns": [r["spec"] for r in runs if r.get("failed")], **case_split(runs)}
     _write(record, out)

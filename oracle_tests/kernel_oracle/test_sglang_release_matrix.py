@@ -143,37 +143,43 @@ def test_without_the_replays_no_row_claims_a_fix():
 def test_an_interrupted_matrix_writes_the_columns_that_ran(tmp_path, monkeypatch, stop_in):
     """SIGTERM in the second column's campaign, or in the replays after every column: the matrix of the
     columns that ran is written (the finding of the first kept, no fix claimed, a note saying so) and the
-    interruption still reaches the caller."""
+    interruption still reaches the caller.  One column at a time (a CPU): the newest release's first."""
     import json
 
     from kernel_oracle.fuzz.campaign import CampaignInterrupted
     from kernel_oracle.jobs import matrix as matrix_job
-    from kernel_oracle.jobs import matrix_replay
+    from kernel_oracle.jobs import matrix_columns, matrix_replay
 
     monkeypatch.setattr(matrix_job, "plan_columns", lambda specs, families, identity, applies=None: _plan(specs))
     started = []
 
-    def campaign(column, op, config, campaigns_dir, record):
-        started.append(column.label)
+    def campaign(tested, op, config, out_dir):
+        started.append(tested)
         if len(started) == 2 and stop_in == "campaign":
             raise CampaignInterrupted("SIGTERM")
-        findings = [_finding("F1", column.tested)] if len(started) == 1 else []
-        return {"available": True, "reason": "", "declines": {}, "cases": 9, "findings": findings,
+        return {"tested": tested, "first": len(started) == 1}
+
+    def column_run(record, rec, column):
+        return {"available": True, "reason": "", "declines": {}, "cases": 9,
+                "findings": [_finding("F1", column.tested)] if rec["first"] else [],
                 "known_cases": 0, "known_skipped": 0, "validation_gaps": 0}
 
     def replays(runs, **kw):
         raise CampaignInterrupted("SIGTERM")
 
-    monkeypatch.setattr(matrix_job, "_campaign", campaign)
+    monkeypatch.setattr(matrix_columns, "campaign_record", campaign)
+    monkeypatch.setattr(matrix_job, "_column_run", column_run)
     monkeypatch.setattr(matrix_replay, "replay_absences", replays)
     with pytest.raises(CampaignInterrupted) as exc:
         run_matrix(["sglang==0.5.12", "sglang==0.5.14"], entries=[], budget=9, device="cpu", out=tmp_path,
                    quiet=True)
     written = json.loads((tmp_path / "matrix.json").read_text())
     ran = 1 if stop_in == "campaign" else 2
-    assert [r["spec"] for r in written["release_matrix"]["releases"]] == ["sglang==0.5.12", "sglang==0.5.14"][:ran]
+    # the newest release's column runs first (Note [Matrix budget]); the columns are written in version order
+    assert [r["spec"] for r in written["release_matrix"]["releases"]] == \
+        (["sglang==0.5.14"] if ran == 1 else ["sglang==0.5.12", "sglang==0.5.14"])
     (row,) = written["release_matrix"]["rows"]
-    assert (row["introduced_in"], row["fixed_in"]) == ("sglang==0.5.12", None)
+    assert (row["introduced_in"], row["fixed_in"]) == ("sglang==0.5.14", None)
     assert any(f"{ran} of 2 columns ran" in n and "no row claims a fix" in n for n in written["notes"]), \
         written["notes"]
     assert exc.value.record["release_matrix"] == written["release_matrix"]
