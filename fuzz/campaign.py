@@ -44,12 +44,14 @@ from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, HarnessError, case_timeout_for
+from kernel_oracle.fuzz.crashes import confirmed_crash, fault_verdict
 from kernel_oracle.fuzz.hangs import confirmed_check
 from kernel_oracle.fuzz.known_avoidance import KnownAvoidance
 from kernel_oracle.fuzz.known_cases import name_known_findings
 from kernel_oracle.fuzz.memcheck_gaps import memcheck_gaps
 from kernel_oracle.fuzz.minimal_examples import minimal_example
 from kernel_oracle.fuzz.process_tree import InProcess
+from kernel_oracle.fuzz.shared_findings import replay_shared, shared_findings_key
 from kernel_oracle.fuzz.state import TARGET_OUTPUT_LOG, CampaignState, CaseNotSaved, GroupKey, StateError
 from kernel_oracle.fuzz.console import Progress, print_finding
 from kernel_oracle.fuzz.stopping import CampaignInterrupted, Stop, sigterm_interrupts
@@ -73,12 +75,6 @@ def _as_found(case, verdict):
     too (Note [One defect through malformed input] in :mod:`harness.through_malformed`), else the case."""
     valid = getattr(verdict, "valid_problem", None)
     return type(case)(valid, None) if valid is not None else case
-
-
-def shared_findings_key(target: str, family: str) -> bytes:
-    """The example-database key under which campaigns of ``target`` x ``family`` share their findings'
-    cases (``Case.to_json()`` bytes, one entry per finding)."""
-    return f"kernel-oracle-findings:{target}:{family}".encode()
 
 
 def run_campaign(config: CampaignConfig, *, worker=None, database=None, announce=None) -> dict:
@@ -145,6 +141,7 @@ class _Search:
         self.wanted_dtypes: Optional[tuple] = config.dtypes
         self.memcheck_notes: list = []  # where --memcheck could not run (the summary's notes)
         self.gaps = GapTable()  # accepted malformed metadata judged a validation gap (Note [Malformed consequences])
+        self.previous_case, self.crash_previous, self.after_case = None, {}, {}  # Note [Confirmed crashes]
         self.bar = None
 
     # ---- budget --------------------------------------------------------------------------------
@@ -227,7 +224,7 @@ class _Search:
                             f"({excluded_dtypes(self.info, self.family)})")
                 return self.finish([f"target {self.target!r} unavailable for {self.op}: {why}"])
             self.bar = Progress(self.budget, self.config.progress, f"fuzz {self.target} {self.op}")
-            self._replay_shared()
+            replay_shared(self)
             self._loop()
             name_known_findings(self)  # Note [Known cases]
             if self.config.memcheck:
@@ -300,34 +297,6 @@ class _Search:
             self.output_dropped += self.worker.output_dropped  # before log_to resets it
             self.worker.log_to(None)
 
-    def _replay_shared(self) -> None:
-        """Run the cases other campaigns found (shared database only): each is recorded as a finding
-        here unless a finding of this campaign already covers its bucket (then it is one more hit)."""
-        if self.database is None:
-            return
-        from kernel_oracle.harness.check import prepared_call, case_from_dict
-
-        for raw in sorted(self.database.fetch(shared_findings_key(self.target, self.family))):
-            if self.out_of_budget():
-                return
-            try:
-                case = case_from_dict(json.loads(raw))
-            except (ValueError, KeyError, TypeError):  # not ours or from another version: not a case
-                continue
-            if case.op not in self.ops or case.dtype not in self.dtypes:
-                continue
-            if self.upstream_contracts_only and case.category == "malformed":
-                continue
-            verdict, bucket = self.memo.get(case.to_json()) or self._execute(case)
-            if verdict.ok:
-                continue
-            fid = self._known(bucket)
-            if fid is not None:
-                self._hit(fid, case, bucket)
-            else:
-                self._record(case, verdict, bucket, prepared_call(case, self.device))
-        self.state.save()
-
     def _loop(self) -> None:
         stalled = 0
         while not self.out_of_budget() and self.harness_error is None:
@@ -389,7 +358,9 @@ class _Search:
             self._record(case, verdict, bucket, prepared_call(case, self.device))
             return True
         least = minimal_example(self, failing["case"], failing["verdict"], failing["bucket"])
-        fid = self._record(least.case, least.verdict, least.bucket, prepared_call(least.case, self.device),
+        if (verdict := confirmed_crash(self, least.case, least.verdict)) is None:  # Note [Confirmed crashes]
+            return True
+        fid = self._record(least.case, verdict, least.bucket, prepared_call(least.case, self.device),
                            depends_on=least.depends_on)["id"]
         for other in least.replaced:
             self._hit(fid, other)
@@ -455,11 +426,7 @@ class _Search:
             if isinstance(answer, Verdict):
                 verdict = answer
             else:  # the worker hung or died: an Observed of kind "hang" / "crash"
-                from kernel_oracle.harness.buckets import bucket_of
-
-                what = "hung" if answer.kind == "hang" else "crashed"
-                verdict = Verdict(False, answer.kind, f"target {what}: {answer.message}")
-                verdict.bucket = bucket_of(case, verdict, observed=answer)
+                verdict = fault_verdict(self, case, answer)  # Note [Confirmed crashes]
         from kernel_oracle.harness.malformed import in_gap_table
 
         group = GroupKey(self.target, case.op, case.dtype, shape_class(case))
@@ -539,6 +506,8 @@ class _Search:
                    "bucket": bucket.to_dict()}
         if depends_on:  # Note [Minimal examples]
             finding["depends_on"] = list(depends_on)
+        if case.to_json() in self.after_case:  # Note [Confirmed crashes]: it crashes only after this case
+            finding["after_case"] = self.after_case[case.to_json()].to_dict()
         if verdict.seen_through:  # Note [One defect through malformed input]
             finding["malformed_sightings"] = {verdict.seen_through: 1}
         if case.category == "malformed":  # Note [Malformed consequences]

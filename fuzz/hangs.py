@@ -41,6 +41,7 @@ import dataclasses
 from typing import Optional
 
 from kernel_oracle.fuzz.campaign_config import MAX_CASE_TIMEOUT_S
+from kernel_oracle.fuzz.crashes import is_crash, judged_by_consequence
 
 __all__ = ["MAX_HANG_RETRIES", "RETRY_FACTOR", "RETRY_MIN_S", "confirmed_check", "retry_wait_s"]
 
@@ -70,17 +71,25 @@ def retry_wait_s(case_timeout_s: float, first_wait_s: float) -> Optional[float]:
 
 def confirmed_check(search, case):
     """The worker's answer to ``case`` (:meth:`fuzz.worker.Worker.check`: a ``Verdict``, or an
-    ``Observed`` crash or hang), a hang retried once first (Note [Confirmed hangs]).  ``search``: the
+    ``Observed`` crash or hang), a hang retried once first (Note [Confirmed hangs]) and a crash replayed
+    in a fresh worker (Note [Confirmed crashes]).  ``search``: the
     running campaign (``fuzz.campaign._Search``), whose state counts the retries and slow cases."""
     worker, state = search.worker, search.state
 
     def ask(wait_s=None):
         return worker.check(search.target, case.to_dict(), sources=search.config.sources, wait_s=wait_s)
 
+    previous, search.previous_case = search.previous_case, case  # the case before this one on the worker
     answer = ask()
+    if is_crash(answer):  # Note [Confirmed crashes]: what ran before it, for the replay of its example
+        search.previous_case = None
+        if previous is not None and not judged_by_consequence(search, case):
+            search.crash_previous[case.to_json()] = previous
+        return answer
     wait_s = retry_wait_s(search.case_timeout_s, worker.case_wait_s) if _silent(answer) else None
     if wait_s is None:
         return answer
+    search.previous_case = None
     why = _why_not(search, case, answer, wait_s)
     if why is not None:
         return _with(answer, f" (unconfirmed: {why})")

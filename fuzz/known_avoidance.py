@@ -4,14 +4,19 @@ Note [Known-issue triggers] (in ``harness/triggers.py``) says what a trigger is.
 :class:`KnownAvoidance`: :meth:`issue_of` tells whether a failure is such an issue (its example is then
 recorded as Hypothesis shrank it, not minimised), :meth:`recorded` starts avoiding an issue once its
 finding is recorded, and :meth:`skips` answers, before a case runs, whether it sets off the trigger of
-an issue found already (counted per issue in ``skipped``, the summary's ``known_skipped``).
+an issue found already (counted per issue in ``skipped``, the summary's ``known_skipped``); it also skips
+malformed metadata that broke the CUDA context twice in an op (:meth:`context_broken`).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["KnownAvoidance"]
+__all__ = ["CONTEXT_BREAKS", "KnownAvoidance"]
+
+# malformed cases of one op and mutation kind that broke the CUDA context before the kind is skipped: two
+# show it is the kind, not one draw, and each costs a new worker (a new CUDA context)
+CONTEXT_BREAKS = 2
 
 
 class KnownAvoidance:
@@ -22,6 +27,7 @@ class KnownAvoidance:
         self.issues, self.target, self.release = issues, target, release
         self.avoided: list = []
         self.skipped: dict = {}  # known issue id -> cases not run for setting its trigger off
+        self.broken: dict = {}  # (op, mutation kind) -> cases whose malformed metadata broke the CUDA context
 
     def _match(self, finding: dict):
         from kernel_oracle.harness.known_issues import match_known
@@ -40,8 +46,19 @@ class KnownAvoidance:
         if issue is not None and issue not in self.avoided:
             self.avoided.append(issue)
 
+    def context_broken(self, case) -> None:
+        """``case``'s malformed metadata broke the CUDA context (a validation gap, Note [Malformed
+        consequences]); from the second such case of its op and mutation kind, that pair is skipped."""
+        key = (case.op, case.mutation.kind)
+        self.broken[key] = self.broken.get(key, 0) + 1
+
     def skips(self, case) -> bool:
-        """Whether ``case`` sets off the trigger of an issue found already (then it is counted, not run)."""
+        """Whether ``case`` sets off the trigger of an issue found already, or repeats malformed metadata
+        that broke the CUDA context twice in its op (then it is counted, not run)."""
+        if case.mutation is not None and self.broken.get((case.op, case.mutation.kind), 0) >= CONTEXT_BREAKS:
+            name = f"breaks the CUDA context: {case.op} {case.mutation.kind}"  # harness.malformed.BROKEN_CONTEXT
+            self.skipped[name] = self.skipped.get(name, 0) + 1
+            return True
         if not self.avoided:
             return False
         from kernel_oracle.harness.triggers import trigger_holds

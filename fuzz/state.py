@@ -51,14 +51,13 @@ from __future__ import annotations
 import json
 import time
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from kernel_oracle.fuzz.state_groups import GroupCounts, GroupKey
 from kernel_oracle.fuzz.targets.identity import identity_difference
 from kernel_oracle.harness.data_files import MAX_BYTES, loads_json, read_text
-from kernel_oracle.harness.schema import FINDING_KINDS
-from kernel_oracle.fuzz.state_checks import (ID_NUMBER as _ID_NUMBER, MAX_COUNT, checked_count, checked_ratio,
+from kernel_oracle.fuzz.state_checks import (ID_NUMBER as _ID_NUMBER, MAX_COUNT, checked_count,
                                              checked_seconds, checked_text, finding_problem, region_counts)
 
 __all__ = ["CampaignState", "CaseNotSaved", "OtherCampaign", "GroupCounts", "GroupKey", "MAX_COUNT", "MAX_EXAMPLES", "OutDirBusy",
@@ -93,53 +92,6 @@ class CaseNotSaved(StateError):
     """A finding's case files could not be written (the finding itself is kept)."""
 
 
-@dataclass(frozen=True, order=True)
-class GroupKey:
-    """The counters' key: one group of the result record."""
-
-    target: str
-    op: str
-    dtype: str
-    shape_class: str
-
-    def to_dict(self) -> dict:
-        return {"target": self.target, "op": self.op, "dtype": self.dtype, "shape_class": self.shape_class}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "GroupKey":
-        return cls(*(checked_text(f"key.{k}", d[k]) for k in ("target", "op", "dtype", "shape_class")))
-
-
-@dataclass
-class GroupCounts:
-    cases: int = 0
-    passes: int = 0
-    ratios: list = field(default_factory=list)
-    findings: dict = field(default_factory=lambda: {k: 0 for k in FINDING_KINDS})
-    gaps: int = 0  # accepted malformed metadata of the validation-gap table: neither passed nor failed
-
-    def to_dict(self) -> dict:
-        return {"cases": self.cases, "passes": self.passes, "ratios": list(self.ratios),
-                "findings": dict(self.findings), "gaps": self.gaps}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "GroupCounts":
-        """Checked (Note [Validated state]): counts in range, ``passes <= cases``, finite ratios."""
-        counts = {k: 0 for k in FINDING_KINDS}
-        for k, v in (d.get("findings") or {}).items():
-            if k not in FINDING_KINDS:
-                raise ValueError(f"findings[{k!r}] is not a finding kind")
-            counts[k] = checked_count(f"findings[{k!r}]", v)
-        cases, passes = checked_count("cases", d.get("cases", 0)), checked_count("passes", d.get("passes", 0))
-        gaps = checked_count("gaps", d.get("gaps", 0))
-        if passes + gaps > cases:
-            raise ValueError(f"passes={passes} and gaps={gaps} exceed cases={cases}")
-        ratios = d.get("ratios") or []
-        if not isinstance(ratios, list):
-            raise ValueError(f"ratios={ratios!r} is not a list")
-        return cls(cases, passes, [checked_ratio(r) for r in ratios], counts, gaps)
-
-
 def _check_layout(out: Path) -> None:
     """:class:`StateError` when something other than a regular file sits where a state file belongs,
     or ``cases`` is not a directory (Note [Validated state])."""
@@ -171,8 +123,10 @@ class CampaignState:
         self.target, self.op, self.seed = target, op, seed
         self.executed = 0
         self.runs = 0
-        # silent cases retried with a longer wait, and those the retry answered (Note [Confirmed hangs])
-        self.hang_retries = self.slow_cases = 0
+        # silent cases retried with a longer wait, those the retry answered (Note [Confirmed hangs]), crashes
+        # replayed and those no replay reproduced (Note [Confirmed crashes])
+        self.hang_retries = self.slow_cases = self.crash_confirms = 0
+        self.unconfirmed_crashes: list[dict] = []
         self._saved_at = float("-inf")
         self.elapsed_s = 0.0
         self.finding_count = 0
@@ -341,7 +295,8 @@ class CampaignState:
 
     def _reset_counters(self) -> None:
         self.executed, self.runs, self.elapsed_s, self.finding_count = 0, 0, 0.0, 0
-        self.hang_retries = self.slow_cases = 0
+        self.hang_retries = self.slow_cases = self.crash_confirms = 0
+        self.unconfirmed_crashes = []
         self.groups, self.hits = {}, {}
 
     def _apply(self, raw: dict) -> None:
@@ -369,7 +324,10 @@ class CampaignState:
                 for k, v in hits.items()}
         counters = (checked_count("executed", raw.get("executed", 0)), checked_count("runs", raw.get("runs", 0)),
                     checked_seconds("elapsed_s", raw.get("elapsed_s", 0.0)), checked_count("finding_count", raw.get("finding_count", 0)))
-        retries = tuple(checked_count(name, raw.get(name, 0)) for name in ("hang_retries", "slow_cases"))
+        retries = tuple(checked_count(name, raw.get(name, 0)) for name in ("hang_retries", "slow_cases", "crash_confirms"))
+        crashes = raw.get("unconfirmed_crashes") or []
+        if not isinstance(crashes, list) or not all(isinstance(c, dict) for c in crashes):
+            raise ValueError(f"unconfirmed_crashes={crashes!r} is not a list of objects")
         notes = raw.get("notes") or []
         if not isinstance(notes, list):
             raise ValueError(f"notes={notes!r} is not a list")
@@ -384,7 +342,8 @@ class CampaignState:
         self.target = raw.get("target", self.target)
         self.op = raw.get("op", self.op)
         self.executed, self.runs, self.elapsed_s, self.finding_count = counters
-        self.hang_retries, self.slow_cases = retries
+        self.hang_retries, self.slow_cases, self.crash_confirms = retries
+        self.unconfirmed_crashes = crashes
         self.groups, self.hits = parsed, hits
         self.notes = [str(n) for n in notes] + self.notes
 
@@ -542,7 +501,8 @@ class CampaignState:
         raw = {"version": STATE_VERSION, "target": self.target, "op": self.op, "seed": self.seed,
                "executed": self.executed, "runs": self.runs, "elapsed_s": round(self.elapsed_s, 3),
                "finding_count": self.finding_count, "identity": self.identity,
-               "hang_retries": self.hang_retries, "slow_cases": self.slow_cases,
+               "hang_retries": self.hang_retries, "slow_cases": self.slow_cases, "crash_confirms": self.crash_confirms,
+               "unconfirmed_crashes": self.unconfirmed_crashes,
                "groups": [{"key": k.to_dict(), **g.to_dict()} for k, g in sorted(self.groups.items())],
                "hits": self.hits, "notes": self.notes}
         try:
@@ -587,7 +547,8 @@ class CampaignState:
         from kernel_oracle.harness.schema import add_finding, add_group, add_note, new_record
 
         record = new_record("campaign", seeds={"seed": self.seed, "runs": self.runs}, device=device)
-        record["summary"].update(hang_retries=self.hang_retries, slow_cases=self.slow_cases)  # Note [Confirmed hangs]
+        record["summary"].update(hang_retries=self.hang_retries, slow_cases=self.slow_cases,  # Note [Confirmed hangs]
+                                 crash_confirms=self.crash_confirms, unconfirmed_crashes=self.unconfirmed_crashes)
         for key, g in sorted(self.groups.items()):
             add_group(record, target=key.target, op=key.op, dtype=key.dtype, shape_class=key.shape_class,
                       cases=g.cases, passes=g.passes, gaps=g.gaps, findings=g.findings, ratios=g.ratios,

@@ -15,14 +15,22 @@ with the float64 reference of the *valid part* of the input and names one class:
   all zero where the reference is not;
 * ``defined rows changed``: rows the valid part defines hold other values (past the tolerance
   of :func:`reference.tolerance.compare`);
-* ``out of bounds``: the worker crashed on it (a segfault, an illegal address), or on CUDA the
+* ``breaks the CUDA context``: a CUDA error of the target's call (an illegal or misaligned address, an
+  illegal instruction) left the worker's context broken (Note [A broken device context] in
+  :mod:`fuzz.worker`).  Upstream trusts its metadata and has no contract for it, so for a lenient
+  target this is a validation gap that says what accepting such metadata costs a server (every later
+  CUDA call of the process fails), not a finding; a campaign that has seen one mutation kind break the
+  context twice in an op stops drawing it there (:mod:`fuzz.known_avoidance`), since each costs a new
+  worker;
+* ``out of bounds``: the worker process died on it (a segfault), or on CUDA the
   compute-sanitizer memcheck of its repro reports an access (``fuzz --memcheck``: after the campaign,
   :func:`memcheck` runs the smallest example of each validation-gap row, and a row it reports
   becomes an out-of-bounds finding; an access that neither crashes nor changes a defined row shows
   only there).
 
 ``defined rows changed`` and ``out of bounds`` are findings for every target (:data:`FINDING_CLASSES`);
-``harmless`` and ``rows dropped`` are validation gaps of a lenient target (an informational table).
+``harmless``, ``rows dropped`` and ``breaks the CUDA context`` are validation gaps of a lenient target
+(an informational table).
 
 The valid part.  The reference runs on the case's problem *without* its mutation; of its output,
 the valid part keeps the rows of the segments the mutation left intact:
@@ -48,14 +56,15 @@ from typing import Optional
 
 import torch
 
-__all__ = ["CLASSES", "FINDING_CLASSES", "GAP_CLASSES", "GapTable", "MEMCHECK_TIMEOUT_S", "broken_segments",
+__all__ = ["BROKEN_CONTEXT", "CLASSES", "breaks_context", "FINDING_CLASSES", "GAP_CLASSES", "GapTable", "MEMCHECK_TIMEOUT_S", "broken_segments",
            "case_elements", "gap_lines", "in_gap_table",
            "lenient_line", "memcheck", "SEGMENT_KINDS", "consequence", "sanitizer_command",
            "valid_rows"]
 
-CLASSES = ("rejected", "harmless", "rows dropped", "defined rows changed", "out of bounds")
+BROKEN_CONTEXT = "breaks the CUDA context"
+CLASSES = ("rejected", "harmless", "rows dropped", BROKEN_CONTEXT, "defined rows changed", "out of bounds")
 FINDING_CLASSES = ("defined rows changed", "out of bounds")
-GAP_CLASSES = ("harmless", "rows dropped")
+GAP_CLASSES = ("harmless", "rows dropped", BROKEN_CONTEXT)
 SEGMENT_KINDS = ("slot_out_of_range", "negative_slot", "seg_indptr_decreasing", "seg_indptr_past_rows",
                  "seg_indptr_negative_start")
 
@@ -86,6 +95,12 @@ def valid_rows(case, call, clean_call) -> Optional[torch.Tensor]:
             phys = perm[lo:hi] if perm is not None else torch.arange(lo, hi)
             mask[phys[(phys >= 0) & (phys < rows)]] = False
     return mask
+
+
+def breaks_context(observed) -> bool:
+    """Whether a crash observation is a CUDA context the target's call broke (the worker answered
+    ``device-lost``: :meth:`fuzz.worker.Worker.check`), not a dead process."""
+    return observed.kind == "crash" and "left the CUDA context broken" in (observed.message or "")
 
 
 def in_gap_table(verdict, strict: Optional[bool], with_malformed: bool = False) -> bool:

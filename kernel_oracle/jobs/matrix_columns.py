@@ -44,10 +44,9 @@ REGRESSION_CASES = 40
 def newest_release(specs: list) -> Optional[str]:
     """The newest ``==X.Y.Z`` release among ``specs`` (None: no release spec)."""
     from kernel_oracle.harness.targets import TargetSpec
-    from kernel_oracle.jobs.matrix import release_key
 
-    releases = [s for s in (TargetSpec.parse(x) for x in specs) if s.release is not None]
-    return max(releases, key=release_key).release if releases else None
+    releases = [s.release for s in (TargetSpec.parse(x) for x in specs) if s.release is not None]
+    return max(releases, key=lambda r: tuple(int(n) for n in re.findall(r"\d+", r))) if releases else None
 
 
 def is_current(members: list, newest: Optional[str]) -> bool:
