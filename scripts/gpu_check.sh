@@ -69,11 +69,20 @@ triton.__version__, 'kernel-oracle', kernel_oracle.__version__, torch.cuda.get_d
   record setup "$RC" $(( $(date +%s) - start )) "$head"
 }
 
-suite() {  # -v: each result line names its test, so a run stopped at its limit still names its failures
-  timed suite "${1:-560}" "$OUT/suite.log" python3 -m pytest oracle_tests -v -p no:cacheprovider --durations=30 -rfEs
-  local last; last=$(grep -E " in [0-9.]+s( |$)" "$OUT/suite.log" | tail -1 | sed 's/=//g; s/^ *//')
-  grep -oE "(FAILED|ERROR) oracle_tests/[^ ]+" "$OUT/suite.log" | sort -u | head -60 | cut -c1-200
-  record suite "$RC" "$SECS" "${last:-no pytest summary line (see suite.log)}"
+suite() {  # the suite, continued where an earlier call's limit stopped it (scripts/pytest_resume.py); -v: each
+  # result line names its test, so a run stopped at its limit still names its failures
+  local done=$STATE/suite-done.tsv
+  PYTHONPATH=$PWD/scripts:$PYTHONPATH timed suite "${1:-300}" "$OUT/suite.log" python3 -m pytest oracle_tests -v \
+    -p no:cacheprovider -p pytest_resume --resume-log "$done" --durations=30 -rfEs --tb=short
+  [ "$RC" -eq 5 ] && RC=0  # every test already done in an earlier call
+  local head; head=$(python3 scripts/pytest_resume.py "$done" | tee "$OUT/suite-failures.txt" | head -1)
+  grep -c "^FAILED" "$OUT/suite-failures.txt" >/dev/null && grep "^FAILED" "$OUT/suite-failures.txt" | head -60 | cut -c1-200
+  if [ "$RC" -eq 124 ]; then
+    record suite-part "$RC" "$SECS" "stopped at its limit, to be continued: $head"
+  else
+    [ "$RC" -eq 0 ] && grep -q "^FAILED" "$OUT/suite-failures.txt" && RC=1
+    record suite "$RC" "$SECS" "$head (every call of it together)"
+  fi
 }
 
 soak_start() {
@@ -85,14 +94,18 @@ soak_start() {
     (cd "$STATE" && setsid nohup python3 -m kernel_oracle fuzz "$@" --device cuda --time "$secs" --seed 7 --quiet \
       --out "$SOAK/$name" >"$SOAK/$name.log" 2>&1 </dev/null &)
   }
-  start triton-lora --targets triton --op lora
-  start triton-vision --targets triton --op vision
-  start gluon-vision --targets triton@vision_kernel=gluon --op vision
   local wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
-  start sglang-0.5.23 --targets sglang==0.5.23 --op lora "${wheel[@]}"
-  start sglang-trt-0.5.23 --targets sglang-trt==0.5.23@lora_opti=on --op lora "${wheel[@]}"
-  start sglang-v2-0.5.23 --targets sglang-v2==0.5.23 --op lora "${wheel[@]}"
-  record soak-start 0 0 "6 campaigns of $secs s started: triton lora, triton vision (Triton and Gluon kernels), the three kv_b codes of sglang 0.5.23 (two-stream fused sides)"
+  # SGLang 0.5.23, the code it ships today (docs/BENCHMARKS.md, "Soaks"): each kv_b code and configuration,
+  # csgmv under every switch it reads, the vision wrapper on each FlashInfer release staged here
+  start v2 --targets sglang-v2==0.5.23 --op lora "${wheel[@]}"
+  start v2-pdl-off --targets sglang-v2==0.5.23@pdl=off --op lora "${wheel[@]}"
+  start trt-two-stream --targets sglang-trt==0.5.23@lora_opti=on --op lora "${wheel[@]}"
+  start csgmv --targets sglang-csgmv==0.5.23 --op csgmv "${wheel[@]}"
+  start csgmv-split-k --targets sglang-csgmv==0.5.23@split_k=on --op csgmv "${wheel[@]}"
+  start csgmv-deterministic --targets sglang-csgmv==0.5.23@deterministic=on --op csgmv "${wheel[@]}"
+  local v; for v in $(ls /tmp/flashinfer-sites 2>/dev/null); do
+    start "vision-fi-$v" --targets "sglang==0.5.23@engine=$v" --op vision "${wheel[@]}"; done
+  record soak-start 0 0 "$(ls "$SOAK"/*.log | wc -l) campaigns of $secs s started: SGLang 0.5.23's v2 (PDL on, off), TRT-style with the two-stream fused sides, csgmv (default, split-K, deterministic), the vision wrapper per FlashInfer release"
 }
 
 soak_wait() {

@@ -20,7 +20,10 @@ Note [SGLang targets]
 The vision wrapper runs on an engine (the ``cudnn_batch_prefill_with_kv_cache`` it calls): on a CUDA
 device FlashInfer's real one (:func:`~.flashinfer_cudnn.shared_engine`, with its graph-cache guard
 and ``return_lse`` fallback), else unavailable with the reason; on the CPU the pure-torch engine of
-:mod:`.cudnn_prefill_torch`, and the record says that there the wrapper is tested, not cuDNN.  The
+:mod:`.cudnn_prefill_torch`, and the record says that there the wrapper is tested, not cuDNN.
+``sglang==X.Y.Z@engine=V`` runs the wrapper on FlashInfer release ``V`` (Note [Engine versions] in
+:mod:`.flashinfer_engines`: its own folder first on ``sys.path``, or unavailable saying why), and the
+engine's release is part of the vision identity, so the matrix keeps one column per release.  The
 target declines the arguments that release's own ``VisionAttention`` never passes the wrapper
 (``Target.declines``, :func:`caller_declines`), and
 its vision entry carries the release's ``VisionAttentionMetadata`` (``entry.metadata_type``, from
@@ -44,6 +47,7 @@ from kernel_oracle.harness.targets import RELEASE_NAMES, Target, TargetSources, 
 
 from .adapter import entries_from, import_module, third_party
 from .flashinfer_cudnn import ENGINE_DTYPES_REASON, FlashInferCudnn, shared_engine
+from .flashinfer_engines import ENGINE_RELEASES, select_engine
 from .registry import register_target
 from .sglang_switches import CONFIGURATION, ReleaseConfiguration, hardware_pdl, switches_read, unknown_switch_note
 from .sglang_switches import PDL_READ, declared_switches
@@ -292,11 +296,21 @@ def v2_target(name: str, release: ReleaseFiles, device,
     return t
 
 
+def torch_device_type(device) -> str:
+    import torch
+
+    return torch.device(device).type
+
+
 def sglang_target(spec: TargetSpec, device: str, sources: TargetSources) -> Target:
     """``sglang`` / ``sglang-trt`` / ``sglang-v2``: the installed release; ``...==X.Y.Z``: the release's
     wheel (Note [SGLang targets])."""
     name = str(spec)
     config = ReleaseConfiguration.from_spec(spec)
+    engine = dict(spec.configuration).get("engine")  # the vision wrapper's FlashInfer release (Note [Engine versions])
+    why = select_engine(engine) if engine and torch_device_type(device) == "cuda" else ""
+    if why:
+        return unavailable(name, why)
     if spec.release is None:
         try:
             release = installed_release()
@@ -369,6 +383,8 @@ def release_identity(spec, family: str, device: str = "cpu", sources: Optional[T
             return csgmv_run_identity(release, csgmv_configuration(parsed))
         if family == "vision":
             engine = "cpu" if str(device).startswith("cpu") else "cuda"
+            release_of = dict(parsed.configuration).get("engine")
+            engine += f" FlashInfer {release_of}" if release_of and engine == "cuda" else ""
             return f"vision {read_vision_code(release).identity} on the {engine} engine" \
                 if parsed.name == "sglang" else None
     except LoaderError:
@@ -405,6 +421,6 @@ def configuration_applies(spec, sources: Optional[TargetSources] = None) -> bool
     return csgmv_configuration_applies(release, parsed)
 
 
-register_target("sglang", sglang_target)
+register_target("sglang", sglang_target, configuration={"engine": tuple(ENGINE_RELEASES)})
 register_target("sglang-trt", sglang_target, configuration=CONFIGURATION)
 register_target("sglang-v2", sglang_target, configuration={"pdl": CONFIGURATION["pdl"]})

@@ -67,7 +67,9 @@ CONFIGURATION_VARIANTS = {"sglang-trt": ("", "lora_opti=on", "lora_opti=on,cubla
                           "sglang-v2": ("", "pdl=off", "pdl=on"),
                           # Note [csgmv run identity]: 0.5.22+ read both switches, earlier releases neither
                           "sglang-csgmv": ("", "split_k=on", "deterministic=on"),
-                          "flashinfer-cudnn": tuple(f"engine={v}" for v in ENGINE_RELEASES)}  # Note [Engine versions]
+                          "flashinfer-cudnn": tuple(f"engine={v}" for v in ENGINE_RELEASES),  # Note [Engine versions]
+                          # the vision wrapper on the FlashInfer that `import flashinfer` finds, and on each other release
+                          "sglang": ("",) + tuple(f"engine={v}" for v in list(ENGINE_RELEASES)[1:])}
 
 
 def release_key(spec) -> tuple:

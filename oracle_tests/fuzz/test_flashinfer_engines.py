@@ -136,3 +136,17 @@ def test_a_known_flashinfer_issue_holds_only_in_the_releases_it_lists():
     assert on["0.6.18"] is not None and on["0.6.18"].id == "flashinfer-cudnn-empty-batch"
     assert on["0.7.4"] is None  # not rechecked on 0.7.4: a finding there is new
     assert match_known(finding, "flashinfer-cudnn", "0.6.18").id == "flashinfer-cudnn-empty-batch"
+
+
+def test_the_vision_wrappers_flashinfer_release_is_part_of_its_identity():
+    """``sglang==X.Y.Z@engine=V`` runs the wrapper on FlashInfer V: on CUDA a column of its own in the matrix;
+    on the CPU both run the pure-torch engine, the same code."""
+    from kernel_oracle.fuzz.targets.sglang import release_identity
+
+    from oracle_tests._sglang_releases import release_files
+
+    release_files("0.5.23")  # skips without the wheel
+    on_cuda = {spec: release_identity(spec, "vision", "cuda") for spec in ("sglang==0.5.23", "sglang==0.5.23@engine=0.7.4")}
+    assert on_cuda["sglang==0.5.23@engine=0.7.4"].endswith("on the cuda FlashInfer 0.7.4 engine"), on_cuda
+    assert len(set(on_cuda.values())) == 2
+    assert release_identity("sglang==0.5.23@engine=0.7.4", "vision", "cpu") == release_identity("sglang==0.5.23", "vision", "cpu")

@@ -90,9 +90,13 @@ def test_unknown_configuration_keys_and_values_are_refused_with_the_known_ones()
     assert str(info.value) == ("target 'triton@vision_fp32=bf16': vision_fp32='bf16' is invalid; the only valid values "
                                "are 'ieee', 'tf32'")
     with pytest.raises(TargetError) as info:
+        resolve_target("reference@pdl=off", "cpu")
+    assert str(info.value) == ("target 'reference@pdl=off': configuration key 'pdl' is unknown; reference "
+                               "takes no configuration: pass 'reference'")
+    with pytest.raises(TargetError) as info:  # the vision wrapper's FlashInfer release is its one key
         resolve_target("sglang==0.5.23@pdl=off", "cpu")
-    assert str(info.value) == ("target 'sglang==0.5.23@pdl=off': configuration key 'pdl' is unknown; sglang==0.5.23 "
-                               "takes no configuration: pass 'sglang==0.5.23'")
+    assert str(info.value) == ("target 'sglang==0.5.23@pdl=off': configuration key 'pdl' is unknown; the only valid "
+                               "keys are ['engine']")
 
 
 def test_an_unknown_name_lists_the_built_in_targets():

@@ -81,7 +81,8 @@ def test_targets_expand_to_releases_and_configurations():
     have = {"sglang==0.5.12", "sglang==0.5.23", "sglang-trt==0.5.23"}
     got = expand_targets(["sglang", "sglang-trt", "triton"], releases=["0.5.12", "0.5.23"], configurations=True,
                          available=lambda s: s in have)
-    assert got == ["sglang==0.5.12", "sglang==0.5.23", "sglang-trt==0.5.23", "sglang-trt==0.5.23@lora_opti=on",
+    assert got == ["sglang==0.5.12", "sglang==0.5.12@engine=0.7.4", "sglang==0.5.23", "sglang==0.5.23@engine=0.7.4",
+                   "sglang-trt==0.5.23", "sglang-trt==0.5.23@lora_opti=on",
                    "sglang-trt==0.5.23@cublas=on,lora_opti=on", "sglang-trt==0.5.23@cublas_kv_b=on,lora_opti=on",
                    "sglang-trt==0.5.23@cublas=on,lora_opti=off", "sglang-trt==0.5.23@pdl=off",
                    "sglang-trt==0.5.23@pdl=on", "triton"]
