@@ -149,14 +149,16 @@ repro_runs() {  # SCRIPT: the invocations of one reproducer of docs/upstream/ (o
 }
 
 upstream_repros() {  # every standalone reproducer of docs/upstream/ on this GPU, as a user runs it: exit 0 (not
-  # reproduced) or 1 (reproduced) is a run; 2, a traceback, a timeout or an import of kernel_oracle is a failure
+  # reproduced) or 1 (reproduced) is a run; 2, a traceback, a timeout or an import of kernel_oracle is a failure.
+  # Its path holds what its page names (torch, triton, the wheel; FlashInfer for the vision wrapper on cuDNN:
+  # /tmp/site, where setup installs FlashInfer 0.6.18 and the v2 files' msgspec and pydantic), never the checkout
   local f args rc ran=0 bad="" log="$OUT/upstream_repros.log"; : >"$log"
   for f in docs/upstream/*.py; do
     while IFS= read -r args; do
       if [ "$args" = UNKNOWN ]; then bad+=" $(basename "$f")(no invocation in gpu_check.sh)"; continue; fi
       echo "== $f $args" >>"$log"
       # shellcheck disable=SC2086
-      (cd "$(dirname "$f")" && env -u PYTHONPATH timeout 300 python3 - "$(basename "$f")" $args <<'PY') >>"$log" 2>&1
+      (cd "$(dirname "$f")" && env PYTHONPATH=/tmp/site timeout 300 python3 - "$(basename "$f")" $args <<'PY') >>"$log" 2>&1
 import os, runpy, sys
 sys.argv = sys.argv[1:]
 sys.path.insert(0, os.getcwd())
