@@ -112,10 +112,9 @@ soak_wait() {
   [ -d "$SOAK" ] || { record soak-wait 2 0 "no soak started on this machine"; return; }
   local start; start=$(date +%s)
   while [ $(( $(date +%s) - start )) -lt "${1:-600}" ] && pgrep -f -- "--out $SOAK/" >/dev/null; do sleep 5; done
-  mkdir -p "$OUT/soak"
-  for d in "$SOAK"/*/; do n=$(basename "$d"); cp "$d/summary.json" "$OUT/soak/$n.summary.json" 2>/dev/null
-    cp "$SOAK/$n.log" "$OUT/soak/" 2>/dev/null; done
-  local head; head=$(python3 - "$SOAK" 2>"$OUT/soak/buckets.txt" <<'PY'
+  # one archive of every campaign's summary and log ($OUT brings back at most 8 files)
+  (cd "$SOAK" && tar -czf "$OUT/soak.tgz" --ignore-failed-read ./*.log ./*/summary.json 2>/dev/null)
+  local head; head=$(python3 - "$SOAK" 2>"$OUT/soak-buckets.txt" <<'PY'
 import collections, json, pathlib, sys
 total = new = 0
 for d in sorted(p for p in pathlib.Path(sys.argv[1]).iterdir() if p.is_dir()):
@@ -131,7 +130,7 @@ for d in sorted(p for p in pathlib.Path(sys.argv[1]).iterdir() if p.is_dir()):
 print(f"{total} cases, {new} new findings")
 PY
 )
-  cat "$OUT/soak/buckets.txt"
+  cat "$OUT/soak-buckets.txt"
   record soak-wait "$([ "${head##*, }" = "0 new findings" ] && echo 0 || echo 1)" $(( $(date +%s) - start )) "$head"
 }
 
