@@ -75,6 +75,11 @@ suite() {  # the suite, continued where an earlier call's limit stopped it (scri
   PYTHONPATH=$PWD/scripts:$PYTHONPATH timed suite "${1:-300}" "$OUT/suite.log" python3 -m pytest oracle_tests -v \
     -p no:cacheprovider -p pytest_resume --resume-log "$done" --durations=30 -rfEs --tb=short
   [ "$RC" -eq 5 ] && RC=0  # every test already done in an earlier call
+  if [ "$RC" -ne 124 ] && [ ! -f "$STATE/csan.log" ]; then  # the two-stream path once under torch's CUDA sanitizer
+    TORCH_CUDA_SANITIZER=1 timeout 120 python3 -m pytest oracle_tests/fuzz/test_sglang_two_stream.py -p no:xdist -q \
+      -p no:cacheprovider >"$STATE/csan.log" 2>&1; echo "two-stream tests under TORCH_CUDA_SANITIZER=1: exit $? ($(tail -1 "$STATE/csan.log"))"
+    cp "$STATE/csan.log" "$OUT/"
+  fi
   local head; head=$(python3 scripts/pytest_resume.py "$done" | tee "$OUT/suite-failures.txt" | head -1)
   grep -c "^FAILED" "$OUT/suite-failures.txt" >/dev/null && grep "^FAILED" "$OUT/suite-failures.txt" | head -60 | cut -c1-200
   if [ "$RC" -eq 124 ]; then

@@ -19,16 +19,25 @@ package's ``get_lora_side_stream`` and ``is_two_stream_active`` get stand-ins: o
 current stream, and the release's gate, a batch of at most ``SGLANG_TWO_STREAM_MAX_TOKENS`` tokens
 (its ``environ.py`` default, 256, which that ``_GatedInt`` returns whatever the master switch) on
 CUDA).  Where the gate is closed (a CPU, a larger batch) the file's own serial path runs.  Where it
-is open each call is :func:`two_stream_call`:
+is open each call is :func:`two_stream_call`, which runs ``prepare`` / ``apply`` three times, under each
+order of the streams that a missing dependency would show in (:data:`SCHEDULES`; ``torch.cuda._sleep``
+holds a stream back; ``out`` is restored before each):
 
-1. ``prepare``; the current stream then sleeps (``torch.cuda._sleep``: the base BMM's time), so the
-   side stream's work and anything queued there run before ``apply``'s reads;
-2. allocator pressure between prepare and apply: a same-size allocation on the side stream, filled
-   with NaN, without a wait (harmless while the handle holds its tensor);
-3. ``apply``; the handle is dropped, and the same pressure once more: a block freed while the
-   current stream's ``step_b`` still has to read it is refilled with NaN before it does;
-4. after a synchronize, a NaN in the output that the release's serial path does not produce from
-   the same inputs is a :class:`StreamOrderingHazard` (finding kind ``stream``), naming the tensor.
+1. *current late*: after ``prepare`` the current stream sleeps (the base BMM's time), so the side
+   stream's work runs before ``apply``'s reads; allocator pressure between prepare and apply (same-size
+   allocations on the side stream, filled with NaN, without a wait: harmless while the handle holds its
+   tensor), and again after ``apply`` drops the handle: a block freed while the current stream's
+   ``step_b`` still has to read it is refilled with NaN before it does (the missing ``record_stream``);
+2. *inputs late*: the inputs ``prepare`` reads are NaN until the current stream, after a sleep, writes
+   them back: a side stream that does not wait for the current one reads NaN (a missing
+   ``side.wait_stream(current)``);
+3. *side late*: the side stream sleeps before ``prepare`` queues step A, and the bridge's block was filled
+   with NaN by the pressure before: a current stream that does not wait for the side one reads it
+   before step A writes it (a missing ``current.wait_stream(side)``);
+
+after each, with the device synchronised, a NaN in the output that the release's serial path does not
+produce from the same inputs is a :class:`StreamOrderingHazard` (finding kind ``stream``) naming the
+schedule and what it shows.
 
 The record's reason says which path ran.  ``TORCH_CUDA_SANITIZER=1`` (torch's CSAN) sees torch
 operators only, not Triton launches: the GPU check runs it once over this schedule and says so.
@@ -46,7 +55,7 @@ import torch
 from .sglang_switches import ReleaseConfiguration
 from .sglang_wheel import STAND_INS, LoaderError, ReleaseFiles, helper_file, load_kernel_module, module_name
 
-__all__ = ["SLEEP_CYCLES", "StreamOrderingHazard", "TWO_STREAM_FILE", "TwoStreamCorrections", "load_two_stream",
+__all__ = ["SCHEDULES", "SLEEP_CYCLES", "StreamOrderingHazard", "TWO_STREAM_FILE", "TwoStreamCorrections", "load_two_stream",
            "two_stream_call"]
 
 TWO_STREAM_FILE = "sglang/srt/lora/trtllm_lora_temp/deepseek_mla_correction.py"
@@ -126,36 +135,74 @@ def _pressure(like: torch.Tensor, stream: torch.cuda.Stream) -> None:
     del fillers
 
 
-def two_stream_call(prepare, apply, serial, out: torch.Tensor, what: str):
-    """One fused side under the schedule of the Note: ``prepare()`` -> handle (None: the gate is closed,
-    ``serial()`` runs); ``apply(handle)`` -> the result; ``serial(clone)`` recomputes on a clone of
-    ``out`` to tell a stream hazard from a NaN the path makes anyway."""
-    before = out.clone()
+# the orders of the two streams each fused call runs under (Note): which dependency each one exposes
+SCHEDULES = ("current late", "inputs late", "side late")
+
+
+def _scheduled(prepare, apply, schedule: str, inputs: tuple, side: Optional[torch.cuda.Stream]):
+    """``(result, the handle's side stream or None: the gate closed)`` of one ``prepare`` / ``apply`` under
+    ``schedule``; ``side``: the side stream an earlier schedule met (None: not yet known)."""
+    if schedule == "inputs late":  # the inputs are written on the current stream only after a while
+        saved = [t.clone() for t in inputs]
+        for t in inputs:
+            t.fill_(float("nan"))
+        torch.cuda._sleep(SLEEP_CYCLES)
+        for t, v in zip(inputs, saved):
+            t.copy_(v)
+    if schedule == "side late" and side is not None:  # the side stream is busy before step A
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(3 * SLEEP_CYCLES)
     handle = prepare()
     if handle is None:
-        return apply(None)
-    side = handle[-1]
-    torch.cuda._sleep(SLEEP_CYCLES)  # the base BMM's time on the current stream
-    _pressure(handle[0], side)
+        return apply(None), None
+    if schedule == "current late":
+        torch.cuda._sleep(SLEEP_CYCLES)  # the base BMM's time on the current stream
+        _pressure(handle[0], handle[-1])
     result = apply(handle)
-    bridge = handle[0]
+    bridge, side = handle[0], handle[-1]
     like = torch.empty_like(bridge)  # the size of the freed block, allocated on the current stream
     del handle, bridge
-    _pressure(like, side)
-    torch.cuda.synchronize()
-    bad = torch.isnan(result)
-    if bool(bad.any()):
-        again = serial(before.clone())
+    _pressure(like, side)  # the freed block refilled with NaN: also the block the next schedule's step A gets
+    return result, side
+
+
+def two_stream_call(prepare, apply, serial, out: torch.Tensor, what: str, inputs: tuple = ()):
+    """One fused side under each schedule of :data:`SCHEDULES` (Note): ``prepare()`` -> handle (None: the
+    gate is closed, ``serial()`` runs); ``apply(handle)`` -> the result, written into ``out`` (restored
+    before each schedule); ``serial(clone)`` recomputes on a clone of ``out`` to tell a stream hazard from
+    a NaN the path makes anyway; ``inputs``: the tensors ``prepare`` reads (written late by one schedule)."""
+    before = out.clone()
+    expected, side, result = None, None, out
+    for schedule in SCHEDULES:
+        out.copy_(before)
+        result, side = _scheduled(prepare, apply, schedule, inputs, side)
+        if side is None:
+            return result
         torch.cuda.synchronize()
-        new = bad & ~torch.isnan(again)
+        bad = torch.isnan(result)
+        if not bool(bad.any()):
+            continue
+        if expected is None:
+            expected = serial(before.clone())
+            torch.cuda.synchronize()
+        new = bad & ~torch.isnan(expected)
         if bool(new.any()):
             index = tuple(int(i) for i in torch.nonzero(new)[0])
-            raise StreamOrderingHazard(
-                f"{what}: {int(new.sum())} output elements (first at {index}) are NaN under the two-stream schedule "
-                f"but not on the serial path: step B read its step-A input after the caching allocator gave that "
-                f"block to a side-stream allocation (the input was allocated on the side stream and read on the "
-                f"current one without record_stream)")
+            raise StreamOrderingHazard(f"{what}: {int(new.sum())} output elements (first at {index}) are NaN under "
+                                       f"the two-stream schedule '{schedule}' but not on the serial path: "
+                                       f"{_EXPOSES[schedule]}")
     return result
+
+
+_EXPOSES = {
+    "current late": "step B read its step-A input after the caching allocator gave that block to a side-stream "
+                    "allocation (the input was allocated on the side stream and read on the current one without "
+                    "record_stream)",
+    "inputs late": "step A on the side stream read its input before the current stream had written it (the side "
+                   "stream does not wait for the current one)",
+    "side late": "step B on the current stream read step A's output before the side stream had written it (the "
+                 "current stream does not wait for the side one)",
+}
 
 
 class TwoStreamCorrections:
@@ -178,7 +225,7 @@ class TwoStreamCorrections:
         if not q_nope.is_cuda:  # the gate is closed off CUDA: the file's serial path
             return apply(prepare())
         return two_stream_call(prepare, apply, lambda out: m.apply_q_correction(attn, q_nope, out), base_output,
-                               "q_side_fused (kv_b_lora_q_prepare / kv_b_lora_q_apply)")
+                               "q_side_fused (kv_b_lora_q_prepare / kv_b_lora_q_apply)", inputs=(q_nope,))
 
     def v_side_fused_fwd(self, attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim):
         m = self.module
@@ -195,4 +242,4 @@ class TwoStreamCorrections:
         if not attn_output.is_cuda:
             return apply(prepare())
         return two_stream_call(prepare, apply, serial, base_output,
-                               "v_side_fused (kv_b_lora_v_prepare / kv_b_lora_v_apply)")
+                               "v_side_fused (kv_b_lora_v_prepare / kv_b_lora_v_apply)", inputs=(attn_output,))

@@ -17,7 +17,7 @@ from kernel_oracle.fuzz.targets.sglang import release_identity
 from kernel_oracle.fuzz.targets.sglang_two_stream import StreamOrderingHazard, two_stream_call
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.problems import LoRAProblem
-from kernel_oracle.harness.targets import Target
+from kernel_oracle.harness.targets import Target, TargetSpec
 
 from oracle_tests._sglang_releases import release_target
 from oracle_tests.conftest import DEVICE
@@ -84,8 +84,46 @@ def test_the_schedule_catches_a_step_b_that_reads_a_freed_side_stream_block():
     def serial(o):
         return o.add_(1.0)
 
-    with pytest.raises(StreamOrderingHazard, match="NaN under the two-stream schedule but not on the serial path"):
+    with pytest.raises(StreamOrderingHazard, match="NaN under the two-stream schedule 'current late' but not on the "
+                                                   "serial path: step B read its step-A input after"):
         two_stream_call(prepare, apply, serial, out, "planted")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the two-stream schedule needs CUDA streams")
+@pytest.mark.parametrize("dropped, schedule", [
+    ("side_stream.wait_stream(torch.cuda.current_stream())", "inputs late"),
+    ("torch.cuda.current_stream().wait_stream(side_stream)", "side late")])
+@pytest.mark.parametrize("op", ["q_side_fused", "v_side_fused"])
+def test_a_copy_of_the_path_without_one_wait_stream_is_a_stream_finding(tmp_path, op, dropped, schedule):
+    """Planted: the release's deepseek_mla_correction.py with one of its waits replaced by ``pass``; the
+    release as shipped passes the same case, the copy fails it with a finding of kind ``stream`` naming the
+    schedule that shows the missing dependency."""
+    import dataclasses
+
+    from kernel_oracle.fuzz.targets.sglang_switches import ReleaseConfiguration
+    from kernel_oracle.fuzz.targets.sglang_two_stream import TWO_STREAM_FILE, TwoStreamCorrections, load_two_stream
+    from kernel_oracle.fuzz.targets.sglang_wheel import find_wheel, locate_kernels, wheel_release
+
+    release_target(SPEC, "cuda")  # skips without the wheel
+    shipped = wheel_release(find_wheel("0.5.23", None))
+    text = shipped.read(TWO_STREAM_FILE)
+    assert text.count(dropped) == 2, "the release's file has this wait on both sides"
+    copy = tmp_path / "deepseek_mla_correction.py"
+    copy.write_text(text.replace(dropped, "pass"))
+    planted = dataclasses.replace(shipped, loaded={},
+                                  read=lambda n: copy.read_text() if n == TWO_STREAM_FILE else shipped.read(n),
+                                  disk=lambda n: copy if n == TWO_STREAM_FILE else shipped.disk(n))
+    config = ReleaseConfiguration.from_spec(TargetSpec.parse(SPEC))
+    p = LoRAProblem(op=op, dtype="float16", H=2, qk=16, vd=16, C=32, R=16, scalings=(1.0, -0.5), seed=5,
+                    **CASES["decode batch, two slots"])
+    verdicts = {}
+    for name, release in (("shipped", shipped), ("planted", planted)):
+        fused = TwoStreamCorrections(load_two_stream(release, locate_kernels(release)["trt"], config))
+        entries = {"q_side_fused": fused.q_side_fused_fwd, "v_side_fused": fused.v_side_fused_fwd}
+        verdicts[name] = check_case(Target(name, entries, strict=False), Case(p), "cuda")
+    assert verdicts["shipped"].ok, verdicts["shipped"].message
+    assert verdicts["planted"].kind == "stream", verdicts["planted"].message
+    assert f"schedule '{schedule}'" in verdicts["planted"].message
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and streams need a CUDA device")
