@@ -1,30 +1,36 @@
 #!/usr/bin/env bash
-# The GPU check of kernel-oracle on a CUDA machine (the device tool's H200), in phases; results in
-# docs/BENCHMARKS.md.
+# The GPU check of kernel-oracle on a CUDA machine (the device tool's H100 or H200), in phases; results in
+# docs/BENCHMARKS.md.  The whole check is two device calls of `all`, back to back on one machine:
+#
+#   call 1: setup, soak-start, suite, main-job          call 2: matrix, soak-wait, bench repros
 #
 #   bash scripts/gpu_check.sh setup          # offline installs of the carried wheels, this checkout editable
-#   bash scripts/gpu_check.sh suite [T]      # the pytest suite on the GPU, stopped after T s (560): time, failures
-#   bash scripts/gpu_check.sh soak-start [S] # detached S-second fuzz campaigns (600): ours, 0.5.23's three kv_b codes
-#   bash scripts/gpu_check.sh soak-wait [W]  # wait up to W s (600) for them; their findings by bucket
+#   bash scripts/gpu_check.sh soak-start [S] # detached S-second campaigns (600) of SGLang 0.5.23's code, one per
+#                                            # code and configuration; they run on through the next phases
+#   bash scripts/gpu_check.sh suite [T]      # the pytest suite, stopped after T s (300) and continued by the next
+#                                            # `suite` where it stopped; the two-stream tests once under CSAN
+#   bash scripts/gpu_check.sh main-job [P..] # kernel-oracle run --device cuda --time 120 on a cold kernel cache
+#                                            # (P: cold warm, to add the same cache warm)
+#   bash scripts/gpu_check.sh matrix [S] [L] # every release x code x configuration of lora, vision and csgmv and
+#                                            # each staged FlashInfer release, side by side: the newest release's
+#                                            # columns S s each (90), older ones their regression budget; stopped
+#                                            # after L s (330)
+#   bash scripts/gpu_check.sh soak-wait [W]  # wait up to W s (600) for the soak; its findings by bucket
 #   bash scripts/gpu_check.sh bench [PART..] # lora vision sglang verdicts oracle (default: all): the tables; sglang
-#                                            also runs every standalone reproducer of docs/upstream/ (repros:
-#                                            those alone)
-#   bash scripts/gpu_check.sh main-job       # kernel-oracle run --device cuda --time 120, cold then warm cache
-#   bash scripts/gpu_check.sh matrix [S] [L] # every release x kv_b and csgmv code x configuration, lora, vision and
-#                                            # csgmv, and every
-#                                            # staged FlashInfer release (flashinfer-cudnn@engine=V), S s each (10),
-#                                            # stopped after L s (580)
-#   bash scripts/gpu_check.sh all [S]        # the sequence setup .. bench; ends with the table of every phase
+#                                            # also runs every standalone reproducer of docs/upstream/ (repros:
+#                                            # those alone)
+#   bash scripts/gpu_check.sh all [S]        # the sequence above (soak of S s); ends with the table of every phase
 #   bash scripts/gpu_check.sh table          # that table alone
 #
-# Carry .gpu-snap (scripts/gpu_snapshot.sh: HEAD, COMMIT, .whl/flashinfer, .whl/sglang-slim, .whl/cluster)
+# Carry .gpu-snap (scripts/gpu_snapshot.sh: HEAD, COMMIT, .whl/flashinfer, .whl/sglang-slim, .whl/v2deps)
 # and run from inside it.  Every phase writes its logs under $OUT (the device tool's folder, else
 # ./gpu-out), prints a compact summary and adds a row to the machine's table (/tmp/gpu-check), which
 # outlives one device call while the machine stays warm: `all` skips the phases already done there and
 # stops before a phase that would pass ALL_BUDGET seconds (570; the device tool allows 600 a call), so
-# calling it again continues the sequence.  A process left running must not keep its working directory
-# in the carried tree, which the next call replaces (soak-start runs from /tmp/gpu-check).  The soak's campaigns keep importing from this tree (their
-# workers start later): carry the same snapshot to the calls until soak-wait.
+# calling it again continues the sequence (a suite stopped at its limit goes on where it stopped).  A
+# process left running must not keep its working directory in the carried tree, which the next call
+# replaces (soak-start runs from /tmp/gpu-check).  The soak's campaigns keep importing from this tree
+# (their workers start later): carry the same snapshot to the calls until soak-wait.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -205,9 +211,10 @@ bench_part() {  # PART: one benchmark in its plain table mode
   record "bench-$1" "$RC" "$SECS" "$(grep -cE '^\| ' "$OUT/bench_$1.log") table lines in bench_$1.log$extra"
 }
 
-main_job() {  # twice: a cold default kernel cache (a fresh KERNEL_ORACLE_CACHE), then the same cache warm
-  local cache="$STATE/ko-cache" pass heads="" saved=$TRITON_CACHE_DIR; rm -rf "$cache"; unset TRITON_CACHE_DIR
-  for pass in cold warm; do
+main_job() {  # PASSES (cold): a cold default kernel cache (a fresh KERNEL_ORACLE_CACHE); warm: then the same cache
+  local cache="$STATE/ko-cache" pass heads="" saved=$TRITON_CACHE_DIR passes=("$@"); rm -rf "$cache"
+  unset TRITON_CACHE_DIR; [ ${#passes[@]} -gt 0 ] || passes=(cold)
+  for pass in "${passes[@]}"; do
     KERNEL_ORACLE_CACHE="$cache" timed main-job 300 "$OUT/main_job_$pass.log" \
       python3 -m kernel_oracle run --device cuda --time 120 --out "$STATE/main-job-$pass"
     cp "$STATE/main-job-$pass/latest.json" "$OUT/main_job_$pass.json" 2>/dev/null
@@ -238,7 +245,7 @@ PY
 
 matrix() {  # SGLang's release matrix: the three kv_b codes and csgmv under every configuration, and the vision wrapper;
   # stopped (SIGTERM) after LIMIT s it writes the columns that ran, with no fix claimed
-  local secs=${1:-10} limit=${2:-580} wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
+  local secs=${1:-90} limit=${2:-330} wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
   rm -rf "$STATE/matrix"
   timed matrix "$limit" "$OUT/matrix.log" python3 -m kernel_oracle matrix --targets sglang,sglang-trt,sglang-v2,sglang-csgmv,flashinfer-cudnn \
     --releases all --configurations all --op lora,vision,csgmv --device cuda --time "$secs" --quiet --out "$STATE/matrix" "${wheel[@]}"
@@ -272,47 +279,46 @@ table() {
   cp "$STATE/table.tsv" "$OUT/table.tsv" 2>/dev/null; true
 }
 
-run_all() {  # the standard sequence; each entry: PHASE ESTIMATED_SECONDS (for the budget check)
-  local budget=${ALL_BUDGET:-570} secs=${1:-600} phase est
+run_all() {  # the standard sequence; each entry: PHASE ESTIMATED_SECONDS (for the budget check); a suite stopped
+  # at its limit (its row says suite-part) is run again by the next call before the phases after it
+  local budget=${ALL_BUDGET:-570} secs=${1:-600} phase est left
   while read -r phase est <&3; do
     grep -q "^$phase"$'\t' "$STATE/table.tsv" 2>/dev/null && continue
-    if [ $(( $(date +%s) - T0 + est )) -gt "$budget" ]; then
+    left=$(( budget - ($(date +%s) - T0) ))
+    if [ "$phase" = suite ] && [ "$left" -gt 120 ]; then est=$(( left < 300 ? left : 300 )); fi
+    if [ "$est" -gt "$left" ]; then
       echo "all: $phase would pass the ${budget}-s budget: call 'all' again to continue"; break
     fi
     case "$phase" in
       setup) setup ;;
       soak-start) soak_start "$secs" ;;
-      suite) suite 440 ;;
-      soak-wait) soak_wait 300 ;;
-      main-job) main_job ;;
-      matrix) matrix ;;
+      suite) suite "$est"; grep -q "^suite"$'\t' "$STATE/table.tsv" || break ;;
+      main-job) main_job cold ;;
+      matrix) matrix 90 330 ;;
+      soak-wait) soak_wait 120 ;;
       bench-*) bench_part "${phase#bench-}" ;;
     esac
   done 3<<'EOF'
 setup 90
 soak-start 5
-suite 450
+suite 300
+main-job 170
+matrix 340
 soak-wait 120
-main-job 330
-matrix 420
-bench-lora 160
-bench-vision 220
-bench-sglang 420
-bench-verdicts 160
-bench-oracle 240
+bench-repros 100
 EOF
   table
 }
 
 case "${1:-}" in
   setup) setup ;;
-  suite) suite "${2:-560}" ;;
+  suite) suite "${2:-300}" ;;
   soak-start) soak_start "${2:-600}" ;;
   soak-wait) soak_wait "${2:-600}" ;;
   bench) shift; parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(lora vision sglang verdicts oracle)
          for p in "${parts[@]}"; do bench_part "$p"; done ;;
-  main-job) main_job ;;
-  matrix) matrix "${2:-12}" "${3:-580}" ;;
+  main-job) shift; main_job "$@" ;;
+  matrix) matrix "${2:-90}" "${3:-330}" ;;
   all) run_all "${2:-600}" ;;
   table) table ;;
   *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
