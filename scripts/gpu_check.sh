@@ -77,9 +77,12 @@ triton.__version__, 'kernel-oracle', kernel_oracle.__version__, torch.cuda.get_d
 
 suite() {  # the suite, continued where an earlier call's limit stopped it (scripts/pytest_resume.py); -v: each
   # result line names its test, so a run stopped at its limit still names its failures
-  local done=$STATE/suite-done.tsv
-  PYTHONPATH=$PWD/scripts:$PYTHONPATH timed suite "${1:-300}" "$OUT/suite.log" python3 -m pytest oracle_tests -v \
-    -p no:cacheprovider -p pytest_resume --resume-log "$done" --durations=30 -rfEs --tb=short
+  local done=$STATE/suite-done.tsv per=()
+  python3 -c "import pytest_timeout" 2>/dev/null && per=(--timeout=240)  # one stuck test is its failure, not the call's
+  # workers: compilation-bound on a GPU host (Note [Parallel on a GPU machine]); all cores but two
+  KERNEL_ORACLE_GPU_WORKERS=${KERNEL_ORACLE_GPU_WORKERS:-$(( $(nproc) - 2 ))} PYTHONPATH=$PWD/scripts:$PYTHONPATH \
+    timed suite "${1:-300}" "$OUT/suite.log" python3 -m pytest oracle_tests -v \
+    -p no:cacheprovider -p pytest_resume --resume-log "$done" --durations=30 -rfEs --tb=short "${per[@]}"
   [ "$RC" -eq 5 ] && RC=0  # every test already done in an earlier call
   if [ "$RC" -ne 124 ] && [ ! -f "$STATE/csan.log" ]; then  # the two-stream path once under torch's CUDA sanitizer
     TORCH_CUDA_SANITIZER=1 timeout 120 python3 -m pytest oracle_tests/fuzz/test_sglang_two_stream.py -p no:xdist -q \
