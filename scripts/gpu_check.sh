@@ -7,6 +7,7 @@
 #   bash scripts/gpu_check.sh setup          # offline installs of the carried wheels, this checkout editable
 #   bash scripts/gpu_check.sh soak-start [S] # detached S-second campaigns (600) of SGLang 0.5.23's code, one per
 #                                            # code and configuration; they run on through the next phases
+#                                            # (SOAK_NICE=N: at that CPU priority, beside a timed phase)
 #   bash scripts/gpu_check.sh suite [T]      # the pytest suite, stopped after T s (300) and continued by the next
 #                                            # `suite` where it stopped; the two-stream tests once under CSAN
 #   bash scripts/gpu_check.sh main-job [P..] # kernel-oracle run --device cuda --time 120 on a cold kernel cache
@@ -85,7 +86,7 @@ suite() {  # the suite, continued where an earlier call's limit stopped it (scri
     -p no:cacheprovider -p pytest_resume --resume-log "$done" --durations=30 -rfEs --tb=short "${per[@]}"
   [ "$RC" -eq 5 ] && RC=0  # every test already done in an earlier call
   if [ "$RC" -ne 124 ] && [ ! -f "$STATE/csan.log" ]; then  # the two-stream path once under torch's CUDA sanitizer
-    TORCH_CUDA_SANITIZER=1 timeout 120 python3 -m pytest oracle_tests/fuzz/test_sglang_two_stream.py -p no:xdist -q \
+    TORCH_CUDA_SANITIZER=1 timeout 90 python3 -m pytest oracle_tests/fuzz/test_sglang_two_stream.py -p no:xdist -q \
       -p no:cacheprovider >"$STATE/csan.log" 2>&1; echo "two-stream tests under TORCH_CUDA_SANITIZER=1: exit $? ($(tail -1 "$STATE/csan.log"))"
     cp "$STATE/csan.log" "$OUT/"
   fi
@@ -105,7 +106,7 @@ soak_start() {
     local name=$1; shift
     # cwd outside the carried tree: the next device call replaces that tree, and a process whose working
     # directory was deleted cannot start workers (multiprocessing reads os.getcwd())
-    (cd "$STATE" && setsid nohup python3 -m kernel_oracle fuzz "$@" --device cuda --time "$secs" --seed 7 --quiet \
+    (cd "$STATE" && setsid nohup nice -n "${SOAK_NICE:-0}" python3 -m kernel_oracle fuzz "$@" --device cuda --time "$secs" --seed 7 --quiet \
       --out "$SOAK/$name" >"$SOAK/$name.log" 2>&1 </dev/null &)
   }
   local wheel=(); [ -d .whl/sglang-slim ] && wheel=(--sglang-wheel "$PWD/.whl/sglang-slim")
