@@ -60,6 +60,35 @@ def test_editing_a_reexported_module_is_refused_on_resume(tmp_path, capsys, plan
     assert json.loads((out / "summary.json").read_text())["findings"] == []  # nothing was judged with it
 
 
+def test_a_plain_module_name_resumes_only_over_its_own_code(tmp_path, capsys, planted):
+    """The probe: ``--targets kostepaq`` (one lower-case word, which parses as a built-in name) made wrong
+    between two runs into the same --out: its identity is the module's, not the suite's."""
+    _, write = planted
+    module = write("kostepaq.py", IMPL)
+    out = tmp_path / "out"
+    argv = ["fuzz", "--targets", "kostepaq", "--op", "step_a_q", "--cases", "4", "--device", DEVICE,
+            "--out", str(out), "--limits", "tiny", "--quiet", "--no-isolate"]
+    assert cli_main(argv) == 0
+    module.write_text(BROKEN)
+    capsys.readouterr()
+    assert cli_main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"kernel-oracle fuzz: error: {out} holds a campaign of other code (target sources changed since it ran); "
+        f"pass --fresh to start afresh or another --out"]
+
+
+def test_a_library_the_module_loads_with_ctypes_is_part_of_its_identity(planted):
+    root, write = planted
+    write("kolibfront.py", "import ctypes, os\n_LIB = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "
+                           "'libkoops.so'))\n" + IMPL)
+    library = root / "libkoops.so"
+    library.write_bytes(b"\x7fELF one build")
+    first = _hash("kolibfront")
+    assert library.resolve() in set(closure_files("kolibfront"))
+    library.write_bytes(b"\x7fELF another build")
+    assert _hash("kolibfront") != first
+
+
 @pytest.mark.parametrize("how", ["import x", "from pkg import mod", "from . import sibling", "inside a function",
                                  "import_module literal", "star import"])
 def test_every_kind_of_import_is_followed(planted, how):
