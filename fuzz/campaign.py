@@ -437,7 +437,7 @@ class _Search:
         """Run and count one case: ``(verdict, bucket or None)``, remembered for Hypothesis's replays.
         The verdict is computed beside the target (in the worker, on its device); a harness error
         raises :class:`HarnessError`."""
-        from kernel_oracle.harness.check import Verdict, check_case, shape_class
+        from kernel_oracle.harness.check import check_case, shape_class
 
         self.stop.check()  # Note [Stopping a campaign]: a signal whose raise was swallowed stops here
         if self.local_target is not None:
@@ -446,20 +446,13 @@ class _Search:
             except Exception as exc:  # noqa: BLE001 - ours, not the target's (its errors are observations)
                 raise HarnessError(f"{type(exc).__name__}: {exc}") from exc
         else:
-            from kernel_oracle.fuzz.worker import WorkerError
+            from kernel_oracle.fuzz.worker import WorkerError, verdict_of
 
             try:
                 answer = confirmed_check(self, case)  # a silent case is tried again (Note [Confirmed hangs])
             except WorkerError as exc:
                 raise HarnessError(str(exc)) from None
-            if isinstance(answer, Verdict):
-                verdict = answer
-            else:  # the worker hung or died: an Observed of kind "hang" / "crash"
-                from kernel_oracle.harness.buckets import bucket_of
-
-                what = "hung" if answer.kind == "hang" else "crashed"
-                verdict = Verdict(False, answer.kind, f"target {what}: {answer.message}")
-                verdict.bucket = bucket_of(case, verdict, observed=answer)
+            verdict = verdict_of(case, answer)  # the worker hung or died: a finding of that kind
         from kernel_oracle.harness.malformed import in_gap_table
 
         group = GroupKey(self.target, case.op, case.dtype, shape_class(case))

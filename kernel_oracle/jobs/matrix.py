@@ -291,15 +291,19 @@ def _expected(entry, members: list) -> tuple[Optional[str], str]:
     return ("fails" if buggy else "passes" if fixed else None), note
 
 
-def _corpus_results(entries, column: Column, device: str, sources, record: dict) -> dict:
-    """``{entry id: {outcome, expected, as_expected}}`` of the entries of the column's target family."""
-    from kernel_oracle.fuzz.targets import TargetSpec, resolve_target
+def _corpus_results(entries, column: Column, device: str, sources, record: dict, worker) -> dict:
+    """``{entry id: {outcome, expected, as_expected}}`` of the entries of the column's target family, each run
+    in ``worker`` as a campaign runs a case (Note [Cases outside a campaign]): an entry with a case of a
+    feature no command sends the target is ``declined`` there, not run."""
+    from kernel_oracle.fuzz.isolated import IsolatedTarget, WorkerError
+    from kernel_oracle.fuzz.targets import TargetSpec
     from kernel_oracle.harness.schema import add_note
     from kernel_oracle.jobs.bug_corpus import run_entry
 
     parsed = TargetSpec.parse(column.tested)
     base = parsed.name if parsed.release is not None else str(parsed)
     conf = ",".join(f"{k}={v}" for k, v in parsed.configuration)
+    target = IsolatedTarget(parsed, device, sources=sources, worker=worker)
     out = {}
     for e in entries:
         if e.target != base or e.device != device or e.family != column.family or e.configuration != conf:
@@ -307,11 +311,20 @@ def _corpus_results(entries, column: Column, device: str, sources, record: dict)
         expected, note = _expected(e, column.members)
         if note:
             add_note(record, note)
-        t = resolve_target(parsed, device, sources=sources)
-        if not t.available or not all(t.has(c.op) for c in e.cases):
+        try:
+            info = target.info
+        except WorkerError as exc:
+            info = {"available": False, "reason": str(exc)}
+        if not info.get("available", True) or not all(c.op in (info.get("entry_points") or ()) for c in e.cases):
             out[e.id] = {"outcome": "unavailable", "expected": expected, "as_expected": None}
             continue
-        o = run_entry(e, t, device)
+        declined = {f: why for c in e.cases for f, why in target.declined(c, never_sent=True).items()}
+        if declined:
+            feature, why = next(iter(declined.items()))
+            add_note(record, f"corpus {e.id} on {column.label}: not run: {column.tested} declines {feature} ({why})")
+            out[e.id] = {"outcome": "declined", "expected": expected, "as_expected": None}
+            continue
+        o = run_entry(e, lambda case: target.check(case, never_sent=True))
         outcome = f"fails: {o.kind}" if o.failed else "passes"
         as_expected = None if expected is None else (o.matches(e) if expected == "fails" else not o.failed)
         out[e.id] = {"outcome": outcome, "expected": expected, "as_expected": as_expected}
@@ -437,24 +450,32 @@ def _run_columns(columns, families, op, config, campaigns_dir, record, entries, 
                  corpus_by_spec, done, log) -> int:
     """Each column's campaign and corpus (appended to ``runs``, ``corpus_by_spec``, ``done`` as they end, so
     an interruption keeps them), then the replays of absences; returns the replays run."""
+    from kernel_oracle.fuzz.worker import Worker
     from kernel_oracle.jobs.matrix_replay import replay_absences
 
-    for c in columns:
-        row_op = op if len(families) == 1 else c.family
-        if c.same_as is None or c.same_as not in done:
-            done[c.label] = _campaign(c, row_op, config, campaigns_dir, record)
-            corpus_by_spec[c.label] = _corpus_results(entries, c, device, sources, record)
-        else:
-            corpus_by_spec[c.label] = corpus_by_spec[c.same_as]
-        result = done.get(c.label) or done[c.same_as]
-        runs.append({"spec": c.label, "family": c.family, "lane": c.lane, "tested": c.tested, "members": c.members,
-                     "identity": c.identity, "same_as": c.same_as, "ran": c.label in done, **result})
-        if log is not None:
-            reused = c.same_as in done and c.label not in done
-            same = f" (the same code as {c.same_as}: not run again)" if reused else ""
-            log(f"{c.label}: {result['cases']} cases, {len(result['findings'])} findings{same}"
-                + ("" if result["available"] else f" (unavailable: {result['reason']})"))
+    with Worker(device) as corpus_worker:  # started at the first corpus entry; a crash costs it, not the matrix
+        for c in columns:
+            _run_column(c, op if len(families) == 1 else c.family, config, campaigns_dir, record, entries, device,
+                        sources, runs, corpus_by_spec, done, log, corpus_worker)
     return replay_absences(runs, device=device, sources=sources, log=log)  # Note [Replayed absences]
+
+
+def _run_column(c, row_op, config, campaigns_dir, record, entries, device, sources, runs, corpus_by_spec, done, log,
+                corpus_worker) -> None:
+    """One column's campaign and corpus (or the reuse of an earlier column's), appended to ``runs``."""
+    if c.same_as is None or c.same_as not in done:
+        done[c.label] = _campaign(c, row_op, config, campaigns_dir, record)
+        corpus_by_spec[c.label] = _corpus_results(entries, c, device, sources, record, corpus_worker)
+    else:
+        corpus_by_spec[c.label] = corpus_by_spec[c.same_as]
+    result = done.get(c.label) or done[c.same_as]
+    runs.append({"spec": c.label, "family": c.family, "lane": c.lane, "tested": c.tested, "members": c.members,
+                 "identity": c.identity, "same_as": c.same_as, "ran": c.label in done, **result})
+    if log is not None:
+        reused = c.same_as in done and c.label not in done
+        same = f" (the same code as {c.same_as}: not run again)" if reused else ""
+        log(f"{c.label}: {result['cases']} cases, {len(result['findings'])} findings{same}"
+            + ("" if result["available"] else f" (unavailable: {result['reason']})"))
 
 
 def _finish(record, specs, op, time_s, budget, columns, done, runs, entries, corpus_by_spec, replays, out) -> None:
