@@ -244,7 +244,7 @@ class _Search:
             oracle_integrity.restore(self.prior_oracle)  # the caller's baseline (Note [The oracle's own code])
         self.state.elapsed_s = self.elapsed()
         self.state.save()
-        notes = [self.harness_error] if self.harness_error is not None else []
+        notes = [n for n in (self.harness_error, self.state.unreadable_note()) if n]  # Note [Campaign state]
         return self.finish(notes + self.memcheck_notes + self._output_notes(), status="incomplete" if notes else None)
 
     def _interrupted(self, signame: str) -> None:

@@ -22,7 +22,10 @@ Recovery (a campaign killed mid-write, a disk that filled up): a torn or unreada
 lines kept; an unreadable ``state.json`` is moved to ``state.json.corrupt`` and the state rebuilt
 from the findings and the case files (the finding counter from the highest id on disk, so no id or
 ``.pt`` is ever reused; each finding's group counts its one case; the earlier case counts are lost
-and a note says so).  No complete finding is ever dropped.
+and a note says so).  No complete finding is ever dropped, and an unreadable one is never read as
+none: while ``findings.jsonl.torn`` holds a record set aside (:attr:`CampaignState.unreadable`), the
+campaign's result is ``incomplete`` (exit 3) with a note naming the file, never clean; reading the
+records there and removing the file (or ``--fresh``) ends it.
 
 Note [Validated state]
 ----------------------
@@ -51,14 +54,12 @@ from __future__ import annotations
 import json
 import time
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
 from kernel_oracle.fuzz.targets.identity import identity_difference
 from kernel_oracle.harness.data_files import MAX_BYTES, loads_json, read_text
-from kernel_oracle.harness.schema import FINDING_KINDS
-from kernel_oracle.fuzz.state_checks import (ID_NUMBER as _ID_NUMBER, MAX_COUNT, checked_count, checked_ratio,
+from kernel_oracle.fuzz.state_checks import (ID_NUMBER as _ID_NUMBER, MAX_COUNT, GroupCounts, GroupKey, checked_count,
                                              checked_seconds, checked_text, finding_problem, region_counts)
 
 __all__ = ["CampaignState", "CaseNotSaved", "OtherCampaign", "GroupCounts", "GroupKey", "MAX_COUNT", "MAX_EXAMPLES", "OutDirBusy",
@@ -91,53 +92,6 @@ class OtherCampaign(StateError):
 
 class CaseNotSaved(StateError):
     """A finding's case files could not be written (the finding itself is kept)."""
-
-
-@dataclass(frozen=True, order=True)
-class GroupKey:
-    """The counters' key: one group of the result record."""
-
-    target: str
-    op: str
-    dtype: str
-    shape_class: str
-
-    def to_dict(self) -> dict:
-        return {"target": self.target, "op": self.op, "dtype": self.dtype, "shape_class": self.shape_class}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "GroupKey":
-        return cls(*(checked_text(f"key.{k}", d[k]) for k in ("target", "op", "dtype", "shape_class")))
-
-
-@dataclass
-class GroupCounts:
-    cases: int = 0
-    passes: int = 0
-    ratios: list = field(default_factory=list)
-    findings: dict = field(default_factory=lambda: {k: 0 for k in FINDING_KINDS})
-    gaps: int = 0  # accepted malformed metadata of the validation-gap table: neither passed nor failed
-
-    def to_dict(self) -> dict:
-        return {"cases": self.cases, "passes": self.passes, "ratios": list(self.ratios),
-                "findings": dict(self.findings), "gaps": self.gaps}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "GroupCounts":
-        """Checked (Note [Validated state]): counts in range, ``passes <= cases``, finite ratios."""
-        counts = {k: 0 for k in FINDING_KINDS}
-        for k, v in (d.get("findings") or {}).items():
-            if k not in FINDING_KINDS:
-                raise ValueError(f"findings[{k!r}] is not a finding kind")
-            counts[k] = checked_count(f"findings[{k!r}]", v)
-        cases, passes = checked_count("cases", d.get("cases", 0)), checked_count("passes", d.get("passes", 0))
-        gaps = checked_count("gaps", d.get("gaps", 0))
-        if passes + gaps > cases:
-            raise ValueError(f"passes={passes} and gaps={gaps} exceed cases={cases}")
-        ratios = d.get("ratios") or []
-        if not isinstance(ratios, list):
-            raise ValueError(f"ratios={ratios!r} is not a list")
-        return cls(cases, passes, [checked_ratio(r) for r in ratios], counts, gaps)
 
 
 def _check_layout(out: Path) -> None:
@@ -185,6 +139,8 @@ class CampaignState:
         self._writable = False
         self.identity: Optional[dict] = None
         self.opened, self.earlier = "new", (0, 0)  # "resumed" / "afresh" and the earlier (cases, findings)
+        self.unreadable = 0  # finding records that could not be read (set aside): Note [Campaign state]
+        self._skipped = 0  # of them, those skipped in findings.jsonl itself (read-only: nothing is set aside)
 
     # ---- paths -----------------------------------------------------------------------------------
     @property
@@ -317,6 +273,7 @@ class CampaignState:
     # ---- loading and recovery --------------------------------------------------------------------
     def _load(self, *, recover_on_disk: bool) -> None:
         self.findings = self._load_findings(recover_on_disk)
+        self.unreadable = self._set_aside() + self._skipped
         raw = None
         if self.state_path.exists():
             try:
@@ -407,8 +364,9 @@ class CampaignState:
         try:
             with open(path, "rb") as fh:
                 data = fh.read(MAX_BYTES + 1)
-        except OSError as exc:  # read() of a directory someone else owns: say so, keep going
+        except OSError as exc:  # read() of a directory someone else owns: say so, keep going, never as clean
             self.notes.append(f"findings.jsonl unreadable ({exc.strerror or exc}); no finding read")
+            self._skipped = 1
             return []
         if len(data) > MAX_BYTES:  # Note [Files as data]: not a campaign's file; nothing of it is used
             raise StateError(f"--out {self.out}: findings.jsonl holds more than {MAX_BYTES} bytes, which no campaign "
@@ -442,12 +400,33 @@ class CampaignState:
                                   f"findings.jsonl.torn ({what}); {len(good)} complete finding(s) kept")
             else:
                 self.notes.append(f"findings.jsonl: skipped {len(bad)} torn or unreadable line(s) ({what})")
+        self._skipped = 0 if recover_on_disk else len(bad)
         if recover_on_disk and (bad or (data and not data.endswith(b"\n"))):
             try:
                 _atomic_write(path, "".join(json.dumps(f, sort_keys=True, default=str) + "\n" for f in good))
             except OSError as exc:
                 raise StateError(f"{path}: cannot rewrite it without its torn lines ({exc.strerror or exc})") from None
         return good
+
+    def _set_aside(self) -> int:
+        """How many finding records ``findings.jsonl.torn`` holds (each set aside under a marker line)."""
+        try:
+            with open(self.out / "findings.jsonl.torn", "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:  # there but unreadable: as many records as can be
+            raise StateError(f"{self.out / 'findings.jsonl.torn'}: cannot be read ({exc.strerror or exc}); move it "
+                             f"away or pass another --out") from None
+        return max(data.count(b"# set aside by kernel-oracle: "), 1 if data.strip() else 0)
+
+    def unreadable_note(self) -> str:
+        """The note of a campaign holding finding records it could not read ("" when it holds none)."""
+        if not self.unreadable:
+            return ""
+        return (f"findings.jsonl held {self.unreadable} finding record(s) that could not be read, set aside in "
+                f"{self.out / 'findings.jsonl.torn'}: a finding may be lost, so the campaign is not clean; read them "
+                f"there (and their cases/), then remove that file, or pass --fresh")
 
     def _highest_id_on_disk(self) -> int:
         names = [f.get("id", "") for f in self.findings]

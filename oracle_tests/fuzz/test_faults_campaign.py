@@ -190,6 +190,7 @@ def test_a_torn_last_line_is_set_aside_and_no_finding_is_lost(tmp_path, monkeypa
     assert torn.startswith("# set aside by kernel-oracle: unreadable line 2") and partial in torn
     assert any("findings.jsonl.torn" in n and "1 complete finding(s) kept" in n for n in rec["notes"])
     assert (out / "findings.jsonl").read_text().endswith("\n")
+    assert rec["summary"]["status"] == "incomplete"  # the torn record may be a finding: never clean
 
 
 def test_a_corrupt_state_file_is_rebuilt_from_findings_and_case_files(tmp_path, monkeypatch):
