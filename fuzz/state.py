@@ -252,10 +252,18 @@ class CampaignState:
             fh.close()
             raise OutDirBusy(f"--out {self.out}: another campaign (pid {holder}) is using it; wait for it to "
                              f"finish or pass another --out") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
+        try:  # the holder's pid, for the message of a campaign refused the directory
+            fh.seek(0)
+            fh.truncate()
+            fh.write(str(os.getpid()))
+            fh.flush()
+        except OSError as exc:  # a full disk: one line, exit 2 (Note [Validated state])
+            try:
+                fh.close()  # releases the lock; its flush fails the same way
+            except OSError:
+                pass
+            raise StateError(f"--out {self.out}: cannot write .lock ({exc.strerror or exc}); free space there or "
+                             f"pass another --out") from None
         self._lock_fh = fh
 
     def close(self) -> None:
