@@ -89,10 +89,10 @@ from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.harness.problems import materialize, problem_from_dict, problem_to_dict
+from kernel_oracle.harness.saved_calls import call_on
 
-__all__ = ["Case", "Outcome", "Observed", "Verdict", "call_on", "case_from_dict", "check_case", "execute",
-           "expected_outcome", "judge", "odd_output", "prepared_call", "shape_class", "state_change_verdict",
-           "with_state_changes"]
+__all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute", "expected_outcome",
+           "judge", "odd_output", "prepared_call", "shape_class", "state_change_verdict", "with_state_changes"]
 
 
 @dataclass(frozen=True)
@@ -174,33 +174,6 @@ def _run_oracle(case: Case, call, **kw):
 
 def _copy_call(call):
     return copy.deepcopy(call)
-
-
-def call_on(call, device):
-    """``call`` with every tensor on ``device`` (arguments, lists, metadata objects' fields), views kept
-    views of one moved storage; ``call`` itself where everything is there already."""
-    device, memo = torch.device(device), {}
-
-    def moved(v):
-        if isinstance(v, torch.Tensor):
-            if v.device.type == device.type and (device.index is None or v.device.index == device.index):
-                return v
-            key = v.untyped_storage().data_ptr(), v.untyped_storage().nbytes(), str(v.device)
-            if key not in memo:
-                memo[key] = v.untyped_storage().to(device=device)
-            return torch.empty(0, dtype=v.dtype, device=device).set_(memo[key], v.storage_offset(), v.size(), v.stride())
-        if isinstance(v, (list, tuple)):
-            return type(v)(moved(x) for x in v)
-        fields = getattr(v, "__dict__", None)
-        if isinstance(fields, dict) and not isinstance(v, type):
-            new = copy.copy(v)
-            for k, x in fields.items():
-                setattr(new, k, moved(x))
-            return new
-        return v
-
-    return dataclasses.replace(call, args=tuple(moved(a) for a in call.args),
-                               kwargs={k: moved(v) for k, v in call.kwargs.items()})
 
 
 def prepared_call(case: Case, device, metadata_helper=None):
@@ -565,7 +538,7 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "", call=None) 
     needs a tensor; harness errors propagate (a campaign's worker reports them).  pytest properties,
     the bug corpus and the campaigns (in process or in their worker) all check a case with this.
     ``call``: the call to run instead of one built from the case (a saved case file's tensors, moved
-    to ``device`` by :func:`call_on`)."""
+    to ``device`` by :func:`harness.saved_calls.call_on`)."""
     judged, observed = case, None
     try:
         call = (prepared_call(case, device, _guarded(getattr(target, "metadata_helper", None))) if call is None

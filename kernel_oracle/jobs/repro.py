@@ -194,6 +194,7 @@ def _isolated_verdict(target, case, call, device: str, sglang_wheel: Optional[st
     it (Note [Cases outside a campaign]); :class:`ReproError` for a target that cannot take it."""
     from kernel_oracle.fuzz.isolated import DeclinedCase, IsolatedTarget, WorkerError
     from kernel_oracle.fuzz.targets import TargetSources
+    from kernel_oracle.harness.saved_calls import call_on
 
     with IsolatedTarget(target, device, sources=TargetSources(sglang_wheel=sglang_wheel)) as isolated:
         try:
@@ -203,18 +204,11 @@ def _isolated_verdict(target, case, call, device: str, sglang_wheel: Optional[st
             if case.op not in (info.get("entry_points") or ()):
                 raise ReproError(f"target {str(target)!r} has no entry point for op {case.op!r}; it has "
                                  f"{sorted(info.get('entry_points') or ())}")
-            return isolated.check(case, None if call is None else call_on_cpu(call))
+            return isolated.check(case, None if call is None else call_on(call, "cpu"))  # the worker moves it back
         except DeclinedCase as exc:
             raise ReproError(str(exc)) from None
         except WorkerError as exc:
             raise ReproError(f"target {str(target)!r}: {_first_line(exc)}") from None
-
-
-def call_on_cpu(call):
-    """A saved call with its tensors on the CPU (what travels to the worker, which moves them to its device)."""
-    from kernel_oracle.harness.check import call_on
-
-    return call_on(call, "cpu")
 
 
 def reproduce(*, target, path: str | None = None, case_json: str | None = None, device: str = "auto",
@@ -223,7 +217,8 @@ def reproduce(*, target, path: str | None = None, case_json: str | None = None, 
     TargetSpec) on ``device``, in a worker as a campaign does (see the module docstring); ``script``: also
     resolve the target here for a standalone script's entry point.  :class:`ReproError` (one line) for
     bad input, a target that cannot take the case, or a case it declines."""
-    from kernel_oracle.harness.check import call_on, expected_outcome, prepared_call, with_state_changes
+    from kernel_oracle.harness.check import expected_outcome, prepared_call, with_state_changes
+    from kernel_oracle.harness.saved_calls import call_on
 
     device = _device(device)
     case, saved = load_case(path=path, case_json=case_json, device=device)  # refused files stop here
