@@ -13,6 +13,13 @@ from oracle_tests.fuzz.test_faults_campaign import LORA_ARGS, _env, _fuzz_cmd, _
 _REF = "from kernel_oracle.reference.lora import step_a_q_fwd as _ref\n\n"
 
 
+def _step_a_q(tmp_path, name: str, then: str) -> str:
+    """A module target whose step_a_q is the reference's (a copy, ``out``), then does ``then`` (one line)."""
+    return _package(tmp_path, name, _REF + f"def step_a_q_fwd({LORA_ARGS}):\n"
+                                           f"    out = _ref({LORA_ARGS}, strict=False).clone()\n"
+                                           f"    {then}\n    return out\n")
+
+
 def _findings(tmp_path, spec: str, op: str = "step_a_q", cases: int = 4, *extra) -> list:
     done = subprocess.run(_fuzz_cmd("--targets", spec, "--op", op, "--cases", cases, "--limits", "tiny", "--out",
                                     tmp_path / "out", "--upstream-contracts-only", *extra),
@@ -22,10 +29,7 @@ def _findings(tmp_path, spec: str, op: str = "step_a_q", cases: int = 4, *extra)
 
 
 def test_a_write_to_a_read_only_input_is_headed_by_the_write(tmp_path):
-    spec = _package(tmp_path, "writes_input", _REF + f"def step_a_q_fwd({LORA_ARGS}):\n"
-                                                     f"    out = _ref({LORA_ARGS}, strict=False)\n"
-                                                     f"    q_nope.mul_(2)  # the caller's activations\n"
-                                                     f"    return out\n")
+    spec = _step_a_q(tmp_path, "writes_input", "q_nope.mul_(2)  # the caller's activations")
     (f,) = _findings(tmp_path, spec)
     assert f["headline"].startswith("step_a_q: wrote its read-only input q_nope: first changed index "), f["headline"]
     assert "raises the wrong error" not in f["headline"]
@@ -55,10 +59,7 @@ def test_a_csgmv_value_mismatch_is_headed_by_its_values(tmp_path):
 def test_a_target_that_frees_its_input_says_so_and_nothing_reads_it(tmp_path):
     """The probe: ``untyped_storage().resize_(0)`` on an input; the harness read the freed memory afterwards
     and the worker died (SIGSEGV), a crash with no word of what the target did."""
-    spec = _package(tmp_path, "frees_input", _REF + f"def step_a_q_fwd({LORA_ARGS}):\n"
-                                                    f"    out = _ref({LORA_ARGS}, strict=False).clone()\n"
-                                                    f"    q_nope.untyped_storage().resize_(0)\n"
-                                                    f"    return out\n")
+    spec = _step_a_q(tmp_path, "frees_input", "q_nope.untyped_storage().resize_(0)")
     findings = _findings(tmp_path, spec)
     assert [f["kind"] for f in findings] == ["contract"], [f["message"][:200] for f in findings]
     assert findings[0]["headline"].startswith("step_a_q: freed the memory of q_nope: its storage holds 0 bytes, its "
@@ -67,10 +68,7 @@ def test_a_target_that_frees_its_input_says_so_and_nothing_reads_it(tmp_path):
 
 
 def test_a_returned_tensor_whose_memory_was_freed_is_never_read(tmp_path):
-    spec = _package(tmp_path, "frees_output", _REF + f"def step_a_q_fwd({LORA_ARGS}):\n"
-                                                     f"    out = _ref({LORA_ARGS}, strict=False).clone()\n"
-                                                     f"    out.untyped_storage().resize_(0)\n"
-                                                     f"    return out\n")
+    spec = _step_a_q(tmp_path, "frees_output", "out.untyped_storage().resize_(0)")
     (f,) = _findings(tmp_path, spec)
     assert f["kind"] == "mismatch" and f["message"].startswith("target returned a tensor whose memory was freed "
                                                                 "(its storage holds 0 bytes, its view needs ")
