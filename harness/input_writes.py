@@ -91,10 +91,13 @@ def watch(call) -> list[Watched]:
 
 def storage_shortfall(t: torch.Tensor) -> str | None:
     """Why reading ``t`` would read past its storage (its memory was freed or shrunk), or None."""
-    if t.numel() == 0 or t.is_meta:
+    try:
+        if t.numel() == 0 or t.is_meta or t.layout != torch.strided or t.is_nested:
+            return None
+        last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        have, need = t.untyped_storage().nbytes(), (last + 1) * t.element_size()
+    except (RuntimeError, NotImplementedError, TypeError):  # no storage to speak of: the other checks say what it is
         return None
-    last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
-    have, need = t.untyped_storage().nbytes(), (last + 1) * t.element_size()
     return None if have >= need else f"its storage holds {have} bytes, its view needs {need}"
 
 
