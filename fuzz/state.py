@@ -23,9 +23,10 @@ lines kept; an unreadable ``state.json`` is moved to ``state.json.corrupt`` and 
 from the findings and the case files (the finding counter from the highest id on disk, so no id or
 ``.pt`` is ever reused; each finding's group counts its one case; the earlier case counts are lost
 and a note says so).  No complete finding is ever dropped, and an unreadable one is never read as
-none: while ``findings.jsonl.torn`` holds a record set aside (:attr:`CampaignState.unreadable`), the
-campaign's result is ``incomplete`` (exit 3) with a note naming the file, never clean; reading the
-records there and removing the file (or ``--fresh``) ends it.
+none: while ``findings.jsonl.torn`` holds a record set aside, or ``cases/`` a finding's case with no
+line in ``findings.jsonl`` (:attr:`CampaignState.unreadable`), the campaign's result is ``incomplete``
+(exit 3) with a note naming them, never clean; reading those records and removing them (or ``--fresh``)
+ends it.
 
 Note [Validated state]
 ----------------------
@@ -281,7 +282,7 @@ class CampaignState:
     # ---- loading and recovery --------------------------------------------------------------------
     def _load(self, *, recover_on_disk: bool) -> None:
         self.findings = self._load_findings(recover_on_disk)
-        self.unreadable = self._set_aside() + self._skipped
+        self.unreadable = max(self._set_aside() + self._skipped, len(self._orphan_cases()))
         raw = None
         if self.state_path.exists():
             try:
@@ -428,13 +429,21 @@ class CampaignState:
                              f"away or pass another --out") from None
         return max(data.count(b"# set aside by kernel-oracle: "), 1 if data.strip() else 0)
 
+    def _orphan_cases(self) -> set:
+        """Ids of saved cases (``cases/<id>.json``, written before a finding's line) with no line in
+        ``findings.jsonl``: findings whose record was lost (cut off, or removed)."""
+        if not self.cases_dir.is_dir():
+            return set()
+        saved = {p.name[:-len(".json")] for p in self.cases_dir.iterdir() if p.name.endswith(".json")}
+        return saved - {str(f.get("id")) for f in self.findings}
+
     def unreadable_note(self) -> str:
         """The note of a campaign holding finding records it could not read ("" when it holds none)."""
         if not self.unreadable:
             return ""
-        return (f"findings.jsonl held {self.unreadable} finding record(s) that could not be read, set aside in "
-                f"{self.out / 'findings.jsonl.torn'}: a finding may be lost, so the campaign is not clean; read them "
-                f"there (and their cases/), then remove that file, or pass --fresh")
+        return (f"findings.jsonl held {self.unreadable} finding record(s) that could not be read (set aside in "
+                f"{self.out / 'findings.jsonl.torn'}, or saved in cases/ with no line): a finding may be lost, so the "
+                f"campaign is not clean; read them there, then remove them, or pass --fresh")
 
     def _highest_id_on_disk(self) -> int:
         names = [f.get("id", "") for f in self.findings]

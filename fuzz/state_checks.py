@@ -11,8 +11,8 @@ from typing import Optional
 
 from kernel_oracle.harness.schema import FINDING_KINDS
 
-__all__ = ["GroupCounts", "GroupKey", "ID_NUMBER", "MAX_COUNT", "checked_count", "checked_ratio", "checked_seconds", "checked_text", "finding_problem",
-           "region_counts"]
+__all__ = ["GroupCounts", "GroupKey", "ID_NUMBER", "MAX_COUNT", "checked_count", "checked_ratio", "checked_seconds",
+           "checked_text", "finding_problem", "region_counts"]
 
 # the largest count or number of seconds state.json may hold (Note [Validated state])
 MAX_COUNT = 10**12

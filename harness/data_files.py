@@ -119,8 +119,8 @@ def read_text(path: PathLike, what: str = "") -> str:
     with os.fdopen(fd, "rb") as fh:
         kind = os.fstat(fd).st_mode
         if not stat.S_ISREG(kind):
-            what_it_is = "a FIFO" if stat.S_ISFIFO(kind) else "a directory" if stat.S_ISDIR(kind) else "a device or socket"
-            raise DataFileError(f"{source}: is {what_it_is}, not a regular file; pass a file")
+            it = "a FIFO" if stat.S_ISFIFO(kind) else "a directory" if stat.S_ISDIR(kind) else "a device or socket"
+            raise DataFileError(f"{source}: is {it}, not a regular file; pass a file")
         data = fh.read(MAX_BYTES + 1)
     _size_checked(data, source)
     try:

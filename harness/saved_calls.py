@@ -22,7 +22,8 @@ def call_on(call, device):
             key = v.untyped_storage().data_ptr(), v.untyped_storage().nbytes(), str(v.device)
             if key not in memo:
                 memo[key] = v.untyped_storage().to(device=device)
-            return torch.empty(0, dtype=v.dtype, device=device).set_(memo[key], v.storage_offset(), v.size(), v.stride())
+            fresh = torch.empty(0, dtype=v.dtype, device=device)
+            return fresh.set_(memo[key], v.storage_offset(), v.size(), v.stride())
         if isinstance(v, (list, tuple)):
             return type(v)(moved(x) for x in v)
         fields = getattr(v, "__dict__", None)

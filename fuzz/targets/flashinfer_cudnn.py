@@ -59,7 +59,8 @@ from .flashinfer_engines import ENGINE_RELEASES, select_engine
 from .registry import register_target
 
 __all__ = ["DECLINES", "ENGINE_DTYPES_REASON", "GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn",
-           "GraphCacheHazard", "cannot_run_here", "engine_graph_cache", "engine_versions", "flashinfer_cudnn_target", "shared_engine"]
+           "GraphCacheHazard", "cannot_run_here", "engine_graph_cache", "engine_versions", "flashinfer_cudnn_target",
+           "shared_engine"]
 
 # SGLang's vision backends share a workspace buffer; FlashInfer documents 128 MB as sufficient for
 # typical prefill workloads.

@@ -39,7 +39,8 @@ Note [Wheel members as data]
 A wheel is a file the suite reads, not one it trusts (``--sglang-wheel`` names any file; anything named
 ``sglang-*.whl`` in the cache is taken).  So :func:`wheel_release` refuses, in one line naming the member,
 a wheel with a member whose name could leave the extraction folder (absolute, ``..``, a drive or a
-backslash) or that is a symbolic link; a member is read at most :data:`MAX_MEMBER_BYTES` bytes (SGLang's
+backslash) or that is a symbolic link, or with more members or bytes than any wheel has
+(:data:`MAX_MEMBERS`, :data:`MAX_WHEEL_BYTES`); a member is read at most :data:`MAX_MEMBER_BYTES` bytes (SGLang's
 largest source file is under 0.5 MB: a larger one is refused before it is decompressed, and a header that
 understates the size stops there too); and a member is extracted only to a path inside the release's
 extraction folder, through a new file renamed into place (never through a link planted there).
@@ -67,9 +68,10 @@ from kernel_oracle.harness.data_files import write_bytes
 
 from .sglang_switches import LoraEnvs, ReleaseConfiguration, declared_switches, hardware_pdl
 
-__all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "MAX_MEMBER_BYTES", "ReleaseFiles", "STAND_INS", "cache_dir", "code_identity",
-           "find_wheel", "helper_file", "import_closure", "installed_release", "kernel_files", "kernel_identity", "load_kernel_module",
-           "locate_kernels", "switch_module", "wheel_release"]
+__all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "MAX_MEMBERS", "MAX_MEMBER_BYTES", "MAX_WHEEL_BYTES", "ReleaseFiles",
+           "STAND_INS", "cache_dir", "code_identity", "find_wheel", "helper_file", "import_closure",
+           "installed_release", "kernel_files", "kernel_identity", "load_kernel_module", "locate_kernels",
+           "switch_module", "wheel_release"]
 
 # the table of docs/semantics.md#where-sglang-keeps-the-kernels, newest layout first: variant -> the kernel file's path in each layout
 KNOWN_KERNEL_FILES = {
@@ -89,8 +91,11 @@ SLIM_EXTRAS = ("sglang/srt/lora/utils.py", "sglang/srt/lora/trtllm_lora_temp/env
                "sglang/srt/layers/attention/vision.py")
 CACHE_ENV = "KERNEL_ORACLE_CACHE"
 PIP_TIMEOUT_S = 600
-# the most bytes one wheel member is read (Note [Wheel members as data])
+# the most bytes one wheel member is read, the most members and bytes a wheel may have (Note [Wheel members as
+# data]; SGLang's wheels hold about 6,400 members in 40 MB)
 MAX_MEMBER_BYTES = 16 * 2**20
+MAX_MEMBERS = 100_000
+MAX_WHEEL_BYTES = 2**30
 
 
 class LoaderError(RuntimeError):
@@ -123,10 +128,17 @@ def wheel_release(path: str | os.PathLike) -> ReleaseFiles:
     members as data]: a member that could leave the extraction folder, or a link, refuses the wheel)."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_WHEEL_BYTES:
+            raise LoaderError(f"{path} holds {size} bytes, more than the {MAX_WHEEL_BYTES} of any wheel the suite "
+                              f"reads")
         zf = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as exc:
         raise LoaderError(f"{path} is not a readable wheel ({type(exc).__name__}: {exc}); pass the path of an "
                           f"sglang-X.Y.Z-*.whl file") from None
+    if len(zf.infolist()) > MAX_MEMBERS:
+        raise LoaderError(f"{path} holds {len(zf.infolist())} members, more than the {MAX_MEMBERS} of any wheel the "
+                          f"suite reads")
     for info in zf.infolist():
         why = _unsafe_member(info)
         if why:

@@ -127,5 +127,13 @@ def test_a_member_past_the_size_bound_is_refused_before_it_is_decompressed(tmp_p
                                   f"more than the 4096 a file the suite reads may have")
 
 
+def test_a_wheel_of_more_members_than_any_wheel_has_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(sglang_wheel, "MAX_MEMBERS", 10)
+    wheel = _wheel(tmp_path, {f"sglang/m{i}.py": "" for i in range(20)})
+    with pytest.raises(LoaderError) as refused:
+        wheel_release(wheel)
+    assert str(refused.value) == f"{wheel} holds 21 members, more than the 10 of any wheel the suite reads"
+
+
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__, "-q"])

@@ -123,9 +123,9 @@ def test_a_finding_record_that_cannot_be_read_is_never_clean(tmp_path, capsys):
     with open(out / "findings.jsonl", "a") as fh:
         fh.write('{"id": "F0001-mismatch-step_a_q-float32", "kind": "mism')  # cut off: kill -9 or a full disk
     capsys.readouterr()
-    note = (f"findings.jsonl held 1 finding record(s) that could not be read, set aside in {out / 'findings.jsonl.torn'}"
-            f": a finding may be lost, so the campaign is not clean; read them there (and their cases/), then remove "
-            f"that file, or pass --fresh")
+    note = (f"findings.jsonl held 1 finding record(s) that could not be read (set aside in "
+            f"{out / 'findings.jsonl.torn'}, or saved in cases/ with no line): a finding may be lost, so the campaign "
+            f"is not clean; read them there, then remove them, or pass --fresh")
     for _ in range(2):  # the record stays lost on the next resume too
         assert cli_main(argv) == 3
         err = capsys.readouterr().err
@@ -133,3 +133,16 @@ def test_a_finding_record_that_cannot_be_read_is_never_clean(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["summary"]["status"] == "incomplete" and note in summary["notes"]
     assert cli_main([*argv, "--fresh"]) == 0
+
+
+def test_a_saved_case_whose_finding_line_is_gone_is_never_clean(tmp_path, capsys):
+    """A finding's case files are written before its line: a case with no line is a finding whose record
+    was lost (a kill between the two writes, or the line removed), never a clean campaign."""
+    out = tmp_path / "campaign"
+    argv = ["fuzz", "--targets", "reference", "--op", "step_a_q", "--cases", "3", "--device", DEVICE, "--out", str(out),
+            "--limits", "tiny", "--quiet", "--no-isolate"]
+    assert cli_main(argv) == 0
+    (out / "cases" / "F0007-mismatch-step_a_q-float32.json").write_text("{}\n")
+    capsys.readouterr()
+    assert cli_main(argv) == 3
+    assert "findings.jsonl held 1 finding record(s) that could not be read" in capsys.readouterr().err
