@@ -142,6 +142,8 @@ _LORA = {"family": "lora", "op": "step_a_q", "seg_lens": [3], "weight_indices": 
     ({"problem": {"family": "vision", "lengths": [3], "H": 0}}, "the case cannot be built"),
     ({"problem": {"family": "vision", "lengths": [3], "window": [1, 2, 3]}}, "Expected window to hold 2 values"),
     ({"problem": {**_LORA, "family": "x"}}, "family='x' is unknown"),
+    ({"problem": _LORA, "mutation": {"family": "lora", "kind": "seg_indptr_past_rows", "index": 0, "amount": 10**9}},
+     "Expected amount from 1 to 64 but got amount=1000000000"),  # it is added to max_len: a grid of that many tiles
     # counts that size a launch grid or a Python loop: refused before use (they ran for minutes)
     ({"problem": {**_LORA, "cuda_graph_pad_to": 30_000_000}}, "cuda_graph_pad_to: 30000000, more than the 8192"),
     ({"problem": {**_LORA, "eager_counts": [30_000_000, 0]}}, "eager_counts: 30000000, more than the 8192"),
