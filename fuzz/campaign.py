@@ -241,7 +241,7 @@ class _Search:
             oracle_integrity.restore(self.prior_oracle)  # the caller's baseline (Note [The oracle's own code])
         self.state.elapsed_s = self.elapsed()
         self.state.save()
-        notes = [self.harness_error] if self.harness_error is not None else []
+        notes = [n for n in (self.harness_error, self.state.unreadable_note()) if n]  # Note [Campaign state]
         return self.finish(notes + self.memcheck_notes + self._output_notes(), status="incomplete" if notes else None)
 
     def _interrupted(self, signame: str) -> None:
@@ -408,7 +408,7 @@ class _Search:
         """Run and count one case: ``(verdict, bucket or None)``, remembered for Hypothesis's replays.
         The verdict is computed beside the target (in the worker, on its device); a harness error
         raises :class:`HarnessError`."""
-        from kernel_oracle.harness.check import Verdict, check_case, shape_class
+        from kernel_oracle.harness.check import check_case, shape_class
 
         self.stop.check()  # Note [Stopping a campaign]: a signal whose raise was swallowed stops here
         if self.local_target is not None:
@@ -423,10 +423,7 @@ class _Search:
                 answer = confirmed_check(self, case)  # a silent case is tried again (Note [Confirmed hangs])
             except WorkerError as exc:
                 raise HarnessError(str(exc)) from None
-            if isinstance(answer, Verdict):
-                verdict = answer
-            else:  # the worker hung or died: an Observed of kind "hang" / "crash"
-                verdict = fault_verdict(self, case, answer)  # Note [Confirmed crashes]
+            verdict = fault_verdict(self, case, answer)  # a hang or crash: its finding, or a gap (Note [Confirmed crashes])
         from kernel_oracle.harness.malformed import in_gap_table
 
         group = GroupKey(self.target, case.op, case.dtype, shape_class(case))

@@ -103,18 +103,15 @@ def judged_by_consequence(search, case) -> bool:
 
 
 def fault_verdict(search, case, answer):
-    """The verdict of a case whose worker hung or died (``answer``: an Observed of kind hang / crash): a
-    broken CUDA context on malformed metadata that a lenient target accepted is a validation gap of that
-    consequence (and the mutation, seen so twice, is no longer drawn for the op: :class:`fuzz.known_avoidance.
-    KnownAvoidance`); any other fault is a finding's verdict."""
-    from kernel_oracle.harness.buckets import bucket_of
+    """The verdict of a worker's ``answer`` to ``case`` (:func:`fuzz.worker.verdict_of`: a verdict stays one, a
+    hang or crash is a finding of that kind), except a broken CUDA context on malformed metadata that a lenient
+    target accepted: a validation gap of that consequence (and the mutation, seen so twice, is no longer drawn
+    for the op: :class:`fuzz.known_avoidance.KnownAvoidance`)."""
+    from kernel_oracle.fuzz.worker import verdict_of
     from kernel_oracle.harness.check import Verdict
     from kernel_oracle.harness.malformed import BROKEN_CONTEXT, breaks_context
 
-    if answer.kind == "crash" and judged_by_consequence(search, case) and breaks_context(answer):
+    if is_crash(answer) and judged_by_consequence(search, case) and breaks_context(answer):
         search.known.context_broken(case)
         return Verdict(False, "validation-gap", f"target crashed: {answer.message}", consequence=BROKEN_CONTEXT)
-    what = "hung" if answer.kind == "hang" else "crashed"
-    verdict = Verdict(False, answer.kind, f"target {what}: {answer.message}")
-    verdict.bucket = bucket_of(case, verdict, observed=answer)
-    return verdict
+    return verdict_of(case, answer)

@@ -11,7 +11,9 @@ bucket of a finding names the entry on that finding (its ``corpus`` list): the c
 ``matches corpus entry sglang-pr-28371: ... (https://github.com/sgl-project/sglang/pull/28371)``.  A
 kv_b LoRA entry's cases also run for every other op of the family that the target has (one defect of
 the shared routing shows in every step: PR #28371 skipped segments in all four).  Matching is by
-bucket, so a finding names an entry only when the entry's own case fails with the same root cause.
+bucket, so a finding names an entry only when the entry's own case fails with the same root cause.  A
+case of a feature no command sends the target (Note [Cases outside a campaign] in :mod:`fuzz.isolated`)
+is not run.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def expand_ops(case, ops) -> list:
 def _verdict(search, case):
     from kernel_oracle.harness.check import Verdict, check_case
 
+    if case.declined(search.info.get("declines") or {}, never_sent=True):  # Note [Cases outside a campaign]
+        return None
     if search.local_target is not None:
         return check_case(search.local_target, case, search.device)
     answer = search.worker.check(search.target, case.to_dict(), sources=search.config.sources)

@@ -22,7 +22,11 @@ Recovery (a campaign killed mid-write, a disk that filled up): a torn or unreada
 lines kept; an unreadable ``state.json`` is moved to ``state.json.corrupt`` and the state rebuilt
 from the findings and the case files (the finding counter from the highest id on disk, so no id or
 ``.pt`` is ever reused; each finding's group counts its one case; the earlier case counts are lost
-and a note says so).  No complete finding is ever dropped.
+and a note says so).  No complete finding is ever dropped, and an unreadable one is never read as
+none: while ``findings.jsonl.torn`` holds a record set aside, or ``cases/`` a finding's case with no
+line in ``findings.jsonl`` (:attr:`CampaignState.unreadable`), the campaign's result is ``incomplete``
+(exit 3) with a note naming them, never clean; reading those records and removing them (or ``--fresh``)
+ends it.
 
 Note [Validated state]
 ----------------------
@@ -54,11 +58,11 @@ import os
 from pathlib import Path
 from typing import Iterable, Optional
 
-from kernel_oracle.fuzz.state_groups import GroupCounts, GroupKey
 from kernel_oracle.fuzz.targets.identity import identity_difference
 from kernel_oracle.harness.data_files import MAX_BYTES, loads_json, read_text
-from kernel_oracle.fuzz.state_checks import (ID_NUMBER as _ID_NUMBER, MAX_COUNT, checked_count,
-                                             checked_seconds, checked_text, finding_problem, region_counts)
+from kernel_oracle.fuzz.state_checks import (ID_NUMBER as _ID_NUMBER, MAX_COUNT, GroupCounts, GroupKey, checked_count,
+                                             checked_objects, checked_seconds, checked_text, finding_problem,
+                                             region_counts)
 
 __all__ = ["CampaignState", "CaseNotSaved", "OtherCampaign", "GroupCounts", "GroupKey", "MAX_COUNT", "MAX_EXAMPLES", "OutDirBusy",
            "STATE_FILES", "StateError", "TARGET_OUTPUT_LOG", "finding_problem"]
@@ -123,10 +127,8 @@ class CampaignState:
         self.target, self.op, self.seed = target, op, seed
         self.executed = 0
         self.runs = 0
-        # silent cases retried with a longer wait, those the retry answered (Note [Confirmed hangs]), crashes
-        # replayed and those no replay reproduced (Note [Confirmed crashes])
-        self.hang_retries = self.slow_cases = self.crash_confirms = 0
-        self.unconfirmed_crashes: list[dict] = []
+        # hangs retried, cases their retry answered (Note [Confirmed hangs]); crash replays, crashes none reproduced
+        self.hang_retries, self.slow_cases, self.crash_confirms, self.unconfirmed_crashes = 0, 0, 0, []
         self._saved_at = float("-inf")
         self.elapsed_s = 0.0
         self.finding_count = 0
@@ -139,6 +141,8 @@ class CampaignState:
         self._writable = False
         self.identity: Optional[dict] = None
         self.opened, self.earlier = "new", (0, 0)  # "resumed" / "afresh" and the earlier (cases, findings)
+        self.unreadable = 0  # finding records that could not be read (set aside): Note [Campaign state]
+        self._skipped = 0  # of them, those skipped in findings.jsonl itself (read-only: nothing is set aside)
 
     # ---- paths -----------------------------------------------------------------------------------
     @property
@@ -250,10 +254,18 @@ class CampaignState:
             fh.close()
             raise OutDirBusy(f"--out {self.out}: another campaign (pid {holder}) is using it; wait for it to "
                              f"finish or pass another --out") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
+        try:  # the holder's pid, for the message of a campaign refused the directory
+            fh.seek(0)
+            fh.truncate()
+            fh.write(str(os.getpid()))
+            fh.flush()
+        except OSError as exc:  # a full disk: one line, exit 2 (Note [Validated state])
+            try:
+                fh.close()  # releases the lock; its flush fails the same way
+            except OSError:
+                pass
+            raise StateError(f"--out {self.out}: cannot write .lock ({exc.strerror or exc}); free space there or "
+                             f"pass another --out") from None
         self._lock_fh = fh
 
     def close(self) -> None:
@@ -271,6 +283,7 @@ class CampaignState:
     # ---- loading and recovery --------------------------------------------------------------------
     def _load(self, *, recover_on_disk: bool) -> None:
         self.findings = self._load_findings(recover_on_disk)
+        self.unreadable = max(self._set_aside() + self._skipped, len(self._orphan_cases()))
         raw = None
         if self.state_path.exists():
             try:
@@ -295,8 +308,7 @@ class CampaignState:
 
     def _reset_counters(self) -> None:
         self.executed, self.runs, self.elapsed_s, self.finding_count = 0, 0, 0.0, 0
-        self.hang_retries = self.slow_cases = self.crash_confirms = 0
-        self.unconfirmed_crashes = []
+        self.hang_retries, self.slow_cases, self.crash_confirms, self.unconfirmed_crashes = 0, 0, 0, []
         self.groups, self.hits = {}, {}
 
     def _apply(self, raw: dict) -> None:
@@ -324,10 +336,8 @@ class CampaignState:
                 for k, v in hits.items()}
         counters = (checked_count("executed", raw.get("executed", 0)), checked_count("runs", raw.get("runs", 0)),
                     checked_seconds("elapsed_s", raw.get("elapsed_s", 0.0)), checked_count("finding_count", raw.get("finding_count", 0)))
-        retries = tuple(checked_count(name, raw.get(name, 0)) for name in ("hang_retries", "slow_cases", "crash_confirms"))
-        crashes = raw.get("unconfirmed_crashes") or []
-        if not isinstance(crashes, list) or not all(isinstance(c, dict) for c in crashes):
-            raise ValueError(f"unconfirmed_crashes={crashes!r} is not a list of objects")
+        retries = (*(checked_count(name, raw.get(name, 0)) for name in ("hang_retries", "slow_cases", "crash_confirms")),
+                   checked_objects("unconfirmed_crashes", raw.get("unconfirmed_crashes") or []))
         notes = raw.get("notes") or []
         if not isinstance(notes, list):
             raise ValueError(f"notes={notes!r} is not a list")
@@ -342,8 +352,7 @@ class CampaignState:
         self.target = raw.get("target", self.target)
         self.op = raw.get("op", self.op)
         self.executed, self.runs, self.elapsed_s, self.finding_count = counters
-        self.hang_retries, self.slow_cases, self.crash_confirms = retries
-        self.unconfirmed_crashes = crashes
+        self.hang_retries, self.slow_cases, self.crash_confirms, self.unconfirmed_crashes = retries
         self.groups, self.hits = parsed, hits
         self.notes = [str(n) for n in notes] + self.notes
 
@@ -366,8 +375,9 @@ class CampaignState:
         try:
             with open(path, "rb") as fh:
                 data = fh.read(MAX_BYTES + 1)
-        except OSError as exc:  # read() of a directory someone else owns: say so, keep going
+        except OSError as exc:  # read() of a directory someone else owns: say so, keep going, never as clean
             self.notes.append(f"findings.jsonl unreadable ({exc.strerror or exc}); no finding read")
+            self._skipped = 1
             return []
         if len(data) > MAX_BYTES:  # Note [Files as data]: not a campaign's file; nothing of it is used
             raise StateError(f"--out {self.out}: findings.jsonl holds more than {MAX_BYTES} bytes, which no campaign "
@@ -401,12 +411,41 @@ class CampaignState:
                                   f"findings.jsonl.torn ({what}); {len(good)} complete finding(s) kept")
             else:
                 self.notes.append(f"findings.jsonl: skipped {len(bad)} torn or unreadable line(s) ({what})")
+        self._skipped = 0 if recover_on_disk else len(bad)
         if recover_on_disk and (bad or (data and not data.endswith(b"\n"))):
             try:
                 _atomic_write(path, "".join(json.dumps(f, sort_keys=True, default=str) + "\n" for f in good))
             except OSError as exc:
                 raise StateError(f"{path}: cannot rewrite it without its torn lines ({exc.strerror or exc})") from None
         return good
+
+    def _set_aside(self) -> int:
+        """How many finding records ``findings.jsonl.torn`` holds (each set aside under a marker line)."""
+        try:
+            with open(self.out / "findings.jsonl.torn", "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:  # there but unreadable: as many records as can be
+            raise StateError(f"{self.out / 'findings.jsonl.torn'}: cannot be read ({exc.strerror or exc}); move it "
+                             f"away or pass another --out") from None
+        return max(data.count(b"# set aside by kernel-oracle: "), 1 if data.strip() else 0)
+
+    def _orphan_cases(self) -> set:
+        """Ids of saved cases (``cases/<id>.json``, written before a finding's line) with no line in
+        ``findings.jsonl``: findings whose record was lost (cut off, or removed)."""
+        if not self.cases_dir.is_dir():
+            return set()
+        saved = {p.name[:-len(".json")] for p in self.cases_dir.iterdir() if p.name.endswith(".json")}
+        return saved - {str(f.get("id")) for f in self.findings}
+
+    def unreadable_note(self) -> str:
+        """The note of a campaign holding finding records it could not read ("" when it holds none)."""
+        if not self.unreadable:
+            return ""
+        return (f"findings.jsonl held {self.unreadable} finding record(s) that could not be read (set aside in "
+                f"{self.out / 'findings.jsonl.torn'}, or saved in cases/ with no line): a finding may be lost, so the "
+                f"campaign is not clean; read them there, then remove them, or pass --fresh")
 
     def _highest_id_on_disk(self) -> int:
         names = [f.get("id", "") for f in self.findings]

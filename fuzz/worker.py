@@ -83,7 +83,8 @@ from kernel_oracle.fuzz.process_tree import END_TREE_S, guard
 from kernel_oracle.fuzz.stopping import die_with_parent
 from kernel_oracle.harness.device import interpreting, worker_env
 
-__all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "Worker", "WorkerError"]
+__all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "Worker", "WorkerError",
+           "verdict_of"]
 
 # seconds a case may take before it counts as a hang (campaigns derive a shorter one from their budget)
 DEFAULT_CASE_TIMEOUT_S = 120.0
@@ -158,7 +159,8 @@ def _serve(conn, env: dict, output=None, yield_waits: bool = False) -> None:
                                     "interpreting": interpreting(), "warm_up": warmed.get(key)}))
             elif op == "check":
                 drift = _back_to(baseline, torch_state)
-                verdict = check_case(target, case_from_dict(payload), device)
+                case_dict, call = payload if isinstance(payload, tuple) else (payload, None)  # a saved call, or none
+                verdict = check_case(target, case_from_dict(case_dict), device, call=call)
                 verdict.state_changes = drift + verdict.state_changes
                 conn.send(("verdict", verdict))
             else:
@@ -408,13 +410,15 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - pickling: a bug of the caller, reported in one line
             raise WorkerError(f"cannot send {msg[0]!r} to the worker: {type(exc).__name__}: {exc}") from None
 
-    def check(self, spec, case_dict: dict, *, sources=None, wait_s: Optional[float] = None):
+    def check(self, spec, case_dict: dict, *, sources=None, wait_s: Optional[float] = None, call=None):
         """The :class:`harness.check.Verdict` of one case, computed in the worker beside the target
         (:func:`harness.check.check_case`: only the verdict and its bucket travel back), or an
         ``Observed`` of kind ``hang`` / ``crash`` (the worker is then gone); a harness error raises
         :class:`WorkerError`.  ``wait_s``: wait this long for the answer instead of :attr:`case_wait_s`
-        (a campaign's retry of a silent case, Note [Confirmed hangs] in :mod:`fuzz.hangs`)."""
-        return self._ask("check", spec, case_dict, sources, wait_s)
+        (a campaign's retry of a silent case, Note [Confirmed hangs] in :mod:`fuzz.hangs`); ``call``: run
+        these tensors (a saved case file's, on the CPU: the worker moves them to its device) instead of the
+        case's own."""
+        return self._ask("check", spec, case_dict if call is None else (case_dict, call), sources, wait_s)
 
     def run(self, spec, case_dict: dict, *, sources=None):
         """``Observed`` of one case (the output copied back); a hang or a crash is an observation."""
@@ -515,6 +519,21 @@ class Worker:
     def __exit__(self, *exc) -> None:
         self.close()
         self.log_to(None)
+
+
+def verdict_of(case, answer):
+    """The verdict of a :meth:`Worker.check` answer for ``case``: the verdict itself, or, for a hang or a
+    crash of the worker, the case's finding of that kind (bucketed by the observation)."""
+    from kernel_oracle.harness.check import Verdict
+
+    if isinstance(answer, Verdict):
+        return answer
+    from kernel_oracle.harness.buckets import bucket_of
+
+    what = "hung" if answer.kind == "hang" else "crashed"
+    verdict = Verdict(False, answer.kind, f"target {what}: {answer.message}")
+    verdict.bucket = bucket_of(case, verdict, observed=answer)
+    return verdict
 
 
 def _exit_words(code: Optional[int]) -> str:

@@ -76,11 +76,11 @@ from kernel_oracle.reference.strict import strict_validation
 from kernel_oracle.reference.tolerance import compare
 
 from kernel_oracle.harness import oracle_integrity
-from kernel_oracle.harness.buckets import Bucket, bucket_of, target_frame
+from kernel_oracle.harness.buckets import Bucket, bucket_of, config_signature, target_frame
 from kernel_oracle.harness.device import DeviceLost, is_device_error
 from kernel_oracle.harness.families import get_family
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
-from kernel_oracle.harness.input_writes import watch as watch_inputs, writes as input_writes
+from kernel_oracle.harness.input_writes import freed, storage_shortfall, watch as watch_inputs, writes as input_writes
 from kernel_oracle.harness.view_gaps import watch as watch_gaps, writes as gap_writes
 from kernel_oracle.harness.target_raises import signals_noted
 from kernel_oracle.harness.text import bounded, printable
@@ -89,6 +89,7 @@ from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.harness.problems import materialize, problem_from_dict, problem_to_dict
+from kernel_oracle.harness.saved_calls import call_on
 
 __all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute", "expected_outcome",
            "judge", "odd_output", "prepared_call", "shape_class", "state_change_verdict", "with_state_changes"]
@@ -116,6 +117,15 @@ class Case:
     @property
     def category(self) -> str:
         return "valid" if self.mutation is None else self.mutation.category
+
+    def declined(self, declines, *, never_sent: bool = False) -> tuple[str, ...]:
+        """The features of ``declines`` (a target's ``Target.declines``) this case uses, which no campaign gives
+        that target (its family's ``declined``; none for a family without one); ``never_sent``: only those
+        of them that no command sends (the family's ``never_sent``: memory outside the tensors)."""
+        family = get_family(self.family)
+        fn = family.resolve("declined")
+        used = tuple(fn(self.problem, self.mutation, declines)) if fn is not None else ()
+        return tuple(f for f in used if f in family.never_sent) if never_sent else used
 
     def call(self, device, metadata_helper=None):
         c = materialize(self.problem, device, metadata_helper)
@@ -226,6 +236,7 @@ class Observed:
     input_writes: list = field(default_factory=list)
     gap_writes: list = field(default_factory=list)  # buffers written outside their views (Note [Writes outside a view])
     state_changes: list = field(default_factory=list)
+    freed: list = field(default_factory=list)  # arguments whose memory it freed: nothing of the call was read
 
 
 def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True) -> Observed:
@@ -261,7 +272,12 @@ def execute(target, case: Case, device="cpu", *, call=None, to_host: bool = True
                 from exc
         observed = _observed_raise(exc)
     else:
-        observed = _observe(ret, call, to_host)
+        observed = None
+    released = freed(call)  # before anything reads the call's tensors (Note [Read-only inputs])
+    if released:
+        observed = Observed(observed.kind if observed is not None else "ok", freed=released, state_changes=changed)
+        return observed
+    observed = observed if observed is not None else _observe(ret, call, to_host)
     observed.state_changes = changed
     observed.input_writes = input_writes(watched)
     observed.gap_writes = gap_writes(gaps)
@@ -336,6 +352,8 @@ def odd_output(ret, like: Optional[torch.Tensor]) -> Optional[str]:
         return f"returned a tensor of layout {ret.layout}, not a strided one"
     if ret.is_quantized:
         return "returned a quantized tensor"
+    if (short := storage_shortfall(ret)) is not None:  # its memory freed: reading it would fault
+        return f"returned a tensor whose memory was freed ({short})"
     if like is not None and ret.device != like.device:
         return f"returned a tensor on {ret.device}; its inputs are on {like.device}"
     return None
@@ -384,6 +402,10 @@ def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, devic
     [Read-only inputs]); the global settings it changed travel in ``state_changes``.
     ``exact_errors``: an error outside the contract table must have the oracle's text too (Note
     [Errors outside the table]); False for a target without our strict validation."""
+    if observed.freed:  # nothing of the call could be read (Note [Read-only inputs])
+        verdict = _write_verdict(case, observed.freed, _describe_expected(expected, exact_errors), freed=True)
+        verdict.state_changes = list(observed.state_changes)
+        return verdict
     verdict = _classify(case, expected, observed, call=call, device=device, repro=repro, exact_errors=exact_errors)
     if verdict.ok and observed.input_writes:
         verdict = _write_verdict(case, observed.input_writes, verdict.expected, outside_view=False)
@@ -415,17 +437,19 @@ def _judge_error(case: Case, expected: Outcome, observed: Observed, exp: str, ex
     return Verdict(False, "contract", f"{_raised(observed)}; expected {exp}", expected=exp)
 
 
-def _write_verdict(case: Case, writes: list, exp: str, *, outside_view: bool) -> Verdict:
-    """The target changed memory it must only read: its read-only inputs (Note [Read-only inputs]) or the
-    buffer around an argument's view (Note [Writes outside a view]); one finding naming the first."""
+def _write_verdict(case: Case, writes: list, exp: str, *, outside_view: bool = False, freed: bool = False) -> Verdict:
+    """The target changed memory it must only read: its read-only inputs (Note [Read-only inputs]), the
+    buffer around an argument's view (Note [Writes outside a view]), or an argument's storage, freed; one
+    finding naming the first."""
     name = writes[0].split(":", 1)[0]
     more = "\n  also: " + "\n  also: ".join(writes[1:8]) if len(writes) > 1 else ""
-    what, why = (("outside the view of", "a kernel writes only the elements of its output view; the rest of the "
-                  "buffer is other data") if outside_view else ("its read-only input", "only the in-place output "
-                                                                "may change"))
-    verdict = Verdict(False, "contract", f"wrote {what} {writes[0]} ({why}){more}", expected=exp)
-    verdict.bucket = Bucket("contract", case.family, f"wrote {'outside the view of' if outside_view else 'its input'} "
-                                                     f"{name}")
+    what, why, cause = (
+        ("freed the memory of", "a caller's tensors keep their storage; nothing of the call was read", "freed") if freed
+        else ("wrote outside the view of", "a kernel writes only the elements of its output view; the rest of the "
+              "buffer is other data", "wrote outside the view of") if outside_view
+        else ("wrote its read-only input", "only the in-place output may change", "wrote its input"))
+    verdict = Verdict(False, "contract", f"{what} {writes[0]} ({why}){more}", expected=exp)
+    verdict.bucket = Bucket("contract", case.family, f"{cause} {name}")
     return verdict
 
 
@@ -479,7 +503,14 @@ def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device
         return Verdict(False, "mismatch", "the in-place step did not return its base_output", expected=exp)
     if (own := get_family(case.family).resolve("mismatch")) is not None:  # its oracle's own bound (csgmv)
         why = own(expected.baseline, observed.output, expected.out_dtype, repro)
-        return Verdict(True, expected=exp) if why is None else Verdict(False, "mismatch", why, float("inf"), expected=exp)
+        if why is None:
+            return Verdict(True, expected=exp)
+        verdict = Verdict(False, "mismatch", why, float("inf"), expected=exp)
+        if tuple(observed.output.shape) == tuple(expected.value.shape) and observed.output.dtype == expected.out_dtype:
+            # the output's form is right: values differ (no region class: its rows are the family's own)
+            verdict.bucket = Bucket("mismatch", case.family, "values", "", case.op, "",
+                                    config_signature(case.problem)[1:])
+        return verdict
     locate, route = get_family(case.family).resolve("locator")(call)  # the family's own words for an element
     actual = observed.output  # compared where it is (compare moves the reference there)
     cmp = compare(actual, expected.value, expected.defined, family=case.family,
@@ -521,15 +552,18 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(int_dtype)
 
 
-def check_case(target, case: Case, device="cpu", *, repro: str = "") -> Verdict:
+def check_case(target, case: Case, device="cpu", *, repro: str = "", call=None) -> Verdict:
     """The verdict of one case on ``target``, computed beside it on ``device`` (Note [Verdicts beside the
     target]): data generated there, oracle and comparison there, the output never copied to the host.
     A failure carries its root-cause bucket (``verdict.bucket``), computed once here, so no caller
     needs a tensor; harness errors propagate (a campaign's worker reports them).  pytest properties,
-    the bug corpus and the campaigns (in process or in their worker) all check a case with this."""
+    the bug corpus and the campaigns (in process or in their worker) all check a case with this.
+    ``call``: the call to run instead of one built from the case (a saved case file's tensors, moved
+    to ``device`` by :func:`harness.saved_calls.call_on`)."""
     judged, observed = case, None
     try:
-        call = prepared_call(case, device, _guarded(getattr(target, "metadata_helper", None)))
+        call = (prepared_call(case, device, _guarded(getattr(target, "metadata_helper", None))) if call is None
+                else call_on(call, device))
     except _HelperRaised as raised:  # the target's raise, judged against the same batch with our metadata
         judged = Case(dataclasses.replace(case.problem, metadata_source="ours"), case.mutation)
         call, observed = prepared_call(judged, device), _observed_raise(raised.exc)

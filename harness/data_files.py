@@ -13,6 +13,8 @@ which the commands mean as "new findings" or "a regression".  So every reader pa
 most :data:`MAX_DEPTH` levels (the suite's own records nest under 12), and any failure is a
 :class:`DataFileError` -- a ``ValueError`` naming the file -- which each command already reports in one
 line with exit status 2 (a campaign's state sets an unreadable line aside instead, Note [Campaign state]).
+Only regular files are read: a FIFO named where a file belongs would block ``open()`` for ever, so every
+file is opened without waiting and refused when it is not one.
 
 Pages and records are written by :func:`write_text`: a new file created beside the destination and
 renamed over it.  A rename replaces the directory entry, so a symlink planted where ``report.html``
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Union
@@ -109,9 +112,15 @@ def loads_toml(text: str, source: str) -> Any:
 
 def read_text(path: PathLike, what: str = "") -> str:
     """The text of ``path`` (UTF-8), at most :data:`MAX_BYTES` bytes; :class:`DataFileError` for a file
-    too large or not text, ``OSError`` when it cannot be read."""
+    too large, not text or not a regular file (a FIFO would block the read for ever: it is opened without
+    waiting and refused), ``OSError`` when it cannot be read."""
     source = str(path) + (f" ({what})" if what else "")
-    with open(path, "rb") as fh:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            it = "a FIFO" if stat.S_ISFIFO(kind) else "a directory" if stat.S_ISDIR(kind) else "a device or socket"
+            raise DataFileError(f"{source}: is {it}, not a regular file; pass a file")
         data = fh.read(MAX_BYTES + 1)
     _size_checked(data, source)
     try:

@@ -47,7 +47,12 @@ class Family:
     reason or None, which judges a returned output in place of the tolerance rule (None: the tolerance rule,
     :func:`kernel_oracle.reference.tolerance.compare`); ``locator``: ``"module:function"``, ``f(call)`` ->
     ``(locate, route)``, the family's words for an output element in a mismatch message (needed where
-    ``mismatch`` is None); ``compiling_targets``: the target names whose campaigns of this
+    ``mismatch`` is None); ``declined``: ``"module:function"``, ``f(problem, mutation, declines)`` -> the
+    features of a target's ``declines`` a case uses, which no campaign gives that target (None: the family
+    has nothing to decline); ``never_sent``: the declinable features whose cases make a target that declines
+    them address memory outside its tensors, which no command sends it (a corpus entry included; the other
+    declines spare a campaign what its target's callers never pass or what is known, and a corpus entry may
+    measure them); ``compiling_targets``: the target names whose campaigns of this
     family compile many kernel variants first (the main job warms them up); ``by_default``: whether
     the commands that take every family unless told (``run`` and the main job, ``mutants``,
     ``bench``) take this one (False: only where ``--op`` names it)."""
@@ -64,6 +69,8 @@ class Family:
     selfcheck: str | None = None
     mismatch: str | None = None
     locator: str | None = None
+    declined: str | None = None
+    never_sent: tuple[str, ...] = field(default=())
     compiling_targets: tuple[str, ...] = field(default=())
     by_default: bool = True
 

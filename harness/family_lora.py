@@ -15,6 +15,7 @@ LORA = Family(
     strategies="kernel_oracle.fuzz.strategies:lora_problems",
     cases="kernel_oracle.fuzz.strategies:lora_cases",
     locator="kernel_oracle.harness.locators:lora_locator",
+    declined="kernel_oracle.harness.declined:lora_declined",
     kernels="kernel_oracle.kernels.lora",
     benchmark="kernel_oracle.benchmarks.bench_lora",
     # our Triton kernels specialize into many variants (Note [Specialization] in kernels/lora)

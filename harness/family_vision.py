@@ -15,6 +15,7 @@ VISION = Family(
     strategies="kernel_oracle.fuzz.strategies:vision_problems",
     cases="kernel_oracle.fuzz.strategies:vision_cases",
     locator="kernel_oracle.harness.locators:vision_locator",
+    declined="kernel_oracle.harness.declined:vision_declined",
     kernels="kernel_oracle.kernels.vision",
     benchmark="kernel_oracle.benchmarks.bench_vision",
 )

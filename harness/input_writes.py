@@ -14,6 +14,11 @@ as they are) and :func:`writes` compares after it: tensors as raw bits (so NaN e
 -0.0 differs from 0.0), on their own device, one ``torch.equal`` per tensor; the index of the
 first difference is looked for only once one is found.  A change is one line naming the argument
 (``batch_info.seg_indptr``) and the first changed index with the value before and after.
+
+Before any of that, :func:`freed` looks at every tensor of the call, the in-place output included: a
+target that frees an argument's memory (``untyped_storage().resize_(0)``) leaves a tensor whose storage
+no longer holds its view, and reading it faults the process (a bare SIGSEGV with no word of what the
+target did).  Such a call is judged on that alone and none of its tensors is read.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["Watched", "watch", "writes"]
+__all__ = ["Watched", "freed", "storage_shortfall", "watch", "writes"]
 
 # metadata objects are followed this deep (batch info -> its fields; a cycle ends here)
 _MAX_DEPTH = 2
@@ -82,6 +87,40 @@ def watch(call) -> list[Watched]:
     for key, value in call.kwargs.items():
         _watch_value(key, value, (lambda v=value: v), out)
     return out
+
+
+def storage_shortfall(t: torch.Tensor) -> str | None:
+    """Why reading ``t`` would read past its storage (its memory was freed or shrunk), or None."""
+    try:
+        if t.numel() == 0 or t.is_meta or t.layout != torch.strided or t.is_nested:
+            return None
+        last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        have, need = t.untyped_storage().nbytes(), (last + 1) * t.element_size()
+    except (RuntimeError, NotImplementedError, TypeError):  # no storage to speak of: the other checks say what it is
+        return None
+    return None if have >= need else f"its storage holds {have} bytes, its view needs {need}"
+
+
+def _tensors(name: str, value: Any, out: list, depth: int = 0) -> None:
+    if isinstance(value, torch.Tensor):
+        out.append((name, value))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _tensors(f"{name}[{i}]", v, out, depth)
+    elif not isinstance(value, _SCALARS) and depth < _MAX_DEPTH:
+        for field, v in _fields(value).items():
+            _tensors(f"{name}.{field}", v, out, depth + 1)
+
+
+def freed(call) -> list[str]:
+    """One line per tensor of ``call`` (the in-place output too) whose storage no longer holds its view
+    (see the Note): nothing may read such a call."""
+    sig, found = call.signature, []
+    for i, value in enumerate(call.args):
+        _tensors(sig.params[i] if i < len(sig.params) else f"args[{i}]", value, found)
+    for key, value in call.kwargs.items():
+        _tensors(key, value, found)
+    return [f"{name}: {why}" for name, t in found if (why := storage_shortfall(t)) is not None]
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,12 @@ used (``summary.known_issues_file``) and so does every line that says findings a
 A known-issues file can hide a bug, so an entry must be narrow: its ``target`` pattern starts with one
 of the :data:`FAMILIES` (a catch-all such as ``*`` or ``s*`` is refused when the file is loaded, in one
 line naming the entry) and its ``op`` names an op or a family, never ``*``.
+
+Nor may a file hang the run: a ``message`` or ``bucket`` regex that repeats something which itself
+repeats or chooses (``(\\w+\\s?)*``, ``(a|ab)+``, ``(.*x){9}``) backtracks exponentially on a near miss and
+is refused when the file is loaded (:func:`_backtracks`); every search is also bounded in time where the
+process can interrupt it (:data:`REGEX_TIME_S`, its main thread): a rule past it does not match, so the
+finding stays new.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ import fnmatch
 import functools
 import os
 import re
+import signal
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -56,7 +65,7 @@ from kernel_oracle.harness.schema import FINDING_KINDS
 from kernel_oracle.harness.targets import RELEASE_NAMES
 from kernel_oracle.harness.triggers import TRIGGERS, trigger_holds
 
-__all__ = ["DEFAULT_PATH", "ENV_VAR", "FAMILIES", "KnownIssue", "KnownIssuesError", "family_of",
+__all__ = ["DEFAULT_PATH", "ENV_VAR", "FAMILIES", "REGEX_TIME_S", "KnownIssue", "KnownIssuesError", "family_of",
            "known_issues_path", "load_known_issues", "mark_known", "match_known", "target_release"]
 
 DEFAULT_PATH = REGISTRY  # the defect registry (Note [Defect registry] in harness/defects.py)
@@ -72,6 +81,82 @@ _OP = re.compile(r"[a-z][a-z0-9_]*")  # an op or family name (oracle_tests/harne
 FAMILIES = (*RELEASE_NAMES, "flashinfer-cudnn", "torch-varlen")
 # the release of a target name: sglang==0.5.23, or before a configuration, sglang-trt==0.5.13@cublas=on
 _VERSION_IN_NAME = re.compile(r"==\s*([0-9][0-9A-Za-z.+-]*)(?:@[^@]*)?$")
+
+
+# seconds one rule's regex may search a finding's text (Note [Known issues]); past it the rule does not match
+REGEX_TIME_S = 1.0
+
+try:  # the regex parser of the standard library, to read a pattern's structure (3.11+: re._parser)
+    import re._parser as _sre_parse  # type: ignore[import-not-found]
+except ImportError:  # Python 3.10
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+_REPEATS = tuple(getattr(_sre_parse, n) for n in ("MAX_REPEAT", "MIN_REPEAT") if hasattr(_sre_parse, n))
+
+
+def _subpatterns(av) -> list:
+    """The parsed subpatterns inside one node's argument (nested tuples and lists of them)."""
+    items = av if isinstance(av, (tuple, list)) else (av,)
+    out = []
+    for x in items:
+        if isinstance(x, _sre_parse.SubPattern):
+            out.append(x)
+        elif isinstance(x, (tuple, list)):
+            out.extend(_subpatterns(x))
+    return out
+
+
+def _chooses(sub) -> bool:
+    """Whether a parsed pattern can match one text in more than one way: a repeat of more than one, or a branch."""
+    for op, av in sub:
+        if (op in _REPEATS and av[1] > 1) or op is _sre_parse.BRANCH:
+            return True
+        if any(_chooses(c) for c in _subpatterns(av)):
+            return True
+    return False
+
+
+def _backtracks(pattern: str) -> bool:
+    """Whether ``pattern`` repeats (more than once) something that itself chooses: the shape that
+    backtracks exponentially (or to a high power) on a near miss (Note [Known issues])."""
+    def walk(sub) -> bool:
+        for op, av in sub:
+            if op in _REPEATS and av[1] > 1 and _chooses(av[2]):
+                return True
+            if any(walk(c) for c in _subpatterns(av)):
+                return True
+        return False
+    return walk(_sre_parse.parse(pattern))
+
+
+class _Expired(Exception):
+    """A search past :data:`REGEX_TIME_S`."""
+
+
+def _found(pattern: str, text: str) -> bool:
+    """``re.search(pattern, text) is not None``, in at most :data:`REGEX_TIME_S` seconds where the search
+    can be interrupted (the main thread): past that, False (the finding stays new)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return re.search(pattern, text) is not None
+    armed = [True]
+
+    def expire(signum, frame):
+        if armed[0]:
+            raise _Expired()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    left, interval = signal.setitimer(signal.ITIMER_REAL, REGEX_TIME_S)
+    start = time.monotonic()
+    try:
+        return re.search(pattern, text) is not None
+    except _Expired:
+        return False
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if left:  # a timer of the caller's: put it back, less the time spent here
+            signal.setitimer(signal.ITIMER_REAL, max(left - (time.monotonic() - start), 1e-6), interval)
 
 
 class KnownIssuesError(ValueError):
@@ -106,9 +191,9 @@ class KnownIssue:
             return False
         if str(finding.get("kind")) != self.kind or not self.applies_to(release):
             return False
-        if self.message is not None and not re.search(self.message, str(finding.get("message") or "")):
+        if self.message is not None and not _found(self.message, str(finding.get("message") or "")):
             return False
-        if self.bucket is not None and not re.search(self.bucket, bucket_of_record(finding).label):
+        if self.bucket is not None and not _found(self.bucket, bucket_of_record(finding).label):
             return False
         if self.trigger is not None and not trigger_holds(self.trigger, finding.get("problem") or {}):
             return False
@@ -167,8 +252,12 @@ def _entry(raw: object, where: str) -> KnownIssue:
         if f in raw:
             try:
                 re.compile(raw[f])
-            except re.error as exc:
+            except (re.error, RecursionError, OverflowError) as exc:
                 raise KnownIssuesError(f"{where}: {f}={raw[f]!r} is not a regular expression ({exc})") from None
+            if _backtracks(raw[f]):
+                raise KnownIssuesError(f"{where}: {f}={raw[f]!r} repeats a part that itself repeats or chooses (as in "
+                                       f"'(x+)*' or '(a|ab)+'), which backtracks exponentially on a near miss and "
+                                       f"could hang the run; repeat a single character or class instead")
     return KnownIssue(raw["id"], raw["title"], raw["target"], raw["op"], raw["kind"], raw["upstream"],
                       tuple(releases), raw["doc"], raw.get("message"), raw.get("bucket"), raw.get("trigger"))
 

@@ -20,8 +20,8 @@ never by position.  Each *kind* belongs to one category:
 The expected outcome is never hand-written here: :func:`harness.check.expected_outcome` runs the
 reference (the oracle of contracts too) on the mutated call (an error input adds the exact text it
 expects).  ``index`` picks a segment / sequence / row (taken modulo the available count, so any int
-is valid and shrinks towards 0) and ``amount`` a magnitude (>= 1).  A kind that cannot apply to a
-call (no segments to break) leaves it unchanged; the reference then simply expects a result.
+is valid and shrinks towards 0) and ``amount`` a magnitude (1 to :data:`MAX_AMOUNT`).  A kind that cannot
+apply to a call (no segments to break) leaves it unchanged; the reference then simply expects a result.
 
 :data:`LORA_KINDS` / :data:`VISION_KINDS` / ``CSGMV_KINDS`` (:mod:`harness.mutations_csgmv`) are the kinds the
 fuzzer draws (:func:`kinds`); :data:`ERROR_INPUT_KINDS` holds
@@ -39,9 +39,11 @@ import torch
 from kernel_oracle.harness.mutations_csgmv import CSGMV_ERROR_INPUT_KINDS, CSGMV_KINDS
 from kernel_oracle.harness.problems import Call, batch_info_of
 
-__all__ = ["CATEGORIES", "ERROR_INPUT_KINDS", "LORA_KINDS", "Mutation", "MutationError", "VISION_KINDS", "kinds"]
+__all__ = ["CATEGORIES", "ERROR_INPUT_KINDS", "LORA_KINDS", "MAX_AMOUNT", "Mutation", "MutationError", "VISION_KINDS", "kinds"]
 
 CATEGORIES = ("partial", "upstream", "malformed")
+# the largest magnitude a mutation takes (the fuzzer draws 1 to 3): it is added to sizes, counts and rows
+MAX_AMOUNT = 64
 
 
 class MutationError(ValueError):
@@ -69,8 +71,8 @@ class Mutation:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise MutationError(f"Expected {name} to be an int but got {name}={value!r}")
-        if self.amount < 1:
-            raise MutationError(f"Expected amount >= 1 but got amount={self.amount}")
+        if not 1 <= self.amount <= MAX_AMOUNT:  # it sizes tensors and counts (a case read from data is bounded)
+            raise MutationError(f"Expected amount from 1 to {MAX_AMOUNT} but got amount={self.amount}")
 
     @property
     def category(self) -> str:

@@ -27,7 +27,7 @@ import torch
 
 from kernel_oracle.harness.problems import Call, batch_info_of
 
-__all__ = ["CSGMV_ERROR_INPUT_KINDS", "CSGMV_KINDS", "UNCHECKED_BOUNDS", "UNCHECKED_BOUNDS_FEATURE"]
+__all__ = ["CSGMV_ERROR_INPUT_KINDS", "CSGMV_KINDS", "UNCHECKED_BOUNDS", "UNCHECKED_BOUNDS_FEATURE", "csgmv_declined"]
 
 UNCHECKED_BOUNDS_FEATURE = "csgmv.unchecked_bounds"
 
@@ -242,3 +242,15 @@ CSGMV_ERROR_INPUT_KINDS: dict[str, tuple[str, Callable]] = {
 UNCHECKED_BOUNDS = frozenset({"slot_out_of_range", "negative_slot", "seg_indptr_negative_start", "bad_num_segments",
                               "permutation_out_of_range", "permutation_negative", "permutation_short",
                               "slice_offsets_past_output"})
+
+
+def csgmv_declined(problem, mutation, declines) -> tuple[str, ...]:
+    """The features of ``declines`` (``fuzz.strategies_csgmv.CSGMV_FEATURES``) a csgmv case uses: what its
+    strategy never draws for a target declining them (Note [csgmv strategy])."""
+    kind = mutation.kind if mutation is not None else None
+    uses = {"csgmv.stale_host_ints": problem.use_cuda_graph and problem.stale_host_ints is not None,
+            "csgmv.output_view": problem.op == "csgmv_expand" and problem.base == "view",
+            "csgmv.split_k": problem.split_k is not None or kind == "split_k_below_one",
+            "csgmv.slice_offsets_cpu": bool(problem.cpu_offsets),
+            UNCHECKED_BOUNDS_FEATURE: kind in UNCHECKED_BOUNDS}
+    return tuple(f for f in declines if uses.get(f))

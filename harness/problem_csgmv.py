@@ -67,15 +67,36 @@ class CsgmvProblem:
     family: str = field(default="csgmv", init=False)
 
     def __post_init__(self) -> None:
+        """A problem is a batch the csgmv backend could build (Note [csgmv problems]): malformed metadata is a
+        case's mutation, never its problem, so nothing here can make a kernel address memory outside a tensor."""
         if self.op not in CSGMV_OPS:
             raise ValueError(f"op={self.op!r}; the only valid values are {list(CSGMV_OPS)}")
         if self.base not in BASES:
             raise ValueError(f"base={self.base!r}; the only valid values are {list(BASES)}")
+        if self.num_slices < 1:
+            raise ValueError(f"num_slices={self.num_slices}; a layer has 1 or more slices (q, k, v: 3)")
         if len(self.slice_offsets) != self.num_slices + 1:
             raise ValueError(f"slice_offsets={self.slice_offsets} must hold num_slices + 1 = {self.num_slices + 1} "
                              f"bounds")
+        if any(lo > hi for lo, hi in zip(self.slice_offsets, self.slice_offsets[1:])):
+            raise ValueError(f"slice_offsets={self.slice_offsets} must not decrease: each slice's columns start "
+                             f"where the one before ends")
+        if not len(self.weight_indices) == len(self.seg_lens):
+            raise ValueError(f"weight_indices has {len(self.weight_indices)} slots but seg_lens "
+                             f"{len(self.seg_lens)} segments; pass one slot per segment")
+        if len(self.scalings) != len(self.lora_ranks):
+            raise ValueError(f"scalings has {len(self.scalings)} values but lora_ranks {len(self.lora_ranks)} "
+                             f"slots; pass one per slot")
+        bad = next(((i, w) for i, w in enumerate(self.weight_indices) if not 0 <= w < len(self.lora_ranks)), None)
+        if bad is not None:
+            raise ValueError(f"weight_indices[{bad[0]}]={bad[1]} is outside 0..{len(self.lora_ranks) - 1} (the "
+                             f"slots of lora_ranks)")
         if len(self.permutation) != sum(self.seg_lens):
             raise ValueError(f"permutation has {len(self.permutation)} rows but the segments {sum(self.seg_lens)}")
+        bad = next(((i, r) for i, r in enumerate(self.permutation) if not 0 <= r < self.S), None)
+        if bad is not None:
+            raise ValueError(f"permutation[{bad[0]}]={bad[1]} is outside 0..{self.S - 1} (the rows of x: the "
+                             f"segments' rows and unrouted_rows)")
 
     @property
     def S(self) -> int:
@@ -95,13 +116,19 @@ class CsgmvProblem:
         o = self.slice_offsets
         return max(hi - lo for lo, hi in zip(o, o[1:]))
 
-    def sizes(self) -> tuple[dict, int]:
-        """(size name -> its smallest value, how many elements its tensors hold): the bounds of a problem
-        read from a file (:func:`kernel_oracle.harness.problems.problem_from_dict`)."""
+    def sizes(self) -> tuple[dict, int, dict]:
+        """(size name -> its smallest value, how many elements its tensors hold, count name -> the count):
+        the bounds of a problem read from a file (:func:`kernel_oracle.harness.problems.problem_from_dict`)."""
         n = self.num_slices * self.R
-        elements = self.S * (self.K + n + 2 * self.output_dim + 4) + self.L * n * (self.K + self.output_dim)
+        padded = max(len(self.seg_lens), self.graph_pad_to or 0)
+        elements = (self.S * (self.K + n + 2 * self.output_dim + 4) + self.L * n * (self.K + self.output_dim)
+                    + 2 * padded + max(self.split_k or 1, 1) * self.S * n)
+        counts = {"segments (len(seg_lens))": len(self.seg_lens), "graph_pad_to": self.graph_pad_to or 0,
+                  "stale_host_ints": max(self.stale_host_ints or (0,)), "max_len": self.max_len,
+                  "num_slices": self.num_slices, "split_k": self.split_k or 0}
         return {"seg_lens": min(self.seg_lens, default=0), "unrouted_rows": self.unrouted_rows, "K": self.K,
-                "R": self.R, "max_len": self.max_len, "slice_offsets": min(self.slice_offsets, default=0)}, elements
+                "R": self.R, "max_len": self.max_len, "slice_offsets": min(self.slice_offsets, default=0)}, \
+            elements, counts
 
     def simplifications(self) -> Iterator["CsgmvProblem"]:
         """Plainer variants, the most worth keeping first (Note [Minimal examples] in harness/simplify.py):

@@ -11,7 +11,7 @@ import typing
 
 from kernel_oracle.harness.families import FAMILY_OPS, family_names, get_family
 
-__all__ = ["MAX_ELEMENTS", "problem_from_dict", "problem_to_dict"]
+__all__ = ["MAX_COUNT", "MAX_ELEMENTS", "problem_from_dict", "problem_to_dict"]
 
 
 def problem_to_dict(problem) -> dict:
@@ -23,6 +23,10 @@ def problem_to_dict(problem) -> dict:
 # the most elements a problem's tensors may hold in all (a case read from a file or a command line is
 # data: absurd sizes are refused before anything is allocated)
 MAX_ELEMENTS = 2**31
+# the largest count a problem read from data may give that sizes a launch grid or a Python loop without
+# being a tensor's size: segments (padding and host ints included), sequences, a claimed length past the
+# longest segment, a tile, slices, split-K parts (every batch SGLang builds is far below it)
+MAX_COUNT = 8192
 
 
 def problem_from_dict(d: dict):
@@ -73,11 +77,17 @@ def _checked_field(name: str, hint, value):
 
 
 def _check_sizes(p) -> None:
-    """``ValueError`` for a negative size, or tensors of more than :data:`MAX_ELEMENTS` elements."""
-    sizes, elements = p.sizes()
+    """``ValueError`` for a negative size, tensors of more than :data:`MAX_ELEMENTS` elements, or a count past
+    :data:`MAX_COUNT`.  ``p.sizes()``: ``(sizes, elements)``, or ``(sizes, elements, counts)`` with ``counts``
+    name -> the count (a family whose problems have none gives two)."""
+    sizes, elements, *rest = p.sizes()
     bad = next(((k, v) for k, v in sizes.items() if v < 0), None)
     if bad is not None:
         raise ValueError(f"{bad[0]}={getattr(p, bad[0])!r} is negative; sizes are 0 or more")
     if elements > MAX_ELEMENTS:
         raise ValueError(f"the problem's tensors would hold {elements} elements, more than the {MAX_ELEMENTS} "
                          f"a case may have")
+    for name, count in (rest[0] if rest else {}).items():
+        if count > MAX_COUNT:
+            raise ValueError(f"{name}: {count}, more than the {MAX_COUNT} a case may have (it sizes a kernel's "
+                             f"launch grid and the harness's loops)")

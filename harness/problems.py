@@ -139,13 +139,18 @@ class LoRAProblem:
         """Its call on ``device``: :func:`materialize_lora` (no metadata helper: LoRA targets take the batch info)."""
         return materialize_lora(self, device)
 
-    def sizes(self) -> tuple[dict, int]:
-        """(size name -> its smallest value, how many elements its tensors hold): the bounds of a problem
-        read from a file (:func:`problem_from_dict`)."""
+    def sizes(self) -> tuple[dict, int, dict]:
+        """(size name -> its smallest value, how many elements its tensors hold, count name -> the count):
+        the bounds of a problem read from a file (:func:`problem_from_dict`)."""
         sizes = {"seg_lens": min(self.seg_lens, default=0), "extra_rows": self.extra_rows,
                  **{k: getattr(self, k) for k in ("H", "qk", "vd", "C", "R")}}
+        longest = max(self.seg_lens, default=0)
+        counts = {"segments (len(seg_lens))": len(self.seg_lens), "cuda_graph_pad_to": self.cuda_graph_pad_to or 0,
+                  "eager_counts": max(self.eager_counts or (0,)), "max_len_slack": self.max_len_slack,
+                  "stale_host_ints max_len past the longest segment":
+                      (self.stale_host_ints[-1] - longest) if self.stale_host_ints else 0}
         return sizes, (self.L * self.H * (self.qk + self.vd) * self.R + self.L * self.R * self.C
-                       + self.S * self.H * (self.qk + self.vd + self.C + self.R))
+                       + self.S * self.H * (self.qk + self.vd + self.C + self.R)), counts
 
     def example_size(self) -> int:
         """Its size when the smallest example of a finding is picked: rows times heads times the widest head or
@@ -231,12 +236,14 @@ class VisionProblem:
         """Its call on ``device``: :func:`materialize_vision` (``metadata_helper``: a target's own)."""
         return materialize_vision(self, device, metadata_helper)
 
-    def sizes(self) -> tuple[dict, int]:
-        """(size name -> its smallest value, how many elements its tensors hold): the bounds of a problem
-        read from a file (:func:`problem_from_dict`)."""
+    def sizes(self) -> tuple[dict, int, dict]:
+        """(size name -> its smallest value, how many elements its tensors hold, count name -> the count):
+        the bounds of a problem read from a file (:func:`problem_from_dict`)."""
         return ({"lengths": min(self.lengths, default=0), "gaps": min(self.gaps, default=0), "H": self.H, "D": self.D,
                  "v_shift": self.v_shift, "o_shift": self.o_shift, "extra_tokens": self.extra_tokens,
-                 "batch": self.batch}, 6 * max(self.T, 0) * self.H * self.D)
+                 "batch": self.batch}, 6 * max(self.T, 0) * self.H * self.D,
+                {"sequences (len(lengths))": len(self.lengths), "gaps (len(gaps))": len(self.gaps),
+                 "batch": self.batch})
 
     def example_size(self) -> int:
         """Its size when the smallest example of a finding is picked: tokens times heads times head dimension."""

@@ -11,16 +11,17 @@
 # $PYVER on x86-64 Linux into DIR/VERSION (DIR default .whl/flashinfer, ignored by git) and drops
 # flashinfer/data (the JIT sources, which the cuDNN path never compiles) from FlashInfer's wheel:
 # 0.6.18 is 26 MB, 0.7.4 about 63 MB.  Carry DIR/VERSION to the GPU machine (one release per device
-# call where they do not fit one call's carry together; /tmp keeps what an earlier call installed).
+# call where they do not fit one call's carry together; the cache keeps what an earlier call installed).
 # install puts them, with --no-deps --no-index, into $SITES/VERSION (SITES default
-# $KERNEL_ORACLE_FLASHINFER_SITES, else /tmp/flashinfer-sites), where flashinfer-cudnn@engine=VERSION
+# $KERNEL_ORACLE_FLASHINFER_SITES, else flashinfer-sites in the cache, ~/.cache/kernel-oracle: a folder
+# of your own, which the target checks before it imports from it), where flashinfer-cudnn@engine=VERSION
 # finds them, and with SITE set also into $SITE (the engine plain `import flashinfer` finds once
 # PYTHONPATH names $SITE).  install lists the requirements the wheels declare that this interpreter lacks.
 set -euo pipefail
 
 PYVER=${PYVER:-3.12}
 PYTHON=${PYTHON:-python3}
-SITES=${SITES:-${KERNEL_ORACLE_FLASHINFER_SITES:-/tmp/flashinfer-sites}}
+SITES=${SITES:-${KERNEL_ORACLE_FLASHINFER_SITES:-${KERNEL_ORACLE_CACHE:-$HOME/.cache/kernel-oracle}/flashinfer-sites}}
 ENGINES="$(cd "$(dirname "$0")/.." && pwd)/fuzz/targets/flashinfer_engines.py"
 cmd=${1:-}
 dir=${2:-.whl/flashinfer}

@@ -38,6 +38,9 @@ OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 STATE=/tmp/gpu-check; SOAK=$STATE/soak; mkdir -p "$STATE"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
+# FlashInfer's releases, one folder each (scripts/flashinfer_wheels.sh install), named outright: the main job's
+# cold pass runs on a fresh KERNEL_ORACLE_CACHE, which must not hide them
+export KERNEL_ORACLE_FLASHINFER_SITES=${KERNEL_ORACLE_FLASHINFER_SITES:-$HOME/.cache/kernel-oracle/flashinfer-sites}
 T0=$(date +%s)
 
 record() {  # PHASE RC SECONDS HEADLINE: a row of the machine's table
@@ -59,7 +62,7 @@ setup() {  # FlashInfer's releases (0.6.18 also into /tmp/site), the cluster whe
       .whl/flashinfer "$ver" || RC=2
   done
   [ ${#fi[@]} -gt 0 ] || echo "setup: no .whl/flashinfer/VERSION: the flashinfer-cudnn target stays unavailable"
-  ls -d /tmp/flashinfer-sites/*/flashinfer 2>/dev/null | sed 's|^|setup: FlashInfer release ready: |' || true
+  ls -d "$KERNEL_ORACLE_FLASHINFER_SITES"/*/flashinfer 2>/dev/null | sed 's|^|setup: FlashInfer release ready: |' || true
   local v2=(.whl/v2deps/*.whl)  # msgspec and pydantic: SGLang 0.5.23's triton_v2 files import them (sglang-v2)
   if [ ${#v2[@]} -gt 0 ] && ! python3 -c "import msgspec, pydantic" 2>/dev/null; then
     python3 -m pip install -q --no-index --find-links .whl/v2deps --target /tmp/site msgspec pydantic \
@@ -118,7 +121,7 @@ soak_start() {
   start csgmv --targets sglang-csgmv==0.5.23 --op csgmv "${wheel[@]}"
   start csgmv-split-k --targets sglang-csgmv==0.5.23@split_k=on --op csgmv "${wheel[@]}"
   start csgmv-deterministic --targets sglang-csgmv==0.5.23@deterministic=on --op csgmv "${wheel[@]}"
-  local v; for v in $(ls /tmp/flashinfer-sites 2>/dev/null); do
+  local v; for v in $(ls "$KERNEL_ORACLE_FLASHINFER_SITES" 2>/dev/null); do
     start "vision-fi-$v" --targets "sglang==0.5.23@engine=$v" --op vision "${wheel[@]}"; done
   record soak-start 0 0 "$(ls "$SOAK"/*.log | wc -l) campaigns of $secs s started: SGLang 0.5.23's v2 (PDL on, off), TRT-style with the two-stream fused sides, csgmv (default, split-K, deterministic), the vision wrapper per FlashInfer release"
 }

@@ -59,7 +59,8 @@ from .flashinfer_engines import ENGINE_RELEASES, select_engine
 from .registry import register_target
 
 __all__ = ["DECLINES", "ENGINE_DTYPES_REASON", "GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn",
-           "GraphCacheHazard", "engine_graph_cache", "engine_versions", "flashinfer_cudnn_target", "shared_engine"]
+           "GraphCacheHazard", "cannot_run_here", "engine_graph_cache", "engine_versions", "flashinfer_cudnn_target",
+           "shared_engine"]
 
 # SGLang's vision backends share a workspace buffer; FlashInfer documents 128 MB as sufficient for
 # typical prefill workloads.
@@ -332,16 +333,25 @@ def _refuse_extras(kwargs: dict) -> None:
 ENGINES: dict = {}
 
 
+def cannot_run_here(device) -> str:
+    """Why FlashInfer's cuDNN prefill cannot run on ``device`` here ("" when it can), known without
+    importing anything (an engine folder is imported only where the target can run: Note [Engine versions])."""
+    if torch.device(device).type != "cuda":
+        return (f"FlashInfer's cuDNN prefill runs on CUDA GPUs only; device={device!s} "
+                "(run with --device cuda on a GPU machine)")
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible (torch.cuda.is_available() is False)"
+    return ""
+
+
 def shared_engine(device) -> tuple[Optional[FlashInferCudnn], str]:
     """``(engine, "")``: the one binding of FlashInfer's cuDNN prefill on ``device``, probed once and
     shared by every target that calls it (the engine's graph cache is per process, so its guard must
     be too); ``(None, why)`` when it cannot run here."""
     dev = torch.device(device)
-    if dev.type != "cuda":
-        return None, (f"FlashInfer's cuDNN prefill runs on CUDA GPUs only; device={device!s} "
-                      "(run with --device cuda on a GPU machine)")
-    if not torch.cuda.is_available():
-        return None, "no CUDA device is visible (torch.cuda.is_available() is False)"
+    why = cannot_run_here(device)
+    if why:
+        return None, why
     try:
         from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
     except Exception as exc:  # noqa: BLE001 - the reason is the report
@@ -368,7 +378,7 @@ def flashinfer_cudnn_target(device, spec=None):
     ``flashinfer-cudnn@engine=VERSION``: Note [Engine versions]), or an unavailable one that says why."""
     name = str(spec) if spec is not None else "flashinfer-cudnn"
     version = dict(spec.configuration).get("engine") if spec is not None else None
-    why = select_engine(version) if version else ""
+    why = cannot_run_here(device) or (select_engine(version) if version else "")
     if why:
         return unavailable(name, why)
     engine, why = shared_engine(device)

@@ -5,7 +5,8 @@ Note [Engine versions]
 FlashInfer's cuDNN prefill changed between releases (its graph cache and its offsets handling), so a
 finding of the ``flashinfer-cudnn`` target holds in the FlashInfer it ran on and may not in another.
 Each release in :data:`ENGINE_RELEASES` is installed into a folder of its own,
-``$KERNEL_ORACLE_FLASHINFER_SITES/<version>`` (default ``/tmp/flashinfer-sites``), by
+``$KERNEL_ORACLE_FLASHINFER_SITES/<version>`` (default ``flashinfer-sites/`` in the cache,
+``~/.cache/kernel-oracle``), by
 ``bash scripts/flashinfer_wheels.sh install DIR VERSION``: FlashInfer without its JIT sources
 (``flashinfer/data``, which the cuDNN path never compiles), and the cuDNN frontend and TVM FFI it
 imports, each as the wheel's files unpacked (never installed into the environment).
@@ -16,16 +17,25 @@ another release it refuses, naming both, rather than run a different engine than
 A campaign builds its target in a worker process of its own (the default), so each column of
 ``kernel-oracle matrix --targets flashinfer-cudnn --configurations all`` runs its own release.
 Without ``@engine`` the target runs whatever ``import flashinfer`` finds.
+
+An engine folder is code this process imports, so it must be the user's own (:func:`site_problem`): the
+folder, everything in it, and the sites folder are owned by the user (or root) and writable by no one
+else, none of them a link, and each folder above them is writable by no one else unless it is sticky
+(``/tmp``: others cannot replace what the user made there).  A folder another local user could have
+planted ``flashinfer/__init__.py`` in is refused in one line, before anything is imported.  And nothing
+is imported where the target cannot run: the device and CUDA are checked first
+(:mod:`.flashinfer_cudnn`).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import stat
 import sys
 from pathlib import Path
 
-__all__ = ["ENGINE_RELEASES", "SITES_ENV", "engine_site", "select_engine", "sites_root"]
+__all__ = ["ENGINE_RELEASES", "SITES_ENV", "engine_site", "select_engine", "site_problem", "sites_root"]
 
 # FlashInfer release -> the wheels its cuDNN prefill imports (scripts/flashinfer_wheels.sh reads this
 # table through `python -m kernel_oracle.fuzz.targets.flashinfer_engines wheels VERSION`); the first is
@@ -39,11 +49,58 @@ ENGINE_RELEASES = {
 SITES_ENV = "KERNEL_ORACLE_FLASHINFER_SITES"
 # the top-level modules an engine folder provides: none of them may come from elsewhere
 _ENGINE_MODULES = ("flashinfer", "cudnn", "tvm_ffi")
+# the most entries of an engine folder its ownership check looks at (an installed release has a few thousand)
+MAX_SITE_ENTRIES = 200_000
 
 
 def sites_root() -> Path:
-    """The folder holding one folder per installed FlashInfer release."""
-    return Path(os.environ.get(SITES_ENV) or "/tmp/flashinfer-sites")
+    """The folder holding one folder per installed FlashInfer release: ``$KERNEL_ORACLE_FLASHINFER_SITES``,
+    else ``flashinfer-sites`` in the cache (:func:`~.sglang_wheel.cache_dir`, under the user's home)."""
+    from .sglang_wheel import cache_dir  # here: scripts/flashinfer_wheels.sh runs this file on its own
+
+    named = os.environ.get(SITES_ENV)
+    return Path(named).expanduser() if named else cache_dir() / "flashinfer-sites"
+
+
+def _foreign(st: os.stat_result, *, sticky_ok: bool) -> str:
+    """Why a file of status ``st`` could have been written by another user ("" when it could not)."""
+    if st.st_uid not in (os.getuid(), 0):
+        return f"is owned by uid {st.st_uid}, not by you"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        return "is writable by other users"
+    return ""
+
+
+def site_problem(site: Path) -> str:
+    """Why the engine folder ``site`` is not safe to import from ("" when it is): Note [Engine versions]."""
+    try:
+        for above in reversed(site.parent.absolute().parents):  # /, /root, ... down to the sites folder's parent
+            link = os.lstat(above)
+            if stat.S_ISLNK(link.st_mode) and link.st_uid not in (os.getuid(), 0):
+                return f"{above} is a link owned by uid {link.st_uid}, not by you"
+            why = _foreign(os.stat(above), sticky_ok=True)
+            if why:
+                return f"{above} {why}"
+        root = site.parent
+        for path in (root, site):
+            st = os.lstat(path)
+            why = "is a link" if stat.S_ISLNK(st.st_mode) else _foreign(st, sticky_ok=False)
+            if why:
+                return f"{path} {why}"
+        seen = 0
+        for folder, dirs, files in os.walk(site):
+            for name in dirs + files:
+                seen += 1
+                if seen > MAX_SITE_ENTRIES:
+                    return f"{site} holds more than {MAX_SITE_ENTRIES} files; no installed release has that many"
+                path = os.path.join(folder, name)
+                st = os.lstat(path)
+                why = "is a link" if stat.S_ISLNK(st.st_mode) else _foreign(st, sticky_ok=False)
+                if why:
+                    return f"{path} {why}"
+    except OSError as exc:
+        return f"{exc.filename or site}: {exc.strerror or exc}"
+    return ""
 
 
 def engine_site(version: str) -> Path:
@@ -75,6 +132,10 @@ def select_engine(version: str) -> str:
         return (f"engine={version}: FlashInfer {version} is not installed in {site} (where a registry is reachable: "
                 f"bash scripts/flashinfer_wheels.sh download .whl/flashinfer {version}; then, on the GPU machine: "
                 f"bash scripts/flashinfer_wheels.sh install .whl/flashinfer {version})")
+    unsafe = site_problem(site)
+    if unsafe:
+        return (f"engine={version}: not imported from {site}: {unsafe}, so another user could have put code there; "
+                f"install the release into a folder of your own ({SITES_ENV}, or the cache's default)")
     for name in _ENGINE_MODULES[1:]:
         other, other_file = _held(name)
         if other and not Path(other_file).resolve().is_relative_to(site.resolve()):

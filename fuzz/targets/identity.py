@@ -5,9 +5,11 @@ identity]): the same target spec, op and seed, *and* the same code, else its old
 reported as the current code's.  The hashes are taken in the calling process without importing the
 target (a target runs in a worker):
 
-* ``package.module[:attr]``: the module's import closure (:mod:`fuzz.targets.import_closure`, Note
+* ``package.module[:attr]`` (and a plain module name, ``mykernels``: the same spec once resolved): the
+  module's import closure (:mod:`fuzz.targets.import_closure`, Note
   [Import closure]: every module it imports outside the standard library and the suite's dependencies,
-  compiled extensions with the sources beside them) and the ``.py`` files of its top-level package, found
+  compiled extensions with the sources beside them, the shared libraries its sources name) and the ``.py``
+  files of its top-level package, found
   where the worker imports it: the current directory first, then ``sys.path`` (:func:`.user_modules.find_spec`);
 * ``sglang==X.Y.Z`` (and ``sglang-trt==X.Y.Z``): the SHA-256 of the release's wheel when one is found
   (``--sglang-wheel`` or the cache, never downloaded here), else the pinned version itself;
@@ -36,6 +38,7 @@ from typing import Iterable, Optional
 
 from kernel_oracle.harness.targets import TargetSources, TargetSpec
 from .flashinfer_engines import engine_site
+from .registry import resolved_spec
 
 __all__ = ["BUILTIN_CODE", "BuiltinCode", "code_hash", "files_hash", "identity_difference", "suite_version"]
 
@@ -158,12 +161,13 @@ def _wheel_hash(version: str, sources: Optional[TargetSources]) -> str:
 def code_hash(spec: TargetSpec, sources: Optional[TargetSources] = None) -> str:
     """A hash of the code the target ``spec`` runs (see the module docstring); a spec whose files
     cannot be found hashes as ``"unlocated:<spec>"`` (then only the spec identifies it)."""
+    spec = resolved_spec(spec)  # a plain module name (``mykernels``) is that module, as the worker resolves it
     kind = spec.kind
     if kind == "module":
-        from .import_closure import closure_files
+        from .import_closure import closure_files, library_files
 
         files, root = _module_files(spec.module)
-        files = sorted(set(files) | set(closure_files(spec.module)))
+        files = sorted(set(files) | set(closure_files(spec.module)) | set(library_files(files)))
         return files_hash(files, root) if files else f"unlocated:{spec}"
     if kind == "release" and spec.release:
         return _csgmv_hash(spec, sources) if spec.variant == "csgmv" else _wheel_hash(spec.release, sources)

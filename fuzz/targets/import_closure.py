@@ -16,12 +16,17 @@ the target's code (a campaign's parent never imports it):
   package's search path for each part: no package's ``__init__`` runs);
 * a compiled extension (``.so``, ``.pyd``) is hashed with the sources beside it (``.c``, ``.cpp``,
   ``.cu``, ``.h``, ``.pyx``, ...: a rebuild from edited sources changes both);
+* a shared library the code loads itself (``ctypes.CDLL``, ``torch.ops.load_library``) is found by its
+  name: every string literal of a module's source that names a ``.so`` / ``.so.N`` / ``.dylib`` / ``.dll``
+  file, looked for where it says (an absolute path), beside the module (``os.path.dirname(__file__)``)
+  and in the current directory (where ``CDLL("./libx.so")`` looks), is hashed with the sources beside it;
 * the walk stops at Python's standard library and at the suite's own dependencies (``torch``,
   ``triton``, ``numpy`` and what they require, from ``kernel-oracle``'s metadata): those are the
   environment, recorded as the suite's version, not the target's code.
 
-What stays unseen: an import whose name is computed at run time (``import_module(f"ops_{n}")``) and
-code that is not a module (a kernel read from a data file): docs/reference.md lists them.
+What stays unseen: an import whose name is computed at run time (``import_module(f"ops_{n}")``), a
+library whose name is (``CDLL(f"lib{n}.so")``, or one found on the loader's search path only) and code
+that is not a module (a kernel read from a data file): docs/reference.md lists them.
 """
 
 from __future__ import annotations
@@ -35,13 +40,15 @@ import sysconfig
 from pathlib import Path
 from typing import Iterable, Optional
 
-__all__ = ["MAX_FILES", "closure_files", "suite_dependencies"]
+__all__ = ["MAX_FILES", "closure_files", "library_files", "suite_dependencies"]
 
 # the most files one closure holds (a walk that reaches this many has left the target's own code)
 MAX_FILES = 20_000
 # sources a compiled extension is built from, hashed beside it
 EXTENSION_SOURCES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".pyx", ".pxd", ".pyi")
 _EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+# a string literal naming a shared library (a file name or a path ending in one)
+_LIBRARY = re.compile(r"[^\0]*[^/\0]\.(so(\.[0-9]+)*|dylib|dll)")
 _REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _EXTRA = re.compile(r"\bextra\s*==")
 
@@ -135,12 +142,8 @@ def _resolve(module: str, level: int, package: str) -> Optional[str]:
     return f"{base}.{module}" if module else base
 
 
-def _imported(source: str, name: str, is_package: bool) -> Iterable[str]:
-    """The module names the source of module ``name`` imports (Note [Import closure])."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return
+def _imported(tree: ast.AST, name: str, is_package: bool) -> Iterable[str]:
+    """The module names the syntax tree of module ``name`` imports (Note [Import closure])."""
     package = name if is_package else name.rpartition(".")[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -161,6 +164,24 @@ def _imported(source: str, name: str, is_package: bool) -> Iterable[str]:
                 yield node.args[0].value
 
 
+def _libraries(tree: ast.AST, folder: Path) -> list:
+    """The shared libraries the string literals of a module's syntax tree name, found where a loader would
+    look (Note [Import closure]): as given, beside the module (``folder``), in the current directory."""
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 4096
+                and _LIBRARY.fullmatch(node.value)):
+            continue
+        given = Path(node.value)
+        for where in ((given,) if given.is_absolute() else (folder / given, folder / given.name, Path.cwd() / given)):
+            try:
+                if where.is_file():
+                    out.append(where.resolve())
+            except OSError:
+                continue
+    return out
+
+
 def _beside(extension: Path) -> list:
     try:
         return [p for p in extension.parent.iterdir() if p.suffix in EXTENSION_SOURCES and p.is_file()]
@@ -168,10 +189,26 @@ def _beside(extension: Path) -> list:
         return []
 
 
+def library_files(sources: Iterable[Path]) -> list[Path]:
+    """The shared libraries the Python files ``sources`` name (Note [Import closure]) and the sources beside them."""
+    out: set = set()
+    for path in sources:
+        if Path(path).suffix != ".py":
+            continue
+        try:
+            tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for library in _libraries(tree, Path(path).parent):
+            out.add(library)
+            out.update(_beside(library))
+    return sorted(out)
+
+
 def closure_files(module: str) -> list[Path]:
     """Every file of ``module``'s import closure outside the standard library and the suite's dependencies
-    (Note [Import closure]): Python sources, packages' ``__init__`` files, compiled extensions and the
-    sources beside them.  Empty when ``module`` itself cannot be found."""
+    (Note [Import closure]): Python sources, packages' ``__init__`` files, compiled extensions, the shared
+    libraries the sources name, and the sources beside those.  Empty when ``module`` itself cannot be found."""
     files: set = set()
     seen: set = set()
     todo = [module]
@@ -193,11 +230,14 @@ def closure_files(module: str) -> list[Path]:
         if origin.suffix != ".py":
             continue
         try:
-            source = origin.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            tree = ast.parse(origin.read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
             continue
         is_package = bool(spec.submodule_search_locations)
-        todo.extend(n for n in _imported(source, name, is_package) if n not in seen)
+        todo.extend(n for n in _imported(tree, name, is_package) if n not in seen)
+        for library in _libraries(tree, origin.parent):
+            files.add(library)
+            files.update(_beside(library))
         parent = name.rpartition(".")[0]
         if parent:
             todo.append(parent)  # a package's __init__ runs before its module

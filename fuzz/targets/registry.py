@@ -23,7 +23,8 @@ from kernel_oracle.harness import oracle_integrity
 from kernel_oracle.harness.entry_signatures import check_entries
 from kernel_oracle.harness.targets import Target, TargetError, TargetSources, TargetSpec
 
-__all__ = ["Factory", "builtin_targets", "register_target", "resolve_target", "serves", "target_configuration"]
+__all__ = ["Factory", "builtin_targets", "register_target", "resolve_target", "resolved_spec", "serves",
+           "target_configuration"]
 
 Factory = Callable[[TargetSpec, str, TargetSources], Target]
 _FACTORIES: dict[str, Factory] = {}
@@ -85,6 +86,16 @@ def _importable(name: str) -> bool:
     return name.isidentifier() and find_spec(name) is not None
 
 
+def resolved_spec(spec: Union[str, TargetSpec]) -> TargetSpec:
+    """``spec`` as it resolves: a plain name that is no registered target but an importable module
+    (``mykernels``) is that module's spec; any other spec is itself."""
+    parsed = TargetSpec.parse(spec)
+    if (parsed.name not in _FACTORIES and parsed.kind == "builtin" and not parsed.configuration
+            and _importable(parsed.name)):
+        return TargetSpec(name="module", module=parsed.name)
+    return parsed
+
+
 def resolve_target(spec: Union[str, TargetSpec], device="cpu", *, sources: Optional[TargetSources] = None) -> Target:
     """The :class:`Target` of ``spec`` (a spec string or a :class:`TargetSpec`), cached per spec, device
     and sources; :class:`TargetError` for a malformed or unknown spec or configuration."""
@@ -93,10 +104,8 @@ def resolve_target(spec: Union[str, TargetSpec], device="cpu", *, sources: Optio
     key = (parsed, str(device), sources)
     if key in _CACHE:
         return _CACHE[key]
+    parsed = resolved_spec(parsed)
     factory = _FACTORIES.get(parsed.name)
-    if factory is None and parsed.kind == "builtin" and not parsed.configuration and _importable(parsed.name):
-        parsed = TargetSpec(name="module", module=parsed.name)  # a plain module name: a module target
-        factory = _FACTORIES.get("module")
     if factory is None:
         from .user_modules import where_looked
 

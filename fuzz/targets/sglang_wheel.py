@@ -33,6 +33,17 @@ Identity: :func:`kernel_identity` hashes the syntax tree of the kernel file and 
 it loads (docstrings, comments, layout and the module paths of its ``sglang`` imports aside: a
 release that only moved the files runs the same code), so the release matrix tests each distinct
 code once.
+
+Note [Wheel members as data]
+----------------------------
+A wheel is a file the suite reads, not one it trusts (``--sglang-wheel`` names any file; anything named
+``sglang-*.whl`` in the cache is taken).  So :func:`wheel_release` refuses, in one line naming the member,
+a wheel with a member whose name could leave the extraction folder (absolute, ``..``, a drive or a
+backslash) or that is a symbolic link, or with more members or bytes than any wheel has
+(:data:`MAX_MEMBERS`, :data:`MAX_WHEEL_BYTES`); a member is read at most :data:`MAX_MEMBER_BYTES` bytes (SGLang's
+largest source file is under 0.5 MB: a larger one is refused before it is decompressed, and a header that
+understates the size stops there too); and a member is extracted only to a path inside the release's
+extraction folder, through a new file renamed into place (never through a link planted there).
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import stat
 import subprocess
 import sys
 import types
@@ -56,9 +68,10 @@ from kernel_oracle.harness.data_files import write_bytes
 
 from .sglang_switches import LoraEnvs, ReleaseConfiguration, declared_switches, hardware_pdl
 
-__all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "ReleaseFiles", "STAND_INS", "cache_dir", "code_identity",
-           "find_wheel", "helper_file", "import_closure", "installed_release", "kernel_files", "kernel_identity", "load_kernel_module",
-           "locate_kernels", "switch_module", "wheel_release"]
+__all__ = ["KNOWN_KERNEL_FILES", "LoaderError", "MAX_MEMBERS", "MAX_MEMBER_BYTES", "MAX_WHEEL_BYTES", "ReleaseFiles",
+           "STAND_INS", "cache_dir", "code_identity", "find_wheel", "helper_file", "import_closure",
+           "installed_release", "kernel_files", "kernel_identity", "load_kernel_module", "locate_kernels",
+           "switch_module", "wheel_release"]
 
 # the table of docs/semantics.md#where-sglang-keeps-the-kernels, newest layout first: variant -> the kernel file's path in each layout
 KNOWN_KERNEL_FILES = {
@@ -78,6 +91,11 @@ SLIM_EXTRAS = ("sglang/srt/lora/utils.py", "sglang/srt/lora/trtllm_lora_temp/env
                "sglang/srt/layers/attention/vision.py")
 CACHE_ENV = "KERNEL_ORACLE_CACHE"
 PIP_TIMEOUT_S = 600
+# the most bytes one wheel member is read, the most members and bytes a wheel may have (Note [Wheel members as
+# data]; SGLang's wheels hold about 6,400 members in 40 MB)
+MAX_MEMBER_BYTES = 16 * 2**20
+MAX_MEMBERS = 100_000
+MAX_WHEEL_BYTES = 2**30
 
 
 class LoaderError(RuntimeError):
@@ -106,30 +124,77 @@ class ReleaseFiles:
 
 
 def wheel_release(path: str | os.PathLike) -> ReleaseFiles:
-    """The files of an SGLang wheel; kernel files are extracted to the cache when loaded."""
+    """The files of an SGLang wheel; kernel files are extracted to the cache when loaded (Note [Wheel
+    members as data]: a member that could leave the extraction folder, or a link, refuses the wheel)."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_WHEEL_BYTES:
+            raise LoaderError(f"{path} holds {size} bytes, more than the {MAX_WHEEL_BYTES} of any wheel the suite "
+                              f"reads")
         zf = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as exc:
         raise LoaderError(f"{path} is not a readable wheel ({type(exc).__name__}: {exc}); pass the path of an "
                           f"sglang-X.Y.Z-*.whl file") from None
+    if len(zf.infolist()) > MAX_MEMBERS:
+        raise LoaderError(f"{path} holds {len(zf.infolist())} members, more than the {MAX_MEMBERS} of any wheel the "
+                          f"suite reads")
+    for info in zf.infolist():
+        why = _unsafe_member(info)
+        if why:
+            raise LoaderError(f"{path}: member {info.filename!r} {why}; no wheel the suite reads has one (refused, "
+                              f"nothing extracted)")
     names = tuple(n for n in zf.namelist() if not n.endswith("/"))
     version = _wheel_version(path, names)
     digest = hashlib.sha1(f"{path.name}:{path.stat().st_size}".encode()).hexdigest()[:10]
     root = cache_dir() / "extracted" / f"sglang-{version}-{digest}"
 
+    def member(name: str) -> bytes:
+        info = zf.getinfo(name)
+        if info.file_size > MAX_MEMBER_BYTES:
+            raise LoaderError(f"{path}: member {name!r} holds {info.file_size} bytes, more than the "
+                              f"{MAX_MEMBER_BYTES} a file the suite reads may have")
+        with zf.open(info) as fh:
+            data = fh.read(MAX_MEMBER_BYTES + 1)
+        if len(data) > MAX_MEMBER_BYTES:  # a header that understates the size
+            raise LoaderError(f"{path}: member {name!r} holds more than the {MAX_MEMBER_BYTES} bytes a file the "
+                              f"suite reads may have")
+        return data
+
     def read(name: str) -> str:
-        return zf.read(name).decode("utf-8")
+        return member(name).decode("utf-8")
 
     def disk(name: str) -> Path:
-        target = root / name
-        data = zf.read(name)
-        if not target.exists() or target.read_bytes() != data:
+        target = _inside(root, name)
+        data = member(name)
+        if target.is_symlink() or not target.is_file() or target.read_bytes() != data:
             target.parent.mkdir(parents=True, exist_ok=True)
+            _inside(root, name)  # again, now that its folders exist: none of them may be a link out of root
             write_bytes(target, data)  # a temporary file of its own: pytest workers extract one release at once
         return target
 
     return ReleaseFiles(version, f"wheel {path}", names, read, disk)
+
+
+def _unsafe_member(info: zipfile.ZipInfo) -> str:
+    """Why a wheel member cannot be extracted as it is named ("" when it can): Note [Wheel members as data]."""
+    name = info.filename
+    parts = name.rstrip("/").split("/")
+    if "\\" in name or "\0" in name or name.startswith("/") or re.match(r"[A-Za-z]:", name):
+        return "is not a relative path of '/'-separated names"
+    if any(p in ("", ".", "..") for p in parts):
+        return "has an empty, '.' or '..' part: it would be written outside the extraction folder"
+    if stat.S_ISLNK(info.external_attr >> 16):
+        return "is a symbolic link"
+    return ""
+
+
+def _inside(root: Path, name: str) -> Path:
+    """``root / name``, or :class:`LoaderError` when its folder resolves outside ``root`` (a link on the way)."""
+    target = root / name
+    if not target.parent.resolve().is_relative_to(root.resolve()):
+        raise LoaderError(f"{name}: its extracted path {target} leaves {root} (a link in the cache); remove {root}")
+    return target
 
 
 def _wheel_version(path: Path, names: tuple[str, ...]) -> str:

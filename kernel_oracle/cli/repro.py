@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace):
         raise ReproError(f"--targets names {len(args.targets)} targets; a case is re-run on one")
     target = args.targets[0]
     rep = reproduce(target=target, path=args.path, case_json=args.case, device=args.device,
-                    sglang_wheel=args.sglang_wheel)
+                    sglang_wheel=args.sglang_wheel, script=args.emit_script is not None)
     if args.emit_script is None:
         return rep, None
     from kernel_oracle.jobs.repro_script import ScriptError, emit_script

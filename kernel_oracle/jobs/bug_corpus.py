@@ -17,7 +17,9 @@ line, whether SGLang's own layers can make the failing call or only a direct cal
 entry's releases and cases are exact either way).
 
 ``oracle_tests/kernel_oracle/test_bug_corpus.py`` requires every entry to fail as expected on each buggy release
-and pass on each fixed one; ``kernel-oracle matrix`` runs them beside its campaigns.  Entries are
+and pass on each fixed one; ``kernel-oracle matrix`` runs them beside its campaigns, as a campaign runs a
+case (Note [Cases outside a campaign] in :mod:`kernel_oracle.fuzz.isolated`): in a worker, and an entry
+with a case its target declines is not run there (its result says so).  Entries are
 validated when loaded: an unknown field or a problem key the harness does not know is an error
 naming the file and the field (a typo must not silently drop a case's defining parameter).  A folder
 given to ``--corpus`` other than the installed corpus holds self-contained entries: each also gives its
@@ -30,7 +32,7 @@ import dataclasses
 import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
@@ -39,8 +41,8 @@ from kernel_oracle.harness.families import family_names, get_family
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import problem_from_dict
 
-__all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "known_cases_for", "load_corpus", "load_entry",
-           "run_entry"]
+__all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "in_process", "known_cases_for", "load_corpus",
+           "load_entry", "run_entry"]
 
 
 def _corpus_dir() -> Path:
@@ -210,14 +212,19 @@ def load_corpus(directory: str | Path | None = None) -> list[Entry]:
     return [load_entry(p) for p in sorted(directory.glob("*.toml"))]
 
 
-def run_entry(entry: Entry, target, device: Optional[str] = None) -> EntryOutcome:
-    """Run ``entry``'s cases in order on ``target`` (a resolved, available Target)."""
-    device = device or entry.device
+def run_entry(entry: Entry, check: Callable) -> EntryOutcome:
+    """Run ``entry``'s cases in order through ``check(case) -> Verdict``: a target in a worker, as ``matrix``
+    runs them (:class:`kernel_oracle.fuzz.isolated.IsolatedTarget`), or :func:`in_process` for a test."""
     for i, case in enumerate(entry.cases):
-        verdict = check_case(target, case, device)
+        verdict = check(case)
         if not verdict.ok:
             return EntryOutcome(True, verdict.kind, verdict.message or "", i)
     return EntryOutcome(False, None, "", None)
+
+
+def in_process(target, device: str) -> Callable:
+    """``check(case)`` of :func:`run_entry` on ``target`` (a resolved Target) in this process (a test's)."""
+    return lambda case: check_case(target, case, device)
 
 
 def known_cases_for(spec, directory: str | Path | None = None) -> tuple:

@@ -294,15 +294,19 @@ def _expected(entry, members: list) -> tuple[Optional[str], str]:
     return ("fails" if buggy else "passes" if fixed else None), note
 
 
-def _corpus_results(entries, column: Column, device: str, sources, record: dict) -> dict:
-    """``{entry id: {outcome, expected, as_expected}}`` of the entries of the column's target family."""
-    from kernel_oracle.fuzz.targets import TargetSpec, resolve_target
+def _corpus_results(entries, column: Column, device: str, sources, record: dict, worker) -> dict:
+    """``{entry id: {outcome, expected, as_expected}}`` of the entries of the column's target family, each run
+    in ``worker`` as a campaign runs a case (Note [Cases outside a campaign]): an entry with a case of a
+    feature no command sends the target is ``declined`` there, not run."""
+    from kernel_oracle.fuzz.isolated import IsolatedTarget, WorkerError
+    from kernel_oracle.fuzz.targets import TargetSpec
     from kernel_oracle.harness.schema import add_note
     from kernel_oracle.jobs.bug_corpus import run_entry
 
     parsed = TargetSpec.parse(column.tested)
     base = parsed.name if parsed.release is not None else str(parsed)
     conf = ",".join(f"{k}={v}" for k, v in parsed.configuration)
+    target = IsolatedTarget(parsed, device, sources=sources, worker=worker)
     out = {}
     for e in entries:
         if e.target != base or e.device != device or e.family != column.family or e.configuration != conf:
@@ -310,11 +314,20 @@ def _corpus_results(entries, column: Column, device: str, sources, record: dict)
         expected, note = _expected(e, column.members)
         if note:
             add_note(record, note)
-        t = resolve_target(parsed, device, sources=sources)
-        if not t.available or not all(t.has(c.op) for c in e.cases):
+        try:
+            info = target.info
+        except WorkerError as exc:
+            info = {"available": False, "reason": str(exc)}
+        if not info.get("available", True) or not all(c.op in (info.get("entry_points") or ()) for c in e.cases):
             out[e.id] = {"outcome": "unavailable", "expected": expected, "as_expected": None}
             continue
-        o = run_entry(e, t, device)
+        declined = {f: why for c in e.cases for f, why in target.declined(c, never_sent=True).items()}
+        if declined:
+            feature, why = next(iter(declined.items()))
+            add_note(record, f"corpus {e.id} on {column.label}: not run: {column.tested} declines {feature} ({why})")
+            out[e.id] = {"outcome": "declined", "expected": expected, "as_expected": None}
+            continue
+        o = run_entry(e, lambda case: target.check(case, never_sent=True))
         outcome = f"fails: {o.kind}" if o.failed else "passes"
         as_expected = None if expected is None else (o.matches(e) if expected == "fails" else not o.failed)
         out[e.id] = {"outcome": outcome, "expected": expected, "as_expected": as_expected}
@@ -435,6 +448,7 @@ def _run_columns(columns, families, op, config, campaigns_dir, record, entries, 
     """Each column's campaign (Note [Matrix budget]: side by side on a GPU) and corpus (appended to
     ``runs``, ``corpus_by_spec``, ``done`` as they end, so an interruption keeps them), then the
     replays of absences; returns the replays run."""
+    from kernel_oracle.fuzz.worker import Worker
     from kernel_oracle.harness.schema import add_note
     from kernel_oracle.jobs.matrix_columns import failed_row, is_current, newest_release, run_campaigns
     from kernel_oracle.jobs.matrix_replay import replay_absences
@@ -458,12 +472,14 @@ def _run_columns(columns, families, op, config, campaigns_dir, record, entries, 
             done[c.label] = failed_row(problem or "no record")
         else:
             done[c.label] = _column_run(record, rec, c)
-            corpus_by_spec[c.label] = _corpus_results(entries, c, device, sources, record)
+            corpus_by_spec[c.label] = _corpus_results(entries, c, device, sources, record, corpus_worker)
         append(c, done[c.label])
 
     distinct = [c for c in columns if c.same_as is None]
-    run_campaigns(distinct, lambda c: op if len(families) == 1 else c.family, config, campaigns_dir, device=device,
-                  at_once=slots(device), newest=newest, regression_cases=regression_cases, on_record=on_record)
+    with Worker(device) as corpus_worker:  # started at the first corpus entry; a crash costs it, not the matrix
+        run_campaigns(distinct, lambda c: op if len(families) == 1 else c.family, config, campaigns_dir,
+                      device=device, at_once=slots(device), newest=newest, regression_cases=regression_cases,
+                      on_record=on_record)
     for c in columns:
         if c.same_as is not None:
             done_as = done.get(c.same_as)

@@ -14,7 +14,8 @@ present there, the matrix shows ``replay`` instead of 0, and "introduced in" / "
 A replay that passes is evidence of a fix; the cell stays 0.  Replays run in one worker
 (:class:`~kernel_oracle.fuzz.worker.Worker`), so a case that crashes the target costs a restart, not
 the matrix; hangs are not replayed (each would cost the case timeout), nor a case using a feature the
-column's target declines (``Target.declines``: 0.5.10's wrapper is never given a window); a case
+column's target declines (``Target.declines``, any family's: 0.5.10's wrapper is never given a window,
+0.5.10's csgmv expand no output view); a case
 whose metadata travels in ``forward_metadata`` replays as keywords on a release whose callers pass
 no ``forward_metadata`` (before 0.5.16: the same call, the older spelling).
 """
@@ -41,17 +42,20 @@ def row_bucket(finding: dict):
 def _replayable(finding: dict, declines: dict) -> Optional[dict]:
     """The finding's case as a target declining ``declines`` can be given it: a vision case whose metadata
     travels in ``forward_metadata`` goes as keywords to a release whose callers pass none (the same
-    call: every release takes the keywords); None when it uses another declined feature."""
-    from kernel_oracle.harness.features import declined_in
+    call: every release takes the keywords); None when it uses another declined feature (any family's:
+    Note [Cases outside a campaign] in :mod:`kernel_oracle.fuzz.isolated`) or is no case at all."""
+    from kernel_oracle.harness.check import case_from_dict
 
     case_dict = finding["problem"]
     problem = case_dict.get("problem") or {}
-    if finding.get("op") != "vision" or not declined_in(problem, declines):
-        return case_dict
-    if "forward_metadata" in declines and problem.get("path", "metadata") != "kwargs" and not case_dict.get("mutation"):
-        problem = {**problem, "path": "kwargs", "metadata_source": "ours"}
-        case_dict = {**case_dict, "problem": problem}
-    return None if declined_in(problem, declines) else case_dict
+    if (finding.get("op") == "vision" and "forward_metadata" in declines and not case_dict.get("mutation")
+            and problem.get("path", "metadata") != "kwargs"):
+        case_dict = {**case_dict, "problem": {**problem, "path": "kwargs", "metadata_source": "ours"}}
+    try:
+        case = case_from_dict(case_dict)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+    return None if case.declined(declines) else case_dict
 
 
 def _attributed(check: Callable, spec: str, case_dict: dict):

@@ -1,10 +1,14 @@
 """One saved finding (or a case given as JSON) re-run against a target (``kernel-oracle repro``).
 
 ``kernel-oracle repro DIR/cases/<id>.pt --targets T`` loads the call's saved tensors (not a
-regeneration: the exact bytes the campaign used), computes the expected outcome with the reference,
-runs the target in this process and prints the verdict.  ``--case JSON`` rebuilds the call from the
-problem's seed instead (the form pytest failures print).  ``--emit-script DIR`` also writes a
-standalone reproduction (:mod:`kernel_oracle.jobs.repro_script`) that needs only torch and the target.
+regeneration: the exact bytes the campaign used), runs the target on them as a campaign does and prints
+the verdict.  ``--case JSON`` rebuilds the call from the problem's seed instead (the form pytest failures
+print).  As in a campaign (Note [Cases outside a campaign] in :mod:`kernel_oracle.fuzz.isolated`), the
+target runs in a worker, never in this process, and a case it declines (SGLang's csgmv kernels and a
+permutation row past ``x``) is refused in one line before anything of it runs.  ``--emit-script DIR``
+also writes a standalone reproduction (:mod:`kernel_oracle.jobs.repro_script`) that needs only torch and
+the target: the expected outcome is the reference's, computed here, and the script names the target's
+entry point, for which the target is imported here (its call still runs only in the worker).
 
 Note [Case files hold no code]
 ------------------------------
@@ -161,6 +165,7 @@ def _device(device: str) -> str:
 
 
 def _resolve(target, device: str, sglang_wheel: Optional[str]):
+    """The target resolved in this process, for the script's entry point only (never called here)."""
     from kernel_oracle.fuzz.targets import TargetError, TargetSources, resolve_target
 
     try:
@@ -174,8 +179,8 @@ def _resolve(target, device: str, sglang_wheel: Optional[str]):
 
 @dataclass(frozen=True)
 class Reproduction:
-    """One re-run: the ``verdict`` of ``case`` on ``target`` (a resolved Target), the ``call`` it ran
-    and the ``expected`` outcome (what a standalone script needs)."""
+    """One re-run: the ``verdict`` of ``case`` on ``target`` (a resolved Target, for a script; None
+    without one), the ``call`` it ran and the ``expected`` outcome (what a standalone script needs)."""
 
     verdict: Any
     case: Any
@@ -184,25 +189,48 @@ class Reproduction:
     target: Any
 
 
+def _isolated_verdict(target, case, call, device: str, sglang_wheel: Optional[str]):
+    """The verdict of ``case`` (its saved ``call``, or None) on ``target``, run in a worker as a campaign runs
+    it (Note [Cases outside a campaign]); :class:`ReproError` for a target that cannot take it."""
+    from kernel_oracle.fuzz.isolated import DeclinedCase, IsolatedTarget, WorkerError
+    from kernel_oracle.fuzz.targets import TargetSources
+    from kernel_oracle.harness.saved_calls import call_on
+
+    with IsolatedTarget(target, device, sources=TargetSources(sglang_wheel=sglang_wheel)) as isolated:
+        try:
+            info = isolated.info
+            if not info.get("available", True):
+                raise ReproError(f"target {str(target)!r} is unavailable: {info.get('reason')}")
+            if case.op not in (info.get("entry_points") or ()):
+                raise ReproError(f"target {str(target)!r} has no entry point for op {case.op!r}; it has "
+                                 f"{sorted(info.get('entry_points') or ())}")
+            return isolated.check(case, None if call is None else call_on(call, "cpu"))  # the worker moves it back
+        except DeclinedCase as exc:
+            raise ReproError(str(exc)) from None
+        except WorkerError as exc:
+            raise ReproError(f"target {str(target)!r}: {_first_line(exc)}") from None
+
+
 def reproduce(*, target, path: str | None = None, case_json: str | None = None, device: str = "auto",
-              sglang_wheel: Optional[str] = None) -> Reproduction:
+              sglang_wheel: Optional[str] = None, script: bool = False) -> Reproduction:
     """Re-run one saved (``path``) or given (``case_json``) case on ``target`` (a spec string or
-    TargetSpec) in this process on ``device``; :class:`ReproError` (one line) for bad input."""
-    from kernel_oracle.harness.check import execute, expected_outcome, judge, prepared_call, with_state_changes
+    TargetSpec) on ``device``, in a worker as a campaign does (see the module docstring); ``script``: also
+    resolve the target here for a standalone script's entry point.  :class:`ReproError` (one line) for
+    bad input, a target that cannot take the case, or a case it declines."""
+    from kernel_oracle.harness.check import expected_outcome, prepared_call, with_state_changes
+    from kernel_oracle.harness.saved_calls import call_on
 
     device = _device(device)
-    case, call = load_case(path=path, case_json=case_json, device=device)  # refused files stop here
-    tgt = _resolve(target, device, sglang_wheel)
-    if not tgt.has(case.op):
-        raise ReproError(f"target {str(target)!r} has no entry point for op {case.op!r}; it has "
-                         f"{sorted(tgt.entries)}")
+    case, saved = load_case(path=path, case_json=case_json, device=device)  # refused files stop here
+    call = saved
     if call is None:
-        try:  # a case given as data may describe no call at all: it is refused in one line
+        try:  # built here (our code, no target's): a case given as data may describe no call at all
             call = prepared_call(case, device)
         except Exception as exc:  # noqa: BLE001 - a bad case, never a traceback
             raise ReproError(f"the case cannot be built: {type(exc).__name__}: {_first_line(exc)}") from None
-    expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call)
-    observed = execute(tgt, case, device, call=call)
-    verdict = with_state_changes(case, judge(case, expected, observed, call=call, device=device,
-                                             exact_errors=tgt.strict))
+    verdict = with_state_changes(case, _isolated_verdict(target, case, saved, device, sglang_wheel))
+    if not script:
+        return Reproduction(verdict, case, call, None, None)
+    tgt = _resolve(target, device, sglang_wheel)
+    expected = expected_outcome(case, device, precision=tgt.precision_for(case.op), call=call_on(call, device))
     return Reproduction(verdict, case, call, expected, tgt)

@@ -427,7 +427,7 @@ def test_the_standalone_script_holds_no_data(tmp_path, monkeypatch):
     spec = _package(tmp_path, "hostile", f"def step_a_q_fwd(*a):\n    raise RuntimeError({_HOSTILE!r})\n\n"
                                          f"step_a_q_fwd.__qualname__ = {_HOSTILE!r}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    rep = reproduce(target=spec, path=str(_case_file(tmp_path)), device=DEVICE)  # in this process
+    rep = reproduce(target=spec, path=str(_case_file(tmp_path)), device=DEVICE, script=True)
     script, _ = emit_script(tmp_path / "s", name="case", case=rep.case, call=rep.call, expected=rep.expected,
                             target=rep.target, target_spec=spec, verdict=rep.verdict)
     text = script.read_text()

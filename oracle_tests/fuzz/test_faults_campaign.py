@@ -190,6 +190,7 @@ def test_a_torn_last_line_is_set_aside_and_no_finding_is_lost(tmp_path, monkeypa
     assert torn.startswith("# set aside by kernel-oracle: unreadable line 2") and partial in torn
     assert any("findings.jsonl.torn" in n and "1 complete finding(s) kept" in n for n in rec["notes"])
     assert (out / "findings.jsonl").read_text().endswith("\n")
+    assert rec["summary"]["status"] == "incomplete"  # the torn record may be a finding: never clean
 
 
 def test_a_corrupt_state_file_is_rebuilt_from_findings_and_case_files(tmp_path, monkeypatch):
@@ -234,6 +235,26 @@ def test_a_version_1_state_file_is_read_into_structured_keys(tmp_path):
 
 
 # ---- concurrency --------------------------------------------------------------------------------
+
+def _no_room():
+    """In the child: every write that grows a file fails (EFBIG), as on a full disk."""
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+def test_a_full_disk_while_taking_the_lock_is_one_line_and_exit_2(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", "reference", "--op", "step_a_q",
+                           "--cases", "1", "--device", "cpu", "--out", str(out), "--quiet", "--no-isolate"],
+                          capture_output=True, text=True, timeout=300, preexec_fn=_no_room,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"kernel-oracle fuzz: error: --out {out}: cannot write .lock (File too large); free space there or pass "
+        f"another --out"]
+
 
 def test_a_second_campaign_on_the_same_out_is_refused(tmp_path, capsys):
     out = tmp_path / "out"

@@ -111,7 +111,64 @@ def test_the_target_with_an_engine_says_why_it_cannot_run_here(tmp_path, monkeyp
     monkeypatch.setenv(SITES_ENV, str(tmp_path))  # nothing installed: refused before any import
     t = resolve_target("flashinfer-cudnn@engine=0.7.4", "cpu")
     assert not t.available and t.name == "flashinfer-cudnn@engine=0.7.4"
-    assert "FlashInfer 0.7.4 is not installed in" in t.reason
+    assert t.reason == ("FlashInfer's cuDNN prefill runs on CUDA GPUs only; device=cpu (run with --device cuda on a "
+                        "GPU machine)")
+
+
+PLANTED = "open({marker!r}, 'w').write('ran')\n__version__ = '0.7.4'\n"
+
+
+def test_an_engine_folder_is_never_imported_where_the_target_cannot_run(tmp_path):
+    _plant(tmp_path, "0.7.4")
+    marker = tmp_path / "imported"
+    (tmp_path / "0.7.4" / "flashinfer" / "__init__.py").write_text(PLANTED.format(marker=str(marker)))
+    out = _run(tmp_path, """
+        import sys
+        from kernel_oracle.fuzz.targets import resolve_target
+        t = resolve_target("flashinfer-cudnn@engine=0.7.4", "cpu")
+        out = {"available": t.available, "reason": t.reason, "imported": "flashinfer" in sys.modules}
+    """)
+    assert out["available"] is False and out["imported"] is False, out
+    assert "runs on CUDA GPUs only" in out["reason"]
+    assert not marker.exists()
+
+
+def test_the_default_engine_folder_is_in_the_users_cache(tmp_path, monkeypatch):
+    from kernel_oracle.fuzz.targets.flashinfer_engines import sites_root
+
+    monkeypatch.delenv(SITES_ENV, raising=False)
+    monkeypatch.setenv("KERNEL_ORACLE_CACHE", str(tmp_path / "cache"))
+    assert sites_root() == tmp_path / "cache" / "flashinfer-sites"
+
+
+def test_an_engine_folder_other_users_can_write_is_refused_before_any_import(tmp_path):
+    root = tmp_path / "sites"
+    _plant(root, "0.7.4")
+    marker = tmp_path / "imported"
+    init = root / "0.7.4" / "flashinfer" / "__init__.py"
+    init.write_text(PLANTED.format(marker=str(marker)))
+    (root / "0.7.4" / "flashinfer").chmod(0o777)  # any local user could have planted __init__.py
+    out = _run(root, """
+        import sys
+        from kernel_oracle.fuzz.targets.flashinfer_engines import select_engine
+        out = {"why": select_engine("0.7.4"), "imported": "flashinfer" in sys.modules}
+    """)
+    assert out["imported"] is False and not marker.exists()
+    assert out["why"] == (f"engine=0.7.4: not imported from {root / '0.7.4'}: {root / '0.7.4' / 'flashinfer'} "
+                                 f"is writable by other users, so another user could have put code there; install "
+                                 f"the release into a folder of your own ({SITES_ENV}, or the cache's default)"), out["why"]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="planting a folder of another user needs root (chown)")
+def test_an_engine_folder_of_another_user_is_refused(tmp_path):
+    root = tmp_path / "sites"
+    _plant(root, "0.7.4")
+    os.chown(root / "0.7.4", 65534, 65534)  # nobody's
+    out = _run(root, """
+        from kernel_oracle.fuzz.targets.flashinfer_engines import select_engine
+        out = {"why": select_engine("0.7.4")}
+    """)
+    assert f"{root / '0.7.4'} is owned by uid 65534, not by you" in out["why"]
 
 
 def test_the_matrix_gives_every_engine_release_a_column():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import json
+from pathlib import Path
 
 import pytest
 
@@ -41,23 +42,49 @@ def _hash(module: str) -> str:
     return code_hash(TargetSpec.parse(module))
 
 
+def _refused_after_the_edit(tmp_path, capsys, target: str, edited) -> Path:
+    """Fuzz ``target`` into an --out, make ``edited`` (a module file) 1.25x wrong, rerun into the same --out:
+    refused in one line naming --fresh.  Returns the --out."""
+    out = tmp_path / "out"
+    argv = ["fuzz", "--targets", target, "--op", "step_a_q", "--cases", "4", "--device", DEVICE,
+            "--out", str(out), "--limits", "tiny", "--quiet", "--no-isolate"]
+    assert cli_main(argv) == 0
+    edited.write_text(BROKEN)
+    capsys.readouterr()
+    assert cli_main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"kernel-oracle fuzz: error: {out} holds a campaign of other code (target sources changed since it ran); "
+        f"pass --fresh to start afresh or another --out"]
+    return out
+
+
 def test_editing_a_reexported_module_is_refused_on_resume(tmp_path, capsys, planted):
     """The probe: a plain module re-exporting another's entry point; the other is made 1.25x wrong
     between two runs into the same --out."""
     _, write = planted
     impl = write("ko_closure_impl.py", IMPL)
     write("ko_closure_front.py", "from ko_closure_impl import step_a_q_fwd  # re-exported\n")
-    out = tmp_path / "out"
-    argv = ["fuzz", "--targets", "ko_closure_front", "--op", "step_a_q", "--cases", "4", "--device", DEVICE,
-            "--out", str(out), "--limits", "tiny", "--quiet", "--no-isolate"]
-    assert cli_main(argv) == 0
-    impl.write_text(BROKEN)
-    capsys.readouterr()
-    assert cli_main(argv) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        f"kernel-oracle fuzz: error: {out} holds a campaign of other code (target sources changed since it ran); "
-        f"pass --fresh to start afresh or another --out"]
+    out = _refused_after_the_edit(tmp_path, capsys, "ko_closure_front", impl)
     assert json.loads((out / "summary.json").read_text())["findings"] == []  # nothing was judged with it
+
+
+def test_a_plain_module_name_resumes_only_over_its_own_code(tmp_path, capsys, planted):
+    """The probe: ``--targets kostepaq`` (one lower-case word, which parses as a built-in name) made wrong
+    between two runs into the same --out: its identity is the module's, not the suite's."""
+    _, write = planted
+    _refused_after_the_edit(tmp_path, capsys, "kostepaq", write("kostepaq.py", IMPL))
+
+
+def test_a_library_the_module_loads_with_ctypes_is_part_of_its_identity(planted):
+    root, write = planted
+    write("kolibfront.py", "import ctypes, os\n_LIB = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "
+                           "'libkoops.so'))\n" + IMPL)
+    library = root / "libkoops.so"
+    library.write_bytes(b"\x7fELF one build")
+    first = _hash("kolibfront")
+    assert library.resolve() in set(closure_files("kolibfront"))
+    library.write_bytes(b"\x7fELF another build")
+    assert _hash("kolibfront") != first
 
 
 @pytest.mark.parametrize("how", ["import x", "from pkg import mod", "from . import sibling", "inside a function",

@@ -156,7 +156,7 @@ def test_mutation_records_are_plain_data():
     assert case_from_dict(case.to_dict()) == case
     with pytest.raises(MutationError, match="the only valid values are"):
         Mutation("lora", "negative_length")
-    with pytest.raises(MutationError, match="Expected amount >= 1 but got amount=0"):
+    with pytest.raises(MutationError, match="Expected amount from 1 to 64 but got amount=0"):
         Mutation("lora", "slot_out_of_range", 0, 0)
 
 

@@ -400,6 +400,81 @@ def test_a_catch_all_file_is_refused_before_any_case(tmp_path, monkeypatch, caps
     assert not (tmp_path / "o").exists()
 
 
+# ---- a known-issues file never hangs a run (Note [Known issues]) ---------------------------------------------
+
+def _ko(tmp_path, known, *argv, timeout: int = 120):
+    """``kernel-oracle ARGV`` in a child with ``$KERNEL_ORACLE_KNOWN_ISSUES`` naming ``known`` (it hung)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KERNEL_ORACLE_KNOWN_ISSUES": str(known)}
+    return subprocess.run([sys.executable, "-m", "kernel_oracle", *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp_path, env=env)
+
+
+def test_a_fifo_named_as_the_known_issues_file_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "known.toml"
+    os.mkfifo(fifo)  # open() of it waits for a writer that never comes
+    done = _ko(tmp_path, fifo, "fuzz", "--targets", "reference", "--op", "step_a_q", "--cases", "1", "--device", "cpu",
+               "--out", tmp_path / "o", "--quiet", "--no-isolate")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"kernel-oracle fuzz: error: {fifo}: is a FIFO, not a regular file; pass a file"]
+
+
+def _with_literal_message(fields: dict, pattern: str) -> str:
+    """One entry whose ``message`` is ``pattern`` as a TOML literal string (no escapes)."""
+    return _toml(**{k: v for k, v in fields.items() if k != "message"}) + f"message = '{pattern}'\n"
+
+
+# the probe's regex (written as a TOML literal string: no escapes) and a backtracking choice under a repeat
+BACKTRACKING = ["^(\\w+\\s?)*$", "(a|ab)+x", "(x+x+)+y", "(.*-){9}x"]
+
+
+@pytest.mark.parametrize("pattern", BACKTRACKING)
+def test_a_rule_that_backtracks_exponentially_is_refused_when_loaded(tmp_path, pattern):
+    path = tmp_path / "k.toml"
+    path.write_text(_with_literal_message(GOOD, pattern))
+    with pytest.raises(KnownIssuesError) as refused:
+        load_known_issues(path)
+    assert str(refused.value) == (
+        f"{path} [[issue]] #1 ('a-b'): message={pattern!r} repeats a part that itself repeats or chooses (as in "
+        f"'(x+)*' or '(a|ab)+'), which backtracks exponentially on a near miss and could hang the run; repeat a "
+        f"single character or class instead")
+
+
+def _compare_with(tmp_path, pattern: str):
+    """``compare`` of a record with no finding and one with a finding a rule of ``pattern`` is asked about."""
+    from kernel_oracle.harness.schema import add_finding, new_record, save
+
+    known = tmp_path / "k.toml"
+    known.write_text(_with_literal_message({**GOOD, "target": "sglang==*", "op": "step_a_q", "releases": ["*"]},
+                                           pattern))
+    base, current = new_record("campaign"), new_record("campaign")
+    add_finding(current, {"id": "F0001-contract-step_a_q-float32", "target": "sglang==0.5.23", "op": "step_a_q",
+                          "kind": "contract", "message": "a" * 5000 + "!", "repro": "-"})
+    save(base, tmp_path / "base.json")
+    save(current, tmp_path / "current.json")
+    return _ko(tmp_path, known, "compare", tmp_path / "base.json", tmp_path / "current.json")
+
+
+def test_compare_returns_on_a_rule_that_backtracks_and_counts_the_finding_new(tmp_path):
+    done = _compare_with(tmp_path, "^(\\w+\\s?)*$")
+    assert done.returncode == 1 and "1 new finding(s)" in done.stdout, done.stdout + done.stderr
+    assert "known issues not applied:" in done.stdout and "backtracks exponentially" in done.stdout
+
+
+def test_a_slow_rule_is_cut_off_and_the_finding_stays_new(tmp_path):
+    """Four unbounded repeats side by side backtrack to the fourth power of the message's length: no
+    static rule refuses that shape, the search's time bound ends it."""
+    import time
+
+    started = time.monotonic()
+    done = _compare_with(tmp_path, "(.*)(.*)(.*)(.*)x")
+    assert done.returncode == 1 and "1 new finding(s)" in done.stdout, done.stdout + done.stderr
+    assert time.monotonic() - started < 60
+
+
 def test_the_families_are_built_in_targets():
     from kernel_oracle.fuzz.targets import builtin_targets
     from kernel_oracle.harness.known_issues import FAMILIES

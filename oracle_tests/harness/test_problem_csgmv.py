@@ -65,6 +65,38 @@ def test_a_problem_round_trips_through_its_dict_and_bad_ones_are_refused():
         problem_from_dict({**problem_to_dict(_problem()), "K": 2**31})
 
 
+# metadata a problem read from data may not carry (a mutation breaks metadata; a problem never does): the
+# field, its value and the exact refusal
+MALFORMED_PROBLEMS = [
+    ({"num_slices": 0, "slice_offsets": [0]},
+     "num_slices=0; a layer has 1 or more slices (q, k, v: 3)"),
+    ({"slice_offsets": [0, 16, 10]},
+     "slice_offsets=(0, 16, 10) must not decrease: each slice's columns start where the one before ends"),
+    ({"permutation": [4, 0, 6, 2, 3]},  # a row past x: the kernels would write there (heap corruption)
+     "permutation[2]=6 is outside 0..5 (the rows of x: the segments' rows and unrouted_rows)"),
+    ({"permutation": [4, 0, -1, 2, 3]},
+     "permutation[2]=-1 is outside 0..5 (the rows of x: the segments' rows and unrouted_rows)"),
+    ({"weight_indices": [0, 3, 2]}, "weight_indices[1]=3 is outside 0..2 (the slots of lora_ranks)"),
+    ({"weight_indices": [0, 1]}, "weight_indices has 2 slots but seg_lens 3 segments; pass one slot per segment"),
+    ({"scalings": [1.0]}, "scalings has 1 values but lora_ranks 3 slots; pass one per slot"),
+    # counts that size a launch grid or a loop: refused before anything is allocated or looped over
+    ({"use_cuda_graph": True, "graph_pad_to": 30_000_000},
+     "graph_pad_to: 30000000, more than the 8192 a case may have (it sizes a kernel's launch grid and the "
+     "harness's loops)"),
+    ({"max_len": 10**6}, "max_len: 1000000, more than the 8192 a case may have (it sizes a kernel's launch grid "
+                         "and the harness's loops)"),
+    ({"op": "csgmv_shrink", "base": "buffer", "split_k": 10**6},
+     "split_k: 1000000, more than the 8192 a case may have (it sizes a kernel's launch grid and the harness's loops)"),
+]
+
+
+@pytest.mark.parametrize("changes,why", MALFORMED_PROBLEMS, ids=[next(iter(c)) for c, _ in MALFORMED_PROBLEMS])
+def test_a_problem_with_metadata_no_batch_has_is_refused_naming_the_field(changes, why):
+    with pytest.raises(ValueError) as refused:
+        problem_from_dict({**problem_to_dict(_problem()), **changes})
+    assert str(refused.value) == why
+
+
 def test_every_simplification_is_a_valid_problem():
     p = _problem(use_cuda_graph=True, graph_pad_to=5, stale_host_ints=(2, 1), base="view", cpu_offsets=True)
     variants = list(p.simplifications())

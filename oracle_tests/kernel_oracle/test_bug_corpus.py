@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_oracle.jobs.bug_corpus import CorpusError, load_corpus, load_entry, run_entry
+from kernel_oracle.jobs.bug_corpus import CorpusError, in_process, load_corpus, load_entry, run_entry
 
 from oracle_tests._sglang_releases import release_target
 from oracle_tests.conftest import DEVICE
@@ -43,7 +43,7 @@ def test_entry_on_release(entry, release, want):
     # where CPU tensors cannot reach them)
     device = "cuda" if entry.device == "cuda" else DEVICE
     target = release_target(entry.spec(release), device)
-    outcome = run_entry(entry, target, device)
+    outcome = run_entry(entry, in_process(target, device))
     if want == "fails":
         assert outcome.matches(entry), (f"{entry.id} on {entry.spec(release)}: expected a {entry.expect} finding"
                                         f"{' with ' + repr(entry.message_contains) if entry.message_contains else ''}"
@@ -71,7 +71,7 @@ def test_flashinfer_graph_cache_entry_is_still_failing():
     eng = FlashInferCudnn(torch.device("cuda"), cudnn_batch_prefill_with_kv_cache, guard=False)
     target = Target("flashinfer-cudnn (unguarded)", {"vision": eng.flashinfer_cudnn_attention}, strict=False,
                     poison=eng.poisoned_output)
-    outcome = run_entry(entry, target, "cuda")
+    outcome = run_entry(entry, in_process(target, "cuda"))
     assert outcome.matches(entry) and outcome.case_index == 1, outcome
 
 

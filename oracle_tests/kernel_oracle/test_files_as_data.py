@@ -70,7 +70,9 @@ def test_deeply_nested_state_files_are_set_aside_and_the_campaign_resumes(tmp_pa
     (out / "state.json").write_text(DEEP)
     (out / "identity.json").write_text(DEEP)
     rc, stdout, err = _campaign(capsys, out)
-    assert "Traceback" not in err and rc == 0, err  # nothing of the earlier campaign is left to resume
+    assert "Traceback" not in err and rc == 3, err  # the set-aside line may have been a finding: never clean
+    assert err.strip().startswith("kernel-oracle fuzz: incomplete: findings.jsonl held 1 finding record(s) that "
+                                  "could not be read"), err
     notes = json.loads((out / "state.json").read_text())["notes"]
     assert any(n.startswith("state.json was unreadable (DataFileError: state.json: nested deeper") for n in notes)
     assert any(n.startswith("findings.jsonl: 1 torn or unreadable line(s) set aside") for n in notes), notes
@@ -140,6 +142,19 @@ _LORA = {"family": "lora", "op": "step_a_q", "seg_lens": [3], "weight_indices": 
     ({"problem": {"family": "vision", "lengths": [3], "H": 0}}, "the case cannot be built"),
     ({"problem": {"family": "vision", "lengths": [3], "window": [1, 2, 3]}}, "Expected window to hold 2 values"),
     ({"problem": {**_LORA, "family": "x"}}, "family='x' is unknown"),
+    ({"problem": _LORA, "mutation": {"family": "lora", "kind": "seg_indptr_past_rows", "index": 0, "amount": 10**9}},
+     "Expected amount from 1 to 64 but got amount=1000000000"),  # it is added to max_len: a grid of that many tiles
+    # counts that size a launch grid or a Python loop: refused before use (they ran for minutes)
+    ({"problem": {**_LORA, "cuda_graph_pad_to": 30_000_000}}, "cuda_graph_pad_to: 30000000, more than the 8192"),
+    ({"problem": {**_LORA, "eager_counts": [30_000_000, 0]}}, "eager_counts: 30000000, more than the 8192"),
+    ({"problem": {**_LORA, "max_len_slack": 10**9}}, "max_len_slack: 1000000000, more than the 8192"),
+    ({"problem": {"family": "vision", "lengths": [0] * 10_000}}, "sequences (len(lengths)): 10000, more than the 8192"),
+    ({"problem": {"family": "csgmv", "op": "csgmv_shrink", "seg_lens": [3], "weight_indices": [0], "lora_ranks": [4],
+                  "scalings": [1.0], "permutation": [0, 1, 2], "use_cuda_graph": True, "graph_pad_to": 30_000_000}},
+     "graph_pad_to: 30000000, more than the 8192"),
+    ({"problem": {"family": "csgmv", "op": "csgmv_shrink", "seg_lens": [3], "weight_indices": [0], "lora_ranks": [4],
+                  "scalings": [1.0], "permutation": [0, 1, 2], "num_slices": 0, "slice_offsets": [0]}},
+     "num_slices=0; a layer has 1 or more slices"),
     ({"problem": _LORA, "mutation": {"family": "lora", "kind": "bad_max_len", "index": "0", "amount": 1}},
      "Expected index to be an int"),
     ({"problem": []}, "Expected a problem as a dict"),

@@ -109,3 +109,40 @@ def test_state_without_identity_is_unknown_and_fresh_removes_it(tmp_path):
     fresh.save()
     fresh.close()
     assert json.loads((tmp_path / "state.json").read_text())["identity"]["code"] == "c1"
+
+
+def test_a_finding_record_that_cannot_be_read_is_never_clean(tmp_path, capsys):
+    """The probe: a clean campaign, then a finding's line torn (its case files written first, as a campaign
+    writes them); the resumed campaign dropped it and said "clean", exit 0.  Now it is incomplete (exit 3,
+    naming where the record went) on every resume, until the record is dealt with."""
+    out = tmp_path / "campaign"
+    argv = ["fuzz", "--targets", "reference", "--op", "step_a_q", "--cases", "3", "--device", DEVICE, "--out", str(out),
+            "--limits", "tiny", "--quiet", "--no-isolate"]
+    assert cli_main(argv) == 0
+    (out / "cases" / "F0001-mismatch-step_a_q-float32.json").write_text("{}\n")
+    with open(out / "findings.jsonl", "a") as fh:
+        fh.write('{"id": "F0001-mismatch-step_a_q-float32", "kind": "mism')  # cut off: kill -9 or a full disk
+    capsys.readouterr()
+    note = (f"findings.jsonl held 1 finding record(s) that could not be read (set aside in "
+            f"{out / 'findings.jsonl.torn'}, or saved in cases/ with no line): a finding may be lost, so the campaign "
+            f"is not clean; read them there, then remove them, or pass --fresh")
+    for _ in range(2):  # the record stays lost on the next resume too
+        assert cli_main(argv) == 3
+        err = capsys.readouterr().err
+        assert err.strip().splitlines() == [f"kernel-oracle fuzz: incomplete: {note} (exit 3)"], err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["summary"]["status"] == "incomplete" and note in summary["notes"]
+    assert cli_main([*argv, "--fresh"]) == 0
+
+
+def test_a_saved_case_whose_finding_line_is_gone_is_never_clean(tmp_path, capsys):
+    """A finding's case files are written before its line: a case with no line is a finding whose record
+    was lost (a kill between the two writes, or the line removed), never a clean campaign."""
+    out = tmp_path / "campaign"
+    argv = ["fuzz", "--targets", "reference", "--op", "step_a_q", "--cases", "3", "--device", DEVICE, "--out", str(out),
+            "--limits", "tiny", "--quiet", "--no-isolate"]
+    assert cli_main(argv) == 0
+    (out / "cases" / "F0007-mismatch-step_a_q-float32.json").write_text("{}\n")
+    capsys.readouterr()
+    assert cli_main(argv) == 3
+    assert "findings.jsonl held 1 finding record(s) that could not be read" in capsys.readouterr().err
