@@ -5,7 +5,8 @@ The targets are tiny user modules (the helpers of test_faults_campaign.py); the 
 campaign process's (fuzz.hangs), so a test shortens them with monkeypatch.  No verdict here rests on how
 fast the machine is: a slow case is one that blocks until its retry (a call counter in a file), a hang
 one that never answers, and the first-call allowance (Note [Workers] in fuzz/worker.py, tested on its
-own below) is switched off where a test is about the retry.
+own below) is switched off where a test is about the retry.  The tests marked ``timing`` run again
+beside busy processes (test_under_load.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from kernel_oracle.fuzz.campaign import CampaignConfig, run_campaign
 
 from .test_faults_campaign import LORA_ARGS, _one_case, _package, _sleepy
 
-pytestmark = pytest.mark.timing  # test_under_load.py runs these beside busy processes
 
 
 def _blocking(root: Path, calls: tuple) -> str:
@@ -51,6 +51,7 @@ def no_first_call_allowance(monkeypatch):
     monkeypatch.setattr(W, "FIRST_CALL_FACTOR", 0.0)
 
 
+@pytest.mark.timing
 def test_a_case_slower_than_its_timeout_is_judged_by_its_retry(tmp_path, monkeypatch, no_first_call_allowance):
     """Silent past the 0.5-s case timeout, answered on the retry: the case passes, no finding; the summary
     counts one slow case and a note says the case timeout is too short for the target here."""
@@ -92,6 +93,7 @@ def test_past_the_retry_limit_a_hang_is_reported_unconfirmed(tmp_path, monkeypat
                             "worker killed and replaced")
 
 
+@pytest.mark.timing
 def test_without_time_for_a_retry_a_hang_is_reported_unconfirmed(tmp_path, monkeypatch, no_first_call_allowance):
     """A retry (10 s and a fresh worker) would overrun the campaign's time plus its shrink slack (none
     here): no retry, and the hang is a finding that says so."""
@@ -116,6 +118,7 @@ def _slow_first_call(root: Path, first_s: float) -> str:
                                         f"    return _ref({LORA_ARGS})\n")
 
 
+@pytest.mark.timing
 def test_a_target_slow_only_on_its_first_call_is_neither_a_hang_nor_a_slow_case(tmp_path, monkeypatch):
     """The first call's warm-up (3 s) is past the 0.5-s case timeout but within the first call's allowance
     (here many times the worker's start-up, on any machine): no retry, no slow case, no note blaming the
