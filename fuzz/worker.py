@@ -11,9 +11,9 @@ resolved targets are kept between cases and between campaigns that share it).
   applied before anything imports a kernel module, so a ``device="cpu"`` worker interprets Triton
   kernels even when its parent (a GPU test session, the main job) compiles them; the parent's own
   environment is never touched.
-* **Protocol** (pickled over a pipe): the worker says ``("ready", pid, time.monotonic())`` once its imports are done
-  (start-up is waited for separately, up to ``startup_timeout_s``, and never counted against a
-  case); every request is ``(op, spec, device, sources, payload)``, the target named by its spec
+* **Protocol** (pickled over a pipe): the worker says ``("ready", pid, time.monotonic())`` once its
+  imports are done (start-up is waited for separately, up to ``startup_timeout_s``, and never counted
+  against a case); every request is ``(op, spec, device, sources, payload)``, the target named by its spec
   string and :class:`~kernel_oracle.harness.targets.TargetSources` (where an SGLang wheel comes
   from: it travels here, never through the environment).  ``describe`` answers the target's
   ``to_record()`` as the worker sees it (plus whether it interprets, and the result of a one-time
@@ -401,7 +401,7 @@ class Worker:
             self.kill()
             raise WorkerError(f"the {self.device} worker answered {tag!r} instead of 'ready'")
         self._ready = True
-        self._server_pid, ready_at = ready if len(ready) == 2 else (None, time.monotonic())
+        self._server_pid, ready_at = ready
         self.startup_s.append(max(0.0, ready_at - self._launched_at))  # not the time until someone asked
 
     def describe(self, spec, *, warm_up_s: Optional[float] = None, sources=None) -> dict:

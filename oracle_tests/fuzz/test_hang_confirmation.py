@@ -109,7 +109,8 @@ def test_without_time_for_a_retry_a_hang_is_reported_unconfirmed(tmp_path, monke
 
 def _slow_first_call(root: Path, first_s: float) -> str:
     """step_a_q is the reference, after ``first_s`` seconds on the first call in each process (a lazy import)."""
-    return _package(root, "slow_first", "import time\n\nfrom kernel_oracle.reference.lora import step_a_q_fwd as _ref\n\n"
+    return _package(root, "slow_first", "import time\n\n"
+                                        "from kernel_oracle.reference.lora import step_a_q_fwd as _ref\n\n"
                                         "KERNEL_ORACLE_STRICT = True\n_WARM = []\n\n"
                                         f"def step_a_q_fwd({LORA_ARGS}):\n"
                                         f"    if not _WARM:\n"

@@ -36,8 +36,8 @@ def test_the_timing_tests_pass_beside_twice_as_many_busy_processes_as_cores(tmp_
     assert len(files) >= 2, files  # the marker is in use: a rename would leave this check with nothing to run
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * _cores())]
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "timing", "-p", "no:xdist", "-p", "no:cacheprovider",
-                               "-q", "--basetemp", str(tmp_path / "tests"), *files],
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "timing", "-p", "no:xdist", "-p",
+                               "no:cacheprovider", "-q", "--basetemp", str(tmp_path / "tests"), *files],
                               cwd=ROOT, capture_output=True, text=True, timeout=1200)
     finally:
         for p in busy:
