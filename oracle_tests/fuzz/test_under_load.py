@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from kernel_oracle.fuzz.cpu_wait import cpu_waits
+
 from oracle_tests._scripts import ROOT
 from oracle_tests.conftest import HAS_CUDA
 
@@ -32,6 +34,9 @@ def _marked_files() -> list:
 @pytest.mark.skipif(HAS_CUDA, reason="a CPU machine's check: on a GPU machine the suite's xdist workers keep every "
                                      "core busy already, and loops beside them would slow every GPU test")
 def test_the_timing_tests_pass_beside_twice_as_many_busy_processes_as_cores(tmp_path):
+    if cpu_waits(os.getpid()) is None:
+        pytest.skip("this kernel gives no per-thread scheduler statistics (/proc/PID/task/TID/schedstat): a "
+                    "worker's waits for a core cannot be measured here, and a retry is all a slow case gets")
     files = _marked_files()
     assert len(files) >= 2, files  # the marker is in use: a rename would leave this check with nothing to run
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * _cores())]
