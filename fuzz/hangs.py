@@ -2,16 +2,18 @@
 
 Note [Confirmed hangs]
 ----------------------
-A campaign's case timeout can be short (the main job gives a short campaign share 1 s), and on a
-loaded host (eight busy processes on two cores) a correct case takes longer than that: a reference
-case took 1.5 s against a 1-s timeout.  Silence past the timeout is no defect of the target then, and
-a hang finding for it would be a false alarm.  So when the worker returns a ``hang``
-(:meth:`fuzz.worker.Worker.check`: no answer in time, the worker killed), the campaign runs the same
-case once more, on a fresh worker, waiting :func:`retry_wait_s`:
+A campaign's case timeout can be short (the main job gives a short campaign share 1.5 s).  The
+worker's waits for a core do not count against it (Note [Busy machines] in :mod:`fuzz.cpu_wait`), nor
+does a first call's warm-up (Note [Workers] in :mod:`fuzz.worker`), but a correct case may still take
+longer: a slower machine, a case larger than those the timeout was chosen for, a machine whose waits
+cannot be measured.  Silence past the timeout is no defect of the target then, and a hang finding for
+it would be a false alarm.  So when the worker returns a ``hang`` (:meth:`fuzz.worker.Worker.check`:
+no answer in time, the worker killed), the campaign runs the same case once more, on a fresh worker,
+waiting :func:`retry_wait_s`:
 
 * an answer is the case's verdict (a pass, or a real failure, found as any other): no hang, and the
-  case counts in the summary's ``slow_cases``, with one note that the machine was too busy for the
-  case timeout;
+  case counts in the summary's ``slow_cases``, with one note that the case timeout was too short for
+  the target's cases on this machine;
 * silence again is the hang, its message saying both waits (``no answer within 1s, nor within 10s on
   a retry``).
 
@@ -46,12 +48,12 @@ from kernel_oracle.fuzz.crashes import is_crash, judged_by_consequence
 __all__ = ["MAX_HANG_RETRIES", "RETRY_FACTOR", "RETRY_MIN_S", "confirmed_check", "retry_wait_s"]
 
 # The retry waits RETRY_FACTOR x the case timeout, at least RETRY_MIN_S, at most MAX_CASE_TIMEOUT_S.
-# 4x: eight busy processes on two cores share each core four ways, so a case runs up to about four
-# times slower than alone (the 1.5-s case above, against a 1-s timeout); it is also the factor a
-# compiling worker gets for a compilation on a busy GPU host (fuzz.worker.COMPILE_GRACE_FACTOR).
-# 10 s: a short case timeout (the main job's 1 s) leaves no room for a loaded host's scheduling;
-# 10 s is over six times the slowest correct case seen there, and a true hang pays it once per
-# finding.  MAX_CASE_TIMEOUT_S: the longest any campaign lets a case run.
+# 4x: eight busy processes on two cores share each core four ways, so a case ran up to about four
+# times slower than alone where waits for a core cannot be measured (a 1.5-s case against a 1-s
+# timeout); it is also the factor a compiling worker gets for a compilation on a busy GPU host
+# (fuzz.worker.COMPILE_GRACE_FACTOR).  10 s: a short case timeout (the main job's) leaves no room for
+# a loaded host's scheduling; 10 s is over six times the slowest correct case seen there, and a true
+# hang pays it once per finding.  MAX_CASE_TIMEOUT_S: the longest any campaign lets a case run.
 RETRY_FACTOR = 4.0
 RETRY_MIN_S = 10.0
 # retries per campaign: a hanging target needs one per hang finding (hangs share one bucket per
@@ -86,7 +88,7 @@ def confirmed_check(search, case):
         if previous is not None and not judged_by_consequence(search, case):
             search.crash_previous[case.to_json()] = previous
         return answer
-    wait_s = retry_wait_s(search.case_timeout_s, worker.case_wait_s) if _silent(answer) else None
+    wait_s = retry_wait_s(search.case_timeout_s, worker.last_wait_s) if _silent(answer) else None
     if wait_s is None:
         return answer
     search.previous_case = None
@@ -99,9 +101,9 @@ def confirmed_check(search, case):
         return _with(answer, f", nor within {wait_s:g}s on a retry")
     if not (_observed(retry) and retry.kind == "crash"):  # it answered: the case was slow, not hung
         state.slow_cases += 1
-        note = (f"a case answered only when retried with a longer wait: this machine was too busy for the case "
-                f"timeout of {search.case_timeout_s:g}s (slow_cases in the summary counts such cases; each is "
-                f"judged by its retry, none is a hang finding)")
+        note = (f"a case answered only when retried with a longer wait: the case timeout of "
+                f"{search.case_timeout_s:g}s is too short for this target's cases on this machine (slow_cases in "
+                f"the summary counts such cases; each is judged by its retry, none is a hang finding)")
         if note not in state.notes:
             state.notes.append(note)
     return retry

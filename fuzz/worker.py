@@ -11,9 +11,9 @@ resolved targets are kept between cases and between campaigns that share it).
   applied before anything imports a kernel module, so a ``device="cpu"`` worker interprets Triton
   kernels even when its parent (a GPU test session, the main job) compiles them; the parent's own
   environment is never touched.
-* **Protocol** (pickled over a pipe): the worker says ``("ready", pid)`` once its imports are done
-  (start-up is waited for separately, up to ``startup_timeout_s``, and never counted against a
-  case); every request is ``(op, spec, device, sources, payload)``, the target named by its spec
+* **Protocol** (pickled over a pipe): the worker says ``("ready", pid, time.monotonic())`` once its
+  imports are done (start-up is waited for separately, up to ``startup_timeout_s``, and never counted
+  against a case); every request is ``(op, spec, device, sources, payload)``, the target named by its spec
   string and :class:`~kernel_oracle.harness.targets.TargetSources` (where an SGLang wheel comes
   from: it travels here, never through the environment).  ``describe`` answers the target's
   ``to_record()`` as the worker sees it (plus whether it interprets, and the result of a one-time
@@ -27,6 +27,15 @@ resolved targets are kept between cases and between campaigns that share it).
   ``crash`` one (with the exit status in words); either way the worker is killed and the next case
   starts a fresh one.  Before a campaign reports a new hang it runs the case once more with a longer
   wait (``check(..., wait_s=)``; Note [Confirmed hangs] in :mod:`fuzz.hangs`).
+* **Busy machines**: the wait for an answer does not count the time the worker waited for a core
+  (Note [Busy machines] in :mod:`fuzz.cpu_wait`), so a busy machine makes a case slower, never a hang.
+* **A worker's first call**: the first call of an op on a worker process may load what the target
+  loads lazily (SGLang 0.5.23's vision wrapper imports FlashInfer then) and warm up caches and thread
+  pools; that warm-up is not the case's time.  So a first call gets :data:`FIRST_CALL_FACTOR` times the
+  worker's measured start-up (its imports, on this machine, now) on top of its timeout; an answer within
+  it is the case's verdict, counted nowhere as slow, and silence past it is the hang.  A first call of an
+  op that was silent through its allowance gets none on the next fresh worker: a target that hangs from
+  its first call pays the allowance once, not on every case.
 * **Hangs and compilation**: on a GPU the first call of a new kernel specialization compiles it,
   which takes seconds (more on a busy host): measured on the H200, a 120-second main job beside a
   soak reported our vision kernel as hung after 4.8 s.  So a worker that compiles is not killed at
@@ -79,12 +88,13 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.fuzz.cpu_wait import MAX_STRETCH, cpu_waits, waited_s
 from kernel_oracle.fuzz.process_tree import END_TREE_S, guard
 from kernel_oracle.fuzz.stopping import die_with_parent
 from kernel_oracle.harness.device import interpreting, worker_env
 
-__all__ = ["DEFAULT_CASE_TIMEOUT_S", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "Worker", "WorkerError",
-           "verdict_of"]
+__all__ = ["DEFAULT_CASE_TIMEOUT_S", "FIRST_CALL_FACTOR", "MAX_WAIT_S", "OUTPUT_LIMIT", "STARTUP_TIMEOUT_S", "Worker",
+           "WorkerError", "verdict_of"]
 
 # seconds a case may take before it counts as a hang (campaigns derive a shorter one from their budget)
 DEFAULT_CASE_TIMEOUT_S = 120.0
@@ -94,6 +104,11 @@ STARTUP_TIMEOUT_S = 300.0
 # COMPILE_GRACE_MIN_S, COMPILE_GRACE_FACTOR x the case timeout)
 COMPILE_GRACE_MIN_S = 30.0
 COMPILE_GRACE_FACTOR = 4.0
+# Note [Workers], a worker's first call: the first call of an op on a worker process gets this many times the
+# worker's start-up on top of its timeout (lazy imports as heavy as the worker's own, and caches to fill)
+FIRST_CALL_FACTOR = 2.0
+# the shortest slice a wait is extended by (Note [Busy machines]): no busy loop of tiny polls at its end
+_MIN_POLL_S = 0.02
 # the longest wait the platform's poll takes (milliseconds in a C int: about 24.8 days; below
 # threading.TIMEOUT_MAX): every wait on the worker's pipe is clamped to it, options refuse more
 MAX_WAIT_S = min(threading.TIMEOUT_MAX, (2**31 - 1) / 1000)
@@ -133,7 +148,9 @@ def _serve(conn, env: dict, output=None, yield_waits: bool = False) -> None:
 
     baseline = torch_state.snapshot()  # before any target is imported (Note [Global state])
     warmed: dict = {}
-    conn.send(("ready", os.getpid()))
+    import time
+
+    conn.send(("ready", os.getpid(), time.monotonic()))  # the clock is system-wide: the parent's holds here
     while True:
         try:
             msg = conn.recv()
@@ -278,6 +295,12 @@ class Worker:
         # (``compile_grace``: None = exactly then)
         self.compile_grace = not str(device).startswith("cpu") if compile_grace is None else bool(compile_grace)
         self.startup_s: list[float] = []  # seconds each start took (imports), for the record
+        # the longest the last case was waited for: its timeout, a compiling worker's time for a compilation
+        # (Note [Hangs and compilation]) and a first call's warm-up; a retry waits at least as long
+        self.last_wait_s = 0.0
+        self._server_pid: Optional[int] = None  # the process that runs the cases (its waits for a core)
+        self._called: set = set()  # (spec, op) this process has answered (Note [Workers], a first call)
+        self._silent_first: set = set()  # (spec, op) whose first call was silent through its allowance
         self._ready = False
         self._launched_at = 0.0
         self._pump: Optional[_OutputPump] = None
@@ -340,6 +363,7 @@ class Worker:
 
         self._launched_at = time.monotonic()
         self._ready = False
+        self._called = set()
         parent, child = self._ctx.Pipe()
         out_reader, out_writer = self._ctx.Pipe(duplex=False)
         env = worker_env(self.device)  # nothing that tells a target it is under test
@@ -364,7 +388,7 @@ class Worker:
         try:
             if not parent.poll(min(self.startup_timeout_s, MAX_WAIT_S)):
                 raise WorkerError(f"the {self.device} worker did not start within {self.startup_timeout_s:g}s")
-            tag, _ = parent.recv()
+            tag, *ready = parent.recv()
         except (EOFError, OSError) as exc:
             code = self._reap()
             tail = self.output_tail().strip()
@@ -378,7 +402,8 @@ class Worker:
             self.kill()
             raise WorkerError(f"the {self.device} worker answered {tag!r} instead of 'ready'")
         self._ready = True
-        self.startup_s.append(time.monotonic() - self._launched_at)
+        self._server_pid, ready_at = ready
+        self.startup_s.append(max(0.0, ready_at - self._launched_at))  # not the time until someone asked
 
     def describe(self, spec, *, warm_up_s: Optional[float] = None, sources=None) -> dict:
         """The target's ``to_record()`` as the worker resolves it, plus ``precisions`` (op -> fp32
@@ -414,24 +439,40 @@ class Worker:
         """The :class:`harness.check.Verdict` of one case, computed in the worker beside the target
         (:func:`harness.check.check_case`: only the verdict and its bucket travel back), or an
         ``Observed`` of kind ``hang`` / ``crash`` (the worker is then gone); a harness error raises
-        :class:`WorkerError`.  ``wait_s``: wait this long for the answer instead of :attr:`case_wait_s`
-        (a campaign's retry of a silent case, Note [Confirmed hangs] in :mod:`fuzz.hangs`); ``call``: run
-        these tensors (a saved case file's, on the CPU: the worker moves them to its device) instead of the
-        case's own."""
+        :class:`WorkerError`.  ``wait_s``: wait this long for the answer instead of the case timeout and
+        a compiling worker's time for a compilation (a campaign's retry of a silent case, Note [Confirmed
+        hangs] in :mod:`fuzz.hangs`); either way a first call's warm-up comes on top (Note [Workers]) and
+        the worker's waits for a core do not count (Note [Busy machines] in :mod:`fuzz.cpu_wait`).
+        ``call``: run these tensors (a saved case file's, on the CPU: the worker moves them to its device)
+        instead of the case's own."""
         return self._ask("check", spec, case_dict if call is None else (case_dict, call), sources, wait_s)
 
     def run(self, spec, case_dict: dict, *, sources=None):
         """``Observed`` of one case (the output copied back); a hang or a crash is an observation."""
         return self._ask("run", spec, case_dict, sources)
 
-    @property
-    def case_wait_s(self) -> float:
-        """The longest a case is waited for: the case timeout, or a compiling worker's time for a
-        compilation (Note [Hangs and compilation])."""
-        return max(self.case_timeout_s, self._grace_s())
-
     def _grace_s(self) -> float:
         return max(COMPILE_GRACE_MIN_S, COMPILE_GRACE_FACTOR * self.case_timeout_s) if self.compile_grace else 0.0
+
+    def _first_call_s(self, key: tuple) -> float:
+        """The warm-up allowance of a call of ``key`` (spec, op) (Note [Workers], a first call)."""
+        if key in self._called or key in self._silent_first or not self.startup_s:
+            return 0.0
+        return FIRST_CALL_FACTOR * self.startup_s[-1]
+
+    def _answered_within(self, seconds: float) -> bool:
+        """Whether the answer comes within ``seconds`` that the worker could run: the wait goes on for as
+        long as the worker waited for a core meanwhile, up to :data:`MAX_STRETCH` times ``seconds`` in all
+        (Note [Busy machines] in :mod:`fuzz.cpu_wait`)."""
+        import time
+
+        started, before, left = time.monotonic(), cpu_waits(self._server_pid), seconds
+        while not self._conn.poll(min(max(left, _MIN_POLL_S), MAX_WAIT_S)):
+            wall = time.monotonic() - started
+            left = min(seconds - (wall - waited_s(before, cpu_waits(self._server_pid))), MAX_STRETCH * seconds - wall)
+            if left <= 0:
+                return False
+        return True
 
     def _ask(self, op: str, spec, case_dict: dict, sources, wait_s: Optional[float] = None):
         from kernel_oracle.harness.check import Observed
@@ -439,13 +480,19 @@ class Worker:
         # Note [Hangs and compilation]: a compiling worker gets time for a compilation before a hang
         timeout_s, grace_s = (self.case_timeout_s, self._grace_s()) if wait_s is None else (float(wait_s), 0.0)
         self.start()
+        key = (str(spec), (case_dict.get("problem") or {}).get("op"))
+        first_s = self._first_call_s(key)  # a first call's warm-up is not the case's time
+        self.last_wait_s = max(timeout_s, grace_s) + first_s
         try:
             self._send((op, str(spec), self.device, sources, case_dict))
-            if not self._conn.poll(min(timeout_s, MAX_WAIT_S)):
-                if not (grace_s > timeout_s and self._conn.poll(min(grace_s - timeout_s, MAX_WAIT_S))):
+            if not self._answered_within(timeout_s + first_s):
+                if not (grace_s > timeout_s and self._answered_within(grace_s - timeout_s)):
                     self.kill()
+                    if first_s:
+                        self._silent_first.add(key)
+                    first = f" (a first call, given {first_s:.1f}s more to warm up)" if first_s else ""
                     extra = f", nor within {grace_s:g}s with time for a compilation" if grace_s else ""
-                    return Observed("hang", message=f"no answer within {timeout_s:g}s{extra}; worker "
+                    return Observed("hang", message=f"no answer within {timeout_s:g}s{first}{extra}; worker "
                                                     f"killed and replaced")
                 self.slow_answers += 1
             tag, payload = self._conn.recv()
@@ -456,6 +503,7 @@ class Worker:
             self.kill()
             return Observed("crash", message=f"the worker's answer could not be read ({type(exc).__name__}); "
                                              f"worker killed and replaced")
+        self._called.add(key)
         if tag == "error":
             return Observed("raise", exc_type="TargetError", message=payload)
         if tag == "device-lost":

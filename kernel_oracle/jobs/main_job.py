@@ -27,8 +27,9 @@ On a fresh machine, within ``--time`` seconds on the best device there is:
    kernels between campaigns and is replaced only after a crash or a hang).  The job keeps its
    budget through the campaign's own bounds: its clock gets ``CAMPAIGN_SHARE`` of the slot,
    finishing a shrink at most ``SHRINK_SLACK_SHARE`` more, and a hung kernel one per-case timeout
-   (at most ``CASE_TIMEOUT_SHARE`` of the slot) before its worker is killed; a campaign that still
-   runs long gets a note, and the later ones share what is left;
+   (at most ``CASE_TIMEOUT_SHARE`` of the slot, counted in the time the worker could run: Note [Busy
+   machines] in :mod:`fuzz.cpu_wait`) before its worker is killed; a campaign that still runs long gets
+   a note, and the later ones share what is left;
 4. **report**: one record of kind ``"main"`` folding all of it in (:func:`harness.schema.merge`),
    written as ``<out>/latest.{json,md,html}`` (overwritten each run) and
    ``<out>/history/<UTC time>.json`` (never overwritten); each campaign keeps its own files under

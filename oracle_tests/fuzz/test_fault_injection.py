@@ -503,9 +503,9 @@ def test_state_json_with_bad_numbers_is_rebuilt(tmp_path, monkeypatch, field, va
         assert state.elapsed_s == 0.0 and state.executed == 1, (state.elapsed_s, state.executed)
     finally:
         state.close()
-    started = time.monotonic()
     rec = _campaign(tmp_path, spec, budget=None, time_s=2.0)
-    assert time.monotonic() - started < 60 and rec["summary"]["status"] == "finished"
+    # its clock ran from 0, not from the unreadable number: the 2 s and one last case
+    assert rec["campaign"]["elapsed_s"] < 2.0 + 10.0 and rec["summary"]["status"] == "finished"
     assert any(n.startswith("state.json was unreadable (ValueError") and field in n for n in rec["notes"]), rec["notes"]
     assert rec["campaign"]["elapsed_s"] >= 0
 

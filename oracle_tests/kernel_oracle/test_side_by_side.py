@@ -29,21 +29,36 @@ def dies() -> None:
     os._exit(7)
 
 
-def test_calls_run_at_once_in_other_processes_and_come_back_in_order():
-    calls = [Call("slow", pid_after, {"seconds": 2.0}), Call("fast", pid_after, {"seconds": 0.1}),
+def pid_once_told(path: str) -> int:
+    """Wait until ``path`` exists (another call creates it), then return this process's pid; raise when
+    no one says so within two minutes (the other call did not run at the same time)."""
+    deadline = time.monotonic() + 120.0
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError("never told")
+        time.sleep(0.05)
+    return os.getpid()
+
+
+def pid_telling(path: str) -> int:
+    """Create ``path``, then return this process's pid."""
+    open(path, "w").close()
+    return os.getpid()
+
+
+def test_calls_run_at_once_in_other_processes_and_come_back_in_order(tmp_path):
+    told = str(tmp_path / "told")
+    calls = [Call("slow", pid_once_told, {"path": told}), Call("fast", pid_telling, {"path": told}),
              Call("raises", pid_after, {"seconds": 0.1, "fail": True}), Call("dies", dies)]
     ended = []
-    started = time.monotonic()
     done = run_side_by_side(calls, at_once=4, on_done=lambda d: ended.append(d.key))
-    took = time.monotonic() - started
     assert [d.key for d in done] == ["slow", "fast", "raises", "dies"]  # the order of the calls
     assert ended.index("fast") < ended.index("slow")  # reported as each one ends
     (slow, fast, raises, died) = done
-    assert slow.problem is None and fast.problem is None
+    assert slow.problem is None and fast.problem is None  # slow waited for fast: side by side, not in a row
     assert len({slow.result, fast.result, os.getpid()}) == 3  # two children, neither of them this process
     assert raises.result is None and raises.problem == "raised ValueError: planted"
     assert died.result is None and died.problem == "its process ended without an answer (exit status 7)"
-    assert took < 2.0 + 20.0  # side by side: not the sum of the sleeps plus four start-ups in a row
 
 
 def test_at_once_bounds_the_running_children_and_before_start_replaces_the_call():
@@ -150,7 +165,7 @@ def test_a_campaign_clock_stops_at_ends_at_whatever_its_time_s(tmp_path):
     assert dataclasses.replace(config, ends_at=None).clock_s(started) == 120.0
     rec = run_campaign(config)  # the worker's start-up comes off the 2 s, down to the 1-s floor
     assert rec["campaign"]["time_s"] <= 2.0 and rec["campaign"]["executed"] > 0
-    assert time.monotonic() - started < 60
+    assert rec["campaign"]["elapsed_s"] < rec["campaign"]["time_s"] + 10.0  # its clock, and one last case
 
 
 def test_the_variants_compile_beside_side_by_side_campaigns_on_cuda_only(monkeypatch):
