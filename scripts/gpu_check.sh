@@ -158,6 +158,7 @@ repro_runs() {  # SCRIPT: the invocations of one reproducer of docs/upstream/ (o
   case "$(basename "$1")" in
     sglang_kv_b_empty_batch.py) echo "--wheel $(w 0.5.23) --variant default"; echo "--wheel $(w 0.5.23) --variant trt" ;;
     sglang_trt_cublas_every_slot.py) echo "--wheel $(w 0.5.13)"; echo "--wheel $(w 0.5.15)" ;;
+    sglang_csgmv_fp32_shared_memory.py) for v in 0.5.10 0.5.11 0.5.14 0.5.23; do echo "--wheel $(w $v)"; done ;;
     sglang_trt_cublas_step_b_q.py|sglang_v2_lora_a_rank_above_width.py) echo "--wheel $(w 0.5.23)" ;;
     sglang_vision_wrapper_repro.py) echo "--wheel $(w 0.5.23) --device $cuda" ;;
     triton_hopper_ws.py|triton_split_pv.py) echo "" ;;

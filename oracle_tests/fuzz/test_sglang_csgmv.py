@@ -23,6 +23,7 @@ import torch
 
 from kernel_oracle.fuzz.targets.sglang_csgmv import (CSGMV_FILES, CsgmvConfiguration, CsgmvEnvs, csgmv_identity,
                                                      load_csgmv, locate_csgmv)
+from kernel_oracle.fuzz.targets.sglang_csgmv_smem import recorded_launches
 from kernel_oracle.fuzz.targets.sglang_slim import write_slim_wheel
 from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, ReleaseFiles, wheel_release
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
@@ -226,26 +227,8 @@ def test_split_k_keyword_and_upstream_asserts(version):
         assert type(info.value) is AssertionError and str(info.value) == ""
 
 
-class _Launches:
-    """Records the launches of the module's three shrink kernels instead of running them."""
-
-    def __init__(self, module_globals, monkeypatch):
-        self.seen = []
-        for name in ("_chunked_lora_shrink_kernel", "_chunked_lora_shrink_split_k_kernel", "_reduce_shrink_split_k"):
-            monkeypatch.setitem(module_globals, name, self._kernel(name))
-
-    def _kernel(self, name):
-        launches = self
-
-        class Kernel:
-            def __getitem__(self, grid):
-                return lambda *args, **kw: launches.seen.append((name, kw.get("SPLIT_K")))
-
-        return Kernel()
-
-
 @pytest.mark.parametrize("version", ("0.5.22", "0.5.23"))
-def test_split_k_switch_policy(version, monkeypatch):
+def test_split_k_switch_policy(version):
     """SGLANG_ENABLE_LORA_CSGMV_SPLIT_K picks split 8 (K 4096) or 16 (K 12288) for bf16 rank-32 adapters at
     the default blocks; off, in deterministic mode, for fp32 or another rank it keeps the one-pass kernel."""
     bi = batch_info([1], [0], [32], [1.0], permutation=[0])
@@ -257,10 +240,9 @@ def test_split_k_switch_policy(version, monkeypatch):
              (True, False, 2048, 32, torch.bfloat16, plain)]
     for on, deterministic, K, rank, dtype, want in cases:
         k = kernels(version, CsgmvConfiguration(split_k=on, deterministic=deterministic))
-        launches = _Launches(k.shrink.__globals__, monkeypatch)
-        k.shrink(torch.zeros(1, K, dtype=dtype), torch.zeros(1, rank, K, dtype=dtype), bi, 1)
-        assert launches.seen == want, (on, deterministic, K, rank, dtype)
-        monkeypatch.undo()
+        with recorded_launches(k.shrink.__globals__) as seen:
+            k.shrink(torch.zeros(1, K, dtype=dtype), torch.zeros(1, rank, K, dtype=dtype), bi, 1)
+        assert [(name, kw.get("SPLIT_K")) for name, kw in seen] == want, (on, deterministic, K, rank, dtype)
 
 
 # ---- the comparison can fail ---------------------------------------------------------------------------------

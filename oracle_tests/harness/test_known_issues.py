@@ -88,6 +88,24 @@ def test_the_trt_step_a_v_shared_memory_entry(target, op, release, expected):
     assert (got.id if got else None) == expected
 
 
+@pytest.mark.parametrize("target,op,release,expected", [
+    # the csgmv shrink in fp32 past shared memory: every release, every configuration
+    ("sglang-csgmv==0.5.10", "csgmv_shrink", None, "sglang-csgmv-fp32-shared-memory"),
+    ("sglang-csgmv==0.5.23@split_k=on", "csgmv_shrink", None, "sglang-csgmv-fp32-shared-memory"),
+    ("sglang-csgmv", "csgmv_shrink", "0.5.15.post1", "sglang-csgmv-fp32-shared-memory"),
+    ("sglang-csgmv==0.5.23", "csgmv_expand", None, None),  # the expand's tiles fit: a raise there is new
+    ("sglang-csgmv", "csgmv_shrink", "0.5.9", None),  # no csgmv backend before 0.5.10
+    ("sglang-csgmv", "csgmv_shrink", "0.5.24", None),  # a later release is not known to have it
+    ("sglang-trt==0.5.23", "csgmv_shrink", None, None),
+])
+def test_the_csgmv_shrink_shared_memory_entry(target, op, release, expected):
+    from triton.runtime.errors import OutOfResources
+
+    finding = _raised_on_valid(target, op, "OutOfResources", str(OutOfResources(245_760, 232_448, "shared memory")))
+    got = match_known(finding, target, release)
+    assert (got.id if got else None) == expected
+
+
 @pytest.mark.parametrize("target,op,expected", [
     ("sglang-trt==0.5.13@cublas=on,lora_opti=on", "step_a_q", "sglang-trt-cublas-step-a-q-no-max-len-error"),
     ("sglang-trt==0.5.21@cublas_kv_b=on,lora_opti=on", "step_a_q", "sglang-trt-cublas-step-a-q-no-max-len-error"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 
 import pytest
 
@@ -117,3 +118,43 @@ def test_the_kv_b_loader_imports_the_release_files_from_files_on_disk():
         assert path.is_file() and "def step_a_q_fwd(" in path.read_text()
         kernels = [v for v in vars(mod).values() if hasattr(v, "fn") and callable(getattr(v, "fn"))]
         assert kernels and all(Path(inspect.getsourcefile(k.fn)).is_file() for k in kernels)
+
+
+CSGMV_SMEM = "docs/upstream/sglang_csgmv_fp32_shared_memory.py"
+
+
+@pytest.mark.parametrize("version", ("0.5.10", "0.5.23"))
+def test_the_csgmv_shared_memory_reproducer_compiled_for_hopper(version):
+    """Without a GPU the reproducer compiles the release's shrink for sm_90: the fp32 launch at the backend's
+    64-row chunks asks 245,760 B (the figure the H100 refused), over Hopper's 232,448; the bf16 and 32-row
+    controls fit."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = run_script(CSGMV_SMEM, "--wheel", str(wheel_or_skip(version)), "--compile-only", timeout=600,
+                      env={**env, "TRITON_DEFAULT_FP_FUSION": "1"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    asks = re.findall(r"^  (\w+), (\d+) tokens \((\d+)-row chunks\): BLOCK_M \3, BLOCK_N 16, BLOCK_K 256, num_stages "
+                      r"Triton default: compiled for sm_90 asks ([\d,]+) B of 232,448 B: (\w+)$", done.stdout, re.M)
+    assert asks == [("float32", "256", "64", "245,760", "refused"), ("bfloat16", "256", "64", "122,880", "fits"),
+                    ("float32", "255", "32", "98,304", "fits")], done.stdout
+    assert done.stdout.splitlines()[-1] == "reproduced"
+
+
+def test_the_csgmv_shared_memory_reproducer_refuses_what_it_cannot_run(tmp_path):
+    """No CUDA and no --compile-only: the interpreter has no shared memory, so it says so (exit 2); a wheel
+    without the file, or no wheel, is a usage error (exit 2, one line)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        done = run_script(CSGMV_SMEM, "--wheel", str(wheel_or_skip("0.5.23")), timeout=600)
+        assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+        assert done.stderr == ("needs a CUDA device: the Triton interpreter has no shared memory (every call would "
+                               "run); --compile-only compiles for sm_90 without one\n")
+    empty = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(empty, "w") as zf:
+        zf.writestr("sglang/__init__.py", "")
+    done = run_script(CSGMV_SMEM, "--wheel", str(empty), "--compile-only", timeout=600)
+    assert done.returncode == 2 and done.stderr == (
+        f"cannot load chunked_sgmv_shrink.py from {empty}: LookupError: {empty} has no chunked_sgmv_shrink.py "
+        "(SGLang 0.5.10 and later have it)\n"), done.stdout + done.stderr
+    done = run_script(CSGMV_SMEM, timeout=600)
+    assert done.returncode == 2 and "the following arguments are required: --wheel" in done.stderr
