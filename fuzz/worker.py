@@ -480,7 +480,8 @@ class Worker:
         # Note [Hangs and compilation]: a compiling worker gets time for a compilation before a hang
         timeout_s, grace_s = (self.case_timeout_s, self._grace_s()) if wait_s is None else (float(wait_s), 0.0)
         self.start()
-        key = (str(spec), (case_dict.get("problem") or {}).get("op"))
+        case = case_dict[0] if isinstance(case_dict, tuple) else case_dict  # (case, saved call): Worker.check
+        key = (str(spec), (case.get("problem") or {}).get("op"))
         first_s = self._first_call_s(key)  # a first call's warm-up is not the case's time
         self.last_wait_s = max(timeout_s, grace_s) + first_s
         try:

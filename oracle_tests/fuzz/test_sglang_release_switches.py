@@ -108,7 +108,7 @@ def test_configuration_keys_are_checked_by_the_registry():
     with pytest.raises(TargetError, match=r"configuration key 'fast' is unknown; the only valid keys are "
                                           r"\['cublas', 'cublas_kv_b', 'lora_opti', 'pdl'\]"):
         resolve_target("sglang-trt==0.5.23@fast=on", "cpu")
-    with pytest.raises(TargetError, match=r"sglang==0.5.23 takes no configuration: pass 'sglang==0.5.23'"):
+    with pytest.raises(TargetError, match=r"configuration key 'pdl' is unknown; the only valid keys are \['engine'\]"):
         resolve_target("sglang==0.5.23@pdl=off", "cpu")
     with pytest.raises(TargetError, match=r"pdl='maybe' is invalid; the only valid values are 'on', 'off'"):
         resolve_target("sglang-trt==0.5.23@pdl=maybe", "cpu")
