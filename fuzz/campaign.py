@@ -208,7 +208,7 @@ class _Search:
             self.startup_s = time.monotonic() - self.started
             self.started = time.monotonic()
             self.time_s = self.config.clock_s(self.started, self.base_elapsed)
-            wanted = FAMILY_OPS[self.family] if self.op in FAMILY_OPS else (self.op,)
+            wanted = self.config.wanted_ops
             try:  # Note [Entry-point signatures]: a usage error before any case
                 raise_for(self.info.get("signature_errors") or {}, wanted)
             except EntrySignatureError as exc:
@@ -527,7 +527,7 @@ class _Search:
                                        "device": self.device}, case.to_json())
             repro, unsaved = f"kernel-oracle repro {shlex.quote(str(pt))} --targets {target}", None
         except CaseNotSaved as exc:  # the finding is kept; its case is rebuilt from the seed instead
-            repro, unsaved = f"kernel-oracle repro --case {shlex.quote(case.to_json())} --targets {target}", str(exc)
+            repro, unsaved = f"kernel-oracle repro --case-json {shlex.quote(case.to_json())} --targets {target}", str(exc)
         figures = dict(verdict.figures or {})
         figures.setdefault("where", {})
         message = verdict.message or verdict.kind

@@ -179,14 +179,15 @@ def run_shard(shard: Shard, settings: CampaignConfig, *, out_dir: str, db_url: O
     import multiprocessing
     import socket
 
-    from kernel_oracle.fuzz.campaign import FAMILY_OF, run_campaign
+    from kernel_oracle.fuzz.campaign import run_campaign
+    from kernel_oracle.harness.families import campaign_ops
 
     if settings.isolate and multiprocessing.current_process().daemon:
         raise ClusterError("this Dask worker is a daemonic process and cannot start the campaign's target worker "
                            "process; start the workers with DASK_DISTRIBUTED__WORKER__DAEMON=False "
                            "(docs/scaling.md) or pass --no-isolate")
     config = shard.config(settings, out_dir)
-    database = open_database(db_url, shard.target, FAMILY_OF[shard.op]) if db_url else None
+    database = open_database(db_url, shard.target, campaign_ops(shard.op)[0]) if db_url else None
     record = run_campaign(config, database=database)
     return {"shard": asdict(shard), "record": record, "files": _files_of(config.out_dir), "host": socket.gethostname(),
             "pid": os.getpid(), "dir": str(config.out_dir.resolve())}

@@ -21,7 +21,7 @@ __all__ = ["add_arguments", "main"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)
     parser.add_argument("path", nargs="?", help="a saved case, DIR/cases/<id>.pt (or its .json)")
-    parser.add_argument("--case", default=None, help="the case as JSON ({'problem': ..., 'mutation': ...})")
+    parser.add_argument("--case-json", default=None, help="the case as JSON ({'problem': ..., 'mutation': ...})")
     options.add(parser, "targets", required=True, metavar="SPEC",
                 help="the target to run it on (one spec)")
     options.add(parser, "device")
@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace):
     if len(args.targets) != 1:
         raise ReproError(f"--targets names {len(args.targets)} targets; a case is re-run on one")
     target = args.targets[0]
-    rep = reproduce(target=target, path=args.path, case_json=args.case, device=args.device,
+    rep = reproduce(target=target, path=args.path, case_json=args.case_json, device=args.device,
                     sglang_wheel=args.sglang_wheel)
     if args.emit_script is None:
         return rep, None
@@ -61,10 +61,10 @@ def _run(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.path is None and args.case is None:
-        return _usage("pass DIR/cases/<id>.pt or --case JSON")
-    if args.path is not None and args.case is not None:
-        return _usage("pass a case file or --case JSON, not both")
+    if args.path is None and args.case_json is None:
+        return _usage("pass DIR/cases/<id>.pt or --case-json JSON")
+    if args.path is not None and args.case_json is not None:
+        return _usage("pass a case file or --case-json JSON, not both")
     if args.force and args.emit_script is None:
         return _usage("--force only applies with --emit-script DIR")
     from kernel_oracle.jobs.repro import ReproError

@@ -56,7 +56,7 @@ from typing import Optional
 
 from kernel_oracle.fuzz.targets.flashinfer_engines import ENGINE_RELEASES
 
-__all__ = ["CONFIGURATION_VARIANTS", "Column", "build_matrix", "expand_targets", "op_families", "plan_columns",
+__all__ = ["CONFIGURATION_VARIANTS", "Column", "build_matrix", "expand_targets", "plan_columns",
            "release_key", "run_matrix", "runs_dir"]
 
 # every configuration of a target name that selects its own code path (Note [SGLang switches]); the
@@ -354,21 +354,6 @@ def runs_dir(out) -> Path:
     return Path(out) / "runs" / _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def op_families(op: str) -> list:
-    """The op families of ``--op``: a registered family (``lora``, ``vision``), one op of a family (that
-    family) or a comma list of families; ``ValueError`` naming the valid values otherwise."""
-    from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS, get_family
-
-    parts = [p.strip() for p in str(op).split(",") if p.strip()]
-    if len(parts) == 1 and parts[0] in FAMILY_OF and parts[0] not in FAMILY_OPS:
-        return [FAMILY_OF[parts[0]]]
-    if not parts or any(p not in FAMILY_OPS for p in parts) or len(set(parts)) != len(parts):
-        single = " or ".join(f"one {get_family(f).label} op ({', '.join(ops)})"
-                             for f, ops in FAMILY_OPS.items() if ops != (f,))
-        raise ValueError(f"--op {op!r}: pass {', '.join(FAMILY_OPS)}, {','.join(FAMILY_OPS)} or {single}")
-    return parts
-
-
 def _campaign(column: Column, op: str, config: dict, campaigns_dir: Path, record: dict) -> dict:
     """One campaign of ``column`` (its oldest member), merged into ``record``; its run row."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
@@ -396,8 +381,8 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
                sglang_wheel: Optional[str] = None, log=None) -> dict:
     """One campaign (:class:`~kernel_oracle.fuzz.campaign_config.CampaignConfig`, the same seed for
     every release) and the corpus ``entries`` per column of distinct code (Note [Release matrix]) of
-    ``specs`` (strings or TargetSpecs) and ``op`` (``lora``, ``vision``, one LoRA op, or a comma list
-    of families), folded into one record of kind ``main`` with its ``release_matrix``, written as
+    ``specs`` (strings or TargetSpecs) and ``op`` (an ``--op`` list: one campaign per family it names, of the
+    ops it names, :func:`kernel_oracle.harness.families.op_groups`), folded into one record of kind ``main`` with its ``release_matrix``, written as
     ``out/matrix.{json,md,html}``; campaigns go under ``campaigns_dir`` (default :func:`runs_dir`).
     Returns the record; raises ``CampaignError`` naming the spec, and ``CampaignInterrupted`` (SIGTERM or
     SIGINT) after writing the matrix of the columns that ran, its ``record``."""
@@ -405,6 +390,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     from kernel_oracle.fuzz.targets import TargetSources
     from kernel_oracle.fuzz.targets.sglang import release_has_code, release_identity
     from kernel_oracle.fuzz.time_budget import resolve_time_s
+    from kernel_oracle.harness.families import op_groups
     from kernel_oracle.harness.schema import add_note, new_record
 
     out = Path(out)
@@ -412,7 +398,8 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     if budget is None or time_s is not None:  # cases alone, or a time: given or the default (Note [Time budget])
         time_s = resolve_time_s(time_s, "matrix")
     sources = TargetSources(sglang_wheel=sglang_wheel)
-    families = op_families(op)
+    groups = op_groups(op)  # a FamilyError (a ValueError) names what is wrong
+    families = list(groups)
     columns = plan_columns(specs, families, lambda s, f: release_identity(s, f, device, sources),
                            applies=lambda s, f: release_has_code(s, f, sources) if len(families) > 1 else None)
     record = new_record("main", seeds={"seed": seed}, device=device)
@@ -421,7 +408,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     runs, corpus_by_spec, done = [], {}, {}
     replays = None
     try:
-        replays = _run_columns(columns, families, op, config, campaigns_dir, record, entries, device, sources,
+        replays = _run_columns(columns, groups, config, campaigns_dir, record, entries, device, sources,
                                runs, corpus_by_spec, done, log)
     except KeyboardInterrupt as exc:  # SIGTERM / SIGINT: the columns that ran are written, then the stop goes on
         signame = getattr(exc, "signame", None) or (str(exc) or "SIGINT")
@@ -433,16 +420,16 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     return record
 
 
-def _run_columns(columns, families, op, config, campaigns_dir, record, entries, device, sources, runs,
+def _run_columns(columns, groups, config, campaigns_dir, record, entries, device, sources, runs,
                  corpus_by_spec, done, log) -> int:
     """Each column's campaign and corpus (appended to ``runs``, ``corpus_by_spec``, ``done`` as they end, so
     an interruption keeps them), then the replays of absences; returns the replays run."""
+    from kernel_oracle.harness.families import op_text
     from kernel_oracle.jobs.matrix_replay import replay_absences
 
     for c in columns:
-        row_op = op if len(families) == 1 else c.family
         if c.same_as is None or c.same_as not in done:
-            done[c.label] = _campaign(c, row_op, config, campaigns_dir, record)
+            done[c.label] = _campaign(c, op_text(c.family, groups[c.family]), config, campaigns_dir, record)
             corpus_by_spec[c.label] = _corpus_results(entries, c, device, sources, record)
         else:
             corpus_by_spec[c.label] = corpus_by_spec[c.same_as]

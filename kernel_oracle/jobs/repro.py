@@ -2,7 +2,7 @@
 
 ``kernel-oracle repro DIR/cases/<id>.pt --targets T`` loads the call's saved tensors (not a
 regeneration: the exact bytes the campaign used), computes the expected outcome with the reference,
-runs the target in this process and prints the verdict.  ``--case JSON`` rebuilds the call from the
+runs the target in this process and prints the verdict.  ``--case-json JSON`` rebuilds the call from the
 problem's seed instead (the form pytest failures print).  ``--emit-script DIR`` also writes a
 standalone reproduction (:mod:`kernel_oracle.jobs.repro_script`) that needs only torch and the target.
 
@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from kernel_oracle.harness.data_files import loads_json, read_text
 
-__all__ = ["Reproduction", "ReproError", "SAFE_TYPES", "load_case", "load_case_file", "reproduce"]
+__all__ = ["Reproduction", "ReproError", "SAFE_TYPES", "check_input", "load_case", "load_case_file", "reproduce"]
 
 # what a weights-only load may build beyond tensors and plain data (Note [Case files hold no code])
 SAFE_TYPES = ("kernel_oracle.reference.batch_info.LoRABatchInfo",
@@ -63,8 +63,7 @@ def load_case_file(path: str | os.PathLike, device: str = "cpu") -> dict:
     import torch
 
     path = Path(path)
-    if not path.is_file():
-        raise ReproError(f"no such case file: {path}")
+    check_input(path=str(path))
     try:
         with torch.serialization.safe_globals(_safe_types()):
             saved = torch.load(path, map_location=device, weights_only=True)
@@ -141,12 +140,24 @@ def load_case(*, path: str | None = None, case_json: str | None = None, device: 
             raise ReproError(f"{path} is not JSON: {_first_line(exc)}") from None
         return _case_from(data, str(path)), None
     if case_json is not None:
-        try:
-            data = loads_json(case_json, "--case")
-        except ValueError as exc:
-            raise ReproError(f"--case is not JSON: {_first_line(exc)}") from None
-        return _case_from(data, "--case"), None
-    raise ReproError("pass a saved case path (DIR/cases/<id>.pt) or --case JSON")
+        return _case_from(_json_case(case_json), "--case-json"), None
+    raise ReproError("pass a saved case path (DIR/cases/<id>.pt) or --case-json JSON")
+
+
+def _json_case(case_json: str):
+    try:
+        return loads_json(case_json, "--case-json")
+    except ValueError as exc:
+        raise ReproError(f"--case-json is not JSON: {_first_line(exc)}") from None
+
+
+def check_input(*, path: str | None = None, case_json: str | None = None) -> None:
+    """What :func:`reproduce` checks of its input before it looks at the device (which imports torch): the
+    case file exists, the JSON parses; :class:`ReproError` (one line)."""
+    if path is not None and not Path(path).is_file():
+        raise ReproError(f"no such case file: {path}")
+    if case_json is not None:
+        _json_case(case_json)
 
 
 def _device(device: str) -> str:
@@ -188,9 +199,10 @@ def reproduce(*, target, path: str | None = None, case_json: str | None = None, 
               sglang_wheel: Optional[str] = None) -> Reproduction:
     """Re-run one saved (``path``) or given (``case_json``) case on ``target`` (a spec string or
     TargetSpec) in this process on ``device``; :class:`ReproError` (one line) for bad input."""
+    check_input(path=path, case_json=case_json)
+    device = _device(device)
     from kernel_oracle.harness.check import execute, expected_outcome, judge, prepared_call, with_state_changes
 
-    device = _device(device)
     case, call = load_case(path=path, case_json=case_json, device=device)  # refused files stop here
     tgt = _resolve(target, device, sglang_wheel)
     if not tgt.has(case.op):

@@ -210,7 +210,7 @@ _TEMPLATE = '''#!/usr/bin/env python3
 
 The case, the target and what to expect are in the JSON file beside this script (STEM.json), the
 tensors in STEM.tensors.pt (weights-only); kernel-oracle rebuilds the case with
-`kernel-oracle repro --case '<the JSON's meta.case>' --targets T`.
+`kernel-oracle repro --case-json '<the JSON's meta.case>' --targets T`.
 
 Run:   python STEM.py [--targets package.module:function] [--device cpu|cuda]
 Exit:  1 the finding reproduces, 0 the target passes, 2 the script cannot run.

@@ -42,7 +42,7 @@ def limits_for(target) -> str:
 
 
 def repro_line(target, case) -> str:
-    return f"kernel-oracle repro --case '{case.to_json()}' --targets {target.name} --device {DEVICE}"
+    return f"kernel-oracle repro --case-json '{case.to_json()}' --targets {target.name} --device {DEVICE}"
 
 
 @pytest.mark.parametrize("category", CATEGORIES)
