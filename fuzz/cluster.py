@@ -199,6 +199,7 @@ def merge_records(results: list, out_dir: Path, device: str, wall_s: Optional[fl
     (its case file is in ``out_dir/shards/<shard>/cases``) and says which shard found it.  ``wall_s``:
     the cluster's wall-clock time, giving ``campaign.cases_per_s`` (all workers together)."""
     from kernel_oracle.harness.buckets import bucket_of_record
+    from kernel_oracle.harness.headline import headline
     from kernel_oracle.harness.schema import add_finding, add_group, add_note, add_target, new_record, save
 
     merged = new_record("campaign", seeds={"shards": [r["shard"] for r in results]}, device=device)
@@ -217,9 +218,11 @@ def merge_records(results: list, out_dir: Path, device: str, wall_s: Optional[fl
         for f in rec["findings"]:
             bucket = bucket_of_record(f)
             same = next((k for b, k in kept if b.covers(bucket) and k["target"] == f["target"]), None)
-            if same is not None:
+            if same is not None:  # one root cause, whichever shard (op, dtype, seed) showed it
                 same["count"] = same.get("count", 1) + f.get("count", 1)
+                same["ops"] = list(dict.fromkeys(op for x in (same, f) for op in x.get("ops") or [x.get("op")]))
                 same.setdefault("shards", []).append(name)
+                same["headline"] = headline(same)
                 continue
             f = {**f, "id": f"{name}/{f['id']}", "shards": [name]}
             kept.append((bucket, f))

@@ -557,8 +557,10 @@ class CampaignState:
     # ---- the record --------------------------------------------------------------------------------
     def findings_with_hits(self) -> list[dict]:
         """The findings as the record shows them: each with its bucket's ``count`` (failing cases over
-        all dtypes), ``examples``, ``dtypes``, ``regions`` and one-sentence ``headline``."""
+        all dtypes), ``examples``, ``dtypes``, ``regions`` and one-sentence ``headline``, the findings of
+        one root cause folded into one (Note [One root cause across ops] in :mod:`harness.root_causes`)."""
         from kernel_oracle.harness.headline import dtypes_of, headline
+        from kernel_oracle.harness.root_causes import fold_findings
 
         out = []
         for f in self.findings:
@@ -577,8 +579,10 @@ class CampaignState:
             counts = region_counts(h.get("regions"))  # most cases first: the headline names the first
             row["regions"] = list(dict.fromkeys([*sorted(counts, key=lambda r: -counts[r]),
                                                  *(f.get("regions") or ([where] if where else []))]))
-            row["headline"] = headline(row)
             out.append(row)
+        out = fold_findings(out)
+        for row in out:
+            row["headline"] = headline(row)
         return out
 
     def to_record(self, *, device: str, precision=None, notes: Iterable[str] = ()) -> dict:

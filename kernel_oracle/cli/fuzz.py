@@ -182,6 +182,7 @@ def _prepare(args: argparse.Namespace):
     line) for a usage error."""
     from kernel_oracle.fuzz.campaign_config import check_flags
     from kernel_oracle.harness.device import configure_process, resolve_device, use_triton_cache
+    from kernel_oracle.harness.known_issues import load_known_issues
     from kernel_oracle.jobs.main_job import check_out
 
     if args.gpus is None and args.scheduler is None:
@@ -194,6 +195,7 @@ def _prepare(args: argparse.Namespace):
                              "--scheduler to run several as shards)")
     check_flags(with_malformed=args.with_malformed, memcheck=args.memcheck,
                 upstream_contracts_only=args.upstream_contracts_only)
+    load_known_issues()  # a bad $KERNEL_ORACLE_KNOWN_ISSUES file: KnownIssuesError, a ValueError
     check_out(args.out)
     if args.triton_cache is not None:
         use_triton_cache(args.triton_cache)

@@ -71,6 +71,8 @@ def _print(record: dict) -> None:
         history = "; ".join(f"{lane}: introduced in {h['introduced_in']}, fixed in {h['fixed_in'] or '-'}"
                             for lane, h in row.get("history", {}).items())
         print(f"  {row['bucket']}: {cells}; {history or 'introduced in -'}")
+        if row.get("headline"):  # what failed, in words, and the upstream defect it is
+            print(f"    {row['headline']}")
 
 
 def _release_list(text, sglang_wheel) -> list:

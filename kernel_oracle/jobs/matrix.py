@@ -239,6 +239,8 @@ def build_matrix(runs: list[dict], corpus: list[dict], *, replayed: bool = True)
                                             "ops": [b.op] if b.op else [], "unlabelled": b.label.replace(
                                                 f" | {b.op} |", " |") if b.op else None})
             row["flags"] = sorted(set(row["flags"]) | set(b.flags))  # what the example needs (Note [Buckets])
+            if not b.op:  # a root cause of several ops (Note [One root cause across ops] in harness/root_causes.py)
+                row["ops"] = list(dict.fromkeys([*row["ops"], *(str(o) for o in f.get("ops") or ())]))
             for d in f.get("dtypes") or [f.get("dtype")]:  # one row per root cause, whichever dtypes show it
                 if d and d not in row["dtypes"]:
                     row["dtypes"].append(d)
@@ -354,14 +356,17 @@ def runs_dir(out) -> Path:
     return Path(out) / "runs" / _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def _campaign(column: Column, op: str, config: dict, campaigns_dir: Path, record: dict) -> dict:
-    """One campaign of ``column`` (its oldest member), merged into ``record``; its run row."""
+def _campaign(column: Column, op: str, config: dict, campaigns_dir: Path, record: dict, *, entries=()) -> dict:
+    """One campaign of ``column`` (its oldest member), merged into ``record``; its run row.  The corpus
+    ``entries`` of its target name the findings their cases show (Note [Known cases] in fuzz/known_cases.py)."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
     from kernel_oracle.harness.schema import merge
+    from kernel_oracle.jobs.bug_corpus import known_cases_of
 
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{column.tested}-{column.family}")
     try:
-        rec = run_campaign(CampaignConfig(target=column.tested, op=op, out_dir=campaigns_dir / slug, **config))
+        rec = run_campaign(CampaignConfig(target=column.tested, op=op, out_dir=campaigns_dir / slug,
+                                          known_cases=known_cases_of(entries, column.tested), **config))
     except CampaignError as exc:
         raise CampaignError(f"{column.tested}: {exc}") from None
     merge(record, rec, seeds_key=f"{column.tested} {column.family}")
@@ -429,7 +434,8 @@ def _run_columns(columns, groups, config, campaigns_dir, record, entries, device
 
     for c in columns:
         if c.same_as is None or c.same_as not in done:
-            done[c.label] = _campaign(c, op_text(c.family, groups[c.family]), config, campaigns_dir, record)
+            done[c.label] = _campaign(c, op_text(c.family, groups[c.family]), config, campaigns_dir, record,
+                                      entries=entries)
             corpus_by_spec[c.label] = _corpus_results(entries, c, device, sources, record)
         else:
             corpus_by_spec[c.label] = corpus_by_spec[c.same_as]

@@ -155,7 +155,7 @@ def test_an_interrupted_matrix_writes_the_columns_that_ran(tmp_path, monkeypatch
     monkeypatch.setattr(matrix_job, "plan_columns", lambda specs, families, identity, applies=None: _plan(specs))
     started = []
 
-    def campaign(column, op, config, campaigns_dir, record):
+    def campaign(column, op, config, campaigns_dir, record, entries=()):
         started.append(column.label)
         if len(started) == 2 and stop_in == "campaign":
             raise CampaignInterrupted("SIGTERM")
