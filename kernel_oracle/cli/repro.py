@@ -55,7 +55,8 @@ def _run(args: argparse.Namespace):
     name = Path(args.path).stem if args.path else "case"
     try:
         return rep, emit_script(args.emit_script, name=name, case=rep.case, call=rep.call, expected=rep.expected,
-                                target=rep.target, target_spec=str(target), verdict=rep.verdict, force=args.force)
+                                target=rep.target, target_spec=str(target), verdict=rep.verdict, force=args.force,
+                                sglang_wheel=args.sglang_wheel)
     except ScriptError as exc:
         raise ReproError(str(exc)) from None
 
@@ -80,7 +81,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"case: {rep.case!r}")
     print(f"expected: {verdict.expected}")
     if written is not None:
-        print(f"standalone script: {written[0]} (tensors: {written[1]}); run: python {written[0]}")
+        script = Path(written[0]).resolve()  # run as printed, from any folder
+        print(f"standalone script: {written[0]} (tensors: {written[1]}); run: python {script}")
     if verdict.ok:
         print(f"PASS on {target}" + (f" (error ratio {verdict.ratio:.3g})" if verdict.ratio is not None else ""))
     else:
