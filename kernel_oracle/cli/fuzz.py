@@ -114,24 +114,13 @@ def _outcome(findings: list, *, tested: bool, incomplete: bool = False):
 
 def _config(args: argparse.Namespace, target, device: str):
     """The campaign configuration of ``args`` for ``target`` (the first shard's, on a cluster)."""
-    from kernel_oracle.fuzz.campaign_config import CampaignConfig
-    from kernel_oracle.jobs.bug_corpus import known_cases_for
+    from kernel_oracle.jobs.fuzz_campaign import fuzz_config
 
-    return CampaignConfig(known_cases=known_cases_for(target), target=target, op=args.op, budget=args.cases, time_s=args.time_s, seed=args.seed,
-                          device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
-                          with_malformed=args.with_malformed, progress=not args.quiet, limits=args.limits, isolate=args.isolate,
-                          case_timeout_s=args.case_timeout_s, warm_up_s=_warm_up_s(args.warm_up_s, device),
-                          sglang_wheel=args.sglang_wheel, fresh=args.fresh, memcheck=args.memcheck)
-
-
-def _warm_up_s(requested, device: str):
-    """``--warm-up S`` (0: none); without it a CUDA campaign warms up for ``DEFAULT_WARM_UP_S`` (its
-    variants compile in parallel into the kernel cache, Note [Parallel precompilation])."""
-    from kernel_oracle.fuzz.precompile import DEFAULT_WARM_UP_S
-
-    if requested is None:
-        return DEFAULT_WARM_UP_S if str(device).startswith("cuda") else None
-    return requested or None
+    return fuzz_config(target, args.op, device=device, out_dir=args.out, cases=args.cases, time_s=args.time_s,
+                       seed=args.seed, warm_up_s=args.warm_up_s, progress=not args.quiet,
+                       upstream_contracts_only=args.upstream_contracts_only, with_malformed=args.with_malformed,
+                       limits=args.limits, isolate=args.isolate, case_timeout_s=args.case_timeout_s,
+                       sglang_wheel=args.sglang_wheel, fresh=args.fresh, memcheck=args.memcheck)
 
 
 def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:

@@ -28,6 +28,7 @@ import sys
 from typing import NoReturn, Optional
 
 from kernel_oracle.harness.device import DEVICE_CHOICES
+from kernel_oracle.jobs.fuzz_campaign import DEFAULT_SEED
 from kernel_oracle.fuzz.time_budget import parse_time_s
 from kernel_oracle.harness.outcome import run_outcome
 
@@ -184,7 +185,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
                                  help="delete what --out holds of an earlier campaign (state, findings, cases, "
                                       ".hypothesis) and start afresh; without it a rerun resumes, and a directory "
                                       "of other code, target, op or seed is refused")),
-    "seed": (("--seed",), dict(type=int, default=0, metavar="K", help="random seed")),
+    "seed": (("--seed",), dict(type=int, default=DEFAULT_SEED, metavar="K", help="random seed")),
     "device": (("--device",), dict(choices=DEVICE_CHOICES, default="auto",
                                    help="auto: the GPU if torch sees one, else the CPU (Triton kernels under the "
                                         "interpreter)")),
