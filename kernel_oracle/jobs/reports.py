@@ -20,13 +20,14 @@ def write_reports(result_path: str | Path, out_dir: str | Path | None = None, *,
     ``OSError`` when the files cannot be written.
     """
     from kernel_oracle.reports.model import load_result
+    from kernel_oracle.reports.portable import portable_result
 
     if name is not None and (not name or Path(name).name != name or name in (".", "..")):
         raise ValueError(f"--name={name!r} is not a plain file name; pass a name without '/' and use --out "
                          "for the directory")
     result_path = Path(result_path)
     try:
-        result = load_result(result_path)
+        result = portable_result(load_result(result_path))  # Note [Portable pages]
     except UnicodeDecodeError:
         raise SchemaError(f"{result_path}: not a text file; pass a JSON result record") from None
     out = Path(out_dir) if out_dir is not None else result_path.parent
