@@ -549,9 +549,8 @@ class _Search:
         state.append_finding(finding, GroupKey(self.target, case.op, case.dtype, finding["shape_class"]))
         self.buckets.append((bucket, fid))
         self.known.recorded(finding)
-        if self.config.progress:  # the record's row it is, folded into an earlier finding's or its own
-            print_finding(next(r for r in state.findings_with_hits() if fid in (r["id"], *r.get("folded", ()))),
-                          self.bar, fid)
+        if self.config.progress:
+            print_finding(state.findings_with_hits(), self.bar, fid)
         if self.database is not None:  # every other campaign of this target x family replays it first
             self.database.save(shared_findings_key(self.target, self.family), case.to_json().encode())
         return finding

@@ -72,9 +72,10 @@ def finding_block(finding: dict, found: Optional[str] = None) -> str:
     return "\n".join(lines)
 
 
-def print_finding(finding: dict, bar: Optional[Progress], found: Optional[str] = None) -> None:
-    """Print ``finding`` now (above the progress bar, when there is one); ``found``: as for :func:`finding_block`."""
-    text = finding_block(finding, found)
+def print_finding(findings: list, bar: Optional[Progress], found: str) -> None:
+    """Print the finding ``found`` now (above the progress bar, when there is one): the row of ``findings``
+    (the record's, of one root cause each) that it is or that it folded into (:func:`finding_block`)."""
+    text = finding_block(next(f for f in findings if found in (f["id"], *f.get("folded", ()))), found)
     if bar is not None:
         bar.write(text)
     else:
