@@ -75,9 +75,9 @@ def check_flags(*, with_malformed: bool, memcheck: bool, upstream_contracts_only
 class CampaignConfig:
     """One campaign (Note [Campaign config]).
 
-    ``target``: a spec string or :class:`~kernel_oracle.harness.targets.TargetSpec`; ``op``:
-    one family's name, or a comma list of its ops (:func:`kernel_oracle.harness.families.campaign_ops`); ``out_dir``: where its state and records go (the same
-    directory resumes it).  ``budget``: cases to execute (shrinking included); ``time_s``:
+    ``target``: a spec string or :class:`~kernel_oracle.harness.targets.TargetSpec`; ``op``: one
+    family's name, or a comma list of its ops (:func:`kernel_oracle.harness.families.campaign_ops`);
+    ``out_dir``: where its state and records go (the same directory resumes it).  ``budget``: cases to execute (shrinking included); ``time_s``:
     wall-clock seconds; with neither, :data:`DEFAULT_BUDGET` cases.  ``limits``: the size preset of
     :data:`fuzz.strategies.LIMITS` (None: :func:`fuzz.strategies.default_limits`).  ``isolate``: run
     the target in a worker process (``False``: this process must already be in the device's Triton

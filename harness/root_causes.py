@@ -41,8 +41,8 @@ def root_bucket(finding: dict) -> Optional[dict]:
 def _keys(finding: dict) -> Iterator[tuple]:
     bucket = finding.get("bucket") or {}
     if bucket.get("depends"):
-        yield ("depends", bucket.get("kind"), bucket.get("family"), bucket.get("cause"), tuple(bucket.get("needs") or ()),
-               tuple(bucket["depends"]))
+        yield ("depends", bucket.get("kind"), bucket.get("family"), bucket.get("cause"),
+               tuple(bucket.get("needs") or ()), tuple(bucket["depends"]))
     for entry in finding.get("corpus") or ():
         yield ("corpus", finding.get("kind"), entry.get("id"))
 

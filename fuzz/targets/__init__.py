@@ -2,9 +2,10 @@
 
 :class:`~kernel_oracle.harness.targets.Target` and :class:`~kernel_oracle.harness.targets.TargetSpec`
 live in the harness; :mod:`.registry` holds :func:`resolve_target` and :func:`register_target`; each
-adapter module registers itself when one of the registry's names is first asked of this package: :mod:`.reference`, :mod:`.triton`,
-:mod:`.sglang`, :mod:`.sglang_csgmv_target` (``sglang-csgmv==X.Y.Z``), :mod:`.torch_varlen`, :mod:`.flashinfer_cudnn`, :mod:`.mutants` (``mutant:NAME``) and
-:mod:`.module_spec` (``package.module[:attr]``), on the helpers of :mod:`.adapter`.  Adapters import
+adapter module registers itself when one of the registry's names is first asked of this package
+(PEP 562): :mod:`.reference`, :mod:`.triton`, :mod:`.sglang`, :mod:`.sglang_csgmv_target`
+(``sglang-csgmv==X.Y.Z``), :mod:`.torch_varlen`, :mod:`.flashinfer_cudnn`, :mod:`.mutants` (``mutant:NAME``)
+and :mod:`.module_spec` (``package.module[:attr]``), on the helpers of :mod:`.adapter`.  Adapters import
 their heavy peers (SGLang, FlashInfer, our kernels) only when a target is resolved.
 """
 

@@ -386,9 +386,9 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
                sglang_wheel: Optional[str] = None, log=None) -> dict:
     """One campaign (:class:`~kernel_oracle.fuzz.campaign_config.CampaignConfig`, the same seed for
     every release) and the corpus ``entries`` per column of distinct code (Note [Release matrix]) of
-    ``specs`` (strings or TargetSpecs) and ``op`` (an ``--op`` list: one campaign per family it names, of the
-    ops it names, :func:`kernel_oracle.harness.families.op_groups`), folded into one record of kind ``main`` with its ``release_matrix``, written as
-    ``out/matrix.{json,md,html}``; campaigns go under ``campaigns_dir`` (default :func:`runs_dir`).
+    ``specs`` (strings or TargetSpecs) and ``op`` (an ``--op`` list: one campaign per family it names, of
+    the ops it names, :func:`kernel_oracle.harness.families.op_groups`), folded into one record of kind
+    ``main`` with its ``release_matrix``, written as ``out/matrix.{json,md,html}``; campaigns go under ``campaigns_dir`` (default :func:`runs_dir`).
     Returns the record; raises ``CampaignError`` naming the spec, and ``CampaignInterrupted`` (SIGTERM or
     SIGINT) after writing the matrix of the columns that ran, its ``record``."""
     from kernel_oracle.fuzz.campaign import CampaignInterrupted
