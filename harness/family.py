@@ -167,9 +167,9 @@ def op_groups(text: str) -> dict[str, tuple[str, ...]]:
     unknown = [p for p in items if p not in _OF]
     if not items or unknown:
         ops = [op for f in _REGISTRY.values() for op in f.ops if op != f.name]
-        raise FamilyError(f"{text!r}: {unknown if unknown else 'names nothing'}"
-                          f"{' unknown' if unknown else ''}; pass a comma-separated list of families "
-                          f"{list(_REGISTRY)} or ops {ops}")
+        named = f"names {unknown}, which no family has" if unknown else "names nothing"
+        raise FamilyError(f"{text!r} {named}; the only valid values are the families {list(_REGISTRY)} and their "
+                          f"ops {ops}, comma-separated")
     named: dict[str, set] = {}
     for item in items:
         family = _REGISTRY[_OF[item]]
