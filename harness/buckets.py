@@ -151,15 +151,6 @@ class Bucket:
             parts.append("depends on " + ", ".join(self.depends))
         return " | ".join(parts)
 
-    def rooted(self, depends_on) -> "Bucket":
-        """This mismatch keyed on the features its minimal example depends on (``depends_on``, keys of
-        :data:`harness.simplify.FEATURES`) instead of its op: one defect of the routing every op shares
-        (Note [One root cause across ops] in :mod:`harness.root_causes`); itself for any other bucket."""
-        if self.kind != "mismatch" or not depends_on:
-            return self
-        return Bucket(self.kind, self.family, self.cause, self.frame, "", self.where, self.flags, self.needs,
-                      self.also, tuple(sorted(depends_on)))
-
     @property
     def raised(self) -> str:
         """The error the target raised, in key form, where the bucket knows one: a broken contract's wrong

@@ -8,7 +8,7 @@ own, shrunk and minimised.  Once its minimal example is known, so is what the de
 [Minimal examples] in :mod:`harness.simplify`), and a defect of the routing every op shares shows it: SGLang
 0.5.12's stale host ints (PR #28371) fail all four split steps, each example passing once the host ints
 count the replayed batch.  So the record keys a mismatch whose minimal example depends on some metadata on
-that dependence instead of its op (:meth:`Bucket.rooted`), and findings of one key are one finding; so are
+that dependence instead of its op (:func:`root_bucket`), and findings of one key are one finding; so are
 findings that one bug-corpus entry names (Note [Known cases] in :mod:`fuzz.known_cases`).
 
 The folded finding is the first one found, carrying the others' ops (``ops``, and ``op_counts``: failing
@@ -28,14 +28,16 @@ __all__ = ["fold_findings", "root_bucket"]
 
 
 def root_bucket(finding: dict) -> Optional[dict]:
-    """The bucket dict of ``finding`` keyed on its root cause: a mismatch's on its ``depends_on`` (op-less);
-    any other one as stored; None where it stores none."""
-    from kernel_oracle.harness.buckets import Bucket
-
+    """The bucket dict of ``finding`` keyed on its root cause: a mismatch whose minimal example depends on
+    some metadata on that (``depends``, no ``op``: :class:`harness.buckets.Bucket`); any other one as
+    stored; None where it stores none."""
     stored = finding.get("bucket")
     if not isinstance(stored, dict):
         return None
-    return Bucket.from_dict(stored).rooted(finding.get("depends_on") or ()).to_dict()
+    depends = finding.get("depends_on") or ()
+    if stored.get("kind") != "mismatch" or not depends:
+        return stored
+    return {**stored, "op": "", "depends": sorted(depends)}
 
 
 def _keys(finding: dict) -> Iterator[tuple]:
