@@ -205,7 +205,7 @@ class _Search:
             self.startup_s = time.monotonic() - self.started
             self.started = time.monotonic()
             self.time_s = self.config.clock_s(self.started, self.base_elapsed)
-            wanted = FAMILY_OPS[self.family] if self.op in FAMILY_OPS else (self.op,)
+            wanted = self.config.wanted_ops
             try:  # Note [Entry-point signatures]: a usage error before any case
                 raise_for(self.info.get("signature_errors") or {}, wanted)
             except EntrySignatureError as exc:
@@ -491,7 +491,7 @@ class _Search:
                                        "device": self.device}, case.to_json())
             repro, unsaved = f"kernel-oracle repro {shlex.quote(str(pt))} --targets {target}", None
         except CaseNotSaved as exc:  # the finding is kept; its case is rebuilt from the seed instead
-            repro, unsaved = f"kernel-oracle repro --case {shlex.quote(case.to_json())} --targets {target}", str(exc)
+            repro, unsaved = f"kernel-oracle repro --case-json {shlex.quote(case.to_json())} --targets {target}", str(exc)
         figures = dict(verdict.figures or {})
         figures.setdefault("where", {})
         message = verdict.message or verdict.kind
@@ -516,7 +516,7 @@ class _Search:
         self.buckets.append((bucket, fid))
         self.known.recorded(finding)
         if self.config.progress:
-            print_finding(state.findings_with_hits()[-1], self.bar)
+            print_finding(state.findings_with_hits(), self.bar, fid)
         if self.database is not None:  # every other campaign of this target x family replays it first
             self.database.save(shared_findings_key(self.target, self.family), case.to_json().encode())
         return finding

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Optional, Union
 
 from kernel_oracle.fuzz.time_budget import TimeBudgetError, check_time_s
-from kernel_oracle.harness.opinfo import FAMILY_OF
+from kernel_oracle.harness.families import FamilyError, campaign_ops
 from kernel_oracle.harness.targets import TargetError, TargetSources, TargetSpec
 
 __all__ = ["CampaignConfig", "CampaignError", "DEFAULT_BUDGET", "HarnessError", "MAX_CASE_TIMEOUT_S",
-           "MIN_CASE_TIMEOUT_S", "SHRINK_SLACK_S", "case_timeout_for"]
+           "MIN_CASE_TIMEOUT_S", "SHRINK_SLACK_S", "case_timeout_for", "check_flags"]
 
 # cases a campaign runs when given neither a budget nor a time
 DEFAULT_BUDGET = 100
@@ -62,13 +62,22 @@ def _finite_positive(name: str, value) -> None:
         raise CampaignError(str(exc)) from None
 
 
+def check_flags(*, with_malformed: bool, memcheck: bool, upstream_contracts_only: bool) -> None:
+    """:class:`CampaignError` for switches that contradict each other (the command line asks before any import)."""
+    for flag, on in (("with_malformed", with_malformed), ("memcheck", memcheck)):
+        if on and upstream_contracts_only:  # both act on malformed metadata, which the other generates none of
+            raise CampaignError(f"{flag}=True (--{flag.replace('_', '-')}) acts on malformed metadata, but "
+                                f"upstream_contracts_only=True (--upstream-contracts-only) generates none; pass "
+                                f"one of them")
+
+
 @dataclass(frozen=True)
 class CampaignConfig:
     """One campaign (Note [Campaign config]).
 
-    ``target``: a spec string or :class:`~kernel_oracle.harness.targets.TargetSpec`; ``op``:
-    ``lora``, ``vision`` or one LoRA op name; ``out_dir``: where its state and records go (the same
-    directory resumes it).  ``budget``: cases to execute (shrinking included); ``time_s``:
+    ``target``: a spec string or :class:`~kernel_oracle.harness.targets.TargetSpec`; ``op``: one
+    family's name, or a comma list of its ops (:func:`kernel_oracle.harness.families.campaign_ops`);
+    ``out_dir``: where its state and records go (the same directory resumes it).  ``budget``: cases to execute (shrinking included); ``time_s``:
     wall-clock seconds; with neither, :data:`DEFAULT_BUDGET` cases.  ``limits``: the size preset of
     :data:`fuzz.strategies.LIMITS` (None: :func:`fuzz.strategies.default_limits`).  ``isolate``: run
     the target in a worker process (``False``: this process must already be in the device's Triton
@@ -127,8 +136,10 @@ class CampaignConfig:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
         object.__setattr__(self, "dtypes", tuple(self.dtypes) if self.dtypes else None)
         object.__setattr__(self, "known_cases", tuple(self.known_cases))
-        if self.op not in FAMILY_OF:
-            raise CampaignError(f"op={self.op!r} is unknown; the only valid values are {sorted(FAMILY_OF)}")
+        try:
+            campaign_ops(self.op)
+        except FamilyError as exc:
+            raise CampaignError(f"op={exc}") from None
         budget = self.budget
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
             raise CampaignError(f"Expected a non-negative int but got budget={budget!r}")
@@ -143,19 +154,21 @@ class CampaignConfig:
         slack = self.shrink_slack_s
         if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not (math.isfinite(slack) and slack >= 0):
             raise CampaignError(f"Expected a non-negative finite number of seconds but got shrink_slack_s={slack!r}")
-        for flag in ("with_malformed", "memcheck"):  # both act on malformed metadata, which the other generates none of
-            if getattr(self, flag) and self.upstream_contracts_only:
-                raise CampaignError(f"{flag}=True (--{flag.replace('_', '-')}) acts on malformed metadata, but "
-                                    f"upstream_contracts_only=True (--upstream-contracts-only) generates none; pass "
-                                    f"one of them")
+        check_flags(with_malformed=self.with_malformed, memcheck=self.memcheck,
+                    upstream_contracts_only=self.upstream_contracts_only)
         if self.sglang_wheel is not None and not isinstance(self.sglang_wheel, str):
             raise CampaignError(f"Expected sglang_wheel to be a path string or None but got "
                                 f"sglang_wheel={self.sglang_wheel!r}")
 
     @property
     def family(self) -> str:
-        """``lora`` or ``vision``."""
-        return FAMILY_OF[self.op]
+        """The family ``op`` names (``lora``, ``vision``, ``csgmv``)."""
+        return campaign_ops(self.op)[0]
+
+    @property
+    def wanted_ops(self) -> tuple[str, ...]:
+        """The ops ``op`` names, in the family's order."""
+        return campaign_ops(self.op)[1]
 
     @property
     def case_budget(self) -> Optional[int]:

@@ -179,14 +179,15 @@ def run_shard(shard: Shard, settings: CampaignConfig, *, out_dir: str, db_url: O
     import multiprocessing
     import socket
 
-    from kernel_oracle.fuzz.campaign import FAMILY_OF, run_campaign
+    from kernel_oracle.fuzz.campaign import run_campaign
+    from kernel_oracle.harness.families import campaign_ops
 
     if settings.isolate and multiprocessing.current_process().daemon:
         raise ClusterError("this Dask worker is a daemonic process and cannot start the campaign's target worker "
                            "process; start the workers with DASK_DISTRIBUTED__WORKER__DAEMON=False "
                            "(docs/scaling.md) or pass --no-isolate")
     config = shard.config(settings, out_dir)
-    database = open_database(db_url, shard.target, FAMILY_OF[shard.op]) if db_url else None
+    database = open_database(db_url, shard.target, campaign_ops(shard.op)[0]) if db_url else None
     record = run_campaign(config, database=database)
     return {"shard": asdict(shard), "record": record, "files": _files_of(config.out_dir), "host": socket.gethostname(),
             "pid": os.getpid(), "dir": str(config.out_dir.resolve())}
@@ -198,6 +199,7 @@ def merge_records(results: list, out_dir: Path, device: str, wall_s: Optional[fl
     (its case file is in ``out_dir/shards/<shard>/cases``) and says which shard found it.  ``wall_s``:
     the cluster's wall-clock time, giving ``campaign.cases_per_s`` (all workers together)."""
     from kernel_oracle.harness.buckets import bucket_of_record
+    from kernel_oracle.harness.headline import headline
     from kernel_oracle.harness.schema import add_finding, add_group, add_note, add_target, new_record, save
 
     merged = new_record("campaign", seeds={"shards": [r["shard"] for r in results]}, device=device)
@@ -216,9 +218,11 @@ def merge_records(results: list, out_dir: Path, device: str, wall_s: Optional[fl
         for f in rec["findings"]:
             bucket = bucket_of_record(f)
             same = next((k for b, k in kept if b.covers(bucket) and k["target"] == f["target"]), None)
-            if same is not None:
+            if same is not None:  # one root cause, whichever shard (op, dtype, seed) showed it
                 same["count"] = same.get("count", 1) + f.get("count", 1)
+                same["ops"] = list(dict.fromkeys(op for x in (same, f) for op in x.get("ops") or [x.get("op")]))
                 same.setdefault("shards", []).append(name)
+                same["headline"] = headline(same)
                 continue
             f = {**f, "id": f"{name}/{f['id']}", "shards": [name]}
             kept.append((bucket, f))

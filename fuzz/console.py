@@ -55,11 +55,16 @@ def where_line(finding: dict) -> Optional[str]:
     return None
 
 
-def finding_block(finding: dict) -> str:
-    """The lines a new finding prints: ``FINDING <id>: <headline>``, its ``Where:`` line, its repro."""
+def finding_block(finding: dict, found: Optional[str] = None) -> str:
+    """The lines a new finding prints: ``FINDING <id>: <headline>``, its ``Where:`` line, its repro.
+    ``found``: the id just recorded, when it folded into ``finding``, an earlier one of the same root
+    cause (Note [One root cause across ops] in :mod:`harness.root_causes`): then one line says so."""
     from kernel_oracle.harness.headline import headline
 
-    lines = [f"FINDING {finding['id']}: {finding.get('headline') or headline(finding)}"]
+    text = finding.get('headline') or headline(finding)
+    if found is not None and found != finding["id"]:
+        return f"FINDING {finding['id']} again ({found} is the same root cause): {text}"
+    lines = [f"FINDING {finding['id']}: {text}"]
     where = where_line(finding)
     if where:
         lines.append(f"  {where}")
@@ -67,9 +72,10 @@ def finding_block(finding: dict) -> str:
     return "\n".join(lines)
 
 
-def print_finding(finding: dict, bar: Optional[Progress]) -> None:
-    """Print ``finding`` now (above the progress bar, when there is one)."""
-    text = finding_block(finding)
+def print_finding(findings: list, bar: Optional[Progress], found: str) -> None:
+    """Print the finding ``found`` now (above the progress bar, when there is one): the row of ``findings``
+    (the record's, of one root cause each) that it is or that it folded into (:func:`finding_block`)."""
+    text = finding_block(next(f for f in findings if found in (f["id"], *f.get("folded", ()))), found)
     if bar is not None:
         bar.write(text)
     else:

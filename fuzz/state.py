@@ -555,9 +555,10 @@ class CampaignState:
 
     # ---- the record --------------------------------------------------------------------------------
     def findings_with_hits(self) -> list[dict]:
-        """The findings as the record shows them: each with its bucket's ``count`` (failing cases over
-        all dtypes), ``examples``, ``dtypes``, ``regions`` and one-sentence ``headline``."""
+        """The findings as the record shows them, those of one root cause folded into one (Note [One root
+        cause across ops]): ``count`` (failing cases), ``examples``, ``dtypes``, ``regions``, ``headline``."""
         from kernel_oracle.harness.headline import dtypes_of, headline
+        from kernel_oracle.harness.root_causes import fold_findings
 
         out = []
         for f in self.findings:
@@ -576,9 +577,8 @@ class CampaignState:
             counts = region_counts(h.get("regions"))  # most cases first: the headline names the first
             row["regions"] = list(dict.fromkeys([*sorted(counts, key=lambda r: -counts[r]),
                                                  *(f.get("regions") or ([where] if where else []))]))
-            row["headline"] = headline(row)
             out.append(row)
-        return out
+        return [{**row, "headline": headline(row)} for row in fold_findings(out)]
 
     def to_record(self, *, device: str, precision=None, notes: Iterable[str] = ()) -> dict:
         """A ``campaign`` result record of the groups, findings and notes (the caller adds the rest);

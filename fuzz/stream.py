@@ -60,16 +60,16 @@ def run_seed(seed: int, run: int) -> int:
 
 def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream_contracts_only: bool,
                       wanted_dtypes: Optional[Sequence[str]] = None) -> tuple:
-    """(ops, dtypes, strategy) of a campaign of ``op`` (a family or one op of it) on the target that
+    """(ops, dtypes, strategy) of a campaign of ``op`` (a family, or a comma list of its ops) on the target that
     ``info`` describes (``Target.to_record()``, as the worker describes it): the entry points it has, the
     dtypes it does not exclude (of ``wanted_dtypes``, None: all), malformed metadata unless
     ``upstream_contracts_only``; the strategy is None where no op or no dtype is left."""
     from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases
-    from kernel_oracle.harness.families import FAMILY_OPS
+    from kernel_oracle.harness.families import campaign_ops
 
     entries = set(info.get("entry_points") or ())
     excluded = excluded_dtypes(info, family)
-    wanted = FAMILY_OPS[family] if op in FAMILY_OPS else (op,)
+    wanted = campaign_ops(op)[1]
     ops = tuple(o for o in wanted if o in entries)
     dtypes = tuple(d for d in ALL_DTYPES if d not in excluded and (wanted_dtypes is None or d in wanted_dtypes))
     if not ops or not dtypes:

@@ -31,7 +31,9 @@ path serves, and is one finding with a ``dtypes`` list and a count over all of t
   dtype and some values differ from the oracle) or ``output`` (a wrong shape, dtype or return
   value: there are no values to compare, so it is another defect).  The op is in the key because a
   mismatch names no frame: the op's entry point is the one piece of the target's code it points at,
-  and two defects in two ops are two findings.  The *region class* where the failing elements lie
+  and two defects in two ops are two findings, until the minimal example of each shows what it depends on:
+  then the record keys it on that dependence instead (``depends``, Note [One root cause across ops] in
+  :mod:`harness.root_causes`).  The *region class* where the failing elements lie
   (:data:`REGIONS`, see :func:`mismatch_region`) and the config flags of the case
   (:data:`CONFIG_FLAGS`) are attributes of a finding (``Bucket.where`` / ``Bucket.flags``; the
   finding's ``regions`` list is every region its cases showed), not part of its key: the same defect
@@ -135,6 +137,8 @@ class Bucket:
     needs: tuple = ()
     # a broken contract's wrong error (``Type: message at module:function``), when the target raised one
     also: str = field(default="", compare=False)
+    # a mismatch keyed on what its minimal example depends on, not on its op (Note [One root cause across ops])
+    depends: tuple = ()
 
     @property
     def label(self) -> str:
@@ -143,6 +147,8 @@ class Bucket:
             parts.append(f"at {self.frame}")
         if self.needs:
             parts.append("needs " + ", ".join(self.needs))
+        if self.depends:
+            parts.append("depends on " + ", ".join(self.depends))
         return " | ".join(parts)
 
     @property
@@ -164,7 +170,8 @@ class Bucket:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "family": self.family, "cause": self.cause, "frame": self.frame, "op": self.op,
-                "also": self.also, "needs": list(self.needs), "where": self.where, "flags": list(self.flags)}
+                "also": self.also, "needs": list(self.needs), "where": self.where, "flags": list(self.flags),
+                "depends": list(self.depends)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Bucket":
@@ -182,7 +189,7 @@ class Bucket:
         return cls(kind=kind, family=str(d.get("family") or ""), cause=cause, frame=str(d.get("frame") or ""),
                    op=str(d.get("op") or "") if kind == "mismatch" else "",
                    needs=tuple(str(n) for n in d.get("needs") or ()), where=where, flags=flags,
-                   also=str(d.get("also") or ""))
+                   also=str(d.get("also") or ""), depends=tuple(str(n) for n in d.get("depends") or ()))
 
 
 def _normalise_cause(cause: str) -> str:
@@ -438,7 +445,7 @@ def bucket_of_record(f: dict) -> Bucket:
     if isinstance(f.get("bucket"), dict):
         try:
             b = Bucket.from_dict(f["bucket"])
-            if b.kind == "mismatch" and not b.op:
+            if b.kind == "mismatch" and not b.op and not b.depends:  # an older record: the finding's op
                 import dataclasses
 
                 b = dataclasses.replace(b, op=str(f.get("op") or ""))

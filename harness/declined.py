@@ -2,7 +2,7 @@
 
 A target declines what its code path does not have (``Target.declines``, Note [Targets] in
 :mod:`harness.targets`), and a campaign's strategies never draw it (:mod:`fuzz.strategies`).  A case that
-comes from elsewhere -- ``repro --case``, a corpus entry, a finding replayed on another release -- is
+comes from elsewhere -- ``repro --case-json``, a corpus entry, a finding replayed on another release -- is
 checked against the same declines before it runs (Note [Cases outside a campaign] in
 :mod:`fuzz.isolated`): each family's record names its function (``Family.declined``), these two for
 LoRA and vision, :func:`kernel_oracle.harness.mutations_csgmv.csgmv_declined` for csgmv.

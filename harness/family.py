@@ -21,8 +21,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
-__all__ = ["FAMILY_OF", "FAMILY_OPS", "Family", "FamilyError", "default_family_names", "families", "family_names",
-           "get_family", "op_choices", "register_family", "unregister_family"]
+__all__ = ["FAMILY_OF", "FAMILY_OPS", "Family", "FamilyError", "campaign_ops", "default_family_names", "families",
+           "family_names", "get_family", "op_choices", "op_groups", "op_text", "register_family", "unregister_family"]
 
 
 class FamilyError(ValueError):
@@ -161,8 +161,45 @@ def default_family_names() -> tuple[str, ...]:
 
 
 def op_choices() -> tuple[str, ...]:
-    """What ``--op`` of one campaign may name, sorted: every family and every op."""
+    """What an item of ``--op`` may name, sorted: every family and every op."""
     return tuple(sorted(FAMILY_OF))
+
+
+def op_groups(text: str) -> dict[str, tuple[str, ...]]:
+    """family -> its ops that ``text`` names: the one grammar of ``--op`` in every command, a comma list of
+    family and op names (``lora``: every LoRA op; ``step_a_q,step_b_q``: those two; ``lora,vision``: both
+    families).  Families in the order first named, each one's ops in its record's order.  :class:`FamilyError`
+    naming the valid values for an empty list or an unknown name."""
+    items = [p.strip() for p in str(text).split(",") if p.strip()]
+    unknown = [p for p in items if p not in _OF]
+    if not items or unknown:
+        ops = [op for f in _REGISTRY.values() for op in f.ops if op != f.name]
+        named = f"names {unknown}, which no family has" if unknown else "names nothing"
+        raise FamilyError(f"{text!r} {named}; the only valid values are the families {list(_REGISTRY)} and their "
+                          f"ops {ops}, comma-separated")
+    named: dict[str, set] = {}
+    for item in items:
+        family = _REGISTRY[_OF[item]]
+        named.setdefault(family.name, set()).update(family.ops if item == family.name else (item,))
+    return {name: tuple(op for op in _REGISTRY[name].ops if op in wanted) for name, wanted in named.items()}
+
+
+def op_text(family: str, ops) -> str:
+    """The ``--op`` text of ``ops`` of ``family``: the family's name for all of its ops, else the ops
+    joined by commas (what a campaign's ``op`` holds)."""
+    ops = tuple(ops)
+    return family if set(ops) == set(get_family(family).ops) else ",".join(ops)
+
+
+def campaign_ops(text: str) -> tuple[str, tuple[str, ...]]:
+    """``(family, ops)`` of one campaign's ``op`` (:func:`op_groups` of one family); :class:`FamilyError`
+    when ``text`` names ops of several families (a campaign fuzzes one)."""
+    groups = op_groups(text)
+    if len(groups) > 1:
+        raise FamilyError(f"{text!r} names ops of {len(groups)} families ({', '.join(groups)}); a campaign "
+                          f"fuzzes one family: pass the ops of one, or run them all with kernel-oracle run --op "
+                          f"{','.join(groups)}")
+    return next(iter(groups.items()))
 
 
 class _FamilyOps(Mapping):

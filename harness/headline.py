@@ -4,7 +4,7 @@ A maintainer reads the headline first (console, report, matrix): ``step_b_q: the
 of each segment differs from the reference (float16, bfloat16, float32; 37 failing cases)``.  It is
 built from the finding record alone (its op, kind, bucket, ``regions``: the region classes of its
 cases, the most frequent first, ``depends_on``: the metadata its minimal example needs, ``dtypes`` and
-``count``),
+``count``, and the upstream defect it is: ``corpus``, ``known``),
 so a record of any schema version gets one (a record with a single ``dtype`` lists that dtype).
 Standard library only: reports import it.
 """
@@ -15,7 +15,7 @@ import re
 
 from kernel_oracle.harness.features import describe
 
-__all__ = ["REGION_WORDS", "dtypes_of", "example_text", "headline"]
+__all__ = ["REGION_WORDS", "dtypes_of", "example_text", "headline", "upstream_names"]
 
 # the rows or elements each region class of harness.buckets names, in words
 REGION_WORDS = {
@@ -97,17 +97,40 @@ def _what(finding: dict) -> str:
     return f"{kind}: {message}" if kind != "crash" else f"crashes: {message}"
 
 
+# a pull request or issue on GitHub: named by its repository and number
+_GITHUB = re.compile(r"https://github\.com/[^/\s]+/([^/\s]+)/(pull|issues)/(\d+)")
+
+
+def upstream_names(finding: dict) -> list:
+    """The upstream defects ``finding`` is, as a headline names them: each bug-corpus entry it matches
+    (``corpus``) and the known issue it is (``known``, ``upstream``): ``sglang PR #28371`` for a link to a
+    pull request or an issue, else the entry's id; each once."""
+    pairs = [(e.get("id"), e.get("upstream")) for e in finding.get("corpus") or () if isinstance(e, dict)]
+    pairs.append((finding.get("known"), finding.get("upstream") if finding.get("known") else None))
+    named = []
+    for label, link in pairs:
+        found = _GITHUB.match(str(link or ""))
+        if found:
+            named.append(f"{found.group(1)} {'PR' if found.group(2) == 'pull' else 'issue'} #{found.group(3)}")
+        elif label:
+            named.append(str(label))
+    return list(dict.fromkeys(named))
+
+
 def headline(finding: dict) -> str:
     """One sentence: ``<op>[, <more ops>]: <what is wrong, where>[ <the call features it needs>] (<dtypes>;
-    <n> failing case(s))``; a root cause that is no op's alone (a broken contract, a crash) lists every op
-    its cases showed it in (``ops``)."""
+    <n> failing case(s))[; known upstream: <PR or issue>]``; a root cause shown by several ops (a broken
+    contract, a crash, a defect of the routing they share) lists every op its cases showed it in (``ops``),
+    and one that is a known upstream defect names it (:func:`upstream_names`)."""
     count = finding.get("count", 1)
     count = count if isinstance(count, int) and count > 0 else 1
     dtypes = ", ".join(dtypes_of(finding)) or "-"
     cases = f"{count} failing case" + ("" if count == 1 else "s")
     needs = describe((finding.get("bucket") or {}).get("needs"))
     ops = ", ".join(dict.fromkeys([str(finding.get("op") or "-"), *(str(o) for o in finding.get("ops") or ())]))
-    return f"{ops}: {_what(finding)}{' ' + needs if needs else ''} ({dtypes}; {cases})"
+    upstream = upstream_names(finding)
+    known = f"; known upstream: {', '.join(upstream)}" if upstream else ""
+    return f"{ops}: {_what(finding)}{' ' + needs if needs else ''} ({dtypes}; {cases}){known}"
 
 
 def _plural(n: int, word: str) -> str:

@@ -61,6 +61,7 @@ from kernel_oracle.harness.buckets import bucket_of_record
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
 from kernel_oracle.harness.defects import REGISTRY, Defect, DefectError, parse_defects
 from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS
+from kernel_oracle.harness.headline import headline
 from kernel_oracle.harness.schema import FINDING_KINDS
 from kernel_oracle.harness.targets import RELEASE_NAMES
 from kernel_oracle.harness.triggers import TRIGGERS, trigger_holds
@@ -366,4 +367,6 @@ def mark_known(record: dict, issues: Optional[Sequence[KnownIssue]] = None, sour
             new += 1
         else:
             f["known"], f["upstream"] = issue.id, issue.upstream
+        if f.get("headline"):  # it names the upstream defect a finding is
+            f["headline"] = headline(f)
     return new

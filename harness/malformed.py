@@ -201,7 +201,7 @@ class GapTable:
         row["count"] += 1
         if "case" not in row or case_elements(case) < case_elements(row["case"]):
             row.update(case=case, verdict=verdict, rows=verdict.rows,
-                       example=f"kernel-oracle repro --case {shlex.quote(case.to_json())} --targets {shlex.quote(target)}")
+                       example=f"kernel-oracle repro --case-json {shlex.quote(case.to_json())} --targets {shlex.quote(target)}")
 
     def pop(self, key) -> dict:
         """Remove a row (it became a finding); returns it."""

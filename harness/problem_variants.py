@@ -16,12 +16,24 @@ def _replace(problem, **changes):
     return dataclasses.replace(problem, **changed) if changed else None
 
 
+def _still_stale(stale, segments: int):
+    """Stale CUDA-graph host ints ``(bs, num_segments, max_len)`` for a batch of ``segments`` segments: each
+    count no larger than ``segments - 1`` (smaller than the replayed batch, as the strategy draws them), the
+    capture-time ``max_len`` kept (an upper bound still); None stays None."""
+    if stale is None:
+        return None
+    bs, num, max_len = stale
+    top = max(segments - 1, 0)
+    return min(bs, top), min(num, top), max_len
+
+
 def _lora_without_segment(p, b: int):
     keep = [i for i in range(len(p.seg_lens)) if i != b]
-    # the host counts described the segments there were; the padding must still hold the real ones
+    # eager counts described the segments there were; stale graph ints stay stale for the ones left
     return dataclasses.replace(p, seg_lens=tuple(p.seg_lens[i] for i in keep),
                                weight_indices=tuple(p.weight_indices[i] for i in keep),
-                               eager_counts=None, stale_host_ints=None, graph_tail=False)
+                               eager_counts=None, stale_host_ints=_still_stale(p.stale_host_ints, len(keep)),
+                               graph_tail=False)
 
 
 def _shorter(n: int) -> list:
@@ -33,13 +45,14 @@ def lora_simplifications(p) -> Iterator:
         yield _lora_without_segment(p, b)
     for b, n in enumerate(p.seg_lens):
         for m in _shorter(n):
-            yield dataclasses.replace(p, seg_lens=p.seg_lens[:b] + (m,) + p.seg_lens[b + 1:], eager_counts=None,
-                                      stale_host_ints=None)
+            yield dataclasses.replace(p, seg_lens=p.seg_lens[:b] + (m,) + p.seg_lens[b + 1:], eager_counts=None)
     yield _replace(p, H=1)
     yield _replace(p, extra_rows=0)
     yield _replace(p, seg_lens_drift=None, eager_counts=None, max_len_slack=0)
     yield _replace(p, with_max_len=True)
     yield _replace(p, stale_host_ints=None)
+    if p.stale_host_ints is not None:  # the capture-time max_len down to the longest segment
+        yield _replace(p, stale_host_ints=(*p.stale_host_ints[:2], max(p.seg_lens, default=0)))
     yield _replace(p, graph_tail=False)
     yield _replace(p, strided=False, offset_views=False)
     yield _replace(p, poison_beyond_rank=None)
@@ -65,7 +78,10 @@ def lora_feature_variants(p) -> dict:
             "slot": _replace(p, weight_indices=tuple(slot for _ in p.weight_indices)),
             "rank": _replace(p, lora_ranks=tuple(p.R for _ in p.lora_ranks)),
             "scaling": _replace(p, scalings=tuple(1.0 for _ in p.scalings)),
-            "cuda graph": _replace(p, cuda_graph_pad_to=None, stale_host_ints=None, graph_tail=False)}
+            "stale host ints": _replace(p, stale_host_ints=None),
+            # stale host ints need the graph: what a case of them depends on, the variant above says
+            "cuda graph": (_replace(p, cuda_graph_pad_to=None, graph_tail=False)
+                           if p.stale_host_ints is None else None)}
 
 
 def vision_feature_variants(p) -> dict:

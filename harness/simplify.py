@@ -4,7 +4,9 @@ Note [Minimal examples]
 -----------------------
 Hypothesis shrinks a failing case within the strategy that drew it, and a campaign stops shrinking
 when its budget runs out; what comes out can still be a 48-row batch with stale host counts, drifted
-``seg_lens`` and a metadata mutation, none of which the defect needs.  A reader who reproduces it
+``seg_lens`` and a metadata mutation, none of which the defect needs.  A variant with fewer or shorter
+segments keeps stale host ints stale (no larger than the segments left, less one), so a defect that
+needs them (SGLang 0.5.12's skipped segments, PR #28371) shrinks to one short segment too.  A reader who reproduces it
 must then find out by hand which of those matter.  :func:`minimise` finishes the job after the
 search: it tries the *simplifications* of :func:`simplifications` one at a time (drop the mutation,
 or trade a malformed one for an upstream-contract or partial-metadata one; drop a segment or sequence; shorten one; one head; no extra rows; no drift, no stale CUDA-graph
@@ -13,10 +15,11 @@ with the same root cause (the same :class:`~harness.buckets.Bucket`), until none
 puts what makes a repro short to read first.
 
 Then it asks what the defect *depends on*: each *feature* of :data:`FEATURES` (the permutation, the
-slots, the ranks, the scalings, the CUDA-graph padding; for vision the v/o offsets: GQA, a window,
-sinks, a softmax scale and gaps are the needed features of :mod:`harness.features`, part of the
-bucket) is neutralised in turn (no permutation; every segment on one slot; every rank the buffer's
-R; every scaling 1; no padding; v and o at the q/k offsets).  A variant that still
+slots, the ranks, the scalings, the stale host ints of a CUDA-graph replay, the CUDA-graph padding; for
+vision the v/o offsets: GQA, a window, sinks, a softmax scale and gaps are the needed features of
+:mod:`harness.features`, part of the bucket) is neutralised in turn (no permutation; every segment on one
+slot; every rank the buffer's R; every scaling 1; host ints that count the replayed batch; no padding,
+asked only of a case without stale host ints, which need the graph; v and o at the q/k offsets).  A variant that still
 fails with the same root cause is kept (the defect does not need that feature); one that passes
 names a feature the defect depends on, which the finding's headline says
 (:func:`harness.headline.headline`: ``...; it depends on the permutation``).  A variant that fails
@@ -43,6 +46,7 @@ FEATURES = {
     "slot": "the slot of each segment",
     "rank": "the slot's rank",
     "scaling": "the slot's scaling",
+    "stale host ints": "stale host ints at CUDA-graph replay (bs, num_segments below the replayed batch)",
     "cuda graph": "CUDA-graph padding",
     "offsets": "the v/o offsets",
 }

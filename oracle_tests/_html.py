@@ -21,7 +21,7 @@ class HtmlPage(html.parser.HTMLParser):
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         self.tags.append((tag, a))
-        if tag not in ("meta", "br", "img", "link", "input", "hr", "path", "use", "rect", "line", "circle"):
+        if tag not in ("meta", "br", "img", "link", "input", "hr", "col", "path", "use", "rect", "line", "circle"):
             self.open.append(tag)
         if "id" in a:
             self.ids.add(a["id"])

@@ -21,6 +21,8 @@ PLANTS = {
     "step_a_drops_segment_end": "step_a_q leaves each segment's last row zero",
     "ignores_permutation": "step_b_q reads and writes rows at their logical index",
     "ignores_scaling": "step_b_q adds the delta without the slot's scaling",
+    "sloppy_slot_1": "step_b_q rounds the delta of slot 1's segments of more than 8 rows through bfloat16: wrong "
+                     "only on some draws",
     "corrupts_on_bad_slot": "step_b_q adds 1 to every row when a weight index is outside the slots (right "
                             "on every valid batch: a defect only malformed metadata shows)",
 }
@@ -72,6 +74,8 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output):
         if r <= 0 or rows.numel() == 0:
             continue
         delta = scaling * torch.einsum("thr,rc->thc", q_lora_a[rows][:, :, :r].float(), A_buf[slot, :r].float())
+        if PLANT == "sloppy_slot_1" and slot == 1 and rows.numel() > 8:
+            delta = delta.to(torch.bfloat16)
         base_output[rows] += delta.to(q_lora_a.dtype).to(base_output.dtype)
     return base_output
 '''

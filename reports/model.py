@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kernel_oracle.harness.buckets import Bucket, bucket_of_record
+from kernel_oracle.harness.headline import example_text
 from kernel_oracle.harness.outcome import run_outcome
 from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, SELFCHECK_TARGET, validate
 from kernel_oracle.harness.schema import load as _load_json
@@ -148,14 +149,21 @@ class Finding:
 
     @property
     def example_lines(self) -> list:
-        """Up to three more failing cases of the bucket, one line each (``op dtype shape class``)."""
-        out = []
-        for ex in self.examples[:3]:
-            if isinstance(ex, dict):
-                out.append(" ".join(str(ex.get(k) or "-") for k in ("op", "dtype", "shape_class")))
-            else:
-                out.append(str(ex))
+        """Up to three more failing cases of the bucket, one line each, in words a reader can rebuild them
+        from (:func:`harness.headline.example_text`); no line twice."""
+        out: list = []
+        for ex in self.examples:
+            line = example_text(ex) if isinstance(ex, dict) else str(ex)
+            if line not in out:
+                out.append(line)
+            if len(out) == 3:
+                break
         return out
+
+    @property
+    def ops(self) -> list:
+        """The ops its cases showed it in (its own op first)."""
+        return list(dict.fromkeys([self.op, *(str(o) for o in self.raw.get("ops") or ())]))
 
     @property
     def known(self) -> Optional[str]:

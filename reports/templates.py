@@ -60,7 +60,11 @@ svg.plot { width:100%; height:auto; max-width:1000px; display:block; margin:4px 
 details summary { cursor:pointer; color:var(--accent); font-size:12.5px; }
 footer { color:var(--muted); font-size:12px; margin-top:36px; border-top:1px solid var(--line); padding-top:8px; }
 td.id { min-width:9em; }
-th, td, pre, code, li, p, .meta, .headline, summary { overflow-wrap:anywhere; word-break:break-word; }
+pre, code, li, p, .meta, .headline, summary { overflow-wrap:anywhere; word-break:break-word; }
+th, td { overflow-wrap:break-word; }
+table.fixed { table-layout:fixed; }
+table.fixed td, table.fixed th { overflow-wrap:anywhere; }
+td details summary { white-space:nowrap; }
 ol.headlines { margin:6px 0 10px; padding-left:22px; }
 ol.headlines li { margin:3px 0; }
 details.fold > summary { margin:2px 0 6px; }
@@ -177,19 +181,22 @@ too), <b>introduced in</b> the first release that has it, <b>fixed in</b> the re
 <h2>Findings ({{ r.findings|length }})</h2>
 {% if not r.findings %}<p class="empty">No findings.</p>
 {% else %}
+<p>Repro commands run from the folder of the record{% if r.source %} (<code>{{ r.source }}</code>){% endif %}: paths are relative to it.</p>
 {% if r.known_findings %}<p>{{ r.known_findings|length }} of the {{ r.findings|length }} findings are known upstream issues (<code>{{ r.summary.get('known_issues_file') or 'harness/known_issues.toml' }}</code>): they are listed with their upstream link and do not fail the run.</p>{% endif %}
 {{ fold(r.findings|length, 'findings') }}
-<table>
+<table class="fixed">
+<colgroup><col style="width:15em"><col style="width:10em"><col style="width:10em"><col style="width:8em"><col style="width:8em"><col style="width:7em"><col><col style="width:4.5em"><col style="width:5em"></colgroup>
 <thead><tr><th>finding</th><th>kind</th><th>target</th><th>op</th><th>dtype</th><th>shape class</th><th>what</th><th class="n">cases</th><th class="n">ratio</th></tr></thead>
 <tbody>
 {% for f in r.findings %}<tr><td class="id"><a href="#{{ f.anchor }}">{{ f.id }}</a>{% if f.known %} <span class="badge known">known</span>{% endif %}</td><td><span class="badge kind-{{ f.kind }}">{{ f.kind }}</span></td>
-<td>{{ f.target }}</td><td>{{ f.op }}</td><td>{{ f.dtype }}</td><td>{{ f.shape_class }}</td><td>{{ f.first_line|truncate(110) }}</td>
+<td>{{ f.target }}</td><td>{{ f.ops|join(', ') }}</td><td>{{ f.dtype }}</td><td>{{ f.shape_class }}</td><td>{{ f.first_line|truncate(110) }}</td>
 <td class="n">{{ f.count }}</td><td class="n {{ f.ratio|ratio_class if f.ratio is not none else 'na' }}">{{ f.ratio|ratio }}</td></tr>
 {% endfor %}</tbody></table></details>
 <h3 id="buckets">Buckets</h3>
 <p>One row per root cause (bucket): how many failing cases it had, the repro of its smallest example, and up to three more examples.</p>
 {{ fold(r.findings|length, 'buckets') }}
-<table>
+<table class="fixed">
+<colgroup><col style="width:26%"><col style="width:15em"><col style="width:4.5em"><col style="width:28%"><col></colgroup>
 <thead><tr><th>bucket</th><th>finding</th><th class="n">cases</th><th>smallest example</th><th>more examples</th></tr></thead>
 <tbody>
 {% for f in r.findings %}<tr><td>{{ f.bucket.label }}{% if f.known %}<br><span class="badge known">known</span> {% if f.upstream %}<a href="{{ f.upstream }}">{{ f.known }}</a>{% else %}{{ f.known }}{% endif %}{% endif %}</td>
@@ -225,10 +232,11 @@ too), <b>introduced in</b> the first release that has it, <b>fixed in</b> the re
 <h2>Validation gaps ({{ gaps|length }})</h2>
 <p>Informational, not findings: malformed inputs a target accepts where the reference rejects them, and what follows from it. They do not fail the run.</p>
 {{ fold(gaps|length, 'validation gaps') }}
-<table class="wrap">
+<table class="fixed">
+<colgroup><col style="width:9em"><col style="width:16em"><col style="width:13em"><col style="width:11em"><col style="width:5em"><col></colgroup>
 <thead><tr><th>op</th><th>malformation</th><th>consequence</th><th>dtypes</th><th class="n">cases</th><th>example</th></tr></thead>
 <tbody>
-{% for g in gaps %}<tr><td>{{ g.op }}</td><td>{{ g.malformation }}</td><td>{{ g.consequence }}</td><td>{{ g.dtypes }}</td><td class="n">{{ g.count }}</td><td><code>{{ g.example }}</code></td></tr>
+{% for g in gaps %}<tr><td>{{ g.op }}</td><td>{{ g.malformation }}</td><td>{{ g.consequence }}</td><td>{{ g.dtypes }}</td><td class="n">{{ g.count }}</td><td><details><summary>repro command</summary><code>{{ g.example }}</code></details></td></tr>
 {% endfor %}</tbody></table></details>
 </section>
 {% endif %}
@@ -268,7 +276,8 @@ too), <b>introduced in</b> the first release that has it, <b>fixed in</b> the re
 <section id="targets">
 <h2>Targets</h2>
 {% if not r.targets %}<p class="empty">The record lists no targets.</p>{% else %}
-<table>
+<table class="fixed">
+<colgroup><col style="width:13em"><col style="width:7em"><col style="width:7em"><col style="width:7em"><col style="width:15%"><col style="width:22%"><col></colgroup>
 <thead><tr><th>name</th><th>available</th><th>strict</th><th>precision</th><th>entry points</th><th>missing entry points</th><th>reason / note</th></tr></thead>
 <tbody>
 {% for t in r.target_rows() %}<tr><td>{{ t.name }}</td><td class="{{ 'ok' if t.available else 'warn' }}">{{ 'yes' if t.available else 'no' }}</td>

@@ -7,7 +7,6 @@ import importlib
 from typing import Optional
 
 from kernel_oracle.harness.device import interpreting
-from kernel_oracle.harness.opinfo import entry_names
 from kernel_oracle.harness.target_raises import signals_noted
 from kernel_oracle.harness.targets import Target
 
@@ -20,6 +19,8 @@ BF16_REASON = ("third-party Triton code under the Triton interpreter: the interp
 def entries_from(obj, ops=None, notes=None) -> dict:
     """op -> callable of ``obj``'s entry points (SGLang's names, :func:`harness.opinfo.entry_names`)
     among ``ops`` (default: every op); a missing one is noted in ``notes`` (op -> why) when given."""
+    from kernel_oracle.harness.opinfo import entry_names  # torch: when a target is resolved, not when listed
+
     out = {}
     names = entry_names()
     for op in ops or tuple(names):

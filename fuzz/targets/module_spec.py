@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 
-from kernel_oracle.harness.opinfo import entry_names
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
 from .adapter import entries_from, third_party
@@ -41,6 +40,8 @@ def _module_target(parsed: TargetSpec, device: str, sources: TargetSources) -> T
         entries = {"vision": obj}  # a bare function: the vision forward
         notes.pop("vision", None)
     if not entries:
+        from kernel_oracle.harness.opinfo import entry_names
+
         return unavailable(spec, f"{spec} exports none of {sorted(entry_names().values())} ")
     try:
         source = inspect.getsource(mod)

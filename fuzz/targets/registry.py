@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional, Union
 
-from kernel_oracle.harness import oracle_integrity
 from kernel_oracle.harness.entry_signatures import check_entries
 from kernel_oracle.harness.targets import Target, TargetError, TargetSources, TargetSpec
 
@@ -114,6 +113,8 @@ def resolve_target(spec: Union[str, TargetSpec], device="cpu", *, sources: Optio
                           f"'import {parsed.name.replace('-', '_')}': {where_looked(parsed.name.replace('-', '_'))}; "
                           f"or pass mutant:NAME or package.module[:attr])")
     _check_configuration(parsed)
+    from kernel_oracle.harness import oracle_integrity  # torch: when a target is resolved, not when registered
+
     oracle_integrity.baseline()  # before the target's code runs here (Note [The oracle's own code])
     target = factory(parsed, str(device), sources)
     if target.available:  # Note [Entry-point signatures]: a wrong parameter list is dropped, and said

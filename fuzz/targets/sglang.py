@@ -42,7 +42,7 @@ import ast
 import re
 from typing import Optional
 
-from kernel_oracle.harness.opinfo import FAMILY_OPS
+from kernel_oracle.harness.families import FAMILY_OPS
 from kernel_oracle.harness.targets import RELEASE_NAMES, Target, TargetSources, TargetSpec, unavailable
 
 from .adapter import entries_from, import_module, third_party

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import inspect
 
-from kernel_oracle.harness.mutations_csgmv import UNCHECKED_BOUNDS_FEATURE
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
 from .adapter import third_party
@@ -48,6 +47,8 @@ def _before(version: str, fix: str) -> bool:
 
 def csgmv_declines(version: str, shrink, expand) -> dict:
     """feature -> why, for what ``version``'s entry points ``shrink`` / ``expand`` are given no case of."""
+    from kernel_oracle.harness.mutations_csgmv import UNCHECKED_BOUNDS_FEATURE  # torch: not when the mutants are listed
+
     out = {UNCHECKED_BOUNDS_FEATURE: "an unchecked precondition, not a defect: the kernels read and write the rows "
                                      "the batch info names without bounds checks, so a permutation row at or past "
                                      "x.shape[0] (or a slot, segment bound or count past its tensor) addresses memory "

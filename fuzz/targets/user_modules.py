@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Optional
 
-__all__ = ["find_spec", "import_module", "where_looked"]
+__all__ = ["find_spec", "import_module", "module_root", "where_looked"]
 
 
 def _here() -> Optional[str]:
@@ -56,6 +56,18 @@ def find_spec(name: str):
         return importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return None
+
+
+def module_root(name: str) -> Optional[str]:
+    """The folder an import of ``name`` finds its top-level module in (the ``sys.path`` entry, or the
+    current directory, that holds ``top.py`` or ``top/``), as an absolute path; None for a module of no
+    file (a namespace package, a built-in)."""
+    spec = find_spec(name)
+    origin = getattr(spec, "origin", None)
+    if not origin or not os.path.isfile(origin):
+        return None
+    folder = os.path.dirname(os.path.abspath(origin))
+    return os.path.dirname(folder) if spec.submodule_search_locations is not None else folder
 
 
 def where_looked(name: str) -> str:

@@ -61,13 +61,13 @@ def main(args: argparse.Namespace) -> int:
     from kernel_oracle.jobs.bench import DEFAULT_WARM_UP_S, run_bench
 
     try:
-        device = resolve_device(args.device)
         targets = args.targets or parse_target_list(DEFAULT_TARGETS)
         families = options.families(args.op)
-        warm_up_s = args.warm_up_s if args.warm_up_s is not None else DEFAULT_WARM_UP_S if device == "cuda" else 0.0
-        out = Path(args.out) / RECORD_NAME
         if Path(args.out).exists() and not Path(args.out).is_dir():
             raise ValueError(f"--out {args.out}: is a file; pass a directory")
+        device = resolve_device(args.device)  # the arguments first: looking for a GPU imports torch
+        warm_up_s = args.warm_up_s if args.warm_up_s is not None else DEFAULT_WARM_UP_S if device == "cuda" else 0.0
+        out = Path(args.out) / RECORD_NAME
     except ValueError as exc:
         return _usage(str(exc))
     record = run_bench(device=device, targets=targets, families=families, time_s=args.time_s, limits=args.limits,

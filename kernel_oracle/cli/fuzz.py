@@ -25,13 +25,12 @@ __all__ = ["add_arguments", "end_line", "finding_line", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from kernel_oracle.harness.families import op_choices
-
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (docs/semantics.md#exit-codes)
     options.add(parser, "targets", required=True,
                 help="the target spec (several, comma-separated, with --gpus/--scheduler); "
                      + options.OPTIONS["targets"][1]["help"])
-    options.add(parser, "op", required=True, choices=op_choices())
+    options.add(parser, "op", required=True, type=options.campaign_op,
+                help="comma-separated: one op family (lora, vision, csgmv) or some of its ops (step_a_q,step_b_q)")
     amount = parser.add_mutually_exclusive_group()
     options.add(amount, "cases", help="cases to execute, shrinking included (default 100)")
     options.add(amount, "time", help="seconds to run")
@@ -55,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "scheduler")
     options.add(parser, "db", help="one Hypothesis example database in Redis shared by every worker: a failure "
                                    "found by one is replayed by all")
-    parser.add_argument("--seeds", type=options.positive_int, default=1, metavar="K",
+    parser.add_argument("--shards", type=options.positive_int, default=1, metavar="K",
                         help="with --gpus/--scheduler: K shards per target x op x dtype, seeds SEED..SEED+K-1")
     parser.add_argument("--dtypes", default=None, metavar="LIST",
                         help="with --gpus/--scheduler: one shard per dtype of LIST (default: one shard for all)")
@@ -115,24 +114,13 @@ def _outcome(findings: list, *, tested: bool, incomplete: bool = False):
 
 def _config(args: argparse.Namespace, target, device: str):
     """The campaign configuration of ``args`` for ``target`` (the first shard's, on a cluster)."""
-    from kernel_oracle.fuzz.campaign_config import CampaignConfig
-    from kernel_oracle.jobs.bug_corpus import known_cases_for
+    from kernel_oracle.jobs.fuzz_campaign import fuzz_config
 
-    return CampaignConfig(known_cases=known_cases_for(target), target=target, op=args.op, budget=args.cases, time_s=args.time_s, seed=args.seed,
-                          device=device, out_dir=args.out, upstream_contracts_only=args.upstream_contracts_only,
-                          with_malformed=args.with_malformed, progress=not args.quiet, limits=args.limits, isolate=args.isolate,
-                          case_timeout_s=args.case_timeout_s, warm_up_s=_warm_up_s(args.warm_up_s, device),
-                          sglang_wheel=args.sglang_wheel, fresh=args.fresh, memcheck=args.memcheck)
-
-
-def _warm_up_s(requested, device: str):
-    """``--warm-up S`` (0: none); without it a CUDA campaign warms up for ``DEFAULT_WARM_UP_S`` (its
-    variants compile in parallel into the kernel cache, Note [Parallel precompilation])."""
-    from kernel_oracle.fuzz.precompile import DEFAULT_WARM_UP_S
-
-    if requested is None:
-        return DEFAULT_WARM_UP_S if str(device).startswith("cuda") else None
-    return requested or None
+    return fuzz_config(target, args.op, device=device, out_dir=args.out, cases=args.cases, time_s=args.time_s,
+                       seed=args.seed, warm_up_s=args.warm_up_s, progress=not args.quiet,
+                       upstream_contracts_only=args.upstream_contracts_only, with_malformed=args.with_malformed,
+                       limits=args.limits, isolate=args.isolate, case_timeout_s=args.case_timeout_s,
+                       sglang_wheel=args.sglang_wheel, fresh=args.fresh, memcheck=args.memcheck)
 
 
 def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
@@ -141,7 +129,7 @@ def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
     from kernel_oracle.fuzz.cluster import ClusterError, plan_shards, run_cluster
     from kernel_oracle.fuzz.strategies import ALL_DTYPES
     from kernel_oracle.harness.device import resolve_device
-    from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS
+    from kernel_oracle.harness.families import campaign_ops
 
     try:
         dtypes = options.parse_list(args.dtypes, "--dtypes", ALL_DTYPES) if args.dtypes else None
@@ -149,9 +137,8 @@ def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
         device = "cuda" if cluster["gpus"] and args.device == "auto" else resolve_device(args.device, here=False)
     except ValueError as exc:
         return _error(f"error: {exc}")
-    family_ops = FAMILY_OPS.get(args.op)
-    ops = list(family_ops) if family_ops and all(o in FAMILY_OF for o in family_ops) else [args.op]
-    shards = plan_shards(args.targets, ops, dtypes, range(args.seed, args.seed + args.seeds))
+    ops = list(campaign_ops(args.op)[1])
+    shards = plan_shards(args.targets, ops, dtypes, range(args.seed, args.seed + args.shards))
     try:
         record = run_cluster(shards, _config(args, shards[0].target, device), gpus=cluster["gpus"],
                              scheduler=cluster["scheduler"], db_url=cluster["db"], log=None if args.quiet else print)
@@ -182,26 +169,35 @@ def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
 def _prepare(args: argparse.Namespace):
     """``(cluster settings or None, device, shared example database or None)``; ``ValueError`` (one
     line) for a usage error."""
+    from kernel_oracle.fuzz.campaign_config import check_flags
     from kernel_oracle.harness.device import configure_process, resolve_device, use_triton_cache
+    from kernel_oracle.harness.known_issues import load_known_issues
+    from kernel_oracle.jobs.main_job import check_out
 
+    if args.gpus is None and args.scheduler is None:
+        for flag, given in (("--shards", args.shards != 1), ("--dtypes", args.dtypes is not None)):
+            if given:  # their shards exist only on a cluster: without one they would be ignored
+                raise ValueError(f"{flag} shards a campaign over --gpus or --scheduler; pass one of those, or drop "
+                                 f"{flag}")
+        if len(args.targets) != 1:
+            raise ValueError(f"--targets names {len(args.targets)} targets; a campaign fuzzes one (pass --gpus or "
+                             "--scheduler to run several as shards)")
+    check_flags(with_malformed=args.with_malformed, memcheck=args.memcheck,
+                upstream_contracts_only=args.upstream_contracts_only)
+    load_known_issues()  # a bad $KERNEL_ORACLE_KNOWN_ISSUES file: KnownIssuesError, a ValueError
+    check_out(args.out)
     if args.triton_cache is not None:
         use_triton_cache(args.triton_cache)
     cluster = options.cluster_settings(args)
     if cluster is not None:
         return cluster, None, None
-    for flag, given in (("--seeds", args.seeds != 1), ("--dtypes", args.dtypes is not None)):
-        if given:  # their shards exist only on a cluster: without one they would be ignored
-            raise ValueError(f"{flag} shards a campaign over --gpus or --scheduler; pass one of those, or drop {flag}")
-    if len(args.targets) != 1:
-        raise ValueError(f"--targets names {len(args.targets)} targets; a campaign fuzzes one (pass --gpus or "
-                         "--scheduler to run several as shards)")
-    device = resolve_device(args.device)
+    device = resolve_device(args.device)  # the arguments first: looking for a GPU imports torch
     database = None
     if args.db:
         from kernel_oracle.fuzz.cluster import open_database
-        from kernel_oracle.harness.families import FAMILY_OF
+        from kernel_oracle.harness.families import campaign_ops
 
-        database = open_database(args.db, str(args.targets[0]), FAMILY_OF[args.op])
+        database = open_database(args.db, str(args.targets[0]), campaign_ops(args.op)[0])
     if not args.isolate:
         try:
             configure_process(device)  # the target runs here: before any kernel import

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "sglang-csgmv==X.Y.Z (or any spec); with --releases, sglang, sglang-trt and sglang-csgmv "
                      "stand for every release given there")
     options.add(parser, "op", default="lora",
-                help="lora, vision, csgmv, a comma list of them or one op of a family (default lora)")
+                help="comma-separated op families or ops, one campaign per family (default lora)")
     parser.add_argument("--releases", default=None, metavar="all|X.Y.Z[,X.Y.Z...]",
                         help="the releases of each target named without one (sglang, sglang-trt, sglang-csgmv); all: "
                              "every release with a wheel in --sglang-wheel or the cache that has the op's code")
@@ -80,6 +80,8 @@ def _print(record: dict) -> None:
         history = "; ".join(f"{lane}: introduced in {h['introduced_in']}, fixed in {h['fixed_in'] or '-'}"
                             for lane, h in row.get("history", {}).items())
         print(f"  {row['bucket']}: {cells}; {history or 'introduced in -'}")
+        if row.get("headline"):  # what failed, in words, and the upstream defect it is
+            print(f"    {row['headline']}")
 
 
 def _release_list(text, sglang_wheel) -> list:
@@ -98,9 +100,9 @@ def _release_list(text, sglang_wheel) -> list:
 def _specs(args, device: str) -> list:
     from kernel_oracle.fuzz.targets import TargetSources
     from kernel_oracle.fuzz.targets.sglang import configuration_applies, release_identity
-    from kernel_oracle.jobs.matrix import expand_targets, op_families
+    from kernel_oracle.jobs.matrix import expand_targets
 
-    families = op_families(args.op)
+    families = list(options.op_list(args.op))
     sources = TargetSources(sglang_wheel=args.sglang_wheel)
     releases = _release_list(args.releases, args.sglang_wheel) if args.releases else None
     if args.releases == "all" and not releases:
@@ -118,7 +120,8 @@ def main(args: argparse.Namespace) -> int:
     names = [str(s) for s in args.targets]
     if len(set(names)) != len(names):
         return _error(f"error: --targets names a target twice ({names}); pass each release once")
-    try:
+    try:  # the arguments first: looking for a GPU imports torch
+        options.op_list(args.op)
         device = resolve_device(args.device)
         configure_process(device)  # the corpus runs here: before any kernel import
     except (ValueError, RuntimeError) as exc:

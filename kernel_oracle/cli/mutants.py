@@ -58,35 +58,35 @@ def _json_path_error(path: str) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from kernel_oracle.harness.device import configure_process, resolve_device
+    from kernel_oracle.fuzz.targets.mutants import MUTANTS, MutantError, get_mutant  # the table: no torch
 
     def usage(msg: str) -> int:
         print(f"kernel-oracle mutants: error: {msg}", file=sys.stderr)
         return run_outcome(usage_error=True).exit_code
 
-    try:
+    if args.list:
+        for m in MUTANTS:
+            print(f"{m.name:34} {m.family:7} {m.description}")
+        return run_outcome().exit_code
+    try:  # every argument is checked before the device (torch) is looked at
         families = options.families(args.op)
+        names = [get_mutant(n).name for n in args.names] or [m.name for m in MUTANTS if m.family in families]
+    except (ValueError, MutantError) as exc:
+        return usage(str(exc))
+    if not names:
+        return usage("no mutant selected; `kernel-oracle mutants --list` shows them")
+    why = _json_path_error(args.json_out) if args.json_out else None
+    if why:
+        return usage(why)
+    from kernel_oracle.harness.device import configure_process, resolve_device
+
+    try:
         device = resolve_device(args.device)
         configure_process(device)  # before any kernel import
     except (ValueError, RuntimeError) as exc:
         return usage(str(exc))
     from kernel_oracle.fuzz.mutant_check import check_mutant
-    from kernel_oracle.fuzz.targets.mutants import MUTANTS, MutantError, get_mutant
 
-    if args.list:
-        for m in MUTANTS:
-            print(f"{m.name:34} {m.family:7} {m.description}")
-        return run_outcome().exit_code
-    try:
-        names = [get_mutant(n).name for n in args.names] or [m.name for m in MUTANTS if m.family in families]
-    except MutantError as exc:
-        return usage(str(exc))
-    if not names:
-        return usage("no mutant selected; `kernel-oracle mutants --list` shows them")
-    if args.json_out:
-        why = _json_path_error(args.json_out)
-        if why:
-            return usage(why)
     results = []
     interrupted = False
     try:

@@ -2,8 +2,9 @@
 
 Note [Options]
 --------------
-One concept has one name in every subcommand, and no other: ``--op`` (the op family, or one LoRA op;
-a comma-separated list where a command runs several families), ``--cases`` (a number of cases: a
+One concept has one name in every subcommand, and no other: ``--op`` (a comma-separated list of op
+families and ops in every command, :func:`kernel_oracle.harness.families.op_groups`: ``fuzz`` takes one
+family's, ``run``, ``mutants`` and ``bench`` whole families), ``--cases`` (a number of cases: a
 campaign's, a selfcheck's variations, a mutant's examples, a warm-up's), ``--time`` (seconds, as
 ``args.time_s``: Note [Time budget] in :mod:`kernel_oracle.fuzz.time_budget`),
 ``--targets`` (comma-separated target specs, :func:`kernel_oracle.harness.targets.parse_target_list`;
@@ -27,11 +28,12 @@ import sys
 from typing import NoReturn, Optional
 
 from kernel_oracle.harness.device import DEVICE_CHOICES
+from kernel_oracle.jobs.fuzz_campaign import DEFAULT_SEED
 from kernel_oracle.fuzz.time_budget import parse_time_s
 from kernel_oracle.harness.outcome import run_outcome
 
-__all__ = ["LIMIT_PRESETS", "OPTIONS", "add", "cluster_settings", "families", "finite_float",
-           "non_negative_seconds", "non_negative_int", "one_line_errors", "parse_list", "positive_int",
+__all__ = ["LIMIT_PRESETS", "OPTIONS", "add", "campaign_op", "cluster_settings", "families", "finite_float",
+           "non_negative_seconds", "non_negative_int", "one_line_errors", "op_list", "parse_list", "positive_int",
            "positive_seconds", "timeout_seconds", "wait_seconds"]
 
 # the size presets of kernel_oracle.fuzz.strategies.LIMITS (kept literal: building the parser imports no Hypothesis)
@@ -42,11 +44,35 @@ def one_line_errors(parser: argparse.ArgumentParser) -> None:
     """Make ``parser`` report usage errors as one line on stderr, exit code 2."""
 
     def error(message: str) -> NoReturn:
-        text = " ".join(str(message).split())
+        text = " ".join(str(message).split()) + _did_you_mean(parser, str(message))
         sys.stderr.write(f"{parser.prog}: error: {text} (see {parser.prog} --help)\n")
         sys.exit(run_outcome(usage_error=True).exit_code)
 
     parser.error = error  # type: ignore[method-assign]
+
+
+def _flags(parser: argparse.ArgumentParser) -> set:
+    """Every option string of ``parser`` and of its subcommands."""
+    found = set()
+    for action in parser._actions:
+        found.update(action.option_strings)
+        for sub in (getattr(action, "choices", None) or {}).values() if isinstance(action, argparse._SubParsersAction) \
+                else ():
+            found |= _flags(sub)
+    return found
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """``; did you mean --seed?`` for an unrecognized option close to one the command line has (a letter
+    more, less or different: no two options are that close, so the guess names one)."""
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    import difflib
+
+    flags = sorted(_flags(parser))
+    guesses = [g for word in message.split(":", 1)[1].split() if word.startswith("--")
+               for g in difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.8)]
+    return f"; did you mean {' or '.join(dict.fromkeys(guesses))}?" if guesses else ""
 
 
 def finite_float(text: str, what: str = "a number") -> float:
@@ -159,7 +185,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
                                  help="delete what --out holds of an earlier campaign (state, findings, cases, "
                                       ".hypothesis) and start afresh; without it a rerun resumes, and a directory "
                                       "of other code, target, op or seed is refused")),
-    "seed": (("--seed",), dict(type=int, default=0, metavar="K", help="random seed")),
+    "seed": (("--seed",), dict(type=int, default=DEFAULT_SEED, metavar="K", help="random seed")),
     "device": (("--device",), dict(choices=DEVICE_CHOICES, default="auto",
                                    help="auto: the GPU if torch sees one, else the CPU (Triton kernels under the "
                                         "interpreter)")),
@@ -171,7 +197,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "targets": (("--targets",), dict(dest="targets", action=_TargetList, default=None, metavar="SPEC[,SPEC...]",
                                      help=_TARGETS_HELP)),
     "quiet": (("--quiet",), dict(action="store_true", help="no progress output")),
-    "op": (("--op",), dict(metavar="OP", help="lora, vision or one LoRA op (step_a_q ... v_side_fused)")),
+    "op": (("--op",), dict(metavar="OP[,OP...]",
+                           help="comma-separated op families (lora, vision, csgmv) or ops (step_a_q ... v_side_fused, "
+                                "csgmv_shrink, csgmv_expand)")),
     "limits": (("--limits",), dict(choices=LIMIT_PRESETS, default=None,
                                    help="problem sizes (default: tiny for interpreted Triton, small for the CPU "
                                         "reference, gpu on a GPU: small and tile-edge heavy with a share of full-size "
@@ -218,12 +246,40 @@ def add(container, name: str, **overrides) -> argparse.Action:
     return container.add_argument(*flags, **{**kwargs, **overrides})
 
 
-def families(value: str) -> list[str]:
-    """The op families of a ``--op`` list (``lora,vision``): any registered family
-    (:mod:`kernel_oracle.harness.families`); ``ValueError`` naming the option."""
-    from kernel_oracle.harness.families import family_names  # imports torch: not before main()'s SIGTERM handler
+def op_list(value: str) -> dict[str, tuple[str, ...]]:
+    """family -> its ops, of a ``--op`` list (:func:`kernel_oracle.harness.families.op_groups`, any
+    registered family); ``ValueError`` naming the option."""
+    from kernel_oracle.harness.families import FamilyError, op_groups
 
-    return parse_list(value, "--op", family_names())
+    try:
+        return op_groups(value)
+    except FamilyError as exc:
+        raise ValueError(f"--op {exc}") from None
+
+
+def families(value: str) -> list[str]:
+    """The op families of a ``--op`` list (``lora,vision``) of a command that takes whole families;
+    ``ValueError`` naming the option."""
+    from kernel_oracle.harness.families import get_family
+
+    groups = op_list(value)
+    part = [op for name, ops in groups.items() if ops != get_family(name).ops for op in ops]
+    if part:
+        raise ValueError(f"--op {value!r}: {part} {'is' if len(part) == 1 else 'are'} part of a family, and this "
+                         f"command takes whole families; pass {','.join(groups)} (kernel-oracle fuzz --op fuzzes "
+                         f"single ops)")
+    return list(groups)
+
+
+def campaign_op(value: str) -> str:
+    """An argparse type: the ``--op`` list of one campaign (one family, or some of its ops), as the
+    campaign's ``op`` text (:func:`kernel_oracle.harness.families.op_text`)."""
+    from kernel_oracle.harness.families import FamilyError, campaign_ops, op_text
+
+    try:
+        return op_text(*campaign_ops(value))
+    except FamilyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cluster_settings(args: argparse.Namespace) -> Optional[dict]:

@@ -21,7 +21,7 @@ __all__ = ["add_arguments", "main"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)
     parser.add_argument("path", nargs="?", help="a saved case, DIR/cases/<id>.pt (or its .json)")
-    parser.add_argument("--case", default=None, help="the case as JSON ({'problem': ..., 'mutation': ...})")
+    parser.add_argument("--case-json", default=None, help="the case as JSON ({'problem': ..., 'mutation': ...})")
     options.add(parser, "targets", required=True, metavar="SPEC",
                 help="the target to run it on (one spec)")
     options.add(parser, "device")
@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace):
     if len(args.targets) != 1:
         raise ReproError(f"--targets names {len(args.targets)} targets; a case is re-run on one")
     target = args.targets[0]
-    rep = reproduce(target=target, path=args.path, case_json=args.case, device=args.device,
+    rep = reproduce(target=target, path=args.path, case_json=args.case_json, device=args.device,
                     sglang_wheel=args.sglang_wheel, script=args.emit_script is not None)
     if args.emit_script is None:
         return rep, None
@@ -55,16 +55,17 @@ def _run(args: argparse.Namespace):
     name = Path(args.path).stem if args.path else "case"
     try:
         return rep, emit_script(args.emit_script, name=name, case=rep.case, call=rep.call, expected=rep.expected,
-                                target=rep.target, target_spec=str(target), verdict=rep.verdict, force=args.force)
+                                target=rep.target, target_spec=str(target), verdict=rep.verdict, force=args.force,
+                                sglang_wheel=args.sglang_wheel)
     except ScriptError as exc:
         raise ReproError(str(exc)) from None
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.path is None and args.case is None:
-        return _usage("pass DIR/cases/<id>.pt or --case JSON")
-    if args.path is not None and args.case is not None:
-        return _usage("pass a case file or --case JSON, not both")
+    if args.path is None and args.case_json is None:
+        return _usage("pass DIR/cases/<id>.pt or --case-json JSON")
+    if args.path is not None and args.case_json is not None:
+        return _usage("pass a case file or --case-json JSON, not both")
     if args.force and args.emit_script is None:
         return _usage("--force only applies with --emit-script DIR")
     from kernel_oracle.jobs.repro import ReproError
@@ -80,7 +81,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"case: {rep.case!r}")
     print(f"expected: {verdict.expected}")
     if written is not None:
-        print(f"standalone script: {written[0]} (tensors: {written[1]}); run: python {written[0]}")
+        script = Path(written[0]).resolve()  # run as printed, from any folder
+        print(f"standalone script: {written[0]} (tensors: {written[1]}); run: python {script}")
     if verdict.ok:
         print(f"PASS on {target}" + (f" (error ratio {verdict.ratio:.3g})" if verdict.ratio is not None else ""))
     else:

@@ -55,14 +55,14 @@ def _checked(args: argparse.Namespace) -> dict:
     from kernel_oracle.jobs.main_job import check_out
 
     families = tuple(options.families(args.op))
-    device = resolve_device(args.device)
+    if args.db is not None and args.gpus is None and args.scheduler is None:
+        raise ValueError("--db needs --gpus or --scheduler (the main job's campaigns share it)")
     load_known_issues()  # a bad $KERNEL_ORACLE_KNOWN_ISSUES file: KnownIssuesError, a ValueError
     check_out(args.out)
+    cluster = options.cluster_settings(args)
+    device = resolve_device(args.device)  # the arguments first: looking for a GPU imports torch
     if args.triton_cache is not None:
         use_triton_cache(args.triton_cache)  # before the worker starts: it inherits the cache
-    cluster = options.cluster_settings(args)
-    if cluster is None and args.db is not None:
-        raise ValueError("--db needs --gpus or --scheduler (the main job's campaigns share it)")
     return dict(device=device, time_s=args.time_s, seed=args.seed, out=args.out, targets=args.targets,
                 families=families, selfcheck=not args.no_selfcheck, quiet=args.quiet, cluster=cluster,
                 sglang_wheel=args.sglang_wheel, with_malformed=args.with_malformed)

@@ -41,7 +41,8 @@ from kernel_oracle.harness.families import family_names, get_family
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import problem_from_dict
 
-__all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "in_process", "known_cases_for", "load_corpus",
+__all__ = ["CORPUS_DIR", "CorpusError", "Entry", "EntryOutcome", "in_process", "known_cases_for", "known_cases_of",
+           "load_corpus",
            "load_entry", "run_entry"]
 
 
@@ -232,13 +233,18 @@ def known_cases_for(spec, directory: str | Path | None = None) -> tuple:
     configuration: ``sglang==0.5.12`` gets the ``sglang`` entries), the ``known_cases`` a campaign names
     its findings by (Note [Known cases] in :mod:`kernel_oracle.fuzz.known_cases`); none when ``directory``
     is not a corpus folder."""
-    from kernel_oracle.harness.targets import TargetSpec
-
-    parsed = TargetSpec.parse(spec)
-    configuration = ",".join(f"{k}={v}" for k, v in parsed.configuration)
     try:
         entries = load_corpus(directory)
     except CorpusError:
         return ()
+    return known_cases_of(entries, spec)
+
+
+def known_cases_of(entries, spec) -> tuple:
+    """:func:`known_cases_for` of loaded corpus ``entries``."""
+    from kernel_oracle.harness.targets import TargetSpec
+
+    parsed = TargetSpec.parse(spec)
+    configuration = ",".join(f"{k}={v}" for k, v in parsed.configuration)
     return tuple(({"id": e.id, "title": e.title, "upstream": e.upstream}, case) for e in entries
                  if e.target == parsed.name and e.configuration == configuration for case in e.cases)

@@ -57,7 +57,7 @@ from typing import Optional
 from kernel_oracle.fuzz.targets.flashinfer_engines import ENGINE_RELEASES
 from kernel_oracle.jobs.matrix_columns import REGRESSION_CASES, case_split
 
-__all__ = ["CONFIGURATION_VARIANTS", "Column", "build_matrix", "expand_targets", "op_families", "plan_columns",
+__all__ = ["CONFIGURATION_VARIANTS", "Column", "build_matrix", "expand_targets", "plan_columns",
            "release_key", "run_matrix", "runs_dir"]
 
 # every configuration of a target name that selects its own code path (Note [SGLang switches]); the
@@ -242,6 +242,8 @@ def build_matrix(runs: list[dict], corpus: list[dict], *, replayed: bool = True)
                                             "ops": [b.op] if b.op else [], "unlabelled": b.label.replace(
                                                 f" | {b.op} |", " |") if b.op else None})
             row["flags"] = sorted(set(row["flags"]) | set(b.flags))  # what the example needs (Note [Buckets])
+            if not b.op:  # a root cause of several ops (Note [One root cause across ops] in harness/root_causes.py)
+                row["ops"] = list(dict.fromkeys([*row["ops"], *(str(o) for o in f.get("ops") or ())]))
             for d in f.get("dtypes") or [f.get("dtype")]:  # one row per root cause, whichever dtypes show it
                 if d and d not in row["dtypes"]:
                     row["dtypes"].append(d)
@@ -370,24 +372,10 @@ def runs_dir(out) -> Path:
     return Path(out) / "runs" / _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def op_families(op: str) -> list:
-    """The op families of ``--op``: a registered family (``lora``, ``vision``), one op of a family (that
-    family) or a comma list of families; ``ValueError`` naming the valid values otherwise."""
-    from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS, get_family
-
-    parts = [p.strip() for p in str(op).split(",") if p.strip()]
-    if len(parts) == 1 and parts[0] in FAMILY_OF and parts[0] not in FAMILY_OPS:
-        return [FAMILY_OF[parts[0]]]
-    if not parts or any(p not in FAMILY_OPS for p in parts) or len(set(parts)) != len(parts):
-        single = " or ".join(f"one {get_family(f).label} op ({', '.join(ops)})"
-                             for f, ops in FAMILY_OPS.items() if ops != (f,))
-        raise ValueError(f"--op {op!r}: pass {', '.join(FAMILY_OPS)}, {','.join(FAMILY_OPS)} or {single}")
-    return parts
-
-
 def _column_run(record: dict, rec: dict, column: Column) -> dict:
     """The run row of ``column`` from its campaign record ``rec``, merged into ``record``."""
     from kernel_oracle.harness.schema import merge
+    from kernel_oracle.jobs.bug_corpus import known_cases_of
 
     merge(record, rec, seeds_key=f"{column.tested} {column.family}")
     t = rec["targets"][0] if rec["targets"] else {}
@@ -406,15 +394,16 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
                sglang_wheel: Optional[str] = None, log=None, regression_cases: int = REGRESSION_CASES) -> dict:
     """One campaign (:class:`~kernel_oracle.fuzz.campaign_config.CampaignConfig`, the same seed for
     every release) and the corpus ``entries`` per column of distinct code (Note [Release matrix]) of
-    ``specs`` (strings or TargetSpecs) and ``op`` (``lora``, ``vision``, one LoRA op, or a comma list
-    of families), folded into one record of kind ``main`` with its ``release_matrix``, written as
-    ``out/matrix.{json,md,html}``; campaigns go under ``campaigns_dir`` (default :func:`runs_dir`).
+    ``specs`` (strings or TargetSpecs) and ``op`` (an ``--op`` list: one campaign per family it names, of
+    the ops it names, :func:`kernel_oracle.harness.families.op_groups`), folded into one record of kind
+    ``main`` with its ``release_matrix``, written as ``out/matrix.{json,md,html}``; campaigns go under ``campaigns_dir`` (default :func:`runs_dir`).
     Returns the record; raises ``CampaignError`` naming the spec, and ``CampaignInterrupted`` (SIGTERM or
     SIGINT) after writing the matrix of the columns that ran, its ``record``."""
     from kernel_oracle.fuzz.campaign import CampaignInterrupted
     from kernel_oracle.fuzz.targets import TargetSources
     from kernel_oracle.fuzz.targets.sglang import release_identity
     from kernel_oracle.fuzz.time_budget import resolve_time_s
+    from kernel_oracle.harness.families import op_groups
     from kernel_oracle.harness.schema import add_note, new_record
 
     out = Path(out)
@@ -422,7 +411,8 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     if budget is None or time_s is not None:  # cases alone, or a time: given or the default (Note [Time budget])
         time_s = resolve_time_s(time_s, "matrix")
     sources = TargetSources(sglang_wheel=sglang_wheel)
-    families = op_families(op)
+    groups = op_groups(op)  # a FamilyError (a ValueError) names what is wrong
+    families = list(groups)
     columns = plan_columns(specs, families, lambda s, f: release_identity(s, f, device, sources),
                            applies=lambda s, f: _applies(s, f, sources, len(families) > 1))
     record = new_record("main", seeds={"seed": seed}, device=device)
@@ -431,7 +421,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     runs, corpus_by_spec, done = [], {}, {}
     replays = None
     try:
-        replays = _run_columns(columns, families, op, config, campaigns_dir, record, entries, device, sources,
+        replays = _run_columns(columns, groups, config, campaigns_dir, record, entries, device, sources,
                                runs, corpus_by_spec, done, log, regression_cases)
     except KeyboardInterrupt as exc:  # SIGTERM / SIGINT: the columns that ran are written, then the stop goes on
         signame = getattr(exc, "signame", None) or (str(exc) or "SIGINT")
@@ -443,13 +433,15 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     return record
 
 
-def _run_columns(columns, families, op, config, campaigns_dir, record, entries, device, sources, runs,
+def _run_columns(columns, groups, config, campaigns_dir, record, entries, device, sources, runs,
                  corpus_by_spec, done, log, regression_cases: int = REGRESSION_CASES) -> int:
     """Each column's campaign (Note [Matrix budget]: side by side on a GPU) and corpus (appended to
     ``runs``, ``corpus_by_spec``, ``done`` as they end, so an interruption keeps them), then the
-    replays of absences; returns the replays run."""
+    replays of absences; returns the replays run.  ``groups``: family -> the ops ``--op`` names."""
     from kernel_oracle.fuzz.worker import Worker
+    from kernel_oracle.harness.families import op_text
     from kernel_oracle.harness.schema import add_note
+    from kernel_oracle.jobs.bug_corpus import known_cases_of
     from kernel_oracle.jobs.matrix_columns import failed_row, is_current, newest_release, run_campaigns
     from kernel_oracle.jobs.matrix_replay import replay_absences
     from kernel_oracle.jobs.side_by_side import slots
@@ -477,9 +469,9 @@ def _run_columns(columns, families, op, config, campaigns_dir, record, entries, 
 
     distinct = [c for c in columns if c.same_as is None]
     with Worker(device) as corpus_worker:  # started at the first corpus entry; a crash costs it, not the matrix
-        run_campaigns(distinct, lambda c: op if len(families) == 1 else c.family, config, campaigns_dir,
+        run_campaigns(distinct, lambda c: op_text(c.family, groups[c.family]), config, campaigns_dir,
                       device=device, at_once=slots(device), newest=newest, regression_cases=regression_cases,
-                      on_record=on_record)
+                      on_record=on_record, known_cases=lambda c: known_cases_of(entries, c.tested))
     for c in columns:
         if c.same_as is not None:
             done_as = done.get(c.same_as)

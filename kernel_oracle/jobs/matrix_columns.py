@@ -66,20 +66,24 @@ def column_config(config: dict, current: bool, regression_cases: int) -> dict:
     return {**config, "budget": regression_cases if budget is None else min(budget, regression_cases)}
 
 
-def campaign_record(tested: str, op: str, config: dict, out_dir: str) -> dict:
-    """One column's campaign record (in a child process side by side, or here)."""
+def campaign_record(tested: str, op: str, config: dict, out_dir: str, known_cases=()) -> dict:
+    """One column's campaign record (in a child process side by side, or here); ``known_cases``: the corpus
+    cases that name the findings they show (Note [Known cases] in fuzz/known_cases.py)."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
 
     try:
-        return run_campaign(CampaignConfig(target=tested, op=op, out_dir=Path(out_dir), **config))
+        return run_campaign(CampaignConfig(target=tested, op=op, out_dir=Path(out_dir), known_cases=known_cases,
+                                           **config))
     except CampaignError as exc:
         raise CampaignError(f"{tested}: {exc}") from None
 
 
 def run_campaigns(columns: list, op_of: Callable, config: dict, campaigns_dir: Path, *, device: str,
-                  at_once: int, newest: Optional[str], regression_cases: int, on_record: Callable) -> None:
+                  at_once: int, newest: Optional[str], regression_cases: int, on_record: Callable,
+                  known_cases: Callable = lambda column: ()) -> None:
     """The campaign of each column in ``columns`` (:class:`~kernel_oracle.jobs.matrix.Column`s of
-    distinct code), ``at_once`` at a time; ``on_record(column, record, problem)`` as each ends
+    distinct code), ``at_once`` at a time (``known_cases(column)``: its corpus cases);
+    ``on_record(column, record, problem)`` as each ends
     (``problem``: None, or one line saying why the column has no record).  Raises ``CampaignError``
     for a column that cannot run when they run one after another, as a single campaign does."""
     from kernel_oracle.jobs.side_by_side import Call, run_side_by_side
@@ -90,7 +94,8 @@ def run_campaigns(columns: list, op_of: Callable, config: dict, campaigns_dir: P
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{c.tested}-{c.family}")
         own = column_config(config, is_current(c.members, newest), regression_cases)
         calls.append(Call(c.label, campaign_record, dict(tested=c.tested, op=op_of(c), out_dir=str(campaigns_dir / slug),
-                                                         config=own | ({"shares_gpu": True} if at_once > 1 else {}))))
+                                                         config=own | ({"shares_gpu": True} if at_once > 1 else {}),
+                                                         known_cases=known_cases(c))))
     by_label = {c.label: c for c in order}
     if at_once <= 1 or len(calls) <= 1:
         for call in calls:

@@ -20,21 +20,24 @@ def write_reports(result_path: str | Path, out_dir: str | Path | None = None, *,
     ``OSError`` when the files cannot be written.
     """
     from kernel_oracle.reports.model import load_result
-    from kernel_oracle.reports.render_html import render_html
-    from kernel_oracle.reports.render_md import render_markdown
+    from kernel_oracle.reports.portable import portable_result
 
     if name is not None and (not name or Path(name).name != name or name in (".", "..")):
         raise ValueError(f"--name={name!r} is not a plain file name; pass a name without '/' and use --out "
                          "for the directory")
     result_path = Path(result_path)
     try:
-        result = load_result(result_path)
+        result = portable_result(load_result(result_path))  # Note [Portable pages]
     except UnicodeDecodeError:
         raise SchemaError(f"{result_path}: not a text file; pass a JSON result record") from None
     out = Path(out_dir) if out_dir is not None else result_path.parent
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "is a file, not a directory (pass --out DIR)", str(out))
     out.mkdir(parents=True, exist_ok=True)
+    # the renderers (matplotlib) load once the record and the names are known good: a bad one is refused at once
+    from kernel_oracle.reports.render_html import render_html
+    from kernel_oracle.reports.render_md import render_markdown
+
     stem = name or result_path.stem
     md, html = out / f"{stem}.md", out / f"{stem}.html"
     write_text(md, render_markdown(result))  # never through a symlink: Note [Files as data]

@@ -2,7 +2,7 @@
 
 ``kernel-oracle repro DIR/cases/<id>.pt --targets T`` loads the call's saved tensors (not a
 regeneration: the exact bytes the campaign used), runs the target on them as a campaign does and prints
-the verdict.  ``--case JSON`` rebuilds the call from the problem's seed instead (the form pytest failures
+the verdict.  ``--case-json JSON`` rebuilds the call from the problem's seed instead (the form pytest failures
 print).  As in a campaign (Note [Cases outside a campaign] in :mod:`kernel_oracle.fuzz.isolated`), the
 target runs in a worker, never in this process, and a case it declines (SGLang's csgmv kernels and a
 permutation row past ``x``) is refused in one line before anything of it runs.  ``--emit-script DIR``
@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 from kernel_oracle.harness.data_files import loads_json, read_text
 
-__all__ = ["Reproduction", "ReproError", "SAFE_TYPES", "load_case", "load_case_file", "reproduce"]
+__all__ = ["Reproduction", "ReproError", "SAFE_TYPES", "check_input", "load_case", "load_case_file", "reproduce"]
 
 # what a weights-only load may build beyond tensors and plain data (Note [Case files hold no code])
 SAFE_TYPES = ("kernel_oracle.reference.batch_info.LoRABatchInfo",
@@ -67,8 +67,7 @@ def load_case_file(path: str | os.PathLike, device: str = "cpu") -> dict:
     import torch
 
     path = Path(path)
-    if not path.is_file():
-        raise ReproError(f"no such case file: {path}")
+    check_input(path=str(path))
     try:
         with torch.serialization.safe_globals(_safe_types()):
             saved = torch.load(path, map_location=device, weights_only=True)
@@ -145,12 +144,24 @@ def load_case(*, path: str | None = None, case_json: str | None = None, device: 
             raise ReproError(f"{path} is not JSON: {_first_line(exc)}") from None
         return _case_from(data, str(path)), None
     if case_json is not None:
-        try:
-            data = loads_json(case_json, "--case")
-        except ValueError as exc:
-            raise ReproError(f"--case is not JSON: {_first_line(exc)}") from None
-        return _case_from(data, "--case"), None
-    raise ReproError("pass a saved case path (DIR/cases/<id>.pt) or --case JSON")
+        return _case_from(_json_case(case_json), "--case-json"), None
+    raise ReproError("pass a saved case path (DIR/cases/<id>.pt) or --case-json JSON")
+
+
+def _json_case(case_json: str):
+    try:
+        return loads_json(case_json, "--case-json")
+    except ValueError as exc:
+        raise ReproError(f"--case-json is not JSON: {_first_line(exc)}") from None
+
+
+def check_input(*, path: str | None = None, case_json: str | None = None) -> None:
+    """What :func:`reproduce` checks of its input before it looks at the device (which imports torch): the
+    case file exists, the JSON parses; :class:`ReproError` (one line)."""
+    if path is not None and not Path(path).is_file():
+        raise ReproError(f"no such case file: {path}")
+    if case_json is not None:
+        _json_case(case_json)
 
 
 def _device(device: str) -> str:
@@ -220,6 +231,7 @@ def reproduce(*, target, path: str | None = None, case_json: str | None = None, 
     from kernel_oracle.harness.check import expected_outcome, prepared_call, with_state_changes
     from kernel_oracle.harness.saved_calls import call_on
 
+    check_input(path=path, case_json=case_json)
     device = _device(device)
     case, saved = load_case(path=path, case_json=case_json, device=device)  # refused files stop here
     call = saved

@@ -30,6 +30,16 @@ removes it (the link, never what it points to) and writes a fresh file.
 The script exits 1 when the finding reproduces, 0 when the target passes, 2 when it cannot run
 (target not importable).  A target that lives only inside kernel-oracle (a mutant, an adapter
 closure) gets no default ``TARGET``; the script then asks for ``--targets module:function``.
+
+Note [Where the script finds its target]
+----------------------------------------
+The script runs as printed (``python /abs/DIR/<name>.py``) from any folder, so it records where its
+target was found rather than relying on where it is run: a user's module by the folder that holds it
+(``module_dir``, put first on ``sys.path``: ``python DIR/x.py`` puts ``DIR`` there, not the current
+folder), and the spec it was tested as (``target_spec``, with ``--sglang-wheel`` as ``sglang_wheel``).
+When ``TARGET`` does not import (a release's file, ``sglang.srt.lora...``, where SGLang is not
+installed), the script asks kernel-oracle, when it is installed, to resolve ``target_spec`` as the
+campaign did: a release from the wheel cache (or ``sglang_wheel``), loaded standalone, never installed.
 """
 
 from __future__ import annotations
@@ -67,6 +77,19 @@ def _encode(value, key: str, tensors: dict):
         return {"object": type(value).__name__,
                 "fields": {k: _encode(v, f"{key}.{k}", tensors) for k, v in fields.items()}}
     raise ScriptError(f"{key} is a {type(value).__name__}, which a standalone script cannot rebuild")
+
+
+def _module_dir(target_path: str | None) -> str | None:
+    """The folder the script puts first on ``sys.path`` to import ``target_path`` (a user's module, found
+    where kernel-oracle found it: Note [Modules beside the user]); None for kernel-oracle's own code and for
+    a module no folder holds here (a release's file, loaded from its wheel: Note [Where the script finds its
+    target])."""
+    from kernel_oracle.fuzz.targets.user_modules import module_root
+
+    module = (target_path or "").partition(":")[0]
+    if not module or module.split(".")[0] in ("kernel_oracle", "torch", "triton"):
+        return None
+    return module_root(module)
 
 
 def _target_path(target, spec, op: str) -> tuple[str | None, str]:
@@ -149,10 +172,11 @@ def _new_file(path: Path, force: bool):
 
 
 def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec: str,
-                verdict=None, force: bool = False) -> tuple[Path, Path]:
+                verdict=None, force: bool = False, sglang_wheel: str | None = None) -> tuple[Path, Path]:
     """Write ``<name>.py``, ``<name>.json`` and ``<name>.tensors.pt`` to ``out_dir`` (refusing to
     replace a file or follow a symlink there unless ``force``); returns the script's and the
-    tensors' paths."""
+    tensors' paths.  ``sglang_wheel``: where the release of ``target_spec`` came from (``--sglang-wheel``),
+    recorded for the script (Note [Where the script finds its target])."""
     from kernel_oracle import __version__
     from kernel_oracle.harness.opinfo import OP_DB
 
@@ -184,6 +208,8 @@ def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec
     target_path, target_note = _target_path(target, target_spec, case.op)
     files = {suffix: out / f"{stem}{suffix}" for suffix in (".py", ".json", ".tensors.pt")}
     data = {"target": target_path, "target_note": target_note, "tensors": files[".tensors.pt"].name,
+            "target_spec": str(target_spec), "module_dir": _module_dir(target_path),
+            "sglang_wheel": str(Path(sglang_wheel).expanduser().resolve()) if sglang_wheel else None,
             "meta": {"op": case.op, "entry": info.entry, "inplace": info.inplace_arg, "family": case.family,
                      "case": case.to_dict(), "suite_version": __version__,
                      "finding": verdict.kind if verdict is not None and not verdict.ok else None},
@@ -206,11 +232,12 @@ def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec
 
 
 _TEMPLATE = '''#!/usr/bin/env python3
-"""Standalone reproduction of a kernel-oracle case; needs only torch and the target.
+"""Standalone reproduction of a kernel-oracle case; needs only torch and the target (a release that is not
+installed is loaded from its wheel by kernel-oracle, when that is installed).
 
 The case, the target and what to expect are in the JSON file beside this script (STEM.json), the
 tensors in STEM.tensors.pt (weights-only); kernel-oracle rebuilds the case with
-`kernel-oracle repro --case '<the JSON's meta.case>' --targets T`.
+`kernel-oracle repro --case-json '<the JSON's meta.case>' --targets T`.
 
 Run:   python STEM.py [--targets package.module:function] [--device cpu|cuda]
 Exit:  1 the finding reproduces, 0 the target passes, 2 the script cannot run.
@@ -252,6 +279,23 @@ def load_target(spec):
     if callable(obj) and attr:
         return obj
     raise AttributeError(f"{spec} has no {META['entry']}")
+
+
+def from_kernel_oracle(spec, device):
+    """``(entry point, None)`` of target spec ``spec`` as kernel-oracle resolves it (a release from its
+    wheel, never installed), or ``(None, why not)``."""
+    if not spec:
+        return None, "no target spec recorded"
+    try:
+        from kernel_oracle.fuzz.targets import TargetSources, resolve_target
+    except ImportError as exc:
+        return None, f"kernel-oracle, which loads {spec} from its wheel, is not importable ({exc})"
+    target = resolve_target(spec, device, sources=TargetSources(sglang_wheel=DATA.get("sglang_wheel")))
+    if not target.available:
+        return None, f"{spec} is unavailable: {target.reason}"
+    if not target.has(META["op"]):
+        return None, f"{spec} has no {META['op']}"
+    return target.entry(META["op"]), None
 
 
 def build(desc, tensors):
@@ -308,11 +352,17 @@ def main(argv=None):
         print("error: this target exists only inside kernel-oracle; pass --targets package.module:function",
               file=sys.stderr)
         return 2
+    folder = DATA.get("module_dir")
+    if folder and os.path.isdir(folder) and folder not in sys.path:
+        sys.path.insert(0, folder)  # where the module was found, wherever the script runs from
     try:
         fn = load_target(args.target)
     except Exception as exc:  # noqa: BLE001 - one line: the script cannot run
-        print(f"error: cannot load target {args.target}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        fn, why = from_kernel_oracle(DATA.get("target_spec") if args.target == TARGET else None, device)
+        if fn is None:
+            print(f"error: cannot load target {args.target}: {type(exc).__name__}: {exc}; {why}", file=sys.stderr)
+            return 2
+        print(f"{args.target} is not importable here; {DATA['target_spec']} loaded by kernel-oracle")
     tensors = torch.load(Path(__file__).with_name(TENSORS), map_location=device, weights_only=True)
     call_args = [build(d, tensors) for d in CALL["args"]]
     call_kwargs = {k: build(d, tensors) for k, d in CALL["kwargs"].items()}

@@ -28,7 +28,7 @@ def test_a_config_parses_its_target_and_derives_the_rest(tmp_path):
 
 # keyword -> the one-line error it gives (the same messages run_campaign's callers always saw)
 BAD = {
-    "op": ("conv", "op='conv' is unknown; the only valid values are "),
+    "op": ("conv", "op='conv' names ['conv'], which no family has; the only valid values are the families "),
     "budget": (-1, "Expected a non-negative int but got budget=-1"),
     "time_s": (float("nan"), "Expected a positive finite number of seconds but got time_s=nan"),
     "case_timeout_s": (0, "Expected a positive finite number of seconds but got case_timeout_s=0"),

@@ -264,7 +264,7 @@ def test_fuzz_and_run_take_a_scheduler_and_a_shared_db(client, redis_url, tmp_pa
     from kernel_oracle.harness.schema import load
 
     addr = client.scheduler.address
-    rc = cli_main(["fuzz", "--targets", TARGET, "--op", "step_a_q", "--cases", "20", "--seeds", "2",
+    rc = cli_main(["fuzz", "--targets", TARGET, "--op", "step_a_q", "--cases", "20", "--shards", "2",
                    "--dtypes", "float32", "--device", "cpu", "--no-isolate", "--limits", "tiny", "--quiet",
                    "--scheduler", addr, "--db", redis_url, "--out", str(tmp_path / "fuzz")])
     out = capsys.readouterr().out

@@ -573,7 +573,7 @@ def test_a_failed_case_write_keeps_the_finding(tmp_path, monkeypatch, capsys):
                                 "OSError: [Errno 28] No space left on device)")
     assert not list((tmp_path / "out" / "cases").glob("*.pt"))
     argv = shlex.split(f["repro"])
-    assert argv[:3] == ["kernel-oracle", "repro", "--case"]
+    assert argv[:3] == ["kernel-oracle", "repro", "--case-json"]
     monkeypatch.undo()
     monkeypatch.syspath_prepend(str(tmp_path))
     assert _cli(capsys, *argv[1:], "--device", DEVICE)[0] == 1  # the line reproduces it from the seed

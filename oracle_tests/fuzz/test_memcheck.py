@@ -39,7 +39,7 @@ def test_a_gap_memcheck_reports_becomes_an_out_of_bounds_finding(tmp_path, monke
     clean, runs = _campaign(tmp_path, monkeypatch, "clean", CLEAN)
     gaps = clean["validation_gaps"]
     assert gaps and len(runs) == len(gaps) and not clean["findings"], (gaps, clean["findings"])
-    assert all("kernel-oracle repro --case" in r for r in runs)
+    assert all("kernel-oracle repro --case-json" in r for r in runs)
     bad, runs = _campaign(tmp_path, monkeypatch, "access", REPORT)
     assert bad["validation_gaps"] == []  # every row was reported: each is a finding now
     oob = [f for f in bad["findings"] if f.get("consequence") == "out of bounds"]

@@ -15,10 +15,10 @@ def test_default_processes_use_every_core_up_to_the_variants(monkeypatch, cores,
 
 
 def test_a_cuda_fuzz_campaign_warms_up_unless_told_not_to():
-    from kernel_oracle.cli.fuzz import _warm_up_s
+    from kernel_oracle.jobs.fuzz_campaign import warm_up_for
 
-    assert _warm_up_s(None, "cuda") == _warm_up_s(None, "cuda:1") == precompile.DEFAULT_WARM_UP_S > 0
-    assert _warm_up_s(None, "cpu") is None and _warm_up_s(0.0, "cuda") is None and _warm_up_s(30.0, "cuda") == 30.0
+    assert warm_up_for(None, "cuda") == warm_up_for(None, "cuda:1") == precompile.DEFAULT_WARM_UP_S > 0
+    assert warm_up_for(None, "cpu") is None and warm_up_for(0.0, "cuda") is None and warm_up_for(30.0, "cuda") == 30.0
 
 
 def test_compile_only_launches_warm_up_and_run_nothing(monkeypatch):

@@ -171,7 +171,7 @@ def test_a_standalone_repro_names_the_releases_module_and_configuration(tmp_path
     case = {"problem": {"family": "lora", **{k: list(v) if isinstance(v, tuple) else v
                                              for k, v in vars(_problem(op="step_b_q", extra_rows=2)).items()
                                              if k != "family"}}, "mutation": None}
-    rc = main(["repro", "--case", json.dumps(case), "--targets", "sglang-trt==0.5.23@lora_opti=on,cublas=on",
+    rc = main(["repro", "--case-json", json.dumps(case), "--targets", "sglang-trt==0.5.23@lora_opti=on,cublas=on",
                "--device", DEVICE, "--emit-script", str(tmp_path)])
     assert rc == 1, capsys.readouterr()
     data = json.loads((tmp_path / "case.json").read_text())  # the script's data travels beside it, as JSON

@@ -45,7 +45,8 @@ def test_main_job_counts_fuzz_cases_and_failed_campaigns():
 
 
 @pytest.mark.parametrize("argv, text", [
-    (["--op", "lora,audio"], "--op 'lora,audio': ['audio'] unknown; the only valid values are ['lora', 'vision', 'csgmv']"),
+    (["--op", "lora,audio"], "--op 'lora,audio' names ['audio'], which no family has; the only valid values are the families ['lora', "
+     "'vision', 'csgmv']"),
     (["--time", "0"], "argument --time: expected a positive, finite number of seconds but got '0'"),
     (["--main-time", "nan"], "argument --main-time: expected a non-negative, finite number of seconds but got 'nan'"),
     (["--limits", "huge"], "argument --limits: invalid choice: 'huge'"),

@@ -40,7 +40,7 @@ def _cli(cwd, *argv, timeout: int = 600) -> subprocess.CompletedProcess:
 
 def test_repro_refuses_a_case_its_target_declines_before_running_it(tmp_path):
     wheel_or_skip("0.5.23")
-    done = _cli(tmp_path, "repro", "--case", json.dumps(PAST_X), "--targets", "sglang-csgmv==0.5.23", "--device", "cpu")
+    done = _cli(tmp_path, "repro", "--case-json", json.dumps(PAST_X), "--targets", "sglang-csgmv==0.5.23", "--device", "cpu")
     assert (done.returncode, done.stdout) == (2, ""), done.stdout + done.stderr
     assert done.stderr.strip().splitlines() == [
         f"kernel-oracle repro: error: target 'sglang-csgmv==0.5.23' declines csgmv.unchecked_bounds ({UNCHECKED}); "
@@ -59,7 +59,7 @@ def test_repro_runs_the_target_in_a_worker_so_its_crash_is_a_verdict(tmp_path):
     (tmp_path / "kosegfaults.py").write_text(SEGFAULTS)
     case = {"problem": {"family": "lora", "op": "step_a_q", "seg_lens": [2], "weight_indices": [0],
                         "lora_ranks": [4], "scalings": [1.0], "H": 1, "qk": 8, "vd": 8, "C": 8, "R": 4}}
-    done = _cli(tmp_path, "repro", "--case", json.dumps(case), "--targets", "kosegfaults", "--device", "cpu")
+    done = _cli(tmp_path, "repro", "--case-json", json.dumps(case), "--targets", "kosegfaults", "--device", "cpu")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "REPRODUCED [crash] on kosegfaults:\ntarget crashed: worker process died (" in done.stdout
     assert "SIGSEGV" in done.stdout

@@ -149,3 +149,40 @@ def test_the_main_jobs_summary_counts_selfcheck_rows_apart_from_fuzz_cases(capsy
     md = render_markdown(model)
     assert "| cases | passed | validation gaps | selfcheck rows | findings |" in md
     assert "| 106 | 102 | 4 | 7 (7 passed) | 0 |" in md
+
+
+def _one_letter_apart(a: str, b: str) -> bool:
+    """``a`` and ``b`` differ by one letter added, dropped or changed."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b)) == 1
+    short, long_ = sorted((a, b), key=len)
+    return any(long_[:i] + long_[i + 1:] == short for i in range(len(long_)))
+
+
+def test_no_two_options_differ_by_one_letter():
+    """``--seed`` beside ``--seeds`` (or ``--case`` beside ``--cases``) is one typo from the other option."""
+    flags = sorted({f for p in _subparsers().values() for f in _flags(p) if f.startswith("--")})
+    close = [(a, b) for i, a in enumerate(flags) for b in flags[i + 1:] if _one_letter_apart(a, b)]
+    assert not close, close
+
+
+def test_a_typo_of_an_option_names_the_option(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["fuzz", "--targets", "reference", "--op", "lora", "--out", "o", "--seeds", "2"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --seeds 2; did you mean --seed?" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("command, argv, op", [
+    ("fuzz", ["--targets", "reference", "--out", "o"], "step_b_q,step_a_q"),
+    ("run", [], "lora,vision"), ("mutants", [], "lora,vision"), ("bench", [], "lora,vision"),
+    ("matrix", ["--targets", "sglang==0.5.23"], "lora,vision")])
+def test_op_is_a_comma_list_in_every_command(command, argv, op):
+    """One grammar for ``--op`` (harness.families.op_groups): a comma list wherever a command has the option."""
+    from kernel_oracle.cli import options
+
+    args = build_parser().parse_args([command, *argv, "--op", op])
+    assert options.op_list(args.op) == options.op_list(op)
+    assert "--op" in _flags(_subparsers()[command]) and "[,OP...]" in _flags(_subparsers()[command])["--op"].metavar

@@ -1,5 +1,5 @@
 """A family registered at run time (a toy third one, removed after each test) reaches every consumer that
-reads the families registry: the command line's --op choices and defaults, matrix's --op, the main
+reads the families registry: the command line's --op lists and defaults, matrix's --op, the main
 job's families and warm-up rule, the problems read from files and the mutant table; and a record's own
 ``cases``, ``selfcheck`` rows and ``mismatch`` comparison are what the strategies, the selfcheck and the
 verdict use."""
@@ -31,16 +31,18 @@ def _op_action(command: str):
     return next(a for a in sub._actions if "--op" in a.option_strings)
 
 
-def test_fuzz_op_choices_list_a_registered_family_and_its_ops(toy):
-    choices = _op_action("fuzz").choices
-    assert "toy" in choices and "toy_op" in choices
-    args = build_parser().parse_args(["fuzz", "--targets", "reference", "--op", "toy_op", "--out", "unused"])
-    assert args.op == "toy_op"
+def test_fuzz_op_takes_a_registered_family_and_its_ops(toy):
+    for op in ("toy", "toy_op"):
+        args = build_parser().parse_args(["fuzz", "--targets", "reference", "--op", op, "--out", "unused"])
+        assert args.op == "toy"  # the one op of the family is the family
 
 
-def test_fuzz_op_choices_lack_an_unregistered_family():
-    assert "toy" not in _op_action("fuzz").choices
-    assert set(_op_action("fuzz").choices) >= {"lora", "vision", "step_a_q", "v_side_fused", "csgmv", "csgmv_expand"}
+def test_fuzz_op_refuses_an_unregistered_family(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["fuzz", "--targets", "reference", "--op", "toy", "--out", "unused"])
+    assert exc.value.code == 2 and "names ['toy'], which no family has" in capsys.readouterr().err
+    args = build_parser().parse_args(["fuzz", "--targets", "reference", "--op", "step_b_q,step_a_q", "--out", "o"])
+    assert args.op == "step_a_q,step_b_q"
 
 
 def test_a_family_off_by_default_is_taken_only_where_named():
@@ -57,17 +59,16 @@ def test_an_op_list_takes_a_registered_family(toy):
 
 
 def test_an_op_list_refuses_an_unregistered_family():
-    with pytest.raises(ValueError, match=r"\['toy'\] unknown; the only valid values are \['lora', 'vision', 'csgmv'\]"):
+    with pytest.raises(ValueError, match=r"names \['toy'\], which no family has; the only valid values are the "
+                                         r"families \['lora', 'vision', 'csgmv'\]"):
         options.families("toy")
     assert _op_action("run").default == "lora,vision"
 
 
 def test_matrix_op_takes_a_registered_family_and_its_op(toy):
-    from kernel_oracle.jobs.matrix import op_families
-
-    assert op_families("toy") == ["toy"]
-    assert op_families("toy_op") == ["toy"]
-    assert op_families("lora,toy") == ["lora", "toy"]
+    assert list(options.op_list("toy")) == ["toy"]
+    assert list(options.op_list("toy_op")) == ["toy"]
+    assert list(options.op_list("lora,toy")) == ["lora", "toy"]
 
 
 def test_the_main_job_warms_up_what_a_family_record_names(toy):

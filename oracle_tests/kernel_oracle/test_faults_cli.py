@@ -127,15 +127,15 @@ def test_case_file_as_campaigns_write_it_reproduces(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, contains", [
-    (["repro", "--targets", "reference"], "pass DIR/cases/<id>.pt or --case JSON"),
-    (["repro", "x.pt", "--case", "{}", "--targets", "reference"], "not both"),
-    (["repro", "--case", "{not json", "--targets", "reference"], "--case is not JSON"),
-    (["repro", "--case", '{"problem": {"family": "lora", "op": "step_a_v", "bogus": 1}}', "--targets", "reference"],
+    (["repro", "--targets", "reference"], "pass DIR/cases/<id>.pt or --case-json JSON"),
+    (["repro", "x.pt", "--case-json", "{}", "--targets", "reference"], "not both"),
+    (["repro", "--case-json", "{not json", "--targets", "reference"], "--case-json is not JSON"),
+    (["repro", "--case-json", '{"problem": {"family": "lora", "op": "step_a_v", "bogus": 1}}', "--targets", "reference"],
      "not a valid case"),
-    (["repro", "--case", json.dumps(LORA_CASE.to_dict()), "--targets", "no_such_target"], "no_such_target"),
-    (["repro", "--case", json.dumps(LORA_CASE.to_dict()), "--targets", "reference", "--device", "tpu"], "--device"),
+    (["repro", "--case-json", json.dumps(LORA_CASE.to_dict()), "--targets", "no_such_target"], "no_such_target"),
+    (["repro", "--case-json", json.dumps(LORA_CASE.to_dict()), "--targets", "reference", "--device", "tpu"], "--device"),
     (["repro", "/nonexistent/F1.pt", "--targets", "reference"], "no such case file"),
-    (["repro", "/nonexistent/F1.json", "--targets", "reference"], "cannot read"),
+    (["repro", "/nonexistent/F1.json", "--targets", "reference"], "no such case file"),
     (["repro"], "--targets"),
 ], ids=["no-case", "both", "bad-json", "bad-case", "unknown-target", "bad-device", "missing-pt", "missing-json",
         "no-target"])

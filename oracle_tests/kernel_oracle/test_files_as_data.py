@@ -1,6 +1,6 @@
 """Every file the suite reads or writes is data (Note [Files as data] in harness/data_files.py), and every
 input a user can hand a command ends in one line: deeply nested or oversized JSON and TOML, report files
-planted as symlinks, malformed cases for ``repro --case``, a target raising ``BaseException`` under
+planted as symlinks, malformed cases for ``repro --case-json``, a target raising ``BaseException`` under
 ``--no-isolate``, contradictory flags.  Each test plants the defect it exists for."""
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def test_the_main_jobs_record_is_not_written_through_a_planted_symlink(tmp_path,
     assert outside.read_text() == "precious" and not (tmp_path / "out" / "latest.json").is_symlink()
 
 
-# ---- repro --case with a malformed case: one line, exit 2 (it read as "reproduced") --------------------------
+# ---- repro --case-json with a malformed case: one line, exit 2 (it read as "reproduced") --------------------------
 
 _LORA = {"family": "lora", "op": "step_a_q", "seg_lens": [3], "weight_indices": [0], "lora_ranks": [4],
          "scalings": [1.0]}
@@ -160,7 +160,7 @@ _LORA = {"family": "lora", "op": "step_a_q", "seg_lens": [3], "weight_indices": 
     ({"problem": []}, "Expected a problem as a dict"),
 ])
 def test_repro_refuses_a_malformed_case_in_one_line(capsys, case, says):
-    _usage_error(*_cli(capsys, "repro", "--case", json.dumps(case), "--targets", "reference", "--device", "cpu"),
+    _usage_error(*_cli(capsys, "repro", "--case-json", json.dumps(case), "--targets", "reference", "--device", "cpu"),
                  contains=says)
 
 
@@ -211,7 +211,7 @@ def test_a_real_interrupt_during_the_call_still_stops():
 @pytest.mark.parametrize("flags, says", [
     (["--with-malformed", "--upstream-contracts-only"], "with_malformed=True (--with-malformed) acts on malformed"),
     (["--memcheck", "--upstream-contracts-only"], "memcheck=True (--memcheck) acts on malformed metadata"),
-    (["--seeds", "3"], "--seeds shards a campaign over --gpus or --scheduler"),
+    (["--shards", "3"], "--shards shards a campaign over --gpus or --scheduler"),
     (["--dtypes", "float32"], "--dtypes shards a campaign over --gpus or --scheduler"),
 ])
 def test_contradictory_flags_are_refused(tmp_path, capsys, flags, says):

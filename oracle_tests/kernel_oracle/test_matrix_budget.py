@@ -47,7 +47,7 @@ def test_the_current_columns_start_first_and_the_split_is_reported(tmp_path, mon
 
     calls = []
     monkeypatch.setattr(matrix_columns, "campaign_record",
-                        lambda tested, op, config, out_dir: calls.append(tested) or config)
+                        lambda tested, op, config, out_dir, known_cases=(): calls.append(tested) or config)
     run_campaigns(cols, lambda c: "lora", {"time_s": 9.0, "budget": None}, tmp_path, device="cpu", at_once=1,
                   newest="0.5.23", regression_cases=5, on_record=on_record)
     assert calls[0] == "sglang==0.5.23"

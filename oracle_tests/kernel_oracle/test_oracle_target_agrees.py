@@ -29,12 +29,15 @@ def _pytest(folder: Path, name: str):
 
 def _fuzz(folder: Path, name: str):
     return subprocess.run([sys.executable, "-m", "kernel_oracle", "fuzz", "--targets", name, "--op", "lora",
-                           "--cases", "300", "--device", "cpu", "--quiet", "--out", str(folder / "out")],
+                           "--device", "cpu", "--quiet", "--out", str(folder / "out")],
                           cwd=folder, env=_ENV, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("plant, clean", [("", True), ("drops_segment_end", False)])
+@pytest.mark.parametrize("plant, clean", [("", True), ("drops_segment_end", False), ("sloppy_slot_1", False)])
 def test_pytest_and_fuzz_judge_a_lenient_module_alike(tmp_path, plant, clean):
+    """One campaign underneath both (Note [One campaign underneath]): ``sloppy_slot_1`` is wrong only on the
+    draws that give slot 1 a long segment, which a dozen examples per property missed (pytest passed it
+    while fuzz found it)."""
     name = unique_name()
     write_user_module(tmp_path, name, plant)
     proc, seconds = _pytest(tmp_path, name)
@@ -46,12 +49,14 @@ def test_pytest_and_fuzz_judge_a_lenient_module_alike(tmp_path, plant, clean):
     assert "deselected" in proc.stdout and f"target={name}" in proc.stdout, out
     assert "test_layers" not in proc.stdout and "target=reference" not in proc.stdout, out
     assert seconds < 60, f"{seconds:.0f} s"
-    # the malformed property runs on a module without strict validation (it was skipped), judged by consequence
-    malformed = f"test_property[target={name}-lora-malformed]"
-    ran = "PASSED" if clean else "FAILED"
-    assert any(ln.startswith(ran) and malformed in ln for ln in proc.stdout.splitlines()), out
-    if clean:
+    lines = proc.stdout.splitlines()
+    if clean:  # the malformed property runs on a module without strict validation, judged by consequence
+        assert any(ln.startswith("PASSED") and f"test_property[target={name}-lora-malformed]" in ln for ln in lines), out
         assert "validation gaps" in fuzz.stdout, "the module accepts malformed metadata: listed, not failed"
+    else:  # the valid property fails with the campaign's finding, as fuzz prints it
+        assert any(ln.startswith("FAILED") and f"test_property[target={name}-lora-valid]" in ln for ln in lines), out
+        finding = next(ln for ln in fuzz.stdout.splitlines() if ln.startswith("FINDING "))
+        assert finding.split(":", 1)[1].strip().split(" (")[0] in proc.stdout, (finding, out)
 
 
 def test_one_rule_says_which_accepted_malformation_fails(tmp_path, monkeypatch):

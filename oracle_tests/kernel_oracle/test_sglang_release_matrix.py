@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_oracle.jobs.matrix import build_matrix, expand_targets, op_families, plan_columns, run_matrix
+from kernel_oracle.harness.families import op_groups
+from kernel_oracle.jobs.matrix import build_matrix, expand_targets, plan_columns, run_matrix
 
 from oracle_tests._sglang_releases import release_files
 from oracle_tests.conftest import DEVICE
@@ -90,17 +91,19 @@ def test_targets_expand_to_releases_and_configurations():
 
 
 @pytest.mark.parametrize("op, families", [("lora", ["lora"]), ("step_b_v", ["lora"]),
-                                          ("lora,vision", ["lora", "vision"]), ("vision", ["vision"])])
+                                          ("lora,vision", ["lora", "vision"]), ("vision", ["vision"]),
+                                          ("step_b_v,vision,step_a_q", ["lora", "vision"])])
 def test_op_families(op, families):
-    assert op_families(op) == families
+    assert list(op_groups(op)) == families
 
 
 def test_an_unknown_op_names_the_valid_ones():
     with pytest.raises(ValueError) as info:
-        op_families("lora,bogus")
-    assert str(info.value) == ("--op 'lora,bogus': pass lora, vision, csgmv, lora,vision,csgmv or one LoRA op "
-                               "(step_a_q, step_b_q, step_a_v, step_b_v, q_side_fused, v_side_fused) or one csgmv "
-                               "LoRA op (csgmv_shrink, csgmv_expand)")
+        op_groups("lora,bogus")
+    assert str(info.value) == ("'lora,bogus' names ['bogus'], which no family has; the only valid values are the "
+                               "families ['lora', 'vision', 'csgmv'] and their ops ['step_a_q', 'step_b_q', "
+                               "'step_a_v', 'step_b_v', 'q_side_fused', 'v_side_fused', 'csgmv_shrink', "
+                               "'csgmv_expand'], comma-separated")
 
 
 def test_the_matrix_runs_each_distinct_code_once(tmp_path):
@@ -154,7 +157,7 @@ def test_an_interrupted_matrix_writes_the_columns_that_ran(tmp_path, monkeypatch
     monkeypatch.setattr(matrix_job, "plan_columns", lambda specs, families, identity, applies=None: _plan(specs))
     started = []
 
-    def campaign(tested, op, config, out_dir):
+    def campaign(tested, op, config, out_dir, known_cases=()):
         started.append(tested)
         if len(started) == 2 and stop_in == "campaign":
             raise CampaignInterrupted("SIGTERM")

@@ -1,6 +1,7 @@
 """The HTML page as Chromium lays it out: the answer comes first (the headline list above the
-by-target table above the error-ratio plot above the finding cards) and nothing is wider than its
-column, even with a 300-character module path in a bucket and a 2 kB message.
+by-target table above the error-ratio plot above the finding cards), nothing is wider than its
+column, even with a 300-character module path in a bucket and a 2 kB message, and no column is
+squeezed to a few letters a line by an unbroken JSON repro.
 
 The test appends a script to a copy of the page; headless Chromium (``--dump-dom``) runs it after
 layout and the script writes what it measured into the DOM as JSON, which the test reads back.
@@ -50,8 +51,36 @@ MEASURE = """<script>
 </script>"""
 
 
+# every table cell a few letters wide, with every fold and every cell's details opened (the repro JSON of a
+# validation gap once set the column widths and left the first columns 1-3 letters a line)
+MEASURE_NARROW = """<script>
+(function () {
+  document.querySelectorAll('details').forEach(function (d) { d.open = true; });
+  var narrow = [];
+  document.querySelectorAll('td, th').forEach(function (e) {
+    var b = e.getBoundingClientRect();
+    if (e.offsetParent === null || b.width === 0) return;
+    if (e.textContent.trim().length > 3 && b.width < 44)
+      narrow.push(e.tagName + '#' + (e.closest('section') || {}).id + ': ' + Math.round(b.width) + 'px: '
+                  + e.textContent.trim().slice(0, 40));
+  });
+  var out = document.createElement('pre');
+  out.id = 'layout-result';
+  out.textContent = JSON.stringify({narrow: narrow});
+  document.body.appendChild(out);
+})();
+</script>"""
+
+GAP_EXAMPLE = "kernel-oracle repro --case-json '" + json.dumps(
+    {"problem": {"family": "lora", "op": "step_a_q", "seg_lens": list(range(1, 60)), "weight_indices": [0] * 59},
+     "mutation": {"family": "lora", "kind": "permutation_duplicate", "index": 3, "amount": 1}},
+    separators=(",", ":")) + "' --targets sglang==0.5.12"
+
+
 def _planted_record() -> dict:
     rec = sample_record()
+    rec["validation_gaps"] = [{"op": "step_a_q", "malformation": "permutation_duplicate", "consequence": "harmless",
+                               "dtypes": ["float16", "float32"], "count": 3, "example": GAP_EXAMPLE}]
     add_group(rec, target="triton", op="step_b_q", dtype="bfloat16", shape_class="ragged", cases=4, passes=3,
               findings={"crash": 1}, ratios=[0.2, 0.3, 0.1])
     add_finding(rec, {"id": "triton-step_b_q-0003", "target": "triton", "op": "step_b_q", "dtype": "bfloat16",
@@ -63,13 +92,13 @@ def _planted_record() -> dict:
     return rec
 
 
-def _layout(html: str, tmp_path) -> dict:
+def _layout(html: str, tmp_path, measure: str = MEASURE) -> dict:
     if CHROMIUM is None:
         if "chromium" in REQUIRED:  # .ci/run installs it: absent is a failure
             pytest.fail("KERNEL_ORACLE_REQUIRE names chromium but no chromium on PATH (apt-get install -y chromium)")
         pytest.skip("Chromium is not installed (apt-get install -y chromium) to lay out the page")
     page = tmp_path / "measured.html"
-    page.write_text(html.replace("</body>", MEASURE + "\n</body>"), encoding="utf-8")
+    page.write_text(html.replace("</body>", measure + "\n</body>"), encoding="utf-8")
     with tempfile.TemporaryDirectory() as profile:
         cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -101,6 +130,12 @@ def test_a_built_headline_quotes_a_bounded_message():
 def test_nothing_overflows_its_column(layout):
     assert not layout["wide"], "wider than their column:\n" + "\n".join(layout["wide"][:20])
     assert layout["page_width"] <= layout["window_width"], "the page scrolls sideways"
+
+
+def test_no_column_is_squeezed_at_1280_px(tmp_path):
+    """Every fold and every cell's details open, a validation gap's unbroken repro JSON included."""
+    measured = _layout(render_html(Result.from_dict(_planted_record())), tmp_path, MEASURE_NARROW)
+    assert not measured["narrow"], "squeezed cells:\n" + "\n".join(measured["narrow"][:20])
 
 
 def test_fuzz_writes_the_report_beside_its_summary(tmp_path, capsys):
