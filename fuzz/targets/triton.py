@@ -37,6 +37,7 @@ from typing import Optional
 from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.opinfo import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
+from kernel_oracle.harness.tiles import ours_models
 
 from .adapter import entries_from, import_module
 from .registry import register_target
@@ -87,7 +88,17 @@ def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton",
         return unavailable(name, "; ".join(sorted(set(notes.values()))), notes=notes)
     if precision is None:
         precision = kernels_precision(device, vision_fp32)
-    return Target(name, entries, precision=precision, strict=True, poison=poison, notes=notes)
+    return Target(name, entries, precision=precision, strict=True, poison=poison, notes=notes,
+                  tiles=kernels_tiles(device))
+
+
+def kernels_tiles(device) -> dict:
+    """family -> the tile model of our kernels on ``device`` (Note [Tile models] in harness.tiles)."""
+    import torch
+
+    compiled_gpu = str(device).startswith("cuda") and not interpreting()
+    tma = compiled_gpu and torch.cuda.get_device_capability(torch.device(device))[0] >= 9
+    return ours_models(interpreted=not compiled_gpu, tma=tma)
 
 
 # the configuration ``triton@vision_fp32=ieee|tf32,lora_early_reads=on|off,vision_kernel=triton|gluon`` (Note
