@@ -59,17 +59,19 @@ def on_gpu(info: dict, device_name: str = GPU_NAME) -> dict:
 def draw_coverage(info: dict, family: str, *, limits: str, cases: int, seed: int = 0,
                   table: Optional[CoverageTable] = None) -> CoverageTable:
     """The coverage table of the first ``cases`` cases a time-boxed campaign of ``family`` on the target
-    ``info`` describes would draw with ``seed`` at ``limits`` while none fails (Note [Coverage from the draws]);
-    no kernel runs.  Added to ``table`` when given."""
+    ``info`` describes would run with ``seed`` at ``limits`` while none fails (each distinct case once, as the
+    campaign runs it; Note [Coverage from the draws]); no kernel runs.  Added to ``table`` when given."""
     table = CoverageTable() if table is None else table
     target = str(info.get("name") or "target")
     model = tile_model_of(info, family, target, table)
     if not known(model):
         return table
     stream = CampaignStream(seed=seed, limits=limits, upstream_contracts_only=False)
-    runs = range(1, -(-cases // TIME_CHUNK_EXAMPLES) + 1)
-    for i, case in enumerate(stream.cases(info, family, runs)):
-        if i >= cases:
+    seen: set = set()  # a campaign runs a repeated case once
+    for case in stream.cases(info, family, range(1, -(-cases // TIME_CHUNK_EXAMPLES) + 1)):
+        if len(seen) >= cases:
             break
-        count_case(table, target, model, case)
+        if case.to_json() not in seen:
+            seen.add(case.to_json())
+            count_case(table, target, model, case)
     return table

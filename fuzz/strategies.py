@@ -56,7 +56,7 @@ from kernel_oracle.harness.opinfo import FAMILY_OPS
 from kernel_oracle.harness.problems import DTYPES, VISION_PATHS, LoRAProblem, VisionProblem
 
 from kernel_oracle.fuzz.limits import LIMITS, REALISTIC_SHARE, Limits, default_limits, with_realistic_share
-from kernel_oracle.fuzz.strategies_tiles import field_blocks, tiled_rows, tiled_sizes
+from kernel_oracle.fuzz.strategies_tiles import field_blocks, past_next_block, tiled_rows, tiled_sizes
 
 __all__ = [
     "InvalidArgument",
@@ -278,7 +278,8 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
     with_seg_lens = True if declined or not with_max_len else draw(_TRUE_FIRST)
     # Note [Fields that disagree] (eager mode: under CUDA graph the host ints are stale_host_ints')
     eager = draw(_eager_counts(n)) if pad is None else None
-    slack = draw(_MAX_LEN_SLACK) if pad is None and with_max_len else 0
+    slack = draw(past_next_block(_MAX_LEN_SLACK, max(lens, default=0), tiled.get("rows", ()))) \
+        if pad is None and with_max_len else 0
     drift = draw(_SEG_LENS_DRIFT[with_max_len]) if with_seg_lens else None
     base_dtype = None
     if dtype != "float32" and op not in ("step_a_q", "step_a_v"):

@@ -13,7 +13,8 @@ first block of the largest block the code may use for it (one time in three of a
 simplest choice and copies parts of earlier examples within a run, so the shares a campaign meets are lower
 than these odds: about two in three several blocks, one in two a tail; the coverage table says what they are.)  ``reach`` is the preset's ``tile_reach``: how many blocks past
 the first a size may run, 1 under the Triton interpreter (a few dozen programs per case at most), more on a GPU.
-A batch's rows are tiled through its segments: one segment's length is drawn that way (:func:`tiled_rows`).
+A batch's rows are tiled through its segments: one segment's length is drawn that way (:func:`tiled_rows`), and
+``max_len`` half the time just past the next row block above the longest segment (:func:`past_next_block`).
 The shares this gives, per op and dimension at the real blocks, are the campaign's coverage table
 (Note [Tile coverage] in :mod:`kernel_oracle.harness.tile_coverage`); :func:`kernel_oracle.fuzz.coverage_draws.
 draw_coverage` measures them from the draws alone.
@@ -29,7 +30,7 @@ from hypothesis.strategies import SearchStrategy
 
 from kernel_oracle.harness.tiles import tile_hints
 
-__all__ = ["field_blocks", "past_first_block", "tiled_rows", "tiled_sizes"]
+__all__ = ["field_blocks", "past_first_block", "past_next_block", "tiled_rows", "tiled_sizes"]
 
 
 @st.composite
@@ -73,6 +74,15 @@ def field_blocks(tiles, op: str) -> dict:
         name = "H" if label == "heads" else (label.partition("=")[2] or label)
         out[name] = tuple(sorted({*out.get(name, ()), *blocks}))
     return out
+
+
+@functools.lru_cache(maxsize=4096)  # keyed by data (the longest segment): bounded
+def past_next_block(common: SearchStrategy, longest: int, blocks: tuple) -> SearchStrategy:
+    """How far ``max_len`` lies above the ``longest`` segment: ``common``, or half the time just past the next
+    multiple of one of the row ``blocks`` (the launch then has a row tile more per segment than the longest
+    segment fills: the grid a code sizes from ``max_len``)."""
+    crossings = tuple(sorted({(longest // b + 1) * b - longest + d for b in blocks if b > 0 for d in (0, 1)}))
+    return st.one_of(common, st.sampled_from(crossings)) if crossings else common
 
 
 def tiled_rows(draw, lengths: Sequence[int], blocks: tuple, reach: int) -> list:
