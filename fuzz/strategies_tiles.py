@@ -11,8 +11,9 @@ first block of the largest block the code may use for it (one time in three of a
 ``reach + 1``) or, three times in four, ``n * block`` plus a ragged tail (``n`` 1 .. ``reach``; the tail 1,
 ``block - 1`` or any), so two or more blocks, and a tail in most of them.  (Hypothesis leans towards the
 simplest choice and copies parts of earlier examples within a run, so the shares a campaign meets are lower
-than these odds: about two in three several blocks, one in two a tail; the coverage table says what they are.)  ``reach`` is the preset's ``tile_reach``: how many blocks past
-the first a size may run, 1 under the Triton interpreter (a few dozen programs per case at most), more on a GPU.
+than these odds: about two in three several blocks, one in two a tail; the coverage table says what they are.)
+``reach`` is the preset's ``tile_reach``: how many blocks past the first a size may run, 1 under the Triton
+interpreter (a few dozen programs per case at most), more on a GPU.
 A batch's rows are tiled through its segments: one segment's length is drawn that way (:func:`tiled_rows`), and
 ``max_len`` half the time just past the next row block above the longest segment (:func:`past_next_block`).
 The shares this gives, per op and dimension at the real blocks, are the campaign's coverage table

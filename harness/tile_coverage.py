@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-__all__ = ["CLASSES", "MULTI_BLOCK", "CoverageTable", "TiledDim", "shortfalls"]
+__all__ = ["CLASSES", "MULTI_BLOCK", "CoverageTable", "TiledDim", "shortfalls", "slot_rows"]
 
 CLASSES = ("one", "several", "tail", "split")
 MULTI_BLOCK = ("several", "tail", "split")  # the classes past the first block
@@ -57,6 +57,15 @@ class TiledDim:
         several = self.blocks >= 2
         return {"one": not several, "several": several, "tail": several and self.extent % self.block != 0,
                 "split": None if self.parts is None else self.parts >= 2}
+
+
+def slot_rows(lengths, slots) -> int:
+    """The most rows ``lengths`` (per segment) route to one slot of ``slots`` (per segment): the extent of a
+    row dimension a code tiles per slot (0 when none)."""
+    rows: dict = {}
+    for n, w in zip(lengths, slots):
+        rows[w] = rows.get(w, 0) + n
+    return max(rows.values(), default=0)
 
 
 def _count(name: str, value) -> int:

@@ -28,9 +28,7 @@ slice, ``BLOCK_N``) and ``K=rank`` (``min(R, rank)`` of the largest routed rank,
 
 from __future__ import annotations
 
-from collections import Counter
-
-from kernel_oracle.harness.tile_coverage import TiledDim
+from kernel_oracle.harness.tile_coverage import TiledDim, slot_rows
 
 __all__ = ["csgmv_blocks", "csgmv_dims", "csgmv_hints", "csgmv_split"]
 
@@ -69,17 +67,10 @@ def csgmv_split(model: dict, problem, blocks: tuple[int, int]) -> int:
     return max(int(split), 1)
 
 
-def _slot_rows(problem) -> int:
-    rows: Counter = Counter()
-    for n, w in zip(problem.seg_lens, problem.weight_indices):
-        rows[w] += n
-    return max(rows.values(), default=0)
-
-
 def csgmv_dims(model: dict, problem) -> list:
     """The tiled dimensions of a :class:`~kernel_oracle.harness.problem_csgmv.CsgmvProblem`."""
     op, S = problem.op, problem.num_slices
-    rows = TiledDim(op, "rows", _slot_rows(problem), problem.max_len)
+    rows = TiledDim(op, "rows", slot_rows(problem.seg_lens, problem.weight_indices), problem.max_len)
     if op == "csgmv_shrink":
         bn, bk = csgmv_blocks(model, "shrink", problem.K, problem.R, S, problem.max_len)
         parts = None

@@ -23,14 +23,12 @@ the problem's field it runs over (``qk``, ``vd``, ``C``, ``R``).  Two models:
 
 from __future__ import annotations
 
-from collections import Counter
-
 from kernel_oracle.kernels.lora import BLOCKS, plan, token_major_blocks
 from kernel_oracle.kernels.options import LoRAOptions
 from kernel_oracle.reference.batch_info import make_lora_batch_info
 from kernel_oracle.reference.lora_routing import max_segment_len, num_segments
 
-from kernel_oracle.harness.tile_coverage import TiledDim
+from kernel_oracle.harness.tile_coverage import TiledDim, slot_rows
 
 __all__ = ["OURS_DIMS", "blocks_lora_dims", "blocks_lora_hints", "ours_lora_dims", "ours_lora_hints"]
 
@@ -60,14 +58,6 @@ def _processed(problem) -> tuple:
     return bi, list(problem.seg_lens[:num_segments(bi)])
 
 
-def _slot_rows(problem, lens: list) -> int:
-    """The most rows the processed segments route to one slot (0 when none)."""
-    rows: Counter = Counter()
-    for n, w in zip(lens, problem.weight_indices):
-        rows[w] += n
-    return max(rows.values(), default=0)
-
-
 def ours_lora_dims(model: dict, problem) -> list:
     """Our kernels' tiled dimensions of ``problem`` (Note [LoRA tile models]: ``ours``)."""
     op = problem.op
@@ -80,7 +70,7 @@ def ours_lora_dims(model: dict, problem) -> list:
     if not p.token_major:
         rows = max(lens, default=0)
     else:
-        rows = _slot_rows(problem, lens) if p.sorted_rows else problem.S
+        rows = slot_rows(lens, problem.weight_indices) if p.sorted_rows else problem.S
     dims = [TiledDim(op, "rows", rows, int(p.blocks["BT"]))]
     return dims + [TiledDim(op, dim, _size(problem, dim), int(p.blocks[key])) for dim, key in OURS_DIMS[op]]
 
@@ -110,7 +100,7 @@ def blocks_lora_dims(model: dict, problem) -> list:
         if dim.startswith("split:"):
             continue
         if dim == "rows":
-            extent = _slot_rows(problem, lens) if model.get("rows") == "slot" else max(lens, default=0)
+            extent = slot_rows(lens, problem.weight_indices) if model.get("rows") == "slot" else max(lens, default=0)
         else:
             extent = _size(problem, dim)
         split = blocks.get(f"split:{dim}")

@@ -101,7 +101,8 @@ def _v2_ops(plan) -> dict:
     rows = int(plan.block_size)
     shrink = {"rows": rows, "N=R": int(a["BLOCK_SIZE_N"])}
     split = int(a.get("SPLIT_K", 1))
-    ops = {"step_a_q": {**shrink, "K=qk": int(a["BLOCK_SIZE_K"])}, "step_a_v": {**shrink, "K=C": int(a["BLOCK_SIZE_K"])},
+    ops = {"step_a_q": {**shrink, "K=qk": int(a["BLOCK_SIZE_K"])},
+           "step_a_v": {**shrink, "K=C": int(a["BLOCK_SIZE_K"])},
            "step_b_q": {"rows": rows, "N=C": int(b["BLOCK_SIZE_N"]), "K=R": int(b["BLOCK_SIZE_K"])},
            "step_b_v": {"rows": rows, "N=vd": int(b["BLOCK_SIZE_N"]), "K=R": int(b["BLOCK_SIZE_K"])}}
     if split > 1:
@@ -163,7 +164,8 @@ def csgmv_model(release, paths: dict, *, device_name: str, split_switch: bool, d
 
     model = {"model": "csgmv", "device_name": device_name, "triton": triton.__version__, "tuned": [],
              "split_kernel": split_kernel, "split_switch": split_switch, "deterministic": deterministic}
-    for kernel, entry in (("shrink", "chunked_sgmv_lora_shrink_forward"), ("expand", "chunked_sgmv_lora_expand_forward")):
+    for kernel, entry in (("shrink", "chunked_sgmv_lora_shrink_forward"),
+                          ("expand", "chunked_sgmv_lora_expand_forward")):
         fixed = _fixed_blocks(release.read(paths[kernel]), entry)
         if fixed is not None:
             model[kernel] = fixed
