@@ -213,8 +213,10 @@ _SEED = st.integers(0, 2**16)
 
 @functools.lru_cache(maxsize=None)
 def _rank(R: int) -> SearchStrategy:
-    """A slot's rank: the buffer's R, or 0..R+3 (above R the buffer caps it)."""
-    return st.one_of(st.just(R), st.integers(0, R + 3))
+    """A slot's rank: the buffer's R, 0..R+3 (above R the buffer caps it), or one of its edges 0, 1, R-1, R+1, R+3
+    (however large R is drawn, a rank above it stays common)."""
+    return st.one_of(st.just(R), st.integers(0, R + 3), st.sampled_from(tuple(sorted({0, 1, max(R - 1, 0), R + 1,
+                                                                                     R + 3}))))
 
 
 @functools.lru_cache(maxsize=None)

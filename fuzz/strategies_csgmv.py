@@ -28,6 +28,7 @@ on them, heap corruption included) is never given the kinds of ``UNCHECKED_BOUND
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -102,6 +103,12 @@ CSGMV_LIMITS = {
 }
 
 
+@functools.lru_cache(maxsize=None)  # one strategy object per preset (tiled_sizes caches by it)
+def _pick(values: tuple) -> st.SearchStrategy:
+    return st.sampled_from(values)
+
+
+@functools.lru_cache(maxsize=None)
 def _common(values: tuple) -> st.SearchStrategy:
     return st.one_of(st.sampled_from(values), st.integers(1, max(values)))
 
@@ -155,7 +162,7 @@ def _problem(draw, ops: tuple, dtypes: tuple, declines: frozenset, lim: CsgmvLim
     hints = tile_hints(tiles, op)  # Note [Tile-aware sizes]: the release's blocks along each size of this op
     num_slices, offsets = draw(_slices(lim, hints.get("N=slice", ())))
     # the rank is the expand's K; the shrink's N is slices * R
-    R = draw(tiled_sizes(st.sampled_from(lim.ranks), hints.get("K=rank", hints.get("N=slices*R", ())), lim.reach))
+    R = draw(tiled_sizes(_pick(lim.ranks), hints.get("K=rank", hints.get("N=slices*R", ())), lim.reach))
     num_slots = draw(st.integers(1, 3))
     ranks = tuple(draw(st.lists(st.sampled_from((0, 1, R // 2, R, R + 2)), min_size=num_slots, max_size=num_slots)))
     scalings = tuple(draw(st.lists(st.sampled_from((1.0, 0.5, -1.25, 2.0, 0.0)), min_size=num_slots,
@@ -169,7 +176,7 @@ def _problem(draw, ops: tuple, dtypes: tuple, declines: frozenset, lim: CsgmvLim
     if op == "csgmv_shrink" and "csgmv.split_k" not in declines and draw(st.integers(0, 3)):  # three in four
         split_k = draw(st.integers(1, lim.splits))
     cpu_offsets = (op == "csgmv_expand" and "csgmv.slice_offsets_cpu" not in declines and draw(st.booleans()))
-    K = draw(tiled_sizes(st.sampled_from(lim.inputs), hints.get("K=K", ()), lim.reach))
+    K = draw(tiled_sizes(_pick(lim.inputs), hints.get("K=K", ()), lim.reach))
     return CsgmvProblem(op=op, seg_lens=lens, weight_indices=slots, lora_ranks=ranks, scalings=scalings,
                         permutation=permutation, num_slices=num_slices, slice_offsets=offsets,
                         K=K, R=R, max_len=chunk, unrouted_rows=unrouted,

@@ -6,19 +6,18 @@ A kernel's bugs live past its first block: the second block of a loop, a ragged 
 programs.  So where the target describes its blocks (``Target.tiles``, Note [Tile models] in
 :mod:`kernel_oracle.harness.tiles`), each size the code tiles in the drawn op is drawn one time in four as the
 preset draws it anyway (the first branch: Hypothesis shrinks towards it) and three times in four past the
-first block of the largest block the code may use for it (one time in three of a smaller one: :func:`tiled_sizes`):
-``n * block`` exactly (``n`` 2 ..
-``reach + 1``) or, three times in four, ``n * block`` plus a ragged tail (``n`` 1 .. ``reach``; the tail 1,
-``block - 1`` or any), so two or more blocks, and a tail in most of them.  (Hypothesis leans towards the
-simplest choice and copies parts of earlier examples within a run, so the shares a campaign meets are lower
-than these odds: about two in three several blocks, one in two a tail; the coverage table says what they are.)
-``reach`` is the preset's ``tile_reach``: how many blocks past the first a size may run, 1 under the Triton
-interpreter (a few dozen programs per case at most), more on a GPU.
-A batch's rows are tiled through its segments: one segment's length is drawn that way (:func:`tiled_rows`), and
-``max_len`` half the time just past the next row block above the longest segment (:func:`past_next_block`).
-The shares this gives, per op and dimension at the real blocks, are the campaign's coverage table
-(Note [Tile coverage] in :mod:`kernel_oracle.harness.tile_coverage`); :func:`kernel_oracle.fuzz.coverage_draws.
-draw_coverage` measures them from the draws alone.
+first block (:func:`tiled_sizes`): of the largest block the code may use for it, or one time in three of a
+smaller one.  Past the first block means ``n * block`` exactly (``n`` 2 .. ``reach + 1``) or, three times in
+four, ``n * block`` plus a ragged tail (``n`` 1 .. ``reach``; the tail 1, ``block - 1`` or any): two or more
+blocks, and a tail in most of them.  (Hypothesis leans towards the simplest choice and copies parts of earlier
+examples within a run, so the shares a campaign meets are lower than these odds: about two in three several
+blocks, one in two a tail; the coverage table says what they are.)  ``reach`` is the preset's ``tile_reach``:
+how many blocks past the first a size may run, 1 under the Triton interpreter (a few dozen programs per case at
+most), more on a GPU.  A batch's rows are tiled through its segments: one segment's length is drawn that way
+(:func:`tiled_rows`), and ``max_len`` half the time just past the next row block above the longest segment
+(:func:`past_next_block`).  The shares this gives, per op and dimension at the real blocks, are the campaign's
+coverage table (Note [Tile coverage] in :mod:`kernel_oracle.harness.tile_coverage`);
+:func:`kernel_oracle.fuzz.coverage.draw_coverage` measures them from the draws alone.
 """
 
 from __future__ import annotations
