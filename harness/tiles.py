@@ -74,7 +74,7 @@ def _vision_dims(model: dict, problem) -> list:
 def _vision_hints(model: dict, op: str) -> dict:
     if model.get("interpreted", True):
         cfgs = [INTERPRETER_CONFIG]
-    else:
+    else:  # every dtype, head dims on both sides of the configs' thresholds (64) and split ones (72, 80)
         cfgs = [ours_vision_config(model, dt, d) for dt in _ELEM_BYTES for d in (16, 64, 72, 80, 128)]
     return {"queries": tuple(sorted({c.block_m for c in cfgs})), "keys": tuple(sorted({c.block_n for c in cfgs}))}
 

@@ -7,7 +7,8 @@ reduction loop inside a program) or ``N`` (output columns across programs or a l
 the problem's field it runs over (``qk``, ``vd``, ``C``, ``R``).  Two models:
 
 * ``ours``: our Triton kernels (:mod:`kernel_oracle.kernels.lora`).  Which path a call takes, and so its blocks,
-  is :func:`kernel_oracle.kernels.lora.plan` of the call's host integers under the default options, with
+  is :func:`kernel_oracle.kernels.lora.plan` of the call's host integers under the default options (``early_reads``:
+  those of ``triton@lora_early_reads=on``), with
   :data:`~kernel_oracle.kernels.lora.BLOCKS`' entry of that path.  Rows: a segment-major tile holds one
   segment's rows (the extent is the longest segment), a token-major one consecutive logical rows (all ``S``), or
   one slot's rows when its tiles are slot-sorted (the most rows of one slot).  The rank is one block sized to
@@ -66,7 +67,7 @@ def ours_lora_dims(model: dict, problem) -> list:
         max_len = max_segment_len(bi)
     except (ValueError, TypeError):
         max_len = max(lens, default=0)
-    p = plan(op, bi, problem.S, max_len, num_slots=problem.L, options=LoRAOptions())
+    p = plan(op, bi, problem.S, max_len, num_slots=problem.L, options=_options(model))
     if not p.token_major:
         rows = max(lens, default=0)
     else:
@@ -75,9 +76,14 @@ def ours_lora_dims(model: dict, problem) -> list:
     return dims + [TiledDim(op, dim, _size(problem, dim), int(p.blocks[key])) for dim, key in OURS_DIMS[op]]
 
 
+def _options(model: dict) -> LoRAOptions:
+    """The launch options the model's kernels run under: the defaults, or ``early_reads`` (its blocks)."""
+    return LoRAOptions(early_reads=bool(model.get("early_reads", False)))
+
+
 def ours_lora_hints(model: dict, op: str) -> dict:
     """dimension -> every block our kernels may tile it with in ``op`` (both paths, the wide token tiles)."""
-    entries = [BLOCKS[op]["seg"], BLOCKS[op]["tok"], token_major_blocks(op, 1 << 20, 1, LoRAOptions())]
+    entries = [BLOCKS[op]["seg"], *(token_major_blocks(op, rows, 1, _options(model)) for rows in (1, 1 << 20))]
     hints = {"rows": tuple(sorted({int(e["BT"]) for e in entries}))}
     for dim, key in OURS_DIMS[op]:
         hints[dim] = tuple(sorted({int(e[key]) for e in entries if key in e}))

@@ -37,7 +37,7 @@ from typing import Optional
 from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.opinfo import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
-from kernel_oracle.harness.tiles import ours_models
+from kernel_oracle.harness.tiles import ours_models, unknown_model
 
 from .adapter import entries_from, import_module
 from .registry import register_target
@@ -135,6 +135,11 @@ def triton_target(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
         if changes:
             t.entries = {op: (_with_options(fn, KERNELS_PACKAGE, changes) if op in FAMILY_OPS[family] else fn)
                          for op, fn in t.entries.items()}
+    if spec.option("lora_early_reads") == "on":  # the early-read blocks (Note [Tile models] in harness.tiles)
+        t.tiles["lora"] = {"model": "ours", "early_reads": True}
+    if spec.option("vision_kernel") not in (None, "triton"):
+        t.tiles["vision"] = unknown_model("the Gluon Hopper kernel's blocks are not modelled (its 128-row query "
+                                          "blocks where it runs, the Triton kernel's elsewhere)")
     return t
 
 

@@ -115,6 +115,17 @@ def test_our_dimensions_use_the_blocks_of_the_path_the_plan_takes(op):
         assert d.block in tile_hints({"model": "ours"}, op)[name]  # the strategies draw around this block
 
 
+def test_a_configured_triton_target_describes_the_blocks_it_launches():
+    from kernel_oracle.fuzz.targets import resolve_target
+
+    early = resolve_target("triton@lora_early_reads=on", "cpu").tiles
+    assert early["lora"] == {"model": "ours", "early_reads": True}
+    assert 16 in tile_hints(early["lora"], "q_side_fused")["rows"]  # its early-read q tiles: 16 rows
+    assert 16 not in tile_hints({"model": "ours"}, "q_side_fused")["rows"]
+    gluon = resolve_target("triton@vision_kernel=gluon", "cpu").tiles["vision"]
+    assert gluon["model"] is None and "Gluon" in gluon["reason"]
+
+
 def test_our_vision_blocks_are_the_interpreters_on_the_cpu_and_the_configs_on_a_gpu():
     p = VisionProblem(lengths=(40, 3), D=80, dtype="float16")
     cpu = {d.dim: d.block for d in tiled_dims(ours_models(interpreted=True)["vision"], p)}
