@@ -117,3 +117,25 @@ def test_a_dropped_second_k_block_is_found_within_the_main_jobs_budget(tmp_path)
     assert found[0]["problem"]["problem"]["C"] > 128  # the smallest example still needs the second block
     table = CoverageTable.from_record(record["coverage"]).to_record()
     assert any(r["op"] == "step_a_v" and r["dim"] == "K=C" and r["several"] for r in table["rows"])
+
+
+def test_a_campaigns_coverage_survives_its_state_and_a_corrupt_one_is_set_aside(tmp_path):
+    """A resumed or salvaged campaign keeps the coverage of the cases it ran; an unreadable table in state.json
+    makes the state unreadable like any bad field (Note [Validated state])."""
+    import json
+
+    from kernel_oracle.fuzz.state import CampaignState
+    from kernel_oracle.harness.tile_coverage import TiledDim
+
+    state = CampaignState.open(tmp_path, target="triton", op="lora")
+    state.coverage.add("triton", [TiledDim("step_a_v", "K=C", 300, 128)])
+    state.save()
+    state.close()
+    assert CampaignState.read(tmp_path).coverage.to_record() == state.coverage.to_record()
+    assert CampaignState.read(tmp_path).to_record(device="cpu")["coverage"]["rows"][0]["several"] == 1
+    raw = json.loads((tmp_path / "state.json").read_text())
+    raw["coverage"] = {"rows": [{"target": "t", "op": "o", "dim": "d", "cases": 1, "several": 5}]}
+    (tmp_path / "state.json").write_text(json.dumps(raw))
+    reopened = CampaignState.open(tmp_path, target="triton", op="lora")
+    reopened.close()
+    assert (tmp_path / "state.json.corrupt").is_file() and reopened.coverage.to_record()["rows"] == []
