@@ -45,6 +45,7 @@ from typing import Optional
 
 from kernel_oracle.fuzz.campaign_config import CampaignConfig, CampaignError, HarnessError, case_timeout_for
 from kernel_oracle.fuzz.crashes import confirmed_crash, fault_verdict
+from kernel_oracle.fuzz.coverage import count_case, tile_model_of
 from kernel_oracle.fuzz.hangs import confirmed_check
 from kernel_oracle.fuzz.known_avoidance import KnownAvoidance
 from kernel_oracle.fuzz.known_cases import name_known_findings
@@ -142,7 +143,7 @@ class _Search:
         self.memcheck_notes: list = []  # where --memcheck could not run (the summary's notes)
         self.gaps = GapTable()  # accepted malformed metadata judged a validation gap (Note [Malformed consequences])
         self.previous_case, self.crash_previous, self.after_case = None, {}, {}  # Note [Confirmed crashes]
-        self.bar = None
+        self.bar, self.tile_model = None, None  # Note [Coverage from the draws] in fuzz.coverage
 
     # ---- budget --------------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -217,6 +218,7 @@ class _Search:
                 self.info, self.family, self.op, self.limits, upstream_contracts_only=self.upstream_contracts_only,
                 wanted_dtypes=self.wanted_dtypes)
             self.buckets = [(bucket_of_record(f), f["id"]) for f in self.state.findings]
+            self.tile_model = tile_model_of(self.info, self.family, self.target, self.state.coverage)
             if not self.info.get("available", True) or self.strategy is None:
                 why = (self.info.get("reason") if not self.info.get("available", True)
                        else f"no {self.family} entry point ({self.info.get('missing') or {}})" if not self.ops
@@ -289,10 +291,7 @@ class _Search:
     def _stop_worker(self, *, kill: bool) -> None:
         if self.worker is None:
             return
-        if kill:
-            self.worker.kill()
-        elif self.own_worker:
-            self.worker.close()
+        self.worker.kill() if kill else (self.worker.close() if self.own_worker else None)
         if self.own_worker or kill:
             self.output_dropped += self.worker.output_dropped  # before log_to resets it
             self.worker.log_to(None)
@@ -429,6 +428,7 @@ class _Search:
         group = GroupKey(self.target, case.op, case.dtype, shape_class(case))
         self.state.count_case(group, passed=verdict.ok, ratio=verdict.ratio,
                               gap=in_gap_table(verdict, self.info.get("strict"), self.config.with_malformed))
+        count_case(self.state.coverage, self.target, self.tile_model, case)
         if self.bar is not None:
             self.bar.update(1, findings=len(self.state.findings))
         if self.state.executed % 10 == 0:

@@ -201,9 +201,11 @@ def merge_records(results: list, out_dir: Path, device: str, wall_s: Optional[fl
     from kernel_oracle.harness.buckets import bucket_of_record
     from kernel_oracle.harness.headline import headline
     from kernel_oracle.harness.schema import add_finding, add_group, add_note, add_target, new_record, save
+    from kernel_oracle.harness.tile_coverage import CoverageTable
 
     merged = new_record("campaign", seeds={"shards": [r["shard"] for r in results]}, device=device)
     kept: list = []  # (bucket, finding) of the merged findings
+    coverage = CoverageTable()  # the shards' cases together (Note [Tile coverage] in harness.tile_coverage)
     for res in results:
         rec, name = res["record"], Shard(**res["shard"]).name
         for g in rec["groups"]:
@@ -215,6 +217,7 @@ def merge_records(results: list, out_dir: Path, device: str, wall_s: Optional[fl
                        entry_points=t.get("entry_points"), precision=t.get("precision"))
         for note in rec.get("notes") or []:
             add_note(merged, f"{name}: {note}")
+        coverage.merge(CoverageTable.from_record(rec.get("coverage")))
         for f in rec["findings"]:
             bucket = bucket_of_record(f)
             same = next((k for b, k in kept if b.covers(bucket) and k["target"] == f["target"]), None)
@@ -231,6 +234,7 @@ def merge_records(results: list, out_dir: Path, device: str, wall_s: Optional[fl
     new = sum(1 for _, f in kept if not f.get("known"))
     merged["summary"].update(status="finished", new_findings=new, known_findings=len(kept) - new,
                              shards=len(results))
+    merged["coverage"] = coverage.to_record()
     merged["campaign"] = {"shards": [{**r["shard"], "host": r["host"], "pid": r["pid"],
                                       "executed": r["record"]["campaign"]["executed"],
                                       "elapsed_s": r["record"]["campaign"]["elapsed_s"]} for r in results]}

@@ -56,7 +56,8 @@ def check_mutant(name: str, *, max_examples: int = 80, device: Optional[str] = N
     ops = mutant.ops if mutant.ops is not None else target.ops(mutant.family)
     # the mutant's own op where it names one; what the target declines of the mutant's family
     strategy = cases(mutant.family, categories=mutant.categories, dtypes=target.dtypes(ALL_DTYPES), ops=ops,
-                     limits=limits, declines=tuple(d for d in target.declines if declined_in_family(mutant.family, d)))
+                     limits=limits, declines=tuple(d for d in target.declines if declined_in_family(mutant.family, d)),
+                     tiles=target.tiles.get(mutant.family))
     state = {"n": 0, "verdict": None, "case": None}
 
     @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,

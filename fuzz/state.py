@@ -10,7 +10,8 @@ killed campaign's directory back through the same object (:meth:`CampaignState.r
 * ``cases/<id>.pt`` + ``cases/<id>.json``: the call's tensors and the case (written *before* the
   finding's line, so a line always has its files);
 * ``state.json``: counters, per-group counts (keys are :class:`GroupKey`), each finding's bucket
-  count and extra examples, notes; rewritten atomically (write a temporary file, then rename);
+  count and extra examples, the tile coverage table (:mod:`harness.tile_coverage`), notes; rewritten
+  atomically (write a temporary file, then rename);
 * ``.lock``: held with ``fcntl.flock`` while a campaign runs, so a second campaign on the same
   directory is refused (:class:`OutDirBusy`) instead of writing duplicate ids and overwriting
   ``.pt`` files; the kernel drops the lock when the process dies, even by ``kill -9``;
@@ -60,6 +61,7 @@ from typing import Iterable, Optional
 
 from kernel_oracle.fuzz.targets.identity import identity_difference
 from kernel_oracle.harness.data_files import MAX_BYTES, loads_json, read_text
+from kernel_oracle.harness.tile_coverage import CoverageTable
 from kernel_oracle.fuzz.state_checks import (ID_NUMBER as _ID_NUMBER, MAX_COUNT, GroupCounts, GroupKey, checked_count,
                                              checked_objects, checked_seconds, checked_text, finding_problem,
                                              region_counts)
@@ -125,13 +127,11 @@ class CampaignState:
     def __init__(self, out: Path, *, target: Optional[str], op: Optional[str], seed: int = 0):
         self.out = out
         self.target, self.op, self.seed = target, op, seed
-        self.executed = 0
-        self.runs = 0
+        self.executed = self.runs = 0
+        self.coverage = CoverageTable()  # Note [Tile coverage] in harness.tile_coverage
         # hangs retried, cases their retry answered (Note [Confirmed hangs]); crash replays, crashes none reproduced
         self.hang_retries, self.slow_cases, self.crash_confirms, self.unconfirmed_crashes = 0, 0, 0, []
-        self._saved_at = float("-inf")
-        self.elapsed_s = 0.0
-        self.finding_count = 0
+        self._saved_at, self.elapsed_s, self.finding_count = float("-inf"), 0.0, 0
         self.groups: dict[GroupKey, GroupCounts] = {}
         self.findings: list[dict] = []
         # finding id -> {"count": n, "examples": [case dicts], "dtypes": [...], "regions": [...]}
@@ -309,7 +309,7 @@ class CampaignState:
     def _reset_counters(self) -> None:
         self.executed, self.runs, self.elapsed_s, self.finding_count = 0, 0, 0.0, 0
         self.hang_retries, self.slow_cases, self.crash_confirms, self.unconfirmed_crashes = 0, 0, 0, []
-        self.groups, self.hits = {}, {}
+        self.groups, self.hits, self.coverage = {}, {}, CoverageTable()
 
     def _apply(self, raw: dict) -> None:
         """Take the counters of a parsed ``state.json`` (all or nothing: a bad field raises first;
@@ -344,16 +344,15 @@ class CampaignState:
         for name in ("target", "op"):
             if raw.get(name) is not None:
                 checked_text(name, raw[name])
-        identity = raw.get("identity")
-        if identity is not None and not (isinstance(identity, dict)
-                                         and all(isinstance(k, str) for k in identity)):
+        identity, coverage = raw.get("identity"), CoverageTable.from_record(raw.get("coverage"))
+        if identity is not None and not (isinstance(identity, dict) and all(isinstance(k, str) for k in identity)):
             raise ValueError(f"identity={identity!r} is not an object")
         self.identity = identity
         self.target = raw.get("target", self.target)
         self.op = raw.get("op", self.op)
         self.executed, self.runs, self.elapsed_s, self.finding_count = counters
         self.hang_retries, self.slow_cases, self.crash_confirms, self.unconfirmed_crashes = retries
-        self.groups, self.hits = parsed, hits
+        self.groups, self.hits, self.coverage = parsed, hits, coverage
         self.notes = [str(n) for n in notes] + self.notes
 
     def _rebuild_from_findings(self) -> None:
@@ -543,7 +542,7 @@ class CampaignState:
                "hang_retries": self.hang_retries, "slow_cases": self.slow_cases, "crash_confirms": self.crash_confirms,
                "unconfirmed_crashes": self.unconfirmed_crashes,
                "groups": [{"key": k.to_dict(), **g.to_dict()} for k, g in sorted(self.groups.items())],
-               "hits": self.hits, "notes": self.notes}
+               "hits": self.hits, "notes": self.notes, "coverage": self.coverage.to_record()}
         try:
             _atomic_write(self.state_path, json.dumps(raw, indent=1, sort_keys=True))
         except OSError as exc:
@@ -596,4 +595,5 @@ class CampaignState:
             add_finding(record, f)
         for note in [*self.notes, *notes]:
             add_note(record, note)
+        record["coverage"] = self.coverage.to_record()
         return record

@@ -14,7 +14,9 @@ instance: few segments, small dims, H <= 2), ``"small"`` for the pure-torch refe
 ``"full"`` for realistic GPU sizes (hundreds of segments, lengths into the thousands -- drawn rarely,
 so shrinking stays fast and the common case stays cheap), and ``"gpu"``, a GPU campaign's default
 (:func:`default_limits`): mostly small, boundary-heavy problems (cheap, no new compilations, where
-kernels break) with one in :data:`REALISTIC_SHARE` drawn from ``"full"``.
+kernels break) with one in :data:`REALISTIC_SHARE` drawn from ``"full"`` (the presets: :mod:`kernel_oracle.fuzz.
+limits`).  Where the target describes the blocks of its code, the sizes it tiles are drawn around them (Note
+[Tile-aware sizes] in :mod:`kernel_oracle.fuzz.strategies_tiles`).
 
 Every public strategy validates its arguments up front and raises
 :class:`hypothesis.errors.InvalidArgument` ("Expected X but got name=value", "min_x=... is larger
@@ -42,7 +44,6 @@ or 1), ``(b, s, H, D)`` inputs of several rows, the release's metadata helper, `
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
 from typing import Optional, Sequence
 
 import hypothesis.strategies as st
@@ -53,6 +54,9 @@ from kernel_oracle.harness.check import Case
 from kernel_oracle.harness.mutations import CATEGORIES, Mutation, kinds
 from kernel_oracle.harness.opinfo import FAMILY_OPS
 from kernel_oracle.harness.problems import DTYPES, VISION_PATHS, LoRAProblem, VisionProblem
+
+from kernel_oracle.fuzz.limits import LIMITS, REALISTIC_SHARE, Limits, default_limits, with_realistic_share
+from kernel_oracle.fuzz.strategies_tiles import field_blocks, past_next_block, tiled_rows, tiled_sizes
 
 __all__ = [
     "InvalidArgument",
@@ -78,84 +82,6 @@ ALL_DTYPES = ("float32", "float16", "bfloat16")  # float32 first: Hypothesis shr
 LORA_OPS = FAMILY_OPS["lora"]
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Size bounds of generated problems; ``big_*`` values are drawn rarely (1 in ``big_odds``)."""
-
-    max_segments: int
-    max_seg_len: int
-    big_segments: int
-    big_seg_len: int
-    max_slots: int
-    ranks: tuple[int, ...]  # buffer ranks R
-    heads: int
-    qk_dims: tuple[int, ...]
-    v_dims: tuple[int, ...]
-    kv_lora_ranks: tuple[int, ...]
-    max_extra_rows: int
-    max_sequences: int
-    max_seq_len: int
-    big_seq_len: int
-    vision_heads: int
-    head_dims: tuple[int, ...]
-    big_odds: int = 16
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            vals = v if isinstance(v, tuple) else (v,)
-            if not vals or any(not isinstance(x, int) or x < 0 for x in vals):
-                raise InvalidArgument(f"Expected non-negative ints but got {f.name}={v!r}")
-        if self.max_seg_len > self.big_seg_len:
-            raise InvalidArgument(f"max_seg_len={self.max_seg_len} is larger than big_seg_len={self.big_seg_len}")
-        if self.max_segments > self.big_segments:
-            raise InvalidArgument(f"max_segments={self.max_segments} is larger than big_segments={self.big_segments}")
-        if self.max_seq_len > self.big_seq_len:
-            raise InvalidArgument(f"max_seq_len={self.max_seq_len} is larger than big_seq_len={self.big_seq_len}")
-        if self.max_slots < 1 or self.heads < 1 or self.vision_heads < 1 or self.big_odds < 1:
-            raise InvalidArgument(f"Expected max_slots, heads, vision_heads, big_odds >= 1 but got "
-                                  f"max_slots={self.max_slots}, heads={self.heads}, "
-                                  f"vision_heads={self.vision_heads}, big_odds={self.big_odds}")
-
-
-LIMITS = {
-    # Triton under the CPU interpreter: a few dozen programs per call at most
-    "tiny": Limits(max_segments=3, max_seg_len=16, big_segments=4, big_seg_len=33, max_slots=3, ranks=(16,),
-                   heads=2, qk_dims=(16, 24), v_dims=(16, 8), kv_lora_ranks=(32, 24), max_extra_rows=2,
-                   max_sequences=3, max_seq_len=12, big_seq_len=40, vision_heads=4, head_dims=(16, 8, 24)),
-    # the pure-torch reference on the CPU
-    "small": Limits(max_segments=8, max_seg_len=24, big_segments=200, big_seg_len=600, max_slots=8,
-                    ranks=(16, 8, 32), heads=4, qk_dims=(48, 16, 72), v_dims=(40, 16, 24),
-                    kv_lora_ranks=(64, 32, 80), max_extra_rows=4, max_sequences=6, max_seq_len=40,
-                    big_seq_len=700, vision_heads=3, head_dims=(16, 24, 40)),
-    # a GPU: hundreds of segments, thousands of tokens (rare), realistic dims
-    "full": Limits(max_segments=64, max_seg_len=300, big_segments=512, big_seg_len=4096, max_slots=8,
-                   ranks=(16, 32, 64, 128), heads=16, qk_dims=(128, 64, 72), v_dims=(128, 64, 40),
-                   kv_lora_ranks=(512, 256, 200), max_extra_rows=16, max_sequences=16, max_seq_len=1500,
-                   big_seq_len=16384, vision_heads=16, head_dims=(80, 64, 72, 128)),
-    # a GPU campaign: small and boundary-heavy -- lengths 0..64 (tile edges 15-17 .. 63-65
-    # half the time), a few segments, dims on both sides of the tiles -- mixed with "full" (REALISTIC_SHARE)
-    "gpu": Limits(max_segments=8, max_seg_len=64, big_segments=64, big_seg_len=300, max_slots=4,
-                  ranks=(16, 32, 64), heads=4, qk_dims=(16, 48, 128), v_dims=(16, 40, 128),
-                  kv_lora_ranks=(32, 64, 512), max_extra_rows=4, max_sequences=6, max_seq_len=64,
-                  big_seq_len=1500, vision_heads=4, head_dims=(16, 64, 80, 128)),
-}
-
-# presets that mix in realistic problems: name -> (the realistic preset, one problem in N drawn from it);
-# 1 in 7 is ~14% realistic cases, enough to meet real sizes every few seconds, cheap enough to keep
-# a GPU campaign at small-case speed
-REALISTIC_SHARE = {"gpu": ("full", 7)}
-
-
-def default_limits(device, target: str = "") -> str:
-    """The preset a campaign uses unless told (``run_campaign(limits=None)``): ``"gpu"`` on a CUDA
-    device (kernels compiled), ``"small"`` for the pure-torch ``reference`` on the CPU, ``"tiny"``
-    for every other target on the CPU (Triton kernels under the interpreter)."""
-    if str(device).startswith("cuda"):
-        return "gpu"
-    return "small" if target == "reference" else "tiny"
-
-
 # Note [Strategy objects]: a composite draws from strategies built once and kept (Hypothesis validates
 # each new strategy object on its first draw, and a fresh ``st.integers`` per draw made validation
 # and construction a third of a small case's time).  Caches keyed by preset values are unbounded
@@ -173,20 +99,6 @@ def _pick(values: tuple) -> SearchStrategy:
 
 _BOOLS = st.booleans()
 _TRUE_FIRST = st.booleans().map(lambda b: not b)  # shrinks to True
-
-
-@st.composite
-def _one_in(draw, common: SearchStrategy, rare: SearchStrategy, odds: int):
-    """``rare`` once in ``odds`` draws, else ``common`` (shrinks towards ``common``)."""
-    return draw(rare if draw(_ints(0, odds - 1)) == odds - 1 else common)
-
-
-def _with_realistic_share(limits, common: SearchStrategy, build) -> SearchStrategy:
-    """``common``, mixed with ``build(realistic Limits)`` when ``limits`` names a mixed preset."""
-    if not isinstance(limits, str) or limits not in REALISTIC_SHARE:
-        return common
-    name, odds = REALISTIC_SHARE[limits]
-    return _one_in(common, build(LIMITS[name]), odds)
 
 
 # ---- argument validation (one exception type, Hypothesis's own) -----------------------------------
@@ -301,8 +213,10 @@ _SEED = st.integers(0, 2**16)
 
 @functools.lru_cache(maxsize=None)
 def _rank(R: int) -> SearchStrategy:
-    """A slot's rank: the buffer's R, or 0..R+3 (above R the buffer caps it)."""
-    return st.one_of(st.just(R), st.integers(0, R + 3))
+    """A slot's rank: the buffer's R, 0..R+3 (above R the buffer caps it), or one of its edges 0, 1, R-1, R+1, R+3
+    (however large R is drawn, a rank above it stays common)."""
+    return st.one_of(st.just(R), st.integers(0, R + 3), st.sampled_from(tuple(sorted({0, 1, max(R - 1, 0), R + 1,
+                                                                                     R + 3}))))
 
 
 @functools.lru_cache(maxsize=None)
@@ -331,9 +245,10 @@ _SEG_LENS_DRIFT = {True: st.sampled_from((None, "rolled", "longer", "shorter")),
 
 
 @_named("lora_problems")
-def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permute, big, declines=()):
+def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permute, big, declines=(), tiles=None):
     lim = limits
     op = draw(_as_strategy(ops))
+    tiled = field_blocks(tiles, op)  # Note [Tile-aware sizes]: field -> the blocks the code tiles it with
     dtype = draw(_as_strategy(dtypes))
     hi = max_segments if max_segments is not None else lim.max_segments
     if big and max_segments is None and draw(_ints(0, lim.big_odds - 1)) == lim.big_odds - 1:
@@ -346,8 +261,9 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
             lens.append(draw(edge_biased(0, lim.big_seg_len)))  # rarely: thousands of rows
         else:
             lens.append(draw(edge_biased(0, seg_max, reach=min(seg_max + 1, lim.big_seg_len))))
+    lens = tiled_rows(draw, lens, tiled.get("rows", ()), lim.tile_reach)
     L = draw(_ints(1, lim.max_slots))
-    R = draw(edge_biased_dims(lim.ranks))
+    R = draw(tiled_sizes(edge_biased_dims(lim.ranks), tiled.get("R", ()), lim.tile_reach))
     # ranks 0..R, mixed, and occasionally above R (the buffer's R then caps them)
     ranks = tuple(draw(_rank(R)) for _ in range(L))
     scal = tuple(draw(_SCALING) for _ in range(L))
@@ -364,7 +280,8 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
     with_seg_lens = True if declined or not with_max_len else draw(_TRUE_FIRST)
     # Note [Fields that disagree] (eager mode: under CUDA graph the host ints are stale_host_ints')
     eager = draw(_eager_counts(n)) if pad is None else None
-    slack = draw(_MAX_LEN_SLACK) if pad is None and with_max_len else 0
+    slack = draw(past_next_block(_MAX_LEN_SLACK, max(lens, default=0), tiled.get("rows", ()))) \
+        if pad is None and with_max_len else 0
     drift = draw(_SEG_LENS_DRIFT[with_max_len]) if with_seg_lens else None
     base_dtype = None
     if dtype != "float32" and op not in ("step_a_q", "step_a_v"):
@@ -379,8 +296,9 @@ def _lora_problems(draw, ops, dtypes, limits, min_segments, max_segments, permut
         extra = max(extra, pad - n)
     return LoRAProblem(
         op=op, seg_lens=tuple(lens), weight_indices=slots, lora_ranks=ranks, scalings=scal,
-        H=draw(_ints(1, lim.heads)), qk=draw(edge_biased_dims(lim.qk_dims)),
-        vd=draw(edge_biased_dims(lim.v_dims)), C=draw(edge_biased_dims(lim.kv_lora_ranks)), R=R,
+        H=draw(tiled_sizes(_ints(1, lim.heads), tiled.get("H", ()), lim.tile_reach)),
+        **{f: draw(tiled_sizes(edge_biased_dims(getattr(lim, dims)), tiled.get(f, ()), lim.tile_reach))
+           for f, dims in (("qk", "qk_dims"), ("vd", "v_dims"), ("C", "kv_lora_ranks"))}, R=R,
         extra_rows=extra, permute=perm, cuda_graph_pad_to=pad, graph_tail=tail,
         with_max_len=with_max_len, with_seg_lens=with_seg_lens, dtype=dtype, base_dtype=base_dtype,
         strided=draw(_BOOLS), offset_views=draw(_BOOLS), poison_beyond_rank=poison,
@@ -393,12 +311,13 @@ def lora_problems(*, ops: Sequence[str] | SearchStrategy = LORA_OPS,
                   dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, limits: str | Limits = "small",
                   min_segments: int = 0, max_segments: Optional[int] = None,
                   permute: bool | None | SearchStrategy = None, big: bool = False,
-                  declines: Sequence[str] = ()) -> SearchStrategy:
+                  declines: Sequence[str] = (), tiles: Optional[dict] = None) -> SearchStrategy:
     """kv_b LoRA problems: segments 0..``max_segments`` (lengths 0..limits, rarely big ones when
     ``big``), 1..L slots, ranks 0..R (mixed, some above R), scalings incl. 0 / negative / non-unit,
     permutation or not, CUDA-graph padding, strided / offset views, half / fp32 base_output, and
     for step B a poison beyond each slot's rank; ``declines``: contracts of :data:`LORA_FEATURES` the
-    target does not have (``lora.missing_max_len``: every batch gives ``max_len``)."""
+    target does not have (``lora.missing_max_len``: every batch gives ``max_len``); ``tiles``: the target's
+    tile model, whose blocks the sizes are drawn around (Note [Tile-aware sizes])."""
     declines = _check_features(declines, LORA_FEATURES)
     ops = _check_choices("ops", ops, LORA_OPS)
     dtypes = _check_choices("dtypes", dtypes, tuple(DTYPES))
@@ -407,10 +326,10 @@ def lora_problems(*, ops: Sequence[str] | SearchStrategy = LORA_OPS,
     _check_bool_or_none("permute", permute)
     if not isinstance(big, bool):
         raise InvalidArgument(f"Expected a bool but got big={big!r}")
-    return _with_realistic_share(limits, _lora_problems(ops, dtypes, lim, min_segments, max_segments, permute, big,
-                                                        declines),
-                                 lambda real: _lora_problems(ops, dtypes, real, min_segments, max_segments, permute,
-                                                             big, declines))
+    return with_realistic_share(limits, _lora_problems(ops, dtypes, lim, min_segments, max_segments, permute, big,
+                                                       declines, tiles),
+                                lambda real: _lora_problems(ops, dtypes, LIMITS[real], min_segments, max_segments,
+                                                            permute, big, declines, tiles))
 
 
 # ---- vision problems -----------------------------------------------------------------------------
@@ -441,7 +360,7 @@ def _heads(max_heads: int, declines: tuple) -> SearchStrategy:
 
 
 @_named("vision_problems")
-def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, big, declines):
+def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, big, declines, tiles=None):
     lim = limits
     hi = max_sequences if max_sequences is not None else lim.max_sequences
     n = draw(_ints(min_sequences, max(hi, min_sequences)))
@@ -452,6 +371,8 @@ def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, 
         else:  # tile edges up to 17 even in the tiny preset (its lengths stop at 12)
             lens.append(draw(edge_biased(0, lim.max_seq_len,
                                          reach=min(max(lim.max_seq_len + 1, 17), lim.big_seq_len))))
+    tiled = field_blocks(tiles, "vision")  # Note [Tile-aware sizes]: query rows and key blocks of a sequence
+    lens = tiled_rows(draw, lens, tuple(sorted({*tiled.get("queries", ()), *tiled.get("keys", ())})), lim.tile_reach)
     four_d = draw(_BOOLS)
     layout = draw(_pick(("contiguous", "v_strided")))
     H, H_kv = draw(_heads(lim.vision_heads, declines))
@@ -485,12 +406,13 @@ def _vision_problems(draw, dtypes, limits, min_sequences, max_sequences, paths, 
 def vision_problems(*, dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, limits: str | Limits = "small",
                     min_sequences: int = 0, max_sequences: Optional[int] = None,
                     paths: Sequence[str] | SearchStrategy = VISION_PATHS, big: bool = False,
-                    declines: Sequence[str] = ()) -> SearchStrategy:
+                    declines: Sequence[str] = (), tiles: Optional[dict] = None) -> SearchStrategy:
     """Vision problems: ragged lengths incl. 0 (bucket padding added by the builder), 3-D/4-D (several
     rows), contiguous or strided v, distinct v/o offsets, max_seqlen as int / CPU tensor / device tensor,
     every metadata path (:data:`~harness.problems.VISION_PATHS`), non-default softmax scales and large
     logits, and Note [Fields that disagree]'s draws: GQA/MQA, indptr gaps, the release's helper, windows,
-    sinks, VisionAttention's whole call; none of the :data:`VISION_FEATURES` in ``declines``."""
+    sinks, VisionAttention's whole call; none of the :data:`VISION_FEATURES` in ``declines``; lengths drawn
+    around the blocks of the tile model ``tiles`` (Note [Tile-aware sizes])."""
     dtypes = _check_choices("dtypes", dtypes, tuple(DTYPES))
     paths = _check_choices("paths", paths, VISION_PATHS)
     declines = _check_features(declines)
@@ -498,10 +420,10 @@ def vision_problems(*, dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, limi
     _check_range("min_sequences", min_sequences, "max_sequences", max_sequences)
     if not isinstance(big, bool):
         raise InvalidArgument(f"Expected a bool but got big={big!r}")
-    return _with_realistic_share(limits, _vision_problems(dtypes, lim, min_sequences, max_sequences, paths, big,
-                                                          declines),
-                                 lambda real: _vision_problems(dtypes, real, min_sequences, max_sequences, paths,
-                                                               big, declines))
+    return with_realistic_share(limits, _vision_problems(dtypes, lim, min_sequences, max_sequences, paths, big,
+                                                         declines, tiles),
+                                lambda real: _vision_problems(dtypes, LIMITS[real], min_sequences, max_sequences,
+                                                              paths, big, declines, tiles))
 
 
 def _check_features(declines, features: tuple = VISION_FEATURES) -> tuple[str, ...]:
@@ -551,12 +473,13 @@ def malformed_metadata(problems: SearchStrategy, *, family: str) -> SearchStrate
 
 def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upstream", "malformed"),
           dtypes: Sequence[str] | SearchStrategy = ALL_DTYPES, ops: Optional[Sequence[str]] = None,
-          limits: str | Limits = "small", big: bool = False, declines: Sequence[str] = ()) -> SearchStrategy:
+          limits: str | Limits = "small", big: bool = False, declines: Sequence[str] = (),
+          tiles: Optional[dict] = None) -> SearchStrategy:
     """Every kind of case of one family: valid problems, partial metadata, upstream-contract
     breakers and malformed metadata (drop ``"malformed"`` for upstream-contract-only campaigns);
     ``declines``: what the target does not implement (:data:`VISION_FEATURES`, :data:`LORA_FEATURES`, a
-    family's own).  The family's record names the strategy (``Family.cases``: :func:`lora_cases`,
-    :func:`vision_cases`, csgmv's own)."""
+    family's own); ``tiles``: the target's tile model of the family (Note [Tile-aware sizes]).  The family's
+    record names the strategy (``Family.cases``: :func:`lora_cases`, :func:`vision_cases`, csgmv's own)."""
     from kernel_oracle.harness.families import family_names, get_family
 
     names = family_names()
@@ -564,7 +487,7 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
         listed = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
         raise InvalidArgument(f"Expected family={listed} but got family={family!r}")
     return get_family(family).resolve("cases")(ops=ops, dtypes=dtypes, declines=declines, categories=categories,
-                                               limits=limits, big=big)
+                                               limits=limits, big=big, tiles=tiles)
 
 
 def _cases_of(problems: SearchStrategy, family: str, categories: tuple) -> SearchStrategy:
@@ -574,7 +497,7 @@ def _cases_of(problems: SearchStrategy, family: str, categories: tuple) -> Searc
 
 
 def lora_cases(*, ops: Optional[Sequence[str]], dtypes, declines: Sequence[str], categories: Sequence[str],
-               limits: str | Limits = "small", big: bool = False) -> SearchStrategy:
+               limits: str | Limits = "small", big: bool = False, tiles: Optional[dict] = None) -> SearchStrategy:
     """The ``lora`` record's ``cases``: :func:`lora_problems` and the mutation tables' LoRA kinds; a target
     declining every upstream contract (:data:`LORA_FEATURES`) gets no ``"upstream"`` case."""
     categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
@@ -582,14 +505,15 @@ def lora_cases(*, ops: Optional[Sequence[str]], dtypes, declines: Sequence[str],
     if set(LORA_FEATURES) <= set(declines):
         categories = tuple(c for c in categories if c != "upstream")
     problems = lora_problems(ops=ops if ops is not None else LORA_OPS, dtypes=dtypes, limits=limits, big=big,
-                             declines=declines)
+                             declines=declines, tiles=tiles)
     return _cases_of(problems, "lora", categories)
 
 
 def vision_cases(*, ops: Optional[Sequence[str]], dtypes, declines: Sequence[str], categories: Sequence[str],
-                 limits: str | Limits = "small", big: bool = False) -> SearchStrategy:
+                 limits: str | Limits = "small", big: bool = False, tiles: Optional[dict] = None) -> SearchStrategy:
     """The ``vision`` record's ``cases``: :func:`vision_problems` and the mutation tables' vision kinds."""
     categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
     if ops is not None and tuple(ops) != ("vision",):
         raise InvalidArgument(f"Expected ops=None or ['vision'] for family='vision' but got ops={ops!r}")
-    return _cases_of(vision_problems(dtypes=dtypes, limits=limits, big=big, declines=declines), "vision", categories)
+    return _cases_of(vision_problems(dtypes=dtypes, limits=limits, big=big, declines=declines, tiles=tiles), "vision",
+                     categories)

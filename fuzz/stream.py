@@ -63,7 +63,8 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
     """(ops, dtypes, strategy) of a campaign of ``op`` (a family, or a comma list of its ops) on the target that
     ``info`` describes (``Target.to_record()``, as the worker describes it): the entry points it has, the
     dtypes it does not exclude (of ``wanted_dtypes``, None: all), malformed metadata unless
-    ``upstream_contracts_only``; the strategy is None where no op or no dtype is left."""
+    ``upstream_contracts_only``, sizes around the blocks of its tile model of ``family`` (Note [Tile-aware sizes]
+    in :mod:`kernel_oracle.fuzz.strategies_tiles`); the strategy is None where no op or no dtype is left."""
     from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases
     from kernel_oracle.harness.families import campaign_ops
 
@@ -76,7 +77,8 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
         return ops, dtypes, None
     categories = ("valid", "partial", "upstream") + (() if upstream_contracts_only else ("malformed",))
     strategy = cases(family, categories=categories, dtypes=dtypes, ops=ops, limits=limits,
-                     declines=tuple(d for d in info.get("declines") or () if declined_in_family(family, d)))
+                     declines=tuple(d for d in info.get("declines") or () if declined_in_family(family, d)),
+                     tiles=(info.get("tiles") or {}).get(family))
     return ops, dtypes, strategy
 
 

@@ -39,8 +39,9 @@ class Family:
     (None: none); ``problem``: ``"module:Class"`` of its plain-data problem; ``strategies``:
     ``"module:function"`` of its Hypothesis problem strategy; ``benchmark``: the module of its
     benchmark shapes (None: none); ``cases``: ``"module:function"`` of its case strategy,
-    ``f(*, ops, dtypes, declines, categories, limits, big)``, which draws the categories it has among those
-    asked (:func:`kernel_oracle.fuzz.strategies.cases` calls it; None: the family has no cases to fuzz);
+    ``f(*, ops, dtypes, declines, categories, limits, big, tiles)``, which draws the categories it has among
+    those asked, its sizes around the blocks of the target's tile model ``tiles`` (None: none known;
+    :func:`kernel_oracle.fuzz.strategies.cases` calls it; None: the family has no cases to fuzz);
     ``selfcheck``: ``"module:function"`` of its own selfcheck rows, ``f(device, cases, seed)`` (None: the
     generic loop of :mod:`kernel_oracle.jobs.selfcheck`); ``mismatch``:
     ``"module:function"`` of its oracle's own comparison, ``f(baseline, actual, out_dtype, repro)`` -> the

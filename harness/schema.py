@@ -20,14 +20,17 @@ One JSON object per run (pytest-benchmark's storage shape)::
       "targets": [ {name, available, reason, entry_points, precision} ],
       "notes": [ "selfcheck unavailable: ...", ... ],          (optional, added in place, v1)
       "summary": {duration_s, time_s, status, ...},     (optional, free-form, v1)
+      "coverage": {rows: [ {target, op, dim, blocks, cases, one, several, tail, split} ],
+                   unknown: {target: {family: reason}}},  (optional, v1: harness.tile_coverage)
     }
 
-``notes`` and ``summary`` are optional additions that version-1 readers ignore, so they do not bump
-the version.  A *note* is anything a reader must not miss that is not a finding: a part that could
+``notes``, ``summary`` and ``coverage`` are optional additions that version-1 readers ignore, so they do not
+bump the version.  A *note* is anything a reader must not miss that is not a finding: a part that could
 not run, a target that was skipped, a budget that ran out.  A record with notes is never "clean".
 :func:`merge` folds one record (a campaign's) into another (the main job's): groups of the same
 ``target x op x dtype x shape_class`` add up and keep their ratio values, findings and benchmarks
-append (finding ids stay unique), targets deduplicate by name.
+append (finding ids stay unique), targets deduplicate by name, coverage rows of the same ``target x op x dim``
+add up.
 
 Finding kinds are the five of the campaign: ``mismatch`` (wrong numbers on a valid input),
 ``contract`` (missing / wrong-type / wrong-text upstream error), ``validation-gap`` (malformed
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from kernel_oracle.harness.data_files import DataFileError, loads_json, read_text, write_text
+from kernel_oracle.harness.tile_coverage import CoverageTable
 
 __all__ = [
     "FINDING_KINDS",
@@ -261,6 +265,9 @@ def merge(into: dict, other: dict, *, seeds_key: Optional[str] = None) -> dict:
                        entry_points=t.get("entry_points"), precision=t.get("precision"))
     for note in other.get("notes") or []:
         add_note(into, note)
+    if other.get("coverage"):
+        into["coverage"] = CoverageTable.from_record(into.get("coverage")).merge(
+            CoverageTable.from_record(other["coverage"])).to_record()
     if other.get("seeds"):
         if seeds_key:
             into["seeds"][seeds_key] = other["seeds"]
@@ -302,6 +309,10 @@ def validate(record: Any, *, source: str = "record") -> dict:
         if not isinstance(f, dict) or f.get("kind") not in FINDING_KINDS:
             raise SchemaError(f"{source}: findings[{i}] has kind {f.get('kind') if isinstance(f, dict) else f!r}; "
                               f"the only valid values are {list(FINDING_KINDS)}")
+    try:
+        CoverageTable.from_record(record.get("coverage"))
+    except ValueError as exc:
+        raise SchemaError(f"{source}: {exc}") from None
     return record
 
 

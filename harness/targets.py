@@ -54,6 +54,9 @@ declares what the comparison needs to be fair:
   vision wrapper declines what that release's own ``VisionAttention`` never passes it (0.5.10 passes
   neither ``softmax_scale`` nor ``window_size`` nor ``s_aux``; before 0.5.16 no ``forward_metadata``):
   a wrapper that ignores an argument its callers never pass has no defect;
+* ``tiles``: family -> the block structure of its code as data (Note [Tile models] in
+  :mod:`kernel_oracle.harness.tiles`): the strategies draw sizes around those blocks and the campaign counts
+  how many cases reach past the first one; a family it does not describe has no coverage rows, with the reason;
 * ``metadata_helper``: the target's own vision metadata helper, SGLang's
   ``prepare_flashinfer_cudnn_vision_attention_metadata(cu_seqlens, device, *, elem_per_token)``, which
   builds the metadata of problems with ``metadata_source="helper"`` (None: our stand-in).
@@ -282,6 +285,7 @@ class Target:
     declines: dict = field(default_factory=dict)  # feature or contract -> why this target does not implement it
     metadata_helper: Optional[Callable] = None  # the target's own vision metadata helper (SGLang's signature)
     signature_errors: dict = field(default_factory=dict)  # op -> why its entry point's parameters are wrong
+    tiles: dict = field(default_factory=dict)  # family -> tile model (Note [Tile models] in harness.tiles)
 
     def __post_init__(self) -> None:
         if isinstance(self.precision, dict):
@@ -348,7 +352,7 @@ class Target:
                 "excluded_dtypes": dict(self.excluded_dtypes),
                 "excluded_dtypes_by_family": {f: dict(d) for f, d in self.excluded_dtypes_by_family.items()},
                 "missing": dict(self.notes), "release": self.release, "declines": dict(self.declines),
-                "signature_errors": dict(self.signature_errors)}
+                "signature_errors": dict(self.signature_errors), "tiles": dict(self.tiles)}
 
 
 def unavailable(name: str, reason: str, **kw) -> Target:

@@ -32,6 +32,7 @@ import jinja2
 from markupsafe import Markup
 
 from kernel_oracle.harness.schema import FINDING_KINDS
+from kernel_oracle.harness.tile_coverage import CLASSES
 from kernel_oracle.harness.text import safe_text
 
 __all__ = ["environment", "fmt_num", "fmt_pct", "fmt_ratio", "fmt_us", "md_cell", "md_code", "md_fence", "md_link",
@@ -73,6 +74,12 @@ def fmt_us(v: Optional[float]) -> str:
     if v is None:
         return "–"
     return f"{v:,.1f}" if v >= 10 else f"{v:.3g}"
+
+
+# what the tile coverage table shows (Note [Tile coverage] in harness.tile_coverage), above it in both formats
+COVERAGE_TEXT = ("Share of the cases per op and tiled dimension, at the block sizes the code under test uses for "
+                 "each case: one block; several blocks; several and a ragged last one; a reduction split across "
+                 "programs into several non-empty parts (– where the code never splits it).")
 
 
 def fmt_pct(v: Optional[float]) -> str:
@@ -163,5 +170,6 @@ def environment(*, markdown: bool) -> jinja2.Environment:
                        speedup=fmt_speedup, cell=md_cell, code=md_code, fence=md_fence, md=md_text,
                        link=md_link)
     env.filters["clip"] = clip
-    env.globals.update(FINDING_KINDS=FINDING_KINDS, FOLD_ROWS=FOLD_ROWS)
+    env.globals.update(FINDING_KINDS=FINDING_KINDS, FOLD_ROWS=FOLD_ROWS, COVERAGE_CLASSES=CLASSES,
+                       COVERAGE_TEXT=COVERAGE_TEXT)
     return env

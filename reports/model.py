@@ -34,6 +34,7 @@ from kernel_oracle.harness.headline import example_text
 from kernel_oracle.harness.outcome import run_outcome
 from kernel_oracle.harness.schema import FINDING_KINDS, SCHEMA_VERSION, SELFCHECK_TARGET, validate
 from kernel_oracle.harness.schema import load as _load_json
+from kernel_oracle.harness.tile_coverage import CLASSES, CoverageTable
 
 __all__ = ["Benchmark", "Finding", "Group", "Headline", "Result", "load_result", "record_path", "shape_key"]
 
@@ -485,6 +486,23 @@ class Result:
             row["count"] = n if isinstance(n, int) and not isinstance(n, bool) else "-"
             out.append(row)
         return out
+
+    @property
+    def coverage(self) -> list:
+        """The tile coverage table (Note [Tile coverage] in :mod:`kernel_oracle.harness.tile_coverage`): per
+        target, op and tiled dimension its ``blocks`` (one string), ``cases`` and the share of each class,
+        ``split`` None where the code never splits that dimension."""
+        rows = CoverageTable.from_record(self.raw.get("coverage")).to_record()["rows"]
+        return [{**r, "blocks": ", ".join(str(b) if b else "the extent" for b in r["blocks"]),
+                 **{c: None if r[c] is None else (r[c] / r["cases"] if r["cases"] else 0.0) for c in CLASSES}}
+                for r in rows]
+
+    @property
+    def coverage_unknown(self) -> list:
+        """``{target, family, reason}`` of the targets whose blocks are not known (no coverage rows)."""
+        unknown = CoverageTable.from_record(self.raw.get("coverage")).unknown
+        return [{"target": t, "family": f, "reason": why} for t, fams in sorted(unknown.items())
+                for f, why in sorted(fams.items())]
 
     def target_rows(self) -> list:
         """The targets table: ``name, available, strict, precision, entry_points, missing, reason``,

@@ -99,6 +99,7 @@ HTML = FOLD + """<!DOCTYPE html>
 {% if r.raw.get('release_matrix') %}<a href="#release-matrix">Release matrix</a>{% endif %}
 <a href="#findings">Findings ({{ r.findings|length }})</a>
 {% if r.validation_gaps %}<a href="#validation-gaps">Validation gaps ({{ r.validation_gaps|length }})</a>{% endif %}
+{% if r.coverage or r.coverage_unknown %}<a href="#coverage">Tile coverage</a>{% endif %}
 <a href="#groups">Groups ({{ r.groups|length }})</a>
 <a href="#benchmarks">Benchmarks ({{ r.benchmarks|length }})</a>
 <a href="#targets">Targets</a>
@@ -238,6 +239,21 @@ too), <b>introduced in</b> the first release that has it, <b>fixed in</b> the re
 <tbody>
 {% for g in gaps %}<tr><td>{{ g.op }}</td><td>{{ g.malformation }}</td><td>{{ g.consequence }}</td><td>{{ g.dtypes }}</td><td class="n">{{ g.count }}</td><td><details><summary>repro command</summary><code>{{ g.example }}</code></details></td></tr>
 {% endfor %}</tbody></table></details>
+</section>
+{% endif %}
+{% set cov = r.coverage %}
+{% if cov or r.coverage_unknown %}
+<section id="coverage">
+<h2>Tile coverage</h2>
+<p>{{ COVERAGE_TEXT }}</p>
+{{ fold(cov|length, 'rows') }}
+<table>
+<thead><tr><th>target</th><th>op</th><th>dimension</th><th>blocks</th><th class="n">cases</th>{% for k in COVERAGE_CLASSES %}<th class="n">{{ k }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for c in cov %}<tr><td>{{ c.target }}</td><td>{{ c.op }}</td><td>{{ c.dim }}</td><td>{{ c.blocks }}</td><td class="n">{{ c.cases }}</td>{% for k in COVERAGE_CLASSES %}<td class="n">{{ c[k]|pct }}</td>{% endfor %}</tr>
+{% endfor %}</tbody></table></details>
+{% for u in r.coverage_unknown %}<p>{{ u.target }}, {{ u.family }}: no coverage rows ({{ u.reason }})</p>
+{% endfor %}
 </section>
 {% endif %}
 <section id="groups">
@@ -446,6 +462,27 @@ Informational, not findings: malformed inputs a target accepts where the referen
 | {{ g.op|cell }} | {{ g.malformation|clip|cell }} | {{ g.consequence|clip|cell }} | {{ g.dtypes|cell }} | {{ g.count }} | {{ g.example|clip|code(in_table=True) }} |
 {% endfor %}
 {{ unfold_md(gaps|length)|safe }}
+
+{% endif %}
+{% set cov = r.coverage %}
+{% if cov or r.coverage_unknown %}
+## Tile coverage
+
+{{ COVERAGE_TEXT }}
+
+{{ fold_md(cov|length, 'rows')|safe }}
+| target | op | dimension | blocks | cases | {% for k in COVERAGE_CLASSES %}{{ k }} | {% endfor %}
+
+|---|---|---|---|---:|{% for k in COVERAGE_CLASSES %}---:|{% endfor %}
+
+{% for c in cov %}
+| {{ c.target|cell }} | {{ c.op|cell }} | {{ c.dim|cell }} | {{ c.blocks|cell }} | {{ c.cases }} | {% for k in COVERAGE_CLASSES %}{{ c[k]|pct }} | {% endfor %}
+
+{% endfor %}
+{{ unfold_md(cov|length)|safe }}
+{% for u in r.coverage_unknown %}
+- {{ u.target|cell }}, {{ u.family|cell }}: no coverage rows ({{ u.reason|cell }})
+{% endfor %}
 
 {% endif %}
 ## Groups: target × op × dtype × shape class

@@ -54,11 +54,12 @@ import torch
 
 from kernel_oracle.harness.families import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, unavailable
+from kernel_oracle.harness.tiles import unknown_model
 
 from .flashinfer_engines import ENGINE_RELEASES, select_engine
 from .registry import register_target
 
-__all__ = ["DECLINES", "ENGINE_DTYPES_REASON", "GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn",
+__all__ = ["CUDNN_TILES", "DECLINES", "ENGINE_DTYPES_REASON", "GRAPH_CACHE_SIZE", "WORKSPACE_BYTES", "FlashInferCudnn",
            "GraphCacheHazard", "cannot_run_here", "engine_graph_cache", "engine_versions", "flashinfer_cudnn_target",
            "shared_engine"]
 
@@ -66,6 +67,9 @@ __all__ = ["DECLINES", "ENGINE_DTYPES_REASON", "GRAPH_CACHE_SIZE", "WORKSPACE_BY
 # typical prefill workloads.
 WORKSPACE_BYTES = 128 * 2**20
 ENGINE_DTYPES_REASON = "cuDNN SDPA takes float16 and bfloat16 only"
+# why no tile model describes a cuDNN-backed vision target (Note [Tile models] in harness.tiles)
+CUDNN_TILES = ("cuDNN picks its attention blocks inside its own engine (its graph's execution plan), which "
+               "kernel-oracle cannot read")
 # cudnn.graph_cache's default maxsize (nvidia-cudnn-frontend 1.28): the oldest key is evicted first
 GRAPH_CACHE_SIZE = 256
 
@@ -388,7 +392,7 @@ def flashinfer_cudnn_target(device, spec=None):
                excluded_dtypes={"float32": ENGINE_DTYPES_REASON},
                poison=engine.poisoned_output,
                notes={op: "flashinfer-cudnn is a vision peer only" for op in FAMILY_OPS["lora"]},
-               status=engine.describe, declines=dict(DECLINES))
+               status=engine.describe, declines=dict(DECLINES), tiles={"vision": unknown_model(CUDNN_TILES)})
     t.reason = engine.describe()
     t.release = _flashinfer_release()
     return t

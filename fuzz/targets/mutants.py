@@ -134,6 +134,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("lora_dropped_k_tail", "lora", "step A_v drops the kv_lora_rank tail block (C not a multiple of BLOCK_K)",
            (Patch(_KS, "for k0 in range(0, C, BLOCK_K):", "for k0 in range(0, (C // BLOCK_K) * BLOCK_K, BLOCK_K):",
                   count=1),), ops=("step_a_v",)),
+    # Note [Tile-aware sizes]: a defect only a kv_lora_rank past the first BLOCK_K (128) shows: the second block's
+    # columns are pushed past C, so its loads are masked out
+    Mutant("lora_drops_second_k_block", "lora", "step A_v drops its second kv_lora_rank block (columns BLOCK_K .. "
+           "2 * BLOCK_K - 1 of the K loop never summed)",
+           (Patch(_KS, "            kk = k0 + offs_k\n            xt = load_operand(x_rows[:, None] + kk[None, :] * sx_c",
+                  "            kk = k0 + offs_k + (k0 == BLOCK_K) * C\n"
+                  "            xt = load_operand(x_rows[:, None] + kk[None, :] * sx_c"),), ops=("step_a_v",)),
     # on the flat grid (Note [Flat slot grid]) the bound becomes floor(S/BT) + L - 1, too small for some batches
     Mutant("lora_dropped_tail_tiles", "lora", "token-major grid rounds the row tiles down (tail rows never computed)",
            (Patch(_P, "        tiles = triton.cdiv(num_rows, bt)\n", "        tiles = num_rows // bt\n"),)),

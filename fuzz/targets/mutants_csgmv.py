@@ -33,7 +33,7 @@ from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, una
 from .adapter import third_party
 from .mutant_data import Mutant, MutantError, Patch, apply_patches
 from .sglang_csgmv import load_csgmv, locate_csgmv
-from .sglang_csgmv_target import csgmv_declines
+from .sglang_csgmv_target import csgmv_declines, csgmv_tile_model
 from .sglang_wheel import LoaderError, ReleaseFiles, find_wheel, wheel_release
 
 __all__ = ["CSGMV_MUTANTS", "MUTANT_RELEASE", "csgmv_mutant_target", "patched_release"]
@@ -119,8 +119,8 @@ def csgmv_mutant_target(mutant: Mutant, spec: TargetSpec, device: str = "cpu",
     try:
         if key not in _BUILT:
             release = wheel_release(find_wheel(MUTANT_RELEASE, sources.sglang_wheel))
-            _BUILT[key] = load_csgmv(patched_release(mutant, release))
-        kernels = _BUILT[key]
+            _BUILT[key] = (load_csgmv(patched_release(mutant, release)), release)
+        kernels, release = _BUILT[key]
     except (LoaderError, MutantError) as exc:
         return unavailable(name, str(exc))
     target = third_party(name, {"csgmv_shrink": kernels.shrink, "csgmv_expand": kernels.expand}, {},
@@ -128,4 +128,5 @@ def csgmv_mutant_target(mutant: Mutant, spec: TargetSpec, device: str = "cpu",
     target.release = kernels.version
     target.declines = csgmv_declines(kernels.version, kernels.shrink, kernels.expand)
     target.reason = f"{mutant.description}; {kernels.how}"
+    target.tiles = {"csgmv": csgmv_tile_model(release, kernels.paths, device, target.declines)}
     return target

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kernel_oracle.harness.families import families
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec
+from kernel_oracle.harness.tiles import unknown_model
 
 from .adapter import entries_from
 from .registry import register_target
@@ -16,7 +17,9 @@ def reference_target(spec: TargetSpec, device: str, sources: TargetSources) -> T
     entries = {}
     for family in families():
         entries.update(entries_from(family.resolve("reference"), family.ops))
-    return Target("reference", entries, precision="ieee", strict=True)
+    flat = unknown_model("the pure-torch reference computes whole tensors: it has no blocks")
+    return Target("reference", entries, precision="ieee", strict=True,
+                  tiles={family.name: flat for family in families()})
 
 
 register_target("reference", reference_target)

@@ -44,15 +44,17 @@ from typing import Optional
 
 from kernel_oracle.harness.families import FAMILY_OPS
 from kernel_oracle.harness.targets import RELEASE_NAMES, Target, TargetSources, TargetSpec, unavailable
+from kernel_oracle.harness.tiles import unknown_model
 
 from .adapter import entries_from, import_module, third_party
-from .flashinfer_cudnn import ENGINE_DTYPES_REASON, FlashInferCudnn, shared_engine
+from .flashinfer_cudnn import CUDNN_TILES, ENGINE_DTYPES_REASON, FlashInferCudnn, shared_engine
 from .flashinfer_engines import ENGINE_RELEASES, select_engine
 from .registry import register_target
 from .sglang_switches import CONFIGURATION, ReleaseConfiguration, hardware_pdl, switches_read, unknown_switch_note
 from .sglang_switches import PDL_READ, declared_switches
 from .sglang_csgmv import locate_csgmv
 from .sglang_csgmv_identity import csgmv_configuration, csgmv_configuration_applies, csgmv_run_identity
+from .sglang_tiles import kv_b_model, v2_model
 from .sglang_two_stream import TWO_STREAM_FILE, TwoStreamCorrections, load_two_stream
 from .sglang_v2 import ALIGNER_NOTE, CPU_NOTE, V2_DECLINES, V2Corrections, load_v2, locate_v2, v2_identity
 from .sglang_vision import VISION_FILE, load_vision_wrapper, read_vision_code
@@ -213,6 +215,8 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
     notes: dict = {}
     entries: dict = {}
     reasons: list[str] = []
+    tiles = {"vision": unknown_model(f"the wrapper hands each batch to cuDNN (the CPU stand-in: torch's attention "
+                                     f"per sequence); {CUDNN_TILES}")}
     refusal = _pdl_refusal(config, str(device))
     if refusal is not None:
         return unavailable(name, refusal)
@@ -220,6 +224,7 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
         mod, how = _kernel_module(release, variant, config, try_import=try_import)
         entries.update(entries_from(mod, FAMILY_OPS["lora"], notes))
         reasons.append(how)
+        fused = {}
         if variant == "trt":
             fused, how_fused = _two_stream_entries(release, config, str(device))
             entries.update(fused)
@@ -228,6 +233,7 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
             reasons.append(how_fused) if how_fused else None
         for op, why in list(notes.items()):
             notes[op] = f"{why} (SGLang defines the four split steps only)"
+        tiles["lora"] = kv_b_model(release.read(locate_kernels(release)[variant]), fused=bool(fused))
     except LoaderError as exc:
         if vision != "release":
             return unavailable(name, str(exc))
@@ -263,7 +269,7 @@ def release_target(name: str, release: ReleaseFiles, variant: str, device, *, tr
         reasons.append(f"configuration: {config.describe()}")
     t.reason = "; ".join(reasons)
     t.release = str(release.version)  # the known issues of this release apply (harness.known_issues)
-    t.declines, t.poison, t.metadata_helper = declines, poison, helper
+    t.declines, t.poison, t.metadata_helper, t.tiles = declines, poison, helper, tiles
     return t
 
 
@@ -293,6 +299,7 @@ def v2_target(name: str, release: ReleaseFiles, device,
     t.reason = "; ".join(how)
     t.release = str(release.version)
     t.declines = dict(V2_DECLINES)
+    t.tiles = {"lora": v2_model(module, corrections.phase_type)}
     return t
 
 

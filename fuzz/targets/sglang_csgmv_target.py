@@ -28,9 +28,10 @@ from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, una
 from .adapter import third_party
 from .registry import register_target
 from .sglang_csgmv import CsgmvConfiguration, load_csgmv
+from .sglang_tiles import csgmv_model
 from .sglang_wheel import LoaderError, find_wheel, installed_release, wheel_release
 
-__all__ = ["CONFIGURATION", "csgmv_declines", "csgmv_target"]
+__all__ = ["CONFIGURATION", "csgmv_declines", "csgmv_target", "csgmv_tile_model"]
 
 CONFIGURATION = {"split_k": ("on", "off"), "deterministic": ("on", "off")}
 GRAPH_FIX, STRIDE_FIX = "0.5.14", "0.5.11"  # the first releases without each known difference
@@ -82,7 +83,20 @@ def csgmv_target(spec: TargetSpec, device: str, sources: TargetSources) -> Targe
                          triton_code=True, strict=False, precision=None, device=device)
     target.release = kernels.version
     target.declines = csgmv_declines(kernels.version, kernels.shrink, kernels.expand)
+    target.tiles = {"csgmv": csgmv_tile_model(release, kernels.paths, device, target.declines, config)}
     return target
+
+
+def csgmv_tile_model(release, paths: dict, device: str, declines: dict,
+                     config: CsgmvConfiguration = CsgmvConfiguration()) -> dict:
+    """The tile model of ``release``'s csgmv files on ``device`` (Note [Reading a release's blocks]): the device
+    name the release's ``get_device_name`` stand-in answers there (the CUDA device's, else ``"cpu"``) picks the
+    tuned tables; the switches are ``config``'s."""
+    import torch
+
+    name = torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else "cpu"
+    return csgmv_model(release, paths, device_name=config.device_name or name, split_switch=config.split_k,
+                       deterministic=config.deterministic, split_kernel="csgmv.split_k" not in declines)
 
 
 register_target("sglang-csgmv", csgmv_target, configuration=CONFIGURATION)

@@ -362,7 +362,7 @@ class V2Corrections:
         runner_module = _sibling(module, "runner")
         self._runner_cls = runner_module.DenseLoraRunner
         self._workspace_cls = runner_module.LoraWorkspace
-        self._phase = runner_module.Phase
+        self._phase = self.phase_type = runner_module.Phase
         self._prepare = module._prepare
         self._apply = module.apply_correction
         if self.device.type != "cuda":

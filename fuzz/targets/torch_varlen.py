@@ -14,6 +14,7 @@ import torch
 
 from kernel_oracle.harness.families import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
+from kernel_oracle.harness.tiles import unknown_model
 
 from .registry import register_target
 
@@ -70,7 +71,9 @@ def _torch_varlen(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
     return Target("torch-varlen", {"vision": flashinfer_cudnn_attention}, precision="ieee", strict=True,
                   excluded_dtypes={"float32": "varlen_attn (flash attention) supports float16 and bfloat16 only"},
                   notes={op: "torch-varlen is a vision peer only" for op in FAMILY_OPS["lora"]},
-                  declines={"s_aux": NO_SINKS, **({} if "window_size" in takes else {"window_size": NO_WINDOW})})
+                  declines={"s_aux": NO_SINKS, **({} if "window_size" in takes else {"window_size": NO_WINDOW})},
+                  tiles={"vision": unknown_model("varlen_attn's blocks are chosen inside torch's flash attention "
+                                                 "kernels, which kernel-oracle cannot read")})
 
 
 NO_SINKS = "torch's varlen_attn has no attention sinks (s_aux); pass s_aux=None"

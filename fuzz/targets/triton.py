@@ -37,6 +37,7 @@ from typing import Optional
 from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.families import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
+from kernel_oracle.harness.tiles import ours_models, unknown_model
 
 from .adapter import entries_from, import_module
 from .registry import register_target
@@ -87,7 +88,17 @@ def kernels_target(device, package: str = KERNELS_PACKAGE, name: str = "triton",
         return unavailable(name, "; ".join(sorted(set(notes.values()))), notes=notes)
     if precision is None:
         precision = kernels_precision(device, vision_fp32)
-    return Target(name, entries, precision=precision, strict=True, poison=poison, notes=notes)
+    return Target(name, entries, precision=precision, strict=True, poison=poison, notes=notes,
+                  tiles=kernels_tiles(device))
+
+
+def kernels_tiles(device) -> dict:
+    """family -> the tile model of our kernels on ``device`` (Note [Tile models] in harness.tiles)."""
+    import torch
+
+    compiled_gpu = str(device).startswith("cuda") and not interpreting()
+    tma = compiled_gpu and torch.cuda.get_device_capability(torch.device(device))[0] >= 9
+    return ours_models(interpreted=not compiled_gpu, tma=tma)
 
 
 # the configuration ``triton@vision_fp32=ieee|tf32,lora_early_reads=on|off,vision_kernel=triton|gluon`` (Note
@@ -124,6 +135,11 @@ def triton_target(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
         if changes:
             t.entries = {op: (_with_options(fn, KERNELS_PACKAGE, changes) if op in FAMILY_OPS[family] else fn)
                          for op, fn in t.entries.items()}
+    if spec.option("lora_early_reads") == "on":  # the early-read blocks (Note [Tile models] in harness.tiles)
+        t.tiles["lora"] = {"model": "ours", "early_reads": True}
+    if spec.option("vision_kernel") not in (None, "triton"):
+        t.tiles["vision"] = unknown_model("the Gluon Hopper kernel's blocks are not modelled (its 128-row query "
+                                          "blocks where it runs, the Triton kernel's elsewhere)")
     return t
 
 

@@ -20,7 +20,8 @@ memory (``_smem``).  How a call launches (path, grid, blocks, early reads, the f
     with options(lora={"early_reads": True}):   # Note [Early reads] in ``_kernels``
         q_side_fused_fwd(...)
 
-``BLOCKS`` is the default block table (read-only); ``LoRAOptions.blocks`` launches others.  Design notes:
+``BLOCKS`` is the default block table (read-only); ``LoRAOptions.blocks`` launches others; ``plan`` and
+``token_major_blocks`` say which path and blocks a call launches (host integers only).  Design notes:
 ``docs/kernels_lora.md``.
 """
 
@@ -34,14 +35,17 @@ from ._launch import (
     step_b_v_fwd,
     v_side_fused_fwd,
 )
+from ._plan import plan, token_major_blocks
 
 __all__ = [
     "BLOCKS",
     "PRECISION",
+    "plan",
     "q_side_fused_fwd",
     "step_a_q_fwd",
     "step_a_v_fwd",
     "step_b_q_fwd",
     "step_b_v_fwd",
+    "token_major_blocks",
     "v_side_fused_fwd",
 ]

@@ -19,14 +19,16 @@ from .attention import (
     prepare_flashinfer_cudnn_metadata,
 )
 from ._direct import direct_launch_info
-from ._config import KernelConfig, head_dim_split
+from ._config import INTERPRETER_CONFIG, KernelConfig, default_config, head_dim_split
 
 __all__ = [
     "FP32_PRECISIONS",
+    "INTERPRETER_CONFIG",
     "KernelConfig",
     "VisionAttentionMetadata",
     "VisionLaunch",
     "clear_launch_cache",
+    "default_config",
     "direct_launch_info",
     "flashinfer_cudnn_attention",
     "head_dim_split",

@@ -77,12 +77,13 @@ INTERPRETER_CONFIG = KernelConfig(16, 16, 1, 1)
 
 
 def default_config(d_tiles: int, dv_tiles: int, elem_bytes: int, tma: bool = False,
-                   splits: bool = False) -> KernelConfig:
+                   splits: bool = False, *, interpreted: bool = INTERPRETING) -> KernelConfig:
     """The config a launch gets unless the caller passes one: the fastest of ``bench_vision --sweep`` on the
     H200 for each kind of shape (tables in docs/BENCHMARKS.md).  ``d_tiles``/``dv_tiles``: the padded head
     dims; ``tma``: the device has tensor memory access (compute capability 9 and newer); ``splits``: a
-    head dim is cut into two tiles when split (not a power of two)."""
-    if INTERPRETING:
+    head dim is cut into two tiles when split (not a power of two); ``interpreted``: the config of the Triton
+    interpreter (default: this process's mode), e.g. False for a GPU's blocks planned on the CPU."""
+    if interpreted:
         return INTERPRETER_CONFIG
     if elem_bytes == 4:  # fp32, the accuracy mode (Note [Exact fp32]): small blocks
         return KernelConfig(64, 32, 4, 2)

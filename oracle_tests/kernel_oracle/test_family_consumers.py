@@ -100,11 +100,11 @@ def test_the_mutant_table_takes_a_registered_family(toy):
         Mutant("nope_mutant", "nope", "no such family", patches)
 
 
-def _planted_cases(*, ops, dtypes, declines, categories, limits, big):
+def _planted_cases(*, ops, dtypes, declines, categories, limits, big, tiles):
     """A record's ``cases``: records what it was asked and draws one marker."""
     import hypothesis.strategies as st
 
-    return st.just(("planted cases", ops, tuple(dtypes), tuple(declines), tuple(categories), limits, big))
+    return st.just(("planted cases", ops, tuple(dtypes), tuple(declines), tuple(categories), limits, big, tiles))
 
 
 def _planted_selfcheck(device, cases, seed):
@@ -128,10 +128,10 @@ def test_a_records_own_cases_are_what_cases_draws():
                                     cases=f"{__name__}:_planted_cases"))
     try:
         drawn = find(cases("toy", ops=("toy_op",), dtypes=("float32",), declines=("x",), categories=("valid",),
-                           limits="medium", big=True), lambda _: True)
+                           limits="medium", big=True, tiles={"model": "toy"}), lambda _: True)
     finally:
         unregister_family(record.name)
-    assert drawn == ("planted cases", ("toy_op",), ("float32",), ("x",), ("valid",), "medium", True)
+    assert drawn == ("planted cases", ("toy_op",), ("float32",), ("x",), ("valid",), "medium", True, {"model": "toy"})
 
 
 def test_a_records_own_selfcheck_rows_come_after_the_generic_loop(monkeypatch):
