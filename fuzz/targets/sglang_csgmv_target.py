@@ -28,7 +28,6 @@ from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, una
 from .adapter import third_party
 from .registry import register_target
 from .sglang_csgmv import CsgmvConfiguration, load_csgmv
-from .sglang_tiles import csgmv_model
 from .sglang_wheel import LoaderError, find_wheel, installed_release, wheel_release
 
 __all__ = ["CONFIGURATION", "csgmv_declines", "csgmv_target", "csgmv_tile_model"]
@@ -93,6 +92,8 @@ def csgmv_tile_model(release, paths: dict, device: str, declines: dict,
     name the release's ``get_device_name`` stand-in answers there (the CUDA device's, else ``"cpu"``) picks the
     tuned tables; the switches are ``config``'s."""
     import torch
+
+    from .sglang_tiles import csgmv_model  # here: the tile models import our kernels, which the mutant table must not
 
     name = torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else "cpu"
     return csgmv_model(release, paths, device_name=config.device_name or name, split_switch=config.split_k,

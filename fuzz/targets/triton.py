@@ -37,7 +37,6 @@ from typing import Optional
 from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.families import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
-from kernel_oracle.harness.tiles import ours_models, unknown_model
 
 from .adapter import entries_from, import_module
 from .registry import register_target
@@ -98,6 +97,8 @@ def kernels_tiles(device) -> dict:
 
     compiled_gpu = str(device).startswith("cuda") and not interpreting()
     tma = compiled_gpu and torch.cuda.get_device_capability(torch.device(device))[0] >= 9
+    from kernel_oracle.harness.tiles import ours_models  # here: it imports our kernels (and torch)
+
     return ours_models(interpreted=not compiled_gpu, tma=tma)
 
 
@@ -138,6 +139,8 @@ def triton_target(spec: TargetSpec, device: str, sources: TargetSources) -> Targ
     if spec.option("lora_early_reads") == "on":  # the early-read blocks (Note [Tile models] in harness.tiles)
         t.tiles["lora"] = {"model": "ours", "early_reads": True}
     if spec.option("vision_kernel") not in (None, "triton"):
+        from kernel_oracle.harness.tiles import unknown_model
+
         t.tiles["vision"] = unknown_model("the Gluon Hopper kernel's blocks are not modelled (its 128-row query "
                                           "blocks where it runs, the Triton kernel's elsewhere)")
     return t

@@ -228,11 +228,11 @@ def reproduce(*, target, path: str | None = None, case_json: str | None = None, 
     TargetSpec) on ``device``, in a worker as a campaign does (see the module docstring); ``script``: also
     resolve the target here for a standalone script's entry point.  :class:`ReproError` (one line) for
     bad input, a target that cannot take the case, or a case it declines."""
+    check_input(path=path, case_json=case_json)  # before the device (torch): a usage error answers at once
+    device = _device(device)
     from kernel_oracle.harness.check import expected_outcome, prepared_call, with_state_changes
     from kernel_oracle.harness.saved_calls import call_on
 
-    check_input(path=path, case_json=case_json)
-    device = _device(device)
     case, saved = load_case(path=path, case_json=case_json, device=device)  # refused files stop here
     call = saved
     if call is None:
