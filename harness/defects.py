@@ -9,12 +9,12 @@ Every upstream defect this project tracks is one ``[[defect]]`` table of the che
 ==============  ==========================================================================================
 ``id``          unique, lower-case words joined by '-'
 ``title``       one line
-``family``      the upstream code that has it: an upstream target family (``sglang``, ``sglang-trt``,
-                ``sglang-v2``, ``sglang-csgmv``, ``flashinfer-cudnn``) or ``triton-compiler`` (met through our
-                own kernels)
-``op``          the op or op family it is of (``step_b_q``, ``lora``, ``vision``, ``csgmv``)
+``component``   the upstream code that has it (:data:`DEFECT_COMPONENTS`): an upstream target's spec name
+                (``sglang``, ``sglang-trt``, ``sglang-v2``, ``sglang-csgmv``, ``flashinfer-cudnn``) or
+                ``triton-compiler`` (met through our own kernels)
+``op``          the op or kernel family it is of (``step_b_q``, ``lora``, ``vision``, ``csgmv``)
 ``upstream``    https link: the issue or pull request, else the upstream code that has the defect
-``introduced``  the earliest release of the family known to have it (measured or read from the wheels)
+``introduced``  the earliest release of the component known to have it (measured or read from the wheels)
 ``fixed``       the earliest release known not to have it; "" while every release has it
 ``doc``         optional: where this project describes it outside ``docs/upstream/``
 ``draft``       optional: its draft report, ``docs/upstream/*.md``
@@ -46,12 +46,12 @@ from typing import Optional
 
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
 
-__all__ = ["DEFECT_FAMILIES", "REGISTRY", "Defect", "DefectError", "defect_of_corpus", "load_defects", "parse_defects",
+__all__ = ["DEFECT_COMPONENTS", "REGISTRY", "Defect", "DefectError", "defect_of_corpus", "load_defects", "parse_defects",
            "upstream_index"]
 
 REGISTRY = Path(__file__).with_name("known_issues.toml")
-DEFECT_FAMILIES = ("sglang", "sglang-trt", "sglang-v2", "sglang-csgmv", "flashinfer-cudnn", "triton-compiler")
-_REQUIRED = ("id", "title", "family", "op", "upstream", "introduced", "fixed")
+DEFECT_COMPONENTS = ("sglang", "sglang-trt", "sglang-v2", "sglang-csgmv", "flashinfer-cudnn", "triton-compiler")
+_REQUIRED = ("id", "title", "component", "op", "upstream", "introduced", "fixed")
 _OPTIONAL = ("doc", "draft", "reproducers", "corpus", "issue")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
@@ -66,7 +66,7 @@ class Defect:
 
     id: str
     title: str
-    family: str
+    component: str
     op: str
     upstream: str
     introduced: str
@@ -109,8 +109,9 @@ def _check(raw: object, where: str) -> Defect:
             raise DefectError(f"{where}: Expected {f} to be a string but got {f}={raw[f]!r}")
     if not _ID.fullmatch(raw["id"]):
         raise DefectError(f"{where}: id={raw['id']!r} must be lower-case words joined by '-'")
-    if raw["family"] not in DEFECT_FAMILIES:
-        raise DefectError(f"{where}: family={raw['family']!r}; the only valid values are {list(DEFECT_FAMILIES)}")
+    if raw["component"] not in DEFECT_COMPONENTS:
+        raise DefectError(f"{where}: component={raw['component']!r}; the only valid values are "
+                          f"{list(DEFECT_COMPONENTS)}")
     if not raw["upstream"].startswith("https://"):
         raise DefectError(f"{where}: upstream={raw['upstream']!r} must be an https link")
     if not raw["introduced"]:
@@ -123,7 +124,7 @@ def _check(raw: object, where: str) -> Defect:
     issues = raw.get("issue", [])
     if not isinstance(issues, list):
         raise DefectError(f"{where}: issue must be [[defect.issue]] tables, got {issues!r}")
-    return Defect(raw["id"], raw["title"], raw["family"], raw["op"], raw["upstream"], raw["introduced"],
+    return Defect(raw["id"], raw["title"], raw["component"], raw["op"], raw["upstream"], raw["introduced"],
                   raw["fixed"], raw.get("doc", ""), raw.get("draft", ""), tuple(reproducers), raw.get("corpus", ""),
                   tuple(issues))
 
@@ -184,12 +185,12 @@ def upstream_index(defects: Optional[tuple[Defect, ...]] = None) -> str:
     lines = ["# Upstream defects: draft reports and reproducers", "",
              "Generated from the defect registry (`[[defect]]` records of `harness/known_issues.toml`) by",
              "`python -m kernel_oracle.harness.defects > docs/upstream/README.md`; a test keeps it current.", "",
-             "| defect | family, op | releases | draft | reproducers | corpus entry | known issues |",
+             "| defect | component, op | releases | draft | reproducers | corpus entry | known issues |",
              "|---|---|---|---|---|---|---|"]
-    for d in sorted(defects, key=lambda d: (d.family, d.id)):
+    for d in sorted(defects, key=lambda d: (d.component, d.id)):
         releases = f"{d.introduced} .. " + (f"fixed in {d.fixed}" if d.fixed else "open")
         known = ", ".join(str(i.get("id")) for i in d.issues)
-        lines.append(f"| [{d.id}]({d.upstream}) | {d.family}, {d.op} | {releases} | "
+        lines.append(f"| [{d.id}]({d.upstream}) | {d.component}, {d.op} | {releases} | "
                      f"{_link(d.draft) if d.draft else ''} | {', '.join(_link(r) for r in d.reproducers)} | "
                      f"{_link(d.corpus_file) if d.corpus else ''} | {known} |")
     return "\n".join(lines) + "\n"

@@ -71,7 +71,7 @@ class Entry:
     id: str
     title: str
     upstream: str
-    target: str  # target family: "sglang", "sglang-trt", "flashinfer-cudnn"
+    target: str  # an upstream target's spec name: "sglang", "sglang-trt", "flashinfer-cudnn"
     device: str
     status: str  # "fixed" | "known"
     buggy: tuple[str, ...]

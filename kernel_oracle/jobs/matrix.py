@@ -4,7 +4,7 @@ Note [Release matrix]
 ---------------------
 ``kernel-oracle matrix --targets sglang==0.5.12,sglang==0.5.23`` runs, for each distinct code, one
 fuzz campaign (:func:`fuzz.campaign.run_campaign`, the same strategies and seed for every release)
-and the real-bug corpus entries of that target family (:mod:`kernel_oracle.jobs.bug_corpus`), then folds
+and the real-bug corpus entries of that target's spec name (:mod:`kernel_oracle.jobs.bug_corpus`), then folds
 it all into one record of kind ``"main"`` with a ``release_matrix`` section that the Markdown and
 HTML reports render as a table: one row per finding bucket (:mod:`harness.buckets`, one root
 cause, whatever release, dtype or shape class it shows in), one column per range of releases that
@@ -297,8 +297,8 @@ def _expected(entry, members: list) -> tuple[Optional[str], str]:
 
 
 def _corpus_results(entries, column: Column, device: str, sources, record: dict, worker) -> dict:
-    """``{entry id: {outcome, expected, as_expected}}`` of the entries of the column's target family, each run
-    in ``worker`` as a campaign runs a case (Note [Cases outside a campaign]): an entry with a case of a
+    """``{entry id: {outcome, expected, as_expected}}`` of the entries of the column's target spec name, each
+    run in ``worker`` as a campaign runs a case (Note [Cases outside a campaign]): an entry with a case of a
     feature no command sends the target is ``declined`` there, not run."""
     from kernel_oracle.fuzz.isolated import IsolatedTarget, WorkerError
     from kernel_oracle.fuzz.targets import TargetSpec
