@@ -23,10 +23,16 @@ Every upstream defect this project tracks is one ``[[defect]]`` table of the che
 ``issue``       optional ``[[defect.issue]]`` tables: the rules that recognise its findings as known
 ==============  ==========================================================================================
 
+A defect's releases are read from ``introduced`` and ``fixed`` against its component's release table
+(:func:`release_table`, Note [Release table] in :mod:`kernel_oracle.harness.releases`): both must be releases of
+the table, and the defect holds in the table's releases from ``introduced`` up to before ``fixed``
+(:attr:`Defect.releases`).  A component without a table (``triton-compiler``) names its versions as text.
+
 Readers:
 
 * :mod:`kernel_oracle.harness.known_issues` reads each ``[[defect.issue]]`` as a known issue whose link
-  is the defect's ``upstream`` and whose ``doc`` names the defect's documents (:meth:`Defect.doc_line`);
+  is the defect's ``upstream``, whose ``doc`` names the defect's documents (:meth:`Defect.doc_line`) and
+  whose releases are the defect's;
 * :mod:`kernel_oracle.jobs.bug_corpus` loads the corpus entries the defects name, each taking its title,
   link and status (``fixed`` when the defect has a ``fixed`` release, else ``known``) from its defect;
 * :func:`upstream_index` writes ``docs/upstream/README.md`` (``python -m kernel_oracle.harness.defects``).
@@ -44,16 +50,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.harness import releases as _releases
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
+from kernel_oracle.harness.targets import RELEASE_NAMES
 
 __all__ = ["DEFECT_COMPONENTS", "REGISTRY", "Defect", "DefectError", "defect_of_corpus", "load_defects", "parse_defects",
-           "upstream_index"]
+           "release_table", "upstream_index"]
 
 REGISTRY = Path(__file__).with_name("known_issues.toml")
 DEFECT_COMPONENTS = ("sglang", "sglang-trt", "sglang-v2", "sglang-csgmv", "flashinfer-cudnn", "triton-compiler")
 _REQUIRED = ("id", "title", "component", "op", "upstream", "introduced", "fixed")
 _OPTIONAL = ("doc", "draft", "reproducers", "corpus", "issue")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
+def release_table(name: str) -> Optional[tuple[str, ...]]:
+    """The release table (Note [Release table]) of a component or an upstream target's spec name: SGLang's for
+    every SGLang target kind, FlashInfer's for ``flashinfer-cudnn``; None for one without a table."""
+    if name in RELEASE_NAMES:
+        return _releases.SGLANG_RELEASES
+    return _releases.FLASHINFER_RELEASES if name == "flashinfer-cudnn" else None
 
 
 class DefectError(ValueError):
@@ -87,6 +103,13 @@ class Defect:
         """The repository path of its corpus entry, "" for none."""
         return f"corpus/{self.corpus}.toml" if self.corpus else ""
 
+    @property
+    def releases(self) -> Optional[tuple[str, ...]]:
+        """The releases it holds in: its component's table from ``introduced`` up to before ``fixed``; None
+        for a component without a table."""
+        table = release_table(self.component)
+        return None if table is None else _releases.releases_from(table, self.introduced, self.fixed)
+
     def paths(self) -> tuple[str, ...]:
         """The repository paths it names: draft, reproducers, corpus entry."""
         return tuple(p for p in (self.draft, *self.reproducers, self.corpus_file) if p)
@@ -116,6 +139,12 @@ def _check(raw: object, where: str) -> Defect:
         raise DefectError(f"{where}: upstream={raw['upstream']!r} must be an https link")
     if not raw["introduced"]:
         raise DefectError(f"{where}: introduced='' ; name the earliest release known to have it")
+    table = release_table(raw["component"])
+    if table is not None:
+        try:
+            _releases.releases_from(table, raw["introduced"], raw["fixed"])
+        except ValueError as exc:
+            raise DefectError(f"{where}: {exc}") from None
     reproducers = raw.get("reproducers", [])
     if not isinstance(reproducers, list) or not all(isinstance(r, str) and r for r in reproducers):
         raise DefectError(f"{where}: Expected reproducers to be a list of paths but got {reproducers!r}")

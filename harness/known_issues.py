@@ -19,10 +19,13 @@ the field.  :func:`match_known` decides whether a finding record is one of them:
   or a kernel family: ``lora`` covers every LoRA op) and the kind is the entry's;
 * every regular expression the entry gives is found: ``message`` in the finding's message,
   ``bucket`` in its bucket label (:func:`kernel_oracle.harness.buckets.bucket_of_record`);
-* the release is one of the entry's ``releases`` (or it says ``*``).  The release is the argument,
-  else the finding's ``release`` field, else the version in a target name ``name==X.Y.Z`` (also before
-  a configuration: ``name==X.Y.Z@key=value,...``); when none is known the release does not restrict
-  the match (the installed release may be any).
+* the release is one of the entry's ``releases`` (or it says ``*``): for a ``[[defect.issue]]`` whose target
+  is of its defect's component, the defect's releases (``introduced`` up to before ``fixed`` in the release
+  table, Note [Release table] in :mod:`kernel_oracle.harness.releases`), given nowhere else; any other entry
+  lists them (``["*"]``: SGLang's wrapper of FlashInfer's engine, whatever the SGLang release).  The
+  release is the argument, else the finding's ``release`` field, else the version in a target name
+  ``name==X.Y.Z`` (also before a configuration: ``name==X.Y.Z@key=value,...``); when none is known the
+  release does not restrict the match (the installed release may be any).
 
 Wiring (the main job, campaigns, compare): :func:`mark_known` stores ``known`` (the entry's id) and
 ``upstream`` (its link) in each matching finding of a result record, the release taken from the
@@ -59,7 +62,7 @@ from typing import Optional, Sequence
 # standard library only at import time (reports and compare read this; no torch)
 from kernel_oracle.harness.buckets import bucket_of_record
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
-from kernel_oracle.harness.defects import REGISTRY, Defect, DefectError, parse_defects
+from kernel_oracle.harness.defects import REGISTRY, Defect, DefectError, parse_defects, release_table
 from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS
 from kernel_oracle.harness.headline import headline
 from kernel_oracle.harness.schema import FINDING_KINDS
@@ -263,14 +266,31 @@ def _entry(raw: object, where: str) -> KnownIssue:
                       tuple(releases), raw["doc"], raw.get("message"), raw.get("bucket"), raw.get("trigger"))
 
 
+def _pattern_spec_name(pattern: object) -> Optional[str]:
+    """The upstream target a ``target`` pattern starts with (the longest of :data:`UPSTREAM_TARGETS`), or None."""
+    if not isinstance(pattern, str):
+        return None
+    names = [f for f in UPSTREAM_TARGETS if pattern == f or (pattern.startswith(f) and pattern[len(f)] in "*=@")]
+    return max(names, key=len, default=None)
+
+
 def _inherit(raw: object, defect: Optional[Defect], where: str) -> object:
-    """A ``[[defect.issue]]`` table with its defect's ``upstream`` and ``doc`` (given nowhere else)."""
+    """A ``[[defect.issue]]`` table with its defect's ``upstream`` and ``doc`` (given nowhere else), and its
+    defect's releases where its target is of the defect's component's release table (Note [Release table])."""
     if defect is None or not isinstance(raw, dict):
         return raw
     given = sorted(set(raw) & {"upstream", "doc"})
     if given:
         raise KnownIssuesError(f"{where}: {given} come from the [[defect]] record {defect.id!r}; remove them here")
-    return {**raw, "upstream": defect.upstream, "doc": defect.doc_line()}
+    out = {**raw, "upstream": defect.upstream, "doc": defect.doc_line()}
+    table = release_table(defect.component)
+    if table is not None and release_table(_pattern_spec_name(raw.get("target"))) == table:
+        if "releases" in raw:
+            raise KnownIssuesError(f"{where}: releases come from the [[defect]] record {defect.id!r} (introduced "
+                                   f"{defect.introduced!r}, fixed {defect.fixed!r}, against harness/releases.py); "
+                                   f"remove them here")
+        out["releases"] = list(defect.releases)
+    return out
 
 
 def known_issues_path() -> Path:
@@ -307,9 +327,8 @@ def _load(path: Path) -> tuple[KnownIssue, ...]:
     named = [(raw, f"{path} [[issue]] #{i + 1}", None) for i, raw in enumerate(data.get("issue", []))]
     for d in defects:  # Note [Defect registry]: a defect's rules take its link and documents
         named += [(raw, f"{path} [[defect]] {d.id!r} [[defect.issue]] #{j + 1}", d) for j, raw in enumerate(d.issues)]
-    issues = tuple(_entry(_inherit(raw, defect, where), where + (f" ({raw.get('id')!r})" if isinstance(raw, dict)
-                                                                 else ""))
-                   for raw, where, defect in named)
+    named = [(raw, where + (f" ({raw.get('id')!r})" if isinstance(raw, dict) else ""), d) for raw, where, d in named]
+    issues = tuple(_entry(_inherit(raw, defect, where), where) for raw, where, defect in named)
     seen: set = set()
     for issue in issues:
         if issue.id in seen:

@@ -63,9 +63,9 @@ def test_the_docs_upstream_index_is_generated_from_the_registry():
 
 
 DEFECT = '[[defect]]\nid = "a-b"\ntitle = "t"\ncomponent = "sglang"\nop = "lora"\n' \
-         'upstream = "https://example.org/1"\nintroduced = "1.0"\nfixed = ""\ncorpus = "c"\n'
+         'upstream = "https://example.org/1"\nintroduced = "0.5.12"\nfixed = ""\ncorpus = "c"\n'
 RULE = '[[defect.issue]]\nid = "a-b-rule"\ntitle = "t"\ntarget = "sglang"\nop = "lora"\nkind = "crash"\n' \
-       'message = "x"\nreleases = ["*"]\n'
+       'message = "x"\n'
 
 
 @pytest.mark.parametrize("text, error", [
