@@ -78,7 +78,7 @@ from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.harness import oracle_integrity
 from kernel_oracle.harness.buckets import Bucket, bucket_of, config_signature, target_frame
 from kernel_oracle.harness.device import DeviceLost, is_device_error
-from kernel_oracle.harness.families import get_family
+from kernel_oracle.harness.family import get_family
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.harness.input_writes import freed, storage_shortfall, watch as watch_inputs, writes as input_writes
 from kernel_oracle.harness.view_gaps import watch as watch_gaps, writes as gap_writes

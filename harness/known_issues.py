@@ -63,7 +63,7 @@ from typing import Optional, Sequence
 from kernel_oracle.harness.buckets import bucket_of_record
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
 from kernel_oracle.harness.defects import REGISTRY, Defect, DefectError, parse_defects, release_table
-from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS
+from kernel_oracle.harness.family import FAMILY_OF, FAMILY_OPS
 from kernel_oracle.harness.headline import headline
 from kernel_oracle.harness.schema import FINDING_KINDS
 from kernel_oracle.harness.targets import RELEASE_NAMES

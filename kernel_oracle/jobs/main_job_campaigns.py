@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from kernel_oracle.harness.families import family_names, get_family
+from kernel_oracle.harness.family import family_names, get_family
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 
 __all__ = ["CAMPAIGN_SHARE", "CASE_TIMEOUT_SHARE", "FALLBACK_TARGETS", "FINISH_S", "OVERRUN_NOTE_S",
@@ -100,7 +100,7 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
     ``shares_gpu``: see ``CampaignConfig``."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
 
-    from kernel_oracle.harness.families import FAMILY_OF
+    from kernel_oracle.harness.family import FAMILY_OF
 
     compiles = device == "cuda" and compiling(target, FAMILY_OF[op])
     warm_up_s = warm_up_share * share_s if compiles and warm_up_share else None

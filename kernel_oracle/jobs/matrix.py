@@ -395,7 +395,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     """One campaign (:class:`~kernel_oracle.fuzz.campaign_config.CampaignConfig`, the same seed for
     every release) and the corpus ``entries`` per column of distinct code (Note [Release matrix]) of
     ``specs`` (strings or TargetSpecs) and ``op`` (an ``--op`` list: one campaign per family it names, of
-    the ops it names, :func:`kernel_oracle.harness.families.op_groups`), folded into one record of kind
+    the ops it names, :func:`kernel_oracle.harness.family.op_groups`), folded into one record of kind
     ``main`` with its ``release_matrix``, written as ``out/matrix.{json,md,html}``; campaigns go under ``campaigns_dir`` (default :func:`runs_dir`).
     Returns the record; raises ``CampaignError`` naming the spec, and ``CampaignInterrupted`` (SIGTERM or
     SIGINT) after writing the matrix of the columns that ran, its ``record``."""
@@ -403,7 +403,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     from kernel_oracle.fuzz.targets import TargetSources
     from kernel_oracle.fuzz.targets.sglang import release_identity
     from kernel_oracle.fuzz.time_budget import resolve_time_s
-    from kernel_oracle.harness.families import op_groups
+    from kernel_oracle.harness.family import op_groups
     from kernel_oracle.harness.schema import add_note, new_record
 
     out = Path(out)
@@ -439,7 +439,7 @@ def _run_columns(columns, groups, config, campaigns_dir, record, entries, device
     ``runs``, ``corpus_by_spec``, ``done`` as they end, so an interruption keeps them), then the
     replays of absences; returns the replays run.  ``groups``: family -> the ops ``--op`` names."""
     from kernel_oracle.fuzz.worker import Worker
-    from kernel_oracle.harness.families import op_text
+    from kernel_oracle.harness.family import op_text
     from kernel_oracle.harness.schema import add_note
     from kernel_oracle.jobs.bug_corpus import known_cases_of
     from kernel_oracle.jobs.matrix_columns import failed_row, is_current, newest_release, run_campaigns
