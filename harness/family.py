@@ -170,7 +170,7 @@ def families() -> tuple[Family, ...]:
 
 
 def family_names() -> tuple[str, ...]:
-    """Every registered family's name, in registration order (``("lora", "vision")`` built in)."""
+    """Every registered family's name, in registration order (``("lora", "vision", "csgmv")`` built in)."""
     return tuple(_REGISTRY)
 
 
