@@ -60,7 +60,7 @@ from kernel_oracle.fuzz.stream import TIME_CHUNK_EXAMPLES, left_out_notes, run_s
 from kernel_oracle.harness import oracle_integrity
 from kernel_oracle.harness.entry_signatures import EntrySignatureError, raise_for
 from kernel_oracle.harness.features import with_needs
-from kernel_oracle.harness.families import FAMILY_OF
+from kernel_oracle.harness.family import FAMILY_OF
 from kernel_oracle.harness.malformed import GapTable
 
 __all__ = ["CampaignConfig", "CampaignError", "CampaignInterrupted", "FAMILY_OF", "case_timeout_for", "run_campaign",
@@ -193,7 +193,7 @@ class _Search:
     # ---- the loop ------------------------------------------------------------------------------
     def run(self) -> dict:
         from kernel_oracle.harness.buckets import bucket_of_record
-        from kernel_oracle.harness.families import FAMILY_OPS
+        from kernel_oracle.harness.family import FAMILY_OPS
         from kernel_oracle.fuzz.strategies import default_limits
         from kernel_oracle.fuzz.stream import campaign_strategy, excluded_dtypes
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from kernel_oracle.fuzz.time_budget import TimeBudgetError, check_time_s
-from kernel_oracle.harness.families import FamilyError, campaign_ops
+from kernel_oracle.harness.family import FamilyError, campaign_ops
 from kernel_oracle.harness.targets import TargetError, TargetSources, TargetSpec
 
 __all__ = ["CampaignConfig", "CampaignError", "DEFAULT_BUDGET", "HarnessError", "MAX_CASE_TIMEOUT_S",
@@ -76,7 +76,7 @@ class CampaignConfig:
     """One campaign (Note [Campaign config]).
 
     ``target``: a spec string or :class:`~kernel_oracle.harness.targets.TargetSpec`; ``op``: one
-    family's name, or a comma list of its ops (:func:`kernel_oracle.harness.families.campaign_ops`);
+    family's name, or a comma list of its ops (:func:`kernel_oracle.harness.family.campaign_ops`);
     ``out_dir``: where its state and records go (the same directory resumes it).  ``budget``: cases to execute (shrinking included); ``time_s``:
     wall-clock seconds; with neither, :data:`DEFAULT_BUDGET` cases.  ``limits``: the size preset of
     :data:`fuzz.strategies.LIMITS` (None: :func:`fuzz.strategies.default_limits`).  ``isolate``: run

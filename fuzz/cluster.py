@@ -180,7 +180,7 @@ def run_shard(shard: Shard, settings: CampaignConfig, *, out_dir: str, db_url: O
     import socket
 
     from kernel_oracle.fuzz.campaign import run_campaign
-    from kernel_oracle.harness.families import campaign_ops
+    from kernel_oracle.harness.family import campaign_ops
 
     if settings.isolate and multiprocessing.current_process().daemon:
         raise ClusterError("this Dask worker is a daemonic process and cannot start the campaign's target worker "

@@ -480,7 +480,7 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
     ``declines``: what the target does not implement (:data:`VISION_FEATURES`, :data:`LORA_FEATURES`, a
     family's own); ``tiles``: the target's tile model of the family (Note [Tile-aware sizes]).  The family's
     record names the strategy (``Family.cases``: :func:`lora_cases`, :func:`vision_cases`, csgmv's own)."""
-    from kernel_oracle.harness.families import family_names, get_family
+    from kernel_oracle.harness.family import family_names, get_family
 
     names = family_names()
     if family not in names or get_family(family).cases is None:

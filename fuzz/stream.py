@@ -66,7 +66,7 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
     ``upstream_contracts_only``, sizes around the blocks of its tile model of ``family`` (Note [Tile-aware sizes]
     in :mod:`kernel_oracle.fuzz.strategies_tiles`); the strategy is None where no op or no dtype is left."""
     from kernel_oracle.fuzz.strategies import ALL_DTYPES, cases
-    from kernel_oracle.harness.families import campaign_ops
+    from kernel_oracle.harness.family import campaign_ops
 
     entries = set(info.get("entry_points") or ())
     excluded = excluded_dtypes(info, family)
@@ -85,7 +85,7 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
 def declined_in_family(family: str, feature: str) -> bool:
     """Whether a target's declined ``feature`` belongs to ``family``: a feature named with a registered
     family's prefix (``lora.``, ``csgmv.``) is that family's; vision names its features with none."""
-    from kernel_oracle.harness.families import FAMILY_OPS
+    from kernel_oracle.harness.family import FAMILY_OPS
 
     owner = feature.partition(".")[0]
     return owner == family if owner in FAMILY_OPS else family == "vision"

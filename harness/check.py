@@ -5,7 +5,7 @@ Note [Checking a case]
 A :class:`Case` is a plain-data problem plus an optional :class:`~harness.mutations.Mutation`.
 
 1. :func:`expected_outcome` runs the reference oracle (strict) on the materialised, mutated call:
-   it either returns (an ``Outcome`` of kind ``result`` carrying the float64 value, the defined
+   it either returns (an ``ExpectedOutcome`` of kind ``result`` carrying the float64 value, the defined
    mask and the faithful same-dtype baseline in the target's fp32 precision), or raises a contract
    error (``upstream`` / ``strict`` with exact type and text from :mod:`reference.contracts`), or
    raises something outside the table (``error``: Note [Errors outside the table]).
@@ -78,7 +78,7 @@ from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.harness import oracle_integrity
 from kernel_oracle.harness.buckets import Bucket, bucket_of, config_signature, target_frame
 from kernel_oracle.harness.device import DeviceLost, is_device_error
-from kernel_oracle.harness.families import get_family
+from kernel_oracle.harness.family import get_family
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
 from kernel_oracle.harness.input_writes import freed, storage_shortfall, watch as watch_inputs, writes as input_writes
 from kernel_oracle.harness.view_gaps import watch as watch_gaps, writes as gap_writes
@@ -91,8 +91,9 @@ from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.harness.problems import materialize, problem_from_dict, problem_to_dict
 from kernel_oracle.harness.saved_calls import call_on
 
-__all__ = ["Case", "Outcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute", "expected_outcome",
-           "judge", "odd_output", "prepared_call", "shape_class", "state_change_verdict", "with_state_changes"]
+__all__ = ["Case", "ExpectedOutcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute",
+           "expected_outcome", "judge", "odd_output", "prepared_call", "shape_class", "state_change_verdict",
+           "with_state_changes"]
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def shape_class(case: Case) -> str:
 # ---- expected outcome ----------------------------------------------------------------------------
 
 @dataclass
-class Outcome:
+class ExpectedOutcome:
     kind: str  # "result" | "upstream" | "strict" | "error"
     exc_type: Optional[str] = None
     message: Optional[str] = None
@@ -186,7 +187,7 @@ def prepared_call(case: Case, device, metadata_helper=None):
     return call
 
 
-def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=None) -> Outcome:
+def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=None) -> ExpectedOutcome:
     """What a correct target does on ``case`` (see Note [Checking a case]); ``precision``: the target's
     fp32 precision for this op (``Target.precision_for(op)``)."""
     if not isinstance(precision, str):  # a target's per-op dict passed whole (the bench's crash)
@@ -199,20 +200,21 @@ def expected_outcome(case: Case, device="cpu", *, precision: str = "ieee", call=
     except Exception as exc:  # the reference is the oracle of contracts
         cid = getattr(exc, "contract_id", None)
         if cid is not None:
-            return Outcome(CONTRACTS[cid].origin, type(exc).__name__, str(exc), cid)
-        return Outcome("error", type(exc).__name__, str(exc))
+            return ExpectedOutcome(CONTRACTS[cid].origin, type(exc).__name__, str(exc), cid)
+        return ExpectedOutcome("error", type(exc).__name__, str(exc))
     inplace = call.inplace  # from the op's signature
     out_dtype = call.args[inplace].dtype if inplace is not None else call.args[0].dtype
     faithful = precision if (precision.startswith("tf32") and call.args[0].dtype == torch.float32) else True
     if get_family(case.family).mismatch is not None:  # its oracle's own bound judges it: keep what that reads
-        return Outcome("result", value=ref.value, defined=ref.defined, out_dtype=out_dtype, baseline=(ref, faithful))
+        return ExpectedOutcome("result", value=ref.value, defined=ref.defined, out_dtype=out_dtype,
+                               baseline=(ref, faithful))
     with strict_validation(True):
         base = _run_oracle(case, call, faithful=faithful)
     defined, tail = ref.defined, getattr(case.problem, "tail_rows", range(0))
     if len(tail):  # padding rows of a replayed graph that a stale tail segment covers: no contract fixes them
         defined = defined.clone().index_fill_(0, torch.arange(tail.start, tail.stop, device=defined.device), False)
-    return Outcome("result", value=ref.value, defined=defined, baseline=base.baselines, out_dtype=out_dtype,
-                   overflow_alternate=getattr(ref, "overflow_alternate", None))
+    return ExpectedOutcome("result", value=ref.value, defined=defined, baseline=base.baselines, out_dtype=out_dtype,
+                           overflow_alternate=getattr(ref, "overflow_alternate", None))
 
 
 # ---- running a target ----------------------------------------------------------------------------
@@ -385,7 +387,7 @@ class Verdict:
     valid_problem: Optional[Any] = None  # that valid neighbour's problem, the case a campaign records
 
 
-def _describe_expected(e: Outcome, exact_errors: bool = True) -> str:
+def _describe_expected(e: ExpectedOutcome, exact_errors: bool = True) -> str:
     if e.kind == "result":
         return "a result"
     if e.kind == "error" and not exact_errors:
@@ -395,7 +397,7 @@ def _describe_expected(e: Outcome, exact_errors: bool = True) -> str:
     return f"{e.exc_type}({e.message!r}) [{e.kind} contract {e.contract_id}]"
 
 
-def judge(case: Case, expected: Outcome, observed: Observed, *, call=None, device="cpu", repro: str = "",
+def judge(case: Case, expected: ExpectedOutcome, observed: Observed, *, call=None, device="cpu", repro: str = "",
           exact_errors: bool = True) -> Verdict:
     """Classify ``observed`` against ``expected`` (see Note [Checking a case]); a case whose output
     passes but whose target wrote a read-only input fails as a ``contract`` finding (Note
@@ -419,7 +421,7 @@ def _raised(observed: Observed) -> str:
     return f"raised {printable(observed.exc_type or '?')}({observed.message!r})"
 
 
-def _judge_error(case: Case, expected: Outcome, observed: Observed, exp: str, exact_errors: bool) -> Verdict:
+def _judge_error(case: Case, expected: ExpectedOutcome, observed: Observed, exp: str, exact_errors: bool) -> Verdict:
     """An error is expected: the same type and the same full text (bounded alike, Note [Target
     text]); for an error outside the contract table of a target without our validation, the type
     (Note [Errors outside the table])."""
@@ -481,7 +483,7 @@ def with_state_changes(case: Case, verdict: Verdict) -> Verdict:
     return failed
 
 
-def _classify(case: Case, expected: Outcome, observed: Observed, *, call, device, repro: str,
+def _classify(case: Case, expected: ExpectedOutcome, observed: Observed, *, call, device, repro: str,
               exact_errors: bool) -> Verdict:
     """The verdict on the returned or raised value alone."""
     exp = _describe_expected(expected, exact_errors)

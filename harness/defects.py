@@ -9,12 +9,12 @@ Every upstream defect this project tracks is one ``[[defect]]`` table of the che
 ==============  ==========================================================================================
 ``id``          unique, lower-case words joined by '-'
 ``title``       one line
-``family``      the upstream code that has it: an upstream target family (``sglang``, ``sglang-trt``,
-                ``sglang-v2``, ``sglang-csgmv``, ``flashinfer-cudnn``) or ``triton-compiler`` (met through our
-                own kernels)
-``op``          the op or op family it is of (``step_b_q``, ``lora``, ``vision``, ``csgmv``)
+``component``   the upstream code that has it (:data:`DEFECT_COMPONENTS`): an upstream target's spec name
+                (``sglang``, ``sglang-trt``, ``sglang-v2``, ``sglang-csgmv``, ``flashinfer-cudnn``) or
+                ``triton-compiler`` (met through our own kernels)
+``op``          the op or kernel family it is of (``step_b_q``, ``lora``, ``vision``, ``csgmv``)
 ``upstream``    https link: the issue or pull request, else the upstream code that has the defect
-``introduced``  the earliest release of the family known to have it (measured or read from the wheels)
+``introduced``  the earliest release of the component known to have it (measured or read from the wheels)
 ``fixed``       the earliest release known not to have it; "" while every release has it
 ``doc``         optional: where this project describes it outside ``docs/upstream/``
 ``draft``       optional: its draft report, ``docs/upstream/*.md``
@@ -23,10 +23,16 @@ Every upstream defect this project tracks is one ``[[defect]]`` table of the che
 ``issue``       optional ``[[defect.issue]]`` tables: the rules that recognise its findings as known
 ==============  ==========================================================================================
 
+A defect's releases are read from ``introduced`` and ``fixed`` against its component's release table
+(:func:`release_table`, Note [Release table] in :mod:`kernel_oracle.harness.releases`): both must be releases of
+the table, and the defect holds in the table's releases from ``introduced`` up to before ``fixed``
+(:attr:`Defect.releases`).  A component without a table (``triton-compiler``) names its versions as text.
+
 Readers:
 
 * :mod:`kernel_oracle.harness.known_issues` reads each ``[[defect.issue]]`` as a known issue whose link
-  is the defect's ``upstream`` and whose ``doc`` names the defect's documents (:meth:`Defect.doc_line`);
+  is the defect's ``upstream``, whose ``doc`` names the defect's documents (:meth:`Defect.doc_line`) and
+  whose releases are the defect's;
 * :mod:`kernel_oracle.jobs.bug_corpus` loads the corpus entries the defects name, each taking its title,
   link and status (``fixed`` when the defect has a ``fixed`` release, else ``known``) from its defect;
 * :func:`upstream_index` writes ``docs/upstream/README.md`` (``python -m kernel_oracle.harness.defects``).
@@ -44,16 +50,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from kernel_oracle.harness import releases as _releases
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
+from kernel_oracle.harness.targets import RELEASE_NAMES
 
-__all__ = ["DEFECT_FAMILIES", "REGISTRY", "Defect", "DefectError", "defect_of_corpus", "load_defects", "parse_defects",
-           "upstream_index"]
+__all__ = ["DEFECT_COMPONENTS", "REGISTRY", "Defect", "DefectError", "defect_of_corpus", "load_defects", "parse_defects",
+           "release_table", "upstream_index"]
 
 REGISTRY = Path(__file__).with_name("known_issues.toml")
-DEFECT_FAMILIES = ("sglang", "sglang-trt", "sglang-v2", "sglang-csgmv", "flashinfer-cudnn", "triton-compiler")
-_REQUIRED = ("id", "title", "family", "op", "upstream", "introduced", "fixed")
+DEFECT_COMPONENTS = ("sglang", "sglang-trt", "sglang-v2", "sglang-csgmv", "flashinfer-cudnn", "triton-compiler")
+_REQUIRED = ("id", "title", "component", "op", "upstream", "introduced", "fixed")
 _OPTIONAL = ("doc", "draft", "reproducers", "corpus", "issue")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
+def release_table(name: str) -> Optional[tuple[str, ...]]:
+    """The release table (Note [Release table]) of a component or an upstream target's spec name: SGLang's for
+    every SGLang target kind, FlashInfer's for ``flashinfer-cudnn``; None for one without a table."""
+    if name in RELEASE_NAMES:
+        return _releases.SGLANG_RELEASES
+    return _releases.FLASHINFER_RELEASES if name == "flashinfer-cudnn" else None
 
 
 class DefectError(ValueError):
@@ -66,7 +82,7 @@ class Defect:
 
     id: str
     title: str
-    family: str
+    component: str
     op: str
     upstream: str
     introduced: str
@@ -86,6 +102,13 @@ class Defect:
     def corpus_file(self) -> str:
         """The repository path of its corpus entry, "" for none."""
         return f"corpus/{self.corpus}.toml" if self.corpus else ""
+
+    @property
+    def releases(self) -> Optional[tuple[str, ...]]:
+        """The releases it holds in: its component's table from ``introduced`` up to before ``fixed``; None
+        for a component without a table."""
+        table = release_table(self.component)
+        return None if table is None else _releases.releases_from(table, self.introduced, self.fixed)
 
     def paths(self) -> tuple[str, ...]:
         """The repository paths it names: draft, reproducers, corpus entry."""
@@ -109,12 +132,19 @@ def _check(raw: object, where: str) -> Defect:
             raise DefectError(f"{where}: Expected {f} to be a string but got {f}={raw[f]!r}")
     if not _ID.fullmatch(raw["id"]):
         raise DefectError(f"{where}: id={raw['id']!r} must be lower-case words joined by '-'")
-    if raw["family"] not in DEFECT_FAMILIES:
-        raise DefectError(f"{where}: family={raw['family']!r}; the only valid values are {list(DEFECT_FAMILIES)}")
+    if raw["component"] not in DEFECT_COMPONENTS:
+        raise DefectError(f"{where}: component={raw['component']!r}; the only valid values are "
+                          f"{list(DEFECT_COMPONENTS)}")
     if not raw["upstream"].startswith("https://"):
         raise DefectError(f"{where}: upstream={raw['upstream']!r} must be an https link")
     if not raw["introduced"]:
         raise DefectError(f"{where}: introduced='' ; name the earliest release known to have it")
+    table = release_table(raw["component"])
+    if table is not None:
+        try:
+            _releases.releases_from(table, raw["introduced"], raw["fixed"])
+        except ValueError as exc:
+            raise DefectError(f"{where}: {exc}") from None
     reproducers = raw.get("reproducers", [])
     if not isinstance(reproducers, list) or not all(isinstance(r, str) and r for r in reproducers):
         raise DefectError(f"{where}: Expected reproducers to be a list of paths but got {reproducers!r}")
@@ -123,7 +153,7 @@ def _check(raw: object, where: str) -> Defect:
     issues = raw.get("issue", [])
     if not isinstance(issues, list):
         raise DefectError(f"{where}: issue must be [[defect.issue]] tables, got {issues!r}")
-    return Defect(raw["id"], raw["title"], raw["family"], raw["op"], raw["upstream"], raw["introduced"],
+    return Defect(raw["id"], raw["title"], raw["component"], raw["op"], raw["upstream"], raw["introduced"],
                   raw["fixed"], raw.get("doc", ""), raw.get("draft", ""), tuple(reproducers), raw.get("corpus", ""),
                   tuple(issues))
 
@@ -184,12 +214,12 @@ def upstream_index(defects: Optional[tuple[Defect, ...]] = None) -> str:
     lines = ["# Upstream defects: draft reports and reproducers", "",
              "Generated from the defect registry (`[[defect]]` records of `harness/known_issues.toml`) by",
              "`python -m kernel_oracle.harness.defects > docs/upstream/README.md`; a test keeps it current.", "",
-             "| defect | family, op | releases | draft | reproducers | corpus entry | known issues |",
+             "| defect | component, op | releases | draft | reproducers | corpus entry | known issues |",
              "|---|---|---|---|---|---|---|"]
-    for d in sorted(defects, key=lambda d: (d.family, d.id)):
+    for d in sorted(defects, key=lambda d: (d.component, d.id)):
         releases = f"{d.introduced} .. " + (f"fixed in {d.fixed}" if d.fixed else "open")
         known = ", ".join(str(i.get("id")) for i in d.issues)
-        lines.append(f"| [{d.id}]({d.upstream}) | {d.family}, {d.op} | {releases} | "
+        lines.append(f"| [{d.id}]({d.upstream}) | {d.component}, {d.op} | {releases} | "
                      f"{_link(d.draft) if d.draft else ''} | {', '.join(_link(r) for r in d.reproducers)} | "
                      f"{_link(d.corpus_file) if d.corpus else ''} | {known} |")
     return "\n".join(lines) + "\n"

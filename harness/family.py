@@ -2,27 +2,41 @@
 
 Note [Families registry]
 ------------------------
-A kernel family (``lora``: the kv_b LoRA steps; ``vision``: the flashinfer_cudnn attention) is one
-frozen :class:`Family` record: its name, its ops in a stable order, a label for reports, and where
-the rest of the suite finds its pieces, as import paths (``"package.module"`` or
-``"package.module:attr"``) resolved only when asked (:meth:`Family.resolve`), so this module imports
-nothing but the standard library and no layer below the harness has to know it.
+A kernel family (``lora``: the kv_b LoRA steps; ``vision``: the flashinfer_cudnn attention; ``csgmv``:
+SGLang's chunked SGMV) is one frozen :class:`Family` record: its name, its ops in a stable order, a label for
+reports, and its parts.  Each part is a *loader*: a function of no arguments whose body imports the part
+with an ordinary ``from ... import ...`` and returns it, so a reader and the import linter see every
+dependency a record has, while nothing is imported until a part is asked for (:meth:`Family.resolve`) and
+the command line lists the families without torch.  A record never names a module as a string.
+
+The records import parts from every layer (the fuzz layer's case strategies, the jobs' selfcheck rows, the
+benchmarks), so they live in the top layer, :mod:`kernel_oracle.families`, which the package root imports:
+importing any module of the package registers the built-in records first.  This module, in the harness,
+imports none of them (the layers contract of ``.importlinter``); the harness reads a record through
+:func:`get_family` and calls its parts, as a plug-in registry does.
 
 :func:`register_family` adds a record (a second record of the same name is refused),
 :func:`get_family` looks one up, :func:`families` lists them in registration order, and
 :data:`FAMILY_OPS` / :data:`FAMILY_OF` are live read-only views of the registry (family -> its ops;
-family or op -> family).  The built-in records register themselves in :mod:`.families`, which is
-what consumers import; this module imports no record.
+family or op -> family).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Optional
 
-__all__ = ["FAMILY_OF", "FAMILY_OPS", "Family", "FamilyError", "campaign_ops", "default_family_names", "families",
-           "family_names", "get_family", "op_choices", "op_groups", "op_text", "register_family", "unregister_family"]
+__all__ = ["FAMILY_OF", "FAMILY_OPS", "PARTS", "Family", "FamilyError", "Loader", "campaign_ops", "default_family_names",
+           "families", "family_names", "get_family", "op_choices", "op_groups", "op_text", "register_family",
+           "unregister_family"]
+
+
+# a part's loader: imports the part when called, and returns it (Note [Families registry])
+Loader = Callable[[], object]
+# the fields of a record that hold loaders, the first three required
+PARTS = ("reference", "problem", "strategies", "kernels", "benchmark", "cases", "selfcheck", "mismatch", "locator",
+         "declined")
+_REQUIRED_PARTS = PARTS[:3]
 
 
 class FamilyError(ValueError):
@@ -34,21 +48,22 @@ class Family:
     """One kernel family.
 
     ``ops``: its op names in a stable order (each a row of ``reference.signatures.SIGNATURES`` for a
-    family the harness checks); ``label``: how reports name it; ``reference``: the module of its
-    float64 oracles and drop-in entry points; ``kernels``: our Triton module of its entry points
-    (None: none); ``problem``: ``"module:Class"`` of its plain-data problem; ``strategies``:
-    ``"module:function"`` of its Hypothesis problem strategy; ``benchmark``: the module of its
-    benchmark shapes (None: none); ``cases``: ``"module:function"`` of its case strategy,
+    family the harness checks); ``label``: how reports name it.  Every other field but the last three is
+    a part's loader (Note [Families registry]), None where the family has no such part, and :meth:`resolve`
+    gives the part: ``reference``: the module of its float64 oracles and drop-in entry points; ``kernels``:
+    our Triton module of its entry points; ``problem``: the class of its plain-data problem; ``strategies``:
+    its Hypothesis problem strategy; ``benchmark``: the module of its benchmark shapes; ``cases``: its case
+    strategy,
     ``f(*, ops, dtypes, declines, categories, limits, big, tiles)``, which draws the categories it has among
     those asked, its sizes around the blocks of the target's tile model ``tiles`` (None: none known;
     :func:`kernel_oracle.fuzz.strategies.cases` calls it; None: the family has no cases to fuzz);
-    ``selfcheck``: ``"module:function"`` of its own selfcheck rows, ``f(device, cases, seed)`` (None: the
+    ``selfcheck``: the function of its own selfcheck rows, ``f(device, cases, seed)`` (None: the
     generic loop of :mod:`kernel_oracle.jobs.selfcheck`); ``mismatch``:
-    ``"module:function"`` of its oracle's own comparison, ``f(baseline, actual, out_dtype, repro)`` -> the
+    its oracle's own comparison, ``f(baseline, actual, out_dtype, repro)`` -> the
     reason or None, which judges a returned output in place of the tolerance rule (None: the tolerance rule,
-    :func:`kernel_oracle.reference.tolerance.compare`); ``locator``: ``"module:function"``, ``f(call)`` ->
+    :func:`kernel_oracle.reference.tolerance.compare`); ``locator``: ``f(call)`` ->
     ``(locate, route)``, the family's words for an output element in a mismatch message (needed where
-    ``mismatch`` is None); ``declined``: ``"module:function"``, ``f(problem, mutation, declines)`` -> the
+    ``mismatch`` is None); ``declined``: ``f(problem, mutation, declines)`` -> the
     features of a target's ``declines`` a case uses, which no campaign gives that target (None: the family
     has nothing to decline); ``never_sent``: the declinable features whose cases make a target that declines
     them address memory outside its tensors, which no command sends it (a corpus entry included; the other
@@ -61,16 +76,16 @@ class Family:
     name: str
     ops: tuple[str, ...]
     label: str
-    reference: str
-    problem: str
-    strategies: str
-    kernels: str | None = None
-    benchmark: str | None = None
-    cases: str | None = None
-    selfcheck: str | None = None
-    mismatch: str | None = None
-    locator: str | None = None
-    declined: str | None = None
+    reference: Loader
+    problem: Loader
+    strategies: Loader
+    kernels: Optional[Loader] = None
+    benchmark: Optional[Loader] = None
+    cases: Optional[Loader] = None
+    selfcheck: Optional[Loader] = None
+    mismatch: Optional[Loader] = None
+    locator: Optional[Loader] = None
+    declined: Optional[Loader] = None
     never_sent: tuple[str, ...] = field(default=())
     compiling_targets: tuple[str, ...] = field(default=())
     by_default: bool = True
@@ -82,16 +97,19 @@ class Family:
             raise FamilyError(f"Family {self.name!r}: ops={self.ops!r}; pass a non-empty tuple of op names")
         if len(set(self.ops)) != len(self.ops):
             raise FamilyError(f"Family {self.name!r}: ops={self.ops!r} repeat a name")
+        for part in PARTS:
+            loader = getattr(self, part)
+            if (loader is None and part in _REQUIRED_PARTS) or not (loader is None or callable(loader)):
+                raise FamilyError(f"Family {self.name!r}: {part}={loader!r}; pass the part's loader, a function "
+                                  f"that imports the part and returns it (def _{part}(): from package.module "
+                                  f"import thing; return thing), never an import path")
 
     def resolve(self, what: str):
-        """The object an import-path field names (``what``: ``"reference"``, ``"problem"``, ...): a module
-        for ``"package.module"``, its attribute for ``"package.module:attr"``; None where the field is None."""
-        path = getattr(self, what)
-        if path is None:
-            return None
-        module, _, attr = path.partition(":")
-        obj = importlib.import_module(module)
-        return getattr(obj, attr) if attr else obj
+        """The part ``what`` (one of :data:`PARTS`) its loader returns; None where the family has none."""
+        if what not in PARTS:
+            raise FamilyError(f"Family.resolve: what={what!r}; the only valid values are {list(PARTS)}")
+        loader = getattr(self, what)
+        return None if loader is None else loader()
 
     def contracts(self) -> tuple[str, ...]:
         """The ids of the contract table's rows whose entry points are this family's."""
@@ -152,7 +170,7 @@ def families() -> tuple[Family, ...]:
 
 
 def family_names() -> tuple[str, ...]:
-    """Every registered family's name, in registration order (``("lora", "vision")`` built in)."""
+    """Every registered family's name, in registration order (``("lora", "vision", "csgmv")`` built in)."""
     return tuple(_REGISTRY)
 
 

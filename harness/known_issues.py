@@ -12,17 +12,20 @@ file of one's own may list top-level ``[[issue]]`` tables instead, each with its
 ``doc``.  Every entry is checked when the file is loaded, and an error names the file, the entry and
 the field.  :func:`match_known` decides whether a finding record is one of them:
 
-* the target is one of the upstream :data:`FAMILIES` (its name before ``==`` or ``@``: ``sglang``,
+* the target is one of the :data:`UPSTREAM_TARGETS` (its spec name, before ``==`` or ``@``: ``sglang``,
   ``sglang-trt``, ``sglang-v2``, ``sglang-csgmv``, ``flashinfer-cudnn``, ``torch-varlen``), never a user's
   module, whatever its name (``sglang_mine`` is no release), and its name matches the entry's ``target`` pattern (``fnmatch``:
   ``sglang*`` covers ``sglang``, ``sglang-trt`` and ``sglang==0.5.23``); the op is the entry's (an op,
-  or a family: ``lora`` covers every LoRA op) and the kind is the entry's;
+  or a kernel family: ``lora`` covers every LoRA op) and the kind is the entry's;
 * every regular expression the entry gives is found: ``message`` in the finding's message,
   ``bucket`` in its bucket label (:func:`kernel_oracle.harness.buckets.bucket_of_record`);
-* the release is one of the entry's ``releases`` (or it says ``*``).  The release is the argument,
-  else the finding's ``release`` field, else the version in a target name ``name==X.Y.Z`` (also before
-  a configuration: ``name==X.Y.Z@key=value,...``); when none is known the release does not restrict
-  the match (the installed release may be any).
+* the release is one of the entry's ``releases`` (or it says ``*``): for a ``[[defect.issue]]`` whose target
+  is of its defect's component, the defect's releases (``introduced`` up to before ``fixed`` in the release
+  table, Note [Release table] in :mod:`kernel_oracle.harness.releases`), given nowhere else; any other entry
+  lists them (``["*"]``: SGLang's wrapper of FlashInfer's engine, whatever the SGLang release).  The
+  release is the argument, else the finding's ``release`` field, else the version in a target name
+  ``name==X.Y.Z`` (also before a configuration: ``name==X.Y.Z@key=value,...``); when none is known the
+  release does not restrict the match (the installed release may be any).
 
 Wiring (the main job, campaigns, compare): :func:`mark_known` stores ``known`` (the entry's id) and
 ``upstream`` (its link) in each matching finding of a result record, the release taken from the
@@ -33,8 +36,8 @@ to use instead of the checked-in one (a project's own list, or a test's); the re
 used (``summary.known_issues_file``) and so does every line that says findings are known.
 
 A known-issues file can hide a bug, so an entry must be narrow: its ``target`` pattern starts with one
-of the :data:`FAMILIES` (a catch-all such as ``*`` or ``s*`` is refused when the file is loaded, in one
-line naming the entry) and its ``op`` names an op or a family, never ``*``.
+of the :data:`UPSTREAM_TARGETS` (a catch-all such as ``*`` or ``s*`` is refused when the file is loaded, in one
+line naming the entry) and its ``op`` names an op or a kernel family, never ``*``.
 
 Nor may a file hang the run: a ``message`` or ``bucket`` regex that repeats something which itself
 repeats or chooses (``(\\w+\\s?)*``, ``(a|ab)+``, ``(.*x){9}``) backtracks exponentially on a near miss and
@@ -59,15 +62,15 @@ from typing import Optional, Sequence
 # standard library only at import time (reports and compare read this; no torch)
 from kernel_oracle.harness.buckets import bucket_of_record
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
-from kernel_oracle.harness.defects import REGISTRY, Defect, DefectError, parse_defects
-from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS
+from kernel_oracle.harness.defects import REGISTRY, Defect, DefectError, parse_defects, release_table
+from kernel_oracle.harness.family import FAMILY_OF, FAMILY_OPS
 from kernel_oracle.harness.headline import headline
 from kernel_oracle.harness.schema import FINDING_KINDS
 from kernel_oracle.harness.targets import RELEASE_NAMES
 from kernel_oracle.harness.triggers import TRIGGERS, trigger_holds
 
-__all__ = ["DEFAULT_PATH", "ENV_VAR", "FAMILIES", "REGEX_TIME_S", "KnownIssue", "KnownIssuesError", "family_of",
-           "known_issues_path", "load_known_issues", "mark_known", "match_known", "target_release"]
+__all__ = ["DEFAULT_PATH", "ENV_VAR", "REGEX_TIME_S", "UPSTREAM_TARGETS", "KnownIssue", "KnownIssuesError",
+           "known_issues_path", "load_known_issues", "mark_known", "match_known", "spec_name", "target_release"]
 
 DEFAULT_PATH = REGISTRY  # the defect registry (Note [Defect registry] in harness/defects.py)
 # names a known-issues file used instead of DEFAULT_PATH (read by the campaign's and the job's process)
@@ -75,11 +78,11 @@ ENV_VAR = "KERNEL_ORACLE_KNOWN_ISSUES"
 _FIELDS = ("id", "title", "target", "op", "kind", "upstream", "releases", "doc")
 _OPTIONAL = ("message", "bucket", "trigger")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-_OP = re.compile(r"[a-z][a-z0-9_]*")  # an op or family name (oracle_tests/harness/test_known_issues.py checks it exists)
-# the upstream targets a known issue may be of: every SGLang release kind (harness/targets.RELEASE_NAMES) and
-# the other built-in upstream codes (a test checks them against the registry); a target's family is its name
-# before "==" or "@"
-FAMILIES = (*RELEASE_NAMES, "flashinfer-cudnn", "torch-varlen")
+# an op or kernel family name (oracle_tests/harness/test_known_issues.py checks it exists)
+_OP = re.compile(r"[a-z][a-z0-9_]*")
+# the upstream targets a known issue may be of, by spec name (its name before "==" or "@"): every SGLang release
+# kind (harness/targets.RELEASE_NAMES) and the other built-in upstream codes (a test checks them against the registry)
+UPSTREAM_TARGETS = (*RELEASE_NAMES, "flashinfer-cudnn", "torch-varlen")
 # the release of a target name: sglang==0.5.23, or before a configuration, sglang-trt==0.5.13@cublas=on
 _VERSION_IN_NAME = re.compile(r"==\s*([0-9][0-9A-Za-z.+-]*)(?:@[^@]*)?$")
 
@@ -185,7 +188,7 @@ class KnownIssue:
 
     def matches(self, finding: dict, target_name: str, release: Optional[str] = None) -> bool:
         """Whether ``finding`` (a finding record) of ``target_name`` at ``release`` is this issue."""
-        if family_of(target_name) not in FAMILIES or not fnmatch.fnmatchcase(target_name, self.target):
+        if spec_name(target_name) not in UPSTREAM_TARGETS or not fnmatch.fnmatchcase(target_name, self.target):
             return False  # a user's module is no release, whatever its name
         op = str(finding.get("op"))
         if op != self.op and not (self.op in FAMILY_OPS and FAMILY_OF.get(op) == self.op):
@@ -201,16 +204,16 @@ class KnownIssue:
         return True
 
 
-def family_of(target_name: str) -> str:
-    """The family of a target name: the name before ``==`` or ``@`` (``sglang-trt==0.5.23@x=on`` ->
-    ``sglang-trt``); a module spec is its own family (and none of :data:`FAMILIES`)."""
+def spec_name(target_name: str) -> str:
+    """The spec name of a target name: the part before ``==`` or ``@`` (``sglang-trt==0.5.23@x=on`` ->
+    ``sglang-trt``); a module spec is its own (and none of :data:`UPSTREAM_TARGETS`)."""
     return re.split(r"==|@", target_name, maxsplit=1)[0]
 
 
 def _narrow_target(pattern: str) -> bool:
-    """Whether ``pattern`` starts with one of :data:`FAMILIES` followed by its end, a wildcard, ``==`` or
+    """Whether ``pattern`` starts with one of :data:`UPSTREAM_TARGETS` followed by its end, a wildcard, ``==`` or
     ``@`` (``sglang*``, ``sglang-trt==*``; not ``*``, ``s*`` or ``sgl?ng``)."""
-    return any(pattern == f or (pattern.startswith(f) and pattern[len(f)] in "*=@") for f in FAMILIES)
+    return any(pattern == f or (pattern.startswith(f) and pattern[len(f)] in "*=@") for f in UPSTREAM_TARGETS)
 
 
 def _entry(raw: object, where: str) -> KnownIssue:
@@ -230,10 +233,10 @@ def _entry(raw: object, where: str) -> KnownIssue:
         raise KnownIssuesError(f"{where}: id={raw['id']!r} must be lower-case words joined by '-'")
     if not _OP.fullmatch(raw["op"]):  # Note [Known issues]: an entry names its op
         raise KnownIssuesError(f"{where}: op={raw['op']!r} must be an op name such as 'step_a_q' or 'vision', or a "
-                               f"family ('lora': every LoRA op); a catch-all could hide a bug of any op")
+                               f"kernel family ('lora': every LoRA op); a catch-all could hide a bug of any op")
     if not _narrow_target(raw["target"]):
         raise KnownIssuesError(f"{where}: target={raw['target']!r} must start with an upstream target's name "
-                               f"({', '.join(FAMILIES)}), e.g. 'sglang==*'; a catch-all could hide a bug of any "
+                               f"({', '.join(UPSTREAM_TARGETS)}), e.g. 'sglang==*'; a catch-all could hide a bug of any "
                                f"target, a user's own included")
     if raw["kind"] not in FINDING_KINDS:
         raise KnownIssuesError(f"{where}: kind={raw['kind']!r}; the only valid values are {list(FINDING_KINDS)}")
@@ -263,14 +266,31 @@ def _entry(raw: object, where: str) -> KnownIssue:
                       tuple(releases), raw["doc"], raw.get("message"), raw.get("bucket"), raw.get("trigger"))
 
 
+def _pattern_spec_name(pattern: object) -> Optional[str]:
+    """The upstream target a ``target`` pattern starts with (the longest of :data:`UPSTREAM_TARGETS`), or None."""
+    if not isinstance(pattern, str):
+        return None
+    names = [f for f in UPSTREAM_TARGETS if pattern == f or (pattern.startswith(f) and pattern[len(f)] in "*=@")]
+    return max(names, key=len, default=None)
+
+
 def _inherit(raw: object, defect: Optional[Defect], where: str) -> object:
-    """A ``[[defect.issue]]`` table with its defect's ``upstream`` and ``doc`` (given nowhere else)."""
+    """A ``[[defect.issue]]`` table with its defect's ``upstream`` and ``doc`` (given nowhere else), and its
+    defect's releases where its target is of the defect's component's release table (Note [Release table])."""
     if defect is None or not isinstance(raw, dict):
         return raw
     given = sorted(set(raw) & {"upstream", "doc"})
     if given:
         raise KnownIssuesError(f"{where}: {given} come from the [[defect]] record {defect.id!r}; remove them here")
-    return {**raw, "upstream": defect.upstream, "doc": defect.doc_line()}
+    out = {**raw, "upstream": defect.upstream, "doc": defect.doc_line()}
+    table = release_table(defect.component)
+    if table is not None and release_table(_pattern_spec_name(raw.get("target"))) == table:
+        if "releases" in raw:
+            raise KnownIssuesError(f"{where}: releases come from the [[defect]] record {defect.id!r} (introduced "
+                                   f"{defect.introduced!r}, fixed {defect.fixed!r}, against harness/releases.py); "
+                                   f"remove them here")
+        out["releases"] = list(defect.releases)
+    return out
 
 
 def known_issues_path() -> Path:
@@ -307,9 +327,8 @@ def _load(path: Path) -> tuple[KnownIssue, ...]:
     named = [(raw, f"{path} [[issue]] #{i + 1}", None) for i, raw in enumerate(data.get("issue", []))]
     for d in defects:  # Note [Defect registry]: a defect's rules take its link and documents
         named += [(raw, f"{path} [[defect]] {d.id!r} [[defect.issue]] #{j + 1}", d) for j, raw in enumerate(d.issues)]
-    issues = tuple(_entry(_inherit(raw, defect, where), where + (f" ({raw.get('id')!r})" if isinstance(raw, dict)
-                                                                 else ""))
-                   for raw, where, defect in named)
+    named = [(raw, where + (f" ({raw.get('id')!r})" if isinstance(raw, dict) else ""), d) for raw, where, d in named]
+    issues = tuple(_entry(_inherit(raw, defect, where), where) for raw, where, defect in named)
     seen: set = set()
     for issue in issues:
         if issue.id in seen:

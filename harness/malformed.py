@@ -130,7 +130,7 @@ def consequence(case, call, observed, clean_call, reference) -> tuple:
     """``(class, rows text or None)`` of an accepted malformed case (Note [Malformed consequences]);
     ``observed``: the target's :class:`~harness.check.Observed` on ``call``; ``clean_call``: the call
     without its mutation (None where there is no valid part), ``reference()``: its expected
-    :class:`~harness.check.Outcome`."""
+    :class:`~harness.check.ExpectedOutcome`."""
     if observed.kind == "crash":
         return "out of bounds", None
     if observed.kind == "raise":

@@ -22,7 +22,7 @@ selfcheck`` runs them against the reference.
 
 Everything else derives from this database: the targets' entry points (:func:`entry_names`,
 :data:`FAMILY_OPS`), the campaigns' op names (:data:`FAMILY_OF`; both live views of the families
-registry, :mod:`harness.families`), the strategies' LoRA ops and the
+registry, :mod:`harness.family`), the strategies' LoRA ops and the
 selfcheck.  Adding an op is one row of :data:`reference.signatures.SIGNATURES`, its oracle and
 kernel, and its entry here.
 
@@ -44,7 +44,7 @@ from kernel_oracle.reference._helpers import describe_layout, describe_tensor
 from kernel_oracle.reference.contracts import CONTRACTS, contract
 from kernel_oracle.reference.signatures import Signature, signature
 
-from kernel_oracle.harness.families import FAMILY_OF, FAMILY_OPS, get_family
+from kernel_oracle.harness.family import FAMILY_OF, FAMILY_OPS, get_family
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo_csgmv import csgmv_errors, csgmv_samples
 from kernel_oracle.harness.opinfo_rows import ErrorInput, Sample

@@ -9,7 +9,7 @@ import functools
 import math
 import typing
 
-from kernel_oracle.harness.families import FAMILY_OPS, family_names, get_family
+from kernel_oracle.harness.family import FAMILY_OPS, family_names, get_family
 
 __all__ = ["MAX_COUNT", "MAX_ELEMENTS", "problem_from_dict", "problem_to_dict"]
 

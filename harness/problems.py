@@ -37,7 +37,7 @@ from kernel_oracle.reference.signatures import Signature, signature, signature_o
 from kernel_oracle.reference.vision_metadata import (VisionAttentionMetadata, prepare_flashinfer_cudnn_metadata,
                                                      prepare_flashinfer_cudnn_vision_attention_metadata)
 
-from kernel_oracle.harness.families import family_names
+from kernel_oracle.harness.family import family_names
 from kernel_oracle.harness.problem_dict import problem_from_dict, problem_to_dict  # noqa: F401 (re-exported)
 from kernel_oracle.harness.problem_variants import (length_class, lora_feature_variants, lora_simplifications,
                                                     vision_feature_variants, vision_simplifications)

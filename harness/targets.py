@@ -73,7 +73,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
-from kernel_oracle.harness.families import FAMILY_OPS
+from kernel_oracle.harness.family import FAMILY_OPS
 
 __all__ = ["PRECISIONS", "RELEASE_NAMES", "SPEC_EXAMPLES", "Target", "TargetError", "TargetSources", "TargetSpec",
            "parse_target_list", "unavailable"]

@@ -45,7 +45,7 @@ import time
 from typing import Optional, Sequence
 
 from kernel_oracle.harness.check import Case, execute
-from kernel_oracle.harness.families import FAMILY_OPS
+from kernel_oracle.harness.family import FAMILY_OPS
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 
 __all__ = ["WARM_UP_DTYPES", "warm_up", "warm_up_cases"]

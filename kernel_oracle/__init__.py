@@ -22,7 +22,10 @@ The public API for other projects' tests (Note [Public API] in :mod:`kernel_orac
   ``oracle_target`` and ``oracle_device``) registers itself through the ``pytest11`` entry point.
 
 Importing ``kernel_oracle`` itself is light: the names above load their modules (torch, Hypothesis,
-the harness) on first use (PEP 562), so ``import kernel_oracle.reference`` never pulls in the harness.
+the harness) on first use (PEP 562), so ``import kernel_oracle.reference`` never pulls in torch through
+the harness.  It registers the built-in kernel families (:mod:`kernel_oracle.families`: records whose
+parts load when asked, Note [Families registry] in :mod:`kernel_oracle.harness.family`), which imports
+the standard library only, so every module of the package finds them in the registry.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import families as _families  # noqa: F401 - registers the built-in kernel families
 from ._version import __version__
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ below loads them

@@ -14,6 +14,7 @@ import pytest
 
 from kernel_oracle.fuzz.targets import TargetSpec, resolve_target
 from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, find_wheel, wheel_release
+from kernel_oracle.harness.releases import SGLANG_RELEASES
 
 from .conftest import REQUIRE_ENV, REQUIRED
 
@@ -21,9 +22,8 @@ from .conftest import REQUIRE_ENV, REQUIRED
 # of the four versions of the vision wrapper (0.5.10 | 0.5.11 - 0.5.15.post1 | 0.5.16 | 0.5.17 - 0.5.23)
 RELEASES = ("0.5.12", "0.5.15", "0.5.23")
 VISION_RELEASES = ("0.5.10", "0.5.12", "0.5.15", "0.5.16", "0.5.23")
-# every published release from 0.5.10 on, oldest first (the csgmv kernels exist in all of them: docs/csgmv.md)
-ALL_RELEASES = ("0.5.10", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15",
-                "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+# every published release from 0.5.10 on, oldest first: the product's release table (Note [Release table])
+ALL_RELEASES = SGLANG_RELEASES
 
 
 def wheel_or_skip(version: str):

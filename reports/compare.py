@@ -34,7 +34,7 @@ from typing import Optional
 from kernel_oracle.harness.known_issues import KnownIssuesError, load_known_issues, match_known, target_release
 from kernel_oracle.reports.model import Finding, Result
 
-__all__ = ["DEFAULT_MAX_RATIO_GROWTH", "DEFAULT_MAX_SLOWDOWN", "DEFAULT_RATIO_FLOOR", "Comparison",
+__all__ = ["DEFAULT_MAX_RATIO_GROWTH", "DEFAULT_MAX_SLOWDOWN", "DEFAULT_RATIO_FLOOR", "ResultComparison",
            "Thresholds", "compare_results"]
 
 # a group's worst error ratio may double before it counts (seeds and case mix move it)
@@ -62,7 +62,9 @@ class Thresholds:
 
 
 @dataclass
-class Comparison:
+class ResultComparison:
+    """What :func:`compare_results` found between a baseline result record and the current one."""
+
     new_findings: list = field(default_factory=list)      # [Finding]
     fixed_findings: list = field(default_factory=list)    # [Finding] (from the baseline)
     fixed_upstream: list = field(default_factory=list)    # [(Finding, known id, link)] (baseline, known issues)
@@ -192,8 +194,8 @@ class _Known:
         return (issue.id, issue.upstream) if issue is not None else None
 
 
-def compare_results(baseline: Result, current: Result, thresholds: Thresholds = Thresholds()) -> Comparison:
-    out = Comparison()
+def compare_results(baseline: Result, current: Result, thresholds: Thresholds = Thresholds()) -> ResultComparison:
+    out = ResultComparison()
     known = _Known(out.notes)
 
     # findings, as multisets of signatures; known upstream issues neither gate nor vanish silently

@@ -8,13 +8,16 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 releases=("$@")
-# every release from 0.5.10 (oracle_tests/_sglang_releases.py ALL_RELEASES): the csgmv kernels are tested in each
-# (docs/csgmv.md); the kv_b and vision tests read 0.5.10, 0.5.12, 0.5.13, 0.5.15, 0.5.16 and 0.5.23 of them
-[ ${#releases[@]} -eq 0 ] && releases=(0.5.10 0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 0.5.15.post1
-  0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23)
+py="${PYTHON:-$(command -v python3 || command -v python)}"
+# every release of the release table (harness/releases.py SGLANG_RELEASES, which imports nothing): the csgmv
+# kernels are tested in each (docs/csgmv.md); the kv_b and vision tests read 0.5.10, 0.5.12, 0.5.13, 0.5.15, 0.5.16
+# and 0.5.23 of them
+if [ ${#releases[@]} -eq 0 ]; then
+  read -r -a releases < <("$py" -c 'import runpy; print(*runpy.run_path("harness/releases.py")["SGLANG_RELEASES"])')
+  [ ${#releases[@]} -gt 0 ] || { echo "could not read the release table harness/releases.py with $py" >&2; exit 1; }
+fi
 dest="${KERNEL_ORACLE_CACHE:-$HOME/.cache/kernel-oracle}/wheels"
 mkdir -p "$dest"
-py="${PYTHON:-$(command -v python3 || command -v python)}"
 status=0
 for v in "${releases[@]}"; do
   if compgen -G "$dest/sglang-$v-*.whl" >/dev/null; then

@@ -20,7 +20,7 @@ from kernel_oracle.fuzz.coverage import GPU_NAME, draw_coverage, on_gpu
 from kernel_oracle.fuzz.limits import LIMITS
 from kernel_oracle.fuzz.targets import resolve_target
 from kernel_oracle.harness.targets import parse_target_list
-from kernel_oracle.harness.families import family_names
+from kernel_oracle.harness.family import family_names
 from kernel_oracle.harness.tile_coverage import CLASSES, CoverageTable, shortfalls
 
 

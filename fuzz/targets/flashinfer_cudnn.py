@@ -52,7 +52,7 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-from kernel_oracle.harness.families import FAMILY_OPS
+from kernel_oracle.harness.family import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, unavailable
 from kernel_oracle.harness.tiles import unknown_model
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from kernel_oracle.harness.families import FAMILY_OPS
+from kernel_oracle.harness.family import FAMILY_OPS
 
 __all__ = ["SOURCES", "Mutant", "MutantError", "Patch", "apply_patches"]
 

@@ -41,7 +41,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernel_oracle.harness.families import FAMILY_OPS
+from kernel_oracle.harness.family import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
 from .mutant_data import Mutant, MutantError, Patch, apply_patches

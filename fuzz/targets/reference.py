@@ -1,11 +1,11 @@
 """Target ``reference``: our pure-torch oracles, called like any target (strict, exact fp32).
 
-Its entry points are every registered family's reference module's (:mod:`kernel_oracle.harness.families`:
+Its entry points are every registered family's reference module's (:mod:`kernel_oracle.harness.family`:
 a family's ``reference`` field), in registration order."""
 
 from __future__ import annotations
 
-from kernel_oracle.harness.families import families
+from kernel_oracle.harness.family import families
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec
 from kernel_oracle.harness.tiles import unknown_model
 

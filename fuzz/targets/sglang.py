@@ -42,7 +42,7 @@ import ast
 import re
 from typing import Optional
 
-from kernel_oracle.harness.families import FAMILY_OPS
+from kernel_oracle.harness.family import FAMILY_OPS
 from kernel_oracle.harness.targets import RELEASE_NAMES, Target, TargetSources, TargetSpec, unavailable
 from kernel_oracle.harness.tiles import unknown_model
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_oracle.harness.families import FAMILY_OPS
+from kernel_oracle.harness.family import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 from kernel_oracle.harness.tiles import unknown_model
 

@@ -35,7 +35,7 @@ import importlib
 from typing import Optional
 
 from kernel_oracle.harness.device import interpreting
-from kernel_oracle.harness.families import FAMILY_OPS
+from kernel_oracle.harness.family import FAMILY_OPS
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
 from .adapter import entries_from, import_module

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
-from kernel_oracle.harness.families import default_family_names
+from kernel_oracle.harness.family import default_family_names
 from kernel_oracle.fuzz.time_budget import DEFAULT_TIME_S
 from kernel_oracle.harness.outcome import run_outcome
 

@@ -129,7 +129,7 @@ def _cluster_main(args: argparse.Namespace, cluster: dict) -> int:
     from kernel_oracle.fuzz.cluster import ClusterError, plan_shards, run_cluster
     from kernel_oracle.fuzz.strategies import ALL_DTYPES
     from kernel_oracle.harness.device import resolve_device
-    from kernel_oracle.harness.families import campaign_ops
+    from kernel_oracle.harness.family import campaign_ops
 
     try:
         dtypes = options.parse_list(args.dtypes, "--dtypes", ALL_DTYPES) if args.dtypes else None
@@ -195,7 +195,7 @@ def _prepare(args: argparse.Namespace):
     database = None
     if args.db:
         from kernel_oracle.fuzz.cluster import open_database
-        from kernel_oracle.harness.families import campaign_ops
+        from kernel_oracle.harness.family import campaign_ops
 
         database = open_database(args.db, str(args.targets[0]), campaign_ops(args.op)[0])
     if not args.isolate:

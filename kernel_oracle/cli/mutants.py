@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from kernel_oracle.cli import options
-from kernel_oracle.harness.families import default_family_names
+from kernel_oracle.harness.family import default_family_names
 from kernel_oracle.harness.outcome import run_outcome
 
 __all__ = ["add_arguments", "kill_table", "main"]

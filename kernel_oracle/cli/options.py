@@ -3,7 +3,7 @@
 Note [Options]
 --------------
 One concept has one name in every subcommand, and no other: ``--op`` (a comma-separated list of op
-families and ops in every command, :func:`kernel_oracle.harness.families.op_groups`: ``fuzz`` takes one
+families and ops in every command, :func:`kernel_oracle.harness.family.op_groups`: ``fuzz`` takes one
 family's, ``run``, ``mutants`` and ``bench`` whole families), ``--cases`` (a number of cases: a
 campaign's, a selfcheck's variations, a mutant's examples, a warm-up's), ``--time`` (seconds, as
 ``args.time_s``: Note [Time budget] in :mod:`kernel_oracle.fuzz.time_budget`),
@@ -247,9 +247,9 @@ def add(container, name: str, **overrides) -> argparse.Action:
 
 
 def op_list(value: str) -> dict[str, tuple[str, ...]]:
-    """family -> its ops, of a ``--op`` list (:func:`kernel_oracle.harness.families.op_groups`, any
+    """family -> its ops, of a ``--op`` list (:func:`kernel_oracle.harness.family.op_groups`, any
     registered family); ``ValueError`` naming the option."""
-    from kernel_oracle.harness.families import FamilyError, op_groups
+    from kernel_oracle.harness.family import FamilyError, op_groups
 
     try:
         return op_groups(value)
@@ -260,7 +260,7 @@ def op_list(value: str) -> dict[str, tuple[str, ...]]:
 def families(value: str) -> list[str]:
     """The op families of a ``--op`` list (``lora,vision``) of a command that takes whole families;
     ``ValueError`` naming the option."""
-    from kernel_oracle.harness.families import get_family
+    from kernel_oracle.harness.family import get_family
 
     groups = op_list(value)
     part = [op for name, ops in groups.items() if ops != get_family(name).ops for op in ops]
@@ -273,8 +273,8 @@ def families(value: str) -> list[str]:
 
 def campaign_op(value: str) -> str:
     """An argparse type: the ``--op`` list of one campaign (one family, or some of its ops), as the
-    campaign's ``op`` text (:func:`kernel_oracle.harness.families.op_text`)."""
-    from kernel_oracle.harness.families import FamilyError, campaign_ops, op_text
+    campaign's ``op`` text (:func:`kernel_oracle.harness.family.op_text`)."""
+    from kernel_oracle.harness.family import FamilyError, campaign_ops, op_text
 
     try:
         return op_text(*campaign_ops(value))

@@ -37,7 +37,7 @@ from typing import Callable, Optional
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.data_files import DataFileError, loads_toml, read_text
 from kernel_oracle.harness.defects import REGISTRY, Defect, defect_of_corpus, load_defects
-from kernel_oracle.harness.families import family_names, get_family
+from kernel_oracle.harness.family import family_names, get_family
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problems import problem_from_dict
 
@@ -71,7 +71,7 @@ class Entry:
     id: str
     title: str
     upstream: str
-    target: str  # target family: "sglang", "sglang-trt", "flashinfer-cudnn"
+    target: str  # an upstream target's spec name: "sglang", "sglang-trt", "flashinfer-cudnn"
     device: str
     status: str  # "fixed" | "known"
     buggy: tuple[str, ...]

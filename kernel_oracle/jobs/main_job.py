@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.fuzz.time_budget import resolve_time_s
-from kernel_oracle.harness.families import default_family_names
+from kernel_oracle.harness.family import default_family_names
 from kernel_oracle.jobs.main_job_campaigns import run_campaign_part, run_cluster_part
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 from kernel_oracle.jobs.main_job_selfcheck import SelfcheckBeside, run_selfcheck_part
@@ -102,7 +102,7 @@ def run_main_job(*, device: str = "auto", time_s: Optional[float] = None, seed: 
     ``device``: ``auto``, ``cpu`` or ``cuda``; ``time_s``: seconds for the whole job (default: the
     ``run`` row of :data:`kernel_oracle.fuzz.time_budget.DEFAULT_TIME_S`); ``targets``: spec strings or
     TargetSpecs (default: every built-in target available here); ``families``: family names (default:
-    every registered family taken by default, :mod:`kernel_oracle.harness.families`); ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``)
+    every registered family taken by default, :mod:`kernel_oracle.harness.family`); ``cluster``: ``{"gpus": N}`` or ``{"scheduler": URL}`` (and ``"db"``)
     runs the campaigns on Dask; ``sglang_wheel``: the wheels of ``sglang==X.Y.Z`` targets;
     ``with_malformed``: a target without strict validation has its accepted malformed metadata counted
     as findings (default: validation gaps, Note [Malformed consequences])."""

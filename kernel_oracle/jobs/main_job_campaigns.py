@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from kernel_oracle.harness.families import family_names, get_family
+from kernel_oracle.harness.family import family_names, get_family
 from kernel_oracle.jobs.main_job_record import part_failed, reason
 
 __all__ = ["CAMPAIGN_SHARE", "CASE_TIMEOUT_SHARE", "FALLBACK_TARGETS", "FINISH_S", "OVERRUN_NOTE_S",
@@ -100,7 +100,7 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
     ``shares_gpu``: see ``CampaignConfig``."""
     from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, case_timeout_for, run_campaign
 
-    from kernel_oracle.harness.families import FAMILY_OF
+    from kernel_oracle.harness.family import FAMILY_OF
 
     compiles = device == "cuda" and compiling(target, FAMILY_OF[op])
     warm_up_s = warm_up_share * share_s if compiles and warm_up_share else None
@@ -248,15 +248,15 @@ def _side_by_side(record: dict, pairs: list, targets: list, lenient: set, common
     """The pairs in child processes, ``at_once`` at a time; each gets the time left shared among the
     waves still to come, and its clock ends at the end of that share less the shrink slack and
     :data:`FINISH_S`, however long its start took (Note [Campaigns side by side])."""
-    from kernel_oracle.jobs.side_by_side import Call, run_side_by_side
+    from kernel_oracle.jobs.side_by_side import ChildCall, run_side_by_side
 
     with_malformed = common["with_malformed"]
     precompile = precompile_beside(targets, pairs, common["device"], deadline - time.monotonic(), log,
                                    seed=common["seed"], upstream_contracts_only=False)
-    calls = [Call((name, fam), run_one_campaign,
-                  dict(target=name, op=fam, out_dir=_out_dir(run_dir, name, fam),
-                       warm_up_share=None if precompile is not None and compiling(name, fam) else WARM_UP_SHARE,
-                       shares_gpu=True, **common))
+    calls = [ChildCall((name, fam), run_one_campaign,
+                       dict(target=name, op=fam, out_dir=_out_dir(run_dir, name, fam),
+                            warm_up_share=None if precompile is not None and compiling(name, fam) else WARM_UP_SHARE,
+                            shares_gpu=True, **common))
              for name, fam in pairs]
     shares, skipped = {}, []
 
@@ -269,7 +269,7 @@ def _side_by_side(record: dict, pairs: list, targets: list, lenient: set, common
         shares[call.key] = window
         log(f"campaign {call.key[0]} x {call.key[1]}: {window:.0f}s, in a child process")
         ends_at = now + max(CHILD_STARTUP_S + 1.0, (1 - SHRINK_SLACK_SHARE) * window - FINISH_S)
-        return Call(call.key, call.fn, {**call.kwargs, "share_s": window, "ends_at": ends_at})
+        return ChildCall(call.key, call.fn, {**call.kwargs, "share_s": window, "ends_at": ends_at})
 
     def on_done(d) -> None:
         log(f"campaign {d.key[0]} x {d.key[1]}: ended after {d.took_s:.0f}s" + (f" ({d.problem})" if d.problem else ""))

@@ -4,7 +4,7 @@ Note [Release matrix]
 ---------------------
 ``kernel-oracle matrix --targets sglang==0.5.12,sglang==0.5.23`` runs, for each distinct code, one
 fuzz campaign (:func:`fuzz.campaign.run_campaign`, the same strategies and seed for every release)
-and the real-bug corpus entries of that target family (:mod:`kernel_oracle.jobs.bug_corpus`), then folds
+and the real-bug corpus entries of that target's spec name (:mod:`kernel_oracle.jobs.bug_corpus`), then folds
 it all into one record of kind ``"main"`` with a ``release_matrix`` section that the Markdown and
 HTML reports render as a table: one row per finding bucket (:mod:`harness.buckets`, one root
 cause, whatever release, dtype or shape class it shows in), one column per range of releases that
@@ -297,8 +297,8 @@ def _expected(entry, members: list) -> tuple[Optional[str], str]:
 
 
 def _corpus_results(entries, column: Column, device: str, sources, record: dict, worker) -> dict:
-    """``{entry id: {outcome, expected, as_expected}}`` of the entries of the column's target family, each run
-    in ``worker`` as a campaign runs a case (Note [Cases outside a campaign]): an entry with a case of a
+    """``{entry id: {outcome, expected, as_expected}}`` of the entries of the column's target spec name, each
+    run in ``worker`` as a campaign runs a case (Note [Cases outside a campaign]): an entry with a case of a
     feature no command sends the target is ``declined`` there, not run."""
     from kernel_oracle.fuzz.isolated import IsolatedTarget, WorkerError
     from kernel_oracle.fuzz.targets import TargetSpec
@@ -395,7 +395,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     """One campaign (:class:`~kernel_oracle.fuzz.campaign_config.CampaignConfig`, the same seed for
     every release) and the corpus ``entries`` per column of distinct code (Note [Release matrix]) of
     ``specs`` (strings or TargetSpecs) and ``op`` (an ``--op`` list: one campaign per family it names, of
-    the ops it names, :func:`kernel_oracle.harness.families.op_groups`), folded into one record of kind
+    the ops it names, :func:`kernel_oracle.harness.family.op_groups`), folded into one record of kind
     ``main`` with its ``release_matrix``, written as ``out/matrix.{json,md,html}``; campaigns go under ``campaigns_dir`` (default :func:`runs_dir`).
     Returns the record; raises ``CampaignError`` naming the spec, and ``CampaignInterrupted`` (SIGTERM or
     SIGINT) after writing the matrix of the columns that ran, its ``record``."""
@@ -403,7 +403,7 @@ def run_matrix(specs: list, *, entries: list, op: str = "lora", budget: Optional
     from kernel_oracle.fuzz.targets import TargetSources
     from kernel_oracle.fuzz.targets.sglang import release_identity
     from kernel_oracle.fuzz.time_budget import resolve_time_s
-    from kernel_oracle.harness.families import op_groups
+    from kernel_oracle.harness.family import op_groups
     from kernel_oracle.harness.schema import add_note, new_record
 
     out = Path(out)
@@ -439,7 +439,7 @@ def _run_columns(columns, groups, config, campaigns_dir, record, entries, device
     ``runs``, ``corpus_by_spec``, ``done`` as they end, so an interruption keeps them), then the
     replays of absences; returns the replays run.  ``groups``: family -> the ops ``--op`` names."""
     from kernel_oracle.fuzz.worker import Worker
-    from kernel_oracle.harness.families import op_text
+    from kernel_oracle.harness.family import op_text
     from kernel_oracle.harness.schema import add_note
     from kernel_oracle.jobs.bug_corpus import known_cases_of
     from kernel_oracle.jobs.matrix_columns import failed_row, is_current, newest_release, run_campaigns

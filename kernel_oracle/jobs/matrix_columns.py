@@ -86,16 +86,16 @@ def run_campaigns(columns: list, op_of: Callable, config: dict, campaigns_dir: P
     ``on_record(column, record, problem)`` as each ends
     (``problem``: None, or one line saying why the column has no record).  Raises ``CampaignError``
     for a column that cannot run when they run one after another, as a single campaign does."""
-    from kernel_oracle.jobs.side_by_side import Call, run_side_by_side
+    from kernel_oracle.jobs.side_by_side import ChildCall, run_side_by_side
 
     order = sorted(columns, key=lambda c: not is_current(c.members, newest))  # current first: they run longest
     calls = []
     for c in order:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{c.tested}-{c.family}")
         own = column_config(config, is_current(c.members, newest), regression_cases)
-        calls.append(Call(c.label, campaign_record, dict(tested=c.tested, op=op_of(c), out_dir=str(campaigns_dir / slug),
-                                                         config=own | ({"shares_gpu": True} if at_once > 1 else {}),
-                                                         known_cases=known_cases(c))))
+        kwargs = dict(tested=c.tested, op=op_of(c), out_dir=str(campaigns_dir / slug),
+                      config=own | ({"shares_gpu": True} if at_once > 1 else {}), known_cases=known_cases(c))
+        calls.append(ChildCall(c.label, campaign_record, kwargs))
     by_label = {c.label: c for c in order}
     if at_once <= 1 or len(calls) <= 1:
         for call in calls:

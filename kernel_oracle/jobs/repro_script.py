@@ -177,7 +177,7 @@ def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec
     replace a file or follow a symlink there unless ``force``); returns the script's and the
     tensors' paths.  ``sglang_wheel``: where the release of ``target_spec`` came from (``--sglang-wheel``),
     recorded for the script (Note [Where the script finds its target])."""
-    from kernel_oracle import __version__
+    from kernel_oracle._version import __version__
     from kernel_oracle.harness.opinfo import OP_DB
 
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "case"

@@ -129,7 +129,7 @@ def iter_selfcheck(device: str = "auto", cases: int = 2, seed: int = 0) -> Itera
 def _rows(device: str, cases: int, seed: int) -> Iterator[dict]:
     from kernel_oracle.harness.opinfo import OP_DB
 
-    from kernel_oracle.harness.families import families
+    from kernel_oracle.harness.family import families
 
     own = [f for f in families() if f.selfcheck is not None]  # a family whose record names its own rows
     for info in OP_DB.values():

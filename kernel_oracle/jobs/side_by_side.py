@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Callable, Optional
 
-__all__ = ["CORES_PER_CALL", "Call", "Done", "run_side_by_side", "slots"]
+__all__ = ["CORES_PER_CALL", "ChildCall", "Done", "run_side_by_side", "slots"]
 
 # a campaign process and its worker process take turns, but both are busy part of the time
 CORES_PER_CALL = 2
@@ -53,7 +53,7 @@ def slots(device: str, cores: Optional[int] = None) -> int:
 
 
 @dataclass(frozen=True)
-class Call:
+class ChildCall:
     """``fn(**kwargs)`` to run in a child; ``fn`` must be importable by name (spawn pickles it so).
     ``key`` identifies it in the :class:`Done` it becomes."""
 
@@ -93,7 +93,7 @@ def _child(conn, fn, kwargs) -> None:
 
 def run_side_by_side(calls: list, *, at_once: int, before_start: Optional[Callable] = None,
                      on_done: Optional[Callable] = None) -> list:
-    """Run ``calls`` (:class:`Call`), at most ``at_once`` at a time, in spawned children; returns
+    """Run ``calls`` (:class:`ChildCall`), at most ``at_once`` at a time, in spawned children; returns
     their :class:`Done` in the order of ``calls``.  ``before_start(call, started, pending)`` may
     return a replacement call (new kwargs: a share of the time still left) just before it starts;
     ``on_done(done)`` is called as each one ends."""

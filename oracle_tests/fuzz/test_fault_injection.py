@@ -64,7 +64,7 @@ import kernel_oracle
 from kernel_oracle.cli import build_parser, main as cli_main
 from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
 from kernel_oracle.fuzz.state import CampaignState
-from kernel_oracle.harness.check import Case, Observed, Outcome, check_case, judge, odd_output
+from kernel_oracle.harness.check import Case, Observed, ExpectedOutcome, check_case, judge, odd_output
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
 from kernel_oracle.harness.targets import Target
 from kernel_oracle.reference import lora as ref_lora
@@ -181,7 +181,7 @@ def test_an_error_outside_the_contract_table_needs_its_text():
         kernel_oracle.assert_matches("step_a_q", other_text, *args, repro="")
     assert kernel_oracle.assert_matches("step_a_q", ref_lora.step_a_q_fwd, *args).ok
     case = Case(LoRAProblem(op="step_a_q", **TINY))
-    expected = Outcome("error", "TypeError", "step() missing 1 required positional argument: 'x'")
+    expected = ExpectedOutcome("error", "TypeError", "step() missing 1 required positional argument: 'x'")
     wrong = Observed("raise", exc_type="TypeError", message="other() takes 2 positional arguments")
     assert not judge(case, expected, wrong).ok
     same = Observed("raise", exc_type="TypeError", message=expected.message)

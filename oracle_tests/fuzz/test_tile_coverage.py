@@ -93,7 +93,7 @@ def _main_job_lora_clock() -> float:
     """The clock of the triton x lora campaign of the main job on the CPU with its default budget: the time left
     after the selfcheck and the report's reserve, shared by every target x family pair, its campaign share."""
     from kernel_oracle.fuzz.time_budget import default_time_s
-    from kernel_oracle.harness.families import default_family_names
+    from kernel_oracle.harness.family import default_family_names
     from kernel_oracle.harness.schema import new_record
     from kernel_oracle.jobs.main_job import REPORT_RESERVE_S, SELFCHECK_SHARE
     from kernel_oracle.jobs.main_job_campaigns import CAMPAIGN_SHARE, discover_targets

@@ -62,16 +62,16 @@ def test_the_docs_upstream_index_is_generated_from_the_registry():
     assert all(d.id in upstream_index() for d in DEFECTS)
 
 
-DEFECT = '[[defect]]\nid = "a-b"\ntitle = "t"\nfamily = "sglang"\nop = "lora"\nupstream = "https://example.org/1"\n' \
-         'introduced = "1.0"\nfixed = ""\ncorpus = "c"\n'
+DEFECT = '[[defect]]\nid = "a-b"\ntitle = "t"\ncomponent = "sglang"\nop = "lora"\n' \
+         'upstream = "https://example.org/1"\nintroduced = "0.5.12"\nfixed = ""\ncorpus = "c"\n'
 RULE = '[[defect.issue]]\nid = "a-b-rule"\ntitle = "t"\ntarget = "sglang"\nop = "lora"\nkind = "crash"\n' \
-       'message = "x"\nreleases = ["*"]\n'
+       'message = "x"\n'
 
 
 @pytest.mark.parametrize("text, error", [
     (DEFECT + DEFECT.replace('corpus = "c"', 'corpus = "d"'), "id 'a-b' appears in two [[defect]] records"),
     (DEFECT + DEFECT.replace('id = "a-b"', 'id = "a-c"'), "corpus 'c' appears in two [[defect]] records"),
-    (DEFECT.replace('family = "sglang"', 'family = "mine"'), "family='mine'; the only valid values"),
+    (DEFECT.replace('component = "sglang"', 'component = "mine"'), "component='mine'; the only valid values"),
     (DEFECT + RULE.replace('message = "x"', 'message = "x"\nupstream = "https://e.org"'),
      "['upstream'] come from the [[defect]] record 'a-b'"),
 ])

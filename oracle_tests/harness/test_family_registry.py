@@ -1,20 +1,20 @@
-"""The families registry (harness.family, harness.families): one record per kernel family, looked up by
+"""The families registry (harness.family; the built-in records of kernel_oracle.families): one record per kernel family, looked up by
 name, listed in registration order, refused twice."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernel_oracle.harness.families import (FAMILY_OF, FAMILY_OPS, Family, FamilyError, default_family_names, families,
-                                            family_names, get_family, op_choices, register_family, unregister_family)
+from kernel_oracle.harness.family import (FAMILY_OF, FAMILY_OPS, PARTS, Family, FamilyError, default_family_names,
+                                          families, family_names, get_family, op_choices, register_family,
+                                          unregister_family)
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.reference.contracts import CONTRACTS
+from oracle_tests._toy_family import toy_family
 
 
 def _toy(name: str = "toy", ops: tuple = ("toy_op",)) -> Family:
-    return Family(name=name, ops=ops, label="toy", reference="kernel_oracle.reference.vision",
-                  problem="kernel_oracle.harness.problems:VisionProblem",
-                  strategies="kernel_oracle.fuzz.strategies:vision_problems")
+    return toy_family(name, ops)
 
 
 @pytest.fixture
@@ -92,8 +92,33 @@ def test_a_family_reusing_another_familys_op_is_refused(toy):
     (dict(name="Toy"), "lower-case identifier"),
     (dict(ops=()), "non-empty tuple"),
     (dict(ops=("a", "a")), "repeat a name"),
+    (dict(problem=None), "problem=None; pass the part's loader"),
 ])
 def test_a_malformed_record_says_why(kwargs, message):
-    fields = dict(name="toy", ops=("toy_op",), label="toy", reference="m", problem="m:P", strategies="m:s")
     with pytest.raises(FamilyError, match=message):
-        Family(**{**fields, **kwargs})
+        toy_family(**kwargs)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_a_record_naming_a_module_as_a_string_is_refused(part):
+    """A part named by an import path is an arrow neither a reader nor the import linter sees (Note [Families
+    registry]): a record takes the part's loader, a function whose body imports it."""
+    with pytest.raises(FamilyError) as exc:
+        toy_family(**{part: "kernel_oracle.fuzz.strategies:vision_problems"})
+    assert str(exc.value) == (f"Family 'toy': {part}='kernel_oracle.fuzz.strategies:vision_problems'; pass the part's "
+                              f"loader, a function that imports the part and returns it (def _{part}(): from "
+                              f"package.module import thing; return thing), never an import path")
+
+
+@pytest.mark.parametrize("name", ["lora", "vision", "csgmv"])
+def test_every_part_of_a_builtin_record_is_a_loader(name):
+    record = get_family(name)
+    for part in PARTS:
+        loader = getattr(record, part)
+        assert loader is None or (callable(loader) and not isinstance(loader, str)), (name, part, loader)
+        assert loader is None or record.resolve(part) is not None, (name, part)
+
+
+def test_resolve_names_the_parts():
+    with pytest.raises(FamilyError, match=r"what='referenc'; the only valid values are \['reference', "):
+        get_family("lora").resolve("referenc")

@@ -191,10 +191,10 @@ def _toml(**fields) -> str:
 @pytest.mark.parametrize("change,error", [
     (dict(kind="boom"), "kind='boom'; the only valid values are ['mismatch', 'contract', 'validation-gap', 'crash', "
                         "'hang', 'stream']"),
-    (dict(op="Step A"), "op='Step A' must be an op name such as 'step_a_q' or 'vision', or a family ('lora': every "
-                        "LoRA op); a catch-all could hide a bug of any op"),
-    # catch-alls (Note [Known issues]): an entry names an upstream target's family and an op
-    (dict(op="*"), "op='*' must be an op name such as 'step_a_q' or 'vision', or a family"),
+    (dict(op="Step A"), "op='Step A' must be an op name such as 'step_a_q' or 'vision', or a kernel family ('lora': "
+                        "every LoRA op); a catch-all could hide a bug of any op"),
+    # catch-alls (Note [Known issues]): an entry names an upstream target and an op
+    (dict(op="*"), "op='*' must be an op name such as 'step_a_q' or 'vision', or a kernel family"),
     *((dict(target=t), f"target={t!r} must start with an upstream target's name (sglang, sglang-trt, sglang-v2, "
                        f"sglang-csgmv, flashinfer-cudnn, torch-varlen), e.g. 'sglang==*'; a catch-all could hide a bug "
                        f"of any target")
@@ -493,11 +493,11 @@ def test_a_slow_rule_is_cut_off_and_the_finding_stays_new(tmp_path):
     assert time.monotonic() - started < 60
 
 
-def test_the_families_are_built_in_targets():
+def test_the_upstream_targets_are_built_in_targets():
     from kernel_oracle.fuzz.targets import builtin_targets
-    from kernel_oracle.harness.known_issues import FAMILIES
+    from kernel_oracle.harness.known_issues import UPSTREAM_TARGETS
 
-    assert set(FAMILIES) <= set(builtin_targets())
+    assert set(UPSTREAM_TARGETS) <= set(builtin_targets())
 
 
 # ---- triggers (Note [Known-issue triggers]) --------------------------------------------------------------------

@@ -154,11 +154,11 @@ def test_findings_of_one_known_issue_are_one_line_of_what_failed():
 def test_a_broken_contract_is_one_bucket_whatever_the_target_did_instead():
     """A module without the missing-max_len check: no error in one case, an IndexError of its own loop in
     another, a RuntimeError of torch.arange in a third; one root cause (the missing check), one bucket."""
-    from kernel_oracle.harness.check import Case, Observed, Outcome, Verdict
+    from kernel_oracle.harness.check import Case, Observed, ExpectedOutcome, Verdict
     from kernel_oracle.harness.problems import LoRAProblem
 
     case = Case(LoRAProblem("step_a_q", (3, 2), (0, 1), (4, 4), (1.0, 1.0), with_max_len=False, with_seg_lens=False))
-    expected = Outcome("upstream", "ValueError", "LoRA batch_info must provide max_len or seg_lens.",
+    expected = ExpectedOutcome("upstream", "ValueError", "LoRA batch_info must provide max_len or seg_lens.",
                        "lora.missing_max_len")
     did = [Observed("ok"), Observed("raise", exc_type="IndexError", message="list index out of range", frame="m:f"),
            Observed("raise", exc_type="IndexError", message="index 47 is out of bounds for dimension 0 with size 47",
@@ -178,11 +178,11 @@ def test_a_broken_contract_is_one_bucket_whatever_the_target_did_instead():
 
 
 def test_an_error_on_a_valid_input_keys_on_what_was_raised():
-    from kernel_oracle.harness.check import Case, Observed, Outcome, Verdict
+    from kernel_oracle.harness.check import Case, Observed, ExpectedOutcome, Verdict
     from kernel_oracle.harness.problems import LoRAProblem
 
     case = Case(LoRAProblem("step_a_q", (3,), (0,), (4,), (1.0,)))
-    keys = {bucket_of(case, Verdict(False, "contract", "-"), expected=Outcome("result"),
+    keys = {bucket_of(case, Verdict(False, "contract", "-"), expected=ExpectedOutcome("result"),
                       observed=Observed("raise", exc_type=t, message=m, frame="m:f"))
             for t, m in (("IndexError", "index 3 is out of bounds"), ("TypeError", "bad operand"))}
     assert len(keys) == 2

@@ -180,7 +180,7 @@ def test_a_typo_of_an_option_names_the_option(capsys):
     ("run", [], "lora,vision"), ("mutants", [], "lora,vision"), ("bench", [], "lora,vision"),
     ("matrix", ["--targets", "sglang==0.5.23"], "lora,vision")])
 def test_op_is_a_comma_list_in_every_command(command, argv, op):
-    """One grammar for ``--op`` (harness.families.op_groups): a comma list wherever a command has the option."""
+    """One grammar for ``--op`` (harness.family.op_groups): a comma list wherever a command has the option."""
     from kernel_oracle.cli import options
 
     args = build_parser().parse_args([command, *argv, "--op", op])

@@ -9,16 +9,13 @@ from __future__ import annotations
 import pytest
 
 from kernel_oracle.cli import build_parser, options
-from kernel_oracle.harness.families import Family, register_family, unregister_family
+from kernel_oracle.harness.family import register_family, unregister_family
+from oracle_tests._toy_family import toy_family
 
 
 @pytest.fixture
 def toy():
-    record = register_family(Family(name="toy", ops=("toy_op",), label="toy",
-                                    reference="kernel_oracle.reference.vision",
-                                    problem="kernel_oracle.harness.problems:VisionProblem",
-                                    strategies="kernel_oracle.fuzz.strategies:vision_problems",
-                                    compiling_targets=("triton",)))
+    record = register_family(toy_family(compiling_targets=("triton",)))
     try:
         yield record
     finally:
@@ -121,11 +118,7 @@ def test_a_records_own_cases_are_what_cases_draws():
 
     from kernel_oracle.fuzz.strategies import cases
 
-    record = register_family(Family(name="toy", ops=("toy_op",), label="toy",
-                                    reference="kernel_oracle.reference.vision",
-                                    problem="kernel_oracle.harness.problems:VisionProblem",
-                                    strategies="kernel_oracle.fuzz.strategies:vision_problems",
-                                    cases=f"{__name__}:_planted_cases"))
+    record = register_family(toy_family(cases=lambda: _planted_cases))
     try:
         drawn = find(cases("toy", ops=("toy_op",), dtypes=("float32",), declines=("x",), categories=("valid",),
                            limits="medium", big=True, tiles={"model": "toy"}), lambda _: True)
@@ -135,13 +128,11 @@ def test_a_records_own_cases_are_what_cases_draws():
 
 
 def test_a_records_own_selfcheck_rows_come_after_the_generic_loop(monkeypatch):
-    import kernel_oracle.harness.families as registry
+    import kernel_oracle.harness.family as registry
     import kernel_oracle.harness.opinfo as opinfo
     from kernel_oracle.jobs.selfcheck import run_selfcheck
 
-    toy = Family(name="toy", ops=("toy_op",), label="toy", reference="kernel_oracle.reference.vision",
-                 problem="kernel_oracle.harness.problems:VisionProblem",
-                 strategies="kernel_oracle.fuzz.strategies:vision_problems", selfcheck=f"{__name__}:_planted_selfcheck")
+    toy = toy_family(selfcheck=lambda: _planted_selfcheck)
     monkeypatch.setattr(registry, "families", lambda: (toy,))
     monkeypatch.setattr(opinfo, "OP_DB", {})  # no generic rows: only what the record names
     assert [r["case"] for r in run_selfcheck("cpu", cases=3, seed=5)] == ["planted cpu 3 5"]
@@ -154,7 +145,7 @@ def test_a_records_own_comparison_judges_its_outputs():
 
     from kernel_oracle.fuzz.targets import resolve_target
     from kernel_oracle.harness.check import Case, check_case
-    from kernel_oracle.harness.families import families, get_family
+    from kernel_oracle.harness.family import families, get_family
     from kernel_oracle.harness.problem_csgmv import CsgmvProblem
 
     problem = CsgmvProblem(op="csgmv_shrink", seg_lens=(3, 2), weight_indices=(0, 1), lora_ranks=(4, 2),
@@ -165,7 +156,7 @@ def test_a_records_own_comparison_judges_its_outputs():
     order = [f.name for f in families()]
     real = unregister_family("csgmv")
     try:
-        register_family(dataclasses.replace(real, mismatch=f"{__name__}:_planted_mismatch"))
+        register_family(dataclasses.replace(real, mismatch=lambda: _planted_mismatch))
         verdict = check_case(target, Case(problem))
     finally:
         unregister_family("csgmv")

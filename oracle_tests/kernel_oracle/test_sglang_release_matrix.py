@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_oracle.harness.families import op_groups
+from kernel_oracle.harness.family import op_groups
 from kernel_oracle.jobs.matrix import build_matrix, expand_targets, plan_columns, run_matrix
 
 from oracle_tests._sglang_releases import release_files

@@ -12,7 +12,7 @@ import pytest
 
 from kernel_oracle.harness.schema import add_group, load, new_record
 from kernel_oracle.jobs import main_job_campaigns, side_by_side
-from kernel_oracle.jobs.side_by_side import Call, run_side_by_side, slots
+from kernel_oracle.jobs.side_by_side import ChildCall, run_side_by_side, slots
 
 from oracle_tests.kernel_oracle.test_main_job import _run, stand_ins  # noqa: F401 - the fixture, used by name
 
@@ -48,8 +48,8 @@ def pid_telling(path: str) -> int:
 
 def test_calls_run_at_once_in_other_processes_and_come_back_in_order(tmp_path):
     told = str(tmp_path / "told")
-    calls = [Call("slow", pid_once_told, {"path": told}), Call("fast", pid_telling, {"path": told}),
-             Call("raises", pid_after, {"seconds": 0.1, "fail": True}), Call("dies", dies)]
+    calls = [ChildCall("slow", pid_once_told, {"path": told}), ChildCall("fast", pid_telling, {"path": told}),
+             ChildCall("raises", pid_after, {"seconds": 0.1, "fail": True}), ChildCall("dies", dies)]
     ended = []
     done = run_side_by_side(calls, at_once=4, on_done=lambda d: ended.append(d.key))
     assert [d.key for d in done] == ["slow", "fast", "raises", "dies"]  # the order of the calls
@@ -66,9 +66,9 @@ def test_at_once_bounds_the_running_children_and_before_start_replaces_the_call(
 
     def before_start(call, started, pending):
         seen.append((call.key, started, pending))
-        return Call(call.key, call.fn, {**call.kwargs, "seconds": 0.0})
+        return ChildCall(call.key, call.fn, {**call.kwargs, "seconds": 0.0})
 
-    done = run_side_by_side([Call(k, pid_after, {"seconds": 30.0}) for k in "abc"], at_once=2,
+    done = run_side_by_side([ChildCall(k, pid_after, {"seconds": 30.0}) for k in "abc"], at_once=2,
                             before_start=before_start)
     assert [d.problem for d in done] == [None, None, None]  # the replacement's 0 s ran, not the 30 s
     assert seen == [("a", 0, 3), ("b", 1, 2), ("c", 2, 1)]  # c waited for a free slot
@@ -232,9 +232,10 @@ def test_a_child_whose_job_is_killed_is_told_to_stop(tmp_path):
     import sys
 
     job = subprocess.Popen([sys.executable, "-c",
-                            "from kernel_oracle.jobs.side_by_side import Call, run_side_by_side\n"
+                            "from kernel_oracle.jobs.side_by_side import ChildCall, run_side_by_side\n"
                             "from oracle_tests.kernel_oracle.test_side_by_side import mark_on_sigterm\n"
-                            f"run_side_by_side([Call('c', mark_on_sigterm, {{'directory': {str(tmp_path)!r}}})], at_once=1)\n"],
+                            f"run_side_by_side([ChildCall('c', mark_on_sigterm, {{'directory': {str(tmp_path)!r}}})],"
+                            " at_once=1)\n"],
                            cwd=os.getcwd())
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists() and time.monotonic() < deadline:
