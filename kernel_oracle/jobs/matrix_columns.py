@@ -88,11 +88,12 @@ def run_campaigns(columns: list, op_of: Callable, config: dict, campaigns_dir: P
     for a column that cannot run when they run one after another, as a single campaign does."""
     from kernel_oracle.jobs.side_by_side import ChildCall, run_side_by_side
 
-    order = sorted(columns, key=lambda c: not is_current(c.members, newest))  # current first: they run longest
+    current = {c.label: is_current(c.members, newest) for c in columns}
+    order = sorted(columns, key=lambda c: not current[c.label])  # current first: they run longest
     calls = []
     for c in order:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{c.tested}-{c.family}")
-        own = column_config(config, is_current(c.members, newest), regression_cases)
+        own = column_config(config, current[c.label], regression_cases)
         kwargs = dict(tested=c.tested, op=op_of(c), out_dir=str(campaigns_dir / slug),
                       config=own | ({"shares_gpu": True} if at_once > 1 else {}), known_cases=known_cases(c))
         calls.append(ChildCall(c.label, campaign_record, kwargs))
