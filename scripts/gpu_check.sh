@@ -97,6 +97,7 @@ suite() {  # the suite, continued where an earlier call's limit stopped it (scri
       -p no:cacheprovider >"$STATE/csan.log" 2>&1; echo "two-stream tests under TORCH_CUDA_SANITIZER=1: exit $? ($(tail -1 "$STATE/csan.log"))"
     cp "$STATE/csan.log" "$OUT/"
   fi
+  cp "$done.tb" "$OUT/suite-tracebacks.txt" 2>/dev/null
   local head; head=$(python3 scripts/pytest_resume.py "$done" | tee "$OUT/suite-failures.txt" | head -1)
   grep -c "^FAILED" "$OUT/suite-failures.txt" >/dev/null && grep "^FAILED" "$OUT/suite-failures.txt" | head -60 | cut -c1-200
   if [ "$RC" -eq 124 ]; then

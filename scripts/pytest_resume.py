@@ -5,7 +5,8 @@ call's limit goes on in the next call where it stopped, never from scratch.
 one line per finished test to FILE (``outcome<TAB>nodeid``, written by the controlling process as each
 report arrives, so a run killed at its limit keeps every test it finished) and, at collection,
 deselects the tests FILE already holds.  Failures are kept in FILE too: a continued run does not run
-them again, and ``failures`` lists every one of all the runs.
+them again, and ``failures`` lists every one of all the runs.  Each failure's short traceback goes to
+FILE.tb as it arrives: pytest prints tracebacks only at the session's end, which a stopped run never reaches.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def pytest_runtest_logreport(report):
         outcome = "xfailed" if hasattr(report, "wasxfail") else report.outcome
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(f"{outcome}\t{report.nodeid}\n")
+        if report.failed:
+            with open(path + ".tb", "a", encoding="utf-8") as fh:
+                fh.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext[-6000:]}\n")
 
 
 _CONFIG: dict = {}
