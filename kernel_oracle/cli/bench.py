@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "targets", help=f"target specs to measure (default {DEFAULT_TARGETS}); "
                                         + options.OPTIONS["targets"][1]["help"])
     options.add(parser, "op", default=",".join(default_family_names()),
-                help=f"comma-separated op families (default {','.join(default_family_names())})")
+                help=f"comma-separated op families: {options.op_families_text()} (default "
+                     f"{','.join(default_family_names())})")
     options.add(parser, "time", help=f"timed seconds of each target x family campaign (default "
                                      f"{DEFAULT_TIME_S['bench']:g})")
     options.add(parser, "limits", default="tiny",

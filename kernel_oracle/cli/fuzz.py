@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help="the target spec (several, comma-separated, with --gpus/--scheduler); "
                      + options.OPTIONS["targets"][1]["help"])
     options.add(parser, "op", required=True, type=options.campaign_op,
-                help="comma-separated: one op family (lora, vision, csgmv) or some of its ops (step_a_q,step_b_q)")
+                help=options.op_help("one op family or some of its ops (step_a_q,step_b_q)"))
     amount = parser.add_mutually_exclusive_group()
     options.add(amount, "cases", help="cases to execute, shrinking included (default 100)")
     options.add(amount, "time", help="seconds to run")

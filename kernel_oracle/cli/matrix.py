@@ -24,17 +24,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)  # a usage error: one line, exit 2 (docs/semantics.md#exit-codes)
     options.add(parser, "targets", required=True,
                 help="a target per release, comma-separated or repeated: sglang==X.Y.Z, sglang-trt==X.Y.Z, "
-                     "sglang-csgmv==X.Y.Z (or any spec); with --releases, sglang, sglang-trt and sglang-csgmv "
-                     "stand for every release given there")
+                     "sglang-v2==X.Y.Z, sglang-csgmv==X.Y.Z (or any spec); with --releases, sglang, sglang-trt, "
+                     "sglang-v2 and sglang-csgmv stand for every release given there")
     options.add(parser, "op", default="lora",
-                help="comma-separated op families or ops, one campaign per family (default lora)")
+                help=options.op_help("comma-separated op families or ops, one campaign per family (default lora)"))
     parser.add_argument("--releases", default=None, metavar="all|X.Y.Z[,X.Y.Z...]",
-                        help="the releases of each target named without one (sglang, sglang-trt, sglang-csgmv); all: "
+                        help="the releases of each target named without one (sglang, sglang-trt, sglang-v2, sglang-csgmv); all: "
                              "every release with a wheel in --sglang-wheel or the cache that has the op's code")
     parser.add_argument("--configurations", choices=("all",), default=None,
-                        help="all: every configuration each target knows (sglang-trt: the cuBLAS switches, PDL "
-                             "on and off; sglang-csgmv: split_k=on and deterministic=on where the release reads "
-                             "them); specs that run the same code path are tested once")
+                        help="all: every configuration each target knows (sglang-trt: lora_opti, cublas, cublas_kv_b, "
+                             "pdl on and off; sglang-v2: pdl on and off; sglang-csgmv: split_k=on and "
+                             "deterministic=on where the release reads them; sglang and flashinfer-cudnn: engine, each "
+                             "FlashInfer release staged); specs that run the same code path are tested once")
     amount = parser.add_mutually_exclusive_group()
     options.add(amount, "time", help=f"seconds of fuzzing per distinct code (default {DEFAULT_TIME_S['matrix']:g})")
     options.add(amount, "cases", help="cases per distinct code instead of --time")

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.one_line_errors(parser)
     parser.add_argument("names", nargs="*", metavar="MUTANT", help="mutants to check (default: all)")
     options.add(parser, "op", default=",".join(default_family_names()),
-                help=f"comma-separated op families of the mutants to check "
+                help=f"comma-separated op families of the mutants to check: {options.op_families_text()} "
                      f"(default {','.join(default_family_names())})")
     options.add(parser, "cases", default=100, help="cases per mutant before it counts as surviving (default 100)")
     options.add(parser, "device")

@@ -32,7 +32,7 @@ from kernel_oracle.jobs.fuzz_campaign import DEFAULT_SEED
 from kernel_oracle.fuzz.time_budget import parse_time_s
 from kernel_oracle.harness.outcome import run_outcome
 
-__all__ = ["LIMIT_PRESETS", "OPTIONS", "add", "campaign_op", "cluster_settings", "families", "finite_float",
+__all__ = ["LIMIT_PRESETS", "OPTIONS", "add", "campaign_op", "cluster_settings", "families", "op_families_text", "op_help", "finite_float",
            "non_negative_seconds", "non_negative_int", "one_line_errors", "op_list", "parse_list", "positive_int",
            "positive_seconds", "timeout_seconds", "wait_seconds"]
 
@@ -174,9 +174,29 @@ class _TargetList(argparse.Action):
         setattr(namespace, self.dest, list(getattr(namespace, self.dest, None) or []) + specs)
 
 
-_TARGETS_HELP = ("comma-separated target specs: reference, triton, sglang, sglang-trt, sglang==X.Y.Z, "
-                 "sglang-trt==X.Y.Z, torch-varlen, flashinfer-cudnn, mutant:NAME or package.module[:attr], each "
-                 "optionally with @key=value[,key=value...] (e.g. triton@vision_fp32=tf32)")
+# every target kind and configuration key the registry knows (kernel_oracle.fuzz.targets.register_target), written
+# out because building the parser imports no adapter; oracle_tests/kernel_oracle/test_help_in_step.py keeps it true
+_TARGETS_HELP = ("comma-separated target specs: reference, triton, torch-varlen, flashinfer-cudnn, sglang, sglang-trt, "
+                 "sglang-v2, sglang-csgmv (the installed package), sglang==X.Y.Z, sglang-trt==X.Y.Z, sglang-v2==X.Y.Z, "
+                 "sglang-csgmv==X.Y.Z (a release), mutant:NAME or package.module[:attr], each optionally with "
+                 "@key=value[,key=value...]: triton vision_fp32, lora_early_reads, vision_kernel; sglang-trt "
+                 "lora_opti, pdl, cublas, cublas_kv_b; sglang-v2 pdl; sglang-csgmv split_k, deterministic; sglang "
+                 "and flashinfer-cudnn engine (a FlashInfer release) (e.g. triton@vision_fp32=tf32)")
+
+
+def op_families_text() -> str:
+    """``lora, vision, csgmv``: the registered families, for a help text (read when the parser is built)."""
+    from kernel_oracle.harness.family import FAMILY_OPS
+
+    return ", ".join(FAMILY_OPS)
+
+
+def op_help(head: str = "comma-separated op families") -> str:
+    """``--op``'s help: ``head``, then every registered family and its ops."""
+    from kernel_oracle.harness.family import FAMILY_OPS
+
+    return f"{head}: " + "; ".join(f"{name} ({', '.join(ops)})" for name, ops in FAMILY_OPS.items())
+
 
 # name -> (flags, argparse keywords); a subcommand overrides what differs there
 OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
@@ -197,9 +217,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "targets": (("--targets",), dict(dest="targets", action=_TargetList, default=None, metavar="SPEC[,SPEC...]",
                                      help=_TARGETS_HELP)),
     "quiet": (("--quiet",), dict(action="store_true", help="no progress output")),
-    "op": (("--op",), dict(metavar="OP[,OP...]",
-                           help="comma-separated op families (lora, vision, csgmv) or ops (step_a_q ... v_side_fused, "
-                                "csgmv_shrink, csgmv_expand)")),
+    "op": (("--op",), dict(metavar="OP[,OP...]", help=op_help("comma-separated op families or some of their ops"))),
     "limits": (("--limits",), dict(choices=LIMIT_PRESETS, default=None,
                                    help="problem sizes (default: tiny for interpreted Triton, small for the CPU "
                                         "reference, gpu on a GPU: small and tile-edge heavy with a share of full-size "

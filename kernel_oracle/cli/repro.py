@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", nargs="?", help="a saved case, DIR/cases/<id>.pt (or its .json)")
     parser.add_argument("--case-json", default=None, help="the case as JSON ({'problem': ..., 'mutation': ...})")
     options.add(parser, "targets", required=True, metavar="SPEC",
-                help="the target to run it on (one spec)")
+                help="the target to run it on (one spec); " + options.OPTIONS["targets"][1]["help"])
     options.add(parser, "device")
     options.add(parser, "sglang_wheel")
     parser.add_argument("--emit-script", metavar="DIR", default=None,

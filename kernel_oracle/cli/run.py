@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, "targets", help="target specs to fuzz (default: every built-in target that is available "
                                         "here); " + options.OPTIONS["targets"][1]["help"])
     options.add(parser, "op", default=",".join(default_family_names()),
-                help=f"comma-separated op families to fuzz (default: {','.join(default_family_names())})")
+                help=f"comma-separated op families to fuzz: {options.op_families_text()} (default: "
+                     f"{','.join(default_family_names())})")
     parser.add_argument("--no-selfcheck", action="store_true", help="skip the references' selfcheck")
     options.add(parser, "quiet", help="no progress lines")
     options.add(parser, "triton_cache")
