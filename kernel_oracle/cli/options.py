@@ -13,7 +13,10 @@ write the result as one JSON file), ``--device auto|cpu|cuda``, ``--quiet``, ``-
 ``--warm-up``, ``--triton-cache``, ``--sglang-wheel``, ``--gpus``, ``--scheduler``, ``--db``,
 ``--with-malformed``.  :data:`OPTIONS` holds each one's flag, type and default; a subcommand adds it
 with :func:`add`, overriding only what differs there (its help, default or whether it is required).
-An option only one subcommand has is defined in that subcommand's module.  The tool has not been
+An option only one subcommand has is defined in that subcommand's module.  A help text names everything
+its option accepts today: ``--op``'s lists are built from the families registry, ``--targets``' list of
+target kinds and configuration keys is written out (building the parser imports no adapter), and
+``oracle_tests/kernel_oracle/test_help_in_step.py`` holds both to the registries.  The tool has not been
 released, so a spelling that changed is gone rather than kept as an alias.
 
 Usage errors (docs/semantics.md#exit-codes: exit 2, one line, no traceback): :func:`one_line_errors` makes a parser
