@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 from .sglang_csgmv import csgmv_slim_files
+from .sglang_two_stream import TWO_STREAM_FILE
 from .sglang_v2 import v2_slim_files
 from .sglang_wheel import HELPER_FILE, SLIM_EXTRAS, LoaderError, locate_kernels, wheel_release
 
@@ -20,7 +21,9 @@ __all__ = ["write_slim_wheel"]
 
 def write_slim_wheel(wheel: str | os.PathLike, dest_dir: str | os.PathLike) -> Path:
     """A copy of ``wheel`` holding only what the suite reads (the kv_b kernel files, their helper files,
-    the triton_v2 path's files, the csgmv files, :data:`SLIM_EXTRAS` and the dist-info metadata):
+    the triton_v2 path's files, the csgmv files, the two-stream MLA correction, :data:`SLIM_EXTRAS` and the
+    dist-info metadata), so every target and its run identity are the full wheel's
+    (``oracle_tests/fuzz/test_sglang_slim.py``):
     ``sglang-X.Y.Z-kernels.whl``, a few hundred kB instead of 40 MB, for carrying to a GPU machine without
     a registry.  It is read like the full wheel (the loader never installs either)."""
     rel = wheel_release(wheel)
@@ -31,6 +34,7 @@ def write_slim_wheel(wheel: str | os.PathLike, dest_dir: str | os.PathLike) -> P
     keep |= {n for n in rel.names if n.endswith("/" + HELPER_FILE) and any(n.rsplit("/", 1)[0] in p for p in keep)}
     keep |= set(v2_slim_files(rel))
     keep |= set(csgmv_slim_files(rel))
+    keep |= {TWO_STREAM_FILE} & set(rel.names)  # the fused sides of sglang-trt==X.Y.Z@lora_opti=on
     keep |= {n for n in rel.names if n in SLIM_EXTRAS or re.fullmatch(r"sglang-[^/]+\.dist-info/METADATA", n)}
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
