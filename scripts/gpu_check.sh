@@ -8,8 +8,9 @@
 #   bash scripts/gpu_check.sh soak-start [S] # detached S-second campaigns (600) of SGLang 0.5.23's code, one per
 #                                            # code and configuration; they run on through the next phases
 #                                            # (SOAK_NICE=N: at that CPU priority, beside a timed phase)
-#   bash scripts/gpu_check.sh suite [T]      # the pytest suite, stopped after T s (300) and continued by the next
-#                                            # `suite` where it stopped; the two-stream tests once under CSAN
+#   bash scripts/gpu_check.sh suite [T] [P..]# the pytest suite (or its paths P), stopped after T s (300) and
+#                                            # continued by the next `suite` where it stopped; the two-stream
+#                                            # tests once under CSAN
 #   bash scripts/gpu_check.sh main-job [P..] # kernel-oracle run --device cuda --time 120 on a cold kernel cache
 #                                            # (P: cold warm, to add the same cache warm)
 #   bash scripts/gpu_check.sh matrix [S] [L] # every release x code x configuration of lora, vision and csgmv and
@@ -48,11 +49,21 @@ record() {  # PHASE RC SECONDS HEADLINE: a row of the machine's table
   echo "== $1: exit $2 in $3 s: $4"
 }
 timed() {  # PHASE TIMEOUT LOG COMMAND...: run COMMAND into LOG; sets RC and SECS
-  local phase=$1 limit=$2 log=$3; shift 3; local start; start=$(date +%s)
-  # -k: pytest and a campaign stop cleanly on SIGTERM, but one that does not is killed 20 s later
-  timeout -k 20 "$limit" "$@" >"$log" 2>&1; RC=$?; SECS=$(( $(date +%s) - start ))
-  [ "$RC" -eq 137 ] && RC=124
-  [ "$RC" -eq 124 ] && echo "$phase: stopped after $limit s"
+  # its own process group (setsid), stopped at TIMEOUT: SIGTERM to the group, SIGKILL 20 s later; a process
+  # the GPU driver holds (uninterruptible after a faulted context) may outlive even that, so the phase
+  # never waits for the group once it is killed, and the call goes on to the next phase
+  local phase=$1 limit=$2 log=$3; shift 3; local start pid; start=$(date +%s)
+  setsid "$@" >"$log" 2>&1 </dev/null & pid=$!
+  while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - start )) -lt "$limit" ]; do sleep 1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null
+    local t; for t in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -KILL -- "-$pid" 2>/dev/null; RC=124
+    echo "$phase: stopped after $limit s"
+  else
+    wait "$pid"; RC=$?
+  fi
+  SECS=$(( $(date +%s) - start ))
 }
 
 setup() {  # FlashInfer's releases (0.6.18 also into /tmp/site), the cluster wheels where present, the checkout editable
@@ -81,20 +92,23 @@ triton.__version__, 'kernel-oracle', kernel_oracle.__version__, torch.cuda.get_d
   record setup "$RC" $(( $(date +%s) - start )) "$head"
 }
 
-suite() {  # the suite, continued where an earlier call's limit stopped it (scripts/pytest_resume.py); -v: each
-  # result line names its test, so a run stopped at its limit still names its failures
-  local done=$STATE/suite-done.tsv per=()
+suite() {  # T [PATH...]: the suite (or PATHs of it), continued where an earlier call's limit stopped it
+  # (scripts/pytest_resume.py); -v: each result line names its test, so a run stopped at its limit still names
+  # its failures, and each failure's traceback is kept as it arrives
+  local done=$STATE/suite-done.tsv per=() limit=${1:-300}; shift; local paths=("$@")
+  [ ${#paths[@]} -gt 0 ] || paths=(oracle_tests)
   python3 -c "import pytest_timeout" 2>/dev/null && per=(--timeout=240)  # one stuck test is its failure, not the call's
   # workers: compilation-bound on a GPU host (Note [Parallel on a GPU machine]); all cores but two, named
   # on the command line (an environment variable would reach the tests of that very setting)
-  PYTHONPATH=$PWD/scripts:$PYTHONPATH timed suite "${1:-300}" "$OUT/suite.log" python3 -m pytest oracle_tests -v \
+  PYTHONPATH=$PWD/scripts:$PYTHONPATH timed suite "$limit" "$OUT/suite.log" python3 -m pytest "${paths[@]}" -v \
     -n "$(( $(nproc) - 2 ))" \
     -p no:cacheprovider -p pytest_resume --resume-log "$done" --durations=30 -rfEs --tb=short "${per[@]}"
   [ "$RC" -eq 5 ] && RC=0  # every test already done in an earlier call
-  [ "$RC" -eq 124 ] && pkill -9 -f "python3 -m pytest oracle_tests" 2>/dev/null  # xdist workers left by the stop
-  if [ "$RC" -ne 124 ] && [ ! -f "$STATE/csan.log" ]; then  # the two-stream path once under torch's CUDA sanitizer
-    TORCH_CUDA_SANITIZER=1 timeout -k 10 90 python3 -m pytest oracle_tests/fuzz/test_sglang_two_stream.py -p no:xdist -q \
-      -p no:cacheprovider >"$STATE/csan.log" 2>&1; echo "two-stream tests under TORCH_CUDA_SANITIZER=1: exit $? ($(tail -1 "$STATE/csan.log"))"
+  if [ "$RC" -ne 124 ] && [ ! -f "$STATE/csan.log" ] && [ "${paths[*]}" = oracle_tests ]; then  # the two-stream path once under torch's CUDA sanitizer
+    local rc=$RC secs=$SECS
+    timed csan 90 "$STATE/csan.log" env TORCH_CUDA_SANITIZER=1 python3 -m pytest oracle_tests/fuzz/test_sglang_two_stream.py \
+      -p no:xdist -q -p no:cacheprovider
+    echo "two-stream tests under TORCH_CUDA_SANITIZER=1: exit $RC ($(tail -1 "$STATE/csan.log"))"; RC=$rc SECS=$secs
     cp "$STATE/csan.log" "$OUT/"
   fi
   cp "$done.tb" "$OUT/suite-tracebacks.txt" 2>/dev/null
@@ -325,7 +339,7 @@ EOF
 
 case "${1:-}" in
   setup) setup ;;
-  suite) suite "${2:-300}" ;;
+  suite) shift; suite "${@:-300}" ;;
   soak-start) soak_start "${2:-600}" ;;
   soak-wait) soak_wait "${2:-600}" ;;
   bench) shift; parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(lora vision sglang verdicts oracle)
