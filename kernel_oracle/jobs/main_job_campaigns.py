@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from kernel_oracle.harness.family import family_names, get_family
-from kernel_oracle.jobs.main_job_record import part_failed, reason
+from kernel_oracle.jobs.main_job_record import part_failed, raised, reason
 
 __all__ = ["CAMPAIGN_SHARE", "CASE_TIMEOUT_SHARE", "FALLBACK_TARGETS", "FINISH_S", "OVERRUN_NOTE_S",
            "SHRINK_SLACK_SHARE", "WARM_UP_SHARE", "compiling", "discover_targets", "precompile_beside",
@@ -119,7 +119,7 @@ def run_one_campaign(target: str, op: str, *, share_s: float, seed: int, device:
     except CampaignError as exc:
         return None, f"could not run: {exc}"
     except Exception as exc:  # noqa: BLE001 - our own failure: reported, never a silent pass
-        problem = f"raised {reason(exc)}"
+        problem = raised(exc)
         record = salvage(target, out_dir, seed, device)
         if record is not None:
             problem += (f"; kept the {sum(g['cases'] for g in record['groups'])} cases and "

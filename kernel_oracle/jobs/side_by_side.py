@@ -84,7 +84,9 @@ def _child(conn, fn, kwargs) -> None:
     except KeyboardInterrupt as exc:  # SIGTERM from the parent: the campaign saved what it had
         result, problem = getattr(exc, "record", None), f"interrupted ({exc})"
     except Exception as exc:  # noqa: BLE001 - sent back as the call's problem, never lost
-        result, problem = None, f"raised {type(exc).__name__}: {exc}"
+        from kernel_oracle.jobs.main_job_record import raised
+
+        result, problem = None, raised(exc)
     try:
         conn.send((result, problem))
     finally:

@@ -57,7 +57,9 @@ def test_calls_run_at_once_in_other_processes_and_come_back_in_order(tmp_path):
     (slow, fast, raises, died) = done
     assert slow.problem is None and fast.problem is None  # slow waited for fast: side by side, not in a row
     assert len({slow.result, fast.result, os.getpid()}) == 3  # two children, neither of them this process
-    assert raises.result is None and raises.problem == "raised ValueError: planted"
+    # what it raised and where: a record that keeps only this line still names the raising line
+    assert raises.result is None and raises.problem.startswith("raised ValueError: planted (at test_side_by_side.py:")
+    assert " in pid_after <- side_by_side.py:" in raises.problem, raises.problem
     assert died.result is None and died.problem == "its process ended without an answer (exit status 7)"
 
 
