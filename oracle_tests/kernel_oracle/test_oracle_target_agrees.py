@@ -45,11 +45,13 @@ def test_pytest_and_fuzz_judge_a_lenient_module_alike(tmp_path, plant, clean):
     out = proc.stdout[-4000:] + proc.stderr[-2000:]
     assert fuzz.returncode == (0 if clean else 1), fuzz.stdout[-3000:] + fuzz.stderr[-2000:]
     assert proc.returncode == (0 if clean else 1), out
-    # its own tests only, each named by the target, in well under a minute on the CPU
-    assert "deselected" in proc.stdout and f"target={name}" in proc.stdout, out
+    # its own tests only, each named by the target (-rA lists every one that ran, with or without xdist,
+    # which a GPU machine's suite turns on and which reports no deselection), in well under a minute
+    lines = proc.stdout.splitlines()
+    ran = [ln for ln in lines if ln.startswith(("PASSED ", "FAILED ", "ERROR "))]
+    assert ran and all(f"target={name}" in ln for ln in ran), out
     assert "test_layers" not in proc.stdout and "target=reference" not in proc.stdout, out
     assert seconds < 60, f"{seconds:.0f} s"
-    lines = proc.stdout.splitlines()
     if clean:  # the malformed property runs on a module without strict validation, judged by consequence
         assert any(ln.startswith("PASSED") and f"test_property[target={name}-lora-malformed]" in ln for ln in lines), out
         assert "validation gaps" in fuzz.stdout, "the module accepts malformed metadata: listed, not failed"
