@@ -70,8 +70,11 @@ def csgmv_declines(version: str, shrink, expand) -> dict:
 def csgmv_target(spec: TargetSpec, device: str, sources: TargetSources) -> Target:
     """The release's csgmv kernels (Note [csgmv targets]); unavailable with the loader's one-line reason."""
     name = str(spec)
+    # off CUDA the release's get_device_name answers "cpu" even on a host with a GPU, so a CPU verdict (and
+    # the tuned block config it picks) is the same on every machine, and the tile model's
     config = CsgmvConfiguration(split_k=spec.option("split_k") == "on",
-                                deterministic=spec.option("deterministic") == "on")
+                                deterministic=spec.option("deterministic") == "on",
+                                device_name=None if str(device).startswith("cuda") else "cpu")
     try:
         release = (installed_release() if spec.release is None
                    else wheel_release(find_wheel(spec.release, sources.sglang_wheel)))

@@ -114,6 +114,22 @@ def test_tuned_block_configs_follow_the_device_name(version, monkeypatch):
     assert kernels(version).expand.__globals__["get_lora_expand_config"](**args) == {"BLOCK_N": 64, "BLOCK_K": 16}
 
 
+
+def test_a_cpu_target_picks_the_cpu_blocks_on_a_host_with_a_gpu(monkeypatch):
+    """The target ``sglang-csgmv==X.Y.Z`` on the CPU answers ``get_device_name()`` with "cpu" even where torch
+    sees an H200: its verdicts (and its tile model, which says "cpu" there) are those of a CPU machine."""
+    from kernel_oracle.fuzz.targets.sglang_csgmv_target import csgmv_target
+    from kernel_oracle.harness.targets import TargetSources, TargetSpec
+
+    monkeypatch.delenv("SGLANG_LORA_CONFIG_DIR", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "NVIDIA H200")
+    wheel_or_skip("0.5.23")
+    target = csgmv_target(TargetSpec.parse("sglang-csgmv==0.5.23"), "cpu", TargetSources())
+    expand = target.entries["csgmv_expand"]
+    config = getattr(expand, "__wrapped__", expand).__globals__["get_lora_expand_config"]
+    assert config(K=1024, R=64, num_slices=1, chunk_size=16) == {"BLOCK_N": 64, "BLOCK_K": 16}
+
 # ---- every release against the oracle ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("version", ALL_RELEASES)
