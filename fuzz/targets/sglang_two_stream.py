@@ -9,9 +9,10 @@ steps for the MLA forward, which calls it when ``SGLANG_EXPERIMENTAL_LORA_OPTI``
 stream; ``kv_b_lora_q_apply(attn, q_nope, q_nope_out, handle)`` makes the current stream wait for the side
 stream and runs ``step_b_q_fwd``; the same for v. The handle's tensor is read on the current stream and
 never ``record_stream``-ed to it, so once the handle is dropped the caching allocator may give its block to
-the next allocation on the side stream while ``step_b`` has not read it yet. SGLang's own side-stream users
-all wait for the current stream first (read from 0.5.23), which orders that reuse;
-``lora_overlap_alloc_stream`` in the same package documents the hazard for its other LoRA ops.
+the next allocation on the side stream while ``step_b`` has not read it yet.  That is no hazard in SGLang:
+its side-stream users all wait for the current stream before they queue work there (read from 0.5.23), so a
+write into the reused block is ordered after ``step_b``'s read (``lora_overlap_alloc_stream`` in the same
+package documents the rule for its other LoRA ops).  The schedules below keep that rule.
 
 The target ``sglang-trt==X.Y.Z@lora_opti=on`` gets ``q_side_fused`` / ``v_side_fused`` from that
 file, executed as shipped (:func:`load_two_stream`: the release's own kv_b file and helpers; the
@@ -24,20 +25,20 @@ order of the streams that a missing dependency would show in (:data:`SCHEDULES`;
 holds a stream back; ``out`` is restored before each):
 
 1. *current late*: after ``prepare`` the current stream sleeps (the base BMM's time), so the side
-   stream's work runs before ``apply``'s reads; allocator pressure between prepare and apply (same-size
-   allocations on the side stream, filled with NaN, without a wait: harmless while the handle holds its
-   tensor), and again after ``apply`` drops the handle: a block freed while the current stream's
-   ``step_b`` still has to read it is refilled with NaN before it does (the missing ``record_stream``);
+   stream's step A runs before ``apply``'s reads, as in a decode step; meanwhile same-size allocations on
+   the side stream, filled with NaN, leave NaN in the blocks a later step A is given;
 2. *inputs late*: the inputs ``prepare`` reads are NaN until the current stream, after a sleep, writes
-   them back: a side stream that does not wait for the current one reads NaN (a missing
+   them back, and the current stream sleeps again after ``prepare`` (step B is late, so only step A's
+   reads can race): a side stream that does not wait for the current one reads NaN (a missing
    ``side.wait_stream(current)``);
-3. *side late*: the side stream sleeps before ``prepare`` queues step A, and the bridge's block was filled
-   with NaN by the pressure before: a current stream that does not wait for the side one reads it
-   before step A writes it (a missing ``current.wait_stream(side)``);
+3. *side late*: the side stream sleeps before ``prepare`` queues step A, into a block that holds NaN:
+   a current stream that does not wait for the side one reads it before step A writes it (a missing
+   ``current.wait_stream(side)``);
 
-after each, with the device synchronised, a NaN in the output that the release's serial path does not
-produce from the same inputs is a :class:`StreamOrderingHazard` (finding kind ``stream``) naming the
-schedule and what it shows.
+after ``apply`` the handle is dropped and its block refilled with NaN by a side-stream user that waits
+for the current stream first, as SGLang's do; then, with the device synchronised, a NaN in the output that
+the release's serial path does not produce from the same inputs is a :class:`StreamOrderingHazard` (finding
+kind ``stream``) naming the schedule and what it shows.
 
 The record's reason says which path ran.  ``TORCH_CUDA_SANITIZER=1`` (torch's CSAN) sees torch
 operators only, not Triton launches: the GPU check runs it once over this schedule and says so.
@@ -125,9 +126,12 @@ def load_two_stream(release: ReleaseFiles, kernel_path: str,
 PRESSURE_BLOCKS = 4  # same-size allocations per pressure: every free block of that size on the stream is taken
 
 
-def _pressure(like: torch.Tensor, stream: torch.cuda.Stream) -> None:
-    """Same-size allocations on ``stream``, filled with NaN, without waiting for any other stream (several at
-    once, so the allocator hands out every free block of that size the stream holds, not only the newest)."""
+def _pressure(like: torch.Tensor, stream: torch.cuda.Stream, after: Optional[torch.cuda.Stream] = None) -> None:
+    """Same-size allocations on ``stream``, filled with NaN (several at once, so the allocator hands out more
+    than the newest free block of that size); ``after``: a stream ``stream`` waits for first, as every
+    side-stream user of SGLang's waits for the current stream (Note)."""
+    if after is not None:
+        stream.wait_stream(after)
     with torch.cuda.stream(stream):
         fillers = [torch.empty_like(like) for _ in range(PRESSURE_BLOCKS)]
         for f in fillers:
@@ -155,14 +159,17 @@ def _scheduled(prepare, apply, schedule: str, inputs: tuple, side: Optional[torc
     handle = prepare()
     if handle is None:
         return apply(None), None
+    if schedule in ("current late", "inputs late"):
+        torch.cuda._sleep(SLEEP_CYCLES)  # the base BMM's time on the current stream: step B is late
     if schedule == "current late":
-        torch.cuda._sleep(SLEEP_CYCLES)  # the base BMM's time on the current stream
-        _pressure(handle[0], handle[-1])
+        _pressure(handle[0], handle[-1])  # NaN into the side stream's other blocks of that size
     result = apply(handle)
     bridge, side = handle[0], handle[-1]
     like = torch.empty_like(bridge)  # the size of the freed block, allocated on the current stream
     del handle, bridge
-    _pressure(like, side)  # the freed block refilled with NaN: also the block the next schedule's step A gets
+    # the freed block refilled with NaN by a user that waits for the current stream (Note): also the block
+    # the next schedule's step A gets
+    _pressure(like, side, after=torch.cuda.current_stream())
     return result, side
 
 
@@ -195,9 +202,7 @@ def two_stream_call(prepare, apply, serial, out: torch.Tensor, what: str, inputs
 
 
 _EXPOSES = {
-    "current late": "step B read its step-A input after the caching allocator gave that block to a side-stream "
-                    "allocation (the input was allocated on the side stream and read on the current one without "
-                    "record_stream)",
+    "current late": "under the overlap of a decode step the fused side's result differs from its serial path",
     "inputs late": "step A on the side stream read its input before the current stream had written it (the side "
                    "stream does not wait for the current one)",
     "side late": "step B on the current stream read step A's output before the side stream had written it (the "

@@ -4,17 +4,20 @@ target ``sglang-trt==X.Y.Z@lora_opti=on`` (Note [The two-stream kv_b correction]
 * the release's file is loaded standalone and gives ``q_side_fused`` / ``v_side_fused`` only under
   ``lora_opti=on`` (the forward calls it only then); its identity joins the release identity;
 * both sides against the float64 oracle: the serial path on the CPU, the two-stream schedule on a GPU;
-* a step B that reads its input after the side stream reused the block is a finding of kind
-  ``stream`` (planted: a handle whose tensor is freed before apply), and a verdict of that kind.
+* a missing wait is a finding of kind ``stream`` named by the schedule that shows it (planted in plain
+  torch, and in a copy of the release's file), and a verdict of that kind; SGLang's shape with both waits
+  (its side-stream block freed before step B has read it, reused only by users that wait) is none.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
 from kernel_oracle.fuzz.targets.sglang import release_identity
-from kernel_oracle.fuzz.targets.sglang_two_stream import StreamOrderingHazard, two_stream_call
+from kernel_oracle.fuzz.targets.sglang_two_stream import _EXPOSES, StreamOrderingHazard, two_stream_call
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.problems import LoRAProblem
 from kernel_oracle.harness.targets import Target, TargetSpec
@@ -63,30 +66,52 @@ def test_a_hazard_is_a_finding_of_kind_stream():
     assert verdict.bucket.cause == "q_side_fused: step B read a block the side stream reused"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the two-stream schedule needs CUDA streams")
-def test_the_schedule_catches_a_step_b_that_reads_a_freed_side_stream_block():
-    """Planted: prepare allocates on the side stream and apply reads that tensor after the current stream
-    slept, without record_stream, like the shipped file; the handle is dropped right after apply."""
+def _planted(wait_for_current: bool = True, wait_for_side: bool = True):
+    """A fused side in plain torch, SGLang's shape: ``prepare`` reads ``x`` on a side stream into a block
+    allocated there (never ``record_stream``-ed), ``apply`` adds it into ``out`` on the current stream and
+    the handle is dropped; the two waits can be left out.  ``(prepare, apply, serial, out, x)``."""
     side = torch.cuda.Stream()
+    x = torch.ones(1 << 16, device="cuda")
     out = torch.zeros(1 << 16, device="cuda")
 
     def prepare():
-        side.wait_stream(torch.cuda.current_stream())
+        if wait_for_current:
+            side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            a = torch.ones(1 << 16, device="cuda")
+            a = x * 2.0
         return a, side
 
     def apply(handle):
-        torch.cuda.current_stream().wait_stream(handle[-1])
-        torch.cuda._sleep(4_000_000)  # step B is late: the freed block is refilled before it reads
+        if wait_for_side:
+            torch.cuda.current_stream().wait_stream(handle[-1])
         return out.add_(handle[0])
 
     def serial(o):
-        return o.add_(1.0)
+        return o.add_(x * 2.0)
 
-    with pytest.raises(StreamOrderingHazard, match="NaN under the two-stream schedule 'current late' but not on the "
-                                                   "serial path: step B read its step-A input after"):
-        two_stream_call(prepare, apply, serial, out, "planted")
+    return prepare, apply, serial, out, x
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the two-stream schedule needs CUDA streams")
+def test_a_freed_side_stream_block_is_no_hazard_when_every_side_user_waits():
+    """SGLang's shape, with both waits: the handle's block is freed with step B still to read it, and the
+    next side-stream user (which waits for the current stream, as SGLang's do) refills it only after: every
+    schedule gives the serial result (Note [The two-stream kv_b correction]), no false hazard."""
+    prepare, apply, serial, out, x = _planted()
+    result = two_stream_call(prepare, apply, serial, out, "planted", inputs=(x,))
+    torch.cuda.synchronize()
+    assert torch.equal(result, serial(torch.zeros_like(out)))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the two-stream schedule needs CUDA streams")
+@pytest.mark.parametrize("dropped, schedule", [("wait_for_current", "inputs late"), ("wait_for_side", "side late")])
+def test_each_missing_wait_is_named_by_its_own_schedule(dropped, schedule):
+    """Planted in plain torch: one wait left out is a hazard first seen, and named, by the schedule that
+    holds back what that wait orders (the other schedules cannot show it)."""
+    prepare, apply, serial, out, x = _planted(**{dropped: False})
+    with pytest.raises(StreamOrderingHazard, match=f"NaN under the two-stream schedule '{schedule}' but not on "
+                                                   f"the serial path: {re.escape(_EXPOSES[schedule])}"):
+        two_stream_call(prepare, apply, serial, out, "planted", inputs=(x,))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the two-stream schedule needs CUDA streams")
