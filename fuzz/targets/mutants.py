@@ -122,12 +122,11 @@ MUTANTS: tuple[Mutant, ...] = (
             # the fused kernels' token-major rank, loaded before the route (Note [Slot metadata first])
             Patch(_KF, "rank = tl.minimum(rank, R)", "rank = R + 0 * rank"))),
     Mutant("lora_scaling_missing", "lora", "split step B adds the delta without the slot's scaling",
-           (Patch(_KS, "d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)",
-                  "d = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)"),), ops=("step_b_q", "step_b_v")),
-    # (_delta serves both fused sides; the q side is the one searched)
-    Mutant("lora_scaling_twice", "lora", "fused q side applies the scaling twice",
-           (Patch(_KT, "d = tl.dot(mid, w, input_precision=DOT_PREC) * s",
-                  "d = tl.dot(mid, w, input_precision=DOT_PREC) * s * s"),), ops=("q_side_fused",)),
+           (Patch(_KS, ", s, None, y_rows,", ", 1.0, None, y_rows,", count=2),), ops=("step_b_q", "step_b_v")),
+    # (the fused body serves both sides; the q side is the one searched)
+    Mutant("lora_scaling_twice", "lora", "the fused sides apply the scaling twice",
+           (Patch(_KF, "scale = _scaling(s, scalings, w, META_FIRST and TOKEN_MAJOR)",
+                  "scale = _scaling(s, scalings, w, META_FIRST and TOKEN_MAJOR)\n        scale = scale * scale"),), ops=("q_side_fused",)),
     Mutant("lora_wrong_v_half_offset", "lora", "step B_v reads the K-half of B (row offset h*FULL_K, not +qk)",
            (Patch(_KS, "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row",
                   "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row"),), ops=("step_b_v",)),
