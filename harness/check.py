@@ -90,6 +90,7 @@ from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.harness.problems import materialize, problem_from_dict, problem_to_dict
 from kernel_oracle.harness.saved_calls import call_on
+from kernel_oracle.harness.untouched import changed_rows, changed_rows_message, untouched_mask
 
 __all__ = ["Case", "ExpectedOutcome", "Observed", "Verdict", "case_from_dict", "check_case", "execute",
            "expected_outcome", "judge", "odd_output", "prepared_call", "shape_class", "state_change_verdict",
@@ -524,34 +525,15 @@ def _classify(case: Case, expected: ExpectedOutcome, observed: Observed, *, call
         return Verdict(False, "mismatch", cmp.message, cmp.ratio, figures, expected_at(actual, expected.value, cmp, call))
     inplace = call.inplace
     if inplace is not None and route is not None:  # unrouted rows must be bit-identical
-        before = call.args[inplace].detach().to(actual.device)
-        untouched = torch.ones(before.shape[0], dtype=torch.bool)
-        untouched[route.rows.cpu()] = False
-        if route.undefined_rows.numel():
-            untouched[route.undefined_rows.cpu()] = False
-        if route.all_undefined:
-            untouched[:] = False
-        rows = untouched.to(actual.device)
-        a = actual[rows].contiguous().view(torch.uint8) if actual.dtype.itemsize == 1 else actual[rows]
-        b = before[rows]
-        same = torch.equal(_bits(a), _bits(b))
-        if not same:
-            diff_rows = torch.nonzero(untouched).flatten()
-            bad = [int(r) for r in diff_rows if not torch.equal(_bits(actual[r]), _bits(before[r]))]
-            where = {"token": bad[0] if bad else None, "head": None, "segment": None, "slot": None}
-            return Verdict(False, "mismatch",
-                           f"rows routed by no segment changed (must stay bit-identical): rows {bad[:8]}"
-                           + (f"\nReproduce: {repro}" if repro else ""),
+        before = call.args[inplace].detach()
+        bad = changed_rows(actual, before, untouched_mask(route, before.shape[0]))
+        if bad:
+            where = {"token": bad[0], "head": None, "segment": None, "slot": None}
+            return Verdict(False, "mismatch", changed_rows_message(bad) + (f"\nReproduce: {repro}" if repro else ""),
                            float("inf"), {"max_abs": None, "max_rel": None, "ratio": None, "where": where},
                            f"rows {bad[:8]} of base_output unchanged (bit-identical to before the call: no "
                            f"segment routes them)")
     return Verdict(True, ratio=cmp.ratio, figures=figures, expected=exp)
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.contiguous()
-    int_dtype = {2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return t.view(int_dtype)
 
 
 def check_case(target, case: Case, device="cpu", *, repro: str = "", call=None) -> Verdict:

@@ -25,6 +25,8 @@ PLANTS = {
                      "only on some draws",
     "corrupts_on_bad_slot": "step_b_q adds 1 to every row when a weight index is outside the slots (right "
                             "on every valid batch: a defect only malformed metadata shows)",
+    "nudges_last_row": "step_b_q moves the output's last row one ulp up, routed or not (within any tolerance: "
+                       "only the bit-identical rule for unrouted rows sees it)",
 }
 
 SOURCE = '''"""kv_b LoRA steps A and B of the q side in plain torch (SGLang's signatures)."""
@@ -77,6 +79,8 @@ def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output):
         if PLANT == "sloppy_slot_1" and slot == 1 and rows.numel() > 8:
             delta = delta.to(torch.bfloat16)
         base_output[rows] += delta.to(q_lora_a.dtype).to(base_output.dtype)
+    if PLANT == "nudges_last_row" and has_lengths:
+        base_output[-1] = torch.nextafter(base_output[-1], torch.full_like(base_output[-1], float("inf")))
     return base_output
 '''
 

@@ -74,16 +74,17 @@ _FORCE_SEG = Patch(_P, 'token_major = seg_rows > TOKEN_MAJOR_WASTE * num_rows if
 
 # step B_q leaves each segment's last row as it was (Note [Planted-bug mutants]): its output rows kept
 # around the launch and put back
-_DROPS_SEGMENT_END = (Patch(_L, '    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])\n'
-              '    return base_output',
-          '    _ip = batch_info.seg_indptr[: num_segments(batch_info) + 1].long()\n'
-          '    _ends = (_ip[1:] - 1)[_ip[1:] > _ip[:-1]]\n'
-          '    if batch_info.permutation is not None:\n'
-          '        _ends = batch_info.permutation.long()[_ends]\n'
-          '    _kept = base_output[_ends].clone()\n'
-          '    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])\n'
-          '    base_output[_ends] = _kept\n'
-          '    return base_output'),
+_DROPS_SEGMENT_END = (Patch(_L, '    _launch(op, p, x, weights, block_r, launch, align=lay["ALIGN"])\n    return out',
+          '    if op == "step_b_q":\n'
+          '        _ip = batch_info.seg_indptr[: num_segments(batch_info) + 1].long()\n'
+          '        _ends = (_ip[1:] - 1)[_ip[1:] > _ip[:-1]]\n'
+          '        if batch_info.permutation is not None:\n'
+          '            _ends = batch_info.permutation.long()[_ends]\n'
+          '        _kept = out[_ends].clone()\n'
+          '    _launch(op, p, x, weights, block_r, launch, align=lay["ALIGN"])\n'
+          '    if op == "step_b_q":\n'
+          '        out[_ends] = _kept\n'
+          '    return out'),
     Patch(_L, "\ndef step_b_q_fwd(", "\nfrom ._plan import num_segments\n\n\ndef step_b_q_fwd("))
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -111,10 +112,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("lora_two_planted_bugs", "lora", "step B_q leaves each segment's last row unchanged, and step A_v "
            "reads rows at their logical index (permutation ignored)",
            (*_DROPS_SEGMENT_END,
-            Patch(_L, '    p = plan("step_a_v", batch_info, S, max_len, num_slots=A_buf.shape[0], options=lora)',
-                  '    p = plan("step_a_v", batch_info, S, max_len, num_slots=A_buf.shape[0], options=lora)\n'
-                  '    if batch_info.permutation is not None:\n'
-                  '        attn_output = attn_output[batch_info.permutation.long().argsort()]')),
+            Patch(_L, '    p = plan(op, batch_info, S, max_len, num_slots=slots, options=lora)',
+                  '    p = plan(op, batch_info, S, max_len, num_slots=slots, options=lora)\n'
+                  '    if op == "step_a_v" and batch_info.permutation is not None:\n'
+                  '        x = x[batch_info.permutation.long().argsort()]')),
            ops=("step_b_q", "step_a_v")),
     Mutant("lora_ignore_rank_truncation", "lora", "every slot uses the buffer rank R instead of min(R, lora_ranks[w])",
            (Patch(_KS, "rank = tl.minimum(tl.load(lora_ranks + w), R)", "rank = R + 0 * tl.load(lora_ranks + w)"),
@@ -122,12 +123,11 @@ MUTANTS: tuple[Mutant, ...] = (
             # the fused kernels' token-major rank, loaded before the route (Note [Slot metadata first])
             Patch(_KF, "rank = tl.minimum(rank, R)", "rank = R + 0 * rank"))),
     Mutant("lora_scaling_missing", "lora", "split step B adds the delta without the slot's scaling",
-           (Patch(_KS, "d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)",
-                  "d = rounded_f32(acc, x_ptr.dtype.element_ty, FIX_BF16)"),), ops=("step_b_q", "step_b_v")),
-    # (_delta serves both fused sides; the q side is the one searched)
-    Mutant("lora_scaling_twice", "lora", "fused q side applies the scaling twice",
-           (Patch(_KT, "d = tl.dot(mid, w, input_precision=DOT_PREC) * s",
-                  "d = tl.dot(mid, w, input_precision=DOT_PREC) * s * s"),), ops=("q_side_fused",)),
+           (Patch(_KS, ", s, None, y_rows,", ", 1.0, None, y_rows,", count=2),), ops=("step_b_q", "step_b_v")),
+    # (the fused body serves both sides; the q side is the one searched)
+    Mutant("lora_scaling_twice", "lora", "the fused sides apply the scaling twice",
+           (Patch(_KF, "scale = _scaling(s, scalings, w, META_FIRST and TOKEN_MAJOR)",
+                  "scale = _scaling(s, scalings, w, META_FIRST and TOKEN_MAJOR)\n        scale = scale * scale"),), ops=("q_side_fused",)),
     Mutant("lora_wrong_v_half_offset", "lora", "step B_v reads the K-half of B (row offset h*FULL_K, not +qk)",
            (Patch(_KS, "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row",
                   "w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K).to(tl.int64) * sb_row"),), ops=("step_b_v",)),

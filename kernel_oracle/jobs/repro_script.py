@@ -15,15 +15,17 @@ installing kernel-oracle.  :func:`emit_script` writes two files to ``DIR``:
   ``module:function``, the expected outcome (a result, or an exception type and exact text), the
   tolerance with its numbers inlined (docs/semantics.md#tolerance-rule: ``err <= K * err(baseline) + floor``
   evaluated at emit time, or the assert_close table's ``rtol``/``atol``) and the case;
-* ``<name>.py``: the checks that the suite's verdict makes, reading the two files beside it.
+* ``<name>.py``: the checks that the suite's verdict makes, reading the two files beside it; the one for
+  ``untouched`` rows is the verdict's own code (:mod:`kernel_oracle.harness.untouched`), its text copied in.
 
 Note [The script is data]
 -------------------------
 The target spec, the case and every message come from a campaign, a case file or a command line,
 and a maintainer runs the script: none of that text may become code.  So the script is the same
 fixed text for every finding (its only varying part, the file stem, is reduced to
-``[A-Za-z0-9_.-]`` and enters only as a ``repr`` literal outside any docstring), and everything
-else travels in ``<name>.json``, read with ``json.load``.  The files are created new
+``[A-Za-z0-9_.-]`` and enters only as a ``repr`` literal outside any docstring; the untouched-row check is
+kernel-oracle's source, the same for every finding), and everything else travels in ``<name>.json``, read
+with ``json.load``.  The files are created new
 (``O_EXCL | O_NOFOLLOW``): an existing file or a planted symlink is refused, unless ``force``, which
 removes it (the link, never what it points to) and writes a fresh file.
 
@@ -132,30 +134,6 @@ def _rule(expected, family: str) -> dict:
     return {"rtol": rtol, "atol": atol, "text": f"|a - r| <= {atol:g} + {rtol:g} * |r| (assert_close table)"}
 
 
-def _untouched_rows(case, call) -> torch.Tensor | None:
-    """Rows of the in-place output that no segment routes (LoRA); None when not applicable."""
-    from kernel_oracle.harness.opinfo import OP_DB
-    from kernel_oracle.harness.problems import batch_info_of
-    from kernel_oracle.reference.lora_routing import route_lora_batch
-
-    inplace = OP_DB[case.op].inplace_arg
-    if inplace is None or case.family != "lora":
-        return None
-    bi = batch_info_of(call)
-    try:
-        route = route_lora_batch(bi, num_rows=call.args[0].shape[0], num_slots=int(bi.lora_ranks.numel()),
-                                 max_rank=10**9, device=torch.device("cpu"), strict=False)
-    except Exception:  # noqa: BLE001 - routing unknowable: no untouched-row check (as the suite's judge)
-        return None
-    untouched = torch.ones(call.args[inplace].shape[0], dtype=torch.bool)
-    untouched[route.rows] = False
-    if route.undefined_rows.numel():
-        untouched[route.undefined_rows] = False
-    if route.all_undefined:
-        untouched[:] = False
-    return untouched
-
-
 def _new_file(path: Path, force: bool):
     """A new file at ``path`` for writing bytes (Note [The script is data]); ``ScriptError`` when
     something is there and not ``force``."""
@@ -178,7 +156,9 @@ def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec
     tensors' paths.  ``sglang_wheel``: where the release of ``target_spec`` came from (``--sglang-wheel``),
     recorded for the script (Note [Where the script finds its target])."""
     from kernel_oracle._version import __version__
+    from kernel_oracle.harness.family import get_family
     from kernel_oracle.harness.opinfo import OP_DB
+    from kernel_oracle.harness.untouched import SCRIPT_SOURCE, untouched_rows
 
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "case"
     out = Path(out_dir)
@@ -197,7 +177,7 @@ def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec
         tensors["expected"] = expected.value.detach().cpu()
         tensors["defined"] = expected.defined.detach().cpu()
         expect.update(_rule(expected, case.family), out_dtype=str(expected.out_dtype).replace("torch.", ""))
-        untouched = _untouched_rows(case, call)
+        untouched = untouched_rows(get_family(case.family), call, info.inplace_arg)
         if untouched is not None:
             tensors["untouched"] = untouched
     else:
@@ -214,7 +194,7 @@ def emit_script(out_dir, *, name: str, case, call, expected, target, target_spec
                      "case": case.to_dict(), "suite_version": __version__,
                      "finding": verdict.kind if verdict is not None and not verdict.ok else None},
             "call": structure, "expect": expect}
-    script = _TEMPLATE.replace("@STEM@", repr(stem))
+    script = _TEMPLATE.replace("@UNTOUCHED@", SCRIPT_SOURCE).replace("@STEM@", repr(stem))
     try:
         handles = {suffix: _new_file(path, force) for suffix, path in files.items()}
     except OSError as exc:
@@ -309,6 +289,9 @@ def build(desc, tensors):
     return types.SimpleNamespace(**{k: build(d, tensors) for k, d in desc["fields"].items()})
 
 
+# the rule for rows no segment routes, as kernel-oracle's verdict applies it (harness/untouched.py)
+@UNTOUCHED@
+
 def check_output(out, tensors):
     """None when ``out`` passes, else what is wrong (the suite's rule, inlined)."""
     r = tensors["expected"].cpu().to(torch.float64)
@@ -395,10 +378,9 @@ def main(argv=None):
             return 1
     problem = check_output(out, tensors)
     if problem is None and "untouched" in tensors:
-        rows = tensors["untouched"].to(out.device)
-        same = torch.equal(out[rows].contiguous().view(torch.uint8), before[rows].contiguous().view(torch.uint8))
-        if not same:
-            problem = "rows routed by no segment changed (must stay bit-identical)"
+        bad = changed_rows(out, before, tensors["untouched"])
+        if bad:
+            problem = changed_rows_message(bad)
     if problem is not None:
         print(f"REPRODUCED: {problem}")
         return 1

@@ -1,8 +1,8 @@
 """Triton kernels of the kv_b LoRA steps (docs/semantics.md#kv_b-lora-steps): their design, and the six kernels by name.
 
 The kernels live by role: :mod:`._route` (which rows and slot a tile holds), :mod:`._tiles` (loads, dot operands,
-the in-place epilogue), :mod:`._families` (the two compiled families of each kernel), :mod:`._split` (the four
-split steps) and :mod:`._fused` (the two fused sides).  :mod:`kernels.lora._launch` launches them by the names
+step B's output block), :mod:`._families` (the two compiled families of each kernel), :mod:`._split` (the four
+split steps) and :mod:`._fused` (the two fused sides, one body).  :mod:`kernels.lora._launch` launches them by the names
 here, so that a tool which stands in for the kernels (``fuzz.precompile.compile_only``) replaces them in one
 place.  The figures behind each choice below are ``python -m kernel_oracle.benchmarks.bench_lora --decode-ab``
 (``--prefill-ab``, ``--decode-floor``) on the H200, in ``docs/BENCHMARKS.md``.

@@ -1,5 +1,10 @@
 """Wrappers of the kv_b LoRA kernels: validation, path choice, block sizes, launch.
 
+The six entry points keep SGLang's signatures and share one launcher, :func:`_run`: a row of
+:data:`LAUNCHES` per kernel says where its operands are among the call's arguments, their stride
+parameters, its sizes, rank and slot count, and its grid; the rest (validation, plan, layout family,
+shared-memory fit, launch options) is the same for all six.
+
 Note [No host synchronisation]
 ------------------------------
 Every check runs through :func:`reference.lora.validate_call` (the same code as the reference):
@@ -17,7 +22,9 @@ under the LoRA options in force (:class:`kernels.options.LoRAOptions`), read onc
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Callable, Optional
 
 import torch
 import triton
@@ -211,184 +218,134 @@ PDL_OPTIONS = dict(PDL=True, launch_pdl=True)
 PDL_EARLY_OPTIONS = dict(PDL_OPTIONS, EARLY=True)
 
 
+# ---- one launcher for the six entry points ------------------------------------------------------
+
+@dataclass(frozen=True)
+class LaunchRow:
+    """How an entry point launches ``<op>_kernel`` (a row of :data:`LAUNCHES`).
+
+    Every entry point takes ``(x, *weights, batch_info[, base_output], *ints)``; the kernel's data pointers
+    are ``x``, the weights and the output (the fresh ``(S, H, R)`` step-A output or ``base_output``) in
+    that order, each with its three stride parameters (``strides``, innermost last).  ``rank``: the
+    ``(weight, axis)`` holding the buffer rank ``R``; that weight's ``shape[0]`` is the slot count.
+    ``sizes(call)``: the sizes passed divided by ``ALIGN`` (read before the plan, as every shape is);
+    ``extra(call)``: the other integer arguments.  Grid ``(row tiles, heads, _axis2)``: ``head_block``, a
+    program takes ``BH`` heads (``A`` is shared by all heads); ``out_blocks(call, blocks)``: the output
+    blocks of grid axis 2 and the kernel arguments that go with them."""
+
+    weights: int
+    in_place: bool
+    strides: tuple[str, ...]
+    rank: tuple[int, int]
+    sizes: Callable[[SimpleNamespace], dict]
+    extra: Callable[[SimpleNamespace], dict]
+    head_block: bool = False
+    out_blocks: Callable[[SimpleNamespace, dict], tuple[int, dict]] = lambda call, blocks: (1, {})
+
+
+def _column_blocks(size: str, block: str):
+    """Output blocks of ``block`` columns over the size ``size``, one per program (grid axis 2)."""
+    return lambda call, blocks: (triton.cdiv(call.sizes[size], blocks[block]), {})
+
+
+def _q_side_blocks(call, blocks: dict) -> tuple[int, dict]:
+    """The fused q side's output blocks: ``C_BLOCKS`` blocks of ``BLOCK_C`` columns per program, all of C
+    unless the entry splits it (``C_SPLIT``, taken out of the blocks)."""
+    C = call.sizes["C"]
+    c_blocks = triton.cdiv(blocks.pop("C_SPLIT", None) or C, blocks["BLOCK_C"])
+    return triton.cdiv(C, c_blocks * blocks["BLOCK_C"]), dict(C_BLOCKS=c_blocks)
+
+
+LAUNCHES = {
+    "step_a_q": LaunchRow(1, False, ("sx_t sx_h sx_d", "sb_l sb_row sb_r", "so_t so_h so_r"), (0, 2),
+                          lambda c: dict(QK=c.x.shape[2]), lambda c: dict(FULL_K=c.ints[0], R=c.R)),
+    "step_b_q": LaunchRow(1, True, ("sx_t sx_h sx_r", "sa_l sa_r sa_c", "sy_t sy_h sy_c"), (0, 1),
+                          lambda c: dict(C=c.weights[0].shape[2]), lambda c: dict(H=c.H, R=c.R), True,
+                          _column_blocks("C", "BLOCK_C")),
+    "step_a_v": LaunchRow(1, False, ("sx_t sx_h sx_c", "sa_l sa_r sa_c", "so_t so_h so_r"), (0, 1),
+                          lambda c: dict(C=c.x.shape[2]), lambda c: dict(H=c.H, R=c.R), True),
+    "step_b_v": LaunchRow(1, True, ("sx_t sx_h sx_r", "sb_l sb_row sb_r", "sy_t sy_h sy_v"), (0, 2),
+                          lambda c: dict(QK=c.ints[0], VD=c.ints[1]),
+                          lambda c: dict(FULL_K=c.ints[0] + c.ints[1], R=c.R), False,
+                          _column_blocks("VD", "BLOCK_V")),
+    # R among the sizes: Note [Rank-wide loads] in kernels.lora._kernels
+    "q_side_fused": LaunchRow(2, True, ("sx_t sx_h sx_d", "sb_l sb_row sb_r", "sa_l sa_r sa_c", "sy_t sy_h sy_c"),
+                              (0, 2), lambda c: dict(QK=c.x.shape[2], C=c.weights[1].shape[2], R=c.R),
+                              lambda c: dict(FULL_K=c.ints[0]), False, _q_side_blocks),
+    "v_side_fused": LaunchRow(2, True, ("sx_t sx_h sx_c", "sa_l sa_r sa_c", "sb_l sb_row sb_r", "sy_t sy_h sy_v"),
+                              (1, 2), lambda c: dict(QK=c.ints[0], VD=c.ints[1], C=c.x.shape[2]),
+                              lambda c: dict(FULL_K=c.ints[0] + c.ints[1], R=c.R)),
+}
+
+
+def _run(op: str, args: tuple, strict):
+    """Validate, plan and launch ``op`` on its entry point's arguments ``args`` (:data:`LAUNCHES`); returns
+    the step-A output or ``base_output``."""
+    max_len = validate_call(op, *args, strict=strict)
+    row = LAUNCHES[op]
+    x, weights, batch_info = args[0], args[1:1 + row.weights], args[1 + row.weights]
+    S, H, _ = x.shape
+    R = weights[row.rank[0]].shape[row.rank[1]]
+    call = SimpleNamespace(x=x, weights=weights, ints=args[2 + row.weights + row.in_place:], H=H, R=R)
+    call.sizes = row.sizes(call)
+    out = args[2 + row.weights] if row.in_place else torch.empty((S, H, R), dtype=x.dtype, device=x.device)
+    lora = current_options().lora
+    slots = weights[row.rank[0]].shape[0]
+    p = plan(op, batch_info, S, max_len, num_slots=slots, options=lora)
+    if _nothing_to_do(p, S):
+        return out
+
+    operands = (x, *weights, out)
+    names = [s.split() for s in row.strides]
+    lay = _layout(call.sizes, {n[2]: t.stride(2) for n, t in zip(names, operands)}, operands,
+                  **{name: t.stride(axis) for n, t in zip(names, operands) for axis, name in enumerate(n[:2])})
+    block_r = _block_r(R)
+    flags = _flags(x, weights, out if row.in_place else None, lora.fp32_dot)
+    scalings = dict(scalings=batch_info.scalings) if row.in_place else {}
+
+    def launch(blocks, warps, stages):
+        n_out, more = row.out_blocks(call, blocks)
+        heads = triton.cdiv(H, blocks["BH"]) if row.head_block else H
+        _family(getattr(K, f"{op}_kernel"), lay)[(p.row_tiles, heads, _axis2(p, slots, n_out))](
+            *operands, **_meta(batch_info, p, S, n_out), **scalings, **row.extra(call), **more, **lay,
+            BLOCK_R=block_r, **flags, **blocks, num_warps=warps, **_stages(stages))
+
+    _launch(op, p, x, weights, block_r, launch, align=lay["ALIGN"])
+    return out
+
+
 # ---- entry points (SGLang signatures) ------------------------------------------------------------
 
 def step_a_q_fwd(q_nope, B_buf, batch_info, full_K_per_head, *, strict=None):
     """(S,H,qk) @ K-half of B_buf -> fresh (S,H,R) in q_nope's dtype; undefined outside routed rows
     and rank columns (``torch.empty``)."""
-    max_len = validate_call("step_a_q", q_nope, B_buf, batch_info, full_K_per_head, strict=strict)
-    S, H, QK = q_nope.shape
-    R = B_buf.shape[2]
-    out = torch.empty((S, H, R), dtype=q_nope.dtype, device=q_nope.device)
-    lora = current_options().lora
-    p = plan("step_a_q", batch_info, S, max_len, num_slots=B_buf.shape[0], options=lora)
-    if _nothing_to_do(p, S):
-        return out
-
-    lay = _layout(dict(QK=QK), dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), so_r=out.stride(2)),
-                  (q_nope, B_buf, out),
-                  sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
-                  so_t=out.stride(0), so_h=out.stride(1))
-
-    def launch(blocks, warps, stages):
-        _family(K.step_a_q_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
-            q_nope, B_buf, out, **_meta(batch_info, p, S), FULL_K=full_K_per_head, R=R,
-            **lay,
-            BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf,), None, lora.fp32_dot),
-            **blocks, num_warps=warps, **_stages(stages))
-
-    _launch("step_a_q", p, q_nope, (B_buf,), _block_r(R), launch, align=lay["ALIGN"])
-    return out
+    return _run("step_a_q", (q_nope, B_buf, batch_info, full_K_per_head), strict)
 
 
 def step_b_q_fwd(q_lora_a, A_buf, batch_info, base_output, *, strict=None):
     """``base_output[t,h,:] += s * (q_lora_a[t,h,:r] @ A_buf[w,:r,:])`` in place; returns base_output."""
-    max_len = validate_call("step_b_q", q_lora_a, A_buf, batch_info, base_output, strict=strict)
-    S, H, _ = q_lora_a.shape
-    R, C = A_buf.shape[1], A_buf.shape[2]
-    lora = current_options().lora
-    p = plan("step_b_q", batch_info, S, max_len, num_slots=A_buf.shape[0], options=lora)
-    if _nothing_to_do(p, S):
-        return base_output
-
-    lay = _layout(dict(C=C), dict(sx_r=q_lora_a.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2)),
-                  (q_lora_a, A_buf, base_output),
-                  sx_t=q_lora_a.stride(0), sx_h=q_lora_a.stride(1), sa_l=A_buf.stride(0), sa_r=A_buf.stride(1),
-                  sy_t=base_output.stride(0), sy_h=base_output.stride(1))
-
-    def launch(blocks, warps, stages):
-        ncb = triton.cdiv(C, blocks["BLOCK_C"])
-        grid = (p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], ncb))
-        _family(K.step_b_q_kernel, lay)[grid](
-            q_lora_a, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings, H=H, R=R,
-            **lay,
-            BLOCK_R=_block_r(R), **_flags(q_lora_a, (A_buf,), base_output, lora.fp32_dot), **blocks, num_warps=warps,
-            **_stages(stages))
-
-    _launch("step_b_q", p, q_lora_a, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])
-    return base_output
+    return _run("step_b_q", (q_lora_a, A_buf, batch_info, base_output), strict)
 
 
 def step_a_v_fwd(attn_output, A_buf, batch_info, *, strict=None):
     """(S,H,C) @ A_buf[w,:r,:].T -> fresh (S,H,R) in attn_output's dtype."""
-    max_len = validate_call("step_a_v", attn_output, A_buf, batch_info, strict=strict)
-    S, H, C = attn_output.shape
-    R = A_buf.shape[1]
-    out = torch.empty((S, H, R), dtype=attn_output.dtype, device=attn_output.device)
-    lora = current_options().lora
-    p = plan("step_a_v", batch_info, S, max_len, num_slots=A_buf.shape[0], options=lora)
-    if _nothing_to_do(p, S):
-        return out
-
-    lay = _layout(dict(C=C), dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), so_r=out.stride(2)),
-                  (attn_output, A_buf, out),
-                  sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
-                  sa_r=A_buf.stride(1), so_t=out.stride(0), so_h=out.stride(1))
-
-    def launch(blocks, warps, stages):
-        _family(K.step_a_v_kernel, lay)[(p.row_tiles, triton.cdiv(H, blocks["BH"]), _axis2(p, A_buf.shape[0], 1))](
-            attn_output, A_buf, out, **_meta(batch_info, p, S), H=H, R=R,
-            **lay,
-            BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf,), None, lora.fp32_dot), **blocks, num_warps=warps,
-            **_stages(stages))
-
-    _launch("step_a_v", p, attn_output, (A_buf,), _block_r(R), launch, align=lay["ALIGN"])
-    return out
+    return _run("step_a_v", (attn_output, A_buf, batch_info), strict)
 
 
 def step_b_v_fwd(attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, *, strict=None):
     """``base_output[t,h,:] += s * (attn_lora_a[t,h,:r] @ V-half of B_buf[w].T)`` in place."""
-    max_len = validate_call("step_b_v", attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim,
-                            v_head_dim, strict=strict)
-    S, H, _ = attn_lora_a.shape
-    R = B_buf.shape[2]
-    lora = current_options().lora
-    p = plan("step_b_v", batch_info, S, max_len, num_slots=B_buf.shape[0], options=lora)
-    if _nothing_to_do(p, S):
-        return base_output
-
-    lay = _layout(dict(QK=qk_nope_head_dim, VD=v_head_dim),
-                  dict(sx_r=attn_lora_a.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2)),
-                  (attn_lora_a, B_buf, base_output),
-                  sx_t=attn_lora_a.stride(0), sx_h=attn_lora_a.stride(1), sb_l=B_buf.stride(0),
-                  sb_row=B_buf.stride(1), sy_t=base_output.stride(0), sy_h=base_output.stride(1))
-
-    def launch(blocks, warps, stages):
-        ncb = triton.cdiv(v_head_dim, blocks["BLOCK_V"])
-        grid = (p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))
-        _family(K.step_b_v_kernel, lay)[grid](
-            attn_lora_a, B_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-            FULL_K=qk_nope_head_dim + v_head_dim, R=R,
-            **lay,
-            BLOCK_R=_block_r(R), **_flags(attn_lora_a, (B_buf,), base_output, lora.fp32_dot), **blocks, num_warps=warps,
-            **_stages(stages))
-
-    _launch("step_b_v", p, attn_lora_a, (B_buf,), _block_r(R), launch, align=lay["ALIGN"])
-    return base_output
+    return _run("step_b_v", (attn_lora_a, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim), strict)
 
 
 def q_side_fused_fwd(q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head, *, strict=None):
     """Step A_q then B_q in one kernel, into ``base_output`` (S,H,C) in place; the scaled delta is
     rounded to base_output's dtype."""
-    max_len = validate_call("q_side_fused", q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head,
-                            strict=strict)
-    S, H, QK = q_nope.shape
-    R, C = B_buf.shape[2], A_buf.shape[2]
-    lora = current_options().lora
-    p = plan("q_side_fused", batch_info, S, max_len, num_slots=B_buf.shape[0], options=lora)
-    if _nothing_to_do(p, S):
-        return base_output
-
-    lay = _layout(dict(QK=QK, C=C, R=R),  # R too: Note [Rank-wide loads] in kernels.lora._kernels
-                  dict(sx_d=q_nope.stride(2), sb_r=B_buf.stride(2), sa_c=A_buf.stride(2), sy_c=base_output.stride(2)),
-                  (q_nope, B_buf, A_buf, base_output),
-                  sx_t=q_nope.stride(0), sx_h=q_nope.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1),
-                  sa_l=A_buf.stride(0), sa_r=A_buf.stride(1), sy_t=base_output.stride(0),
-                  sy_h=base_output.stride(1))
-
-    def launch(blocks, warps, stages):
-        c_blocks = triton.cdiv(blocks.pop("C_SPLIT", None) or C, blocks["BLOCK_C"])  # BLOCK_C-column blocks per program
-        ncb = triton.cdiv(C, c_blocks * blocks["BLOCK_C"])
-        _family(K.q_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], ncb))](
-            q_nope, B_buf, A_buf, base_output, **_meta(batch_info, p, S, ncb), scalings=batch_info.scalings,
-            FULL_K=full_K_per_head, C_BLOCKS=c_blocks,
-            **lay,
-            BLOCK_R=_block_r(R), **_flags(q_nope, (B_buf, A_buf), base_output, lora.fp32_dot),
-            **blocks, num_warps=warps,
-            **_stages(stages))
-
-    _launch("q_side_fused", p, q_nope, (B_buf, A_buf), _block_r(R), launch, align=lay["ALIGN"])
-    return base_output
+    return _run("q_side_fused", (q_nope, B_buf, A_buf, batch_info, base_output, full_K_per_head), strict)
 
 
 def v_side_fused_fwd(attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim, *,
                      strict=None):
     """Step A_v then B_v in one kernel, into ``base_output`` (S,H,vd) in place; the scaled delta is
     rounded to base_output's dtype."""
-    max_len = validate_call("v_side_fused", attn_output, A_buf, B_buf, batch_info, base_output,
-                            qk_nope_head_dim, v_head_dim, strict=strict)
-    S, H, C = attn_output.shape
-    R = B_buf.shape[2]
-    lora = current_options().lora
-    p = plan("v_side_fused", batch_info, S, max_len, num_slots=B_buf.shape[0], options=lora)
-    if _nothing_to_do(p, S):
-        return base_output
-
-    lay = _layout(dict(QK=qk_nope_head_dim, VD=v_head_dim, C=C),
-                  dict(sx_c=attn_output.stride(2), sa_c=A_buf.stride(2), sb_r=B_buf.stride(2), sy_v=base_output.stride(2)),
-                  (attn_output, A_buf, B_buf, base_output),
-                  sx_t=attn_output.stride(0), sx_h=attn_output.stride(1), sa_l=A_buf.stride(0),
-                  sa_r=A_buf.stride(1), sb_l=B_buf.stride(0), sb_row=B_buf.stride(1), sy_t=base_output.stride(0),
-                  sy_h=base_output.stride(1))
-
-    def launch(blocks, warps, stages):
-        _family(K.v_side_fused_kernel, lay)[(p.row_tiles, H, _axis2(p, B_buf.shape[0], 1))](
-            attn_output, A_buf, B_buf, base_output, **_meta(batch_info, p, S), scalings=batch_info.scalings,
-            FULL_K=qk_nope_head_dim + v_head_dim, R=R,
-            **lay,
-            BLOCK_R=_block_r(R), **_flags(attn_output, (A_buf, B_buf), base_output, lora.fp32_dot),
-            **blocks, num_warps=warps,
-            **_stages(stages))
-
-    _launch("v_side_fused", p, attn_output, (A_buf, B_buf), _block_r(R), launch, align=lay["ALIGN"])
-    return base_output
+    return _run("v_side_fused", (attn_output, A_buf, B_buf, batch_info, base_output, qk_nope_head_dim, v_head_dim),
+                strict)

@@ -1,14 +1,15 @@
 """The split kv_b LoRA steps: step A into a fresh (S,H,R) output, step B in place into base_output (docs/semantics.md#kv_b-lora-steps;
-the Notes in :mod:`kernels.lora._kernels`)."""
+the Notes in :mod:`kernels.lora._kernels`).  Step B's output block is :func:`._tiles.step_b_tile`, the fused
+sides' too; each kernel loads its own weight tile (Note [Helpers and the SASS] in :mod:`._fused`)."""
 
 from __future__ import annotations
 
 import triton.language as tl
 
-from ..interpreter import cast_rounded, rounded_f32
+from ..interpreter import cast_rounded
 from ._families import COUNTS, two_families
 from ._route import route
-from ._tiles import load_operand, out_block, store_sum
+from ._tiles import load_operand, step_b_tile
 
 __all__ = ["step_a_q_kernel", "step_a_v_kernel", "step_b_q_kernel", "step_b_v_kernel"]
 
@@ -113,11 +114,10 @@ def step_b_q_kernel(x_ptr, a_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         s = tl.load(scalings + w)
         xt = load_operand(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         at = load_operand(a_ptr + w.to(tl.int64) * sa_l + offs_r[:, None] * sa_r + offs_c[None, :] * sa_c,
-                 (offs_r < rank)[:, None] & (offs_c < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
-        acc = tl.dot(xt, at, input_precision=DOT_PREC)
-        d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)  # split: rounded to the activations' dtype
-        y_ptrs, m = out_block(y_rows, offs_c, sy_c, sel, C)
-        store_sum(d, tl.load(y_ptrs, mask=m, other=0.0), y_ptrs, m, base_ptr, FIX_BF16)
+                          (offs_r < rank)[:, None] & (offs_c < C)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+        # split: the delta rounded to the activations' dtype
+        step_b_tile(xt, at, s, None, y_rows, offs_c, sy_c, sel, C, offs_c, C, base_ptr, x_ptr.dtype.element_ty, DOT_PREC,
+                    FIX_BF16, "load")
 
 
 _DNS_STEP_A_V = COUNTS + ('H', 'R', 'sx_t', 'sx_h', 'sa_l', 'sa_r', 'so_t', 'so_h',
@@ -222,8 +222,7 @@ def step_b_v_kernel(x_ptr, b_ptr, base_ptr, seg_indptr, weight_indices, lora_ran
         xt = load_operand(x_rows[:, None] + offs_r[None, :] * sx_r, sel[:, None] & (offs_r < rank)[None, :], UPCAST, FIX_BF16, DOT_PREC)
         w_base = b_ptr + w.to(tl.int64) * sb_l + (h * FULL_K + QK).to(tl.int64) * sb_row
         wt = load_operand(w_base + offs_v[None, :] * sb_row + offs_r[:, None] * sb_r,
-                 (offs_r < rank)[:, None] & (offs_v < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
-        acc = tl.dot(xt, wt, input_precision=DOT_PREC)
-        d = rounded_f32(acc * s, x_ptr.dtype.element_ty, FIX_BF16)  # split: rounded to the activations' dtype
-        y_ptrs, m = out_block(y_rows, offs_v, sy_v, sel, VD)
-        store_sum(d, tl.load(y_ptrs, mask=m, other=0.0), y_ptrs, m, base_ptr, FIX_BF16)
+                          (offs_r < rank)[:, None] & (offs_v < VD)[None, :], UPCAST, FIX_BF16, DOT_PREC)
+        # split: the delta rounded to the activations' dtype
+        step_b_tile(xt, wt, s, None, y_rows, offs_v, sy_v, sel, VD, offs_v, VD, base_ptr, x_ptr.dtype.element_ty,
+                    DOT_PREC, FIX_BF16, "load")
