@@ -51,7 +51,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
 from kernel_oracle.harness.check import Case
-from kernel_oracle.harness.mutations import CATEGORIES, Mutation, kinds
+from kernel_oracle.harness.mutations import CATEGORIES, Mutation, MutationError, kinds
 from kernel_oracle.harness.opinfo import FAMILY_OPS
 from kernel_oracle.harness.problems import DTYPES, VISION_PATHS, LoRAProblem, VisionProblem
 
@@ -66,6 +66,7 @@ __all__ = [
     "VISION_FEATURES",
     "Limits",
     "cases",
+    "cases_of",
     "default_limits",
     "edge_biased",
     "edge_biased_dims",
@@ -449,9 +450,11 @@ def _mutated(draw, problems, family, kind_list):
 def _mutated_cases(problems, family: str, categories: tuple) -> SearchStrategy:
     if not isinstance(problems, SearchStrategy):
         raise InvalidArgument(f"Expected a strategy of problems but got problems={problems!r}")
-    if family not in ("lora", "vision"):  # the families whose cases the mutation tables draw here
-        raise InvalidArgument(f"Expected family='lora' or 'vision' but got family={family!r}")
-    return _mutated(problems, family, tuple(kinds(family, categories)))
+    try:
+        kind_list = tuple(kinds(family, categories))  # the family's record's mutation kinds
+    except MutationError as exc:
+        raise InvalidArgument(f"Expected a family with mutation kinds: {exc}") from None
+    return _mutated(problems, family, kind_list)
 
 
 def partial_metadata(problems: SearchStrategy, *, family: str) -> SearchStrategy:
@@ -490,8 +493,10 @@ def cases(family: str, *, categories: Sequence[str] = ("valid", "partial", "upst
                                                limits=limits, big=big, tiles=tiles)
 
 
-def _cases_of(problems: SearchStrategy, family: str, categories: tuple) -> SearchStrategy:
-    # one branch per category, so each gets an even share (malformed has many more kinds than upstream)
+def cases_of(problems: SearchStrategy, family: str, categories: Sequence[str]) -> SearchStrategy:
+    """The cases of ``family`` over ``problems``: valid problems, and each of ``categories`` but ``"valid"``
+    through the family's mutation kinds (its record's ``mutations``), one branch per category, so each gets an
+    even share (malformed has many more kinds than upstream).  What a record's ``cases`` returns."""
     parts = [problems.map(Case)] if "valid" in categories else []
     return st.one_of(*parts, *(_mutated_cases(problems, family, (c,)) for c in categories if c != "valid"))
 
@@ -506,7 +511,7 @@ def lora_cases(*, ops: Optional[Sequence[str]], dtypes, declines: Sequence[str],
         categories = tuple(c for c in categories if c != "upstream")
     problems = lora_problems(ops=ops if ops is not None else LORA_OPS, dtypes=dtypes, limits=limits, big=big,
                              declines=declines, tiles=tiles)
-    return _cases_of(problems, "lora", categories)
+    return cases_of(problems, "lora", categories)
 
 
 def vision_cases(*, ops: Optional[Sequence[str]], dtypes, declines: Sequence[str], categories: Sequence[str],
@@ -515,5 +520,5 @@ def vision_cases(*, ops: Optional[Sequence[str]], dtypes, declines: Sequence[str
     categories = _check_choices("categories", categories, ("valid", *CATEGORIES))
     if ops is not None and tuple(ops) != ("vision",):
         raise InvalidArgument(f"Expected ops=None or ['vision'] for family='vision' but got ops={ops!r}")
-    return _cases_of(vision_problems(dtypes=dtypes, limits=limits, big=big, declines=declines, tiles=tiles), "vision",
+    return cases_of(vision_problems(dtypes=dtypes, limits=limits, big=big, declines=declines, tiles=tiles), "vision",
                      categories)

@@ -26,16 +26,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Optional
 
+from kernel_oracle.reference.contract_row import Contract
+from kernel_oracle.reference.registry import register_reference, unregister_reference
+from kernel_oracle.reference.signatures import Signature
+
 __all__ = ["FAMILY_OF", "FAMILY_OPS", "PARTS", "Family", "FamilyError", "Loader", "campaign_ops", "default_family_names",
            "families", "family_names", "get_family", "op_choices", "op_groups", "op_text", "register_family",
-           "unregister_family"]
+           "registry_generation", "unregister_family", "watch_registry"]
 
 
 # a part's loader: imports the part when called, and returns it (Note [Families registry])
 Loader = Callable[[], object]
 # the fields of a record that hold loaders, the first three required
 PARTS = ("reference", "problem", "strategies", "kernels", "benchmark", "cases", "selfcheck", "mismatch", "locator",
-         "declined")
+         "declined", "independent", "opinfos", "mutations")
 _REQUIRED_PARTS = PARTS[:3]
 
 
@@ -74,7 +78,6 @@ class Family:
     ``bench``) take this one (False: only where ``--op`` names it)."""
 
     name: str
-    ops: tuple[str, ...]
     label: str
     reference: Loader
     problem: Loader
@@ -86,6 +89,13 @@ class Family:
     mismatch: Optional[Loader] = None
     locator: Optional[Loader] = None
     declined: Optional[Loader] = None
+    independent: Optional[Loader] = None
+    opinfos: Optional[Loader] = None
+    mutations: Optional[Loader] = None
+    ops: tuple[str, ...] = field(default=())
+    signatures: tuple[Signature, ...] = field(default=())
+    contract_rows: tuple[Contract, ...] = field(default=())
+    error_multiplier: Optional[float] = None
     never_sent: tuple[str, ...] = field(default=())
     compiling_targets: tuple[str, ...] = field(default=())
     by_default: bool = True
@@ -93,10 +103,22 @@ class Family:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier() or self.name != self.name.lower():
             raise FamilyError(f"Family: name={self.name!r}; pass a lower-case identifier such as 'lora'")
+        if not isinstance(self.signatures, tuple) or not all(isinstance(s, Signature) for s in self.signatures):
+            raise FamilyError(f"Family {self.name!r}: signatures={self.signatures!r}; pass a tuple of "
+                              f"reference.signatures.Signature rows")
+        if not self.ops:  # its ops are its signature rows'
+            object.__setattr__(self, "ops", tuple(s.op for s in self.signatures))
         if not isinstance(self.ops, tuple) or not self.ops or not all(isinstance(o, str) and o for o in self.ops):
-            raise FamilyError(f"Family {self.name!r}: ops={self.ops!r}; pass a non-empty tuple of op names")
+            raise FamilyError(f"Family {self.name!r}: ops={self.ops!r}; pass a non-empty tuple of op names, or "
+                              f"its signature rows")
         if len(set(self.ops)) != len(self.ops):
             raise FamilyError(f"Family {self.name!r}: ops={self.ops!r} repeat a name")
+        if self.signatures and self.mismatch is None and self.error_multiplier is None:
+            raise FamilyError(f"Family {self.name!r}: its outputs are judged by the tolerance rule (no mismatch "
+                              f"part), which needs its k: pass error_multiplier=2.0 or a mismatch part")
+        if self.signatures and self.ops != tuple(s.op for s in self.signatures):
+            raise FamilyError(f"Family {self.name!r}: ops={self.ops!r} differ from its signature rows' "
+                              f"{tuple(s.op for s in self.signatures)!r}; leave ops out")
         for part in PARTS:
             loader = getattr(self, part)
             if (loader is None and part in _REQUIRED_PARTS) or not (loader is None or callable(loader)):
@@ -120,17 +142,24 @@ class Family:
 
 _REGISTRY: dict[str, Family] = {}
 _OF: dict[str, str] = {}  # family or op name -> family, rebuilt at each (un)registration: read per case
+_WATCHERS: list[Callable[[], None]] = []  # called after each (un)registration: tables built from the records
+_GENERATION = [0]  # (un)registrations so far
 
 
 def _reindex() -> None:
     _OF.clear()
     _OF.update({f.name: f.name for f in _REGISTRY.values()})
     _OF.update({op: f.name for f in _REGISTRY.values() for op in f.ops})
+    _GENERATION[0] += 1
+    for watcher in _WATCHERS:
+        watcher()
 
 
 def register_family(family: Family) -> Family:
-    """Add ``family``; :class:`FamilyError` naming it when a family of that name or an op of it is
-    already registered.  Returns ``family``."""
+    """Add ``family``, and its signature rows, contract rows and tolerance multiplier to the reference
+    layer's tables (Note [Reference tables] in :mod:`kernel_oracle.reference.registry`); :class:`FamilyError`
+    naming it when a family of that name or an op of it is already registered, or a row of it is another's.
+    Returns ``family``."""
     if not isinstance(family, Family):
         raise FamilyError(f"register_family: expected a Family but got {family!r}")
     if family.name in _REGISTRY:
@@ -141,19 +170,41 @@ def register_family(family: Family) -> Family:
     if clash:
         raise FamilyError(f"register_family: family {family.name!r} names {clash}, which family "
                           f"{taken[clash[0]]!r} already has")
+    try:
+        register_reference(family.name, signatures=family.signatures, contract_rows=family.contract_rows,
+                           error_multiplier=family.error_multiplier)
+    except ValueError as exc:
+        raise FamilyError(f"register_family: {exc}") from None
     _REGISTRY[family.name] = family
-    _reindex()
+    try:
+        _reindex()
+    except Exception:  # a table built from the records refused it (its OpInfo rows): as if never registered
+        unregister_family(family.name)
+        raise
     return family
 
 
 def unregister_family(name: str) -> Family:
-    """Remove the family ``name`` and return its record (a test's toy family, a plug-in replaced)."""
+    """Remove the family ``name`` and its reference tables, and return its record (a test's toy family, a
+    plug-in replaced)."""
     try:
         family = _REGISTRY.pop(name)
     except KeyError:
         raise FamilyError(f"unregister_family: family {name!r} is not registered") from None
+    unregister_reference(name)
     _reindex()
     return family
+
+
+def watch_registry(watcher: Callable[[], None]) -> None:
+    """Call ``watcher()`` after every later (un)registration: a table built from the records (the op
+    database) rebuilds itself then."""
+    _WATCHERS.append(watcher)
+
+
+def registry_generation() -> int:
+    """How many (un)registrations there have been (what a fingerprint of the tables was taken at)."""
+    return _GENERATION[0]
 
 
 def get_family(name: str) -> Family:

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from kernel_oracle.harness.family import Family
-from kernel_oracle.reference.signatures import ops_of
+from kernel_oracle.reference.contracts_vision import VISION_ROWS
+from kernel_oracle.reference.signatures import Signature
 
-__all__ = ["VISION"]
+__all__ = ["VISION", "VISION_SIGNATURES"]
+
+# the one op, of the family's name: SGLang's flashinfer_cudnn forward (Note [Signatures] in reference/signatures.py)
+VISION_SIGNATURES = (
+    Signature("vision", "vision", "flashinfer_cudnn_attention", "flashinfer_cudnn_oracle",
+              ("q", "k", "v", "cu_seqlens", "bsz", "seq_len"),
+              keywords=("softmax_scale", "forward_metadata", "sequence_lengths", "max_seqlen", "window_size", "s_aux",
+                        "attention_mask", "output_ws"),
+              metadata="forward_metadata", indptrs="cu_seqlens", sizes=("bsz", "seq_len")),
+)
 
 
 def _reference():
@@ -44,6 +54,24 @@ def _declined():
     return vision_declined
 
 
+def _independent():
+    from kernel_oracle.reference.independent_vision import vision_formulation
+
+    return vision_formulation
+
+
+def _opinfos():
+    from kernel_oracle.harness.opinfo_vision import VISION_OPINFOS
+
+    return VISION_OPINFOS
+
+
+def _mutations():
+    from kernel_oracle.harness.mutations_vision import VISION_MUTATIONS
+
+    return VISION_MUTATIONS
+
+
 def _kernels():
     from kernel_oracle.kernels import vision
 
@@ -58,14 +86,19 @@ def _benchmark():
 
 VISION = Family(
     name="vision",
-    ops=ops_of("vision"),  # ("vision",)
     label="vision attention",
+    signatures=VISION_SIGNATURES,
+    contract_rows=VISION_ROWS,
+    error_multiplier=2.0,  # the tolerance rule's k (FlashAttention uses 2 for the forward output)
     reference=_reference,
     problem=_problem,
     strategies=_strategies,
     cases=_cases,
     locator=_locator,
     declined=_declined,
+    independent=_independent,
+    opinfos=_opinfos,
+    mutations=_mutations,
     kernels=_kernels,
     benchmark=_benchmark,
 )

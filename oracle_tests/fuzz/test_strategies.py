@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, find, given, settings
 
 from kernel_oracle.harness.check import Case, case_from_dict, expected_outcome
 from kernel_oracle.fuzz.targets.mutants import Mutant, MutantError, Patch, apply_patches
-from kernel_oracle.harness.mutations import LORA_KINDS, VISION_KINDS, Mutation, MutationError
+from kernel_oracle.harness.mutations import Mutation, MutationError
+from kernel_oracle.harness.mutations_lora import LORA_KINDS
+from kernel_oracle.harness.mutations_vision import VISION_KINDS
 from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, batch_info_of, materialize
 from kernel_oracle.fuzz.strategies import (VISION_FEATURES, InvalidArgument, cases, lora_problems, malformed_metadata,
                                             partial_metadata, upstream_contract_cases, vision_problems)

@@ -14,9 +14,10 @@ import types
 import pytest
 import torch
 
-from kernel_oracle.harness.opinfo import LORA_OPINFOS, OP_DB
+from kernel_oracle.harness.opinfo import OP_DB
+from kernel_oracle.harness.opinfo_lora import LORA_OPINFOS
 from kernel_oracle.harness.problems import LoRAProblem, materialize_lora
-from kernel_oracle.reference.independent import lora_independent
+from kernel_oracle.reference.independent_lora import lora_independent
 from kernel_oracle.reference import lora as ref_lora
 from kernel_oracle.reference.batch_info import LoRABatchInfo
 from kernel_oracle.reference.strict import is_strict, strict_validation
