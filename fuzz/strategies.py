@@ -498,7 +498,8 @@ def cases_of(problems: SearchStrategy, family: str, categories: Sequence[str]) -
     through the family's mutation kinds (its record's ``mutations``), one branch per category, so each gets an
     even share (malformed has many more kinds than upstream).  What a record's ``cases`` returns."""
     parts = [problems.map(Case)] if "valid" in categories else []
-    return st.one_of(*parts, *(_mutated_cases(problems, family, (c,)) for c in categories if c != "valid"))
+    mutated = [c for c in categories if c != "valid" and kinds(family, (c,))]  # a category it has kinds of
+    return st.one_of(*parts, *(_mutated_cases(problems, family, (c,)) for c in mutated))
 
 
 def lora_cases(*, ops: Optional[Sequence[str]], dtypes, declines: Sequence[str], categories: Sequence[str],

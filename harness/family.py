@@ -39,7 +39,7 @@ __all__ = ["FAMILY_OF", "FAMILY_OPS", "PARTS", "Family", "FamilyError", "Loader"
 Loader = Callable[[], object]
 # the fields of a record that hold loaders, the first three required
 PARTS = ("reference", "problem", "strategies", "kernels", "benchmark", "cases", "selfcheck", "mismatch", "locator",
-         "declined", "independent", "opinfos", "mutations")
+         "declined", "independent", "opinfos", "mutations", "tile_models")
 _REQUIRED_PARTS = PARTS[:3]
 
 
@@ -92,6 +92,7 @@ class Family:
     independent: Optional[Loader] = None
     opinfos: Optional[Loader] = None
     mutations: Optional[Loader] = None
+    tile_models: Optional[Loader] = None
     ops: tuple[str, ...] = field(default=())
     signatures: tuple[Signature, ...] = field(default=())
     contract_rows: tuple[Contract, ...] = field(default=())

@@ -68,6 +68,12 @@ def _opinfos():
     return CSGMV_OPINFOS
 
 
+def _tile_models():
+    from kernel_oracle.harness.tiles_csgmv import CSGMV_TILE_MODELS
+
+    return CSGMV_TILE_MODELS
+
+
 def _mutations():
     from kernel_oracle.harness.mutations_csgmv import CSGMV_MUTATIONS
 
@@ -95,6 +101,7 @@ CSGMV = Family(
     independent=_independent,
     opinfos=_opinfos,
     mutations=_mutations,
+    tile_models=_tile_models,
     # mutations_csgmv.UNCHECKED_BOUNDS_FEATURE: a permutation row past x is written unchecked (heap corruption)
     never_sent=("csgmv.unchecked_bounds",),
     # taken where --op names it (fuzz, matrix, mutants): no kernels of ours and no benchmark, so `run` and

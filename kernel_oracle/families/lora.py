@@ -81,6 +81,12 @@ def _opinfos():
     return LORA_OPINFOS
 
 
+def _tile_models():
+    from kernel_oracle.harness.tiles_lora import LORA_TILE_MODELS
+
+    return LORA_TILE_MODELS
+
+
 def _mutations():
     from kernel_oracle.harness.mutations_lora import LORA_MUTATIONS
 
@@ -114,6 +120,7 @@ LORA = Family(
     independent=_independent,
     opinfos=_opinfos,
     mutations=_mutations,
+    tile_models=_tile_models,
     kernels=_kernels,
     benchmark=_benchmark,
     # our Triton kernels specialize into many variants (Note [Specialization] in kernels/lora)

@@ -66,6 +66,12 @@ def _opinfos():
     return VISION_OPINFOS
 
 
+def _tile_models():
+    from kernel_oracle.harness.tiles_vision import VISION_TILE_MODELS
+
+    return VISION_TILE_MODELS
+
+
 def _mutations():
     from kernel_oracle.harness.mutations_vision import VISION_MUTATIONS
 
@@ -99,6 +105,7 @@ VISION = Family(
     independent=_independent,
     opinfos=_opinfos,
     mutations=_mutations,
+    tile_models=_tile_models,
     kernels=_kernels,
     benchmark=_benchmark,
 )
