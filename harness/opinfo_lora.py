@@ -17,7 +17,8 @@ from kernel_oracle.reference.signatures import signature
 
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo_rows import DTYPE_NAME as _DTYPE_NAME, FLOATS, ErrorInput, OpInfo, Sample
-from kernel_oracle.harness.problems import LoRAProblem, batch_info_of
+from kernel_oracle.harness.problems import batch_info_of
+from kernel_oracle.harness.problem_lora import LoRAProblem
 
 __all__ = ["LORA_EDGE_CASES", "LORA_EXHAUSTIVE_CASES", "LORA_OPINFOS", "random_lora_problem"]
 

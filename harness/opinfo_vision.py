@@ -15,7 +15,7 @@ from kernel_oracle.reference.signatures import signature
 
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo_rows import DTYPE_NAME as _DTYPE_NAME, FLOATS, ErrorInput, OpInfo, Sample
-from kernel_oracle.harness.problems import VisionProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 
 __all__ = ["VISION_EDGE_CASES", "VISION_EXHAUSTIVE_CASES", "VISION_OPINFO", "VISION_OPINFOS", "random_vision_problem"]
 

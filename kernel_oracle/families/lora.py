@@ -40,31 +40,31 @@ def _reference():
 
 
 def _problem():
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     return LoRAProblem
 
 
 def _strategies():
-    from kernel_oracle.fuzz.strategies import lora_problems
+    from kernel_oracle.fuzz.strategies_lora import lora_problems
 
     return lora_problems
 
 
 def _cases():
-    from kernel_oracle.fuzz.strategies import lora_cases
+    from kernel_oracle.fuzz.strategies_lora import lora_cases
 
     return lora_cases
 
 
 def _locator():
-    from kernel_oracle.harness.locators import lora_locator
+    from kernel_oracle.harness.problem_lora import lora_locator
 
     return lora_locator
 
 
 def _declined():
-    from kernel_oracle.harness.declined import lora_declined
+    from kernel_oracle.harness.problem_lora import lora_declined
 
     return lora_declined
 
@@ -91,6 +91,42 @@ def _mutations():
     from kernel_oracle.harness.mutations_lora import LORA_MUTATIONS
 
     return LORA_MUTATIONS
+
+
+def _valid_part():
+    from kernel_oracle.harness.malformed_lora import LORA_VALID_PART
+
+    return LORA_VALID_PART
+
+
+def _row_structure():
+    from kernel_oracle.harness.buckets_lora import lora_rows
+
+    return lora_rows
+
+
+def _triggers():
+    from kernel_oracle.harness.triggers_lora import LORA_TRIGGERS
+
+    return LORA_TRIGGERS
+
+
+def _words():
+    from kernel_oracle.harness.headline_lora import lora_words
+
+    return lora_words
+
+
+def _warm_up():
+    from kernel_oracle.harness.warmup_lora import lora_warm_up_cases
+
+    return lora_warm_up_cases
+
+
+def _variants():
+    from kernel_oracle.harness.warmup_lora import lora_variant_cases
+
+    return lora_variant_cases
 
 
 def _kernels():
@@ -121,8 +157,16 @@ LORA = Family(
     opinfos=_opinfos,
     mutations=_mutations,
     tile_models=_tile_models,
+    valid_part=_valid_part,
+    row_structure=_row_structure,
+    triggers=_triggers,
+    words=_words,
+    warm_up=_warm_up,
+    variants=_variants,
     kernels=_kernels,
     benchmark=_benchmark,
     # our Triton kernels specialize into many variants (Note [Specialization] in kernels/lora)
     compiling_targets=("triton",),
+    # the six steps share one routing: a corpus entry's cases run for every op the target has (fuzz.known_cases)
+    corpus_across_ops=True,
 )

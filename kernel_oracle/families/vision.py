@@ -25,31 +25,31 @@ def _reference():
 
 
 def _problem():
-    from kernel_oracle.harness.problems import VisionProblem
+    from kernel_oracle.harness.problem_vision import VisionProblem
 
     return VisionProblem
 
 
 def _strategies():
-    from kernel_oracle.fuzz.strategies import vision_problems
+    from kernel_oracle.fuzz.strategies_vision import vision_problems
 
     return vision_problems
 
 
 def _cases():
-    from kernel_oracle.fuzz.strategies import vision_cases
+    from kernel_oracle.fuzz.strategies_vision import vision_cases
 
     return vision_cases
 
 
 def _locator():
-    from kernel_oracle.harness.locators import vision_locator
+    from kernel_oracle.harness.problem_vision import vision_locator
 
     return vision_locator
 
 
 def _declined():
-    from kernel_oracle.harness.declined import vision_declined
+    from kernel_oracle.harness.problem_vision import vision_declined
 
     return vision_declined
 
@@ -76,6 +76,36 @@ def _mutations():
     from kernel_oracle.harness.mutations_vision import VISION_MUTATIONS
 
     return VISION_MUTATIONS
+
+
+def _row_structure():
+    from kernel_oracle.harness.buckets_vision import vision_rows
+
+    return vision_rows
+
+
+def _features():
+    from kernel_oracle.harness.features_vision import VISION_FEATURE_TABLE
+
+    return VISION_FEATURE_TABLE
+
+
+def _for_declines():
+    from kernel_oracle.harness.problem_vision import vision_for_declines
+
+    return vision_for_declines
+
+
+def _words():
+    from kernel_oracle.harness.headline_vision import vision_words
+
+    return vision_words
+
+
+def _warm_up():
+    from kernel_oracle.harness.warmup_vision import vision_warm_up_cases
+
+    return vision_warm_up_cases
 
 
 def _kernels():
@@ -106,6 +136,12 @@ VISION = Family(
     opinfos=_opinfos,
     mutations=_mutations,
     tile_models=_tile_models,
+    row_structure=_row_structure,
+    features=_features,
+    words=_words,
+    warm_up=_warm_up,
+    for_declines=_for_declines,
     kernels=_kernels,
     benchmark=_benchmark,
+    bare_function_op="vision",  # a target module's bare function (package.module:attr) is the vision forward
 )

@@ -11,7 +11,8 @@ import pytest
 
 from kernel_oracle.fuzz.targets.sglang_tiles import kv_b_model
 from kernel_oracle.harness.problem_csgmv import CsgmvProblem
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.harness.schema import SchemaError, merge, new_record, validate
 from kernel_oracle.harness.tile_coverage import CoverageTable, TiledDim, shortfalls
 from kernel_oracle.harness.tiles import tile_hints, tiled_dims, unknown_model

@@ -16,7 +16,7 @@ import pytest
 import kernel_oracle.kernels.lora as klora
 import kernel_oracle.kernels.vision as kvision
 from kernel_oracle.fuzz.campaign import FAMILY_OF as CAMPAIGN_FAMILY_OF
-from kernel_oracle.fuzz.strategies import LORA_OPS as STRATEGY_LORA_OPS
+from kernel_oracle.fuzz.strategies_lora import LORA_OPS as STRATEGY_LORA_OPS
 from kernel_oracle.harness.opinfo import FAMILY_OF, FAMILY_OPS, OP_DB, entry_names
 from kernel_oracle.harness.problems import Call, batch_info_of
 from kernel_oracle.reference import lora as ref_lora
