@@ -94,6 +94,17 @@ def test_the_test_family_reaches_the_product_through_the_listed_points_only():
 
 
 @pytest.fixture
+def baseline_before():
+    """The oracle's fingerprint (Note [The oracle's own code] in harness/oracle_integrity.py) taken before the
+    family registers, and put back after the test."""
+    from kernel_oracle.harness import oracle_integrity
+
+    prior = oracle_integrity.rebase()
+    yield
+    oracle_integrity.restore(prior)
+
+
+@pytest.fixture
 def family(monkeypatch):
     """The test tree's family and its target kinds, registered for one test and gone after it."""
     from kernel_oracle.fuzz.targets import builtin_targets, registry
@@ -121,6 +132,19 @@ def test_a_campaign_takes_the_family_and_finds_the_planted_bug_once(family, tmp_
     assert clean["campaign"]["executed"] >= 40 and clean["findings"] == []
     buggy = campaign(family.BUGGY_TARGET)
     assert [(f["kind"], f["op"]) for f in buggy["findings"]] == [("mismatch", family.OP)]
+
+
+def test_a_family_registered_after_the_oracles_fingerprint_is_no_change_to_the_oracle(baseline_before, family):
+    """Its rows join the tables the oracle reads by the registry's hand: a case checked afterwards is judged with
+    them, and nothing reads as a replaced table."""
+    from kernel_oracle.fuzz.targets import resolve_target
+    from kernel_oracle.harness.check import Case, check_case
+
+    case = Case(family.RaggedNormProblem(lengths=(2, 3), extra_rows=1))
+    clean = check_case(resolve_target(family.TARGET), case)
+    assert clean.ok and clean.state_changes == [], clean.message
+    buggy = check_case(resolve_target(family.BUGGY_TARGET), case)
+    assert not buggy.ok and buggy.kind == "mismatch" and buggy.state_changes == []
 
 
 def test_the_selfcheck_checks_the_family_through_its_record(family, monkeypatch):
