@@ -56,7 +56,7 @@ from hypothesis.strategies import SearchStrategy
 from kernel_oracle.harness.check import Case
 from kernel_oracle.harness.mutations import Mutation, MutationError, kinds
 
-from kernel_oracle.fuzz.limits import LIMITS, REALISTIC_SHARE, Limits, default_limits, with_realistic_share
+from kernel_oracle.fuzz.limits import LIMITS, REALISTIC_SHARE, Limits, default_limits
 
 __all__ = [
     "ALL_DTYPES",

@@ -132,6 +132,13 @@ def test_a_campaign_takes_the_family_and_finds_the_planted_bug_once(family, tmp_
     assert clean["campaign"]["executed"] >= 40 and clean["findings"] == []
     buggy = campaign(family.BUGGY_TARGET)
     assert [(f["kind"], f["op"]) for f in buggy["findings"]] == [("mismatch", family.OP)]
+    # the hooks it has no part for answer "not mine": no row structure (the region "everywhere"), no features
+    # (no needs), no words of its own (its example listed field by field)
+    from kernel_oracle.harness.headline import example_text
+
+    finding = buggy["findings"][0]
+    assert finding["bucket"]["where"] == "everywhere" and finding["bucket"]["needs"] == []
+    assert "lengths [" in example_text(finding) and " D " in example_text(finding)
 
 
 def test_a_family_registered_after_the_oracles_fingerprint_is_no_change_to_the_oracle(baseline_before, family):
