@@ -104,7 +104,7 @@ def tf32_verdicts(shape: tuple[int, int, int], draws: int, device="cuda") -> dic
 
 def _lora_case(op: str, dtype: str, seed: int, *, dims: dict, rng: random.Random, path_rows: str):
     from kernel_oracle.harness.check import Case
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     if path_rows == "tok":  # decode-like: many one-token segments
         seg_lens = tuple(rng.choice((1, 1, 1, 0)) for _ in range(rng.randint(8, 96)))
@@ -125,7 +125,7 @@ def largest_sizes(device="cuda") -> list[dict]:
     import kernel_oracle.kernels.lora._launch as launch
     from kernel_oracle.fuzz.targets import resolve_target
     from kernel_oracle.harness.check import Case, check_case
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
     from kernel_oracle.kernels.lora._smem import fit_config, smem_limit
     from kernel_oracle.kernels.options import options
 

@@ -57,7 +57,7 @@ EDGE_CASES = {
 
 
 def _problem(op: str, dtype: str, fields: dict):
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     base = dict(H=2, qk=16, vd=16, C=32, R=16, scalings=(1.0, -0.5), seed=7)
     base.update(fields)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Optional
 
 from kernel_oracle.harness.tile_coverage import CoverageTable
-from kernel_oracle.harness.tiles import known, ours_models, tiled_dims, unknown_model
+from kernel_oracle.harness.tiles import known, on_gpu as model_on_gpu, tiled_dims, unknown_model
 
 from .stream import TIME_CHUNK_EXAMPLES, CampaignStream
 
@@ -47,12 +47,7 @@ def on_gpu(info: dict, device_name: str = GPU_NAME) -> dict:
     """``info`` (a target's description on the CPU) as that target describes itself on a Hopper GPU named
     ``device_name``: our kernels compiled (the GPU's block configs), a release's csgmv tuned tables for that name,
     every dtype taken (the interpreter's bf16 exclusion gone)."""
-    tiles = dict(info.get("tiles") or {})
-    for family, model in tiles.items():
-        if isinstance(model, dict) and model.get("model") in ("ours", "ours-vision"):
-            tiles[family] = ours_models(interpreted=False, tma=True)[family]
-        elif isinstance(model, dict) and model.get("model") == "csgmv":
-            tiles[family] = {**model, "device_name": device_name}
+    tiles = {family: model_on_gpu(model, device_name) for family, model in (info.get("tiles") or {}).items()}
     return {**info, "tiles": tiles, "excluded_dtypes": {}}
 
 

@@ -8,9 +8,10 @@ those cases (``CampaignConfig.known_cases``: ``(label, Case)`` pairs, the label 
 ``title`` and ``upstream`` link) and runs each once after its search, beside the target like any case
 (not counted: they are the corpus's cases, not the search's).  A case that fails in the root-cause
 bucket of a finding names the entry on that finding (its ``corpus`` list): the console prints
-``matches corpus entry sglang-pr-28371: ... (https://github.com/sgl-project/sglang/pull/28371)``.  A
-kv_b LoRA entry's cases also run for every other op of the family that the target has (one defect of
-the shared routing shows in every step: PR #28371 skipped segments in all four).  Matching is by
+``matches corpus entry sglang-pr-28371: ... (https://github.com/sgl-project/sglang/pull/28371)``.  The
+cases of an entry of a family whose ops share one routing (its record's ``corpus_across_ops``: the kv_b
+LoRA steps) also run for every other op of the family that the target has (one defect of the shared
+routing shows in every step: PR #28371 skipped segments in all four).  Matching is by
 bucket, so a finding names an entry only when the entry's own case fails with the same root cause.  A
 case of a feature no command sends the target (Note [Cases outside a campaign] in :mod:`fuzz.isolated`)
 is not run.
@@ -24,9 +25,12 @@ __all__ = ["expand_ops", "name_known_findings"]
 
 
 def expand_ops(case, ops) -> list:
-    """``case`` and, for a LoRA case, the same problem for each other op of ``ops``."""
+    """``case`` and, for a case of a family whose ops share one routing (its record's ``corpus_across_ops``:
+    LoRA), the same problem for each other op of ``ops``."""
+    from kernel_oracle.harness.family import get_family
+
     out = [case]
-    if case.family == "lora":
+    if get_family(case.family).corpus_across_ops:
         for op in ops:
             if op != case.op:
                 out.append(type(case)(dataclasses.replace(case.problem, op=op), case.mutation))

@@ -138,21 +138,19 @@ def warm_up_target(target, spec, device, *, time_s: Optional[float], processes: 
     the children compiled (Note [Variant warm-up]).  Returns warm_up's record plus ``"parallel"``
     (the children's ``{"processes", "cases", "seconds"}``, or None) and the total ``"seconds"``."""
     from kernel_oracle.harness.targets import TargetSpec
-    from kernel_oracle.harness.warmup import warm_up, warm_up_dtypes
+    from kernel_oracle.harness.warmup import variant_cases, variant_ops, warm_up, warm_up_dtypes
 
     t0 = time.monotonic()
     spec = TargetSpec.parse(spec)
-    lora_ops = tuple(op for op in sorted(getattr(target, "entries", ())) if op != "vision")
-    variants = (spec.name == "triton" and str(device).startswith("cuda") and bool(lora_ops)
+    ops = variant_ops(sorted(getattr(target, "entries", ())))  # those of our kernels with compiled variants
+    variants = (spec.name == "triton" and str(device).startswith("cuda") and bool(ops)
                 and getattr(target, "available", True))
-    from kernel_oracle.harness.warmup import variant_cases
-
     parallel = None
     dtypes = warm_up_dtypes(target)
-    n = default_processes(len(variant_cases(lora_ops, dtypes))) if processes is None else int(processes)
+    n = default_processes(len(variant_cases(ops, dtypes))) if processes is None else int(processes)
     if variants and n > 0 and (time_s is None or time_s >= MIN_PARALLEL_S):
         children = start_variants(str(spec), str(device), seconds=time_s or 600.0, dtypes=dtypes,
-                                  ops=lora_ops, processes=n)
+                                  ops=ops, processes=n)
         children.wait(CHILDREN_SHARE * time_s if time_s is not None else 600.0)
         parallel = children.stop()
     left = None if time_s is None else max(1.0, time_s - (time.monotonic() - t0))
@@ -232,14 +230,16 @@ def _child(args) -> int:
 def _child_cases(args, target, i: int, n: int):
     """Child ``i`` of ``n``'s cases: with ``--stream-seed``, its runs of the campaign's own stream (Note [The
     campaign's own stream]) first; then its share of the variant cases."""
-    from kernel_oracle.harness.warmup import variant_cases
+    from kernel_oracle.harness.warmup import variant_cases, variant_families
 
+    ops = tuple(args.ops.split(","))
     if args.stream_seed is not None:
         from kernel_oracle.fuzz.stream import CampaignStream
 
         stream = CampaignStream(args.stream_seed, args.stream_limits, args.upstream_only, args.stream_runs)
-        yield from stream.cases(target.to_record(), "lora", range(i + 1, stream.runs + 1, n))
-    yield from variant_cases(tuple(args.ops.split(",")), tuple(args.dtypes.split(",")))[i::n]
+        for family in variant_families(ops):  # the campaign of each family whose variants these are
+            yield from stream.cases(target.to_record(), family, range(i + 1, stream.runs + 1, n))
+    yield from variant_cases(ops, tuple(args.dtypes.split(",")))[i::n]
 
 
 def main(argv=None) -> int:

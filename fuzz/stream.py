@@ -84,11 +84,15 @@ def campaign_strategy(info: dict, family: str, op: str, limits: str, *, upstream
 
 def declined_in_family(family: str, feature: str) -> bool:
     """Whether a target's declined ``feature`` belongs to ``family``: a feature named with a registered
-    family's prefix (``lora.``, ``csgmv.``) is that family's; vision names its features with none."""
-    from kernel_oracle.harness.family import FAMILY_OPS
+    family's prefix (``lora.``, ``csgmv.``) is that family's; one without is the family's whose features
+    name it (vision's call features: ``FeatureTable.declinable`` of its record's ``features``)."""
+    from kernel_oracle.harness.family import FAMILY_OPS, get_family
 
     owner = feature.partition(".")[0]
-    return owner == family if owner in FAMILY_OPS else family == "vision"
+    if owner in FAMILY_OPS:
+        return owner == family
+    table = get_family(family).resolve("features") if family in FAMILY_OPS else None
+    return table is not None and feature in table.declinable
 
 
 def left_out_notes(info: dict, target: str, family: str) -> list:

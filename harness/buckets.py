@@ -77,7 +77,9 @@ import sysconfig
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Bucket", "CONFIG_FLAGS", "MESSAGE_PREFIX", "REGIONS", "bucket_of", "bucket_of_record",
+from kernel_oracle.harness.family import get_family
+
+__all__ = ["Bucket", "CONFIG_FLAGS", "MESSAGE_PREFIX", "REGIONS", "RowStructure", "bucket_of", "bucket_of_record",
            "config_signature", "describe_exit", "mask_numbers", "mismatch_region", "normalise_message",
            "target_frame"]
 
@@ -300,11 +302,29 @@ def _column_tail(cols, width: int) -> bool:
     return any(width > tile and width % tile and all(c >= width // tile * tile for c in cols) for tile in TILES)
 
 
+@dataclass(frozen=True)
+class RowStructure:
+    """What a mismatch's region reads of a call's output rows (its family's ``row_structure``: a LoRA call's
+    routing, a vision call's sequences): per row its ``segment`` (-1: none), ``position`` in it and ``slot``
+    (-1: none); each segment's ``lengths``; ``cuda_graph``: the batch is a replayed graph's (rows of no
+    segment are its padding); ``beyond_rank_slots``: the slots whose rows read poison planted past their rank
+    (a region of their own where every failing row is one of theirs)."""
+
+    segment: list
+    position: list
+    slot: list
+    lengths: list
+    cuda_graph: bool = False
+    beyond_rank_slots: frozenset = frozenset()
+
+
 def mismatch_region(case, call, output, value, defined, figures: dict) -> str:
     """The region class (:data:`REGIONS`) holding every failing element of a value mismatch.
 
     ``output`` / ``value`` / ``defined``: the target's output, the float64 oracle and its defined
-    mask, LoRA ``(S, H, X)`` or vision ``(T, H, D)`` / ``(1, T, H, D)``; ``call``: the call both saw."""
+    mask, LoRA ``(S, H, X)`` or vision ``(T, H, D)`` / ``(1, T, H, D)``; ``call``: the call both saw.  The rows'
+    structure is the family's (its record's ``row_structure``, a :class:`RowStructure`); a family without one
+    fails ``everywhere``."""
     import torch
 
     if output is None or value is None or tuple(output.shape) != tuple(value.shape):
@@ -319,53 +339,16 @@ def mismatch_region(case, call, output, value, defined, figures: dict) -> str:
     heads = set(torch.unique(hit[:, 1]).tolist())
     cols = set(torch.unique(hit[:, -1]).tolist())
     S, H, width = over.shape[0], over.shape[1], over.shape[-1]
-    seg, pos, slot = [-1] * S, [0] * S, [-1] * S
-    seg_len: list = []
-    problem = case.problem
-    cuda_graph = getattr(problem, "cuda_graph_pad_to", None) is not None
-    if case.family == "lora":
-        from kernel_oracle.reference.lora_routing import route_lora_batch
-
-        from kernel_oracle.harness.problems import batch_info_of
-
-        bi = batch_info_of(call)
-        try:
-            route = route_lora_batch(bi, num_rows=S, num_slots=int(bi.lora_ranks.numel()), max_rank=10**9,
-                                     device=torch.device("cpu"), strict=False)
-        except Exception:  # noqa: BLE001 - malformed metadata: no structure to name
-            return "everywhere"
-        ranks = [int(r) for r in bi.lora_ranks.detach().cpu()]
-        indptr = [int(x) for x in bi.seg_indptr.detach().cpu()[: route.num_segments + 1]]
-        seg_len = [indptr[i + 1] - indptr[i] for i in range(len(indptr) - 1)]
-        for row, s, p, w in zip(route.rows.tolist(), route.segment.tolist(), route.position.tolist(),
-                                route.slot.tolist()):
-            seg[row], pos[row], slot[row] = s, p, w
-        region = _row_region(rows, seg, pos, seg_len, cuda_graph)
-        if region in ("stale graph metadata", "padding"):
-            return region
-        routed = all(seg[t] >= 0 for t in rows)
-        R = getattr(problem, "R", None)
-        if routed and getattr(problem, "poison_beyond_rank", None) and R is not None and all(
-                0 < ranks[slot[t]] < R for t in rows):
-            return "beyond rank"
-    elif case.family == "vision":
-        from kernel_oracle.reference.vision_metadata import resolve_flashinfer_cudnn
-
-        kw = {k: v for k, v in call.kwargs.items() if k not in ("softmax_scale", "forward_metadata")}
-        try:
-            plan = resolve_flashinfer_cudnn(*call.args[:4], call.kwargs.get("softmax_scale"),
-                                            call.kwargs.get("forward_metadata"), strict=False, **kw)
-        except Exception:  # noqa: BLE001
-            return "everywhere"
-        for b in range(plan.num_sequences):
-            o, n = int(plan.o_start[b]), int(plan.lengths[b])
-            seg_len.append(n)
-            for i in range(n):
-                if 0 <= o + i < S:
-                    seg[o + i], pos[o + i] = b, i
-        region = _row_region(rows, seg, pos, seg_len, False)
-    else:  # a family whose rows this module does not structure
+    structure = get_family(case.family).resolve("row_structure")
+    rs = structure(case, call, S) if structure is not None else None
+    if rs is None:  # a family whose rows have no structure here, or metadata too malformed to give one
         return "everywhere"
+    seg, pos, slot = rs.segment, rs.position, rs.slot
+    region = _row_region(rows, seg, pos, rs.lengths, rs.cuda_graph)
+    if region in ("stale graph metadata", "padding"):
+        return region
+    if all(seg[t] >= 0 and slot[t] in rs.beyond_rank_slots for t in rows):
+        return "beyond rank"
     if region is not None:
         return region
     if _column_tail(cols, width):

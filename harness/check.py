@@ -85,7 +85,7 @@ from kernel_oracle.harness.view_gaps import watch as watch_gaps, writes as gap_w
 from kernel_oracle.harness.target_raises import signals_noted
 from kernel_oracle.harness.text import bounded, printable
 from kernel_oracle.harness.locators import expected_at
-from kernel_oracle.harness.malformed import SEGMENT_KINDS, consequence
+from kernel_oracle.harness.malformed import consequence, valid_part
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.harness.problems import materialize, problem_from_dict, problem_to_dict
@@ -557,7 +557,7 @@ def check_case(target, case: Case, device="cpu", *, repro: str = "", call=None) 
                     exact_errors=getattr(target, "strict", True))
     if verdict.kind == "validation-gap":  # what it did with what it accepted (harness.malformed)
         clean = Case(case.problem, None)
-        clean_call = prepared_call(clean, device) if case.mutation and case.mutation.kind in SEGMENT_KINDS else None
+        clean_call = prepared_call(clean, device) if valid_part(case) is not None else None
         verdict.consequence, verdict.rows = consequence(
             case, call, observed, clean_call,
             lambda: expected_outcome(clean, device, precision=target.precision_for(case.op), call=clean_call))

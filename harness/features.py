@@ -8,7 +8,7 @@ fails with the same symptom (values differ, or a read past a tensor's end), so w
 three are one bucket (``mismatch | vision | vision | values``), and one defect hides another.
 What tells them apart is the input: a defect of the GQA path needs GQA to show.
 
-So after a failing case, :func:`needed_features` asks, feature by feature (in :data:`FEATURES`
+So after a failing case, :func:`needed_features` asks, feature by feature (in its family's
 order), whether the case still fails the same way (the same bucket) without it
 (:func:`without_feature`, one more case run): a feature whose removal keeps the failure is not
 needed, and the search goes on from the case without it; one whose removal makes the case pass or
@@ -27,85 +27,81 @@ is a set of present features each of which the failure needs, given the others
 the bucket's key (:attr:`~harness.buckets.Bucket.needs`): two defects of two features are two findings,
 and a failure that needs none (a defect of every call) keys as before.
 
-A feature is removed by setting it to what SGLang's layer passes when the model does not use it:
-``H_kv`` = ``H``, no ``window_size``, no ``s_aux``, no ``softmax_scale`` (the head-dim default), no
-indptr gaps.  Failures that depend on earlier calls rather than on the case (FlashInfer's graph
-cache: :data:`STATEFUL_CAUSES`) are not attributed: their variant passes or fails for another
-reason than the feature.  LoRA problems have no such features (their config flags are
+Each family's record names its features (``Family.features``: a :class:`FeatureTable`, vision's in
+:mod:`harness.features_vision`): a feature is removed by setting it to what SGLang's layer passes when the
+model does not use it: ``H_kv`` = ``H``, no ``window_size``, no ``s_aux``, no ``softmax_scale`` (the
+head-dim default), no indptr gaps.  Failures that depend on earlier calls rather than on the case
+(FlashInfer's graph cache: :data:`STATEFUL_CAUSES`) are not attributed: their variant passes or fails for
+another reason than the feature.  A family without a table has no such features (LoRA's config flags are
 ``Bucket.flags``, which describe a case and are not compared).
 
-Standard library only at import time (reports read :data:`FEATURE_WORDS`).
+Standard library only at import time (reports read the features' words through :func:`describe`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional
 
-__all__ = ["FEATURES", "FEATURE_WORDS", "STATEFUL_CAUSES", "declined_in", "describe", "features_of",
-           "needed_features", "with_needs", "without_feature"]
+from kernel_oracle.harness.family import families, family_names, get_family
 
-FEATURES = ("gqa", "window", "sinks", "softmax_scale", "gaps")
-FEATURE_WORDS = {
-    "gqa": "with k/v of fewer heads than q (GQA/MQA)",
-    "window": "with a window_size",
-    "sinks": "with attention sinks (s_aux)",
-    "softmax_scale": "with a softmax_scale",
-    "gaps": "with uncovered tokens between sequences",
-}
+__all__ = ["STATEFUL_CAUSES", "FeatureTable", "declined_in", "describe", "features_of", "needed_features",
+           "with_needs", "without_feature"]
+
 # causes that depend on what ran before the case: a variant cannot tell which feature they need
 STATEFUL_CAUSES = ("GraphCacheHazard",)
 
 
-# what a vision problem uses, by name: the features a failure may need (FEATURES) and the keywords of
-# SGLang's call a target may decline (fuzz.strategies.VISION_FEATURES: a full call passes window_size and
-# s_aux, if only their no-op values)
-_USES = {
-    "gqa": lambda get: get("H_kv") is not None and get("H_kv") != get("H"),
-    "window": lambda get: get("window") is not None and tuple(get("window")) != (-1, -1),
-    "sinks": lambda get: get("sinks") is not None,
-    "softmax_scale": lambda get: get("softmax_scale") is not None,
-    "gaps": lambda get: any(get("gaps") or ()),
-    "window_size": lambda get: get("window") is not None or bool(get("full_call")),
-    "s_aux": lambda get: get("sinks") is not None or bool(get("full_call")),
-    "forward_metadata": lambda get: get("path", "metadata") != "kwargs",
-}
+@dataclass(frozen=True)
+class FeatureTable:
+    """One family's features of a call.  ``names``: those a failure may need, in the order they are tried;
+    ``words``: each one's words in a headline; ``uses``: feature -> whether a problem has it, ``f(get)`` with
+    ``get(field, default=None)`` reading the problem (a dataclass or its dict), for the needed features and the
+    features a target may decline; ``neutral``: needed feature -> the fields that remove it; ``declinable``: the
+    features a target may decline (``Target.declines``), named without the family's prefix."""
+
+    names: tuple
+    words: Mapping[str, str]
+    uses: Mapping[str, Callable]
+    neutral: Mapping[str, dict]
+    declinable: tuple = ()
 
 
-def _present(problem, feature: str) -> bool:
-    if feature not in _USES:
-        raise ValueError(f"unknown feature {feature!r}; the features are {list(FEATURES)}")
+def _table(problem) -> Optional[FeatureTable]:
+    family = problem.get("family") if isinstance(problem, dict) else getattr(problem, "family", None)
+    return get_family(family).resolve("features") if family in family_names() else None
+
+
+def _present(table: FeatureTable, problem, feature: str) -> bool:
     if isinstance(problem, dict):
-        return bool(_USES[feature](problem.get))
-    return bool(_USES[feature](lambda name, default=None: getattr(problem, name, default)))
+        return bool(table.uses[feature](problem.get))
+    return bool(table.uses[feature](lambda name, default=None: getattr(problem, name, default)))
 
 
 def declined_in(problem, declines) -> list:
-    """The features of ``declines`` (a target's ``Target.declines``) a vision problem (dataclass or dict)
-    uses: the cases :func:`fuzz.strategies.vision_problems` never draws for that target (a replay of
-    another target's case checks this first)."""
-    return [f for f in declines if f in _USES and _present(problem, f)]
+    """The features of ``declines`` (a target's ``Target.declines``) a problem (dataclass or dict) uses, by its
+    family's table: the cases a campaign never draws for that target (a replay of another target's case checks
+    this first)."""
+    table = _table(problem)
+    return [] if table is None else [f for f in declines if f in table.uses and _present(table, problem, f)]
 
 
 def features_of(problem) -> tuple:
-    """The :data:`FEATURES` a vision problem (dataclass) has, in order; ``()`` for any other problem."""
-    if getattr(problem, "family", None) != "vision" or not dataclasses.is_dataclass(problem):
-        return ()
-    return tuple(f for f in FEATURES if _present(problem, f))
-
-
-_NEUTRAL = {"gqa": {"H_kv": None}, "window": {"window": None}, "sinks": {"sinks": None},
-            "softmax_scale": {"softmax_scale": None}, "gaps": {"gaps": ()}}
+    """The features a problem (dataclass) has, in its family's order; ``()`` for a family without any."""
+    table = _table(problem) if dataclasses.is_dataclass(problem) else None
+    return () if table is None else tuple(f for f in table.names if _present(table, problem, f))
 
 
 def without_feature(problem, feature: str):
     """``problem`` without ``feature`` (see the Note for what each removal sets), or None when it
     does not have it."""
-    if feature not in _NEUTRAL:
-        raise ValueError(f"unknown feature {feature!r}; the features are {list(FEATURES)}")
+    table = _table(problem)
+    if table is None or feature not in table.neutral:
+        raise ValueError(f"unknown feature {feature!r}; the features are {list(table.names if table else ())}")
     if feature not in features_of(problem):
         return None
-    return dataclasses.replace(problem, **_NEUTRAL[feature])
+    return dataclasses.replace(problem, **table.neutral[feature])
 
 
 def needed_features(case, bucket, run: Callable) -> tuple:
@@ -173,5 +169,9 @@ def with_needs(case, bucket, run: Callable):
 
 def describe(needs) -> Optional[str]:
     """``"with k/v of fewer heads than q (GQA/MQA)"`` for a bucket's needs, None for none."""
-    words = [FEATURE_WORDS.get(f, f) for f in needs or ()]
+    known = {f: w for family in families() for f, w in (family.resolve("features") or _NONE).words.items()}
+    words = [known.get(f, f) for f in needs or ()]
     return " and ".join(words) if words else None
+
+
+_NONE = FeatureTable((), {}, {}, {})

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 
+from kernel_oracle.harness.family import family_names, get_family
 from kernel_oracle.harness.features import describe
 
-__all__ = ["REGION_WORDS", "dtypes_of", "example_text", "headline", "upstream_names"]
+__all__ = ["REGION_WORDS", "dtypes_of", "example_text", "headline", "plural", "upstream_names"]
 
 # the rows or elements each region class of harness.buckets names, in words
 REGION_WORDS = {
@@ -133,50 +134,16 @@ def headline(finding: dict) -> str:
     return f"{ops}: {_what(finding)}{' ' + needs if needs else ''} ({dtypes}; {cases}){known}"
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
+    """``"1 segment"``, ``"3 segments"``."""
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _lora_text(p: dict) -> str:
-    lens = [int(n) for n in p.get("seg_lens") or ()]
-    slots, ranks, scal = p.get("weight_indices") or (), p.get("lora_ranks") or (), p.get("scalings") or ()
-    parts = [f"{_plural(len(lens), 'segment')} of {lens} rows" if lens else "no segment",
-             f"slots {list(slots)}" if slots else "",
-             f"ranks {list(ranks)} (R={p.get('R')})", f"scalings {[round(float(x), 4) for x in scal]}",
-             f"H={p.get('H')}"]
-    extras = [("permuted", p.get("permute")), (f"CUDA-graph padding to {p.get('cuda_graph_pad_to')}",
-                                                p.get("cuda_graph_pad_to") is not None),
-              (f"stale host ints {p.get('stale_host_ints')}", p.get("stale_host_ints") is not None),
-              (f"eager counts {p.get('eager_counts')}", p.get("eager_counts") is not None),
-              (f"seg_lens {p.get('seg_lens_drift')}", p.get("seg_lens_drift")),
-              ("no max_len", p.get("with_max_len") is False), ("no seg_lens", p.get("with_seg_lens") is False),
-              (f"{p.get('extra_rows')} unrouted rows", p.get("extra_rows")),
-              (f"poison past the rank ({p.get('poison_beyond_rank')})", p.get("poison_beyond_rank"))]
-    return ", ".join([x for x in parts if x] + [words for words, on in extras if on])
-
-
-def _vision_text(p: dict) -> str:
-    lens = [int(n) for n in p.get("lengths") or ()]
-    parts = [f"{_plural(len(lens), 'sequence')} of {lens} tokens" if lens else "no sequence",
-             f"H={p.get('H')}" + (f", H_kv={p.get('H_kv')}" if p.get("H_kv") is not None else ""),
-             f"D={p.get('D')}"]
-    extras = [(f"v/o shifted by {p.get('v_shift')}/{p.get('o_shift')} tokens", p.get("v_shift") or p.get("o_shift")),
-              (f"gaps {list(p.get('gaps') or ())}", p.get("gaps")), (f"window {p.get('window')}", p.get("window")),
-              (f"sinks ({p.get('sinks')})", p.get("sinks")),
-              (f"softmax_scale {p.get('softmax_scale')}", p.get("softmax_scale") is not None),
-              (f"metadata via {p.get('path')}", p.get("path") not in (None, "metadata"))]
-    return ", ".join(parts + [words for words, on in extras if on])
-
-
 def _fields_text(p: dict) -> str:
-    """A problem of a family without words of its own (below): every field that is set, as ``name value``."""
+    """A problem of a family without words of its own (its record's ``words``): every field that is set, as
+    ``name value``."""
     return ", ".join(f"{k} {list(v) if isinstance(v, (list, tuple)) else v}" for k, v in p.items()
                      if k not in ("family", "op", "dtype") and v not in (None, False, (), []))
-
-
-# the words of the families whose problems have their own (this module stays standard-library only, so it
-# reads no family record: the records import torch); any other family's problem is listed field by field
-_TEXTS = {"lora": _lora_text, "vision": _vision_text}
 
 
 def example_text(example: dict) -> str:
@@ -188,7 +155,9 @@ def example_text(example: dict) -> str:
     op, dtype = example.get("op") or p.get("op") or "-", example.get("dtype") or p.get("dtype") or "-"
     if not p:
         return f"{op} {dtype} {example.get('shape_class') or '-'}"
-    text = f"{op} {dtype}: " + _TEXTS.get(p.get("family", "lora"), _fields_text)(p)
+    family = p.get("family")
+    words = get_family(family).resolve("words") if family in family_names() else None  # its record's, or
+    text = f"{op} {dtype}: " + (words or _fields_text)(p)  # every field that is set
     m = case.get("mutation")
     if isinstance(m, dict) and m.get("kind"):
         text += f"; mutation {m['kind']} (index {m.get('index', 0)}, amount {m.get('amount', 1)})"

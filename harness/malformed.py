@@ -43,58 +43,62 @@ the valid part keeps the rows of the segments the mutation left intact:
   permutation when there is one (a kernel may legitimately write there);
 * every other kind (``max_len_too_small``, ``seg_lens_mismatch``, ``bad_max_len``: a count every
   segment's tiling uses; ``permutation_*``, ``negative_rank``, ``metadata_dtype``,
-  ``short_metadata``, wrong data shapes or dtypes, and the vision kinds, whose offsets and lengths
-  move every later sequence's placement) has no valid part that a correct kernel must keep: such a
-  case is ``harmless`` unless it crashes (:data:`SEGMENT_KINDS` lists the kinds with one).
+  ``short_metadata``, wrong data shapes or dtypes, and the vision and csgmv kinds, whose offsets and
+  lengths move every later sequence's placement) has no valid part that a correct kernel must keep:
+  such a case is ``harmless`` unless it crashes.
+
+Each family's record names its valid part (``Family.valid_part``: a :class:`ValidPart`, the LoRA one in
+:mod:`harness.malformed_lora`); a family without one has none for any kind.
 """
 
 from __future__ import annotations
 
 import shlex
 import shutil
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 
-__all__ = ["BROKEN_CONTEXT", "CLASSES", "breaks_context", "FINDING_CLASSES", "GAP_CLASSES", "GapTable", "MEMCHECK_TIMEOUT_S", "broken_segments",
+from kernel_oracle.harness.family import get_family
+
+__all__ = ["BROKEN_CONTEXT", "CLASSES", "breaks_context", "FINDING_CLASSES", "GAP_CLASSES", "GapTable", "MEMCHECK_TIMEOUT_S",
            "case_elements", "gap_lines", "in_gap_table",
-           "lenient_line", "memcheck", "SEGMENT_KINDS", "consequence", "sanitizer_command",
-           "valid_rows"]
+           "lenient_line", "memcheck", "ValidPart", "consequence", "sanitizer_command",
+           "valid_part", "valid_rows"]
 
 BROKEN_CONTEXT = "breaks the CUDA context"
 CLASSES = ("rejected", "harmless", "rows dropped", BROKEN_CONTEXT, "defined rows changed", "out of bounds")
 FINDING_CLASSES = ("defined rows changed", "out of bounds")
 GAP_CLASSES = ("harmless", "rows dropped", BROKEN_CONTEXT)
-SEGMENT_KINDS = ("slot_out_of_range", "negative_slot", "seg_indptr_decreasing", "seg_indptr_past_rows",
-                 "seg_indptr_negative_start")
+
+
+@dataclass(frozen=True)
+class ValidPart:
+    """A family's valid part of a malformed case (its record's ``valid_part``): ``kinds``, the mutation kinds
+    that leave one; ``rows(call, clean_call)``, the bool mask over the output's rows the valid part defines
+    (``clean_call``: the case's call without its mutation); ``neighbours(problem, call, clean_call)``, the
+    valid problems nearest to the malformed one (Note [One defect through malformed input] in
+    :mod:`harness.through_malformed`), the problem itself first."""
+
+    kinds: frozenset
+    rows: Callable
+    neighbours: Callable
+
+
+def valid_part(case) -> Optional[ValidPart]:
+    """The :class:`ValidPart` of ``case``'s family when its mutation leaves one, else None."""
+    if case.mutation is None:
+        return None
+    part = get_family(case.family).resolve("valid_part")
+    return part if part is not None and case.mutation.kind in part.kinds else None
 
 
 def valid_rows(case, call, clean_call) -> Optional[torch.Tensor]:
     """The bool mask over the output's rows of the valid part (``clean_call``: the case's call
     without its mutation), or None when the malformation has none (Note [Malformed consequences])."""
-    from kernel_oracle.harness.problems import batch_info_of
-    from kernel_oracle.reference.lora_routing import route_lora_batch
-
-    if case.mutation is None or case.family != "lora" or case.mutation.kind not in SEGMENT_KINDS:
-        return None
-    good, bad = batch_info_of(clean_call), batch_info_of(call)
-    rows = int(clean_call.args[0].shape[0])
-    route = route_lora_batch(good, num_rows=rows, num_slots=int(good.lora_ranks.numel()), max_rank=10**9,
-                             device=torch.device("cpu"), strict=False)
-    bi_ = bad.seg_indptr.cpu().tolist()
-    broken = broken_segments(call, clean_call)
-    mask = torch.zeros(rows, dtype=torch.bool)
-    keep = torch.tensor([int(s) not in broken for s in route.segment.cpu().tolist()], dtype=torch.bool)
-    mask[route.rows.cpu()[keep]] = True
-    perm = getattr(bad, "permutation", None)
-    perm = perm.cpu().long() if perm is not None else None
-    logical = int(perm.numel()) if perm is not None else rows
-    for s in broken:  # a broken segment's mutated bounds: a kernel may write there, through the permutation
-        lo, hi = max(0, min(bi_[s], bi_[s + 1])), min(logical, max(bi_[s], bi_[s + 1]))
-        if hi > lo:
-            phys = perm[lo:hi] if perm is not None else torch.arange(lo, hi)
-            mask[phys[(phys >= 0) & (phys < rows)]] = False
-    return mask
+    part = valid_part(case)
+    return None if part is None else part.rows(call, clean_call)
 
 
 def breaks_context(observed) -> bool:
@@ -110,20 +114,6 @@ def in_gap_table(verdict, strict: Optional[bool], with_malformed: bool = False) 
     ``kernel-oracle fuzz`` and of the pytest plugin's properties."""
     return (not verdict.ok and verdict.kind == "validation-gap" and verdict.consequence in GAP_CLASSES
             and strict is False and not with_malformed)
-
-
-def broken_segments(call, clean_call) -> set:
-    """The segments whose weight index or ``seg_indptr`` bounds differ between the malformed ``call``
-    and its valid part ``clean_call`` (the same problem without the mutation)."""
-    from kernel_oracle.harness.problems import batch_info_of
-
-    good, bad = batch_info_of(clean_call), batch_info_of(call)
-    gi, bi_ = good.seg_indptr.cpu().tolist(), bad.seg_indptr.cpu().tolist()
-    gw, bw = good.weight_indices.cpu().tolist(), bad.weight_indices.cpu().tolist()
-    # every segment the metadata describes, not the host count: num_segments may be 0 with bs routing
-    # (docs/semantics.md#fields-that-may-disagree), and the routing takes whichever of them upstream reads
-    n = min(len(gw), len(bw), len(gi) - 1, len(bi_) - 1)
-    return {s for s in range(n) if gw[s] != bw[s] or gi[s] != bi_[s] or gi[s + 1] != bi_[s + 1]}
 
 
 def consequence(case, call, observed, clean_call, reference) -> tuple:

@@ -1,4 +1,5 @@
-"""The csgmv family's metadata mutation kinds (Note [Mutations] in :mod:`harness.mutations`, whose tables list them).
+"""The csgmv family's metadata mutation kinds (Note [Mutations] in :mod:`harness.mutations`), which the ``csgmv``
+record names (its ``mutations``).
 
 Note [csgmv mutations]
 ----------------------
@@ -25,9 +26,11 @@ from typing import Callable
 
 import torch
 
+from kernel_oracle.harness.mutations import MutationKinds
 from kernel_oracle.harness.problems import Call, batch_info_of
 
-__all__ = ["CSGMV_ERROR_INPUT_KINDS", "CSGMV_KINDS", "UNCHECKED_BOUNDS", "UNCHECKED_BOUNDS_FEATURE", "csgmv_declined"]
+__all__ = ["CSGMV_ERROR_INPUT_KINDS", "CSGMV_KINDS", "CSGMV_MUTATIONS", "UNCHECKED_BOUNDS", "UNCHECKED_BOUNDS_FEATURE",
+           "csgmv_declined"]
 
 UNCHECKED_BOUNDS_FEATURE = "csgmv.unchecked_bounds"
 
@@ -238,6 +241,7 @@ CSGMV_KINDS: dict[str, tuple[str, Callable]] = {
 CSGMV_ERROR_INPUT_KINDS: dict[str, tuple[str, Callable]] = {
     "metadata_device": ("malformed", _metadata_device),
 }
+CSGMV_MUTATIONS = MutationKinds(CSGMV_KINDS, CSGMV_ERROR_INPUT_KINDS)
 # the malformed kinds that make the kernels address memory outside a tensor (Note [csgmv mutations])
 UNCHECKED_BOUNDS = frozenset({"slot_out_of_range", "negative_slot", "seg_indptr_negative_start", "bad_num_segments",
                               "permutation_out_of_range", "permutation_negative", "permutation_short",

@@ -23,13 +23,13 @@ from typing import Iterator
 import torch
 
 from kernel_oracle.reference._helpers import describe_tensor
+from kernel_oracle.reference.contracts import CONTRACTS
+from kernel_oracle.reference.signatures import signature
 from kernel_oracle.harness.mutations import Mutation
-from kernel_oracle.harness.opinfo_rows import ErrorInput, Sample
+from kernel_oracle.harness.opinfo_rows import DTYPE_NAME as _DTYPE_NAME, FLOATS, ErrorInput, OpInfo, Sample
 from kernel_oracle.harness.problem_csgmv import CsgmvProblem
 
-__all__ = ["CSGMV_EDGE_CASES", "csgmv_errors", "csgmv_samples"]
-
-_DTYPE_NAME = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
+__all__ = ["CSGMV_EDGE_CASES", "CSGMV_OPINFOS", "csgmv_errors", "csgmv_samples"]
 
 # name -> the problem's fields (op and dtype come from the OpInfo); ``ops`` limits a row to some ops
 CSGMV_EDGE_CASES = {
@@ -142,3 +142,13 @@ def csgmv_errors(op: str):
         yield ErrorInput(s(op, cpu_offsets=True), _m("slice_offsets_cpu_mismatch"), "csgmv.strict.offsets_cpu",
                          dict(cpu=[0, 10, 15], offsets=[0, 10, 16]))
     return gen
+
+
+# csgmv: hand-picked samples and one error input per contract row; the fuzzer draws
+# its problems through its strategy (kernel_oracle.fuzz.strategies_csgmv)
+CSGMV_OPINFOS = tuple(
+    OpInfo(signature=signature(op), dtypes=FLOATS, sample_inputs=csgmv_samples(op),
+           exhaustive_inputs=csgmv_samples(op), error_inputs=csgmv_errors(op),
+           contracts=tuple(c.id for c in CONTRACTS.values() if c.api == "csgmv" and c.origin == "upstream"))
+    for op in ("csgmv_shrink", "csgmv_expand")
+)

@@ -22,7 +22,8 @@ takes it again before it loads its target, :func:`rebase`):
   so a target's own logging around ``torch.save`` is no finding, and every function, class (with its
   methods) and table (a module-level dict's entries) of the oracle's and the judge's own modules
   (``kernel_oracle.reference.*``, ``kernel_oracle.harness.*``): the object, and for a Python function its
-  ``__code__``, defaults and keyword defaults; a module replaced in ``sys.modules`` too;
+  ``__code__``, defaults and keyword defaults; a module replaced in ``sys.modules`` too (a kernel family
+  registered or removed since changes the tables by the registry's hand: their fingerprint is taken again);
 * **torch's namespaces, whatever the baseline**: a callable there whose ``__module__`` is not torch's (a
   user's function put in place before the baseline was taken: the user's process may import the target
   first);
@@ -53,6 +54,8 @@ from typing import Any, Optional
 
 import torch
 import torch.nn.functional
+
+from kernel_oracle.harness.family import registry_generation
 
 __all__ = ["FULL_EVERY", "baseline", "rebase", "replaced", "restore"]
 
@@ -161,6 +164,16 @@ class _Baseline:
         self.module_count = len(sys.modules)
         self.registered = _library_registrations()
         self.reported: set = set()
+        self.generation = registry_generation()
+
+    def retake_own(self) -> None:
+        """The fingerprint of our own modules again: a kernel family was registered or removed since (its rows
+        joined the tables the oracle reads, by the registry's own hand, not a target's)."""
+        self.generation = registry_generation()
+        for label, (owner, _) in list(self.entries.items()):
+            if label.startswith(_OWN):
+                self.entries[label] = (owner, _entries(owner, True))
+                self.fast[label] = _fast(owner, self.entries[label][1])
 
     def refresh_new_modules(self) -> None:
         """Modules of ours imported since (a lazy import): watched from now on."""
@@ -323,6 +336,8 @@ def replaced(*, full: bool = False) -> list[tuple[str, str]]:
     base = baseline()
     base.calls += 1
     base.refresh_new_modules()
+    if base.generation != registry_generation():
+        base.retake_own()
     out = _left_modes() + _python_changes(base) + _foreign_callables()
     registered = _library_registrations()
     if full or base.calls == 1 or base.calls % FULL_EVERY == 0 or registered != base.registered:

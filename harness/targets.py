@@ -49,7 +49,7 @@ declares what the comparison needs to be fair:
   LoRA an upstream contract id of the kv_b files (``"lora.missing_max_len"``: SGLang's ``triton_v2``
   correction reads no ``max_len``); for vision the features of SGLang's call it does not take (``"gqa"``,
   ``"window_size"``, ``"s_aux"``, ``"softmax_scale"``, ``"forward_metadata"``:
-  :data:`kernel_oracle.fuzz.strategies.VISION_FEATURES`): it is given no case of them and its record says
+  :data:`kernel_oracle.harness.features_vision.VISION_FEATURES`): it is given no case of them and its record says
   why.  A target that takes an argument and ignores it declares nothing, and fails.  An SGLang release's
   vision wrapper declines what that release's own ``VisionAttention`` never passes it (0.5.10 passes
   neither ``softmax_scale`` nor ``window_size`` nor ``s_aux``; before 0.5.16 no ``forward_metadata``):

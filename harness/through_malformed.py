@@ -10,9 +10,10 @@ wrong rows of the intact segments once a broken segment routes them to another s
 as a second finding ("accepts negative_slot and defined rows changed") would split one defect in
 two and point the reader at the metadata instead of the code.
 
-:func:`valid_failure` therefore checks the valid inputs nearest to the malformed one: its valid part
-(the problem without the mutation) and, for each segment the mutation broke, the problem with that
-segment routed to each other slot of the batch and the problem without that segment.  The first of
+:func:`valid_failure` therefore checks the valid inputs nearest to the malformed one, which its family's
+valid part names (``ValidPart.neighbours``, :mod:`harness.malformed`): its valid part (the problem without the
+mutation) and, for a LoRA case, for each segment the mutation broke, the problem with that segment routed to
+each other slot of the batch and the problem without that segment (:mod:`harness.malformed_lora`).  The first of
 them that fails is the verdict, with ``seen_through`` naming the mutation: the campaign records that
 valid case as the example of the one defect and lists the malformed sighting under it.  When all of
 them pass, the malformation is what broke the rows, and the validation-gap finding stands.  It runs
@@ -21,45 +22,24 @@ only for ``defined rows changed`` (rare, and already a failure), at most a few e
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
-__all__ = ["valid_failure", "valid_neighbours"]
+__all__ = ["valid_failure"]
 
 # the neighbours checked per malformed case, at most: each is one call of the target
 MAX_NEIGHBOURS = 12
-
-
-def valid_neighbours(problem, broken: set) -> Iterator:
-    """Valid problems next to ``problem`` (a LoRA problem whose segments ``broken`` a mutation broke):
-    the problem itself, then per broken segment the problem with that segment on each other slot and
-    the problem without it."""
-    yield problem
-    for b in sorted(broken):
-        if b >= len(problem.seg_lens):
-            continue
-        for w in range(len(problem.lora_ranks)):
-            if w != problem.weight_indices[b]:
-                yield dataclasses.replace(problem, weight_indices=tuple(
-                    w if i == b else x for i, x in enumerate(problem.weight_indices)))
-        if len(problem.seg_lens) > 1:
-            keep = [i for i in range(len(problem.seg_lens)) if i != b]
-            # the host counts described the segments there were: the real ones now
-            yield dataclasses.replace(problem, seg_lens=tuple(problem.seg_lens[i] for i in keep),
-                                      weight_indices=tuple(problem.weight_indices[i] for i in keep),
-                                      eager_counts=None, stale_host_ints=None)
 
 
 def valid_failure(case, call, clean_call, check: Callable) -> Optional[object]:
     """The failing verdict of the first valid neighbour of the malformed ``case`` (``check(problem) ->
     Verdict`` of the problem without a mutation), marked ``seen_through`` with the mutation's kind, or
     None when every neighbour passes."""
-    from kernel_oracle.harness.malformed import broken_segments
+    from kernel_oracle.harness.malformed import valid_part
 
-    if clean_call is None or case.mutation is None:
+    part = valid_part(case)
+    if clean_call is None or part is None:
         return None
-    broken = broken_segments(call, clean_call)
-    for i, problem in enumerate(valid_neighbours(case.problem, broken)):
+    for i, problem in enumerate(part.neighbours(case.problem, call, clean_call)):
         if i >= MAX_NEIGHBOURS:
             break
         try:

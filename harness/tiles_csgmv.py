@@ -1,4 +1,5 @@
-"""The tile model of SGLang's chunked SGMV LoRA kernels (Note [csgmv tile model]).
+"""The tile model of SGLang's chunked SGMV LoRA kernels (Note [csgmv tile model]), which the ``csgmv`` record names
+(its ``tile_models``).
 
 Note [csgmv tile model]
 -----------------------
@@ -29,8 +30,9 @@ slice, ``BLOCK_N``) and ``K=rank`` (``min(R, rank)`` of the largest routed rank,
 from __future__ import annotations
 
 from kernel_oracle.harness.tile_coverage import TiledDim, slot_rows
+from kernel_oracle.harness.tiles import TileModel
 
-__all__ = ["csgmv_blocks", "csgmv_dims", "csgmv_hints", "csgmv_split"]
+__all__ = ["CSGMV_TILE_MODELS", "csgmv_blocks", "csgmv_dims", "csgmv_hints", "csgmv_split"]
 
 
 def _tuned(model: dict, kernel: str, K: int, R: int, S: int):
@@ -95,3 +97,7 @@ def csgmv_hints(model: dict, op: str) -> dict:
     bn = tuple(sorted({int(c["BLOCK_N"]) for c in configs}))
     bk = tuple(sorted({int(c["BLOCK_K"]) for c in configs}))
     return {"N=slices*R": bn, "K=K": bk} if kernel == "shrink" else {"N=slice": bn, "K=rank": bk}
+
+
+# on a GPU of another name, a release's tuned tables for that name
+CSGMV_TILE_MODELS = {"csgmv": TileModel(csgmv_dims, csgmv_hints, lambda model, name: {**model, "device_name": name})}

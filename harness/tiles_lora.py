@@ -1,4 +1,5 @@
-"""Tile models of the kv_b LoRA codes (Note [Tile coverage] in :mod:`kernel_oracle.harness.tile_coverage`).
+"""Tile models of the kv_b LoRA codes (Note [Tile coverage] in :mod:`kernel_oracle.harness.tile_coverage`), which
+the ``lora`` record names (its ``tile_models``).
 
 Note [LoRA tile models]
 -----------------------
@@ -30,8 +31,10 @@ from kernel_oracle.reference.batch_info import make_lora_batch_info
 from kernel_oracle.reference.lora_routing import max_segment_len, num_segments
 
 from kernel_oracle.harness.tile_coverage import TiledDim, slot_rows
+from kernel_oracle.harness.tiles import TileModel
 
-__all__ = ["OURS_DIMS", "blocks_lora_dims", "blocks_lora_hints", "ours_lora_dims", "ours_lora_hints"]
+__all__ = ["LORA_TILE_MODELS", "OURS_DIMS", "blocks_lora_dims", "blocks_lora_hints", "ours_lora_dims",
+           "ours_lora_hints", "ours_lora_model"]
 
 # op -> (dimension, the BLOCKS key of its block) of our kernels (kernels/lora/_split.py, _fused.py); rows: BT
 OURS_DIMS = {
@@ -127,3 +130,12 @@ def blocks_lora_hints(model: dict, op: str) -> dict:
             if not dim.startswith("split:") and int(block) > 0:
                 hints[dim] = tuple(sorted({*hints.get(dim, ()), int(block)}))
     return hints
+
+
+def ours_lora_model() -> dict:
+    """The model of our LoRA kernels (the same blocks interpreted and compiled: the launch plan's)."""
+    return {"model": "ours"}
+
+
+LORA_TILE_MODELS = {"ours": TileModel(ours_lora_dims, ours_lora_hints, lambda model, name: ours_lora_model()),
+                    "blocks": TileModel(blocks_lora_dims, blocks_lora_hints)}

@@ -12,36 +12,46 @@ case's dict (``Case.to_dict()``: ``{"problem": {...}, "mutation": ...}``).  Two 
   no further case that sets the trigger off; it counts them (``known_skipped`` in its summary) and
   spends the time elsewhere (docs/fuzzing.md, "Known issues do not eat the budget").
 
-Each predicate reads only problem fields (standard library only: reports and compare load this
-module without torch) and is exact: it holds when the case's routed or covered data reaches the
-defect, not merely when a field looks suspicious.
+Each family's record names its triggers (``Family.triggers``: name -> predicate, LoRA's in
+:mod:`harness.triggers_lora`), and a trigger holds only for a case of its family.  Each predicate reads
+only problem fields (standard library only: reports and compare load this module without torch) and is
+exact: it holds when the case's routed or covered data reaches the defect, not merely when a field looks
+suspicious.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
+
+from kernel_oracle.harness.family import families
 
 __all__ = ["TRIGGERS", "trigger_holds"]
 
 
-def _lora_rank_above_buffer(case: Mapping) -> bool:
-    """A non-empty segment routes a slot whose ``lora_ranks`` entry exceeds the buffer rank ``R``
-    (the kv_b contract caps it at R; SGLang's memory pool never holds such a rank)."""
-    p = case.get("problem") or {}
-    if p.get("family") != "lora":
-        return False
-    ranks, R = list(p.get("lora_ranks") or ()), int(p.get("R") or 0)
-    for length, slot in zip(p.get("seg_lens") or (), p.get("weight_indices") or ()):
-        if int(length) > 0 and 0 <= int(slot) < len(ranks) and int(ranks[int(slot)]) > R:
-            return True
-    return False
+def _owners() -> dict:
+    """trigger name -> (its family, its predicate), every registered family's."""
+    return {name: (family.name, predicate) for family in families()
+            for name, predicate in (family.resolve("triggers") or {}).items()}
 
 
-TRIGGERS: Mapping[str, Callable[[Mapping], bool]] = {
-    "lora_rank_above_buffer": _lora_rank_above_buffer,
-}
+class _Triggers(Mapping):
+    """trigger name -> predicate over a case dict: the registered families' triggers, read at each access."""
+
+    def __getitem__(self, name: str) -> Callable[[Mapping], bool]:
+        return _owners()[name][1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_owners())
+
+    def __len__(self) -> int:
+        return len(_owners())
+
+
+TRIGGERS: Mapping[str, Callable[[Mapping], bool]] = _Triggers()
 
 
 def trigger_holds(name: str, case: Mapping) -> bool:
-    """Whether the trigger ``name`` (a key of :data:`TRIGGERS`) holds for ``case`` (a case dict)."""
-    return bool(TRIGGERS[name](case))
+    """Whether the trigger ``name`` (a key of :data:`TRIGGERS`) holds for ``case`` (a case dict): a case of
+    the trigger's family whose predicate holds."""
+    family, predicate = _owners()[name]
+    return (case.get("problem") or {}).get("family") == family and bool(predicate(case))

@@ -8,7 +8,8 @@ budget spends that budget compiling.  Runtime sizes are not specialised (``do_no
 ``kernels/lora``), so what selects a compiled kernel is the dtype, the layout flags (permutation,
 CUDA-graph padding) and the bucketed block sizes -- a small set, which :func:`warm_up_cases` covers
 with one realistic shape each (DeepSeek-style kv_b LoRA: H=16, qk=vd=128, kv_lora_rank=512,
-R=16/64; Qwen2-VL-style vision: H=16, head dims 80/64/128), most common first.  A worker runs
+R=16/64; Qwen2-VL-style vision: H=16, head dims 80/64/128), most common first: each family's record names
+its cases (``Family.warm_up``: :mod:`harness.warmup_lora`, :mod:`harness.warmup_vision`).  A worker runs
 :func:`warm_up` once when it starts, outside every campaign's budget; with the persistent kernel cache
 (``harness.device.worker_env``, Note [Kernel cache]) a later worker only loads the binaries.
 
@@ -25,7 +26,8 @@ variants, of which a GPU campaign meets a new one every few cases (a launch reco
 of the "gpu" preset meets 140-160 distinct variants, and more the longer it runs).  At about half a
 second of LLVM and ptxas each, a campaign that compiled them as it met them would spend most of its
 time compiling.  :func:`variant_cases` holds one
-case per variant (the recorder test ``oracle_tests/harness/test_variant_warmup.py``: they launch distinct
+case per variant (each family's record names its variants, ``Family.variants``: LoRA's in
+:mod:`harness.warmup_lora`) (the recorder test ``oracle_tests/harness/test_variant_warmup.py``: they launch distinct
 variants, and every launch of fuzzed ``gpu``-preset cases is one of them), and for the ``triton``
 target on CUDA the worker has them compiled first by child processes in parallel (compile only,
 nothing runs on the GPU: :func:`fuzz.precompile.warm_up_target`) into Triton's disk cache, then
@@ -40,100 +42,50 @@ everything.
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Optional, Sequence
 
-from kernel_oracle.harness.check import Case, execute
-from kernel_oracle.harness.family import FAMILY_OPS
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+from kernel_oracle.harness.check import execute
+from kernel_oracle.harness.family import families
 
-__all__ = ["WARM_UP_DTYPES", "warm_up", "warm_up_cases"]
+__all__ = ["WARM_UP_DTYPES", "variant_cases", "variant_families", "variant_ops", "warm_up", "warm_up_cases",
+           "warm_up_dtypes"]
 
 WARM_UP_DTYPES = ("float32", "bfloat16", "float16")
 
-# LoRA batches: (seg_lens, weight_indices, lora_ranks, extra problem fields), most common first
-_LORA_BATCHES = (
-    ((300, 17, 129), (0, 1, 0), (16, 8), {}),  # prefill, ragged at tile edges
-    ((1,) * 64, tuple(i % 4 for i in range(64)), (16, 16, 8, 0), {}),  # decode
-    ((33, 64), (1, 0), (64, 64), {"R": 64, "permute": True}),  # permuted rows, rank 64
-    ((1,) * 24, tuple(i % 2 for i in range(24)), (16, 16), {"cuda_graph_pad_to": 32}),  # graph replay
-)
-_LORA_DIMS = dict(H=16, qk=128, vd=128, C=512, R=16)
-# vision batches: (lengths, head dim)
-_VISION_BATCHES = (((1024, 77, 256), 80), ((64, 129), 64), ((300,), 128))
-
-
-def warm_up_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) -> list[Case]:
-    """The fixed warm-up cases of ``ops`` in ``dtypes``: every op and dtype of the first batch, then
-    the next batch, so a time limit cuts the rarest variants first."""
-    out: list[Case] = []
-    lora_ops = [op for op in ops if op in FAMILY_OPS["lora"]]  # (csgmv has no warm-up cases)
-    for seg_lens, slots, ranks, extra in _LORA_BATCHES:
-        for dtype in dtypes:
-            for op in lora_ops:
-                fields = {**_LORA_DIMS, **extra}
-                scalings = tuple(1.0 - 0.25 * i for i in range(len(ranks)))
-                out.append(Case(LoRAProblem(op=op, seg_lens=seg_lens, weight_indices=slots, lora_ranks=ranks,
-                                            scalings=scalings, dtype=dtype, seed=1, **fields)))
-    if "vision" in ops:
-        for lengths, head_dim in _VISION_BATCHES:
-            for dtype in dtypes:
-                out.append(Case(VisionProblem(lengths=lengths, H=16, D=head_dim, dtype=dtype, seed=1)))
+def _cases_of(part: str, ops: Sequence[str], dtypes: Sequence[str]) -> list:
+    """Every registered family's cases of its record's ``part`` (``warm_up`` or ``variants``) for its ops among
+    ``ops``, in registration order."""
+    out: list = []
+    for family in families():
+        mine = [op for op in ops if op in family.ops]
+        build = family.resolve(part) if mine else None
+        if build is not None:
+            out.extend(build(mine, dtypes))
     return out
 
 
-# Note [Variant warm-up]: what selects a compiled kernel of ours (Note [Specialization] in kernels/lora),
-# most common in a GPU campaign first (a launch recorder over 2,000 cases of the "gpu" preset on the CPU:
-# token-major with few segments, then segment-major; rank blocks 64 and 32; generic layouts 2 to 1 over
-# aligned ones).  One case each: paths x rank blocks x layouts x dtypes x base dtypes x ops.
-# (segment lengths, slots, ops or None for all, what it selects).  Token-major launches over 3 or more
-# slots can take the flat grid (Note [Flat slot grid]: only where it halves the programs, which one or two
-# slots never do), a variant of its own; the fused q side's tile height depends on the rows per slot
-# (WIDE_BT in kernels.lora.BLOCKS), so its other heights get cases of their own.
-_VARIANT_PATHS = (
-    ((1,) * 8, 2, None, "token-major, one compare over 64 segment ends"),
-    ((256,), 2, None, "segment-major"),
-    # one slot never takes the flat grid; 50 rows keep the fused q side's tiles short (below WIDE_BT)
-    ((1,) * 50 + (0,) * 50, 1, None, "token-major, one compare over 256 segment ends"),
-    ((1,) * 300, 2, None, "token-major, binary search (wide fused-q tiles: 150 rows per slot)"),
-    ((3,) * 60, 4, None, "token-major, one compare over 64 ends, the flat grid"),
-    ((1,) * 200, 4, None, "token-major, one compare over 256 ends, the flat grid"),
-    ((5,) * 60, 4, ("q_side_fused",), "the flat grid, one compare over 64 ends, wide fused-q tiles"),
-    ((1,) * 256, 4, ("q_side_fused",), "the flat grid, one compare over 256 ends, wide fused-q tiles"),
-    ((5,) * 60, 1, ("q_side_fused",), "one compare over 64 ends, wide fused-q tiles (one slot: per-slot grid)"),
-    ((1,) * 200, 1, ("q_side_fused",), "one compare over 256 ends, wide fused-q tiles (one slot: per-slot grid)"),
-    ((1,) * 300, 8, ("q_side_fused",), "binary search, fused-q tiles of 37 rows per slot"),
-)
-_VARIANT_RANKS = (32, 64, 128)  # BLOCK_R buckets (kernels.lora._launch.MIN_BLOCK_R and up)
-# the rank block of a buffer rank past 128 (the fuzzer's tile edge 129 of the "gpu" preset's ranks, about one
-# case in 300): every other dimension again, after all of the above
-_RARE_RANKS = (256,)
-_VARIANT_LAYOUTS = (dict(H=2, qk=63, vd=47, C=129),  # sizes off 8 elements: the generic family
-                    dict(H=2, qk=64, vd=48, C=128))  # everything 16-byte aligned: the aligned family
-_BASE_OPS = ("step_b_q", "step_b_v", "q_side_fused", "v_side_fused")  # ops with a base_output
+def warm_up_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) -> list:
+    """The fixed warm-up cases of ``ops`` in ``dtypes``: each family's (its record's ``warm_up``: every op and
+    dtype of its first batch, then the next batch, so a time limit cuts the rarest variants first)."""
+    return _cases_of("warm_up", ops, dtypes)
 
 
-def variant_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) -> list[Case]:
-    """One LoRA case per compiled variant of our LoRA kernels that a campaign meets (Note [Variant
-    warm-up]): path x rank block x layout family x permutation x dtype x base dtype (the same, or fp32)
-    x op, most common first, so a time limit cuts the rarest.  2,896 cases for every op and dtype."""
-    lora_ops = [op for op in ops if op in FAMILY_OPS["lora"]]  # (csgmv has no warm-up cases)
-    out: list[Case] = []
-    for rank_blocks in (_VARIANT_RANKS, _RARE_RANKS):
-        for seg_lens, n_slots, only, _ in _VARIANT_PATHS:
-            slots = tuple(i % n_slots for i in range(len(seg_lens)))
-            for R in rank_blocks:
-                ranks = tuple(R if w % 2 == 0 else R // 2 for w in range(n_slots))
-                scalings = tuple(1.0 if w % 2 == 0 else 0.5 for w in range(n_slots))
-                for dims, permute, dtype, op in itertools.product(_VARIANT_LAYOUTS, (False, True), dtypes, lora_ops):
-                    if only is not None and op not in only:
-                        continue
-                    bases = (None, "float32") if op in _BASE_OPS and dtype != "float32" else (None,)
-                    out.extend(Case(LoRAProblem(op=op, seg_lens=seg_lens, weight_indices=slots, lora_ranks=ranks,
-                                                scalings=scalings, R=R, permute=permute, dtype=dtype, base_dtype=base,
-                                                seed=1, **dims)) for base in bases)
-    return out
+def variant_cases(ops: Sequence[str], dtypes: Sequence[str] = WARM_UP_DTYPES) -> list:
+    """One case per compiled variant of our kernels of ``ops`` that a campaign meets (Note [Variant warm-up]):
+    each family's whose kernels have them (its record's ``variants``: LoRA's, 2,896 cases for every op and
+    dtype), most common first, so a time limit cuts the rarest."""
+    return _cases_of("variants", ops, dtypes)
+
+
+def variant_ops(ops: Sequence[str]) -> tuple:
+    """The ops of ``ops`` whose family's kernels compile variants (a record with ``variants``)."""
+    return tuple(op for op in ops if any(op in f.ops and f.variants is not None for f in families()))
+
+
+def variant_families(ops: Sequence[str]) -> tuple:
+    """The families of ``ops`` whose kernels compile variants, in registration order."""
+    return tuple(f.name for f in families() if f.variants is not None and set(f.ops) & set(ops))
 
 
 def warm_up_dtypes(target, dtypes: Optional[Sequence[str]] = None) -> tuple[str, ...]:
@@ -147,7 +99,7 @@ def warm_up(target, device, *, time_s: Optional[float] = 120.0, dtypes: Optional
     case on ``device``.
 
     Stops after ``time_s`` seconds (``None``: no limit).  ``dtypes``: see :func:`warm_up_dtypes`.
-    ``variants``: the plan also holds every LoRA variant case (:func:`variant_cases`, Note [Variant
+    ``variants``: the plan also holds every variant case of our kernels (:func:`variant_cases`, Note [Variant
     warm-up]); a worker has them compiled in parallel first (:func:`fuzz.precompile.warm_up_target`),
     so that this loop only loads them.  Returns ``{"cases": run, "of": planned, "seconds": s,
     "complete": bool, "errors": ["op dtype: harness error", ...]}`` (target errors are not errors here).

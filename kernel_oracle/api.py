@@ -71,7 +71,9 @@ import torch
 from kernel_oracle.harness.check import Case, Verdict, execute, expected_outcome, judge, with_state_changes
 from kernel_oracle.harness.opinfo import OP_DB, op_info
 from kernel_oracle.harness.problem_csgmv import CsgmvProblem
-from kernel_oracle.harness.problems import Call, LoRAProblem, VisionProblem
+from kernel_oracle.harness.problems import Call
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.harness.problems import materialize as _materialize_problem
 from kernel_oracle.harness.targets import PRECISIONS, Target
 from kernel_oracle.reference.batch_info import LoRABatchInfo

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for your own property tests (the public face of :mod:`kernel_oracle.fuzz.strategies`).
+"""Hypothesis strategies for your own property tests (the public face of :mod:`kernel_oracle.fuzz.strategies` and of each family's strategies).
 
 They draw plain data -- problems and cases, never tensors -- so failures shrink and read as code;
 :func:`kernel_oracle.materialize` turns one into tensors on a device::
@@ -20,12 +20,15 @@ They draw plain data -- problems and cases, never tensors -- so failures shrink 
 
 from __future__ import annotations
 
-from kernel_oracle.fuzz.strategies import (LIMITS, InvalidArgument, Limits, cases, lora_problems, malformed_metadata,
-                                           partial_metadata, upstream_contract_cases, vision_problems)
+from kernel_oracle.fuzz.strategies import (LIMITS, InvalidArgument, Limits, cases, malformed_metadata, partial_metadata,
+                                           upstream_contract_cases)
 from kernel_oracle.fuzz.strategies_csgmv import csgmv_problems
+from kernel_oracle.fuzz.strategies_lora import lora_problems
+from kernel_oracle.fuzz.strategies_vision import vision_problems
 from kernel_oracle.harness.check import Case
 from kernel_oracle.harness.problem_csgmv import CsgmvProblem
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 
 __all__ = ["Case", "CsgmvProblem", "InvalidArgument", "LIMITS", "Limits", "LoRAProblem", "VisionProblem", "cases",
            "csgmv_problems", "lora_problems", "malformed_metadata", "partial_metadata", "upstream_contract_cases",

@@ -240,7 +240,11 @@ class VisionOptions:
         _one_of("VisionOptions", "kernel", self.kernel, ("triton", "gluon"))
 
 
-_SECTIONS = {"lora": LoRAOptions, "vision": VisionOptions}
+def _sections() -> dict:
+    """name -> options class of each kernel family's section of :class:`LaunchOptions` (its fields with a
+    default factory)."""
+    return {f.name: f.default_factory for f in dataclasses.fields(LaunchOptions)
+            if f.default_factory is not dataclasses.MISSING}
 
 
 @dataclass(frozen=True)
@@ -253,7 +257,7 @@ class LaunchOptions:
     poison_outputs: bool = False
 
     def __post_init__(self) -> None:
-        for name, cls in _SECTIONS.items():
+        for name, cls in _sections().items():
             value = getattr(self, name)
             if not isinstance(value, cls):
                 raise OptionsError(f"LaunchOptions: expected {name} to be a {cls.__name__} but got "
@@ -269,7 +273,7 @@ class LaunchOptions:
             raise OptionsError(f"LaunchOptions has no field {unknown[0]!r}; its fields are {sorted(fields)}")
         resolved = {}
         for name, value in changes.items():
-            if name in _SECTIONS and isinstance(value, Mapping):
+            if name in _sections() and isinstance(value, Mapping):
                 section = getattr(self, name)
                 known = {f.name for f in dataclasses.fields(section)}
                 bad = sorted(set(value) - known)

@@ -13,13 +13,13 @@ def vision_reference():
 
 
 def vision_problem():
-    from kernel_oracle.harness.problems import VisionProblem
+    from kernel_oracle.harness.problem_vision import VisionProblem
 
     return VisionProblem
 
 
 def vision_problems():
-    from kernel_oracle.fuzz.strategies import vision_problems
+    from kernel_oracle.fuzz.strategies_vision import vision_problems
 
     return vision_problems
 

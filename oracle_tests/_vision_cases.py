@@ -18,7 +18,8 @@ import torch
 
 import kernel_oracle.kernels.vision as kv
 import kernel_oracle.reference.vision_metadata as rvm
-from kernel_oracle.harness.opinfo import VISION_OPINFO, Sample
+from kernel_oracle.harness.opinfo import Sample
+from kernel_oracle.harness.opinfo_vision import VISION_OPINFO
 from kernel_oracle.kernels.options import options
 from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.reference.vision import flashinfer_cudnn_oracle

@@ -3,7 +3,8 @@
 Note [Signatures]
 -----------------
 Every op (the six kv_b LoRA steps, the vision attention forward and the csgmv shrink and expand) is one row of
-:data:`SIGNATURES`: its name, family, SGLang's entry-point name, the name of its reference oracle,
+:data:`SIGNATURES`, which its family's record holds (``Family.signatures``, registered with the table: Note
+[Reference tables] in :mod:`reference.registry`): its name, family, SGLang's entry-point name, the name of its reference oracle,
 its positional parameters in SGLang's order and which of them play which part:
 
 * ``inplace``: the parameter updated in place and returned (``base_output`` of LoRA step B and of
@@ -22,7 +23,7 @@ The table sits in ``reference`` because the reference's and the kernels' validat
 (:func:`reference.lora.validate_call`) binds arguments by it, and kernels depend on ``reference``
 only.  Everything above reads it: :mod:`harness.opinfo` (one OpInfo per row), the problems that
 materialise calls, the mutations that break them, the targets' entry-point lookup, strategies and
-campaigns.  Adding an op is one row here plus its oracle, its kernel and its OpInfo samples.
+campaigns.  Adding an op is one row of its family's record plus its oracle, its kernel and its OpInfo samples.
 
 The module imports nothing heavy (no torch), and every row checks itself on construction.
 """
@@ -34,7 +35,10 @@ from typing import Mapping, Optional
 
 __all__ = ["FAMILIES", "SIGNATURES", "Signature", "ops_of", "signature", "signature_of_entry"]
 
-FAMILIES = ("lora", "vision", "csgmv")
+# the families with rows, in registration order, and op -> its row: filled by registration (Note [Reference
+# tables] in reference/registry.py), each family's rows from its record
+FAMILIES: list[str] = []
+SIGNATURES: dict[str, "Signature"] = {}
 
 
 @dataclass(frozen=True)
@@ -58,8 +62,8 @@ class Signature:
         def fail(why: str) -> None:
             raise ValueError(f"Signature {self.op!r}: {why}")
 
-        if self.family not in FAMILIES:
-            fail(f"family={self.family!r}; the only valid values are {list(FAMILIES)}")
+        if not isinstance(self.family, str) or not self.family.isidentifier():
+            fail(f"family={self.family!r}; pass a family's name such as 'lora'")
         if len(set(self.params + self.keywords)) != len(self.params) + len(self.keywords):
             fail(f"a parameter name repeats in params={self.params} keywords={self.keywords}")
         for part in ("inplace", "batch_info", "routing_weight", "indptrs"):
@@ -70,10 +74,10 @@ class Signature:
             fail(f"metadata={self.metadata!r} is not one of its keywords {self.keywords}")
         if any(s not in self.params for s in self.sizes):
             fail(f"sizes={self.sizes} must be positional params {self.params}")
-        if self.family == "lora" and (self.batch_info is None or self.routing_weight is None):
-            fail("a LoRA step names its batch_info and routing_weight parameters")
-        if self.family == "vision" and (self.metadata is None or self.indptrs is None):
-            fail("a vision op names its metadata keyword and its indptrs parameter")
+        if (self.batch_info is None) != (self.routing_weight is None):
+            fail("an op routed by a batch info names both its batch_info and routing_weight parameters")
+        if self.metadata is not None and self.indptrs is None:
+            fail("an op with a metadata keyword names the indptrs parameter that carries it on the kwargs path")
 
     def index(self, name: str) -> int:
         """Position of the positional parameter ``name``."""
@@ -101,46 +105,6 @@ class Signature:
         return tuple(values[p] for p in self.params)
 
 
-_STEP_B = dict(inplace="base_output")
-
-SIGNATURES: dict[str, Signature] = {s.op: s for s in (
-    Signature("step_a_q", "lora", "step_a_q_fwd", "step_a_q_oracle",
-              ("q_nope", "B_buf", "batch_info", "full_K_per_head"),
-              batch_info="batch_info", routing_weight="B_buf", sizes=("full_K_per_head",)),
-    Signature("step_b_q", "lora", "step_b_q_fwd", "step_b_q_oracle",
-              ("q_lora_a", "A_buf", "batch_info", "base_output"),
-              batch_info="batch_info", routing_weight="A_buf", **_STEP_B),
-    Signature("step_a_v", "lora", "step_a_v_fwd", "step_a_v_oracle",
-              ("attn_output", "A_buf", "batch_info"),
-              batch_info="batch_info", routing_weight="A_buf"),
-    Signature("step_b_v", "lora", "step_b_v_fwd", "step_b_v_oracle",
-              ("attn_lora_a", "B_buf", "batch_info", "base_output", "qk_nope_head_dim", "v_head_dim"),
-              batch_info="batch_info", routing_weight="B_buf", sizes=("qk_nope_head_dim", "v_head_dim"), **_STEP_B),
-    Signature("q_side_fused", "lora", "q_side_fused_fwd", "q_side_fused_oracle",
-              ("q_nope", "B_buf", "A_buf", "batch_info", "base_output", "full_K_per_head"),
-              batch_info="batch_info", routing_weight="B_buf", sizes=("full_K_per_head",), **_STEP_B),
-    Signature("v_side_fused", "lora", "v_side_fused_fwd", "v_side_fused_oracle",
-              ("attn_output", "A_buf", "B_buf", "batch_info", "base_output", "qk_nope_head_dim", "v_head_dim"),
-              batch_info="batch_info", routing_weight="B_buf", sizes=("qk_nope_head_dim", "v_head_dim"), **_STEP_B),
-    Signature("vision", "vision", "flashinfer_cudnn_attention", "flashinfer_cudnn_oracle",
-              ("q", "k", "v", "cu_seqlens", "bsz", "seq_len"),
-              keywords=("softmax_scale", "forward_metadata", "sequence_lengths", "max_seqlen", "window_size", "s_aux",
-                        "attention_mask", "output_ws"),
-              metadata="forward_metadata", indptrs="cu_seqlens", sizes=("bsz", "seq_len")),
-    Signature("csgmv_shrink", "csgmv", "chunked_sgmv_lora_shrink_forward", "shrink_reference",
-              ("x", "weights", "batch_info", "num_slices"), keywords=("split_k",),
-              batch_info="batch_info", routing_weight="weights", sizes=("num_slices",)),
-    Signature("csgmv_expand", "csgmv", "chunked_sgmv_lora_expand_forward", "expand_reference",
-              ("x", "weights", "batch_info", "slice_offsets", "max_slice_size", "base_output"),
-              keywords=("slice_offsets_cpu",), batch_info="batch_info", routing_weight="weights",
-              indptrs="slice_offsets", sizes=("max_slice_size",), inplace="base_output"),
-)}
-
-_BY_ENTRY = {s.entry: s for s in SIGNATURES.values()}
-if len(_BY_ENTRY) != len(SIGNATURES):
-    raise ValueError("two ops of SIGNATURES share an entry-point name")
-
-
 def ops_of(family: str) -> tuple[str, ...]:
     """The ops of ``family``, in table order."""
     if family not in FAMILIES:
@@ -156,7 +120,8 @@ def signature(op: str) -> Signature:
 
 
 def signature_of_entry(entry: str) -> Signature:
-    try:
-        return _BY_ENTRY[entry]
-    except KeyError:
-        raise ValueError(f"entry={entry!r} is unknown; the only valid values are {list(_BY_ENTRY)}") from None
+    found = next((s for s in SIGNATURES.values() if s.entry == entry), None)
+    if found is None:
+        raise ValueError(f"entry={entry!r} is unknown; the only valid values are "
+                         f"{[s.entry for s in SIGNATURES.values()]}")
+    return found

@@ -9,7 +9,7 @@ A target passes when, over the defined region,
 where ``err(x) = max |x - ref64|`` against the float64 oracle, the *baseline* is the same
 computation done in the target's dtype with the kernels' rounding points (the oracle's
 ``faithful`` mode: FlashAttention's ``upcast=False`` reference), ``K`` is a named constant per
-family and ``floor`` is twice the representation error of the float64 result in the output dtype
+family (its record's ``error_multiplier``, :data:`reference.registry.ERROR_MULTIPLIER`) and ``floor`` is twice the representation error of the float64 result in the output dtype
 (FlashAttention's ``fwd_atol``) plus :data:`ABS_FLOOR`.  When no baseline exists (float64 outputs,
 or a caller that has none) the per-dtype ``rtol``/``atol`` table of ``torch.testing.assert_close``
 is the fallback; so is it when a baseline is not finite where the reference is, away from the dtype's
@@ -106,6 +106,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from kernel_oracle.reference.registry import ERROR_MULTIPLIER  # K of the rule, per family (Note [Reference tables])
+
 __all__ = [
     "ABS_FLOOR",
     "ASSERT_CLOSE_TOLERANCES",
@@ -119,8 +121,6 @@ __all__ = [
     "tf32_mode",
 ]
 
-# K of the rule, per kernel family (FlashAttention uses 2 for the forward output)
-ERROR_MULTIPLIER = {"lora": 2.0, "vision": 2.0}
 # absolute floor added to every allowance: outputs that are exactly 0 still get a sliver
 ABS_FLOOR = 1e-6
 # torch.testing.assert_close's defaults, rtol and atol together (the fallback table)

@@ -55,7 +55,7 @@ VARIANTS = (
 )
 
 
-# fuzz problems (fuzz.problems.VisionProblem fields): campaign findings and one-change variants
+# fuzz problems (harness.problem_vision.VisionProblem fields): campaign findings and one-change variants
 F0003 = dict(lengths=(387, 724, 687, 692, 1), H=16, D=128, dtype="float16", extra_tokens=3, four_d=True,
              max_seqlen_kind="device_tensor", sequence_lengths_4d=True, v_shift=3, seed=3715)
 PROBLEMS = {
@@ -149,7 +149,7 @@ def run_one(name: str) -> dict:
 
 def _run_problem(name: str) -> dict:
     from kernel_oracle.harness.check import Case, check_case
-    from kernel_oracle.harness.problems import VisionProblem
+    from kernel_oracle.harness.problem_vision import VisionProblem
     from kernel_oracle.fuzz.targets import resolve_target
 
     target = resolve_target("flashinfer-cudnn", "cuda")

@@ -2,7 +2,7 @@
 
 The module is searched in the current directory first, then on ``sys.path`` (Note [Modules beside
 the user] in :mod:`.user_modules`).  ``attr`` may be an object with the entry points, a class (instantiated without arguments), or a bare
-function (then the vision forward).  A module declares ``KERNEL_ORACLE_STRICT = True`` when it
+function (then the op a family's record takes it as, ``Family.bare_function_op``: the vision forward).  A module declares ``KERNEL_ORACLE_STRICT = True`` when it
 implements our strict validation and ``KERNEL_ORACLE_PRECISION`` (``"ieee"``/``"tf32"``) when it
 knows its fp32 matmul precision.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 
+from kernel_oracle.harness.family import families
 from kernel_oracle.harness.targets import Target, TargetSources, TargetSpec, unavailable
 
 from .adapter import entries_from, third_party
@@ -36,9 +37,10 @@ def _module_target(parsed: TargetSpec, device: str, sources: TargetSources) -> T
                 return unavailable(spec, f"{spec}() failed: {type(exc).__name__}: {exc}")
     notes: dict = {}
     entries = entries_from(obj, None, notes)
-    if not entries and callable(obj) and attr:
-        entries = {"vision": obj}  # a bare function: the vision forward
-        notes.pop("vision", None)
+    bare = [f.bare_function_op for f in families() if f.bare_function_op is not None]
+    if not entries and callable(obj) and attr and len(bare) == 1:
+        entries = {bare[0]: obj}  # a bare function: the op a record takes it as (vision's forward)
+        notes.pop(bare[0], None)
     if not entries:
         from kernel_oracle.harness.opinfo import entry_names
 

@@ -110,7 +110,7 @@ def _engine(device: str):
     return engine, f"the engine is FlashInfer's cudnn_batch_prefill_with_kv_cache ({engine.describe()})", None
 
 
-# the keywords of SGLang's vision call that are features a target may decline (fuzz.strategies.VISION_FEATURES)
+# the keywords of SGLang's vision call that are features a target may decline (harness.features_vision.VISION_FEATURES)
 CALL_FEATURES = ("softmax_scale", "window_size", "s_aux", "forward_metadata")
 
 

@@ -97,9 +97,10 @@ def kernels_tiles(device) -> dict:
 
     compiled_gpu = str(device).startswith("cuda") and not interpreting()
     tma = compiled_gpu and torch.cuda.get_device_capability(torch.device(device))[0] >= 9
-    from kernel_oracle.harness.tiles import ours_models  # here: it imports our kernels (and torch)
+    from kernel_oracle.harness.tiles_lora import ours_lora_model  # here: they import our kernels (and torch)
+    from kernel_oracle.harness.tiles_vision import ours_vision_model
 
-    return ours_models(interpreted=not compiled_gpu, tma=tma)
+    return {"lora": ours_lora_model(), "vision": ours_vision_model(interpreted=not compiled_gpu, tma=tma)}
 
 
 # the configuration ``triton@vision_fp32=ieee|tf32,lora_early_reads=on|off,vision_kernel=triton|gluon`` (Note

@@ -301,14 +301,14 @@ def precompile_beside(targets: list, pairs: list, device: str, seconds: float, l
     from kernel_oracle.fuzz.precompile import BESIDE_NICE, start_variants
     from kernel_oracle.fuzz.strategies import default_limits
     from kernel_oracle.fuzz.stream import CampaignStream
-    from kernel_oracle.harness.warmup import variant_cases, warm_up_dtypes
+    from kernel_oracle.harness.warmup import variant_cases, variant_ops, warm_up_dtypes
 
     if device != "cuda":
         return None
     for name, target, _ in targets:
         if target is None or not any((name, fam) in pairs and compiling(name, fam) for fam in family_names()):
             continue
-        ops, dtypes = tuple(op for op in sorted(target.entries) if op != "vision"), warm_up_dtypes(target)
+        ops, dtypes = variant_ops(sorted(target.entries)), warm_up_dtypes(target)
         n = os.cpu_count() or 1
         stream = CampaignStream(seed, default_limits(device, name), upstream_contracts_only)
         log(f"{name}: compiling the first {stream.runs} runs of its LoRA campaign, then its "

@@ -40,17 +40,19 @@ def row_bucket(finding: dict):
 
 
 def _replayable(finding: dict, declines: dict) -> Optional[dict]:
-    """The finding's case as a target declining ``declines`` can be given it: a vision case whose metadata
-    travels in ``forward_metadata`` goes as keywords to a release whose callers pass none (the same
-    call: every release takes the keywords); None when it uses another declined feature (any family's:
-    Note [Cases outside a campaign] in :mod:`kernel_oracle.fuzz.isolated`) or is no case at all."""
+    """The finding's case as a target declining ``declines`` can be given it: the case its family's record
+    rewrites for those declines (``Family.for_declines``: a vision case whose metadata travels in
+    ``forward_metadata`` goes as keywords to a release whose callers pass none, the same call: every release
+    takes the keywords); None when it uses another declined feature (any family's: Note [Cases outside a
+    campaign] in :mod:`kernel_oracle.fuzz.isolated`) or is no case at all."""
     from kernel_oracle.harness.check import case_from_dict
+    from kernel_oracle.harness.family import FAMILY_OF, get_family
 
     case_dict = finding["problem"]
-    problem = case_dict.get("problem") or {}
-    if (finding.get("op") == "vision" and "forward_metadata" in declines and not case_dict.get("mutation")
-            and problem.get("path", "metadata") != "kwargs"):
-        case_dict = {**case_dict, "problem": {**problem, "path": "kwargs", "metadata_source": "ours"}}
+    family = FAMILY_OF.get(str((case_dict.get("problem") or {}).get("family")))
+    adapt = get_family(family).resolve("for_declines") if family is not None else None
+    if adapt is not None:  # the same call in a form the target takes (vision: the keywords)
+        case_dict = adapt(case_dict, declines)
     try:
         case = case_from_dict(case_dict)
     except (TypeError, ValueError, KeyError, AttributeError):

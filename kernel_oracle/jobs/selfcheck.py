@@ -5,8 +5,9 @@ Note [Selfcheck]
 Before the suite trusts the references as oracles, it checks them: every OpInfo's sample inputs plus
 ``cases`` random variations per (op, dtype) (its ``random_inputs``) run through
 
-* the float64 oracle, against :mod:`kernel_oracle.independent` (a formulation sharing no code with
-  the reference): rows with ``dtype="float64"`` (the inputs come from each dtype's samples);
+* the float64 oracle, against its family's independent formulation (a formulation sharing no code with
+  the reference, which the family's record names: ``Family.independent``, Note [Independent formulations]
+  in :mod:`kernel_oracle.reference.independent_lora`): rows with ``dtype="float64"`` (the inputs come from each dtype's samples);
 * the drop-in entry point with SGLang's signature in the sample's dtype, against the same float64
   formulation under the tolerance rule (baseline: the oracle's faithful mode): rows with the
   sample's dtype;
@@ -58,11 +59,15 @@ def _row(info, dtype: str, case: str, passed: bool, err, allowed, ratio, message
 
 
 def _check_sample(info, entry, sample, dtype: torch.dtype, device: str) -> list[dict]:
-    from kernel_oracle.reference.independent import independent
+    from kernel_oracle.harness.family import FamilyError, get_family
     from kernel_oracle.reference.tolerance import compare
 
     rows = []
     call = sample.call(device)
+    independent = get_family(info.family).resolve("independent")
+    if independent is None:
+        raise FamilyError(f"family {info.family!r} names no independent formulation to check its reference with; "
+                          f"give its record an independent part, or selfcheck rows of its own")
     value, defined = independent(info.name, call.args, call.kwargs)
     # 1. the float64 oracle against the independent formulation (masks must agree too)
     oracle = info.oracle(*call.args, **call.kwargs)

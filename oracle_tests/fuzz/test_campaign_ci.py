@@ -195,7 +195,7 @@ def test_two_planted_bugs_in_two_ops_are_two_findings(tmp_path):
 
 def _lora_case(**kw):
     from kernel_oracle.harness.check import Case
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     base = dict(op="step_b_q", seg_lens=(20, 3), weight_indices=(0, 1), lora_ranks=(4, 4), scalings=(1.0, 0.5),
                 H=2, qk=16, vd=16, C=32, R=16, seed=5)

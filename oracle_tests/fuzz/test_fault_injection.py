@@ -65,7 +65,8 @@ from kernel_oracle.cli import build_parser, main as cli_main
 from kernel_oracle.fuzz.campaign import CampaignConfig, CampaignError, run_campaign
 from kernel_oracle.fuzz.state import CampaignState
 from kernel_oracle.harness.check import Case, Observed, ExpectedOutcome, check_case, judge, odd_output
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.harness.targets import Target
 from kernel_oracle.reference import lora as ref_lora
 

@@ -466,7 +466,7 @@ def _slow_once(root: Path, first_s: float) -> str:
 
 def _one_case():
     from kernel_oracle.harness.check import Case
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     return Case(LoRAProblem(op="step_a_q", seg_lens=(3,), weight_indices=(0,), lora_ranks=(4,), scalings=(1.0,),
                             H=1, qk=16, vd=16, C=16, R=4, dtype="float32", seed=0)).to_dict()

@@ -26,7 +26,7 @@ import torch
 from kernel_oracle.fuzz.targets.flashinfer_cudnn import DECLINES, FlashInferCudnn, GraphCacheHazard
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.fuzz.targets import resolve_target
-from kernel_oracle.harness.problems import VisionProblem, materialize_vision
+from kernel_oracle.harness.problem_vision import VisionProblem, materialize_vision
 from kernel_oracle.harness.targets import Target
 from kernel_oracle.reference.contracts import contract
 from kernel_oracle.reference.tolerance import compare

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kernel_oracle.fuzz.campaign import run_campaign
 from kernel_oracle.fuzz.campaign_config import CampaignConfig
 from kernel_oracle.harness.check import Case
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.jobs.bug_corpus import known_cases_for
 from oracle_tests._user_kernels import unique_name, write_user_module
 

@@ -49,7 +49,7 @@ def test_a_gap_memcheck_reports_becomes_an_out_of_bounds_finding(tmp_path, monke
 
 def test_the_smallest_case_of_a_row_is_its_example():
     from kernel_oracle.harness.check import Case, Verdict
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     def case(lens):
         return Case(LoRAProblem(op="step_a_q", seg_lens=lens, weight_indices=(0,) * len(lens), lora_ranks=(16,),

@@ -17,7 +17,8 @@ from kernel_oracle.fuzz.targets import resolve_target
 from kernel_oracle.fuzz.targets.mutants import MUTANTS, get_mutant
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.device import interpreting
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 
 # examples per mutant before it counts as surviving (CI profile: derandomized, tiny problems)
 MAX_EXAMPLES = 100

@@ -61,7 +61,7 @@ def test_variant_children_compile_their_share_and_exit():
                                        processes=2)
     assert handle.wait(110.0), "the children did not finish their share"
     done = handle.stop()
-    from kernel_oracle.harness.warmup import _RARE_RANKS, _VARIANT_PATHS, _VARIANT_RANKS
+    from kernel_oracle.harness.warmup_lora import _RARE_RANKS, _VARIANT_PATHS, _VARIANT_RANKS
 
     paths = sum(only is None or "step_a_v" in only for _, _, only, _ in _VARIANT_PATHS)  # 6: four, two flat
     # x rank blocks x layout families x permutation (step_a_v has no base)

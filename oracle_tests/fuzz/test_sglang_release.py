@@ -23,7 +23,8 @@ from kernel_oracle.fuzz.targets.sglang import release_target as build_release_ta
 from kernel_oracle.fuzz.targets.sglang_wheel import (LoaderError, find_wheel, installed_release, locate_kernels,
                                                      module_name)
 from kernel_oracle.harness.check import Case, check_case
-from kernel_oracle.harness.problems import LoRAProblem, materialize
+from kernel_oracle.harness.problems import materialize
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.reference.contracts import upstream_contracts
 
 from oracle_tests._sglang_releases import RELEASES, release_files

@@ -14,7 +14,7 @@ from kernel_oracle.fuzz.targets import TargetError, TargetSources, TargetSpec, r
 from kernel_oracle.fuzz.targets.sglang_switches import ReleaseConfiguration, declared_switches, switches_read
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.device import interpreting
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 
 from oracle_tests._sglang_releases import release_files, release_target
 from oracle_tests.conftest import DEVICE

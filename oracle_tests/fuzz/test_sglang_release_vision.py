@@ -25,7 +25,8 @@ from kernel_oracle.fuzz.targets.sglang_wheel import LoaderError, wheel_release
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.features import declined_in
 from kernel_oracle.harness.mutations import Mutation
-from kernel_oracle.harness.problems import VisionProblem, materialize
+from kernel_oracle.harness.problems import materialize
+from kernel_oracle.harness.problem_vision import VisionProblem
 
 from oracle_tests._sglang_releases import VISION_RELEASES, release_files, wheel_or_skip
 

@@ -19,7 +19,7 @@ import torch
 from kernel_oracle.fuzz.targets.sglang import release_identity
 from kernel_oracle.fuzz.targets.sglang_two_stream import _EXPOSES, StreamOrderingHazard, two_stream_call
 from kernel_oracle.harness.check import Case, check_case
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.harness.targets import Target, TargetSpec
 
 from oracle_tests._sglang_releases import release_target

@@ -22,7 +22,7 @@ from kernel_oracle.fuzz.targets.sglang_v2 import V2_ENTRY, locate_v2, token_slot
 from kernel_oracle.fuzz.targets.sglang_wheel import ReleaseFiles
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.opinfo import FAMILY_OPS
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.reference.batch_info import make_lora_batch_info
 
 from oracle_tests._sglang_releases import release_files, release_target

@@ -10,11 +10,17 @@ from hypothesis import HealthCheck, find, given, settings
 
 from kernel_oracle.harness.check import Case, case_from_dict, expected_outcome
 from kernel_oracle.fuzz.targets.mutants import Mutant, MutantError, Patch, apply_patches
-from kernel_oracle.harness.mutations import LORA_KINDS, VISION_KINDS, Mutation, MutationError
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, batch_info_of, materialize
-from kernel_oracle.fuzz.strategies import (VISION_FEATURES, InvalidArgument, cases, lora_problems, malformed_metadata,
-                                            partial_metadata, upstream_contract_cases, vision_problems)
-from kernel_oracle.harness.problems import VISION_PATHS
+from kernel_oracle.harness.mutations import Mutation, MutationError
+from kernel_oracle.harness.mutations_lora import LORA_KINDS
+from kernel_oracle.harness.mutations_vision import VISION_KINDS
+from kernel_oracle.harness.problems import batch_info_of, materialize
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
+from kernel_oracle.fuzz.strategies import (InvalidArgument, cases, malformed_metadata, partial_metadata,
+                                            upstream_contract_cases)
+from kernel_oracle.fuzz.strategies_lora import lora_problems
+from kernel_oracle.fuzz.strategies_vision import VISION_FEATURES, vision_problems
+from kernel_oracle.harness.problem_vision import VISION_PATHS
 from kernel_oracle.fuzz.targets import TargetError, resolve_target
 
 FAST = settings(max_examples=15, derandomize=True, database=None, deadline=None,

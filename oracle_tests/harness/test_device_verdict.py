@@ -15,13 +15,17 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, seed, settings
 
-from kernel_oracle.fuzz.strategies import LIMITS, REALISTIC_SHARE, default_limits, lora_problems, vision_problems
+from kernel_oracle.fuzz.strategies import LIMITS, REALISTIC_SHARE, default_limits
+from kernel_oracle.fuzz.strategies_lora import lora_problems
+from kernel_oracle.fuzz.strategies_vision import vision_problems
 from kernel_oracle.fuzz.targets import resolve_target
 from kernel_oracle.harness.buckets import bucket_of
 from kernel_oracle.harness.check import Case, check_case, execute, expected_outcome, judge, prepared_call
 from kernel_oracle.harness.device import triton_cache_dir, worker_env
 from kernel_oracle.harness.opinfo import FAMILY_OPS
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, generation_scheme, materialize
+from kernel_oracle.harness.problems import generation_scheme, materialize
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.harness.targets import Target
 from kernel_oracle.harness.warmup import WARM_UP_DTYPES, warm_up, warm_up_cases
 
@@ -190,7 +194,7 @@ def test_only_our_kernels_on_cuda_get_the_variant_warm_up(monkeypatch):
     info = precompile.warm_up_target(_recording_target([]), "triton", "cpu", time_s=None, processes=3)
     assert started == [] and info["of"] == fixed  # the interpreter compiles nothing
     info = precompile.warm_up_target(_recording_target([]), "triton", "cuda", time_s=40.0, processes=3)
-    lora = tuple(op for op in ops if op != "vision")
+    lora = tuple(op for op in ops if op in FAMILY_OPS["lora"])  # the ops whose kernels have compiled variants
     assert info["of"] == fixed + len(variant_cases(lora, ("bfloat16", "float32"))) and info["parallel"]["cases"] == 7
     assert [(s, d, kw["ops"], kw["dtypes"], kw["processes"]) for s, d, kw in started] == \
         [("triton", "cuda", lora, ("float32", "bfloat16"), 3)]

@@ -41,7 +41,8 @@ def test_each_builtin_family_has_the_ops_of_the_op_database(name):
 
 
 def test_the_builtin_records_resolve_their_pieces():
-    from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
+    from kernel_oracle.harness.problem_vision import VisionProblem
     from kernel_oracle.reference import lora, vision
 
     assert get_family("lora").resolve("reference") is lora

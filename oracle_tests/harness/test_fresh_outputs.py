@@ -7,7 +7,7 @@ import torch
 
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.harness.targets import Target
 from kernel_oracle.reference.lora import step_a_q_fwd
 

@@ -13,7 +13,7 @@ import torch
 
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.mutations import Mutation
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.harness.targets import Target
 from kernel_oracle.reference import lora
 

@@ -12,7 +12,7 @@ from kernel_oracle.fuzz.targets import resolve_target
 from kernel_oracle.harness.check import Case, check_case
 from kernel_oracle.harness.headline import headline
 from kernel_oracle.harness.mutations import Mutation
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.harness.simplify import minimise
 from oracle_tests._user_kernels import unique_name, write_user_module
 

@@ -14,7 +14,7 @@ from kernel_oracle.harness.buckets import Bucket
 from kernel_oracle.harness.check import Case
 from kernel_oracle.harness.features import features_of, needed_features, without_feature
 from kernel_oracle.harness.headline import headline
-from kernel_oracle.harness.problems import VisionProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 
 ALL = VisionProblem(lengths=(3, 5), H=4, H_kv=2, window=(2, 1), sinks="normal", softmax_scale=0.3, gaps=(1, 0))
 VALUES = Bucket("mismatch", "vision", "values", "", "vision")

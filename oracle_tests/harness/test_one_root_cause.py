@@ -155,7 +155,7 @@ def test_a_broken_contract_is_one_bucket_whatever_the_target_did_instead():
     """A module without the missing-max_len check: no error in one case, an IndexError of its own loop in
     another, a RuntimeError of torch.arange in a third; one root cause (the missing check), one bucket."""
     from kernel_oracle.harness.check import Case, Observed, ExpectedOutcome, Verdict
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     case = Case(LoRAProblem("step_a_q", (3, 2), (0, 1), (4, 4), (1.0, 1.0), with_max_len=False, with_seg_lens=False))
     expected = ExpectedOutcome("upstream", "ValueError", "LoRA batch_info must provide max_len or seg_lens.",
@@ -179,7 +179,7 @@ def test_a_broken_contract_is_one_bucket_whatever_the_target_did_instead():
 
 def test_an_error_on_a_valid_input_keys_on_what_was_raised():
     from kernel_oracle.harness.check import Case, Observed, ExpectedOutcome, Verdict
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     case = Case(LoRAProblem("step_a_q", (3,), (0,), (4,), (1.0,)))
     keys = {bucket_of(case, Verdict(False, "contract", "-"), expected=ExpectedOutcome("result"),

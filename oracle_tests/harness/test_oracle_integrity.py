@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import kernel_oracle
-from kernel_oracle.harness.problems import LoRAProblem, materialize
+from kernel_oracle.harness.problems import materialize
+from kernel_oracle.harness.problem_lora import LoRAProblem
 
 from oracle_tests.conftest import DEVICE
 from oracle_tests.fuzz.test_faults_campaign import LORA_ARGS, _env, _fuzz_cmd, _package
@@ -100,7 +101,7 @@ def test_assert_matches_detects_a_change_made_before_kernel_oracle_was_loaded(pl
     """The user's process may load the target first: a callable of torch's that is not torch's and a
     dispatcher kernel registered from outside torch are found whatever the order (a fresh process)."""
     script = (PLANTS[plant] + "\nimport kernel_oracle\n"
-              "from kernel_oracle.harness.problems import LoRAProblem, materialize\n"
+              "from kernel_oracle.harness.problems import materialize\nfrom kernel_oracle.harness.problem_lora import LoRAProblem\n"
               "p = LoRAProblem(op='step_a_q', seg_lens=(3,), weight_indices=(0,), lora_ranks=(8,), scalings=(1.0,),"
               " H=2, qk=16, vd=16, C=16, R=8)\n"
               "try:\n    kernel_oracle.assert_matches('step_a_q', kernel_oracle.reference.lora.step_a_q_fwd,"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from kernel_oracle.harness.headline import headline, upstream_names
-from kernel_oracle.harness.problem_variants import lora_feature_variants, lora_simplifications
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import lora_feature_variants, lora_simplifications
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.harness.root_causes import fold_findings
 
 PR = {"id": "sglang-pr-28371", "title": "kv_b LoRA kernels skip segments at CUDA-graph replay",

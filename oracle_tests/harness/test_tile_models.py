@@ -11,10 +11,12 @@ import pytest
 
 from kernel_oracle.fuzz.targets.sglang_tiles import kv_b_model
 from kernel_oracle.harness.problem_csgmv import CsgmvProblem
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.harness.schema import SchemaError, merge, new_record, validate
 from kernel_oracle.harness.tile_coverage import CoverageTable, TiledDim, shortfalls
-from kernel_oracle.harness.tiles import ours_models, tile_hints, tiled_dims, unknown_model
+from kernel_oracle.harness.tiles import tile_hints, tiled_dims, unknown_model
+from kernel_oracle.harness.tiles_vision import ours_vision_model
 from kernel_oracle.harness.tiles_csgmv import csgmv_blocks, csgmv_dims
 from kernel_oracle.kernels.lora import BLOCKS, plan
 from kernel_oracle.reference.batch_info import make_lora_batch_info
@@ -128,8 +130,8 @@ def test_a_configured_triton_target_describes_the_blocks_it_launches():
 
 def test_our_vision_blocks_are_the_interpreters_on_the_cpu_and_the_configs_on_a_gpu():
     p = VisionProblem(lengths=(40, 3), D=80, dtype="float16")
-    cpu = {d.dim: d.block for d in tiled_dims(ours_models(interpreted=True)["vision"], p)}
-    gpu = {d.dim: d.block for d in tiled_dims(ours_models(interpreted=False, tma=True)["vision"], p)}
+    cpu = {d.dim: d.block for d in tiled_dims(ours_vision_model(interpreted=True), p)}
+    gpu = {d.dim: d.block for d in tiled_dims(ours_vision_model(interpreted=False, tma=True), p)}
     assert cpu == {"queries": 16, "keys": 16}
     assert gpu["queries"] >= 64 and gpu["keys"] >= 32
     assert tiled_dims(unknown_model("why"), p) == []

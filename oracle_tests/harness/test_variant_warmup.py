@@ -19,7 +19,7 @@ from kernel_oracle.fuzz.strategies import cases
 from kernel_oracle.fuzz.targets import resolve_target
 from kernel_oracle.harness.check import Case, execute
 from kernel_oracle.harness.opinfo import FAMILY_OPS
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.harness.warmup import variant_cases
 from kernel_oracle.kernels.lora import _kernels as K
 

@@ -12,7 +12,9 @@ import torch
 
 import kernel_oracle
 from kernel_oracle.harness.check import Case, check_case
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, materialize
+from kernel_oracle.harness.problems import materialize
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.harness.targets import Target
 from kernel_oracle.reference import lora as ref_lora
 from kernel_oracle.reference.vision import flashinfer_cudnn_attention

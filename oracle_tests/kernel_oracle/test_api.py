@@ -19,7 +19,8 @@ import torch
 from hypothesis import given, settings
 
 import kernel_oracle
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.harness.opinfo import OP_DB
 from kernel_oracle.reference import csgmv as ref_csgmv
 from kernel_oracle.reference import lora as ref_lora
@@ -302,7 +303,7 @@ def test_root_import_is_light_and_exports_lazily():
     assert out[:3] == ["[]", "[]", str(sorted(["torch", "hypothesis", "kernel_oracle.harness.problems",
                                                 "kernel_oracle.fuzz", "kernel_oracle.api"]))]
     assert "has no attribute 'assert_close'; its public names are" in out[3]
-    assert kernel_oracle.strategies.lora_problems is kernel_oracle.fuzz.strategies.lora_problems
+    assert kernel_oracle.strategies.lora_problems is kernel_oracle.fuzz.strategies_lora.lora_problems
 
 
 # ---- the pytest plugin in another project ------------------------------------------------------------

@@ -7,7 +7,7 @@ import re
 import pytest
 
 import kernel_oracle
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.reference import lora as ref_lora
 
 pytest_plugins = ["pytester"]
@@ -50,7 +50,7 @@ def test_a_malformed_buffer_alone_is_judged_not_called_swapped():
 def test_a_failing_assert_matches_shows_the_message_not_api_source(pytester):
     pytester.makepyfile(test_user='''
         import kernel_oracle
-        from kernel_oracle.harness.problems import LoRAProblem
+        from kernel_oracle.harness.problem_lora import LoRAProblem
         from kernel_oracle.reference import lora as ref_lora
 
         def buggy(q_nope, B_buf, batch_info, full_k):

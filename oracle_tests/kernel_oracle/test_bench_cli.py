@@ -75,7 +75,7 @@ def test_expected_outcome_refuses_a_targets_whole_precision_table():
     """``bench sglang`` passed ``target.precision`` (a dict per op) and crashed with AttributeError deep in the
     check; a wrong precision is refused naming the fix."""
     from kernel_oracle.harness.check import Case, expected_outcome
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     with pytest.raises(TypeError, match=r"pass target\.precision_for\(op\)"):
         expected_outcome(Case(LoRAProblem(op="step_a_q", seg_lens=(2,), weight_indices=(0,), lora_ranks=(4,),

@@ -18,7 +18,8 @@ import textwrap
 from kernel_oracle.harness.check import Case
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.problem_csgmv import CsgmvProblem
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 
 from oracle_tests._sglang_releases import wheel_or_skip
 

@@ -76,7 +76,8 @@ def test_the_main_job_warms_up_what_a_family_record_names(toy):
 
 
 def test_a_problem_from_a_file_names_a_registered_family(toy):
-    from kernel_oracle.harness.problems import VisionProblem, problem_from_dict
+    from kernel_oracle.harness.problems import problem_from_dict
+    from kernel_oracle.harness.problem_vision import VisionProblem
 
     assert isinstance(problem_from_dict({"family": "toy", "lengths": [3]}), VisionProblem)
 

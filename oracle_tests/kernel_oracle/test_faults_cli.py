@@ -27,7 +27,8 @@ import torch
 from kernel_oracle.cli import main as cli_main
 from kernel_oracle.harness.check import Case, prepared_call
 from kernel_oracle.harness.mutations import Mutation
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.harness.schema import add_finding, add_group, new_record, save
 
 HAS_CUDA = torch.cuda.is_available()

@@ -6,7 +6,7 @@ import dataclasses
 
 from kernel_oracle.harness.buckets import Bucket
 from kernel_oracle.harness.check import Case
-from kernel_oracle.harness.problems import VisionProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.jobs.matrix import build_matrix
 from kernel_oracle.jobs.matrix_replay import replay_absences
 

@@ -69,7 +69,7 @@ def test_one_rule_says_which_accepted_malformation_fails(tmp_path, monkeypatch):
     from kernel_oracle.harness.check import Case, check_case
     from kernel_oracle.harness.malformed import in_gap_table
     from kernel_oracle.harness.mutations import Mutation
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     monkeypatch.chdir(tmp_path)
     problem = LoRAProblem("step_b_q", seg_lens=(3, 4), weight_indices=(0, 1), lora_ranks=(16, 16), scalings=(1., 2.),

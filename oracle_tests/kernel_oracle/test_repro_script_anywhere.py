@@ -12,7 +12,7 @@ import sys
 
 from kernel_oracle.cli import main
 from kernel_oracle.harness.check import Case
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.jobs.bug_corpus import known_cases_for
 from oracle_tests._sglang_releases import wheel_or_skip
 from oracle_tests._user_kernels import unique_name, write_user_module

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_oracle.reference import independent as ind
+from kernel_oracle.reference import independent_lora as ind
 from kernel_oracle.jobs import selfcheck
 from kernel_oracle.cli import main as cli_main
 
@@ -25,8 +25,8 @@ def test_rows_are_documented_and_pass():
 def test_a_wrong_formulation_fails(monkeypatch):
     real = ind.lora_independent
 
-    def off_by_a_bit(op, args):
-        value, defined = real(op, args)
+    def off_by_a_bit(op, args, kwargs=None):
+        value, defined = real(op, args, kwargs)
         return value * (1 + 1e-3), defined
 
     monkeypatch.setattr(ind, "lora_independent", off_by_a_bit)

@@ -27,7 +27,8 @@ from kernel_oracle.fuzz.targets import resolve_target
 from kernel_oracle.harness.check import Case, Observed, expected_outcome, judge
 from kernel_oracle.harness.device import interpreting
 from kernel_oracle.harness.fresh_outputs import nan_filled_allocations
-from kernel_oracle.harness.problems import LoRAProblem, batch_info_of, materialize
+from kernel_oracle.harness.problems import batch_info_of, materialize
+from kernel_oracle.harness.problem_lora import LoRAProblem
 
 from oracle_tests._sglang_releases import release_target
 from oracle_tests.conftest import HAS_CUDA

@@ -241,7 +241,7 @@ def test_cases(request, device, gluon_ran, case, prec):
 def test_grouped_key_value_heads(request, device, gluon_ran, group, head_dim, layout):
     """GQA: query head h reads key/value head h // group (contiguous v, and v inside an interleaved qkv
     buffer with shifted v and o offsets)."""
-    from kernel_oracle.harness.problems import VisionProblem, materialize_vision
+    from kernel_oracle.harness.problem_vision import VisionProblem, materialize_vision
 
     problem = VisionProblem(lengths=(300, 129, 1000, 5), H=8, H_kv=8 // group, D=head_dim, dtype="bfloat16",
                             layout=layout, v_shift=3 if layout == "v_strided" else 0, seed=_gen(request).seed())

@@ -31,7 +31,8 @@ import kernel_oracle.kernels.lora as klora
 import kernel_oracle.kernels.lora._launch as launch
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import FAMILY_OPS, OP_DB
-from kernel_oracle.harness.problems import Call, LoRAProblem, batch_info_of, materialize
+from kernel_oracle.harness.problems import Call, batch_info_of, materialize
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.kernels.interpreter import interpreting
 from kernel_oracle.kernels.options import LaunchOptions, current_options, options
 from kernel_oracle.reference import lora as ref

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import kernel_oracle.kernels.vision as kv
-from kernel_oracle.harness.problems import VisionProblem, materialize_vision
+from kernel_oracle.harness.problem_vision import VisionProblem, materialize_vision
 from kernel_oracle.kernels.options import options
 from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.reference.vision import flashinfer_cudnn_oracle

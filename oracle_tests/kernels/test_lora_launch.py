@@ -448,7 +448,7 @@ def test_tf32_precision_gives_both_baselines():
     """expected_outcome(precision="tf32") on an fp32 LoRA case: round-to-nearest and truncated baselines;
     a single declared mode gives one."""
     from kernel_oracle.harness.check import Case, expected_outcome
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     case = Case(LoRAProblem(op="step_a_v", seg_lens=(4, 3), weight_indices=(0, 1), lora_ranks=(16, 7),
                             scalings=(1.0, 0.5), dtype="float32", seed=5))

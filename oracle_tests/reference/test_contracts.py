@@ -21,7 +21,7 @@ import pytest
 
 from kernel_oracle.harness.mutations import Mutation
 from kernel_oracle.harness.opinfo import OP_DB, Sample
-from kernel_oracle.harness.problems import VisionProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.reference.contracts import CONTRACTS, contract, strict_contracts, upstream_contracts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

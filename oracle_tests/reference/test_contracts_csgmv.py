@@ -117,9 +117,15 @@ def test_a_wrong_text_is_caught():
 
 
 def test_a_row_of_an_unknown_api_is_refused():
+    """A row names a family's name, and the table takes a family's own rows only (Note [Reference tables])."""
+    from kernel_oracle.reference.registry import register_reference
+
     with pytest.raises(ContractError) as info:
-        Contract("csgmv.other", ValueError, "y", "nope", "strict")
-    assert str(info.value) == "contract 'csgmv.other': api must be one of ['lora', 'vision', 'csgmv'], got 'nope'"
+        Contract("csgmv.other", ValueError, "y", "no api", "strict")
+    assert str(info.value) == ("contract 'csgmv.other': api='no api'; pass the name of the family whose entry points "
+                               "raise it, such as 'lora'")
+    with pytest.raises(ValueError, match="is not a Contract of family 'csgmv2' \\(its api\\)"):
+        register_reference("csgmv2", contract_rows=(Contract("csgmv.other", ValueError, "y", "nope", "strict"),))
 
 
 def test_strict_off_cuts_a_long_segment_to_max_len_rows():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernel_oracle.harness.opinfo import OP_DB
-from kernel_oracle.harness.problems import LoRAProblem, materialize_lora
+from kernel_oracle.harness.problem_lora import LoRAProblem, materialize_lora
 from kernel_oracle.reference.batch_info import make_lora_batch_info
 from kernel_oracle.reference.contracts import expected_message
 
@@ -78,7 +78,7 @@ def test_builder_names_the_field(kwargs, match):
 # ---- a replayed CUDA graph whose padded tail holds an earlier batch's segments ----------------------------------
 
 def _tail_problem(op: str) -> "LoRAProblem":
-    from kernel_oracle.harness.problems import LoRAProblem
+    from kernel_oracle.harness.problem_lora import LoRAProblem
 
     return LoRAProblem(op=op, seg_lens=(3, 2), weight_indices=(1, 0), lora_ranks=(8, 8), scalings=(1.0, 0.5), R=8,
                        cuda_graph_pad_to=4, graph_tail=True, extra_rows=2, stale_host_ints=(1, 1, 3), seed=3)

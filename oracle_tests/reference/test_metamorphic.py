@@ -15,8 +15,10 @@ import dataclasses
 import pytest
 import torch
 
-from kernel_oracle.harness.opinfo import LORA_OPINFOS, OP_DB
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, materialize_lora, materialize_vision
+from kernel_oracle.harness.opinfo import OP_DB
+from kernel_oracle.harness.opinfo_lora import LORA_OPINFOS
+from kernel_oracle.harness.problem_lora import LoRAProblem, materialize_lora
+from kernel_oracle.harness.problem_vision import VisionProblem, materialize_vision
 from kernel_oracle.reference.batch_info import LoRABatchInfo
 from kernel_oracle.reference.vision import flashinfer_cudnn_oracle
 from kernel_oracle.reference.vision_metadata import prepare_flashinfer_cudnn_metadata

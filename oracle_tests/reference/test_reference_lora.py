@@ -1,7 +1,7 @@
 """The kv_b LoRA reference against an independent formulation (dense per-head delta matrices).
 
 Every sample input of the OpInfo database runs through the float64 oracle and through
-:func:`kernel_oracle.independent.lora_independent`; the two must agree on the value and on the
+:func:`kernel_oracle.reference.independent_lora.lora_independent`; the two must agree on the value and on the
 defined region.  The drop-in steps (SGLang signatures) are then held to the tolerance rule in the
 input's own dtype, the faithful modes to theirs, and the strict switch is checked both ways.
 """
@@ -14,9 +14,10 @@ import types
 import pytest
 import torch
 
-from kernel_oracle.harness.opinfo import LORA_OPINFOS, OP_DB
-from kernel_oracle.harness.problems import LoRAProblem, materialize_lora
-from kernel_oracle.reference.independent import lora_independent
+from kernel_oracle.harness.opinfo import OP_DB
+from kernel_oracle.harness.opinfo_lora import LORA_OPINFOS
+from kernel_oracle.harness.problem_lora import LoRAProblem, materialize_lora
+from kernel_oracle.reference.independent_lora import lora_independent
 from kernel_oracle.reference import lora as ref_lora
 from kernel_oracle.reference.batch_info import LoRABatchInfo
 from kernel_oracle.reference.strict import is_strict, strict_validation

@@ -14,9 +14,9 @@ import types
 import pytest
 import torch
 
-from kernel_oracle.harness.opinfo import VISION_OPINFO
-from kernel_oracle.harness.problems import VisionProblem, materialize_vision
-from kernel_oracle.reference.independent import vision_independent
+from kernel_oracle.harness.opinfo_vision import VISION_OPINFO
+from kernel_oracle.harness.problem_vision import VisionProblem, materialize_vision
+from kernel_oracle.reference.independent_vision import vision_independent
 from kernel_oracle.reference.tolerance import compare
 from kernel_oracle.reference.vision import flashinfer_cudnn_attention, flashinfer_cudnn_oracle
 from kernel_oracle.reference.vision_metadata import (

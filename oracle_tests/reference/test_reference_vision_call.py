@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from kernel_oracle.harness.problems import VISION_PATHS, VisionProblem, materialize_vision
+from kernel_oracle.harness.problem_vision import VISION_PATHS, VisionProblem, materialize_vision
 from kernel_oracle.reference.vision import flashinfer_cudnn_attention, flashinfer_cudnn_oracle
 from kernel_oracle.reference.vision_arguments import window_mask
 from kernel_oracle.reference.vision_metadata import (

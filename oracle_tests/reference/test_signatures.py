@@ -9,13 +9,14 @@ tables (OpInfo, targets, campaigns, strategies) say the same.
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 
 import kernel_oracle.kernels.lora as klora
 import kernel_oracle.kernels.vision as kvision
 from kernel_oracle.fuzz.campaign import FAMILY_OF as CAMPAIGN_FAMILY_OF
-from kernel_oracle.fuzz.strategies import LORA_OPS as STRATEGY_LORA_OPS
+from kernel_oracle.fuzz.strategies_lora import LORA_OPS as STRATEGY_LORA_OPS
 from kernel_oracle.harness.opinfo import FAMILY_OF, FAMILY_OPS, OP_DB, entry_names
 from kernel_oracle.harness.problems import Call, batch_info_of
 from kernel_oracle.reference import lora as ref_lora
@@ -93,12 +94,44 @@ def test_a_row_checks_itself():
     with pytest.raises(ValueError, match="inplace='out' is not one of its positional params"):
         Signature("x", "lora", "x_fwd", "x_oracle", ("a", "batch_info"), inplace="out", batch_info="batch_info",
                   routing_weight="a")
-    with pytest.raises(ValueError, match="family='audio'; the only valid values are"):
-        Signature("x", "audio", "x_fwd", "x_oracle", ("a",))
-    with pytest.raises(ValueError, match="names its batch_info and routing_weight"):
-        Signature("x", "lora", "x_fwd", "x_oracle", ("a",))
+    with pytest.raises(ValueError, match="family='no family'; pass a family's name"):
+        Signature("x", "no family", "x_fwd", "x_oracle", ("a",))
+    with pytest.raises(ValueError, match="names both its batch_info and routing_weight"):
+        Signature("x", "lora", "x_fwd", "x_oracle", ("a", "batch_info"), batch_info="batch_info")
+    with pytest.raises(ValueError, match="names the indptrs parameter"):
+        Signature("x", "vision", "x_fwd", "x_oracle", ("a",), keywords=("m",), metadata="m")
     with pytest.raises(ValueError, match="a parameter name repeats"):
         Signature("x", "vision", "x_fwd", "x_oracle", ("a", "a"), keywords=("m",), metadata="m", indptrs="a")
+
+
+def test_the_tables_take_a_familys_rows_only_once_and_only_its_own():
+    """Registration (Note [Reference tables] in reference/registry.py) refuses a row of another family, an op or
+    entry point another family has, a duplicate contract id and a k that is no positive number, changing nothing."""
+    from kernel_oracle.reference.contract_row import Contract
+    from kernel_oracle.reference.contracts import CONTRACTS
+    from kernel_oracle.reference.registry import ERROR_MULTIPLIER, register_reference, unregister_reference
+
+    before = (dict(SIGNATURES), dict(CONTRACTS), dict(ERROR_MULTIPLIER))
+    row = Signature("toy_op", "toy", "toy_fwd", "toy_oracle", ("a",))
+    refused = {"is not a Signature of family 'toy'": dict(signatures=(SIGNATURES["vision"],)),
+               "family 'lora' already has an op or entry point": dict(signatures=(
+                   Signature("toy_op", "toy", "step_a_q_fwd", "toy_oracle", ("a",)),)),
+               "is not a Contract of family 'toy'": dict(contract_rows=(CONTRACTS["lora.missing_max_len"],)),
+               "duplicate contract id 'lora.missing_max_len'": dict(contract_rows=(
+                   Contract("lora.missing_max_len", ValueError, "x", "toy", "upstream"),)),
+               "error_multiplier=0 of family 'toy'": dict(signatures=(row,), error_multiplier=0)}
+    for words, tables in refused.items():
+        with pytest.raises(ValueError, match=re.escape(words)):
+            register_reference("toy", **tables)
+        assert (dict(SIGNATURES), dict(CONTRACTS), dict(ERROR_MULTIPLIER)) == before
+    register_reference("toy", signatures=(row,), error_multiplier=3.0)
+    try:
+        assert SIGNATURES["toy_op"] is row and signature_of_entry("toy_fwd") is row and ERROR_MULTIPLIER["toy"] == 3.0
+        with pytest.raises(ValueError, match="already has reference tables"):
+            register_reference("toy")
+    finally:
+        unregister_reference("toy")
+    assert (dict(SIGNATURES), dict(CONTRACTS), dict(ERROR_MULTIPLIER)) == before
 
 
 def test_binding_by_name():

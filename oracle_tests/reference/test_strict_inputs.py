@@ -20,7 +20,9 @@ import torch
 from kernel_oracle.fuzz.targets import resolve_target
 from kernel_oracle.harness.check import Case, expected_outcome
 from kernel_oracle.harness.mutations import Mutation
-from kernel_oracle.harness.problems import LoRAProblem, VisionProblem, batch_info_of, materialize
+from kernel_oracle.harness.problems import batch_info_of, materialize
+from kernel_oracle.harness.problem_lora import LoRAProblem
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.reference._helpers import describe_layout, describe_tensor
 from kernel_oracle.reference.batch_info import make_lora_batch_info
 from kernel_oracle.reference.contracts import expected_message

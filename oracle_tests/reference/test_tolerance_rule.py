@@ -14,7 +14,8 @@ import math
 import pytest
 import torch
 
-from kernel_oracle.harness.problems import VisionProblem, materialize
+from kernel_oracle.harness.problems import materialize
+from kernel_oracle.harness.problem_vision import VisionProblem
 from kernel_oracle.reference.tolerance import compare, round_to_tf32
 from kernel_oracle.reference.vision import FP32_BASELINE_ORDERS, attention_block, flashinfer_cudnn_oracle
 
@@ -287,7 +288,7 @@ def test_tf32_rule_accepts_truncation_and_rejects_a_coarser_rounding(mkn):
 
 def test_faithful_tf32_oracle_carries_both_modes():
     """faithful="tf32": value rounds to nearest, an alternate truncates; the single modes carry one."""
-    from kernel_oracle.harness.problems import LoRAProblem, materialize_lora
+    from kernel_oracle.harness.problem_lora import LoRAProblem, materialize_lora
     from kernel_oracle.reference.lora import step_a_v_oracle
 
     call = materialize_lora(LoRAProblem(op="step_a_v", seg_lens=(5, 3), weight_indices=(0, 1), lora_ranks=(16, 8),

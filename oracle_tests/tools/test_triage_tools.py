@@ -6,7 +6,7 @@ import json
 
 from kernel_oracle.harness import check
 from kernel_oracle.harness.check import Case, Verdict
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from .._scripts import load_script
 
 
