@@ -14,7 +14,7 @@ import torch
 from kernel_oracle.cli import main
 from kernel_oracle.fuzz.targets import resolve_target
 from kernel_oracle.harness.check import Case, check_case
-from kernel_oracle.harness.problems import LoRAProblem
+from kernel_oracle.harness.problem_lora import LoRAProblem
 from kernel_oracle.harness.untouched import SCRIPT_SOURCE, changed_rows, changed_rows_message
 from oracle_tests._user_kernels import unique_name, write_user_module
 
