@@ -35,9 +35,9 @@ from kernel_oracle.jobs.fuzz_campaign import DEFAULT_SEED
 from kernel_oracle.fuzz.time_budget import parse_time_s
 from kernel_oracle.harness.outcome import run_outcome
 
-__all__ = ["LIMIT_PRESETS", "OPTIONS", "add", "campaign_op", "cluster_settings", "families", "op_families_text", "op_help", "finite_float",
-           "non_negative_seconds", "non_negative_int", "one_line_errors", "op_list", "parse_list", "positive_int",
-           "positive_seconds", "timeout_seconds", "wait_seconds"]
+__all__ = ["LIMIT_PRESETS", "OPTIONS", "add", "campaign_op", "cluster_settings", "families", "finite_float",
+           "non_negative_int", "non_negative_seconds", "one_line_errors", "op_families_text", "op_help", "op_list",
+           "parse_list", "positive_int", "positive_seconds", "timeout_seconds", "wait_seconds"]
 
 # the size presets of kernel_oracle.fuzz.strategies.LIMITS (kept literal: building the parser imports no Hypothesis)
 LIMIT_PRESETS = ("tiny", "small", "gpu", "full")
